@@ -1,0 +1,32 @@
+# Everything a fresh machine needs is set up by the targets below; each is one command.
+#   make pretrain   the main job: tiny BERT pretraining on the embedded Shakespeare corpus (CPU, minutes)
+#   make test       the full test suite, as CI runs it
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+WORKDIR ?= runs/pretrain_tiny
+PRETRAIN_ARGS ?=
+
+.PHONY: setup pretrain test lint
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch is pinned to the CPU build that installs from local disk; an unpinned torch pulls a CUDA build.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[torch,tf,finetune,test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+pretrain: setup
+	$(BIN)/python train.py --config=configs/pretrain.py:size=tiny --workdir=$(WORKDIR) $(PRETRAIN_ARGS)
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 -q

@@ -1,0 +1,350 @@
+"""Model configuration: the BERT architecture (`BertConfig`) and run-time knobs (`RuntimeConfig`).
+
+`BertConfig` holds exactly what a checkpoint needs to be rebuilt; its field names are those of a
+Hugging Face `config.json`, so a config round-trips through HF's and google-research/bert's JSON files.
+`RuntimeConfig` holds the knobs that change how the same weights are computed (dtypes, scan, remat,
+attention kernel) and never go into a checkpoint.
+
+Both are frozen dataclasses: hashable, so modules can hold them and `jax.jit` can close over them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
+ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn", "auto")
+DTYPES = ("float32", "bfloat16", "float16")
+
+# Fields of google-research/bert's `bert_config.json`, in the order it writes them.
+_ORIGINAL_FIELDS = (
+    "attention_probs_dropout_prob",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "hidden_size",
+    "initializer_range",
+    "intermediate_size",
+    "max_position_embeddings",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "type_vocab_size",
+    "vocab_size",
+)
+
+# Keys a Hugging Face config.json carries that say nothing about a BERT encoder's weights.
+_HF_HOUSEKEEPING = frozenset(
+    """
+    _name_or_path architectures transformers_version model_type torch_dtype dtype use_cache
+    gradient_checkpointing output_hidden_states output_attentions return_dict torchscript
+    chunk_size_feed_forward is_encoder_decoder problem_type bos_token_id eos_token_id sep_token_id
+    cls_token_id decoder_start_token_id tie_word_embeddings label2id id2label tokenizer_class
+    prefix task_specific_params finetuning_task pruned_heads tie_encoder_decoder
+    cross_attention_hidden_size add_pooling_layer directionality pooler_fc_size pooler_num_attention_heads
+    pooler_num_fc_layers pooler_size_per_head pooler_type output_past embedding_size
+    """.split()
+)
+
+
+def _fail(field: str, value: Any, why: str) -> None:
+    raise ValueError(f"BertConfig.{field}={value!r}: {why}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """The BERT architecture, with Hugging Face `config.json` field names.
+
+    Attributes:
+      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
+      hidden_size: E, width of the residual stream.
+      num_hidden_layers: number of transformer layers.
+      num_attention_heads: H; head size D = E / H.
+      intermediate_size: F, width of the feed-forward layer.
+      hidden_act: feed-forward activation; "gelu" is the exact erf GELU of the original.
+      hidden_dropout_prob: dropout on embeddings and on each sub-layer output.
+      attention_probs_dropout_prob: dropout on the attention probabilities.
+      max_position_embeddings: rows of the position table; the longest sequence the model takes.
+      type_vocab_size: rows of the token-type (segment A/B) table.
+      initializer_range: stddev of the truncated-normal initializer.
+      layer_norm_eps: epsilon of every LayerNorm.
+      pad_token_id: id of [PAD].
+      classifier_dropout: dropout before classification heads; None means hidden_dropout_prob.
+      num_labels: output width of the sequence/token classification heads (1 means regression).
+      label_names: optional names of the labels, written to config.json as id2label.
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    classifier_dropout: float | None = None
+    num_labels: int = 2
+    label_names: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+            "num_labels",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                _fail(name, value, "must be an integer")
+            if value <= 0:
+                _fail(name, value, "must be positive")
+        if self.hidden_size % self.num_attention_heads:
+            _fail(
+                "hidden_size",
+                self.hidden_size,
+                f"not divisible by num_attention_heads={self.num_attention_heads}",
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            _fail("hidden_act", self.hidden_act, f"unknown activation; expected one of {ACTIVATIONS}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                _fail(name, value, "must be a probability in [0, 1)")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                _fail(name, value, "must be a positive number")
+        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+            _fail("pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})")
+        if self.label_names is not None:
+            if not isinstance(self.label_names, tuple):
+                object.__setattr__(self, "label_names", tuple(self.label_names))
+            if len(self.label_names) != self.num_labels:
+                _fail(
+                    "label_names",
+                    self.label_names,
+                    f"has {len(self.label_names)} names but num_labels={self.num_labels}",
+                )
+
+    # ---- derived sizes ----
+    @property
+    def head_dim(self) -> int:
+        """D, the width of one attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+    def replace(self, **changes: Any) -> BertConfig:
+        """A copy with `changes` applied (validated again)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"BertConfig has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    # ---- presets ----
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """A named size: "base", "large", "tiny", "mini", "small", "medium", or a miniature "L4-H512".
+
+        The 24 BERT miniatures (Turc et al. 2019) are "L{2,4,6,8,10,12}-H{128,256,512,768}", with
+        H/64 heads and a 4H feed-forward layer; google's file names such as "uncased_L-4_H-512_A-8"
+        are accepted too.
+        """
+        key = name.lower()
+        m = re.fullmatch(r"(?:bert-)?(?:(?:un)?cased_)?l-?(\d+)[_-]h-?(\d+)(?:[_-]a-?\d+)?", key)
+        if m:
+            key = f"l{m.group(1)}-h{m.group(2)}"
+        table = {k.lower(): v for k, v in PRESETS.items()}
+        if key not in table:
+            raise ValueError(f"unknown BertConfig preset {name!r}; known: {sorted(PRESETS)}")
+        return cls(**{**table[key], **overrides})
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> BertConfig:
+        """Builds a config from the dict of a Hugging Face BERT `config.json`.
+
+        Keys that change the architecture in ways this library does not implement (relative
+        position embeddings, a decoder, cross-attention) raise; housekeeping keys are ignored;
+        any other unknown key is logged, never silently dropped.
+        """
+        d = dict(d)
+        model_type = d.get("model_type", "bert")
+        if model_type != "bert":
+            raise ValueError(f"config.json has model_type={model_type!r}; only 'bert' is supported")
+        pos = d.get("position_embedding_type", "absolute")
+        if pos not in (None, "absolute"):
+            raise ValueError(
+                f"config.json has position_embedding_type={pos!r}; only 'absolute' is supported"
+            )
+        for flag in ("is_decoder", "add_cross_attention"):
+            if d.get(flag):
+                raise ValueError(f"config.json has {flag}=true; bert_jax implements the encoder only")
+        names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
+        kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
+        if "classifier_dropout" in d:
+            kwargs["classifier_dropout"] = d["classifier_dropout"]
+        id2label = d.get("id2label")
+        if id2label:
+            items = sorted(((int(k), v) for k, v in id2label.items()))
+            labels = tuple(v for _, v in items)
+            kwargs["num_labels"] = len(labels)
+            if any(v != f"LABEL_{i}" for i, v in items):
+                kwargs["label_names"] = labels
+        elif "num_labels" in d:
+            kwargs["num_labels"] = int(d["num_labels"])
+        unknown = set(d) - names - _HF_HOUSEKEEPING - {
+            "position_embedding_type",
+            "is_decoder",
+            "add_cross_attention",
+            "num_labels",
+            "classifier_dropout",
+        }
+        if unknown:
+            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
+        return cls(**kwargs)
+
+    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
+        """The dict of a Hugging Face `config.json` for this config."""
+        d: dict[str, Any] = {"model_type": "bert"}
+        if architecture:
+            d["architectures"] = [architecture]
+        for f in dataclasses.fields(self):
+            if f.name not in ("num_labels", "label_names"):
+                d[f.name] = getattr(self, f.name)
+        names = self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
+        d["id2label"] = {str(i): n for i, n in enumerate(names)}
+        d["label2id"] = {n: i for i, n in enumerate(names)}
+        d["position_embedding_type"] = "absolute"
+        d["tie_word_embeddings"] = True
+        return d
+
+    # ---- google-research/bert bert_config.json ----
+    @classmethod
+    def from_original_dict(cls, d: Mapping[str, Any]) -> BertConfig:
+        """Builds a config from google-research/bert's `bert_config.json` dict (no pad id, eps 1e-12)."""
+        missing = [k for k in _ORIGINAL_FIELDS if k not in d]
+        if missing:
+            raise ValueError(f"bert_config.json lacks {missing}")
+        return cls(**{k: d[k] for k in _ORIGINAL_FIELDS})
+
+    def to_original_dict(self) -> dict[str, Any]:
+        """The dict of google-research/bert's `bert_config.json`."""
+        if self.hidden_act not in ("gelu", "relu"):
+            raise ValueError(
+                f"BertConfig.hidden_act={self.hidden_act!r} has no google-research/bert name"
+            )
+        return {k: getattr(self, k) for k in _ORIGINAL_FIELDS}
+
+    # ---- files ----
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        """Reads an HF `config.json` or an original `bert_config.json` (told apart by content)."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            for name in ("config.json", "bert_config.json"):
+                if os.path.exists(os.path.join(path, name)):
+                    path = os.path.join(path, name)
+                    break
+            else:
+                raise FileNotFoundError(f"no config.json or bert_config.json in {path}")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"config file not found: {path}")
+        with open(path, encoding="utf-8") as f:
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON: {e}") from e
+        if not isinstance(d, dict):
+            raise ValueError(f"{path} does not hold a JSON object")
+        if "model_type" in d or "pad_token_id" in d or "layer_norm_eps" in d:
+            return cls.from_hf_dict(d)
+        return cls.from_original_dict(d)
+
+    def to_json_file(self, path: str | os.PathLike, *, original: bool = False, architecture=None):
+        """Writes HF `config.json` (default) or the original `bert_config.json` (`original=True`)."""
+        d = self.to_original_dict() if original else self.to_hf_dict(architecture)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(d, f, indent=2, sort_keys=True)
+            f.write("\n")
+
+
+def _miniatures() -> dict[str, dict[str, int]]:
+    out = {}
+    for layers in (2, 4, 6, 8, 10, 12):
+        for hidden in (128, 256, 512, 768):
+            out[f"L{layers}-H{hidden}"] = dict(
+                num_hidden_layers=layers,
+                hidden_size=hidden,
+                num_attention_heads=hidden // 64,
+                intermediate_size=4 * hidden,
+            )
+    return out
+
+
+PRESETS: dict[str, dict[str, int]] = {
+    **_miniatures(),
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(
+        num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+    """How the model is computed; none of it is stored in a checkpoint.
+
+    Attributes:
+      dtype: compute dtype of matmuls and activations ("float32", "bfloat16"). LayerNorm statistics,
+        the attention softmax and its padding mask stay in float32 whatever this is.
+      param_dtype: storage dtype of the parameters (float32 master weights by default).
+      scan_layers: run the encoder as one `nn.scan` over a stacked layer axis. Compiles once per
+        layer instead of once per stack; the weights gain a leading "layers" axis.
+      remat_policy: what each layer keeps for the backward pass: "none" (everything), "dots"
+        (matmul outputs), "dots_no_batch" (weight matmuls only), "full" (nothing; recompute).
+      attention: "xla" (einsum + softmax: the exact reference), "cudnn" (fused flash attention via
+        `jax.nn.dot_product_attention`, GPU only), "auto" (cudnn on a GPU, else xla).
+    """
+
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    scan_layers: bool = False
+    remat_policy: str = "none"
+    attention: str = "xla"
+
+    def __post_init__(self):
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(
+                    f"RuntimeConfig.{name}={getattr(self, name)!r}: expected one of {DTYPES}"
+                )
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(
+                f"RuntimeConfig.remat_policy={self.remat_policy!r}: expected one of {REMAT_POLICIES}"
+            )
+        if self.attention not in ATTENTION_IMPLEMENTATIONS:
+            raise ValueError(
+                f"RuntimeConfig.attention={self.attention!r}: expected one of "
+                f"{ATTENTION_IMPLEMENTATIONS}"
+            )
+        if not isinstance(self.scan_layers, bool):
+            raise ValueError(f"RuntimeConfig.scan_layers={self.scan_layers!r}: expected a bool")
