@@ -1,7 +1,8 @@
 """Model configuration: the BERT architecture (`BertConfig`) and run-time knobs (`RuntimeConfig`).
 
 `BertConfig` holds exactly what a checkpoint needs to be rebuilt; its field names are those of a
-Hugging Face `config.json`, so a config round-trips through HF's and google-research/bert's JSON files.
+Hugging Face `config.json`, so a config round-trips through HF's and google-research/bert's JSON
+files.
 `RuntimeConfig` holds the knobs that change how the same weights are computed (dtypes, scan, remat,
 attention kernel) and never go into a checkpoint.
 
@@ -46,8 +47,9 @@ _HF_HOUSEKEEPING = frozenset(
     chunk_size_feed_forward is_encoder_decoder problem_type bos_token_id eos_token_id sep_token_id
     cls_token_id decoder_start_token_id tie_word_embeddings label2id id2label tokenizer_class
     prefix task_specific_params finetuning_task pruned_heads tie_encoder_decoder
-    cross_attention_hidden_size add_pooling_layer directionality pooler_fc_size pooler_num_attention_heads
-    pooler_num_fc_layers pooler_size_per_head pooler_type output_past embedding_size
+    cross_attention_hidden_size add_pooling_layer directionality pooler_fc_size
+    pooler_num_attention_heads pooler_num_fc_layers pooler_size_per_head pooler_type output_past
+    embedding_size
     """.split()
 )
 
@@ -119,7 +121,9 @@ class BertConfig:
                 f"not divisible by num_attention_heads={self.num_attention_heads}",
             )
         if self.hidden_act not in ACTIVATIONS:
-            _fail("hidden_act", self.hidden_act, f"unknown activation; expected one of {ACTIVATIONS}")
+            _fail(
+                "hidden_act", self.hidden_act, f"unknown activation; expected one of {ACTIVATIONS}"
+            )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
             if value is None and name == "classifier_dropout":
@@ -158,7 +162,7 @@ class BertConfig:
     # ---- presets ----
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> BertConfig:
-        """A named size: "base", "large", "tiny", "mini", "small", "medium", or a miniature "L4-H512".
+        """A named size: "base", "large", "tiny", "mini", "small", "medium", or a miniature.
 
         The 24 BERT miniatures (Turc et al. 2019) are "L{2,4,6,8,10,12}-H{128,256,512,768}", with
         H/64 heads and a 4H feed-forward layer; google's file names such as "uncased_L-4_H-512_A-8"
@@ -193,7 +197,9 @@ class BertConfig:
             )
         for flag in ("is_decoder", "add_cross_attention"):
             if d.get(flag):
-                raise ValueError(f"config.json has {flag}=true; bert_jax implements the encoder only")
+                raise ValueError(
+                    f"config.json has {flag}=true; bert_jax implements the encoder only"
+                )
         names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
         kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
         if "classifier_dropout" in d:
@@ -207,13 +213,18 @@ class BertConfig:
                 kwargs["label_names"] = labels
         elif "num_labels" in d:
             kwargs["num_labels"] = int(d["num_labels"])
-        unknown = set(d) - names - _HF_HOUSEKEEPING - {
-            "position_embedding_type",
-            "is_decoder",
-            "add_cross_attention",
-            "num_labels",
-            "classifier_dropout",
-        }
+        unknown = (
+            set(d)
+            - names
+            - _HF_HOUSEKEEPING
+            - {
+                "position_embedding_type",
+                "is_decoder",
+                "add_cross_attention",
+                "num_labels",
+                "classifier_dropout",
+            }
+        )
         if unknown:
             logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
         return cls(**kwargs)
@@ -236,7 +247,7 @@ class BertConfig:
     # ---- google-research/bert bert_config.json ----
     @classmethod
     def from_original_dict(cls, d: Mapping[str, Any]) -> BertConfig:
-        """Builds a config from google-research/bert's `bert_config.json` dict (no pad id, eps 1e-12)."""
+        """A config from google-research/bert's `bert_config.json` dict (no pad id; eps 1e-12)."""
         missing = [k for k in _ORIGINAL_FIELDS if k not in d]
         if missing:
             raise ValueError(f"bert_config.json lacks {missing}")
@@ -276,7 +287,7 @@ class BertConfig:
         return cls.from_original_dict(d)
 
     def to_json_file(self, path: str | os.PathLike, *, original: bool = False, architecture=None):
-        """Writes HF `config.json` (default) or the original `bert_config.json` (`original=True`)."""
+        """Writes HF `config.json`, or the original `bert_config.json` when `original=True`."""
         d = self.to_original_dict() if original else self.to_hf_dict(architecture)
         with open(path, "w", encoding="utf-8") as f:
             json.dump(d, f, indent=2, sort_keys=True)
@@ -298,11 +309,21 @@ def _miniatures() -> dict[str, dict[str, int]]:
 
 PRESETS: dict[str, dict[str, int]] = {
     **_miniatures(),
-    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512),
-    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
-    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
-    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
-    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "tiny": dict(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512
+    ),
+    "mini": dict(
+        num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024
+    ),
+    "small": dict(
+        num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048
+    ),
+    "medium": dict(
+        num_hidden_layers=8, hidden_size=512, num_attention_heads=8, intermediate_size=2048
+    ),
+    "base": dict(
+        num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072
+    ),
     "large": dict(
         num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096
     ),
@@ -339,7 +360,8 @@ class RuntimeConfig:
                 )
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(
-                f"RuntimeConfig.remat_policy={self.remat_policy!r}: expected one of {REMAT_POLICIES}"
+                f"RuntimeConfig.remat_policy={self.remat_policy!r}: "
+                f"expected one of {REMAT_POLICIES}"
             )
         if self.attention not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(

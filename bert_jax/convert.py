@@ -1,0 +1,849 @@
+"""Lossless conversion between bert_jax parameters and other BERT checkpoint formats.
+
+Formats:
+  * Hugging Face PyTorch directories: `config.json` + `model.safetensors` or `pytorch_model.bin`,
+    sharded (`*.index.json`) or not, with or without the `bert.` prefix, old `gamma`/`beta`
+    LayerNorm names, the tied decoder and either spelling of the MLM output bias.
+  * google-research/bert TF checkpoints: `bert_model.ckpt.*` + `bert_config.json` (TensorFlow is
+    an optional extra, imported only here).
+  * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
+
+One table (`parameter_table`) maps every bert_jax parameter to its Hugging Face and TF name and to
+the reshape/transpose between them; loading and saving both read it. Nothing is silent: a missing
+weight raises unless new task heads are asked for (and the report lists them), every unused source
+weight is listed, and a shape mismatch names the key and both shapes.
+
+Python API:
+    config, params = load_pytorch(hf_dir, model="BertForPreTraining")
+    save_pytorch(config, params, out_dir, model="BertForPreTraining")
+    config, params = load_tf(ckpt_prefix, model="BertForPreTraining")
+    save_pretrained(out_dir, config, params, model=...)
+    config, params, model = load_pretrained(dir)
+
+Command line: `python -m bert_jax.convert SRC DST [--to hf|bert_jax] [--model NAME] [--verify]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+from flax import traverse_util
+
+from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
+
+PyTree = Any
+HF_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+# Non-parameter entries some checkpoints carry.
+_BUFFER_RE = re.compile(r"(^|\.)(position_ids|token_type_ids)$")
+_TF_SKIP_RE = re.compile(r"(^global_step$|/adam_[mv]$|^bad_steps$|^good_steps$|^loss_scale$)")
+
+
+class ConversionError(ValueError):
+    """A checkpoint cannot be converted without losing or inventing weights."""
+
+
+@dataclasses.dataclass
+class ConversionReport:
+    """What a load did: every target weight is either `loaded` or `newly_initialized`."""
+
+    loaded: list[str] = dataclasses.field(default_factory=list)
+    newly_initialized: list[str] = dataclasses.field(default_factory=list)
+    unused: list[str] = dataclasses.field(default_factory=list)
+    ignored: list[str] = dataclasses.field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = [f"loaded {len(self.loaded)} weights"]
+        if self.newly_initialized:
+            lines.append(f"newly initialized ({len(self.newly_initialized)}):")
+            lines += [f"  {k}" for k in self.newly_initialized]
+        if self.unused:
+            lines.append(f"unused source weights ({len(self.unused)}):")
+            lines += [f"  {k}" for k in self.unused]
+        if self.ignored:
+            lines.append(f"ignored buffers / optimizer slots: {len(self.ignored)}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ParamRule:
+    """One bert_jax parameter and its names and layouts elsewhere.
+
+    `flax_key` is the "/"-joined path in the (unstacked) parameter tree; `shape` its shape there.
+    PyTorch stores Linear weights [out, in] with heads flattened; TF stores kernels [in, out].
+    """
+
+    flax_key: str
+    shape: tuple[int, ...]
+    hf_key: str
+    tf_key: str
+    kind: str  # "kernel" (2-D or head-split), "tf_out_weights" (TF [out, in]), "vector", "table"
+
+    @property
+    def _n_in(self) -> int:
+        return 2 if self.flax_key.endswith("attention/output/dense/kernel") else 1
+
+    def _flat(self, x: np.ndarray) -> np.ndarray:
+        """flax kernel -> [in, out]."""
+        n_in = math.prod(self.shape[: self._n_in])
+        return x.reshape(n_in, -1)
+
+    def from_hf(self, w: np.ndarray) -> np.ndarray:
+        if self.kind in ("kernel", "tf_out_weights"):
+            return np.ascontiguousarray(w.T).reshape(self.shape)
+        return w.reshape(self.shape)
+
+    def to_hf(self, x: np.ndarray) -> np.ndarray:
+        if self.kind in ("kernel", "tf_out_weights"):
+            return np.ascontiguousarray(self._flat(x).T)
+        return np.ascontiguousarray(x.reshape(-1) if x.ndim > 1 and self.kind == "vector" else x)
+
+    def from_tf(self, w: np.ndarray) -> np.ndarray:
+        if self.kind == "tf_out_weights":
+            return np.ascontiguousarray(w.T).reshape(self.shape)
+        return w.reshape(self.shape)
+
+
+def _hf_key(flax_key: str) -> str:
+    key = re.sub(r"layer_(\d+)", r"layer.\1", flax_key).replace("/", ".")
+    return re.sub(r"\.(kernel|embedding|scale)$", ".weight", key)
+
+
+_TF_RENAMES = (
+    (r"^cls/predictions/bias$", "cls/predictions/output_bias"),
+    (r"^cls/seq_relationship/kernel$", "cls/seq_relationship/output_weights"),
+    (r"^cls/seq_relationship/bias$", "cls/seq_relationship/output_bias"),
+    (r"^classifier/kernel$", "output_weights"),  # run_classifier.py
+    (r"^classifier/bias$", "output_bias"),
+    (r"^qa_outputs/kernel$", "cls/squad/output_weights"),  # run_squad.py
+    (r"^qa_outputs/bias$", "cls/squad/output_bias"),
+    (r"/embedding$", ""),
+    (r"LayerNorm/scale$", "LayerNorm/gamma"),
+    (r"LayerNorm/bias$", "LayerNorm/beta"),
+)
+
+
+def _tf_key(flax_key: str) -> str:
+    key = (
+        flax_key
+        if flax_key.startswith(("bert/", "cls/", "classifier/", "qa_outputs/"))
+        else ("bert/" + flax_key)
+    )
+    for pattern, repl in _TF_RENAMES:
+        key = re.sub(pattern, repl, key)
+    return key
+
+
+def parameter_table(config: BertConfig, model: str) -> list[ParamRule]:
+    """One rule per parameter of `model` (a head class name) under `config`, unstacked layout."""
+    shapes = expected_shapes(config, model)
+    rules = []
+    for key, shape in shapes.items():
+        if key.endswith(("/kernel",)):
+            kind = "kernel"
+            if re.search(r"(^|/)(seq_relationship|classifier|qa_outputs)/kernel$", key):
+                kind = "tf_out_weights"
+        elif key.endswith("/embedding"):
+            kind = "table"
+        else:
+            kind = "vector"
+        rules.append(ParamRule(key, shape, _hf_key(key), _tf_key(key), kind))
+    return rules
+
+
+def expected_shapes(config: BertConfig, model: str) -> dict[str, tuple[int, ...]]:
+    """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating."""
+    module = get_model_class(model)(config, RuntimeConfig())
+    abstract = jax.eval_shape(lambda: init_params(module, jax.random.PRNGKey(0)))
+    from flax import linen as nn
+
+    flat = traverse_util.flatten_dict(nn.meta.unbox(abstract), sep="/")
+    return {k: tuple(v.shape) for k, v in flat.items()}
+
+
+def _flatten(params: PyTree) -> dict[str, np.ndarray]:
+    from flax import linen as nn
+
+    params = nn.meta.unbox(params)
+    if is_stacked(params):
+        params = unstack_layers(params)
+    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}
+
+
+def _unflatten(flat: Mapping[str, np.ndarray], scan_layers: bool) -> PyTree:
+    tree = traverse_util.unflatten_dict(dict(flat), sep="/")
+    return stack_layers(tree) if scan_layers else tree
+
+
+def check_params(config: BertConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
+    """Flattens `params` and checks names and shapes against `model`; raises naming any mismatch."""
+    flat = _flatten(params)
+    shapes = expected_shapes(config, model)
+    missing = sorted(set(shapes) - set(flat))
+    extra = sorted(set(flat) - set(shapes))
+    if missing or extra:
+        raise ConversionError(
+            f"parameters do not match {model}: missing {missing[:10]}"
+            f"{' ...' if len(missing) > 10 else ''}, unexpected {extra[:10]}"
+            f"{' ...' if len(extra) > 10 else ''}"
+        )
+    for key, shape in shapes.items():
+        if flat[key].shape != shape:
+            raise ConversionError(f"{key}: parameter has shape {flat[key].shape}, expected {shape}")
+    return flat
+
+
+# --------------------------------------------------------------------------------------------
+# Loading into bert_jax
+# --------------------------------------------------------------------------------------------
+def _is_head_key(flax_key: str) -> bool:
+    """Weights that may be newly initialized when asked for: everything but embeddings/encoder."""
+    return not re.match(r"^(bert/)?(embeddings|encoder)/", flax_key)
+
+
+def _assemble(
+    config: BertConfig,
+    model: str,
+    lookup,
+    source_keys: Sequence[str],
+    *,
+    allow_new_heads: bool,
+    scan_layers: bool,
+    dtype,
+    seed: int,
+    report: ConversionReport,
+) -> PyTree:
+    """Builds the parameter tree of `model` from `lookup(rule) -> (source_key, array) | None`."""
+    flat: dict[str, np.ndarray] = {}
+    used: set[str] = set()
+    missing = []
+    for rule in parameter_table(config, model):
+        found = lookup(rule, used)
+        if found is None:
+            missing.append(rule.flax_key)
+            continue
+        src_key, value = found
+        if value.size != math.prod(rule.shape):
+            raise ConversionError(
+                f"{src_key}: checkpoint shape {tuple(value.shape)} does not fit {rule.flax_key} "
+                f"of shape {rule.shape} (config: hidden_size={config.hidden_size}, "
+                f"vocab_size={config.vocab_size}, ...)"
+            )
+        flat[rule.flax_key] = value
+        used.add(src_key)
+        report.loaded.append(rule.flax_key)
+    if missing:
+        structural = [k for k in missing if not _is_head_key(k)]
+        if structural or not allow_new_heads:
+            raise ConversionError(
+                f"checkpoint lacks {len(missing)} weight(s) of {model}: {missing[:12]}"
+                + (" ..." if len(missing) > 12 else "")
+                + (
+                    ""
+                    if structural
+                    else "; pass allow_new_heads=True (--allow-new-heads) to initialize new heads"
+                )
+            )
+        fresh = _flatten(init_params(get_model_class(model)(config), jax.random.PRNGKey(seed)))
+        for key in missing:
+            flat[key] = fresh[key]
+        report.newly_initialized.extend(missing)
+        logging.warning("newly initialized weights: %s", missing)
+    report.unused.extend(sorted(k for k in source_keys if k not in used))
+    if report.unused:
+        logging.warning("unused checkpoint weights: %s", report.unused)
+    flat = {k: np.asarray(v, dtype=dtype) for k, v in flat.items()}
+    return _unflatten(flat, scan_layers)
+
+
+def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """All tensors of a Hugging Face checkpoint directory (or one weight file) as numpy arrays.
+
+    safetensors files are read without torch; `pytorch_model.bin` needs torch.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        for name in HF_WEIGHT_FILES:
+            if os.path.exists(os.path.join(path, name)):
+                return read_hf_state_dict(os.path.join(path, name))
+        raise FileNotFoundError(f"no weights in {path}: expected one of {list(HF_WEIGHT_FILES)}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    if path.endswith(".index.json"):
+        with open(path, encoding="utf-8") as f:
+            try:
+                weight_map = json.load(f)["weight_map"]
+            except (json.JSONDecodeError, KeyError) as e:
+                raise ConversionError(f"{path} is not a valid sharded index: {e}") from e
+        state = {}
+        folder = os.path.dirname(path)
+        for shard in sorted(set(weight_map.values())):
+            state.update(read_hf_state_dict(os.path.join(folder, shard)))
+        absent = sorted(set(weight_map) - set(state))
+        if absent:
+            raise ConversionError(f"{path} lists tensors no shard holds: {absent[:10]}")
+        return state
+    if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        from safetensors.flax import load_file
+
+        try:
+            return {k: np.asarray(v) for k, v in load_file(path).items()}
+        except (SafetensorError, OSError, ValueError) as e:
+            raise ConversionError(
+                f"cannot read {path}: corrupt or not a safetensors file ({e})"
+            ) from e
+    import torch  # pytorch_model.bin: a torch pickle
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types for a bad pickle
+        raise ConversionError(
+            f"cannot read {path}: corrupt or not a PyTorch checkpoint ({e})"
+        ) from e
+    out = {}
+    for k, t in state.items():
+        if t.dtype == torch.bfloat16:
+            t = t.float()  # numpy has no bfloat16; float32 holds it exactly
+        out[k] = t.numpy()
+    return out
+
+
+def _normalize_hf(state: Mapping[str, np.ndarray], report: ConversionReport) -> dict:
+    out = {}
+    for key, value in state.items():
+        if _BUFFER_RE.search(key):
+            report.ignored.append(key)
+            continue
+        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
+        key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+        out[key] = value
+    return out
+
+
+def hf_state_to_params(
+    config: BertConfig,
+    state: Mapping[str, np.ndarray],
+    model: str = "BertForPreTraining",
+    *,
+    allow_new_heads: bool = False,
+    scan_layers: bool = False,
+    dtype=np.float32,
+    seed: int = 0,
+) -> tuple[PyTree, ConversionReport]:
+    """Maps a Hugging Face state dict onto `model`'s parameter tree. Returns (params, report)."""
+    report = ConversionReport()
+    state = _normalize_hf(state, report)
+
+    def candidates(hf_key: str) -> list[str]:
+        if hf_key.startswith("bert."):
+            keys = [hf_key, hf_key[len("bert.") :]]
+        elif hf_key.startswith(("embeddings.", "encoder.", "pooler.")):
+            keys = [hf_key, "bert." + hf_key]
+        else:
+            keys = [hf_key]
+        if hf_key == "cls.predictions.bias":
+            keys.append("cls.predictions.decoder.bias")
+        return keys
+
+    def lookup(rule: ParamRule, used: set[str]):
+        present = [k for k in candidates(rule.hf_key) if k in state]
+        if not present:
+            return None
+        if rule.hf_key == "cls.predictions.bias" and len(present) == 2:
+            a, b = state[present[0]], state[present[1]]
+            if a.shape != b.shape or not np.array_equal(a, b):
+                raise ConversionError(
+                    "cls.predictions.bias and cls.predictions.decoder.bias differ; "
+                    "they are one tied parameter in BERT"
+                )
+            used.add(present[1])
+        w = state[present[0]]
+        if w.size != math.prod(rule.shape):
+            return present[0], w  # reported with both shapes by _assemble
+        return present[0], rule.from_hf(w)
+
+    params = _assemble(
+        config,
+        model,
+        lookup,
+        list(state),
+        allow_new_heads=allow_new_heads,
+        scan_layers=scan_layers,
+        dtype=dtype,
+        seed=seed,
+        report=report,
+    )
+    # The tied decoder: an explicit decoder.weight must equal the word embeddings.
+    for key in ("cls.predictions.decoder.weight",):
+        if key in state:
+            flat = _flatten(params)
+            emb_key = next(k for k in flat if k.endswith("embeddings/word_embeddings/embedding"))
+            if not np.array_equal(state[key].astype(np.float32), flat[emb_key].astype(np.float32)):
+                raise ConversionError(
+                    f"{key} differs from the word embeddings; bert_jax ties the MLM decoder to "
+                    "them (an untied decoder would be silently lost)"
+                )
+            if key in report.unused:
+                report.unused.remove(key)
+    return params, report
+
+
+def _default_model(config_path: str, fallback: str) -> str:
+    with open(config_path, encoding="utf-8") as f:
+        archs = json.load(f).get("architectures") or []
+    from bert_jax.model import MODEL_CLASSES
+
+    known = [a for a in archs if a in MODEL_CLASSES]
+    return known[0] if known else fallback
+
+
+def load_pytorch(
+    path: str | os.PathLike,
+    model: str | None = "BertForPreTraining",
+    *,
+    allow_new_heads: bool = False,
+    scan_layers: bool = False,
+    dtype=np.float32,
+    seed: int = 0,
+    return_report: bool = False,
+):
+    """Loads a Hugging Face BERT directory as (config, params) for bert_jax's `model` class.
+
+    Args:
+      path: directory with config.json and model.safetensors / pytorch_model.bin (sharded or not).
+      model: bert_jax head class name; None takes config.json's `architectures`.
+      allow_new_heads: initialize task-head weights the checkpoint lacks (listed in the report)
+        instead of raising.
+      scan_layers: return the stacked-layer layout for `RuntimeConfig(scan_layers=True)`.
+      dtype: parameter dtype of the result.
+      seed: seed for newly initialized heads.
+      return_report: also return the `ConversionReport`.
+
+    Returns:
+      (config, params) or (config, params, report); params is a plain dict of numpy arrays.
+    """
+    path = os.fspath(path)
+    config_path = os.path.join(path, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"{path} has no config.json; is it a Hugging Face model directory?")
+    config = BertConfig.from_json_file(config_path)
+    model = model or _default_model(config_path, "BertModel")
+    state = read_hf_state_dict(path)
+    params, report = hf_state_to_params(
+        config,
+        state,
+        model,
+        allow_new_heads=allow_new_heads,
+        scan_layers=scan_layers,
+        dtype=dtype,
+        seed=seed,
+    )
+    logging.info("loaded %s from %s: %s", model, path, report.summary())
+    return (config, params, report) if return_report else (config, params)
+
+
+def load_tf(
+    ckpt: str | os.PathLike,
+    model: str = "BertForPreTraining",
+    *,
+    config_path: str | os.PathLike | None = None,
+    allow_new_heads: bool = False,
+    scan_layers: bool = False,
+    dtype=np.float32,
+    seed: int = 0,
+    return_report: bool = False,
+):
+    """Loads a google-research/bert TF checkpoint (`.../bert_model.ckpt` prefix or its folder).
+
+    Needs TensorFlow (`pip install bert-jax[tf]`). Optimizer slots (adam_m/adam_v) and
+    global_step are ignored and counted in the report.
+    """
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ImportError(
+            "reading TF checkpoints needs TensorFlow: pip install 'bert-jax[tf]'"
+        ) from e
+    ckpt = os.fspath(ckpt)
+    if os.path.isdir(ckpt):
+        found = tf.train.latest_checkpoint(ckpt)
+        if found is None:
+            index = [f for f in os.listdir(ckpt) if f.endswith(".ckpt.index")]
+            if not index:
+                raise FileNotFoundError(f"no TF checkpoint (*.ckpt.index) in {ckpt}")
+            found = os.path.join(ckpt, index[0][: -len(".index")])
+        ckpt = found
+    if not os.path.exists(ckpt + ".index"):
+        raise FileNotFoundError(f"TF checkpoint not found: {ckpt}.index")
+    if config_path is None:
+        config_path = os.path.join(os.path.dirname(ckpt), "bert_config.json")
+    config = BertConfig.from_json_file(config_path)
+    try:
+        reader = tf.train.load_checkpoint(ckpt)
+        names = reader.get_variable_to_shape_map()
+    except Exception as e:  # noqa: BLE001 - TF raises its own error types
+        raise ConversionError(f"cannot read TF checkpoint {ckpt}: {e}") from e
+    report = ConversionReport()
+    keys = []
+    for name in sorted(names):
+        if _TF_SKIP_RE.search(name):
+            report.ignored.append(name)
+        else:
+            keys.append(name)
+
+    def lookup(rule: ParamRule, used):
+        if rule.tf_key not in names:
+            return None
+        w = reader.get_tensor(rule.tf_key)
+        if w.size != math.prod(rule.shape):
+            return rule.tf_key, w
+        return rule.tf_key, rule.from_tf(w)
+
+    params = _assemble(
+        config,
+        model,
+        lookup,
+        keys,
+        allow_new_heads=allow_new_heads,
+        scan_layers=scan_layers,
+        dtype=dtype,
+        seed=seed,
+        report=report,
+    )
+    logging.info("loaded %s from %s: %s", model, ckpt, report.summary())
+    return (config, params, report) if return_report else (config, params)
+
+
+# --------------------------------------------------------------------------------------------
+# Saving from bert_jax
+# --------------------------------------------------------------------------------------------
+def params_to_hf_state(
+    config: BertConfig, params: PyTree, model: str = "BertForPreTraining"
+) -> dict[str, np.ndarray]:
+    """The Hugging Face state dict (as `save_pretrained` writes it: tied decoder omitted)."""
+    flat = check_params(config, params, model)
+    return {rule.hf_key: rule.to_hf(flat[rule.flax_key]) for rule in parameter_table(config, model)}
+
+
+def _prepare_out_dir(out_dir: str, names: Sequence[str], overwrite: bool) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    clash = [n for n in names if os.path.exists(os.path.join(out_dir, n))]
+    if clash and not overwrite:
+        raise FileExistsError(
+            f"{out_dir} already holds {clash}; pass overwrite=True (--overwrite) to replace them"
+        )
+
+
+def save_pytorch(
+    config: BertConfig,
+    params: PyTree,
+    out_dir: str | os.PathLike,
+    model: str = "BertForPreTraining",
+    *,
+    overwrite: bool = False,
+) -> str:
+    """Writes a Hugging Face directory (model.safetensors + config.json) for `model`.
+
+    `transformers.<model>.from_pretrained(out_dir)` loads it with no missing and no unexpected
+    keys. Needs neither torch nor transformers. Files are written to temporary names and renamed,
+    so an interrupted save leaves any previous files intact. Returns `out_dir`.
+    """
+    from safetensors.numpy import save_file
+
+    out_dir = os.fspath(out_dir)
+    state = params_to_hf_state(config, params, model)
+    _prepare_out_dir(out_dir, ["model.safetensors", "config.json"], overwrite)
+    for stale in (
+        "pytorch_model.bin",
+        "model.safetensors.index.json",
+        "pytorch_model.bin.index.json",
+    ):
+        if os.path.exists(os.path.join(out_dir, stale)):
+            raise FileExistsError(
+                f"{out_dir} holds {stale}, which transformers would load instead; remove it first"
+            )
+    state = {k: _savable(v) for k, v in state.items()}
+    _atomic_write(out_dir, "model.safetensors", lambda p: save_file(state, p, {"format": "pt"}))
+    _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
+    return out_dir
+
+
+def _savable(x: np.ndarray) -> np.ndarray:
+    if x.dtype.name == "bfloat16":  # safetensors' numpy writer has no bfloat16
+        return x.astype(np.float32)
+    return np.ascontiguousarray(x)
+
+
+def _atomic_write(out_dir: str, name: str, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, os.path.join(out_dir, name))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_pretrained(
+    out_dir: str | os.PathLike,
+    config: BertConfig,
+    params: PyTree,
+    model: str = "BertForPreTraining",
+    *,
+    overwrite: bool = False,
+) -> str:
+    """Writes bert_jax's own format: `config.json` (HF fields, architectures=[model]) and an
+    Orbax checkpoint of the unstacked parameters under `params/`."""
+    import orbax.checkpoint as ocp
+
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    flat = check_params(config, params, model)
+    _prepare_out_dir(out_dir, ["config.json", "params"], overwrite)
+    tree = traverse_util.unflatten_dict(flat, sep="/")
+    tmp = os.path.join(out_dir, ".params.tmp")
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(tmp, tree)
+        ckptr.wait_until_finished()
+    final = os.path.join(out_dir, "params")
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
+    return out_dir
+
+
+def load_pretrained(
+    path: str | os.PathLike, *, scan_layers: bool = False
+) -> tuple[BertConfig, PyTree, str]:
+    """Reads a `save_pretrained` directory: (config, params, model class name)."""
+    import orbax.checkpoint as ocp
+
+    path = os.path.abspath(os.fspath(path))
+    config_path = os.path.join(path, "config.json")
+    params_dir = os.path.join(path, "params")
+    if not os.path.exists(config_path) or not os.path.isdir(params_dir):
+        raise FileNotFoundError(f"{path} is not a bert_jax checkpoint (config.json + params/)")
+    config = BertConfig.from_json_file(config_path)
+    model = _default_model(config_path, "BertModel")
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            tree = ckptr.restore(params_dir)
+    except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+        raise ConversionError(
+            f"cannot read {params_dir}: corrupt or incomplete checkpoint ({e})"
+        ) from e
+    check_params(config, tree, model)
+    tree = jax.tree_util.tree_map(np.asarray, tree)
+    return config, (stack_layers(tree) if scan_layers else tree), model
+
+
+# --------------------------------------------------------------------------------------------
+# Verification against PyTorch
+# --------------------------------------------------------------------------------------------
+def sample_inputs(config: BertConfig, model: str, batch: int = 2, seq_len: int = 16, seed: int = 0):
+    """Random ids, token types and a padding mask (later rows padded) for checking a model."""
+    rng = np.random.default_rng(seed)
+    seq_len = min(seq_len, config.max_position_embeddings)
+    shape = (batch, 3, seq_len) if model == "BertForMultipleChoice" else (batch, seq_len)
+    ids = rng.integers(0, config.vocab_size, size=shape, dtype=np.int64)
+    types = rng.integers(0, config.type_vocab_size, size=shape, dtype=np.int64)
+    mask = np.ones(shape, np.int64)
+    for b in range(1, batch):
+        mask[b, ..., seq_len - 1 - (3 * b) % max(1, seq_len // 2) :] = 0
+    return dict(input_ids=ids, token_type_ids=types, attention_mask=mask)
+
+
+def _jax_outputs(config, params, model, inputs) -> dict[str, np.ndarray]:
+    module = get_model_class(model)(config, RuntimeConfig())
+    args = {k: np.asarray(v, np.int32) for k, v in inputs.items()}
+    out = module.apply(
+        {"params": params}, **args, output_hidden_states=True, output_attentions=True
+    )
+    return _named_outputs(out)
+
+
+def _named_outputs(out) -> dict[str, np.ndarray]:
+    named = {}
+    for field in dataclasses.fields(out) if dataclasses.is_dataclass(out) else []:
+        value = getattr(out, field.name)
+        if value is None:
+            continue
+        if isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                named[f"{field.name}[{i}]"] = np.asarray(v, np.float32)
+        else:
+            named[field.name] = np.asarray(value, np.float32)
+    return named
+
+
+def torch_outputs(torch_model, inputs) -> dict[str, np.ndarray]:
+    """Runs a transformers model and names its outputs like bert_jax's."""
+    import torch
+
+    with torch.no_grad():
+        out = torch_model(
+            **{k: torch.as_tensor(v) for k, v in inputs.items()},
+            output_hidden_states=True,
+            output_attentions=True,
+            return_dict=True,
+        )
+    named = {}
+    for key, value in out.items():
+        if value is None or key == "loss":
+            continue
+        if isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                named[f"{key}[{i}]"] = v.float().numpy()
+        else:
+            named[key] = value.float().numpy()
+    return named
+
+
+def verify(config: BertConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0):
+    """Runs bert_jax and PyTorch (transformers, eager attention) on the same sample inputs.
+
+    Returns {output name: max abs difference} over every output, hidden state and attention map.
+    """
+    import transformers
+
+    torch_model = (
+        getattr(transformers, model).from_pretrained(hf_dir, attn_implementation="eager").eval()
+    )
+    inputs = sample_inputs(config, model, seed=seed)
+    ours = _jax_outputs(config, params, model, inputs)
+    theirs = torch_outputs(torch_model, inputs)
+    if set(ours) != set(theirs):
+        raise ConversionError(f"outputs differ in name: {sorted(set(ours) ^ set(theirs))}")
+    return {k: float(np.max(np.abs(ours[k] - theirs[k]))) for k in sorted(ours)}
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+def detect_format(path: str) -> str:
+    """The format of the checkpoint at `path`: "hf", "tf" or "bert_jax"."""
+    if os.path.isdir(path):
+        files = set(os.listdir(path))
+        if "config.json" in files and "params" in files:
+            return "bert_jax"
+        if "config.json" in files and files & set(HF_WEIGHT_FILES):
+            return "hf"
+        if "bert_config.json" in files or any(f.endswith(".ckpt.index") for f in files):
+            return "tf"
+        raise ValueError(
+            f"{path} holds no recognizable checkpoint (config.json + weights, config.json + "
+            "params/, or bert_config.json + *.ckpt.index)"
+        )
+    if os.path.exists(path + ".index"):
+        return "tf"
+    raise FileNotFoundError(f"no checkpoint at {path}")
+
+
+def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
+    """(config, params, model, report) from an HF, TF or bert_jax checkpoint path."""
+    fmt = detect_format(path)
+    if fmt == "bert_jax":
+        config, params, stored = load_pretrained(path)
+        if model and model != stored:  # change the head by re-mapping through the HF names
+            state = params_to_hf_state(config, params, stored)
+            params, report = hf_state_to_params(
+                config, state, model, allow_new_heads=allow_new_heads
+            )
+            return config, params, model, report
+        return config, params, stored, ConversionReport(loaded=list(_flatten(params)))
+    if fmt == "hf":
+        config, params, report = load_pytorch(
+            path, model, allow_new_heads=allow_new_heads, return_report=True
+        )
+        return (
+            config,
+            params,
+            model or _default_model(os.path.join(path, "config.json"), ""),
+            report,
+        )
+    model = model or "BertForPreTraining"
+    config, params, report = load_tf(
+        path, model, allow_new_heads=allow_new_heads, return_report=True
+    )
+    return config, params, model, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_jax.convert",
+        description="Convert BERT checkpoints between Hugging Face PyTorch, TF and bert_jax.",
+    )
+    parser.add_argument(
+        "src", help="HF directory, TF checkpoint (prefix or folder), or bert_jax dir"
+    )
+    parser.add_argument("dst", help="output directory")
+    parser.add_argument(
+        "--to", choices=("hf", "bert_jax"), help="output format (default: the other one)"
+    )
+    parser.add_argument("--model", help="head class, e.g. BertForPreTraining (default: source's)")
+    parser.add_argument("--allow-new-heads", action="store_true", help="initialize missing heads")
+    parser.add_argument("--overwrite", action="store_true", help="replace files in dst")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="compare bert_jax and PyTorch outputs after converting",
+    )
+    args = parser.parse_args(argv)
+    try:
+        config, params, model, report = load_any(
+            args.src, args.model, allow_new_heads=args.allow_new_heads
+        )
+        to = args.to or ("hf" if detect_format(args.src) == "bert_jax" else "bert_jax")
+        if to == "hf":
+            save_pytorch(config, params, args.dst, model, overwrite=args.overwrite)
+        else:
+            save_pretrained(args.dst, config, params, model, overwrite=args.overwrite)
+    except (ConversionError, FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{model}: {report.summary()}")
+    print(f"wrote {to} checkpoint to {args.dst}")
+    if args.verify:
+        hf_dir = args.dst if to == "hf" else args.src
+        if to != "hf" and detect_format(args.src) != "hf":
+            hf_dir = tempfile.mkdtemp(prefix="bert_jax_verify_")
+            save_pytorch(config, params, hf_dir, model)
+        diffs = verify(config, params, model, hf_dir)
+        width = max(len(k) for k in diffs)
+        for k, v in diffs.items():
+            print(f"  {k:<{width}}  max |jax - torch| = {v:.3e}")
+        worst = max(diffs.values())
+        print(f"verify: worst max abs difference {worst:.3e} over {len(diffs)} outputs")
+        if not worst < 1e-3:
+            print("verify: FAILED (difference above 1e-3)", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

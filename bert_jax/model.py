@@ -1,0 +1,873 @@
+"""BERT in Flax linen: the encoder of google-research/bert and every Hugging Face task head.
+
+Post-LayerNorm layers, exact (erf) GELU by default, absolute learned positions, a tanh pooler on
+[CLS], and an MLM decoder tied to the word embeddings with its own bias. Submodule names mirror
+Hugging Face's `BertModel` state dict (`encoder/layer_3/attention/self/query`), so conversion is a
+rename and a transpose.
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            C choices (multiple choice)   N labels
+
+Logical axis names carried by the parameters (mapped to mesh axes by `bert_jax.sharding`):
+  vocab, embed, heads, kv, mlp, layers (the stacked axis under `scan_layers`); None = replicated.
+Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig, RuntimeConfig
+
+Array = jax.Array
+
+ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+
+REMAT_POLICIES = {
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Outputs (pytrees, Hugging Face field names)
+# --------------------------------------------------------------------------------------------
+@flax.struct.dataclass
+class BertModelOutput:
+    """last_hidden_state [B, L, E]; pooler_output [B, E] (or [B, S, E] packed) or None;
+    hidden_states: L+1 arrays [B, L, E] (embeddings, then each layer) when asked for;
+    attentions: one [B, H, L, L] float32 array per layer when asked for."""
+
+    last_hidden_state: Array
+    pooler_output: Array | None = None
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
+
+
+@flax.struct.dataclass
+class BertForPreTrainingOutput:
+    """prediction_logits [B, L, V], or [B, P, V] at `masked_positions`;
+    seq_relationship_logits [B, 2] (or [B, S, 2] packed). Logits are float32."""
+
+    prediction_logits: Array
+    seq_relationship_logits: Array
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
+
+
+@flax.struct.dataclass
+class MaskedLMOutput:
+    """logits [B, L, V], or [B, P, V] at `masked_positions`; float32."""
+
+    logits: Array
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
+
+
+@flax.struct.dataclass
+class ClassifierOutput:
+    """logits: [B, N] sequence classification (N = 1: regression), [B, 2] next-sentence,
+    [B, C] multiple choice, [B, L, N] token classification; float32."""
+
+    logits: Array
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
+
+
+@flax.struct.dataclass
+class QuestionAnsweringOutput:
+    """start_logits, end_logits [B, L]; float32."""
+
+    start_logits: Array
+    end_logits: Array
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------
+def _kernel_init(cfg: BertConfig, axes: tuple[str | None, ...]):
+    init = jax.nn.initializers.truncated_normal(stddev=cfg.initializer_range)
+    return nn.with_logical_partitioning(init, axes)
+
+
+def _zeros(axes: tuple[str | None, ...]):
+    return nn.with_logical_partitioning(jax.nn.initializers.zeros, axes)
+
+
+def _dense(cfg, rt, features, in_axis, out_axes, name, contract_axes=-1):
+    """A DenseGeneral whose kernel is [*contracted, *features] with the given logical axes."""
+    features = features if isinstance(features, tuple) else (features,)
+    return nn.DenseGeneral(
+        features=features,
+        axis=contract_axes,
+        dtype=rt.dtype,
+        param_dtype=rt.param_dtype,
+        kernel_init=_kernel_init(cfg, (*in_axis, *out_axes)),
+        bias_init=_zeros(out_axes),
+        name=name,
+    )
+
+
+def _layer_norm(cfg, rt, name="LayerNorm"):
+    return nn.LayerNorm(
+        epsilon=cfg.layer_norm_eps,
+        dtype=rt.dtype,
+        param_dtype=rt.param_dtype,
+        scale_init=nn.with_logical_partitioning(jax.nn.initializers.ones, ("embed",)),
+        bias_init=_zeros(("embed",)),
+        name=name,
+    )
+
+
+def _constrain(x: Array, *axes: str | None) -> Array:
+    return nn.with_logical_constraint(x, axes)
+
+
+class BertEmbeddings(nn.Module):
+    """Word + position + token-type embeddings, LayerNorm, dropout. Returns [B, L, E]."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, position_ids, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+
+        def embed(num, axes, name):
+            return nn.Embed(
+                num,
+                cfg.hidden_size,
+                dtype=rt.dtype,
+                param_dtype=rt.param_dtype,
+                embedding_init=_kernel_init(cfg, axes),
+                name=name,
+            )
+
+        x = embed(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
+        x += embed(cfg.max_position_embeddings, (None, "embed"), "position_embeddings")(
+            position_ids
+        )
+        x += embed(cfg.type_vocab_size, (None, "embed"), "token_type_embeddings")(token_type_ids)
+        x = _layer_norm(cfg, rt)(x)
+        x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        return _constrain(x, "act_batch", "act_len", "act_embed")
+
+
+def attention_mask_to_bias_mask(attention_mask: Array, segment_ids: Array | None) -> Array:
+    """The boolean key mask every attention implementation receives.
+
+    Args:
+      attention_mask: [B, L] int/bool, 1 for real tokens, 0 for padding.
+      segment_ids: optional [B, L] int, packed-sequence ids (0 = padding); when given, a query
+        attends only to keys of its own segment.
+
+    Returns:
+      bool [B, 1, 1, L] (padding only) or [B, 1, L, L] (packed segments); True = attend.
+    """
+    if segment_ids is None:
+        return attention_mask.astype(bool)[:, None, None, :]
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    valid = (segment_ids != 0)[:, None, :] & attention_mask.astype(bool)[:, None, :]
+    return (same & valid)[:, None, :, :]
+
+
+def xla_attention(q, k, v, mask, *, dropout_rate, deterministic, dropout_rng, dtype):
+    """Reference scaled dot-product attention.
+
+    Scores are formed in the compute dtype, then the scale, the padding mask and the softmax are
+    applied in float32, as in the original.
+
+    Args:
+      q, k, v: [B, L, H, D].
+      mask: bool [B, 1, 1|L, L], True = attend.
+
+    Returns:
+      context [B, L, H, D] in `dtype` and probabilities [B, H, L, L] float32.
+    """
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)  # [B, H, L, L]
+    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1)
+    kept = probs
+    if not deterministic and dropout_rate > 0.0:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+        kept = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+    context = jnp.einsum("bhqk,bkhd->bqhd", kept.astype(dtype), v)
+    return context, probs
+
+
+class BertSelfAttention(nn.Module):
+    """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
+        cfg, rt = self.config, self.runtime
+        heads = (cfg.num_attention_heads, cfg.head_dim)
+
+        def proj(name):
+            return _dense(cfg, rt, heads, ("embed",), ("heads", "kv"), name)(x)  # [B, L, H, D]
+
+        q, k, v = proj("query"), proj("key"), proj("value")
+        q = _constrain(q, "act_batch", "act_len", "act_heads", None)
+        k = _constrain(k, "act_batch", "act_len", "act_heads", None)
+        v = _constrain(v, "act_batch", "act_len", "act_heads", None)
+        implementation = rt.attention
+        if implementation == "auto":
+            implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+        if implementation == "xla" or output_attentions:
+            dropout_rng = None
+            if not deterministic and cfg.attention_probs_dropout_prob > 0.0:
+                dropout_rng = self.make_rng("dropout")
+            context, probs = xla_attention(
+                q,
+                k,
+                v,
+                mask,
+                dropout_rate=cfg.attention_probs_dropout_prob,
+                deterministic=deterministic,
+                dropout_rng=dropout_rng,
+                dtype=rt.dtype,
+            )
+            return context, (probs if output_attentions else None)
+        # Fused attention: no attention-probability dropout inside the kernel (see RuntimeConfig).
+        context = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+        return context, None
+
+
+class BertOutput(nn.Module):
+    """Dense projection back to E, dropout, residual add, post-LayerNorm: LN(x + dropout(W h)).
+
+    Serves as both `attention/output` (h is the per-head context [B, L, H, D]) and the layer's
+    `output` (h is the intermediate activation [B, L, F]).
+    """
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    from_heads: bool = False
+
+    @nn.compact
+    def __call__(self, h, residual, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        if self.from_heads:
+            dense = _dense(cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "dense", (-2, -1))
+        else:
+            dense = _dense(cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "dense")
+        y = nn.Dropout(cfg.hidden_dropout_prob)(dense(h), deterministic=deterministic)
+        return _layer_norm(cfg, rt)(y + residual)
+
+
+class BertAttention(nn.Module):
+    """Self-attention sub-layer (`attention/self` + `attention/output`): [B, L, E], probs."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
+        cfg, rt = self.config, self.runtime
+        context, probs = BertSelfAttention(cfg, rt, name="self")(
+            x, mask, deterministic=deterministic, output_attentions=output_attentions
+        )
+        out = BertOutput(cfg, rt, from_heads=True, name="output")(
+            context, x, deterministic=deterministic
+        )
+        return out, probs
+
+
+class BertIntermediate(nn.Module):
+    """Feed-forward expansion with the configured activation: [B, L, E] -> [B, L, F]."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x):
+        cfg, rt = self.config, self.runtime
+        h = _dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
+        h = ACTIVATIONS[cfg.hidden_act](h)
+        return _constrain(h, "act_batch", "act_len", "act_mlp")
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm transformer layer.
+
+    The run mode lives in attributes rather than call arguments so that `nn.scan` and
+    `nn.remat` see only arrays. `__call__(x [B, L, E], mask) -> (x', (x' or None, probs or None))`,
+    the (carry, output) shape `nn.scan` wants.
+    """
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    deterministic: bool = True
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask):
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        a, probs = BertAttention(cfg, rt, name="attention")(
+            x, mask, deterministic=det, output_attentions=self.output_attentions
+        )
+        h = BertIntermediate(cfg, rt, name="intermediate")(a)
+        y = BertOutput(cfg, rt, name="output")(h, a, deterministic=det)
+        y = _constrain(y, "act_batch", "act_len", "act_embed")
+        return y, (y if self.output_hidden_states else None, probs)
+
+
+class BertEncoder(nn.Module):
+    """The layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked weights."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(
+        self, x, mask, *, deterministic: bool, output_hidden_states: bool, output_attentions: bool
+    ):
+        cfg, rt = self.config, self.runtime
+        layer_cls = BertLayer
+        if rt.remat_policy != "none":
+            layer_cls = nn.remat(
+                BertLayer, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
+            )
+        kwargs = dict(
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        if rt.scan_layers:
+            scanned = nn.scan(
+                layer_cls,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=nn.broadcast,
+                length=cfg.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            x, (states, probs) = scanned(cfg, rt, name="layer", **kwargs)(x, mask)
+            states = tuple(states) if output_hidden_states else None  # unstack [n, B, L, E]
+            probs = tuple(probs) if output_attentions else None
+        else:
+            states, probs = [], []
+            for i in range(cfg.num_hidden_layers):
+                x, (s, p) = layer_cls(cfg, rt, name=f"layer_{i}", **kwargs)(x, mask)
+                states.append(s)
+                probs.append(p)
+            states = tuple(states) if output_hidden_states else None
+            probs = tuple(probs) if output_attentions else None
+        return x, states, probs
+
+
+class BertPooler(nn.Module):
+    """tanh(W h_[CLS] + b): [B, L, E] -> [B, E]; with cls_positions [B, S] -> [B, S, E]."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, sequence_output, cls_positions=None):
+        cfg, rt = self.config, self.runtime
+        if cls_positions is None:
+            first = sequence_output[:, 0]
+        else:
+            first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
+        return jnp.tanh(_dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
+
+
+class BertModel(nn.Module):
+    """The BERT encoder: embeddings, layers and (optionally) the pooler.
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids: [B, L] int segment A/B ids; zeros when omitted.
+      attention_mask: [B, L] 1 for real tokens, 0 for padding; ones when omitted.
+      position_ids: [B, L] int positions; 0..L-1 when omitted (restart per packed sequence).
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's [CLS] for the pooler.
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+    """
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    add_pooling_layer: bool = True
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> BertModelOutput:
+        cfg, rt = self.config, self.runtime
+        if input_ids.ndim != 2:
+            raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
+        seq_len = input_ids.shape[1]
+        if seq_len > cfg.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds max_position_embeddings="
+                f"{cfg.max_position_embeddings}"
+            )
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = jnp.ones_like(input_ids)
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
+        for name, arr in (
+            ("token_type_ids", token_type_ids),
+            ("attention_mask", attention_mask),
+            ("position_ids", position_ids),
+        ):
+            if arr.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
+                )
+        x = BertEmbeddings(cfg, rt, name="embeddings")(
+            input_ids, token_type_ids, position_ids, deterministic=deterministic
+        )
+        mask = attention_mask_to_bias_mask(attention_mask, segment_ids)
+        y, states, probs = BertEncoder(cfg, rt, name="encoder")(
+            x,
+            mask,
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        pooled = None
+        if self.add_pooling_layer:
+            pooled = BertPooler(cfg, rt, name="pooler")(y, cls_positions)
+        return BertModelOutput(
+            last_hidden_state=y,
+            pooler_output=pooled,
+            hidden_states=(x, *states) if output_hidden_states else None,
+            attentions=probs,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------
+def gather_positions(sequence: Array, positions: Array) -> Array:
+    """sequence [B, L, E], positions [B, P] int -> [B, P, E] (the original's gather_indexes)."""
+    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class TransformHead(nn.Module):
+    """`cls/predictions/transform`: LayerNorm(act(W h + b)), [..., E] -> [..., E]."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h):
+        cfg, rt = self.config, self.runtime
+        h = _dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
+        return _layer_norm(cfg, rt)(ACTIVATIONS[cfg.hidden_act](h))
+
+
+class BertLMPredictionHead(nn.Module):
+    """`cls/predictions`: dense + activation + LayerNorm, then logits against the tied word
+    embeddings plus an own output bias. h [..., E], embedding [V, E] -> float32 logits [..., V]."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h, embedding):
+        cfg, rt = self.config, self.runtime
+        t = TransformHead(cfg, rt, name="transform")(h)
+        bias = self.param("bias", _zeros(("vocab",)), (cfg.vocab_size,), rt.param_dtype)
+        logits = jnp.einsum("...e,ve->...v", t, embedding.astype(rt.dtype))
+        return logits.astype(jnp.float32) + bias.astype(jnp.float32)
+
+
+class BertPreTrainingHeads(nn.Module):
+    """`cls`: the MLM head (`predictions`) and/or the NSP head (`seq_relationship`)."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    mlm: bool = True
+    nsp: bool = True
+
+    @nn.compact
+    def __call__(self, sequence_output, pooled_output, embedding, masked_positions=None):
+        cfg, rt = self.config, self.runtime
+        mlm_logits = nsp_logits = None
+        if self.mlm:
+            h = sequence_output
+            if masked_positions is not None:
+                h = gather_positions(h, masked_positions)  # [B, P, E]
+            mlm_logits = BertLMPredictionHead(cfg, rt, name="predictions")(h, embedding)
+        if self.nsp:
+            nsp = _dense(cfg, rt, 2, ("embed",), (None,), "seq_relationship")
+            nsp_logits = nsp(pooled_output).astype(jnp.float32)
+        return mlm_logits, nsp_logits
+
+
+def _word_embedding(module: nn.Module) -> Array:
+    """The word-embedding table [V, E] of the module's `bert` child, for the tied decoder."""
+    table = module.variables["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    return nn.meta.unbox(table)
+
+
+class _Head(nn.Module):
+    """Shared fields and the `bert` call of every task head."""
+
+    config: BertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    def _bert(self, add_pooling_layer, input_ids, kwargs, flags):
+        return BertModel(
+            self.config, self.runtime, add_pooling_layer=add_pooling_layer, name="bert"
+        )(input_ids, **kwargs, **flags)
+
+    def _dropout(self, x, deterministic):
+        cfg = self.config
+        rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
+        return nn.Dropout(rate)(x, deterministic=deterministic)
+
+
+def _flags(deterministic, output_hidden_states, output_attentions):
+    return dict(
+        deterministic=deterministic,
+        output_hidden_states=output_hidden_states,
+        output_attentions=output_attentions,
+    )
+
+
+class BertForPreTraining(_Head):
+    """Masked LM + next sentence prediction, as in the original pretraining.
+
+    Takes BertModel's arguments plus `masked_positions` [B, P] int: when given, MLM logits are
+    computed only there ([B, P, V]), which is what pretraining needs and costs P/L of the full
+    head. Equal to gathering the full [B, L, V] logits at those positions.
+    """
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        masked_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> BertForPreTrainingOutput:
+        kwargs = dict(
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            segment_ids=segment_ids,
+            cls_positions=cls_positions,
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(True, input_ids, kwargs, flags)
+        mlm, nsp = BertPreTrainingHeads(self.config, self.runtime, name="cls")(
+            out.last_hidden_state, out.pooler_output, _word_embedding(self), masked_positions
+        )
+        return BertForPreTrainingOutput(mlm, nsp, out.hidden_states, out.attentions)
+
+
+class BertForMaskedLM(_Head):
+    """Masked LM only (no pooler, as in Hugging Face). `masked_positions` as in pretraining."""
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        masked_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> MaskedLMOutput:
+        kwargs = dict(
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            segment_ids=segment_ids,
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(False, input_ids, kwargs, flags)
+        mlm, _ = BertPreTrainingHeads(self.config, self.runtime, nsp=False, name="cls")(
+            out.last_hidden_state, None, _word_embedding(self), masked_positions
+        )
+        return MaskedLMOutput(mlm, out.hidden_states, out.attentions)
+
+
+class BertForNextSentencePrediction(_Head):
+    """Next-sentence prediction only: logits [B, 2], 0 = B follows A, 1 = B is random."""
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        kwargs = dict(
+            token_type_ids=token_type_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(True, input_ids, kwargs, flags)
+        _, nsp = BertPreTrainingHeads(self.config, self.runtime, mlm=False, name="cls")(
+            out.last_hidden_state, out.pooler_output, None
+        )
+        return ClassifierOutput(nsp, out.hidden_states, out.attentions)
+
+
+class BertForSequenceClassification(_Head):
+    """Pooled [CLS] -> dropout -> `classifier`: logits [B, N]; N = 1 is regression.
+
+    With packed rows (`segment_ids`, `cls_positions` [B, S]) the logits are [B, S, N].
+    """
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        cfg, rt = self.config, self.runtime
+        kwargs = dict(
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            segment_ids=segment_ids,
+            cls_positions=cls_positions,
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(True, input_ids, kwargs, flags)
+        pooled = self._dropout(out.pooler_output, deterministic)
+        logits = _dense(cfg, rt, cfg.num_labels, ("embed",), (None,), "classifier")(pooled)
+        return ClassifierOutput(logits.astype(jnp.float32), out.hidden_states, out.attentions)
+
+
+class BertForMultipleChoice(_Head):
+    """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        cfg, rt = self.config, self.runtime
+        if input_ids.ndim != 3:
+            raise ValueError(
+                "BertForMultipleChoice takes input_ids [batch, choices, length]; "
+                f"got {input_ids.shape}"
+            )
+        b, c, seq = input_ids.shape
+
+        def flat(a):
+            return None if a is None else a.reshape(b * c, seq)
+
+        kwargs = dict(
+            token_type_ids=flat(token_type_ids),
+            attention_mask=flat(attention_mask),
+            position_ids=flat(position_ids),
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(True, flat(input_ids), kwargs, flags)
+        pooled = self._dropout(out.pooler_output, deterministic)
+        logits = _dense(cfg, rt, 1, ("embed",), (None,), "classifier")(pooled)  # [B*C, 1]
+        return ClassifierOutput(
+            logits.reshape(b, c).astype(jnp.float32), out.hidden_states, out.attentions
+        )
+
+
+class BertForTokenClassification(_Head):
+    """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        cfg, rt = self.config, self.runtime
+        kwargs = dict(
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            segment_ids=segment_ids,
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(False, input_ids, kwargs, flags)
+        h = self._dropout(out.last_hidden_state, deterministic)
+        logits = _dense(cfg, rt, cfg.num_labels, ("embed",), (None,), "classifier")(h)
+        return ClassifierOutput(logits.astype(jnp.float32), out.hidden_states, out.attentions)
+
+
+class BertForQuestionAnswering(_Head):
+    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> QuestionAnsweringOutput:
+        cfg, rt = self.config, self.runtime
+        kwargs = dict(
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            segment_ids=segment_ids,
+        )
+        flags = _flags(deterministic, output_hidden_states, output_attentions)
+        out = self._bert(False, input_ids, kwargs, flags)
+        logits = _dense(cfg, rt, 2, ("embed",), (None,), "qa_outputs")(out.last_hidden_state)
+        logits = logits.astype(jnp.float32)
+        return QuestionAnsweringOutput(
+            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
+        )
+
+
+MODEL_CLASSES: dict[str, type[nn.Module]] = {
+    cls.__name__: cls
+    for cls in (
+        BertModel,
+        BertForPreTraining,
+        BertForMaskedLM,
+        BertForNextSentencePrediction,
+        BertForSequenceClassification,
+        BertForMultipleChoice,
+        BertForTokenClassification,
+        BertForQuestionAnswering,
+    )
+}
+
+
+def get_model_class(name: str) -> type[nn.Module]:
+    """The head class named like its Hugging Face counterpart ("BertForPreTraining", ...)."""
+    if name not in MODEL_CLASSES:
+        raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
+    return MODEL_CLASSES[name]
+
+
+def init_params(model: nn.Module, rng: Array, seq_len: int = 8) -> Any:
+    """`model`'s parameters (boxed with logical axes), initialized from a dummy batch."""
+    shape = (1, 2, seq_len) if isinstance(model, BertForMultipleChoice) else (1, seq_len)
+    ids = jnp.zeros(shape, jnp.int32)
+    return model.init({"params": rng}, ids)["params"]
+
+
+def count_params(params: Any) -> int:
+    """Total number of parameter scalars in a (possibly boxed) parameter tree."""
+    return sum(x.size for x in jax.tree_util.tree_leaves(nn.meta.unbox(params)))
+
+
+def _encoder_of(params: dict) -> tuple[dict, str | None]:
+    """The `encoder` subtree of a BertModel or task-head parameter tree, and its parent key."""
+    if "encoder" in params:
+        return params, None
+    if "bert" in params and "encoder" in params["bert"]:
+        return params["bert"], "bert"
+    raise ValueError("parameter tree has neither 'encoder' nor 'bert/encoder'")
+
+
+def is_stacked(params: dict) -> bool:
+    """True when the layers are stacked on a leading axis (the `scan_layers` layout)."""
+    parent, _ = _encoder_of(params)
+    return "layer" in parent["encoder"]
+
+
+def stack_layers(params: dict) -> dict:
+    """`encoder/layer_i/...` (one subtree per layer) -> `encoder/layer/...` with a leading [n] axis.
+
+    The inverse of `unstack_layers`; used to load per-layer checkpoints into a scanned model.
+    """
+    if is_stacked(params):
+        return params
+    parent, key = _encoder_of(params)
+    layers = parent["encoder"]
+    n = len(layers)
+    order = [layers[f"layer_{i}"] for i in range(n)]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *order)
+    new_parent = {**parent, "encoder": {"layer": stacked}}
+    return new_parent if key is None else {**params, key: new_parent}
+
+
+def unstack_layers(params: dict) -> dict:
+    """`encoder/layer/...` with a leading [n] axis -> `encoder/layer_i/...` per layer."""
+    if not is_stacked(params):
+        return params
+    parent, key = _encoder_of(params)
+    stacked = parent["encoder"]["layer"]
+    n = jax.tree_util.tree_leaves(stacked)[0].shape[0]
+    layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], stacked) for i in range(n)}
+    new_parent = {**parent, "encoder": layers}
+    return new_parent if key is None else {**params, key: new_parent}
