@@ -505,6 +505,10 @@ def load_tf(
         names = reader.get_variable_to_shape_map()
     except Exception as e:  # noqa: BLE001 - TF raises its own error types
         raise ConversionError(f"cannot read TF checkpoint {ckpt}: {e}") from e
+    if model in ("BertForSequenceClassification", "BertForTokenClassification"):
+        # bert_config.json has no label count; run_classifier.py's output_weights is [N, E].
+        if "output_weights" in names:
+            config = config.replace(num_labels=int(names["output_weights"][0]))
     report = ConversionReport()
     keys = []
     for name in sorted(names):

@@ -1,0 +1,41 @@
+"""Shared tiny configurations, with odd distinct sizes so that a swapped axis cannot pass."""
+
+import numpy as np
+
+from bert_jax.config import BertConfig
+
+TINY = BertConfig(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    type_vocab_size=3,
+    num_labels=5,
+)
+
+# The odd configuration of the conversion tests.
+ODD = BertConfig(
+    vocab_size=1001,
+    hidden_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=3,
+    intermediate_size=200,
+    type_vocab_size=3,
+    hidden_act="gelu_new",
+    max_position_embeddings=40,
+    num_labels=3,
+)
+
+
+def random_batch(cfg: BertConfig, batch: int = 3, length: int = 7, seed: int = 0):
+    """input_ids, token_type_ids and an attention_mask with some padded rows, as int32 numpy."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, cfg.vocab_size, size=(batch, length)).astype(np.int32)
+    types = rng.integers(0, cfg.type_vocab_size, size=(batch, length)).astype(np.int32)
+    mask = np.ones((batch, length), np.int32)
+    for b in range(1, batch):
+        mask[b, length - b :] = 0
+    ids[mask == 0] = cfg.pad_token_id
+    return dict(input_ids=ids, token_type_ids=types, attention_mask=mask)

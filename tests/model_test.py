@@ -1,0 +1,313 @@
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from bert_jax import model as M
+from bert_jax.config import BertConfig, RuntimeConfig
+from tests.common import TINY, random_batch
+
+KEY = jax.random.PRNGKey(0)
+
+# The parameter table of ../shared/seeds/003: BertModel base. (Its BERT-large total, 335,043,584,
+# is an arithmetic slip: its per-layer sum 12,592,128 omits the 4,096-wide intermediate bias; the
+# real count, which transformers gives too, is 335,141,888.)
+BASE_PARAMS = 109_482_240
+LARGE_PARAMS = 335_141_888
+
+
+def _abstract_count(model):
+    return M.count_params(jax.eval_shape(lambda: M.init_params(model, KEY)))
+
+
+def test_parameter_counts_base_and_large():
+    assert _abstract_count(M.BertModel(BertConfig.preset("base"))) == BASE_PARAMS
+    assert _abstract_count(M.BertModel(BertConfig.preset("large"))) == LARGE_PARAMS
+    # Embeddings / encoder / pooler split of the seed table for BERT-base.
+    shapes = jax.eval_shape(lambda: M.init_params(M.BertModel(BertConfig()), KEY))
+    parts = {k: M.count_params(v) for k, v in shapes.items()}
+    assert parts == {"embeddings": 23_837_184, "encoder": 85_054_464, "pooler": 590_592}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("preset", ["tiny", "L4-H512", "L12-H256", "base", "large"])
+def test_parameter_counts_equal_transformers(preset):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = BertConfig.preset(preset)
+    hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
+    for name, cls in M.MODEL_CLASSES.items():
+        with torch.device("meta"):
+            theirs = sum(p.numel() for p in getattr(transformers, name)(hf_cfg).parameters())
+        assert _abstract_count(cls(cfg)) == theirs, name
+
+
+@pytest.mark.parametrize("name", sorted(M.MODEL_CLASSES))
+def test_head_shapes_and_dtypes(name):
+    cls = M.MODEL_CLASSES[name]
+    batch = random_batch(TINY)
+    b, length = batch["input_ids"].shape
+    if name == "BertForMultipleChoice":
+        batch = {k: np.stack([v, v[::-1]], axis=1) for k, v in batch.items()}
+    module = cls(TINY)
+    params = M.init_params(module, KEY)
+    out = module.apply(
+        {"params": params}, **batch, output_hidden_states=True, output_attentions=True
+    )
+    e, v, n = TINY.hidden_size, TINY.vocab_size, TINY.num_labels
+    expected = {
+        "BertModel": {"last_hidden_state": (b, length, e), "pooler_output": (b, e)},
+        "BertForPreTraining": {
+            "prediction_logits": (b, length, v),
+            "seq_relationship_logits": (b, 2),
+        },
+        "BertForMaskedLM": {"logits": (b, length, v)},
+        "BertForNextSentencePrediction": {"logits": (b, 2)},
+        "BertForSequenceClassification": {"logits": (b, n)},
+        "BertForMultipleChoice": {"logits": (b, 2)},
+        "BertForTokenClassification": {"logits": (b, length, n)},
+        "BertForQuestionAnswering": {"start_logits": (b, length), "end_logits": (b, length)},
+    }[name]
+    for field, shape in expected.items():
+        value = getattr(out, field)
+        assert value.shape == shape, field
+        assert value.dtype == jnp.float32, field
+    rows = b * 2 if name == "BertForMultipleChoice" else b
+    assert len(out.hidden_states) == TINY.num_hidden_layers + 1
+    assert all(h.shape == (rows, length, e) for h in out.hidden_states)
+    assert len(out.attentions) == TINY.num_hidden_layers
+    assert all(a.shape == (rows, TINY.num_attention_heads, length, length) for a in out.attentions)
+
+
+def test_regression_head_has_one_output():
+    cfg = TINY.replace(num_labels=1)
+    module = M.BertForSequenceClassification(cfg)
+    params = M.init_params(module, KEY)
+    out = module.apply({"params": params}, **random_batch(cfg))
+    assert out.logits.shape == (3, 1)
+
+
+def _tiny_base_params():
+    module = M.BertModel(TINY)
+    return module, M.init_params(module, KEY)
+
+
+def test_padding_never_changes_real_positions():
+    module, params = _tiny_base_params()
+    batch = random_batch(TINY, batch=3, length=9)
+    out = module.apply({"params": params}, **batch, output_attentions=True)
+    changed = dict(batch)
+    ids = batch["input_ids"].copy()
+    ids[batch["attention_mask"] == 0] = 7  # new junk in the padded slots
+    changed["input_ids"] = ids
+    types = batch["token_type_ids"].copy()
+    types[batch["attention_mask"] == 0] = 2
+    changed["token_type_ids"] = types
+    out2 = module.apply({"params": params}, **changed, output_attentions=True)
+    real = batch["attention_mask"].astype(bool)
+    np.testing.assert_array_equal(out.last_hidden_state[real], out2.last_hidden_state[real])
+    np.testing.assert_array_equal(out.pooler_output, out2.pooler_output)
+    # Attention never lands on a padded key.
+    for probs in out.attentions:
+        assert float(jnp.max(probs * (1 - batch["attention_mask"])[:, None, None, :])) == 0.0
+
+
+def test_attention_probabilities_sum_to_one():
+    module, params = _tiny_base_params()
+    out = module.apply({"params": params}, **random_batch(TINY), output_attentions=True)
+    for probs in out.attentions:
+        np.testing.assert_allclose(np.sum(probs, -1), 1.0, atol=1e-6)
+
+
+def test_deterministic_repeats_and_dropout_needs_and_uses_rng():
+    module, params = _tiny_base_params()
+    batch = random_batch(TINY)
+    a = module.apply({"params": params}, **batch).last_hidden_state
+    b = module.apply({"params": params}, **batch).last_hidden_state
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(Exception, match="dropout"):
+        module.apply({"params": params}, **batch, deterministic=False)
+    run = lambda k: (
+        module.apply(  # noqa: E731
+            {"params": params}, **batch, deterministic=False, rngs={"dropout": k}
+        ).last_hidden_state
+    )
+    d1, d2, d1b = run(jax.random.PRNGKey(1)), run(jax.random.PRNGKey(2)), run(jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(d1, d1b)
+    assert not np.allclose(d1, d2)
+    assert not np.allclose(d1, a)
+
+
+def test_masked_positions_equal_gathered_full_logits():
+    module = M.BertForPreTraining(TINY)
+    params = M.init_params(module, KEY)
+    batch = random_batch(TINY, length=11)
+    positions = np.array([[1, 4, 0], [2, 3, 5], [7, 0, 0]], np.int32)
+    full = module.apply({"params": params}, **batch).prediction_logits
+    masked = module.apply({"params": params}, **batch, masked_positions=positions)
+    np.testing.assert_allclose(
+        masked.prediction_logits, np.take_along_axis(full, positions[..., None], 1), atol=1e-6
+    )
+    assert masked.prediction_logits.shape == (3, 3, TINY.vocab_size)
+    lm = M.BertForMaskedLM(TINY)
+    lm_params = M.init_params(lm, KEY)
+    full = lm.apply({"params": lm_params}, **batch).logits
+    masked = lm.apply({"params": lm_params}, **batch, masked_positions=positions).logits
+    np.testing.assert_allclose(masked, np.take_along_axis(full, positions[..., None], 1), atol=1e-6)
+
+
+def test_decoder_is_tied_to_word_embeddings():
+    module = M.BertForPreTraining(TINY)
+    params = nn.meta.unbox(M.init_params(module, KEY))
+    flat = traverse_util.flatten_dict(params, sep="/")
+    assert not any("decoder" in k for k in flat)
+    assert flat["cls/predictions/bias"].shape == (TINY.vocab_size,)
+    # Changing the word embeddings changes the MLM logits through the tied decoder.
+    batch = random_batch(TINY)
+    out = module.apply({"params": params}, **batch).prediction_logits
+    emb = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    bumped = jax.tree_util.tree_map(lambda x: x, params)
+    bumped["bert"]["embeddings"]["word_embeddings"]["embedding"] = emb.at[5].add(1.0)
+    out2 = module.apply({"params": bumped}, **batch).prediction_logits
+    assert not np.allclose(out[..., 5], out2[..., 5])
+
+
+@pytest.mark.parametrize("remat", ["none", "dots", "full"])
+def test_scan_layers_equals_unrolled(remat):
+    module, params = _tiny_base_params()
+    scanned = M.BertModel(TINY, RuntimeConfig(scan_layers=True, remat_policy=remat))
+    stacked = M.stack_layers(nn.meta.unbox(params))
+    assert stacked["encoder"]["layer"]["attention"]["self"]["query"]["kernel"].shape == (
+        TINY.num_hidden_layers,
+        32,
+        4,
+        8,
+    )
+    batch = random_batch(TINY)
+    flags = dict(output_hidden_states=True, output_attentions=True)
+    a = module.apply({"params": params}, **batch, **flags)
+    b = scanned.apply({"params": stacked}, **batch, **flags)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(x, y, atol=1e-6)
+    # Gradients agree as well (remat changes what is stored, never the result).
+    # A fixed random projection: sum(h**2) after LayerNorm is nearly constant, its gradient noise.
+    proj = jax.random.normal(jax.random.PRNGKey(9), (3, 7, TINY.hidden_size))
+
+    def loss(p, m):
+        return jnp.sum(m.apply({"params": p}, **batch).last_hidden_state * proj)
+
+    ga = M.stack_layers(jax.grad(loss)(nn.meta.unbox(params), module))
+    gb = jax.grad(loss)(stacked, scanned)
+    for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-4)
+    for x, y in zip(
+        jax.tree_util.tree_leaves(M.unstack_layers(stacked)),
+        jax.tree_util.tree_leaves(nn.meta.unbox(params)),
+    ):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_scanned_init_carries_layer_axis_name():
+    module = M.BertForPreTraining(TINY, RuntimeConfig(scan_layers=True))
+    params = M.init_params(module, KEY)
+    kernel = params["bert"]["encoder"]["layer"]["intermediate"]["dense"]["kernel"]
+    assert kernel.names == ("layers", "embed", "mlp")
+    assert kernel.value.shape == (2, 32, 37)
+
+
+def test_every_parameter_has_logical_axes():
+    allowed = {"vocab", "embed", "heads", "kv", "mlp", "layers", None}
+    for name, cls in M.MODEL_CLASSES.items():
+        params = M.init_params(cls(TINY), KEY)
+        leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+        for leaf in leaves:
+            assert isinstance(leaf, nn.Partitioned), name
+            assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= allowed, name
+    params = M.init_params(M.BertModel(TINY), KEY)
+    q = params["encoder"]["layer_0"]["attention"]["self"]["query"]["kernel"]
+    assert q.names == ("embed", "heads", "kv")
+    assert params["embeddings"]["word_embeddings"]["embedding"].names == ("vocab", "embed")
+    out = params["encoder"]["layer_0"]["attention"]["output"]["dense"]["kernel"]
+    assert out.names == ("heads", "kv", "embed")
+
+
+def test_packed_sequences_equal_separate_ones():
+    """Two sequences packed in one row (segment ids, restarted positions) give the outputs each
+    gives alone: attention never crosses a segment."""
+    module, params = _tiny_base_params()
+    rng = np.random.default_rng(3)
+    a = rng.integers(1, 99, size=5).astype(np.int32)
+    b = rng.integers(1, 99, size=4).astype(np.int32)
+    ta = np.array([0, 0, 1, 1, 1], np.int32)
+    tb = np.array([0, 1, 1, 2, 0], np.int32)[:4]
+    length = 11
+    ids = np.zeros((1, length), np.int32)
+    ids[0, :5], ids[0, 5:9] = a, b
+    types = np.zeros((1, length), np.int32)
+    types[0, :5], types[0, 5:9] = ta, tb
+    seg = np.zeros((1, length), np.int32)
+    seg[0, :5], seg[0, 5:9] = 1, 2
+    pos = np.zeros((1, length), np.int32)
+    pos[0, :5], pos[0, 5:9] = np.arange(5), np.arange(4)
+    mask = (seg > 0).astype(np.int32)
+    packed = module.apply(
+        {"params": params},
+        ids,
+        token_type_ids=types,
+        attention_mask=mask,
+        position_ids=pos,
+        segment_ids=seg,
+        cls_positions=np.array([[0, 5]], np.int32),
+    )
+    alone_a = module.apply({"params": params}, a[None], token_type_ids=ta[None])
+    alone_b = module.apply({"params": params}, b[None], token_type_ids=tb[None])
+    np.testing.assert_allclose(
+        packed.last_hidden_state[0, :5], alone_a.last_hidden_state[0], atol=2e-6
+    )
+    np.testing.assert_allclose(
+        packed.last_hidden_state[0, 5:9], alone_b.last_hidden_state[0], atol=2e-6
+    )
+    np.testing.assert_allclose(packed.pooler_output[0, 0], alone_a.pooler_output[0], atol=2e-6)
+    np.testing.assert_allclose(packed.pooler_output[0, 1], alone_b.pooler_output[0], atol=2e-6)
+
+
+def test_bfloat16_compute_within_bf16_tolerance_of_float32():
+    cfg = BertConfig.preset("L2-H128", vocab_size=301, max_position_embeddings=64)
+    f32 = M.BertForPreTraining(cfg)
+    bf16 = M.BertForPreTraining(cfg, RuntimeConfig(dtype="bfloat16"))
+    params = M.init_params(f32, KEY)
+    batch = random_batch(cfg, batch=4, length=32)
+    a = f32.apply({"params": params}, **batch)
+    b = bf16.apply({"params": params}, **batch)
+    for x, y in (
+        (a.prediction_logits, b.prediction_logits),
+        (a.seq_relationship_logits, b.seq_relationship_logits),
+    ):
+        assert y.dtype == jnp.float32
+        scale = float(jnp.max(jnp.abs(x)))
+        err = float(jnp.max(jnp.abs(x - y)))
+        assert err <= 0.05 * scale, (err, scale)  # bf16 keeps 8 bits of mantissa
+        assert err > 0  # it really ran in bfloat16
+    # Parameters can be stored in bfloat16 too.
+    both = M.BertModel(cfg, RuntimeConfig(dtype="bfloat16", param_dtype="bfloat16"))
+    p16 = M.init_params(both, KEY)
+    leaf = jax.tree_util.tree_leaves(nn.meta.unbox(p16))[0]
+    assert leaf.dtype == jnp.bfloat16
+    assert both.apply({"params": p16}, **batch).last_hidden_state.dtype == jnp.bfloat16
+
+
+def test_bad_inputs_raise_clear_errors():
+    module, params = _tiny_base_params()
+    batch = random_batch(TINY)
+    with pytest.raises(ValueError, match="token_type_ids has shape"):
+        module.apply(
+            {"params": params}, batch["input_ids"], token_type_ids=batch["token_type_ids"][:, :3]
+        )
+    with pytest.raises(ValueError, match="max_position_embeddings=64"):
+        module.apply({"params": params}, np.ones((1, 65), np.int32))
+    with pytest.raises(ValueError, match=r"input_ids must be \[batch, length\]"):
+        module.apply({"params": params}, np.ones((7,), np.int32))
+    with pytest.raises(ValueError, match="unknown model class"):
+        M.get_model_class("BertForEverything")
