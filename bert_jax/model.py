@@ -112,16 +112,51 @@ def _zeros(axes: tuple[str | None, ...]):
     return nn.with_logical_partitioning(jax.nn.initializers.zeros, axes)
 
 
-def _dense(cfg, rt, features, in_axis, out_axes, name, contract_axes=-1):
-    """A DenseGeneral whose kernel is [*contracted, *features] with the given logical axes."""
+class Dense(nn.Module):
+    """y = x . W + b, contracting the last len(in_axes) axes of x with W [*in, *features].
+
+    Unlike `nn.DenseGeneral`, the kernel is created at its final (e.g. head-split [E, H, D])
+    shape, so its logical axes hold from initialization on, under any mesh.
+
+    Attributes:
+      features: output dims, e.g. (H, D) or (E,).
+      in_axes / out_axes: logical axis names of the contracted input dims / the output dims.
+      stddev: truncated-normal initializer stddev (the config's initializer_range).
+      dtype / param_dtype: compute / storage dtypes.
+    """
+
+    features: tuple[int, ...]
+    in_axes: tuple[str | None, ...]
+    out_axes: tuple[str | None, ...]
+    stddev: float = 0.02
+    dtype: Any = "float32"
+    param_dtype: Any = "float32"
+
+    @nn.compact
+    def __call__(self, x):
+        n_in = len(self.in_axes)
+        init = jax.nn.initializers.truncated_normal(stddev=self.stddev)
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(init, (*self.in_axes, *self.out_axes)),
+            (*x.shape[x.ndim - n_in :], *self.features),
+            self.param_dtype,
+        )
+        bias = self.param("bias", _zeros(self.out_axes), self.features, self.param_dtype)
+        x, kernel, bias = x.astype(self.dtype), kernel.astype(self.dtype), bias.astype(self.dtype)
+        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+        return jax.lax.dot_general(x, kernel, (contract, ((), ()))) + bias
+
+
+def _dense(cfg, rt, features, in_axes, out_axes, name):
     features = features if isinstance(features, tuple) else (features,)
-    return nn.DenseGeneral(
-        features=features,
-        axis=contract_axes,
+    return Dense(
+        features,
+        tuple(in_axes),
+        tuple(out_axes),
+        stddev=cfg.initializer_range,
         dtype=rt.dtype,
         param_dtype=rt.param_dtype,
-        kernel_init=_kernel_init(cfg, (*in_axis, *out_axes)),
-        bias_init=_zeros(out_axes),
         name=name,
     )
 
@@ -141,6 +176,33 @@ def _constrain(x: Array, *axes: str | None) -> Array:
     return nn.with_logical_constraint(x, axes)
 
 
+class Embed(nn.Module):
+    """A lookup table `embedding` [num, E]: ids [...] -> [..., E] in `dtype`.
+
+    Under FSDP the table's E axis is sharded; it is gathered whole along that axis before the
+    lookup (as FSDP does for every weight), so the output comes out batch-sharded.
+    """
+
+    num_embeddings: int
+    features: int
+    axes: tuple[str | None, str | None]
+    stddev: float = 0.02
+    dtype: Any = "float32"
+    param_dtype: Any = "float32"
+
+    @nn.compact
+    def __call__(self, ids):
+        init = jax.nn.initializers.truncated_normal(stddev=self.stddev)
+        table = self.param(
+            "embedding",
+            nn.with_logical_partitioning(init, self.axes),
+            (self.num_embeddings, self.features),
+            self.param_dtype,
+        )
+        table = nn.with_logical_constraint(table, (self.axes[0], None))
+        return jnp.take(table.astype(self.dtype), ids, axis=0)
+
+
 class BertEmbeddings(nn.Module):
     """Word + position + token-type embeddings, LayerNorm, dropout. Returns [B, L, E]."""
 
@@ -152,12 +214,13 @@ class BertEmbeddings(nn.Module):
         cfg, rt = self.config, self.runtime
 
         def embed(num, axes, name):
-            return nn.Embed(
+            return Embed(
                 num,
                 cfg.hidden_size,
-                dtype=rt.dtype,
-                param_dtype=rt.param_dtype,
-                embedding_init=_kernel_init(cfg, axes),
+                axes,
+                cfg.initializer_range,
+                rt.dtype,
+                rt.param_dtype,
                 name=name,
             )
 
@@ -270,7 +333,7 @@ class BertOutput(nn.Module):
     def __call__(self, h, residual, *, deterministic: bool):
         cfg, rt = self.config, self.runtime
         if self.from_heads:
-            dense = _dense(cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "dense", (-2, -1))
+            dense = _dense(cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "dense")
         else:
             dense = _dense(cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "dense")
         y = nn.Dropout(cfg.hidden_dropout_prob)(dense(h), deterministic=deterministic)

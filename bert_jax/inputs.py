@@ -1,0 +1,109 @@
+"""Input iterators for `train.py`, from the experiment config.
+
+Pretraining: the default corpus (built once into `data.build_dir`, idempotent) or existing shards
+(`data.paths`); the last `data.num_eval_shards` shards are held out for evaluation. Each process
+reads its own part of every global batch (grain shards by process index).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+
+import jax
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax.data import build, pipeline
+
+
+@dataclasses.dataclass
+class PretrainingInputs:
+    """train: a checkpointable grain iterator of this host's batches; eval_batches(n): the same n
+    held-out batches every call (None without held-out shards); info: the shards' DataInfo."""
+
+    train: Iterator
+    eval_batches: Callable[[int], list] | None
+    info: pipeline.DataInfo
+    tokenizer_path: str | None
+
+
+def _default_build_dir(config, workdir: str) -> str:
+    return config.data.build_dir or os.path.join(workdir, "data")
+
+
+def ensure_default_corpus(config, workdir: str) -> str:
+    """Builds the default corpus's shards once (process 0; the others wait) and returns the dir."""
+    out_dir = _default_build_dir(config, workdir)
+    if jax.process_index() == 0:
+        options = build.PretrainingOptions(
+            max_seq_length=config.data.max_seq_length,
+            max_predictions_per_seq=config.data.max_predictions_per_seq,
+            masked_lm_prob=config.data.masked_lm_prob,
+            next_sentence_prediction=config.task != "mlm",
+            static_masking=not config.data.dynamic_masking,
+            dupe_factor=5,
+        )
+        build.build_default_corpus_shards(out_dir, options=options, progress=True)
+    multihost_utils.sync_global_devices("default-corpus-built")
+    return out_dir
+
+
+def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
+    """The train iterator and held-out eval batches for a pretraining config."""
+    data = config.data
+    if data.source == "default":
+        paths = ensure_default_corpus(config, workdir)
+    elif data.source == "records":
+        if not data.paths:
+            raise ValueError("config.data.paths is empty: give a build directory or record files")
+        paths = data.paths
+    else:
+        raise ValueError(f"config.data.source={data.source!r}: expected 'default' or 'records'")
+    info = pipeline.load_data_info(paths)
+    if info.max_seq_length != data.max_seq_length:
+        raise ValueError(
+            f"the records hold sequences of {info.max_seq_length} tokens but "
+            f"config.data.max_seq_length={data.max_seq_length}"
+        )
+    if info.vocab_size is not None and info.vocab_size != config.model.vocab_size:
+        raise ValueError(
+            f"the data's tokenizer has {info.vocab_size} tokens but config.model.vocab_size="
+            f"{config.model.vocab_size}; set --config.model.vocab_size={info.vocab_size}"
+        )
+    if config.task == "pretraining" and not info.next_sentence_prediction:
+        raise ValueError("these records have no next-sentence labels; use the mlm_only=1 variant")
+    files = list(info.paths)
+    k = data.num_eval_shards
+    if k and len(files) <= k:
+        raise ValueError(f"{len(files)} shard(s) cannot hold out num_eval_shards={k}")
+    train_files, eval_files = (files[:-k], files[-k:]) if k else (files, [])
+    tokenizer = data.tokenizer or None
+    common = dict(
+        global_batch_size=config.global_batch_size,
+        dynamic_masking=data.dynamic_masking if info.static_masks else True,
+        tokenizer=tokenizer,
+        masked_lm_prob=data.masked_lm_prob,
+        shard_index=jax.process_index(),
+        shard_count=jax.process_count(),
+    )
+    train = pipeline.make_pretraining_loader(
+        train_files, seed=data.seed, worker_count=data.worker_count, **common
+    )
+    eval_batches = None
+    if eval_files:
+
+        def eval_batches(n: int) -> list:
+            loader = pipeline.make_pretraining_loader(eval_files, seed=data.seed + 1, **common)
+            return [next(loader) for _ in range(n)]
+
+    logging.info(
+        "pretraining data: %d records in %d shards (%d held out), L=%d, P=%d",
+        info.num_records,
+        len(files),
+        k,
+        info.max_seq_length,
+        info.max_predictions_per_seq,
+    )
+    return PretrainingInputs(train, eval_batches, info, tokenizer)

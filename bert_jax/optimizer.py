@@ -1,0 +1,183 @@
+"""Optimizers and learning-rate schedules for BERT, built from optax.
+
+    tx = make_optimizer(name="adamw", learning_rate=make_schedule("linear", 1e-4, 10_000, 1_000_000),
+                        weight_decay=0.01, clip_norm=1.0)
+
+* AdamW as google-research/bert's `AdamWeightDecayOptimizer`: beta1 0.9, beta2 0.999, eps 1e-6,
+  decoupled weight decay 0.01, and no bias correction (`bias_correction=False`, the original's
+  choice; True gives optax's / PyTorch's Adam).
+* LAMB (You et al. 2019) for large batches, with the same weight-decay exclusions.
+* Weight decay skips LayerNorm parameters and every bias, as the original's
+  `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`.
+* Schedules: linear warmup, then linear decay to zero (the original), cosine, warmup-stable-decay
+  (WSD), or constant. All take and return steps as optimizer updates.
+
+Leaf module: knows nothing of the model beyond parameter names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import traverse_util
+from flax.core.meta import AxisMetadata
+
+PyTree = Any
+SCHEDULES = ("linear", "cosine", "wsd", "constant")
+OPTIMIZERS = ("adamw", "lamb", "sgd")
+
+
+def make_schedule(
+    kind: str,
+    peak_learning_rate: float,
+    warmup_steps: int,
+    total_steps: int,
+    *,
+    end_learning_rate: float = 0.0,
+    decay_fraction: float = 0.1,
+) -> optax.Schedule:
+    """A learning-rate schedule: linear warmup from 0 to the peak over `warmup_steps`, then
+
+    * "linear": linear decay to `end_learning_rate` at `total_steps` (BERT's polynomial decay,
+      power 1);
+    * "cosine": cosine decay to `end_learning_rate` at `total_steps`;
+    * "wsd": constant at the peak, then linear decay to `end_learning_rate` over the last
+      `decay_fraction` of the steps (warmup-stable-decay);
+    * "constant": the peak after warmup.
+    """
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
+    if not 0 <= warmup_steps <= total_steps:
+        raise ValueError(f"warmup_steps={warmup_steps} must be in [0, total_steps={total_steps}]")
+    if peak_learning_rate <= 0:
+        raise ValueError(f"peak learning rate must be positive, got {peak_learning_rate}")
+    warmup = optax.linear_schedule(0.0, peak_learning_rate, max(warmup_steps, 1))
+    rest = max(total_steps - warmup_steps, 1)
+    if kind == "linear":
+        after = optax.linear_schedule(peak_learning_rate, end_learning_rate, rest)
+    elif kind == "cosine":
+        alpha = end_learning_rate / peak_learning_rate
+        after = optax.cosine_decay_schedule(peak_learning_rate, rest, alpha=alpha)
+    elif kind == "wsd":
+        decay_steps = max(int(round(decay_fraction * total_steps)), 1)
+        stable = max(rest - decay_steps, 0)
+        after = optax.join_schedules(
+            [
+                optax.constant_schedule(peak_learning_rate),
+                optax.linear_schedule(peak_learning_rate, end_learning_rate, decay_steps),
+            ],
+            [stable],
+        )
+    else:
+        after = optax.constant_schedule(peak_learning_rate)
+    if warmup_steps == 0:
+        return after
+    return optax.join_schedules([warmup, after], [warmup_steps])
+
+
+def weight_decay_mask(params: PyTree) -> PyTree:
+    """True for parameters that get weight decay: everything but LayerNorm and biases.
+
+    Works on plain or boxed (logical-axis) trees and on stacked (scanned) layers.
+    """
+    flat = traverse_util.flatten_dict(params)
+    mask = {}
+    for path, leaf in flat.items():
+        decay = not (path[-1] == "bias" or any("LayerNorm" in p or "layer_norm" in p for p in path))
+        # Keep logical-axis boxes so the mask has the tree structure of the parameters.
+        mask[path] = leaf.replace_boxed(decay) if isinstance(leaf, AxisMetadata) else decay
+    return traverse_util.unflatten_dict(mask)
+
+
+class _AdamState(NamedTuple):
+    count: jax.Array
+    mu: PyTree
+    nu: PyTree
+
+
+def scale_by_adam(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-6,
+    *,
+    bias_correction: bool = False,
+    mu_dtype=None,
+) -> optax.GradientTransformation:
+    """Adam's update direction m / (sqrt(v) + eps), with or without bias correction.
+
+    google-research/bert's AdamWeightDecayOptimizer has none; optax's `scale_by_adam` always has
+    it. With `bias_correction=True` this equals `optax.scale_by_adam`.
+    """
+
+    def init_fn(params):
+        mu = jax.tree_util.tree_map(lambda p: jnp.zeros_like(p, dtype=mu_dtype or p.dtype), params)
+        nu = jax.tree_util.tree_map(jnp.zeros_like, params)
+        return _AdamState(jnp.zeros([], jnp.int32), mu, nu)
+
+    def update_fn(updates, state, params=None):
+        del params
+        mu = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        count = optax.safe_increment(state.count)
+        if bias_correction:
+            c1 = 1 - b1 ** count.astype(jnp.float32)
+            c2 = 1 - b2 ** count.astype(jnp.float32)
+        else:
+            c1 = c2 = jnp.float32(1.0)
+        out = jax.tree_util.tree_map(
+            lambda m, v: ((m / c1) / (jnp.sqrt(v / c2) + eps)).astype(m.dtype), mu, nu
+        )
+        mu = jax.tree_util.tree_map(lambda m: m.astype(mu_dtype) if mu_dtype else m, mu)
+        return out, _AdamState(count, mu, nu)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def make_optimizer(
+    name: str,
+    learning_rate: float | optax.Schedule,
+    *,
+    weight_decay: float = 0.01,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-6,
+    clip_norm: float | None = 1.0,
+    bias_correction: bool = False,
+) -> optax.GradientTransformation:
+    """The full update: global-norm clipping, then AdamW / LAMB / SGD with masked weight decay.
+
+    Args:
+      name: "adamw", "lamb" or "sgd" (momentum-free; for tests and ablations).
+      learning_rate: a float or a schedule of the optimizer step.
+      weight_decay: decoupled weight decay, skipping LayerNorm parameters and biases.
+      b1, b2, eps: Adam/LAMB moments and epsilon (BERT: 0.9, 0.999, 1e-6).
+      clip_norm: clip the gradient to this global norm first; None or 0 turns clipping off.
+      bias_correction: AdamW only; False as the original BERT optimizer.
+    """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; expected one of {OPTIMIZERS}")
+    parts = []
+    if clip_norm:
+        parts.append(optax.clip_by_global_norm(clip_norm))
+    if name == "adamw":
+        parts += [
+            scale_by_adam(b1, b2, eps, bias_correction=bias_correction),
+            optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
+            optax.scale_by_learning_rate(learning_rate),
+        ]
+    elif name == "lamb":
+        parts += [
+            optax.scale_by_adam(b1, b2, eps),
+            optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
+            optax.scale_by_trust_ratio(),
+            optax.scale_by_learning_rate(learning_rate),
+        ]
+    else:
+        parts += [
+            optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
+            optax.scale_by_learning_rate(learning_rate),
+        ]
+    return optax.chain(*parts)

@@ -1,0 +1,229 @@
+"""Device mesh and logical-axis sharding rules.
+
+The mesh has three axes, sized in the experiment config (-1 takes the devices left over):
+
+    data    pure data parallelism (parameters replicated)
+    fsdp    data parallelism with parameters and optimizer state sharded (ZeRO-3 style)
+    tensor  tensor parallelism over heads / mlp / vocab (Megatron style)
+
+Parameters carry logical axis names (vocab, embed, heads, kv, mlp, layers; see `bert_jax.model`)
+and activations act_batch, act_len, act_embed, act_heads, act_mlp. `DEFAULT_RULES` maps those to
+mesh axes; a config may replace them. Batches are split over (data, fsdp) on their leading axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+PyTree = Any
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+Rules = Sequence[tuple[str, str | tuple[str, ...] | None]]
+
+DEFAULT_RULES: Rules = (
+    ("act_batch", BATCH_AXES),
+    ("act_len", None),
+    ("act_embed", None),
+    ("act_heads", "tensor"),
+    ("act_mlp", "tensor"),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("mlp", "tensor"),
+    ("layers", None),
+)
+
+
+def mesh_shape(sizes: dict[str, int], num_devices: int) -> tuple[int, int, int]:
+    """Resolves {data, fsdp, tensor} sizes (one may be -1) against the device count."""
+    unknown = set(sizes) - set(MESH_AXES)
+    if unknown:
+        raise ValueError(f"unknown mesh axes {sorted(unknown)}; expected {MESH_AXES}")
+    dims = [int(sizes.get(a, 1)) for a in MESH_AXES]
+    if dims.count(-1) > 1:
+        raise ValueError(f"at most one mesh axis may be -1, got {dict(zip(MESH_AXES, dims))}")
+    if any(d == 0 or d < -1 for d in dims):
+        raise ValueError(f"mesh sizes must be positive or -1, got {dict(zip(MESH_AXES, dims))}")
+    known = math.prod(d for d in dims if d != -1)
+    if -1 in dims:
+        if num_devices % known:
+            raise ValueError(
+                f"mesh {dict(zip(MESH_AXES, dims))} does not divide {num_devices} devices"
+            )
+        dims[dims.index(-1)] = num_devices // known
+    if math.prod(dims) != num_devices:
+        raise ValueError(
+            f"mesh {dict(zip(MESH_AXES, dims))} needs {math.prod(dims)} devices; "
+            f"there are {num_devices}"
+        )
+    return tuple(dims)
+
+
+def make_mesh(sizes: dict[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A (data, fsdp, tensor) mesh over `devices` (all devices of all processes by default).
+
+    Tensor-parallel groups are laid out on neighbouring devices (within one host where possible),
+    since they communicate most.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_shape(sizes, len(devices))
+    # Auto axes: shardings propagate through the program (GSPMD), steered by the constraints.
+    axis_types = (AxisType.Auto,) * len(MESH_AXES)
+    if len(devices) == jax.device_count() and devices == list(jax.devices()):
+        try:
+            return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
+        except (TypeError, ValueError, NotImplementedError):
+            pass  # fall back to a plain reshape (e.g. simulated CPU devices)
+    return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=axis_types)
+
+
+def _divisible(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
+    """`spec` with every mesh axis dropped that does not divide its dimension evenly.
+
+    BERT's vocabulary (30,522 = 2 x 3 x 5087) splits 2 ways, not 4 or 8; such a table is then
+    replicated along that axis rather than failing (or silently padding the checkpoint).
+    """
+    fixed = []
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        if axes is None:
+            fixed.append(None)
+            continue
+        names = (axes,) if isinstance(axes, str) else tuple(axes)
+        kept = []
+        for name in names:
+            size = math.prod(mesh.shape[n] for n in kept) * mesh.shape[name]
+            if dim % size == 0:
+                kept.append(name)
+        fixed.append(None if not kept else kept[0] if len(kept) == 1 else tuple(kept))
+    return P(*fixed)
+
+
+def logical_shardings(boxed: PyTree, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> PyTree:
+    """NamedShardings for a tree whose leaves are `nn.Partitioned` boxes (or plain arrays,
+    which are replicated), e.g. the result of `jax.eval_shape(init)`.
+
+    A dimension that its mesh axes do not divide evenly is replicated along them instead.
+    """
+    specs = nn.get_partition_spec(boxed)
+    values = nn.meta.unbox(boxed)
+    shapes = jax.tree_util.tree_map(lambda x: tuple(np.shape(x)), values)
+    is_spec = lambda x: isinstance(x, P)  # noqa: E731
+    flat_specs, treedef = jax.tree_util.tree_flatten(specs, is_leaf=is_spec)
+    flat_shapes = treedef.flatten_up_to(shapes)
+    mesh_specs = [
+        _divisible(nn.logical_to_mesh_axes(tuple(spec), list(rules)), shape, mesh)
+        for spec, shape in zip(flat_specs, flat_shapes)
+    ]
+    return treedef.unflatten([NamedSharding(mesh, spec) for spec in mesh_specs])
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Leading (batch) axis split over data x fsdp; the rest replicated."""
+    return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def batch_shardings(batch: PyTree, mesh: Mesh) -> PyTree:
+    """`batch_sharding` for every array of a (host-side) batch."""
+    return jax.tree_util.tree_map(lambda x: batch_sharding(mesh, np.ndim(x)), batch)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    """How many ways the batch is split."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def global_batch_from_local(batch: PyTree, mesh: Mesh) -> PyTree:
+    """Assembles each host's slice of the batch into global arrays sharded over (data, fsdp).
+
+    Every process passes its own rows (`global_batch_size / process_count` of them).
+    """
+    return jax.tree_util.tree_map(
+        lambda x: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(x)), x),
+        batch,
+    )
+
+
+def describe(boxed: PyTree, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> list[str]:
+    """One line per parameter: path, shape, logical axes, mesh PartitionSpec, bytes per device."""
+    specs = nn.get_partition_spec(boxed)
+    shardings = logical_shardings(boxed, mesh, rules)
+    lines = []
+    flat = jax.tree_util.tree_flatten_with_path(
+        boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)
+    )[0]
+    flat_shard = jax.tree_util.tree_leaves(shardings)
+    flat_spec = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, P))
+    for (path, leaf), sharding, logical in zip(flat, flat_shard, flat_spec):
+        value = leaf.value if isinstance(leaf, nn.Partitioned) else leaf
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        local = sharding.shard_shape(value.shape)
+        nbytes = math.prod(local) * np.dtype(value.dtype).itemsize
+        lines.append(
+            f"{name:<70} {str(tuple(value.shape)):<18} {str(tuple(logical)):<32} "
+            f"{str(sharding.spec):<36} {nbytes / 2**20:9.2f} MiB/device"
+        )
+    return lines
+
+
+class DevicePrefetcher:
+    """Places host batches on the mesh `size` steps ahead, so transfers overlap compute.
+
+    Each item is (global batch, host batch): the second is this host's numpy batch, for cheap
+    host-side statistics such as real token counts. The source iterator runs ahead of what the
+    loop has consumed; `rewind()` moves it back to just after the last batch handed out (and drops
+    the read-ahead), so that saving the iterator's state records exactly the consumed position.
+    """
+
+    def __init__(self, iterator, mesh: Mesh, size: int = 2):
+        self._it = iterator
+        self._mesh = mesh
+        self._size = max(size, 1)
+        self._queue: list = []
+        self._stateful = hasattr(iterator, "get_state") and hasattr(iterator, "set_state")
+        self._consumed_state = iterator.get_state() if self._stateful else None
+
+    def __iter__(self):
+        return self
+
+    def _fill(self) -> None:
+        while len(self._queue) < self._size:
+            try:
+                host = next(self._it)
+            except StopIteration:
+                break
+            state = self._it.get_state() if self._stateful else None
+            self._queue.append((global_batch_from_local(host, self._mesh), host, state))
+
+    def __next__(self):
+        self._fill()
+        if not self._queue:
+            raise StopIteration
+        batch, host, state = self._queue.pop(0)
+        self._consumed_state = state
+        return batch, host
+
+    @property
+    def iterator(self):
+        """The source iterator (for checkpointing after `rewind`)."""
+        return self._it
+
+    def rewind(self) -> None:
+        """Puts the source iterator at the consumed position and drops the read-ahead."""
+        if not self._stateful:
+            raise TypeError("the source iterator has no get_state/set_state")
+        self._it.set_state(self._consumed_state)
+        self._queue.clear()
