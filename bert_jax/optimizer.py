@@ -1,7 +1,7 @@
 """Optimizers and learning-rate schedules for BERT, built from optax.
 
-    tx = make_optimizer(name="adamw", learning_rate=make_schedule("linear", 1e-4, 10_000, 1_000_000),
-                        weight_decay=0.01, clip_norm=1.0)
+    schedule = make_schedule("linear", 1e-4, warmup_steps=10_000, total_steps=1_000_000)
+    tx = make_optimizer("adamw", schedule, weight_decay=0.01, clip_norm=1.0)
 
 * AdamW as google-research/bert's `AdamWeightDecayOptimizer`: beta1 0.9, beta2 0.999, eps 1e-6,
   decoupled weight decay 0.01, and no bias correction (`bias_correction=False`, the original's

@@ -286,10 +286,10 @@ def loss_and_grads(params, batch, rng, *, model, task: Task, num_microbatches: i
         def body(carry, xs):
             acc_loss, acc_grads, acc_sums = carry
             part, i = xs
-            (l, s), g = grad_fn(params, part, jax.random.fold_in(rng, i))
+            (part_loss_value, s), g = grad_fn(params, part, jax.random.fold_in(rng, i))
             acc_grads = jax.tree_util.tree_map(jnp.add, acc_grads, g)
             acc_sums = jax.tree_util.tree_map(jnp.add, acc_sums, s)
-            return (acc_loss + l, acc_grads, acc_sums), None
+            return (acc_loss + part_loss_value, acc_grads, acc_sums), None
 
         first = jax.tree_util.tree_map(lambda x: x[0], parts)
         abstract_sums = jax.eval_shape(lambda: task.sums(model, params, first, rng, False))
