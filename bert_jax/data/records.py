@@ -289,21 +289,28 @@ def count_records(path: str | os.PathLike, record_format: str | None = None) -> 
 
 
 def expand_paths(patterns: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Expands files, globs and comma-separated lists to a sorted, de-duplicated list of files.
+    """Expands paths and globs (a list, or one comma-separated string) to files.
+
+    Files keep the order of their patterns; each glob's matches are sorted; repeats are dropped.
 
     Raises:
-      FileNotFoundError: a pattern matches nothing.
+      FileNotFoundError: a pattern matches no file.
     """
     if isinstance(patterns, (str, os.PathLike)):
-        patterns = [p for p in os.fspath(patterns).split(",") if p]
+        patterns = [p for p in os.fspath(patterns).split(",") if p.strip()]
     out: list[str] = []
+    seen: set[str] = set()
     for pattern in patterns:
-        pattern = os.path.expanduser(os.fspath(pattern))
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        matches = [m for m in matches if os.path.isfile(m)]
+        pattern = os.path.expanduser(os.fspath(pattern).strip())
+        if glob.has_magic(pattern):
+            matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+        else:
+            matches = [pattern] if os.path.isfile(pattern) else []
         if not matches:
-            raise FileNotFoundError(f"no file matches {pattern!r}")
-        out.extend(m for m in matches if m not in out)
+            what = "a directory, not a file" if os.path.isdir(pattern) else "nothing"
+            raise FileNotFoundError(f"input pattern {pattern!r} matches {what}")
+        out.extend(m for m in matches if m not in seen)
+        seen.update(matches)
     return out
 
 

@@ -28,8 +28,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from absl import logging
 
+from bert_jax.data import records, tokenization
 from bert_jax.data import sentences as sentences_lib
-from bert_jax.data import tokenization
 
 Document = list[str]
 
@@ -128,30 +128,6 @@ def _check_not_binary(path: str, head: bytes) -> None:
             )
 
 
-def expand_text_patterns(patterns: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Files matching comma-separated paths/globs, in the given order (globs sorted).
-
-    Raises:
-      FileNotFoundError: a pattern matches no file.
-    """
-    import glob
-
-    if isinstance(patterns, (str, os.PathLike)):
-        patterns = [p for p in os.fspath(patterns).split(",") if p.strip()]
-    files: list[str] = []
-    for pattern in patterns:
-        pattern = os.path.expanduser(os.fspath(pattern).strip())
-        if glob.has_magic(pattern):
-            matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-        else:
-            matches = [pattern] if os.path.isfile(pattern) else []
-        if not matches:
-            what = "directory, not a file" if os.path.isdir(pattern) else "nothing"
-            raise FileNotFoundError(f"input pattern {pattern!r} matches {what}")
-        files.extend(m for m in matches if m not in files)
-    return files
-
-
 def text_file_documents(
     patterns: str | os.PathLike | Sequence[str | os.PathLike],
     *,
@@ -174,7 +150,7 @@ def text_file_documents(
       ValueError: a file looks binary.
     """
     stats = stats if stats is not None else SourceStats()
-    for path in expand_text_patterns(patterns):
+    for path in records.expand_paths(patterns):
         stats.files += 1
         documents_before = stats.documents
         with open(path, "rb") as f:

@@ -6,7 +6,7 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import build, features, pipeline, records, sources
+from bert_jax.data import build, features, masking, pipeline, records, sources
 from bert_jax.data.pretraining import PretrainingOptions, TrainingInstance
 from tests.data.conftest import EXCERPT, TESTDATA
 
@@ -210,7 +210,7 @@ def test_reads_original_tfrecords_and_can_remask_them(bert_vocab_dir):
     remasked = next(
         loader(path, batch_size=10, shuffle=False, dynamic_masking=True, tokenizer=bert_vocab_dir)
     )
-    unmask = lambda b: pipeline.masking.unmask(
+    unmask = lambda b: masking.unmask(
         b["input_ids"], b["masked_lm_positions"], b["masked_lm_ids"], b["masked_lm_weights"]
     )
     np.testing.assert_array_equal(unmask(remasked), unmask(stored))

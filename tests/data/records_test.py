@@ -89,7 +89,7 @@ def test_expand_paths(tmp_path):
         str(tmp_path / "a.tfrecord"),
         str(tmp_path / "b.tfrecord"),
     ]
-    with pytest.raises(FileNotFoundError, match="no file matches"):
+    with pytest.raises(FileNotFoundError, match="matches nothing"):
         records.expand_paths(str(tmp_path / "*.array_record"))
 
 

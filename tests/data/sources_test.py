@@ -58,7 +58,7 @@ def test_binary_and_utf16_files_raise(tmp_path):
 def test_missing_inputs_raise(tmp_path):
     with pytest.raises(FileNotFoundError, match="matches nothing"):
         list(sources.text_file_documents(str(tmp_path / "*.txt")))
-    with pytest.raises(FileNotFoundError, match="matches directory"):
+    with pytest.raises(FileNotFoundError, match="matches a directory"):
         list(sources.text_file_documents(str(tmp_path)))
 
 
