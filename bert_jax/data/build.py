@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -182,12 +183,15 @@ def tokenize_documents(
 
     def flush():
         ids = tokenizer.encode_batch(pending)
+        # One array per flush, not per sentence: a per-sentence array costs ~100 bytes of overhead.
+        token_chunks.append(
+            np.fromiter(itertools.chain.from_iterable(ids), np.int32, sum(map(len, ids)))
+        )
         k = 0
         for count in pending_docs:
             kept = 0
             for sentence_ids in ids[k : k + count]:
                 if sentence_ids:
-                    token_chunks.append(np.asarray(sentence_ids, np.int32))
                     sentence_lengths.append(len(sentence_ids))
                     kept += 1
                 else:

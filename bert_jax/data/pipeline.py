@@ -223,12 +223,13 @@ def make_pretraining_dataset(
     prefetch_batches: int = 4,
 ) -> grain.IterDataset:
     """The grain dataset behind `make_pretraining_loader` (same arguments)."""
-    import jax
-
     files, metadata, build_dir = _resolve(paths)
     info = _data_info(files, metadata)
-    shard_index = jax.process_index() if shard_index is None else shard_index
-    shard_count = jax.process_count() if shard_count is None else shard_count
+    if shard_index is None or shard_count is None:
+        import jax
+
+        shard_index = jax.process_index() if shard_index is None else shard_index
+        shard_count = jax.process_count() if shard_count is None else shard_count
     if not 0 <= shard_index < shard_count:
         raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count})")
     if (batch_size is None) == (global_batch_size is None):
