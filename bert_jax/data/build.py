@@ -310,6 +310,49 @@ def check_output_dir(out_dir: str) -> None:
         )
 
 
+def _tokenizer_files(tokenizer) -> dict[str, str]:
+    """The text of the tokenizer files a build keeps beside its shards."""
+    return {
+        "tokenizer.json": tokenizer.tokenizer.to_str(pretty=True),
+        "vocab.txt": "".join(t + "\n" for t in tokenizer.vocab),
+    }
+
+
+def _check_existing_tokenizer(out_dir: str, tokenizer) -> None:
+    """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
+    from bert_jax.data import tokenization
+
+    json_path = os.path.join(out_dir, "tokenizer.json")
+    if os.path.isfile(json_path):
+        if tokenization.load_tokenizer(json_path).fingerprint() != tokenizer.fingerprint():
+            raise OutputDirectoryError(
+                f"{json_path} is a different tokenizer from the one given; use a new output "
+                "directory"
+            )
+    vocab_path = os.path.join(out_dir, "vocab.txt")
+    if os.path.isfile(vocab_path):
+        try:
+            same = list(tokenization.read_vocab_txt(vocab_path)) == tokenizer.vocab
+        except ValueError:
+            same = False
+        if not same:
+            raise OutputDirectoryError(
+                f"{vocab_path} is not the vocabulary of the tokenizer given; use a new output "
+                "directory"
+            )
+
+
+def _save_tokenizer(out_dir: str, tokenizer) -> None:
+    """Writes the tokenizer files that are missing (existing ones were checked to match)."""
+    for name, text in _tokenizer_files(tokenizer).items():
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+
+
 def _plan_difference(old: dict, new: dict) -> str:
     keys = sorted(set(old) | set(new))
     diffs = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
@@ -418,15 +461,7 @@ def build_pretraining_shards(
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
     check_output_dir(out_dir)
-    existing_tokenizer = os.path.join(out_dir, "tokenizer.json")
-    if os.path.isfile(existing_tokenizer):
-        from bert_jax.data import tokenization
-
-        if tokenization.load_tokenizer(existing_tokenizer).fingerprint() != tokenizer.fingerprint():
-            raise OutputDirectoryError(
-                f"{existing_tokenizer} is a different tokenizer from the one given; use a new "
-                "output directory"
-            )
+    _check_existing_tokenizer(out_dir, tokenizer)
 
     def make_plan(corpus_id: str) -> dict:
         return {
@@ -481,7 +516,7 @@ def build_pretraining_shards(
 
     os.makedirs(os.path.join(out_dir, _TMP_DIR), exist_ok=True)
     _write_json(os.path.join(out_dir, BUILD_FILE), plan)
-    tokenizer.save(out_dir)
+    _save_tokenizer(out_dir, tokenizer)
     for name in os.listdir(out_dir):
         if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
             os.remove(os.path.join(out_dir, name))

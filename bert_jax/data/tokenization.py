@@ -229,8 +229,13 @@ def _bert_pipeline(
     return tokenizer
 
 
-def _read_vocab_txt(path: str) -> dict[str, int]:
-    """token -> id from a vocab.txt (one token a line), rejecting duplicate or blank lines."""
+def read_vocab_txt(path: str | os.PathLike) -> dict[str, int]:
+    """token -> id from a vocab.txt (one token a line), rejecting duplicate or blank lines.
+
+    Raises:
+      ValueError: the file is not UTF-8, is empty, or has a blank or repeated line.
+    """
+    path = os.fspath(path)
     with open(path, "rb") as f:
         raw = f.read()
     try:
@@ -323,7 +328,7 @@ def load_tokenizer(
                 lowercase=lowercase,
             )
     else:
-        vocab = _read_vocab_txt(path)
+        vocab = read_vocab_txt(path)
         missing = [t for t in SPECIAL_TOKENS if t not in vocab]
         if missing:
             raise MissingSpecialTokenError(

@@ -193,3 +193,27 @@ def test_default_corpus_build_for_the_main_job(tmp_path, monkeypatch):
         build.build_default_corpus_shards(out, options=options, num_shards=2, progress=False)
         == metadata
     )
+
+
+def test_refuses_to_overwrite_a_foreign_vocab_txt(tmp_path, tiny_tokenizer):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nmine\n")
+    with pytest.raises(build.OutputDirectoryError, match="vocab.txt is not the vocabulary"):
+        build.build_pretraining_shards(
+            excerpt_documents(), out, tiny_tokenizer, OPTIONS, progress=False
+        )
+    assert (out / "vocab.txt").read_text().endswith("mine\n")
+    # The tokenizer's own vocab.txt (e.g. saved there by default_corpus_tokenizer) is reused.
+    (out / "vocab.txt").unlink()
+    tiny_tokenizer.save(out)
+    build.build_pretraining_shards(
+        excerpt_documents(),
+        out,
+        tiny_tokenizer,
+        OPTIONS,
+        num_shards=1,
+        num_workers=1,
+        progress=False,
+    )
+    assert (out / "metadata.json").exists()
