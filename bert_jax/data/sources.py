@@ -339,6 +339,11 @@ def default_corpus_tokenizer(
                 "use another directory"
             )
         return tokenizer
+    if cache_dir is not None and os.path.exists(os.path.join(cache_dir, "vocab.txt")):
+        raise ValueError(
+            f"{cache_dir} holds a vocab.txt but no tokenizer.json; it is not this function's "
+            "cache, so use another directory"
+        )
     texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
     tokenizer = tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)
     if cache_dir is not None:

@@ -83,6 +83,9 @@ def test_default_corpus_tokenizer_is_cached(tmp_path):
     assert tok.unk_id not in tok.encode("Wherefore art thou Romeo? Deny thy father.")
     with pytest.raises(ValueError, match="8192-token vocabulary, not 1000"):
         sources.default_corpus_tokenizer(tmp_path, vocab_size=1000)
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="holds a vocab.txt but no tokenizer.json"):
+        sources.default_corpus_tokenizer(tmp_path)
 
 
 @pytest.mark.tf
