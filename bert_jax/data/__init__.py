@@ -10,6 +10,7 @@ Modules (each a leaf: none imports the model or the training code):
     example_proto            tf.train.Example wire format without TensorFlow
     records                  TFRecord and ArrayRecord files and grain data sources over them
     features                 the record layout and the batch the training step consumes
+    corpus                   tokenized documents stored as flat arrays
     build                    parallel, resumable shard building
     pipeline                 make_pretraining_loader: the deterministic, checkpointable grain loader
     create_pretraining_data  the `bert-jax-create-pretraining-data` command
