@@ -1,0 +1,360 @@
+"""Pretraining examples from documents, with the semantics of google-research/bert.
+
+This follows `create_pretraining_data.py` step for step, and draws its random numbers from
+Python's `random.Random` in the same order, so with one output shard, the same seed, vocab and
+input, it produces the same examples as the original script (a test checks this on a fixture the
+original wrote).
+
+For each document (a list of tokenized sentences):
+
+* `target_seq_length` is `max_seq_length - 3`, except with probability `short_seq_prob` a random
+  length in [2, max_seq_length - 3] (drawn once per document), so some examples are short like
+  fine-tuning inputs.
+* Sentences are gathered into a chunk until it reaches the target or the document ends. A random
+  number of the chunk's first sentences form segment A. With probability 0.5 (always if the chunk
+  is a single sentence) segment B is taken from a random other document, starting at a random
+  sentence, and the chunk's unused sentences are put back to be used next; otherwise B is the rest
+  of the chunk (the actual next text).
+* `truncate_seq_pair` cuts the longer segment, token by token, from the front or the back at
+  random, until A and B fit.
+* The example is `[CLS] A [SEP] B [SEP]` with token_type (segment) ids 0 for `[CLS] A [SEP]` and 1
+  for `B [SEP]`; next_sentence_label is 1 if B is random.
+* Masked LM (static masking): candidate positions are all but [CLS]/[SEP]/[PAD]; with whole-word
+  masking a "##" piece joins the candidate before it. Candidates are shuffled and taken in order
+  until `num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) *
+  masked_lm_prob)))` positions are chosen (a whole word that would overshoot is skipped). Each
+  chosen position becomes [MASK] with probability 0.8, stays itself with 0.1 and becomes a random
+  vocabulary id with 0.1. Positions are listed in increasing order.
+
+With `next_sentence_prediction=False` (MLM only) the chunk up to `max_seq_length - 2` tokens forms
+a single segment `[CLS] A [SEP]` (all token_type ids 0, next_sentence_label 0). With
+`static_masking=False` no masks are drawn here; the input pipeline draws new ones every epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+
+import numpy as np
+
+Segment = Sequence[int]  # One tokenized sentence: token ids.
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingOptions:
+    """How examples are made (the flags of google-research/bert's script, same defaults).
+
+    Attributes:
+      max_seq_length: L, tokens per example including [CLS] and [SEP]s.
+      max_predictions_per_seq: P, the most masked positions per example.
+      masked_lm_prob: fraction of tokens to mask.
+      short_seq_prob: probability that a document's examples aim at a random shorter length.
+      dupe_factor: how many times the corpus is made into examples (each time with new pairs and,
+        if static, new masks).
+      whole_word_mask: mask all pieces of a word together.
+      next_sentence_prediction: make A/B pairs with 50% random B; False makes single-segment
+        examples for MLM-only training.
+      static_masking: choose masks now (the original); False leaves them to the input pipeline.
+      random_seed: seed of example creation.
+    """
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    whole_word_mask: bool = False
+    next_sentence_prediction: bool = True
+    static_masking: bool = True
+    random_seed: int = 12345
+
+    def __post_init__(self):
+        special = 3 if self.next_sentence_prediction else 2
+        if not isinstance(self.max_seq_length, int) or self.max_seq_length < special + 2:
+            raise ValueError(
+                f"max_seq_length={self.max_seq_length!r}: must be an int >= {special + 2} "
+                f"({special} special tokens plus at least 2 text tokens)"
+            )
+        if not isinstance(self.max_predictions_per_seq, int) or self.max_predictions_per_seq < 1:
+            raise ValueError(
+                f"max_predictions_per_seq={self.max_predictions_per_seq!r}: must be >= 1"
+            )
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise ValueError(f"masked_lm_prob={self.masked_lm_prob!r}: must be in (0, 1)")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ValueError(f"short_seq_prob={self.short_seq_prob!r}: must be in [0, 1]")
+        if not isinstance(self.dupe_factor, int) or self.dupe_factor < 1:
+            raise ValueError(f"dupe_factor={self.dupe_factor!r}: must be an int >= 1")
+        if not isinstance(self.random_seed, int) or self.random_seed < 0:
+            raise ValueError(f"random_seed={self.random_seed!r}: must be an int >= 0")
+
+    def to_dict(self) -> dict:
+        """The options as a JSON-able dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabInfo:
+    """What masking needs to know about the vocabulary.
+
+    Attributes:
+      vocab_size: V; random replacements are drawn uniformly from ids 0 .. V-1 (as the original).
+      cls_id, sep_id, pad_id, mask_id: special token ids.
+      continuation: bool [V], True for "##" pieces (used by whole-word masking).
+    """
+
+    vocab_size: int
+    cls_id: int
+    sep_id: int
+    pad_id: int
+    mask_id: int
+    continuation: np.ndarray
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> VocabInfo:
+        """From a `tokenization.WordPieceTokenizer`."""
+        return cls(
+            vocab_size=tokenizer.vocab_size,
+            cls_id=tokenizer.cls_id,
+            sep_id=tokenizer.sep_id,
+            pad_id=tokenizer.pad_id,
+            mask_id=tokenizer.mask_id,
+            continuation=tokenizer.continuation_mask(),
+        )
+
+
+@dataclasses.dataclass
+class TrainingInstance:
+    """One example before padding.
+
+    Attributes:
+      tokens: token ids `[CLS] A [SEP] B [SEP]`, with masks applied if masking was static.
+      segment_ids: 0 for `[CLS] A [SEP]`, 1 for `B [SEP]`; same length as `tokens`.
+      is_random_next: B was taken from another document.
+      masked_lm_positions: increasing positions of the predictions (empty if not masked).
+      masked_lm_ids: the original token ids at those positions.
+    """
+
+    tokens: list[int]
+    segment_ids: list[int]
+    is_random_next: bool
+    masked_lm_positions: list[int]
+    masked_lm_ids: list[int]
+
+
+def truncate_seq_pair(
+    tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random
+) -> None:
+    """Shortens the longer of two lists, one token at a time from a random end, until they fit."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+def create_masked_lm_predictions(
+    tokens: list[int],
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    rng: random.Random,
+) -> tuple[list[int], list[int], list[int]]:
+    """Chooses masked-LM positions and replacements as the original does.
+
+    Args:
+      tokens: token ids of one example, with [CLS]/[SEP].
+      options: masked_lm_prob, max_predictions_per_seq and whole_word_mask are used.
+      vocab: special ids, vocabulary size and the "##" table.
+      rng: the example-creation random generator (advanced).
+
+    Returns:
+      (output tokens, increasing masked positions, original ids at those positions).
+    """
+    excluded = (vocab.cls_id, vocab.sep_id, vocab.pad_id)
+    continuation = vocab.continuation
+    cand_indexes: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        if token in excluded:
+            continue
+        if options.whole_word_mask and cand_indexes and continuation[token]:
+            cand_indexes[-1].append(i)
+        else:
+            cand_indexes.append([i])
+    rng.shuffle(cand_indexes)
+
+    output_tokens = list(tokens)
+    num_to_predict = min(
+        options.max_predictions_per_seq,
+        max(1, int(round(len(tokens) * options.masked_lm_prob))),
+    )
+    masked: list[tuple[int, int]] = []
+    for index_set in cand_indexes:
+        if len(masked) >= num_to_predict:
+            break
+        if len(masked) + len(index_set) > num_to_predict:
+            continue  # A whole word that would overshoot is skipped.
+        for index in index_set:
+            if rng.random() < 0.8:
+                replacement = vocab.mask_id
+            elif rng.random() < 0.5:
+                replacement = tokens[index]
+            else:
+                replacement = rng.randint(0, vocab.vocab_size - 1)
+            output_tokens[index] = replacement
+            masked.append((index, tokens[index]))
+    masked.sort()
+    return output_tokens, [p for p, _ in masked], [t for _, t in masked]
+
+
+def _finish_instance(
+    tokens_a: list[int],
+    tokens_b: list[int] | None,
+    is_random_next: bool,
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    rng: random.Random,
+) -> TrainingInstance:
+    """Adds [CLS]/[SEP], token type ids and (if static) masks."""
+    tokens = [vocab.cls_id, *tokens_a, vocab.sep_id]
+    segment_ids = [0] * len(tokens)
+    if tokens_b is not None:
+        tokens += [*tokens_b, vocab.sep_id]
+        segment_ids += [1] * (len(tokens_b) + 1)
+    positions: list[int] = []
+    labels: list[int] = []
+    if options.static_masking:
+        tokens, positions, labels = create_masked_lm_predictions(tokens, options, vocab, rng)
+    return TrainingInstance(tokens, segment_ids, is_random_next, positions, labels)
+
+
+def create_instances_from_document(
+    all_documents: Sequence[Sequence[Segment]],
+    document_index: int,
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    rng: random.Random,
+) -> list[TrainingInstance]:
+    """Makes the examples of one document (see the module docstring for the recipe).
+
+    Args:
+      all_documents: every document (random B segments come from any of them); each is a
+        non-empty sequence of non-empty token-id segments.
+      document_index: which document to make examples from.
+      options: the recipe.
+      vocab: special ids etc.
+      rng: advanced in the original's order.
+
+    Returns:
+      The examples, in document order.
+    """
+    document = all_documents[document_index]
+    nsp = options.next_sentence_prediction
+    max_num_tokens = options.max_seq_length - (3 if nsp else 2)
+    target_seq_length = max_num_tokens
+    if rng.random() < options.short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+
+    instances = []
+    current_chunk: list[Segment] = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        segment = document[i]
+        current_chunk.append(segment)
+        current_length += len(segment)
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            if current_chunk:
+                if not nsp:
+                    tokens_a = [t for seg in current_chunk for t in seg]
+                    truncate_seq_pair(tokens_a, [], max_num_tokens, rng)
+                    instances.append(_finish_instance(tokens_a, None, False, options, vocab, rng))
+                else:
+                    a_end = 1
+                    if len(current_chunk) >= 2:
+                        a_end = rng.randint(1, len(current_chunk) - 1)
+                    tokens_a = [t for seg in current_chunk[:a_end] for t in seg]
+                    tokens_b: list[int] = []
+                    if len(current_chunk) == 1 or rng.random() < 0.5:
+                        is_random_next = True
+                        target_b_length = target_seq_length - len(tokens_a)
+                        # Try a few times for another document (the original's loop).
+                        for _ in range(10):
+                            random_document_index = rng.randint(0, len(all_documents) - 1)
+                            if random_document_index != document_index:
+                                break
+                        random_document = all_documents[random_document_index]
+                        random_start = rng.randint(0, len(random_document) - 1)
+                        for j in range(random_start, len(random_document)):
+                            tokens_b.extend(random_document[j])
+                            if len(tokens_b) >= target_b_length:
+                                break
+                        # Put the unused segments back so that they are not wasted.
+                        i -= len(current_chunk) - a_end
+                    else:
+                        is_random_next = False
+                        tokens_b = [t for seg in current_chunk[a_end:] for t in seg]
+                    truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                    instances.append(
+                        _finish_instance(tokens_a, tokens_b, is_random_next, options, vocab, rng)
+                    )
+            current_chunk = []
+            current_length = 0
+        i += 1
+    return instances
+
+
+class ShuffledDocuments(Sequence):
+    """A read-only view of documents in the order `random.Random(seed).shuffle` gives them."""
+
+    def __init__(self, documents: Sequence[Sequence[Segment]], order: Sequence[int]):
+        self._documents = documents
+        self._order = order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, index):
+        return self._documents[self._order[index]]
+
+
+def create_shard_instances(
+    all_documents: Sequence[Sequence[Segment]],
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    shard_index: int = 0,
+    num_shards: int = 1,
+) -> list[TrainingInstance]:
+    """Makes the shuffled examples of one output shard.
+
+    Like the original, the documents are first shuffled with `random.Random(random_seed)`; shard
+    `s` of `S` takes the shuffled documents `s, s + S, ...`, all `dupe_factor` times, and shuffles
+    its examples. With one shard the random stream is the original's throughout; with several,
+    each shard continues from its own seed, so shards can be built in parallel and in any order.
+
+    Args:
+      all_documents: every document, each a non-empty list of non-empty token-id segments.
+      options: the recipe.
+      vocab: special ids etc.
+      shard_index: which shard.
+      num_shards: how many shards the documents are split into.
+
+    Returns:
+      The shard's examples in shuffled order.
+    """
+    rng = random.Random(options.random_seed)
+    order = list(range(len(all_documents)))
+    rng.shuffle(order)
+    documents = ShuffledDocuments(all_documents, order)
+    if num_shards > 1:
+        rng.seed(f"{options.random_seed}/{shard_index}/{num_shards}")
+    instances: list[TrainingInstance] = []
+    for _ in range(options.dupe_factor):
+        for document_index in range(shard_index, len(documents), num_shards):
+            instances.extend(
+                create_instances_from_document(documents, document_index, options, vocab, rng)
+            )
+    rng.shuffle(instances)
+    return instances

@@ -1,0 +1,411 @@
+"""BERT WordPiece tokenization on Hugging Face `tokenizers` (the Rust library).
+
+`load_tokenizer(path)` reads a BERT `vocab.txt` or a `tokenizer.json` and returns a
+`WordPieceTokenizer`, a thin wrapper that knows BERT's special tokens:
+
+    tok = load_tokenizer("uncased_L-12_H-768_A-12/vocab.txt")   # lowercase inferred: True
+    tok.encode("Hello, world!")        # -> [7592, 1010, 2088, 999]  (no [CLS]/[SEP] added)
+    tok.cls_id, tok.sep_id, tok.mask_id, tok.pad_id, tok.unk_id, tok.vocab_size
+
+The pipeline is the original's, as `transformers.BertTokenizerFast` builds it: `BertNormalizer`
+(drop control characters and U+FFFD, whitespace to spaces, put spaces around CJK ideographs so
+each is one token, optionally lower-case and strip accents), `BertPreTokenizer` (split on
+whitespace and punctuation) and greedy longest-match-first WordPiece with "##" continuation pieces
+and `[UNK]` for unknown words or words longer than `max_input_chars_per_word`. Token ids equal
+`BertTokenizerFast`'s for the same vocab; the literal strings "[CLS]", "[MASK]", ... in text map to
+their special ids, as there.
+
+`train_wordpiece(texts, vocab_size)` learns a new vocabulary (the `bert-jax-train-wordpiece`
+command wraps it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from absl import logging
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import trainers as tokenizer_trainers
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+# In the order `train_wordpiece` numbers them (HF's): [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+CONTINUATION_PREFIX = "##"
+# transformers.BertTokenizerFast's value; google-research/bert's tokenization.py uses 200.
+MAX_INPUT_CHARS_PER_WORD = 100
+
+
+class MissingSpecialTokenError(ValueError):
+    """The vocabulary lacks one of [PAD], [UNK], [CLS], [SEP], [MASK]."""
+
+
+class WordPieceTokenizer:
+    """A `tokenizers.Tokenizer` with a WordPiece model and BERT's special tokens.
+
+    Attributes:
+      tokenizer: the wrapped `tokenizers.Tokenizer`.
+      vocab_size: V, the number of token ids (ids are 0 .. V-1).
+      pad_id, unk_id, cls_id, sep_id, mask_id: ids of the special tokens.
+      lowercase: whether the normalizer lower-cases (None if it is not a `BertNormalizer`).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
+        """Wraps `tokenizer`, checking that it is WordPiece and has every special token.
+
+        Raises:
+          ValueError: the model is not WordPiece, or the ids are not contiguous.
+          MissingSpecialTokenError: a special token is missing; the message names each.
+        """
+        if not isinstance(tokenizer.model, models.WordPiece):
+            raise ValueError(
+                f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
+                "needs a WordPiece model"
+            )
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise MissingSpecialTokenError(
+                f"{source} lacks the special token(s) {', '.join(missing)}; a BERT vocabulary "
+                f"needs all of {', '.join(SPECIAL_TOKENS)}"
+            )
+        if sorted(vocab.values()) != list(range(len(vocab))):
+            raise ValueError(f"{source}: token ids are not contiguous from 0 to {len(vocab) - 1}")
+        # A tokenizer.json may carry padding/truncation settings (e.g. to 128); encode() must not.
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        self.tokenizer = tokenizer
+        self.source = source
+        self.vocab_size = len(vocab)
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            vocab[t] for t in SPECIAL_TOKENS
+        )
+        normalizer = json.loads(tokenizer.normalizer.__getstate__()) if tokenizer.normalizer else {}
+        self.lowercase = (
+            normalizer.get("lowercase") if normalizer.get("type") == "BertNormalizer" else None
+        )
+
+    # ---- encoding ----
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without [CLS]/[SEP].
+
+        Args:
+          text: any string (bytes are decoded as UTF-8 with replacement). Lone surrogates, control
+            characters, emoji and empty strings are all accepted.
+
+        Returns:
+          A list of int token ids.
+        """
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text (in parallel in Rust), without [CLS]/[SEP]."""
+        texts = [_as_text(t) for t in texts]
+        try:
+            encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        except Exception as e:
+            # Rust strings cannot hold lone surrogates; replace them and try once more.
+            if not any(_has_surrogate(t) for t in texts):
+                raise
+            logging.log_first_n(logging.WARNING, "replaced lone surrogates in text (%s)", 1, e)
+            texts = [_replace_surrogates(t) for t in texts]
+            encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece strings of `text`, e.g. ["un", "##aff", "##able"]."""
+        text = _as_text(text)
+        if _has_surrogate(text):
+            text = _replace_surrogates(text)
+        return self.tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def id_to_token(self, token_id: int) -> str:
+        """The string of one id."""
+        return self.tokenizer.id_to_token(int(token_id))
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of one token string, or None."""
+        return self.tokenizer.token_to_id(token)
+
+    @property
+    def vocab(self) -> list[str]:
+        """Token strings by id."""
+        inverse = {i: t for t, i in self.tokenizer.get_vocab(with_added_tokens=True).items()}
+        return [inverse[i] for i in range(self.vocab_size)]
+
+    def continuation_mask(self) -> np.ndarray:
+        """bool [V]: True where the token is a "##" continuation piece (for whole-word masking)."""
+        return np.array([t.startswith(CONTINUATION_PREFIX) for t in self.vocab], dtype=bool)
+
+    # ---- identity and files ----
+    def fingerprint(self) -> str:
+        """A short hash of everything that decides the token ids (vocab, normalizer, splitting)."""
+        parts = {
+            "vocab": self.vocab,
+            "normalizer": _state(self.tokenizer.normalizer),
+            "pre_tokenizer": _state(self.tokenizer.pre_tokenizer),
+            "unk": self.tokenizer.model.unk_token,
+            "max_input_chars_per_word": self.tokenizer.model.max_input_chars_per_word,
+            "prefix": self.tokenizer.model.continuing_subword_prefix,
+        }
+        blob = json.dumps(parts, sort_keys=True, ensure_ascii=False).encode("utf-8")
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Writes `tokenizer.json` (for `transformers.PreTrainedTokenizerFast`) and `vocab.txt`."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        _atomic_write(os.path.join(directory, "tokenizer.json"), self.tokenizer.to_str(pretty=True))
+        _atomic_write(os.path.join(directory, "vocab.txt"), "".join(t + "\n" for t in self.vocab))
+
+    def __repr__(self) -> str:
+        return (
+            f"WordPieceTokenizer({self.source!r}, vocab_size={self.vocab_size}, "
+            f"lowercase={self.lowercase})"
+        )
+
+
+def _state(component) -> object:
+    return json.loads(component.__getstate__()) if component is not None else None
+
+
+def _as_text(text) -> str:
+    if isinstance(text, (bytes, bytearray)):
+        return bytes(text).decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        raise TypeError(f"expected str, got {type(text).__name__}")
+    return text
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _replace_surrogates(text: str) -> str:
+    """Keeps surrogate pairs; turns lone surrogates into U+FFFD (which the normalizer drops)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building and loading.
+
+
+def _bert_pipeline(
+    tokenizer: Tokenizer, lowercase: bool | None, strip_accents: bool | None
+) -> Tokenizer:
+    """Sets BERT's normalizer, pre-tokenizer, decoder and [CLS]/[SEP] template on `tokenizer`."""
+    if lowercase is not None:
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True,
+            handle_chinese_chars=True,
+            strip_accents=strip_accents,
+            lowercase=lowercase,
+        )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    present = [t for t in SPECIAL_TOKENS if t in vocab]
+    tokenizer.add_special_tokens(present)
+    if CLS in vocab and SEP in vocab:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{CLS} $A {SEP}",
+            pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+            special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])],
+        )
+    return tokenizer
+
+
+def read_vocab_txt(path: str | os.PathLike) -> dict[str, int]:
+    """token -> id from a vocab.txt (one token a line), rejecting duplicate or blank lines.
+
+    Raises:
+      ValueError: the file is not UTF-8, is empty, or has a blank or repeated line.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); is it a vocab.txt?") from e
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    vocab: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        token = line.rstrip("\r")
+        if not token.strip():
+            raise ValueError(f"{path}: line {i + 1} is blank; a vocab.txt has one token a line")
+        if token in vocab:
+            raise ValueError(
+                f"{path}: token {token!r} appears on lines {vocab[token] + 1} and {i + 1}"
+            )
+        vocab[token] = i
+    if not vocab:
+        raise ValueError(f"{path} is empty")
+    return vocab
+
+
+def _infer_lowercase(vocab: Iterable[str]) -> bool:
+    """An uncased vocab has no upper-case letters outside bracketed special tokens."""
+    for token in vocab:
+        if token.startswith("[") and token.endswith("]"):
+            continue
+        if token != token.lower():
+            return False
+    return True
+
+
+def load_tokenizer(
+    path: str | os.PathLike,
+    lowercase: bool | None = None,
+    *,
+    strip_accents: bool | None = None,
+    max_input_chars_per_word: int | None = None,
+) -> WordPieceTokenizer:
+    """Loads a BERT WordPiece tokenizer.
+
+    Args:
+      path: a `vocab.txt` (one token a line, id = line number), a `tokenizer.json`, or a directory
+        holding either (`tokenizer.json` is preferred).
+      lowercase: lower-case the input (uncased models). None: keep what `tokenizer.json` says, or
+        for a `vocab.txt` infer it (uncased iff no token has an upper-case letter; logged).
+      strip_accents: strip accents; None follows `lowercase`, as in BERT.
+      max_input_chars_per_word: longer words become [UNK]; None keeps the file's value (100 for
+        a `vocab.txt`).
+
+    Returns:
+      The tokenizer.
+
+    Raises:
+      FileNotFoundError: nothing usable at `path`.
+      MissingSpecialTokenError: the vocabulary lacks a special token; the message names each.
+      ValueError: the file is not a WordPiece vocabulary.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        for name in ("tokenizer.json", "vocab.txt"):
+            if os.path.isfile(os.path.join(path, name)):
+                path = os.path.join(path, name)
+                break
+        else:
+            raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {path}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"tokenizer file not found: {path}")
+
+    if path.endswith(".json"):
+        try:
+            tokenizer = Tokenizer.from_file(path)
+        except Exception as e:
+            raise ValueError(f"{path} is not a Hugging Face tokenizer.json: {e}") from e
+        if not isinstance(tokenizer.model, models.WordPiece):
+            raise ValueError(
+                f"{path}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
+                "needs a WordPiece model"
+            )
+        if lowercase is not None or strip_accents is not None:
+            if lowercase is None:
+                current = _state(tokenizer.normalizer) or {}
+                lowercase = bool(current.get("lowercase", False))
+            tokenizer.normalizer = normalizers.BertNormalizer(
+                clean_text=True,
+                handle_chinese_chars=True,
+                strip_accents=strip_accents,
+                lowercase=lowercase,
+            )
+    else:
+        vocab = read_vocab_txt(path)
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise MissingSpecialTokenError(
+                f"{path} lacks the special token(s) {', '.join(missing)}; a BERT vocabulary "
+                f"needs all of {', '.join(SPECIAL_TOKENS)}"
+            )
+        if lowercase is None:
+            lowercase = _infer_lowercase(vocab)
+            logging.info("%s: inferred lowercase=%s from the vocabulary", path, lowercase)
+        model = models.WordPiece(
+            vocab,
+            unk_token=UNK,
+            max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
+            continuing_subword_prefix=CONTINUATION_PREFIX,
+        )
+        tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents)
+    if max_input_chars_per_word is not None:
+        tokenizer.model.max_input_chars_per_word = max_input_chars_per_word
+    return WordPieceTokenizer(tokenizer, source=path)
+
+
+def train_wordpiece(
+    texts: Iterable[str],
+    vocab_size: int = 8192,
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    show_progress: bool = False,
+) -> WordPieceTokenizer:
+    """Learns a WordPiece vocabulary with `tokenizers.trainers.WordPieceTrainer`.
+
+    The special tokens get ids 0-4 ([PAD], [UNK], [CLS], [SEP], [MASK]) and the other tokens are
+    numbered in sorted order, so the ids depend only on the set of pieces learned. That set is not
+    quite deterministic: the trainer breaks ties between equally frequent merges in hash order, so
+    two trainings can differ in a few rare pieces. Save the result and reuse it
+    (`sources.default_corpus_tokenizer` does).
+
+    Args:
+      texts: the training text, any number of strings (lines or documents).
+      vocab_size: the size of the vocabulary, special tokens included.
+      lowercase: learn an uncased vocabulary (and lower-case when encoding).
+      strip_accents: None follows `lowercase`.
+      min_frequency: pieces seen fewer times are not added.
+      limit_alphabet: at most this many distinct characters.
+      show_progress: the trainer's progress bar.
+
+    Returns:
+      The trained tokenizer.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the special tokens")
+    tokenizer = Tokenizer(
+        models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
+    )
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = tokenizer_trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=limit_alphabet,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+        show_progress=show_progress,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    learned = tokenizer.get_vocab(with_added_tokens=True)
+    rest = sorted(t for t in learned if t not in SPECIAL_TOKENS)
+    vocab = {t: i for i, t in enumerate(list(SPECIAL_TOKENS) + rest)}
+    model = models.WordPiece(
+        vocab,
+        unk_token=UNK,
+        max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+    )
+    canonical = _bert_pipeline(Tokenizer(model), lowercase, strip_accents)
+    return WordPieceTokenizer(canonical, source=f"<trained WordPiece, {len(vocab)} tokens>")
