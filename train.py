@@ -16,6 +16,7 @@ gloo). `--mode=shardings` prints every parameter's sharding for the config and m
 from __future__ import annotations
 
 import functools
+import logging as std_logging
 import os
 import time
 
@@ -44,10 +45,8 @@ TASK_MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}
 
 
 def bert_config(config) -> BertConfig:
-    """config.model (a preset name plus any HF config.json fields) -> the frozen BertConfig."""
-    fields = config.model.to_dict()
-    preset = fields.pop("preset", None)
-    return BertConfig.preset(preset, **fields) if preset else BertConfig(**fields)
+    """config.model (Hugging Face config.json fields) -> the frozen BertConfig, once."""
+    return BertConfig(**config.model.to_dict())
 
 
 def initialize_distributed() -> None:
@@ -96,8 +95,17 @@ def reduce_window(window: list[dict]) -> dict[str, float]:
     return out
 
 
+class _QuietLibraries(std_logging.Filter):
+    """Drops the INFO chatter of Orbax and grain (every save logs dozens of lines)."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        noisy = any(f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "jax"))
+        return record.levelno >= std_logging.WARNING or not noisy
+
+
 def main(argv):
     del argv
+    logging.get_absl_handler().addFilter(_QuietLibraries())
     config, workdir = FLAGS.config, FLAGS.workdir
     initialize_distributed()
     cfg = bert_config(config)
@@ -141,7 +149,6 @@ def main(argv):
     ckpt = checkpointing.Checkpointer(
         os.path.join(workdir, "checkpoints"),
         max_to_keep=config.max_checkpoints_to_keep,
-        save_interval_steps=config.checkpoint_every_steps,
         async_save=config.async_checkpointing,
     )
     targets = jax.tree_util.tree_map(
@@ -244,8 +251,7 @@ def main(argv):
                 t_window = time.perf_counter()  # evaluation time is not training throughput
             if save_now:
                 prefetch.rewind()
-                ckpt.save(step, state, data_iterator=data.train, meta={**meta, "step": step},
-                          force=stop or step == config.num_train_steps)  # fmt: skip
+                ckpt.save(step, state, data_iterator=data.train, meta={**meta, "step": step})
             if stop:
                 logging.warning("stopping at step %d after a stop request", step)
                 break

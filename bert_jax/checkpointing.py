@@ -41,8 +41,9 @@ class Checkpointer:
     Args:
       directory: where step directories go (created if missing).
       max_to_keep: newest checkpoints kept; older ones are deleted after a newer save completes.
-      save_interval_steps: `save` writes only at multiples of this (unless `force=True`).
       async_save: write arrays in a background thread.
+
+    The caller decides when to save: every `save` call writes.
     """
 
     def __init__(
@@ -50,13 +51,11 @@ class Checkpointer:
         directory: str,
         *,
         max_to_keep: int | None = 3,
-        save_interval_steps: int = 1,
         async_save: bool = True,
     ):
         self.directory = os.path.abspath(directory)
         self._options = dict(
             max_to_keep=max_to_keep,
-            save_interval_steps=save_interval_steps,
             enable_async_checkpointing=async_save,
             create=True,
             cleanup_tmp_directories=True,
@@ -91,16 +90,15 @@ class Checkpointer:
         *,
         data_iterator=None,
         meta: dict | None = None,
-        force: bool = False,
     ) -> bool:
-        """Starts saving at `step` (if due, or `force`). Returns whether a save was started."""
+        """Starts saving at `step`. Returns whether a save was started (False if `step` exists)."""
         items = {"state": ocp.args.StandardSave(state)}
         if data_iterator is not None:
             save_args, _ = _grain_args()
             items["data"] = save_args(data_iterator)
         if meta is not None:
             items["meta"] = ocp.args.JsonSave(meta)
-        saved = self._manager.save(step, args=ocp.args.Composite(**items), force=force)
+        saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
         if saved:
             logging.info("saving checkpoint %d to %s", step, self.directory)
         return saved

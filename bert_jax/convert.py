@@ -666,6 +666,47 @@ def load_pretrained(
     return config, (stack_layers(tree) if scan_layers else tree), model
 
 
+def load_training_checkpoint(
+    workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
+) -> tuple[BertConfig, PyTree, str, int]:
+    """Params of a `train.py` checkpoint: (config, params, model class name, step).
+
+    Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
+    whatever mesh wrote it; the optimizer state is not loaded.
+    """
+    import orbax.checkpoint as ocp
+
+    root = os.path.join(os.path.abspath(os.fspath(workdir)), "checkpoints")
+    steps = sorted(int(d) for d in os.listdir(root) if d.isdigit()) if os.path.isdir(root) else []
+    if not steps:
+        raise FileNotFoundError(f"no training checkpoints in {root}")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise FileNotFoundError(f"no checkpoint for step {step} in {root}; there are {steps}")
+    meta_path = os.path.join(root, str(step), "meta", "metadata")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        config = BertConfig.from_hf_dict(meta["config"])
+        model = meta["model"]
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+        raise ConversionError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
+    state_path = os.path.join(root, str(step), "state")
+    try:
+        with ocp.PyTreeCheckpointer() as ckptr:
+            tree = ckptr.metadata(state_path).item_metadata.tree
+            restore_args = jax.tree_util.tree_map(
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree
+            )
+            state = ckptr.restore(state_path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+    except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+        raise ConversionError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
+    params = state["params"]
+    check_params(config, params, model)
+    params = unstack_layers(params)
+    return config, (stack_layers(params) if scan_layers else params), model, step
+
+
 # --------------------------------------------------------------------------------------------
 # Verification against PyTorch
 # --------------------------------------------------------------------------------------------
@@ -750,11 +791,13 @@ def verify(config: BertConfig, params: PyTree, model: str, hf_dir: str, *, seed:
 # Command line
 # --------------------------------------------------------------------------------------------
 def detect_format(path: str) -> str:
-    """The format of the checkpoint at `path`: "hf", "tf" or "bert_jax"."""
+    """The format of the checkpoint at `path`: "hf", "tf", "bert_jax" or "train" (a workdir)."""
     if os.path.isdir(path):
         files = set(os.listdir(path))
         if "config.json" in files and "params" in files:
             return "bert_jax"
+        if "checkpoints" in files and os.path.isdir(os.path.join(path, "checkpoints")):
+            return "train"
         if "config.json" in files and files & set(HF_WEIGHT_FILES):
             return "hf"
         if "bert_config.json" in files or any(f.endswith(".ckpt.index") for f in files):
@@ -769,10 +812,13 @@ def detect_format(path: str) -> str:
 
 
 def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
-    """(config, params, model, report) from an HF, TF or bert_jax checkpoint path."""
+    """(config, params, model, report) from an HF, TF, bert_jax or train.py checkpoint path."""
     fmt = detect_format(path)
-    if fmt == "bert_jax":
-        config, params, stored = load_pretrained(path)
+    if fmt in ("bert_jax", "train"):
+        if fmt == "bert_jax":
+            config, params, stored = load_pretrained(path)
+        else:
+            config, params, stored, _ = load_training_checkpoint(path)
         if model and model != stored:  # change the head by re-mapping through the HF names
             state = params_to_hf_state(config, params, stored)
             params, report = hf_state_to_params(
@@ -803,7 +849,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Convert BERT checkpoints between Hugging Face PyTorch, TF and bert_jax.",
     )
     parser.add_argument(
-        "src", help="HF directory, TF checkpoint (prefix or folder), or bert_jax dir"
+        "src",
+        help="HF directory, TF checkpoint (prefix or folder), bert_jax directory, or a train.py "
+        "workdir (its newest checkpoint)",
     )
     parser.add_argument("dst", help="output directory")
     parser.add_argument(
@@ -822,7 +870,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config, params, model, report = load_any(
             args.src, args.model, allow_new_heads=args.allow_new_heads
         )
-        to = args.to or ("hf" if detect_format(args.src) == "bert_jax" else "bert_jax")
+        to = args.to or ("hf" if detect_format(args.src) in ("bert_jax", "train") else "bert_jax")
         if to == "hf":
             save_pytorch(config, params, args.dst, model, overwrite=args.overwrite)
         else:

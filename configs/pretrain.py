@@ -16,9 +16,11 @@ Every key can be overridden on the command line: `--config.global_batch_size=64`
 wrong types fail at once with their name. Units are in the names.
 """
 
+import dataclasses
+
 import ml_collections
 
-from bert_jax.config import PRESETS
+from bert_jax.config import PRESETS, BertConfig
 from bert_jax.sharding import DEFAULT_RULES
 
 
@@ -39,8 +41,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size = variant.get("size", "tiny")
     phase = int(variant.get("phase", "1"))
     mlm_only = variant.get("mlm_only", "0") in ("1", "true", "True")
-    if size not in PRESETS and not size.startswith("L"):
-        raise ValueError(f"unknown size {size!r}; known: {sorted(PRESETS)}")
     if phase not in (1, 2):
         raise ValueError(f"phase must be 1 or 2, got {phase}")
     tiny = size == "tiny"
@@ -48,13 +48,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = "mlm" if mlm_only else "pretraining"
 
-    # Architecture: a preset plus any BertConfig field (Hugging Face config.json names).
-    c.model = ml_collections.ConfigDict()
-    c.model.preset = size
-    c.model.vocab_size = 8192 if tiny else 30522  # must equal the tokenizer's
-    c.model.hidden_dropout_prob = 0.1
-    c.model.attention_probs_dropout_prob = 0.1
-    c.model.max_position_embeddings = 512
+    # Architecture: every BertConfig field (Hugging Face config.json names), from the preset.
+    arch = BertConfig.preset(size, vocab_size=8192 if tiny else 30522)  # = the tokenizer's
+    c.model = ml_collections.ConfigDict(
+        {k: v for k, v in dataclasses.asdict(arch).items() if k not in ("label_names",)}
+    )
 
     # How it is computed (not stored in checkpoints).
     c.runtime = ml_collections.ConfigDict()

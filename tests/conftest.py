@@ -11,3 +11,42 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import pytest  # noqa: E402  (after the environment is set)
+
+# A small pretraining build shared by the training tests: 6 plays, a 400-piece vocabulary,
+# 32-token sequences, 5 predictions, 4 shards (the last one held out for evaluation).
+TINY_DATA_OVERRIDES = [
+    "--config.data.source=records",
+    "--config.data.max_seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.model.vocab_size=400",
+    "--config.model.hidden_size=32",
+    "--config.model.num_attention_heads=4",
+    "--config.model.intermediate_size=37",
+    "--config.model.max_position_embeddings=32",
+    "--config.global_batch_size=16",
+    "--config.optimizer.warmup_steps=2",
+    "--config.log_every_steps=1",
+    "--config.export_hf_at_end=False",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_pretraining_build(tmp_path_factory):
+    """The directory of a finished small pretraining build (dynamic masking)."""
+    from bert_jax.data import build, sources, tokenization
+
+    out = tmp_path_factory.mktemp("pretraining_build")
+    documents = sources.default_corpus_documents()[:6]
+    tokenizer = tokenization.train_wordpiece(
+        (s for d in documents for s in d), vocab_size=400, lowercase=True
+    )
+    options = build.PretrainingOptions(
+        max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, static_masking=False
+    )
+    build.build_pretraining_shards(
+        documents, out, tokenizer, options, num_shards=4, num_workers=1, progress=False
+    )
+    return str(out)

@@ -22,9 +22,13 @@ How grain does the work (nothing of it is hand-written here):
    reshuffled every epoch, as one stream. Element g of the stream is (epoch g // N, a permutation).
 2. With a finite `num_epochs`, the stream is cut to a multiple of the global batch, so that every
    host gets the same number of batches.
-3. Host `shard_index` of `shard_count` takes stream elements `shard_index::shard_count`: the hosts'
-   parts are disjoint and together hold every record exactly once per epoch.
-4. `batch` groups B keys; a map reads the B records in one batched read, decodes them and, with
+3. `batch` groups the stream into global batches of G = B * shard_count keys, and host
+   `shard_index` keeps the contiguous slice [shard_index * B, (shard_index + 1) * B) of each: the
+   hosts' parts are disjoint and together hold every record exactly once per epoch, and the global
+   batch the hosts assemble (process 0's rows first) is row for row the one a single host reads.
+   So a run's batches, and with a partitionable PRNG its dropout masks, do not depend on the
+   number of hosts.
+4. A map reads this host's B records in one batched read, decodes them and, with
    dynamic masking, draws new masks (`masking.mask_batch`) keyed on each record's stream position
    g: new masks every epoch, the same masks on a resumed run, independent of the number of hosts
    and workers.
@@ -156,6 +160,17 @@ class _WithStreamIndex(grain.experimental.MapWithIndexTransform):
 
     def map_with_index(self, index: int, element: int) -> tuple[int, int]:
         return index, element
+
+
+class _HostSlice(grain.transforms.Map):
+    """Keeps rows [start, stop) of a global batch of (stream positions, keys)."""
+
+    def __init__(self, start: int, stop: int):
+        self._start, self._stop = start, stop
+
+    def map(self, element: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        stream_ids, keys = element
+        return stream_ids[self._start : self._stop], keys[self._start : self._stop]
 
 
 class _ReadBatch(grain.transforms.Map):
@@ -291,8 +306,8 @@ def make_pretraining_dataset(
                 f"{global_batch}"
             )
         ds = ds[:usable]
-    ds = ds[shard_index::shard_count]
-    ds = ds.batch(batch_size, drop_remainder=True)
+    ds = ds.batch(global_batch, drop_remainder=True)
+    ds = ds.map(_HostSlice(shard_index * batch_size, (shard_index + 1) * batch_size))
     ds = ds.map(
         _ReadBatch(
             source,

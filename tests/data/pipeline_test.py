@@ -178,10 +178,28 @@ def test_dynamic_masks_change_per_epoch_and_not_with_host_count(tmp_path, tiny_t
     # Every record is the same 8 tokens except its number: the masks of epoch 1 and 2 differ.
     first, second = stream["masked_lm_positions"][:24], stream["masked_lm_positions"][24:]
     assert (first != second).any(axis=1).mean() > 0.5
-    # Host 1 of 2 reads stream elements 1, 3, 5, ... and masks them exactly as a single host does.
+    # Host 1 of 2 reads the second half of every global batch of 4 (stream elements 2, 3, 6, 7,
+    # ...) and masks them exactly as a single host does.
     host1 = list(loader(paths, batch_size=2, shard_index=1, shard_count=2, **kwargs))
+    second_halves = np.arange(len(stream["input_ids"])).reshape(-1, 4)[:, 2:].reshape(-1)
     for key in stream:
-        np.testing.assert_array_equal(np.concatenate([b[key] for b in host1]), stream[key][1::2])
+        np.testing.assert_array_equal(
+            np.concatenate([b[key] for b in host1]), stream[key][second_halves]
+        )
+
+
+def test_hosts_assemble_the_single_host_batches_row_for_row(dynamic_build):
+    """Concatenating the hosts' batches of a step (host 0 first) gives the single host's batch,
+    so a run does not depend on the number of hosts."""
+    single = take(loader(dynamic_build, global_batch_size=8, seed=3), 3)
+    hosts = [
+        take(loader(dynamic_build, global_batch_size=8, seed=3, shard_index=h, shard_count=4), 3)
+        for h in range(4)
+    ]
+    for step, reference in enumerate(single):
+        for key in reference:
+            joined = np.concatenate([hosts[h][step][key] for h in range(4)])
+            np.testing.assert_array_equal(joined, reference[key])
 
 
 def test_worker_processes_give_the_same_batches_and_resume(dynamic_build):

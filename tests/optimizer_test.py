@@ -1,0 +1,126 @@
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import traverse_util
+
+from bert_jax import model as M
+from bert_jax import optimizer
+from bert_jax.config import RuntimeConfig
+from tests.common import TINY
+
+
+def test_linear_schedule_warmup_then_decay_to_zero():
+    s = optimizer.make_schedule("linear", 1e-4, warmup_steps=10, total_steps=110)
+    assert float(s(0)) == 0.0
+    np.testing.assert_allclose(float(s(5)), 0.5e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(s(10)), 1e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(s(60)), 0.5e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(s(110)), 0.0, atol=1e-12)
+    np.testing.assert_allclose(float(s(200)), 0.0, atol=1e-12)
+
+
+def test_cosine_wsd_and_constant_schedules():
+    cos = optimizer.make_schedule("cosine", 2.0, 0, 100, end_learning_rate=0.2)
+    np.testing.assert_allclose(float(cos(0)), 2.0, rtol=1e-6)
+    np.testing.assert_allclose(float(cos(50)), 0.2 + 1.8 * 0.5, rtol=1e-5)
+    np.testing.assert_allclose(float(cos(100)), 0.2, rtol=1e-5)
+    wsd = optimizer.make_schedule("wsd", 1.0, 10, 110, decay_fraction=0.2)  # decay: last 22
+    np.testing.assert_allclose([float(wsd(t)) for t in (5, 10, 50, 88)], [0.5, 1, 1, 1], rtol=1e-6)
+    np.testing.assert_allclose(float(wsd(99)), 0.5, rtol=1e-6)
+    np.testing.assert_allclose(float(wsd(110)), 0.0, atol=1e-7)
+    const = optimizer.make_schedule("constant", 3.0, 4, 10)
+    assert [float(const(t)) for t in (2, 4, 9)] == [1.5, 3.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("exp", 1.0, 0, 10), "unknown schedule"),
+        (("linear", 1.0, 20, 10), "warmup_steps=20"),
+        (("linear", -1.0, 0, 10), "positive"),
+    ],
+)
+def test_schedule_errors(args, match):
+    with pytest.raises(ValueError, match=match):
+        optimizer.make_schedule(*args)
+
+
+def test_weight_decay_mask_excludes_layer_norm_and_biases():
+    for runtime in (RuntimeConfig(), RuntimeConfig(scan_layers=True)):
+        params = M.init_params(M.BertForPreTraining(TINY, runtime), jax.random.PRNGKey(0))
+        for tree in (params, nn.meta.unbox(params)):
+            mask = traverse_util.flatten_dict(nn.meta.unbox(optimizer.weight_decay_mask(tree)), sep="/")
+            decayed = {k for k, v in mask.items() if v}
+            assert "bert/embeddings/word_embeddings/embedding" in decayed  # as the original
+            assert not any(k.endswith("/bias") for k in decayed)
+            assert not any("LayerNorm" in k for k in decayed)
+            assert "cls/predictions/bias" not in decayed
+            layer = "bert/encoder/layer" if runtime.scan_layers else "bert/encoder/layer_0"
+            assert f"{layer}/attention/self/query/kernel" in decayed
+            assert f"{layer}/output/LayerNorm/scale" not in decayed
+
+
+def _random_tree(seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "dense": {"kernel": rng.normal(size=(4, 3)).astype(np.float32), "bias": rng.normal(size=3).astype(np.float32)},
+        "LayerNorm": {"scale": rng.normal(size=3).astype(np.float32), "bias": rng.normal(size=3).astype(np.float32)},
+    }
+
+
+def _run(tx, steps=4):
+    params = jax.tree_util.tree_map(jnp.asarray, _random_tree(0))
+    state = tx.init(params)
+    for t in range(steps):
+        grads = jax.tree_util.tree_map(jnp.asarray, _random_tree(100 + t))
+        updates, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
+def test_adamw_with_bias_correction_equals_optax_adamw():
+    ours = optimizer.make_optimizer("adamw", 1e-2, weight_decay=0.01, clip_norm=None, bias_correction=True)
+    ref = optax.adamw(1e-2, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=optimizer.weight_decay_mask)
+    for a, b in zip(jax.tree_util.tree_leaves(_run(ours)), jax.tree_util.tree_leaves(_run(ref))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_adamw_matches_original_bert_update_without_bias_correction():
+    """google-research/bert AdamWeightDecayOptimizer: m, v without bias correction; update =
+    m / (sqrt(v) + eps) + wd * param (not for LayerNorm/bias); param -= lr * update."""
+    lr, wd, b1, b2, eps = 1e-2, 0.01, 0.9, 0.999, 1e-6
+    params = _random_tree(0)
+    flat = traverse_util.flatten_dict(params, sep="/")
+    m = {k: np.zeros_like(v) for k, v in flat.items()}
+    v = {k: np.zeros_like(x) for k, x in flat.items()}
+    for t in range(4):
+        grads = traverse_util.flatten_dict(_random_tree(100 + t), sep="/")
+        for k in flat:
+            m[k] = b1 * m[k] + (1 - b1) * grads[k]
+            v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
+            update = m[k] / (np.sqrt(v[k]) + eps)
+            if not (k.endswith("bias") or "LayerNorm" in k):
+                update += wd * flat[k]
+            flat[k] = flat[k] - lr * update
+    ours = traverse_util.flatten_dict(_run(optimizer.make_optimizer("adamw", lr, clip_norm=None)), sep="/")
+    for k in flat:
+        np.testing.assert_allclose(ours[k], flat[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+def test_lamb_equals_optax_lamb_with_the_same_mask():
+    ours = optimizer.make_optimizer("lamb", 1e-2, weight_decay=0.01, clip_norm=None)
+    ref = optax.lamb(1e-2, eps=1e-6, weight_decay=0.01, mask=optimizer.weight_decay_mask)
+    for a, b in zip(jax.tree_util.tree_leaves(_run(ours)), jax.tree_util.tree_leaves(_run(ref))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_global_norm_clipping():
+    tx = optimizer.make_optimizer("sgd", 1.0, weight_decay=0.0, clip_norm=1.0)
+    params = {"w": jnp.zeros(4)}
+    updates, _ = tx.update({"w": jnp.array([3.0, 4.0, 0.0, 0.0])}, tx.init(params), params)
+    np.testing.assert_allclose(updates["w"], [-0.6, -0.8, 0, 0], rtol=1e-6)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        optimizer.make_optimizer("adafactor", 1.0)

@@ -1,0 +1,223 @@
+"""Train steps: sharded equals single-device, accumulation is exact, overfitting works."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import model as M
+from bert_jax import optimizer, sharding, train_lib
+from bert_jax.config import BertConfig, RuntimeConfig
+
+CFG = BertConfig(
+    vocab_size=101,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=32,
+)
+
+
+def pretraining_batch(cfg, batch=16, length=12, predictions=3, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, cfg.vocab_size, size=(batch, length)).astype(np.int32)
+    mask = np.ones((batch, length), np.int32)
+    for b in range(batch):
+        mask[b, length - rng.integers(0, 4) :] = 0
+    ids[mask == 0] = 0
+    positions = np.sort(rng.choice(np.arange(1, 8), size=(batch, predictions)), axis=1)
+    weights = np.ones((batch, predictions), np.float32)
+    weights[::3, -1] = 0.0
+    return dict(
+        input_ids=ids,
+        token_type_ids=(np.arange(length) > length // 2).astype(np.int32)[None].repeat(batch, 0),
+        attention_mask=mask,
+        masked_lm_positions=positions.astype(np.int32),
+        masked_lm_ids=rng.integers(5, cfg.vocab_size, size=(batch, predictions)).astype(np.int32),
+        masked_lm_weights=weights,
+        next_sentence_labels=rng.integers(0, 2, size=batch).astype(np.int32),
+    )
+
+
+def setup(cfg=CFG, runtime=RuntimeConfig(), lr=1e-3):
+    model = M.BertForPreTraining(cfg, runtime)
+    schedule = optimizer.make_schedule("linear", lr, 2, 100)
+    tx = optimizer.make_optimizer("adamw", schedule)
+    init = functools.partial(train_lib.init_train_state, model=model, tx=tx)
+    return model, tx, schedule, init
+
+
+@functools.lru_cache
+def single_device_reference(steps=2):
+    """State and metrics after `steps` unsharded steps on `pretraining_batch(CFG)`."""
+    batch = pretraining_batch(CFG)
+    model, tx, schedule, init = setup()
+    state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
+    step = jax.jit(
+        functools.partial(
+            train_lib.train_step,
+            model=model,
+            tx=tx,
+            task=train_lib.get_task("pretraining"),
+            schedule=schedule,
+        )
+    )
+    history = []
+    for _ in range(steps):
+        state, metrics = step(state, batch)
+        history.append(jax.device_get(metrics))
+    return jax.device_get(state), history
+
+
+@pytest.mark.parametrize("mesh_shape", [(8, 1, 1), (2, 2, 2), (1, 8, 1), (1, 1, 8)])
+def test_sharded_step_equals_single_device(mesh_shape):
+    """With dropout on: the partitionable PRNG draws the same masks whatever the sharding."""
+    assert jax.device_count() == 8
+    batch = pretraining_batch(CFG)
+    ref_state, ref_metrics = single_device_reference()
+
+    model, tx, schedule, init = setup()
+    mesh = sharding.make_mesh(dict(zip(sharding.MESH_AXES, mesh_shape)))
+    rules = list(sharding.DEFAULT_RULES)
+    abstract = jax.eval_shape(init, jax.random.PRNGKey(0))
+    state_sh = sharding.logical_shardings(abstract, mesh, rules)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        state = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=state_sh)(jax.random.PRNGKey(0))
+        step = jax.jit(
+            functools.partial(
+                train_lib.train_step,
+                model=model,
+                tx=tx,
+                task=train_lib.get_task("pretraining"),
+                schedule=schedule,
+            ),
+            in_shardings=(state_sh, sharding.batch_shardings(batch, mesh)),
+            out_shardings=(state_sh, sharding.replicated(mesh)),
+            donate_argnums=0,
+        )
+        gbatch = sharding.global_batch_from_local(batch, mesh)
+        for ref in ref_metrics:
+            state, metrics = step(state, gbatch)
+            metrics = jax.device_get(metrics)
+            for k in ref:
+                np.testing.assert_allclose(metrics[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=k)
+    # Parameters really are sharded as the rules say (where the sizes divide).
+    q = state.params["bert"]["encoder"]["layer_0"]["attention"]["self"]["query"]["kernel"]
+    # [E=32, H=4, D=8]: embed over fsdp, heads over tensor; 4 heads do not split 8 ways.
+    expected = {(8, 1, 1): (32, 4, 8), (2, 2, 2): (16, 2, 8), (1, 8, 1): (4, 4, 8),
+                (1, 1, 8): (32, 4, 8)}[mesh_shape]  # fmt: skip
+    assert q.sharding.shard_shape(q.shape) == expected
+    for a, b in zip(jax.tree_util.tree_leaves(jax.device_get(state.params)), jax.tree_util.tree_leaves(ref_state.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    cfg = CFG.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model, tx, schedule, init = setup(cfg)
+    state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(1))
+    batch = pretraining_batch(cfg, batch=16)
+    task = train_lib.get_task("pretraining")
+    grads = {}
+    for k in (1, 4):
+        loss, g, sums = jax.jit(
+            functools.partial(train_lib.loss_and_grads, model=model, task=task, num_microbatches=k)
+        )(state.params, batch, jax.random.PRNGKey(0))
+        grads[k] = (loss, g, sums)
+    np.testing.assert_allclose(grads[1][0], grads[4][0], rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(grads[1][1]), jax.tree_util.tree_leaves(grads[4][1])):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    for key in grads[1][2]:
+        np.testing.assert_allclose(grads[1][2][key], grads[4][2][key], rtol=1e-5, err_msg=key)
+    with pytest.raises(ValueError, match="does not split into 3"):
+        train_lib.loss_and_grads(state.params, batch, None, model=model, task=task, num_microbatches=3)
+
+
+def test_overfitting_a_fixed_batch_drives_the_loss_near_zero():
+    cfg = CFG.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = M.BertForPreTraining(cfg)
+    tx = optimizer.make_optimizer("adamw", 3e-3, weight_decay=0.0)
+    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(jax.random.PRNGKey(0))
+    batch = pretraining_batch(cfg, batch=8)
+    step = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=train_lib.get_task("pretraining")))
+    first = None
+    for _ in range(300):
+        state, metrics = step(state, batch)
+        first = first if first is not None else float(metrics["loss"])
+        assert np.isfinite(float(metrics["grad_norm"]))
+    last = jax.device_get(metrics)
+    summary = train_lib.summarize(last)
+    assert first > 4.0 and float(last["loss"]) < 0.05, (first, float(last["loss"]))
+    assert summary["mlm_accuracy"] == 1.0 and summary["nsp_accuracy"] == 1.0
+    assert step._cache_size() == 1  # compiled once: no retracing
+
+
+def test_dropout_is_folded_with_the_step():
+    model, tx, schedule, init = setup()
+    state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
+    batch = pretraining_batch(CFG)
+    task = train_lib.get_task("pretraining")
+    step = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=task))
+    _, m1 = step(state, batch)
+    _, m1b = step(state, batch)
+    _, m2 = step(state.replace(step=state.step + 1), batch)
+    assert float(m1["loss"]) == float(m1b["loss"])
+    assert float(m1["loss"]) != float(m2["loss"])
+
+
+def test_eval_step_and_summaries():
+    model, tx, _, init = setup()
+    state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
+    batch = pretraining_batch(CFG)
+    out = jax.device_get(
+        jax.jit(functools.partial(train_lib.eval_step, model=model, task=train_lib.get_task("pretraining")))(state.params, batch)
+    )
+    assert out["mlm_count"] == batch["masked_lm_weights"].sum()
+    assert out["nsp_count"] == 16
+    summary = train_lib.summarize(out)
+    np.testing.assert_allclose(summary["mlm_loss"] + summary["nsp_loss"], out["loss"], rtol=1e-5)
+    assert 0 <= summary["mlm_accuracy"] <= 1
+    with pytest.raises(ValueError, match="unknown task"):
+        train_lib.get_task("translation")
+
+
+@pytest.mark.parametrize(
+    "task, head",
+    [
+        ("classification", "BertForSequenceClassification"),
+        ("regression", "BertForSequenceClassification"),
+        ("token_classification", "BertForTokenClassification"),
+        ("question_answering", "BertForQuestionAnswering"),
+        ("mlm", "BertForMaskedLM"),
+    ],
+)
+def test_every_task_trains(task, head):
+    cfg = CFG.replace(num_labels=1 if task == "regression" else 3)
+    model = M.get_model_class(head)(cfg)
+    tx = optimizer.make_optimizer("adamw", 3e-3, weight_decay=0.0)
+    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    base = pretraining_batch(cfg, batch=8)
+    batch = {k: base[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    batch["example_weights"] = np.array([1, 1, 1, 1, 1, 1, 1, 0], np.float32)
+    if task == "classification":
+        batch["labels"] = rng.integers(0, 3, 8).astype(np.int32)
+    elif task == "regression":
+        batch["labels"] = rng.normal(size=8).astype(np.float32)
+    elif task == "token_classification":
+        batch["labels"] = rng.integers(0, 3, (8, 12)).astype(np.int32)
+        batch["label_weights"] = base["attention_mask"].astype(np.float32)
+    elif task == "question_answering":
+        batch["start_positions"] = rng.integers(0, 6, 8).astype(np.int32)
+        batch["end_positions"] = batch["start_positions"] + 2
+    else:
+        batch = base
+    step = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=train_lib.get_task(task)))
+    losses = []
+    for _ in range(40):
+        state, metrics = step(state, batch)
+        losses.append(float(metrics["loss"]))
+    assert losses[-1] < 0.5 * losses[0], losses
