@@ -502,14 +502,14 @@ def read_glue_tfds(
     )
     if not tfds_split:
         raise ValueError(f"task {task.name!r} has no {split} split in tfds")
-    builder = _tfds_builder(task.tfds_name, data_dir, download)
+    builder = tfds_builder(task.tfds_name, data_dir, download)
     features = builder.info.features
     tfds_label_names = getattr(features["label"], "names", None)
     is_test = tfds_split.startswith(task.tfds_test_split) if task.tfds_test_split else False
     where = f"tfds:{task.tfds_name}/{tfds_split}"
     examples = []
-    for record in _tfds_records(builder, tfds_split):
-        texts = tuple(_as_str(record[k]) for k in task.text_keys)
+    for record in tfds_records(builder, tfds_split):
+        texts = tuple(as_str(record[k]) for k in task.text_keys)
         raw = record["label"]
         if is_test or (tfds_label_names is not None and int(raw) < 0):
             label = None
@@ -528,8 +528,20 @@ def read_glue_tfds(
     return examples
 
 
-def _tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool):
-    """A prepared tfds builder (imports tensorflow-datasets here, never at module import)."""
+def tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool = False):
+    """A prepared tensorflow-datasets builder (also used by the squad and ner readers).
+
+    tensorflow-datasets is imported here, never when this module is imported.
+
+    Args:
+      name: e.g. "glue/mrpc", "squad/v2.0", "conll2003".
+      data_dir: the tfds data directory; None is tfds's default (~/tensorflow_datasets).
+      download: download and prepare the dataset when it is missing (needs network).
+
+    Raises:
+      ImportError: tensorflow-datasets is not installed (the `tf` extra).
+      FileNotFoundError: the dataset is not prepared and `download` is False.
+    """
     try:
         import tensorflow_datasets as tfds
     except ImportError as e:
@@ -547,14 +559,15 @@ def _tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool)
     return builder
 
 
-def _tfds_records(builder, split: str):
-    """The records of one split as dicts of numpy values, in file order."""
+def tfds_records(builder, split: str):
+    """The records of one split of a prepared builder as dicts of numpy values, in file order."""
     import tensorflow_datasets as tfds
 
     return tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))
 
 
-def _as_str(value) -> str:
+def as_str(value) -> str:
+    """A tfds text value (UTF-8 bytes) as str."""
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 

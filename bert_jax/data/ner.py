@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import logging
 
-from bert_jax.data import tokenization
+from bert_jax.data import glue, tokenization
 
 # tfds conll2003's `ner` ClassLabel order.
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
@@ -113,13 +113,11 @@ def read_conll_tfds(
     download: bool = False,
 ) -> list[NerExample]:
     """Reads tfds `conll2003` ("train", "dev" or "test") from a local `data_dir` (`tf` extra)."""
-    from bert_jax.data import glue  # The shared tfds loader.
-
-    builder = glue._tfds_builder(name, data_dir, download)
+    builder = glue.tfds_builder(name, data_dir, download)
     tag_names = builder.info.features["ner"].feature.names
     sentences = []
-    for i, record in enumerate(glue._tfds_records(builder, split)):
-        words = tuple(glue._as_str(w) for w in record["tokens"])
+    for i, record in enumerate(glue.tfds_records(builder, split)):
+        words = tuple(glue.as_str(w) for w in record["tokens"])
         tags = tuple(tag_names[int(t)] for t in record["ner"])
         sentences.append(NerExample(words, tags, f"tfds:{name}/{split}[{i}]"))
     if not sentences:

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import logging
 
-from bert_jax.data import tokenization
+from bert_jax.data import glue, tokenization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,21 +290,19 @@ def read_squad_tfds(
 
     Needs the optional `tf` extra; answers are checked as in `read_squad`.
     """
-    from bert_jax.data import glue  # The shared tfds loader.
-
     if on_bad_answer not in ("raise", "skip"):
         raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
     stats = stats if stats is not None else SquadStats()
-    builder = glue._tfds_builder(name, data_dir, download)
+    builder = glue.tfds_builder(name, data_dir, download)
     examples, seen = [], set()
-    for record in glue._tfds_records(builder, split):
-        qas_id = glue._as_str(record["id"])
-        context = glue._as_str(record["context"])
-        texts = [glue._as_str(t) for t in record["answers"]["text"]]
+    for record in glue.tfds_records(builder, split):
+        qas_id = glue.as_str(record["id"])
+        context = glue.as_str(record["context"])
+        texts = [glue.as_str(t) for t in record["answers"]["text"]]
         starts = [int(s) for s in record["answers"]["answer_start"]]
         example = _make_example(
-            qas_id, glue._as_str(record["question"]), context, list(zip(texts, starts)),
-            bool(record.get("is_impossible", False)), glue._as_str(record.get("title", b"")),
+            qas_id, glue.as_str(record["question"]), context, list(zip(texts, starts)),
+            bool(record.get("is_impossible", False)), glue.as_str(record.get("title", b"")),
             f"tfds:{name}/{split} (id {qas_id})", on_bad_answer, stats, seen,
         )  # fmt: skip
         if example is not None:
