@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -253,7 +254,7 @@ def custom_task(
         regression.
       regression: predict one float per example.
       metrics: default ("pearson", "spearman") for regression, else ("accuracy",) plus "f1" for
-        two classes.
+        two classes (the F1 of label id 1, the second of `label_names`).
 
     Returns:
       The task.
@@ -330,12 +331,25 @@ def _check_on_bad_row(on_bad_row: str) -> None:
         raise ValueError(f"on_bad_row must be 'raise' or 'skip', not {on_bad_row!r}")
 
 
-def _open_text(path: str):
+def open_text(path: str | os.PathLike) -> io.StringIO:
+    """The text of a UTF-8 file (a byte-order mark dropped), for the readers of every task.
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: the file is empty or not UTF-8 (naming the file and the byte offset).
+    """
+    path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no such file: {path}")
-    if os.path.getsize(path) == 0:
+    with open(path, "rb") as f:
+        raw = f.read()
+    if not raw:
         raise ValueError(f"{path} is empty")
-    return open(path, encoding="utf-8", newline="")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+    return io.StringIO(text, newline="")
 
 
 def read_glue_tsv(
@@ -369,7 +383,7 @@ def read_glue_tsv(
     _check_on_bad_row(on_bad_row)
     stats = stats if stats is not None else ReadStats()
     examples = []
-    with _open_text(path) as f:
+    with open_text(path) as f:
         rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(rows, None)
         if header is None:
@@ -589,7 +603,7 @@ def _format_of(path: str, fmt: str | None) -> str:
 
 def _iter_records(path: str, fmt: str, columns: Sequence[str]):
     """Yields (line number, {column: str value}) from a CSV/TSV with a header, or JSONL."""
-    with _open_text(path) as f:
+    with open_text(path) as f:
         if fmt == "jsonl":
             for line, text in enumerate(f, start=1):
                 if not text.strip():

@@ -74,14 +74,12 @@ def read_conll(
       ValueError: an empty file, a line without the tag column; the message names the line.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such file: {path}")
     sentences: list[NerExample] = []
     words: list[str] = []
     tags: list[str] = []
     first_line = 0
     needed = max(word_column, tag_column) + 1 if tag_column >= 0 else 2
-    with open(path, encoding="utf-8") as f:
+    with glue.open_text(path) as f:
         for line_number, line in enumerate(f, start=1):
             columns = line.split()
             if not columns or columns[0] == "-DOCSTART-":

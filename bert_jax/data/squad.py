@@ -205,11 +205,7 @@ def read_squad(
     if on_bad_answer not in ("raise", "skip"):
         raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
     stats = stats if stats is not None else SquadStats()
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    if os.path.getsize(path) == 0:
-        raise ValueError(f"{path} is empty")
-    with open(path, encoding="utf-8") as f:
+    with glue.open_text(path) as f:
         try:
             dataset = json.load(f)
         except json.JSONDecodeError as e:

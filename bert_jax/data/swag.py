@@ -72,11 +72,7 @@ def read_swag(
         0..C-1; the message names the file, line and column.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    if os.path.getsize(path) == 0:
-        raise ValueError(f"{path} is empty")
-    with open(path, encoding="utf-8", newline="") as f:
+    with glue.open_text(path) as f:
         rows = csv.reader(f)
         header = next(rows, None)
         if header is None:

@@ -384,3 +384,14 @@ def test_write_submission(tmp_path):
     assert open(path).read() == "index\tprediction\n0\t0.000\n1\t2.346\n2\t5.000\n"
     with pytest.raises(ValueError, match="drop the batch fillers"):
         glue.write_submission(tmp_path, "stsb", examples, np.zeros(4))
+
+
+def test_text_encoding(tmp_path):
+    binary = glue.custom_task("b", ("text",), label_names=("0", "1"))
+    (tmp_path / "bom.csv").write_bytes("\ufefftext,label\ncafé,1\n".encode())
+    assert glue.read_records(tmp_path / "bom.csv", binary) == [glue.TextExample("0", ("café",), 1)]
+    (tmp_path / "latin1.csv").write_bytes("text,label\ncafé,1\n".encode("latin-1"))
+    with pytest.raises(
+        ValueError, match=r"latin1.csv is not UTF-8 text \(invalid byte at offset 14\)"
+    ):
+        glue.read_records(tmp_path / "latin1.csv", binary)
