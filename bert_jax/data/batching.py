@@ -151,7 +151,7 @@ def batches(
     group_by_length: bool = False,
     return_indices: bool = False,
 ) -> Iterator[dict[str, np.ndarray]] | Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
-    """Yields one epoch of fixed-size batches.
+    """One epoch of fixed-size batches (arguments are checked here, batches made lazily).
 
     Args:
       features: arrays with a common leading axis N (from a featurizer or `pack`).
@@ -166,9 +166,9 @@ def batches(
       group_by_length: draw each batch from one length bucket.
       return_indices: also yield int64 [B], each row's index into the features (-1 for fillers).
 
-    Yields:
-      {key: [B, ...] array}; token-axis keys are [B, L_b] (or [B, C, L_b]) with L_b the
-      batch's bucket. With `return_indices`, (batch, indices).
+    Returns:
+      An iterator of {key: [B, ...] array}; token-axis keys are [B, L_b] (or [B, C, L_b]) with
+      L_b the batch's bucket. With `return_indices`, of (batch, indices).
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -190,6 +190,12 @@ def batches(
     if drop_remainder and plan and len(plan[-1]) < batch_size:
         logging.info("drop_remainder: dropping the last %d of %d rows", len(plan[-1]), n)
         plan = plan[:-1]
+    return _iterate(features, plan, lengths, bounds, batch_size, seq_keys, return_indices)
+
+
+def _iterate(features, plan, lengths, bounds, batch_size, seq_keys, return_indices):
+    """Gathers, cuts and fills the planned batches (a generator, so `batches` checks eagerly)."""
+    max_len = features["input_ids"].shape[-1]
     for idx in plan:
         width = max_len
         if bounds is not None:
