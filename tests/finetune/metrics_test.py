@@ -1,0 +1,229 @@
+"""Metrics equal scikit-learn, scipy and seqeval on random inputs; SQuAD scoring on hand cases."""
+
+import ast
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from bert_jax import metrics
+
+sklearn_metrics = pytest.importorskip("sklearn.metrics")
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+def test_module_imports_only_numpy_and_stdlib():
+    source = pathlib.Path(metrics.__file__).read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert imported - set(sys.stdlib_module_names) == {"numpy"}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_classification_metrics_equal_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(5, 200)), int(rng.integers(2, 5))
+    labels, predictions = rng.integers(0, k, n), rng.integers(0, k, n)
+    predictions[: n // 3] = labels[: n // 3]  # Some signal.
+    assert metrics.accuracy(labels, predictions) == pytest.approx(
+        sklearn_metrics.accuracy_score(labels, predictions)
+    )
+    assert metrics.matthews_corrcoef(labels, predictions) == pytest.approx(
+        sklearn_metrics.matthews_corrcoef(labels, predictions)
+    )
+    assert metrics.f1_score(labels, predictions, average="macro") == pytest.approx(
+        sklearn_metrics.f1_score(labels, predictions, average="macro", zero_division=0)
+    )
+    binary_labels, binary_predictions = labels % 2, predictions % 2
+    assert metrics.f1_score(binary_labels, binary_predictions) == pytest.approx(
+        sklearn_metrics.f1_score(binary_labels, binary_predictions, zero_division=0)
+    )
+    assert metrics.matthews_corrcoef(binary_labels, binary_predictions) == pytest.approx(
+        sklearn_metrics.matthews_corrcoef(binary_labels, binary_predictions)
+    )
+    assert metrics.f1_score(binary_labels, binary_predictions, positive_label=0) == pytest.approx(
+        sklearn_metrics.f1_score(binary_labels, binary_predictions, pos_label=0, zero_division=0)
+    )
+
+
+def test_classification_edge_cases():
+    assert metrics.matthews_corrcoef([1, 1, 1], [1, 1, 1]) == 0.0  # sklearn gives 0 too.
+    assert metrics.matthews_corrcoef([0, 1, 0, 1], [1, 0, 1, 0]) == pytest.approx(-1.0)
+    assert metrics.f1_score([0, 0], [0, 0]) == 0.0  # No positives anywhere.
+    assert metrics.compute(["accuracy", "f1"], [1, 0, 1, 1], [1, 1, 1, 0]) == {
+        "accuracy": 0.5,
+        "f1": pytest.approx(2 / 3),
+    }
+    with pytest.raises(KeyError, match="unknown metric"):
+        metrics.compute(["bleu"], [1], [1])
+    with pytest.raises(ValueError, match="one length"):
+        metrics.accuracy([1, 2], [1])
+    with pytest.raises(ValueError, match="no examples"):
+        metrics.accuracy([], [])
+    # Train majority is class 2; it is right on 1 of 4 eval labels.
+    assert metrics.majority_class_accuracy([2, 2, 1, 0, 2], [2, 1, 1, 0]) == 0.25
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_correlations_equal_scipy(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 300))
+    labels = rng.normal(size=n)
+    predictions = 0.5 * labels + rng.normal(size=n)
+    if seed % 2:  # STS-B-like scores with many ties.
+        labels = np.round(rng.uniform(0, 5, n) * 2) / 2
+        predictions = np.round(predictions)
+    assert metrics.pearson(labels, predictions) == pytest.approx(
+        scipy_stats.pearsonr(labels, predictions)[0], abs=1e-12
+    )
+    assert metrics.spearman(labels, predictions) == pytest.approx(
+        scipy_stats.spearmanr(labels, predictions)[0], abs=1e-12
+    )
+    np.testing.assert_allclose(metrics.rank_average(labels), scipy_stats.rankdata(labels))
+
+
+def test_correlation_of_a_constant_is_nan():
+    assert math.isnan(metrics.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert math.isnan(metrics.spearman([1.0, 2.0, 3.0], [4.0, 4.0, 4.0]))
+
+
+def _random_tags(rng, n, types, prefixes):
+    tags = []
+    for _ in range(n):
+        if rng.random() < 0.35:
+            tags.append("O")
+        else:
+            tags.append(f"{rng.choice(prefixes)}-{rng.choice(types)}")
+    return tags
+
+
+@pytest.mark.filterwarnings("ignore:.*ill-defined")  # seqeval's per-type zero divisions.
+@pytest.mark.parametrize("scheme", ["IOB1", "IOB2", "IOBES"])
+def test_entity_scores_equal_seqeval(scheme):
+    seqeval = pytest.importorskip("seqeval.metrics")
+    rng = np.random.default_rng({"IOB1": 0, "IOB2": 1, "IOBES": 2}[scheme])
+    prefixes = {"IOB1": ["I", "I", "B"], "IOB2": ["B", "I"], "IOBES": ["B", "I", "E", "S"]}[scheme]
+    types = ["PER", "LOC", "ORG", "MISC"]
+    for _ in range(30):
+        lengths = rng.integers(1, 12, size=int(rng.integers(1, 8)))
+        true = [_random_tags(rng, int(n), types, prefixes) for n in lengths]
+        predicted = [
+            [
+                t if rng.random() < 0.7 else p
+                for t, p in zip(s, _random_tags(rng, len(s), types, prefixes))
+            ]
+            for s in true
+        ]
+        scores = metrics.entity_scores(true, predicted)
+        assert scores["f1"] == pytest.approx(seqeval.f1_score(true, predicted))
+        assert scores["precision"] == pytest.approx(seqeval.precision_score(true, predicted))
+        assert scores["recall"] == pytest.approx(seqeval.recall_score(true, predicted))
+        report = seqeval.classification_report(true, predicted, output_dict=True)
+        for type_, values in scores["per_type"].items():
+            if type_ in report:
+                assert values["f1"] == pytest.approx(report[type_]["f1-score"])
+                assert values["support"] == report[type_]["support"]
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    for _ in range(200):
+        tags = _random_tags(rng, int(rng.integers(1, 15)), types, prefixes + ["E"])
+        assert metrics.get_entities(tags) == get_entities(tags)
+
+
+def test_entities_by_hand():
+    # IOB1: an I tag starts an entity; B only separates two adjacent entities of one type.
+    assert metrics.get_entities(["I-PER", "I-PER", "B-PER", "O", "I-LOC"]) == [
+        ("PER", 0, 1),
+        ("PER", 2, 2),
+        ("LOC", 4, 4),
+    ]
+    # IOB2, with a type change inside a run.
+    assert metrics.get_entities(["B-ORG", "I-ORG", "I-LOC", "O"]) == [("ORG", 0, 1), ("LOC", 2, 2)]
+    true = [["B-PER", "I-PER", "O"], ["B-LOC"]]
+    predicted = [["B-PER", "O", "O"], ["B-LOC"]]  # The PER span is cut short: wrong.
+    scores = metrics.entity_scores(true, predicted)
+    assert (scores["num_true"], scores["num_predicted"], scores["num_correct"]) == (2, 2, 1)
+    assert metrics.entity_f1(true, predicted) == 0.5
+    with pytest.raises(ValueError, match="sentence 1"):
+        metrics.entity_scores(true, [["O", "O", "O"], []])
+
+
+# ---------------------------------------------------------------------------------------------
+# SQuAD, checked by hand.
+
+
+def test_normalize_answer():
+    assert metrics.normalize_answer("The  Denver Broncos!") == "denver broncos"
+    assert metrics.normalize_answer("an apple, a pear & the plum.") == "apple pear plum"
+    # Articles go only as whole words; punctuation goes before articles are looked for.
+    assert metrics.normalize_answer("Theater of the Absurd") == "theater of absurd"
+    assert metrics.normalize_answer("the-end") == "theend"
+    assert metrics.normalize_answer("A") == ""
+    assert metrics.normalize_answer("  Ünïcode “quotes” ") == "ünïcode “quotes”"
+
+
+def test_squad_exact_and_f1_by_hand():
+    gold = ["Denver Broncos", "The Denver Broncos", "Broncos"]
+    assert metrics.squad_exact("the denver broncos.", gold) == 1.0
+    assert metrics.squad_exact("Denver", gold) == 0.0
+    # "Denver" vs "Denver Broncos": P = 1, R = 1/2, F1 = 2/3 (the best over the gold answers).
+    assert metrics.squad_f1("Denver", gold) == pytest.approx(2 / 3)
+    # "Broncos won" vs "Broncos": P = 1/2, R = 1 -> 2/3; vs "Denver Broncos": 1/2 each -> 1/2.
+    assert metrics.squad_f1("Broncos won", gold) == pytest.approx(2 / 3)
+    # Repeated tokens count once per occurrence in both.
+    assert metrics.squad_f1("broncos broncos", ["broncos"]) == pytest.approx(2 / 3)
+    assert metrics.squad_f1("Carolina Panthers", gold) == 0.0
+    # Unanswerable: only "" is right.
+    assert metrics.squad_exact("", []) == 1.0 and metrics.squad_f1("", []) == 1.0
+    assert metrics.squad_exact("Denver", []) == 0.0 and metrics.squad_f1("Denver", []) == 0.0
+    assert metrics.squad_f1("", gold) == 0.0
+    # A gold answer that normalizes to nothing counts as "no answer" (the v2.0 script).
+    assert metrics.squad_exact("", ["The"]) == 1.0
+    with pytest.raises(TypeError):
+        metrics.squad_exact("x", "x")
+
+
+def test_squad_evaluate_by_hand():
+    gold = {
+        "q1": ["Denver Broncos", "Broncos"],
+        "q2": ["Saint Bernadette Soubirous"],
+        "q3": [],  # Unanswerable.
+        "q4": [],  # Unanswerable.
+    }
+    predictions = {"q1": "the Broncos", "q2": "Bernadette", "q3": "", "q4": "Paris"}
+    # q1: exact 1, f1 1; q2: exact 0, f1 = 2 * (1 * 1/3) / (4/3) = 1/2; q3: 1, 1; q4: 0, 0.
+    result = metrics.squad_evaluate(gold, predictions)
+    assert result["exact"] == pytest.approx(50.0)
+    assert result["f1"] == pytest.approx(62.5)
+    assert result["total"] == 4 and result["missing"] == 0
+    assert result["HasAns_exact"] == pytest.approx(50.0)
+    assert result["HasAns_f1"] == pytest.approx(75.0)
+    assert result["NoAns_exact"] == result["NoAns_f1"] == pytest.approx(50.0)
+    assert result["HasAns_total"] == result["NoAns_total"] == 2
+
+    # No-answer scores: predicting "" above the threshold fixes q4 and breaks q2.
+    na_probs = {"q1": 0.1, "q2": 0.9, "q3": 0.8, "q4": 0.95}
+    result = metrics.squad_evaluate(gold, predictions, na_probs=na_probs, na_prob_thresh=0.5)
+    assert result["exact"] == pytest.approx(75.0)  # q1 1, q2 0, q3 1, q4 1.
+    assert result["f1"] == pytest.approx(75.0)
+    # Best threshold: start from "all no-answer" (2 right), admit in order of the score:
+    # q1 +1 (3), q3 0 (3), q2 +0 exact / +0.5 f1, q4 -1. Best exact 3/4 at 0.1; f1 3.5/4 at 0.9.
+    assert result["best_exact"] == pytest.approx(75.0)
+    assert result["best_exact_thresh"] == pytest.approx(0.1)
+    assert result["best_f1"] == pytest.approx(87.5)
+    assert result["best_f1_thresh"] == pytest.approx(0.9)
+
+    partial = metrics.squad_evaluate(gold, {"q1": "Broncos"})
+    assert partial["missing"] == 3 and partial["exact"] == pytest.approx(25.0)
+    with pytest.raises(KeyError, match="unknown question ids"):
+        metrics.squad_evaluate(gold, {"q9": "x"})
+    # v1.1 data: every question has an answer, no HasAns/NoAns split.
+    v1 = metrics.squad_evaluate({"a": ["x y"], "b": ["z"]}, {"a": "x", "b": "z"})
+    assert set(v1) == {"exact", "f1", "total", "missing"}
+    assert v1["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
