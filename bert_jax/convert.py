@@ -698,7 +698,9 @@ def load_training_checkpoint(
             restore_args = jax.tree_util.tree_map(
                 lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree
             )
-            state = ckptr.restore(state_path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+            state = ckptr.restore(
+                state_path, args=ocp.args.PyTreeRestore(restore_args=restore_args)
+            )
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
         raise ConversionError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
     params = state["params"]

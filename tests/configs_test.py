@@ -11,7 +11,12 @@ from bert_jax.config import BertConfig, RuntimeConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = {
-    "pretrain.py": ["size=tiny", "size=base,phase=1", "size=large,phase=2", "size=L4-H512,mlm_only=1"],
+    "pretrain.py": [
+        "size=tiny",
+        "size=base,phase=1",
+        "size=large,phase=2",
+        "size=L4-H512,mlm_only=1",
+    ],
 }
 
 

@@ -29,10 +29,20 @@ def test_two_processes_equal_one(tmp_path, tiny_pretraining_build):
     port = free_port()
     procs = [
         subprocess.Popen(
-            train_cmd(multi, tiny_pretraining_build, *mesh,
-                      f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
-                      f"--process_id={i}", steps=steps),
-            env=env(4), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            train_cmd(
+                multi,
+                tiny_pretraining_build,
+                *mesh,
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+                steps=steps,
+            ),
+            env=env(4),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for i in range(2)
     ]

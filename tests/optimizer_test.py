@@ -52,7 +52,9 @@ def test_weight_decay_mask_excludes_layer_norm_and_biases():
     for runtime in (RuntimeConfig(), RuntimeConfig(scan_layers=True)):
         params = M.init_params(M.BertForPreTraining(TINY, runtime), jax.random.PRNGKey(0))
         for tree in (params, nn.meta.unbox(params)):
-            mask = traverse_util.flatten_dict(nn.meta.unbox(optimizer.weight_decay_mask(tree)), sep="/")
+            mask = traverse_util.flatten_dict(
+                nn.meta.unbox(optimizer.weight_decay_mask(tree)), sep="/"
+            )
             decayed = {k for k, v in mask.items() if v}
             assert "bert/embeddings/word_embeddings/embedding" in decayed  # as the original
             assert not any(k.endswith("/bias") for k in decayed)
@@ -66,8 +68,14 @@ def test_weight_decay_mask_excludes_layer_norm_and_biases():
 def _random_tree(seed):
     rng = np.random.default_rng(seed)
     return {
-        "dense": {"kernel": rng.normal(size=(4, 3)).astype(np.float32), "bias": rng.normal(size=3).astype(np.float32)},
-        "LayerNorm": {"scale": rng.normal(size=3).astype(np.float32), "bias": rng.normal(size=3).astype(np.float32)},
+        "dense": {
+            "kernel": rng.normal(size=(4, 3)).astype(np.float32),
+            "bias": rng.normal(size=3).astype(np.float32),
+        },
+        "LayerNorm": {
+            "scale": rng.normal(size=3).astype(np.float32),
+            "bias": rng.normal(size=3).astype(np.float32),
+        },
     }
 
 
@@ -82,8 +90,12 @@ def _run(tx, steps=4):
 
 
 def test_adamw_with_bias_correction_equals_optax_adamw():
-    ours = optimizer.make_optimizer("adamw", 1e-2, weight_decay=0.01, clip_norm=None, bias_correction=True)
-    ref = optax.adamw(1e-2, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=optimizer.weight_decay_mask)
+    ours = optimizer.make_optimizer(
+        "adamw", 1e-2, weight_decay=0.01, clip_norm=None, bias_correction=True
+    )
+    ref = optax.adamw(
+        1e-2, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=optimizer.weight_decay_mask
+    )
     for a, b in zip(jax.tree_util.tree_leaves(_run(ours)), jax.tree_util.tree_leaves(_run(ref))):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
@@ -105,7 +117,9 @@ def test_adamw_matches_original_bert_update_without_bias_correction():
             if not (k.endswith("bias") or "LayerNorm" in k):
                 update += wd * flat[k]
             flat[k] = flat[k] - lr * update
-    ours = traverse_util.flatten_dict(_run(optimizer.make_optimizer("adamw", lr, clip_norm=None)), sep="/")
+    ours = traverse_util.flatten_dict(
+        _run(optimizer.make_optimizer("adamw", lr, clip_norm=None)), sep="/"
+    )
     for k in flat:
         np.testing.assert_allclose(ours[k], flat[k], rtol=1e-5, atol=1e-7, err_msg=k)
 

@@ -4,7 +4,6 @@ import functools
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -43,8 +42,8 @@ def pretraining_batch(cfg, batch=16, length=12, predictions=3, seed=0):
     )
 
 
-def setup(cfg=CFG, runtime=RuntimeConfig(), lr=1e-3):
-    model = M.BertForPreTraining(cfg, runtime)
+def setup(cfg=CFG, runtime=None, lr=1e-3):
+    model = M.BertForPreTraining(cfg, runtime or RuntimeConfig())
     schedule = optimizer.make_schedule("linear", lr, 2, 100)
     tx = optimizer.make_optimizer("adamw", schedule)
     init = functools.partial(train_lib.init_train_state, model=model, tx=tx)
@@ -111,7 +110,10 @@ def test_sharded_step_equals_single_device(mesh_shape):
     expected = {(8, 1, 1): (32, 4, 8), (2, 2, 2): (16, 2, 8), (1, 8, 1): (4, 4, 8),
                 (1, 1, 8): (32, 4, 8)}[mesh_shape]  # fmt: skip
     assert q.sharding.shard_shape(q.shape) == expected
-    for a, b in zip(jax.tree_util.tree_leaves(jax.device_get(state.params)), jax.tree_util.tree_leaves(ref_state.params)):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(jax.device_get(state.params)),
+        jax.tree_util.tree_leaves(ref_state.params),
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
@@ -133,16 +135,24 @@ def test_gradient_accumulation_equals_one_big_batch():
     for key in grads[1][2]:
         np.testing.assert_allclose(grads[1][2][key], grads[4][2][key], rtol=1e-5, err_msg=key)
     with pytest.raises(ValueError, match="does not split into 3"):
-        train_lib.loss_and_grads(state.params, batch, None, model=model, task=task, num_microbatches=3)
+        train_lib.loss_and_grads(
+            state.params, batch, None, model=model, task=task, num_microbatches=3
+        )
 
 
 def test_overfitting_a_fixed_batch_drives_the_loss_near_zero():
     cfg = CFG.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = M.BertForPreTraining(cfg)
     tx = optimizer.make_optimizer("adamw", 3e-3, weight_decay=0.0)
-    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(jax.random.PRNGKey(0))
+    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(
+        jax.random.PRNGKey(0)
+    )
     batch = pretraining_batch(cfg, batch=8)
-    step = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=train_lib.get_task("pretraining")))
+    step = jax.jit(
+        functools.partial(
+            train_lib.train_step, model=model, tx=tx, task=train_lib.get_task("pretraining")
+        )
+    )
     first = None
     for _ in range(300):
         state, metrics = step(state, batch)
@@ -173,7 +183,11 @@ def test_eval_step_and_summaries():
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
     batch = pretraining_batch(CFG)
     out = jax.device_get(
-        jax.jit(functools.partial(train_lib.eval_step, model=model, task=train_lib.get_task("pretraining")))(state.params, batch)
+        jax.jit(
+            functools.partial(
+                train_lib.eval_step, model=model, task=train_lib.get_task("pretraining")
+            )
+        )(state.params, batch)
     )
     assert out["mlm_count"] == batch["masked_lm_weights"].sum()
     assert out["nsp_count"] == 16
@@ -198,7 +212,9 @@ def test_every_task_trains(task, head):
     cfg = CFG.replace(num_labels=1 if task == "regression" else 3)
     model = M.get_model_class(head)(cfg)
     tx = optimizer.make_optimizer("adamw", 3e-3, weight_decay=0.0)
-    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(jax.random.PRNGKey(0))
+    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(
+        jax.random.PRNGKey(0)
+    )
     rng = np.random.default_rng(0)
     base = pretraining_batch(cfg, batch=8)
     batch = {k: base[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
@@ -215,7 +231,9 @@ def test_every_task_trains(task, head):
         batch["end_positions"] = batch["start_positions"] + 2
     else:
         batch = base
-    step = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=train_lib.get_task(task)))
+    step = jax.jit(
+        functools.partial(train_lib.train_step, model=model, tx=tx, task=train_lib.get_task(task))
+    )
     losses = []
     for _ in range(40):
         state, metrics = step(state, batch)

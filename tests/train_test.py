@@ -30,13 +30,17 @@ def train_cmd(workdir, build_dir, *extra, steps=6):
 
 def env(devices=1):
     e = dict(os.environ)
-    e["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
+    e["XLA_FLAGS"] = (
+        f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
+    )
     e["PYTHONUNBUFFERED"] = "1"
     return e
 
 
 def run(cmd, devices=1, check=True, timeout=600):
-    proc = subprocess.run(cmd, env=env(devices), cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        cmd, env=env(devices), cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return proc
@@ -57,7 +61,9 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
     run(train_cmd(workdir, tiny_pretraining_build, "--config.eval_every_steps=3",
                   "--config.num_eval_steps=2", "--config.checkpoint_every_steps=2", "--config.export_hf_at_end=True"),
         devices=2)  # fmt: skip
-    assert sorted(os.listdir(workdir / "checkpoints")) == ["4", "6"] or "6" in os.listdir(workdir / "checkpoints")
+    assert sorted(os.listdir(workdir / "checkpoints")) == ["4", "6"] or "6" in os.listdir(
+        workdir / "checkpoints"
+    )
     rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4, 5, 6]
     evals = [r for r in rows if "eval/loss" in r]
@@ -66,7 +72,9 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
                 "train/learning_rate", "train/grad_norm", "train/tokens_per_s", "train/step_time_s"):  # fmt: skip
         assert key in rows[-2] or key in rows[-1], key
     assert (workdir / "tensorboard").is_dir()
-    assert (workdir / "hf" / "model.safetensors").exists() and (workdir / "export" / "params").is_dir()
+    assert (workdir / "hf" / "model.safetensors").exists() and (
+        workdir / "export" / "params"
+    ).is_dir()
     # A second invocation resumes at step 6 and trains to 8.
     proc = run(train_cmd(workdir, tiny_pretraining_build, steps=8), devices=2)
     assert "restored checkpoint 6" in proc.stderr
@@ -78,7 +86,9 @@ def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
     transformers = pytest.importorskip("transformers")
     workdir = tmp_path / "run"
     run(train_cmd(workdir, tiny_pretraining_build, "--config.export_hf_at_end=True", steps=2))
-    model, info = transformers.BertForPreTraining.from_pretrained(workdir / "hf", output_loading_info=True)
+    model, info = transformers.BertForPreTraining.from_pretrained(
+        workdir / "hf", output_loading_info=True
+    )
     assert not info["missing_keys"] and not info["unexpected_keys"]
     # And the converter reads the bert_jax export.
     from bert_jax import convert
@@ -92,8 +102,12 @@ def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_buil
     straight = tmp_path / "straight"
     run(train_cmd(straight, tiny_pretraining_build, steps=2 * n))
     interrupted = tmp_path / "interrupted"
-    cmd = train_cmd(interrupted, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", steps=2 * n)
-    proc = subprocess.Popen(cmd, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = train_cmd(
+        interrupted, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", steps=2 * n
+    )
+    proc = subprocess.Popen(
+        cmd, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.time() + 300
     while time.time() < deadline:
         if (interrupted / "metrics.jsonl").exists() and len(losses(interrupted)) >= n // 2:
@@ -106,7 +120,11 @@ def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_buil
     assert stopped < 2 * n, "the run finished before the signal; no resume was tested"
     assert "received SIGTERM" in err
     assert os.listdir(interrupted / "checkpoints") == [str(stopped)]
-    run(train_cmd(interrupted, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", steps=2 * n))
+    run(
+        train_cmd(
+            interrupted, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", steps=2 * n
+        )
+    )
     a, b = losses(straight), losses(interrupted)
     assert sorted(a) == sorted(b) == list(range(1, 2 * n + 1))
     np.testing.assert_allclose([b[s] for s in sorted(b)], [a[s] for s in sorted(a)], rtol=1e-6)
@@ -123,14 +141,24 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_pre
     assert proc.returncode != 0
     assert "non-finite loss" in proc.stderr and "last good checkpoint is step" in proc.stderr
     steps = sorted(int(s) for s in os.listdir(workdir / "checkpoints") if s.isdigit())
-    last_logged_finite = max(s for s, v in losses(workdir).items() if isinstance(v, float) and np.isfinite(v))
+    last_logged_finite = max(
+        s for s, v in losses(workdir).items() if isinstance(v, float) and np.isfinite(v)
+    )
     assert steps and steps[-1] <= last_logged_finite
 
 
 def test_unknown_config_key_and_wrong_type_fail_at_once(tmp_path, tiny_pretraining_build):
-    proc = run(train_cmd(tmp_path, tiny_pretraining_build, "--config.num_train_stepz=5"), check=False, timeout=120)
+    proc = run(
+        train_cmd(tmp_path, tiny_pretraining_build, "--config.num_train_stepz=5"),
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "num_train_stepz" in proc.stderr
-    proc = run(train_cmd(tmp_path, tiny_pretraining_build, "--config.global_batch_size=abc"), check=False, timeout=120)
+    proc = run(
+        train_cmd(tmp_path, tiny_pretraining_build, "--config.global_batch_size=abc"),
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode != 0 and "global_batch_size" in proc.stderr
 
 

@@ -49,6 +49,7 @@ back to one row per example.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
@@ -256,6 +257,91 @@ def unbatch(
         bad = np.flatnonzero(seen != 1)
         raise ValueError(f"{len(bad)} rows appear {seen[bad[0]]} times, not once (e.g. {bad[0]})")
     return result
+
+
+class EpochIterator:
+    """Training batches for `num_epochs` epochs, reshuffled each epoch, resumable.
+
+    Each global batch of `batch_size` rows is planned as `batches(..., drop_remainder=True)`
+    plans it (seed + epoch); process `shard_index` of `shard_count` gets the contiguous slice
+    [shard_index * B/shard_count, ...) of its rows, cut to the token width the whole global batch
+    needs, so every host compiles the same shapes and the assembled batch is the planned one.
+
+    The position is (epoch, batch); `get_state()`/`set_state()` exchange it as JSON bytes, the
+    protocol grain's Orbax checkpoint handler uses, so `trainer` saves it with the model.
+    """
+
+    def __init__(
+        self,
+        features: Mapping[str, np.ndarray],
+        batch_size: int,
+        *,
+        num_epochs: int,
+        seed: int = 0,
+        bucket_boundaries: Sequence[int] | None = None,
+        group_by_length: bool = False,
+        shard_index: int = 0,
+        shard_count: int = 1,
+    ):
+        if batch_size % shard_count:
+            raise ValueError(f"batch_size={batch_size} does not split over {shard_count} processes")
+        if "example_weights" not in features:
+            raise ValueError("features need 'example_weights'")
+        self._features = {k: np.asarray(v) for k, v in features.items()}
+        self._batch_size, self._num_epochs, self._seed = batch_size, num_epochs, seed
+        self._group = group_by_length
+        self._lengths = row_lengths(self._features)
+        max_len = self._features["input_ids"].shape[-1]
+        self._bounds = None
+        if bucket_boundaries is not None:
+            self._bounds = np.array(
+                sorted({min(int(b), max_len) for b in bucket_boundaries} | {max_len})
+            )
+        self._seq_keys = token_keys(self._features)
+        per_host = batch_size // shard_count
+        self._rows = slice(shard_index * per_host, (shard_index + 1) * per_host)
+        self._epoch, self._index, self._plan = 0, 0, None
+        self.steps_per_epoch = len(self._epoch_plan(0))
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"{num_rows(self._features)} examples make no batch of {batch_size}")
+
+    def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
+        plan = _plan(self._lengths, self._batch_size, self._bounds, True, self._seed + epoch,
+                     self._group)  # fmt: skip
+        return [idx for idx in plan if len(idx) == self._batch_size]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        while True:
+            if self._epoch >= self._num_epochs:
+                raise StopIteration
+            if self._plan is None:
+                self._plan = self._epoch_plan(self._epoch)
+            if self._index < len(self._plan):
+                idx = self._plan[self._index]
+                self._index += 1
+                break
+            self._epoch, self._index, self._plan = self._epoch + 1, 0, None
+        width = self._features["input_ids"].shape[-1]
+        if self._bounds is not None:
+            width = int(self._bounds[np.searchsorted(self._bounds, self._lengths[idx].max())])
+        mine = idx[self._rows]
+        return {
+            k: (v[mine][..., :width] if k in self._seq_keys else v[mine])
+            for k, v in self._features.items()
+        }
+
+    def get_state(self) -> bytes:
+        return json.dumps({"epoch": self._epoch, "batch": self._index}).encode()
+
+    def set_state(self, state: bytes) -> None:
+        position = json.loads(state)
+        self._epoch, self._index, self._plan = position["epoch"], position["batch"], None
+
+    def start_prefetch(self) -> None:
+        """Part of grain's checkpoint protocol; batches are made on demand."""
 
 
 # ---------------------------------------------------------------------------------------------

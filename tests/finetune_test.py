@@ -1,0 +1,272 @@
+"""End-to-end fine-tuning on small local files, one test per task family: each learns above
+chance, writes its prediction files and exports a model; plus packing, seeds and bad input."""
+
+import csv
+import importlib.util
+import json
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+from bert_jax import finetune
+from bert_jax.data import tokenization
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+)
+NAMES = "anna boris clara dmitri elena fyodor".split()
+
+
+def finetune_config(task, data_dir, tokenizer_dir, **overrides):
+    spec = importlib.util.spec_from_file_location(
+        "finetune_config", ROOT / "configs" / "finetune.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(f"task={task}")
+    with c.unlocked():
+        c.finetune.data_dir = str(data_dir)
+        c.finetune.tokenizer = str(tokenizer_dir)
+        c.finetune.bucket_lengths = False
+        c.finetune.max_seq_length = 32
+        c.finetune.eval_batch_size = 16
+        c.finetune.num_epochs = 4
+        c.model.update(dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=64))  # fmt: skip
+        c.optimizer.peak_learning_rate = 3e-3
+        c.optimizer.bias_correction = True
+        c.global_batch_size = 16
+        c.log_every_steps = 10
+        c.async_checkpointing = False
+        for key, value in overrides.items():
+            node = c
+            *path, last = key.split(".")
+            for p in path:
+                node = node[p]
+            node[last] = value
+    return c
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    texts = [
+        " ".join(WORDS + NAMES + ["good", "bad", "what", "who", "is", "the", "answer", "."])
+    ] * 3
+    tok = tokenization.train_wordpiece(texts, vocab_size=200, min_frequency=1)
+    out = tmp_path_factory.mktemp("vocab")
+    tok.save(out)
+    return out
+
+
+def sentences(rng, n, length=(4, 10)):
+    return [" ".join(rng.choice(WORDS, rng.integers(*length))) for _ in range(n)]
+
+
+def write_csv(path, rows, header):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def sentiment_files(folder, seed=0):
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", 240), ("dev", 64), ("test", 32)):
+        rows = []
+        for text in sentences(rng, n):
+            label = int(rng.integers(0, 2))
+            rows.append((("good " if label else "bad ") + text, ["neg", "pos"][label]))
+        if split == "test":  # an unlabelled test file: no label column
+            write_csv(folder / "test.csv", [(t,) for t, _ in rows], ["text"])
+        else:
+            write_csv(folder / f"{split}.csv", rows, ["text", "label"])
+
+
+def test_classification_learns_and_writes_predictions(tmp_path, vocab):
+    sentiment_files(tmp_path)  # its test file has no labels: predictions are written, no metric
+    config = finetune_config("custom", tmp_path, vocab, **{"finetune.seeds": "0,1"})
+    results = finetune.run(config, str(tmp_path / "run"))
+    assert set(results["seeds"]) == {"0", "1"}
+    assert results["mean"]["accuracy"] > 0.9, results
+    assert (
+        "std" in results
+        and json.load(open(tmp_path / "run" / "results.json"))["mean"] == results["mean"]
+    )
+    for seed in (0, 1):
+        seed_dir = tmp_path / "run" / f"seed_{seed}"
+        lines = open(seed_dir / "predictions" / "dev_predictions.tsv").read().splitlines()
+        assert lines[0] == "id\tlabel\tprediction" and len(lines) == 65
+        assert {line.split("\t")[2] for line in lines[1:]} <= {"neg", "pos"}
+        assert (
+            len(open(seed_dir / "predictions" / "test_predictions.tsv").read().splitlines()) == 33
+        )
+        assert (seed_dir / "hf" / "model.safetensors").exists() and (
+            seed_dir / "hf" / "vocab.txt"
+        ).exists()
+
+
+@pytest.mark.torch
+def test_exported_classifier_gives_the_same_logits_in_pytorch(tmp_path, vocab):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    sentiment_files(tmp_path)
+    config = finetune_config("custom", tmp_path, vocab, **{"finetune.num_epochs": 1})
+    finetune.run(config, str(tmp_path / "run"))
+    from bert_jax import convert
+    from bert_jax.model import BertForSequenceClassification
+
+    cfg, params, model_name = convert.load_pretrained(tmp_path / "run" / "export")
+    assert model_name == "BertForSequenceClassification" and cfg.label_names == ("neg", "pos")
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "run" / "hf"
+    ).eval()
+    assert hf.config.id2label == {0: "neg", 1: "pos"}
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "run" / "hf")
+    enc = tok(["good alpha beta", "bad gamma"], padding=True, return_tensors="np")
+    ours = (
+        BertForSequenceClassification(cfg)
+        .apply(
+            {"params": params},
+            enc["input_ids"],
+            token_type_ids=enc["token_type_ids"],
+            attention_mask=enc["attention_mask"],
+        )
+        .logits
+    )
+    with torch.no_grad():
+        theirs = hf(**{k: torch.as_tensor(v) for k, v in enc.items()}).logits.numpy()
+    np.testing.assert_allclose(np.asarray(ours), theirs, atol=1e-5)
+
+
+def test_regression_learns(tmp_path, vocab):
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 240), ("dev", 64)):
+        rows = []
+        for _ in range(n):
+            k = int(rng.integers(0, 5))
+            words = list(rng.choice(WORDS[1:], 6)) + ["alpha"] * k
+            rng.shuffle(words)
+            rows.append((" ".join(words), k))
+        write_csv(tmp_path / f"{split}.csv", rows, ["text", "score"])
+    config = finetune_config("custom", tmp_path, vocab, **{"finetune.regression": True,
+                             "finetune.label_column": "score", "finetune.num_epochs": 6})  # fmt: skip
+    results = finetune.run(config, str(tmp_path / "run"))
+    assert results["mean"]["pearson"] > 0.7, results
+
+
+def conll_file(path, rng, n):
+    with open(path, "w") as f:
+        f.write("-DOCSTART- O\n\n")
+        for _ in range(n):
+            words = list(rng.choice(WORDS, 5))
+            name = str(rng.choice(NAMES))
+            at = int(rng.integers(0, 5))
+            words.insert(at, name)
+            for i, w in enumerate(words):
+                f.write(f"{w} {'B-PER' if i == at else 'O'}\n")
+            f.write("\n")
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_token_classification_learns(tmp_path, vocab, pack):
+    rng = np.random.default_rng(2)
+    conll_file(tmp_path / "train.txt", rng, 200)
+    conll_file(tmp_path / "valid.txt", rng, 48)
+    config = finetune_config(
+        "conll2003",
+        tmp_path,
+        vocab,
+        **{"finetune.pack": pack, "finetune.num_epochs": 8 if pack else 4},
+    )
+    results = finetune.run(config, str(tmp_path / "run"))
+    assert results["mean"]["entity_f1"] > 0.8, results
+    lines = open(tmp_path / "run" / "predictions" / "dev_predictions.txt").read().split("\n\n")
+    assert len([b for b in lines if b.strip()]) == 48
+
+
+def squad_file(path, rng, n, version2=False):
+    articles = []
+    for i in range(n):
+        words = list(rng.choice(WORDS, 6))
+        name = str(rng.choice(NAMES))
+        words.insert(3, name)
+        context = " ".join(words) + "."
+        qas = [{"id": f"q{i}", "question": "who is the answer", "answers": [
+            {"text": name, "answer_start": context.index(" " + name) + 1}]}]  # fmt: skip
+        if version2 and i % 4 == 0:
+            qas[0] = {
+                "id": f"q{i}",
+                "question": "what is the answer",
+                "answers": [],
+                "is_impossible": True,
+            }
+        articles.append({"title": f"t{i}", "paragraphs": [{"context": context, "qas": qas}]})
+    path.write_text(json.dumps({"version": "v2.0" if version2 else "1.1", "data": articles}))
+
+
+def test_question_answering_learns_and_writes_official_files(tmp_path, vocab):
+    rng = np.random.default_rng(3)
+    squad_file(tmp_path / "train-v1.1.json", rng, 240)
+    squad_file(tmp_path / "dev-v1.1.json", rng, 48)
+    config = finetune_config("squad1", tmp_path, vocab, **{"finetune.max_seq_length": 32,
+                             "finetune.doc_stride": 16, "finetune.max_query_length": 8})  # fmt: skip
+    results = finetune.run(config, str(tmp_path / "run"))
+    assert results["mean"]["exact"] > 50 and results["mean"]["f1"] > 50, results
+    predictions = json.load(open(tmp_path / "run" / "predictions" / "predictions.json"))
+    assert len(predictions) == 48 and all(
+        p in NAMES or p == "" or isinstance(p, str) for p in predictions.values()
+    )
+    assert (tmp_path / "run" / "predictions" / "nbest_predictions.json").exists()
+
+
+def test_multiple_choice_learns(tmp_path, vocab):
+    rng = np.random.default_rng(4)
+    for split, n in (("train", 240), ("val", 48)):
+        rows = []
+        for _ in range(n):
+            label = int(rng.integers(0, 4))
+            endings = [" ".join(rng.choice(WORDS, 3)) for _ in range(4)]
+            endings[label] = "good " + endings[label]
+            rows.append([" ".join(rng.choice(WORDS, 4)), "is", *endings, label])
+        write_csv(
+            tmp_path / f"{split}.csv",
+            rows,
+            ["sent1", "sent2", "ending0", "ending1", "ending2", "ending3", "label"],
+        )
+    config = finetune_config("swag", tmp_path, vocab, **{"finetune.num_epochs": 5})
+    results = finetune.run(config, str(tmp_path / "run"))
+    assert results["mean"]["accuracy"] > 0.6, results  # chance is 0.25
+
+
+def test_packed_classification_matches_padded_accuracy(tmp_path, vocab):
+    sentiment_files(tmp_path)
+    os.remove(tmp_path / "test.csv")
+    padded = finetune.run(finetune_config("custom", tmp_path, vocab), str(tmp_path / "padded"))
+    packed = finetune.run(
+        finetune_config(
+            "custom", tmp_path, vocab, **{"finetune.pack": True, "finetune.num_epochs": 12}
+        ),
+        str(tmp_path / "packed"),
+    )
+    assert padded["mean"]["accuracy"] > 0.9 and packed["mean"]["accuracy"] > 0.9, (padded, packed)
+
+
+def test_bad_inputs(tmp_path, vocab):
+    sentiment_files(tmp_path)
+    with open(tmp_path / "dev.csv", "a") as f:
+        f.write("good alpha,neutral\n")  # a label the training file never has
+    with pytest.raises(ValueError, match="neutral"):
+        finetune.run(finetune_config("custom", tmp_path, vocab), str(tmp_path / "run"))
+    sentiment_files(tmp_path)
+    config = finetune_config("custom", tmp_path, vocab)
+    with config.unlocked():
+        config.model.vocab_size = 300
+    with pytest.raises(ValueError, match="vocab_size=300 differs from the tokenizer's"):
+        finetune.run(config, str(tmp_path / "run"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "train.csv").write_text("")
+    with pytest.raises(ValueError):
+        finetune.run(finetune_config("custom", tmp_path / "empty", vocab), str(tmp_path / "run2"))
