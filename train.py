@@ -25,6 +25,7 @@ from ml_collections import config_flags
 
 from bert_jax import flops, sharding, trainer
 from bert_jax.config import BertConfig
+from bert_jax.data import tokenization
 from bert_jax.writers import MetricWriter
 
 FLAGS = flags.FLAGS
@@ -104,17 +105,26 @@ def pretrain(config, workdir: str) -> None:
         )
 
     state, step, _ = exp.run(
-        state, start, data.train, ckpt, writer,
-        num_train_steps=config.num_train_steps, log_every_steps=config.log_every_steps,
+        state,
+        start,
+        data.train,
+        ckpt,
+        writer,
+        num_train_steps=config.num_train_steps,
+        log_every_steps=config.log_every_steps,
         checkpoint_every_steps=config.checkpoint_every_steps,
         eval_every_steps=config.eval_every_steps,
         evaluate=evaluate if data.eval_batches else None,
-        step_flops=step_flops, data_iterator=data.train,
-    )  # fmt: skip
+        step_flops=step_flops,
+        data_iterator=data.train,
+    )
     ckpt.close()
     writer.close()
     if step >= config.num_train_steps and config.export_hf_at_end:
         exp.export(state.params, workdir)
+        if data.tokenizer_path and os.path.isfile(data.tokenizer_path) and jax.process_index() == 0:
+            # The vocabulary goes with the model: <workdir>/hf is a complete transformers directory.
+            tokenization.load_tokenizer(data.tokenizer_path).save(os.path.join(workdir, "hf"))
 
 
 def main(argv):

@@ -21,7 +21,8 @@ from bert_jax.data import build, pipeline
 @dataclasses.dataclass
 class PretrainingInputs:
     """train: a checkpointable grain iterator of this host's batches; eval_batches(n): the same n
-    held-out batches every call (None without held-out shards); info: the shards' DataInfo."""
+    held-out batches every call (None without held-out shards); info: the shards' DataInfo;
+    tokenizer_path: the vocabulary the ids come from (None if unknown)."""
 
     train: Iterator
     eval_batches: Callable[[int], list] | None
@@ -98,6 +99,8 @@ def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
             loader = pipeline.make_pretraining_loader(eval_files, seed=data.seed + 1, **common)
             return [next(loader) for _ in range(n)]
 
+    if tokenizer is None and info.metadata is not None:
+        tokenizer = os.path.join(os.path.dirname(files[0]), "tokenizer.json")
     logging.info(
         "pretraining data: %d records in %d shards (%d held out), L=%d, P=%d",
         info.num_records,

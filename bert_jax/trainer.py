@@ -47,9 +47,15 @@ def make_optimizer(config, num_train_steps: int) -> tuple[optax.GradientTransfor
         decay_fraction=o.decay_fraction,
     )
     tx = optimizer.make_optimizer(
-        o.name, schedule, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
-        clip_norm=o.clip_norm, bias_correction=o.bias_correction,
-    )  # fmt: skip
+        o.name,
+        schedule,
+        weight_decay=o.weight_decay,
+        b1=o.b1,
+        b2=o.b2,
+        eps=o.eps,
+        clip_norm=o.clip_norm,
+        bias_correction=o.bias_correction,
+    )
     return tx, schedule
 
 
@@ -97,12 +103,27 @@ class Experiment:
         init_fn = functools.partial(train_lib.init_train_state, model=model, tx=tx)
         abstract = jax.eval_shape(init_fn, jax.random.PRNGKey(config.seed))
         state_sh = sharding.logical_shardings(abstract, mesh, rules)
-        logging.info("%s: %s parameters; mesh %s", model_name,
-                     f"{count_params(abstract.params):,}", dict(mesh.shape))  # fmt: skip
+        logging.info(
+            "%s: %s parameters; mesh %s",
+            model_name,
+            f"{count_params(abstract.params):,}",
+            dict(mesh.shape),
+        )
         return cls(
-            cfg, runtime, model_name, model, mesh, rules, tx, schedule, train_lib.get_task(task),
-            abstract, state_sh, config.seed, config.num_microbatches,
-        )  # fmt: skip
+            cfg,
+            runtime,
+            model_name,
+            model,
+            mesh,
+            rules,
+            tx,
+            schedule,
+            train_lib.get_task(task),
+            abstract,
+            state_sh,
+            config.seed,
+            config.num_microbatches,
+        )
 
     # ---- state ----
     def _init_fn(self, rng, params=None):
@@ -130,8 +151,14 @@ class Experiment:
             rng, params
         )
 
-    def create_or_restore(self, ckpt: checkpointing.Checkpointer, data_iterator=None, *,
-                          init_from: str = "", init_params: PyTree | None = None):  # fmt: skip
+    def create_or_restore(
+        self,
+        ckpt: checkpointing.Checkpointer,
+        data_iterator=None,
+        *,
+        init_from: str = "",
+        init_params: PyTree | None = None,
+    ):
         """The state a run starts from, and its step. In this order:
 
         1. the newest good checkpoint in the run's directory (with the data position);
@@ -202,13 +229,17 @@ class Experiment:
                 if signature not in jit_step:  # one compile per batch shape (length buckets)
                     jit_step[signature] = jax.jit(
                         functools.partial(
-                            train_lib.train_step, model=self.model, tx=self.tx, task=self.task,
-                            num_microbatches=self.num_microbatches, schedule=self.schedule,
+                            train_lib.train_step,
+                            model=self.model,
+                            tx=self.tx,
+                            task=self.task,
+                            num_microbatches=self.num_microbatches,
+                            schedule=self.schedule,
                         ),
                         in_shardings=(self.state_sh, sharding.batch_shardings(host, mesh)),
                         out_shardings=(self.state_sh, sharding.replicated(mesh)),
                         donate_argnums=0,
-                    )  # fmt: skip
+                    )
                 state, metrics = jit_step[signature](state, batch)
                 if compile_s is None:  # the first step compiles: keep it out of the throughput
                     jax.block_until_ready(metrics)
@@ -273,11 +304,13 @@ class Experiment:
         host_params = multihost_utils.process_allgather(params, tiled=True)
         if jax.process_index() != 0:
             return
-        convert.save_pretrained(os.path.join(out_dir, "export"), self.cfg, host_params,
-                                self.model_name, overwrite=True)  # fmt: skip
+        convert.save_pretrained(
+            os.path.join(out_dir, "export"), self.cfg, host_params, self.model_name, overwrite=True
+        )
         if hf:
-            convert.save_pytorch(self.cfg, host_params, os.path.join(out_dir, "hf"),
-                                 self.model_name, overwrite=True)  # fmt: skip
+            convert.save_pytorch(
+                self.cfg, host_params, os.path.join(out_dir, "hf"), self.model_name, overwrite=True
+            )
         logging.info("exported %s to %s", self.model_name, out_dir)
 
 

@@ -95,12 +95,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # (vocab_size 0: the tokenizer's).
     c.model = ml_collections.ConfigDict(
         dict(
-            vocab_size=0, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=512, hidden_act="gelu", hidden_dropout_prob=0.1,
-            attention_probs_dropout_prob=0.1, max_position_embeddings=512, type_vocab_size=2,
-            initializer_range=0.02, layer_norm_eps=1e-12, pad_token_id=0,
+            vocab_size=0,
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=512,
+            hidden_act="gelu",
+            hidden_dropout_prob=0.1,
+            attention_probs_dropout_prob=0.1,
+            max_position_embeddings=512,
+            type_vocab_size=2,
+            initializer_range=0.02,
+            layer_norm_eps=1e-12,
+            pad_token_id=0,
         )
-    )  # fmt: skip
+    )
 
     c.runtime = ml_collections.ConfigDict()
     c.runtime.dtype = "float32"

@@ -17,6 +17,24 @@ VARIANTS = {
         "size=large,phase=2",
         "size=L4-H512,mlm_only=1",
     ],
+    "finetune.py": [
+        "task=mrpc",
+        "task=stsb",
+        "task=squad2",
+        "task=conll2003",
+        "task=swag",
+        "task=custom",
+        "task=shakespeare,init=minilm,pack=1",
+    ],
+}
+FINETUNE_HEADS = {
+    "mrpc": "BertForSequenceClassification",
+    "stsb": "BertForSequenceClassification",
+    "squad2": "BertForQuestionAnswering",
+    "conll2003": "BertForTokenClassification",
+    "swag": "BertForMultipleChoice",
+    "custom": "BertForSequenceClassification",
+    "shakespeare": "BertForSequenceClassification",
 }
 
 
@@ -34,13 +52,20 @@ def test_every_config_file_is_covered():
 @pytest.mark.parametrize("name, variant", [(n, v) for n, vs in VARIANTS.items() for v in vs])
 def test_config_builds_its_model(name, variant):
     config = load(name).get_config(variant)
-    cfg = BertConfig(**config.model.to_dict())
+    fields = config.model.to_dict()
+    fields["vocab_size"] = fields["vocab_size"] or 30522  # fine-tuning: 0 = the tokenizer's
+    cfg = BertConfig(**fields)
     runtime = RuntimeConfig(**config.runtime.to_dict())
-    head = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}.get(config.task)
+    if config.task == "finetune":
+        head = FINETUNE_HEADS[config.finetune.name]
+        assert (config.init_from != "") == ("init=minilm" in variant)
+    else:
+        head = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}[config.task]
     model = M.get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: M.init_params(model, jax.random.PRNGKey(0)))
     assert M.count_params(params) > 0
-    assert config.data.max_seq_length <= cfg.max_position_embeddings
+    data = config.finetune if config.task == "finetune" else config.data
+    assert data.max_seq_length <= cfg.max_position_embeddings
     assert config.global_batch_size % config.num_microbatches == 0
 
 

@@ -34,8 +34,15 @@ def finetune_config(task, data_dir, tokenizer_dir, **overrides):
         c.finetune.max_seq_length = 32
         c.finetune.eval_batch_size = 16
         c.finetune.num_epochs = 4
-        c.model.update(dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=64))  # fmt: skip
+        c.model.update(
+            dict(
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            )
+        )
         c.optimizer.peak_learning_rate = 3e-3
         c.optimizer.bias_correction = True
         c.global_batch_size = 16
@@ -151,8 +158,12 @@ def test_regression_learns(tmp_path, vocab):
             rng.shuffle(words)
             rows.append((" ".join(words), k))
         write_csv(tmp_path / f"{split}.csv", rows, ["text", "score"])
-    config = finetune_config("custom", tmp_path, vocab, **{"finetune.regression": True,
-                             "finetune.label_column": "score", "finetune.num_epochs": 6})  # fmt: skip
+    config = finetune_config(
+        "custom",
+        tmp_path,
+        vocab,
+        **{"finetune.regression": True, "finetune.label_column": "score", "finetune.num_epochs": 6},
+    )
     results = finetune.run(config, str(tmp_path / "run"))
     assert results["mean"]["pearson"] > 0.7, results
 
@@ -194,8 +205,13 @@ def squad_file(path, rng, n, version2=False):
         name = str(rng.choice(NAMES))
         words.insert(3, name)
         context = " ".join(words) + "."
-        qas = [{"id": f"q{i}", "question": "who is the answer", "answers": [
-            {"text": name, "answer_start": context.index(" " + name) + 1}]}]  # fmt: skip
+        qas = [
+            {
+                "id": f"q{i}",
+                "question": "who is the answer",
+                "answers": [{"text": name, "answer_start": context.index(" " + name) + 1}],
+            }
+        ]
         if version2 and i % 4 == 0:
             qas[0] = {
                 "id": f"q{i}",
@@ -211,8 +227,16 @@ def test_question_answering_learns_and_writes_official_files(tmp_path, vocab):
     rng = np.random.default_rng(3)
     squad_file(tmp_path / "train-v1.1.json", rng, 240)
     squad_file(tmp_path / "dev-v1.1.json", rng, 48)
-    config = finetune_config("squad1", tmp_path, vocab, **{"finetune.max_seq_length": 32,
-                             "finetune.doc_stride": 16, "finetune.max_query_length": 8})  # fmt: skip
+    config = finetune_config(
+        "squad1",
+        tmp_path,
+        vocab,
+        **{
+            "finetune.max_seq_length": 32,
+            "finetune.doc_stride": 16,
+            "finetune.max_query_length": 8,
+        },
+    )
     results = finetune.run(config, str(tmp_path / "run"))
     assert results["mean"]["exact"] > 50 and results["mean"]["f1"] > 50, results
     predictions = json.load(open(tmp_path / "run" / "predictions" / "predictions.json"))

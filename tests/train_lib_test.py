@@ -28,7 +28,11 @@ def pretraining_batch(cfg, batch=16, length=12, predictions=3, seed=0):
     for b in range(batch):
         mask[b, length - rng.integers(0, 4) :] = 0
     ids[mask == 0] = 0
-    positions = np.sort(rng.choice(np.arange(1, 8), size=(batch, predictions)), axis=1)
+    # Distinct positions per row (as the masking makes them): one target per position.
+    positions = np.sort(
+        np.stack([rng.choice(np.arange(1, 8), predictions, replace=False) for _ in range(batch)]),
+        axis=1,
+    )
     weights = np.ones((batch, predictions), np.float32)
     weights[::3, -1] = 0.0
     return dict(
@@ -107,8 +111,12 @@ def test_sharded_step_equals_single_device(mesh_shape):
     # Parameters really are sharded as the rules say (where the sizes divide).
     q = state.params["bert"]["encoder"]["layer_0"]["attention"]["self"]["query"]["kernel"]
     # [E=32, H=4, D=8]: embed over fsdp, heads over tensor; 4 heads do not split 8 ways.
-    expected = {(8, 1, 1): (32, 4, 8), (2, 2, 2): (16, 2, 8), (1, 8, 1): (4, 4, 8),
-                (1, 1, 8): (32, 4, 8)}[mesh_shape]  # fmt: skip
+    expected = {
+        (8, 1, 1): (32, 4, 8),
+        (2, 2, 2): (16, 2, 8),
+        (1, 8, 1): (4, 4, 8),
+        (1, 1, 8): (32, 4, 8),
+    }[mesh_shape]
     assert q.sharding.shard_shape(q.shape) == expected
     for a, b in zip(
         jax.tree_util.tree_leaves(jax.device_get(state.params)),

@@ -58,9 +58,17 @@ def losses(workdir) -> dict[int, float]:
 
 def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_build):
     workdir = tmp_path / "run"
-    run(train_cmd(workdir, tiny_pretraining_build, "--config.eval_every_steps=3",
-                  "--config.num_eval_steps=2", "--config.checkpoint_every_steps=2", "--config.export_hf_at_end=True"),
-        devices=2)  # fmt: skip
+    run(
+        train_cmd(
+            workdir,
+            tiny_pretraining_build,
+            "--config.eval_every_steps=3",
+            "--config.num_eval_steps=2",
+            "--config.checkpoint_every_steps=2",
+            "--config.export_hf_at_end=True",
+        ),
+        devices=2,
+    )
     assert sorted(os.listdir(workdir / "checkpoints")) == ["4", "6"] or "6" in os.listdir(
         workdir / "checkpoints"
     )
@@ -68,8 +76,16 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3, 4, 5, 6]
     evals = [r for r in rows if "eval/loss" in r]
     assert [r["step"] for r in evals] == [3, 6] and 0 <= evals[-1]["eval/mlm_accuracy"] <= 1
-    for key in ("train/mlm_loss", "train/mlm_accuracy", "train/nsp_loss", "train/nsp_accuracy",
-                "train/learning_rate", "train/grad_norm", "train/tokens_per_s", "train/step_time_s"):  # fmt: skip
+    for key in (
+        "train/mlm_loss",
+        "train/mlm_accuracy",
+        "train/nsp_loss",
+        "train/nsp_accuracy",
+        "train/learning_rate",
+        "train/grad_norm",
+        "train/tokens_per_s",
+        "train/step_time_s",
+    ):
         assert key in rows[-2] or key in rows[-1], key
     assert (workdir / "tensorboard").is_dir()
     assert (workdir / "hf" / "model.safetensors").exists() and (
@@ -134,10 +150,16 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_pre
     workdir = tmp_path / "run"
     run(train_cmd(workdir, tiny_pretraining_build, "--config.checkpoint_every_steps=2", steps=2))
     proc = run(
-        train_cmd(workdir, tiny_pretraining_build, "--config.checkpoint_every_steps=2",
-                  "--config.optimizer.peak_learning_rate=1e30", "--config.optimizer.clip_norm=0.0", steps=12),
+        train_cmd(
+            workdir,
+            tiny_pretraining_build,
+            "--config.checkpoint_every_steps=2",
+            "--config.optimizer.peak_learning_rate=1e30",
+            "--config.optimizer.clip_norm=0.0",
+            steps=12,
+        ),
         check=False,
-    )  # fmt: skip
+    )
     assert proc.returncode != 0
     assert "non-finite loss" in proc.stderr and "last good checkpoint is step" in proc.stderr
     steps = sorted(int(s) for s in os.listdir(workdir / "checkpoints") if s.isdigit())
@@ -164,11 +186,18 @@ def test_unknown_config_key_and_wrong_type_fail_at_once(tmp_path, tiny_pretraini
 
 def test_print_shardings(tiny_pretraining_build):
     proc = run(
-        [sys.executable, os.path.join(ROOT, "train.py"),
-         "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=base",
-         "--mode=shardings", "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2"],
-        devices=8, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            os.path.join(ROOT, "train.py"),
+            "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=base",
+            "--mode=shardings",
+            "--config.mesh.data=2",
+            "--config.mesh.fsdp=2",
+            "--config.mesh.tensor=2",
+        ],
+        devices=8,
+        timeout=300,
+    )
     out = proc.stdout
     assert "bert/encoder/layer/attention/self/query/kernel" in out
     line = next(line for line in out.splitlines() if "layer/intermediate/dense/kernel" in line)

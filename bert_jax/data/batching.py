@@ -306,8 +306,9 @@ class EpochIterator:
             raise ValueError(f"{num_rows(self._features)} examples make no batch of {batch_size}")
 
     def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
-        plan = _plan(self._lengths, self._batch_size, self._bounds, True, self._seed + epoch,
-                     self._group)  # fmt: skip
+        plan = _plan(
+            self._lengths, self._batch_size, self._bounds, True, self._seed + epoch, self._group
+        )
         return [idx for idx in plan if len(idx) == self._batch_size]
 
     def __iter__(self):

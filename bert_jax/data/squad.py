@@ -234,9 +234,17 @@ def read_squad(
                         )
                     )
                 example = _make_example(
-                    qas_id, question, context, answers, is_impossible, title, where,
-                    on_bad_answer, stats, seen,
-                )  # fmt: skip
+                    qas_id,
+                    question,
+                    context,
+                    answers,
+                    is_impossible,
+                    title,
+                    where,
+                    on_bad_answer,
+                    stats,
+                    seen,
+                )
                 if example is not None:
                     examples.append(example)
     if not examples:
@@ -297,10 +305,17 @@ def read_squad_tfds(
         texts = [glue.as_str(t) for t in record["answers"]["text"]]
         starts = [int(s) for s in record["answers"]["answer_start"]]
         example = _make_example(
-            qas_id, glue.as_str(record["question"]), context, list(zip(texts, starts)),
-            bool(record.get("is_impossible", False)), glue.as_str(record.get("title", b"")),
-            f"tfds:{name}/{split} (id {qas_id})", on_bad_answer, stats, seen,
-        )  # fmt: skip
+            qas_id,
+            glue.as_str(record["question"]),
+            context,
+            list(zip(texts, starts)),
+            bool(record.get("is_impossible", False)),
+            glue.as_str(record.get("title", b"")),
+            f"tfds:{name}/{split} (id {qas_id})",
+            on_bad_answer,
+            stats,
+            seen,
+        )
         if example is not None:
             examples.append(example)
     if not examples:

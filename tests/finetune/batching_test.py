@@ -99,10 +99,15 @@ def test_group_by_length_draws_batches_from_one_bucket():
     seen = []
     batches = list(
         batching.batches(
-            features, 8, shuffle=True, seed=1, bucket_boundaries=bounds, group_by_length=True,
+            features,
+            8,
+            shuffle=True,
+            seed=1,
+            bucket_boundaries=bounds,
+            group_by_length=True,
             return_indices=True,
         )
-    )  # fmt: skip
+    )
     assert len(batches) == batching.num_batches(101, 8)
     mixed = 0
     for batch, idx in batches:
@@ -145,9 +150,14 @@ def test_unbatch_restores_feature_order():
     features = _features(list(range(2, 22)))
     outputs, indices = [], []
     for batch, idx in batching.batches(
-        features, 6, shuffle=True, seed=0, bucket_boundaries=(8, 16, 23), group_by_length=True,
+        features,
+        6,
+        shuffle=True,
+        seed=0,
+        bucket_boundaries=(8, 16, 23),
+        group_by_length=True,
         return_indices=True,
-    ):  # fmt: skip
+    ):
         outputs.append(batch["input_ids"].astype(np.float32))  # Token-level, widths differ.
         indices.append(idx)
     restored = batching.unbatch(outputs, indices, 20)

@@ -165,9 +165,20 @@ def test_every_labelled_split_of_every_task_reads():
 
 def test_task_table():
     assert sorted(glue.GLUE_TASKS) == sorted(
-        ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli_mismatched", "qnli", "rte", "wnli",
-         "ax"]
-    )  # fmt: skip
+        [
+            "cola",
+            "sst2",
+            "mrpc",
+            "stsb",
+            "qqp",
+            "mnli",
+            "mnli_mismatched",
+            "qnli",
+            "rte",
+            "wnli",
+            "ax",
+        ]
+    )
     for task in glue.GLUE_TASKS.values():
         assert set(task.metrics) <= set(metrics.METRIC_FNS), task.name
         assert task.submission_file.endswith(".tsv")
@@ -318,8 +329,9 @@ def test_custom_task_from_csv_tsv_jsonl(tmp_path, tokenizer):
     _write_custom(tmp_path)
     names = glue.collect_label_names(tmp_path / "data.csv", "sentiment")
     assert names == ("neg", "neutral", "pos")
-    task = glue.custom_task("reviews", ("review", "other"), label_column="sentiment",
-                            label_names=names)  # fmt: skip
+    task = glue.custom_task(
+        "reviews", ("review", "other"), label_column="sentiment", label_names=names
+    )
     assert task.num_labels == 3 and task.metrics == ("accuracy",)
     read = {
         fmt: glue.read_records(tmp_path / f"data.{fmt}", task, id_column="id")

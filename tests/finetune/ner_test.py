@@ -23,8 +23,13 @@ def test_read_conll():
     assert sentences[3].words == ("BRUSSELS", "1996-08-22")  # Two blank lines are one break.
     assert sentences[0].where == f"{CONLL_FILE}:3"
     assert ner.collect_labels(sentences) == (
-        "O", "I-LOC", "I-MISC", "B-ORG", "I-ORG", "I-PER",
-    )  # fmt: skip
+        "O",
+        "I-LOC",
+        "I-MISC",
+        "B-ORG",
+        "I-ORG",
+        "I-PER",
+    )
     # IOB1 entities as conlleval reads them.
     true = [list(s.tags) for s in sentences]
     assert metrics.get_entities(true[1]) == [("LOC", 0, 0), ("ORG", 3, 4), ("ORG", 6, 7)]

@@ -256,9 +256,11 @@ def test_postprocess_recovers_exact_text_and_scores(tokenizer, tmp_path):
     # Through batches with fillers and dynamic padding, as training code would run it.
     outputs, indices = [], []
     for batch, idx in batching.batches(
-        {**features, "s": start_logits, "e": end_logits}, 5,
-        bucket_boundaries=(32, 48), return_indices=True,
-    ):  # fmt: skip
+        {**features, "s": start_logits, "e": end_logits},
+        5,
+        bucket_boundaries=(32, 48),
+        return_indices=True,
+    ):
         width = batch["input_ids"].shape[1]
         outputs.append(np.stack([batch["s"][:, :width], batch["e"][:, :width]], -1))
         indices.append(idx)
@@ -297,9 +299,13 @@ def test_postprocess_recovers_exact_text_and_scores(tokenizer, tmp_path):
 
     # A threshold above the answerable questions' odds turns their predictions into "".
     strict = squad.postprocess(
-        examples, windows, logits[..., 0], logits[..., 1], version_2_with_negative=True,
+        examples,
+        windows,
+        logits[..., 0],
+        logits[..., 1],
+        version_2_with_negative=True,
         null_score_diff_threshold=-20.0,
-    )  # fmt: skip
+    )
     assert set(strict.predictions.values()) == {""}
     # v1.1 mode never predicts "" when a span exists and writes no null odds.
     v1 = squad.postprocess(examples, windows, logits[..., 0], logits[..., 1])

