@@ -1,0 +1,301 @@
+"""Pretraining-step benchmark: bert_jax against its peers, measured alternately in one run.
+
+    python benchmarks/pretrain_step.py --size=small --batch=16 --seq=128 --steps=10 \\
+        --peers=bert_jax,torch_eager,torch_compile --rounds=3
+
+Peers (same BertConfig, same batch, AdamW with weight decay, dropout on, float32 or bf16):
+  bert_jax       this library: jitted train_step, MLM head only at the masked positions
+  torch_eager    transformers BertForPreTraining (SDPA attention), torch.optim.AdamW
+  torch_compile  the same under torch.compile
+  flax_hf        transformers 4.x FlaxBertForPreTraining (only where a 4.x transformers with
+                 Flax is installed beside; skipped with a note otherwise)
+
+Every measurement prints one JSON line with at least: peer, size, batch, seq, what ("train_step" or
+"forward"), median_s, tokens_per_s, compile_s; plus mfu where the device's peak is known, the
+device, dtype and versions. Rounds alternate the peers (A B C A B C ...) so that a slow patch of a
+shared machine hits all of them; compare peers as ratios, never absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def make_batch(cfg, batch: int, seq: int, predictions: int, seed: int = 0):
+    """A pretraining batch as the data pipeline makes it (full-length rows, as BERT's are)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, cfg.vocab_size, size=(batch, seq)).astype(np.int32)
+    types = np.zeros((batch, seq), np.int32)
+    types[:, seq // 2 :] = 1
+    positions = np.sort(
+        np.stack(
+            [rng.choice(np.arange(1, seq - 1), predictions, replace=False) for _ in range(batch)]
+        ),
+        axis=1,
+    ).astype(np.int32)
+    return dict(
+        input_ids=ids,
+        token_type_ids=types,
+        attention_mask=np.ones((batch, seq), np.int32),
+        masked_lm_positions=positions,
+        masked_lm_ids=rng.integers(1000, cfg.vocab_size, size=(batch, predictions)).astype(
+            np.int32
+        ),
+        masked_lm_weights=np.ones((batch, predictions), np.float32),
+        next_sentence_labels=rng.integers(0, 2, size=batch).astype(np.int32),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Peers: each returns (step_fn, compile_s) where step_fn() runs one synchronous step.
+# --------------------------------------------------------------------------------------------
+def bert_jax_peer(cfg, batch, args):
+    import flax.linen as nn
+    import jax
+
+    from bert_jax import model as M
+    from bert_jax import optimizer, train_lib
+    from bert_jax.config import RuntimeConfig
+
+    runtime = RuntimeConfig(dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat,
+                            attention=args.attention)  # fmt: skip
+    model = M.BertForPreTraining(cfg, runtime)
+    tx = optimizer.make_optimizer("adamw", 1e-4, weight_decay=0.01)
+    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(
+        jax.random.PRNGKey(0)
+    )
+    device_batch = jax.device_put(batch)
+    task = train_lib.get_task("pretraining")
+    if args.what == "train_step":
+        fn = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=task),
+                     donate_argnums=0)  # fmt: skip
+        holder = {"state": state}
+
+        def step():
+            holder["state"], metrics = fn(holder["state"], device_batch)
+            jax.block_until_ready(metrics)
+
+    else:
+        fn = jax.jit(functools.partial(train_lib.eval_step, model=model, task=task))
+
+        def step():
+            jax.block_until_ready(fn(state.params, device_batch))
+
+    t = time.perf_counter()
+    step()
+    return step, time.perf_counter() - t
+
+
+def _torch_model(cfg, args):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
+    hf_cfg._attn_implementation = "sdpa"
+    model = transformers.BertForPreTraining(hf_cfg)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return model.to(device), device
+
+
+def torch_peer(cfg, batch, args, compiled: bool):
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model, device = _torch_model(cfg, args)
+    labels = np.full(batch["input_ids"].shape, -100, np.int64)
+    for b in range(labels.shape[0]):
+        labels[b, batch["masked_lm_positions"][b]] = batch["masked_lm_ids"][b]
+    inputs = {
+        "input_ids": torch.as_tensor(batch["input_ids"], dtype=torch.long, device=device),
+        "token_type_ids": torch.as_tensor(batch["token_type_ids"], dtype=torch.long, device=device),
+        "attention_mask": torch.as_tensor(batch["attention_mask"], dtype=torch.long, device=device),
+        "labels": torch.as_tensor(labels, device=device),
+        "next_sentence_label": torch.as_tensor(
+            batch["next_sentence_labels"], dtype=torch.long, device=device
+        ),
+    }
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
+    amp = args.dtype == "bfloat16"
+    forward = torch.compile(model) if compiled else model
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        if args.what == "train_step":
+            model.train()
+            with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
+                loss = forward(**inputs).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        else:
+            model.eval()
+            with (
+                torch.no_grad(),
+                torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp),
+            ):
+                forward(**inputs)
+        sync()
+
+    t = time.perf_counter()
+    step()
+    return step, time.perf_counter() - t
+
+
+def flax_hf_peer(cfg, batch, args):
+    import jax
+    import optax
+    import transformers
+
+    if not hasattr(transformers, "FlaxBertForPreTraining"):
+        raise ImportError(
+            f"transformers {transformers.__version__} has no Flax BERT (removed in v5)"
+        )
+    model = transformers.FlaxBertForPreTraining(transformers.BertConfig(**cfg.to_hf_dict()), seed=0)
+    tx = optax.adamw(1e-4, eps=1e-6, weight_decay=0.01)
+    params = model.params
+    opt_state = tx.init(params)
+
+    def loss_fn(p, rng):
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], params=p,
+                    dropout_rng=rng, train=True)  # fmt: skip
+        logits = jax.numpy.take_along_axis(
+            out.prediction_logits, batch["masked_lm_positions"][..., None], 1
+        )
+        mlm = optax.softmax_cross_entropy_with_integer_labels(logits, batch["masked_lm_ids"]).mean()
+        nsp = optax.softmax_cross_entropy_with_integer_labels(
+            out.seq_relationship_logits, batch["next_sentence_labels"]
+        ).mean()
+        return mlm + nsp
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train(p, s, rng):
+        grads = jax.grad(loss_fn)(p, rng)
+        updates, s = tx.update(grads, s, p)
+        return optax.apply_updates(p, updates), s
+
+    holder = {"p": params, "s": opt_state}
+
+    def step():
+        holder["p"], holder["s"] = train(holder["p"], holder["s"], jax.random.PRNGKey(0))
+        jax.block_until_ready(holder["p"])
+
+    t = time.perf_counter()
+    step()
+    return step, time.perf_counter() - t
+
+
+PEERS = {
+    "bert_jax": bert_jax_peer,
+    "torch_eager": functools.partial(torch_peer, compiled=False),
+    "torch_compile": functools.partial(torch_peer, compiled=True),
+    "flax_hf": flax_hf_peer,
+}
+
+
+def device_info():
+    import jax
+
+    d = jax.devices()[0]
+    return d.platform, d.device_kind
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("jax", "flax", "torch", "transformers"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size",
+        default="small",
+        help="a BertConfig preset: tiny, small, base, large, L4-H512, ...",
+    )
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds over the peers")
+    parser.add_argument(
+        "--predictions", type=int, default=0, help="masked positions (0: 15%% of seq)"
+    )
+    parser.add_argument("--peers", default="bert_jax,torch_eager,torch_compile")
+    parser.add_argument("--what", choices=("train_step", "forward"), default="train_step")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--scan", action="store_true", help="bert_jax: scan over layers")
+    parser.add_argument("--remat", default="none", help="bert_jax: none, dots, dots_no_batch, full")
+    parser.add_argument("--attention", default="auto", help="bert_jax: xla, cudnn, auto")
+    parser.add_argument("--output", default="", help="also append the JSON lines to this file")
+    args = parser.parse_args(argv)
+
+    from bert_jax import flops
+    from bert_jax.config import BertConfig
+
+    cfg = BertConfig.preset(args.size)
+    predictions = args.predictions or max(1, round(0.15 * args.seq))
+    batch = make_batch(cfg, args.batch, args.seq, predictions)
+    platform_name, kind = device_info()
+    peak = flops.peak_flops_per_device(kind)
+    step_flops = flops.padded_step_flops(cfg, args.batch, args.seq, predictions)
+    if args.what == "forward":
+        step_flops /= 3
+    peers, times, compile_s = [], {}, {}
+    for name in args.peers.split(","):
+        try:
+            fn, c = PEERS[name](cfg, batch, args)
+        except Exception as e:  # noqa: BLE001 - report a peer that cannot run, keep the others
+            print(json.dumps({"peer": name, "size": args.size, "skipped": f"{type(e).__name__}: {e}"[:300]}),
+                  flush=True)  # fmt: skip
+            continue
+        fn()  # one more warm-up (allocator, autotuning)
+        peers.append((name, fn))
+        times[name], compile_s[name] = [], c
+    for _ in range(args.rounds):
+        for name, fn in peers:
+            for _ in range(args.steps):
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+    lines = []
+    for name, _ in peers:
+        median = statistics.median(times[name])
+        row = {
+            "peer": name, "size": args.size, "batch": args.batch, "seq": args.seq,
+            "what": args.what, "dtype": args.dtype, "median_s": median,
+            "mean_s": statistics.mean(times[name]), "tokens_per_s": args.batch * args.seq / median,
+            "compile_s": compile_s[name], "steps": len(times[name]), "predictions": predictions,
+            "device": f"{platform_name}:{kind}", "versions": versions(),
+        }  # fmt: skip
+        if name == "bert_jax":
+            row.update(scan=args.scan, remat=args.remat, attention=args.attention)
+        if peak:
+            row["mfu"] = step_flops / median / peak
+        lines.append(row)
+        print(json.dumps(row), flush=True)
+    if args.output:
+        with open(args.output, "a") as f:
+            for row in lines:
+                f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
