@@ -68,8 +68,9 @@ def bert_jax_peer(cfg, batch, args):
     from bert_jax import optimizer, train_lib
     from bert_jax.config import RuntimeConfig
 
-    runtime = RuntimeConfig(dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat,
-                            attention=args.attention)  # fmt: skip
+    runtime = RuntimeConfig(
+        dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention=args.attention
+    )
     model = M.BertForPreTraining(cfg, runtime)
     tx = optimizer.make_optimizer("adamw", 1e-4, weight_decay=0.01)
     state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(
@@ -78,8 +79,9 @@ def bert_jax_peer(cfg, batch, args):
     device_batch = jax.device_put(batch)
     task = train_lib.get_task("pretraining")
     if args.what == "train_step":
-        fn = jax.jit(functools.partial(train_lib.train_step, model=model, tx=tx, task=task),
-                     donate_argnums=0)  # fmt: skip
+        fn = jax.jit(
+            functools.partial(train_lib.train_step, model=model, tx=tx, task=task), donate_argnums=0
+        )
         holder = {"state": state}
 
         def step():
@@ -168,8 +170,14 @@ def flax_hf_peer(cfg, batch, args):
     opt_state = tx.init(params)
 
     def loss_fn(p, rng):
-        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], params=p,
-                    dropout_rng=rng, train=True)  # fmt: skip
+        out = model(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["token_type_ids"],
+            params=p,
+            dropout_rng=rng,
+            train=True,
+        )
         logits = jax.numpy.take_along_axis(
             out.prediction_logits, batch["masked_lm_positions"][..., None], 1
         )
@@ -262,8 +270,12 @@ def main(argv=None) -> int:
         try:
             fn, c = PEERS[name](cfg, batch, args)
         except Exception as e:  # noqa: BLE001 - report a peer that cannot run, keep the others
-            print(json.dumps({"peer": name, "size": args.size, "skipped": f"{type(e).__name__}: {e}"[:300]}),
-                  flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {"peer": name, "size": args.size, "skipped": f"{type(e).__name__}: {e}"[:300]}
+                ),
+                flush=True,
+            )
             continue
         fn()  # one more warm-up (allocator, autotuning)
         peers.append((name, fn))
@@ -278,12 +290,21 @@ def main(argv=None) -> int:
     for name, _ in peers:
         median = statistics.median(times[name])
         row = {
-            "peer": name, "size": args.size, "batch": args.batch, "seq": args.seq,
-            "what": args.what, "dtype": args.dtype, "median_s": median,
-            "mean_s": statistics.mean(times[name]), "tokens_per_s": args.batch * args.seq / median,
-            "compile_s": compile_s[name], "steps": len(times[name]), "predictions": predictions,
-            "device": f"{platform_name}:{kind}", "versions": versions(),
-        }  # fmt: skip
+            "peer": name,
+            "size": args.size,
+            "batch": args.batch,
+            "seq": args.seq,
+            "what": args.what,
+            "dtype": args.dtype,
+            "median_s": median,
+            "mean_s": statistics.mean(times[name]),
+            "tokens_per_s": args.batch * args.seq / median,
+            "compile_s": compile_s[name],
+            "steps": len(times[name]),
+            "predictions": predictions,
+            "device": f"{platform_name}:{kind}",
+            "versions": versions(),
+        }
         if name == "bert_jax":
             row.update(scan=args.scan, remat=args.remat, attention=args.attention)
         if peak:

@@ -21,7 +21,7 @@ from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
-ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn", "auto")
+ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "auto")
 DTYPES = ("float32", "bfloat16", "float16")
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
@@ -342,8 +342,12 @@ class RuntimeConfig:
         layer instead of once per stack; the weights gain a leading "layers" axis.
       remat_policy: what each layer keeps for the backward pass: "none" (everything), "dots"
         (matmul outputs), "dots_no_batch" (weight matmuls only), "full" (nothing; recompute).
-      attention: "xla" (einsum + softmax: the exact reference), "cudnn" (fused flash attention via
-        `jax.nn.dot_product_attention`, GPU only), "auto" (cudnn on a GPU, else xla).
+      attention: "xla" (einsum + softmax in float32: the exact reference, with attention dropout),
+        "cudnn" (cuDNN flash attention through `jax.nn.dot_product_attention`; GPU only; no
+        attention-probability dropout, so training needs attention_probs_dropout_prob=0),
+        "fused_xla" (the same call on XLA's backend, any device), "auto" (cudnn on a GPU unless
+        training with attention dropout, else xla). Padded rows give fused kernels their lengths
+        (rows must be right-padded, as every pipeline here makes them); packed rows a mask.
     """
 
     dtype: str = "float32"

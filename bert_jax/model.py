@@ -284,7 +284,7 @@ class BertSelfAttention(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
 
     @nn.compact
-    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
+    def __call__(self, x, mask, lengths, *, deterministic: bool, output_attentions: bool):
         cfg, rt = self.config, self.runtime
         heads = (cfg.num_attention_heads, cfg.head_dim)
 
@@ -295,9 +295,19 @@ class BertSelfAttention(nn.Module):
         q = _constrain(q, "act_batch", "act_len", "act_heads", None)
         k = _constrain(k, "act_batch", "act_len", "act_heads", None)
         v = _constrain(v, "act_batch", "act_len", "act_heads", None)
+        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
         implementation = rt.attention
         if implementation == "auto":
-            implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+            # cuDNN's fused kernel has no attention-probability dropout in JAX's public API: train
+            # with it on the exact XLA path, use cuDNN for inference or without that dropout.
+            gpu = jax.default_backend() == "gpu"
+            implementation = "cudnn" if gpu and not dropping else "xla"
+        elif implementation != "xla" and dropping:
+            raise ValueError(
+                f"RuntimeConfig.attention={implementation!r} cannot apply attention-probability "
+                f"dropout (attention_probs_dropout_prob={cfg.attention_probs_dropout_prob}); "
+                "set it to 0.0 or use attention='xla'/'auto'"
+            )
         if implementation == "xla" or output_attentions:
             dropout_rng = None
             if not deterministic and cfg.attention_probs_dropout_prob > 0.0:
@@ -313,8 +323,20 @@ class BertSelfAttention(nn.Module):
                 dtype=rt.dtype,
             )
             return context, (probs if output_attentions else None)
-        # Fused attention: no attention-probability dropout inside the kernel (see RuntimeConfig).
-        context = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+        # Fused attention. Right-padded rows pass their lengths (cuDNN's fast padding mask);
+        # packed rows pass the block-diagonal mask.
+        backend = "xla" if implementation == "fused_xla" else implementation
+        if lengths is not None:
+            context = jax.nn.dot_product_attention(
+                q,
+                k,
+                v,
+                query_seq_lengths=lengths,
+                key_value_seq_lengths=lengths,
+                implementation=backend,
+            )
+        else:
+            context = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=backend)
         return context, None
 
 
@@ -347,10 +369,10 @@ class BertAttention(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
 
     @nn.compact
-    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
+    def __call__(self, x, mask, lengths, *, deterministic: bool, output_attentions: bool):
         cfg, rt = self.config, self.runtime
         context, probs = BertSelfAttention(cfg, rt, name="self")(
-            x, mask, deterministic=deterministic, output_attentions=output_attentions
+            x, mask, lengths, deterministic=deterministic, output_attentions=output_attentions
         )
         out = BertOutput(cfg, rt, from_heads=True, name="output")(
             context, x, deterministic=deterministic
@@ -387,10 +409,10 @@ class BertLayer(nn.Module):
     output_attentions: bool = False
 
     @nn.compact
-    def __call__(self, x, mask):
+    def __call__(self, x, mask, lengths):
         cfg, rt, det = self.config, self.runtime, self.deterministic
         a, probs = BertAttention(cfg, rt, name="attention")(
-            x, mask, deterministic=det, output_attentions=self.output_attentions
+            x, mask, lengths, deterministic=det, output_attentions=self.output_attentions
         )
         h = BertIntermediate(cfg, rt, name="intermediate")(a)
         y = BertOutput(cfg, rt, name="output")(h, a, deterministic=det)
@@ -406,7 +428,14 @@ class BertEncoder(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x, mask, *, deterministic: bool, output_hidden_states: bool, output_attentions: bool
+        self,
+        x,
+        mask,
+        lengths,
+        *,
+        deterministic: bool,
+        output_hidden_states: bool,
+        output_attentions: bool,
     ):
         cfg, rt = self.config, self.runtime
         layer_cls = BertLayer
@@ -428,13 +457,13 @@ class BertEncoder(nn.Module):
                 length=cfg.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, (states, probs) = scanned(cfg, rt, name="layer", **kwargs)(x, mask)
+            x, (states, probs) = scanned(cfg, rt, name="layer", **kwargs)(x, mask, lengths)
             states = tuple(states) if output_hidden_states else None  # unstack [n, B, L, E]
             probs = tuple(probs) if output_attentions else None
         else:
             states, probs = [], []
             for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=f"layer_{i}", **kwargs)(x, mask)
+                x, (s, p) = layer_cls(cfg, rt, name=f"layer_{i}", **kwargs)(x, mask, lengths)
                 states.append(s)
                 probs.append(p)
             states = tuple(states) if output_hidden_states else None
@@ -518,9 +547,12 @@ class BertModel(nn.Module):
             input_ids, token_type_ids, position_ids, deterministic=deterministic
         )
         mask = attention_mask_to_bias_mask(attention_mask, segment_ids)
+        # Lengths of right-padded rows for fused kernels (rows are right-padded: [CLS] ... [PAD]*).
+        lengths = None if segment_ids is not None else attention_mask.sum(-1).astype(jnp.int32)
         y, states, probs = BertEncoder(cfg, rt, name="encoder")(
             x,
             mask,
+            lengths,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,

@@ -311,3 +311,69 @@ def test_bad_inputs_raise_clear_errors():
         module.apply({"params": params}, np.ones((7,), np.int32))
     with pytest.raises(ValueError, match="unknown model class"):
         M.get_model_class("BertForEverything")
+
+
+def test_fused_attention_path_equals_reference_at_real_positions():
+    """`fused_xla` runs jax.nn.dot_product_attention (the cuDNN code path, XLA backend): padded
+    rows through their lengths, packed rows through the segment mask."""
+    cfg = TINY.replace(attention_probs_dropout_prob=0.0)
+    ref = M.BertForPreTraining(cfg)
+    fused = M.BertForPreTraining(cfg, RuntimeConfig(attention="fused_xla", scan_layers=True))
+    params = nn.meta.unbox(M.init_params(ref, KEY))
+    stacked = M.stack_layers(params)
+    batch = random_batch(cfg, batch=3, length=9)
+    real = batch["attention_mask"].astype(bool)
+    a = ref.apply({"params": params}, **batch)
+    b = fused.apply({"params": stacked}, **batch)
+    np.testing.assert_allclose(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5)
+    np.testing.assert_allclose(a.prediction_logits[real], b.prediction_logits[real], atol=1e-4)
+    # Training (hidden dropout on, attention dropout off): same loss and gradients.
+    positions = np.array([[1, 2], [3, 1], [2, 4]], np.int32)
+    proj = jax.random.normal(jax.random.PRNGKey(3), (3, 2, cfg.vocab_size))
+
+    def loss(p, m):
+        out = m.apply(
+            {"params": p},
+            **batch,
+            masked_positions=positions,
+            deterministic=False,
+            rngs={"dropout": jax.random.PRNGKey(5)},
+        )
+        return jnp.sum(out.prediction_logits * proj)
+
+    ga = jax.grad(loss)(stacked, M.BertForPreTraining(cfg, RuntimeConfig(scan_layers=True)))
+    gb = jax.grad(loss)(stacked, fused)
+    for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_attention_with_packed_rows():
+    cfg = TINY.replace(attention_probs_dropout_prob=0.0)
+    ref, fused = M.BertModel(cfg), M.BertModel(cfg, RuntimeConfig(attention="fused_xla"))
+    params = M.init_params(ref, KEY)
+    ids = np.arange(1, 12, dtype=np.int32)[None] % 90 + 3
+    seg = np.array([[1, 1, 1, 1, 2, 2, 2, 3, 3, 0, 0]], np.int32)
+    pos = np.array([[0, 1, 2, 3, 0, 1, 2, 0, 1, 0, 0]], np.int32)
+    kwargs = dict(
+        attention_mask=(seg > 0).astype(np.int32),
+        position_ids=pos,
+        segment_ids=seg,
+        cls_positions=np.array([[0, 4, 7]], np.int32),
+    )
+    a = ref.apply({"params": params}, ids, **kwargs)
+    b = fused.apply({"params": params}, ids, **kwargs)
+    np.testing.assert_allclose(a.last_hidden_state[0, :9], b.last_hidden_state[0, :9], atol=1e-5)
+    np.testing.assert_allclose(a.pooler_output, b.pooler_output, atol=1e-5)
+
+
+def test_fused_attention_refuses_attention_dropout_and_auto_falls_back():
+    batch = random_batch(TINY)
+    for name in ("fused_xla", "cudnn"):
+        model = M.BertModel(TINY, RuntimeConfig(attention=name))
+        params = M.init_params(M.BertModel(TINY), KEY)
+        with pytest.raises(ValueError, match="attention-probability dropout"):
+            model.apply({"params": params}, **batch, deterministic=False, rngs={"dropout": KEY})
+    auto = M.BertModel(TINY, RuntimeConfig(attention="auto"))  # CPU: the exact xla path
+    params = M.init_params(auto, KEY)
+    out = auto.apply({"params": params}, **batch, deterministic=False, rngs={"dropout": KEY})
+    assert np.isfinite(np.asarray(out.last_hidden_state)).all()
