@@ -19,7 +19,7 @@ Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import flax.struct
@@ -703,37 +703,22 @@ def _word_embedding(module: nn.Module) -> Array:
 
 
 class _Head(nn.Module):
-    """Shared fields and the `bert` call of every task head."""
+    """A task head on top of `bert` (a BertModel). Every head takes BertModel's inputs:
+
+      input_ids, token_type_ids, attention_mask, position_ids, segment_ids: [B, L]
+        ([B, C, L] for multiple choice), as BertModel's;
+      cls_positions: [B, S] [CLS] of each packed sequence (pooled heads);
+      masked_positions: [B, P] positions to compute MLM logits at (MLM heads only);
+      deterministic, output_hidden_states, output_attentions: as BertModel's.
+
+    Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`.
+    """
 
     config: BertConfig
     runtime: RuntimeConfig = RuntimeConfig()
-
-    def _bert(self, add_pooling_layer, input_ids, kwargs, flags):
-        return BertModel(
-            self.config, self.runtime, add_pooling_layer=add_pooling_layer, name="bert"
-        )(input_ids, **kwargs, **flags)
-
-    def _dropout(self, x, deterministic):
-        cfg = self.config
-        rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
-        return Dropout(rate)(x, deterministic=deterministic)
-
-
-def _flags(deterministic, output_hidden_states, output_attentions):
-    return dict(
-        deterministic=deterministic,
-        output_hidden_states=output_hidden_states,
-        output_attentions=output_attentions,
-    )
-
-
-class BertForPreTraining(_Head):
-    """Masked LM + next sentence prediction, as in the original pretraining.
-
-    Takes BertModel's arguments plus `masked_positions` [B, P] int: when given, MLM logits are
-    computed only there ([B, P, V]), which is what pretraining needs and costs P/L of the full
-    head. Equal to gathering the full [B, L, V] logits at those positions.
-    """
+    pooled: ClassVar[bool] = True
+    choices: ClassVar[bool] = False  # inputs are [B, C, L]: encode every choice
+    masked_lm: ClassVar[bool] = False  # accepts masked_positions
 
     @nn.compact
     def __call__(
@@ -749,16 +734,60 @@ class BertForPreTraining(_Head):
         deterministic: bool = True,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-    ) -> BertForPreTrainingOutput:
-        kwargs = dict(
+    ):
+        if masked_positions is not None and not self.masked_lm:
+            raise ValueError(f"{type(self).__name__} has no MLM head; masked_positions is for one")
+        inputs = dict(
             token_type_ids=token_type_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             segment_ids=segment_ids,
-            cls_positions=cls_positions,
         )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(True, input_ids, kwargs, flags)
+        batch_shape = input_ids.shape
+        if self.choices:
+            if input_ids.ndim != 3:
+                raise ValueError(
+                    f"{type(self).__name__} takes input_ids [batch, choices, length]; "
+                    f"got {input_ids.shape}"
+                )
+            flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])  # noqa: E731
+            input_ids, inputs = flat(input_ids), {k: flat(v) for k, v in inputs.items()}
+        out = BertModel(self.config, self.runtime, add_pooling_layer=self.pooled, name="bert")(
+            input_ids,
+            **inputs,
+            cls_positions=cls_positions if self.pooled else None,
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        return self.head(
+            out,
+            deterministic=deterministic,
+            masked_positions=masked_positions,
+            batch_shape=batch_shape,
+        )
+
+    def _dropout(self, x, deterministic):
+        cfg = self.config
+        rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
+        return Dropout(rate)(x, deterministic=deterministic)
+
+    def _linear(self, x, features: int, name: str):
+        cfg, rt = self.config, self.runtime
+        return _dense(cfg, rt, features, ("embed",), (None,), name)(x).astype(jnp.float32)
+
+
+class BertForPreTraining(_Head):
+    """Masked LM + next sentence prediction, as in the original pretraining.
+
+    With `masked_positions` [B, P] the MLM logits are computed only there ([B, P, V]), which is
+    what pretraining needs and costs P/L of the full head; equal to gathering the full [B, L, V]
+    logits at those positions.
+    """
+
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         mlm, nsp = BertPreTrainingHeads(self.config, self.runtime, name="cls")(
             out.last_hidden_state, out.pooler_output, _word_embedding(self), masked_positions
         )
@@ -768,28 +797,10 @@ class BertForPreTraining(_Head):
 class BertForMaskedLM(_Head):
     """Masked LM only (no pooler, as in Hugging Face). `masked_positions` as in pretraining."""
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        masked_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> MaskedLMOutput:
-        kwargs = dict(
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-        )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(False, input_ids, kwargs, flags)
+    pooled = False
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         mlm, _ = BertPreTrainingHeads(self.config, self.runtime, nsp=False, name="cls")(
             out.last_hidden_state, None, _word_embedding(self), masked_positions
         )
@@ -799,23 +810,7 @@ class BertForMaskedLM(_Head):
 class BertForNextSentencePrediction(_Head):
     """Next-sentence prediction only: logits [B, 2], 0 = B follows A, 1 = B is random."""
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        kwargs = dict(
-            token_type_ids=token_type_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(True, input_ids, kwargs, flags)
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         _, nsp = BertPreTrainingHeads(self.config, self.runtime, mlm=False, name="cls")(
             out.last_hidden_state, out.pooler_output, None
         )
@@ -828,132 +823,41 @@ class BertForSequenceClassification(_Head):
     With packed rows (`segment_ids`, `cls_positions` [B, S]) the logits are [B, S, N].
     """
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        cfg, rt = self.config, self.runtime
-        kwargs = dict(
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-            cls_positions=cls_positions,
-        )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(True, input_ids, kwargs, flags)
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         pooled = self._dropout(out.pooler_output, deterministic)
-        logits = _dense(cfg, rt, cfg.num_labels, ("embed",), (None,), "classifier")(pooled)
-        return ClassifierOutput(logits.astype(jnp.float32), out.hidden_states, out.attentions)
+        logits = self._linear(pooled, self.config.num_labels, "classifier")
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
 class BertForMultipleChoice(_Head):
     """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        cfg, rt = self.config, self.runtime
-        if input_ids.ndim != 3:
-            raise ValueError(
-                "BertForMultipleChoice takes input_ids [batch, choices, length]; "
-                f"got {input_ids.shape}"
-            )
-        b, c, seq = input_ids.shape
+    choices = True
 
-        def flat(a):
-            return None if a is None else a.reshape(b * c, seq)
-
-        kwargs = dict(
-            token_type_ids=flat(token_type_ids),
-            attention_mask=flat(attention_mask),
-            position_ids=flat(position_ids),
-        )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(True, flat(input_ids), kwargs, flags)
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         pooled = self._dropout(out.pooler_output, deterministic)
-        logits = _dense(cfg, rt, 1, ("embed",), (None,), "classifier")(pooled)  # [B*C, 1]
-        return ClassifierOutput(
-            logits.reshape(b, c).astype(jnp.float32), out.hidden_states, out.attentions
-        )
+        logits = self._linear(pooled, 1, "classifier")  # [B*C, 1]
+        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
 
 
 class BertForTokenClassification(_Head):
     """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        cfg, rt = self.config, self.runtime
-        kwargs = dict(
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-        )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(False, input_ids, kwargs, flags)
+    pooled = False
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         h = self._dropout(out.last_hidden_state, deterministic)
-        logits = _dense(cfg, rt, cfg.num_labels, ("embed",), (None,), "classifier")(h)
-        return ClassifierOutput(logits.astype(jnp.float32), out.hidden_states, out.attentions)
+        logits = self._linear(h, self.config.num_labels, "classifier")
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
 class BertForQuestionAnswering(_Head):
     """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> QuestionAnsweringOutput:
-        cfg, rt = self.config, self.runtime
-        kwargs = dict(
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-        )
-        flags = _flags(deterministic, output_hidden_states, output_attentions)
-        out = self._bert(False, input_ids, kwargs, flags)
-        logits = _dense(cfg, rt, 2, ("embed",), (None,), "qa_outputs")(out.last_hidden_state)
-        logits = logits.astype(jnp.float32)
+    pooled = False
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._linear(out.last_hidden_state, 2, "qa_outputs")
         return QuestionAnsweringOutput(
             logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
         )
