@@ -397,10 +397,15 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
         max_position_embeddings=L,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        initializer_range=0.5,  # Far from uniform attention, so that a leak would show.
     )
     model = M.BertForPreTraining(cfg)
-    params = nn.meta.unbox(M.init_params(model, jax.random.key(0), seq_len=L))
+    # Random parameters of std 0.5 (no init compile): attention far from uniform, so that a leak
+    # between sequences would show.
+    abstract = jax.eval_shape(lambda key: M.init_params(model, key, seq_len=L), jax.random.key(0))
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map(
+        lambda x: rng.normal(0.0, 0.5, x.shape).astype(x.dtype), nn.meta.unbox(abstract)
+    )
     evaluate = jax.jit(
         functools.partial(
             train_lib.eval_step, model=model, task=train_lib.pretraining_task(nsp=True)
