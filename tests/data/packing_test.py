@@ -10,7 +10,7 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import build, packing, pipeline
+from bert_jax.data import build, features, packing, pipeline, records
 from bert_jax.data.pretraining import PretrainingOptions, VocabInfo
 from tests.data.conftest import EXCERPT, TESTDATA
 
@@ -212,7 +212,10 @@ def test_packed_epoch_holds_every_example_once_with_its_unpacked_masks(short_bui
     assert sum(unpacked.values()) > 100
 
 
-def test_each_epoch_packs_every_example_once_with_new_masks(short_build):
+def test_each_epoch_packs_every_record_once_with_new_masks(short_build):
+    """Putting each packed sequence's masked_lm_ids back at its positions gives the records' own
+    tokens: every record once per epoch, the predictions' ids the original tokens."""
+
     def original(key):  # The sequence with its predictions put back, and its NSP label.
         ids = list(key[0])
         for position, token in zip(key[2], key[3]):
@@ -230,7 +233,22 @@ def test_each_epoch_packs_every_example_once_with_new_masks(short_build):
         for b in epoch(loader(short_build, batch_size=1, num_epochs=2, pack_sequences=True))
         for k, _ in packed_sequences(b)
     ]
-    once = collections.Counter(map(original, one))
+    stored = features.decode_batch(
+        [r for path in pipeline.load_data_info(short_build).paths for r in records.read_all(path)],
+        L,
+        P,
+    )
+    assert not stored["masked_lm_weights"].any()  # Dynamic-masking records: original tokens.
+    once = collections.Counter(
+        (tuple(ids[:n]), tuple(types[:n]), int(nsp))
+        for ids, types, n, nsp in zip(
+            stored["input_ids"],
+            stored["token_type_ids"],
+            stored["attention_mask"].sum(axis=1),
+            stored["next_sentence_labels"],
+        )
+    )
+    assert collections.Counter(map(original, one)) == once
     assert collections.Counter(map(original, two)) == once + once
     assert len(set(two)) > 1.5 * len(set(one))  # Masks are drawn anew in the second epoch.
 
@@ -379,9 +397,11 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
     from bert_jax import train_lib
     from bert_jax.config import BertConfig
 
-    packed = next(loader(short_build, batch_size=4, pack_sequences=True))
-    assert (packed["next_sentence_weights"].sum(axis=1) > 1).any()  # Some row really is shared.
-    stream = epoch(loader(short_build, batch_size=4, num_epochs=1))
+    packed = next(loader(short_build, batch_size=6, pack_sequences=True))
+    # Some row really is shared, by sequences of different NSP labels.
+    k = packed["next_sentence_weights"].sum(axis=1).astype(int)
+    assert any(len(set(packed["next_sentence_labels"][r, : k[r]])) > 1 for r in range(6))
+    stream = epoch(loader(short_build, batch_size=6, num_epochs=1))
     by_key = {
         key: {k: v[r] for k, v in b.items()} for b in stream for key, r in unpacked_sequences(b)
     }
