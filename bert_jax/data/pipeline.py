@@ -93,7 +93,7 @@ class DataInfo:
     metadata: dict | None = None
 
     def steps_per_epoch(self, global_batch_size: int) -> int:
-        """Full global batches per epoch."""
+        """Full global batches per epoch, unpacked (packed rows hold several examples each)."""
         return self.num_records // global_batch_size
 
 
