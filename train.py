@@ -97,11 +97,14 @@ def pretrain(config, workdir: str) -> None:
         return trainer.reduce_window([jit_eval(params, b) for b in eval_cache])
 
     def step_flops(host):  # this host's batch stands for every host's
-        lengths = host["attention_mask"].sum(axis=-1)
+        from bert_jax.data import packing
+
+        # Every (packed) sequence's own length: its attention costs n_i^2, not a row's L^2.
+        lengths = packing.sequence_lengths(host)
         predictions = float(host["masked_lm_weights"].sum())
         nsp = config.task != "mlm"
         return jax.process_count() * flops.pretraining_step_flops(
-            cfg, lengths, predictions, nsp=nsp
+            cfg, lengths, predictions, num_sequences=lengths.size, nsp=nsp
         )
 
     state, step, _ = exp.run(

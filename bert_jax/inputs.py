@@ -88,6 +88,8 @@ def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
         masked_lm_prob=data.masked_lm_prob,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
+        pack_sequences=data.pack_sequences,
+        max_segments=data.max_segments,
     )
     train = pipeline.make_pretraining_loader(
         train_files, seed=data.seed, worker_count=data.worker_count, **common
@@ -102,11 +104,12 @@ def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
     if tokenizer is None and info.metadata is not None:
         tokenizer = os.path.join(os.path.dirname(files[0]), "tokenizer.json")
     logging.info(
-        "pretraining data: %d records in %d shards (%d held out), L=%d, P=%d",
+        "pretraining data: %d records in %d shards (%d held out), L=%d, P=%d, %s",
         info.num_records,
         len(files),
         k,
         info.max_seq_length,
         info.max_predictions_per_seq,
+        f"packed, at most {data.max_segments} a row" if data.pack_sequences else "one a row",
     )
     return PretrainingInputs(train, eval_batches, info, tokenizer)

@@ -74,6 +74,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.dynamic_masking = True
     c.data.num_eval_shards = 1  # the last shard(s) are held out for evaluation
     c.data.worker_count = 0  # grain worker processes (0: read in the training process)
+    # Pack several examples into each row (segment ids keep them apart): fewer padded slots, at
+    # the price of host CPU. On the plays, real tokens per slot rise from 0.92 to 0.98
+    # (short_seq_prob 0.1, the default build) and from 0.71 to 0.96 (0.5); docs/data.md.
+    c.data.pack_sequences = False
+    c.data.max_segments = 4  # S, sequences per packed row (under 0.2% of rows hold 4 on the plays)
     c.data.seed = 0
 
     # Optimization (google-research/bert: AdamW, lr 1e-4, 10k warmup, linear decay, wd 0.01).

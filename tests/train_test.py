@@ -97,6 +97,32 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
     assert max(losses(workdir)) == 8
 
 
+def test_packed_sequences_train_evaluate_and_checkpoint(tmp_path, tiny_pretraining_build):
+    """data.pack_sequences: packed rows (segment ids, [B, S] NSP labels) go through the sharded
+    train and eval steps, the FLOP count and the data checkpoint."""
+    workdir = tmp_path / "run"
+    extra = ("--config.data.pack_sequences=True", "--config.data.max_segments=3")
+    run(
+        train_cmd(
+            workdir,
+            tiny_pretraining_build,
+            *extra,
+            "--config.eval_every_steps=3",
+            "--config.num_eval_steps=1",
+            "--config.checkpoint_every_steps=3",
+            steps=3,
+        ),
+        devices=2,
+    )
+    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    train = {r["step"]: r for r in rows if "train/loss" in r}
+    assert sorted(train) == [1, 2, 3]
+    assert all(np.isfinite(r["train/nsp_loss"]) for r in train.values())
+    assert [r["step"] for r in rows if "eval/nsp_loss" in r] == [3]
+    saved = list((workdir / "checkpoints" / "3").rglob("process_0-of-1.json"))
+    assert len(saved) == 1 and '"next_row"' in saved[0].read_text()  # the packer's position
+
+
 @pytest.mark.torch
 def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
     transformers = pytest.importorskip("transformers")

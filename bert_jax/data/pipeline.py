@@ -16,6 +16,10 @@ shard_count` examples:
     masked_lm_weights    [B, P] float32 1.0 real prediction, 0.0 padded slot
     next_sentence_labels [B]    int32   0 = B follows A, 1 = B is random (all 0 when MLM-only)
 
+With `pack_sequences=True` each of the B rows holds several examples instead (see `packing` for
+the contract): segment_ids and position_ids [B, L], cls_positions, next_sentence_labels and
+next_sentence_weights [B, S], and predictions in row coordinates [B, P_row].
+
 How grain does the work (nothing of it is hand-written here):
 
 1. `MapDataset.range(N).shuffle(seed).repeat(num_epochs)`: a global shuffle of the record keys,
@@ -35,6 +39,13 @@ How grain does the work (nothing of it is hand-written here):
 5. `to_iter_dataset` reads ahead with threads; `mp_prefetch` runs all of the above in
    `worker_count` processes. Batches are formed before the split across workers, so the batches
    do not depend on `worker_count`.
+6. With packing, this process (after the workers) cuts the examples to their real lengths and
+   packs them with grain's best-fit packer (`packing`). Each host packs the examples of its own
+   slices: the hosts still read disjoint parts that together hold every record once per epoch,
+   and every example keeps its masks, but which examples share a row depends on the number of
+   hosts. (Packing the global stream identically on every host would need every example's length
+   on every host, that is every host reading every record.) With a finite `num_epochs` the hosts
+   can then also end some batches apart; training runs use `num_epochs=None`.
 
 The iterator's `get_state()`/`set_state()` save and restore the position (per host); with Orbax,
 save it next to the model with `grain.checkpoint.CheckpointSave(loader)` and restore it with
@@ -50,7 +61,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax.data import build, features, masking, records
+from bert_jax.data import build, features, masking, packing, records
 from bert_jax.data.pretraining import VocabInfo
 
 
@@ -82,7 +93,7 @@ class DataInfo:
     metadata: dict | None = None
 
     def steps_per_epoch(self, global_batch_size: int) -> int:
-        """Full global batches per epoch."""
+        """Full global batches per epoch, unpacked (packed rows hold several examples each)."""
         return self.num_records // global_batch_size
 
 
@@ -236,6 +247,9 @@ def make_pretraining_dataset(
     worker_buffer_size: int = 2,
     read_threads: int = 2,
     prefetch_batches: int = 4,
+    pack_sequences: bool = False,
+    max_segments: int = 4,
+    num_packing_bins: int = 128,
 ) -> grain.IterDataset:
     """The grain dataset behind `make_pretraining_loader` (same arguments)."""
     files, metadata, build_dir = _resolve(paths)
@@ -333,6 +347,31 @@ def make_pretraining_dataset(
                 num_workers=worker_count, per_worker_buffer_size=worker_buffer_size
             )
         )
+    if pack_sequences:
+        # In this process, after the workers: the packer's rows then depend on the stream of
+        # examples only, not on how the reading was split across workers.
+        options = (metadata or {}).get("options", {})
+        tokenizer_ids = (metadata or {}).get("tokenizer", {})
+        if spec is not None:
+            masked_lm_prob = spec.masked_lm_prob
+        elif options.get("static_masking"):  # This library's build: masked by the same rule.
+            masked_lm_prob = options["masked_lm_prob"]
+        else:  # Foreign records: masked with an unknown probability.
+            masked_lm_prob = None
+        iter_ds = packing.pack_pretraining_batches(
+            iter_ds,
+            batch_size=batch_size,
+            max_seq_length=info.max_seq_length,
+            max_segments=max_segments,
+            max_predictions=packing.max_predictions_per_row(
+                info.max_seq_length,
+                max_segments,
+                info.max_predictions_per_seq,
+                masked_lm_prob,
+            ),
+            num_packing_bins=num_packing_bins,
+            pad_id=spec.vocab.pad_id if spec else tokenizer_ids.get("pad_id", 0),
+        )
     return iter_ds
 
 
@@ -354,6 +393,9 @@ def make_pretraining_loader(
     worker_buffer_size: int = 2,
     read_threads: int = 2,
     prefetch_batches: int = 4,
+    pack_sequences: bool = False,
+    max_segments: int = 4,
+    num_packing_bins: int = 128,
 ) -> grain.DatasetIterator:
     """An iterator of pretraining batches (see the module docstring for keys and shapes).
 
@@ -377,6 +419,12 @@ def make_pretraining_loader(
       worker_buffer_size: batches each worker keeps ready.
       read_threads: threads reading ahead in each process.
       prefetch_batches: batches read ahead by those threads.
+      pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
+        with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
+        and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
+        rows depend on shard_count (the examples and their masks do not).
+      max_segments: S, the most sequences in a packed row.
+      num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
 
     Returns:
       A `grain.DatasetIterator` of batches, with `get_state()`/`set_state()`.
@@ -403,5 +451,8 @@ def make_pretraining_loader(
             worker_buffer_size=worker_buffer_size,
             read_threads=read_threads,
             prefetch_batches=prefetch_batches,
+            pack_sequences=pack_sequences,
+            max_segments=max_segments,
+            num_packing_bins=num_packing_bins,
         )
     )
