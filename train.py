@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from bert_jax import flops, sharding, trainer
 from bert_jax.config import BertConfig
-from bert_jax.data import tokenization
+from bert_jax.data import packing, tokenization
 from bert_jax.writers import MetricWriter
 
 FLAGS = flags.FLAGS
@@ -97,8 +97,6 @@ def pretrain(config, workdir: str) -> None:
         return trainer.reduce_window([jit_eval(params, b) for b in eval_cache])
 
     def step_flops(host):  # this host's batch stands for every host's
-        from bert_jax.data import packing
-
         # Every (packed) sequence's own length: its attention costs n_i^2, not a row's L^2.
         lengths = packing.sequence_lengths(host)
         predictions = float(host["masked_lm_weights"].sum())

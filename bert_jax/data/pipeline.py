@@ -251,7 +251,42 @@ def make_pretraining_dataset(
     max_segments: int = 4,
     num_packing_bins: int = 128,
 ) -> grain.IterDataset:
-    """The grain dataset behind `make_pretraining_loader` (same arguments)."""
+    """A grain dataset of pretraining batches (see the module docstring for keys and shapes).
+
+    Args:
+      paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
+      batch_size: B, examples per batch on this host; or give
+      global_batch_size: examples per step over all hosts (B = global / shard_count).
+      seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
+      num_epochs: passes over the data; None repeats forever. The last partial global batch is
+        dropped, so every host yields the same number of batches.
+      shard_index: this host's part; default `jax.process_index()`.
+      shard_count: number of parts; default `jax.process_count()`.
+      shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
+      dynamic_masking: draw new masks each epoch; default: only if the records have none.
+        Records with static masks are unmasked first, so original TFRecords can be re-masked.
+      tokenizer: for dynamic masking: a `WordPieceTokenizer` or a vocab.txt/tokenizer.json path;
+        default: the build directory's tokenizer.json.
+      masked_lm_prob: for dynamic masking; default the build's (or 0.15).
+      whole_word_mask: for dynamic masking; default the build's (or False).
+      worker_count: processes that read, decode and mask (0: in this process).
+      worker_buffer_size: batches each worker keeps ready.
+      read_threads: threads reading ahead in each process.
+      prefetch_batches: batches read ahead by those threads.
+      pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
+        with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
+        and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
+        rows depend on shard_count (the examples and their masks do not).
+      max_segments: S, the most sequences in a packed row.
+      num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
+
+    Returns:
+      A `grain.IterDataset` of batches; `make_pretraining_loader` iterates it.
+
+    Raises:
+      ValueError: inconsistent arguments (messages say which).
+      FileNotFoundError, records.RecordFileError: missing or unreadable data.
+    """
     files, metadata, build_dir = _resolve(paths)
     info = _data_info(files, metadata)
     if shard_index is None or shard_count is None:
@@ -376,83 +411,7 @@ def make_pretraining_dataset(
 
 
 def make_pretraining_loader(
-    paths: str | os.PathLike | Sequence[str | os.PathLike],
-    *,
-    batch_size: int | None = None,
-    global_batch_size: int | None = None,
-    seed: int = 0,
-    num_epochs: int | None = None,
-    shard_index: int | None = None,
-    shard_count: int | None = None,
-    shuffle: bool = True,
-    dynamic_masking: bool | None = None,
-    tokenizer=None,
-    masked_lm_prob: float | None = None,
-    whole_word_mask: bool | None = None,
-    worker_count: int = 0,
-    worker_buffer_size: int = 2,
-    read_threads: int = 2,
-    prefetch_batches: int = 4,
-    pack_sequences: bool = False,
-    max_segments: int = 4,
-    num_packing_bins: int = 128,
+    paths: str | os.PathLike | Sequence[str | os.PathLike], **kwargs
 ) -> grain.DatasetIterator:
-    """An iterator of pretraining batches (see the module docstring for keys and shapes).
-
-    Args:
-      paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
-      batch_size: B, examples per batch on this host; or give
-      global_batch_size: examples per step over all hosts (B = global / shard_count).
-      seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
-      num_epochs: passes over the data; None repeats forever. The last partial global batch is
-        dropped, so every host yields the same number of batches.
-      shard_index: this host's part; default `jax.process_index()`.
-      shard_count: number of parts; default `jax.process_count()`.
-      shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
-      dynamic_masking: draw new masks each epoch; default: only if the records have none.
-        Records with static masks are unmasked first, so original TFRecords can be re-masked.
-      tokenizer: for dynamic masking: a `WordPieceTokenizer` or a vocab.txt/tokenizer.json path;
-        default: the build directory's tokenizer.json.
-      masked_lm_prob: for dynamic masking; default the build's (or 0.15).
-      whole_word_mask: for dynamic masking; default the build's (or False).
-      worker_count: processes that read, decode and mask (0: in this process).
-      worker_buffer_size: batches each worker keeps ready.
-      read_threads: threads reading ahead in each process.
-      prefetch_batches: batches read ahead by those threads.
-      pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
-        with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
-        and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
-        rows depend on shard_count (the examples and their masks do not).
-      max_segments: S, the most sequences in a packed row.
-      num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
-
-    Returns:
-      A `grain.DatasetIterator` of batches, with `get_state()`/`set_state()`.
-
-    Raises:
-      ValueError: inconsistent arguments (messages say which).
-      FileNotFoundError, records.RecordFileError: missing or unreadable data.
-    """
-    return iter(
-        make_pretraining_dataset(
-            paths,
-            batch_size=batch_size,
-            global_batch_size=global_batch_size,
-            seed=seed,
-            num_epochs=num_epochs,
-            shard_index=shard_index,
-            shard_count=shard_count,
-            shuffle=shuffle,
-            dynamic_masking=dynamic_masking,
-            tokenizer=tokenizer,
-            masked_lm_prob=masked_lm_prob,
-            whole_word_mask=whole_word_mask,
-            worker_count=worker_count,
-            worker_buffer_size=worker_buffer_size,
-            read_threads=read_threads,
-            prefetch_batches=prefetch_batches,
-            pack_sequences=pack_sequences,
-            max_segments=max_segments,
-            num_packing_bins=num_packing_bins,
-        )
-    )
+    """`iter(make_pretraining_dataset(paths, **kwargs))`: with `get_state()`/`set_state()`."""
+    return iter(make_pretraining_dataset(paths, **kwargs))

@@ -437,6 +437,7 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
     for key in ("mlm_loss_sum", "nsp_loss_sum"):
         np.testing.assert_allclose(float(got[key]), float(want[key]), rtol=1e-5, err_msg=key)
     np.testing.assert_allclose(float(got["loss"]), float(want["loss"]), atol=1e-5)
-    # The comparison can fail: with one segment a row, attention crosses sequences.
+    # The comparison can fail: with one segment a row, attention crosses sequences and the loss
+    # moves by 100x the tolerance above or more (3e-3 to 3e-2, as the vocabulary's ties fall).
     crossed = evaluate(params, {**packed, "segment_ids": packed["attention_mask"]})
-    assert abs(float(crossed["loss"]) - float(want["loss"])) > 1e-2
+    assert abs(float(crossed["loss"]) - float(want["loss"])) > 1e-3
