@@ -12,7 +12,9 @@ Peers (same BertConfig, same batch, AdamW with weight decay, dropout on, float32
 
 Every measurement prints one JSON line with at least: peer, size, batch, seq, what ("train_step" or
 "forward"), median_s, tokens_per_s, compile_s; plus mfu where the device's peak is known, the
-device, dtype and versions. Rounds alternate the peers (A B C A B C ...) so that a slow patch of a
+device, dtype and versions, and memory: peak_bytes where the device reports it (GPU: JAX's and
+torch's allocator peaks) and, for bert_jax, xla_plan_bytes (the compiled step's buffers).
+Rounds alternate the peers (A B C A B C ...) so that a slow patch of a
 shared machine hits all of them; compare peers as ratios, never absolute times across runs.
 """
 
@@ -58,7 +60,8 @@ def make_batch(cfg, batch: int, seq: int, predictions: int, seed: int = 0):
 
 
 # --------------------------------------------------------------------------------------------
-# Peers: each returns (step_fn, compile_s) where step_fn() runs one synchronous step.
+# Peers: each returns (step_fn, compile_s, peak_fn): step_fn() runs one synchronous step,
+# compile_s is the first step's time (bert_jax: the compile alone), peak_fn() memory figures.
 # --------------------------------------------------------------------------------------------
 def bert_jax_peer(cfg, batch, args):
     import flax.linen as nn
@@ -78,25 +81,48 @@ def bert_jax_peer(cfg, batch, args):
     )
     device_batch = jax.device_put(batch)
     task = train_lib.get_task("pretraining")
+    t = time.perf_counter()
     if args.what == "train_step":
         fn = jax.jit(
             functools.partial(train_lib.train_step, model=model, tx=tx, task=task), donate_argnums=0
         )
+        compiled = fn.lower(state, device_batch).compile()
         holder = {"state": state}
 
         def step():
-            holder["state"], metrics = fn(holder["state"], device_batch)
+            holder["state"], metrics = compiled(holder["state"], device_batch)
             jax.block_until_ready(metrics)
 
     else:
         fn = jax.jit(functools.partial(train_lib.eval_step, model=model, task=task))
+        compiled = fn.lower(state.params, device_batch).compile()
 
         def step():
-            jax.block_until_ready(fn(state.params, device_batch))
+            jax.block_until_ready(compiled(state.params, device_batch))
 
-    t = time.perf_counter()
+    compile_s = time.perf_counter() - t
     step()
-    return step, time.perf_counter() - t
+    return step, compile_s, lambda: _jax_peak_bytes(compiled)
+
+
+def _jax_peak_bytes(compiled) -> dict:
+    """The device's peak bytes in use where it reports them (GPU, TPU); XLA's own plan of the
+    step's buffers (arguments + outputs + temporaries, less donated aliases) everywhere."""
+    import jax
+
+    out = {}
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        out["peak_bytes"] = int(stats["peak_bytes_in_use"])
+    m = compiled.memory_analysis()
+    if m is not None:
+        out["xla_plan_bytes"] = int(
+            m.argument_size_in_bytes
+            + m.output_size_in_bytes
+            + m.temp_size_in_bytes
+            - m.alias_size_in_bytes
+        )
+    return out
 
 
 def _torch_model(cfg, args):
@@ -150,9 +176,18 @@ def torch_peer(cfg, batch, args, compiled: bool):
                 forward(**inputs)
         sync()
 
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     t = time.perf_counter()
     step()
-    return step, time.perf_counter() - t
+    compile_s = time.perf_counter() - t
+
+    def peak():
+        if device == "cuda":
+            return {"peak_bytes": int(torch.cuda.max_memory_allocated())}
+        return {}  # no allocator statistics on the CPU
+
+    return step, compile_s, peak
 
 
 def flax_hf_peer(cfg, batch, args):
@@ -201,7 +236,7 @@ def flax_hf_peer(cfg, batch, args):
 
     t = time.perf_counter()
     step()
-    return step, time.perf_counter() - t
+    return step, time.perf_counter() - t, lambda: {}
 
 
 PEERS = {
@@ -265,10 +300,10 @@ def main(argv=None) -> int:
     step_flops = flops.padded_step_flops(cfg, args.batch, args.seq, predictions)
     if args.what == "forward":
         step_flops /= 3
-    peers, times, compile_s = [], {}, {}
+    peers, times, compile_s, peaks = [], {}, {}, {}
     for name in args.peers.split(","):
         try:
-            fn, c = PEERS[name](cfg, batch, args)
+            fn, c, peak_fn = PEERS[name](cfg, batch, args)
         except Exception as e:  # noqa: BLE001 - report a peer that cannot run, keep the others
             print(
                 json.dumps(
@@ -279,6 +314,7 @@ def main(argv=None) -> int:
             continue
         fn()  # one more warm-up (allocator, autotuning)
         peers.append((name, fn))
+        peaks[name] = peak_fn
         times[name], compile_s[name] = [], c
     for _ in range(args.rounds):
         for name, fn in peers:
@@ -305,6 +341,7 @@ def main(argv=None) -> int:
             "device": f"{platform_name}:{kind}",
             "versions": versions(),
         }
+        row.update(peaks[name]())
         if name == "bert_jax":
             row.update(scan=args.scan, remat=args.remat, attention=args.attention)
         if peak:

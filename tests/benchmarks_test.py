@@ -1,0 +1,51 @@
+"""The benchmark scripts run and print the JSON lines other harnesses read (tiny sizes, 1 step).
+
+Their figures are recorded in benchmarks/RESULTS.md; here only their contract is checked.
+"""
+
+import json
+
+import pytest
+
+REQUIRED = {"peer", "size", "batch", "seq", "what", "median_s", "tokens_per_s", "compile_s"}
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.torch
+def test_pretrain_step_prints_one_line_per_peer(capsys):
+    pytest.importorskip("transformers")
+    from benchmarks import pretrain_step
+
+    args = ["--size=tiny", "--batch=2", "--seq=16", "--steps=1", "--rounds=2"]
+    assert pretrain_step.main([*args, "--peers=bert_jax,torch_eager"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [r["peer"] for r in rows] == ["bert_jax", "torch_eager"]
+    for row in rows:
+        assert REQUIRED <= row.keys()
+        assert (row["size"], row["batch"], row["seq"], row["what"]) == ("tiny", 2, 16, "train_step")
+        assert row["steps"] == 2 and row["tokens_per_s"] == pytest.approx(32 / row["median_s"])
+    assert rows[0]["xla_plan_bytes"] > 0  # the compiled step's buffers
+
+
+def test_pretrain_step_reports_a_peer_that_cannot_run(capsys):
+    from benchmarks import pretrain_step
+
+    args = ["--size=tiny", "--batch=2", "--seq=16", "--steps=1", "--rounds=1", "--what=forward"]
+    assert pretrain_step.main([*args, "--peers=flax_hf,bert_jax"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert rows[0]["peer"] == "flax_hf" and "no Flax BERT" in rows[0]["skipped"]
+    assert rows[1]["peer"] == "bert_jax" and REQUIRED <= rows[1].keys()
+    assert rows[1]["what"] == "forward"
+
+
+def test_scan_compile_compares_both_stacks(capsys):
+    from benchmarks import scan_compile
+
+    assert scan_compile.main(["--size=tiny", "--batch=2", "--seq=16", "--steps=1"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [r.get("peer") for r in rows[:2]] == ["bert_jax_scan", "bert_jax_unrolled"]
+    assert all(REQUIRED <= r.keys() for r in rows[:2])
+    assert rows[2]["compile_speedup"] > 0 and rows[2]["step_time_ratio_scan_over_unrolled"] > 0
