@@ -11,7 +11,8 @@ Task families (the head and loss follow from the task):
 For each seed in `finetune.seeds` the run trains `num_epochs` epochs in `<workdir>/seed_<s>`,
 evaluates on the dev set after every epoch, writes the dev (and test) predictions in the task's
 official format, and exports the fine-tuned model (bert_jax format and a transformers directory).
-`<workdir>/results.json` holds every seed's final dev metrics and their mean and std.
+`<workdir>/results.json` holds every seed's final dev metrics (and `test_<metric>` where the test
+set is labelled) and their mean and std.
 """
 
 from __future__ import annotations
@@ -267,7 +268,11 @@ def predict_split(exp: trainer.Experiment, params, eval_set: EvalSet, batch_size
     outputs, indices = [], []
     with jax.set_mesh(exp.mesh):
         for batch, idx in batching.batches(
-            eval_set.features, batch_size, bucket_boundaries=buckets, return_indices=True
+            eval_set.features,
+            batch_size,
+            bucket_boundaries=buckets,
+            group_by_length=buckets is not None,  # short rows together: padded to their bucket
+            return_indices=True,
         ):
             local = {k: v[rows] for k, v in batch.items()}
             out = predict(params, sharding.global_batch_from_local(local, exp.mesh))
@@ -424,7 +429,7 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
     """Fine-tunes for every seed.
 
     Returns:
-      {"task", "seeds": {seed: final dev metrics}, "mean": {...}, "std": {...}}.
+      {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}.
     """
     ft = config.finetune
     tokenizer = find_tokenizer(config)
@@ -507,8 +512,10 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
             outputs = predict_split(exp, state.params, eval_set, ft.eval_batch_size, buckets)
             scores = score(data, eval_set, outputs, ft, os.path.join(seed_dir, "predictions"))
             if eval_set.name == "dev":
-                final = scores
-        writer.write(step, {f"final_dev/{k}": v for k, v in final.items()})
+                final.update(scores)
+            else:  # a labelled test set (the Shakespeare task's plays) is scored too
+                final.update({f"{eval_set.name}_{k}": v for k, v in scores.items()})
+        writer.write(step, {f"final/{k}": v for k, v in final.items()})
         writer.close()
         results["seeds"][str(seed)] = final
         if config.export_hf_at_end:
@@ -524,8 +531,9 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
             with open(os.path.join(workdir, "results.json"), "w") as f:
                 json.dump(results, f, indent=2)
             for k in keys:
+                split = "" if k.startswith("test_") else "dev "
                 print(
-                    f"{ft.name} dev {k}: {results['mean'][k]:.4f} +- {results['std'][k]:.4f} "
+                    f"{ft.name} {split}{k}: {results['mean'][k]:.4f} +- {results['std'][k]:.4f} "
                     f"over {len(per_seed)} seed(s)"
                 )
     return results

@@ -150,7 +150,7 @@ def test_exported_classifier_gives_the_same_logits_in_pytorch(tmp_path, vocab):
 
 def test_regression_learns(tmp_path, vocab):
     rng = np.random.default_rng(1)
-    for split, n in (("train", 240), ("dev", 64)):
+    for split, n in (("train", 240), ("dev", 64), ("test", 32)):  # a labelled test set
         rows = []
         for _ in range(n):
             k = int(rng.integers(0, 5))
@@ -166,6 +166,7 @@ def test_regression_learns(tmp_path, vocab):
     )
     results = finetune.run(config, str(tmp_path / "run"))
     assert results["mean"]["pearson"] > 0.7, results
+    assert results["mean"]["test_pearson"] > 0.7, results  # scored, beside the dev metrics
 
 
 def conll_file(path, rng, n):
