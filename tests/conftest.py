@@ -26,6 +26,9 @@ TINY_DATA_OVERRIDES = [
     "--config.model.num_attention_heads=4",
     "--config.model.intermediate_size=37",
     "--config.model.max_position_embeddings=32",
+    # BERT's dropout on (the tiny config turns it off): resume tests cover the dropout RNG too.
+    "--config.model.hidden_dropout_prob=0.1",
+    "--config.model.attention_probs_dropout_prob=0.1",
     "--config.global_batch_size=16",
     "--config.optimizer.warmup_steps=2",
     "--config.log_every_steps=1",
