@@ -102,7 +102,7 @@ def pretrain(config, workdir: str) -> None:
         predictions = float(host["masked_lm_weights"].sum())
         nsp = config.task != "mlm"
         return jax.process_count() * flops.pretraining_step_flops(
-            cfg, lengths, predictions, num_sequences=lengths.size, nsp=nsp
+            cfg, lengths, predictions, nsp=nsp
         )
 
     state, step, _ = exp.run(

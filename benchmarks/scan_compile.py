@@ -11,7 +11,6 @@ variants alternating, on the same machine in the same run.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -33,37 +32,19 @@ def main(argv=None) -> int:
     parser.add_argument("--remat", default="none")
     args = parser.parse_args(argv)
 
-    import flax.linen as nn
     import jax
 
-    from benchmarks.pretrain_step import make_batch
-    from bert_jax import model as M
-    from bert_jax import optimizer, train_lib
-    from bert_jax.config import BertConfig, RuntimeConfig
+    from benchmarks.pretrain_step import bert_jax_peer, make_batch
+    from bert_jax.config import BertConfig
 
     cfg = BertConfig.preset(args.size)
-    batch = jax.device_put(make_batch(cfg, args.batch, args.seq, max(1, round(0.15 * args.seq))))
-    tx = optimizer.make_optimizer("adamw", 1e-4)
-    task = train_lib.get_task("pretraining")
+    batch = make_batch(cfg, args.batch, args.seq, max(1, round(0.15 * args.seq)))
     variants = {}
     for name, scan in (("bert_jax_scan", True), ("bert_jax_unrolled", False)):
-        model = M.BertForPreTraining(cfg, RuntimeConfig(scan_layers=scan, remat_policy=args.remat))
-        state = jax.jit(lambda r, m=model: nn.unbox(train_lib.init_train_state(r, model=m, tx=tx)))(
-            jax.random.PRNGKey(0)
+        peer = argparse.Namespace(
+            what="train_step", dtype="float32", scan=scan, remat=args.remat, attention="auto"
         )
-        step = jax.jit(
-            functools.partial(train_lib.train_step, model=model, tx=tx, task=task), donate_argnums=0
-        )
-        t = time.perf_counter()
-        compiled = step.lower(state, batch).compile()
-        compile_s = time.perf_counter() - t
-        holder = {"state": state}
-
-        def run(compiled=compiled, holder=holder):
-            holder["state"], metrics = compiled(holder["state"], batch)
-            jax.block_until_ready(metrics)
-
-        run()
+        run, compile_s, _ = bert_jax_peer(cfg, batch, peer)  # compile_s: the compile alone
         variants[name] = (run, compile_s, [])
     for _ in range(args.rounds):
         for run, _, times in variants.values():

@@ -377,9 +377,7 @@ class BertSelfAttention(nn.Module):
                 "set it to 0.0 or use attention='xla'/'auto'"
             )
         if implementation == "xla" or output_attentions:
-            dropout_rng = None
-            if not deterministic and cfg.attention_probs_dropout_prob > 0.0:
-                dropout_rng = self.make_rng("dropout")
+            dropout_rng = self.make_rng("dropout") if dropping else None
             context, probs = xla_attention(
                 q,
                 k,

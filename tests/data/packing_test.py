@@ -12,7 +12,9 @@ import pytest
 
 from bert_jax.data import build, features, packing, pipeline, records
 from bert_jax.data.pretraining import PretrainingOptions, VocabInfo
+from tests.data import pipeline_test
 from tests.data.conftest import EXCERPT, TESTDATA
+from tests.data.pipeline_test import assert_same_batches, take
 
 L, P, S = 48, 7, 4  # max_seq_length, max_predictions_per_seq, max_segments
 P_ROW = 7 + S  # floor(0.15 * 48) + S = 11 < S * P
@@ -62,22 +64,8 @@ def static_short_build(tmp_path_factory, tiny_tokenizer):
 
 
 def loader(paths, **kwargs):
-    kwargs = {"seed": 0, "shard_index": 0, "shard_count": 1, "max_segments": S, **kwargs}
-    if "global_batch_size" not in kwargs:
-        kwargs.setdefault("batch_size", 4)
-    return pipeline.make_pretraining_loader(paths, **kwargs)
-
-
-def take(iterator, n):
-    return [next(iterator) for _ in range(n)]
-
-
-def assert_same_batches(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys()
-        for key in x:
-            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+    """pipeline_test's loader (one host, seed 0, batch 4) with at most S sequences a row."""
+    return pipeline_test.loader(paths, **{"max_segments": S, **kwargs})
 
 
 def unpacked_sequences(batch):
