@@ -74,6 +74,9 @@ def test_create_pretraining_data_errors(tmp_path, bert_vocab_dir, capsys):
     no_vocab = [f"--input_file={EXCERPT}", f"--output_dir={tmp_path}/p"]
     assert create_pretraining_data.main(no_vocab) == 1
     assert "--vocab_file is required" in capsys.readouterr().err
+    own_vocab = ["--default_corpus", "--original_tokenizer", f"--output_dir={tmp_path}/q"]
+    assert create_pretraining_data.main(own_vocab) == 1
+    assert "--original_tokenizer needs a --vocab_file" in capsys.readouterr().err
 
 
 def test_train_wordpiece(tmp_path, capsys):
