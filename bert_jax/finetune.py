@@ -353,12 +353,24 @@ def score(
         scores = metrics.squad_evaluate(
             squad.gold_answers(eval_set.examples),
             prediction.predictions,
+            version="2.0" if ft.name == "squad2" else "1.1",
             na_probs=prediction.null_odds or None,
         )
         result = {k: float(v) for k, v in scores.items() if isinstance(v, (int, float))}
         if write:
             squad.write_predictions(out_dir, prediction)
+    _require_finite(result, eval_set.name)
     return result
+
+
+def _require_finite(scores: Mapping[str, float], split: str) -> None:
+    """Stops the run on a NaN metric rather than reporting or averaging a meaningless score."""
+    bad = sorted(k for k, v in scores.items() if not np.isfinite(v))
+    if bad:
+        raise FloatingPointError(
+            f"{split} metric(s) {', '.join(bad)} are NaN ({scores}): the predictions hold NaN or "
+            "are constant, or the labels are; stopping"
+        )
 
 
 def _write_rows(path: str, rows: Sequence[tuple], label_names) -> None:

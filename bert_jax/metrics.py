@@ -5,13 +5,13 @@ examples that pad the last batch already removed, and returns Python floats.
 
 * Classification: `accuracy`, `f1_score` (binary, or macro over classes), `matthews_corrcoef`
   (CoLA), and `majority_class_accuracy` (the baseline every classifier must beat).
-* Regression: `pearson`, `spearman` (STS-B; ties get their average rank).
+* Regression: `pearson`, `spearman` (STS-B; ties get their average rank; NaN in, NaN out).
 * `compute(names, labels, predictions)`: the metrics a task lists by name, e.g. a
   `glue.GlueTask.metrics` tuple such as `("f1", "accuracy")`.
-* SQuAD: `normalize_answer`, `squad_exact`, `squad_f1` and `squad_evaluate`, with the official
-  evaluation scripts' normalization (lower case, drop ASCII punctuation, drop the articles a/an/the,
-  collapse whitespace), the maximum over the gold answers, and the empty string as the only correct
-  answer to an unanswerable question (SQuAD v2.0).
+* SQuAD: `normalize_answer`, `squad_exact`, `squad_f1` and `squad_evaluate`, equal to the official
+  evaluation scripts, v1.1 or v2.0 (`version=`): their normalization (lower case, drop ASCII
+  punctuation, drop the articles a/an/the, collapse whitespace), the maximum over the gold
+  answers, and in v2.0 the empty string as the only correct answer to an unanswerable question.
 * Named entities: `get_entities` and `entity_scores`, entity-level precision/recall/F1 equal to
   seqeval's default (conlleval) mode, for IOB1, IOB2, IOE and IOBES tags alike.
 
@@ -77,9 +77,21 @@ def f1_score(
 
     Returns:
       A float in [0, 1].
+
+    Raises:
+      ValueError: `average="binary"` with more than two classes in labels and predictions
+        together, or two classes that do not include `positive_label` (as scikit-learn).
     """
     labels, predictions = _pair(labels, predictions)
     if average == "binary":
+        present = np.unique(np.concatenate([labels, predictions])).tolist()
+        if len(present) > 2:
+            raise ValueError(
+                f"binary F1 needs at most 2 classes, but labels and predictions hold "
+                f"{len(present)} ({present[:10]}); use average='macro' for more"
+            )
+        if len(present) == 2 and positive_label not in present:
+            raise ValueError(f"positive_label={positive_label} is not one of the classes {present}")
         classes = [positive_label]
     elif average == "macro":
         classes = np.unique(np.concatenate([labels, predictions])).tolist()
@@ -121,22 +133,29 @@ def matthews_corrcoef(labels: Sequence[int], predictions: Sequence[int]) -> floa
 
 
 def pearson(labels: Sequence[float], predictions: Sequence[float]) -> float:
-    """Pearson's correlation coefficient.
+    """Pearson's correlation coefficient, computed as scipy.stats.pearsonr does.
+
+    The deviations from the mean are scaled by their largest magnitude before they are squared,
+    so deviations of 1e150 do not overflow and deviations of 1e-150 do not underflow.
 
     Args:
       labels: float [N].
       predictions: float [N].
 
     Returns:
-      A float in [-1, 1] (nan if either side is constant).
+      A float in [-1, 1]; nan if either side is constant or holds a NaN.
     """
     labels, predictions = _pair(labels, predictions)
-    x = labels.astype(np.float64) - np.mean(labels, dtype=np.float64)
-    y = predictions.astype(np.float64) - np.mean(predictions, dtype=np.float64)
-    denominator = np.sqrt((x @ x) * (y @ y))
-    if denominator == 0:
+    x, y = labels.astype(np.float64), predictions.astype(np.float64)
+    if np.all(x == x[0]) or np.all(y == y[0]):  # Constant (NaN != NaN, so not for NaN input).
         return float("nan")
-    return float(np.clip((x @ y) / denominator, -1.0, 1.0))
+    with np.errstate(invalid="ignore"):  # Inf or NaN input gives NaN, as in scipy.
+        x, y = x - np.mean(x), y - np.mean(y)
+        x, y = x / np.max(np.abs(x)), y / np.max(np.abs(y))
+        r = (x / np.linalg.norm(x)) @ (y / np.linalg.norm(y))
+    if len(x) == 2:  # Two points lie on a line: exactly +-1 (scipy rounds too).
+        r = np.round(r)
+    return float(np.clip(r, -1.0, 1.0))
 
 
 def rank_average(values: Sequence[float]) -> np.ndarray:
@@ -163,9 +182,12 @@ def spearman(labels: Sequence[float], predictions: Sequence[float]) -> float:
       predictions: float [N].
 
     Returns:
-      A float in [-1, 1] (nan if either side is constant).
+      A float in [-1, 1]; nan if either side is constant or holds a NaN (scipy's default
+      `nan_policy="propagate"`: a diverged run's NaN predictions must not get ranks).
     """
     labels, predictions = _pair(labels, predictions)
+    if np.isnan(labels.astype(np.float64)).any() or np.isnan(predictions.astype(np.float64)).any():
+        return float("nan")
     return pearson(rank_average(labels), rank_average(predictions))
 
 
@@ -232,32 +254,39 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def squad_exact(prediction: str, gold_answers: Sequence[str]) -> float:
+SQUAD_VERSIONS = ("1.1", "2.0")
+
+
+def squad_exact(prediction: str, gold_answers: Sequence[str], *, version: str = "2.0") -> float:
     """1.0 if the normalized prediction equals a normalized gold answer, else 0.0.
 
     Args:
       prediction: the predicted text ("" predicts "no answer").
-      gold_answers: the gold texts; empty (or all normalizing to "") for an unanswerable
-        question, whose only correct answer is "".
+      gold_answers: the gold texts. In "2.0", those that normalize to "" are dropped and a
+        question left with none is unanswerable: its only correct answer is "". In "1.1" every
+        gold answer counts as it is (so "" matches a gold "The"), and there must be one.
+      version: the official script to follow, "1.1" or "2.0".
     """
     predicted = normalize_answer(prediction)
-    return float(any(predicted == gold for gold in _gold_normalized(gold_answers)))
+    return float(any(predicted == gold for gold in _gold_normalized(gold_answers, version)))
 
 
-def squad_f1(prediction: str, gold_answers: Sequence[str]) -> float:
+def squad_f1(prediction: str, gold_answers: Sequence[str], *, version: str = "2.0") -> float:
     """The best bag-of-words F1 of the normalized prediction against any gold answer.
 
-    When the prediction or the gold answer has no tokens, F1 is 1.0 if both have none, else 0.0.
+    When the prediction or a gold answer has no tokens, F1 is 0.0, except in "2.0" where it is
+    1.0 if both have none.
 
     Args:
       prediction: the predicted text.
       gold_answers: the gold texts (see `squad_exact`).
+      version: the official script to follow, "1.1" or "2.0".
     """
     predicted = normalize_answer(prediction).split()
     best = 0.0
-    for gold in _gold_normalized(gold_answers):
+    for gold in _gold_normalized(gold_answers, version):
         gold_tokens = gold.split()
-        if not gold_tokens or not predicted:
+        if version == "2.0" and (not gold_tokens or not predicted):
             best = max(best, float(gold_tokens == predicted))
             continue
         overlap = sum((collections.Counter(gold_tokens) & collections.Counter(predicted)).values())
@@ -267,11 +296,20 @@ def squad_f1(prediction: str, gold_answers: Sequence[str]) -> float:
     return best
 
 
-def _gold_normalized(gold_answers: Sequence[str]) -> list[str]:
-    """Normalized gold answers; [""] when there are none (the v2.0 script's convention)."""
+def _gold_normalized(gold_answers: Sequence[str], version: str) -> list[str]:
+    """Normalized gold answers; in "2.0" the non-empty ones, or [""] when there are none."""
+    if version not in SQUAD_VERSIONS:
+        raise ValueError(f"version must be one of {SQUAD_VERSIONS}, not {version!r}")
     if isinstance(gold_answers, str):
         raise TypeError("gold_answers must be a sequence of strings, not one string")
     normalized = [normalize_answer(a) for a in gold_answers]
+    if version == "1.1":
+        if not normalized:
+            raise ValueError(
+                "SQuAD v1.1 has no unanswerable questions, but a question has no gold answer; "
+                "score SQuAD v2.0 data with version='2.0'"
+            )
+        return normalized
     return [a for a in normalized if a] or [""]
 
 
@@ -279,59 +317,99 @@ def squad_evaluate(
     gold_answers: Mapping[str, Sequence[str]],
     predictions: Mapping[str, str],
     *,
+    version: str = "2.0",
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
 ) -> dict[str, float]:
-    """SQuAD v1.1/v2.0 exact match and F1 over a dataset, as percentages.
+    """SQuAD exact match and F1 over a dataset, as percentages, as the official script scores them.
 
-    Scores follow the official v2.0 evaluation script (on v1.1 data, where every question has an
-    answer, it gives the v1.1 script's numbers). A question without a prediction scores 0 and is
-    counted in `missing`.
+    "1.1" follows `evaluate-v1.1.py`: every question needs a gold answer, a question without a
+    prediction scores 0 and stays in the total (counted in `missing`). "2.0" follows
+    `evaluate-v2.0.py` (its results also on v1.1 data): gold answers that normalize to "" are
+    dropped, questions with and without answers are also scored apart, and a question without a
+    prediction is an error (the official script fails on it with a `KeyError`).
 
     Args:
-      gold_answers: question id -> gold answer texts ([] for an unanswerable question).
+      gold_answers: question id -> gold answer texts ([] for an unanswerable question, "2.0").
       predictions: question id -> predicted text ("" = no answer), e.g. predictions.json.
-      na_probs: question id -> no-answer score (e.g. null_odds.json). With it, a prediction is
-        replaced by "" where the score exceeds `na_prob_thresh`, and the best threshold is
-        searched (`best_exact`, `best_exact_thresh`, `best_f1`, `best_f1_thresh`).
+      version: "1.1" or "2.0".
+      na_probs: "2.0" only: question id -> no-answer score (e.g. null_odds.json), one for every
+        predicted question. A prediction is replaced by "" where the score exceeds
+        `na_prob_thresh`, and the best threshold is searched (`best_exact`, `best_exact_thresh`,
+        `best_f1`, `best_f1_thresh`).
       na_prob_thresh: see `na_probs`.
 
     Returns:
-      {"exact", "f1", "total", "missing"} plus, when both kinds of question occur,
-      "HasAns_exact", "HasAns_f1", "HasAns_total", "NoAns_exact", "NoAns_f1", "NoAns_total";
-      with `na_probs` also the best-threshold entries.
+      "1.1": {"exact", "f1", "total", "missing"} ("exact" is the script's "exact_match").
+      "2.0": {"exact", "f1", "total"}, then "HasAns_exact", "HasAns_f1", "HasAns_total" if any
+      question has an answer and "NoAns_exact", "NoAns_f1", "NoAns_total" if any has none (as
+      the script prints them); with `na_probs` also the best-threshold entries.
+
+    Raises:
+      KeyError: a prediction for an unknown question id; in "2.0", a question without a
+        prediction, or a predicted question without a no-answer score in `na_probs`.
+      ValueError: no gold answers; an unknown version; in "1.1", a question without a gold
+        answer, or `na_probs`.
     """
+    if version not in SQUAD_VERSIONS:
+        raise ValueError(f"version must be one of {SQUAD_VERSIONS}, not {version!r}")
     if not gold_answers:
         raise ValueError("no gold answers to evaluate against")
     unknown = sorted(set(predictions) - set(gold_answers))
     if unknown:
         raise KeyError(f"{len(unknown)} predictions for unknown question ids, e.g. {unknown[:3]}")
+    missing = [qid for qid in gold_answers if qid not in predictions]
+    if version == "1.1":
+        if na_probs is not None:
+            raise ValueError("na_probs (no-answer scores) are for version='2.0'; v1.1 has none")
+        exact = {
+            q: squad_exact(predictions.get(q, ""), g, version="1.1")
+            for q, g in gold_answers.items()
+        }
+        f1 = {
+            q: squad_f1(predictions.get(q, ""), g, version="1.1") for q, g in gold_answers.items()
+        }
+        for qid in missing:  # The v1.1 script: "Unanswered question ... will receive score 0."
+            exact[qid] = f1[qid] = 0.0
+        return {
+            "exact": 100.0 * sum(exact.values()) / len(exact),
+            "f1": 100.0 * sum(f1.values()) / len(f1),
+            "total": len(exact),
+            "missing": len(missing),
+        }
+    if missing:
+        raise KeyError(
+            f"{len(missing)} of {len(gold_answers)} questions have no prediction, e.g. "
+            f"{missing[:3]}; the official v2.0 script fails on them too. Predict every question, "
+            "or score with version='1.1', which counts them as 0"
+        )
+    if na_probs is not None:
+        unscored = [qid for qid in predictions if qid not in na_probs]
+        if unscored:
+            raise KeyError(
+                f"na_probs lacks {len(unscored)} predicted question(s), e.g. {unscored[:3]}"
+            )
     # As the official script, a question "has an answer" if its list is not empty, even when the
     # answers normalize to "" (whose only correct prediction is then "").
     has_answer = {qid: len(gold) > 0 for qid, gold in gold_answers.items()}
-    raw_exact, raw_f1 = {}, {}
-    for qid, gold in gold_answers.items():
-        if qid in predictions:
-            raw_exact[qid] = squad_exact(predictions[qid], gold)
-            raw_f1[qid] = squad_f1(predictions[qid], gold)
-        else:
-            raw_exact[qid] = raw_f1[qid] = 0.0
+    raw_exact = {q: squad_exact(predictions[q], g) for q, g in gold_answers.items()}
+    raw_f1 = {q: squad_f1(predictions[q], g) for q, g in gold_answers.items()}
     exact, f1 = dict(raw_exact), dict(raw_f1)
     if na_probs is not None:
         for qid in gold_answers:
-            if qid in predictions and na_probs[qid] > na_prob_thresh:
+            if na_probs[qid] > na_prob_thresh:
                 exact[qid] = f1[qid] = float(not has_answer[qid])
+    groups = {
+        "": list(gold_answers),
+        "HasAns_": [qid for qid in gold_answers if has_answer[qid]],
+        "NoAns_": [qid for qid in gold_answers if not has_answer[qid]],
+    }
     result: dict[str, float] = {}
-    groups = {"": list(gold_answers)}
-    answerable = [qid for qid in gold_answers if has_answer[qid]]
-    unanswerable = [qid for qid in gold_answers if not has_answer[qid]]
-    if answerable and unanswerable:
-        groups.update({"HasAns_": answerable, "NoAns_": unanswerable})
     for prefix, qids in groups.items():
-        result[prefix + "exact"] = 100.0 * sum(exact[q] for q in qids) / len(qids)
-        result[prefix + "f1"] = 100.0 * sum(f1[q] for q in qids) / len(qids)
-        result[prefix + "total"] = len(qids)
-    result["missing"] = len(gold_answers) - sum(q in predictions for q in gold_answers)
+        if qids:
+            result[prefix + "exact"] = 100.0 * sum(exact[q] for q in qids) / len(qids)
+            result[prefix + "f1"] = 100.0 * sum(f1[q] for q in qids) / len(qids)
+            result[prefix + "total"] = len(qids)
     if na_probs is not None:
         for name, raw in (("exact", raw_exact), ("f1", raw_f1)):
             score, threshold = _best_threshold(raw, predictions, na_probs, has_answer)

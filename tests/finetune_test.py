@@ -295,3 +295,19 @@ def test_bad_inputs(tmp_path, vocab):
     (tmp_path / "empty" / "train.csv").write_text("")
     with pytest.raises(ValueError):
         finetune.run(finetune_config("custom", tmp_path / "empty", vocab), str(tmp_path / "run2"))
+
+
+def test_a_nan_dev_metric_stops_the_run(tmp_path, vocab):
+    # Dev scores that never vary make Pearson and Spearman NaN (as scipy): the run must stop at
+    # the first evaluation rather than train on and report a mean over NaN.
+    rng = np.random.default_rng(5)
+    for split, n in (("train", 32), ("dev", 16)):
+        rows = [
+            (" ".join(rng.choice(WORDS, 5)), 2.0 if split == "dev" else i % 5) for i in range(n)
+        ]
+        write_csv(tmp_path / f"{split}.csv", rows, ["text", "score"])
+    overrides = {"finetune.regression": True, "finetune.label_column": "score"}
+    config = finetune_config("custom", tmp_path, vocab, **overrides)
+    with pytest.raises(FloatingPointError, match=r"dev metric\(s\) pearson, spearman are NaN"):
+        finetune.run(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run" / "results.json").exists()

@@ -5,6 +5,14 @@
       --output_dir=data/pretrain --max_seq_length=128 --max_predictions_per_seq=20 \\
       --dupe_factor=10 --num_shards=64 --format=array_record
 
+Exactly what google-research/bert's `create_pretraining_data.py` writes for the same input, vocab,
+flags and seed (its defaults are spelled out; the file is `pretrain-00000-of-00001.tfrecord`):
+
+    bert-jax-create-pretraining-data --input_file=... --vocab_file=vocab.txt --output_dir=... \
+      --no-split_sentences --num_shards=1 --no-file_ends_document --original_tokenizer \
+      --format=tfrecord --do_lower_case=true --max_seq_length=128 --max_predictions_per_seq=20 \
+      --random_seed=12345 --dupe_factor=10 --masked_lm_prob=0.15 --short_seq_prob=0.1
+
 Input: `--input_file` (comma-separated files/globs; blank lines separate documents),
 `--tfds=NAME` (a tensorflow-datasets text dataset in `--tfds_data_dir`), or `--default_corpus`
 (Shakespeare, offline; without `--vocab_file` its own 8192-piece vocabulary is trained).
@@ -51,6 +59,19 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="split lines into sentences (--no-split_sentences: one sentence a line)",
+    )
+    p.add_argument(
+        "--file_ends_document",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="end a file's last document at its end (--no-file_ends_document: a file without a "
+        "final blank line runs on into the next, as in google-research/bert's script)",
+    )
+    p.add_argument(
+        "--original_tokenizer",
+        action="store_true",
+        help="tokenize as google-research/bert's FullTokenizer where it differs from "
+        "BertTokenizerFast (docs/data.md lists how)",
     )
     p.add_argument("--tfds_data_dir", help="tfds data directory")
     p.add_argument("--tfds_split", default="train")
@@ -102,7 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         build.check_output_dir(args.output_dir)
         if args.vocab_file:
-            tokenizer = tokenization.load_tokenizer(args.vocab_file, lowercase=lowercase)
+            tokenizer = tokenization.load_tokenizer(
+                args.vocab_file, lowercase=lowercase, match_original=args.original_tokenizer
+            )
+        elif args.original_tokenizer:
+            raise ValueError("--original_tokenizer needs a --vocab_file")
         elif args.default_corpus:
             tokenizer = sources.default_corpus_tokenizer(args.output_dir)
         else:
@@ -111,7 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         source_id = None
         if args.input_file:
             documents = lambda: sources.text_file_documents(
-                args.input_file, split_sentences=args.split_sentences, stats=stats
+                args.input_file,
+                split_sentences=args.split_sentences,
+                file_ends_document=args.file_ends_document,
+                stats=stats,
             )
         elif args.tfds:
             documents = lambda: sources.tfds_documents(

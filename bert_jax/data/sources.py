@@ -3,9 +3,11 @@
 Every source yields documents, each a list of sentences (`list[str]`), which is what example
 creation consumes:
 
-* `text_file_documents(patterns)`: plain text files and globs. Blank lines separate documents
-  (so does the end of a file); each other line is split into sentences offline (or, with
-  `split_sentences=False`, taken as one sentence, the original's input format).
+* `text_file_documents(patterns)`: plain text files and globs. Blank lines separate documents,
+  and so does the end of a file (with `file_ends_document=False` a file that does not end with a
+  blank line runs on into the next file, as in google-research/bert's script); each other line is
+  split into sentences offline (or, with `split_sentences=False`, taken as one sentence, the
+  original's input format).
 * `tfds_documents(name, data_dir=...)`: a text dataset prepared with tensorflow-datasets (e.g.
   `wikipedia/20230601.en`); one document per example, paragraphs split into sentences. Needs the
   optional `tf` extra.
@@ -48,6 +50,8 @@ class SourceStats:
       sentences: sentences yielded.
       replaced_bytes: invalid UTF-8 sequences replaced by U+FFFD.
       files_with_replacements: paths of the files that had any.
+      files_without_final_blank_line: paths of the files, all but the last, whose last line is
+        text: google-research/bert's script runs their last document on into the next file.
     """
 
     files: int = 0
@@ -56,6 +60,7 @@ class SourceStats:
     sentences: int = 0
     replaced_bytes: int = 0
     files_with_replacements: list[str] = dataclasses.field(default_factory=list)
+    files_without_final_blank_line: list[str] = dataclasses.field(default_factory=list)
 
     def log(self) -> None:
         """Logs the counts, with a warning for anything repaired or skipped."""
@@ -86,6 +91,7 @@ class SourceStats:
             "sentences": self.sentences,
             "replaced_utf8_sequences": self.replaced_bytes,
             "files_with_replacements": len(self.files_with_replacements),
+            "files_without_final_blank_line": len(self.files_without_final_blank_line),
         }
 
 
@@ -132,6 +138,7 @@ def text_file_documents(
     patterns: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     split_sentences: bool = True,
+    file_ends_document: bool = True,
     stats: SourceStats | None = None,
 ) -> Iterator[Document]:
     """Yields the documents of plain text files.
@@ -140,6 +147,10 @@ def text_file_documents(
       patterns: paths or globs (a list, or one comma-separated string).
       split_sentences: split each line into sentences; False takes each line as one sentence, as
         google-research/bert's input format (one sentence a line) expects.
+      file_ends_document: end the last document of each file at the file's end. False runs a file
+        whose last line is text on into the next file's first document, as google-research/bert's
+        `create_pretraining_data.py` reads its input files; only a blank line separates documents.
+        With True, such files are counted and a warning says that the original differs there.
       stats: filled with counts as documents are read.
 
     Yields:
@@ -150,31 +161,53 @@ def text_file_documents(
       ValueError: a file looks binary.
     """
     stats = stats if stats is not None else SourceStats()
-    for path in records.expand_paths(patterns):
+    paths = records.expand_paths(patterns)
+    document: Document = []
+    for index, path in enumerate(paths):
         stats.files += 1
-        documents_before = stats.documents
+        has_text = ends_in_text = False
         with open(path, "rb") as f:
             _check_not_binary(path, f.read(_BINARY_SNIFF_BYTES))
             f.seek(0)
-            document: Document = []
             for raw in f:
                 line = _decode(raw, path, stats).strip()
+                ends_in_text = bool(line)
                 if not line:
                     if document:
                         stats.documents += 1
                         stats.sentences += len(document)
                         yield document
                     document = []
-                elif split_sentences:
-                    document.extend(sentences_lib.split_sentences(line))
-                else:
-                    document.append(line)
-            if document:
-                stats.documents += 1
-                stats.sentences += len(document)
-                yield document
-        if stats.documents == documents_before:
+                    continue
+                sentences = sentences_lib.split_sentences(line) if split_sentences else [line]
+                document.extend(sentences)
+                has_text = has_text or bool(sentences)
+        last = index == len(paths) - 1
+        if ends_in_text and not last:
+            stats.files_without_final_blank_line.append(path)
+        if (file_ends_document or last) and document:
+            stats.documents += 1
+            stats.sentences += len(document)
+            yield document
+        if file_ends_document:
+            document = []
+        if not has_text:
             stats.empty_files.append(path)
+    unterminated = stats.files_without_final_blank_line
+    if unterminated and file_ends_document:
+        logging.warning(
+            "%d file(s) do not end with a blank line (%s): their last document ends with the file "
+            "here, while google-research/bert's create_pretraining_data.py runs it on into the "
+            "next file's first document; pass file_ends_document=False "
+            "(--no-file_ends_document) to do the same",
+            len(unterminated),
+            _some(unterminated),
+        )
+    elif unterminated:
+        logging.info(
+            "%d file(s) without a final blank line ran on into the next file, as the original",
+            len(unterminated),
+        )
 
 
 def tfds_documents(

@@ -32,7 +32,8 @@ back to the context through the offsets. For v2.0 the null answer scores
 `start_logits[0] + end_logits[0]` (the lowest over the example's windows); the prediction is ""
 when `null - best_span > null_score_diff_threshold`. `write_predictions` writes
 `predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`, as run_squad.py.
-`bert_jax.metrics.squad_evaluate(gold_answers(examples), predictions)` scores them.
+`bert_jax.metrics.squad_evaluate(gold_answers(examples), predictions, version=...)` scores them as
+the official `evaluate-v1.1.py` or `evaluate-v2.0.py` does.
 
 Bad input raises with the file and JSON path (or is skipped and counted with
 `on_bad_answer="skip"`): an answer whose text is not at its offset, a missing field, a duplicate

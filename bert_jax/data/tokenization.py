@@ -15,6 +15,12 @@ and `[UNK]` for unknown words or words longer than `max_input_chars_per_word`. T
 `BertTokenizerFast`'s for the same vocab; the literal strings "[CLS]", "[MASK]", ... in text map to
 their special ids, as there.
 
+`load_tokenizer(path, match_original=True)` matches google-research/bert's `FullTokenizer` instead
+where that differs from `BertTokenizerFast` and can be matched with `tokenizers` components (kept in
+the saved tokenizer.json): words of up to 200 characters, literal "[MASK]" split like other text,
+only control and format characters dropped (private-use ones kept), a final capital sigma
+lower-cased to "ς", and U+2B820-U+2B91F treated as CJK. docs/data.md lists every difference.
+
 `train_wordpiece(texts, vocab_size)` learns a new vocabulary (the `bert-jax-train-wordpiece`
 command wraps it).
 """
@@ -28,7 +34,15 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 from absl import logging
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 from tokenizers import trainers as tokenizer_trainers
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -37,6 +51,19 @@ SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 CONTINUATION_PREFIX = "##"
 # transformers.BertTokenizerFast's value; google-research/bert's tokenization.py uses 200.
 MAX_INPUT_CHARS_PER_WORD = 100
+ORIGINAL_MAX_INPUT_CHARS_PER_WORD = 200
+
+# google-research/bert's `_clean_text` drops NUL, U+FFFD and categories Cc and Cf except tab,
+# newline and carriage return; BertNormalizer's clean_text drops every category C*, private use
+# (Co) too.
+_ORIGINAL_DROPPED = r"(?![\t\n\r])[\x00\x{FFFD}\p{Cc}\p{Cf}]"
+# Python's str.lower() (which the original calls) writes a capital sigma that ends a word as the
+# final form; BertNormalizer lower-cases character by character, always to "σ". The rule
+# (Unicode's Final_Sigma): a cased letter, then case-ignorable characters, before; no
+# case-ignorable characters then a cased letter after.
+_FINAL_SIGMA = r"(?<=\p{Cased}\p{Case_Ignorable}*)\x{03A3}(?!\p{Case_Ignorable}*\p{Cased})"
+# The original's CJK block list has U+2B820-U+2CEAF; BertNormalizer's starts at U+2B920.
+_CJK_MISSING_FROM_BERT_NORMALIZER = r"[\x{2B820}-\x{2B91F}]"
 
 
 class MissingSpecialTokenError(ValueError):
@@ -83,10 +110,7 @@ class WordPieceTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             vocab[t] for t in SPECIAL_TOKENS
         )
-        normalizer = json.loads(tokenizer.normalizer.__getstate__()) if tokenizer.normalizer else {}
-        self.lowercase = (
-            normalizer.get("lowercase") if normalizer.get("type") == "BertNormalizer" else None
-        )
+        self.lowercase = _bert_normalizer_state(tokenizer).get("lowercase")
 
     # ---- encoding ----
     def encode(self, text: str) -> list[int]:
@@ -172,6 +196,22 @@ def _state(component) -> object:
     return json.loads(component.__getstate__()) if component is not None else None
 
 
+def _bert_normalizer_state(tokenizer: Tokenizer) -> dict:
+    """The settings of the tokenizer's BertNormalizer (alone or in a Sequence), or {}."""
+    state = _state(tokenizer.normalizer) or {}
+    for part in [state, *state.get("normalizers", [])]:
+        if part.get("type") == "BertNormalizer":
+            return part
+    return {}
+
+
+def _matches_original(tokenizer: Tokenizer) -> bool:
+    """Whether the pipeline is `match_original`'s (its pre-tokenizer isolates the CJK block)."""
+    state = _state(tokenizer.pre_tokenizer) or {}
+    patterns = [p.get("pattern") for p in state.get("pretokenizers", [])]
+    return {"Regex": _CJK_MISSING_FROM_BERT_NORMALIZER} in patterns
+
+
 def _as_text(text) -> str:
     if isinstance(text, (bytes, bytearray)):
         return bytes(text).decode("utf-8", errors="replace")
@@ -205,10 +245,31 @@ def _atomic_write(path: str, text: str) -> None:
 
 
 def _bert_pipeline(
-    tokenizer: Tokenizer, lowercase: bool | None, strip_accents: bool | None
+    tokenizer: Tokenizer,
+    lowercase: bool | None,
+    strip_accents: bool | None,
+    match_original: bool = False,
 ) -> Tokenizer:
-    """Sets BERT's normalizer, pre-tokenizer, decoder and [CLS]/[SEP] template on `tokenizer`."""
-    if lowercase is not None:
+    """Sets BERT's normalizer, pre-tokenizer, decoder and [CLS]/[SEP] template on `tokenizer`.
+
+    With `match_original`, the normalizer first cleans the text as google-research/bert does (and
+    marks final sigmas when lower-casing), the pre-tokenizer isolates the CJK characters that
+    BertNormalizer misses, and the special tokens are not matched in the text.
+    """
+    if lowercase is not None and match_original:
+        tokenizer.normalizer = normalizers.Sequence(
+            [normalizers.Replace(Regex(_ORIGINAL_DROPPED), "")]
+            + ([normalizers.Replace(Regex(_FINAL_SIGMA), "\u03c2")] if lowercase else [])
+            + [
+                normalizers.BertNormalizer(
+                    clean_text=False,
+                    handle_chinese_chars=True,
+                    strip_accents=strip_accents,
+                    lowercase=lowercase,
+                )
+            ]
+        )
+    elif lowercase is not None:
         tokenizer.normalizer = normalizers.BertNormalizer(
             clean_text=True,
             handle_chinese_chars=True,
@@ -216,10 +277,18 @@ def _bert_pipeline(
             lowercase=lowercase,
         )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    if match_original:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_CJK_MISSING_FROM_BERT_NORMALIZER), "isolated"),
+                pre_tokenizers.BertPreTokenizer(),
+            ]
+        )
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     present = [t for t in SPECIAL_TOKENS if t in vocab]
-    tokenizer.add_special_tokens(present)
+    if not match_original:  # Added tokens are matched in the raw text; the original splits them.
+        tokenizer.add_special_tokens(present)
     if CLS in vocab and SEP in vocab:
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{CLS} $A {SEP}",
@@ -276,6 +345,7 @@ def load_tokenizer(
     *,
     strip_accents: bool | None = None,
     max_input_chars_per_word: int | None = None,
+    match_original: bool = False,
 ) -> WordPieceTokenizer:
     """Loads a BERT WordPiece tokenizer.
 
@@ -286,7 +356,10 @@ def load_tokenizer(
         for a `vocab.txt` infer it (uncased iff no token has an upper-case letter; logged).
       strip_accents: strip accents; None follows `lowercase`, as in BERT.
       max_input_chars_per_word: longer words become [UNK]; None keeps the file's value (100 for
-        a `vocab.txt`).
+        a `vocab.txt`, 200 with `match_original`).
+      match_original: tokenize as google-research/bert's `FullTokenizer` where it differs from
+        `BertTokenizerFast` and the difference can be matched (see the module docstring); a
+        tokenizer.json saved from such a tokenizer keeps this pipeline when loaded again.
 
     Returns:
       The tokenizer.
@@ -317,7 +390,22 @@ def load_tokenizer(
                 f"{path}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
                 "needs a WordPiece model"
             )
-        if lowercase is not None or strip_accents is not None:
+        overrides = lowercase is not None or strip_accents is not None
+        if (match_original or overrides) and (match_original or _matches_original(tokenizer)):
+            # Rebuilt from its vocabulary, so that the special tokens are no added tokens.
+            current = _bert_normalizer_state(tokenizer)
+            if not overrides:
+                strip_accents = current.get("strip_accents")
+            if lowercase is None:
+                lowercase = bool(current.get("lowercase", False))
+            model = models.WordPiece(
+                tokenizer.get_vocab(with_added_tokens=True),
+                unk_token=tokenizer.model.unk_token,
+                max_input_chars_per_word=tokenizer.model.max_input_chars_per_word,
+                continuing_subword_prefix=tokenizer.model.continuing_subword_prefix,
+            )
+            tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents, True)
+        elif overrides:
             if lowercase is None:
                 current = _state(tokenizer.normalizer) or {}
                 lowercase = bool(current.get("lowercase", False))
@@ -344,7 +432,9 @@ def load_tokenizer(
             max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
             continuing_subword_prefix=CONTINUATION_PREFIX,
         )
-        tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents)
+        tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents, match_original)
+    if match_original and max_input_chars_per_word is None:
+        max_input_chars_per_word = ORIGINAL_MAX_INPUT_CHARS_PER_WORD
     if max_input_chars_per_word is not None:
         tokenizer.model.max_input_chars_per_word = max_input_chars_per_word
     return WordPieceTokenizer(tokenizer, source=path)

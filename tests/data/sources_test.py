@@ -123,3 +123,33 @@ def test_tfds_documents_from_a_local_data_dir(tmp_path):
     assert stats.documents == 2
     with pytest.raises(KeyError, match="no feature 'body'"):
         list(sources.tfds_documents("bert_jax_tiny_text", data_dir=tmp_path, text_key="body"))
+
+
+def test_file_ends_document_false_runs_files_on_as_the_original(tmp_path, caplog):
+    # google-research/bert reads every file into one list of documents that only a blank line
+    # ends, so a file whose last line is text runs on into the next file's first document.
+    (tmp_path / "a.txt").write_text("A1\nA2\n\nB1\n", "utf-8")
+    (tmp_path / "b.txt").write_text("B2\n\nC1", "utf-8")  # No final newline either.
+    (tmp_path / "c.txt").write_text("\nD1\n", "utf-8")  # Starts with a blank line.
+    (tmp_path / "d.txt").write_text("D2\n", "utf-8")  # The last file: nothing follows.
+    pattern = str(tmp_path / "*.txt")
+    stats = sources.SourceStats()
+    with caplog.at_level("WARNING"):
+        docs = list(sources.text_file_documents(pattern, split_sentences=False, stats=stats))
+    assert docs == [["A1", "A2"], ["B1"], ["B2"], ["C1"], ["D1"], ["D2"]]
+    unterminated = [str(tmp_path / "a.txt"), str(tmp_path / "b.txt"), str(tmp_path / "c.txt")]
+    assert stats.files_without_final_blank_line == unterminated
+    assert stats.to_dict()["files_without_final_blank_line"] == 3
+    assert "3 file(s) do not end with a blank line" in caplog.text
+    assert "--no-file_ends_document" in caplog.text
+    caplog.clear()
+    stats = sources.SourceStats()
+    with caplog.at_level("WARNING"):
+        docs = list(
+            sources.text_file_documents(
+                pattern, split_sentences=False, file_ends_document=False, stats=stats
+            )
+        )
+    assert docs == [["A1", "A2"], ["B1", "B2"], ["C1"], ["D1", "D2"]]
+    assert (stats.files, stats.documents, stats.sentences, stats.empty_files) == (4, 4, 7, [])
+    assert "blank line" not in caplog.text

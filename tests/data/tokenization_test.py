@@ -136,3 +136,58 @@ def test_saved_tokenizer_loads_in_transformers(tmp_path):
     text = "Now name the rest of the players."
     assert hf(text)["input_ids"] == [tok.cls_id, *tok.encode(text), tok.sep_id]
     shutil.rmtree(tmp_path)
+
+
+# Where google-research/bert's FullTokenizer (tokenization.py) differs from BertTokenizerFast, and
+# what it gives instead, read off its code: `_clean_text` drops NUL, U+FFFD and categories Cc and
+# Cf only; each whitespace token is lower-cased with Python's str.lower(); CJK ideographs, U+2B820
+# to U+2CEAF included, become tokens of their own; special-token strings get no special treatment;
+# words of over 200 characters become [UNK]. (text, BertTokenizerFast's tokens, the original's.)
+ORIGINAL_DIFFERENCES = [
+    # A word of 101-200 characters: [UNK] beside 100; the original splits it into pieces.
+    ("x" * 150, ["[UNK]"], ["xx"] + ["##xx"] * 74),
+    # A literal [MASK]: the special id here, plain text in the original ("[mask]" lower-cased).
+    (
+        "[MASK] and [CLS]",
+        ["[MASK]", "and", "[CLS]"],
+        ["[", "mask", "]", "and", "[", "cl", "##s", "]"],
+    ),
+    # Final sigma: str.lower() gives "οδος" (ς, final form); BertNormalizer gives "οδοσ".
+    ("ΟΔΟΣ ΣΑ", ["ο", "##δ", "##ο", "##σ", "σ", "##α"], ["ο", "##δ", "##ος", "σ", "##α"]),
+    # Private use (Co) is dropped here; the original keeps it, so its word is unknown.
+    ("a\ue000b x \U000f0000 y", ["ab", "x", "y"], ["[UNK]", "x", "[UNK]", "y"]),
+    # U+2B820-U+2B91F (CJK Extension E): a token of its own in the original only.
+    ("ab\U0002b820cd", ["[UNK]"], ["ab", "[UNK]", "cd"]),
+]
+
+
+@pytest.mark.parametrize("source", ["vocab.txt", "tokenizer.json"])
+def test_match_original_tokenizes_as_google_research_bert(bert_vocab_dir, bert_tokenizer, source):
+    path = os.path.join(bert_vocab_dir, source)
+    original = tokenization.load_tokenizer(path, match_original=True)
+    assert original.lowercase is True and original.fingerprint() != bert_tokenizer.fingerprint()
+    for text, default_tokens, original_tokens in ORIGINAL_DIFFERENCES:
+        assert bert_tokenizer.tokenize(text) == default_tokens, text
+        assert original.tokenize(text) == original_tokens, text
+    assert original.tokenize("ΟΔΟΣ") == bert_tokenizer.tokenize("ΟΔΟΣ".lower())
+    # The same in both: control and format characters dropped, over 200 characters [UNK], CJK,
+    # a sigma that does not end a word.
+    for text in ("a\x01b\u200bc\ufffd", "y" * 201, "中文 \U0002b920", "Ωmega ΣΑ ΑΣΑ"):
+        assert original.encode(text) == bert_tokenizer.encode(text), text
+    # Ordinary text is unchanged.
+    texts = EXCERPT.read_text().splitlines() + HARD_TEXTS[2:6] + HARD_TEXTS[8:]
+    assert original.encode_batch(texts) == bert_tokenizer.encode_batch(texts)
+    assert original.tokenizer.model.max_input_chars_per_word == 200
+
+
+def test_match_original_survives_save_and_load(tmp_path, bert_vocab_dir):
+    original = tokenization.load_tokenizer(bert_vocab_dir, match_original=True)
+    original.save(tmp_path)
+    reloaded = tokenization.load_tokenizer(tmp_path)
+    assert reloaded.fingerprint() == original.fingerprint()
+    for text, _, original_tokens in ORIGINAL_DIFFERENCES:
+        assert reloaded.tokenize(text) == original_tokens, text
+    # Overriding the casing keeps the original's pipeline; cased, a final sigma stays capital.
+    cased = tokenization.load_tokenizer(tmp_path, lowercase=False)
+    assert cased.lowercase is False
+    assert cased.tokenize("[MASK] \ue000") == ["[", "[UNK]", "]", "[UNK]"]

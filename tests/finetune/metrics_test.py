@@ -88,9 +88,70 @@ def test_correlations_equal_scipy(seed):
     np.testing.assert_allclose(metrics.rank_average(labels), scipy_stats.rankdata(labels))
 
 
+@pytest.mark.filterwarnings("ignore:An input array is constant")  # scipy says so, then nan.
 def test_correlation_of_a_constant_is_nan():
     assert math.isnan(metrics.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
     assert math.isnan(metrics.spearman([1.0, 2.0, 3.0], [4.0, 4.0, 4.0]))
+    # A mean that is not exactly the constant (0.1 * 3 / 3 != 0.1) must not make it a slope.
+    assert math.isnan(metrics.pearson([0.1, 0.1, 0.1], [1.0, 2.0, 3.0]))
+    assert math.isnan(scipy_stats.pearsonr([0.1, 0.1, 0.1], [1.0, 2.0, 3.0])[0])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scipy's "invalid value" on NaN input.
+@pytest.mark.parametrize("where", ["labels", "predictions", "both"])
+def test_correlations_of_nan_input_are_nan_as_scipy(where):
+    rng = np.random.default_rng(0)
+    labels, predictions = rng.normal(size=20), rng.normal(size=20)
+    if where in ("labels", "both"):
+        labels[3] = np.nan
+    if where in ("predictions", "both"):
+        predictions[7] = np.nan
+    assert math.isnan(scipy_stats.spearmanr(labels, predictions)[0])
+    assert math.isnan(metrics.spearman(labels, predictions))
+    assert math.isnan(scipy_stats.pearsonr(labels, predictions)[0])
+    assert math.isnan(metrics.pearson(labels, predictions))
+    # A diverged run predicts NaN everywhere: no plausible score from NaNs ranked in turn.
+    assert math.isnan(scipy_stats.spearmanr([1, 2, 3, 4], [np.nan] * 4)[0])
+    assert math.isnan(metrics.spearman([1, 2, 3, 4], [np.nan] * 4))
+
+
+@pytest.mark.parametrize("scale", [1e77, 1e-78, 1e150, 1e-150])
+def test_pearson_is_stable_at_extreme_scales(scale):
+    # Squared deviations of 1e77 overflow a product of sums of squares (inf, so r = 0) and those
+    # of 1e-78 underflow it (0, so r = nan); scaling by the largest deviation avoids both.
+    rng = np.random.default_rng(1)
+    labels = rng.normal(size=40)
+    predictions = 0.5 * labels + rng.normal(size=40)
+    expected = scipy_stats.pearsonr(labels * scale, predictions * scale)[0]
+    assert metrics.pearson(labels * scale, predictions * scale) == pytest.approx(
+        expected, rel=1e-12
+    )
+    assert expected == pytest.approx(metrics.pearson(labels, predictions), rel=1e-12)
+    # Mixed scales: each side is scaled by its own largest deviation.
+    expected = scipy_stats.pearsonr(labels * scale, predictions)[0]
+    assert metrics.pearson(labels * scale, predictions) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:F-score is ill-defined")  # sklearn on [0, 0] vs [0, 0].
+def test_binary_f1_refuses_what_sklearn_refuses():
+    three_classes = ([0, 1, 2, 1], [0, 1, 1, 2])
+    with pytest.raises(ValueError, match="multiclass"):
+        sklearn_metrics.f1_score(*three_classes)
+    with pytest.raises(ValueError, match="binary F1 needs at most 2 classes.*3.*macro"):
+        metrics.f1_score(*three_classes)
+    with pytest.raises(ValueError, match="binary F1 needs at most 2 classes"):
+        metrics.compute(["f1"], *three_classes)
+    assert metrics.compute(["macro_f1"], *three_classes)["macro_f1"] == pytest.approx(
+        sklearn_metrics.f1_score(*three_classes, average="macro")
+    )
+    # Two classes that do not hold the positive one.
+    with pytest.raises(ValueError, match="pos_label=1 is not a valid label"):
+        sklearn_metrics.f1_score([0, 2, 2], [2, 0, 2])
+    with pytest.raises(ValueError, match="positive_label=1 is not one of the classes"):
+        metrics.f1_score([0, 2, 2], [2, 0, 2])
+    # One class only is binary for both (F1 0 when it is not the positive class).
+    assert metrics.f1_score([0, 0], [0, 0]) == sklearn_metrics.f1_score([0, 0], [0, 0]) == 0.0
+    assert metrics.f1_score([1, 1], [1, 1]) == sklearn_metrics.f1_score([1, 1], [1, 1]) == 1.0
 
 
 def _random_tags(rng, n, types, prefixes):
@@ -201,7 +262,12 @@ def test_squad_evaluate_by_hand():
     result = metrics.squad_evaluate(gold, predictions)
     assert result["exact"] == pytest.approx(50.0)
     assert result["f1"] == pytest.approx(62.5)
-    assert result["total"] == 4 and result["missing"] == 0
+    assert result["total"] == 4
+    # The keys evaluate-v2.0.py prints, in its order (a missing prediction is an error there).
+    assert list(result) == [
+        "exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
+        "NoAns_exact", "NoAns_f1", "NoAns_total",
+    ]  # fmt: skip
     assert result["HasAns_exact"] == pytest.approx(50.0)
     assert result["HasAns_f1"] == pytest.approx(75.0)
     assert result["NoAns_exact"] == result["NoAns_f1"] == pytest.approx(50.0)
@@ -219,11 +285,65 @@ def test_squad_evaluate_by_hand():
     assert result["best_f1"] == pytest.approx(87.5)
     assert result["best_f1_thresh"] == pytest.approx(0.9)
 
-    partial = metrics.squad_evaluate(gold, {"q1": "Broncos"})
-    assert partial["missing"] == 3 and partial["exact"] == pytest.approx(25.0)
     with pytest.raises(KeyError, match="unknown question ids"):
         metrics.squad_evaluate(gold, {"q9": "x"})
-    # v1.1 data: every question has an answer, no HasAns/NoAns split.
-    v1 = metrics.squad_evaluate({"a": ["x y"], "b": ["z"]}, {"a": "x", "b": "z"})
-    assert set(v1) == {"exact", "f1", "total", "missing"}
-    assert v1["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
+    # v1.1 data: every question has an answer. evaluate-v1.1.py prints only exact and F1;
+    # evaluate-v2.0.py prints the HasAns_ group too (it prints each group that has questions).
+    v1_gold, v1_predictions = {"a": ["x y"], "b": ["z"]}, {"a": "x", "b": "z"}
+    v1 = metrics.squad_evaluate(v1_gold, v1_predictions, version="1.1")
+    assert v1 == {
+        "exact": 50.0,
+        "f1": pytest.approx(100 * (2 / 3 + 1) / 2),
+        "total": 2,
+        "missing": 0,
+    }
+    v2 = metrics.squad_evaluate(v1_gold, v1_predictions)
+    assert list(v2) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total"]
+    assert (v2["HasAns_exact"], v2["HasAns_f1"], v2["HasAns_total"]) == (50.0, v1["f1"], 2)
+    assert (v2["exact"], v2["f1"], v2["total"]) == (50.0, v1["f1"], 2)
+    no_answers = metrics.squad_evaluate({"a": [], "b": []}, {"a": "", "b": "x"})
+    assert list(no_answers) == ["exact", "f1", "total", "NoAns_exact", "NoAns_f1", "NoAns_total"]
+    assert no_answers["NoAns_exact"] == no_answers["exact"] == 50.0
+
+
+def test_squad_v1_1_scores_as_evaluate_v1_1():
+    # evaluate-v1.1.py keeps every gold answer as it is: a gold "The" normalizes to "", which an
+    # empty prediction matches exactly (EM 1), but its F1 is 0 because no token is shared.
+    # evaluate-v2.0.py drops such gold answers, so "" is the "no answer" it expects (1 / 1).
+    assert metrics.squad_exact("", ["The"], version="1.1") == 1.0
+    assert metrics.squad_f1("", ["The"], version="1.1") == 0.0
+    assert metrics.squad_exact("", ["The"]) == metrics.squad_f1("", ["The"]) == 1.0
+    # With a real answer beside it: v1.1 still matches "" against "The"; v2.0 scores "Denver".
+    assert metrics.squad_exact("", ["The", "Denver"], version="1.1") == 1.0
+    assert metrics.squad_exact("", ["The", "Denver"]) == 0.0
+    assert metrics.squad_f1("the Denver", ["The", "Denver"], version="1.1") == 1.0
+    gold = {"q1": ["The"], "q2": ["Denver Broncos"], "q3": ["Carolina"]}
+    predictions = {"q1": "", "q2": "Broncos"}  # q3 unanswered.
+    result = metrics.squad_evaluate(gold, predictions, version="1.1")
+    # q1: EM 1, F1 0; q2: EM 0, F1 2/3; q3 scores 0 and stays in the total (the v1.1 script:
+    # "Unanswered question q3 will receive score 0.").
+    assert result == {
+        "exact": pytest.approx(100 / 3),
+        "f1": pytest.approx(100 * (2 / 3) / 3),
+        "total": 3,
+        "missing": 1,
+    }
+    # v1.1 has no unanswerable questions and no no-answer scores.
+    with pytest.raises(ValueError, match="no unanswerable questions"):
+        metrics.squad_evaluate({"q1": []}, {"q1": ""}, version="1.1")
+    with pytest.raises(ValueError, match="version='2.0'"):
+        metrics.squad_evaluate(gold, predictions, version="1.1", na_probs={"q1": 0.0})
+    with pytest.raises(ValueError, match="version must be one of"):
+        metrics.squad_evaluate(gold, predictions, version="1")
+
+
+def test_squad_v2_0_refuses_missing_predictions_as_evaluate_v2_0():
+    # evaluate-v2.0.py leaves an unpredicted question out of its raw scores, then fails with a
+    # KeyError when it scores the HasAns_ (or NoAns_) group that holds it.
+    gold = {"q1": ["Denver Broncos"], "q2": [], "q3": ["Carolina"]}
+    with pytest.raises(KeyError, match="1 of 3 questions have no prediction.*q3.*version='1.1'"):
+        metrics.squad_evaluate(gold, {"q1": "Denver", "q2": ""})
+    with pytest.raises(KeyError, match="na_probs lacks 1 predicted question.*q2"):
+        metrics.squad_evaluate(
+            gold, {"q1": "Denver", "q2": "", "q3": ""}, na_probs={"q1": 0.5, "q3": 0.1}
+        )
