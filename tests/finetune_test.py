@@ -1,6 +1,7 @@
 """End-to-end fine-tuning on small local files, one test per task family: each learns above
 chance, writes its prediction files and exports a model; plus packing, seeds and bad input."""
 
+import collections
 import csv
 import importlib.util
 import json
@@ -12,6 +13,7 @@ import pytest
 
 from bert_jax import finetune
 from bert_jax.data import tokenization
+from tests.common import recorded_compiles
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORDS = (
@@ -79,11 +81,11 @@ def write_csv(path, rows, header):
         w.writerows(rows)
 
 
-def sentiment_files(folder, seed=0):
+def sentiment_files(folder, seed=0, length=(4, 10)):
     rng = np.random.default_rng(seed)
     for split, n in (("train", 240), ("dev", 64), ("test", 32)):
         rows = []
-        for text in sentences(rng, n):
+        for text in sentences(rng, n, length):
             label = int(rng.integers(0, 2))
             rows.append((("good " if label else "bad ") + text, ["neg", "pos"][label]))
         if split == "test":  # an unlabelled test file: no label column
@@ -113,6 +115,36 @@ def test_classification_learns_and_writes_predictions(tmp_path, vocab):
         assert (seed_dir / "hf" / "model.safetensors").exists() and (
             seed_dir / "hf" / "vocab.txt"
         ).exists()
+
+
+def test_seeds_and_evaluations_compile_each_step_once_per_shape(tmp_path, vocab):
+    # Rows of 6 to 42 tokens fill two length buckets (32, 64): two shapes per step. Lowerings are
+    # recorded, not backend compiles, so a persistent-cache hit could not hide a recompile.
+    sentiment_files(tmp_path, length=(4, 40))
+    config = finetune_config(
+        "custom",
+        tmp_path,
+        vocab,
+        **{
+            "finetune.seeds": "0,1",
+            "finetune.num_epochs": 2,  # a dev evaluation after each epoch
+            "finetune.bucket_lengths": True,
+            "finetune.max_seq_length": 64,
+            "export_hf_at_end": False,
+        },
+    )
+    with recorded_compiles() as compiles:
+        results = finetune.run(config, str(tmp_path / "run"))
+    assert set(results["seeds"]) == {"0", "1"}
+    for seed in (0, 1):  # two evaluations per seed
+        rows = [
+            json.loads(line) for line in open(tmp_path / "run" / f"seed_{seed}" / "metrics.jsonl")
+        ]
+        assert len([r for r in rows if "eval/accuracy" in r]) == 2
+    twice = {c: n for c, n in collections.Counter(compiles).items() if n > 1}
+    assert not twice, f"compiled more than once: {[(c[0], n) for c, n in twice.items()]}"
+    per_step = collections.Counter(name for name, _, _ in compiles)
+    assert per_step["jit(train_step)"] == 2 and per_step["jit(predict_step)"] == 2, per_step
 
 
 @pytest.mark.torch
