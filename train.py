@@ -12,6 +12,8 @@ end, and resumes from the newest good one in --workdir. Metrics go to the consol
 Multi-host: on TPU pods, SLURM and Open MPI, jax.distributed finds its peers by itself; elsewhere
 pass --coordinator_address=host:port --num_processes=N --process_id=i (CPU processes talk over
 gloo). `--mode=shardings` prints every parameter's sharding for the config and mesh and exits.
+Compiled steps are kept in a persistent cache (`--compilation_cache_dir`, on by default), so a
+rerun or resumed run loads them instead of compiling.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ flags.DEFINE_enum("mode", "train", ["train", "shardings"], "Train, or print para
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
 flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
 flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
+flags.DEFINE_string(
+    "compilation_cache_dir",
+    "auto",
+    "Persistent XLA compilation cache: 'auto' ($JAX_COMPILATION_CACHE_DIR, else "
+    "$XDG_CACHE_HOME/bert_jax/jax, ~/.cache/bert_jax/jax by default), a directory, or 'off'.",
+)
 flags.mark_flags_as_required(["config"])
 
 PRETRAINING_MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}
@@ -133,6 +141,8 @@ def main(argv):
     logging.get_absl_handler().addFilter(_QuietLibraries())
     config, workdir = FLAGS.config, FLAGS.workdir
     initialize_distributed()
+    cache_dir = trainer.enable_compilation_cache(FLAGS.compilation_cache_dir)
+    logging.info("persistent compilation cache: %s", cache_dir or "off")
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
     if config.task in PRETRAINING_MODELS:

@@ -464,6 +464,7 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
     buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
     seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
     results: dict[str, Any] = {"task": ft.name, "seeds": {}}
+    exp = None  # one Experiment for every seed: its compiled steps serve them all
     for seed in seeds:
         seed_dir = os.path.join(workdir, f"seed_{seed}") if len(seeds) > 1 else workdir
         with config.unlocked():
@@ -478,8 +479,9 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
             shard_index=jax.process_index(),
             shard_count=jax.process_count(),
         )
-        num_steps = train_iter.steps_per_epoch * ft.num_epochs
-        exp = trainer.Experiment.build(config, cfg, head, data.kind, num_steps)
+        num_steps = train_iter.steps_per_epoch * ft.num_epochs  # the same for every seed
+        if exp is None:
+            exp = trainer.Experiment.build(config, cfg, head, data.kind, num_steps)
         if mode == "shardings":
             print("\n".join(sharding.describe(exp.abstract.params, exp.mesh, exp.rules)))
             return results
@@ -488,7 +490,7 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
             params, new = graft(cfg, head, encoder, seed)
             logging.info("newly initialized head weights: %s", new)
         ckpt = trainer.checkpointer(seed_dir, config)
-        state, start = exp.create_or_restore(ckpt, train_iter, init_params=params)
+        state, start = exp.create_or_restore(ckpt, train_iter, init_params=params, seed=seed)
         writer = MetricWriter(seed_dir, num_steps, start)
         dev = next((e for e in data.evals if e.name == "dev" and e.labelled), None)
 

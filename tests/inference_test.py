@@ -10,6 +10,7 @@ from bert_jax import convert, inference
 from bert_jax import model as M
 from bert_jax.config import BertConfig
 from bert_jax.data import tokenization
+from tests.common import recorded_compiles
 
 TEXTS = [
     "When shall we three meet again?",
@@ -100,6 +101,55 @@ def test_embeddings_cls_mean_pooler_and_layers(tiny_classifier, tmp_path):
     np.testing.assert_allclose(alone[0], layers[0, 1], atol=1e-5)
 
 
+def test_parameters_are_arguments_not_constants_of_the_program(tiny_classifier):
+    cfg, params, _, _ = inference.load(str(tiny_classifier), "BertModel")
+    batch = {
+        k: np.ones((2, 8), np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")
+    }
+
+    def program_text(vocab_size):
+        big = cfg.replace(vocab_size=vocab_size)
+        model = M.BertModel(big)
+        p = M.init_params(model, jax.random.PRNGKey(0))
+        text = inference.embed_step.lower(p, batch, model=model, pooling="mean", layers=None)
+        return text.as_text(), sum(x.nbytes for x in jax.tree_util.tree_leaves(p))
+
+    small, _ = program_text(120)
+    large, large_bytes = program_text(20_000)  # a word embedding of 2.4 MiB
+    # Only the shapes in the signature differ: the weights are not in the program.
+    assert len(large) - len(small) < 200 and len(large) < large_bytes / 10
+    classifier = M.BertForSequenceClassification(cfg)
+    p = M.init_params(classifier, jax.random.PRNGKey(0))
+    text = inference.logits_step.lower(p, batch, model=classifier).as_text()
+    assert len(text) < sum(x.nbytes for x in jax.tree_util.tree_leaves(p))
+
+
+def test_bucketed_batches_equal_full_padding_and_compile_once(tiny_classifier, capsys):
+    cfg, params, name, tok = inference.load(str(tiny_classifier))
+    texts = [" ".join(TEXTS[: 1 + i % 4]) * (1 + i % 3) for i in range(23)]  # 12 to 128 tokens
+    encoder = params["bert"]
+    with recorded_compiles() as compiles:
+        bucketed = inference.embed(cfg, encoder, tok, texts, pooling="mean", batch_size=4)
+        again = inference.embed(cfg, encoder, tok, texts, pooling="mean", batch_size=4)
+    lowered = [c for c in compiles if c[0] == "jit(embed_step)"]
+    assert len(lowered) == len({c[1] for c in lowered}) > 1  # one program per bucket, reused
+    np.testing.assert_array_equal(bucketed, again)
+    padded = inference.embed(
+        cfg, encoder, tok, texts, pooling="mean", batch_size=4, bucket_lengths=False
+    )
+    np.testing.assert_allclose(bucketed, padded, atol=1e-5)
+    one_by_one = [inference.embed(cfg, encoder, tok, [t], pooling="mean")[0] for t in texts[:3]]
+    np.testing.assert_allclose(bucketed[:3], one_by_one, atol=1e-5)  # input order kept
+    rows = inference.predict(cfg, params, name, tok, texts, batch_size=4, progress=True)
+    full = inference.predict(cfg, params, name, tok, texts, batch_size=4, bucket_lengths=False)
+    for a, b in zip(rows, full):
+        assert a["label"] == b["label"]
+        np.testing.assert_allclose(
+            list(a["probabilities"].values()), list(b["probabilities"].values()), atol=1e-5
+        )
+    assert "predict: 100%" in capsys.readouterr().err  # the progress bar
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_mean_pooled_minilm_equals_sentence_transformers():
@@ -175,3 +225,8 @@ def test_bad_inputs(tiny_classifier, tmp_path):
     )
     with pytest.raises(FileNotFoundError):
         inference.load(str(tmp_path / "nothing"))
+    cfg, params, _, tok = inference.load(str(tiny_classifier), "BertModel")
+    with pytest.raises(ValueError, match=r"layers \[3\] out of range: there are 3 hidden states"):
+        inference.embed(cfg, params, tok, TEXTS, layers=[-1, 3])
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        inference.embed(cfg, params, tok, TEXTS, batch_size=0)
