@@ -94,10 +94,20 @@ class Experiment:
     num_microbatches: int = 1
 
     @classmethod
-    def build(cls, config, cfg: BertConfig, model_name: str, task: str, num_train_steps: int):
+    def build(
+        cls,
+        config,
+        cfg: BertConfig,
+        model_name: str,
+        task: str,
+        num_train_steps: int,
+        devices: list | None = None,
+    ):
+        """`devices`: the mesh's devices (all of this run's by default; a TPU topology's
+        compile-only devices for ahead-of-time compilation, `bert_jax.aot`)."""
         runtime = RuntimeConfig(**config.runtime.to_dict())
         model = get_model_class(model_name)(cfg, runtime)
-        mesh = sharding.make_mesh(config.mesh.to_dict())
+        mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = make_optimizer(config, num_train_steps)
         init_fn = functools.partial(train_lib.init_train_state, model=model, tx=tx)
@@ -227,19 +237,7 @@ class Experiment:
                     break
                 signature = tuple(sorted((k, np.shape(v)) for k, v in host.items()))
                 if signature not in jit_step:  # one compile per batch shape (length buckets)
-                    jit_step[signature] = jax.jit(
-                        functools.partial(
-                            train_lib.train_step,
-                            model=self.model,
-                            tx=self.tx,
-                            task=self.task,
-                            num_microbatches=self.num_microbatches,
-                            schedule=self.schedule,
-                        ),
-                        in_shardings=(self.state_sh, sharding.batch_shardings(host, mesh)),
-                        out_shardings=(self.state_sh, sharding.replicated(mesh)),
-                        donate_argnums=0,
-                    )
+                    jit_step[signature] = self.jit_train_step(sharding.batch_shardings(host, mesh))
                 state, metrics = jit_step[signature](state, batch)
                 if compile_s is None:  # the first step compiles: keep it out of the throughput
                     jax.block_until_ready(metrics)
@@ -287,6 +285,24 @@ class Experiment:
                     break
         watcher.close()
         return state, step, stopped
+
+    def jit_train_step(self, batch_shardings: PyTree) -> Callable:
+        """The jitted (state, global batch) -> (state, metrics) with this experiment's shardings;
+        the state is donated. What the loop runs and what `bert_jax.aot` compiles for a TPU."""
+        step = functools.partial(
+            train_lib.train_step,
+            model=self.model,
+            tx=self.tx,
+            task=self.task,
+            num_microbatches=self.num_microbatches,
+            schedule=self.schedule,
+        )
+        return jax.jit(
+            step,
+            in_shardings=(self.state_sh, batch_shardings),
+            out_shardings=(self.state_sh, sharding.replicated(self.mesh)),
+            donate_argnums=0,
+        )
 
     # ---- evaluation and export ----
     def eval_fn(self) -> Callable:
