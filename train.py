@@ -47,6 +47,7 @@ flags.DEFINE_enum(
 )
 flags.DEFINE_string("topology", None, "--mode=compile: a TPU slice, e.g. v5e:4x4, v5p:4x4x4.")
 flags.DEFINE_integer("num_slices", 1, "--mode=compile: slices of --topology (multi-slice).")
+flags.DEFINE_string("hlo_out", None, "--mode=compile: write the compiled step's HLO text here.")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
 flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
 flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
@@ -89,7 +90,9 @@ def pretrain(config, workdir: str) -> int | None:
     )
     if compiling:
         flops_per_step = aot.model_step_flops(cfg, config)
-        report = aot.compile_step(exp, aot.pretraining_batch(config), model_flops=flops_per_step)
+        report = aot.compile_step(
+            exp, aot.pretraining_batch(config), model_flops=flops_per_step, hlo_path=FLAGS.hlo_out
+        )
         report.update(topology=FLAGS.topology, num_slices=FLAGS.num_slices)
         print(aot.format_report(report))
         print(aot.report_json(report))

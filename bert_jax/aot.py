@@ -161,13 +161,20 @@ def _cost(compiled) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
-def compile_step(exp, batch: Mapping[str, jax.ShapeDtypeStruct], *, model_flops: float) -> dict:
+def compile_step(
+    exp,
+    batch: Mapping[str, jax.ShapeDtypeStruct],
+    *,
+    model_flops: float,
+    hlo_path: str | None = None,
+) -> dict:
     """Compiles `exp`'s train step (and eval step) for its mesh and reports on them.
 
     Args:
       exp: a `trainer.Experiment` built over a topology's devices.
       batch: the global batch's shapes and dtypes (e.g. `pretraining_batch(config)`).
       model_flops: model FLOPs of one global step (forward + backward), for the MFU bound.
+      hlo_path: where to write the compiled train step's optimized HLO text (None: nowhere).
 
     Returns:
       A JSON-able dict: sizes in GiB per device, times in seconds, FLOPs and bytes per device.
@@ -219,7 +226,10 @@ def compile_step(exp, batch: Mapping[str, jax.ShapeDtypeStruct], *, model_flops:
     report["hbm_gib"] = {k: v / 2**30 for k, v in memory.items()}
     report["eval_hbm_gib"] = _memory(eval_compiled)["total"] / 2**30
     report["fits"] = memory["total"] <= capacity
-    report["collectives"] = count_collectives(compiled.as_text())
+    hlo = compiled.as_text()
+    if hlo_path:
+        pathlib.Path(hlo_path).write_text(hlo)
+    report["collectives"] = count_collectives(hlo)
     xla_flops, xla_bytes = _cost(compiled)
     report["xla_flops_per_device"] = xla_flops
     report["xla_bytes_per_device"] = xla_bytes
