@@ -84,7 +84,8 @@ def pretrain(config, workdir: str) -> int | None:
 
     cfg = BertConfig(**config.model.to_dict())
     compiling = FLAGS.mode == "compile"
-    devices = aot.topology_devices(FLAGS.topology, FLAGS.num_slices) if compiling else None
+    topology = FLAGS.topology or config.topology
+    devices = aot.topology_devices(topology, FLAGS.num_slices) if compiling else None
     exp = trainer.Experiment.build(
         config, cfg, PRETRAINING_MODELS[config.task], config.task, config.num_train_steps, devices
     )
@@ -93,7 +94,7 @@ def pretrain(config, workdir: str) -> int | None:
         report = aot.compile_step(
             exp, aot.pretraining_batch(config), model_flops=flops_per_step, hlo_path=FLAGS.hlo_out
         )
-        report.update(topology=FLAGS.topology, num_slices=FLAGS.num_slices)
+        report.update(topology=topology, num_slices=FLAGS.num_slices)
         print(aot.format_report(report))
         print(aot.report_json(report))
         return 0 if report["fits"] else 1
@@ -161,11 +162,14 @@ def main(argv):
     config, workdir = FLAGS.config, FLAGS.workdir
     aot.skip_absent_tpu_backend()
     if FLAGS.mode == "compile":
-        if not FLAGS.topology:
-            raise app.UsageError("--mode=compile needs --topology (e.g. v5e:4x4)")
         if config.task not in PRETRAINING_MODELS:
             raise app.UsageError(
                 "--mode=compile compiles pretraining configs (configs/pretrain.py)"
+            )
+        if not (FLAGS.topology or config.topology):
+            raise app.UsageError(
+                "--mode=compile needs --topology (e.g. v5e:4x4) or a config with a topology "
+                "(configs/pretrain.py:...,tpu=v5e-16)"
             )
     else:
         initialize_distributed()
