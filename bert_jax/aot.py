@@ -96,8 +96,11 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
     skip_absent_tpu_backend()
     if not _tpu_attached():
         # libtpu's start-up otherwise asks the cloud metadata server which TPU host this is and
-        # logs errors when there is none: here it is one host that only compiles.
+        # logs errors when there is none: here it is one host that only compiles. With no chip
+        # to guard, several processes may compile at once (libtpu otherwise takes a lock file
+        # and fails every other process, e.g. parallel tests).
         for key, value in (
+            ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
             ("TPU_SKIP_MDS_QUERY", "1"),
             ("TPU_HOST_BOUNDS", "1,1,1"),
             ("TPU_WORKER_HOSTNAMES", "localhost"),
