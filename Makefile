@@ -13,10 +13,13 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # torch is pinned to the CPU build that installs from local disk; an unpinned torch pulls a CUDA build.
+# jax[tpu] (the `tpu` extra) at the installed jax's version brings the matching libtpu: TPU runs and
+# compiling the train step for a TPU slice on this machine (train.py --mode=compile).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==2.13.0"
 	$(BIN)/python -m pip install -q -e ".[torch,tf,finetune,test]"
+	$(BIN)/python -m pip install -q "jax[tpu]==$$($(BIN)/python -c 'import jax; print(jax.__version__)')"
 	touch $@
 
 setup: $(VENV)/.installed

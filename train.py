@@ -14,6 +14,14 @@ pass --coordinator_address=host:port --num_processes=N --process_id=i (CPU proce
 gloo). `--mode=shardings` prints every parameter's sharding for the config and mesh and exits.
 Compiled steps are kept in a persistent cache (`--compilation_cache_dir`, on by default), so a
 rerun or resumed run loads them instead of compiling.
+
+Before renting a TPU slice, compile the real step for it on this machine (needs the `tpu` extra):
+
+    python train.py --config=configs/pretrain.py:size=large --mode=compile --topology=v5e:4x4
+    python train.py --config=... --mode=compile --topology=v5p:4x4x4 --num_slices=2
+
+prints HBM per chip, whether it fits (exit status 1 if not), compile time, collectives and a
+roofline bound on MFU, as a table and one JSON line (`bert_jax.aot`).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import flops, sharding, trainer
+from bert_jax import aot, flops, sharding, trainer
 from bert_jax.config import BertConfig
 from bert_jax.data import packing, tokenization
 from bert_jax.writers import MetricWriter
@@ -33,7 +41,15 @@ from bert_jax.writers import MetricWriter
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Run directory: checkpoints, metrics, exports.")
-flags.DEFINE_enum("mode", "train", ["train", "shardings"], "Train, or print parameter shardings.")
+flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "shardings", "compile"],
+    "Train, print parameter shardings, or compile the step for --topology without running it.",
+)
+flags.DEFINE_string("topology", None, "--mode=compile: a TPU slice, e.g. v5e:4x4, v5p:4x4x4.")
+flags.DEFINE_integer("num_slices", 1, "--mode=compile: slices of --topology (multi-slice).")
+flags.DEFINE_string("hlo_out", None, "--mode=compile: write the compiled step's HLO text here.")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
 flags.DEFINE_integer("num_processes", None, "Number of processes in a multi-process run.")
 flags.DEFINE_integer("process_id", None, "This process's index in a multi-process run.")
@@ -70,14 +86,26 @@ def initialize_distributed() -> None:
         jax.distributed.initialize()
 
 
-def pretrain(config, workdir: str) -> None:
+def pretrain(config, workdir: str) -> int | None:
     """MLM (+ NSP) pretraining: config.model is the architecture (HF config.json fields)."""
     from bert_jax import inputs
 
     cfg = BertConfig(**config.model.to_dict())
+    compiling = FLAGS.mode == "compile"
+    topology = FLAGS.topology or config.topology
+    devices = aot.topology_devices(topology, FLAGS.num_slices) if compiling else None
     exp = trainer.Experiment.build(
-        config, cfg, PRETRAINING_MODELS[config.task], config.task, config.num_train_steps
+        config, cfg, PRETRAINING_MODELS[config.task], config.task, config.num_train_steps, devices
     )
+    if compiling:
+        flops_per_step = aot.model_step_flops(cfg, config)
+        report = aot.compile_step(
+            exp, aot.pretraining_batch(config), model_flops=flops_per_step, hlo_path=FLAGS.hlo_out
+        )
+        report.update(topology=topology, num_slices=FLAGS.num_slices)
+        print(aot.format_report(report))
+        print(aot.report_json(report))
+        return 0 if report["fits"] else 1
     if FLAGS.mode == "shardings":
         print(f"mesh {dict(exp.mesh.shape)}; {exp.model_name} {cfg}")
         print("\n".join(sharding.describe(exp.abstract.params, exp.mesh, exp.rules)))
@@ -140,13 +168,26 @@ def main(argv):
     del argv
     logging.get_absl_handler().addFilter(_QuietLibraries())
     config, workdir = FLAGS.config, FLAGS.workdir
-    initialize_distributed()
-    cache_dir = trainer.enable_compilation_cache(FLAGS.compilation_cache_dir)
-    logging.info("persistent compilation cache: %s", cache_dir or "off")
+    aot.skip_absent_tpu_backend()
+    if FLAGS.mode == "compile":
+        if config.task not in PRETRAINING_MODELS:
+            raise app.UsageError(
+                "--mode=compile compiles pretraining configs (configs/pretrain.py)"
+            )
+        if not (FLAGS.topology or config.topology):
+            raise app.UsageError(
+                "--mode=compile needs --topology (e.g. v5e:4x4) or a config with a topology "
+                "(configs/pretrain.py:...,tpu=v5e-16)"
+            )
+    else:
+        initialize_distributed()
+        # Not in compile mode: its report times the compile, which a cache hit would hide.
+        cache_dir = trainer.enable_compilation_cache(FLAGS.compilation_cache_dir)
+        logging.info("persistent compilation cache: %s", cache_dir or "off")
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
     if config.task in PRETRAINING_MODELS:
-        pretrain(config, workdir)
+        return pretrain(config, workdir)
     else:
         from bert_jax import finetune
 

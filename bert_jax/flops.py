@@ -1,4 +1,4 @@
-"""Model FLOPs of BERT training steps, and peak FLOP/s of accelerators, for MFU.
+"""Model FLOPs of BERT training steps, and peak FLOP/s (and TPU memory) of accelerators, for MFU.
 
 Counted as the MLPerf / PaLM convention counts model FLOPs: 2 per multiply-add of every matmul the
 model needs, the backward pass twice the forward (3x in all), and no recomputation (remat costs
@@ -17,9 +17,37 @@ Embedding lookups, LayerNorm, softmax and activations are a few percent and, as 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from bert_jax.config import BertConfig
+
+
+class TpuChip(NamedTuple):
+    """One TPU chip (all its TensorCores) from Google Cloud's data sheets.
+
+    Attributes:
+      peak_bf16_flops: dense bfloat16 FLOP/s.
+      hbm_bytes_per_s: HBM bandwidth, bytes/s.
+      hbm_bytes: HBM capacity, bytes.
+    """
+
+    peak_bf16_flops: float
+    hbm_bytes_per_s: float
+    hbm_bytes: float
+
+
+GIB = 2**30
+# Keyed by `jax.Device.device_kind` (lower case): v5e and v6e report themselves as "lite".
+TPU_CHIPS = {
+    "tpu v2": TpuChip(45e12, 700e9, 16 * GIB),
+    "tpu v3": TpuChip(123e12, 900e9, 32 * GIB),
+    "tpu v4": TpuChip(275e12, 1228e9, 32 * GIB),
+    "tpu v5 lite": TpuChip(197e12, 819e9, 16 * GIB),  # v5e
+    "tpu v5": TpuChip(459e12, 2765e9, 95 * GIB),  # v5p
+    "tpu v6 lite": TpuChip(918e12, 1640e9, 32 * GIB),  # v6e (Trillium)
+}
 
 # Dense bf16 peak FLOP/s per chip (no sparsity), from the vendors' data sheets.
 PEAK_BF16_FLOPS = {
@@ -31,16 +59,19 @@ PEAK_BF16_FLOPS = {
     "a10g": 125e12,
     "l4": 121e12,
     "v100": 125e12,  # fp16 tensor cores
-    "tpu v4": 275e12,
-    "tpu v5 lite": 197e12,  # v5e
     "tpu v5e": 197e12,
     "tpu v5p": 459e12,
-    "tpu v5": 459e12,
-    "tpu v6 lite": 918e12,  # v6e (Trillium)
     "tpu v6e": 918e12,
-    "tpu v3": 123e12,
-    "tpu v2": 45e12,
+    **{kind: chip.peak_bf16_flops for kind, chip in TPU_CHIPS.items()},
 }
+
+
+def tpu_chip(device_kind: str) -> TpuChip:
+    """The `TpuChip` of a TPU `jax.Device.device_kind` ("TPU v5 lite", "TPU v4", ...)."""
+    kind = device_kind.lower()
+    if kind not in TPU_CHIPS:
+        raise ValueError(f"no chip data for TPU kind {device_kind!r}; known: {sorted(TPU_CHIPS)}")
+    return TPU_CHIPS[kind]
 
 
 def peak_flops_per_device(device_kind: str) -> float | None:

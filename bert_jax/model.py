@@ -667,8 +667,15 @@ class BertLMPredictionHead(nn.Module):
         cfg, rt = self.config, self.runtime
         t = TransformHead(cfg, rt, name="transform")(h)
         bias = self.param("bias", _zeros(("vocab",)), (cfg.vocab_size,), rt.param_dtype)
-        logits = jnp.einsum("...e,ve->...v", t, embedding.astype(rt.dtype))
-        return logits.astype(jnp.float32) + bias.astype(jnp.float32)
+        # Accumulated and returned in float32: a bfloat16 result would round every logit to 8
+        # bits of mantissa before the loss sees it.
+        logits = jnp.einsum(
+            "...e,ve->...v",
+            t.astype(rt.dtype),
+            embedding.astype(rt.dtype),
+            preferred_element_type=jnp.float32,
+        )
+        return logits + bias.astype(jnp.float32)
 
 
 class BertPreTrainingHeads(nn.Module):

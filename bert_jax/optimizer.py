@@ -6,7 +6,8 @@
 * AdamW as google-research/bert's `AdamWeightDecayOptimizer`: beta1 0.9, beta2 0.999, eps 1e-6,
   decoupled weight decay 0.01, and no bias correction (`bias_correction=False`, the original's
   choice; True gives optax's / PyTorch's Adam).
-* LAMB (You et al. 2019) for large batches, with the same weight-decay exclusions.
+* LAMB (You et al. 2019) for large batches, with the same weight-decay exclusions and one trust
+  ratio per weight matrix of each layer, also when the layers are stacked (`scan_layers`).
 * Weight decay skips LayerNorm parameters and every bias, as the original's
   `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`.
 * Schedules: linear warmup, then linear decay to zero (the original), cosine, warmup-stable-decay
@@ -136,6 +137,38 @@ def scale_by_adam(
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def _is_stacked_layer(path) -> bool:
+    """Whether a parameter path lies in the stacked `encoder/layer` of a scanned model."""
+    return any(getattr(k, "key", None) == "layer" for k in path)
+
+
+def scale_by_layerwise_trust_ratio(eps: float = 0.0) -> optax.GradientTransformation:
+    """LAMB's trust ratio ||param|| / ||update||, once per parameter of each layer.
+
+    Equals `optax.scale_by_trust_ratio` on unstacked parameters. Under `scan_layers` a layer's
+    weights are slices [i] of one stacked array `encoder/layer/...` [n, ...]; there the norms are
+    taken per slice, so that every layer keeps its own ratio, as it does unstacked (optax's one
+    norm over the whole stack would give all layers one ratio).
+    """
+
+    def norm(x, axes):
+        return jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float32)), axis=axes, keepdims=True))
+
+    def scale(path, update, param):
+        axes = tuple(range(1, update.ndim)) if _is_stacked_layer(path) else None
+        param_norm, update_norm = norm(param, axes), norm(update, axes)
+        ratio = param_norm / (update_norm + eps)
+        ratio = jnp.where((param_norm == 0.0) | (update_norm == 0.0), 1.0, ratio)
+        return update * ratio.astype(update.dtype)
+
+    def update_fn(updates, state, params):
+        if params is None:
+            raise ValueError("the LAMB trust ratio needs the parameters")
+        return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+    return optax.GradientTransformation(lambda params: optax.ScaleByTrustRatioState(), update_fn)
+
+
 def make_optimizer(
     name: str,
     learning_rate: float | optax.Schedule,
@@ -172,7 +205,7 @@ def make_optimizer(
         parts += [
             optax.scale_by_adam(b1, b2, eps),
             optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
-            optax.scale_by_trust_ratio(),
+            scale_by_layerwise_trust_ratio(),
             optax.scale_by_learning_rate(learning_rate),
         ]
     else:

@@ -20,6 +20,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -73,12 +74,29 @@ def make_mesh(sizes: dict[str, int], devices: Sequence[jax.Device] | None = None
     """A (data, fsdp, tensor) mesh over `devices` (all devices of all processes by default).
 
     Tensor-parallel groups are laid out on neighbouring devices (within one host where possible),
-    since they communicate most.
+    since they communicate most. TPU devices (attached, or a topology's compile-only devices) are
+    placed by their physical coordinates; devices of several slices get a hybrid mesh whose data
+    axis spans the slices (data-center network) while fsdp and tensor stay inside each slice.
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(sizes, len(devices))
     # Auto axes: shardings propagate through the program (GSPMD), steered by the constraints.
     axis_types = (AxisType.Auto,) * len(MESH_AXES)
+    num_slices = len({getattr(d, "slice_index", 0) for d in devices})
+    if num_slices > 1:
+        if shape[0] % num_slices:
+            raise ValueError(
+                f"mesh {dict(zip(MESH_AXES, shape))} over {num_slices} slices: the data axis "
+                f"({shape[0]}) must be a multiple of the number of slices, since only data "
+                "parallelism crosses slices; shrink mesh.fsdp or mesh.tensor"
+            )
+        per_slice = (shape[0] // num_slices, *shape[1:])
+        grid = mesh_utils.create_hybrid_device_mesh(
+            per_slice, (num_slices, 1, 1), devices, allow_split_physical_axes=True
+        )
+        return Mesh(grid, MESH_AXES, axis_types=axis_types)
+    if devices[0].platform == "tpu":  # physical placement or a clear error, never a reshape
+        return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
     if len(devices) == jax.device_count() and devices == list(jax.devices()):
         try:
             return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)

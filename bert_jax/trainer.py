@@ -134,10 +134,20 @@ class Experiment:
     _jitted: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def build(cls, config, cfg: BertConfig, model_name: str, task: str, num_train_steps: int):
+    def build(
+        cls,
+        config,
+        cfg: BertConfig,
+        model_name: str,
+        task: str,
+        num_train_steps: int,
+        devices: list | None = None,
+    ):
+        """`devices`: the mesh's devices (all of this run's by default; a TPU topology's
+        compile-only devices for ahead-of-time compilation, `bert_jax.aot`)."""
         runtime = RuntimeConfig(**config.runtime.to_dict())
         model = get_model_class(model_name)(cfg, runtime)
-        mesh = sharding.make_mesh(config.mesh.to_dict())
+        mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = make_optimizer(config, num_train_steps)
         init_fn = functools.partial(train_lib.init_train_state, model=model, tx=tx)
@@ -335,28 +345,33 @@ class Experiment:
         return state, step, stopped
 
     # ---- compiled steps ----
-    def train_step_fn(self, host_batch: Mapping[str, np.ndarray]) -> Callable:
-        """The jitted (state, global batch) -> (state, metrics) for batches with these keys.
+    def jit_train_step(self, batch_shardings: PyTree) -> Callable:
+        """A new jitted (state, global batch) -> (state, metrics) with this experiment's shardings;
+        the state is donated. What `train_step_fn` caches and what `bert_jax.aot` compiles for a
+        TPU."""
+        step = functools.partial(
+            train_lib.train_step,
+            model=self.model,
+            tx=self.tx,
+            task=self.task,
+            num_microbatches=self.num_microbatches,
+            schedule=self.schedule,
+        )
+        return jax.jit(
+            step,
+            in_shardings=(self.state_sh, batch_shardings),
+            out_shardings=(self.state_sh, sharding.replicated(self.mesh)),
+            donate_argnums=0,
+        )
 
-        The state is donated. Built once per set of batch keys and ranks (their shardings); JAX
-        compiles it once per batch shape (length buckets), for every seed of the run.
-        """
+    def train_step_fn(self, host_batch: Mapping[str, np.ndarray]) -> Callable:
+        """The jitted train step for batches with these keys, built once per set of batch keys and
+        ranks (their shardings); JAX compiles it once per batch shape (length buckets), for every
+        seed of the run."""
         ranks = tuple(sorted((k, np.ndim(v)) for k, v in host_batch.items()))
         return self._cached(
             ("train", ranks),
-            lambda: jax.jit(
-                functools.partial(
-                    train_lib.train_step,
-                    model=self.model,
-                    tx=self.tx,
-                    task=self.task,
-                    num_microbatches=self.num_microbatches,
-                    schedule=self.schedule,
-                ),
-                in_shardings=(self.state_sh, sharding.batch_shardings(host_batch, self.mesh)),
-                out_shardings=(self.state_sh, sharding.replicated(self.mesh)),
-                donate_argnums=0,
-            ),
+            lambda: self.jit_train_step(sharding.batch_shardings(host_batch, self.mesh)),
         )
 
     def eval_fn(self) -> Callable:

@@ -11,6 +11,11 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   phase=1          128 tokens, 20 predictions, global batch 256 (base) / 512 (large), 900k steps
   phase=2          512 tokens, 80 predictions, 100k steps, initialized from phase 1 (init_from)
   mlm_only=1       MLM without NSP (BertForMaskedLM), as RoBERTa-style recipes do
+  tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
+                   remat and micro-batches that fit it with headroom, proven before renting it by
+                     python train.py --config=configs/pretrain.py:size=large,phase=2,tpu=v5e-16 \
+                       --mode=compile
+                   (benchmarks/RESULTS_tpu.md: HBM per chip, compile time, roofline MFU bound).
 
 Every key can be overridden on the command line: `--config.global_batch_size=64`; unknown keys and
 wrong types fail at once with their name. Units are in the names.
@@ -23,6 +28,18 @@ import ml_collections
 from bert_jax.config import BertConfig
 from bert_jax.sharding import DEFAULT_RULES
 
+# BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches)}). Every
+# chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp = all chips) and
+# global_batch_size / N rows of the batch; each entry was compiled for its topology with
+# --mode=compile and fits with headroom (benchmarks/RESULTS_tpu.md).
+TPU_RECIPES = {
+    "v4-32": ("v4:2x2x4", {1: ("none", 1), 2: ("full", 1)}),
+    "v5e-16": ("v5e:4x4", {1: ("none", 1), 2: ("full", 1)}),
+    "v5e-64": ("v5e:8x8", {1: ("none", 1), 2: ("full", 1)}),
+    "v5p-8": ("v5p:2x2x1", {1: ("none", 1), 2: ("full", 1)}),
+    "v5p-128": ("v5p:4x4x4", {1: ("none", 1), 2: ("none", 1)}),
+}
+
 
 def _parse(arg: str | None) -> dict[str, str]:
     out = {}
@@ -30,9 +47,13 @@ def _parse(arg: str | None) -> dict[str, str]:
         if part:
             key, _, value = part.partition("=")
             out[key.strip()] = value.strip()
-    unknown = set(out) - {"size", "phase", "mlm_only"}
+    unknown = set(out) - {"size", "phase", "mlm_only", "tpu"}
     if unknown:
-        raise ValueError(f"unknown variant key(s) {sorted(unknown)}; use size=, phase=, mlm_only=")
+        raise ValueError(
+            f"unknown variant key(s) {sorted(unknown)}; use size=, phase=, mlm_only=, tpu="
+        )
+    if "tpu" in out and out["tpu"] not in TPU_RECIPES:
+        raise ValueError(f"unknown TPU slice tpu={out['tpu']!r}; known: {sorted(TPU_RECIPES)}")
     return out
 
 
@@ -117,6 +138,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mesh.fsdp = 1
     c.mesh.tensor = 1
     c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
+    # The TPU slice this recipe is made for: `--mode=compile` compiles for it unless --topology
+    # names another ("" = none).
+    c.topology = ""
+    if "tpu" in variant:
+        c.topology, by_phase = TPU_RECIPES[variant["tpu"]]
+        c.runtime.remat_policy, c.num_microbatches = by_phase[phase]
+        c.mesh.data, c.mesh.fsdp = 1, -1
 
     c.log_every_steps = 20 if tiny else 100
     c.eval_every_steps = 200 if tiny else 10_000

@@ -16,6 +16,7 @@ VARIANTS = {
         "size=base,phase=1",
         "size=large,phase=2",
         "size=L4-H512,mlm_only=1",
+        "size=large,phase=2,tpu=v5e-16",
     ],
     "finetune.py": [
         "task=mrpc",
@@ -80,3 +81,7 @@ def test_locked_configs_reject_unknown_keys_and_bad_variants():
         module.get_config("sise=tiny")
     with pytest.raises(ValueError, match="phase"):
         module.get_config("size=tiny,phase=3")
+    with pytest.raises(ValueError, match="unknown TPU slice tpu='v5e-7'"):
+        module.get_config("size=large,tpu=v5e-7")
+    recipe = module.get_config("size=large,phase=2,tpu=v4-32")
+    assert recipe.topology == "v4:2x2x4" and recipe.mesh.fsdp == -1 and recipe.mesh.data == 1

@@ -298,6 +298,20 @@ def test_bfloat16_compute_within_bf16_tolerance_of_float32():
     assert both.apply({"params": p16}, **batch).last_hidden_state.dtype == jnp.bfloat16
 
 
+def test_bfloat16_mlm_logits_are_not_rounded_to_bfloat16():
+    cfg = BertConfig.preset("L2-H128", vocab_size=301, max_position_embeddings=64)
+    bf16 = M.BertForPreTraining(cfg, RuntimeConfig(dtype="bfloat16"))
+    params = M.init_params(bf16, KEY)
+    batch = random_batch(cfg, batch=4, length=32)
+    positions = np.tile(np.arange(1, 6, dtype=np.int32), (4, 1))
+    logits = bf16.apply({"params": params}, **batch, masked_positions=positions).prediction_logits
+    assert logits.dtype == jnp.float32
+    # The decoder's products are summed in float32 (bias 0 at init): most logits need more than
+    # bfloat16's 8 bits of mantissa. Rounded to bfloat16 first, every one would be representable.
+    rounded = logits.astype(jnp.bfloat16).astype(jnp.float32)
+    assert float(jnp.mean(logits != rounded)) > 0.9
+
+
 def test_bad_inputs_raise_clear_errors():
     module, params = _tiny_base_params()
     batch = random_batch(TINY)

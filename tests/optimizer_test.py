@@ -131,6 +131,44 @@ def test_lamb_equals_optax_lamb_with_the_same_mask():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_lamb_gives_each_stacked_layer_its_own_trust_ratio():
+    """Scanned (stacked) layers get the same LAMB updates as unrolled ones: one trust ratio per
+    layer's weight, not one over the whole stack."""
+    unrolled = nn.meta.unbox(M.init_params(M.BertForPreTraining(TINY), jax.random.PRNGKey(0)))
+    # Layers of different scales, so a ratio shared by the stack would differ from each own one.
+    layer_1 = unrolled["bert"]["encoder"]["layer_1"]
+    unrolled["bert"]["encoder"]["layer_1"] = jax.tree_util.tree_map(lambda x: 5 * x, layer_1)
+    rng = np.random.default_rng(0)
+    grads = [
+        jax.tree_util.tree_map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), unrolled)
+        for _ in range(3)
+    ]
+
+    def run(tx, params, grads):
+        state = tx.init(params)
+        for g in grads:
+            updates, state = tx.update(g, state, params)
+            params = optax.apply_updates(params, updates)
+        return params
+
+    tx = optimizer.make_optimizer("lamb", 1e-2, weight_decay=0.01, clip_norm=1.0)
+    want = run(tx, unrolled, grads)
+    got = run(tx, M.stack_layers(unrolled), [M.stack_layers(g) for g in grads])
+    flat_want = traverse_util.flatten_dict(want, sep="/")
+    flat_got = traverse_util.flatten_dict(M.unstack_layers(got), sep="/")
+    assert flat_got.keys() == flat_want.keys()
+    for k in flat_want:
+        np.testing.assert_allclose(flat_got[k], flat_want[k], rtol=1e-5, atol=1e-7, err_msg=k)
+    # optax's trust ratio over the whole stack does not give the unrolled result.
+    ref = optax.lamb(1e-2, eps=1e-6, weight_decay=0.01, mask=optimizer.weight_decay_mask)
+    stacked_ref = M.unstack_layers(
+        run(ref, M.stack_layers(unrolled), [M.stack_layers(g) for g in grads])
+    )
+    key = "bert/encoder/layer_0/attention/self/query/kernel"
+    diff = traverse_util.flatten_dict(stacked_ref, sep="/")[key] - flat_want[key]
+    assert np.abs(diff).max() > 1e-4
+
+
 def test_global_norm_clipping():
     tx = optimizer.make_optimizer("sgd", 1.0, weight_decay=0.0, clip_norm=1.0)
     params = {"w": jnp.zeros(4)}

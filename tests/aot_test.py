@@ -1,0 +1,134 @@
+"""Compiling the real train step for a TPU slice without one (`train.py --mode=compile`)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_jax import aot, sharding
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
+
+# A small model and batch: the compile is what is tested, not its size.
+SMALL = [
+    "--config.model.vocab_size=400",
+    "--config.model.hidden_size=32",
+    "--config.model.num_attention_heads=4",
+    "--config.model.intermediate_size=37",
+    "--config.model.max_position_embeddings=32",
+    "--config.data.max_seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.global_batch_size=16",
+    "--config.mesh.data=1",
+    "--config.mesh.fsdp=-1",
+]
+
+
+def compile_cmd(*extra):
+    return [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=tiny",
+        "--mode=compile",
+        *extra,
+    ]
+
+
+def run(cmd):
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_compile_tiny_train_step_for_v5e_2x2():
+    proc = run(compile_cmd("--topology=v5e:2x2", *SMALL))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    report = json.loads(lines[-1])
+    assert report["topology"] == "v5e:2x2" and report["num_slices"] == 1
+    assert report["device_kind"] == "TPU v5 lite"
+    assert report["chips"] == 4 and report["devices"] == 4
+    assert report["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
+    assert report["batch"] == [16, 32]
+    assert report["fits"] is True
+    assert report["hbm_capacity_gib"] == 16.0
+    m = report["hbm_gib"]
+    assert 0 < m["arguments"] < m["total"] < 1
+    assert m["total"] >= m["arguments"] + m["temporaries"]
+    assert report["compile_s"] > 0 and report["eval_compile_s"] > 0
+    assert report["eval_hbm_gib"] > 0
+    # fsdp=4: the parameters are gathered before use and the gradients reduced across devices.
+    assert report["collectives"]["all-gather"] > 0
+    assert report["collectives"]["all-reduce"] + report["collectives"]["reduce-scatter"] > 0
+    assert report["xla_flops_per_device"] > 0 and report["xla_bytes_per_device"] > 0
+    # The tiny config is unrolled: XLA's FLOPs cover the model's (2 per multiply-add, x3 for
+    # the backward pass) plus what the model count leaves out (softmax, LayerNorm, optimizer).
+    ratio = report["xla_flops_per_device"] / report["model_flops_per_device"]
+    assert 1.0 < ratio < 2.0, ratio
+    r = report["roofline"]
+    step_s = max(r["compute_s"], r["memory_s"])
+    assert r["bound"] == ("memory" if r["memory_s"] > r["compute_s"] else "compute")
+    expected = report["model_flops_per_device"] / 197e12 / step_s
+    np.testing.assert_allclose(r["mfu_bound"], expected, rtol=1e-9)
+    assert 0 < r["mfu_bound"] < 1
+    assert "MFU bound (not measured)" in proc.stdout and "fits" in proc.stdout
+
+
+def test_compile_reports_a_step_that_does_not_fit():
+    # 2M x 2048 float32 embeddings with Adam's two moments: 48 GiB over 4 chips of 16 GiB.
+    proc = run(
+        compile_cmd(
+            "--topology=v5e:2x2",
+            *SMALL,
+            "--config.model.vocab_size=2000000",
+            "--config.model.hidden_size=2048",
+            "--config.model.num_attention_heads=2",
+        )
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["fits"] is False
+    assert "RESOURCE_EXHAUSTED" in report["error"] or report["hbm_gib"]["total"] > 16
+
+
+def test_bad_topologies_name_the_problem():
+    with pytest.raises(ValueError, match="unknown TPU topology 'v9:2x2'"):
+        aot.topology_devices("v9:2x2")
+    with pytest.raises(ValueError, match="unknown TPU topology '4x4'"):
+        aot.topology_devices("4x4")
+    with pytest.raises(ValueError, match="libtpu rejects the topology 'v5e:3x3'"):
+        aot.topology_devices("v5e:3x3")
+    with pytest.raises(ValueError, match="num_slices must be 1 or more, got 0"):
+        aot.topology_devices("v5e:2x2", num_slices=0)
+    proc = run(compile_cmd(*SMALL))
+    assert proc.returncode != 0 and "--mode=compile needs --topology" in proc.stderr
+
+
+def test_multi_slice_mesh_puts_data_parallelism_across_slices():
+    devices = aot.topology_devices("v5e:2x2", num_slices=2)
+    assert len(devices) == 8
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 4}, devices)
+    slices = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+    # Each data index is one slice; fsdp runs inside it.
+    assert (slices == np.arange(2)[:, None, None]).all()
+    with pytest.raises(ValueError, match=r"data axis \(1\) must be a multiple of the number of"):
+        sharding.make_mesh({"data": 1, "fsdp": 8}, devices)
+
+
+def test_count_collectives_counts_async_pairs_once():
+    text = """
+  %ag = f32[8]{0} all-gather-start(f32[2]{0} %p), dimensions={0}
+  %agd = f32[8]{0} all-gather-done(%ag)
+  %ar = f32[2]{0} all-reduce(f32[2]{0} %x), to_apply=%add
+  %cp = f32[2]{0} collective-permute(f32[2]{0} %y), source_target_pairs={{0,1}}
+"""
+    counts = aot.count_collectives(text)
+    assert counts == {
+        "all-gather": 1,
+        "all-reduce": 1,
+        "reduce-scatter": 0,
+        "collective-permute": 1,
+        "all-to-all": 0,
+    }
