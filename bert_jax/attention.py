@@ -293,9 +293,10 @@ def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask, implement
     return out[:, :length]
 
 
-@functools.cache
 def _splash_kernel(num_heads: int, length: int, interpret: bool):
-    """A splash kernel for [H, length, D] inputs (length a multiple of 128), no static mask."""
+    """A splash kernel for [H, length, D] inputs (length a multiple of 128), no static mask.
+
+    Built per trace, never cached: its mask tables become arrays of the trace that builds it."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
     block = next(b for b in SPLASH_BLOCKS if length % b == 0)
