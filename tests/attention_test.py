@@ -6,7 +6,6 @@ one test compiles it for a TPU topology without a TPU (libtpu's deviceless compi
 
 import dataclasses
 import importlib.util
-import os
 import pathlib
 
 import flax.linen as nn
@@ -312,12 +311,12 @@ def test_runtime_config_refuses_float16_and_cudnn_in_float32():
 # --------------------------------------------------------------------------------------------
 # Compiled for a TPU without one
 # --------------------------------------------------------------------------------------------
-def test_splash_compiles_deviceless_for_a_tpu_topology():
+def test_splash_compiles_deviceless_for_a_tpu_topology(monkeypatch):
     """A small pretraining model's forward + backward, batch- and head-sharded on a v5e 2x2 mesh
     (data 2, tensor 2), compiled by libtpu on this CPU host: `auto` resolves to splash there and
     the program holds its Pallas kernels (forward and fused backward)."""
     pytest.importorskip("libtpu")
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
     from jax.experimental import topologies
 
     from bert_jax import sharding
