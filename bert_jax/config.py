@@ -21,8 +21,9 @@ from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
-ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "auto")
-DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
+DTYPES = ("float32", "bfloat16")  # float16 is refused: there is no loss scaling
+COMPUTE_DTYPES = (*DTYPES, "auto")
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
 _ORIGINAL_FIELDS = (
@@ -335,19 +336,24 @@ class RuntimeConfig:
     """How the model is computed; none of it is stored in a checkpoint.
 
     Attributes:
-      dtype: compute dtype of matmuls and activations ("float32", "bfloat16"). LayerNorm statistics,
-        the attention softmax and its padding mask stay in float32 whatever this is.
-      param_dtype: storage dtype of the parameters (float32 master weights by default).
+      dtype: compute dtype of matmuls and activations: "float32", "bfloat16", or "auto"
+        (bfloat16 on GPUs and TPUs, float32 on CPUs; `resolved(platform)` makes it concrete, which
+        the trainer does once at start). LayerNorm statistics, attention scores, the softmax and
+        its mask stay in float32 whatever this is. "float16" is refused: without loss scaling its
+        gradients underflow.
+      param_dtype: storage dtype of the parameters ("float32" master weights by default).
       scan_layers: run the encoder as one `nn.scan` over a stacked layer axis. Compiles once per
         layer instead of once per stack; the weights gain a leading "layers" axis.
       remat_policy: what each layer keeps for the backward pass: "none" (everything), "dots"
         (matmul outputs), "dots_no_batch" (weight matmuls only), "full" (nothing; recompute).
-      attention: "xla" (einsum + softmax in float32: the exact reference, with attention dropout),
-        "cudnn" (cuDNN flash attention through `jax.nn.dot_product_attention`; GPU only; no
-        attention-probability dropout, so training needs attention_probs_dropout_prob=0),
-        "fused_xla" (the same call on XLA's backend, any device), "auto" (cudnn on a GPU unless
-        training with attention dropout, else xla). Padded rows give fused kernels their lengths
-        (rows must be right-padded, as every pipeline here makes them); packed rows a mask.
+      attention: "xla" (einsum + float32 softmax: the exact reference, with attention dropout),
+        "cudnn" (cuDNN flash attention; CUDA GPUs, bfloat16, head size a multiple of 8 up to
+        128), "fused_xla" (the same call lowered by XLA, any device), "splash" (Pallas splash
+        attention on TPU, interpreted on CPU), or "auto": xla when training with
+        attention-probability dropout, else cudnn on CUDA where it applies, splash on TPU, xla
+        otherwise. Only xla has attention-probability dropout; the others refuse to train with
+        it. Every kernel receives the whole mask (left padding and holes included), and
+        `bert_jax.attention.resolve_attention` checks a choice for a platform.
     """
 
     dtype: str = "float32"
@@ -357,11 +363,16 @@ class RuntimeConfig:
     attention: str = "xla"
 
     def __post_init__(self):
-        for name in ("dtype", "param_dtype"):
-            if getattr(self, name) not in DTYPES:
+        for name, allowed in (("dtype", COMPUTE_DTYPES), ("param_dtype", DTYPES)):
+            value = getattr(self, name)
+            if value == "float16":
                 raise ValueError(
-                    f"RuntimeConfig.{name}={getattr(self, name)!r}: expected one of {DTYPES}"
+                    f"RuntimeConfig.{name}='float16' is not supported: there is no loss scaling, "
+                    "so float16 gradients underflow; use 'bfloat16' (same speed on GPUs since "
+                    "Ampere and on TPUs, float32's range)"
                 )
+            if value not in allowed:
+                raise ValueError(f"RuntimeConfig.{name}={value!r}: expected one of {allowed}")
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(
                 f"RuntimeConfig.remat_policy={self.remat_policy!r}: "
@@ -372,5 +383,22 @@ class RuntimeConfig:
                 f"RuntimeConfig.attention={self.attention!r}: expected one of "
                 f"{ATTENTION_IMPLEMENTATIONS}"
             )
+        if self.attention == "cudnn" and self.dtype == "float32":
+            raise ValueError(
+                "RuntimeConfig.attention='cudnn' takes bfloat16 only, but dtype='float32'; use "
+                "dtype='bfloat16' (or 'auto'), or attention='auto' (cuDNN where it applies, the "
+                "exact xla path elsewhere)"
+            )
         if not isinstance(self.scan_layers, bool):
             raise ValueError(f"RuntimeConfig.scan_layers={self.scan_layers!r}: expected a bool")
+
+    def compute_dtype(self, platform: str) -> str:
+        """The concrete compute dtype on `platform` ("cpu", "cuda"/"gpu", "rocm", "tpu"): dtype,
+        or for "auto" bfloat16 on accelerators and float32 on CPUs."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "float32" if platform == "cpu" else "bfloat16"
+
+    def resolved(self, platform: str) -> RuntimeConfig:
+        """A copy with dtype "auto" made concrete for `platform` (`compute_dtype`)."""
+        return dataclasses.replace(self, dtype=self.compute_dtype(platform))

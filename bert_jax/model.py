@@ -26,6 +26,15 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from bert_jax.attention import (
+    AttentionMask,
+    current_platform,
+    dropout,
+    fused_attention,
+    resolve_attention,
+    splash_attention,
+    xla_attention,
+)
 from bert_jax.config import BertConfig, RuntimeConfig
 
 Array = jax.Array
@@ -202,13 +211,6 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"))
 
 
-def dropout(x: Array, rate: float, rng: Array) -> Array:
-    """x with each element zeroed with probability `rate`, the others scaled by 1 / (1 - rate)."""
-    threshold = min(int(round(rate * 2.0**32)), 2**32 - 1)
-    keep = jax.random.bits(rng, x.shape, jnp.uint32) >= jnp.uint32(threshold)
-    return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros((), x.dtype))
-
-
 def _dense(cfg, rt, features, in_axes, out_axes, name):
     features = features if isinstance(features, tuple) else (features,)
     return Dense(
@@ -295,56 +297,18 @@ class BertEmbeddings(nn.Module):
         return _constrain(x, "act_batch", "act_len", "act_embed")
 
 
-def attention_mask_to_bias_mask(attention_mask: Array, segment_ids: Array | None) -> Array:
-    """The boolean key mask every attention implementation receives.
-
-    Args:
-      attention_mask: [B, L] int/bool, 1 for real tokens, 0 for padding.
-      segment_ids: optional [B, L] int, packed-sequence ids (0 = padding); when given, a query
-        attends only to keys of its own segment.
-
-    Returns:
-      bool [B, 1, 1, L] (padding only) or [B, 1, L, L] (packed segments); True = attend.
-    """
-    if segment_ids is None:
-        return attention_mask.astype(bool)[:, None, None, :]
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    valid = (segment_ids != 0)[:, None, :] & attention_mask.astype(bool)[:, None, :]
-    return (same & valid)[:, None, :, :]
-
-
-def xla_attention(q, k, v, mask, *, dropout_rate, deterministic, dropout_rng, dtype):
-    """Reference scaled dot-product attention.
-
-    Scores are formed in the compute dtype, then the scale, the padding mask and the softmax are
-    applied in float32, as in the original.
-
-    Args:
-      q, k, v: [B, L, H, D].
-      mask: bool [B, 1, 1|L, L], True = attend.
-
-    Returns:
-      context [B, L, H, D] in `dtype` and probabilities [B, H, L, L] float32.
-    """
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)  # [B, H, L, L]
-    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))
-    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1)
-    kept = probs
-    if not deterministic and dropout_rate > 0.0:
-        kept = dropout(probs, dropout_rate, dropout_rng)
-    context = jnp.einsum("bhqk,bkhd->bqhd", kept.astype(dtype), v)
-    return context, probs
-
-
 class BertSelfAttention(nn.Module):
-    """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None."""
+    """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
+
+    The kernel is `bert_jax.attention.resolve_attention(runtime, config, platform, training)`;
+    asking for the probabilities (`output_attentions`) takes the xla path, which forms them.
+    """
 
     config: BertConfig
     runtime: RuntimeConfig = RuntimeConfig()
 
     @nn.compact
-    def __call__(self, x, mask, lengths, *, deterministic: bool, output_attentions: bool):
+    def __call__(self, x, mask: AttentionMask, *, deterministic: bool, output_attentions: bool):
         cfg, rt = self.config, self.runtime
         heads = (cfg.num_attention_heads, cfg.head_dim)
 
@@ -363,47 +327,22 @@ class BertSelfAttention(nn.Module):
         q = _constrain(q, "act_batch", "act_len", "act_heads", None)
         k = _constrain(k, "act_batch", "act_len", "act_heads", None)
         v = _constrain(v, "act_batch", "act_len", "act_heads", None)
-        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
-        implementation = rt.attention
-        if implementation == "auto":
-            # cuDNN's fused kernel has no attention-probability dropout in JAX's public API: train
-            # with it on the exact XLA path, use cuDNN for inference or without that dropout.
-            gpu = jax.default_backend() == "gpu"
-            implementation = "cudnn" if gpu and not dropping else "xla"
-        elif implementation != "xla" and dropping:
-            raise ValueError(
-                f"RuntimeConfig.attention={implementation!r} cannot apply attention-probability "
-                f"dropout (attention_probs_dropout_prob={cfg.attention_probs_dropout_prob}); "
-                "set it to 0.0 or use attention='xla'/'auto'"
-            )
+        platform = current_platform()
+        implementation = resolve_attention(rt, cfg, platform, training=not deterministic)
         if implementation == "xla" or output_attentions:
-            dropout_rng = self.make_rng("dropout") if dropping else None
-            context, probs = xla_attention(
+            rate = 0.0 if deterministic else cfg.attention_probs_dropout_prob
+            return xla_attention(
                 q,
                 k,
                 v,
-                mask,
-                dropout_rate=cfg.attention_probs_dropout_prob,
-                deterministic=deterministic,
-                dropout_rng=dropout_rng,
-                dtype=rt.dtype,
+                mask.dense(),
+                dropout_rate=rate,
+                dropout_rng=self.make_rng("dropout") if rate > 0.0 else None,
+                return_probs=output_attentions,
             )
-            return context, (probs if output_attentions else None)
-        # Fused attention. Right-padded rows pass their lengths (cuDNN's fast padding mask);
-        # packed rows pass the block-diagonal mask.
-        backend = "xla" if implementation == "fused_xla" else implementation
-        if lengths is not None:
-            context = jax.nn.dot_product_attention(
-                q,
-                k,
-                v,
-                query_seq_lengths=lengths,
-                key_value_seq_lengths=lengths,
-                implementation=backend,
-            )
-        else:
-            context = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=backend)
-        return context, None
+        if implementation == "splash":
+            return splash_attention(q, k, v, mask, interpret=platform != "tpu"), None
+        return fused_attention(q, k, v, mask, implementation), None
 
 
 class BertOutput(nn.Module):
@@ -435,10 +374,10 @@ class BertAttention(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
 
     @nn.compact
-    def __call__(self, x, mask, lengths, *, deterministic: bool, output_attentions: bool):
+    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
         cfg, rt = self.config, self.runtime
         context, probs = BertSelfAttention(cfg, rt, name="self")(
-            x, mask, lengths, deterministic=deterministic, output_attentions=output_attentions
+            x, mask, deterministic=deterministic, output_attentions=output_attentions
         )
         out = BertOutput(cfg, rt, from_heads=True, name="output")(
             context, x, deterministic=deterministic
@@ -475,10 +414,10 @@ class BertLayer(nn.Module):
     output_attentions: bool = False
 
     @nn.compact
-    def __call__(self, x, mask, lengths):
+    def __call__(self, x, mask):
         cfg, rt, det = self.config, self.runtime, self.deterministic
         a, probs = BertAttention(cfg, rt, name="attention")(
-            x, mask, lengths, deterministic=det, output_attentions=self.output_attentions
+            x, mask, deterministic=det, output_attentions=self.output_attentions
         )
         h = BertIntermediate(cfg, rt, name="intermediate")(a)
         y = BertOutput(cfg, rt, name="output")(h, a, deterministic=det)
@@ -497,7 +436,6 @@ class BertEncoder(nn.Module):
         self,
         x,
         mask,
-        lengths,
         *,
         deterministic: bool,
         output_hidden_states: bool,
@@ -523,13 +461,13 @@ class BertEncoder(nn.Module):
                 length=cfg.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, (states, probs) = scanned(cfg, rt, name="layer", **kwargs)(x, mask, lengths)
+            x, (states, probs) = scanned(cfg, rt, name="layer", **kwargs)(x, mask)
             states = tuple(states) if output_hidden_states else None  # unstack [n, B, L, E]
             probs = tuple(probs) if output_attentions else None
         else:
             states, probs = [], []
             for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=f"layer_{i}", **kwargs)(x, mask, lengths)
+                x, (s, p) = layer_cls(cfg, rt, name=f"layer_{i}", **kwargs)(x, mask)
                 states.append(s)
                 probs.append(p)
             states = tuple(states) if output_hidden_states else None
@@ -586,6 +524,11 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
     ) -> BertModelOutput:
         cfg, rt = self.config, self.runtime
+        if rt.dtype == "auto":
+            raise ValueError(
+                "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
+                "runtime.resolved(bert_jax.attention.current_platform())"
+            )
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
         seq_len = input_ids.shape[1]
@@ -612,13 +555,10 @@ class BertModel(nn.Module):
         x = BertEmbeddings(cfg, rt, name="embeddings")(
             input_ids, token_type_ids, position_ids, deterministic=deterministic
         )
-        mask = attention_mask_to_bias_mask(attention_mask, segment_ids)
-        # Lengths of right-padded rows for fused kernels (rows are right-padded: [CLS] ... [PAD]*).
-        lengths = None if segment_ids is not None else attention_mask.sum(-1).astype(jnp.int32)
+        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
         y, states, probs = BertEncoder(cfg, rt, name="encoder")(
             x,
             mask,
-            lengths,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,

@@ -27,6 +27,7 @@ import optax
 from absl import logging
 
 from bert_jax import checkpointing, convert, flops, optimizer, sharding, train_lib
+from bert_jax.attention import current_platform, resolve_attention
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.model import count_params, get_model_class, stack_layers
 from bert_jax.preemption import PreemptionWatcher
@@ -145,9 +146,14 @@ class Experiment:
     ):
         """`devices`: the mesh's devices (all of this run's by default; a TPU topology's
         compile-only devices for ahead-of-time compilation, `bert_jax.aot`)."""
-        runtime = RuntimeConfig(**config.runtime.to_dict())
-        model = get_model_class(model_name)(cfg, runtime)
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
+        # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
+        # attention kernel is checked here too, so a bad choice fails before any compile.
+        platform = current_platform(mesh)
+        runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(platform)
+        kernels = [resolve_attention(runtime, cfg, platform, training=t) for t in (True, False)]
+        logging.info("%s: %s; attention %s (train), %s (eval)", platform, runtime, *kernels)
+        model = get_model_class(model_name)(cfg, runtime)
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = make_optimizer(config, num_train_steps)
         init_fn = functools.partial(train_lib.init_train_state, model=model, tx=tx)

@@ -17,6 +17,11 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                        --mode=compile
                    (benchmarks/RESULTS_tpu.md: HBM per chip, compile time, roofline MFU bound).
 
+Computation: `runtime.dtype="auto"` (bfloat16 on GPUs and TPUs, float32 on CPUs; float32 master
+weights) and `runtime.attention="auto"` (splash on TPU, cuDNN on GPU, the exact xla kernel on CPU).
+The GPU/TPU sizes train without attention-probability dropout, which only the xla kernel has (see
+the comment at `attention_probs_dropout_prob`); `size=tiny` has no dropout at all.
+
 Every key can be overridden on the command line: `--config.global_batch_size=64`; unknown keys and
 wrong types fail at once with their name. Units are in the names.
 """
@@ -80,10 +85,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # whole run; without it the model leaves the plateau by step 200.
         c.model.hidden_dropout_prob = 0.0
         c.model.attention_probs_dropout_prob = 0.0
+    else:
+        # BERT's attention-probability dropout (0.1) exists only in the exact xla kernel. The fused
+        # kernels (splash on TPU, cuDNN on GPU) have none, and keep no probabilities: with it, every
+        # layer would store its [B, H, L, L] probabilities for the backward pass (2 bytes a score
+        # in bfloat16: 6.4 GB per chip for BERT-large at 512 tokens and 32 sequences per chip).
+        # These recipes leave it out so attention="auto" trains on the fused kernels; hidden
+        # dropout stays 0.1. --config.model.attention_probs_dropout_prob=0.1 trains as the original
+        # (auto then takes the xla path for training, still a fused kernel for evaluation).
+        c.model.attention_probs_dropout_prob = 0.0
 
     # How it is computed (not stored in checkpoints).
     c.runtime = ml_collections.ConfigDict()
-    c.runtime.dtype = "float32" if tiny else "bfloat16"
+    c.runtime.dtype = "auto"  # bfloat16 on GPUs and TPUs, float32 on CPUs (float32 master weights)
     c.runtime.param_dtype = "float32"
     c.runtime.scan_layers = not tiny
     c.runtime.remat_policy = "none"

@@ -56,7 +56,7 @@ def test_config_builds_its_model(name, variant):
     fields = config.model.to_dict()
     fields["vocab_size"] = fields["vocab_size"] or 30522  # fine-tuning: 0 = the tokenizer's
     cfg = BertConfig(**fields)
-    runtime = RuntimeConfig(**config.runtime.to_dict())
+    runtime = RuntimeConfig(**config.runtime.to_dict()).resolved("cpu")
     if config.task == "finetune":
         head = FINETUNE_HEADS[config.finetune.name]
         assert (config.init_from != "") == ("init=minilm" in variant)

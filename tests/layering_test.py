@@ -29,7 +29,8 @@ ALLOWED = {
     "sharding": {"config"},
     "checkpointing": {"config"},
     "flops": {"config"},
-    "model": {"config"},
+    "model": {"config", "attention"},
+    "attention": {"config"},
     "convert": {"config", "model"},  # + orbax for its own format
     "writers": set(),
     "preemption": set(),
@@ -37,6 +38,7 @@ ALLOWED = {
     "inputs": {"config", "data"},
     "train_lib": {"config", "model", "losses", "optimizer", "sharding", "flops", "checkpointing"},
     "trainer": {
+        "attention",
         "config",
         "model",
         "convert",

@@ -382,8 +382,9 @@ def test_fused_attention_with_packed_rows():
 
 def test_fused_attention_refuses_attention_dropout_and_auto_falls_back():
     batch = random_batch(TINY)
-    for name in ("fused_xla", "cudnn"):
-        model = M.BertModel(TINY, RuntimeConfig(attention=name))
+    for name in ("fused_xla", "cudnn", "splash"):
+        dtype = "bfloat16" if name == "cudnn" else "float32"  # cuDNN refuses float32 at once
+        model = M.BertModel(TINY, RuntimeConfig(dtype=dtype, attention=name))
         params = M.init_params(M.BertModel(TINY), KEY)
         with pytest.raises(ValueError, match="attention-probability dropout"):
             model.apply({"params": params}, **batch, deterministic=False, rngs={"dropout": KEY})

@@ -1,0 +1,373 @@
+"""Self-attention kernels, the masks they take, and the one function that chooses among them.
+
+Implementations (`RuntimeConfig.attention`):
+  xla        einsum + float32 softmax: the exact reference, with attention-probability dropout.
+             Any platform, dtype, head size and mask.
+  cudnn      cuDNN flash attention via `jax.nn.dot_product_attention`: CUDA GPUs, bfloat16, head
+             size a multiple of 8 up to 128; no attention-probability dropout.
+  fused_xla  the same call lowered by XLA: any platform; no attention-probability dropout.
+  splash     Pallas splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`) with
+             segment ids: TPUs (on a CPU it runs in Pallas interpret mode, for tests); no
+             attention-probability dropout.
+  auto       `resolve_attention` picks: xla when training with attention-probability dropout,
+             else cudnn on CUDA (bfloat16, supported head size), splash on TPU, xla otherwise.
+
+Masks reach every kernel whole: cudnn and fused_xla take the boolean mask, splash takes segment
+ids. Left padding, holes and packed rows are all exact at real tokens; outputs at padding
+positions are unspecified (they differ between kernels and nothing reads them).
+
+Dimension legend: B batch, L length, H heads, D head size.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig, RuntimeConfig
+
+Array = jax.Array
+
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+CUDNN_DTYPES = ("bfloat16",)  # float16 is refused by RuntimeConfig (no loss scaling)
+CUDNN_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every CUDA GPU cuDNN supports
+SPLASH_BLOCKS = (512, 256, 128)  # block sizes tried, largest first; 128 lanes is the least
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing
+# --------------------------------------------------------------------------------------------
+def current_platform(mesh: jax.sharding.Mesh | None = None) -> str:
+    """The platform programs are being built for: "cpu", "cuda", "rocm" or "tpu".
+
+    That of `mesh`'s devices, else of the mesh in context (`jax.set_mesh`), so that a program
+    compiled deviceless for a TPU topology on a CPU host resolves as TPU; else the default backend.
+    """
+    mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh.abstract_mesh
+    platform = jax.default_backend() if mesh.empty else mesh.abstract_device.platform
+    if platform == "gpu":
+        version = jax.devices("gpu")[0].client.platform_version.lower()
+        platform = "rocm" if "rocm" in version else "cuda"
+    return platform
+
+
+def _check_platform(platform: str) -> str:
+    platform = "cuda" if platform == "gpu" else platform
+    if platform not in PLATFORMS:
+        raise ValueError(f"platform={platform!r}: expected one of {PLATFORMS} (or 'gpu' = cuda)")
+    return platform
+
+
+def cudnn_supports(cfg: BertConfig, dtype: str) -> bool:
+    """Whether cuDNN's flash attention takes this model's heads in `dtype` (on a CUDA GPU)."""
+    return dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
+
+
+def resolve_attention(
+    runtime: RuntimeConfig, cfg: BertConfig, platform: str, *, training: bool
+) -> str:
+    """The attention implementation a layer runs: `runtime.attention` checked, or `auto` chosen.
+
+    Pure: depends only on its arguments, so every platform can be checked from any machine.
+
+    Args:
+      runtime: the run-time config; its dtype may still be "auto" (resolved here for `platform`).
+      cfg: the architecture (head size, attention-probability dropout).
+      platform: "cpu", "cuda" (or "gpu"), "rocm" or "tpu"; see `current_platform`.
+      training: dropout is on (`deterministic=False`).
+
+    Returns:
+      "xla", "cudnn", "fused_xla" or "splash".
+
+    Raises:
+      ValueError: an explicit choice that cannot run here, naming what to use instead.
+    """
+    platform = _check_platform(platform)
+    dtype = runtime.compute_dtype(platform)
+    dropping = training and cfg.attention_probs_dropout_prob > 0.0
+    choice = runtime.attention
+    if choice == "auto":
+        if dropping:
+            return "xla"  # the only kernel with attention-probability dropout
+        if platform == "cuda" and cudnn_supports(cfg, dtype):
+            return "cudnn"
+        if platform == "tpu":
+            return "splash"
+        return "xla"
+    prefix = f"RuntimeConfig.attention={choice!r}"
+    if choice != "xla" and dropping:
+        raise ValueError(
+            f"{prefix} cannot apply attention-probability dropout "
+            f"(attention_probs_dropout_prob={cfg.attention_probs_dropout_prob}); set it to 0.0 or "
+            "use attention='xla' or 'auto'"
+        )
+    if choice == "cudnn":
+        if platform != "cuda":
+            raise ValueError(
+                f"{prefix} needs a CUDA GPU, not {platform!r}; use attention='auto' (or "
+                "'splash' on TPU, 'xla' anywhere)"
+            )
+        if not cudnn_supports(cfg, dtype):
+            raise ValueError(
+                f"{prefix} takes {CUDNN_DTYPES} heads of a size that is a multiple of 8 up to "
+                f"{CUDNN_MAX_HEAD_DIM}, not {dtype} heads of size {cfg.head_dim}; "
+                "use attention='auto' or 'xla'"
+            )
+    if choice == "splash" and platform not in ("tpu", "cpu"):
+        raise ValueError(
+            f"{prefix} is a TPU kernel (interpreted on CPU for tests), not for {platform!r}; "
+            "use attention='auto'"
+        )
+    return choice
+
+
+# --------------------------------------------------------------------------------------------
+# Masks
+# --------------------------------------------------------------------------------------------
+def attention_mask_to_bias_mask(attention_mask: Array, segment_ids: Array | None) -> Array:
+    """The boolean key mask the xla and fused kernels receive.
+
+    Args:
+      attention_mask: [B, L] int/bool, 1 for real tokens, 0 for padding.
+      segment_ids: optional [B, L] int, packed-sequence ids (0 = padding); when given, a query
+        attends only to keys of its own segment.
+
+    Returns:
+      bool [B, 1, 1, L] (padding only) or [B, 1, L, L] (packed segments); True = attend.
+    """
+    if segment_ids is None:
+        return attention_mask.astype(bool)[:, None, None, :]
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    valid = (segment_ids != 0)[:, None, :] & attention_mask.astype(bool)[:, None, :]
+    return (same & valid)[:, None, :, :]
+
+
+@flax.struct.dataclass
+class AttentionMask:
+    """Which keys each query attends to, kept small ([B, L]) until a kernel asks for its form.
+
+    Attributes:
+      tokens: bool [B, L], True at real tokens (any pattern: right or left padding, holes).
+      segment_ids: int [B, L] packed-sequence ids (0 = padding), or None for one sequence a row.
+    """
+
+    tokens: Array
+    segment_ids: Array | None = None
+
+    def dense(self) -> Array:
+        """bool [B, 1, 1|L, L], True = attend (`attention_mask_to_bias_mask`)."""
+        return attention_mask_to_bias_mask(self.tokens, self.segment_ids)
+
+    def ids(self) -> Array:
+        """int32 [B, L]: a real token attends exactly the real tokens of equal id; 0 = padding."""
+        if self.segment_ids is None:
+            return self.tokens.astype(jnp.int32)
+        return jnp.where(self.tokens, self.segment_ids.astype(jnp.int32), 0)
+
+
+# --------------------------------------------------------------------------------------------
+# xla: the exact reference
+# --------------------------------------------------------------------------------------------
+def dropout_keep(rng: Array, shape: tuple[int, ...], rate: float) -> Array:
+    """bool `shape`, True with probability 1 - rate: raw 32-bit words against an integer
+    threshold (exact to 2^-32, without turning every word into a float first)."""
+    threshold = min(int(round(rate * 2.0**32)), 2**32 - 1)
+    return jax.random.bits(rng, shape, jnp.uint32) >= jnp.uint32(threshold)
+
+
+def dropout(x: Array, rate: float, rng: Array) -> Array:
+    """x with each element zeroed with probability `rate`, the others scaled by 1 / (1 - rate)."""
+    keep = dropout_keep(rng, x.shape, rate)
+    return jnp.where(keep, x / jnp.asarray(1.0 - rate, x.dtype), jnp.zeros((), x.dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _softmax_attend(scores, mask, v, rng, rate):
+    """softmax(scores where mask) [B, H, L, L] float32, dropped out, times v [B, L, H, D].
+
+    Returns [B, L, H, D] in v's dtype. Keeps one copy of the probabilities for the backward
+    pass, in v's dtype (2 bytes a score in bfloat16; the float32 scores, a boolean mask per
+    score and a dropped copy are not kept), and recomputes the dropout mask from `rng` there.
+    """
+    return _softmax_attend_fwd(scores, mask, v, rng, rate)[0]
+
+
+def _dropped(probs, rng, rate):
+    return probs if rng is None else dropout(probs, rate, rng)
+
+
+def _softmax_attend_fwd(scores, mask, v, rng, rate):
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # [B, H, L, L]
+    context = jnp.einsum("bhqk,bkhd->bqhd", _dropped(probs, rng, rate), v)
+    return context, (probs, mask, v, rng)
+
+
+def _softmax_attend_bwd(rate, residuals, g):
+    probs, mask, v, rng = residuals
+    kept = _dropped(probs, rng, rate)
+    dv = jnp.einsum("bhqk,bqhd->bkhd", kept, g, preferred_element_type=jnp.float32)
+    dkept = jnp.einsum("bqhd,bkhd->bhqk", g, v, preferred_element_type=jnp.float32)
+    if rng is not None:  # d(dropout): the same mask and scale
+        dkept = jnp.where(dropout_keep(rng, probs.shape, rate), dkept / (1.0 - rate), 0.0)
+    p = probs.astype(jnp.float32)
+    dscores = p * (dkept - jnp.sum(dkept * p, axis=-1, keepdims=True))
+    return jnp.where(mask, dscores, 0.0), None, dv.astype(v.dtype), None
+
+
+_softmax_attend.defvjp(_softmax_attend_fwd, _softmax_attend_bwd)
+
+
+def xla_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: Array,
+    *,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    return_probs: bool = False,
+) -> tuple[Array, Array | None]:
+    """Reference scaled dot-product attention.
+
+    Scores accumulate in float32 (never rounded to the compute dtype), and the scale, the mask
+    and the softmax run in float32, as in the original; the probabilities are then kept once, in
+    the compute dtype, for both the value matmul and the backward pass.
+
+    Args:
+      q, k, v: [B, L, H, D] in the compute dtype.
+      mask: bool [B, 1, 1|L, L], True = attend.
+      dropout_rate / dropout_rng: attention-probability dropout; none when the rng is None.
+      return_probs: also return the float32 probabilities (before dropout).
+
+    Returns:
+      context [B, L, H, D] in v's dtype, and probabilities [B, H, L, L] float32 or None.
+    """
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # [B, H, L, L]
+    rng = dropout_rng if dropout_rate > 0.0 else None
+    context = _softmax_attend(scores, mask, v, rng, float(dropout_rate))
+    probs = None
+    if return_probs:
+        probs = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1)
+    return context, probs
+
+
+# --------------------------------------------------------------------------------------------
+# Fused kernels
+# --------------------------------------------------------------------------------------------
+def _pad_length(x: Array, length: int, value=0) -> Array:
+    """x [B, L, ...] padded with `value` along L to `length`."""
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (0, length - x.shape[1])
+    return jnp.pad(x, pad, constant_values=value)
+
+
+def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask, implementation: str):
+    """`jax.nn.dot_product_attention` ("cudnn" or "fused_xla") with the whole boolean mask.
+
+    cuDNN takes a mask as a bias of shape [B, 1, L, L] and, when training, an even length: odd
+    lengths are padded by one masked position inside the call.
+
+    Args:
+      q, k, v: [B, L, H, D]; mask: the rows' `AttentionMask`.
+
+    Returns:
+      context [B, L, H, D] in q's dtype.
+    """
+    dense = mask.dense()  # [B, 1, 1|L, L]
+    if implementation == "fused_xla":
+        return jax.nn.dot_product_attention(q, k, v, mask=dense, implementation="xla")
+    batch, length = q.shape[:2]
+    padded = length + length % 2
+    dense = jnp.broadcast_to(dense, (batch, 1, length, length))
+    if padded != length:
+        q, k, v = (_pad_length(x, padded) for x in (q, k, v))
+        dense = jnp.pad(dense, ((0, 0), (0, 0), (0, 1), (0, 1)))  # pad keys: never attended
+    out = jax.nn.dot_product_attention(q, k, v, mask=dense, implementation="cudnn")
+    return out[:, :length]
+
+
+def _splash_kernel(num_heads: int, length: int, interpret: bool):
+    """A splash kernel for [H, length, D] inputs (length a multiple of 128), no static mask.
+
+    Built per trace, never cached: its mask tables become arrays of the trace that builds it."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    block = next(b for b in SPLASH_BLOCKS if length % b == 0)
+    sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        use_fused_bwd_kernel=True,
+    )
+    full = splash.MultiHeadMask([splash.FullMask((length, length))] * num_heads)
+    return splash.make_splash_mha(
+        full, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    )
+
+
+def _splash_local(q, k, v, ids, *, interpret: bool):
+    """Splash attention on one shard: q, k, v [B, L, H, D] (L a multiple of 128), ids [B, L]."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    kernel = _splash_kernel(q.shape[2], q.shape[1], interpret)
+    heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [B, L, H, D] <-> [B, H, L, D]
+    out = jax.vmap(kernel)(
+        heads_first(q), heads_first(k), heads_first(v), splash.SegmentIds(q=ids, kv=ids)
+    )
+    return heads_first(out)
+
+
+def _dividing(axes, size: int, mesh):
+    """`axes` (a PartitionSpec entry) when their mesh sizes divide `size`, else None."""
+    names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    return axes if size % math.prod(mesh.shape[n] for n in names) == 0 else None
+
+
+def splash_attention(q: Array, k: Array, v: Array, mask: AttentionMask, *, interpret: bool):
+    """Pallas TPU splash attention with segment ids: padding and packed rows both become ids.
+
+    The length is padded inside the call to a multiple of 128 (the kernel's least block), the pad
+    given id 0 like padding, so any length runs. Under a mesh the kernel runs per shard
+    (`shard_map`) over the batch and head axes of the activation sharding rules.
+
+    Args:
+      q, k, v: [B, L, H, D] in the compute dtype.
+      mask: the rows' `AttentionMask`.
+      interpret: run the kernel in Pallas interpret mode (CPU tests).
+
+    Returns:
+      context [B, L, H, D] in q's dtype.
+    """
+    length = q.shape[1]
+    padded = -(-length // 128) * 128
+    q = q * jnp.asarray(1.0 / math.sqrt(q.shape[-1]), q.dtype)  # splash does not scale
+    q, k, v = (_pad_length(x, padded) for x in (q, k, v))
+    ids = _pad_length(mask.ids(), padded)  # [B, Lp]
+    local = functools.partial(_splash_local, interpret=interpret)
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and math.prod(mesh.shape.values()) > 1:
+        spec = nn.logical_to_mesh_axes(("act_batch", "act_len", "act_heads", None))
+        if spec[1] is not None:
+            raise ValueError(
+                f"attention='splash' does not split the sequence axis (act_len -> {spec[1]!r}); "
+                "map act_len to None or use attention='xla'"
+            )
+        # Axes that do not divide their dimension (a batch of 1 at init) stay whole.
+        spec = jax.sharding.PartitionSpec(
+            *(_dividing(axes, n, mesh) for axes, n in zip(spec, q.shape, strict=True))
+        )
+        ids_spec = jax.sharding.PartitionSpec(spec[0], None)
+        local = jax.shard_map(
+            local, in_specs=(spec, spec, spec, ids_spec), out_specs=spec, check_vma=False
+        )
+    return local(q, k, v, ids)[:, :length]
