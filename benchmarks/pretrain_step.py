@@ -285,7 +285,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--scan", action="store_true", help="bert_jax: scan over layers")
     parser.add_argument("--remat", default="none", help="bert_jax: none, dots, dots_no_batch, full")
-    parser.add_argument("--attention", default="auto", help="bert_jax: auto, xla, fused_xla, cudnn, splash")
+    parser.add_argument(
+        "--attention", default="auto", help="bert_jax: auto, xla, fused_xla, cudnn, splash"
+    )
     parser.add_argument("--output", default="", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
 
