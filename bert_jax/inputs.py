@@ -2,7 +2,8 @@
 
 Pretraining: the default corpus (built once into `data.build_dir`, idempotent) or existing shards
 (`data.paths`); the last `data.num_eval_shards` shards are held out for evaluation. Each process
-reads its own part of every global batch (grain shards by process index).
+reads the rows of every global batch that its devices hold (`sharding.host_batch_rows`), so hosts
+that share a batch shard read the same rows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import jax
 from absl import logging
 from jax.experimental import multihost_utils
 
+from bert_jax import sharding
 from bert_jax.data import build, pipeline
 
 
@@ -51,8 +53,9 @@ def ensure_default_corpus(config, workdir: str) -> str:
     return out_dir
 
 
-def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
-    """The train iterator and held-out eval batches for a pretraining config."""
+def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> PretrainingInputs:
+    """The train iterator and held-out eval batches for a pretraining config, holding this
+    host's rows of every global batch of `mesh` (see `sharding.global_batch_from_local`)."""
     data = config.data
     if data.source == "default":
         paths = ensure_default_corpus(config, workdir)
@@ -86,8 +89,7 @@ def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
         dynamic_masking=data.dynamic_masking if info.static_masks else True,
         tokenizer=tokenizer,
         masked_lm_prob=data.masked_lm_prob,
-        shard_index=jax.process_index(),
-        shard_count=jax.process_count(),
+        host_rows=sharding.host_batch_rows(mesh, config.global_batch_size),
         pack_sequences=data.pack_sequences,
         max_segments=data.max_segments,
     )
