@@ -5,6 +5,7 @@ meshes whose tensor or fsdp axis spans both hosts (the hosts then share batch sh
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from tests.train_test import ROOT, env, losses, run, train_cmd
 
 pytestmark = pytest.mark.multiprocess
 
-STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4 (and 8)
+STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4: the elastic runs resume from it
 # (data, fsdp, tensor): batch split over the hosts; fsdp and tensor inside each host; one model
 # axis across both hosts (every host holds every batch row); fsdp across both hosts.
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]
@@ -81,6 +82,14 @@ def pretrain_cmd(workdir, build, mesh, *extra):
     )
 
 
+def resumed_from(workdir, source) -> None:
+    """A new run directory holding only `source`'s checkpoint of step RESUME_AT."""
+    os.makedirs(workdir / "checkpoints")
+    shutil.copytree(
+        source / "checkpoints" / str(RESUME_AT), workdir / "checkpoints" / str(RESUME_AT)
+    )
+
+
 def assert_same_losses(got, want, first=1):
     a, b = losses(want), losses(got)  # only process 0 writes metrics
     steps = list(range(first, STEPS + 1))
@@ -138,6 +147,26 @@ def test_two_processes_equal_one(mesh, single, two_process_run):
     )
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert (multi / "hf" / "tokenizer.json").is_file()
+
+
+def test_elastic_resume_one_to_two_processes_and_back(
+    single, two_process_run, tmp_path, tiny_pretraining_build
+):
+    """Step 4 of a 1 x 8 run resumed on 2 x 4 (and step 4 of a 2 x 4 run on 1 x 8) trains steps
+    5 to 8 exactly as the straight run: same step, same global batches, same losses."""
+    up = tmp_path / "up"
+    resumed_from(up, single)
+    outputs = two_processes(
+        lambda flags: pretrain_cmd(up, tiny_pretraining_build, (2, 2, 2), *flags)
+    )
+    assert all(f"restored checkpoint {RESUME_AT}" in err for _, err in outputs)
+    assert_same_losses(up, single, first=RESUME_AT + 1)
+
+    down = tmp_path / "down"
+    resumed_from(down, two_process_run((2, 2, 2)))
+    proc = run(pretrain_cmd(down, tiny_pretraining_build, MESHES[0]), devices=8)
+    assert f"restored checkpoint {RESUME_AT}" in proc.stderr
+    assert_same_losses(down, single, first=RESUME_AT + 1)
 
 
 # Runs in both processes of a 2 x 4 device job: the rows each host feeds for the meshes above,
