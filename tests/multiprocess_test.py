@@ -170,7 +170,8 @@ def test_elastic_resume_one_to_two_processes_and_back(
 
 
 # Runs in both processes of a 2 x 4 device job: the rows each host feeds for the meshes above,
-# the startup check on batches that do not fit the mesh, and an export that process 0 refuses.
+# the startup check on batches that do not fit the mesh, an export that process 0 refuses, and
+# the shared file system check of the default corpus.
 CHECKS = textwrap.dedent(
     """
     import json, sys
@@ -215,12 +216,19 @@ CHECKS = textwrap.dedent(
         out["refused"] = None
     except FileExistsError as e:
         out["refused"] = str(e)
+    from bert_jax import inputs
+    inputs.require_shared_directory(sys.argv[4])  # both processes see it
+    try:  # a directory of each host's own (no shared file system)
+        inputs.require_shared_directory(sys.argv[5] + f"/host{jax.process_index()}")
+        out["unshared"] = None
+    except ValueError as e:
+        out["unshared"] = str(e)
     print("RESULT " + json.dumps(out))
     """
 )
 
 
-def test_host_rows_startup_check_and_refused_export(tmp_path):
+def test_host_rows_startup_check_refused_export_and_unshared_directory(tmp_path):
     export = tmp_path / "export"
     outputs = two_processes(
         lambda flags: [
@@ -230,6 +238,8 @@ def test_host_rows_startup_check_and_refused_export(tmp_path):
             flags[0].split("=", 1)[1],
             flags[2].split("=", 1)[1],
             str(export),
+            str(tmp_path / "shared"),
+            str(tmp_path),
         ],
         timeout=300,
     )
@@ -252,6 +262,8 @@ def test_host_rows_startup_check_and_refused_export(tmp_path):
             "already holds an export" in r["refused"]
         )
     assert (export / "params").is_dir() and (export / "config.json").is_file()
+    for r in results:  # the default corpus needs a shared file system: every process says so
+        assert r["unshared"].startswith("process(es) [1] cannot see the files process 0 writes")
 
 
 # Fine-tunes the sentiment task of tests/finetune_test.py with defaults (dev evaluation every
