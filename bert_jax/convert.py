@@ -707,7 +707,7 @@ def load_training_checkpoint(
     """Params of a `train.py` checkpoint: (config, params, model class name, step).
 
     Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
-    whatever mesh wrote it; the optimizer state is not loaded.
+    whatever mesh wrote it; only the parameters are read (the optimizer state is not).
     """
     import orbax.checkpoint as ocp
 
@@ -730,11 +730,16 @@ def load_training_checkpoint(
     try:
         with ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.metadata(state_path).item_metadata.tree
+            # The parameters only: the optimizer state (twice their size with Adam) stays on disk.
+            wanted = {"params": tree["params"]}
             restore_args = jax.tree_util.tree_map(
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
             )
             state = ckptr.restore(
-                state_path, args=ocp.args.PyTreeRestore(restore_args=restore_args)
+                state_path,
+                args=ocp.args.PyTreeRestore(
+                    item=wanted, restore_args=restore_args, partial_restore=True
+                ),
             )
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
         raise ConversionError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
