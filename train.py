@@ -115,7 +115,7 @@ def pretrain(config, workdir: str) -> int | None:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
-    data = inputs.pretraining_inputs(config, workdir)
+    data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = trainer.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
     writer = MetricWriter(workdir, config.num_train_steps, start)
@@ -137,9 +137,8 @@ def pretrain(config, workdir: str) -> int | None:
         lengths = packing.sequence_lengths(host)
         predictions = float(host["masked_lm_weights"].sum())
         nsp = config.task != "mlm"
-        return jax.process_count() * flops.pretraining_step_flops(
-            cfg, lengths, predictions, nsp=nsp
-        )
+        step = flops.pretraining_step_flops(cfg, lengths, predictions, nsp=nsp)
+        return step / sharding.host_batch_fraction(exp.mesh)
 
     state, step, _ = exp.run(
         state,

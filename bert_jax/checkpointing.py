@@ -1,32 +1,116 @@
 """Training checkpoints with Orbax's CheckpointManager.
 
-A checkpoint step directory `<workdir>/checkpoints/<step>/` holds three items:
+A checkpoint step directory `<workdir>/checkpoints/<step>/` holds these items:
 
     state     the train state pytree (params, optimizer state, step, RNG key), sharded as in memory
     data      the input iterator's position (grain's own checkpoint handler; one file per process)
+    data_position  JSON: that position once for all processes, when every process is at the same
+              one (batches are cut from one global stream); a run resumed with another number
+              of processes (or devices per process) starts from it: elastic resume
     meta      JSON: the model config (Hugging Face fields), the head class and the step
 
 Saves are asynchronous (training continues while the arrays are written) and atomic: Orbax writes
 to a temporary directory and renames it when complete, so an interrupted save is never mistaken
-for a checkpoint. A finalized checkpoint that fails to restore (corrupt or truncated files) is
-reported, moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept, never deleted) and the
-previous good one is used.
+for a checkpoint.
+
+Restoring never loses progress. Each failure is told apart, and every process must agree:
+
+1. corrupt or missing files (truncated arrays, undecodable JSON, a missing item) on every
+   process: the checkpoint is moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept, never
+   deleted) and the previous one is tried;
+2. transient I/O errors (timeouts, unavailable storage): retried a few times, then the run stops;
+3. anything else (a shape that does not match the config, processes that disagree, a checkpoint
+   of another number of processes without a shared data position): the run stops with a
+   `RestoreError` naming the cause, and nothing is moved or deleted.
+
+A run never starts from scratch while a checkpoint (even one set aside as corrupt) exists.
 
 Leaf module: stores pytrees; knows nothing of the model.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import re
+import time
+import zlib
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 from jax.experimental import multihost_utils
 
 PyTree = Any
+
+# Outcomes of one restore attempt on one process, gathered so that all processes act alike.
+OK, CORRUPT, TRANSIENT, OTHER = 0, 1, 2, 3
+_OUTCOMES = {OK: "restored", CORRUPT: "corrupt or missing files", TRANSIENT: "transient I/O error"}
+_OUTCOMES[OTHER] = "other error"
+# Tensorstore/Orbax/grain messages of damaged files, and of storage that may come back.
+_CORRUPT_RE = re.compile(
+    r"DATA_LOSS|NOT_FOUND|does not exist|was not found in the checkpoint|Error decoding|"
+    r"[Uu]nexpected end|[Tt]runcated"
+)
+_TRANSIENT_RE = re.compile(
+    r"UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|ABORTED|timed out|[Cc]onnection reset"
+)
+_PROCESS_FILE_RE = re.compile(r"^process_(\d+)-of-(\d+)\.json$")
+
+
+class RestoreError(RuntimeError):
+    """A checkpoint exists but cannot be restored, for a reason other than corrupt files.
+
+    Nothing was moved or deleted: fix the cause (or move the checkpoints away on purpose) and
+    rerun.
+    """
+
+
+def classify_restore_error(error: BaseException) -> int:
+    """CORRUPT, TRANSIENT or OTHER for an exception raised while restoring a checkpoint."""
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, (TimeoutError, ConnectionError)) or _TRANSIENT_RE.search(text):
+        return TRANSIENT
+    if isinstance(error, (json.JSONDecodeError, FileNotFoundError, EOFError)):
+        return CORRUPT
+    return CORRUPT if _CORRUPT_RE.search(text) else OTHER
+
+
+def _common_position(data_iterator) -> dict | None:
+    """The iterator's state as JSON if every process is at the same one, else None.
+
+    A collective. Pipelines that cut every host's rows from one global stream of batches (grain's
+    `next_index`, `EpochIterator`'s epoch and batch) agree; packed rows, which depend on each
+    host's examples, do not.
+    """
+    state = data_iterator.get_state()
+    position = {"bytes": state.decode()} if isinstance(state, bytes) else {"state": state}
+    try:
+        text = json.dumps(position, sort_keys=True)
+    except TypeError:
+        text = ""  # not JSON: no process-independent copy
+    digest = zlib.crc32(text.encode()) & 0x7FFFFFFF if text else -1
+    digests = {digest}
+    if jax.process_count() > 1:  # every process calls this once, whatever its state
+        digests = set(np.asarray(multihost_utils.process_allgather(np.int32(digest))).tolist())
+    return position if len(digests) == 1 and digest >= 0 else None
+
+
+def _gather(code: int) -> list[int]:
+    """Every process's `code`, in process order (a collective)."""
+    if jax.process_count() == 1:
+        return [code]
+    return [int(c) for c in multihost_utils.process_allgather(np.int32(code))]
+
+
+def as_path(path: str | os.PathLike) -> epath.Path:
+    """One path type for local files and URLs: `gs://...` (any scheme) stays a URL, and a local
+    path becomes absolute (so that a later change of directory does not move the run)."""
+    text = os.fspath(path)
+    return epath.Path(text) if "://" in text else epath.Path(os.path.abspath(text))
 
 
 def _grain_args():
@@ -53,7 +137,7 @@ class Checkpointer:
         max_to_keep: int | None = 3,
         async_save: bool = True,
     ):
-        self.directory = os.path.abspath(directory)
+        self.directory = as_path(directory)
         self._options = dict(
             max_to_keep=max_to_keep,
             enable_async_checkpointing=async_save,
@@ -96,6 +180,9 @@ class Checkpointer:
         if data_iterator is not None:
             save_args, _ = _grain_args()
             items["data"] = save_args(data_iterator)
+            position = _common_position(data_iterator)
+            if position is not None:
+                items["data_position"] = ocp.args.JsonSave(position)
         if meta is not None:
             items["meta"] = ocp.args.JsonSave(meta)
         saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
@@ -114,39 +201,124 @@ class Checkpointer:
     # ---- restoring ----
     def restore(self, step: int, abstract_state: PyTree, *, data_iterator=None):
         """Restores `step`: (state, meta). `abstract_state` gives shapes, dtypes and shardings
-        (e.g. `jax.ShapeDtypeStruct`s with `.sharding`); `data_iterator` is updated in place."""
+        (e.g. `jax.ShapeDtypeStruct`s with `.sharding`); `data_iterator` is updated in place,
+        from the shared `data_position` when the checkpoint was saved by another number of
+        processes."""
         items = {"state": ocp.args.StandardRestore(abstract_state)}
-        if data_iterator is not None:
+        saved_counts = self._saved_process_counts(step)
+        elastic = data_iterator is not None and saved_counts not in (set(), {jax.process_count()})
+        if elastic:
+            items["data_position"] = ocp.args.JsonRestore()
+        elif data_iterator is not None:
             _, restore_args = _grain_args()
             items["data"] = restore_args(data_iterator)
-        has_meta = os.path.exists(os.path.join(self.directory, str(step), "meta"))
+        has_meta = (self.directory / str(step) / "meta").exists()
         if has_meta:
             items["meta"] = ocp.args.JsonRestore()
         out = self._manager.restore(step, args=ocp.args.Composite(**items))
+        if elastic:
+            position = out["data_position"]
+            data_iterator.set_state(
+                position["state"] if "state" in position else position["bytes"].encode()
+            )
+            logging.info(
+                "checkpoint %d: saved by %s process(es), resumed by %d at the same data position",
+                step,
+                sorted(saved_counts),
+                jax.process_count(),
+            )
         return out["state"], (out["meta"] if has_meta else None)
 
-    def restore_latest(self, abstract_state: PyTree, *, data_iterator=None):
-        """Restores the newest checkpoint that loads: (step, state, meta), or None if none does.
+    def restore_latest(
+        self, abstract_state: PyTree, *, data_iterator=None, retries: int = 3, backoff_s=1.0
+    ):
+        """Restores the newest checkpoint that loads: (step, state, meta), or None if there is
+        none at all.
 
-        A checkpoint that fails to load is reported and moved aside, and the one before it is
-        tried, so a corrupt latest checkpoint costs the steps since the previous save, not the run.
+        A checkpoint whose files are corrupt on every process is moved aside (kept) and the one
+        before it is tried; transient I/O errors are retried `retries` times, `backoff_s`
+        doubling each time. A collective: every process must call it.
+
+        Raises:
+          RestoreError: any other failure, processes that disagree, or no checkpoint left that
+            loads while some exist (or were set aside): nothing is moved or deleted then.
         """
         for step in reversed(self.all_steps()):
-            try:
-                state, meta = self.restore(step, abstract_state, data_iterator=data_iterator)
-            except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many error types
-                self._quarantine(step, e)
+            self._check_process_count(step, data_iterator)
+            for attempt in range(retries + 1):
+                try:
+                    state, meta = self.restore(step, abstract_state, data_iterator=data_iterator)
+                    code, error = OK, None
+                except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many error types
+                    code, error = classify_restore_error(e), e
+                codes = _gather(code)
+                if set(codes) == {OK}:
+                    logging.info("restored checkpoint %d from %s", step, self.directory)
+                    return step, state, meta
+                if set(codes) <= {OK, TRANSIENT} and attempt < retries:
+                    logging.warning(
+                        "checkpoint %d: transient error (%s); retrying", step, str(error)[:300]
+                    )
+                    time.sleep(backoff_s * 2**attempt)
+                    continue
+                break
+            if set(codes) == {CORRUPT}:
+                self._quarantine(step, error)
                 continue
-            logging.info("restored checkpoint %d from %s", step, self.directory)
-            return step, state, meta
+            outcomes = ", ".join(f"process {i}: {_OUTCOMES[c]}" for i, c in enumerate(codes))
+            detail = f" ({type(error).__name__}: {str(error)[:500]})" if error else ""
+            raise RestoreError(
+                f"checkpoint {step} in {self.directory} cannot be restored [{outcomes}]"
+                f"{detail}. Nothing was moved or deleted; fix the cause and rerun"
+            ) from error
+        aside = self.quarantined()
+        if aside:
+            raise RestoreError(
+                f"{self.directory} holds no checkpoint that loads, only ones set aside as "
+                f"corrupt ({', '.join(aside)}); refusing to start from scratch. Repair them, or "
+                "move them out of the directory to start over"
+            )
         return None
 
+    def quarantined(self) -> list[str]:
+        """Names of the checkpoints set aside as corrupt (`corrupt-<step>[-<n>]`)."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.name for p in self.directory.iterdir() if p.name.startswith("corrupt-"))
+
+    def _saved_process_counts(self, step: int) -> set[int]:
+        """The process counts of `step`'s per-process data files (grain writes one a process)."""
+        data_dir = self.directory / str(step) / "data"
+        if not data_dir.is_dir():
+            return set()
+        names = (p.name for p in data_dir.iterdir())
+        return {int(m.group(2)) for m in map(_PROCESS_FILE_RE.match, names) if m}
+
+    def _check_process_count(self, step: int, data_iterator) -> None:
+        """Raises RestoreError if `step` was saved by another number of processes and holds no
+        shared data position to resume from (the processes were at different positions)."""
+        if data_iterator is None:
+            return
+        counts = self._saved_process_counts(step)
+        shared = (self.directory / str(step) / "data_position").is_dir()
+        if counts and counts != {jax.process_count()} and not shared:
+            raise RestoreError(
+                f"checkpoint {step} in {self.directory} holds the data position of "
+                f"{sorted(counts)} process(es), which differed between them (packed sequences "
+                f"or grain workers); this run has {jax.process_count()}. Resume with the same "
+                "number of processes. Nothing was moved or deleted"
+            )
+
     def _quarantine(self, step: int, error: Exception) -> None:
-        src = os.path.join(self.directory, str(step))
-        dst = os.path.join(self.directory, f"corrupt-{step}")
+        src = self.directory / str(step)
+        dst = self.directory / f"corrupt-{step}"
+        n = 0
+        while dst.exists():  # an earlier one of the same step is kept too
+            n += 1
+            dst = self.directory / f"corrupt-{step}-{n}"
         logging.error(
-            "checkpoint %d in %s cannot be restored (%s: %s); moving it to %s and trying the "
-            "previous one",
+            "checkpoint %d in %s cannot be restored on any process: its files are corrupt or "
+            "missing (%s: %s); moving it to %s (kept) and trying the previous one",
             step,
             self.directory,
             type(error).__name__,
@@ -154,10 +326,8 @@ class Checkpointer:
             dst,
         )
         multihost_utils.sync_global_devices(f"quarantine-{step}")
-        if jax.process_index() == 0 and os.path.exists(src):
-            if os.path.exists(dst):
-                shutil.rmtree(dst)
-            os.replace(src, dst)
+        if jax.process_index() == 0 and src.exists():
+            src.rename(dst)
         multihost_utils.sync_global_devices(f"quarantined-{step}")
         self._manager.close()
         self._manager = self._new_manager()

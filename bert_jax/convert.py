@@ -611,6 +611,23 @@ def _atomic_write(out_dir: str, name: str, write) -> None:
             os.remove(tmp)
 
 
+def _any_process(flag: bool) -> bool:
+    """Whether `flag` is set on any process (a collective: every process must call it)."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
+
+
+def _sync_processes(name: str) -> None:
+    """Waits until every process gets here (nothing to wait for in a single-process run)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def save_pretrained(
     out_dir: str | os.PathLike,
     config: BertConfig,
@@ -620,24 +637,42 @@ def save_pretrained(
     overwrite: bool = False,
 ) -> str:
     """Writes bert_jax's own format: `config.json` (HF fields, architectures=[model]) and an
-    Orbax checkpoint of the unstacked parameters under `params/`."""
+    Orbax checkpoint of the unstacked parameters under `params/`.
+
+    In a multi-process run every process calls this with the same (host) parameters: the Orbax
+    save is collective (its barriers wait for every process), process 0 writes the files and
+    moves the directories, and all return once the export is complete.
+    """
     import orbax.checkpoint as ocp
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     flat = check_params(config, params, model)
-    _prepare_out_dir(out_dir, ["config.json", "params"], overwrite)
+    primary = jax.process_index() == 0
+    refused = None
+    if primary:
+        try:
+            _prepare_out_dir(out_dir, ["config.json", "params"], overwrite)
+        except FileExistsError as e:
+            refused = e
+    if _any_process(refused is not None):  # every process stops, none waits at a barrier
+        raise refused or FileExistsError(
+            f"{out_dir} already holds an export; pass overwrite=True (--overwrite) to replace it"
+        )
     tree = traverse_util.unflatten_dict(flat, sep="/")
     tmp = os.path.join(out_dir, ".params.tmp")
-    if os.path.exists(tmp):
+    if primary and os.path.exists(tmp):
         shutil.rmtree(tmp)
+    _sync_processes("save_pretrained-prepared")
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(tmp, tree)
         ckptr.wait_until_finished()
-    final = os.path.join(out_dir, "params")
-    if os.path.exists(final):
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
+    if primary:
+        final = os.path.join(out_dir, "params")
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
+    _sync_processes("save_pretrained-done")
     return out_dir
 
 
@@ -672,7 +707,7 @@ def load_training_checkpoint(
     """Params of a `train.py` checkpoint: (config, params, model class name, step).
 
     Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
-    whatever mesh wrote it; the optimizer state is not loaded.
+    whatever mesh wrote it; only the parameters are read (the optimizer state is not).
     """
     import orbax.checkpoint as ocp
 
@@ -695,11 +730,16 @@ def load_training_checkpoint(
     try:
         with ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.metadata(state_path).item_metadata.tree
+            # The parameters only: the optimizer state (twice their size with Adam) stays on disk.
+            wanted = {"params": tree["params"]}
             restore_args = jax.tree_util.tree_map(
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
             )
             state = ckptr.restore(
-                state_path, args=ocp.args.PyTreeRestore(restore_args=restore_args)
+                state_path,
+                args=ocp.args.PyTreeRestore(
+                    item=wanted, restore_args=restore_args, partial_restore=True
+                ),
             )
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
         raise ConversionError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e

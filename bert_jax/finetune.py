@@ -263,8 +263,7 @@ def predict_split(exp: trainer.Experiment, params, eval_set: EvalSet, batch_size
     if batch_size % sharding.data_parallel_size(exp.mesh):
         raise ValueError(f"eval_batch_size={batch_size} must split over the data-parallel devices")
     predict = exp.predict_fn()
-    per_host = batch_size // jax.process_count()
-    rows = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)
+    rows = sharding.host_batch_rows(exp.mesh, batch_size)
     outputs, indices = [], []
     with jax.set_mesh(exp.mesh):
         for batch, idx in batching.batches(
@@ -465,6 +464,7 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
     seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
     results: dict[str, Any] = {"task": ft.name, "seeds": {}}
     exp = None  # one Experiment for every seed: its compiled steps serve them all
+    mesh = sharding.make_mesh(config.mesh.to_dict())  # the one the Experiment builds
     for seed in seeds:
         seed_dir = os.path.join(workdir, f"seed_{seed}") if len(seeds) > 1 else workdir
         with config.unlocked():
@@ -476,8 +476,7 @@ def run(config, workdir: str, mode: str = "train") -> dict[str, Any]:
             seed=seed,
             bucket_boundaries=None if ft.pack else buckets,
             group_by_length=bool(buckets) and not ft.pack,
-            shard_index=jax.process_index(),
-            shard_count=jax.process_count(),
+            host_rows=sharding.host_batch_rows(mesh, config.global_batch_size),
         )
         num_steps = train_iter.steps_per_epoch * ft.num_epochs  # the same for every seed
         if exp is None:

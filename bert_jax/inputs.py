@@ -2,7 +2,8 @@
 
 Pretraining: the default corpus (built once into `data.build_dir`, idempotent) or existing shards
 (`data.paths`); the last `data.num_eval_shards` shards are held out for evaluation. Each process
-reads its own part of every global batch (grain shards by process index).
+reads the rows of every global batch that its devices hold (`sharding.host_batch_rows`), so hosts
+that share a batch shard read the same rows.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import os
 from collections.abc import Callable, Iterator
 
 import jax
+import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from bert_jax import sharding
 from bert_jax.data import build, pipeline
 
 
@@ -34,9 +37,40 @@ def _default_build_dir(config, workdir: str) -> str:
     return config.data.build_dir or os.path.join(workdir, "data")
 
 
+def require_shared_directory(directory: str) -> None:
+    """Raises on every process unless all processes see the files process 0 writes in
+    `directory` (a shared file system). A collective; a no-op in a single-process run."""
+    if jax.process_count() == 1:
+        return
+    probe = os.path.join(directory, ".shared-by-all-processes")
+    token = np.random.default_rng().integers(1, 2**31 - 1) if jax.process_index() == 0 else 0
+    token = int(multihost_utils.broadcast_one_to_all(np.int32(token)))
+    if jax.process_index() == 0:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write(str(token))
+    multihost_utils.sync_global_devices("shared-probe-written")
+    try:
+        with open(probe) as f:
+            seen = f.read().strip() == str(token)
+    except OSError:
+        seen = False
+    seen_by = np.asarray(multihost_utils.process_allgather(np.int32(seen)))
+    blind = np.flatnonzero(seen_by == 0).tolist()
+    if blind:
+        raise ValueError(
+            f"process(es) {blind} cannot see the files process 0 writes in {directory}: the "
+            "default corpus is built once, so data.build_dir (default <workdir>/data) must be on "
+            "a file system every host shares; or build the records once and pass data.paths"
+        )
+
+
 def ensure_default_corpus(config, workdir: str) -> str:
-    """Builds the default corpus's shards once (process 0; the others wait) and returns the dir."""
+    """Builds the default corpus's shards once (process 0; the others wait) and returns the dir.
+
+    Raises ValueError on every process when the hosts do not share the build directory."""
     out_dir = _default_build_dir(config, workdir)
+    require_shared_directory(out_dir)
     if jax.process_index() == 0:
         options = build.PretrainingOptions(
             max_seq_length=config.data.max_seq_length,
@@ -51,8 +85,9 @@ def ensure_default_corpus(config, workdir: str) -> str:
     return out_dir
 
 
-def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
-    """The train iterator and held-out eval batches for a pretraining config."""
+def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> PretrainingInputs:
+    """The train iterator and held-out eval batches for a pretraining config, holding this
+    host's rows of every global batch of `mesh` (see `sharding.global_batch_from_local`)."""
     data = config.data
     if data.source == "default":
         paths = ensure_default_corpus(config, workdir)
@@ -86,8 +121,7 @@ def pretraining_inputs(config, workdir: str) -> PretrainingInputs:
         dynamic_masking=data.dynamic_masking if info.static_masks else True,
         tokenizer=tokenizer,
         masked_lm_prob=data.masked_lm_prob,
-        shard_index=jax.process_index(),
-        shard_count=jax.process_count(),
+        host_rows=sharding.host_batch_rows(mesh, config.global_batch_size),
         pack_sequences=data.pack_sequences,
         max_segments=data.max_segments,
     )

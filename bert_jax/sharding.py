@@ -14,6 +14,7 @@ mesh axes; a config may replace them. Batches are split over (data, fsdp) on the
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -164,15 +165,120 @@ def data_parallel_size(mesh: Mesh) -> int:
     return mesh.shape["data"] * mesh.shape["fsdp"]
 
 
-def global_batch_from_local(batch: PyTree, mesh: Mesh) -> PyTree:
-    """Assembles each host's slice of the batch into global arrays sharded over (data, fsdp).
+def host_batch_shards(mesh: Mesh) -> list[int]:
+    """Which of the `data_parallel_size(mesh)` batch shards this process's devices hold, sorted.
 
-    Every process passes its own rows (`global_batch_size / process_count` of them).
+    Read from the batch sharding's addressable indices, so it holds for any device order: hosts
+    whose devices differ only along the tensor axis (or a model axis spanning hosts) hold the
+    same shards and must feed the same rows.
     """
-    return jax.tree_util.tree_map(
-        lambda x: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(x)), x),
-        batch,
+    num_shards = data_parallel_size(mesh)
+    indices = batch_sharding(mesh, 1).addressable_devices_indices_map((num_shards,))
+    return sorted({index[0].start or 0 for index in indices.values()})
+
+
+def host_batch_fraction(mesh: Mesh) -> float:
+    """The share of every global batch this process reads (1 / process_count when no two hosts
+    hold the same batch shard): host-side counts divided by it are global counts."""
+    return len(host_batch_shards(mesh)) / data_parallel_size(mesh)
+
+
+def host_batch_rows(mesh: Mesh, global_batch_size: int) -> np.ndarray:
+    """The rows of every global batch this process reads and feeds to its devices, in order.
+
+    Args:
+      mesh: the run's mesh; the batch is split over (data, fsdp).
+      global_batch_size: G, rows per global batch (all hosts together).
+
+    Returns:
+      int64 [G * len(host_batch_shards) / data_parallel_size] row indices in [0, G): the host's
+      shards' rows, shard after shard. `global_batch_from_local` expects the rows in this order.
+    """
+    num_shards = data_parallel_size(mesh)
+    if global_batch_size < 1 or global_batch_size % num_shards:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} does not split into the {num_shards} batch "
+            f"shards of mesh {dict(mesh.shape)} (data x fsdp)"
+        )
+    per_shard = global_batch_size // num_shards
+    return np.concatenate(
+        [np.arange(s * per_shard, (s + 1) * per_shard) for s in host_batch_shards(mesh)]
     )
+
+
+def global_batch_from_local(batch: PyTree, mesh: Mesh) -> PyTree:
+    """Assembles each host's rows of the batch into global arrays sharded over (data, fsdp).
+
+    Args:
+      batch: this process's rows, `host_batch_rows(mesh, G)` of every global batch in that
+        order (numpy arrays [R, ...], R = len(host_batch_rows(mesh, G))).
+      mesh: the run's mesh.
+
+    Returns:
+      The same keys as global jax.Arrays [G, ...]. The global shape is always given to JAX, so
+      hosts that share a batch shard (a model axis across hosts) add no rows.
+    """
+    leaves = jax.tree_util.tree_leaves(batch)
+    if not leaves:
+        return batch
+    num_local = len(host_batch_shards(mesh))
+    rows = np.shape(leaves[0])[0]
+    if rows % num_local:
+        raise ValueError(
+            f"this host's batch has {rows} rows, which do not split over the {num_local} batch "
+            f"shard(s) its devices hold in mesh {dict(mesh.shape)}"
+        )
+    global_rows = rows // num_local * data_parallel_size(mesh)
+
+    def assemble(x):
+        if np.shape(x)[0] != rows:
+            raise ValueError(f"host batch arrays differ in rows: {np.shape(x)[0]} vs {rows}")
+        sharding = batch_sharding(mesh, np.ndim(x))
+        if jax.process_count() == 1:
+            return jax.device_put(x, sharding)
+        shape = (global_rows, *np.shape(x)[1:])
+        return jax.make_array_from_process_local_data(sharding, x, shape)
+
+    return jax.tree_util.tree_map(assemble, batch)
+
+
+def check_host_batches(batch: PyTree, mesh: Mesh) -> None:
+    """Fails loudly unless the hosts' batches fit together: every row of the global batch is
+    held by some host, and hosts holding the same row hold the same values.
+
+    A collective (every process calls it with its rows of the same global batch); a no-op in a
+    single-process run. Meant for the first batch of a run, where a pipeline that slices the
+    global batch differently from the mesh would otherwise train silently on wrong data.
+    """
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    leaves = jax.tree_util.tree_leaves(batch)
+    rows = np.shape(leaves[0])[0]
+    num_local = len(host_batch_shards(mesh))
+    global_rows = rows // num_local * data_parallel_size(mesh)
+    mine = host_batch_rows(mesh, global_rows)
+    digests = np.full((global_rows,), -1, np.int32)  # int32: what JAX gathers without x64
+    for i, row in enumerate(mine):
+        data = b"".join(np.ascontiguousarray(x[i]).tobytes() for x in leaves)
+        digests[row] = zlib.crc32(data) & 0x7FFFFFFF
+    everyone = np.asarray(multihost_utils.process_allgather(digests))  # [P, G]
+    held = everyone >= 0
+    missing = np.flatnonzero(~held.any(0))
+    if missing.size:
+        raise ValueError(
+            f"no host feeds rows {missing[:10].tolist()} of the global batch of {global_rows}: "
+            "the input pipeline's host slices do not cover the batch sharding"
+        )
+    first = np.where(held, everyone, -1).max(0)
+    disagree = np.flatnonzero((held & (everyone != first)).any(0))
+    if disagree.size:
+        raise ValueError(
+            f"hosts that share batch shards of mesh {dict(mesh.shape)} read different data for "
+            f"rows {disagree[:10].tolist()} of the global batch: every host must read the rows "
+            "`sharding.host_batch_rows` gives it"
+        )
 
 
 def describe(boxed: PyTree, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> list[str]:
@@ -201,7 +307,9 @@ class DevicePrefetcher:
     """Places host batches on the mesh `size` steps ahead, so transfers overlap compute.
 
     Each item is (global batch, host batch): the second is this host's numpy batch, for cheap
-    host-side statistics such as real token counts. The source iterator runs ahead of what the
+    host-side statistics such as real token counts. The first batch goes through
+    `check_host_batches` (a collective), so a pipeline that does not feed the mesh's rows stops
+    the run at its first step. The source iterator runs ahead of what the
     loop has consumed; `rewind()` moves it back to just after the last batch handed out (and drops
     the read-ahead), so that saving the iterator's state records exactly the consumed position.
     """
@@ -213,6 +321,7 @@ class DevicePrefetcher:
         self._queue: list = []
         self._stateful = hasattr(iterator, "get_state") and hasattr(iterator, "set_state")
         self._consumed_state = iterator.get_state() if self._stateful else None
+        self._checked = False
 
     def __iter__(self):
         return self
@@ -224,6 +333,9 @@ class DevicePrefetcher:
             except StopIteration:
                 break
             state = self._it.get_state() if self._stateful else None
+            if not self._checked:
+                check_host_batches(host, self._mesh)
+                self._checked = True
             self._queue.append((global_batch_from_local(host, self._mesh), host, state))
 
     def __next__(self):

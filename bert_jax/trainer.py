@@ -309,7 +309,9 @@ class Experiment:
                     t_window = time.perf_counter()
                 else:
                     window_flops += step_flops(host) if step_flops else 0.0
-                    tokens += int(np.sum(host["attention_mask"])) * jax.process_count()
+                    tokens += int(
+                        np.sum(host["attention_mask"]) / sharding.host_batch_fraction(mesh)
+                    )
                 step += 1
                 window.append(metrics)
                 writer.advance()
@@ -399,16 +401,18 @@ class Experiment:
 
     # ---- export ----
     def export(self, params: PyTree, out_dir: str, *, hf: bool = True) -> None:
-        """Writes `out_dir/export` (bert_jax format) and, with `hf`, `out_dir/hf` (transformers)."""
+        """Writes `out_dir/export` (bert_jax format) and, with `hf`, `out_dir/hf` (transformers).
+
+        Every process must call this: the parameters are gathered to every host, all processes
+        take part in the (collective) Orbax save, and process 0 alone writes the safetensors.
+        """
         from jax.experimental import multihost_utils
 
         host_params = multihost_utils.process_allgather(params, tiled=True)
-        if jax.process_index() != 0:
-            return
         convert.save_pretrained(
             os.path.join(out_dir, "export"), self.cfg, host_params, self.model_name, overwrite=True
         )
-        if hf:
+        if hf and jax.process_index() == 0:
             convert.save_pytorch(
                 self.cfg, host_params, os.path.join(out_dir, "hf"), self.model_name, overwrite=True
             )

@@ -400,3 +400,36 @@ def test_real_pretrained_minilm_matches_pytorch():
     real = inputs["attention_mask"].astype(bool)
     diff = np.abs(np.asarray(ours.last_hidden_state) - theirs.numpy())[real]
     assert diff.max() < 1e-4, diff.max()
+
+
+def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
+    """`init_from` a train.py run reads its parameters, not the optimizer state beside them."""
+    import orbax.checkpoint as ocp
+    from flax import linen as nn
+
+    from bert_jax import checkpointing
+    from bert_jax.model import get_model_class, init_params
+
+    params = jax.device_get(
+        nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), jax.random.PRNGKey(0)))
+    )
+    opt_state = {"mu": jax.tree_util.tree_map(np.ones_like, params), "count": np.int32(3)}
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), async_save=False)
+    meta = {"config": TINY.to_hf_dict("BertModel"), "model": "BertModel", "step": 3}
+    ckpt.save(3, {"params": params, "opt_state": opt_state, "step": np.int32(3)}, meta=meta)
+    ckpt.close()
+    restored = []
+    real_restore = ocp.PyTreeCheckpointer.restore
+
+    def spy(self, *args, **kwargs):
+        out = real_restore(self, *args, **kwargs)
+        restored.append(sorted(out))
+        return out
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", spy)
+    config, got, model, step = convert.load_training_checkpoint(tmp_path)
+    assert (model, step, restored) == ("BertModel", 3, [["params"]])
+    assert config.hidden_size == TINY.hidden_size
+    flat_got, flat_want = convert.check_params(config, got, model), convert._flatten(params)
+    for key, value in flat_want.items():
+        np.testing.assert_array_equal(flat_got[key], value, err_msg=key)

@@ -59,15 +59,18 @@ def finetune_config(task, data_dir, tokenizer_dir, **overrides):
     return c
 
 
-@pytest.fixture(scope="module")
-def vocab(tmp_path_factory):
+def write_vocab(out):
+    """A 200-piece WordPiece vocabulary of the test words, saved to `out`."""
     texts = [
         " ".join(WORDS + NAMES + ["good", "bad", "what", "who", "is", "the", "answer", "."])
     ] * 3
-    tok = tokenization.train_wordpiece(texts, vocab_size=200, min_frequency=1)
-    out = tmp_path_factory.mktemp("vocab")
-    tok.save(out)
+    tokenization.train_wordpiece(texts, vocab_size=200, min_frequency=1).save(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory):
+    return write_vocab(tmp_path_factory.mktemp("vocab"))
 
 
 def sentences(rng, n, length=(4, 10)):

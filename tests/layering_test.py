@@ -35,7 +35,7 @@ ALLOWED = {
     "writers": set(),
     "preemption": set(),
     "metrics": set(),
-    "inputs": {"config", "data"},
+    "inputs": {"config", "data", "sharding"},
     "train_lib": {"config", "model", "losses", "optimizer", "sharding", "flops", "checkpointing"},
     "trainer": {
         "attention",

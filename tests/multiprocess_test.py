@@ -1,9 +1,15 @@
-"""A real multi-process run: 2 local processes x 4 CPU devices (gloo collectives) train exactly as
-1 process x 8 devices: same batches row for row, same dropout masks, same losses."""
+"""Real multi-process runs: 2 local processes x 4 CPU devices (gloo collectives) train exactly as
+1 process x 8 devices, with the default settings (export at the end included): same batches row
+for row, same dropout masks, same losses, for meshes that split the batch across the hosts and
+meshes whose tensor or fsdp axis spans both hosts (the hosts then share batch shards)."""
 
+import json
 import os
+import shutil
 import socket
 import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -12,6 +18,12 @@ from tests.train_test import ROOT, env, losses, run, train_cmd
 
 pytestmark = pytest.mark.multiprocess
 
+STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4: the elastic runs resume from it
+# (data, fsdp, tensor): batch split over the hosts; fsdp and tensor inside each host; one model
+# axis across both hosts (every host holds every batch row); fsdp across both hosts.
+MESHES = [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]
+EXPORT_ON = "--config.export_hf_at_end=True"  # the default (the tiny test overrides turn it off)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -19,24 +31,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one(tmp_path, tiny_pretraining_build):
-    steps = 4
-    mesh = ["--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.mesh.tensor=2"]
-    single = tmp_path / "single"
-    run(train_cmd(single, tiny_pretraining_build, *mesh, steps=steps), devices=8)
+def mesh_flags(mesh) -> list[str]:
+    return [f"--config.mesh.{a}={n}" for a, n in zip(("data", "fsdp", "tensor"), mesh)]
 
-    multi = tmp_path / "multi"
+
+def two_processes(make_cmd, timeout=600) -> list[tuple[str, str]]:
+    """Runs make_cmd(process flags) as process 0 and 1 of 2 (4 devices each); (stdout, stderr)
+    of each, after checking that both succeeded."""
     port = free_port()
     procs = [
         subprocess.Popen(
-            train_cmd(
-                multi,
-                tiny_pretraining_build,
-                *mesh,
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-                steps=steps,
+            make_cmd(
+                [
+                    f"--coordinator_address=127.0.0.1:{port}",
+                    "--num_processes=2",
+                    f"--process_id={i}",
+                ]
             ),
             env=env(4),
             cwd=ROOT,
@@ -46,14 +56,262 @@ def test_two_processes_equal_one(tmp_path, tiny_pretraining_build):
         )
         for i in range(2)
     ]
-    outputs = [p.communicate(timeout=600) for p in procs]
-    for p, (_, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-4000:]
-    a, b = losses(single), losses(multi)  # only process 0 writes metrics
-    assert sorted(a) == sorted(b) == list(range(1, steps + 1))
-    np.testing.assert_allclose([b[s] for s in sorted(b)], [a[s] for s in sorted(a)], rtol=1e-5)
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for i, (p, (out, err)) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, (
+            f"process {i} failed ({p.returncode}):\n{out[-2000:]}{err[-4000:]}"
+        )
+    return outputs
+
+
+def pretrain_cmd(workdir, build, mesh, *extra):
+    """train.py with the defaults (export on), checkpoints every RESUME_AT steps."""
+    return train_cmd(
+        workdir,
+        build,
+        *mesh_flags(mesh),
+        EXPORT_ON,
+        f"--config.checkpoint_every_steps={RESUME_AT}",
+        *extra,
+        steps=STEPS,
+    )
+
+
+def resumed_from(workdir, source) -> None:
+    """A new run directory holding only `source`'s checkpoint of step RESUME_AT."""
+    os.makedirs(workdir / "checkpoints")
+    shutil.copytree(
+        source / "checkpoints" / str(RESUME_AT), workdir / "checkpoints" / str(RESUME_AT)
+    )
+
+
+def assert_same_losses(got, want, first=1):
+    a, b = losses(want), losses(got)  # only process 0 writes metrics
+    steps = list(range(first, STEPS + 1))
+    assert sorted(b) == steps and sorted(a) == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([b[s] for s in steps], [a[s] for s in steps], rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, tiny_pretraining_build):
+    """One process x 8 devices, mesh (8, 1, 1): the run every 2-process run must reproduce."""
+    workdir = tmp_path_factory.mktemp("single") / "run"
+    run(pretrain_cmd(workdir, tiny_pretraining_build, MESHES[0]), devices=8)
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory, tiny_pretraining_build):
+    """mesh -> the directory of a 2-process run from scratch on it (each mesh runs once)."""
+    done = {}
+
+    def get(mesh):
+        if mesh not in done:
+            workdir = tmp_path_factory.mktemp("multi") / "run"
+            two_processes(lambda flags: pretrain_cmd(workdir, tiny_pretraining_build, mesh, *flags))
+            done[mesh] = workdir
+        return done[mesh]
+
+    return get
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
+def test_two_processes_equal_one(mesh, single, two_process_run):
+    multi = two_process_run(mesh)
+    assert_same_losses(multi, single)
     # Both processes took part in the checkpoint (grain writes one data file per process).
     data_files = [
-        f for f in os.listdir(multi / "checkpoints" / str(steps) / "data") if f.endswith(".json")
+        f for f in os.listdir(multi / "checkpoints" / str(STEPS) / "data") if f.endswith(".json")
     ]
     assert sorted(data_files) == ["process_0-of-2.json", "process_1-of-2.json"]
+    # The export at the end (every process in the Orbax save) holds the trained parameters.
+    from bert_jax import convert
+
+    cfg, exported, model = convert.load_pretrained(multi / "export")
+    _, expected, _ = convert.load_pretrained(single / "export")
+    assert model == "BertForPreTraining"
+    got, want = (
+        convert.check_params(cfg, exported, model),
+        convert.check_params(cfg, expected, model),
+    )
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
+    transformers = pytest.importorskip("transformers")
+    _, info = transformers.BertForPreTraining.from_pretrained(
+        multi / "hf", output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert (multi / "hf" / "tokenizer.json").is_file()
+
+
+def test_elastic_resume_one_to_two_processes_and_back(
+    single, two_process_run, tmp_path, tiny_pretraining_build
+):
+    """Step 4 of a 1 x 8 run resumed on 2 x 4 (and step 4 of a 2 x 4 run on 1 x 8) trains steps
+    5 to 8 exactly as the straight run: same step, same global batches, same losses."""
+    up = tmp_path / "up"
+    resumed_from(up, single)
+    outputs = two_processes(
+        lambda flags: pretrain_cmd(up, tiny_pretraining_build, (2, 2, 2), *flags)
+    )
+    assert all(f"restored checkpoint {RESUME_AT}" in err for _, err in outputs)
+    assert_same_losses(up, single, first=RESUME_AT + 1)
+
+    down = tmp_path / "down"
+    resumed_from(down, two_process_run((2, 2, 2)))
+    proc = run(pretrain_cmd(down, tiny_pretraining_build, MESHES[0]), devices=8)
+    assert f"restored checkpoint {RESUME_AT}" in proc.stderr
+    assert_same_losses(down, single, first=RESUME_AT + 1)
+
+
+# Runs in both processes of a 2 x 4 device job: the rows each host feeds for the meshes above,
+# the startup check on batches that do not fit the mesh, an export that process 0 refuses, and
+# the shared file system check of the default corpus.
+CHECKS = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+    import numpy as np
+    from bert_jax import convert, sharding
+    from bert_jax.config import BertConfig
+
+    out = {}
+    for mesh in [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]:
+        m = sharding.make_mesh(dict(zip(("data", "fsdp", "tensor"), mesh)))
+        rows = sharding.host_batch_rows(m, 16)
+        glob = sharding.global_batch_from_local({"x": np.stack([rows, rows * 10], 1)}, m)["x"]
+        local = np.concatenate([s.data for s in sorted(
+            glob.addressable_shards, key=lambda s: (s.index[0].start or 0))])
+        out[str(mesh)] = {
+            "rows": rows.tolist(),
+            "shape": list(glob.shape),
+            "fraction": sharding.host_batch_fraction(m),
+            "devices_see_their_rows": bool(all(
+                (np.asarray(s.data)[:, 0] == np.arange(16)[s.index[0]]).all()
+                for s in glob.addressable_shards)),
+        }
+        sharding.check_host_batches({"x": np.stack([rows, rows * 10], 1)}, m)
+    shared = sharding.make_mesh({"data": 1, "fsdp": 1, "tensor": 8})
+    try:  # both hosts hold every row, but read different data
+        sharding.check_host_batches({"x": np.full((16, 2), jax.process_index())}, shared)
+        out["mismatch"] = None
+    except ValueError as e:
+        out["mismatch"] = str(e)
+    cfg = BertConfig(vocab_size=99, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=5, max_position_embeddings=16)
+    from bert_jax.model import get_model_class, init_params
+    import flax.linen as nn
+    params = jax.device_get(nn.meta.unbox(
+        init_params(get_model_class("BertModel")(cfg), jax.random.PRNGKey(0))))
+    convert.save_pretrained(sys.argv[3], cfg, params, "BertModel")
+    try:  # exists: process 0 refuses, and every process raises instead of waiting
+        convert.save_pretrained(sys.argv[3], cfg, params, "BertModel")
+        out["refused"] = None
+    except FileExistsError as e:
+        out["refused"] = str(e)
+    from bert_jax import inputs
+    inputs.require_shared_directory(sys.argv[4])  # both processes see it
+    try:  # a directory of each host's own (no shared file system)
+        inputs.require_shared_directory(sys.argv[5] + f"/host{jax.process_index()}")
+        out["unshared"] = None
+    except ValueError as e:
+        out["unshared"] = str(e)
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+
+def test_host_rows_startup_check_refused_export_and_unshared_directory(tmp_path):
+    export = tmp_path / "export"
+    outputs = two_processes(
+        lambda flags: [
+            sys.executable,
+            "-c",
+            CHECKS,
+            flags[0].split("=", 1)[1],
+            flags[2].split("=", 1)[1],
+            str(export),
+            str(tmp_path / "shared"),
+            str(tmp_path),
+        ],
+        timeout=300,
+    )
+    results = [
+        json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+        for out, _ in outputs
+    ]
+    for mesh in map(str, MESHES):
+        rows = [r[mesh]["rows"] for r in results]
+        for r in results:  # every device got its own rows of a [16, 2] global batch
+            assert r[mesh]["shape"] == [16, 2] and r[mesh]["devices_see_their_rows"], mesh
+            assert r[mesh]["fraction"] == len(r[mesh]["rows"]) / 16
+        if mesh == str((1, 1, 8)):  # the tensor axis spans both hosts: both read every row
+            assert rows == [list(range(16))] * 2
+        else:  # the batch is split over the hosts: disjoint halves
+            assert sorted(rows[0] + rows[1]) == list(range(16)) and len(rows[0]) == 8, mesh
+    for r in results:
+        assert "read different data for rows [0, 1, 2" in r["mismatch"]
+        assert "already holds ['config.json', 'params']" in r["refused"] or (
+            "already holds an export" in r["refused"]
+        )
+    assert (export / "params").is_dir() and (export / "config.json").is_file()
+    for r in results:  # the default corpus needs a shared file system: every process says so
+        assert r["unshared"].startswith("process(es) [1] cannot see the files process 0 writes")
+
+
+# Fine-tunes the sentiment task of tests/finetune_test.py with defaults (dev evaluation every
+# epoch, prediction files and export at the end): argv = data dir, vocab dir, workdir, and in a
+# 2-process run the coordinator address and process id.
+FINETUNE = textwrap.dedent(
+    """
+    import sys
+    import jax
+    if len(sys.argv) > 4:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(sys.argv[4], 2, int(sys.argv[5]))
+    from bert_jax import finetune
+    from tests.finetune_test import finetune_config
+
+    config = finetune_config("custom", sys.argv[1], sys.argv[2], **{
+        "finetune.num_epochs": 2, "mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 8})
+    finetune.run(config, sys.argv[3])
+    """
+)
+
+
+def test_finetuning_on_two_processes_equals_one(tmp_path):
+    from tests.finetune_test import sentiment_files, write_vocab
+
+    data = tmp_path / "data"
+    data.mkdir()
+    sentiment_files(data)
+    vocab = write_vocab(tmp_path / "vocab")
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    script = [sys.executable, "-c", FINETUNE, str(data), str(vocab)]
+    run([*script, str(single)], devices=8)
+    two_processes(
+        lambda flags: [
+            *script,
+            str(multi),
+            flags[0].split("=", 1)[1],
+            flags[2].split("=", 1)[1],
+        ]
+    )
+    a = json.loads((single / "results.json").read_text())
+    b = json.loads((multi / "results.json").read_text())
+    assert a["mean"].keys() == b["mean"].keys() and "accuracy" in a["mean"]
+    for key in a["mean"]:
+        np.testing.assert_allclose(b["mean"][key], a["mean"][key], rtol=1e-6, err_msg=key)
+    for name in ("dev_predictions.tsv", "test_predictions.tsv"):
+        assert (multi / "predictions" / name).read_text() == (
+            single / "predictions" / name
+        ).read_text()
+    assert (multi / "hf" / "model.safetensors").is_file()
+    assert (multi / "export" / "params").is_dir()

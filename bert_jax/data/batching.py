@@ -264,8 +264,10 @@ class EpochIterator:
 
     Each global batch of `batch_size` rows is planned as `batches(..., drop_remainder=True)`
     plans it (seed + epoch); process `shard_index` of `shard_count` gets the contiguous slice
-    [shard_index * B/shard_count, ...) of its rows, cut to the token width the whole global batch
-    needs, so every host compiles the same shapes and the assembled batch is the planned one.
+    [shard_index * B/shard_count, ...) of its rows (or the rows `host_rows` names, in that order:
+    `sharding.host_batch_rows(mesh, B)`, which hosts sharing a batch shard share), cut to the
+    token width the whole global batch needs, so every host compiles the same shapes and the
+    assembled batch is the planned one.
 
     The position is (epoch, batch); `get_state()`/`set_state()` exchange it as JSON bytes, the
     protocol grain's Orbax checkpoint handler uses, so `trainer` saves it with the model.
@@ -282,7 +284,17 @@ class EpochIterator:
         group_by_length: bool = False,
         shard_index: int = 0,
         shard_count: int = 1,
+        host_rows: Sequence[int] | None = None,
     ):
+        if host_rows is not None:
+            host_rows = np.asarray(host_rows, np.int64)
+            if host_rows.ndim != 1 or not host_rows.size or host_rows.min() < 0:
+                raise ValueError(f"host_rows must be row indices, got {host_rows[:10]}")
+            if host_rows.max() >= batch_size or np.unique(host_rows).size != host_rows.size:
+                raise ValueError(
+                    f"host_rows must be distinct rows of the batch of {batch_size}, got "
+                    f"{host_rows[:10]}"
+                )
         if batch_size % shard_count:
             raise ValueError(f"batch_size={batch_size} does not split over {shard_count} processes")
         if "example_weights" not in features:
@@ -299,7 +311,11 @@ class EpochIterator:
             )
         self._seq_keys = token_keys(self._features)
         per_host = batch_size // shard_count
-        self._rows = slice(shard_index * per_host, (shard_index + 1) * per_host)
+        self._rows = (
+            slice(shard_index * per_host, (shard_index + 1) * per_host)
+            if host_rows is None
+            else host_rows
+        )
         self._epoch, self._index, self._plan = 0, 0, None
         self.steps_per_epoch = len(self._epoch_plan(0))
         if self.steps_per_epoch == 0:

@@ -30,6 +30,8 @@ How grain does the work (nothing of it is hand-written here):
    `shard_index` keeps the contiguous slice [shard_index * B, (shard_index + 1) * B) of each: the
    hosts' parts are disjoint and together hold every record exactly once per epoch, and the global
    batch the hosts assemble (process 0's rows first) is row for row the one a single host reads.
+   With `host_rows` (from the mesh: `sharding.host_batch_rows`) a host keeps those rows instead;
+   hosts whose devices hold the same batch shard then read the same rows.
    So a run's batches, and with a partitionable PRNG its dropout masks, do not depend on the
    number of hosts.
 4. A map reads this host's B records in one batched read, decodes them and, with
@@ -173,15 +175,15 @@ class _WithStreamIndex(grain.experimental.MapWithIndexTransform):
         return index, element
 
 
-class _HostSlice(grain.transforms.Map):
-    """Keeps rows [start, stop) of a global batch of (stream positions, keys)."""
+class _HostRows(grain.transforms.Map):
+    """Keeps the given rows of a global batch of (stream positions, keys), in that order."""
 
-    def __init__(self, start: int, stop: int):
-        self._start, self._stop = start, stop
+    def __init__(self, rows: np.ndarray):
+        self._rows = rows
 
     def map(self, element: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         stream_ids, keys = element
-        return stream_ids[self._start : self._stop], keys[self._start : self._stop]
+        return stream_ids[self._rows], keys[self._rows]
 
 
 class _ReadBatch(grain.transforms.Map):
@@ -238,6 +240,7 @@ def make_pretraining_dataset(
     num_epochs: int | None = None,
     shard_index: int | None = None,
     shard_count: int | None = None,
+    host_rows: Sequence[int] | None = None,
     shuffle: bool = True,
     dynamic_masking: bool | None = None,
     tokenizer=None,
@@ -262,6 +265,10 @@ def make_pretraining_dataset(
         dropped, so every host yields the same number of batches.
       shard_index: this host's part; default `jax.process_index()`.
       shard_count: number of parts; default `jax.process_count()`.
+      host_rows: instead of shard_index/shard_count, the rows of each global batch this host
+        reads, in order (`sharding.host_batch_rows(mesh, global_batch_size)`): hosts that feed
+        the same batch shard (a model axis across hosts) then read the same rows. Needs
+        global_batch_size.
       shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
       dynamic_masking: draw new masks each epoch; default: only if the records have none.
         Records with static masks are unmasked first, so original TFRecords can be re-masked.
@@ -289,6 +296,21 @@ def make_pretraining_dataset(
     """
     files, metadata, build_dir = _resolve(paths)
     info = _data_info(files, metadata)
+    if host_rows is not None:
+        if global_batch_size is None or {batch_size, shard_index, shard_count} != {None}:
+            raise ValueError(
+                "host_rows goes with global_batch_size, not with batch_size, shard_index or "
+                "shard_count"
+            )
+        host_rows = np.asarray(host_rows, np.int64)
+        if host_rows.ndim != 1 or not host_rows.size or np.unique(host_rows).size != host_rows.size:
+            raise ValueError(f"host_rows must be distinct row indices, got {host_rows[:10]}")
+        if host_rows.min() < 0 or host_rows.max() >= global_batch_size:
+            raise ValueError(
+                f"host_rows must lie in [0, global_batch_size={global_batch_size}), got "
+                f"{host_rows.min()}..{host_rows.max()}"
+            )
+        shard_index, shard_count = 0, 1  # the global batch is formed whole, then sliced
     if shard_index is None or shard_count is None:
         import jax
 
@@ -356,7 +378,11 @@ def make_pretraining_dataset(
             )
         ds = ds[:usable]
     ds = ds.batch(global_batch, drop_remainder=True)
-    ds = ds.map(_HostSlice(shard_index * batch_size, (shard_index + 1) * batch_size))
+    if host_rows is None:
+        host_rows = np.arange(shard_index * batch_size, (shard_index + 1) * batch_size)
+    else:
+        batch_size = len(host_rows)
+    ds = ds.map(_HostRows(host_rows))
     ds = ds.map(
         _ReadBatch(
             source,

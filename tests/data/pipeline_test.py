@@ -268,3 +268,22 @@ def test_bad_arguments_and_inputs(tmp_path, dynamic_build):
         loader(tmp_path / "unfinished")
     with pytest.raises(FileNotFoundError, match="not a pretraining build"):
         loader(tmp_path)
+
+
+def test_host_rows_read_those_rows_of_every_global_batch(tmp_path):
+    """`host_rows` (what `sharding.host_batch_rows` gives a host) picks rows of the global batch a
+    single host reads, in the order given; two hosts that share a batch shard read the same."""
+    paths = write_numbered_records(tmp_path, 96)
+    whole = [numbers(b) for b in take(loader(paths, global_batch_size=8), 5)]
+    rows = [6, 7, 2, 3]  # two non-adjacent shards of 2 rows, as a mesh may give a host
+    kwargs = dict(seed=0, global_batch_size=8, host_rows=rows)
+    mine = [numbers(b) for b in take(pipeline.make_pretraining_loader(paths, **kwargs), 5)]
+    assert mine == [[batch[r] for r in rows] for batch in whole]
+    other = [numbers(b) for b in take(pipeline.make_pretraining_loader(paths, **kwargs), 5)]
+    assert other == mine
+    with pytest.raises(ValueError, match="host_rows goes with global_batch_size"):
+        pipeline.make_pretraining_loader(paths, batch_size=4, host_rows=rows)
+    with pytest.raises(ValueError, match="host_rows must lie in"):
+        pipeline.make_pretraining_loader(paths, global_batch_size=8, host_rows=[7, 8])
+    with pytest.raises(ValueError, match="distinct row indices"):
+        pipeline.make_pretraining_loader(paths, global_batch_size=8, host_rows=[1, 1])

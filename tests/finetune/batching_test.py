@@ -251,3 +251,17 @@ def test_pack_rejects_what_it_cannot_pack():
         batching.pack(packed, max_segments=2)
     with pytest.raises(ValueError, match="per-example key"):
         batching.pack({**features, "start_positions": np.zeros(2, np.int32)}, max_segments=2)
+
+
+def test_epoch_iterator_host_rows_are_rows_of_the_planned_batch():
+    features = _features([5, 7, 3, 9, 4, 6, 8, 2, 5, 7, 6, 4])
+    whole = batching.EpochIterator(features, 4, num_epochs=2, seed=3)
+    rows = [3, 1]
+    mine = batching.EpochIterator(features, 4, num_epochs=2, seed=3, host_rows=rows)
+    for a, b in zip(whole, mine, strict=True):
+        for k in features:
+            np.testing.assert_array_equal(b[k], a[k][rows], err_msg=k)
+    with pytest.raises(ValueError, match="distinct rows of the batch of 4"):
+        batching.EpochIterator(features, 4, num_epochs=1, host_rows=[3, 4])
+    with pytest.raises(ValueError, match="distinct rows of the batch of 4"):
+        batching.EpochIterator(features, 4, num_epochs=1, host_rows=[1, 1])
