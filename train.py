@@ -26,14 +26,14 @@ roofline bound on MFU, as a table and one JSON line (`bert_jax.aot`).
 
 from __future__ import annotations
 
-import logging as std_logging
 import os
 
 import jax
+import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import aot, flops, sharding, trainer
+from bert_jax import aot, flops, inference, sharding, trainer, writers
 from bert_jax.config import BertConfig
 from bert_jax.data import packing, tokenization
 from bert_jax.writers import MetricWriter
@@ -62,14 +62,6 @@ flags.DEFINE_string(
 flags.mark_flags_as_required(["config"])
 
 PRETRAINING_MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}
-
-
-class _QuietLibraries(std_logging.Filter):
-    """Drops the INFO chatter of Orbax, grain and JAX (every save logs dozens of lines)."""
-
-    def filter(self, record: std_logging.LogRecord) -> bool:
-        noisy = any(f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "jax"))
-        return record.levelno >= std_logging.WARNING or not noisy
 
 
 def initialize_distributed() -> None:
@@ -110,15 +102,19 @@ def pretrain(config, workdir: str) -> int | None:
         print(f"mesh {dict(exp.mesh.shape)}; {exp.model_name} {cfg}")
         print("\n".join(sharding.describe(exp.abstract.params, exp.mesh, exp.rules)))
         return
-    logging.info("config:\n%s", config)
+    logging.vlog(1, "config:\n%s", config)
     if jax.process_index() == 0:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
+        logging.info("config: %s", os.path.join(workdir, "config.json"))
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = trainer.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
     writer = MetricWriter(workdir, config.num_train_steps, start)
+    shown = _masked_examples(data)  # what the model predicts for held-out lines, before and after
+    if shown:
+        before = (f"step {start}", *inference.top_predictions(exp.model, state.params, *shown[:2]))
 
     eval_cache = []
 
@@ -131,6 +127,20 @@ def pretrain(config, workdir: str) -> int | None:
             )
         jit_eval = exp.eval_fn()
         return trainer.reduce_window([jit_eval(params, b) for b in eval_cache])
+
+    if data.eval_batches and start == 0:
+        # Where the curves start, and the unigram plateau: the accuracy of always guessing the
+        # held-out masked tokens' commonest token, which a model must rise clearly above.
+        held_out = data.eval_batches(config.num_eval_steps)
+        masked = [b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in held_out]
+        counts = np.bincount(np.concatenate(masked))
+        writer.write(
+            0,
+            {
+                **{f"eval/{k}": v for k, v in evaluate(state.params, 0).items()},
+                "eval/commonest_token_share": counts.max() / counts.sum(),
+            },
+        )
 
     def step_flops(host):  # this host's batch stands for every host's
         # Every (packed) sequence's own length: its attention costs n_i^2, not a row's L^2.
@@ -156,16 +166,38 @@ def pretrain(config, workdir: str) -> int | None:
     )
     ckpt.close()
     writer.close()
+    places = {"checkpoints": ckpt.directory}
     if step >= config.num_train_steps and config.export_hf_at_end:
         exp.export(state.params, workdir)
+        places["export"] = os.path.join(workdir, "export") + " (bert_jax)"
+        places["hf"] = os.path.join(workdir, "hf") + " (transformers)"
         if data.tokenizer_path and os.path.isfile(data.tokenizer_path) and jax.process_index() == 0:
             # The vocabulary goes with the model: <workdir>/hf is a complete transformers directory.
             tokenization.load_tokenizer(data.tokenizer_path).save(os.path.join(workdir, "hf"))
+    if jax.process_index() == 0:
+        if shown:
+            after = (
+                f"step {step}",
+                *inference.top_predictions(exp.model, state.params, *shown[:2]),
+            )
+            print("\nHeld-out lines with a word masked, and the model's top guesses:")
+            print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
+        print("\n" + writer.summary(step, places))
+
+
+def _masked_examples(data):
+    """(features, positions, texts, answers, tokenizer) of a few held-out lines, or None."""
+    if not (data.eval_batches and data.tokenizer_path and os.path.isfile(data.tokenizer_path)):
+        return None
+    if jax.process_count() > 1:  # the host-side demonstration needs every parameter on one host
+        return None
+    tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
+    return (*inference.masked_examples(data.eval_batches(1)[0], tokenizer, 4), tokenizer)
 
 
 def main(argv):
     del argv
-    logging.get_absl_handler().addFilter(_QuietLibraries())
+    writers.configure_console()
     config, workdir = FLAGS.config, FLAGS.workdir
     aot.skip_absent_tpu_backend()
     if FLAGS.mode == "compile":

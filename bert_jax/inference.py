@@ -4,6 +4,7 @@
     python -m bert_jax.inference predict --model runs/genre --input lines.txt --output preds.jsonl
     python -m bert_jax.inference attention --model DIR --text "Fair is foul" --layer 2 --head 0 \\
         --output attention.png
+    python -m bert_jax.inference fill-mask --model runs/pretrain_tiny "to be or not to [MASK] ..."
 
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir; the
 tokenizer (tokenizer.json / vocab.txt) is taken from beside it. Input files hold one text a line
@@ -29,7 +30,7 @@ from bert_jax import convert
 from bert_jax.config import BertConfig
 from bert_jax.data import batching, tokenization
 from bert_jax.data.glue import encode_texts
-from bert_jax.model import BertModel, get_model_class
+from bert_jax.model import BertForMaskedLM, BertModel, get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")
 PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)
@@ -322,6 +323,201 @@ def attention_map(
     return probs
 
 
+# ---- fill-mask: what a masked-LM head predicts ----
+MLM_MODELS = ("BertForMaskedLM", "BertForPreTraining")
+
+
+def load_masked_lm(path: str):
+    """(config, BertForMaskedLM params, tokenizer) of any checkpoint with an MLM head.
+
+    Raises:
+      ValueError: the checkpoint has no MLM head (`cls/predictions`), e.g. a sentence encoder.
+    """
+    try:
+        config, params, _, tokenizer = load(path, "BertForMaskedLM")
+    except convert.ConversionError as err:
+        if "cls/predictions" not in str(err):
+            raise
+        raise ValueError(
+            f"{path} has no masked-LM head (no cls/predictions weights), so it cannot fill in "
+            f"[MASK]: fill-mask needs a {' or '.join(MLM_MODELS)} checkpoint"
+        ) from None
+    return config, params, tokenizer
+
+
+def top_predictions(
+    model, params, features, positions: np.ndarray, top_k: int = 5
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `top_k` tokens an MLM head puts at given positions, and their probabilities.
+
+    Args:
+      model: a BertForMaskedLM or BertForPreTraining module (any runtime).
+      params: its parameters.
+      features: {"input_ids", "token_type_ids", "attention_mask"}: int [N, L].
+      positions: int [N, P], the positions to predict (the [MASK]s).
+      top_k: K.
+
+    Returns:
+      (token ids int32 [N, P, K], probabilities float32 [N, P, K]), most probable first.
+    """
+    if not getattr(model, "masked_lm", False):
+        raise ValueError(f"{type(model).__name__} has no MLM head; use one of {MLM_MODELS}")
+    positions = np.asarray(positions, np.int32)
+
+    @jax.jit
+    def run(params, input_ids, token_type_ids, attention_mask, positions):
+        out = model.apply(
+            {"params": params},
+            input_ids,
+            token_type_ids,
+            attention_mask,
+            masked_positions=positions,
+        )
+        logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+        probs, ids = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), top_k)
+        return ids, probs
+
+    columns = ("input_ids", "token_type_ids", "attention_mask")
+    ids, probs = run(params, *(np.asarray(features[k], np.int32) for k in columns), positions)
+    return np.asarray(ids, np.int32), np.asarray(probs, np.float32)
+
+
+def fill_mask(
+    config: BertConfig,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    top_k: int = 5,
+    max_seq_length: int = 512,
+) -> list[list[list[dict]]]:
+    """The most probable tokens for every [MASK] of every text.
+
+    Args:
+      config, params: a BertForMaskedLM (`load_masked_lm`).
+      tokenizer: its WordPiece tokenizer; "[MASK]" in a text is its mask token.
+      texts: N texts, each with at least one [MASK].
+      top_k: candidates per [MASK].
+      max_seq_length: longer texts are cut (to at most the model's max_position_embeddings).
+
+    Returns:
+      For each text, for each of its [MASK]s in order, `top_k` dicts {"token": str, "token_id":
+      int, "score": float probability}, most probable first (as transformers' fill-mask).
+    """
+    if top_k < 1 or top_k > config.vocab_size:
+        raise ValueError(f"top_k must be in [1, {config.vocab_size}], got {top_k}")
+    features = _features(
+        tokenizer, texts, None, min(max_seq_length, config.max_position_embeddings)
+    )
+    longest = int(features["attention_mask"].sum(1).max())
+    features = {k: v[:, :longest] for k, v in features.items() if k != "example_weights"}
+    is_mask = features["input_ids"] == tokenizer.mask_id
+    counts = is_mask.sum(1)
+    if not counts.all():
+        i = int(np.argmin(counts))
+        raise ValueError(f"text {i + 1} ({texts[i]!r}) has no [MASK] (or it was truncated)")
+    positions = np.zeros((len(texts), int(counts.max())), np.int32)
+    for i, row in enumerate(is_mask):
+        where = np.flatnonzero(row)
+        positions[i, : len(where)] = where
+    ids, probs = top_predictions(BertForMaskedLM(config), params, features, positions, top_k)
+    return [
+        [
+            [
+                {"token": tokenizer.id_to_token(t), "token_id": int(t), "score": float(p)}
+                for t, p in zip(ids[i, j], probs[i, j])
+            ]
+            for j in range(int(counts[i]))
+        ]
+        for i in range(len(texts))
+    ]
+
+
+def masked_examples(batch, tokenizer, num_examples: int = 4, context_tokens: int = 20):
+    """Held-out lines with one whole word masked, for showing what a pretrained model learned.
+
+    From a pretraining batch, each row's original tokens (its masks undone) are cut to a window
+    of the first segment, and the alphabetic whole word nearest the window's middle is masked.
+
+    Args:
+      batch: a host pretraining batch: input_ids, token_type_ids, masked_lm_positions,
+        masked_lm_ids, masked_lm_weights ([B, L] and [B, P]).
+      tokenizer: the batch's WordPiece tokenizer.
+      num_examples: N, at most B.
+      context_tokens: the window's length in tokens.
+
+    Returns:
+      (features {"input_ids", "token_type_ids", "attention_mask"} int32 [N, W + 2],
+       positions int32 [N, 1], texts with "[MASK]" [N], answers [N]).
+    """
+    ids = np.array(batch["input_ids"])
+    rows = np.arange(ids.shape[0])[:, None]
+    real = np.asarray(batch["masked_lm_weights"]) > 0
+    ids[rows.repeat(real.shape[1], 1)[real], np.asarray(batch["masked_lm_positions"])[real]] = (
+        np.asarray(batch["masked_lm_ids"])[real]
+    )
+    special = {tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id}
+    width = context_tokens + 2
+    out_ids, positions, texts, answers = [], [], [], []
+    for row, types in zip(ids, np.asarray(batch["token_type_ids"])):
+        words = [int(t) for t, s in zip(row, types) if s == 0 and int(t) not in special]
+        window = words[:context_tokens]
+        pieces = [tokenizer.id_to_token(t) for t in window]
+        whole = [
+            i
+            for i, p in enumerate(pieces)
+            if p.isalpha()
+            and not p.startswith("##")
+            and (i + 1 == len(pieces) or not pieces[i + 1].startswith("##"))
+        ]
+        if len(window) < 6 or not whole:
+            continue
+        target = min(whole, key=lambda i: abs(i - len(window) / 2))
+        answers.append(pieces[target])
+        pieces[target] = tokenization.MASK
+        texts.append(_join_pieces(pieces))
+        window[target] = tokenizer.mask_id
+        row_ids = [tokenizer.cls_id, *window, tokenizer.sep_id]
+        out_ids.append(row_ids + [tokenizer.pad_id] * (width - len(row_ids)))
+        positions.append([target + 1])
+        if len(texts) == num_examples:
+            break
+    if not texts:
+        raise ValueError("the batch holds no line with a whole word to mask")
+    input_ids = np.array(out_ids, np.int32)
+    features = {
+        "input_ids": input_ids,
+        "token_type_ids": np.zeros_like(input_ids),
+        "attention_mask": (input_ids != tokenizer.pad_id).astype(np.int32),
+    }
+    return features, np.array(positions, np.int32), texts, answers
+
+
+def _join_pieces(pieces: Sequence[str]) -> str:
+    """WordPiece strings back to text ("##" pieces glued to the word before)."""
+    text = ""
+    for p in pieces:
+        text += p[2:] if p.startswith("##") else (" " if text else "") + p
+    return text
+
+
+def format_predictions(texts, answers, columns, id_to_token) -> str:
+    """Masked lines, each with every column's top predictions and their probabilities.
+
+    Args:
+      texts: N lines with [MASK]; answers: N masked words (or None).
+      columns: (title, ids [N, 1, K], probs [N, 1, K]) per column, e.g. before and after training.
+      id_to_token: token id -> string.
+    """
+    lines = []
+    for i, text in enumerate(texts):
+        lines.append(f"  {text}" + (f"   (masked: {answers[i]})" if answers else ""))
+        for title, ids, probs in columns:
+            guesses = ", ".join(f"{id_to_token(t)} {p:.2f}" for t, p in zip(ids[i, 0], probs[i, 0]))
+            lines.append(f"    {title}: {guesses}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bert_jax.inference",
@@ -337,8 +533,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.add_argument("--text", required=True)
     a.add_argument("--layer", type=int, required=True)
     a.add_argument("--head", type=int, required=True)
-    for s in (e, p, a):
+    f = sub.add_parser("fill-mask", help="the most probable tokens for each [MASK] of a text")
+    f.add_argument("texts", nargs="+", help='texts with "[MASK]" in them')
+    f.add_argument("--top_k", type=int, default=5)
+    f.add_argument("--json", action="store_true", help="print JSON lines, one per text")
+    for s in (e, p, a, f):
         s.add_argument("--model", required=True, help="checkpoint or run directory")
+    for s in (e, p, a):
         s.add_argument("--output", required=True)
     for s in (e, p):
         s.add_argument("--input", required=True, help="one text a line (TAB separates a pair)")
@@ -379,6 +580,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for text, row in zip(texts, rows):
                     f.write(json.dumps({"text": text, **row}) + "\n")
             print(f"wrote {len(rows)} predictions to {args.output}")
+        elif args.command == "fill-mask":
+            config, params, tokenizer = load_masked_lm(args.model)
+            results = fill_mask(config, params, tokenizer, args.texts, top_k=args.top_k)
+            for text, masks in zip(args.texts, results):
+                if args.json:
+                    print(json.dumps({"text": text, "masks": masks}))
+                    continue
+                print(text)
+                for j, candidates in enumerate(masks):
+                    guesses = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
+                    print(f"  [MASK] {j + 1}: {guesses}")
         else:
             config, params, _, tokenizer = load(args.model, "BertModel")
             attention_map(config, params, tokenizer, args.text, args.layer, args.head, args.output)

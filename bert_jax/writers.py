@@ -1,15 +1,20 @@
-"""Metric writers: `metrics.jsonl`, TensorBoard and a console progress bar with an ETA.
+"""Metric writers: `metrics.jsonl`, TensorBoard, `curves.png` and a console progress bar.
 
 Only process 0 writes; on other processes every method is a no-op.
 
 `metrics.jsonl` holds one JSON object per logged step: {"step": 200, "train/loss": 7.1, ...}.
+`curves.png` (train and held-out loss and accuracies against steps) is redrawn at every
+evaluation. While the progress bar is up, log lines are printed above it, never into its line.
 """
 
 from __future__ import annotations
 
 import json
+import logging as std_logging
 import math
 import os
+import sys
+import time
 from collections.abc import Mapping
 
 import jax
@@ -20,18 +25,33 @@ class MetricWriter:
     """Writes scalar metrics for a run in `workdir`.
 
     Args:
-      workdir: the run directory (metrics.jsonl and tensorboard/ go there).
+      workdir: the run directory (metrics.jsonl, tensorboard/ and curves.png go there).
       total_steps: for the progress bar's ETA.
       initial_step: where the run (re)starts.
-      progress: show a tqdm progress bar on the console.
+      progress: show a tqdm progress bar on the console; log lines go above it.
+      curves: redraw `workdir/curves.png` whenever held-out ("eval/...") metrics are written.
     """
 
-    def __init__(self, workdir: str, total_steps: int, initial_step: int = 0, progress=True):
+    def __init__(
+        self,
+        workdir: str,
+        total_steps: int,
+        initial_step: int = 0,
+        progress: bool = True,
+        curves: bool = True,
+    ):
         self.active = jax.process_index() == 0
-        self._jsonl = self._tb = self._bar = None
+        self._jsonl = self._tb = self._bar = self._stream = None
+        self.workdir = workdir
+        self.curves_path = os.path.join(workdir, "curves.png") if curves else None
+        self.history: dict[str, list[tuple[int, float]]] = {}  # name -> [(step, value)]
+        self.latest: dict[str, float] = {}  # name -> its last value
+        self._start_time, self._train_s, self._train_tokens = time.perf_counter(), 0.0, 0.0
+        self._initial_step = self._last_train_step = initial_step
         if not self.active:
             return
         os.makedirs(workdir, exist_ok=True)
+        self._read_history()  # a resumed run's curves keep their beginning
         self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
         try:
             from tensorboardX import SummaryWriter
@@ -43,11 +63,30 @@ class MetricWriter:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=total_steps, initial=initial_step, unit="step", dynamic_ncols=True
+                total=total_steps,
+                initial=initial_step,
+                unit="step",
+                dynamic_ncols=True,
+                file=sys.stderr,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]",
             )
+            self._stream = _LogAboveBar.install(self._bar)
+
+    def _read_history(self) -> None:
+        path = os.path.join(self.workdir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                if row["step"] > self._initial_step:  # steps redone after a resume
+                    continue
+                for key, value in row.items():
+                    if key != "step" and isinstance(value, float):
+                        self.history.setdefault(key, []).append((row["step"], value))
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Records `metrics` (names like "train/loss") at `step`."""
+        """Records `metrics` (names like "train/loss", "eval/mlm_accuracy") at `step`."""
         if not self.active:
             return
         clean = {k: _jsonable(v) for k, v in metrics.items()}
@@ -58,27 +97,190 @@ class MetricWriter:
                 if isinstance(value, float) and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
-        shown = {k.split("/", 1)[-1]: v for k, v in clean.items() if k.startswith("train/")}
-        text = " ".join(f"{k}={_fmt(v)}" for k, v in shown.items() if k in _CONSOLE)
+        for key, value in clean.items():
+            if isinstance(value, float):
+                self.history.setdefault(key, []).append((int(step), value))
+        self.latest.update(clean)
+        if "train/tokens_per_s" in clean and "train/step_time_s" in clean:
+            # The run's throughput: tokens and seconds of the windows, compile and eval left out.
+            seconds = clean["train/step_time_s"] * (step - self._last_train_step)
+            self._train_s += seconds
+            self._train_tokens += clean["train/tokens_per_s"] * seconds
+        if any(k.startswith("train/") for k in clean):
+            self._last_train_step = step
         if self._bar is not None:
-            self._bar.set_postfix_str(text, refresh=False)
-        logging.info("step %d: %s", step, " ".join(f"{k}={_fmt(v)}" for k, v in clean.items()))
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+        shown = {k: v for k, v in clean.items() if k.startswith("eval/") or _short(k) in _CONSOLE}
+        logging.info("step %d: %s", step, " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
+        if self.curves_path and any(k.startswith("eval/") for k in clean):
+            plot_curves(self.history, self.curves_path)
+
+    def _postfix(self) -> str:
+        parts = []
+        for key in ("train/loss", "train/mlm_accuracy", "eval/mlm_accuracy", "eval/accuracy"):
+            if key in self.latest:
+                parts.append(f"{key.replace('accuracy', 'acc')}={_fmt(self.latest[key])}")
+        if "train/tokens_per_s" in self.latest:
+            parts.append(f"{self.latest['train/tokens_per_s']:,.0f} tok/s")
+        return " ".join(parts)
 
     def advance(self, steps: int = 1) -> None:
         if self._bar is not None:
             self._bar.update(steps)
+
+    def summary(self, step: int, places: Mapping[str, str] = ()) -> str:
+        """The run's closing summary: time, throughput, final metrics and where things are.
+
+        Args:
+          step: the step the run reached.
+          places: label -> path of what the run wrote (exports, ...), listed after the metrics.
+        """
+        minutes = (time.perf_counter() - self._start_time) / 60
+        lines = [f"Done: step {step} in {minutes:.1f} min"]
+        if self._train_s > 0:
+            lines[0] += (
+                f" ({self._train_s / 60:.1f} min of training steps at "
+                f"{self._train_tokens / self._train_s:,.0f} tokens/s; the rest is compilation, "
+                "evaluation, data and saving)"
+            )
+        for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
+            keys = [k for k in self.latest if k.startswith(prefix) and _short(k) in _SUMMARY]
+            if keys:
+                shown = ", ".join(f"{_short(k)} {_fmt(self.latest[k])}" for k in keys)
+                lines.append(f"  {title}: {shown}")
+        listed = dict(places)
+        listed["metrics"] = os.path.join(self.workdir, "metrics.jsonl")
+        if self.curves_path and os.path.exists(self.curves_path):
+            listed["curves"] = self.curves_path
+        if self._tb is not None:
+            board = os.path.join(self.workdir, "tensorboard")
+            listed["TensorBoard"] = f"tensorboard --logdir {board}"
+        lines.extend(f"  {label}: {where}" for label, where in listed.items())
+        return "\n".join(lines)
 
     def close(self) -> None:
         if not self.active:
             return
         if self._bar is not None:
             self._bar.close()
+            self._stream.uninstall()
         if self._tb is not None:
             self._tb.close()
         self._jsonl.close()
 
 
-_CONSOLE = ("loss", "mlm_accuracy", "nsp_accuracy", "cls_accuracy", "tokens_per_s", "mfu")
+class _LogAboveBar:
+    """A stream for absl's handler that prints each log line above the progress bar."""
+
+    def __init__(self, bar, handler: std_logging.StreamHandler):
+        self.bar, self.handler, self.stream = bar, handler, handler.stream
+
+    @classmethod
+    def install(cls, bar) -> _LogAboveBar:
+        handler = logging.get_absl_handler().python_handler
+        self = cls(bar, handler)
+        handler.setStream(self)
+        return self
+
+    def uninstall(self) -> None:
+        if self.handler.stream is self:
+            self.handler.setStream(self.stream)
+
+    def write(self, text: str) -> None:
+        if text.strip():  # on the bar's own stream, so the bar is cleared and redrawn below it
+            self.bar.write(text.rstrip("\n"), file=self.bar.fp)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class _QuietLibraries(std_logging.Filter):
+    """Drops the INFO chatter of Orbax, grain, JAX and absl (every save logs dozens of lines)."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        noisy = any(f"/{lib}/" in record.pathname for lib in _NOISY)
+        return record.levelno >= std_logging.WARNING or not noisy
+
+
+_NOISY = ("orbax", "grain", "jax", "etils", "absl")
+# Warnings libraries raise on every run that say nothing to a user of this project.
+_IGNORED_WARNINGS = (
+    r".*Sharding info not provided when restoring.*",
+    r".*Couldn't find sharding info under RestoreArgs.*",
+    r".*os\.fork\(\) was called.*",
+)
+
+
+def configure_console() -> None:
+    """A readable console: short "HH:MM:SS message" log lines, library INFO chatter dropped,
+    Python warnings logged once through the same handler (so they too print above the bar)."""
+    import warnings
+
+    logging.use_absl_handler()  # app.run does this too; a script without it gets it here
+    handler = logging.get_absl_handler()
+    if not any(isinstance(f, _QuietLibraries) for f in handler.filters):
+        handler.addFilter(_QuietLibraries())
+    handler.setFormatter(_ConsoleFormatter())
+    for pattern in _IGNORED_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    std_logging.captureWarnings(True)
+
+
+class _ConsoleFormatter(std_logging.Formatter):
+    """ "12:01:33 message" ("W 12:01:33 message" for warnings and errors)."""
+
+    def __init__(self):
+        super().__init__("%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: std_logging.LogRecord) -> str:
+        text = super().format(record)
+        return text if record.levelno < std_logging.WARNING else f"{record.levelname[0]} {text}"
+
+
+def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str) -> None:
+    """Draws loss and accuracies against steps into a PNG (no display needed).
+
+    Args:
+      history: metric name ("train/loss", "eval/mlm_accuracy", ...) -> [(step, value)].
+      path: the PNG to (over)write.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4), dpi=90)
+    FigureCanvasAgg(fig)
+    loss_ax, acc_ax = fig.subplots(1, 2)
+    for ax, wanted, title in (
+        (loss_ax, lambda k: _short(k) == "loss", "loss"),
+        (acc_ax, lambda k: _short(k).endswith("accuracy"), "accuracy"),
+    ):
+        for key in sorted(k for k in history if k.split("/")[0] in ("train", "eval")):
+            if not wanted(key) or not history[key]:
+                continue
+            steps, values = zip(*history[key])
+            held_out = key.startswith("eval/")
+            label = f"{'held-out' if held_out else 'train'} {_short(key)}"
+            ax.plot(steps, values, "o-" if held_out else "-", label=label, markersize=4)
+        if ax is acc_ax and history.get("eval/commonest_token_share"):
+            share = history["eval/commonest_token_share"][-1][1]
+            ax.axhline(share, color="gray", ls="--", lw=1, label="commonest token's share")
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp)
+    os.replace(tmp, path)  # a reader never sees half a picture
+
+
+_CONSOLE = ("loss", "mlm_accuracy", "nsp_accuracy", "cls_accuracy", "accuracy", "learning_rate")
+_SUMMARY = ("loss", "mlm_accuracy", "nsp_accuracy", "accuracy", "mlm_loss", "nsp_loss")
+
+
+def _short(key: str) -> str:
+    return key.split("/", 1)[-1]
 
 
 def _jsonable(value):
