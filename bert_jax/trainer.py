@@ -199,6 +199,13 @@ class Experiment:
             self._jitted[key] = build()
         return self._jitted[key]
 
+    def _init_from_params_fn(self) -> Callable:
+        """The jitted (rng, sharded params) -> state around them (fresh optimizer state)."""
+        return self._cached(
+            ("init_from_params",),
+            lambda: jax.jit(lambda r, p: self._init_fn(r, params=p), out_shardings=self.state_sh),
+        )
+
     def init_state(self, params: PyTree | None = None, *, seed: int | None = None):
         """A fresh sharded state: from scratch, or around given (host) parameters.
 
@@ -219,11 +226,24 @@ class Experiment:
             jax.tree_util.tree_map(lambda x: np.asarray(x, self.runtime.param_dtype), params),
             self.state_sh.params,
         )
-        init = self._cached(
-            ("init_from_params",),
-            lambda: jax.jit(lambda r, p: self._init_fn(r, params=p), out_shardings=self.state_sh),
+        return self._init_from_params_fn()(rng, params)
+
+    def _init_from_training_run(self, path: str, seed: int | None):
+        """A fresh state around the parameters of a `train.py` run of this model, read straight
+        into their shardings (no optimizer state, no host copy); None if `path` is no such run
+        (another format, head, architecture or layer layout)."""
+        if convert.detect_format(path) != "train":
+            return None
+        targets = self.targets().params
+        loaded = convert.load_training_params_sharded(path, targets)
+        if loaded is None or loaded[2] != self.model_name:
+            return None
+        _, params, _, step = loaded
+        logging.info(
+            "init_from %s: the parameters of step %d, read into their shardings", path, step
         )
-        return init(rng, params)
+        rng = jax.random.PRNGKey(self.seed if seed is None else seed)
+        return self._init_from_params_fn()(rng, params)
 
     def create_or_restore(
         self,
@@ -248,11 +268,13 @@ class Experiment:
         elif init_params is not None:
             state = self.init_state(init_params, seed=seed)
         elif init_from:
-            _, params, _, report = convert.load_any(
-                init_from, self.model_name, allow_new_heads=True
-            )
-            logging.info("init_from %s:\n%s", init_from, report.summary())
-            state = self.init_state(params, seed=seed)
+            state = self._init_from_training_run(init_from, seed)
+            if state is None:
+                _, params, _, report = convert.load_any(
+                    init_from, self.model_name, allow_new_heads=True
+                )
+                logging.info("init_from %s:\n%s", init_from, report.summary())
+                state = self.init_state(params, seed=seed)
         else:
             state = self.init_state(seed=seed)
         return state, int(jax.device_get(state.step))
