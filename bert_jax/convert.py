@@ -31,7 +31,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -40,9 +39,10 @@ from typing import Any
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 from flax import traverse_util
 
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.config import BertConfig, RuntimeConfig, as_path
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
 
 PyTree = Any
@@ -551,9 +551,9 @@ def params_to_hf_state(
     return {rule.hf_key: rule.to_hf(flat[rule.flax_key]) for rule in parameter_table(config, model)}
 
 
-def _prepare_out_dir(out_dir: str, names: Sequence[str], overwrite: bool) -> None:
-    os.makedirs(out_dir, exist_ok=True)
-    clash = [n for n in names if os.path.exists(os.path.join(out_dir, n))]
+def _prepare_out_dir(out_dir: epath.Path, names: Sequence[str], overwrite: bool) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clash = [n for n in names if (out_dir / n).exists()]
     if clash and not overwrite:
         raise FileExistsError(
             f"{out_dir} already holds {clash}; pass overwrite=True (--overwrite) to replace them"
@@ -576,7 +576,7 @@ def save_pytorch(
     """
     from safetensors.numpy import save_file
 
-    out_dir = os.fspath(out_dir)
+    out_dir = as_path(out_dir)
     state = params_to_hf_state(config, params, model)
     _prepare_out_dir(out_dir, ["model.safetensors", "config.json"], overwrite)
     for stale in (
@@ -584,14 +584,14 @@ def save_pytorch(
         "model.safetensors.index.json",
         "pytorch_model.bin.index.json",
     ):
-        if os.path.exists(os.path.join(out_dir, stale)):
+        if (out_dir / stale).exists():
             raise FileExistsError(
                 f"{out_dir} holds {stale}, which transformers would load instead; remove it first"
             )
     state = {k: _savable(v) for k, v in state.items()}
     _atomic_write(out_dir, "model.safetensors", lambda p: save_file(state, p, {"format": "pt"}))
     _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
-    return out_dir
+    return os.fspath(out_dir)
 
 
 def _savable(x: np.ndarray) -> np.ndarray:
@@ -600,12 +600,20 @@ def _savable(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-def _atomic_write(out_dir: str, name: str, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+def _atomic_write(out_dir: epath.Path, name: str, write) -> None:
+    """`write(local file)`, then the file becomes `out_dir/name` whole: renamed from a temporary
+    name beside it, or for a URL (an object store, which replaces objects whole) copied there."""
+    local = "://" not in os.fspath(out_dir)
+    fd, tmp = tempfile.mkstemp(
+        dir=os.fspath(out_dir) if local else None, prefix=f".{name}.", suffix=".tmp"
+    )
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, os.path.join(out_dir, name))
+        if local:
+            os.replace(tmp, out_dir / name)
+        else:
+            epath.Path(tmp).copy(out_dir / name, overwrite=True)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -645,7 +653,7 @@ def save_pretrained(
     """
     import orbax.checkpoint as ocp
 
-    out_dir = os.path.abspath(os.fspath(out_dir))
+    out_dir = as_path(out_dir)
     flat = check_params(config, params, model)
     primary = jax.process_index() == 0
     refused = None
@@ -659,21 +667,21 @@ def save_pretrained(
             f"{out_dir} already holds an export; pass overwrite=True (--overwrite) to replace it"
         )
     tree = traverse_util.unflatten_dict(flat, sep="/")
-    tmp = os.path.join(out_dir, ".params.tmp")
-    if primary and os.path.exists(tmp):
-        shutil.rmtree(tmp)
+    tmp = out_dir / ".params.tmp"
+    if primary and tmp.exists():
+        tmp.rmtree()
     _sync_processes("save_pretrained-prepared")
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(tmp, tree)
         ckptr.wait_until_finished()
     if primary:
-        final = os.path.join(out_dir, "params")
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        final = out_dir / "params"
+        if final.exists():
+            final.rmtree()
+        tmp.rename(final)
         _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
     _sync_processes("save_pretrained-done")
-    return out_dir
+    return os.fspath(out_dir)
 
 
 def load_pretrained(

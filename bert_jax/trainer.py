@@ -25,10 +25,11 @@ import jax
 import numpy as np
 import optax
 from absl import logging
+from etils import epath
 
 from bert_jax import checkpointing, convert, flops, optimizer, sharding, train_lib
 from bert_jax.attention import current_platform, resolve_attention
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.config import BertConfig, RuntimeConfig, as_path
 from bert_jax.model import count_params, get_model_class, stack_layers
 from bert_jax.preemption import PreemptionWatcher
 from bert_jax.writers import MetricWriter
@@ -431,20 +432,29 @@ class Experiment:
         from jax.experimental import multihost_utils
 
         host_params = multihost_utils.process_allgather(params, tiled=True)
+        out = as_path(out_dir)
         convert.save_pretrained(
-            os.path.join(out_dir, "export"), self.cfg, host_params, self.model_name, overwrite=True
+            out / "export", self.cfg, host_params, self.model_name, overwrite=True
         )
         if hf and jax.process_index() == 0:
-            convert.save_pytorch(
-                self.cfg, host_params, os.path.join(out_dir, "hf"), self.model_name, overwrite=True
-            )
+            convert.save_pytorch(self.cfg, host_params, out / "hf", self.model_name, overwrite=True)
         logging.info("exported %s to %s", self.model_name, out_dir)
 
 
+def write_config(config, workdir: str) -> epath.Path:
+    """Writes the experiment config as `<workdir>/config.json` (process 0; `gs://` and other
+    URLs stay URLs) and returns the run directory."""
+    directory = as_path(workdir)
+    if jax.process_index() == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(config.to_json_best_effort(indent=2))
+    return directory
+
+
 def checkpointer(workdir: str, config) -> checkpointing.Checkpointer:
-    """The run directory's Checkpointer (<workdir>/checkpoints)."""
+    """The run directory's Checkpointer (<workdir>/checkpoints; a URL stays a URL)."""
     return checkpointing.Checkpointer(
-        os.path.join(workdir, "checkpoints"),
+        as_path(workdir) / "checkpoints",
         max_to_keep=config.max_checkpoints_to_keep,
         async_save=config.async_checkpointing,
     )
