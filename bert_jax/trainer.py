@@ -372,6 +372,9 @@ class Experiment:
                 if stopped:
                     logging.warning("stopping at step %d after a stop request", step)
                     break
+        # The last save is on disk before the signal handlers go back to their defaults: a second
+        # SIGTERM (schedulers repeat it before they kill) cannot then end the process mid-save.
+        ckpt.wait()
         watcher.close()
         return state, step, stopped
 

@@ -127,6 +127,9 @@ def harness(tiny_pretraining_build):
                 checkpoint_every_steps=config.checkpoint_every_steps,
                 data_iterator=data.train,
             )
+            # The last save is complete when the loop hands the signals back: another SIGTERM
+            # from here on (default handler: the process ends) loses nothing.
+            assert str(step) in os.listdir(os.path.join(workdir, "checkpoints"))
         finally:
             if timer is not None:
                 timer.cancel()
