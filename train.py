@@ -103,11 +103,8 @@ def pretrain(config, workdir: str) -> int | None:
         print("\n".join(sharding.describe(exp.abstract.params, exp.mesh, exp.rules)))
         return
     logging.vlog(1, "config:\n%s", config)
-    if jax.process_index() == 0:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
-        logging.info("config: %s", os.path.join(workdir, "config.json"))
+    trainer.write_config(config, workdir)
+    logging.info("config: %s", os.path.join(workdir, "config.json"))
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = trainer.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)

@@ -31,7 +31,6 @@ Leaf module: stores pytrees; knows nothing of the model.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import zlib
@@ -41,8 +40,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
-from etils import epath
 from jax.experimental import multihost_utils
+
+from bert_jax.config import as_path
 
 PyTree = Any
 
@@ -104,13 +104,6 @@ def _gather(code: int) -> list[int]:
     if jax.process_count() == 1:
         return [code]
     return [int(c) for c in multihost_utils.process_allgather(np.int32(code))]
-
-
-def as_path(path: str | os.PathLike) -> epath.Path:
-    """One path type for local files and URLs: `gs://...` (any scheme) stays a URL, and a local
-    path becomes absolute (so that a later change of directory does not move the run)."""
-    text = os.fspath(path)
-    return epath.Path(text) if "://" in text else epath.Path(os.path.abspath(text))
 
 
 def _grain_args():

@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from etils import epath
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
@@ -402,3 +404,11 @@ class RuntimeConfig:
     def resolved(self, platform: str) -> RuntimeConfig:
         """A copy with dtype "auto" made concrete for `platform` (`compute_dtype`)."""
         return dataclasses.replace(self, dtype=self.compute_dtype(platform))
+
+
+def as_path(path: str | os.PathLike) -> epath.Path:
+    """The one path type of a run's files (work directory, checkpoints, exports): `gs://...`
+    (any URL scheme) stays a URL, and a local path becomes absolute (so that a later change of
+    directory does not move the run)."""
+    text = os.fspath(path)
+    return epath.Path(text) if "://" in text else epath.Path(os.path.abspath(text))

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -40,9 +39,10 @@ from typing import Any
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 from flax import traverse_util
 
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.config import BertConfig, RuntimeConfig, as_path
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
 
 PyTree = Any
@@ -551,9 +551,9 @@ def params_to_hf_state(
     return {rule.hf_key: rule.to_hf(flat[rule.flax_key]) for rule in parameter_table(config, model)}
 
 
-def _prepare_out_dir(out_dir: str, names: Sequence[str], overwrite: bool) -> None:
-    os.makedirs(out_dir, exist_ok=True)
-    clash = [n for n in names if os.path.exists(os.path.join(out_dir, n))]
+def _prepare_out_dir(out_dir: epath.Path, names: Sequence[str], overwrite: bool) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clash = [n for n in names if (out_dir / n).exists()]
     if clash and not overwrite:
         raise FileExistsError(
             f"{out_dir} already holds {clash}; pass overwrite=True (--overwrite) to replace them"
@@ -576,7 +576,7 @@ def save_pytorch(
     """
     from safetensors.numpy import save_file
 
-    out_dir = os.fspath(out_dir)
+    out_dir = as_path(out_dir)
     state = params_to_hf_state(config, params, model)
     _prepare_out_dir(out_dir, ["model.safetensors", "config.json"], overwrite)
     for stale in (
@@ -584,14 +584,14 @@ def save_pytorch(
         "model.safetensors.index.json",
         "pytorch_model.bin.index.json",
     ):
-        if os.path.exists(os.path.join(out_dir, stale)):
+        if (out_dir / stale).exists():
             raise FileExistsError(
                 f"{out_dir} holds {stale}, which transformers would load instead; remove it first"
             )
     state = {k: _savable(v) for k, v in state.items()}
     _atomic_write(out_dir, "model.safetensors", lambda p: save_file(state, p, {"format": "pt"}))
     _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
-    return out_dir
+    return os.fspath(out_dir)
 
 
 def _savable(x: np.ndarray) -> np.ndarray:
@@ -600,12 +600,20 @@ def _savable(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-def _atomic_write(out_dir: str, name: str, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+def _atomic_write(out_dir: epath.Path, name: str, write) -> None:
+    """`write(local file)`, then the file becomes `out_dir/name` whole: renamed from a temporary
+    name beside it, or for a URL (an object store, which replaces objects whole) copied there."""
+    local = "://" not in os.fspath(out_dir)
+    fd, tmp = tempfile.mkstemp(
+        dir=os.fspath(out_dir) if local else None, prefix=f".{name}.", suffix=".tmp"
+    )
     os.close(fd)
     try:
         write(tmp)
-        os.replace(tmp, os.path.join(out_dir, name))
+        if local:
+            os.replace(tmp, out_dir / name)
+        else:
+            epath.Path(tmp).copy(out_dir / name, overwrite=True)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -645,7 +653,7 @@ def save_pretrained(
     """
     import orbax.checkpoint as ocp
 
-    out_dir = os.path.abspath(os.fspath(out_dir))
+    out_dir = as_path(out_dir)
     flat = check_params(config, params, model)
     primary = jax.process_index() == 0
     refused = None
@@ -659,21 +667,21 @@ def save_pretrained(
             f"{out_dir} already holds an export; pass overwrite=True (--overwrite) to replace it"
         )
     tree = traverse_util.unflatten_dict(flat, sep="/")
-    tmp = os.path.join(out_dir, ".params.tmp")
-    if primary and os.path.exists(tmp):
-        shutil.rmtree(tmp)
+    tmp = out_dir / ".params.tmp"
+    if primary and tmp.exists():
+        tmp.rmtree()
     _sync_processes("save_pretrained-prepared")
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(tmp, tree)
         ckptr.wait_until_finished()
     if primary:
-        final = os.path.join(out_dir, "params")
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        final = out_dir / "params"
+        if final.exists():
+            final.rmtree()
+        tmp.rename(final)
         _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
     _sync_processes("save_pretrained-done")
-    return out_dir
+    return os.fspath(out_dir)
 
 
 def load_pretrained(
@@ -701,16 +709,8 @@ def load_pretrained(
     return config, (stack_layers(tree) if scan_layers else tree), model
 
 
-def load_training_checkpoint(
-    workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
-) -> tuple[BertConfig, PyTree, str, int]:
-    """Params of a `train.py` checkpoint: (config, params, model class name, step).
-
-    Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
-    whatever mesh wrote it; only the parameters are read (the optimizer state is not).
-    """
-    import orbax.checkpoint as ocp
-
+def _training_checkpoint(workdir, step: int | None) -> tuple[str, int, BertConfig, str]:
+    """(state directory, step, config, model class name) of a `train.py` checkpoint."""
     root = os.path.join(os.path.abspath(os.fspath(workdir)), "checkpoints")
     steps = sorted(int(d) for d in os.listdir(root) if d.isdigit()) if os.path.isdir(root) else []
     if not steps:
@@ -726,15 +726,22 @@ def load_training_checkpoint(
         model = meta["model"]
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise ConversionError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
-    state_path = os.path.join(root, str(step), "state")
+    return os.path.join(root, str(step), "state"), step, config, model
+
+
+def _restore_params(state_path: str, restore_args) -> PyTree:
+    """The `params` subtree of a checkpoint's state (partial restore: the optimizer state stays
+    on disk), each leaf as `restore_args` (a tree of `ocp.RestoreArgs`, or None: host numpy)."""
+    import orbax.checkpoint as ocp
+
     try:
         with ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.metadata(state_path).item_metadata.tree
-            # The parameters only: the optimizer state (twice their size with Adam) stays on disk.
             wanted = {"params": tree["params"]}
-            restore_args = jax.tree_util.tree_map(
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
-            )
+            if restore_args is None:
+                restore_args = jax.tree_util.tree_map(
+                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
+                )
             state = ckptr.restore(
                 state_path,
                 args=ocp.args.PyTreeRestore(
@@ -743,10 +750,62 @@ def load_training_checkpoint(
             )
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
         raise ConversionError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
-    params = state["params"]
+    return state["params"]
+
+
+def load_training_checkpoint(
+    workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
+) -> tuple[BertConfig, PyTree, str, int]:
+    """Params of a `train.py` checkpoint: (config, params, model class name, step).
+
+    Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
+    whatever mesh wrote it; only the parameters are read (the optimizer state is not).
+    """
+    state_path, step, config, model = _training_checkpoint(workdir, step)
+    params = _restore_params(state_path, None)
     check_params(config, params, model)
     params = unstack_layers(params)
     return config, (stack_layers(params) if scan_layers else params), model, step
+
+
+def load_training_params_sharded(
+    workdir: str | os.PathLike, targets: PyTree, step: int | None = None
+) -> tuple[BertConfig, PyTree, str, int] | None:
+    """Like `load_training_checkpoint`, but each parameter is read straight into its sharding:
+    every host reads only the pieces its devices hold, and nothing is built on the host first.
+
+    Args:
+      workdir: a `train.py` run directory.
+      targets: the parameters to fill, as `jax.ShapeDtypeStruct`s with `.sharding` (the params
+        of `Experiment.targets()`); a stored dtype is cast to the target's.
+      step: the checkpoint (default: the newest).
+
+    Returns:
+      (config, params as sharded jax.Arrays, model class name, step), or None when the stored
+      parameters do not have the targets' tree and shapes (another head, or layers stacked
+      differently): the caller then converts them on the host.
+    """
+    import orbax.checkpoint as ocp
+
+    state_path, step, config, model = _training_checkpoint(workdir, step)
+    with ocp.PyTreeCheckpointer() as ckptr:
+        stored = ckptr.metadata(state_path).item_metadata.tree.get("params")
+    shape_of = lambda x: tuple(x.shape)  # noqa: E731
+    try:
+        same = jax.tree_util.tree_map(shape_of, stored) == jax.tree_util.tree_map(shape_of, targets)
+    except (AttributeError, TypeError, ValueError):
+        same = False
+    if not same:
+        return None
+    restore_args = {
+        "params": jax.tree_util.tree_map(
+            lambda t: ocp.ArrayRestoreArgs(
+                sharding=t.sharding, global_shape=t.shape, dtype=t.dtype
+            ),
+            targets,
+        )
+    }
+    return config, _restore_params(state_path, restore_args), model, step
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import numpy as np
+from absl import logging
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -47,10 +48,14 @@ DEFAULT_RULES: Rules = (
 
 
 def mesh_shape(sizes: dict[str, int], num_devices: int) -> tuple[int, int, int]:
-    """Resolves {data, fsdp, tensor} sizes (one may be -1) against the device count."""
-    unknown = set(sizes) - set(MESH_AXES)
+    """Resolves {data, fsdp, tensor} sizes (one may be -1) against the device count.
+
+    `dcn_data` (how many slices the data axis spans, see `make_mesh`) may be among the keys; it
+    does not change the shape.
+    """
+    unknown = set(sizes) - set(MESH_AXES) - {"dcn_data"}
     if unknown:
-        raise ValueError(f"unknown mesh axes {sorted(unknown)}; expected {MESH_AXES}")
+        raise ValueError(f"unknown mesh axes {sorted(unknown)}; expected {MESH_AXES} (+ dcn_data)")
     dims = [int(sizes.get(a, 1)) for a in MESH_AXES]
     if dims.count(-1) > 1:
         raise ValueError(f"at most one mesh axis may be -1, got {dict(zip(MESH_AXES, dims))}")
@@ -71,19 +76,39 @@ def mesh_shape(sizes: dict[str, int], num_devices: int) -> tuple[int, int, int]:
     return tuple(dims)
 
 
+def _num_slices(devices: Sequence[jax.Device], dcn_data: int) -> int:
+    """The slices the data axis spans: `dcn_data`, checked against the devices' `slice_index`
+    (-1: as many as the devices come from)."""
+    found = len({getattr(d, "slice_index", None) or 0 for d in devices})
+    if dcn_data == -1:
+        return found
+    if dcn_data < 1:
+        raise ValueError(f"mesh.dcn_data={dcn_data}: must be -1 (the slices found) or >= 1")
+    if dcn_data != found:
+        raise ValueError(
+            f"mesh.dcn_data={dcn_data} but the {len(devices)} devices come from {found} "
+            "slice(s) (their slice_index); set mesh.dcn_data to the number of slices, or -1"
+        )
+    return dcn_data
+
+
 def make_mesh(sizes: dict[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A (data, fsdp, tensor) mesh over `devices` (all devices of all processes by default).
 
     Tensor-parallel groups are laid out on neighbouring devices (within one host where possible),
     since they communicate most. TPU devices (attached, or a topology's compile-only devices) are
-    placed by their physical coordinates; devices of several slices get a hybrid mesh whose data
-    axis spans the slices (data-center network) while fsdp and tensor stay inside each slice.
+    placed by their physical coordinates. Devices of several slices get a hybrid mesh whose data
+    axis spans the slices (data-center network, `sizes["dcn_data"]` of them: -1 or absent for as
+    many as the devices come from) while fsdp and tensor stay inside each slice.
+
+    Any fallback to a plain reshape of the device list (devices with no known layout, or a
+    layout JAX cannot build) is logged as a warning that names the reason.
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(sizes, len(devices))
     # Auto axes: shardings propagate through the program (GSPMD), steered by the constraints.
     axis_types = (AxisType.Auto,) * len(MESH_AXES)
-    num_slices = len({getattr(d, "slice_index", 0) for d in devices})
+    num_slices = _num_slices(devices, int(sizes.get("dcn_data", -1)))
     if num_slices > 1:
         if shape[0] % num_slices:
             raise ValueError(
@@ -101,8 +126,18 @@ def make_mesh(sizes: dict[str, int], devices: Sequence[jax.Device] | None = None
     if len(devices) == jax.device_count() and devices == list(jax.devices()):
         try:
             return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
-        except (TypeError, ValueError, NotImplementedError):
-            pass  # fall back to a plain reshape (e.g. simulated CPU devices)
+        except (TypeError, ValueError, NotImplementedError) as e:
+            reason = f"jax.make_mesh cannot lay out {dict(zip(MESH_AXES, shape))}: {e}"
+    else:
+        reason = (
+            f"{len(devices)} of the {jax.device_count()} devices were given, whose layout is "
+            "not known"
+        )
+    logging.warning(
+        "mesh %s: %s; placing the devices in the order given (a plain reshape)",
+        dict(zip(MESH_AXES, shape)),
+        reason,
+    )
     return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=axis_types)
 
 

@@ -25,10 +25,11 @@ import jax
 import numpy as np
 import optax
 from absl import logging
+from etils import epath
 
 from bert_jax import checkpointing, convert, flops, optimizer, sharding, train_lib
 from bert_jax.attention import current_platform, resolve_attention
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.config import BertConfig, RuntimeConfig, as_path
 from bert_jax.model import count_params, get_model_class, stack_layers
 from bert_jax.preemption import PreemptionWatcher
 from bert_jax.writers import MetricWriter
@@ -199,6 +200,13 @@ class Experiment:
             self._jitted[key] = build()
         return self._jitted[key]
 
+    def _init_from_params_fn(self) -> Callable:
+        """The jitted (rng, sharded params) -> state around them (fresh optimizer state)."""
+        return self._cached(
+            ("init_from_params",),
+            lambda: jax.jit(lambda r, p: self._init_fn(r, params=p), out_shardings=self.state_sh),
+        )
+
     def init_state(self, params: PyTree | None = None, *, seed: int | None = None):
         """A fresh sharded state: from scratch, or around given (host) parameters.
 
@@ -219,11 +227,24 @@ class Experiment:
             jax.tree_util.tree_map(lambda x: np.asarray(x, self.runtime.param_dtype), params),
             self.state_sh.params,
         )
-        init = self._cached(
-            ("init_from_params",),
-            lambda: jax.jit(lambda r, p: self._init_fn(r, params=p), out_shardings=self.state_sh),
+        return self._init_from_params_fn()(rng, params)
+
+    def _init_from_training_run(self, path: str, seed: int | None):
+        """A fresh state around the parameters of a `train.py` run of this model, read straight
+        into their shardings (no optimizer state, no host copy); None if `path` is no such run
+        (another format, head, architecture or layer layout)."""
+        if convert.detect_format(path) != "train":
+            return None
+        targets = self.targets().params
+        loaded = convert.load_training_params_sharded(path, targets)
+        if loaded is None or loaded[2] != self.model_name:
+            return None
+        _, params, _, step = loaded
+        logging.info(
+            "init_from %s: the parameters of step %d, read into their shardings", path, step
         )
-        return init(rng, params)
+        rng = jax.random.PRNGKey(self.seed if seed is None else seed)
+        return self._init_from_params_fn()(rng, params)
 
     def create_or_restore(
         self,
@@ -248,11 +269,13 @@ class Experiment:
         elif init_params is not None:
             state = self.init_state(init_params, seed=seed)
         elif init_from:
-            _, params, _, report = convert.load_any(
-                init_from, self.model_name, allow_new_heads=True
-            )
-            logging.info("init_from %s:\n%s", init_from, report.summary())
-            state = self.init_state(params, seed=seed)
+            state = self._init_from_training_run(init_from, seed)
+            if state is None:
+                _, params, _, report = convert.load_any(
+                    init_from, self.model_name, allow_new_heads=True
+                )
+                logging.info("init_from %s:\n%s", init_from, report.summary())
+                state = self.init_state(params, seed=seed)
         else:
             state = self.init_state(seed=seed)
         return state, int(jax.device_get(state.step))
@@ -349,6 +372,9 @@ class Experiment:
                 if stopped:
                     logging.warning("stopping at step %d after a stop request", step)
                     break
+        # The last save is on disk before the signal handlers go back to their defaults: a second
+        # SIGTERM (schedulers repeat it before they kill) cannot then end the process mid-save.
+        ckpt.wait()
         watcher.close()
         return state, step, stopped
 
@@ -409,20 +435,29 @@ class Experiment:
         from jax.experimental import multihost_utils
 
         host_params = multihost_utils.process_allgather(params, tiled=True)
+        out = as_path(out_dir)
         convert.save_pretrained(
-            os.path.join(out_dir, "export"), self.cfg, host_params, self.model_name, overwrite=True
+            out / "export", self.cfg, host_params, self.model_name, overwrite=True
         )
         if hf and jax.process_index() == 0:
-            convert.save_pytorch(
-                self.cfg, host_params, os.path.join(out_dir, "hf"), self.model_name, overwrite=True
-            )
+            convert.save_pytorch(self.cfg, host_params, out / "hf", self.model_name, overwrite=True)
         logging.info("exported %s to %s", self.model_name, out_dir)
 
 
+def write_config(config, workdir: str) -> epath.Path:
+    """Writes the experiment config as `<workdir>/config.json` (process 0; `gs://` and other
+    URLs stay URLs) and returns the run directory."""
+    directory = as_path(workdir)
+    if jax.process_index() == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(config.to_json_best_effort(indent=2))
+    return directory
+
+
 def checkpointer(workdir: str, config) -> checkpointing.Checkpointer:
-    """The run directory's Checkpointer (<workdir>/checkpoints)."""
+    """The run directory's Checkpointer (<workdir>/checkpoints; a URL stays a URL)."""
     return checkpointing.Checkpointer(
-        os.path.join(workdir, "checkpoints"),
+        as_path(workdir) / "checkpoints",
         max_to_keep=config.max_checkpoints_to_keep,
         async_save=config.async_checkpointing,
     )

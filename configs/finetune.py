@@ -141,7 +141,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.global_batch_size = 32
     c.num_microbatches = 1
     c.seed = 0  # replaced by each of finetune.seeds
-    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1, dcn_data=-1))
     c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
     c.log_every_steps = 50
     c.eval_every_steps = 0  # 0: at the end of every epoch

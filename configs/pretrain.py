@@ -155,6 +155,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mesh.data = -1
     c.mesh.fsdp = 1
     c.mesh.tensor = 1
+    # Multi-slice TPU runs: the slices the data axis spans over the data-center network (fsdp and
+    # tensor stay inside a slice); -1: as many as the devices come from (their slice_index).
+    c.mesh.dcn_data = -1
     c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
     # The TPU slice this recipe is made for: `--mode=compile` compiles for it unless --topology
     # names another ("" = none).

@@ -106,6 +106,38 @@ def test_bad_topologies_name_the_problem():
     assert proc.returncode != 0 and "--mode=compile needs --topology" in proc.stderr
 
 
+def _compact(devices) -> bool:
+    """Whether TPU chips form a box of neighbours (no chip outside it, no gap inside)."""
+    coords = np.array([d.coords for d in np.ravel(devices)])
+    extent = coords.max(0) - coords.min(0) + 1
+    return len({tuple(c) for c in coords}) == len(coords) == int(np.prod(extent))
+
+
+@pytest.mark.parametrize(
+    "topology, sizes, group",
+    [
+        # 64 chips in a 4x4x4 torus: every tensor group of 4 and every fsdp x tensor plane of 16
+        # is a box of neighbouring chips.
+        ("v4:4x4x4", {"data": 4, "fsdp": 4, "tensor": 4}, (2, 1)),
+        ("v4:4x4x4", {"data": -1, "fsdp": 16, "tensor": 1}, (1,)),
+        # 256 chips in a 16x16 torus: each fsdp group is a ring of 16 along one axis.
+        ("v5e:16x16", {"data": 16, "fsdp": 16}, (1,)),
+        ("v5e:16x16", {"data": 8, "fsdp": 8, "tensor": 4}, (2, 1)),
+    ],
+)
+def test_mesh_follows_the_physical_topology(topology, sizes, group, caplog):
+    # Shuffled: placing the devices by their coordinates, not their order, makes the boxes.
+    devices = list(np.random.default_rng(0).permutation(aot.topology_devices(topology)))
+    with caplog.at_level("WARNING"):
+        mesh = sharding.make_mesh(sizes, devices)
+    assert "plain reshape" not in caplog.text
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+    grid = mesh.devices
+    for axis in group:  # the innermost axes, alone and together, hold neighbouring chips
+        inner = grid.reshape(-1, *grid.shape[axis:]) if axis else grid[None]
+        assert all(_compact(block) for block in inner), (topology, sizes, axis)
+
+
 def test_multi_slice_mesh_puts_data_parallelism_across_slices():
     devices = aot.topology_devices("v5e:2x2", num_slices=2)
     assert len(devices) == 8
@@ -115,6 +147,20 @@ def test_multi_slice_mesh_puts_data_parallelism_across_slices():
     assert (slices == np.arange(2)[:, None, None]).all()
     with pytest.raises(ValueError, match=r"data axis \(1\) must be a multiple of the number of"):
         sharding.make_mesh({"data": 1, "fsdp": 8}, devices)
+    # 2 slices of v5e:4x4: the data axis spans them (mesh.dcn_data), fsdp and tensor fill a slice
+    # with boxes of neighbouring chips.
+    devices = list(np.random.default_rng(0).permutation(aot.topology_devices("v5e:4x4", 2)))
+    for dcn_data in (-1, 2):
+        sizes = {"data": 4, "fsdp": 4, "tensor": 2, "dcn_data": dcn_data}
+        mesh = sharding.make_mesh(sizes, devices)
+        slices = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+        assert (slices == np.repeat(np.arange(2), 2)[:, None, None]).all()
+        assert all(_compact(mesh.devices[i]) for i in range(4))
+        assert all(_compact(mesh.devices[i, j]) for i in range(4) for j in range(4))
+    with pytest.raises(ValueError, match=r"mesh.dcn_data=4 but the 32 devices come from 2 slice"):
+        sharding.make_mesh({"data": 4, "fsdp": 8, "dcn_data": 4}, devices)
+    with pytest.raises(ValueError, match=r"mesh.dcn_data=2 but the 16 devices come from 1 slice"):
+        sharding.make_mesh({"data": 2, "fsdp": 8, "dcn_data": 2}, aot.topology_devices("v5e:4x4"))
 
 
 def test_count_collectives_counts_async_pairs_once():

@@ -76,6 +76,28 @@ def single_device_reference(steps=2):
     return jax.device_get(state), history
 
 
+def test_mesh_fallback_to_a_reshape_is_a_warning_that_names_the_reason(caplog, monkeypatch):
+    with caplog.at_level("WARNING"):
+        mesh = sharding.make_mesh({"data": 2, "fsdp": 4})  # all devices: jax.make_mesh
+        assert "plain reshape" not in caplog.text and mesh.devices.shape == (2, 4, 1)
+        mesh = sharding.make_mesh({"data": 2, "fsdp": 2}, jax.devices()[4:])
+        assert "4 of the 8 devices were given" in caplog.text and "plain reshape" in caplog.text
+        assert list(mesh.devices.flat) == jax.devices()[4:]
+        caplog.clear()
+
+        def refuse(*args, **kwargs):
+            raise ValueError("no layout for this shape")
+
+        monkeypatch.setattr(jax, "make_mesh", refuse)
+        sharding.make_mesh({"data": 4, "tensor": 2})
+        assert "cannot lay out {'data': 4, 'fsdp': 1, 'tensor': 2}: no layout" in caplog.text
+    # One slice of CPU devices: a data axis across 2 slices is a configuration error.
+    with pytest.raises(ValueError, match="mesh.dcn_data=2 but the 8 devices come from 1 slice"):
+        sharding.make_mesh({"data": 8, "dcn_data": 2})
+    with pytest.raises(ValueError, match="unknown mesh axes \\['dcn'\\]"):
+        sharding.make_mesh({"data": 8, "dcn": 2})
+
+
 @pytest.mark.parametrize("mesh_shape", [(8, 1, 1), (2, 2, 2), (1, 8, 1), (1, 1, 8)])
 def test_sharded_step_equals_single_device(mesh_shape):
     """With dropout on: the partitionable PRNG draws the same masks whatever the sharding."""

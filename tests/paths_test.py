@@ -1,0 +1,76 @@
+"""`gs://` (any URL) work directories stay URLs: the run's config and its exports go through
+`etils.epath`, never through a local path made from the URL (Orbax's own paths:
+checkpointing_test).
+
+A fake bucket: epath's backend is mocked so that gs://bucket/... lands in a temporary
+directory, and every path it is asked for is recorded (no network).
+"""
+
+import os
+
+import numpy as np
+import pytest
+from etils import epath
+from etils.epath import gpath
+from etils.epath import testing as epath_testing
+
+from bert_jax import convert, trainer
+from tests.common import TINY
+
+BUCKET = "gs://bucket"
+
+
+@pytest.fixture
+def fake_bucket(tmp_path, monkeypatch):
+    """(local directory standing for gs://bucket, the paths epath was asked for)."""
+    root, seen = tmp_path / "bucket", []
+    root.mkdir()
+    monkeypatch.chdir(tmp_path)  # a URL made local would show up as tmp_path/"gs:"
+
+    def local(path):
+        text = os.fspath(path)
+        seen.append(text)
+        return str(root) + text[len(BUCKET) :] if text.startswith(BUCKET) else text
+
+    def one(fn, path, *args, **kwargs):
+        return fn(local(path), *args, **kwargs)
+
+    def two(fn, path, dst, *args, **kwargs):
+        return fn(local(path), local(dst), *args, **kwargs)
+
+    mocks = {n: one for n in ("exists", "isdir", "listdir", "makedirs", "mkdir", "open")}
+    mocks.update({n: one for n in ("remove", "rmtree", "stat", "glob")})
+    mocks.update(rename=two, replace=two, copy=two)
+    # With TensorFlow installed epath sends gs:// to tf.io.gfile whatever is mocked.
+    monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
+    with epath_testing.mock_epath(**mocks):
+        yield root, seen
+
+
+def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
+    import ml_collections
+
+    root, seen = fake_bucket
+    config = ml_collections.ConfigDict({"seed": 3, "model": {"hidden_size": 32}})
+    directory = trainer.write_config(config, f"{BUCKET}/run")
+    assert os.fspath(directory) == f"{BUCKET}/run"
+    assert '"seed": 3' in (root / "run" / "config.json").read_text()
+
+    from flax import linen as nn
+
+    from bert_jax.model import get_model_class, init_params
+
+    params = nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), np.uint32([0, 0])))
+    out = convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
+    assert out == f"{BUCKET}/run/hf"
+    assert sorted(p.name for p in (root / "run" / "hf").iterdir()) == [
+        "config.json",
+        "model.safetensors",
+    ]
+    # A second export refuses to overwrite, reading the bucket (not a local directory).
+    with pytest.raises(FileExistsError, match="gs://bucket/run/hf already holds"):
+        convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
+    assert not (tmp_path / "gs:").exists()
+    assert f"{BUCKET}/run/hf/model.safetensors" in seen
+    assert not [p for p in seen if "gs:/" in p and not p.startswith(BUCKET)]
+    assert isinstance(directory, epath.Path)
