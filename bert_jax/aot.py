@@ -17,8 +17,8 @@ micro-batch; the report then leaves the roofline out and says so (compile unroll
     python train.py --config=configs/pretrain.py:size=large --mode=compile --topology=v5e:4x4 \\
         --config.mesh.data=1 --config.mesh.fsdp=-1
 
-All sizes below are per device, which is one chip except on v2/v3 (one TensorCore); v4 and v5p
-compile as megacore chips (one device per chip), as they run.
+Sizes are per device, which is one chip: v4 and v5p compile as megacore chips (both TensorCores
+as one device), as they run; v5e and v6e have one TensorCore per chip.
 """
 
 from __future__ import annotations

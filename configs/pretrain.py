@@ -36,8 +36,8 @@ from bert_jax.sharding import DEFAULT_RULES
 
 # BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches)}). Every
 # chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp = all chips) and
-# global_batch_size / N rows of the batch; each entry was compiled for its topology with
-# --mode=compile and fits with headroom (benchmarks/RESULTS_tpu.md).
+# global_batch_size / N rows of the batch. benchmarks/RESULTS_tpu.md lists each entry's compiled
+# HBM per chip (--mode=compile); phase 2 needs remat "full" on 16 GiB chips (v5e-16: 4.45 GiB).
 TPU_RECIPES = {
     "v4-32": ("v4:2x2x4", {1: ("none", 1), 2: ("full", 1)}),
     "v5e-16": ("v5e:4x4", {1: ("none", 1), 2: ("full", 1)}),
