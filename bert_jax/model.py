@@ -169,6 +169,8 @@ class Dense(nn.Module):
       in_axes / out_axes: logical axis names of the contracted input dims / the output dims.
       stddev: truncated-normal initializer stddev (the config's initializer_range).
       dtype / param_dtype: compute / storage dtypes.
+      out_dtype: dtype the matmul accumulates into and returns (None: `dtype`); float32 for
+        output layers, so that bfloat16 compute does not round logits to 8 bits of mantissa.
     """
 
     features: tuple[int, ...]
@@ -177,6 +179,7 @@ class Dense(nn.Module):
     stddev: float = 0.02
     dtype: Any = "float32"
     param_dtype: Any = "float32"
+    out_dtype: Any = None
 
     @nn.compact
     def __call__(self, x):
@@ -190,9 +193,11 @@ class Dense(nn.Module):
             self.stddev,
             self.param_dtype,
         )
-        x, kernel, bias = x.astype(self.dtype), kernel.astype(self.dtype), bias.astype(self.dtype)
+        out_dtype = self.dtype if self.out_dtype is None else self.out_dtype
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
         contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
-        return jax.lax.dot_general(x, kernel, (contract, ((), ()))) + bias
+        y = jax.lax.dot_general(x, kernel, (contract, ((), ())), preferred_element_type=out_dtype)
+        return y + bias.astype(out_dtype)
 
 
 class Dropout(nn.Module):
@@ -211,7 +216,7 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"))
 
 
-def _dense(cfg, rt, features, in_axes, out_axes, name):
+def _dense(cfg, rt, features, in_axes, out_axes, name, out_dtype=None):
     features = features if isinstance(features, tuple) else (features,)
     return Dense(
         features,
@@ -220,6 +225,7 @@ def _dense(cfg, rt, features, in_axes, out_axes, name):
         stddev=cfg.initializer_range,
         dtype=rt.dtype,
         param_dtype=rt.param_dtype,
+        out_dtype=out_dtype,
         name=name,
     )
 
@@ -719,7 +725,9 @@ class _Head(nn.Module):
 
     def _linear(self, x, features: int, name: str):
         cfg, rt = self.config, self.runtime
-        return _dense(cfg, rt, features, ("embed",), (None,), name)(x).astype(jnp.float32)
+        # Accumulated in float32: a bfloat16 result would round every logit (and a regression
+        # output) to 8 bits of mantissa, and the predictions of a barely trained model to one value.
+        return _dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
 
 
 class BertForPreTraining(_Head):

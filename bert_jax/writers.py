@@ -173,7 +173,10 @@ class _LogAboveBar:
     """A stream for absl's handler that prints each log line above the progress bar."""
 
     def __init__(self, bar, handler: std_logging.StreamHandler):
-        self.bar, self.handler, self.stream = bar, handler, handler.stream
+        stream = handler.stream
+        while isinstance(stream, _LogAboveBar):  # a bar left open (a run that raised): replaced
+            stream = stream.stream
+        self.bar, self.handler, self.stream = bar, handler, stream
 
     @classmethod
     def install(cls, bar) -> _LogAboveBar:
@@ -192,6 +195,10 @@ class _LogAboveBar:
 
     def flush(self) -> None:
         self.stream.flush()
+
+    def close(self) -> None:
+        """Nothing to close: the console stream is not ours (logging calls this at exit when a
+        run raised before its bar was closed)."""
 
 
 class _QuietLibraries(std_logging.Filter):
