@@ -5,8 +5,6 @@ one test compiles it for a TPU topology without a TPU (libtpu's deviceless compi
 """
 
 import dataclasses
-import importlib.util
-import pathlib
 
 import flax.linen as nn
 import jax
@@ -18,10 +16,9 @@ from jax.ad_checkpoint import print_saved_residuals
 from bert_jax import attention as A
 from bert_jax import model as M
 from bert_jax.config import PRESETS, BertConfig, RuntimeConfig
-from tests.common import TINY, random_batch
+from tests.common import TINY, load_config_file, random_batch
 
 KEY = jax.random.PRNGKey(0)
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 # Masks of 3 rows of length 7: full, right-padded, and left padding with a hole.
 TOKENS = np.array([[1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 0, 1, 1]], bool)
@@ -191,20 +188,13 @@ def _accepted(platform, implementation, dtype, cfg, training):
     return implementation == "fused_xla"
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name[:-3], CONFIGS / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _shipped():
     """(variant, ConfigDict, BertConfig) for every variant string of every config file.
 
     Fine-tuning takes its architecture from init_from: its own small model, MiniLM (init=minilm),
     and the BERT checkpoints it is published for (base and large).
     """
-    pretrain, finetune = _load("pretrain.py"), _load("finetune.py")
+    pretrain, finetune = load_config_file("pretrain.py"), load_config_file("finetune.py")
     for size in PRESETS:
         for phase in (1, 2):
             for mlm_only in (0, 1):
@@ -244,7 +234,7 @@ def test_every_shipped_config_resolves_to_a_path_its_platform_accepts():
     # The fused kernels are chosen where they apply (not xla everywhere).
     assert {("cuda", "cudnn"), ("tpu", "splash"), ("cpu", "xla")} <= seen, seen
     # `make pretrain` (size=tiny) stays float32 on the CPU and is cuDNN-ready on a GPU.
-    tiny = _load("pretrain.py").get_config("size=tiny")
+    tiny = load_config_file("pretrain.py").get_config("size=tiny")
     runtime = RuntimeConfig(**tiny.runtime.to_dict())
     cfg = BertConfig(**tiny.model.to_dict())
     assert runtime.resolved("cpu").dtype == "float32"

@@ -2,11 +2,24 @@
 recorder of the programs JAX compiles."""
 
 import contextlib
+import importlib.util
 import logging
+import pathlib
 
 import numpy as np
 
 from bert_jax.config import BertConfig
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+
+
+def load_config_file(name: str):
+    """The module of `configs/<name>` (e.g. "pretrain.py"), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name[:-3], CONFIGS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 TINY = BertConfig(
     vocab_size=99,

@@ -1,15 +1,12 @@
 """Every config file loads, in every variant, and builds its model (shapes only)."""
 
-import importlib.util
-import pathlib
-
 import jax
 import pytest
 
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
+from tests.common import CONFIGS, load_config_file
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = {
     "pretrain.py": [
         "size=tiny",
@@ -39,20 +36,13 @@ FINETUNE_HEADS = {
 }
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name[:-3], CONFIGS / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_config_file_is_covered():
     assert sorted(p.name for p in CONFIGS.glob("*.py")) == sorted(VARIANTS)
 
 
 @pytest.mark.parametrize("name, variant", [(n, v) for n, vs in VARIANTS.items() for v in vs])
 def test_config_builds_its_model(name, variant):
-    config = load(name).get_config(variant)
+    config = load_config_file(name).get_config(variant)
     fields = config.model.to_dict()
     fields["vocab_size"] = fields["vocab_size"] or 30522  # fine-tuning: 0 = the tokenizer's
     cfg = BertConfig(**fields)
@@ -71,7 +61,7 @@ def test_config_builds_its_model(name, variant):
 
 
 def test_locked_configs_reject_unknown_keys_and_bad_variants():
-    module = load("pretrain.py")
+    module = load_config_file("pretrain.py")
     config = module.get_config("size=tiny")
     with pytest.raises(AttributeError, match="num_train_stepz"):
         config.num_train_stepz = 3
