@@ -36,6 +36,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.pretrain_step import versions  # noqa: E402 (after the path set-up)
+
 MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's sentence-transformers max_seq_length
 
 
@@ -93,16 +95,6 @@ def sentence_transformers_peer(model_dir: str, batch: int):
     return embed
 
 
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in ("jax", "torch", "transformers", "sentence_transformers"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            pass
-    return out
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -158,7 +150,7 @@ def main(argv=None) -> int:
             "dtype": "float32",
             "threads": torch.get_num_threads() if name != "bert_jax" else os.cpu_count(),
             "device": f"{jax.devices()[0].platform}:{platform.machine()}",
-            "versions": versions(),
+            "versions": versions(("jax", "torch", "transformers", "sentence_transformers")),
         }
         print(json.dumps(rows[name]), flush=True)
     diff = float(np.abs(outputs["bert_jax"] - outputs["sentence_transformers"]).max())

@@ -254,9 +254,10 @@ def device_info():
     return d.platform, d.device_kind
 
 
-def versions() -> dict[str, str]:
+def versions(names=("jax", "flax", "torch", "transformers")) -> dict[str, str]:
+    """Python's version and those of the installed packages among `names`."""
     out = {"python": platform.python_version()}
-    for name in ("jax", "flax", "torch", "transformers"):
+    for name in names:
         try:
             out[name] = __import__(name).__version__
         except ImportError:

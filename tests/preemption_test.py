@@ -7,10 +7,8 @@ real `PreemptionWatcher` of `Experiment.run`, the real grain pipeline and Orbax 
 `train.py`.
 """
 
-import importlib.util
 import json
 import os
-import pathlib
 import random
 import signal
 import threading
@@ -20,16 +18,13 @@ import pytest
 from bert_jax import inputs, trainer
 from bert_jax.config import BertConfig
 from bert_jax.writers import MetricWriter
+from tests.common import load_config_file
 
-CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
 STEPS, EVERY = 12, 4
 
 
 def _config(build_dir: str):
-    spec = importlib.util.spec_from_file_location("pretrain", CONFIGS / "pretrain.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config("size=tiny")
+    c = load_config_file("pretrain.py").get_config("size=tiny")
     # The sizes of conftest.TINY_DATA_OVERRIDES, with BERT's dropout on (the RNG resumes too).
     c.data.source, c.data.paths = "records", build_dir
     c.data.max_seq_length, c.data.max_predictions_per_seq = 32, 5

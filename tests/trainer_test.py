@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from bert_jax import trainer
+from tests.common import load_config_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,14 +65,7 @@ def test_default_cache_dir_and_bad_setting(monkeypatch, tmp_path):
 
 
 def _tiny_pretraining_config(mesh):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "pretrain", os.path.join(ROOT, "configs/pretrain.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config("size=tiny")
+    config = load_config_file("pretrain.py").get_config("size=tiny")
     config.model.update(
         vocab_size=99,
         hidden_size=32,
