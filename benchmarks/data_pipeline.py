@@ -28,8 +28,8 @@ import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bert_jax.data import build, pipeline, sources  # noqa: E402
-from bert_jax.data.pretraining import PretrainingOptions  # noqa: E402
+from bert_jax.pretrain.data import build, pipeline, sources  # noqa: E402
+from bert_jax.pretrain.data.examples import PretrainingOptions  # noqa: E402
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:

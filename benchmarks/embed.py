@@ -43,7 +43,7 @@ MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's sentence-transformers max_seq_length
 
 def write_lines(path: str, num_lines: int) -> None:
     """The first `num_lines` sentences of the plays, one a line."""
-    from bert_jax.data import sources
+    from bert_jax.pretrain.data import sources
 
     lines = [s for document in sources.default_corpus_documents() for s in document]
     if num_lines > len(lines):
@@ -55,7 +55,7 @@ def write_lines(path: str, num_lines: int) -> None:
 def bert_jax_peer(model_dir: str, batch: int):
     """(embed(texts) -> [N, E] float32 unit vectors, real tokens of texts)."""
     from bert_jax import inference
-    from bert_jax.data.glue import encode_texts
+    from bert_jax.finetune.glue import encode_texts
 
     cfg, params, _, tokenizer = inference.load(model_dir, "BertModel")
 

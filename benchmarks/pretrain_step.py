@@ -67,8 +67,8 @@ def bert_jax_peer(cfg, batch, args):
     import flax.linen as nn
     import jax
 
+    from bert_jax import loop, objectives, optimizer, steps
     from bert_jax import model as M
-    from bert_jax import optimizer, train_lib
     from bert_jax.config import RuntimeConfig
 
     runtime = RuntimeConfig(
@@ -76,16 +76,14 @@ def bert_jax_peer(cfg, batch, args):
     )
     model = M.BertForPreTraining(cfg, runtime)
     tx = optimizer.make_optimizer("adamw", 1e-4, weight_decay=0.01)
-    state = jax.jit(lambda r: nn.unbox(train_lib.init_train_state(r, model=model, tx=tx)))(
+    state = jax.jit(lambda r: nn.unbox(steps.init_train_state(r, model=model, tx=tx)))(
         jax.random.PRNGKey(0)
     )
     device_batch = jax.device_put(batch)
-    task = train_lib.get_task("pretraining")
+    objective = objectives.get_objective("pretraining")
     t = time.perf_counter()
     if args.what == "train_step":
-        fn = jax.jit(
-            functools.partial(train_lib.train_step, model=model, tx=tx, task=task), donate_argnums=0
-        )
+        fn = loop.compile_train_step(model, tx, objective)
         compiled = fn.lower(state, device_batch).compile()
         holder = {"state": state}
 
@@ -94,7 +92,7 @@ def bert_jax_peer(cfg, batch, args):
             jax.block_until_ready(metrics)
 
     else:
-        fn = jax.jit(functools.partial(train_lib.eval_step, model=model, task=task))
+        fn = jax.jit(functools.partial(steps.eval_step, model=model, objective=objective))
         compiled = fn.lower(state.params, device_batch).compile()
 
         def step():

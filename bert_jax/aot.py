@@ -2,7 +2,7 @@
 
 libtpu (the `tpu` extra) compiles for a TPU slice it is not running on: a topology name such as
 `v5e:4x4` gives compile-only devices, the configured mesh is laid over them, and the train step
-that `Experiment.run` would run is lowered with the same shardings and compiled. What comes back
+that the `loop.Trainer` would run is lowered with the same shardings and compiled. What comes back
 is what renting the slice would have told: whether the step fits in HBM, how long it compiles,
 which collectives it runs, and XLA's own count of FLOPs and HBM bytes per device, from which
 
@@ -27,7 +27,6 @@ import collections
 import glob
 import importlib.util
 import json
-import math
 import os
 import pathlib
 import re
@@ -37,11 +36,9 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import flops, sharding
-from bert_jax.data import packing
 
 # TPU generations by topology prefix: the chip config libtpu compiles them with. v4 and v5p run
 # as megacore (both TensorCores of a chip as one device); the others have one core per chip.
@@ -118,26 +115,6 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
     return list(desc.devices)
 
 
-def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of one global pretraining batch of the config (keys as
-    `bert_jax.data.pipeline` / `packing` document them): B = global_batch_size, L, P."""
-    d = config.data
-    b, length, p = config.global_batch_size, d.max_seq_length, d.max_predictions_per_seq
-    i32, f32 = jnp.int32, jnp.float32
-    spec = {k: ((b, length), i32) for k in ("input_ids", "token_type_ids", "attention_mask")}
-    if d.pack_sequences:
-        s = d.max_segments
-        p = packing.max_predictions_per_row(length, s, p, d.masked_lm_prob)
-        spec.update(segment_ids=((b, length), i32), position_ids=((b, length), i32))
-        spec.update(cls_positions=((b, s), i32), next_sentence_labels=((b, s), i32))
-        spec.update(next_sentence_weights=((b, s), f32))
-    else:
-        spec.update(next_sentence_labels=((b,), i32))
-    spec.update(masked_lm_positions=((b, p), i32), masked_lm_ids=((b, p), i32))
-    spec.update(masked_lm_weights=((b, p), f32))
-    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
-
-
 def count_collectives(hlo_text: str) -> dict[str, int]:
     """How many of each collective op the (optimized) HLO text holds; async pairs count once."""
     found = collections.Counter(m.group(1) for m in _COLLECTIVE_RE.finditer(hlo_text))
@@ -174,8 +151,9 @@ def compile_step(
     """Compiles `exp`'s train step (and eval step) for its mesh and reports on them.
 
     Args:
-      exp: a `trainer.Experiment` built over a topology's devices.
-      batch: the global batch's shapes and dtypes (e.g. `pretraining_batch(config)`).
+      exp: a `loop.Experiment` built over a topology's devices.
+      batch: the global batch's shapes and dtypes (e.g.
+        `bert_jax.pretrain.run.pretraining_batch(config)`).
       model_flops: model FLOPs of one global step (forward + backward), for the MFU bound.
       hlo_path: where to write the compiled train step's optimized HLO text (None: nowhere).
 
@@ -313,14 +291,3 @@ def format_report(report: Mapping[str, Any]) -> str:
 def report_json(report: Mapping[str, Any]) -> str:
     """One JSON line of the report."""
     return json.dumps(report, sort_keys=True, default=lambda x: float(np.asarray(x)))
-
-
-def model_step_flops(cfg, config) -> float:
-    """Model FLOPs of one global pretraining step of the config if every slot held a real token
-    and every prediction slot were used (full rows; the most the batch can need)."""
-    batch = pretraining_batch(config)
-    rows, length = batch["input_ids"].shape
-    predictions = math.prod(batch["masked_lm_weights"].shape)
-    return flops.pretraining_step_flops(
-        cfg, np.full(rows, length), predictions, nsp=config.task != "mlm"
-    )

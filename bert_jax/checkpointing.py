@@ -112,6 +112,30 @@ def _grain_args():
     return grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore
 
 
+def run_checkpoints(workdir) -> Any:
+    """The checkpoint directory of a run directory: `<workdir>/checkpoints` (a URL stays one)."""
+    return as_path(workdir) / "checkpoints"
+
+
+def saved_steps(directory) -> list[int]:
+    """The steps of the complete checkpoints in `directory` (a run's checkpoint directory),
+    ascending; [] when there are none."""
+    directory = as_path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(int(d.name) for d in directory.iterdir() if d.name.isdigit())
+
+
+def item_path(directory, step: int, item: str) -> Any:
+    """Where a checkpoint keeps one of its items (`state`, `data`, `data_position`, `meta`)."""
+    return as_path(directory) / str(step) / item
+
+
+def read_meta(directory, step: int) -> dict:
+    """The `meta` item of a checkpoint (model config, head, step), read without Orbax."""
+    return json.loads((item_path(directory, step, "meta") / "metadata").read_text())
+
+
 class Checkpointer:
     """Saves and restores train state, data-iterator state and metadata under one directory.
 

@@ -42,6 +42,7 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
+from bert_jax import checkpointing
 from bert_jax.config import BertConfig, RuntimeConfig, as_path
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
 
@@ -711,22 +712,20 @@ def load_pretrained(
 
 def _training_checkpoint(workdir, step: int | None) -> tuple[str, int, BertConfig, str]:
     """(state directory, step, config, model class name) of a `train.py` checkpoint."""
-    root = os.path.join(os.path.abspath(os.fspath(workdir)), "checkpoints")
-    steps = sorted(int(d) for d in os.listdir(root) if d.isdigit()) if os.path.isdir(root) else []
+    root = checkpointing.run_checkpoints(os.path.abspath(os.fspath(workdir)))
+    steps = checkpointing.saved_steps(root)
     if not steps:
         raise FileNotFoundError(f"no training checkpoints in {root}")
     step = steps[-1] if step is None else step
     if step not in steps:
         raise FileNotFoundError(f"no checkpoint for step {step} in {root}; there are {steps}")
-    meta_path = os.path.join(root, str(step), "meta", "metadata")
     try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
+        meta = checkpointing.read_meta(root, step)
         config = BertConfig.from_hf_dict(meta["config"])
         model = meta["model"]
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise ConversionError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
-    return os.path.join(root, str(step), "state"), step, config, model
+    return os.fspath(checkpointing.item_path(root, step, "state")), step, config, model
 
 
 def _restore_params(state_path: str, restore_args) -> PyTree:

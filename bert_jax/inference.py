@@ -26,10 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from bert_jax import convert
+from bert_jax import convert, tokenization
 from bert_jax.config import BertConfig
-from bert_jax.data import batching, tokenization
-from bert_jax.data.glue import encode_texts
+from bert_jax.finetune import batching
+from bert_jax.finetune.text_io import encode_texts
 from bert_jax.model import BertForMaskedLM, BertModel, get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")

@@ -89,11 +89,3 @@ def pretraining_losses(
         )
         out.update({f"nsp_{k}": v for k, v in nsp.items()})
     return out
-
-
-def pretraining_objective(sums) -> Array:
-    """The scalar loss from `pretraining_losses` sums: mean MLM + mean NSP (when present)."""
-    loss = sums["mlm_loss_sum"] / jnp.maximum(sums["mlm_count"], 1.0)
-    if "nsp_loss_sum" in sums:
-        loss += sums["nsp_loss_sum"] / jnp.maximum(sums["nsp_count"], 1.0)
-    return loss

@@ -214,3 +214,32 @@ def make_optimizer(
             optax.scale_by_learning_rate(learning_rate),
         ]
     return optax.chain(*parts)
+
+
+def from_config(o, num_train_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """(tx, schedule) from an experiment's `optimizer` config block.
+
+    `o.warmup_steps = -1` takes `o.warmup_fraction` (default 0.1) of `num_train_steps` as warmup.
+    """
+    warmup = o.warmup_steps
+    if warmup < 0:
+        warmup = int(round(o.get("warmup_fraction", 0.1) * num_train_steps))
+    schedule = make_schedule(
+        o.schedule,
+        o.peak_learning_rate,
+        min(warmup, num_train_steps),
+        num_train_steps,
+        end_learning_rate=o.end_learning_rate,
+        decay_fraction=o.decay_fraction,
+    )
+    tx = make_optimizer(
+        o.name,
+        schedule,
+        weight_decay=o.weight_decay,
+        b1=o.b1,
+        b2=o.b2,
+        eps=o.eps,
+        clip_norm=o.clip_norm,
+        bias_correction=o.bias_correction,
+    )
+    return tx, schedule

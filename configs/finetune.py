@@ -30,24 +30,11 @@ Expected (BERT-base, published recipe): MRPC F1 ~88, SST-2 ~93 accuracy, SQuAD v
 
 import ml_collections
 
+from bert_jax.finetune import tasks
 from bert_jax.sharding import DEFAULT_RULES
+from configs.common import parse_variant
 
-TASKS = (
-    "cola sst2 mrpc stsb qqp mnli mnli_mismatched qnli rte wnli squad1 squad2 conll2003 swag "
-    "custom shakespeare"
-).split()
-
-
-def _parse(arg):
-    out = {}
-    for part in (arg or "").split(","):
-        if part:
-            key, _, value = part.partition("=")
-            out[key.strip()] = value.strip()
-    unknown = set(out) - {"task", "init", "pack"}
-    if unknown:
-        raise ValueError(f"unknown variant key(s) {sorted(unknown)}; use task=, init=, pack=")
-    return out
+TASKS = sorted(tasks.TASKS)
 
 
 def _minilm_path() -> str:
@@ -59,14 +46,14 @@ def _minilm_path() -> str:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = _parse(arg)
+    variant = parse_variant(arg, ("task", "init", "pack"))
     name = variant.get("task", "shakespeare")
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known: {TASKS}")
     squad = name.startswith("squad")
 
     c = ml_collections.ConfigDict()
-    c.task = "finetune"
+    c.job = "finetune"
     c.finetune = ml_collections.ConfigDict()
     c.finetune.name = name
     c.finetune.data_dir = ""  # GLUE dir, or the directory of the task's files

@@ -33,6 +33,7 @@ import ml_collections
 
 from bert_jax.config import BertConfig
 from bert_jax.sharding import DEFAULT_RULES
+from configs.common import parse_variant
 
 # BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches)}). Every
 # chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp = all chips) and
@@ -48,16 +49,7 @@ TPU_RECIPES = {
 
 
 def _parse(arg: str | None) -> dict[str, str]:
-    out = {}
-    for part in (arg or "").split(","):
-        if part:
-            key, _, value = part.partition("=")
-            out[key.strip()] = value.strip()
-    unknown = set(out) - {"size", "phase", "mlm_only", "tpu"}
-    if unknown:
-        raise ValueError(
-            f"unknown variant key(s) {sorted(unknown)}; use size=, phase=, mlm_only=, tpu="
-        )
+    out = parse_variant(arg, ("size", "phase", "mlm_only", "tpu"))
     if "tpu" in out and out["tpu"] not in TPU_RECIPES:
         raise ValueError(f"unknown TPU slice tpu={out['tpu']!r}; known: {sorted(TPU_RECIPES)}")
     return out
@@ -73,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     tiny = size == "tiny"
 
     c = ml_collections.ConfigDict()
-    c.task = "mlm" if mlm_only else "pretraining"
+    c.job = "mlm" if mlm_only else "pretraining"
 
     # Architecture: every BertConfig field (Hugging Face config.json names), from the preset.
     arch = BertConfig.preset(size, vocab_size=8192 if tiny else 30522)  # = the tokenizer's

@@ -47,15 +47,15 @@ def test_config_builds_its_model(name, variant):
     fields["vocab_size"] = fields["vocab_size"] or 30522  # fine-tuning: 0 = the tokenizer's
     cfg = BertConfig(**fields)
     runtime = RuntimeConfig(**config.runtime.to_dict()).resolved("cpu")
-    if config.task == "finetune":
+    if config.job == "finetune":
         head = FINETUNE_HEADS[config.finetune.name]
         assert (config.init_from != "") == ("init=minilm" in variant)
     else:
-        head = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}[config.task]
+        head = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}[config.job]
     model = M.get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: M.init_params(model, jax.random.PRNGKey(0)))
     assert M.count_params(params) > 0
-    data = config.finetune if config.task == "finetune" else config.data
+    data = config.finetune if config.job == "finetune" else config.data
     assert data.max_seq_length <= cfg.max_position_embeddings
     assert config.global_batch_size % config.num_microbatches == 0
 

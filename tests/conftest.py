@@ -39,7 +39,8 @@ TINY_DATA_OVERRIDES = [
 @pytest.fixture(scope="session")
 def tiny_pretraining_build(tmp_path_factory):
     """The directory of a finished small pretraining build (dynamic masking)."""
-    from bert_jax.data import build, sources, tokenization
+    from bert_jax import tokenization
+    from bert_jax.pretrain.data import build, sources
 
     out = tmp_path_factory.mktemp("pretraining_build")
     documents = sources.default_corpus_documents()[:6]

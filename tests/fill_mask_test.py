@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax import inference
-from bert_jax.data import tokenization
+from bert_jax import inference, tokenization
 
 TEXTS = [
     "When shall we three meet again in thunder, lightning, or in rain?",

@@ -11,8 +11,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from bert_jax import finetune
-from bert_jax.data import tokenization
+from bert_jax import tokenization
+from bert_jax.finetune import run as finetune_run
 from tests.common import recorded_compiles
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def sentiment_files(folder, seed=0, length=(4, 10)):
 def test_classification_learns_and_writes_predictions(tmp_path, vocab):
     sentiment_files(tmp_path)  # its test file has no labels: predictions are written, no metric
     config = finetune_config("custom", tmp_path, vocab, **{"finetune.seeds": "0,1"})
-    results = finetune.run(config, str(tmp_path / "run"))
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert set(results["seeds"]) == {"0", "1"}
     assert results["mean"]["accuracy"] > 0.9, results
     assert (
@@ -137,7 +137,7 @@ def test_seeds_and_evaluations_compile_each_step_once_per_shape(tmp_path, vocab)
         },
     )
     with recorded_compiles() as compiles:
-        results = finetune.run(config, str(tmp_path / "run"))
+        results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert set(results["seeds"]) == {"0", "1"}
     for seed in (0, 1):  # two evaluations per seed
         rows = [
@@ -156,7 +156,7 @@ def test_exported_classifier_gives_the_same_logits_in_pytorch(tmp_path, vocab):
     transformers = pytest.importorskip("transformers")
     sentiment_files(tmp_path)
     config = finetune_config("custom", tmp_path, vocab, **{"finetune.num_epochs": 1})
-    finetune.run(config, str(tmp_path / "run"))
+    finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     from bert_jax import convert
     from bert_jax.model import BertForSequenceClassification
 
@@ -203,7 +203,7 @@ def test_regression_learns(tmp_path, vocab):
         vocab,
         **{"finetune.regression": True, "finetune.label_column": "score", "finetune.num_epochs": 6},
     )
-    results = finetune.run(config, str(tmp_path / "run"))
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["mean"]["pearson"] > 0.7, results
     assert results["mean"]["test_pearson"] > 0.7, results  # scored, beside the dev metrics
 
@@ -225,7 +225,9 @@ def test_bfloat16_compute_reaches_the_float32_dev_metric(tmp_path, vocab):
     results = {}
     for dtype in ("float32", "bfloat16"):
         config = finetune_config("custom", tmp_path, vocab, **overrides, **{"runtime.dtype": dtype})
-        results[dtype] = finetune.run(config, str(tmp_path / dtype))["mean"]["pearson"]
+        results[dtype] = finetune_run.train_and_evaluate(config, str(tmp_path / dtype))["mean"][
+            "pearson"
+        ]
     assert results["float32"] > 0.7, results
     assert results["bfloat16"] != results["float32"], "the bfloat16 run computed in float32"
     assert abs(results["bfloat16"] - results["float32"]) <= 0.01, results
@@ -255,7 +257,7 @@ def test_token_classification_learns(tmp_path, vocab, pack):
         vocab,
         **{"finetune.pack": pack, "finetune.num_epochs": 8 if pack else 4},
     )
-    results = finetune.run(config, str(tmp_path / "run"))
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["mean"]["entity_f1"] > 0.8, results
     lines = open(tmp_path / "run" / "predictions" / "dev_predictions.txt").read().split("\n\n")
     assert len([b for b in lines if b.strip()]) == 48
@@ -300,7 +302,7 @@ def test_question_answering_learns_and_writes_official_files(tmp_path, vocab):
             "finetune.max_query_length": 8,
         },
     )
-    results = finetune.run(config, str(tmp_path / "run"))
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["mean"]["exact"] > 50 and results["mean"]["f1"] > 50, results
     predictions = json.load(open(tmp_path / "run" / "predictions" / "predictions.json"))
     assert len(predictions) == 48 and all(
@@ -324,15 +326,17 @@ def test_multiple_choice_learns(tmp_path, vocab):
             ["sent1", "sent2", "ending0", "ending1", "ending2", "ending3", "label"],
         )
     config = finetune_config("swag", tmp_path, vocab, **{"finetune.num_epochs": 5})
-    results = finetune.run(config, str(tmp_path / "run"))
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["mean"]["accuracy"] > 0.6, results  # chance is 0.25
 
 
 def test_packed_classification_matches_padded_accuracy(tmp_path, vocab):
     sentiment_files(tmp_path)
     os.remove(tmp_path / "test.csv")
-    padded = finetune.run(finetune_config("custom", tmp_path, vocab), str(tmp_path / "padded"))
-    packed = finetune.run(
+    padded = finetune_run.train_and_evaluate(
+        finetune_config("custom", tmp_path, vocab), str(tmp_path / "padded")
+    )
+    packed = finetune_run.train_and_evaluate(
         finetune_config(
             "custom", tmp_path, vocab, **{"finetune.pack": True, "finetune.num_epochs": 12}
         ),
@@ -346,17 +350,21 @@ def test_bad_inputs(tmp_path, vocab):
     with open(tmp_path / "dev.csv", "a") as f:
         f.write("good alpha,neutral\n")  # a label the training file never has
     with pytest.raises(ValueError, match="neutral"):
-        finetune.run(finetune_config("custom", tmp_path, vocab), str(tmp_path / "run"))
+        finetune_run.train_and_evaluate(
+            finetune_config("custom", tmp_path, vocab), str(tmp_path / "run")
+        )
     sentiment_files(tmp_path)
     config = finetune_config("custom", tmp_path, vocab)
     with config.unlocked():
         config.model.vocab_size = 300
     with pytest.raises(ValueError, match="vocab_size=300 differs from the tokenizer's"):
-        finetune.run(config, str(tmp_path / "run"))
+        finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "train.csv").write_text("")
     with pytest.raises(ValueError):
-        finetune.run(finetune_config("custom", tmp_path / "empty", vocab), str(tmp_path / "run2"))
+        finetune_run.train_and_evaluate(
+            finetune_config("custom", tmp_path / "empty", vocab), str(tmp_path / "run2")
+        )
 
 
 def test_a_nan_dev_metric_stops_the_run(tmp_path, vocab):
@@ -371,5 +379,5 @@ def test_a_nan_dev_metric_stops_the_run(tmp_path, vocab):
     overrides = {"finetune.regression": True, "finetune.label_column": "score"}
     config = finetune_config("custom", tmp_path, vocab, **overrides)
     with pytest.raises(FloatingPointError, match=r"dev metric\(s\) pearson, spearman are NaN"):
-        finetune.run(config, str(tmp_path / "run"))
+        finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert not (tmp_path / "run" / "results.json").exists()

@@ -6,10 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import convert, inference
+from bert_jax import convert, inference, tokenization
 from bert_jax import model as M
 from bert_jax.config import BertConfig
-from bert_jax.data import tokenization
 from tests.common import recorded_compiles
 
 TEXTS = [

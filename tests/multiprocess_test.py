@@ -216,7 +216,7 @@ CHECKS = textwrap.dedent(
         out["refused"] = None
     except FileExistsError as e:
         out["refused"] = str(e)
-    from bert_jax import inputs
+    from bert_jax.pretrain import inputs
     inputs.require_shared_directory(sys.argv[4])  # both processes see it
     try:  # a directory of each host's own (no shared file system)
         inputs.require_shared_directory(sys.argv[5] + f"/host{jax.process_index()}")
@@ -276,12 +276,12 @@ FINETUNE = textwrap.dedent(
     if len(sys.argv) > 4:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(sys.argv[4], 2, int(sys.argv[5]))
-    from bert_jax import finetune
+    from bert_jax.finetune import run as finetune_run
     from tests.finetune_test import finetune_config
 
     config = finetune_config("custom", sys.argv[1], sys.argv[2], **{
         "finetune.num_epochs": 2, "mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 8})
-    finetune.run(config, sys.argv[3])
+    finetune_run.train_and_evaluate(config, sys.argv[3])
     """
 )
 

@@ -3,7 +3,7 @@ read during a step, while an asynchronous save is in flight, right after a log s
 random delay), then a resume; every step's loss equals the uninterrupted run's.
 
 In-process (one Experiment, so its steps compile once for every run): the signal reaches the
-real `PreemptionWatcher` of `Experiment.run`, the real grain pipeline and Orbax checkpointer of
+real `PreemptionWatcher` of `loop.Trainer`, the real grain pipeline and Orbax checkpointer of
 `train.py`.
 """
 
@@ -15,9 +15,10 @@ import threading
 
 import pytest
 
-from bert_jax import inputs, trainer
+from bert_jax import loop
 from bert_jax.config import BertConfig
-from bert_jax.writers import MetricWriter
+from bert_jax.pretrain import inputs
+from bert_jax.summaries import MetricWriter
 from tests.common import load_config_file
 
 STEPS, EVERY = 12, 4
@@ -72,7 +73,7 @@ def harness(tiny_pretraining_build):
     ("save", step), ("log", step) or ("timer", seconds)."""
     config = _config(tiny_pretraining_build)
     cfg = BertConfig(**config.model.to_dict())
-    exp = trainer.Experiment.build(
+    exp = loop.Experiment.build(
         config, cfg, "BertForPreTraining", "pretraining", config.num_train_steps
     )
     signals = []
@@ -82,7 +83,7 @@ def harness(tiny_pretraining_build):
 
     def train(workdir: str, moment=None) -> int:
         data = inputs.pretraining_inputs(config, workdir, exp.mesh)
-        ckpt = trainer.checkpointer(workdir, config)
+        ckpt = loop.checkpointer(workdir, config)
         state, start = exp.create_or_restore(ckpt, data.train)
         writer = MetricWriter(workdir, STEPS, start, progress=False)
         kind, at = moment or (None, None)
@@ -111,17 +112,18 @@ def harness(tiny_pretraining_build):
             timer = threading.Timer(at, os.kill, (os.getpid(), signal.SIGTERM))
             timer.start()
         try:
-            _, step, _ = exp.run(
-                state,
-                start,
-                batches,
-                ckpt,
-                writer,
+            hooks = [
+                loop.LogMetrics(writer, exp.mesh, ckpt=ckpt),
+                loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), data.train),
+            ]
+            trainer = loop.Trainer(
+                exp,
+                hooks,
                 num_train_steps=STEPS,
                 log_every_steps=config.log_every_steps,
                 checkpoint_every_steps=config.checkpoint_every_steps,
-                data_iterator=data.train,
             )
+            _, step, _ = trainer.run(state, start, batches)
             # The last save is complete when the loop hands the signals back: another SIGTERM
             # from here on (default handler: the process ends) loses nothing.
             assert str(step) in os.listdir(os.path.join(workdir, "checkpoints"))

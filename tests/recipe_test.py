@@ -62,7 +62,8 @@ def write_docstring_corpus(path: str | os.PathLike, max_files: int | None = None
 def build_docstring_shards(out_dir, *, vocab_size=4096, max_seq_length=64, max_files=None):
     """Shards of the docstring corpus with its own WordPiece vocabulary, as README's commands
     build a user's corpus (NSP pairs, masks drawn at load time)."""
-    from bert_jax.data import build, sources, tokenization
+    from bert_jax import tokenization
+    from bert_jax.pretrain.data import build, sources
 
     out_dir = pathlib.Path(out_dir)
     text = out_dir.parent / f"{out_dir.name}.txt"

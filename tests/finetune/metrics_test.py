@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import metrics
+from bert_jax.finetune import metrics
 
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 scipy_stats = pytest.importorskip("scipy.stats")

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_jax import metrics
-from bert_jax.data import batching, ner
+from bert_jax.finetune import batching, metrics, ner
 from tests.finetune.conftest import TESTDATA
 
 CONLL_FILE = TESTDATA / "conll_tiny.txt"

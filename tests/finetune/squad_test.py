@@ -5,8 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax import metrics
-from bert_jax.data import batching, squad
+from bert_jax.finetune import batching, metrics, squad
 from tests.finetune.conftest import TESTDATA
 
 SQUAD_FILE = TESTDATA / "squad_v2_tiny.json"

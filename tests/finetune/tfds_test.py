@@ -12,7 +12,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from bert_jax.data import glue, ner, squad
+from bert_jax.finetune import glue, ner, squad
 from tests.finetune.conftest import GLUE_DIR, TESTDATA
 
 pytestmark = pytest.mark.tf
@@ -62,7 +62,7 @@ def test_glue_from_tfds_equals_the_tsv_files(data_dir):
         assert [e.label for e in from_tfds] == pytest.approx([e.label for e in from_tsv])
     # tfds numbers MNLI's classes entailment, neutral, contradiction; ids follow the GLUE files.
     contradiction = glue.read_glue_tfds("mnli_mismatched", "dev", data_dir=data_dir)[0]
-    assert glue.get_task("mnli").label_names[contradiction.label] == "contradiction"
+    assert glue.get_dataset("mnli").label_names[contradiction.label] == "contradiction"
     test = glue.read_glue_tfds("rte", "test", data_dir=data_dir)
     assert [e.label for e in test] == [None]
     test = glue.read_glue_tfds("mnli", "test", data_dir=data_dir)

@@ -1,0 +1,529 @@
+"""GLUE and custom sequence classification/regression: task table, readers, featurizer, submission.
+
+Tasks are rows of `GLUE_DATASETS`, small frozen `TextDataset` entries (not one class per task):
+
+    task      text keys                 labels (id order)                      metrics
+    cola      sentence                  0, 1                                   matthews_corrcoef
+    sst2      sentence                  0, 1                                   accuracy
+    mrpc      sentence1, sentence2      0, 1                                   f1, accuracy
+    stsb      sentence1, sentence2      regression (num_labels=1)              spearman, pearson
+    qqp       question1, question2      0, 1                                   f1, accuracy
+    mnli      premise, hypothesis       contradiction, entailment, neutral     accuracy  (matched)
+    mnli_mismatched  (the same task; dev/test on the mismatched genres)        accuracy
+    qnli      question, sentence        entailment, not_entailment             accuracy
+    rte       sentence1, sentence2      entailment, not_entailment             accuracy
+    wnli      sentence1, sentence2      0, 1                                   accuracy
+    ax        premise, hypothesis       as mnli; test only (diagnostic)        matthews_corrcoef
+
+The label strings are those of the GLUE TSV files, which are also what the GLUE server expects in a
+submission. The first metric is the one the BERT paper reports (and the one to select on).
+
+Sources, each giving `TextExample(guid, texts, label)`:
+
+* `read_glue(task, glue_dir, split)`: the standard GLUE TSV files (`CoLA/train.tsv`,
+  `MNLI/dev_matched.tsv`, `diagnostic/diagnostic.tsv`, ...), each task's own columns, found by
+  the header names (CoLA's headerless train/dev by position). `read_glue_tsv(task, path)` reads
+  one file.
+* `read_glue_tfds(task, split, data_dir=...)`: tensorflow-datasets `glue/*` prepared in a local
+  `data_dir` (the optional `tf` extra).
+* `read_records(path, task)`: a custom task from CSV (standard quoting), TSV (no quoting, as
+  GLUE) or JSONL with named text and label columns; `custom_task(...)` makes its `TextDataset`.
+
+`featurize(examples, tokenizer, task, max_seq_length)` turns examples into host-side numpy
+features, one row per example, [CLS] A [SEP] (B [SEP]) as google-research/bert's
+`run_classifier.py` (pairs truncated longest-first, one token at a time):
+
+    input_ids       int32   [N, L]   0 ([PAD]) past the end
+    token_type_ids  int32   [N, L]   0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding
+    attention_mask  int32   [N, L]   1 for real tokens
+    labels          int32   [N]      class id; -1 where the split has no labels (GLUE test)
+                    float32 [N]      for regression; nan where the split has no labels
+    example_weights float32 [N]      1.0 (`batching.batches` adds 0.0 fillers)
+
+`batching.batches` cuts these into [B, ...] batches (with dynamic padding or length buckets), and
+`batching.pack` packs several short examples per row. `write_submission` writes the GLUE
+submission TSV (`index`, `prediction`).
+
+Bad input raises with the file, line and column: a label outside the label set, a missing column,
+a short row, an empty file. Texts longer than `max_seq_length` are truncated and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from bert_jax.finetune import task as task_lib
+from bert_jax.finetune.text_io import (
+    ID_COLUMNS,
+    ReadStats,
+    TextDataset,
+    TextExample,
+    as_str,
+    check_on_bad_row,
+    open_text,
+    tfds_builder,
+    tfds_records,
+)
+
+# ---------------------------------------------------------------------------------------------
+# The task table.
+
+
+_BINARY = ("0", "1")
+_NLI3 = ("contradiction", "entailment", "neutral")  # run_classifier.py's MNLI order.
+_NLI2 = ("entailment", "not_entailment")
+
+GLUE_DATASETS: dict[str, TextDataset] = {
+    t.name: t
+    for t in [
+        TextDataset(
+            "cola",
+            ("sentence",),
+            2,
+            ("matthews_corrcoef",),
+            _BINARY,
+            headerless=((3,), 1),
+            glue_dir="CoLA",
+            tfds_name="glue/cola",
+            submission_file="CoLA.tsv",
+        ),
+        TextDataset(
+            "sst2",
+            ("sentence",),
+            2,
+            ("accuracy",),
+            _BINARY,
+            glue_dir="SST-2",
+            tfds_name="glue/sst2",
+            submission_file="SST-2.tsv",
+        ),
+        TextDataset(
+            "mrpc",
+            ("sentence1", "sentence2"),
+            2,
+            ("f1", "accuracy"),
+            _BINARY,
+            text_columns=("#1 String", "#2 String"),
+            label_column="Quality",
+            glue_dir="MRPC",
+            tfds_name="glue/mrpc",
+            submission_file="MRPC.tsv",
+        ),
+        TextDataset(
+            "stsb",
+            ("sentence1", "sentence2"),
+            1,
+            ("spearman", "pearson"),
+            label_column="score",
+            glue_dir="STS-B",
+            tfds_name="glue/stsb",
+            submission_file="STS-B.tsv",
+        ),
+        TextDataset(
+            "qqp",
+            ("question1", "question2"),
+            2,
+            ("f1", "accuracy"),
+            _BINARY,
+            label_column="is_duplicate",
+            glue_dir="QQP",
+            tfds_name="glue/qqp",
+            submission_file="QQP.tsv",
+        ),
+        TextDataset(
+            "mnli",
+            ("premise", "hypothesis"),
+            3,
+            ("accuracy",),
+            _NLI3,
+            text_columns=("sentence1", "sentence2"),
+            label_column="gold_label",
+            glue_dir="MNLI",
+            dev_file="dev_matched.tsv",
+            test_file="test_matched.tsv",
+            tfds_name="glue/mnli",
+            tfds_dev_split="validation_matched",
+            tfds_test_split="test_matched",
+            submission_file="MNLI-m.tsv",
+        ),
+        TextDataset(
+            "mnli_mismatched",
+            ("premise", "hypothesis"),
+            3,
+            ("accuracy",),
+            _NLI3,
+            text_columns=("sentence1", "sentence2"),
+            label_column="gold_label",
+            glue_dir="MNLI",
+            dev_file="dev_mismatched.tsv",
+            test_file="test_mismatched.tsv",
+            tfds_name="glue/mnli",
+            tfds_dev_split="validation_mismatched",
+            tfds_test_split="test_mismatched",
+            submission_file="MNLI-mm.tsv",
+        ),
+        TextDataset(
+            "qnli",
+            ("question", "sentence"),
+            2,
+            ("accuracy",),
+            _NLI2,
+            glue_dir="QNLI",
+            tfds_name="glue/qnli",
+            submission_file="QNLI.tsv",
+        ),
+        TextDataset(
+            "rte",
+            ("sentence1", "sentence2"),
+            2,
+            ("accuracy",),
+            _NLI2,
+            glue_dir="RTE",
+            tfds_name="glue/rte",
+            submission_file="RTE.tsv",
+        ),
+        TextDataset(
+            "wnli",
+            ("sentence1", "sentence2"),
+            2,
+            ("accuracy",),
+            _BINARY,
+            glue_dir="WNLI",
+            tfds_name="glue/wnli",
+            submission_file="WNLI.tsv",
+        ),
+        TextDataset(
+            "ax",
+            ("premise", "hypothesis"),
+            3,
+            ("matthews_corrcoef",),
+            _NLI3,
+            text_columns=("sentence1", "sentence2"),
+            glue_dir="diagnostic",
+            train_file="",
+            dev_file="",
+            test_file="diagnostic.tsv",
+            tfds_name="glue/ax",
+            tfds_dev_split="",
+            submission_file="AX.tsv",
+        ),
+    ]
+}
+
+
+_ALIASES = {
+    "sst": "sst2",
+    "sts": "stsb",
+    "mnlim": "mnli",
+    "mnlimatched": "mnli",
+    "mnlimm": "mnli_mismatched",
+    "mnlimismatched": "mnli_mismatched",
+    "diagnostic": "ax",
+}
+
+
+def get_dataset(task: str | TextDataset) -> TextDataset:
+    """The `TextDataset` of a name ("mrpc", "SST-2", "MNLI-mm", ...), or `task` itself."""
+    if isinstance(task, TextDataset):
+        return task
+    key = task.lower().replace("-", "").replace("_", "")
+    key = _ALIASES.get(key, key)
+    if key not in GLUE_DATASETS:
+        raise KeyError(f"unknown GLUE task {task!r}; known: {sorted(GLUE_DATASETS)}")
+    return GLUE_DATASETS[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Examples and reading.
+
+
+def read_glue_tsv(
+    task: str | TextDataset,
+    path: str | os.PathLike,
+    *,
+    on_bad_row: str = "raise",
+    stats: ReadStats | None = None,
+) -> list[TextExample]:
+    """Reads one GLUE TSV file (train, dev or test) of `task`.
+
+    Columns are found by their header names (`task.text_columns`, `task.label_column`); a file
+    without the label column (a test file) gives `label=None`. CoLA's train/dev files have no
+    header and are read by position. Fields are tab-separated with no quoting, as the original.
+
+    Args:
+      task: a `TextDataset` or its name.
+      path: the .tsv file.
+      on_bad_row: "raise" (default) on a short row or a bad label, or "skip" it and record it in
+        `stats.skipped`.
+      stats: filled with counts.
+
+    Returns:
+      The examples in file order.
+
+    Raises:
+      ValueError: empty file, missing columns, a short row, a label outside the label set; the
+        message names the file, line and column.
+    """
+    task, path = get_dataset(task), os.fspath(path)
+    check_on_bad_row(on_bad_row)
+    stats = stats if stats is not None else ReadStats()
+    examples = []
+    with open_text(path) as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(rows, None)
+        if header is None:
+            raise ValueError(f"{path} is empty")
+        text_idx, label_idx, id_idx, first_line = _locate_columns(task, path, header)
+        if first_line == 1:
+            rows = _chain([header], rows)
+        for row_number, row in enumerate(rows):
+            where = f"{path}:{row_number + first_line}"
+            try:
+                example = _row_to_example(task, row, text_idx, label_idx, id_idx, where, row_number)
+            except ValueError as e:
+                if on_bad_row == "raise":
+                    raise
+                stats.skipped.append(str(e))
+                continue
+            examples.append(example)
+    if not examples:
+        raise ValueError(f"{path} has no examples")
+    stats.examples += len(examples)
+    return examples
+
+
+def _chain(first: Iterable, rest: Iterable):
+    yield from first
+    yield from rest
+
+
+def _locate_columns(
+    task: TextDataset, path: str, header: list[str]
+) -> tuple[list[int], int | None, int | None, int]:
+    """(text column indices, label index or None, id index or None, line of the first row)."""
+    if all(c in header for c in task.text_columns):
+        text_idx = [header.index(c) for c in task.text_columns]
+        label_idx = header.index(task.label_column) if task.label_column in header else None
+        id_idx = next((header.index(c) for c in ID_COLUMNS if c in header), None)
+        return text_idx, label_idx, id_idx, 2
+    if task.headerless is not None and not any(c in ID_COLUMNS for c in header):
+        text_idx, label_idx = task.headerless
+        return list(text_idx), label_idx, None, 1
+    missing = [c for c in task.text_columns if c not in header]
+    raise ValueError(
+        f"{path}: the header lacks the column(s) {missing} of task {task.name!r}; it has {header}"
+    )
+
+
+def _row_to_example(
+    task: TextDataset,
+    row: list[str],
+    text_idx: list[int],
+    label_idx: int | None,
+    id_idx: int | None,
+    where: str,
+    row_number: int,
+) -> TextExample:
+    needed = max([*text_idx, label_idx or 0, id_idx or 0]) + 1
+    if len(row) < needed:
+        raise ValueError(f"{where}: {len(row)} tab-separated field(s), expected at least {needed}")
+    label = None
+    if label_idx is not None:
+        column = task.label_column if task.headerless is None else f"column {label_idx + 1}"
+        try:
+            label = task.label_id(row[label_idx])
+        except ValueError as e:
+            raise ValueError(f"{where}: {column}: {e}") from None
+    guid = row[id_idx] if id_idx is not None else str(row_number)
+    return TextExample(guid, tuple(row[i] for i in text_idx), label)
+
+
+def glue_file(task: str | TextDataset, glue_dir: str | os.PathLike, split: str) -> str:
+    """The path of a task's split ("train", "dev" or "test") in the GLUE data directory."""
+    task = get_dataset(task)
+    files = {"train": task.train_file, "dev": task.dev_file, "test": task.test_file}
+    if split not in files:
+        raise ValueError(f"split must be 'train', 'dev' or 'test', not {split!r}")
+    if not files[split]:
+        raise ValueError(f"task {task.name!r} has no {split} split")
+    return os.path.join(os.fspath(glue_dir), task.glue_dir, files[split])
+
+
+def read_glue(
+    task: str | TextDataset,
+    glue_dir: str | os.PathLike,
+    split: str,
+    *,
+    on_bad_row: str = "raise",
+    stats: ReadStats | None = None,
+) -> list[TextExample]:
+    """Reads a split of a task from the standard GLUE data directory (as `download_glue_data.py`
+    lays it out: `<glue_dir>/MRPC/train.tsv`, `<glue_dir>/MNLI/dev_mismatched.tsv`, ...).
+
+    Row numbers become the guids of files without an index column; the row numbering restarts
+    for each file. See `read_glue_tsv` for the arguments and errors.
+    """
+    return read_glue_tsv(task, glue_file(task, glue_dir, split), on_bad_row=on_bad_row, stats=stats)
+
+
+def read_glue_tfds(
+    task: str | TextDataset,
+    split: str,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    download: bool = False,
+) -> list[TextExample]:
+    """Reads a split of a GLUE task prepared by tensorflow-datasets (`glue/<config>`).
+
+    Labels are mapped through their names (tfds orders MNLI's classes differently from the
+    GLUE files); test splits, whose tfds labels are -1, get `label=None`. The guid is tfds's
+    `idx`, the row of the GLUE file (as a submission needs it).
+
+    Args:
+      task: a GLUE task or its name.
+      split: "train", "dev" or "test" (e.g. "dev" of "mnli_mismatched" is tfds's
+        `validation_mismatched`), or any tfds split string such as "train[:10%]".
+      data_dir: the tfds data directory holding the prepared dataset.
+      download: download and prepare it when it is missing (needs network).
+
+    Returns:
+      The examples in tfds order.
+
+    Raises:
+      ImportError: tensorflow-datasets is not installed (the `tf` extra).
+      FileNotFoundError: the dataset is not prepared in `data_dir` and `download` is False.
+    """
+    task = get_dataset(task)
+    if not task.tfds_name:
+        raise ValueError(f"task {task.name!r} has no tfds dataset")
+    tfds_split = {"train": "train", "dev": task.tfds_dev_split, "test": task.tfds_test_split}.get(
+        split, split
+    )
+    if not tfds_split:
+        raise ValueError(f"task {task.name!r} has no {split} split in tfds")
+    builder = tfds_builder(task.tfds_name, data_dir, download)
+    features = builder.info.features
+    tfds_label_names = getattr(features["label"], "names", None)
+    is_test = tfds_split.startswith(task.tfds_test_split) if task.tfds_test_split else False
+    where = f"tfds:{task.tfds_name}/{tfds_split}"
+    examples = []
+    for record in tfds_records(builder, tfds_split):
+        texts = tuple(as_str(record[k]) for k in task.text_keys)
+        raw = record["label"]
+        if is_test or (tfds_label_names is not None and int(raw) < 0):
+            label = None
+        elif task.is_regression:
+            label = float(raw)
+        else:
+            name = tfds_label_names[int(raw)]
+            value = name if name in task.label_names else str(int(raw))
+            try:
+                label = task.label_id(value)
+            except ValueError as e:
+                raise ValueError(f"{where}: idx {int(record['idx'])}: {e}") from None
+        examples.append(TextExample(str(int(record["idx"])), texts, label))
+    if not examples:
+        raise ValueError(f"{where} has no examples")
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom files: CSV, TSV, JSONL.
+
+
+# ---------------------------------------------------------------------------------------------
+# Featurization.
+
+
+# ---------------------------------------------------------------------------------------------
+# GLUE submission.
+
+
+def write_submission(
+    output_dir: str | os.PathLike,
+    task: str | TextDataset,
+    examples: Sequence[TextExample],
+    predictions: Sequence[int] | Sequence[float] | np.ndarray,
+) -> str:
+    """Writes a task's GLUE submission file, e.g. `<output_dir>/MRPC.tsv`.
+
+    The file has the header `index<TAB>prediction` and one row per test example: its index (the
+    guid) and the predicted label string ("entailment", "1", ...) or, for STS-B, the score
+    clipped to [0, 5].
+
+    Args:
+      output_dir: the directory of the submission (created if missing).
+      task: a GLUE task with a `submission_file`.
+      examples: the test examples, in file order.
+      predictions: [N] class ids (int) or scores (float, regression).
+
+    Returns:
+      The path written.
+    """
+    task = get_dataset(task)
+    if not task.submission_file:
+        raise ValueError(f"task {task.name!r} is not part of a GLUE submission")
+    predictions = np.asarray(predictions)
+    if predictions.shape != (len(examples),):
+        raise ValueError(
+            f"{len(examples)} examples but predictions of shape {predictions.shape}; drop the "
+            "batch fillers (example_weights 0) first"
+        )
+    os.makedirs(os.fspath(output_dir), exist_ok=True)
+    path = os.path.join(os.fspath(output_dir), task.submission_file)
+    lines = ["index\tprediction"]
+    for example, prediction in zip(examples, predictions):
+        if task.is_regression:
+            value = f"{float(np.clip(prediction, 0.0, 5.0)):.3f}"
+        else:
+            label_id = int(prediction)
+            if not 0 <= label_id < task.num_labels:
+                raise ValueError(f"example {example.guid!r}: predicted class {label_id} invalid")
+            value = task.label_names[label_id]
+        lines.append(f"{example.guid}\t{value}")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The fine-tuning tasks.
+
+
+def _load(name: str):
+    def load(ft, tokenizer):
+        """TaskData of a GLUE task: the GLUE files in data_dir, or tensorflow-datasets."""
+        dataset = get_dataset(name)
+        splits = {}
+        for split in ("train", "dev", "test"):
+            if ft.source == "tfds":
+                splits[split] = read_glue_tfds(dataset, split, data_dir=ft.tfds_data_dir or None)
+            else:
+                path = glue_file(dataset, ft.data_dir, split)
+                if split == "train" or os.path.exists(path):
+                    splits[split] = read_glue(dataset, ft.data_dir, split)
+        return task_lib.sequence_data(splits, dataset, ft, tokenizer)
+
+    return load
+
+
+def _score(data, eval_set, outputs, ft, out_dir):
+    """The dataset's metrics, the prediction TSV, and the GLUE submission file of a test split."""
+    result = task_lib.score_sequence(data, eval_set, outputs, ft, out_dir)
+    if out_dir is not None and eval_set.name == "test":
+        logits = outputs["logits"]
+        preds = logits[:, 0] if data.objective == "regression" else np.argmax(logits, -1)
+        write_submission(out_dir, data.dataset, eval_set.examples, preds)
+    return result
+
+
+# Every GLUE dataset with a training set (the diagnostic "ax" is test only).
+TASKS = tuple(
+    task_lib.FinetuneTask(name, _load(name), _score, packable=True)
+    for name, dataset in GLUE_DATASETS.items()
+    if dataset.train_file
+)

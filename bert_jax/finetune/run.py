@@ -1,0 +1,306 @@
+"""The fine-tuning job: task data -> model from a checkpoint -> training per seed -> metrics,
+prediction files and an exported model.
+
+    train_and_evaluate(config, workdir)     # train.py --config=configs/finetune.py:task=...
+
+Every task is a `FinetuneTask` of `tasks.TASKS` (reading, scoring); its objective decides the
+head (`task.HEADS`):
+
+    classification / regression   GLUE, custom CSV/TSV/JSONL, the Shakespeare genre task
+    question_answering            SQuAD v1.1 / v2.0 (windows; official EM/F1)
+    token_classification          CoNLL-2003 NER (entity-level F1)
+    multiple_choice               SWAG
+
+For each seed in `finetune.seeds` the run trains `num_epochs` epochs in `<workdir>/seed_<s>`,
+evaluates on the dev set after every epoch, writes the dev (and test) predictions in the task's
+official format, and exports the fine-tuned model (bert_jax format and a transformers directory).
+`<workdir>/results.json` holds every seed's final dev metrics (and `test_<metric>` where the test
+set is labelled) and their mean and std.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax import convert, loop, sharding, tokenization
+from bert_jax.config import BertConfig
+from bert_jax.finetune import batching, tasks
+from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
+from bert_jax.model import get_model_class, init_params
+from bert_jax.summaries import MetricWriter
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
+    """config.finetune.tokenizer, else the vocabulary beside init_from (or in its hf/, data/)."""
+    if config.finetune.tokenizer:
+        return tokenization.load_tokenizer(config.finetune.tokenizer)
+    base = config.init_from
+    if not base:
+        raise ValueError("set config.finetune.tokenizer (no init_from to take the vocabulary from)")
+    for folder in (base, os.path.join(base, "hf"), os.path.join(base, "data")):
+        for name in ("tokenizer.json", "vocab.txt"):
+            if os.path.isfile(os.path.join(folder, name)):
+                return tokenization.load_tokenizer(os.path.join(folder, name))
+    raise FileNotFoundError(
+        f"no tokenizer.json or vocab.txt in {base} (or its hf/, data/); "
+        "set config.finetune.tokenizer"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+def predict_split(exp: loop.Experiment, params, eval_set: EvalSet, batch_size: int, buckets):
+    """Model outputs for every row of `eval_set`, in feature order (fillers dropped)."""
+    if batch_size % sharding.data_parallel_size(exp.mesh):
+        raise ValueError(f"eval_batch_size={batch_size} must split over the data-parallel devices")
+    predict = exp.predict_fn()
+    rows = sharding.host_batch_rows(exp.mesh, batch_size)
+    outputs, indices = [], []
+    with jax.set_mesh(exp.mesh):
+        for batch, idx in batching.batches(
+            eval_set.features,
+            batch_size,
+            bucket_boundaries=buckets,
+            group_by_length=buckets is not None,  # short rows together: padded to their bucket
+            return_indices=True,
+        ):
+            local = {k: v[rows] for k, v in batch.items()}
+            out = predict(params, sharding.global_batch_from_local(local, exp.mesh))
+            out = jax.device_get(
+                jax.tree_util.tree_map(
+                    lambda x: multihost_utils.process_allgather(x, tiled=True), out
+                )
+            )
+            outputs.append(out)
+            indices.append(idx)
+    n = batching.num_rows(eval_set.features)
+    fields = [
+        f.name for f in dataclasses.fields(outputs[0]) if getattr(outputs[0], f.name) is not None
+    ]
+    fields = [f for f in fields if f not in ("hidden_states", "attentions")]
+    return {f: batching.unbatch([getattr(o, f) for o in outputs], indices, n) for f in fields}
+
+
+def _require_finite(scores: Mapping[str, float], split: str) -> None:
+    """Stops the run on a NaN metric rather than reporting or averaging a meaningless score."""
+    bad = sorted(k for k, v in scores.items() if not np.isfinite(v))
+    if bad:
+        raise FloatingPointError(
+            f"{split} metric(s) {', '.join(bad)} are NaN ({scores}): the predictions hold NaN or "
+            "are constant, or the labels are; stopping"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+def starting_point(config, data: TaskData, tokenizer):
+    """(BertConfig of the fine-tuned model, encoder params or None for random init)."""
+    overrides = dict(num_labels=data.num_labels, label_names=data.label_names)
+    if data.objective == "multiple_choice":
+        overrides = dict(num_labels=2, label_names=None)  # the choice head has one output
+    if not config.init_from:
+        fields = config.model.to_dict()
+        fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size  # 0: the tokenizer's
+        cfg = BertConfig(**fields).replace(**overrides)
+        encoder = None
+    else:
+        cfg, encoder, _, report = convert.load_any(config.init_from, "BertModel")
+        logging.info("encoder from %s: %s", config.init_from, report.summary())
+        cfg = cfg.replace(**overrides)
+        if config.finetune.random_init:
+            encoder = None
+    if cfg.vocab_size != tokenizer.vocab_size:
+        raise ValueError(
+            f"the model's vocab_size={cfg.vocab_size} differs from the tokenizer's "
+            f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
+        )
+    return cfg, encoder
+
+
+def graft(cfg: BertConfig, head: str, encoder, seed: int):
+    """Head parameters: `encoder` (BertModel params) under `bert`, new head weights (seeded).
+
+    Returns (params, names of the newly initialized weights).
+    """
+    params = jax.device_get(
+        jax.tree_util.tree_map(
+            np.asarray, init_params(get_model_class(head)(cfg), jax.random.PRNGKey(seed))
+        )
+    )
+    params = nn.meta.unbox(params)
+    bert = dict(encoder)
+    if "pooler" not in params["bert"]:
+        bert.pop("pooler", None)
+    elif "pooler" not in bert:
+        bert["pooler"] = params["bert"]["pooler"]
+    new = sorted(f"{k}/..." for k in params if k != "bert")
+    params = {**params, "bert": bert}
+    convert.check_params(cfg, params, head)
+    return params, new
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------
+def train_features(task: FinetuneTask, data: TaskData, ft) -> dict[str, np.ndarray]:
+    """The training rows: the task's features, packed several to a row with `ft.pack`."""
+    if not ft.pack:
+        return data.train
+    if not task.packable:
+        raise ValueError(
+            f"packing is for sequence and token tasks, not {task.name} ({data.objective})"
+        )
+    packed, info = batching.pack(
+        data.train, max_segments=ft.max_segments, max_seq_length=ft.max_seq_length
+    )
+    logging.info(
+        "packed %d examples into %d rows (%.1f%% real tokens)",
+        batching.num_rows(data.train),
+        batching.num_rows(packed),
+        100 * info.efficiency,
+    )
+    return packed
+
+
+def evaluate_splits(exp, params, task, data, ft, buckets, out_dir=None) -> dict[str, float]:
+    """The final metrics: dev as they are, a labelled test split as test_<metric> (the test set
+    only with `ft.evaluate_test`); prediction files go to `out_dir`."""
+    final = {}
+    for eval_set in data.evals:
+        if eval_set.name == "test" and not ft.evaluate_test:
+            continue
+        scores = score(exp, params, task, data, eval_set, ft, buckets, out_dir)
+        if eval_set.name == "dev":
+            final.update(scores)
+        else:  # a labelled test set (the Shakespeare task's plays) is scored too
+            final.update({f"{eval_set.name}_{k}": v for k, v in scores.items()})
+    return final
+
+
+def score(exp, params, task, data, eval_set, ft, buckets, out_dir=None) -> dict[str, float]:
+    """The task's metrics on `eval_set` (if labelled), writing its prediction files to out_dir
+    (process 0); stops on a NaN metric."""
+    outputs = predict_split(exp, params, eval_set, ft.eval_batch_size, buckets)
+    write_dir = out_dir if out_dir is not None and jax.process_index() == 0 else None
+    if write_dir is not None:
+        os.makedirs(write_dir, exist_ok=True)
+    result = task.score(data, eval_set, outputs, ft, write_dir)
+    _require_finite(result, eval_set.name)
+    return result
+
+
+def train_and_evaluate(config, workdir: str, mode: str = "train") -> dict[str, Any]:
+    """Fine-tunes the task `config.finetune.name` for every seed of `config.finetune.seeds`.
+
+    Returns:
+      {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}.
+    """
+    ft = config.finetune
+    task = tasks.get_task(ft.name)
+    tokenizer = find_tokenizer(config)
+    data = task.load(ft, tokenizer)
+    cfg, encoder = starting_point(config, data, tokenizer)
+    head = HEADS[data.objective]
+    features = train_features(task, data, ft)
+    buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+    seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
+    results: dict[str, Any] = {"task": ft.name, "seeds": {}}
+    exp = None  # one Experiment for every seed: its compiled steps serve them all
+    mesh = sharding.make_mesh(config.mesh.to_dict())  # the one the Experiment builds
+    for seed in seeds:
+        seed_dir = os.path.join(workdir, f"seed_{seed}") if len(seeds) > 1 else workdir
+        with config.unlocked():
+            config.seed = seed
+        train_iter = batching.EpochIterator(
+            features,
+            config.global_batch_size,
+            num_epochs=ft.num_epochs,
+            seed=seed,
+            bucket_boundaries=None if ft.pack else buckets,
+            group_by_length=bool(buckets) and not ft.pack,
+            host_rows=sharding.host_batch_rows(mesh, config.global_batch_size),
+        )
+        num_steps = train_iter.steps_per_epoch * ft.num_epochs  # the same for every seed
+        if exp is None:
+            exp = loop.Experiment.build(config, cfg, head, data.objective, num_steps)
+        if mode == "shardings":
+            print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+            return results
+        params = None
+        if encoder is not None:
+            params, new = graft(cfg, head, encoder, seed)
+            logging.info("newly initialized head weights: %s", new)
+        ckpt = loop.checkpointer(seed_dir, config)
+        state, start = exp.create_or_restore(ckpt, train_iter, init_params=params, seed=seed)
+        writer = MetricWriter(seed_dir, num_steps, start)
+        dev = next((e for e in data.evals if e.name == "dev" and e.labelled), None)
+        hooks = [loop.LogMetrics(writer, exp.mesh, ckpt=ckpt)]
+        if dev is not None:
+
+            def evaluate(params, step, exp=exp, dev=dev):
+                del step
+                return score(exp, params, task, data, dev, ft, buckets)
+
+            every = config.eval_every_steps or train_iter.steps_per_epoch
+            hooks.append(loop.Evaluate(evaluate, writer, every))
+        hooks.append(loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), train_iter))
+        trainer = loop.Trainer(
+            exp,
+            hooks,
+            num_train_steps=num_steps,
+            log_every_steps=config.log_every_steps,
+            checkpoint_every_steps=min(config.checkpoint_every_steps, train_iter.steps_per_epoch),
+        )
+        state, step, stopped = trainer.run(state, start, train_iter)
+        ckpt.close()
+        if stopped or step < num_steps:
+            writer.close()
+            logging.warning(
+                "seed %d stopped at step %d of %d; rerun to resume", seed, step, num_steps
+            )
+            return results
+        predictions_dir = os.path.join(seed_dir, "predictions")
+        final = evaluate_splits(exp, state.params, task, data, ft, buckets, predictions_dir)
+        writer.write(step, {f"final/{k}": v for k, v in final.items()})
+        writer.close()
+        results["seeds"][str(seed)] = final
+        if config.export_hf_at_end:
+            exp.export(state.params, seed_dir)
+            if jax.process_index() == 0:
+                tokenizer.save(os.path.join(seed_dir, "hf"))
+    _write_results(results, workdir)
+    return results
+
+
+def _write_results(results: dict[str, Any], workdir: str) -> None:
+    """Adds every metric's mean and std over the seeds; writes results.json and prints them."""
+    per_seed = list(results["seeds"].values())
+    if not per_seed:
+        return
+    keys = per_seed[0].keys()
+    results["mean"] = {k: float(np.mean([r[k] for r in per_seed])) for k in keys}
+    results["std"] = {k: float(np.std([r[k] for r in per_seed])) for k in keys}
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "results.json"), "w") as f:
+            json.dump(results, f, indent=2)
+        for k in keys:
+            split = "" if k.startswith("test_") else "dev "
+            print(
+                f"{results['task']} {split}{k}: {results['mean'][k]:.4f} +- "
+                f"{results['std'][k]:.4f} over {len(per_seed)} seed(s)"
+            )

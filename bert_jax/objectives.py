@@ -1,0 +1,229 @@
+"""Objectives: how each kind of head is trained, as pure functions of (model, params, batch).
+
+An *objective* runs its head and returns sums and counts over the (global) batch, never means, so
+that metrics average right across devices, hosts and micro-batches: the loss of a batch is
+`objective.loss(sums, counts)` with counts taken from the whole batch, which makes k micro-batches
+of b rows give exactly the gradient of one batch of k*b rows (`bert_jax.steps`).
+
+Batches (host numpy, then global arrays): model inputs `input_ids`, `token_type_ids`,
+`attention_mask` [B, L] (and for packed rows `segment_ids`, `position_ids` [B, L] and
+`cls_positions` [B, S]) plus each objective's targets, listed beside it in `OBJECTIVES`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax import losses
+
+Batch = Mapping[str, jax.Array]
+MODEL_INPUTS = (
+    "input_ids",
+    "token_type_ids",
+    "attention_mask",
+    "position_ids",
+    "segment_ids",
+    "cls_positions",
+)
+
+
+def apply_model(model: nn.Module, params, batch: Batch, rng, deterministic: bool, **extra):
+    """The model's outputs for the batch's model inputs (`MODEL_INPUTS` present in `batch`);
+    dropout draws from `rng` unless `deterministic`."""
+    rngs = None if deterministic else {"dropout": rng}
+    inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    return model.apply(
+        {"params": params}, **inputs, **extra, deterministic=deterministic, rngs=rngs
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """How one kind of head is trained.
+
+    Attributes:
+      name: the objective's name (a key of `OBJECTIVES`).
+      sums: (model, params, batch, rng, deterministic) -> dict of float32 sums, whose keys ending
+        in "_loss_sum" enter the loss, divided by the count of the same prefix.
+      counts: batch -> dict of the denominators ({prefix}_count) over the whole batch.
+      loss_weights: prefix -> weight in the loss (mean over each prefix, then summed).
+    """
+
+    name: str
+    sums: Callable[..., dict[str, jax.Array]]
+    counts: Callable[[Batch], dict[str, jax.Array]]
+    loss_weights: Mapping[str, float]
+
+    def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
+        """The scalar loss: the weighted sum over prefixes of sums / counts."""
+        total = jnp.float32(0.0)
+        for prefix, weight in self.loss_weights.items():
+            total += weight * sums[f"{prefix}_loss_sum"] / jnp.maximum(counts[f"{prefix}_count"], 1)
+        return total
+
+
+def _nsp_weights(batch):
+    if "next_sentence_weights" in batch:
+        return batch["next_sentence_weights"].astype(jnp.float32)
+    return jnp.ones(batch["next_sentence_labels"].shape, jnp.float32)
+
+
+def _pretraining_sums(model, params, batch, rng, deterministic, nsp=True):
+    out = apply_model(
+        model, params, batch, rng, deterministic, masked_positions=batch["masked_lm_positions"]
+    )
+    logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+    nsp_logits = out.seq_relationship_logits if nsp else None
+    sums = losses.pretraining_losses(
+        logits,
+        batch["masked_lm_ids"],
+        batch["masked_lm_weights"],
+        nsp_logits,
+        batch.get("next_sentence_labels") if nsp else None,
+        _nsp_weights(batch) if nsp else None,
+    )
+    sums.pop("mlm_count", None)
+    sums.pop("nsp_count", None)
+    return sums
+
+
+def pretraining_objective(nsp: bool = True) -> Objective:
+    """MLM (+ NSP): model BertForPreTraining (or BertForMaskedLM when `nsp=False`).
+
+    Targets: masked_lm_positions, masked_lm_ids [B, P] int32, masked_lm_weights [B, P] float32,
+    next_sentence_labels [B] (or [B, S] packed, with next_sentence_weights [B, S]).
+    """
+
+    def counts(batch):
+        c = {"mlm_count": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32))}
+        if nsp:
+            c["nsp_count"] = jnp.sum(_nsp_weights(batch))
+        return c
+
+    def sums(model, params, batch, rng, deterministic):
+        return _pretraining_sums(model, params, batch, rng, deterministic, nsp=nsp)
+
+    weights = {"mlm": 1.0, "nsp": 1.0} if nsp else {"mlm": 1.0}
+    return Objective("pretraining" if nsp else "mlm", sums, counts, weights)
+
+
+def _example_weights(batch, shape):
+    if "example_weights" in batch:
+        return batch["example_weights"].astype(jnp.float32)
+    return jnp.ones(shape, jnp.float32)
+
+
+def _classification_sums(model, params, batch, rng, deterministic):
+    logits = apply_model(model, params, batch, rng, deterministic).logits
+    out = losses.weighted_cross_entropy(
+        logits, batch["labels"], _example_weights(batch, batch["labels"].shape)
+    )
+    return {"cls_loss_sum": out["loss_sum"], "cls_correct_sum": out["correct_sum"]}
+
+
+def _regression_sums(model, params, batch, rng, deterministic):
+    preds = apply_model(model, params, batch, rng, deterministic).logits[..., 0]
+    out = losses.mean_squared_error(
+        preds, batch["labels"], _example_weights(batch, batch["labels"].shape)
+    )
+    return {"reg_loss_sum": out["loss_sum"]}
+
+
+def _token_sums(model, params, batch, rng, deterministic):
+    logits = apply_model(model, params, batch, rng, deterministic).logits
+    out = losses.weighted_cross_entropy(logits, batch["labels"], _token_weights(batch))
+    return {"tok_loss_sum": out["loss_sum"], "tok_correct_sum": out["correct_sum"]}
+
+
+def _token_weights(batch):
+    w = batch["label_weights"].astype(jnp.float32)
+    if "example_weights" in batch and batch["example_weights"].ndim == 1:
+        w = w * batch["example_weights"].astype(jnp.float32)[:, None]
+    return w
+
+
+def _qa_sums(model, params, batch, rng, deterministic):
+    out = apply_model(model, params, batch, rng, deterministic)
+    w = _example_weights(batch, batch["start_positions"].shape)
+    start = losses.weighted_cross_entropy(out.start_logits, batch["start_positions"], w)
+    end = losses.weighted_cross_entropy(out.end_logits, batch["end_positions"], w)
+    return {
+        "qa_loss_sum": 0.5 * (start["loss_sum"] + end["loss_sum"]),
+        "qa_start_correct_sum": start["correct_sum"],
+        "qa_end_correct_sum": end["correct_sum"],
+    }
+
+
+def _count_of(prefix, weights_fn):
+    return lambda batch: {f"{prefix}_count": jnp.sum(weights_fn(batch))}
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "pretraining": pretraining_objective(nsp=True),
+    "mlm": pretraining_objective(nsp=False),
+    # Targets: labels [B] int32 (or [B, S] packed), example_weights [B] (or [B, S]).
+    "classification": Objective(
+        "classification",
+        _classification_sums,
+        _count_of("cls", lambda b: _example_weights(b, b["labels"].shape)),
+        {"cls": 1.0},
+    ),
+    # Targets: labels [B] float32 (or [B, S] packed), example_weights.
+    "regression": Objective(
+        "regression",
+        _regression_sums,
+        _count_of("reg", lambda b: _example_weights(b, b["labels"].shape)),
+        {"reg": 1.0},
+    ),
+    # Targets: labels [B, L] int32, label_weights [B, L] (first sub-tokens), example_weights [B].
+    "token_classification": Objective(
+        "token_classification", _token_sums, _count_of("tok", _token_weights), {"tok": 1.0}
+    ),
+    # Targets: start_positions, end_positions [B] int32, example_weights [B].
+    "question_answering": Objective(
+        "question_answering",
+        _qa_sums,
+        _count_of("qa", lambda b: _example_weights(b, b["start_positions"].shape)),
+        {"qa": 1.0},
+    ),
+    # Inputs [B, C, L]; targets: labels [B] int32, example_weights [B].
+    "multiple_choice": Objective(
+        "multiple_choice",
+        _classification_sums,
+        _count_of("cls", lambda b: _example_weights(b, b["labels"].shape)),
+        {"cls": 1.0},
+    ),
+}
+
+
+def get_objective(name: str) -> Objective:
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
+    return OBJECTIVES[name]
+
+
+def summarize(sums: Mapping[str, float]) -> dict[str, float]:
+    """Host-side: turns accumulated sums and counts into means and accuracies.
+
+    {prefix}_loss_sum / {prefix}_count -> {prefix}_loss; {prefix}_correct_sum -> {prefix}_accuracy.
+    Other keys (loss, grad_norm, learning_rate) pass through.
+    """
+    out = {}
+    for key, value in sums.items():
+        if key.endswith("_loss_sum") or key.endswith("_correct_sum") or key.endswith("_count"):
+            continue
+        out[key] = float(value)
+    for key, value in sums.items():
+        for suffix, name in (("_loss_sum", "_loss"), ("_correct_sum", "_accuracy")):
+            if key.endswith(suffix):
+                stem = key[: -len(suffix)]
+                prefix = stem.split("_")[0]
+                count = float(sums.get(f"{prefix}_count", 0.0))
+                if count > 0:
+                    out[stem + name] = float(value) / count
+    return out

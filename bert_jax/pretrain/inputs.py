@@ -1,0 +1,149 @@
+"""Input iterators for `train.py`, from the experiment config.
+
+Pretraining: the default corpus (built once into `data.build_dir`, idempotent) or existing shards
+(`data.paths`); the last `data.num_eval_shards` shards are held out for evaluation. Each process
+reads the rows of every global batch that its devices hold (`sharding.host_batch_rows`), so hosts
+that share a batch shard read the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+
+import jax
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax import sharding
+from bert_jax.pretrain.data import build, pipeline
+
+
+@dataclasses.dataclass
+class PretrainingInputs:
+    """train: a checkpointable grain iterator of this host's batches; eval_batches(n): the same n
+    held-out batches every call (None without held-out shards); info: the shards' DataInfo;
+    tokenizer_path: the vocabulary the ids come from (None if unknown)."""
+
+    train: Iterator
+    eval_batches: Callable[[int], list] | None
+    info: pipeline.DataInfo
+    tokenizer_path: str | None
+
+
+def _default_build_dir(config, workdir: str) -> str:
+    return config.data.build_dir or os.path.join(workdir, "data")
+
+
+def require_shared_directory(directory: str) -> None:
+    """Raises on every process unless all processes see the files process 0 writes in
+    `directory` (a shared file system). A collective; a no-op in a single-process run."""
+    if jax.process_count() == 1:
+        return
+    probe = os.path.join(directory, ".shared-by-all-processes")
+    token = np.random.default_rng().integers(1, 2**31 - 1) if jax.process_index() == 0 else 0
+    token = int(multihost_utils.broadcast_one_to_all(np.int32(token)))
+    if jax.process_index() == 0:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "w") as f:
+            f.write(str(token))
+    multihost_utils.sync_global_devices("shared-probe-written")
+    try:
+        with open(probe) as f:
+            seen = f.read().strip() == str(token)
+    except OSError:
+        seen = False
+    seen_by = np.asarray(multihost_utils.process_allgather(np.int32(seen)))
+    blind = np.flatnonzero(seen_by == 0).tolist()
+    if blind:
+        raise ValueError(
+            f"process(es) {blind} cannot see the files process 0 writes in {directory}: the "
+            "default corpus is built once, so data.build_dir (default <workdir>/data) must be on "
+            "a file system every host shares; or build the records once and pass data.paths"
+        )
+
+
+def ensure_default_corpus(config, workdir: str) -> str:
+    """Builds the default corpus's shards once (process 0; the others wait) and returns the dir.
+
+    Raises ValueError on every process when the hosts do not share the build directory."""
+    out_dir = _default_build_dir(config, workdir)
+    require_shared_directory(out_dir)
+    if jax.process_index() == 0:
+        options = build.PretrainingOptions(
+            max_seq_length=config.data.max_seq_length,
+            max_predictions_per_seq=config.data.max_predictions_per_seq,
+            masked_lm_prob=config.data.masked_lm_prob,
+            next_sentence_prediction=config.job != "mlm",
+            static_masking=not config.data.dynamic_masking,
+            dupe_factor=5,
+        )
+        build.build_default_corpus_shards(out_dir, options=options, progress=True)
+    multihost_utils.sync_global_devices("default-corpus-built")
+    return out_dir
+
+
+def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> PretrainingInputs:
+    """The train iterator and held-out eval batches for a pretraining config, holding this
+    host's rows of every global batch of `mesh` (see `sharding.global_batch_from_local`)."""
+    data = config.data
+    if data.source == "default":
+        paths = ensure_default_corpus(config, workdir)
+    elif data.source == "records":
+        if not data.paths:
+            raise ValueError("config.data.paths is empty: give a build directory or record files")
+        paths = data.paths
+    else:
+        raise ValueError(f"config.data.source={data.source!r}: expected 'default' or 'records'")
+    info = pipeline.load_data_info(paths)
+    if info.max_seq_length != data.max_seq_length:
+        raise ValueError(
+            f"the records hold sequences of {info.max_seq_length} tokens but "
+            f"config.data.max_seq_length={data.max_seq_length}"
+        )
+    if info.vocab_size is not None and info.vocab_size != config.model.vocab_size:
+        raise ValueError(
+            f"the data's tokenizer has {info.vocab_size} tokens but config.model.vocab_size="
+            f"{config.model.vocab_size}; set --config.model.vocab_size={info.vocab_size}"
+        )
+    if config.job == "pretraining" and not info.next_sentence_prediction:
+        raise ValueError("these records have no next-sentence labels; use the mlm_only=1 variant")
+    files = list(info.paths)
+    k = data.num_eval_shards
+    if k and len(files) <= k:
+        raise ValueError(f"{len(files)} shard(s) cannot hold out num_eval_shards={k}")
+    train_files, eval_files = (files[:-k], files[-k:]) if k else (files, [])
+    tokenizer = data.tokenizer or None
+    common = dict(
+        global_batch_size=config.global_batch_size,
+        dynamic_masking=data.dynamic_masking if info.static_masks else True,
+        tokenizer=tokenizer,
+        masked_lm_prob=data.masked_lm_prob,
+        host_rows=sharding.host_batch_rows(mesh, config.global_batch_size),
+        pack_sequences=data.pack_sequences,
+        max_segments=data.max_segments,
+    )
+    train = pipeline.make_pretraining_loader(
+        train_files, seed=data.seed, worker_count=data.worker_count, **common
+    )
+    eval_batches = None
+    if eval_files:
+
+        def eval_batches(n: int) -> list:
+            loader = pipeline.make_pretraining_loader(eval_files, seed=data.seed + 1, **common)
+            return [next(loader) for _ in range(n)]
+
+    if tokenizer is None and info.metadata is not None:
+        tokenizer = os.path.join(os.path.dirname(files[0]), "tokenizer.json")
+    logging.info(
+        "pretraining data: %d records in %d shards (%d held out), L=%d, P=%d, %s",
+        info.num_records,
+        len(files),
+        k,
+        info.max_seq_length,
+        info.max_predictions_per_seq,
+        f"packed, at most {data.max_segments} a row" if data.pack_sequences else "one a row",
+    )
+    return PretrainingInputs(train, eval_batches, info, tokenizer)

@@ -1,0 +1,205 @@
+"""The pretraining job: MLM (+ NSP) on the config's corpus, as google-research/bert's
+run_pretraining.py.
+
+    train_and_evaluate(config, workdir)           # train.py --config=configs/pretrain.py:...
+    train_and_evaluate(config, workdir, mode="compile", topology="v5e:4x4")
+
+Flow: config -> Experiment (mesh, model, optimizer) -> inputs (shards built once) -> state
+(restored or fresh) -> Trainer with hooks (metrics, held-out evaluation, checkpoints) -> export
+and a summary. `mode="compile"` compiles the step for a TPU topology instead (`bert_jax.aot`);
+`mode="shardings"` prints every parameter's sharding.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from bert_jax import aot, flops, inference, loop, sharding, tokenization
+from bert_jax.config import BertConfig
+from bert_jax.pretrain import inputs
+from bert_jax.pretrain.data import packing
+from bert_jax.summaries import MetricWriter
+
+MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}  # job -> head
+
+
+def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of one global pretraining batch of the config (keys as
+    `bert_jax.pretrain.data.pipeline` / `packing` document them): B = global_batch_size, L, P."""
+    d = config.data
+    b, length, p = config.global_batch_size, d.max_seq_length, d.max_predictions_per_seq
+    i32, f32 = jnp.int32, jnp.float32
+    spec = {k: ((b, length), i32) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    if d.pack_sequences:
+        s = d.max_segments
+        p = packing.max_predictions_per_row(length, s, p, d.masked_lm_prob)
+        spec.update(segment_ids=((b, length), i32), position_ids=((b, length), i32))
+        spec.update(cls_positions=((b, s), i32), next_sentence_labels=((b, s), i32))
+        spec.update(next_sentence_weights=((b, s), f32))
+    else:
+        spec.update(next_sentence_labels=((b,), i32))
+    spec.update(masked_lm_positions=((b, p), i32), masked_lm_ids=((b, p), i32))
+    spec.update(masked_lm_weights=((b, p), f32))
+    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
+
+
+def model_step_flops(cfg, config) -> float:
+    """Model FLOPs of one global pretraining step of the config if every slot held a real token
+    and every prediction slot were used (full rows; the most the batch can need)."""
+    batch = pretraining_batch(config)
+    rows, length = batch["input_ids"].shape
+    predictions = math.prod(batch["masked_lm_weights"].shape)
+    return flops.pretraining_step_flops(
+        cfg, np.full(rows, length), predictions, nsp=config.job != "mlm"
+    )
+
+
+def compile_for_topology(exp: loop.Experiment, config, topology: str, num_slices: int, hlo_out):
+    """Compiles the step for a TPU slice on this machine and prints the report; returns the exit
+    status (1 if it does not fit in HBM)."""
+    cfg = exp.cfg
+    report = aot.compile_step(
+        exp,
+        pretraining_batch(config),
+        model_flops=model_step_flops(cfg, config),
+        hlo_path=hlo_out,
+    )
+    report.update(topology=topology, num_slices=num_slices)
+    print(aot.format_report(report))
+    print(aot.report_json(report))
+    return 0 if report["fits"] else 1
+
+
+class HeldOutEvaluation:
+    """(params, step) -> held-out metrics over the same `num_batches` batches every time, kept
+    on the devices after the first call."""
+
+    def __init__(self, exp: loop.Experiment, data: inputs.PretrainingInputs, num_batches: int):
+        self.exp, self.data, self.num_batches = exp, data, num_batches
+        self.batches = None
+
+    def __call__(self, params, step: int) -> dict[str, float]:
+        del step
+        if self.batches is None:
+            host = self.data.eval_batches(self.num_batches)
+            self.batches = [sharding.global_batch_from_local(b, self.exp.mesh) for b in host]
+        jit_eval = self.exp.eval_fn()
+        return loop.reduce_metrics([jit_eval(params, b) for b in self.batches])
+
+
+def step_flops_fn(exp: loop.Experiment, job: str):
+    """Host batch -> model FLOPs of the global step (this host's batch stands for every host's).
+    Every (packed) sequence's own length counts: its attention costs n_i^2, not a row's L^2."""
+
+    def step_flops(host):
+        lengths = packing.sequence_lengths(host)
+        predictions = float(host["masked_lm_weights"].sum())
+        step = flops.pretraining_step_flops(exp.cfg, lengths, predictions, nsp=job != "mlm")
+        return step / sharding.host_batch_fraction(exp.mesh)
+
+    return step_flops
+
+
+def train_and_evaluate(
+    config,
+    workdir: str | None,
+    *,
+    mode: str = "train",
+    topology: str | None = None,
+    num_slices: int = 1,
+    hlo_out: str | None = None,
+) -> int | None:
+    """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
+    cfg = BertConfig(**config.model.to_dict())
+    compiling = mode == "compile"
+    topology = topology or config.topology
+    devices = aot.topology_devices(topology, num_slices) if compiling else None
+    exp = loop.Experiment.build(
+        config, cfg, MODELS[config.job], config.job, config.num_train_steps, devices
+    )
+    if compiling:
+        return compile_for_topology(exp, config, topology, num_slices, hlo_out)
+    if mode == "shardings":
+        print(f"mesh {dict(exp.mesh.shape)}; {exp.model_name} {cfg}")
+        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+        return None
+    logging.vlog(1, "config:\n%s", config)
+    loop.write_config(config, workdir)
+    logging.info("config: %s", os.path.join(workdir, "config.json"))
+    data = inputs.pretraining_inputs(config, workdir, exp.mesh)
+    ckpt = loop.checkpointer(workdir, config)
+    state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
+    writer = MetricWriter(workdir, config.num_train_steps, start)
+    shown = _masked_examples(data)  # what the model predicts for held-out lines, before and after
+    if shown:
+        before = (f"step {start}", *inference.top_predictions(exp.model, state.params, *shown[:2]))
+    evaluate = None
+    if data.eval_batches:
+        evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
+        if start == 0:
+            _write_starting_point(writer, evaluate(state.params, 0), data, config.num_eval_steps)
+    hooks = [
+        loop.LogMetrics(writer, exp.mesh, step_flops_fn(exp, config.job), ckpt),
+        loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), data.train),
+    ]
+    if evaluate is not None:
+        hooks.insert(1, loop.Evaluate(evaluate, writer, config.eval_every_steps))
+    trainer = loop.Trainer(
+        exp,
+        hooks,
+        num_train_steps=config.num_train_steps,
+        log_every_steps=config.log_every_steps,
+        checkpoint_every_steps=config.checkpoint_every_steps,
+    )
+    state, step, _ = trainer.run(state, start, data.train)
+    ckpt.close()
+    writer.close()
+    places = {"checkpoints": ckpt.directory}
+    if step >= config.num_train_steps and config.export_hf_at_end:
+        exp.export(state.params, workdir)
+        places["export"] = os.path.join(workdir, "export") + " (bert_jax)"
+        places["hf"] = os.path.join(workdir, "hf") + " (transformers)"
+        if data.tokenizer_path and os.path.isfile(data.tokenizer_path) and jax.process_index() == 0:
+            # The vocabulary goes with the model: <workdir>/hf is a complete transformers directory.
+            tokenization.load_tokenizer(data.tokenizer_path).save(os.path.join(workdir, "hf"))
+    if jax.process_index() == 0:
+        if shown:
+            after = (
+                f"step {step}",
+                *inference.top_predictions(exp.model, state.params, *shown[:2]),
+            )
+            print("\nHeld-out lines with a word masked, and the model's top guesses:")
+            print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
+        print("\n" + writer.summary(step, places))
+    return None
+
+
+def _write_starting_point(writer: MetricWriter, metrics, data, num_batches: int) -> None:
+    """Where the curves start, and the unigram plateau: the accuracy of always guessing the
+    held-out masked tokens' commonest token, which a model must rise clearly above."""
+    held_out = data.eval_batches(num_batches)
+    masked = [b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in held_out]
+    counts = np.bincount(np.concatenate(masked))
+    writer.write(
+        0,
+        {
+            **{f"eval/{k}": v for k, v in metrics.items()},
+            "eval/commonest_token_share": counts.max() / counts.sum(),
+        },
+    )
+
+
+def _masked_examples(data):
+    """(features, positions, texts, answers, tokenizer) of a few held-out lines, or None."""
+    if not (data.eval_batches and data.tokenizer_path and os.path.isfile(data.tokenizer_path)):
+        return None
+    if jax.process_count() > 1:  # the host-side demonstration needs every parameter on one host
+        return None
+    tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
+    return (*inference.masked_examples(data.eval_batches(1)[0], tokenizer, 4), tokenizer)

@@ -1,0 +1,163 @@
+"""The bert-jax-create-pretraining-data and bert-jax-train-wordpiece commands."""
+
+import pathlib
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+from bert_jax.pretrain.data import (
+    build,
+    create_pretraining_data,
+    example_proto,
+    pipeline,
+    records,
+    train_wordpiece,
+)
+from tests.pretrain.conftest import EXCERPT, TESTDATA
+
+
+def test_create_pretraining_data(tmp_path, bert_vocab_dir, capsys):
+    out = tmp_path / "out"
+    argv = [
+        f"--input_file={EXCERPT}",
+        f"--vocab_file={bert_vocab_dir}",
+        f"--output_dir={out}",
+        "--max_seq_length=48",
+        "--max_predictions_per_seq=7",
+        "--dupe_factor=1",
+        "--do_whole_word_mask",
+        "--no-split_sentences",
+        "--num_shards=2",
+        "--format=tfrecord",
+        "--num_workers=1",
+        "--no_progress",
+    ]
+    assert create_pretraining_data.main(argv) == 0
+    metadata = build.read_metadata(out)
+    assert metadata["record_format"] == "tfrecord" and len(metadata["shards"]) == 2
+    assert metadata["options"]["whole_word_mask"] is True
+    assert metadata["tokenizer"]["vocab_size"] == 30522
+    assert "wrote" in capsys.readouterr().out
+    assert create_pretraining_data.main(argv) == 0  # Idempotent.
+    info = pipeline.load_data_info(out)
+    assert (info.max_seq_length, info.max_predictions_per_seq, info.static_masks) == (48, 7, True)
+
+
+def test_create_pretraining_data_mlm_only_dynamic(tmp_path, bert_vocab_dir):
+    out = tmp_path / "out"
+    argv = [
+        f"--input_file={EXCERPT}",
+        f"--vocab_file={bert_vocab_dir}/vocab.txt",
+        f"--output_dir={out}",
+        "--max_seq_length=32",
+        "--no-next_sentence_prediction",
+        "--masking=dynamic",
+        "--num_shards=1",
+        "--no_progress",
+    ]
+    assert create_pretraining_data.main(argv) == 0
+    info = pipeline.load_data_info(out)
+    assert not info.next_sentence_prediction and not info.static_masks
+
+
+def test_create_pretraining_data_errors(tmp_path, bert_vocab_dir, capsys):
+    (tmp_path / "keep.txt").write_text("precious")
+    base = [f"--input_file={EXCERPT}", f"--vocab_file={bert_vocab_dir}", "--no_progress"]
+    assert create_pretraining_data.main([*base, f"--output_dir={tmp_path}"]) == 1
+    assert "already holds other data (keep.txt)" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+    missing = [f"--input_file={tmp_path}/*.md", f"--vocab_file={bert_vocab_dir}"]
+    assert create_pretraining_data.main([*missing, f"--output_dir={tmp_path}/o"]) == 1
+    assert "matches nothing" in capsys.readouterr().err
+    no_vocab = [f"--input_file={EXCERPT}", f"--output_dir={tmp_path}/p"]
+    assert create_pretraining_data.main(no_vocab) == 1
+    assert "--vocab_file is required" in capsys.readouterr().err
+    own_vocab = ["--default_corpus", "--original_tokenizer", f"--output_dir={tmp_path}/q"]
+    assert create_pretraining_data.main(own_vocab) == 1
+    assert "--original_tokenizer needs a --vocab_file" in capsys.readouterr().err
+
+
+def test_train_wordpiece(tmp_path, capsys):
+    argv = [
+        f"--input_file={EXCERPT}",
+        f"--output_dir={tmp_path}",
+        "--vocab_size=300",
+        "--min_frequency=1",
+    ]
+    assert train_wordpiece.main(argv) == 0
+    vocab = (tmp_path / "vocab.txt").read_text().splitlines()
+    assert len(vocab) == 300 and vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert (tmp_path / "tokenizer.json").exists()
+    assert train_wordpiece.main(argv) == 1  # Never overwrites a vocabulary.
+    assert "already holds vocab.txt, tokenizer.json" in capsys.readouterr().err
+
+
+def test_commands_run_as_modules():
+    for module in ("create_pretraining_data", "train_wordpiece"):
+        result = subprocess.run(
+            [sys.executable, "-m", f"bert_jax.pretrain.data.{module}", "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "--output_dir" in result.stdout
+
+
+def _documented_original_command() -> list[str]:
+    """The one-line command docs/data.md gives for google-research/bert's exact records."""
+    docs = (pathlib.Path(__file__).parents[2] / "docs" / "data.md").read_text()
+    lines = [
+        line
+        for line in docs.splitlines()
+        if line.startswith("bert-jax-create-pretraining-data ") and "--original_tokenizer" in line
+    ]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0])[1:]
+
+
+def test_documented_command_writes_the_originals_records(tmp_path, bert_vocab_dir):
+    # The excerpt split inside its second and fifth documents, into files that end with text:
+    # the original reads them as the one file it wrote original_seed12345_len64.tfrecord from.
+    lines = EXCERPT.read_text().splitlines(keepends=True)
+    starts = [0] + [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    cuts = [starts[1] + 7, starts[4] + 3]
+    parts = [lines[: cuts[0]], lines[cuts[0] : cuts[1]], lines[cuts[1] :]]
+    assert all(part[-1].strip() for part in parts[:2])  # Each ends with text.
+    paths = []
+    for k, part in enumerate(parts):
+        paths.append(tmp_path / f"part{k}.txt")
+        paths[-1].write_text("".join(part))
+    replace = {
+        "--input_file": ",".join(map(str, paths)),
+        "--vocab_file": f"{bert_vocab_dir}/vocab.txt",
+        "--output_dir": str(tmp_path / "out"),
+        # The fixture's own flags: --max_seq_length=64 --max_predictions_per_seq=10
+        # --dupe_factor=2 (--random_seed=12345 is the command's).
+        "--max_seq_length": "64",
+        "--max_predictions_per_seq": "10",
+        "--dupe_factor": "2",
+    }
+    argv = []
+    for arg in _documented_original_command():
+        name = arg.split("=", 1)[0]
+        argv.append(f"{name}={replace.pop(name)}" if name in replace else arg)
+    assert not replace, replace  # Every flag replaced was in the documented command.
+    argv += ["--num_workers=1", "--no_progress"]
+    assert create_pretraining_data.main(argv) == 0
+    ours = records.read_all(str(tmp_path / "out" / "pretrain-00000-of-00001.tfrecord"))
+    theirs = records.read_all(str(TESTDATA / "original_seed12345_len64.tfrecord"))
+    assert len(ours) == len(theirs) == 140
+    for k, (a, b) in enumerate(zip(ours, theirs)):  # The same features; their order may differ.
+        decoded_a, decoded_b = example_proto.decode_example(a), example_proto.decode_example(b)
+        assert decoded_a.keys() == decoded_b.keys()
+        for name in decoded_b:
+            np.testing.assert_array_equal(decoded_a[name], decoded_b[name], err_msg=f"{k} {name}")
+    # Ending each file's last document at the file's end (the default) gives other records.
+    argv = [a for a in argv if a != "--no-file_ends_document"]
+    argv = [
+        f"--output_dir={tmp_path / 'split'}" if a.startswith("--output_dir") else a for a in argv
+    ]
+    assert create_pretraining_data.main(argv) == 0
+    assert records.read_all(str(tmp_path / "split" / "pretrain-00000-of-00001.tfrecord")) != ours
