@@ -342,10 +342,12 @@ def compile_train_step(
     metrics_sharding: Any = None,
     num_microbatches: int = 1,
     schedule: Callable | None = None,
+    donate: bool = True,
 ) -> Callable:
     """The jitted (state, global batch) -> (state, metrics) of `steps.train_step`, the state
-    donated. The one place a train step is compiled: the loop, `bert_jax.aot`, the tests and the
-    benchmarks use it. Shardings left None are JAX's choice (one device, tests)."""
+    donated (its buffers are reused for the new state; `donate=False` keeps it, for callers that
+    step the same state twice). The one place a train step is compiled: the loop, `bert_jax.aot`,
+    the tests and the benchmarks use it. Shardings left None are JAX's choice (one device)."""
     step = functools.partial(
         steps.train_step,
         model=model,
@@ -360,7 +362,7 @@ def compile_train_step(
             in_shardings=(state_shardings, batch_shardings),
             out_shardings=(state_shardings, metrics_sharding),
         )
-    return jax.jit(step, donate_argnums=0, **shardings)
+    return jax.jit(step, donate_argnums=0 if donate else (), **shardings)
 
 
 def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:

@@ -37,7 +37,8 @@ FINETUNE_HEADS = {
 
 
 def test_every_config_file_is_covered():
-    assert sorted(p.name for p in CONFIGS.glob("*.py")) == sorted(VARIANTS)
+    configs = [p.name for p in CONFIGS.glob("*.py") if p.name != "common.py"]  # the shared parser
+    assert sorted(configs) == sorted(VARIANTS)
 
 
 @pytest.mark.parametrize("name, variant", [(n, v) for n, vs in VARIANTS.items() for v in vs])

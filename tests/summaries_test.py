@@ -50,7 +50,9 @@ def test_log_lines_print_above_the_progress_bar(tmp_path, capsys):
     logging.warning("a message for the user")
     w.advance(2)
     w.close()
-    err = capsys.readouterr().err
+    # What a terminal shows: tqdm moves the cursor (ESC [A) to clear other bars still open in
+    # this process (earlier tests may leave some), then prints the line.
+    err = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", capsys.readouterr().err)
     lines = err.replace("\r", "\n").splitlines()
     (line,) = [x for x in lines if "a message for the user" in x]
     assert re.fullmatch(r"W \d\d:\d\d:\d\d a message for the user", line.strip())

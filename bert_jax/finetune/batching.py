@@ -270,7 +270,8 @@ class EpochIterator:
     assembled batch is the planned one.
 
     The position is (epoch, batch); `get_state()`/`set_state()` exchange it as JSON bytes, the
-    protocol grain's Orbax checkpoint handler uses, so `trainer` saves it with the model.
+    protocol grain's Orbax checkpoint handler uses, so `loop.SaveCheckpoint` saves it with the
+    model.
     """
 
     def __init__(

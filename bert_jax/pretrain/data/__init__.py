@@ -1,11 +1,10 @@
-"""BERT pretraining data: tokenization, example creation, record files and the grain pipeline.
+"""BERT pretraining data: example creation, record files and the grain pipeline.
 
 Modules (each a leaf: none imports the model or the training code):
 
-    tokenization             load_tokenizer / train_wordpiece: WordPiece on Hugging Face tokenizers
     sentences                split_sentences: offline sentence splitting
     sources                  documents from text files, tfds, and the Shakespeare default corpus
-    pretraining              examples with google-research/bert's recipe (NSP pairs, static masks)
+    examples                 examples with google-research/bert's recipe (NSP pairs, static masks)
     masking                  vectorized dynamic masking of batches (new masks every epoch)
     example_proto            tf.train.Example wire format without TensorFlow
     records                  TFRecord and ArrayRecord files and grain data sources over them
@@ -16,5 +15,6 @@ Modules (each a leaf: none imports the model or the training code):
     create_pretraining_data  the `bert-jax-create-pretraining-data` command
     train_wordpiece          the `bert-jax-train-wordpiece` command
 
-Nothing is imported here, so `import bert_jax.tokenization` does not pull in grain.
+Nothing is imported here, so importing one module does not pull in grain. Tokenization is
+`bert_jax.tokenization` (shared with fine-tuning and inference).
 """
