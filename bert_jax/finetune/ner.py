@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from absl import logging
@@ -234,20 +235,10 @@ def featurize(
     if max_seq_length < 3:
         raise ValueError("max_seq_length must be >= 3")
     label_id = {name: i for i, name in enumerate(label_names)}
-    for example in examples:
-        if len(example.words) != len(example.tags):
-            raise ValueError(
-                f"{example.where}: {len(example.words)} words, {len(example.tags)} tags"
-            )
-        for k, tag in enumerate(example.tags):
-            if tag not in label_id:
-                raise ValueError(
-                    f"{example.where} (word {k + 1}, {example.words[k]!r}): tag {tag!r} is not "
-                    f"one of the labels {list(label_names)}"
-                )
+    _check_tags(examples, label_id, label_names)
     stats = NerStats(sentences=len(examples))
     budget = max_seq_length - 2
-    rows: list[tuple[int, int, list[int], list[int], list[int]]] = []  # (sent, start, ids, ...)
+    rows: list[_Row] = []
     for sentence, (example, pieces) in enumerate(
         zip(examples, _word_pieces(tokenizer, examples, stats))
     ):
@@ -259,16 +250,67 @@ def featurize(
                 chunks = chunks[:1]
             else:
                 stats.split_sentences += 1
-        for start, end in chunks:
-            ids, labels, weights = [], [], []
-            for word in range(start, end):
-                word_ids = pieces[word][:budget]
-                ids += word_ids
-                labels += [label_id[example.tags[word]]] + [0] * (len(word_ids) - 1)
-                weights += [1.0] + [0.0] * (len(word_ids) - 1)
-            rows.append((sentence, start, ids, labels, weights))
+        tags = [label_id[tag] for tag in example.tags]
+        rows += [_row(sentence, start, end, pieces, tags, budget) for start, end in chunks]
+    stats.rows = len(rows)
+    features = _pad_rows(rows, tokenizer, max_seq_length)
+    num_words = np.array(
+        [int(np.sum(features["label_weights"][i])) for i in range(len(rows))], dtype=np.int32
+    )
+    info = NerRows(
+        sentence_index=np.array([r.sentence for r in rows], dtype=np.int32),
+        word_start=np.array([r.word_start for r in rows], dtype=np.int32),
+        num_words=num_words,
+        sentence_lengths=np.array([len(e.words) for e in examples], dtype=np.int32),
+    )
+    return features, info, stats
+
+
+def _check_tags(
+    examples: Sequence[NerExample], label_id: dict[str, int], label_names: Sequence[str]
+) -> None:
+    """Raises ValueError naming the place of a word count mismatch or an unknown tag."""
+    for example in examples:
+        if len(example.words) != len(example.tags):
+            raise ValueError(
+                f"{example.where}: {len(example.words)} words, {len(example.tags)} tags"
+            )
+        for k, tag in enumerate(example.tags):
+            if tag not in label_id:
+                raise ValueError(
+                    f"{example.where} (word {k + 1}, {example.words[k]!r}): tag {tag!r} is not "
+                    f"one of the labels {list(label_names)}"
+                )
+
+
+class _Row(NamedTuple):
+    """One feature row before padding: its words' sub-tokens, without [CLS] and [SEP]."""
+
+    sentence: int
+    word_start: int
+    ids: list[int]
+    labels: list[int]  # The word's tag id on its first sub-token, 0 on the others.
+    weights: list[float]  # 1.0 on first sub-tokens, 0.0 on the others.
+
+
+def _row(
+    sentence: int, start: int, end: int, pieces: list[list[int]], tags: list[int], budget: int
+) -> _Row:
+    """The row of words [start, end) of a sentence, each cut to `budget` sub-tokens."""
+    ids, labels, weights = [], [], []
+    for word in range(start, end):
+        word_ids = pieces[word][:budget]
+        ids += word_ids
+        labels += [tags[word]] + [0] * (len(word_ids) - 1)
+        weights += [1.0] + [0.0] * (len(word_ids) - 1)
+    return _Row(sentence, start, ids, labels, weights)
+
+
+def _pad_rows(
+    rows: Sequence[_Row], tokenizer: tokenization.WordPieceTokenizer, max_seq_length: int
+) -> dict[str, np.ndarray]:
+    """The feature arrays [N, L] (example_weights [N]): [CLS] row [SEP], then padding."""
     n = len(rows)
-    stats.rows = n
     features = {
         "input_ids": np.full((n, max_seq_length), tokenizer.pad_id, dtype=np.int32),
         "token_type_ids": np.zeros((n, max_seq_length), dtype=np.int32),
@@ -277,22 +319,13 @@ def featurize(
         "label_weights": np.zeros((n, max_seq_length), dtype=np.float32),
         "example_weights": np.ones(n, dtype=np.float32),
     }
-    for i, (_, _, ids, labels, weights) in enumerate(rows):
-        length = len(ids) + 2
-        features["input_ids"][i, :length] = [tokenizer.cls_id, *ids, tokenizer.sep_id]
+    for i, row in enumerate(rows):
+        length = len(row.ids) + 2
+        features["input_ids"][i, :length] = [tokenizer.cls_id, *row.ids, tokenizer.sep_id]
         features["attention_mask"][i, :length] = 1
-        features["labels"][i, 1 : length - 1] = labels
-        features["label_weights"][i, 1 : length - 1] = weights
-    num_words = np.array(
-        [int(np.sum(features["label_weights"][i])) for i in range(n)], dtype=np.int32
-    )
-    info = NerRows(
-        sentence_index=np.array([r[0] for r in rows], dtype=np.int32),
-        word_start=np.array([r[1] for r in rows], dtype=np.int32),
-        num_words=num_words,
-        sentence_lengths=np.array([len(e.words) for e in examples], dtype=np.int32),
-    )
-    return features, info, stats
+        features["labels"][i, 1 : length - 1] = row.labels
+        features["label_weights"][i, 1 : length - 1] = row.weights
+    return features
 
 
 def _chunk_words(pieces: list[list[int]], budget: int, stats: NerStats) -> list[tuple[int, int]]:

@@ -472,7 +472,6 @@ def featurize(
     context_tokens = dict(zip(unique_contexts, _context_tokens(tokenizer, unique_contexts)))
 
     rows: list[list[int]] = []
-    type_starts: list[int] = []
     positions: list[tuple[int, int]] = []
     windows: list[SquadWindow] = []
     for example_index, example in enumerate(examples):
@@ -480,72 +479,107 @@ def featurize(
         if len(question) > max_query_length:
             question = question[:max_query_length]
             stats.truncated_questions += 1
-        max_tokens = max_seq_length - len(question) - 3
-        if max_tokens < 1:
-            raise ValueError(
-                f"question {example.qas_id!r}: max_seq_length={max_seq_length} leaves no room "
-                f"for context after its {len(question)} tokens and 3 special tokens; lower "
-                "max_query_length"
-            )
-        doc_ids, offsets = context_tokens[example.context]
-        spans = _window_starts(len(doc_ids), max_tokens, doc_stride)
-        stats.multi_window_examples += len(spans) > 1
-        answer = None
-        if example.answers and not example.is_impossible:
-            text, start_char = example.answers[0]
-            answer = _answer_tokens(offsets, start_char, start_char + len(text))
-            if answer is None:
-                stats.answers_without_tokens += 1
-        context_start = len(question) + 2
-        inside_any = False
-        for window_index, ((doc_start, doc_length), max_context) in enumerate(
-            zip(spans, _max_context(spans))
+        for row, position, window in _example_rows(
+            example_index,
+            example,
+            question,
+            context_tokens[example.context],
+            tokenizer,
+            max_seq_length,
+            doc_stride,
+            stats,
         ):
-            rows.append(
-                [
-                    tokenizer.cls_id,
-                    *question,
-                    tokenizer.sep_id,
-                    *doc_ids[doc_start : doc_start + doc_length],
-                    tokenizer.sep_id,
-                ]
-            )
-            type_starts.append(context_start)
-            position = (0, 0)
-            if answer is not None:
-                first, last = answer
-                if doc_start <= first and last < doc_start + doc_length:
-                    position = (first - doc_start + context_start, last - doc_start + context_start)
-                    inside_any = True
-                else:
-                    stats.answers_outside_window += 1
+            rows.append(row)
             positions.append(position)
-            windows.append(
-                SquadWindow(
-                    example_index,
-                    example.qas_id,
-                    window_index,
-                    context_start,
-                    doc_start,
-                    doc_length,
-                    offsets,
-                    max_context,
-                )
-            )
-        if answer is not None and not inside_any:
-            stats.answers_in_no_window += 1
+            windows.append(window)
     stats.windows += len(rows)
+    features = _feature_arrays(rows, windows, positions, tokenizer.pad_id, max_seq_length)
+    return features, windows, stats
 
+
+def _example_rows(
+    example_index: int,
+    example: SquadExample,
+    question: list[int],
+    context: tuple[list[int], np.ndarray],
+    tokenizer: tokenization.WordPieceTokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    stats: SquadStats,
+) -> list[tuple[list[int], tuple[int, int], SquadWindow]]:
+    """One example's rows: ([CLS] question [SEP] window [SEP] ids, the answer's (start, end) row
+    positions or (0, 0) if the window does not hold it, the window)."""
+    max_tokens = max_seq_length - len(question) - 3
+    if max_tokens < 1:
+        raise ValueError(
+            f"question {example.qas_id!r}: max_seq_length={max_seq_length} leaves no room "
+            f"for context after its {len(question)} tokens and 3 special tokens; lower "
+            "max_query_length"
+        )
+    doc_ids, offsets = context
+    spans = _window_starts(len(doc_ids), max_tokens, doc_stride)
+    stats.multi_window_examples += len(spans) > 1
+    answer = None
+    if example.answers and not example.is_impossible:
+        text, start_char = example.answers[0]
+        answer = _answer_tokens(offsets, start_char, start_char + len(text))
+        if answer is None:
+            stats.answers_without_tokens += 1
+    context_start = len(question) + 2
+    inside_any = False
+    result = []
+    for window_index, ((doc_start, doc_length), max_context) in enumerate(
+        zip(spans, _max_context(spans))
+    ):
+        row = [
+            tokenizer.cls_id,
+            *question,
+            tokenizer.sep_id,
+            *doc_ids[doc_start : doc_start + doc_length],
+            tokenizer.sep_id,
+        ]
+        position = (0, 0)
+        if answer is not None:
+            first, last = answer
+            if doc_start <= first and last < doc_start + doc_length:
+                position = (first - doc_start + context_start, last - doc_start + context_start)
+                inside_any = True
+            else:
+                stats.answers_outside_window += 1
+        window = SquadWindow(
+            example_index,
+            example.qas_id,
+            window_index,
+            context_start,
+            doc_start,
+            doc_length,
+            offsets,
+            max_context,
+        )
+        result.append((row, position, window))
+    if answer is not None and not inside_any:
+        stats.answers_in_no_window += 1
+    return result
+
+
+def _feature_arrays(
+    rows: Sequence[list[int]],
+    windows: Sequence[SquadWindow],
+    positions: Sequence[tuple[int, int]],
+    pad_id: int,
+    max_seq_length: int,
+) -> dict[str, np.ndarray]:
+    """The rows padded into the feature arrays of the module docstring ([F, L] and [F])."""
     f = len(rows)
-    input_ids = np.full((f, max_seq_length), tokenizer.pad_id, dtype=np.int32)
+    input_ids = np.full((f, max_seq_length), pad_id, dtype=np.int32)
     token_type_ids = np.zeros((f, max_seq_length), dtype=np.int32)
     attention_mask = np.zeros((f, max_seq_length), dtype=np.int32)
     for i, row in enumerate(rows):
         input_ids[i, : len(row)] = row
-        token_type_ids[i, type_starts[i] : len(row)] = 1
+        token_type_ids[i, windows[i].context_start : len(row)] = 1
         attention_mask[i, : len(row)] = 1
     position_array = np.asarray(positions, dtype=np.int32).reshape(f, 2)
-    features = {
+    return {
         "input_ids": input_ids,
         "token_type_ids": token_type_ids,
         "attention_mask": attention_mask,
@@ -553,7 +587,6 @@ def featurize(
         "end_positions": position_array[:, 1].copy(),
         "example_weights": np.ones(f, dtype=np.float32),
     }
-    return features, windows, stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -631,81 +664,117 @@ def postprocess(
             f"{len(windows)} windows but {len(start_logits)} start and {len(end_logits)} end "
             "logit rows; drop the batch fillers (example_weights 0) first"
         )
-    by_example: list[list[int]] = [[] for _ in examples]
-    for f, window in enumerate(windows):
-        if not 0 <= window.example_index < len(examples):
-            raise ValueError(f"window {f} refers to example {window.example_index}")
-        by_example[window.example_index].append(f)
-
     predictions, nbest_json, null_odds = {}, {}, {} if version_2_with_negative else None
-    for example_index, example in enumerate(examples):
-        if not by_example[example_index]:
-            raise ValueError(f"example {example.qas_id!r} has no window")
+    for example, rows in zip(examples, _rows_of_examples(examples, windows)):
         candidates = []  # (score, start logit, end logit, char start, char end)
         null = None  # (score, start logit, end logit) of the window with the lowest null score.
-        for f in by_example[example_index]:
-            window = windows[f]
+        for f in rows:
             starts = np.asarray(start_logits[f], dtype=np.float64)
             ends = np.asarray(end_logits[f], dtype=np.float64)
             if version_2_with_negative:
                 score = starts[0] + ends[0]
                 if null is None or score < null[0]:
                     null = (score, starts[0], ends[0])
-            lo = window.context_start
-            hi = lo + window.doc_length
-            if starts.shape[0] < hi or ends.shape[0] < hi:
-                raise ValueError(f"window {f}: logits cover {starts.shape[0]} positions < {hi}")
-            best_ends = _best_positions(ends, lo, hi, n_best_size)
-            for s in _best_positions(starts, lo, hi, n_best_size):
-                if not window.is_max_context[s - lo]:
-                    continue
-                for e in best_ends:
-                    if e < s or e - s + 1 > max_answer_length:
-                        continue
-                    char_start = window.char_span(int(s))[0]
-                    char_end = window.char_span(int(e))[1]
-                    candidates.append(
-                        (starts[s] + ends[e], starts[s], ends[e], char_start, char_end)
-                    )
-        if version_2_with_negative:
-            candidates.append((null[0], null[1], null[2], None, None))
-        # Stable: ties keep window order, and the null answer (added last) follows equal spans.
-        candidates.sort(key=lambda c: c[0], reverse=True)
-
-        entries, seen = [], set()
-        for _, start_logit, end_logit, char_start, char_end in candidates:
-            if len(entries) >= n_best_size:
-                break
-            text = "" if char_start is None else example.context[char_start:char_end]
-            if text in seen or (char_start is not None and not text):
-                continue
-            seen.add(text)
-            entry = {"text": text, "start_logit": float(start_logit), "end_logit": float(end_logit)}
-            if char_start is not None:
-                entry.update(start=int(char_start), end=int(char_end))
-            entries.append(entry)
-        if version_2_with_negative and "" not in seen:
-            entries.append({"text": "", "start_logit": float(null[1]), "end_logit": float(null[2])})
-        if not entries:
-            entries = [{"text": "", "start_logit": 0.0, "end_logit": 0.0}]
+            candidates += _span_candidates(
+                f, windows[f], starts, ends, n_best_size, max_answer_length
+            )
+        entries = _nbest_entries(example.context, candidates, null, n_best_size)
         probabilities = _softmax([e["start_logit"] + e["end_logit"] for e in entries])
         nbest_json[example.qas_id] = [
             {"text": e["text"], "probability": p, **{k: v for k, v in e.items() if k != "text"}}
             for e, p in zip(entries, probabilities)
         ]
-        if not version_2_with_negative:
+        if version_2_with_negative:
+            null_odds[example.qas_id], predictions[example.qas_id] = _null_or_best_span(
+                entries, null[0], null_score_diff_threshold
+            )
+        else:
             predictions[example.qas_id] = entries[0]["text"]
-            continue
-        best_span = next((e for e in entries if e["text"]), None)
-        if best_span is None:
-            # No valid span in any window: the null answer is the only one.
-            null_odds[example.qas_id] = float(null[0])
-            predictions[example.qas_id] = ""
-            continue
-        diff = float(null[0] - best_span["start_logit"] - best_span["end_logit"])
-        null_odds[example.qas_id] = diff
-        predictions[example.qas_id] = "" if diff > null_score_diff_threshold else best_span["text"]
     return SquadPredictions(predictions, nbest_json, null_odds)
+
+
+def _rows_of_examples(
+    examples: Sequence[SquadExample], windows: Sequence[SquadWindow]
+) -> list[list[int]]:
+    """The logits rows of each example's windows; every example must have one."""
+    by_example: list[list[int]] = [[] for _ in examples]
+    for f, window in enumerate(windows):
+        if not 0 <= window.example_index < len(examples):
+            raise ValueError(f"window {f} refers to example {window.example_index}")
+        by_example[window.example_index].append(f)
+    for example, rows in zip(examples, by_example):
+        if not rows:
+            raise ValueError(f"example {example.qas_id!r} has no window")
+    return by_example
+
+
+def _null_or_best_span(
+    entries: list[dict], null_score: float, threshold: float
+) -> tuple[float, str]:
+    """(null odds, prediction) of a v2.0 example: "" when the null score exceeds the best span's
+    score by more than `threshold`."""
+    best_span = next((e for e in entries if e["text"]), None)
+    if best_span is None:
+        # No valid span in any window: the null answer is the only one.
+        return float(null_score), ""
+    diff = float(null_score - best_span["start_logit"] - best_span["end_logit"])
+    return diff, "" if diff > threshold else best_span["text"]
+
+
+def _span_candidates(
+    f: int,
+    window: SquadWindow,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    n_best_size: int,
+    max_answer_length: int,
+) -> list[tuple]:
+    """(score, start logit, end logit, char start, char end) of each valid span of window `f`
+    among its `n_best_size` best starts and ends, given its float64 logits [L']."""
+    lo = window.context_start
+    hi = lo + window.doc_length
+    if starts.shape[0] < hi or ends.shape[0] < hi:
+        raise ValueError(f"window {f}: logits cover {starts.shape[0]} positions < {hi}")
+    candidates = []
+    best_ends = _best_positions(ends, lo, hi, n_best_size)
+    for s in _best_positions(starts, lo, hi, n_best_size):
+        if not window.is_max_context[s - lo]:
+            continue
+        for e in best_ends:
+            if e < s or e - s + 1 > max_answer_length:
+                continue
+            char_start = window.char_span(int(s))[0]
+            char_end = window.char_span(int(e))[1]
+            candidates.append((starts[s] + ends[e], starts[s], ends[e], char_start, char_end))
+    return candidates
+
+
+def _nbest_entries(
+    context: str, candidates: list[tuple], null: tuple | None, n_best_size: int
+) -> list[dict]:
+    """The best distinct answers, each {"text", "start_logit", "end_logit"} (+ "start"/"end"
+    for spans), best first; with a `null` (v2.0) the null answer is always among them."""
+    if null is not None:
+        candidates = [*candidates, (null[0], null[1], null[2], None, None)]
+    # Stable: ties keep window order, and the null answer (added last) follows equal spans.
+    candidates = sorted(candidates, key=lambda c: c[0], reverse=True)
+    entries, seen = [], set()
+    for _, start_logit, end_logit, char_start, char_end in candidates:
+        if len(entries) >= n_best_size:
+            break
+        text = "" if char_start is None else context[char_start:char_end]
+        if text in seen or (char_start is not None and not text):
+            continue
+        seen.add(text)
+        entry = {"text": text, "start_logit": float(start_logit), "end_logit": float(end_logit)}
+        if char_start is not None:
+            entry.update(start=int(char_start), end=int(char_end))
+        entries.append(entry)
+    if null is not None and "" not in seen:
+        entries.append({"text": "", "start_logit": float(null[1]), "end_logit": float(null[2])})
+    if not entries:
+        entries = [{"text": "", "start_logit": 0.0, "end_logit": 0.0}]
+    return entries
 
 
 def write_predictions(output_dir: str | os.PathLike, result: SquadPredictions) -> dict[str, str]:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from absl import logging
 
 from bert_jax.pretrain.data import features, records
-from bert_jax.pretrain.data.corpus import TokenizedCorpus, tokenize_documents
+from bert_jax.pretrain.data.corpus import CorpusStats, TokenizedCorpus, tokenize_documents
 from bert_jax.pretrain.data.examples import PretrainingOptions, VocabInfo, create_shard_instances
 from bert_jax.pretrain.data.sources import Document, SourceStats
 
@@ -280,8 +280,6 @@ def build_pretraining_shards(
       OutputDirectoryError: `out_dir` holds other data or a build with other settings.
       ValueError: bad options, too few documents for NSP, or more shards than documents.
     """
-    from tqdm import tqdm
-
     out_dir = os.fspath(out_dir)
     options = options or PretrainingOptions()
     if record_format not in records.RECORD_FORMATS:
@@ -303,27 +301,59 @@ def build_pretraining_shards(
             "record_format": record_format,
         }
 
+    # 1. A named source: a finished build is recognised without reading the corpus.
     if source_id is not None:
-        plan = make_plan(source_id)
-        if os.path.isdir(out_dir):
-            _check_plan(out_dir, plan)
-            done = _complete_metadata(out_dir, plan)
-            if done is not None:
-                logging.info("%s: complete build found, %d records", out_dir, done["num_records"])
-                return done
-
+        done = _finished_build(out_dir, make_plan(source_id))
+        if done is not None:
+            return done
+    # 2. Tokenize the corpus (without a source_id its fingerprint names the build).
     if callable(documents):
         documents = documents()
     corpus, corpus_stats = tokenize_documents(documents, tokenizer, progress=progress)
     if source_stats is not None:
         source_stats.log()
     plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
-    if os.path.isdir(out_dir):
-        _check_plan(out_dir, plan)
-        done = _complete_metadata(out_dir, plan)
-        if done is not None:
-            logging.info("%s: complete build found, %d records", out_dir, done["num_records"])
-            return done
+    done = _finished_build(out_dir, plan)
+    if done is not None:
+        return done
+    _check_corpus(corpus, corpus_stats, options, num_shards)
+    # 3. Build the missing shards, then metadata.json last.
+    _start_build(out_dir, plan, tokenizer)
+    shard_stats = _build_shards(
+        corpus, out_dir, options, tokenizer, num_shards, record_format, num_workers, progress
+    )
+    metadata = _metadata(
+        plan, shard_stats, options, tokenizer, corpus_stats, source_stats, record_format
+    )
+    _write_json(os.path.join(out_dir, METADATA_FILE), metadata)
+    shutil.rmtree(os.path.join(out_dir, _TMP_DIR), ignore_errors=True)
+    logging.info(
+        "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
+        out_dir,
+        metadata["num_records"],
+        num_shards,
+        record_format,
+        metadata["stats"]["mean_tokens"],
+        100 * metadata["stats"]["random_next_fraction"],
+    )
+    return metadata
+
+
+def _finished_build(out_dir: str, plan: dict) -> dict | None:
+    """The metadata of a finished build of `plan` in `out_dir`, or None; refuses other builds."""
+    if not os.path.isdir(out_dir):
+        return None
+    _check_plan(out_dir, plan)
+    done = _complete_metadata(out_dir, plan)
+    if done is not None:
+        logging.info("%s: complete build found, %d records", out_dir, done["num_records"])
+    return done
+
+
+def _check_corpus(
+    corpus: TokenizedCorpus, corpus_stats: CorpusStats, options: PretrainingOptions, num_shards: int
+) -> None:
+    """Refuses a corpus too small for the options or the shard count; warns of NSP-poor ones."""
     if corpus.num_documents == 0:
         raise ValueError("the corpus has no text: every document was empty")
     if options.next_sentence_prediction and corpus.num_documents < 2:
@@ -344,6 +374,9 @@ def build_pretraining_shards(
             corpus_stats.documents,
         )
 
+
+def _start_build(out_dir: str, plan: dict, tokenizer) -> None:
+    """Writes build.json and the tokenizer, and deletes an interrupted build's temporary shards."""
     os.makedirs(os.path.join(out_dir, _TMP_DIR), exist_ok=True)
     _write_json(os.path.join(out_dir, BUILD_FILE), plan)
     _save_tokenizer(out_dir, tokenizer)
@@ -351,7 +384,20 @@ def build_pretraining_shards(
         if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
             os.remove(os.path.join(out_dir, name))
 
-    vocab = VocabInfo.from_tokenizer(tokenizer)
+
+def _build_shards(
+    corpus: TokenizedCorpus,
+    out_dir: str,
+    options: PretrainingOptions,
+    tokenizer,
+    num_shards: int,
+    record_format: str,
+    num_workers: int | None,
+    progress: bool,
+) -> dict[int, dict]:
+    """Reuses the finished shards and writes the others; returns every shard's statistics."""
+    from tqdm import tqdm
+
     shard_stats: dict[int, dict] = {}
     todo = []
     for index in range(num_shards):
@@ -364,7 +410,7 @@ def build_pretraining_shards(
     if shard_stats:
         logging.info("%s: reusing %d finished shard(s)", out_dir, len(shard_stats))
 
-    args = (options, vocab, record_format)
+    args = (options, VocabInfo.from_tokenizer(tokenizer), record_format)
     workers = min(len(todo), os.cpu_count() or 1) if num_workers is None else num_workers
     bar = tqdm(total=num_shards, initial=len(shard_stats), desc="shards", disable=not progress)
     if todo and workers <= 1:
@@ -391,10 +437,23 @@ def build_pretraining_shards(
                     "num_workers=1 to build in this process. Finished shards are kept."
                 ) from e
     bar.close()
+    return shard_stats
 
+
+def _metadata(
+    plan: dict,
+    shard_stats: dict[int, dict],
+    options: PretrainingOptions,
+    tokenizer,
+    corpus_stats: CorpusStats,
+    source_stats: SourceStats | None,
+    record_format: str,
+) -> dict:
+    """The contents of metadata.json (see `build_pretraining_shards`)."""
+    num_shards = plan["num_shards"]
     totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
     n = max(totals["num_records"], 1)
-    metadata = {
+    return {
         "format": BUILD_FORMAT,
         "plan": plan,
         "record_format": record_format,
@@ -426,18 +485,6 @@ def build_pretraining_shards(
             "mean_predictions": totals["predictions"] / n,
         },
     }
-    _write_json(os.path.join(out_dir, METADATA_FILE), metadata)
-    shutil.rmtree(os.path.join(out_dir, _TMP_DIR), ignore_errors=True)
-    logging.info(
-        "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
-        out_dir,
-        totals["num_records"],
-        num_shards,
-        record_format,
-        metadata["stats"]["mean_tokens"],
-        100 * metadata["stats"]["random_next_fraction"],
-    )
-    return metadata
 
 
 def build_default_corpus_shards(

@@ -123,66 +123,96 @@ def mask_batch(
       [B, P], masked_lm_weights float32 [B, P] (padded slots 0).
     """
     ids = np.asarray(input_ids)
-    num_rows, length = ids.shape
-    num_slots = spec.max_predictions_per_seq
     vocab = spec.vocab
     valid = np.asarray(attention_mask) > 0
     cand = valid & (ids != vocab.cls_id) & (ids != vocab.sep_id) & (ids != vocab.pad_id)
-    num_tokens = valid.sum(axis=1)
     # np.rint rounds half to even, as Python's round() in the original.
     num_to_predict = np.minimum(
-        num_slots, np.maximum(1, np.rint(num_tokens * spec.masked_lm_prob).astype(np.int64))
+        spec.max_predictions_per_seq,
+        np.maximum(1, np.rint(valid.sum(axis=1) * spec.masked_lm_prob).astype(np.int64)),
     )
-
-    if spec.whole_word_mask:
-        clipped = np.clip(ids, 0, vocab.vocab_size - 1)
-        continuation = vocab.continuation[clipped] & cand
-        seen_before = (np.cumsum(cand, axis=1) - cand) > 0
-        starts = cand & ~(continuation & seen_before)
-    else:
-        starts = cand
-    num_words = starts.sum(axis=1)
+    starts = _word_starts(ids, cand, spec)
     keys = _example_keys(seed, example_ids)
-    positions = np.arange(length)
-    order_keys = np.where(starts, _uniform(keys[:, None], positions[None, :], _STREAM_ORDER), 2.0)
-    order = np.argsort(order_keys, axis=1, kind="stable")  # [B, L] word starts, shuffled first.
-    rows = np.arange(num_rows)
-
-    if not spec.whole_word_mask:
-        take = np.minimum(num_to_predict, num_words)
-        ranks = np.arange(min(num_slots, length))
-        chosen_rows, chosen_ranks = np.nonzero(ranks[None, :] < take[:, None])
-        selected = np.zeros((num_rows, length), bool)
-        selected[chosen_rows, order[chosen_rows, chosen_ranks]] = True
+    order = _shuffled_word_starts(keys, starts)
+    if spec.whole_word_mask:
+        selected = _select_whole_words(cand, starts, order, num_to_predict)
     else:
-        word_id = np.cumsum(starts, axis=1) - 1  # [B, L], the word of each candidate position
-        flat_word = (rows[:, None] * length + np.maximum(word_id, 0))[cand]
-        word_len = np.bincount(flat_word, minlength=num_rows * length).reshape(num_rows, length)
-        taken_words = np.zeros((num_rows, length), bool)
-        count = np.zeros(num_rows, np.int64)
-        for rank in range(int(num_words.max(initial=0))):
-            active = (rank < num_words) & (count < num_to_predict)
-            if not active.any():
-                break
-            wid = word_id[rows, order[:, rank]]
-            size = word_len[rows, wid]
-            fits = active & (
-                count + size <= num_to_predict
-            )  # Else skip this word, as the original.
-            count += np.where(fits, size, 0)
-            taken_words[rows[fits], wid[fits]] = True
-        selected = cand & taken_words[rows[:, None], np.maximum(word_id, 0)]
+        take = np.minimum(num_to_predict, starts.sum(axis=1))
+        selected = _select_tokens(order, take, spec.max_predictions_per_seq)
+    return _apply_masks(ids, selected, keys, spec)
 
+
+def _word_starts(ids: np.ndarray, cand: np.ndarray, spec: MaskingSpec) -> np.ndarray:
+    """bool [B, L]: the candidates that start a word (every candidate without whole-word masking).
+
+    A "##" piece continues the word of the candidate before it, if there is one.
+    """
+    if not spec.whole_word_mask:
+        return cand
+    clipped = np.clip(ids, 0, spec.vocab.vocab_size - 1)
+    continuation = spec.vocab.continuation[clipped] & cand
+    seen_before = (np.cumsum(cand, axis=1) - cand) > 0
+    return cand & ~(continuation & seen_before)
+
+
+def _shuffled_word_starts(keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """int [B, L]: positions in a random order per example, word starts first."""
+    positions = np.arange(starts.shape[1])
+    order_keys = np.where(starts, _uniform(keys[:, None], positions[None, :], _STREAM_ORDER), 2.0)
+    return np.argsort(order_keys, axis=1, kind="stable")
+
+
+def _select_tokens(order: np.ndarray, take: np.ndarray, num_slots: int) -> np.ndarray:
+    """bool [B, L]: the first `take[b]` positions of `order[b]` (`take` <= P)."""
+    num_rows, length = order.shape
+    ranks = np.arange(min(num_slots, length))
+    chosen_rows, chosen_ranks = np.nonzero(ranks[None, :] < take[:, None])
+    selected = np.zeros((num_rows, length), bool)
+    selected[chosen_rows, order[chosen_rows, chosen_ranks]] = True
+    return selected
+
+
+def _select_whole_words(
+    cand: np.ndarray, starts: np.ndarray, order: np.ndarray, num_to_predict: np.ndarray
+) -> np.ndarray:
+    """bool [B, L]: whole words taken in `order`, skipping any that would overshoot
+    `num_to_predict`, as the original."""
+    num_rows, length = cand.shape
+    rows = np.arange(num_rows)
+    num_words = starts.sum(axis=1)
+    word_id = np.cumsum(starts, axis=1) - 1  # [B, L], the word of each candidate position
+    flat_word = (rows[:, None] * length + np.maximum(word_id, 0))[cand]
+    word_len = np.bincount(flat_word, minlength=num_rows * length).reshape(num_rows, length)
+    taken_words = np.zeros((num_rows, length), bool)
+    count = np.zeros(num_rows, np.int64)
+    for rank in range(int(num_words.max(initial=0))):
+        active = (rank < num_words) & (count < num_to_predict)
+        if not active.any():
+            break
+        wid = word_id[rows, order[:, rank]]
+        size = word_len[rows, wid]
+        fits = active & (count + size <= num_to_predict)  # Else skip this word, as the original.
+        count += np.where(fits, size, 0)
+        taken_words[rows[fits], wid[fits]] = True
+    return cand & taken_words[rows[:, None], np.maximum(word_id, 0)]
+
+
+def _apply_masks(
+    ids: np.ndarray, selected: np.ndarray, keys: np.ndarray, spec: MaskingSpec
+) -> dict[str, np.ndarray]:
+    """Replaces the selected positions (80% [MASK], 10% kept, 10% random) and lists them in
+    increasing order; returns `mask_batch`'s dict."""
+    num_rows, num_slots = ids.shape[0], spec.max_predictions_per_seq
     sel_rows, sel_pos = np.nonzero(selected)  # Row-major: positions increase within a row.
     per_row = np.bincount(sel_rows, minlength=num_rows)
     first = np.cumsum(per_row) - per_row
     slot = np.arange(sel_rows.size) - first[sel_rows]
     original = ids[sel_rows, sel_pos]
     action = _uniform(keys[sel_rows], sel_pos, _STREAM_ACTION)
-    random_ids = np.floor(_uniform(keys[sel_rows], sel_pos, _STREAM_TOKEN) * vocab.vocab_size)
+    random_ids = np.floor(_uniform(keys[sel_rows], sel_pos, _STREAM_TOKEN) * spec.vocab.vocab_size)
     replacement = np.where(
         action < 0.8,
-        vocab.mask_id,
+        spec.vocab.mask_id,
         np.where(action < 0.9, original, random_ids.astype(np.int64)),
     )
 

@@ -296,6 +296,52 @@ def make_pretraining_dataset(
     """
     files, metadata, build_dir = _resolve(paths)
     info = _data_info(files, metadata)
+    global_batch, host_rows = _host_rows(
+        batch_size, global_batch_size, shard_index, shard_count, host_rows
+    )
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed}: must be in [0, 2**32)")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs={num_epochs}: must be >= 1 or None (forever)")
+    if worker_count < 0:
+        raise ValueError(f"worker_count={worker_count}: must be >= 0")
+    spec = _masking_spec(
+        info, build_dir, dynamic_masking, tokenizer, masked_lm_prob, whole_word_mask
+    )
+
+    source = records.open_data_source(list(info.paths))
+    ds = _host_keys(len(source), seed, shuffle, num_epochs, global_batch, host_rows)
+    ds = ds.map(
+        _ReadBatch(
+            source,
+            info.max_seq_length,
+            info.max_predictions_per_seq,
+            spec,
+            seed,
+            info.next_sentence_prediction,
+        )
+    )
+    iter_ds = ds.to_iter_dataset(
+        grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=prefetch_batches)
+    )
+    if worker_count > 0:
+        iter_ds = _in_worker_processes(iter_ds, worker_count, worker_buffer_size)
+    if pack_sequences:
+        # In this process, after the workers: the packer's rows then depend on the stream of
+        # examples only, not on how the reading was split across workers.
+        iter_ds = _packed(iter_ds, info, spec, len(host_rows), max_segments, num_packing_bins)
+    return iter_ds
+
+
+def _host_rows(
+    batch_size: int | None,
+    global_batch_size: int | None,
+    shard_index: int | None,
+    shard_count: int | None,
+    host_rows: Sequence[int] | None,
+) -> tuple[int, np.ndarray]:
+    """(G, the rows of each global batch this host reads, int64 [B]) from
+    `make_pretraining_dataset`'s arguments, which it checks."""
     if host_rows is not None:
         if global_batch_size is None or {batch_size, shard_index, shard_count} != {None}:
             raise ValueError(
@@ -310,7 +356,7 @@ def make_pretraining_dataset(
                 f"host_rows must lie in [0, global_batch_size={global_batch_size}), got "
                 f"{host_rows.min()}..{host_rows.max()}"
             )
-        shard_index, shard_count = 0, 1  # the global batch is formed whole, then sliced
+        return global_batch_size, host_rows  # The global batch is formed whole, then sliced.
     if shard_index is None or shard_count is None:
         import jax
 
@@ -329,13 +375,20 @@ def make_pretraining_dataset(
         batch_size = global_batch_size // shard_count
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: must be >= 1")
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"seed={seed}: must be in [0, 2**32)")
-    if num_epochs is not None and num_epochs < 1:
-        raise ValueError(f"num_epochs={num_epochs}: must be >= 1 or None (forever)")
-    if worker_count < 0:
-        raise ValueError(f"worker_count={worker_count}: must be >= 0")
+    host_rows = np.arange(shard_index * batch_size, (shard_index + 1) * batch_size)
+    return batch_size * shard_count, host_rows
 
+
+def _masking_spec(
+    info: DataInfo,
+    build_dir: str | None,
+    dynamic_masking: bool | None,
+    tokenizer,
+    masked_lm_prob: float | None,
+    whole_word_mask: bool | None,
+) -> masking.MaskingSpec | None:
+    """The dynamic masking rule (None: keep the records' masks), the build's settings filling
+    in the arguments left None."""
     if dynamic_masking is None:
         dynamic_masking = not info.static_masks
     if not dynamic_masking and not info.static_masks:
@@ -343,32 +396,41 @@ def make_pretraining_dataset(
             "these records carry no masks (built with static_masking=False); use "
             "dynamic_masking=True"
         )
-    spec = None
-    if dynamic_masking:
-        vocab = _vocab_info(tokenizer, build_dir)
-        if vocab is None:
-            raise ValueError(
-                "dynamic masking needs the vocabulary: pass tokenizer= (a vocab.txt or "
-                "tokenizer.json path, or a WordPieceTokenizer)"
-            )
-        options = (metadata or {}).get("options", {})
-        spec = masking.MaskingSpec(
-            vocab=vocab,
-            masked_lm_prob=masked_lm_prob or options.get("masked_lm_prob", 0.15),
-            max_predictions_per_seq=info.max_predictions_per_seq,
-            whole_word_mask=(
-                whole_word_mask
-                if whole_word_mask is not None
-                else options.get("whole_word_mask", False)
-            ),
+    if not dynamic_masking:
+        return None
+    vocab = _vocab_info(tokenizer, build_dir)
+    if vocab is None:
+        raise ValueError(
+            "dynamic masking needs the vocabulary: pass tokenizer= (a vocab.txt or "
+            "tokenizer.json path, or a WordPieceTokenizer)"
         )
+    options = (info.metadata or {}).get("options", {})
+    return masking.MaskingSpec(
+        vocab=vocab,
+        masked_lm_prob=masked_lm_prob or options.get("masked_lm_prob", 0.15),
+        max_predictions_per_seq=info.max_predictions_per_seq,
+        whole_word_mask=(
+            whole_word_mask
+            if whole_word_mask is not None
+            else options.get("whole_word_mask", False)
+        ),
+    )
 
-    source = records.open_data_source(list(info.paths))
-    ds = grain.MapDataset.range(len(source))
+
+def _host_keys(
+    num_records: int,
+    seed: int,
+    shuffle: bool,
+    num_epochs: int | None,
+    global_batch: int,
+    host_rows: np.ndarray,
+) -> grain.MapDataset:
+    """Steps 1-3 of the module docstring: batches of (stream positions, record keys), int [B]
+    each, this host's rows of every global batch of the (shuffled, repeated) stream."""
+    ds = grain.MapDataset.range(num_records)
     if shuffle:
         ds = ds.shuffle(seed=seed)
     ds = ds.repeat(num_epochs).map_with_index(_WithStreamIndex())
-    global_batch = batch_size * shard_count
     if num_epochs is not None:
         usable = len(ds) // global_batch * global_batch
         if usable == 0:
@@ -378,62 +440,57 @@ def make_pretraining_dataset(
             )
         ds = ds[:usable]
     ds = ds.batch(global_batch, drop_remainder=True)
-    if host_rows is None:
-        host_rows = np.arange(shard_index * batch_size, (shard_index + 1) * batch_size)
-    else:
-        batch_size = len(host_rows)
-    ds = ds.map(_HostRows(host_rows))
-    ds = ds.map(
-        _ReadBatch(
-            source,
-            info.max_seq_length,
-            info.max_predictions_per_seq,
-            spec,
-            seed,
-            info.next_sentence_prediction,
-        )
-    )
-    iter_ds = ds.to_iter_dataset(
-        grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=prefetch_batches)
-    )
-    if worker_count > 0:
-        from absl import flags
+    return ds.map(_HostRows(host_rows))
 
-        if not flags.FLAGS.is_parsed():
-            # grain's worker processes read absl flags; outside an absl app (tests, notebooks)
-            # nothing has parsed them, so take their defaults.
-            flags.FLAGS.mark_as_parsed()
-        iter_ds = iter_ds.mp_prefetch(
-            grain.MultiprocessingOptions(
-                num_workers=worker_count, per_worker_buffer_size=worker_buffer_size
-            )
+
+def _in_worker_processes(
+    iter_ds: grain.IterDataset, worker_count: int, worker_buffer_size: int
+) -> grain.IterDataset:
+    """`iter_ds` run in `worker_count` processes (batches are formed before the split)."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        # grain's worker processes read absl flags; outside an absl app (tests, notebooks)
+        # nothing has parsed them, so take their defaults.
+        flags.FLAGS.mark_as_parsed()
+    return iter_ds.mp_prefetch(
+        grain.MultiprocessingOptions(
+            num_workers=worker_count, per_worker_buffer_size=worker_buffer_size
         )
-    if pack_sequences:
-        # In this process, after the workers: the packer's rows then depend on the stream of
-        # examples only, not on how the reading was split across workers.
-        options = (metadata or {}).get("options", {})
-        tokenizer_ids = (metadata or {}).get("tokenizer", {})
-        if spec is not None:
-            masked_lm_prob = spec.masked_lm_prob
-        elif options.get("static_masking"):  # This library's build: masked by the same rule.
-            masked_lm_prob = options["masked_lm_prob"]
-        else:  # Foreign records: masked with an unknown probability.
-            masked_lm_prob = None
-        iter_ds = packing.pack_pretraining_batches(
-            iter_ds,
-            batch_size=batch_size,
-            max_seq_length=info.max_seq_length,
-            max_segments=max_segments,
-            max_predictions=packing.max_predictions_per_row(
-                info.max_seq_length,
-                max_segments,
-                info.max_predictions_per_seq,
-                masked_lm_prob,
-            ),
-            num_packing_bins=num_packing_bins,
-            pad_id=spec.vocab.pad_id if spec else tokenizer_ids.get("pad_id", 0),
-        )
-    return iter_ds
+    )
+
+
+def _packed(
+    iter_ds: grain.IterDataset,
+    info: DataInfo,
+    spec: masking.MaskingSpec | None,
+    batch_size: int,
+    max_segments: int,
+    num_packing_bins: int,
+) -> grain.IterDataset:
+    """`iter_ds`'s examples packed into rows of B = `batch_size` (see `packing`)."""
+    options = (info.metadata or {}).get("options", {})
+    tokenizer_ids = (info.metadata or {}).get("tokenizer", {})
+    if spec is not None:
+        masked_lm_prob = spec.masked_lm_prob
+    elif options.get("static_masking"):  # This library's build: masked by the same rule.
+        masked_lm_prob = options["masked_lm_prob"]
+    else:  # Foreign records: masked with an unknown probability.
+        masked_lm_prob = None
+    return packing.pack_pretraining_batches(
+        iter_ds,
+        batch_size=batch_size,
+        max_seq_length=info.max_seq_length,
+        max_segments=max_segments,
+        max_predictions=packing.max_predictions_per_row(
+            info.max_seq_length,
+            max_segments,
+            info.max_predictions_per_seq,
+            masked_lm_prob,
+        ),
+        num_packing_bins=num_packing_bins,
+        pad_id=spec.vocab.pad_id if spec else tokenizer_ids.get("pad_id", 0),
+    )
 
 
 def make_pretraining_loader(
