@@ -124,3 +124,32 @@ def test_tokenizer_saved_to_a_bucket(fake_bucket, tmp_path, bert_tokenizer):
     assert again.vocab == bert_tokenizer.vocab
     assert f"{BUCKET}/run/hf/vocab.txt" in seen
     _no_local_url(tmp_path, seen)
+
+
+def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path):
+    from bert_jax.finetune import glue, squad
+    from bert_jax.finetune import run as finetune_run
+    from bert_jax.finetune.task import write_rows
+    from bert_jax.finetune.text_io import TextExample
+
+    root, seen = fake_bucket
+    out = f"{BUCKET}/run/predictions"
+    examples = [TextExample("7", ("a", "b"), None), TextExample("8", ("c", "d"), None)]
+    assert glue.write_submission(out, "mrpc", examples, [1, 0]) == f"{out}/MRPC.tsv"
+    write_rows(f"{out}/dev_predictions.tsv", [("7", 1, 0)], ("no", "yes"))
+    result = squad.SquadPredictions({"q": "an answer"}, {"q": []}, None)
+    assert squad.write_predictions(out, result)["predictions"] == f"{out}/predictions.json"
+    finetune_run._write_results({"task": "mrpc", "seeds": {"0": {"f1": 0.5}}}, f"{BUCKET}/run")
+    assert sorted(p.name for p in (root / "run" / "predictions").iterdir()) == [
+        "MRPC.tsv",
+        "dev_predictions.tsv",
+        "nbest_predictions.json",
+        "predictions.json",
+    ]
+    assert (
+        root / "run" / "predictions" / "MRPC.tsv"
+    ).read_text() == "index\tprediction\n7\t1\n8\t0\n"
+    assert "7\tyes\tno" in (root / "run" / "predictions" / "dev_predictions.tsv").read_text()
+    assert json.loads((root / "run" / "results.json").read_text())["mean"] == {"f1": 0.5}
+    assert f"{BUCKET}/run/results.json" in seen
+    _no_local_url(tmp_path, seen)
