@@ -153,3 +153,19 @@ def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path
     assert json.loads((root / "run" / "results.json").read_text())["mean"] == {"f1": 0.5}
     assert f"{BUCKET}/run/results.json" in seen
     _no_local_url(tmp_path, seen)
+
+
+def test_default_corpus_is_not_built_into_a_bucket(fake_bucket, tmp_path):
+    import ml_collections
+
+    from bert_jax.pretrain import inputs
+
+    root, seen = fake_bucket
+    config = ml_collections.ConfigDict({"data": {"build_dir": ""}})
+    with pytest.raises(ValueError, match=r"cannot be built into gs://bucket/run/data: .* local"):
+        inputs.ensure_default_corpus(config, f"{BUCKET}/run")
+    config.data.build_dir = f"{BUCKET}/shards"
+    with pytest.raises(ValueError, match="pass a local or shared data.build_dir"):
+        inputs.ensure_default_corpus(config, str(tmp_path / "run"))
+    assert not list(root.iterdir())
+    _no_local_url(tmp_path, seen)
