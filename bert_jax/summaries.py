@@ -1,6 +1,8 @@
 """Metric writers: `metrics.jsonl`, TensorBoard, `curves.png` and a console progress bar.
 
-Only process 0 writes; on other processes every method is a no-op.
+Only process 0 writes; on other processes every method is a no-op. The files go through
+`etils.epath`, so a `gs://` (any URL) work directory stays a URL; TensorBoard events are written
+for local work directories only (see `MetricWriter`).
 
 `metrics.jsonl` holds one JSON object per logged step: {"step": 200, "train/loss": 7.1, ...}.
 `curves.png` (train and held-out loss and accuracies against steps) is redrawn at every
@@ -20,6 +22,8 @@ from collections.abc import Mapping
 import jax
 from absl import logging
 
+from bert_jax.config import as_path
+
 
 class MetricWriter:
     """Writes scalar metrics for a run in `workdir`.
@@ -30,11 +34,16 @@ class MetricWriter:
       initial_step: where the run (re)starts.
       progress: show a tqdm progress bar on the console; log lines go above it.
       curves: redraw `workdir/curves.png` whenever held-out ("eval/...") metrics are written.
+
+    A URL work directory (`gs://...`) gets metrics.jsonl (rewritten whole at each write: object
+    stores cannot append) and curves.png, but no TensorBoard events: tensorboardX writes gs://
+    only through google-cloud-storage and other URL schemes not at all (a local folder named
+    after the URL), so they are skipped with one warning.
     """
 
     def __init__(
         self,
-        workdir: str,
+        workdir: str | os.PathLike,
         total_steps: int,
         initial_step: int = 0,
         progress: bool = True,
@@ -42,23 +51,34 @@ class MetricWriter:
     ):
         self.active = jax.process_index() == 0
         self._jsonl = self._tb = self._bar = self._stream = None
-        self.workdir = workdir
-        self.curves_path = os.path.join(workdir, "curves.png") if curves else None
+        self.workdir = as_path(workdir)
+        self.jsonl_path = self.workdir / "metrics.jsonl"
+        self.curves_path = self.workdir / "curves.png" if curves else None
+        self._url = "://" in os.fspath(self.workdir)
+        self._jsonl_text = ""  # a URL's metrics.jsonl, rewritten whole at each write
         self.history: dict[str, list[tuple[int, float]]] = {}  # name -> [(step, value)]
         self.latest: dict[str, float] = {}  # name -> its last value
         self._start_time, self._train_s, self._train_tokens = time.perf_counter(), 0.0, 0.0
         self._initial_step = self._last_train_step = initial_step
         if not self.active:
             return
-        os.makedirs(workdir, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self._read_history()  # a resumed run's curves keep their beginning
-        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
-        try:
-            from tensorboardX import SummaryWriter
+        if self._url:
+            logging.warning(
+                "no TensorBoard events for %s: tensorboardX cannot write to this URL through "
+                "etils.epath (gs:// needs google-cloud-storage, other schemes become a local "
+                "folder); metrics.jsonl and curves.png are written there",
+                self.workdir,
+            )
+        else:
+            self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
+            try:
+                from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
-        except ImportError:  # optional: metrics.jsonl and the console still work
-            logging.warning("tensorboardX is not installed; no TensorBoard events are written")
+                self._tb = SummaryWriter(os.fspath(self.workdir / "tensorboard"))
+            except ImportError:  # optional: metrics.jsonl and the console still work
+                logging.warning("tensorboardX is not installed; no TensorBoard events are written")
         if progress:
             from tqdm import tqdm
 
@@ -73,25 +93,31 @@ class MetricWriter:
             self._stream = _LogAboveBar.install(self._bar)
 
     def _read_history(self) -> None:
-        path = os.path.join(self.workdir, "metrics.jsonl")
-        if not os.path.exists(path):
+        if not self.jsonl_path.exists():
             return
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                if row["step"] > self._initial_step:  # steps redone after a resume
-                    continue
-                for key, value in row.items():
-                    if key != "step" and isinstance(value, float):
-                        self.history.setdefault(key, []).append((row["step"], value))
+        text = self.jsonl_path.read_text(encoding="utf-8")
+        if self._url:
+            self._jsonl_text = text
+        for line in text.splitlines():
+            row = json.loads(line)
+            if row["step"] > self._initial_step:  # steps redone after a resume
+                continue
+            for key, value in row.items():
+                if key != "step" and isinstance(value, float):
+                    self.history.setdefault(key, []).append((row["step"], value))
 
     def write(self, step: int, metrics: Mapping[str, float]) -> None:
         """Records `metrics` (names like "train/loss", "eval/mlm_accuracy") at `step`."""
         if not self.active:
             return
         clean = {k: _jsonable(v) for k, v in metrics.items()}
-        self._jsonl.write(json.dumps({"step": int(step), **clean}) + "\n")
-        self._jsonl.flush()
+        line = json.dumps({"step": int(step), **clean}) + "\n"
+        if self._url:
+            self._jsonl_text += line
+            self.jsonl_path.write_text(self._jsonl_text, encoding="utf-8")
+        else:
+            self._jsonl.write(line)
+            self._jsonl.flush()
         if self._tb is not None:
             for key, value in clean.items():
                 if isinstance(value, float) and math.isfinite(value):
@@ -149,11 +175,11 @@ class MetricWriter:
                 shown = ", ".join(f"{_short(k)} {_fmt(self.latest[k])}" for k in keys)
                 lines.append(f"  {title}: {shown}")
         listed = dict(places)
-        listed["metrics"] = os.path.join(self.workdir, "metrics.jsonl")
-        if self.curves_path and os.path.exists(self.curves_path):
-            listed["curves"] = self.curves_path
+        listed["metrics"] = os.fspath(self.jsonl_path)
+        if self.curves_path and self.curves_path.exists():
+            listed["curves"] = os.fspath(self.curves_path)
         if self._tb is not None:
-            board = os.path.join(self.workdir, "tensorboard")
+            board = os.fspath(self.workdir / "tensorboard")
             listed["TensorBoard"] = f"tensorboard --logdir {board}"
         lines.extend(f"  {label}: {where}" for label, where in listed.items())
         return "\n".join(lines)
@@ -166,7 +192,8 @@ class MetricWriter:
             self._stream.uninstall()
         if self._tb is not None:
             self._tb.close()
-        self._jsonl.close()
+        if self._jsonl is not None:
+            self._jsonl.close()
 
 
 class _LogAboveBar:
@@ -244,12 +271,12 @@ class _ConsoleFormatter(std_logging.Formatter):
         return text if record.levelno < std_logging.WARNING else f"{record.levelname[0]} {text}"
 
 
-def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str) -> None:
+def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.PathLike) -> None:
     """Draws loss and accuracies against steps into a PNG (no display needed).
 
     Args:
       history: metric name ("train/loss", "eval/mlm_accuracy", ...) -> [(step, value)].
-      path: the PNG to (over)write.
+      path: the PNG to (over)write (a `gs://` URL stays a URL).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -277,9 +304,11 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str) -> No
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp)
-    os.replace(tmp, path)  # a reader never sees half a picture
+    path = as_path(path)
+    tmp = path.parent / (path.name + ".tmp.png")
+    with tmp.open("wb") as f:
+        fig.savefig(f, format="png")
+    tmp.replace(path)  # a reader never sees half a picture
 
 
 _CONSOLE = ("loss", "mlm_accuracy", "nsp_accuracy", "cls_accuracy", "accuracy", "learning_rate")

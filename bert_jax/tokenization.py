@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 from absl import logging
+from etils import epath
 from tokenizers import (
     Regex,
     Tokenizer,
@@ -179,11 +180,12 @@ class WordPieceTokenizer:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Writes `tokenizer.json` (for `transformers.PreTrainedTokenizerFast`) and `vocab.txt`."""
-        directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        _atomic_write(os.path.join(directory, "tokenizer.json"), self.tokenizer.to_str(pretty=True))
-        _atomic_write(os.path.join(directory, "vocab.txt"), "".join(t + "\n" for t in self.vocab))
+        """Writes `tokenizer.json` (for `transformers.PreTrainedTokenizerFast`) and `vocab.txt`
+        (through `etils.epath`: a `gs://` directory stays a URL)."""
+        directory = epath.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        _atomic_write(directory / "tokenizer.json", self.tokenizer.to_str(pretty=True))
+        _atomic_write(directory / "vocab.txt", "".join(t + "\n" for t in self.vocab))
 
     def __repr__(self) -> str:
         return (
@@ -233,11 +235,11 @@ def _replace_surrogates(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _atomic_write(path: epath.Path, text: str) -> None:
+    """Writes `path` whole: a temporary file beside it, renamed over it."""
+    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ A fake bucket: epath's backend is mocked so that gs://bucket/... lands in a temp
 directory, and every path it is asked for is recorded (no network).
 """
 
+import json
 import os
 
 import numpy as np
@@ -74,3 +75,97 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
     assert f"{BUCKET}/run/hf/model.safetensors" in seen
     assert not [p for p in seen if "gs:/" in p and not p.startswith(BUCKET)]
     assert isinstance(directory, epath.Path)
+
+
+def _no_local_url(tmp_path, seen):
+    """Nothing became a local `gs:` folder, and every URL epath was asked for kept its scheme."""
+    assert not (tmp_path / "gs:").exists()
+    assert not [p for p in seen if "gs:/" in p and not p.startswith(BUCKET)]
+
+
+def test_metric_writer_to_a_bucket(fake_bucket, tmp_path, caplog):
+    from bert_jax import summaries
+
+    root, seen = fake_bucket
+    w = summaries.MetricWriter(f"{BUCKET}/run", total_steps=20, progress=False)
+    w.write(10, {"train/loss": 8.0})
+    w.write(10, {"eval/loss": 7.5, "eval/mlm_accuracy": 0.09})
+    text = w.summary(10)
+    w.close()
+    assert (root / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"metrics: {BUCKET}/run/metrics.jsonl" in text
+    assert f"curves: {BUCKET}/run/curves.png" in text and "TensorBoard" not in text
+    assert "no TensorBoard events for gs://bucket/run" in caplog.text
+    assert not (root / "run" / "tensorboard").exists()
+
+    # A resumed run reads its history from the bucket and adds to the same file.
+    resumed = summaries.MetricWriter(
+        f"{BUCKET}/run", total_steps=20, initial_step=10, progress=False
+    )
+    assert resumed.history["eval/mlm_accuracy"] == [(10, 0.09)]
+    resumed.write(20, {"train/loss": 7.0})
+    resumed.close()
+    lines = (root / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [10, 10, 20]
+    assert f"{BUCKET}/run/metrics.jsonl" in seen
+    _no_local_url(tmp_path, seen)
+
+
+def test_tokenizer_saved_to_a_bucket(fake_bucket, tmp_path, bert_tokenizer):
+    from bert_jax import tokenization
+
+    root, seen = fake_bucket
+    bert_tokenizer.save(f"{BUCKET}/run/hf")
+    assert sorted(p.name for p in (root / "run" / "hf").iterdir()) == [
+        "tokenizer.json",
+        "vocab.txt",
+    ]
+    again = tokenization.load_tokenizer(root / "run" / "hf")
+    assert again.vocab == bert_tokenizer.vocab
+    assert f"{BUCKET}/run/hf/vocab.txt" in seen
+    _no_local_url(tmp_path, seen)
+
+
+def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path):
+    from bert_jax.finetune import glue, squad
+    from bert_jax.finetune import run as finetune_run
+    from bert_jax.finetune.task import write_rows
+    from bert_jax.finetune.text_io import TextExample
+
+    root, seen = fake_bucket
+    out = f"{BUCKET}/run/predictions"
+    examples = [TextExample("7", ("a", "b"), None), TextExample("8", ("c", "d"), None)]
+    assert glue.write_submission(out, "mrpc", examples, [1, 0]) == f"{out}/MRPC.tsv"
+    write_rows(f"{out}/dev_predictions.tsv", [("7", 1, 0)], ("no", "yes"))
+    result = squad.SquadPredictions({"q": "an answer"}, {"q": []}, None)
+    assert squad.write_predictions(out, result)["predictions"] == f"{out}/predictions.json"
+    finetune_run._write_results({"task": "mrpc", "seeds": {"0": {"f1": 0.5}}}, f"{BUCKET}/run")
+    assert sorted(p.name for p in (root / "run" / "predictions").iterdir()) == [
+        "MRPC.tsv",
+        "dev_predictions.tsv",
+        "nbest_predictions.json",
+        "predictions.json",
+    ]
+    assert (
+        root / "run" / "predictions" / "MRPC.tsv"
+    ).read_text() == "index\tprediction\n7\t1\n8\t0\n"
+    assert "7\tyes\tno" in (root / "run" / "predictions" / "dev_predictions.tsv").read_text()
+    assert json.loads((root / "run" / "results.json").read_text())["mean"] == {"f1": 0.5}
+    assert f"{BUCKET}/run/results.json" in seen
+    _no_local_url(tmp_path, seen)
+
+
+def test_default_corpus_is_not_built_into_a_bucket(fake_bucket, tmp_path):
+    import ml_collections
+
+    from bert_jax.pretrain import inputs
+
+    root, seen = fake_bucket
+    config = ml_collections.ConfigDict({"data": {"build_dir": ""}})
+    with pytest.raises(ValueError, match=r"cannot be built into gs://bucket/run/data: .* local"):
+        inputs.ensure_default_corpus(config, f"{BUCKET}/run")
+    config.data.build_dir = f"{BUCKET}/shards"
+    with pytest.raises(ValueError, match="pass a local or shared data.build_dir"):
+        inputs.ensure_default_corpus(config, str(tmp_path / "run"))
+    assert not list(root.iterdir())
+    _no_local_url(tmp_path, seen)

@@ -55,6 +55,7 @@ import os
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from etils import epath
 
 from bert_jax.finetune import task as task_lib
 from bert_jax.finetune.text_io import (
@@ -473,8 +474,9 @@ def write_submission(
             f"{len(examples)} examples but predictions of shape {predictions.shape}; drop the "
             "batch fillers (example_weights 0) first"
         )
-    os.makedirs(os.fspath(output_dir), exist_ok=True)
-    path = os.path.join(os.fspath(output_dir), task.submission_file)
+    output_dir = epath.Path(output_dir)  # a gs:// URL stays one
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = output_dir / task.submission_file
     lines = ["index\tprediction"]
     for example, prediction in zip(examples, predictions):
         if task.is_regression:
@@ -485,9 +487,8 @@ def write_submission(
                 raise ValueError(f"example {example.guid!r}: predicted class {label_id} invalid")
             value = task.label_names[label_id]
         lines.append(f"{example.guid}\t{value}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return os.fspath(path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax import tokenization
 from bert_jax.finetune import metrics, text_io
@@ -420,7 +421,8 @@ def _score(data, eval_set, outputs, ft, out_dir):
     )
     gold = [list(e.tags) for e in eval_set.examples]
     if out_dir is not None:
-        with open(os.path.join(out_dir, f"{eval_set.name}_predictions.txt"), "w") as f:
+        path = epath.Path(out_dir) / f"{eval_set.name}_predictions.txt"
+        with path.open("w", encoding="utf-8") as f:
             for example, predicted in zip(eval_set.examples, tags):
                 for word, g, p in zip(example.words, example.tags, predicted):
                     f.write(f"{word} {g} {p}\n")

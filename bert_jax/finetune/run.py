@@ -33,7 +33,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import convert, loop, sharding, tokenization
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, as_path
 from bert_jax.finetune import batching, tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
@@ -198,7 +198,7 @@ def score(exp, params, task, data, eval_set, ft, buckets, out_dir=None) -> dict[
     outputs = predict_split(exp, params, eval_set, ft.eval_batch_size, buckets)
     write_dir = out_dir if out_dir is not None and jax.process_index() == 0 else None
     if write_dir is not None:
-        os.makedirs(write_dir, exist_ok=True)
+        as_path(write_dir).mkdir(parents=True, exist_ok=True)
     result = task.score(data, eval_set, outputs, ft, write_dir)
     _require_finite(result, eval_set.name)
     return result
@@ -223,7 +223,7 @@ def train_and_evaluate(config, workdir: str, mode: str = "train") -> dict[str, A
     exp = None  # one Experiment for every seed: its compiled steps serve them all
     mesh = sharding.make_mesh(config.mesh.to_dict())  # the one the Experiment builds
     for seed in seeds:
-        seed_dir = os.path.join(workdir, f"seed_{seed}") if len(seeds) > 1 else workdir
+        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
         with config.unlocked():
             config.seed = seed
         train_iter = batching.EpochIterator(
@@ -274,7 +274,7 @@ def train_and_evaluate(config, workdir: str, mode: str = "train") -> dict[str, A
                 "seed %d stopped at step %d of %d; rerun to resume", seed, step, num_steps
             )
             return results
-        predictions_dir = os.path.join(seed_dir, "predictions")
+        predictions_dir = seed_dir / "predictions"
         final = evaluate_splits(exp, state.params, task, data, ft, buckets, predictions_dir)
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
         writer.close()
@@ -282,7 +282,7 @@ def train_and_evaluate(config, workdir: str, mode: str = "train") -> dict[str, A
         if config.export_hf_at_end:
             exp.export(state.params, seed_dir)
             if jax.process_index() == 0:
-                tokenizer.save(os.path.join(seed_dir, "hf"))
+                tokenizer.save(seed_dir / "hf")
     _write_results(results, workdir)
     return results
 
@@ -296,8 +296,7 @@ def _write_results(results: dict[str, Any], workdir: str) -> None:
     results["mean"] = {k: float(np.mean([r[k] for r in per_seed])) for k in keys}
     results["std"] = {k: float(np.std([r[k] for r in per_seed])) for k in keys}
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "results.json"), "w") as f:
-            json.dump(results, f, indent=2)
+        (as_path(workdir) / "results.json").write_text(json.dumps(results, indent=2))
         for k in keys:
             split = "" if k.startswith("test_") else "dev "
             print(

@@ -50,6 +50,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax import tokenization
 from bert_jax.finetune import metrics, text_io
@@ -778,21 +779,22 @@ def _nbest_entries(
 
 
 def write_predictions(output_dir: str | os.PathLike, result: SquadPredictions) -> dict[str, str]:
-    """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json.
+    """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json (through
+    `etils.epath`: `output_dir` may be a `gs://` URL).
 
     Returns:
       {"predictions": path, "nbest": path[, "null_odds": path]}.
     """
-    output_dir = os.fspath(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
+    output_dir = epath.Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
     files = {"predictions": ("predictions.json", result.predictions)}
     files["nbest"] = ("nbest_predictions.json", result.nbest)
     if result.null_odds is not None:
         files["null_odds"] = ("null_odds.json", result.null_odds)
     paths = {}
     for key, (name, content) in files.items():
-        paths[key] = os.path.join(output_dir, name)
-        with open(paths[key], "w", encoding="utf-8") as f:
+        paths[key] = os.fspath(output_dir / name)
+        with (output_dir / name).open("w", encoding="utf-8") as f:
             json.dump(content, f, indent=4, ensure_ascii=False)
             f.write("\n")
     return paths

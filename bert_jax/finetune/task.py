@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax import tokenization
 from bert_jax.finetune import metrics, text_io
@@ -165,14 +166,15 @@ def score_sequence(data: TaskData, eval_set: EvalSet, outputs, ft, out_dir) -> d
 
 
 def write_rows(path: str, rows: Sequence[tuple], label_names) -> None:
-    """A prediction TSV: id, label (gold, "" if unknown) and prediction, label ids as names."""
+    """A prediction TSV: id, label (gold, "" if unknown) and prediction, label ids as names
+    (written through `etils.epath`: `path` may be a `gs://` URL)."""
 
     def name(value):
         if label_names is not None and isinstance(value, (int, np.integer)) and value >= 0:
             return label_names[int(value)]
         return "" if value is None else (f"{value:.6g}" if isinstance(value, float) else str(value))
 
-    with open(path, "w", encoding="utf-8") as f:
+    with epath.Path(path).open("w", encoding="utf-8") as f:
         f.write("id\tlabel\tprediction\n")
         for guid, label, pred in rows:
             f.write(f"{guid}\t{name(label)}\t{name(pred)}\n")

@@ -34,7 +34,14 @@ class PretrainingInputs:
 
 
 def _default_build_dir(config, workdir: str) -> str:
-    return config.data.build_dir or os.path.join(workdir, "data")
+    out_dir = config.data.build_dir or os.path.join(os.fspath(workdir), "data")
+    if "://" in out_dir:  # the build writes through local files (os, ArrayRecord's writer)
+        raise ValueError(
+            f"the default corpus cannot be built into {out_dir}: its shards are written as local "
+            "files; pass a local or shared data.build_dir (--config.data.build_dir=/path), or "
+            "build the records once and pass data.paths"
+        )
+    return out_dir
 
 
 def require_shared_directory(directory: str) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import aot, flops, inference, loop, sharding, tokenization
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, as_path
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.summaries import MetricWriter
@@ -163,11 +163,12 @@ def train_and_evaluate(
     places = {"checkpoints": ckpt.directory}
     if step >= config.num_train_steps and config.export_hf_at_end:
         exp.export(state.params, workdir)
-        places["export"] = os.path.join(workdir, "export") + " (bert_jax)"
-        places["hf"] = os.path.join(workdir, "hf") + " (transformers)"
+        run_dir = as_path(workdir)  # a gs:// URL stays one
+        places["export"] = f"{run_dir / 'export'} (bert_jax)"
+        places["hf"] = f"{run_dir / 'hf'} (transformers)"
         if data.tokenizer_path and os.path.isfile(data.tokenizer_path) and jax.process_index() == 0:
             # The vocabulary goes with the model: <workdir>/hf is a complete transformers directory.
-            tokenization.load_tokenizer(data.tokenizer_path).save(os.path.join(workdir, "hf"))
+            tokenization.load_tokenizer(data.tokenizer_path).save(run_dir / "hf")
     if jax.process_index() == 0:
         if shown:
             after = (
