@@ -14,8 +14,9 @@ Peers (same BertConfig, same batch, AdamW with weight decay, dropout on, float32
 
 Every measurement prints one JSON line with at least: peer, size, batch, seq, what ("train_step" or
 "forward"), median_s, tokens_per_s, compile_s; plus mfu where the device's peak is known, the
-device, dtype and versions, and memory: peak_bytes where the device reports it (GPU: JAX's and
-torch's allocator peaks) and, for bert_jax, xla_plan_bytes (the compiled step's buffers).
+device, dtype, versions, the 1-minute load average before and after the timed rounds, and memory:
+peak_bytes where the device reports it (GPU: JAX's and torch's allocator peaks) and, for bert_jax,
+xla_plan_bytes (the compiled step's buffers).
 
 Rounds alternate the peers (A B C A B C ...) so that a slow patch of a
 shared machine hits all of them; compare peers as ratios, never absolute times across runs.
@@ -391,12 +392,14 @@ def main(argv=None) -> int:
         peers.append((name, fn))
         peaks[name] = peak_fn
         times[name], compile_s[name] = [], c
+    load_avg = [round(os.getloadavg()[0], 2)]
     for _ in range(args.rounds):
         for name, fn in peers:
             for _ in range(args.steps):
                 t = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t)
+    load_avg.append(round(os.getloadavg()[0], 2))
     for name, _ in peers:
         median = statistics.median(times[name])
         row = {
@@ -414,6 +417,7 @@ def main(argv=None) -> int:
             "predictions": predictions,
             "device": f"{platform_name}:{kind}",
             "versions": versions(),
+            "load_avg_1m": load_avg,  # at the start and at the end of the timed rounds
         }
         row.update(peaks[name]())
         if name.startswith("bert_jax"):
