@@ -5,6 +5,8 @@
 
 Peers (same BertConfig, same batch, AdamW with weight decay, dropout on, float32 or bf16):
   bert_jax       this library: jitted train_step, MLM head only at the masked positions
+  bert_jax+NAME  the same step compiled with the XLA options `XLA_OPTIONS[NAME]` (e.g.
+                 bert_jax+onednn), so that an option is measured against the default in one run
   torch_eager    transformers BertForPreTraining (SDPA attention), torch.optim.AdamW
   torch_compile  the same under torch.compile
   flax_hf        transformers 4.x FlaxBertForPreTraining (only where a 4.x transformers with
@@ -12,10 +14,19 @@ Peers (same BertConfig, same batch, AdamW with weight decay, dropout on, float32
 
 Every measurement prints one JSON line with at least: peer, size, batch, seq, what ("train_step" or
 "forward"), median_s, tokens_per_s, compile_s; plus mfu where the device's peak is known, the
-device, dtype and versions, and memory: peak_bytes where the device reports it (GPU: JAX's and
-torch's allocator peaks) and, for bert_jax, xla_plan_bytes (the compiled step's buffers).
+device, dtype, versions, the 1-minute load average before and after the timed rounds, and memory:
+peak_bytes where the device reports it (GPU: JAX's and torch's allocator peaks) and, for bert_jax,
+xla_plan_bytes (the compiled step's buffers).
+
 Rounds alternate the peers (A B C A B C ...) so that a slow patch of a
 shared machine hits all of them; compare peers as ratios, never absolute times across runs.
+
+The matmul peak is measured first, in the same run: `jnp.dot` of [2048, 768] x [768, 3072] (a
+BERT-base feed-forward matmul at 16 x 128 tokens) in float32 and in bfloat16, median of
+--peak_reps, one line each (peer "matmul_peak", gflops_per_s). Every peer's line then carries
+step_gflops_per_s (the model FLOPs of bert_jax's step, MLM head at the masked positions, over the
+peer's median time) and fraction_of_matmul_peak (that over the peak of the run's dtype): the same
+work for every peer, so the fractions compare as the times do.
 """
 
 from __future__ import annotations
@@ -63,17 +74,30 @@ def make_batch(cfg, batch: int, seq: int, predictions: int, seed: int = 0):
 # Peers: each returns (step_fn, compile_s, peak_fn): step_fn() runs one synchronous step,
 # compile_s is the first step's time (bert_jax: the compile alone), peak_fn() memory figures.
 # --------------------------------------------------------------------------------------------
-def bert_jax_peer(cfg, batch, args):
+# XLA options a `bert_jax+NAME` peer compiles with (`Compiled.compile(compiler_options=...)`:
+# per program, so that they alternate with the default in one process). All exist in jaxlib 0.10.2.
+XLA_OPTIONS = {
+    "onednn": {"xla_cpu_use_onednn": True},  # oneDNN thunks for matmul fusions
+    "onednn_custom_call": {"xla_cpu_experimental_onednn_custom_call": True},
+    "no_xnnpack": {"xla_cpu_use_xnnpack": False},  # XLA's own (Eigen) matmuls
+    "no_ynn": {"xla_cpu_experimental_ynn_fusion_type": ""},  # no YNNPACK fusions
+    "fast_math": {"xla_cpu_enable_fast_math": True},  # changes numerics: for reference only
+}
+
+
+def bert_jax_peer(cfg, batch, args, options: str = ""):
     import flax.linen as nn
     import jax
 
     from bert_jax import loop, objectives, optimizer, steps
     from bert_jax import model as M
+    from bert_jax.attention import current_platform
     from bert_jax.config import RuntimeConfig
 
     runtime = RuntimeConfig(
         dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention=args.attention
-    )
+    ).resolved(current_platform())  # as a run resolves it (warns of emulated bfloat16)
+    compiler_options = XLA_OPTIONS[options] if options else None
     model = M.BertForPreTraining(cfg, runtime)
     tx = optimizer.make_optimizer("adamw", 1e-4, weight_decay=0.01)
     state = jax.jit(lambda r: nn.unbox(steps.init_train_state(r, model=model, tx=tx)))(
@@ -84,7 +108,7 @@ def bert_jax_peer(cfg, batch, args):
     t = time.perf_counter()
     if args.what == "train_step":
         fn = loop.compile_train_step(model, tx, objective)
-        compiled = fn.lower(state, device_batch).compile()
+        compiled = fn.lower(state, device_batch).compile(compiler_options)
         holder = {"state": state}
 
         def step():
@@ -93,7 +117,7 @@ def bert_jax_peer(cfg, batch, args):
 
     else:
         fn = jax.jit(functools.partial(steps.eval_step, model=model, objective=objective))
-        compiled = fn.lower(state.params, device_batch).compile()
+        compiled = fn.lower(state.params, device_batch).compile(compiler_options)
 
         def step():
             jax.block_until_ready(compiled(state.params, device_batch))
@@ -245,6 +269,34 @@ PEERS = {
 }
 
 
+def peer_fn(name: str):
+    """The peer function of a --peers entry: a name in PEERS, or bert_jax+<XLA_OPTIONS key>."""
+    base, _, options = name.partition("+")
+    if base == "bert_jax" and options:
+        if options not in XLA_OPTIONS:
+            raise ValueError(f"unknown XLA option set {options!r}; known: {sorted(XLA_OPTIONS)}")
+        return functools.partial(bert_jax_peer, options=options)
+    return PEERS[name]
+
+
+def matmul_peak(dtype: str, shape: tuple[int, int, int], reps: int) -> float:
+    """FLOP/s of `jnp.dot` of [m, k] x [k, n] in `dtype` (accumulating in it), median of `reps`."""
+    import jax
+    import jax.numpy as jnp
+
+    m, k, n = shape
+    a = jax.random.normal(jax.random.PRNGKey(0), (m, k), dtype)
+    b = jax.random.normal(jax.random.PRNGKey(1), (k, n), dtype)
+    dot = jax.jit(jnp.dot)
+    dot(a, b).block_until_ready()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        dot(a, b).block_until_ready()
+        times.append(time.perf_counter() - t)
+    return 2.0 * m * k * n / statistics.median(times)
+
+
 def device_info():
     import jax
 
@@ -287,6 +339,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--attention", default="auto", help="bert_jax: auto, xla, fused_xla, cudnn, splash"
     )
+    parser.add_argument(
+        "--peak_shape", default="2048,768,3072", help="m,k,n of the matmul-peak measurement"
+    )
+    parser.add_argument(
+        "--peak_reps", type=int, default=5, help="matmul-peak repetitions (0: none)"
+    )
     parser.add_argument("--output", default="", help="also append the JSON lines to this file")
     args = parser.parse_args(argv)
 
@@ -301,10 +359,25 @@ def main(argv=None) -> int:
     step_flops = flops.padded_step_flops(cfg, args.batch, args.seq, predictions)
     if args.what == "forward":
         step_flops /= 3
+    lines, matmul_peaks = [], {}
+    if args.peak_reps > 0:
+        shape = tuple(int(x) for x in args.peak_shape.split(","))
+        for dtype in ("float32", "bfloat16"):
+            matmul_peaks[dtype] = matmul_peak(dtype, shape, args.peak_reps)
+            row = {
+                "peer": "matmul_peak",
+                "dtype": dtype,
+                "shape": list(shape),
+                "gflops_per_s": matmul_peaks[dtype] / 1e9,
+                "reps": args.peak_reps,
+                "device": f"{platform_name}:{kind}",
+            }
+            lines.append(row)
+            print(json.dumps(row), flush=True)
     peers, times, compile_s, peaks = [], {}, {}, {}
     for name in args.peers.split(","):
         try:
-            fn, c, peak_fn = PEERS[name](cfg, batch, args)
+            fn, c, peak_fn = peer_fn(name)(cfg, batch, args)
         except Exception as e:  # noqa: BLE001 - report a peer that cannot run, keep the others
             print(
                 json.dumps(
@@ -317,13 +390,14 @@ def main(argv=None) -> int:
         peers.append((name, fn))
         peaks[name] = peak_fn
         times[name], compile_s[name] = [], c
+    load_avg = [round(os.getloadavg()[0], 2)]
     for _ in range(args.rounds):
         for name, fn in peers:
             for _ in range(args.steps):
                 t = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t)
-    lines = []
+    load_avg.append(round(os.getloadavg()[0], 2))
     for name, _ in peers:
         median = statistics.median(times[name])
         row = {
@@ -341,10 +415,17 @@ def main(argv=None) -> int:
             "predictions": predictions,
             "device": f"{platform_name}:{kind}",
             "versions": versions(),
+            "load_avg_1m": load_avg,  # at the start and at the end of the timed rounds
         }
         row.update(peaks[name]())
-        if name == "bert_jax":
+        if name.startswith("bert_jax"):
             row.update(scan=args.scan, remat=args.remat, attention=args.attention)
+        if "+" in name:
+            row["xla_options"] = XLA_OPTIONS[name.partition("+")[2]]
+        row["step_gflops_per_s"] = step_flops / median / 1e9
+        if args.dtype in matmul_peaks:
+            row["matmul_peak_gflops_per_s"] = matmul_peaks[args.dtype] / 1e9
+            row["fraction_of_matmul_peak"] = step_flops / median / matmul_peaks[args.dtype]
         if peak:
             row["mfu"] = step_flops / median / peak
         lines.append(row)

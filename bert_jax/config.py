@@ -26,6 +26,10 @@ REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
 DTYPES = ("float32", "bfloat16")  # float16 is refused: there is no loss scaling
 COMPUTE_DTYPES = (*DTYPES, "auto")
+# /proc/cpuinfo flags of the units that multiply bfloat16 matrices natively: Intel AMX, AVX-512 BF16
+# (Intel since Cooper Lake, AMD since Zen 4) and aarch64's BF16 extension (BFMMLA). Without one,
+# bfloat16 matmuls are emulated through float32 and run no faster than float32 ones.
+BFLOAT16_MATRIX_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
 _ORIGINAL_FIELDS = (
@@ -342,7 +346,8 @@ class RuntimeConfig:
         (bfloat16 on GPUs and TPUs, float32 on CPUs; `resolved(platform)` makes it concrete, which
         the trainer does once at start). LayerNorm statistics, attention scores, the softmax and
         its mask stay in float32 whatever this is. "float16" is refused: without loss scaling its
-        gradients underflow.
+        gradients underflow. "bfloat16" on a CPU pays where the CPU multiplies bfloat16 matrices
+        natively (AMX, AVX-512 BF16: `BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
       param_dtype: storage dtype of the parameters ("float32" master weights by default).
       scan_layers: run the encoder as one `nn.scan` over a stacked layer axis. Compiles once per
         layer instead of once per stack; the weights gain a leading "layers" axis.
@@ -402,8 +407,65 @@ class RuntimeConfig:
         return "float32" if platform == "cpu" else "bfloat16"
 
     def resolved(self, platform: str) -> RuntimeConfig:
-        """A copy with dtype "auto" made concrete for `platform` (`compute_dtype`)."""
-        return dataclasses.replace(self, dtype=self.compute_dtype(platform))
+        """A copy with dtype "auto" made concrete for `platform` (`compute_dtype`).
+
+        Called once per run; warns (once per process) when the run computes in bfloat16 on a CPU
+        without bfloat16 matrix units (`emulated_bfloat16_warning`).
+        """
+        dtype = self.compute_dtype(platform)
+        message = emulated_bfloat16_warning(dtype, platform, _read_cpuinfo())
+        if message and message not in _WARNED:
+            _WARNED.add(message)
+            logging.warning(message)
+        return dataclasses.replace(self, dtype=dtype)
+
+
+_WARNED: set[str] = set()
+
+
+def _read_cpuinfo() -> str | None:
+    """/proc/cpuinfo's text on Linux; None elsewhere (or where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The CPU feature flags named on the `flags` (x86) or `Features` (aarch64) lines of
+    /proc/cpuinfo text."""
+    flags = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+def emulated_bfloat16_warning(dtype: str, platform: str, cpuinfo: str | None) -> str | None:
+    """The warning for a run computing in bfloat16 on a CPU without bfloat16 matrix units, or None.
+
+    Pure, so any CPU can be simulated from its /proc/cpuinfo text.
+
+    Args:
+      dtype: the run's concrete compute dtype ("float32" or "bfloat16").
+      platform: "cpu", "cuda", "rocm" or "tpu".
+      cpuinfo: /proc/cpuinfo's text, or None where there is none (not Linux): then no warning.
+
+    Returns:
+      The message naming the missing flags (`BFLOAT16_MATRIX_FLAGS`), or None.
+    """
+    if dtype != "bfloat16" or platform != "cpu" or cpuinfo is None:
+        return None
+    if cpu_flags(cpuinfo) & set(BFLOAT16_MATRIX_FLAGS):
+        return None
+    return (
+        "RuntimeConfig.dtype='bfloat16' on a CPU without bfloat16 matrix units: /proc/cpuinfo "
+        f"names none of {', '.join(BFLOAT16_MATRIX_FLAGS)}, so every bfloat16 matmul is "
+        "emulated through float32 and the step runs no faster than in float32 (often slower). Use "
+        "dtype='float32' (or 'auto') on this CPU; bfloat16 pays on CPUs with AMX or AVX-512 BF16."
+    )
 
 
 def as_path(path: str | os.PathLike) -> epath.Path:

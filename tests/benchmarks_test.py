@@ -20,21 +20,46 @@ def test_pretrain_step_prints_one_line_per_peer(capsys):
     from benchmarks import pretrain_step
 
     args = ["--size=tiny", "--batch=2", "--seq=16", "--steps=1", "--rounds=2"]
-    assert pretrain_step.main([*args, "--peers=bert_jax,torch_eager"]) == 0
-    rows = _json_lines(capsys.readouterr().out)
+    peak = ["--peak_shape=64,32,48", "--peak_reps=2"]
+    assert pretrain_step.main([*args, *peak, "--peers=bert_jax,torch_eager"]) == 0
+    lines = _json_lines(capsys.readouterr().out)
+    peaks, rows = lines[:2], lines[2:]
+    assert [(r["peer"], r["dtype"]) for r in peaks] == [
+        ("matmul_peak", "float32"),
+        ("matmul_peak", "bfloat16"),
+    ]
+    assert all(r["gflops_per_s"] > 0 and r["shape"] == [64, 32, 48] for r in peaks)
     assert [r["peer"] for r in rows] == ["bert_jax", "torch_eager"]
     for row in rows:
         assert REQUIRED <= row.keys()
         assert (row["size"], row["batch"], row["seq"], row["what"]) == ("tiny", 2, 16, "train_step")
         assert row["steps"] == 2 and row["tokens_per_s"] == pytest.approx(32 / row["median_s"])
+        assert row["matmul_peak_gflops_per_s"] == peaks[0]["gflops_per_s"]  # float32's
+        assert row["fraction_of_matmul_peak"] == pytest.approx(
+            row["step_gflops_per_s"] / row["matmul_peak_gflops_per_s"]
+        )
     assert rows[0]["xla_plan_bytes"] > 0  # the compiled step's buffers
+
+
+def test_pretrain_step_measures_xla_options_against_the_default(capsys):
+    from benchmarks import pretrain_step
+
+    args = ["--size=tiny", "--batch=2", "--seq=16", "--steps=1", "--rounds=1", "--peak_reps=0"]
+    assert pretrain_step.main([*args, "--peers=bert_jax,bert_jax+no_ynn"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [r["peer"] for r in rows] == ["bert_jax", "bert_jax+no_ynn"]
+    assert "xla_options" not in rows[0]
+    assert rows[1]["xla_options"] == pretrain_step.XLA_OPTIONS["no_ynn"]
+    assert "fraction_of_matmul_peak" not in rows[0]  # no peak measured
+    with pytest.raises(ValueError, match="unknown XLA option set 'turbo'"):
+        pretrain_step.peer_fn("bert_jax+turbo")
 
 
 def test_pretrain_step_reports_a_peer_that_cannot_run(capsys):
     from benchmarks import pretrain_step
 
     args = ["--size=tiny", "--batch=2", "--seq=16", "--steps=1", "--rounds=1", "--what=forward"]
-    assert pretrain_step.main([*args, "--peers=flax_hf,bert_jax"]) == 0
+    assert pretrain_step.main([*args, "--peak_reps=0", "--peers=flax_hf,bert_jax"]) == 0
     rows = _json_lines(capsys.readouterr().out)
     assert rows[0]["peer"] == "flax_hf" and "no Flax BERT" in rows[0]["skipped"]
     assert rows[1]["peer"] == "bert_jax" and REQUIRED <= rows[1].keys()

@@ -298,6 +298,37 @@ def test_bfloat16_compute_within_bf16_tolerance_of_float32():
     assert both.apply({"params": p16}, **batch).last_hidden_state.dtype == jnp.bfloat16
 
 
+def test_bfloat16_gradients_within_bf16_tolerance_of_float32():
+    # The backward pass in bfloat16 (on whatever CPU runs the tests: bfloat16 matmuls are emulated
+    # where it has no bfloat16 units, computed natively where it has AMX or AVX-512 BF16).
+    cfg = BertConfig.preset("L2-H128", vocab_size=301, max_position_embeddings=64)
+    batch = random_batch(cfg, batch=4, length=32)
+    positions = jnp.asarray(np.tile([3, 9, 17, 25], (4, 1)), jnp.int32)
+    labels = jax.random.randint(KEY, (4, 4), 0, cfg.vocab_size)
+
+    def grads(dtype):
+        model = M.BertForPreTraining(cfg, RuntimeConfig(dtype=dtype))
+
+        def loss_fn(params):
+            out = model.apply({"params": params}, **batch, masked_positions=positions)
+            logp = jax.nn.log_softmax(out.prediction_logits)
+            return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
+
+        return jax.grad(loss_fn)(params)
+
+    params = nn.meta.unbox(M.init_params(M.BertForPreTraining(cfg), KEY))
+    g32, g16 = grads("float32"), grads("bfloat16")
+    for path, a in traverse_util.flatten_dict(g32, sep="/").items():
+        b = traverse_util.flatten_dict(g16, sep="/")[path]
+        assert b.dtype == jnp.float32, path  # gradients of the float32 master weights
+        a, b = np.ravel(a), np.ravel(b)
+        if np.linalg.norm(a) < 1e-6:  # e.g. the pooler's, which this loss does not reach
+            continue
+        cosine = np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))
+        assert cosine > 0.99, (path, cosine)
+        assert np.linalg.norm(a - b) <= 0.1 * np.linalg.norm(a), path
+
+
 def test_bfloat16_mlm_logits_are_not_rounded_to_bfloat16():
     cfg = BertConfig.preset("L2-H128", vocab_size=301, max_position_embeddings=64)
     bf16 = M.BertForPreTraining(cfg, RuntimeConfig(dtype="bfloat16"))
