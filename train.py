@@ -108,6 +108,8 @@ def pretrain(config, workdir: str) -> int | None:
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = trainer.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
+    if start == 0 and not config.init_from and config.get("mlm_bias_init", "zeros") == "unigram":
+        state = _with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
     writer = MetricWriter(workdir, config.num_train_steps, start)
     shown = _masked_examples(data)  # what the model predicts for held-out lines, before and after
     if shown:
@@ -180,6 +182,17 @@ def pretrain(config, workdir: str) -> int | None:
             print("\nHeld-out lines with a word masked, and the model's top guesses:")
             print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
         print("\n" + writer.summary(step, places))
+
+
+def _with_mlm_bias(state, bias: np.ndarray):
+    """`state` with the MLM decoder's output bias `cls/predictions/bias` [V] set to `bias`."""
+    params = dict(state.params)
+    cls = dict(params["cls"])
+    old = cls["predictions"]["bias"]
+    cls["predictions"] = {**cls["predictions"], "bias": jax.device_put(bias, old.sharding)}
+    params["cls"] = cls
+    logging.info("MLM decoder bias: the log frequencies of the training data's masked tokens")
+    return state.replace(params=params)
 
 
 def _masked_examples(data):

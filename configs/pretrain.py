@@ -175,6 +175,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.async_checkpointing = True
     # "" = scratch; or a Hugging Face directory, TF checkpoint or bert_jax directory to start from.
     c.init_from = ""
+    # The MLM decoder's output bias at step 0 (scratch runs): "zeros" (BERT) or "unigram", the log
+    # frequencies of the training data's masked tokens. From zeros Adam moves it about lr a step,
+    # too slowly for log-odds spanning ~10, so the tiny model writes the unigram into its tied word
+    # embeddings instead and sits on the unigram plateau (docs/pretraining.md).
+    c.mlm_bias_init = "unigram" if tiny else "zeros"
     c.export_hf_at_end = True  # also write <workdir>/hf: a transformers directory
 
     c.lock()
