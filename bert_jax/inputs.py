@@ -27,7 +27,7 @@ class PretrainingInputs:
     held-out batches every call (None without held-out shards); info: the shards' DataInfo;
     tokenizer_path: the vocabulary the ids come from (None if unknown);
     target_log_frequencies(V): [V] float32 log frequencies of the training masked tokens (the
-    same on every host), from a sample of about 100k predictions."""
+    same on every host), from about 100k predictions (at most about an epoch)."""
 
     train: Iterator
     eval_batches: Callable[[int], list] | None
@@ -145,8 +145,11 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
             shard_count=1,
         )  # fmt: skip
         per_batch = config.global_batch_size * info.max_predictions_per_seq
+        num_batches = min(
+            -(-num_predictions // per_batch), info.num_records // config.global_batch_size + 1
+        )
         counts = np.zeros(vocab_size)
-        for _ in range(-(-num_predictions // per_batch)):
+        for _ in range(num_batches):
             batch = next(loader)
             np.add.at(counts, batch["masked_lm_ids"], batch["masked_lm_weights"])
         return np.log((counts + 0.5) / (counts.sum() + 0.5 * vocab_size)).astype(np.float32)
