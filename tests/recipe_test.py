@@ -1,11 +1,11 @@
 """The tiny main job's recipe leaves the unigram plateau on more than one corpus.
 
 A shortened version of the recipe study in docs/pretraining.md: the `size=tiny` config with its
-defaults, as `make pretrain` runs it, on the plays and on a second corpus built here offline (the
-docstrings of Python's standard library, with its own vocabulary), stopped (SIGTERM, which saves
-and exits cleanly) after the first third of its 600 steps. By then the held-out MLM accuracy must
-be clearly above the share of the commonest masked token (what a model that ignores its input
-scores).
+defaults, as `make pretrain` runs it but with its step count changed (300 for 600, so the warmup
+and decay change with it), on the plays and on a second corpus built here offline (the docstrings
+of Python's standard library, with its own vocabulary), stopped (SIGTERM, which saves and exits
+cleanly) after the first third of its steps. By then the held-out MLM accuracy must be clearly
+above the share of the commonest masked token (what a model that ignores its input scores).
 """
 
 import ast
@@ -19,6 +19,8 @@ import sys
 import time
 
 import pytest
+
+from tests.common import load_config_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,11 +61,14 @@ def write_docstring_corpus(path: str | os.PathLike, max_files: int | None = None
     return len(documents)
 
 
-def build_docstring_shards(out_dir, *, vocab_size=4096, max_seq_length=64, max_files=None):
+def build_docstring_shards(out_dir, *, vocab_size=4096, max_files=None):
     """Shards of the docstring corpus with its own WordPiece vocabulary, as README's commands
-    build a user's corpus (NSP pairs, masks drawn at load time)."""
+    build a user's corpus (NSP pairs, masks drawn at load time), with the tiny recipe's sequence
+    length and predictions a sequence."""
     from bert_jax import tokenization
     from bert_jax.pretrain.data import build, sources
+
+    data = load_config_file("pretrain.py").get_config("size=tiny").data
 
     out_dir = pathlib.Path(out_dir)
     text = out_dir.parent / f"{out_dir.name}.txt"
@@ -73,8 +78,8 @@ def build_docstring_shards(out_dir, *, vocab_size=4096, max_seq_length=64, max_f
         (s for d in documents for s in d), vocab_size=vocab_size, lowercase=True
     )
     options = build.PretrainingOptions(
-        max_seq_length=max_seq_length, max_predictions_per_seq=max_seq_length // 6, dupe_factor=2,
-        static_masking=False,
+        max_seq_length=data.max_seq_length, max_predictions_per_seq=data.max_predictions_per_seq,
+        masked_lm_prob=data.masked_lm_prob, dupe_factor=2, static_masking=False,
     )  # fmt: skip
     build.build_pretraining_shards(documents, out_dir, tokenizer, options, progress=False)
     return str(out_dir)
@@ -90,8 +95,9 @@ def eval_rows(workdir) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("corpus", ["plays", "docstrings"])
 def test_tiny_recipe_leaves_the_unigram_plateau_in_the_first_third(corpus, tmp_path):
-    steps, third = 600, 200
+    steps, third = 300, 100
     overrides = [
+        f"--config.num_train_steps={steps}",
         f"--config.eval_every_steps={third}",
         "--config.num_eval_steps=4",
         "--config.log_every_steps=50",
@@ -134,5 +140,5 @@ def test_tiny_recipe_leaves_the_unigram_plateau_in_the_first_third(corpus, tmp_p
     rows = {r["step"]: r for r in eval_rows(workdir)}
     share = rows[0]["eval/commonest_token_share"]
     assert 0.02 < share < 0.2
-    assert rows[third]["eval/mlm_accuracy"] > share + 0.02, (share, rows)
+    assert rows[third]["eval/mlm_accuracy"] > share + 0.03, (share, rows)
     assert steps not in rows  # it was the first third of the run

@@ -25,12 +25,15 @@ from bert_jax.pretrain.data import build, pipeline
 class PretrainingInputs:
     """train: a checkpointable grain iterator of this host's batches; eval_batches(n): the same n
     held-out batches every call (None without held-out shards); info: the shards' DataInfo;
-    tokenizer_path: the vocabulary the ids come from (None if unknown)."""
+    tokenizer_path: the vocabulary the ids come from (None if unknown);
+    target_log_frequencies(V): [V] float32 log frequencies of the training masked tokens (the
+    same on every host), from about 100k predictions (at most about an epoch)."""
 
     train: Iterator
     eval_batches: Callable[[int], list] | None
     info: pipeline.DataInfo
     tokenizer_path: str | None
+    target_log_frequencies: Callable[[int], np.ndarray] | None = None
 
 
 def _default_build_dir(config, workdir: str) -> str:
@@ -142,6 +145,22 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
             loader = pipeline.make_pretraining_loader(eval_files, seed=data.seed + 1, **common)
             return [next(loader) for _ in range(n)]
 
+    def target_log_frequencies(vocab_size: int, num_predictions: int = 100_000) -> np.ndarray:
+        # Whole global batches of a stream of its own, so every host counts the same tokens.
+        loader = pipeline.make_pretraining_loader(
+            train_files, seed=data.seed + 2, **{**common, "host_rows": None}, shard_index=0,
+            shard_count=1,
+        )  # fmt: skip
+        per_batch = config.global_batch_size * info.max_predictions_per_seq
+        num_batches = min(
+            -(-num_predictions // per_batch), info.num_records // config.global_batch_size + 1
+        )
+        counts = np.zeros(vocab_size)
+        for _ in range(num_batches):
+            batch = next(loader)
+            np.add.at(counts, batch["masked_lm_ids"], batch["masked_lm_weights"])
+        return np.log((counts + 0.5) / (counts.sum() + 0.5 * vocab_size)).astype(np.float32)
+
     if tokenizer is None and info.metadata is not None:
         tokenizer = os.path.join(os.path.dirname(files[0]), "tokenizer.json")
     logging.info(
@@ -153,4 +172,4 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
         info.max_predictions_per_seq,
         f"packed, at most {data.max_segments} a row" if data.pack_sequences else "one a row",
     )
-    return PretrainingInputs(train, eval_batches, info, tokenizer)
+    return PretrainingInputs(train, eval_batches, info, tokenizer, target_log_frequencies)
