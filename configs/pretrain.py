@@ -75,9 +75,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         {k: v for k, v in dataclasses.asdict(arch).items() if k not in ("label_names",)}
     )
     if tiny:
-        # 600 steps on the CPU need no regularization, and with BERT's dropout of 0.1 a 2-layer
-        # model can sit on the unigram plateau (MLM accuracy 0.073, the commonest token) for the
-        # whole run; without it the model leaves the plateau by step 200.
+        # A short CPU run needs no regularization, and dropout kept it on the unigram plateau
+        # (docs/pretraining.md, "Earlier choices").
         c.model.hidden_dropout_prob = 0.0
         c.model.attention_probs_dropout_prob = 0.0
     else:
@@ -134,10 +133,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optimizer.b2 = 0.98 if tiny else 0.999
     c.optimizer.eps = 1e-6
     c.optimizer.clip_norm = 1.0
-    # The original BERT optimizer has no bias correction (base/large keep that). Without it the
-    # first updates are ~3x larger, and the tiny model sat on the unigram plateau: measured on the
-    # default corpus, MLM accuracy at step 800 was 0.078 without and 0.139 with it (lr 1e-3), and
-    # 0.150 with it at lr 3e-3 (the tiny recipe).
+    # The original BERT optimizer has no bias correction (base/large keep that); without it the
+    # first updates are ~3x larger (docs/pretraining.md, "Earlier choices").
     c.optimizer.bias_correction = tiny
 
     c.num_train_steps = 600 if tiny else (900_000 if phase == 1 else 100_000)
