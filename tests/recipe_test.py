@@ -1,7 +1,7 @@
 """The tiny main job's recipe leaves the unigram plateau on more than one corpus.
 
 A shortened version of the recipe study in docs/pretraining.md: the `size=tiny` config with its
-defaults, as `make pretrain` runs it but with its step count changed (300 for 600, so the warmup
+defaults, as `make pretrain` runs it but with its step count changed (300 for 1,200, so the warmup
 and decay change with it), on the plays and on a second corpus built here offline (the docstrings
 of Python's standard library, with its own vocabulary), stopped (SIGTERM, which saves and exits
 cleanly) after the first third of its steps. By then the held-out MLM accuracy must be clearly
