@@ -135,6 +135,8 @@ def train_and_evaluate(
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = loop.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
+    if start == 0 and not config.init_from and config.get("mlm_bias_init", "zeros") == "unigram":
+        state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
     writer = MetricWriter(workdir, config.num_train_steps, start)
     shown = _masked_examples(data)  # what the model predicts for held-out lines, before and after
     if shown:
@@ -179,6 +181,18 @@ def train_and_evaluate(
             print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
         print("\n" + writer.summary(step, places))
     return None
+
+
+def with_mlm_bias(state, bias: np.ndarray):
+    """`state` with the MLM decoder's output bias `cls/predictions/bias` [V] set to `bias` (the
+    same on every host), placed as the bias it replaces."""
+    params = dict(state.params)
+    cls = dict(params["cls"])
+    old = cls["predictions"]["bias"]
+    cls["predictions"] = {**cls["predictions"], "bias": jax.device_put(bias, old.sharding)}
+    params["cls"] = cls
+    logging.info("MLM decoder bias: the log frequencies of the training data's masked tokens")
+    return state.replace(params=params)
 
 
 def _write_starting_point(writer: MetricWriter, metrics, data, num_batches: int) -> None:
