@@ -7,9 +7,9 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    a step with 30% of them masked, lr 4e-3, the MLM decoder bias started at the
                    data's log frequencies. The recipe and its study: docs/pretraining.md.
                      python train.py --config=configs/pretrain.py:size=tiny --workdir=runs/tiny
-                   1,200 steps, about 8 minutes on 2 quiet CPU cores (estimated); held-out MLM
+                   1,200 steps, about 8 minutes on 2 quiet CPU cores with set-up; held-out MLM
                    accuracy rises from the unigram plateau (~0.08) to ~0.16 by step 600 and past
-                   0.2 by step 900 (README: a recorded run).
+                   0.2 by step 1,000 (README: a recorded run).
   size=mini|small|medium|base|large  (or any miniature, size=L4-H512)
   phase=1          128 tokens, 20 predictions, global batch 256 (base) / 512 (large), 900k steps
   phase=2          512 tokens, 80 predictions, 100k steps, initialized from phase 1 (init_from)
