@@ -1,6 +1,6 @@
-"""GLUE and custom sequence classification/regression: task table, readers, featurizer, submission.
+"""GLUE: the dataset table, readers, the fine-tuning tasks and the submission file.
 
-Tasks are rows of `GLUE_DATASETS`, small frozen `TextDataset` entries (not one class per task):
+Datasets are rows of `GLUE_DATASETS`, small frozen `text_io.TextDataset` entries:
 
     task      text keys                 labels (id order)                      metrics
     cola      sentence                  0, 1                                   matthews_corrcoef
@@ -26,26 +26,14 @@ Sources, each giving `TextExample(guid, texts, label)`:
   one file.
 * `read_glue_tfds(task, split, data_dir=...)`: tensorflow-datasets `glue/*` prepared in a local
   `data_dir` (the optional `tf` extra).
-* `read_records(path, task)`: a custom task from CSV (standard quoting), TSV (no quoting, as
-  GLUE) or JSONL with named text and label columns; `custom_task(...)` makes its `TextDataset`.
 
-`featurize(examples, tokenizer, task, max_seq_length)` turns examples into host-side numpy
-features, one row per example, [CLS] A [SEP] (B [SEP]) as google-research/bert's
-`run_classifier.py` (pairs truncated longest-first, one token at a time):
-
-    input_ids       int32   [N, L]   0 ([PAD]) past the end
-    token_type_ids  int32   [N, L]   0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding
-    attention_mask  int32   [N, L]   1 for real tokens
-    labels          int32   [N]      class id; -1 where the split has no labels (GLUE test)
-                    float32 [N]      for regression; nan where the split has no labels
-    example_weights float32 [N]      1.0 (`batching.batches` adds 0.0 fillers)
-
-`batching.batches` cuts these into [B, ...] batches (with dynamic padding or length buckets), and
-`batching.pack` packs several short examples per row. `write_submission` writes the GLUE
-submission TSV (`index`, `prediction`).
+Their examples are featurized by `text_io.featurize` (the features are listed there) and batched
+by `batching`. `TASKS` are the fine-tuning tasks (`task.FinetuneTask`) of every dataset with a
+training set; `write_submission` writes the GLUE submission TSV (`index`, `prediction`) of a test
+split.
 
 Bad input raises with the file, line and column: a label outside the label set, a missing column,
-a short row, an empty file. Texts longer than `max_seq_length` are truncated and counted.
+a short row, an empty file.
 """
 
 from __future__ import annotations

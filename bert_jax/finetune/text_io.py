@@ -295,8 +295,8 @@ def collect_label_names(
 ) -> tuple[str, ...]:
     """The distinct label strings of a custom file, sorted (numerically when all are integers).
 
-    Build the label set from the training file and pass it to `custom_task`; dev/test files
-    with another label then raise instead of silently shifting ids.
+    Build the label set from the training file and pass it to `custom.custom_dataset`; dev/test
+    files with another label then raise instead of silently shifting ids.
     """
     path = os.fspath(path)
     records = _iter_records(path, _format_of(path, fmt), [label_column])
