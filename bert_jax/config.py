@@ -413,7 +413,8 @@ class RuntimeConfig:
         without bfloat16 matrix units (`emulated_bfloat16_warning`).
         """
         dtype = self.compute_dtype(platform)
-        message = emulated_bfloat16_warning(dtype, platform, _read_cpuinfo())
+        cpuinfo = _read_cpuinfo() if (dtype, platform) == ("bfloat16", "cpu") else None
+        message = emulated_bfloat16_warning(dtype, platform, cpuinfo)
         if message and message not in _WARNED:
             _WARNED.add(message)
             logging.warning(message)
@@ -468,9 +469,14 @@ def emulated_bfloat16_warning(dtype: str, platform: str, cpuinfo: str | None) ->
     )
 
 
+def is_url(path: str | os.PathLike) -> bool:
+    """Whether `path` names a URL (`gs://...`, any scheme) rather than a local file."""
+    return "://" in os.fspath(path)
+
+
 def as_path(path: str | os.PathLike) -> epath.Path:
     """The one path type of a run's files (work directory, checkpoints, exports): `gs://...`
     (any URL scheme) stays a URL, and a local path becomes absolute (so that a later change of
     directory does not move the run)."""
     text = os.fspath(path)
-    return epath.Path(text) if "://" in text else epath.Path(os.path.abspath(text))
+    return epath.Path(text) if is_url(text) else epath.Path(os.path.abspath(text))

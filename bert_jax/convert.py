@@ -43,7 +43,7 @@ from etils import epath
 from flax import traverse_util
 
 from bert_jax import checkpointing
-from bert_jax.config import BertConfig, RuntimeConfig, as_path
+from bert_jax.config import BertConfig, RuntimeConfig, as_path, is_url
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
 
 PyTree = Any
@@ -604,7 +604,7 @@ def _savable(x: np.ndarray) -> np.ndarray:
 def _atomic_write(out_dir: epath.Path, name: str, write) -> None:
     """`write(local file)`, then the file becomes `out_dir/name` whole: renamed from a temporary
     name beside it, or for a URL (an object store, which replaces objects whole) copied there."""
-    local = "://" not in os.fspath(out_dir)
+    local = not is_url(out_dir)
     fd, tmp = tempfile.mkstemp(
         dir=os.fspath(out_dir) if local else None, prefix=f".{name}.", suffix=".tmp"
     )

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import jax
 from absl import logging
 
-from bert_jax.config import as_path
+from bert_jax.config import as_path, is_url
 
 
 class MetricWriter:
@@ -54,7 +54,7 @@ class MetricWriter:
         self.workdir = as_path(workdir)
         self.jsonl_path = self.workdir / "metrics.jsonl"
         self.curves_path = self.workdir / "curves.png" if curves else None
-        self._url = "://" in os.fspath(self.workdir)
+        self._url = is_url(self.workdir)
         self._jsonl_text = ""  # a URL's metrics.jsonl, rewritten whole at each write
         self.history: dict[str, list[tuple[int, float]]] = {}  # name -> [(step, value)]
         self.latest: dict[str, float] = {}  # name -> its last value

@@ -18,6 +18,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import sharding
+from bert_jax.config import is_url
 from bert_jax.pretrain.data import build, pipeline
 
 
@@ -38,7 +39,7 @@ class PretrainingInputs:
 
 def _default_build_dir(config, workdir: str) -> str:
     out_dir = config.data.build_dir or os.path.join(os.fspath(workdir), "data")
-    if "://" in out_dir:  # the build writes through local files (os, ArrayRecord's writer)
+    if is_url(out_dir):  # the build writes through local files (os, ArrayRecord's writer)
         raise ValueError(
             f"the default corpus cannot be built into {out_dir}: its shards are written as local "
             "files; pass a local or shared data.build_dir (--config.data.build_dir=/path), or "
