@@ -442,8 +442,9 @@ class LogMetrics(Hook):
     """
 
     def __init__(self, writer: MetricWriter, mesh, step_flops=None, ckpt=None):
-        self.writer, self.mesh, self.step_flops, self.ckpt = writer, mesh, step_flops, ckpt
+        self.writer, self.step_flops, self.ckpt = writer, step_flops, ckpt
         self.peak = flops.peak_flops_per_device(jax.devices()[0].device_kind)
+        self.host_fraction = sharding.host_batch_fraction(mesh)  # of the global batch's rows
         self.window, self.flops, self.tokens, self.compile_s = [], 0.0, 0, None
 
     def __call__(self, r: StepResult) -> bool:
@@ -451,8 +452,7 @@ class LogMetrics(Hook):
             self.compile_s, self.first_step = r.compile_s, r.step
         else:  # the first step compiles: its tokens and FLOPs stay out of the throughput
             self.flops += self.step_flops(r.batch) if self.step_flops else 0.0
-            fraction = sharding.host_batch_fraction(self.mesh)
-            self.tokens += int(np.sum(r.batch["attention_mask"]) / fraction)
+            self.tokens += int(np.sum(r.batch["attention_mask"]) / self.host_fraction)
         self.window.append(r.metrics)
         self.writer.advance()
         if not (r.log or r.save):

@@ -7,7 +7,7 @@ explicit shardings and buffer donation; the evaluation and prediction steps are 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -17,10 +17,9 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.model import init_params
-from bert_jax.objectives import Objective, apply_model
+from bert_jax.objectives import Batch, Objective, apply_model
 
 PyTree = Any
-Batch = Mapping[str, jax.Array]
 
 
 @flax.struct.dataclass
