@@ -78,7 +78,7 @@ ALLOWED = {
     },
     "pretrain": set(),
     "pretrain.data": {"pretrain.data", "tokenization"},
-    "pretrain.inputs": {"sharding", "pretrain.data"},
+    "pretrain.inputs": {"config", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",
         "config",
