@@ -77,18 +77,22 @@ def compile_for_topology(exp: loop.Experiment, config, topology: str, num_slices
 
 
 class HeldOutEvaluation:
-    """(params, step) -> held-out metrics over the same `num_batches` batches every time, kept
-    on the devices after the first call."""
+    """(params, step) -> held-out metrics over the same `num_batches` batches every time.
+
+    The batches are read once: `host_batches` (this process's rows, also what the job shows and
+    counts before training), and their global arrays kept on the devices after the first call.
+    """
 
     def __init__(self, exp: loop.Experiment, data: inputs.PretrainingInputs, num_batches: int):
-        self.exp, self.data, self.num_batches = exp, data, num_batches
+        self.exp = exp
+        self.host_batches = data.eval_batches(num_batches)
         self.batches = None
 
     def __call__(self, params, step: int) -> dict[str, float]:
         del step
         if self.batches is None:
-            host = self.data.eval_batches(self.num_batches)
-            self.batches = [sharding.global_batch_from_local(b, self.exp.mesh) for b in host]
+            mesh = self.exp.mesh
+            self.batches = [sharding.global_batch_from_local(b, mesh) for b in self.host_batches]
         jit_eval = self.exp.eval_fn()
         return loop.reduce_metrics([jit_eval(params, b) for b in self.batches])
 
@@ -138,14 +142,15 @@ def train_and_evaluate(
     if start == 0 and not config.init_from and config.get("mlm_bias_init", "zeros") == "unigram":
         state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
     writer = MetricWriter(workdir, config.num_train_steps, start)
-    shown = _masked_examples(data)  # what the model predicts for held-out lines, before and after
-    if shown:
-        before = (f"step {start}", *inference.top_predictions(exp.model, state.params, *shown[:2]))
     evaluate = None
     if data.eval_batches:
         evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
-        if start == 0:
-            _write_starting_point(writer, evaluate(state.params, 0), data, config.num_eval_steps)
+    # What the model predicts for held-out lines, before and after.
+    shown = _masked_examples(data, evaluate.host_batches[0]) if evaluate else None
+    if shown:
+        before = (f"step {start}", *inference.top_predictions(exp.model, state.params, *shown[:2]))
+    if evaluate and start == 0:
+        _write_starting_point(writer, evaluate(state.params, 0), evaluate.host_batches)
     hooks = [
         loop.LogMetrics(writer, exp.mesh, step_flops_fn(exp, config.job), ckpt),
         loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), data.train),
@@ -195,10 +200,9 @@ def with_mlm_bias(state, bias: np.ndarray):
     return state.replace(params=params)
 
 
-def _write_starting_point(writer: MetricWriter, metrics, data, num_batches: int) -> None:
+def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None:
     """Where the curves start, and the unigram plateau: the accuracy of always guessing the
     held-out masked tokens' commonest token, which a model must rise clearly above."""
-    held_out = data.eval_batches(num_batches)
     masked = [b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in held_out]
     counts = np.bincount(np.concatenate(masked))
     writer.write(
@@ -210,11 +214,12 @@ def _write_starting_point(writer: MetricWriter, metrics, data, num_batches: int)
     )
 
 
-def _masked_examples(data):
-    """(features, positions, texts, answers, tokenizer) of a few held-out lines, or None."""
-    if not (data.eval_batches and data.tokenizer_path and os.path.isfile(data.tokenizer_path)):
+def _masked_examples(data, held_out_batch):
+    """(features, positions, texts, answers, tokenizer) of a few lines of a held-out batch, or
+    None."""
+    if not (data.tokenizer_path and os.path.isfile(data.tokenizer_path)):
         return None
     if jax.process_count() > 1:  # the host-side demonstration needs every parameter on one host
         return None
     tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
-    return (*inference.masked_examples(data.eval_batches(1)[0], tokenizer, 4), tokenizer)
+    return (*inference.masked_examples(held_out_batch, tokenizer, 4), tokenizer)
