@@ -504,8 +504,7 @@ def _score(data, eval_set, outputs, ft, out_dir):
     """The dataset's metrics, the prediction TSV, and the GLUE submission file of a test split."""
     result = task_lib.score_sequence(data, eval_set, outputs, ft, out_dir)
     if out_dir is not None and eval_set.name == "test":
-        logits = outputs["logits"]
-        preds = logits[:, 0] if data.objective == "regression" else np.argmax(logits, -1)
+        preds = task_lib.sequence_predictions(data, outputs)
         write_submission(out_dir, data.dataset, eval_set.examples, preds)
     return result
 

@@ -147,11 +147,16 @@ def sequence_data(splits: Mapping[str, list], dataset: text_io.TextDataset, ft, 
     )
 
 
+def sequence_predictions(data: TaskData, outputs) -> np.ndarray:
+    """[N] predictions of a sequence task: class ids, or the score of a regression."""
+    logits = outputs["logits"]
+    return logits[:, 0] if data.objective == "regression" else np.argmax(logits, -1)
+
+
 def score_sequence(data: TaskData, eval_set: EvalSet, outputs, ft, out_dir) -> dict[str, float]:
     """The dataset's metrics of a labelled split, and `<split>_predictions.tsv`."""
     del ft
-    logits = outputs["logits"]
-    preds = logits[:, 0] if data.objective == "regression" else np.argmax(logits, -1)
+    preds = sequence_predictions(data, outputs)
     result = {}
     if eval_set.labelled:
         labels = np.array([e.label for e in eval_set.examples])
