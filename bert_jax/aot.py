@@ -180,6 +180,7 @@ def compile_step(
         "remat_policy": rt.remat_policy,
         "dtype": rt.dtype,
         "attention": rt.attention,
+        "collective_matmul": rt.collective_matmul,
         "hbm_capacity_gib": capacity / 2**30,
     }
     batch_sh = sharding.batch_shardings(batch, exp.mesh)
@@ -246,7 +247,7 @@ def format_report(report: Mapping[str, Any]) -> str:
             "run",
             f"dtype {report['dtype']}, scan_layers {report['scan_layers']}, remat "
             f"{report['remat_policy']}, micro-batches {report['num_microbatches']}, attention "
-            f"{report['attention']}",
+            f"{report['attention']}, collective matmul {report.get('collective_matmul', '?')}",
         ),
         ("train step compile", f"{report['compile_s']:.1f} s"),
     ]

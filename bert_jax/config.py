@@ -86,6 +86,11 @@ class BertConfig:
       classifier_dropout: dropout before classification heads; None means hidden_dropout_prob.
       num_labels: output width of the sequence/token classification heads (1 means regression).
       label_names: optional names of the labels, written to config.json as id2label.
+      vocab_pad_multiple: the word-embedding table and the MLM decoder have `padded_vocab_size`
+        rows, V rounded up to this multiple (128 fills the TPU's matrix unit; 128 x the tensor
+        axis also splits evenly over it). The extra rows are never looked up and their logits
+        are cut off, so outputs are [..., V] whatever this is. Conversion and the Hugging Face
+        export strip them (round trips are exact); not written to a Hugging Face config.json.
     """
 
     vocab_size: int = 30522
@@ -104,10 +109,12 @@ class BertConfig:
     classifier_dropout: float | None = None
     num_labels: int = 2
     label_names: tuple[str, ...] | None = None
+    vocab_pad_multiple: int = 1
 
     def __post_init__(self):
         for name in (
             "vocab_size",
+            "vocab_pad_multiple",
             "hidden_size",
             "num_hidden_layers",
             "num_attention_heads",
@@ -158,6 +165,11 @@ class BertConfig:
     def head_dim(self) -> int:
         """D, the width of one attention head."""
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
+        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
 
     def replace(self, **changes: Any) -> BertConfig:
         """A copy with `changes` applied (validated again)."""
@@ -242,8 +254,10 @@ class BertConfig:
         if architecture:
             d["architectures"] = [architecture]
         for f in dataclasses.fields(self):
-            if f.name not in ("num_labels", "label_names"):
+            if f.name not in ("num_labels", "label_names", "vocab_pad_multiple"):
                 d[f.name] = getattr(self, f.name)
+        if self.vocab_pad_multiple != 1:  # bert_jax's own (a Hugging Face export strips it)
+            d["vocab_pad_multiple"] = self.vocab_pad_multiple
         names = self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
         d["id2label"] = {str(i): n for i, n in enumerate(names)}
         d["label2id"] = {n: i for i, n in enumerate(names)}
@@ -361,6 +375,12 @@ class RuntimeConfig:
         otherwise. Only xla has attention-probability dropout; the others refuse to train with
         it. Every kernel receives the whole mask (left padding and holes included), and
         `bert_jax.attention.resolve_attention` checks a choice for a platform.
+      collective_matmul: on TPU, let XLA split each sharded matmul into a ring of partial
+        matmuls overlapped with collective-permutes ("windowed einsum", XLA's default). Off by
+        default: for FSDP every step of the ring re-reads a whole operand and re-writes the
+        accumulator, and BERT-large's compiled train step on v5e:4x4 moves 1.3x the HBM bytes with
+        it (benchmarks/RESULTS_tpu.md); off, parameters are all-gathered (asynchronously, ahead of
+        their layer) and gradients reduce-scattered whole. No effect on other platforms.
     """
 
     dtype: str = "float32"
@@ -368,6 +388,7 @@ class RuntimeConfig:
     scan_layers: bool = False
     remat_policy: str = "none"
     attention: str = "xla"
+    collective_matmul: bool = False
 
     def __post_init__(self):
         for name, allowed in (("dtype", COMPUTE_DTYPES), ("param_dtype", DTYPES)):
@@ -396,8 +417,9 @@ class RuntimeConfig:
                 "dtype='bfloat16' (or 'auto'), or attention='auto' (cuDNN where it applies, the "
                 "exact xla path elsewhere)"
             )
-        if not isinstance(self.scan_layers, bool):
-            raise ValueError(f"RuntimeConfig.scan_layers={self.scan_layers!r}: expected a bool")
+        for name in ("scan_layers", "collective_matmul"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"RuntimeConfig.{name}={getattr(self, name)!r}: expected a bool")
 
     def compute_dtype(self, platform: str) -> str:
         """The concrete compute dtype on `platform` ("cpu", "cuda"/"gpu", "rocm", "tpu"): dtype,
@@ -420,7 +442,14 @@ class RuntimeConfig:
             logging.warning(message)
         return dataclasses.replace(self, dtype=dtype)
 
+    def compiler_options(self, platform: str) -> dict[str, str]:
+        """XLA options for compiling the steps on `platform` (what `collective_matmul` sets)."""
+        if platform != "tpu" or self.collective_matmul:
+            return {}
+        return {f"xla_tpu_enable_windowed_einsum_for_{c}": "false" for c in _WINDOWED_COLLECTIVES}
 
+
+_WINDOWED_COLLECTIVES = ("all_gather", "reduce_scatter")
 _WARNED: set[str] = set()
 
 

@@ -93,6 +93,8 @@ class ParamRule:
 
     `flax_key` is the "/"-joined path in the (unstacked) parameter tree; `shape` its shape there.
     PyTorch stores Linear weights [out, in] with heads flattened; TF stores kernels [in, out].
+    `vocab_rows` is set (to V) for the word embeddings and the MLM bias: bert_jax holds them with
+    `BertConfig.padded_vocab_size` rows, other formats with V; loading pads zeros, saving strips.
     """
 
     flax_key: str
@@ -100,6 +102,19 @@ class ParamRule:
     hf_key: str
     tf_key: str
     kind: str  # "kernel" (2-D or head-split), "tf_out_weights" (TF [out, in]), "vector", "table"
+    vocab_rows: int | None = None
+
+    @property
+    def source_size(self) -> int:
+        """Elements of the parameter in a Hugging Face or TF checkpoint (unpadded)."""
+        rows = self.shape[0] if self.vocab_rows is None else self.vocab_rows
+        return rows * math.prod(self.shape[1:])
+
+    def _pad(self, w: np.ndarray) -> np.ndarray:
+        if self.vocab_rows is None or self.vocab_rows == self.shape[0]:
+            return w
+        w = w.reshape(self.vocab_rows, *self.shape[1:])
+        return np.pad(w, [(0, self.shape[0] - self.vocab_rows)] + [(0, 0)] * (w.ndim - 1))
 
     @property
     def _n_in(self) -> int:
@@ -113,17 +128,19 @@ class ParamRule:
     def from_hf(self, w: np.ndarray) -> np.ndarray:
         if self.kind in ("kernel", "tf_out_weights"):
             return np.ascontiguousarray(w.T).reshape(self.shape)
-        return w.reshape(self.shape)
+        return self._pad(w).reshape(self.shape)
 
     def to_hf(self, x: np.ndarray) -> np.ndarray:
         if self.kind in ("kernel", "tf_out_weights"):
             return np.ascontiguousarray(self._flat(x).T)
+        if self.vocab_rows is not None:
+            x = x[: self.vocab_rows]
         return np.ascontiguousarray(x.reshape(-1) if x.ndim > 1 and self.kind == "vector" else x)
 
     def from_tf(self, w: np.ndarray) -> np.ndarray:
         if self.kind == "tf_out_weights":
             return np.ascontiguousarray(w.T).reshape(self.shape)
-        return w.reshape(self.shape)
+        return self._pad(w).reshape(self.shape)
 
 
 def _hf_key(flax_key: str) -> str:
@@ -169,7 +186,8 @@ def parameter_table(config: BertConfig, model: str) -> list[ParamRule]:
             kind = "table"
         else:
             kind = "vector"
-        rules.append(ParamRule(key, shape, _hf_key(key), _tf_key(key), kind))
+        rows = config.vocab_size if _VOCAB_KEY_RE.search(key) else None
+        rules.append(ParamRule(key, shape, _hf_key(key), _tf_key(key), kind, rows))
     return rules
 
 
@@ -190,6 +208,22 @@ def _flatten(params: PyTree) -> dict[str, np.ndarray]:
     if is_stacked(params):
         params = unstack_layers(params)
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}
+
+
+_VOCAB_KEY_RE = re.compile(r"(^|/)(embeddings/word_embeddings/embedding|predictions/bias)$")
+
+
+def fit_vocab_rows(params: PyTree, config: BertConfig) -> PyTree:
+    """Host `params` (unstacked) with the word embeddings and MLM bias cut to V rows and padded
+    with zeros to `config.padded_vocab_size`: weights saved under another `vocab_pad_multiple`
+    (a Hugging Face model has none) made to fit this config's model."""
+    flat = traverse_util.flatten_dict(params, sep="/")
+    rows = config.padded_vocab_size
+    for key, x in flat.items():
+        if _VOCAB_KEY_RE.search(key) and np.shape(x)[0] != rows:
+            x = np.asarray(x)[: config.vocab_size]
+            flat[key] = np.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+    return traverse_util.unflatten_dict(flat, sep="/")
 
 
 def _unflatten(flat: Mapping[str, np.ndarray], scan_layers: bool) -> PyTree:
@@ -381,7 +415,7 @@ def hf_state_to_params(
                 )
             used.add(present[1])
         w = state[present[0]]
-        if w.size != math.prod(rule.shape):
+        if w.size != rule.source_size:
             return present[0], w  # reported with both shapes by _assemble
         return present[0], rule.from_hf(w)
 
@@ -401,7 +435,8 @@ def hf_state_to_params(
         if key in state:
             flat = _flatten(params)
             emb_key = next(k for k in flat if k.endswith("embeddings/word_embeddings/embedding"))
-            if not np.array_equal(state[key].astype(np.float32), flat[emb_key].astype(np.float32)):
+            ours = flat[emb_key][: config.vocab_size]  # without the padding rows
+            if not np.array_equal(state[key].astype(np.float32), ours.astype(np.float32)):
                 raise ConversionError(
                     f"{key} differs from the word embeddings; bert_jax ties the MLM decoder to "
                     "them (an untied decoder would be silently lost)"
@@ -522,7 +557,7 @@ def load_tf(
         if rule.tf_key not in names:
             return None
         w = reader.get_tensor(rule.tf_key)
-        if w.size != math.prod(rule.shape):
+        if w.size != rule.source_size:
             return rule.tf_key, w
         return rule.tf_key, rule.from_tf(w)
 
@@ -591,7 +626,8 @@ def save_pytorch(
             )
     state = {k: _savable(v) for k, v in state.items()}
     _atomic_write(out_dir, "model.safetensors", lambda p: save_file(state, p, {"format": "pt"}))
-    _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
+    unpadded = config.replace(vocab_pad_multiple=1)  # the state above has V rows
+    _atomic_write(out_dir, "config.json", lambda p: unpadded.to_json_file(p, architecture=model))
     return os.fspath(out_dir)
 
 

@@ -93,6 +93,7 @@ class Experiment:
     state_shardings: PyTree
     seed: int
     num_microbatches: int = 1
+    compiler_options: dict = dataclasses.field(default_factory=dict)  # XLA's, for every step
     # The jitted steps, built once: (kind, arguments) -> jitted function. JAX keeps one compiled
     # program per input shape inside each, so a step compiles once per shape for the whole run.
     _jitted: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -110,6 +111,16 @@ class Experiment:
         """`devices`: the mesh's devices (all of this run's by default; a TPU topology's
         compile-only devices for ahead-of-time compilation, `bert_jax.aot`)."""
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
+        tensor = mesh.shape["tensor"]
+        if tensor > 1 and cfg.padded_vocab_size % (128 * tensor):
+            logging.warning(
+                "the word-embedding table's %d rows are not a multiple of 128 x tensor=%d: "
+                "its shards are unaligned or it is replicated; set "
+                "--config.model.vocab_pad_multiple=%d",
+                cfg.padded_vocab_size,
+                tensor,
+                128 * tensor,
+            )
         # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
         # attention kernel is checked here too, so a bad choice fails before any compile.
         platform = current_platform(mesh)
@@ -142,6 +153,7 @@ class Experiment:
             state_shardings,
             config.seed,
             config.num_microbatches,
+            runtime.compiler_options(platform),
         )
 
     # ---- state ----
@@ -175,7 +187,8 @@ class Experiment:
         """A fresh sharded state: from scratch, or around given (host) parameters.
 
         Args:
-          params: host parameters of the model (unstacked layers), or None for scratch.
+          params: host parameters of the model (unstacked layers; vocabulary rows padded or not),
+            or None for scratch.
           seed: the PRNG seed of the initialization and of the run's dropout (default: the
             config's `seed`).
         """
@@ -188,6 +201,7 @@ class Experiment:
                 ),
             )
             return init(rng)
+        params = convert.fit_vocab_rows(params, self.cfg)  # e.g. unpadded Hugging Face weights
         params = stack_layers(params) if self.runtime.scan_layers else params
         params = jax.device_put(
             jax.tree_util.tree_map(lambda x: np.asarray(x, self.runtime.param_dtype), params),
@@ -259,6 +273,7 @@ class Experiment:
             metrics_sharding=sharding.replicated(self.mesh),
             num_microbatches=self.num_microbatches,
             schedule=self.schedule,
+            compiler_options=self.compiler_options,
         )
 
     def train_step_fn(self, host_batch: Mapping[str, np.ndarray]) -> Callable:
@@ -277,7 +292,8 @@ class Experiment:
         return self._cached(
             ("eval",),
             lambda: jax.jit(
-                functools.partial(steps.eval_step, model=self.model, objective=self.objective)
+                functools.partial(steps.eval_step, model=self.model, objective=self.objective),
+                compiler_options=self.compiler_options,
             ),
         )
 
@@ -286,7 +302,10 @@ class Experiment:
         `extra` (keyword arguments of the model's call, e.g. output_hidden_states=True)."""
         return self._cached(
             ("predict", tuple(sorted(extra.items()))),
-            lambda: jax.jit(functools.partial(steps.predict_step, model=self.model, **extra)),
+            lambda: jax.jit(
+                functools.partial(steps.predict_step, model=self.model, **extra),
+                compiler_options=self.compiler_options,
+            ),
         )
 
     def checkpoint_meta(self) -> dict[str, Any]:
@@ -343,11 +362,13 @@ def compile_train_step(
     num_microbatches: int = 1,
     schedule: Callable | None = None,
     donate: bool = True,
+    compiler_options: Mapping[str, str] | None = None,
 ) -> Callable:
     """The jitted (state, global batch) -> (state, metrics) of `steps.train_step`, the state
     donated (its buffers are reused for the new state; `donate=False` keeps it, for callers that
     step the same state twice). The one place a train step is compiled: the loop, `bert_jax.aot`,
-    the tests and the benchmarks use it. Shardings left None are JAX's choice (one device)."""
+    the tests and the benchmarks use it. Shardings left None are JAX's choice (one device);
+    `compiler_options` are XLA's (`RuntimeConfig.compiler_options`)."""
     step = functools.partial(
         steps.train_step,
         model=model,
@@ -362,7 +383,12 @@ def compile_train_step(
             in_shardings=(state_shardings, batch_shardings),
             out_shardings=(state_shardings, metrics_sharding),
         )
-    return jax.jit(step, donate_argnums=0 if donate else (), **shardings)
+    return jax.jit(
+        step,
+        donate_argnums=0 if donate else (),
+        compiler_options=dict(compiler_options or {}) or None,
+        **shardings,
+    )
 
 
 def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:

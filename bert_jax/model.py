@@ -293,7 +293,7 @@ class BertEmbeddings(nn.Module):
                 name=name,
             )
 
-        x = embed(cfg.vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
+        x = embed(cfg.padded_vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
         x += embed(cfg.max_position_embeddings, (None, "embed"), "position_embeddings")(
             position_ids
         )
@@ -603,7 +603,8 @@ class TransformHead(nn.Module):
 
 class BertLMPredictionHead(nn.Module):
     """`cls/predictions`: dense + activation + LayerNorm, then logits against the tied word
-    embeddings plus an own output bias. h [..., E], embedding [V, E] -> float32 logits [..., V]."""
+    embeddings plus an own output bias. h [..., E], embedding [V', E] (V' = the padded vocabulary,
+    `BertConfig.padded_vocab_size`) -> float32 logits [..., V]."""
 
     config: BertConfig
     runtime: RuntimeConfig = RuntimeConfig()
@@ -612,7 +613,7 @@ class BertLMPredictionHead(nn.Module):
     def __call__(self, h, embedding):
         cfg, rt = self.config, self.runtime
         t = TransformHead(cfg, rt, name="transform")(h)
-        bias = self.param("bias", _zeros(("vocab",)), (cfg.vocab_size,), rt.param_dtype)
+        bias = self.param("bias", _zeros(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
         # Accumulated and returned in float32: a bfloat16 result would round every logit to 8
         # bits of mantissa before the loss sees it.
         logits = jnp.einsum(
@@ -621,7 +622,8 @@ class BertLMPredictionHead(nn.Module):
             embedding.astype(rt.dtype),
             preferred_element_type=jnp.float32,
         )
-        return logits + bias.astype(jnp.float32)
+        # The padding rows of the table (`vocab_pad_multiple`) are no tokens: cut them off.
+        return (logits + bias.astype(jnp.float32))[..., : cfg.vocab_size]
 
 
 class BertPreTrainingHeads(nn.Module):
@@ -648,7 +650,8 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def _word_embedding(module: nn.Module) -> Array:
-    """The word-embedding table [V, E] of the module's `bert` child, for the tied decoder."""
+    """The word-embedding table [V', E] (V' = `padded_vocab_size`) of the module's `bert` child,
+    for the tied decoder."""
     table = module.variables["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"]
     return nn.meta.unbox(table)
 

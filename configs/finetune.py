@@ -109,6 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.runtime.scan_layers = False
     c.runtime.remat_policy = "none"
     c.runtime.attention = "auto"
+    c.runtime.collective_matmul = False  # TPU: XLA's windowed einsum (RuntimeConfig)
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.name = "adamw"

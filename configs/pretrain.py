@@ -74,6 +74,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(
         {k: v for k, v in dataclasses.asdict(arch).items() if k not in ("label_names",)}
     )
+    # Word-embedding/decoder rows rounded up to a multiple of 128 for the TPU's matrix unit
+    # (30,522 -> 30,592; the tiny 8,192 already is). With --config.mesh.tensor=T > 1, use 128 x T
+    # so that each shard's rows are a multiple of 128 too. Exports strip the padding.
+    c.model.vocab_pad_multiple = 128
     if tiny:
         # A short CPU run needs no regularization, and dropout kept it on the unigram plateau
         # (docs/pretraining.md, "Earlier choices").
@@ -96,6 +100,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.runtime.scan_layers = not tiny
     c.runtime.remat_policy = "none"
     c.runtime.attention = "auto"
+    c.runtime.collective_matmul = False  # TPU: XLA's windowed einsum (RuntimeConfig)
 
     # Data: the offline default corpus, or built shards / original TFRecords.
     c.data = ml_collections.ConfigDict()

@@ -52,6 +52,8 @@ def test_compile_tiny_train_step_for_v5e_2x2():
     assert report["chips"] == 4 and report["devices"] == 4
     assert report["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
     assert report["batch"] == [16, 32]
+    # Compiled with the default XLA options (RuntimeConfig.compiler_options): libtpu accepts them.
+    assert report["collective_matmul"] is False
     assert report["fits"] is True
     assert report["hbm_capacity_gib"] == 16.0
     m = report["hbm_gib"]

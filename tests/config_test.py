@@ -87,6 +87,14 @@ def test_hf_json_round_trip(tmp_path):
     assert BertConfig.from_json_file(tmp_path) == cfg
 
 
+def test_padded_vocab_size():
+    assert BertConfig(vocab_size=30522, vocab_pad_multiple=128).padded_vocab_size == 30592
+    assert BertConfig(vocab_size=8192, vocab_pad_multiple=128).padded_vocab_size == 8192
+    assert BertConfig(vocab_size=30522).padded_vocab_size == 30522
+    with pytest.raises(ValueError, match="vocab_pad_multiple"):
+        BertConfig(vocab_pad_multiple=0)
+
+
 def test_original_json_round_trip(tmp_path):
     cfg = BertConfig.preset("L2-H128")
     cfg.to_json_file(tmp_path / "bert_config.json", original=True)
@@ -143,11 +151,23 @@ def test_transformers_reads_our_config(tmp_path):
         (dict(remat_policy="some"), "remat_policy"),
         (dict(attention="flash"), "attention"),
         (dict(scan_layers="yes"), "scan_layers"),
+        (dict(collective_matmul=1), "collective_matmul"),
     ],
 )
 def test_runtime_config_validation(kwargs, field):
     with pytest.raises(ValueError, match=rf"RuntimeConfig\.{field}="):
         RuntimeConfig(**kwargs)
+
+
+def test_compiler_options_turn_off_windowed_einsum_on_tpu_only():
+    off = RuntimeConfig().compiler_options("tpu")
+    assert off == {
+        "xla_tpu_enable_windowed_einsum_for_all_gather": "false",
+        "xla_tpu_enable_windowed_einsum_for_reduce_scatter": "false",
+    }
+    assert RuntimeConfig(collective_matmul=True).compiler_options("tpu") == {}
+    for platform in ("cpu", "cuda", "rocm"):  # TPU options would not compile elsewhere
+        assert RuntimeConfig().compiler_options(platform) == {}
 
 
 def test_cpu_flags_reads_the_flags_lines_only():

@@ -106,6 +106,45 @@ def test_round_trip_torch_jax_torch_is_bit_exact(tmp_path, head):
         np.testing.assert_array_equal(before[key], again[key], err_msg=key)
 
 
+def test_padded_vocabulary_rows_change_nothing_and_exports_strip_them(tmp_path):
+    head = "BertForPreTraining"
+    torch_model = hf_model(ODD, head, seed=5)
+    path = save_hf(torch_model, tmp_path / "a")
+    padded = ODD.replace(vocab_pad_multiple=128)  # 1,001 tokens -> 1,024 rows
+    assert padded.padded_vocab_size == 1024
+    _, params = convert.load_pytorch(path, head)
+    params = convert.fit_vocab_rows(params, padded)
+    table = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    bias = params["cls"]["predictions"]["bias"]
+    assert table.shape == (1024, 96) and bias.shape == (1024,)
+    assert not table[1001:].any() and not bias[1001:].any()
+    convert.check_params(padded, params, head)
+    # Whatever the padding rows hold (training moves them), outputs are those of the unpadded
+    # model: they are never looked up and their logits are cut off.
+    rng = np.random.default_rng(0)
+    table[1001:] = rng.normal(size=(23, 96))
+    bias[1001:] = 50.0
+    inputs = convert.sample_inputs(padded, head, batch=3, seq_len=13)
+    ours = convert._jax_outputs(padded, params, head, inputs)
+    assert ours["prediction_logits"].shape == (3, 13, 1001)
+    assert_outputs_close(ours, convert.torch_outputs(torch_model, inputs), atol=1e-5)
+    # The Hugging Face export strips them: bit-exact round trip, a config transformers knows.
+    convert.save_pytorch(padded, params, tmp_path / "b", head)
+    before, after = convert.read_hf_state_dict(path), convert.read_hf_state_dict(tmp_path / "b")
+    assert set(before) == set(after)
+    for key in before:
+        np.testing.assert_array_equal(before[key], after[key], err_msg=key)
+    with open(tmp_path / "b" / "config.json") as f:
+        written = json.load(f)
+    assert written["vocab_size"] == 1001 and "vocab_pad_multiple" not in written
+    # Loading pads again; bert_jax's own config keeps the multiple.
+    _, again = convert.load_pytorch(tmp_path / "b", head)
+    np.testing.assert_array_equal(
+        convert.fit_vocab_rows(again, padded)["cls"]["predictions"]["bias"][:1001], bias[:1001]
+    )
+    assert BertConfig.from_hf_dict(padded.to_hf_dict()) == padded
+
+
 def test_scanned_model_runs_converted_weights(tmp_path):
     torch_model = hf_model(ODD, "BertForPreTraining")
     path = save_hf(torch_model, tmp_path / "hf")

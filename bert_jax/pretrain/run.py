@@ -189,11 +189,12 @@ def train_and_evaluate(
 
 
 def with_mlm_bias(state, bias: np.ndarray):
-    """`state` with the MLM decoder's output bias `cls/predictions/bias` [V] set to `bias` (the
-    same on every host), placed as the bias it replaces."""
+    """`state` with the MLM decoder's output bias `cls/predictions/bias` set to `bias` [V] (the
+    same on every host; zeros for the table's padding rows), placed as the bias it replaces."""
     params = dict(state.params)
     cls = dict(params["cls"])
     old = cls["predictions"]["bias"]
+    bias = np.pad(bias, (0, old.shape[0] - len(bias)))  # the padding rows' logits are cut off
     cls["predictions"] = {**cls["predictions"], "bias": jax.device_put(bias, old.sharding)}
     params["cls"] = cls
     logging.info("MLM decoder bias: the log frequencies of the training data's masked tokens")
