@@ -307,8 +307,7 @@ def read_vocab_txt(path: str | os.PathLike) -> dict[str, int]:
       ValueError: the file is not UTF-8, is empty, or has a blank or repeated line.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = epath.Path(path).read_bytes()  # a local file or a URL (gs://...)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -353,7 +352,8 @@ def load_tokenizer(
 
     Args:
       path: a `vocab.txt` (one token a line, id = line number), a `tokenizer.json`, or a directory
-        holding either (`tokenizer.json` is preferred).
+        holding either (`tokenizer.json` is preferred); local or a URL (`gs://`, through
+        `etils.epath`).
       lowercase: lower-case the input (uncased models). None: keep what `tokenizer.json` says, or
         for a `vocab.txt` infer it (uncased iff no token has an upper-case letter; logged).
       strip_accents: strip accents; None follows `lowercase`, as in BERT.
@@ -371,20 +371,21 @@ def load_tokenizer(
       MissingSpecialTokenError: the vocabulary lacks a special token; the message names each.
       ValueError: the file is not a WordPiece vocabulary.
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
+    file = epath.Path(path)  # local, or a URL such as gs://bucket/vocab.txt
+    if file.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
-            if os.path.isfile(os.path.join(path, name)):
-                path = os.path.join(path, name)
+            if (file / name).is_file():
+                file = file / name
                 break
         else:
-            raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {path}")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"tokenizer file not found: {path}")
+            raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {os.fspath(path)}")
+    if not file.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {os.fspath(path)}")
+    path = os.fspath(file)
 
     if path.endswith(".json"):
         try:
-            tokenizer = Tokenizer.from_file(path)
+            tokenizer = Tokenizer.from_str(file.read_text(encoding="utf-8"))
         except Exception as e:
             raise ValueError(f"{path} is not a Hugging Face tokenizer.json: {e}") from e
         if not isinstance(tokenizer.model, models.WordPiece):

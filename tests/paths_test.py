@@ -120,10 +120,29 @@ def test_tokenizer_saved_to_a_bucket(fake_bucket, tmp_path, bert_tokenizer):
         "tokenizer.json",
         "vocab.txt",
     ]
-    again = tokenization.load_tokenizer(root / "run" / "hf")
-    assert again.vocab == bert_tokenizer.vocab
-    assert f"{BUCKET}/run/hf/vocab.txt" in seen
+    # And read back from the bucket: a directory, its tokenizer.json, its vocab.txt.
+    for where in ("run/hf", "run/hf/tokenizer.json", "run/hf/vocab.txt"):
+        again = tokenization.load_tokenizer(f"{BUCKET}/{where}")
+        assert again.vocab == bert_tokenizer.vocab, where
+        assert again.encode("Hello there") == bert_tokenizer.encode("Hello there"), where
+    assert f"{BUCKET}/run/hf/vocab.txt" in seen and f"{BUCKET}/run/hf/tokenizer.json" in seen
+    with pytest.raises(FileNotFoundError, match="gs://bucket/run/nothing"):
+        tokenization.load_tokenizer(f"{BUCKET}/run/nothing")
     _no_local_url(tmp_path, seen)
+
+
+def test_finetuning_finds_the_tokenizer_beside_a_bucket_checkpoint(fake_bucket, bert_tokenizer):
+    import ml_collections
+
+    from bert_jax.finetune import run
+
+    root, seen = fake_bucket
+    bert_tokenizer.save(f"{BUCKET}/pretrain/hf")  # a train.py run directory keeps it in hf/
+    config = ml_collections.ConfigDict(
+        {"init_from": f"{BUCKET}/pretrain", "finetune": {"tokenizer": ""}}
+    )
+    assert run.find_tokenizer(config).vocab == bert_tokenizer.vocab
+    assert f"{BUCKET}/pretrain/hf/tokenizer.json" in seen
 
 
 def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path):
@@ -169,3 +188,16 @@ def test_default_corpus_is_not_built_into_a_bucket(fake_bucket, tmp_path):
         inputs.ensure_default_corpus(config, str(tmp_path / "run"))
     assert not list(root.iterdir())
     _no_local_url(tmp_path, seen)
+
+
+def test_record_files_at_a_url_stop_the_run_at_start(tmp_path):
+    from bert_jax.pretrain import inputs
+    from configs import pretrain
+
+    config = pretrain.get_config("size=tiny")
+    config.data.source = "records"
+    config.data.paths = f"{tmp_path}/a.array_record,{BUCKET}/data/train-*.array_record"
+    with pytest.raises(
+        ValueError, match=r"gs://bucket/data/train-\*.array_record' is a URL.*mount"
+    ):
+        inputs.pretraining_inputs(config, str(tmp_path), mesh=None)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,10 +49,10 @@ def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
     base = config.init_from
     if not base:
         raise ValueError("set config.finetune.tokenizer (no init_from to take the vocabulary from)")
-    for folder in (base, os.path.join(base, "hf"), os.path.join(base, "data")):
+    for folder in (as_path(base), as_path(base) / "hf", as_path(base) / "data"):
         for name in ("tokenizer.json", "vocab.txt"):
-            if os.path.isfile(os.path.join(folder, name)):
-                return tokenization.load_tokenizer(os.path.join(folder, name))
+            if (folder / name).is_file():  # local or a URL
+                return tokenization.load_tokenizer(folder / name)
     raise FileNotFoundError(
         f"no tokenizer.json or vocab.txt in {base} (or its hf/, data/); "
         "set config.finetune.tokenizer"

@@ -106,6 +106,13 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
         if not data.paths:
             raise ValueError("config.data.paths is empty: give a build directory or record files")
         paths = data.paths
+        urls = [p for p in str(paths).split(",") if is_url(p.strip())]
+        if urls:  # read with random access (pread, ArrayRecord's reader): local files only
+            raise ValueError(
+                f"config.data.paths={urls[0]!r} is a URL; record files are read from a local or "
+                "mounted file system. Mount the bucket on every host (e.g. gcsfuse "
+                "--implicit-dirs BUCKET /mnt/BUCKET) and pass /mnt/BUCKET/...; docs/pod.md"
+            )
     else:
         raise ValueError(f"config.data.source={data.source!r}: expected 'default' or 'records'")
     info = pipeline.load_data_info(paths)
