@@ -15,7 +15,8 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   phase=2          512 tokens, 80 predictions, 100k steps, initialized from phase 1 (init_from)
   mlm_only=1       MLM without NSP (BertForMaskedLM), as RoBERTa-style recipes do
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
-                   remat and micro-batches that fit it with headroom, proven before renting it by
+                   remat and micro-batches that fit it with headroom (phase 1: global batch 1,024,
+                   450k steps, lr 1.4e-4), proven before renting it by
                      python train.py --config=configs/pretrain.py:size=large,phase=2,tpu=v5e-16 \
                        --mode=compile
                    (benchmarks/RESULTS_tpu.md: HBM per chip, compile time, roofline MFU bound).
@@ -37,16 +38,19 @@ from bert_jax.config import BertConfig
 from bert_jax.sharding import DEFAULT_RULES
 from configs.common import parse_variant
 
-# BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches)}). Every
-# chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp = all chips) and
-# global_batch_size / N rows of the batch. benchmarks/RESULTS_tpu.md lists each entry's compiled
-# HBM per chip (--mode=compile); phase 2 needs remat "full" on 16 GiB chips (v5e-16: 4.45 GiB).
+# BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches,
+# scan_layers)}). Every chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp =
+# all chips) and global_batch_size / N rows of the batch. benchmarks/RESULTS_tpu.md lists each
+# entry's compiled HBM per chip (--mode=compile, `python benchmarks/tpu_recipes.py`): phase 2
+# keeps only the matmul outputs for the backward pass (remat "dots": 11.9 of 16 GiB on v5e-16)
+# except on v5p-128 (8 sequences a chip); phase 1 on v5e-16 fits unrolled (9.95 of 16 GiB), not
+# scanned (15.9 GiB: the scan's stacked buffers), and the other slices fit scanned.
 TPU_RECIPES = {
-    "v4-32": ("v4:2x2x4", {1: ("none", 1), 2: ("full", 1)}),
-    "v5e-16": ("v5e:4x4", {1: ("none", 1), 2: ("full", 1)}),
-    "v5e-64": ("v5e:8x8", {1: ("none", 1), 2: ("full", 1)}),
-    "v5p-8": ("v5p:2x2x1", {1: ("none", 1), 2: ("full", 1)}),
-    "v5p-128": ("v5p:4x4x4", {1: ("none", 1), 2: ("none", 1)}),
+    "v4-32": ("v4:2x2x4", {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5e-16": ("v5e:4x4", {1: ("none", 1, False), 2: ("dots", 1, True)}),
+    "v5e-64": ("v5e:8x8", {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5p-8": ("v5p:2x2x1", {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5p-128": ("v5p:4x4x4", {1: ("none", 1, True), 2: ("none", 1, True)}),
 }
 
 
@@ -161,8 +165,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.topology = ""
     if "tpu" in variant:
         c.topology, by_phase = TPU_RECIPES[variant["tpu"]]
-        c.runtime.remat_policy, c.num_microbatches = by_phase[phase]
+        c.runtime.remat_policy, c.num_microbatches, c.runtime.scan_layers = by_phase[phase]
         c.mesh.data, c.mesh.fsdp = 1, -1
+        if phase == 1:
+            # Twice the batch (64 sequences a chip on v5e-16): the HBM traffic of the weights
+            # (gathers, gradient reductions, the update) is paid once a step whatever the batch,
+            # and at 32 sequences a chip it held the compiled step's roofline MFU bound at 49%;
+            # at 64 it is 67% (benchmarks/RESULTS_tpu.md). The same 59B tokens as 512 x 900k
+            # steps, the learning rate scaled by sqrt(2) as the batch doubles.
+            c.global_batch_size, c.num_train_steps = 1024, 450_000
+            c.optimizer.peak_learning_rate = 1.4e-4
 
     c.log_every_steps = 20 if tiny else 100
     c.eval_every_steps = 200 if tiny else 10_000

@@ -90,3 +90,30 @@ def test_embed_compares_with_sentence_transformers(capsys):
         assert REQUIRED <= row.keys() and row["what"] == "embed" and row["dtype"] == "float32"
         assert row["sentences_per_s"] == pytest.approx(12 / row["median_s"])
     assert rows[2]["max_abs_diff"] <= 1e-4 and rows[2]["speedup_sentences_per_s"] > 0
+
+
+def test_recorded_tpu_recipe_compiles_match_the_recipes_and_results():
+    """Every TPU recipe has a compile on record (benchmarks/tpu_recipes.py) made with its current
+    settings, it fits with headroom, and RESULTS_tpu.md shows that row."""
+    import os
+
+    from benchmarks import tpu_recipes
+    from configs import pretrain
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "benchmarks", "results", "tpu_compile.jsonl")) as f:
+        by_name = {r.get("name"): r for r in map(json.loads, f)}
+    with open(os.path.join(root, "benchmarks", "RESULTS_tpu.md")) as f:
+        results = f.read()
+    for tpu, (topology, phases) in pretrain.TPU_RECIPES.items():
+        for phase in phases:
+            config = pretrain.get_config(f"size=large,phase={phase},tpu={tpu}")
+            r = by_name[f"recipe_{tpu}_p{phase}"]
+            assert r["topology"] == topology
+            assert r["batch"] == [config.global_batch_size, config.data.max_seq_length]
+            assert r["remat_policy"] == config.runtime.remat_policy
+            assert r["num_microbatches"] == config.num_microbatches
+            assert r["scan_layers"] == config.runtime.scan_layers
+            assert r["collective_matmul"] == config.runtime.collective_matmul
+            assert r["fits"] and r["hbm_gib"]["total"] <= 0.9 * r["hbm_capacity_gib"], r["name"]
+            assert tpu_recipes.table_row(r) in results, r["name"]
