@@ -1,8 +1,7 @@
 """Metric writers: `metrics.jsonl`, TensorBoard, `curves.png` and a console progress bar.
 
 Only process 0 writes; on other processes every method is a no-op. The files go through
-`etils.epath`, so a `gs://` (any URL) work directory stays a URL; TensorBoard events are written
-for local work directories only (see `MetricWriter`).
+`etils.epath`, so a `gs://` (any URL) work directory stays a URL (see `MetricWriter`).
 
 `metrics.jsonl` holds one JSON object per logged step: {"step": 200, "train/loss": 7.1, ...}.
 `curves.png` (train and held-out loss and accuracies against steps) is redrawn at every
@@ -15,12 +14,15 @@ import json
 import logging as std_logging
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 
 import jax
 from absl import logging
+from etils import epath
 
 from bert_jax.config import as_path, is_url
 
@@ -35,10 +37,11 @@ class MetricWriter:
       progress: show a tqdm progress bar on the console; log lines go above it.
       curves: redraw `workdir/curves.png` whenever held-out ("eval/...") metrics are written.
 
-    A URL work directory (`gs://...`) gets metrics.jsonl (rewritten whole at each write: object
-    stores cannot append) and curves.png, but no TensorBoard events: tensorboardX writes gs://
-    only through google-cloud-storage and other URL schemes not at all (a local folder named
-    after the URL), so they are skipped with one warning.
+    For a URL work directory (`gs://...`) the files are rewritten whole at each write (object
+    stores cannot append): metrics.jsonl, and the TensorBoard events, which tensorboardX writes to
+    a local staging folder (it cannot write through etils.epath: gs:// would need
+    google-cloud-storage, other schemes become a local folder named after the URL) and which are
+    copied to `workdir/tensorboard/` after each write and at `close`.
     """
 
     def __init__(
@@ -50,7 +53,7 @@ class MetricWriter:
         curves: bool = True,
     ):
         self.active = jax.process_index() == 0
-        self._jsonl = self._tb = self._bar = self._stream = None
+        self._jsonl = self._tb = self._bar = self._stream = self._tb_staging = None
         self.workdir = as_path(workdir)
         self.jsonl_path = self.workdir / "metrics.jsonl"
         self.curves_path = self.workdir / "curves.png" if curves else None
@@ -64,21 +67,17 @@ class MetricWriter:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._read_history()  # a resumed run's curves keep their beginning
-        if self._url:
-            logging.warning(
-                "no TensorBoard events for %s: tensorboardX cannot write to this URL through "
-                "etils.epath (gs:// needs google-cloud-storage, other schemes become a local "
-                "folder); metrics.jsonl and curves.png are written there",
-                self.workdir,
-            )
-        else:
+        if not self._url:
             self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
-            try:
-                from tensorboardX import SummaryWriter
+        try:
+            from tensorboardX import SummaryWriter
 
-                self._tb = SummaryWriter(os.fspath(self.workdir / "tensorboard"))
-            except ImportError:  # optional: metrics.jsonl and the console still work
-                logging.warning("tensorboardX is not installed; no TensorBoard events are written")
+            if self._url:
+                self._tb_staging = tempfile.mkdtemp(prefix="bert_jax_tensorboard_")
+                (self.workdir / "tensorboard").mkdir(parents=True, exist_ok=True)
+            self._tb = SummaryWriter(self._tb_staging or os.fspath(self.workdir / "tensorboard"))
+        except ImportError:  # optional: metrics.jsonl and the console still work
+            logging.warning("tensorboardX is not installed; no TensorBoard events are written")
         if progress:
             from tqdm import tqdm
 
@@ -123,6 +122,7 @@ class MetricWriter:
                 if isinstance(value, float) and math.isfinite(value):
                     self._tb.add_scalar(key, value, step)
             self._tb.flush()
+            self._mirror_tensorboard()
         for key, value in clean.items():
             if isinstance(value, float):
                 self.history.setdefault(key, []).append((int(step), value))
@@ -140,6 +140,15 @@ class MetricWriter:
         logging.info("step %d: %s", step, " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
         if self.curves_path and any(k.startswith("eval/") for k in clean):
             plot_curves(self.history, self.curves_path)
+
+    def _mirror_tensorboard(self) -> None:
+        """Copies the staged event files of a URL work directory to `workdir/tensorboard/`."""
+        if self._tb_staging is None:
+            return
+        for name in sorted(os.listdir(self._tb_staging)):
+            local = epath.Path(self._tb_staging) / name
+            if local.is_file():
+                local.copy(self.workdir / "tensorboard" / name, overwrite=True)
 
     def _postfix(self) -> str:
         parts = []
@@ -192,6 +201,9 @@ class MetricWriter:
             self._stream.uninstall()
         if self._tb is not None:
             self._tb.close()
+            self._mirror_tensorboard()
+        if self._tb_staging is not None:
+            shutil.rmtree(self._tb_staging, ignore_errors=True)
         if self._jsonl is not None:
             self._jsonl.close()
 

@@ -83,7 +83,7 @@ def _no_local_url(tmp_path, seen):
     assert not [p for p in seen if "gs:/" in p and not p.startswith(BUCKET)]
 
 
-def test_metric_writer_to_a_bucket(fake_bucket, tmp_path, caplog):
+def test_metric_writer_to_a_bucket(fake_bucket, tmp_path):
     from bert_jax import summaries
 
     root, seen = fake_bucket
@@ -94,9 +94,13 @@ def test_metric_writer_to_a_bucket(fake_bucket, tmp_path, caplog):
     w.close()
     assert (root / "run" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert f"metrics: {BUCKET}/run/metrics.jsonl" in text
-    assert f"curves: {BUCKET}/run/curves.png" in text and "TensorBoard" not in text
-    assert "no TensorBoard events for gs://bucket/run" in caplog.text
-    assert not (root / "run" / "tensorboard").exists()
+    assert f"curves: {BUCKET}/run/curves.png" in text
+    assert f"tensorboard --logdir {BUCKET}/run/tensorboard" in text
+    assert _scalars(root / "run" / "tensorboard") == {
+        ("train/loss", 10, 8.0),
+        ("eval/loss", 10, 7.5),
+        ("eval/mlm_accuracy", 10, 0.09),
+    }
 
     # A resumed run reads its history from the bucket and adds to the same file.
     resumed = summaries.MetricWriter(
@@ -107,8 +111,24 @@ def test_metric_writer_to_a_bucket(fake_bucket, tmp_path, caplog):
     resumed.close()
     lines = (root / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [10, 10, 20]
+    assert ("train/loss", 20, 7.0) in _scalars(root / "run" / "tensorboard")  # a second file
     assert f"{BUCKET}/run/metrics.jsonl" in seen
     _no_local_url(tmp_path, seen)
+
+
+def _scalars(directory) -> set[tuple[str, int, float]]:
+    """(tag, step, value) of every scalar in the TensorBoard event files of `directory`."""
+    from tensorboardX.proto import event_pb2
+
+    from bert_jax.pretrain.data import records
+
+    found = set()
+    for path in sorted(directory.iterdir()):
+        for data in records.iter_tfrecord(path):  # event files are TFRecord files
+            event = event_pb2.Event.FromString(data)
+            for value in event.summary.value:
+                found.add((value.tag, event.step, round(value.simple_value, 6)))  # float32
+    return found
 
 
 def test_tokenizer_saved_to_a_bucket(fake_bucket, tmp_path, bert_tokenizer):
