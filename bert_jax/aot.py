@@ -247,7 +247,7 @@ def format_report(report: Mapping[str, Any]) -> str:
             "run",
             f"dtype {report['dtype']}, scan_layers {report['scan_layers']}, remat "
             f"{report['remat_policy']}, micro-batches {report['num_microbatches']}, attention "
-            f"{report['attention']}, collective matmul {report.get('collective_matmul', '?')}",
+            f"{report['attention']}, collective matmul {report['collective_matmul']}",
         ),
         ("train step compile", f"{report['compile_s']:.1f} s"),
     ]

@@ -111,10 +111,10 @@ class ParamRule:
         return rows * math.prod(self.shape[1:])
 
     def _pad(self, w: np.ndarray) -> np.ndarray:
-        if self.vocab_rows is None or self.vocab_rows == self.shape[0]:
+        if self.vocab_rows is None:
             return w
         w = w.reshape(self.vocab_rows, *self.shape[1:])
-        return np.pad(w, [(0, self.shape[0] - self.vocab_rows)] + [(0, 0)] * (w.ndim - 1))
+        return _fit_rows(w, self.vocab_rows, self.shape[0])
 
     @property
     def _n_in(self) -> int:
@@ -213,6 +213,12 @@ def _flatten(params: PyTree) -> dict[str, np.ndarray]:
 _VOCAB_KEY_RE = re.compile(r"(^|/)(embeddings/word_embeddings/embedding|predictions/bias)$")
 
 
+def _fit_rows(x: np.ndarray, keep: int, rows: int) -> np.ndarray:
+    """The first `keep` rows of `x`, then zero rows up to `rows`."""
+    x = np.asarray(x)[:keep]
+    return np.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+
+
 def fit_vocab_rows(params: PyTree, config: BertConfig) -> PyTree:
     """Host `params` (unstacked) with the word embeddings and MLM bias cut to V rows and padded
     with zeros to `config.padded_vocab_size`: weights saved under another `vocab_pad_multiple`
@@ -221,8 +227,7 @@ def fit_vocab_rows(params: PyTree, config: BertConfig) -> PyTree:
     rows = config.padded_vocab_size
     for key, x in flat.items():
         if _VOCAB_KEY_RE.search(key) and np.shape(x)[0] != rows:
-            x = np.asarray(x)[: config.vocab_size]
-            flat[key] = np.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+            flat[key] = _fit_rows(x, config.vocab_size, rows)
     return traverse_util.unflatten_dict(flat, sep="/")
 
 

@@ -362,7 +362,7 @@ def compile_train_step(
     num_microbatches: int = 1,
     schedule: Callable | None = None,
     donate: bool = True,
-    compiler_options: Mapping[str, str] | None = None,
+    compiler_options: dict[str, str] | None = None,
 ) -> Callable:
     """The jitted (state, global batch) -> (state, metrics) of `steps.train_step`, the state
     donated (its buffers are reused for the new state; `donate=False` keeps it, for callers that
@@ -386,7 +386,7 @@ def compile_train_step(
     return jax.jit(
         step,
         donate_argnums=0 if donate else (),
-        compiler_options=dict(compiler_options or {}) or None,
+        compiler_options=compiler_options,
         **shardings,
     )
 

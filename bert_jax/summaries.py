@@ -145,10 +145,9 @@ class MetricWriter:
         """Copies the staged event files of a URL work directory to `workdir/tensorboard/`."""
         if self._tb_staging is None:
             return
-        for name in sorted(os.listdir(self._tb_staging)):
-            local = epath.Path(self._tb_staging) / name
+        for local in sorted(epath.Path(self._tb_staging).iterdir()):
             if local.is_file():
-                local.copy(self.workdir / "tensorboard" / name, overwrite=True)
+                local.copy(self.workdir / "tensorboard" / local.name, overwrite=True)
 
     def _postfix(self) -> str:
         parts = []
