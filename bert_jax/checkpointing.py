@@ -42,7 +42,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax.config import as_path
+from bert_jax.paths import as_path
 
 PyTree = Any
 

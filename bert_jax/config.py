@@ -19,8 +19,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from etils import epath
-
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
@@ -496,16 +494,3 @@ def emulated_bfloat16_warning(dtype: str, platform: str, cpuinfo: str | None) ->
         "emulated through float32 and the step runs no faster than in float32 (often slower). Use "
         "dtype='float32' (or 'auto') on this CPU; bfloat16 pays on CPUs with AMX or AVX-512 BF16."
     )
-
-
-def is_url(path: str | os.PathLike) -> bool:
-    """Whether `path` names a URL (`gs://...`, any scheme) rather than a local file."""
-    return "://" in os.fspath(path)
-
-
-def as_path(path: str | os.PathLike) -> epath.Path:
-    """The one path type of a run's files (work directory, checkpoints, exports): `gs://...`
-    (any URL scheme) stays a URL, and a local path becomes absolute (so that a later change of
-    directory does not move the run)."""
-    text = os.fspath(path)
-    return epath.Path(text) if is_url(text) else epath.Path(os.path.abspath(text))

@@ -43,8 +43,9 @@ from etils import epath
 from flax import traverse_util
 
 from bert_jax import checkpointing
-from bert_jax.config import BertConfig, RuntimeConfig, as_path, is_url
+from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
+from bert_jax.paths import as_path, is_url
 
 PyTree = Any
 HF_WEIGHT_FILES = (

@@ -34,8 +34,9 @@ from etils import epath
 
 from bert_jax import checkpointing, convert, flops, objectives, optimizer, sharding, steps
 from bert_jax.attention import current_platform, resolve_attention
-from bert_jax.config import BertConfig, RuntimeConfig, as_path
+from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.model import count_params, get_model_class, stack_layers
+from bert_jax.paths import as_path
 from bert_jax.preemption import PreemptionWatcher
 from bert_jax.summaries import MetricWriter
 

@@ -24,7 +24,7 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax.config import as_path, is_url
+from bert_jax.paths import as_path, is_url
 
 
 class MetricWriter:

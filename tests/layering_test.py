@@ -1,9 +1,9 @@
 """The import graph of bert_jax, one way only (docs/architecture.md draws it):
 
-config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
+paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
   <- attention <- model <- objectives <- steps <- loop <- aot
   <- convert (config, model)
-pretrain.data.*  (leaves: only each other, tokenization, and no framework at import)
+pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
 inference (model, convert, finetune's text batching) <- pretrain.run (loop, pretrain.data)
@@ -21,6 +21,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
 LEAVES = {
+    "paths",
     "config",
     "tokenization",
     "losses",
@@ -47,10 +48,10 @@ FINETUNE_DATA = {
 # module -> what it may import from bert_jax (dotted paths inside it; a package allows all its
 # modules). A module may always import its own submodules.
 ALLOWED = {
-    **{leaf: {"config"} for leaf in LEAVES},
+    **{leaf: {"config", "paths"} for leaf in LEAVES},
     "attention": {"config"},
     "model": {"config", "attention"},
-    "convert": {"checkpointing", "config", "model"},
+    "convert": {"checkpointing", "config", "model", "paths"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
     "loop": {
@@ -62,6 +63,7 @@ ALLOWED = {
         "model",
         "objectives",
         "optimizer",
+        "paths",
         "preemption",
         "sharding",
         "steps",
@@ -77,14 +79,15 @@ ALLOWED = {
         "finetune.text_io",
     },
     "pretrain": set(),
-    "pretrain.data": {"pretrain.data", "tokenization"},
-    "pretrain.inputs": {"config", "sharding", "pretrain.data"},
+    "pretrain.data": {"pretrain.data", "paths", "tokenization"},
+    "pretrain.inputs": {"config", "paths", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",
         "config",
         "flops",
         "inference",
         "loop",
+        "paths",
         "sharding",
         "summaries",
         "tokenization",
@@ -98,6 +101,7 @@ ALLOWED = {
         "convert",
         "loop",
         "model",
+        "paths",
         "sharding",
         "summaries",
         "tokenization",

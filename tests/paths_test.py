@@ -39,9 +39,12 @@ def fake_bucket(tmp_path, monkeypatch):
     def two(fn, path, dst, *args, **kwargs):
         return fn(local(path), local(dst), *args, **kwargs)
 
+    def glob(fn, pattern):  # the matches are bucket URLs again
+        return [BUCKET + m[len(str(root)) :] for m in fn(local(pattern))]
+
     mocks = {n: one for n in ("exists", "isdir", "listdir", "makedirs", "mkdir", "open")}
-    mocks.update({n: one for n in ("remove", "rmtree", "stat", "glob")})
-    mocks.update(rename=two, replace=two, copy=two)
+    mocks.update({n: one for n in ("remove", "rmtree", "stat")})
+    mocks.update(rename=two, replace=two, copy=two, glob=glob)
     # With TensorFlow installed epath sends gs:// to tf.io.gfile whatever is mocked.
     monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
     with epath_testing.mock_epath(**mocks):
@@ -210,14 +213,68 @@ def test_default_corpus_is_not_built_into_a_bucket(fake_bucket, tmp_path):
     _no_local_url(tmp_path, seen)
 
 
-def test_record_files_at_a_url_stop_the_run_at_start(tmp_path):
+def test_tfrecord_shards_read_from_a_bucket(fake_bucket, tmp_path):
+    """A TFRecord build at a URL (its directory, or a glob of its files) gives the batches of the
+    same build read from local files."""
+    import shutil
+
+    from bert_jax import tokenization
+    from bert_jax.pretrain.data import build, pipeline, sources
+
+    root, seen = fake_bucket
+    documents = sources.default_corpus_documents()[:4]
+    tokenizer = tokenization.train_wordpiece(
+        (s for d in documents for s in d), vocab_size=300, lowercase=True
+    )
+    options = build.PretrainingOptions(
+        max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1, static_masking=False
+    )
+    local = tmp_path / "local"
+    build.build_pretraining_shards(
+        documents,
+        local,
+        tokenizer,
+        options,
+        num_shards=2,
+        record_format="tfrecord",
+        num_workers=1,
+        progress=False,
+    )
+    shutil.copytree(local, root / "shards")
+
+    def batches(paths):
+        ds = pipeline.make_pretraining_dataset(
+            paths, global_batch_size=8, seed=3, shard_index=0, shard_count=1
+        )
+        it = iter(ds)
+        return [next(it) for _ in range(4)]
+
+    want = batches(str(local))
+    for paths in (f"{BUCKET}/shards", f"{BUCKET}/shards/pretrain-*.tfrecord"):
+        seen.clear()
+        got = batches(paths)
+        for a, b in zip(want, got, strict=True):
+            assert a.keys() == b.keys()
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=f"{paths}: {k}")
+        assert any(p.endswith(".tfrecord") for p in seen)  # read through epath
+    _no_local_url(tmp_path, seen)
+
+
+def test_array_record_files_at_a_url_stop_the_run_at_start(fake_bucket, tmp_path):
     from bert_jax.pretrain import inputs
     from configs import pretrain
 
+    root, seen = fake_bucket
+    (root / "data").mkdir()
+    (root / "data" / "train-0.array_record").write_bytes(b"not read")
     config = pretrain.get_config("size=tiny")
     config.data.source = "records"
-    config.data.paths = f"{tmp_path}/a.array_record,{BUCKET}/data/train-*.array_record"
+    config.data.paths = f"{BUCKET}/data/train-*.array_record"
     with pytest.raises(
-        ValueError, match=r"gs://bucket/data/train-\*.array_record' is a URL.*mount"
+        ValueError,
+        match=r"gs://bucket/data/train-0.array_record is an ArrayRecord file at a URL"
+        r".*gcsfuse.*--format=tfrecord",
     ):
         inputs.pretraining_inputs(config, str(tmp_path), mesh=None)
+    _no_local_url(tmp_path, seen)

@@ -32,10 +32,11 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import convert, loop, sharding, tokenization
-from bert_jax.config import BertConfig, as_path
+from bert_jax.config import BertConfig
 from bert_jax.finetune import batching, tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
+from bert_jax.paths import as_path
 from bert_jax.summaries import MetricWriter
 
 

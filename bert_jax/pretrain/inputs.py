@@ -18,7 +18,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import sharding
-from bert_jax.config import is_url
+from bert_jax.paths import is_url
 from bert_jax.pretrain.data import build, pipeline
 
 
@@ -105,14 +105,7 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
     elif data.source == "records":
         if not data.paths:
             raise ValueError("config.data.paths is empty: give a build directory or record files")
-        paths = data.paths
-        urls = [p for p in str(paths).split(",") if is_url(p.strip())]
-        if urls:  # read with random access (pread, ArrayRecord's reader): local files only
-            raise ValueError(
-                f"config.data.paths={urls[0]!r} is a URL; record files are read from a local or "
-                "mounted file system. Mount the bucket on every host (e.g. gcsfuse "
-                "--implicit-dirs BUCKET /mnt/BUCKET) and pass /mnt/BUCKET/...; docs/pod.md"
-            )
+        paths = data.paths  # local or URLs (TFRecord; ArrayRecord must be local or mounted)
     else:
         raise ValueError(f"config.data.source={data.source!r}: expected 'default' or 'records'")
     info = pipeline.load_data_info(paths)

@@ -21,7 +21,8 @@ import numpy as np
 from absl import logging
 
 from bert_jax import aot, flops, inference, loop, sharding, tokenization
-from bert_jax.config import BertConfig, as_path
+from bert_jax.config import BertConfig
+from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.summaries import MetricWriter

@@ -35,6 +35,7 @@ import shutil
 from collections.abc import Callable, Iterable
 
 from absl import logging
+from etils import epath
 
 from bert_jax.pretrain.data import features, records
 from bert_jax.pretrain.data.corpus import CorpusStats, TokenizedCorpus, tokenize_documents
@@ -228,14 +229,12 @@ def read_metadata(path: str | os.PathLike) -> dict:
     Raises:
       FileNotFoundError: there is none (the build is missing or unfinished).
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        path = os.path.join(path, METADATA_FILE)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"no {METADATA_FILE} at {os.path.dirname(path) or path}: not a finished build"
-        )
-    return _read_json(path)
+    path = epath.Path(path)  # a local directory or a URL (gs://...): read-only here
+    if path.is_dir():
+        path = path / METADATA_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {METADATA_FILE} at {path.parent}: not a finished build")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,7 +62,9 @@ from collections.abc import Sequence
 
 import grain
 import numpy as np
+from etils import epath
 
+from bert_jax.paths import is_url
 from bert_jax.pretrain.data import build, features, masking, packing, records
 from bert_jax.pretrain.data.examples import VocabInfo
 
@@ -100,13 +102,13 @@ class DataInfo:
 
 
 def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
-    """(record files, build metadata or None, build directory or None)."""
-    if isinstance(paths, (str, os.PathLike)) and os.path.isdir(os.fspath(paths)):
+    """(record files, build metadata or None, build directory or None); URLs stay URLs."""
+    if isinstance(paths, (str, os.PathLike)) and epath.Path(paths).is_dir():
         directory = os.fspath(paths)
         try:
             metadata = build.read_metadata(directory)
         except FileNotFoundError:
-            if os.path.exists(os.path.join(directory, build.BUILD_FILE)):
+            if (epath.Path(directory) / build.BUILD_FILE).exists():
                 raise FileNotFoundError(
                     f"{directory} holds an unfinished build (no {build.METADATA_FILE}); run the "
                     "build again to finish it"
@@ -118,10 +120,10 @@ def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
         files = [os.path.join(directory, s["path"]) for s in metadata["shards"]]
         return files, metadata, directory
     files = records.expand_paths(paths)
-    directories = {os.path.dirname(os.path.abspath(f)) for f in files}
+    directories = {os.path.dirname(f if is_url(f) else os.path.abspath(f)) for f in files}
     if len(directories) == 1:
         directory = directories.pop()
-        if os.path.isfile(os.path.join(directory, build.METADATA_FILE)):
+        if (epath.Path(directory) / build.METADATA_FILE).is_file():
             metadata = build.read_metadata(directory)
             listed = {s["path"] for s in metadata["shards"]}
             if all(os.path.basename(f) in listed for f in files):
@@ -222,7 +224,7 @@ def _vocab_info(tokenizer, build_dir: str | None) -> VocabInfo | None:
     from bert_jax import tokenization
 
     if tokenizer is None and build_dir is not None:
-        if os.path.isfile(os.path.join(build_dir, "tokenizer.json")):
+        if (epath.Path(build_dir) / "tokenizer.json").is_file():
             tokenizer = os.path.join(build_dir, "tokenizer.json")
     if tokenizer is None:
         return None

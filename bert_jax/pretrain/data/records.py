@@ -26,6 +26,9 @@ from collections.abc import Iterator, Sequence
 
 import google_crc32c
 import numpy as np
+from etils import epath
+
+from bert_jax.paths import is_url
 
 RECORD_FORMATS = ("array_record", "tfrecord")
 ARRAY_RECORD_WRITER_OPTIONS = "group_size:1"
@@ -36,6 +39,7 @@ _EXTENSIONS = {
     ".tfrecords": "tfrecord",
     ".tf_record": "tfrecord",
 }
+_SCAN_CHUNK_BYTES = 8 << 20  # read size of a TFRecord header scan
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
@@ -49,6 +53,18 @@ def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC-32C of `data`."""
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+# Reading goes through etils.epath, so a record file may be local or a URL (gs://..., any scheme
+# epath knows); only ArrayRecord files must be local (their reader opens local files only).
+
+
+def _open(path: str):
+    return epath.Path(path).open("rb")
+
+
+def _size(path: str) -> int:
+    return epath.Path(path).stat().length
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,12 +121,22 @@ def open_writer(path: str | os.PathLike, record_format: str) -> TFRecordWriter |
 
 
 def _tfrecord_index(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """Scans a TFRecord file's headers; returns (data offsets, data lengths) as int64 arrays."""
+    """Scans a TFRecord file's headers; returns (data offsets, data lengths) as int64 arrays.
+
+    The file is read front to back in large chunks (one pass, also over a URL's object)."""
     offsets, lengths = [], []
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(2)
-        if head == b"\x1f\x8b":
+    size = _size(path)
+    with _open(path) as f:
+        window, start = b"", 0  # the bytes read last and their offset in the file
+
+        def read_at(pos: int, n: int) -> bytes:
+            nonlocal window, start
+            if not start <= pos <= pos + n <= start + len(window):
+                f.seek(pos)
+                window, start = f.read(max(n, _SCAN_CHUNK_BYTES)), pos
+            return window[pos - start : pos - start + n]
+
+        if read_at(0, 2) == b"\x1f\x8b":
             raise RecordFileError(
                 f"{path} is gzip-compressed; compressed TFRecords cannot be read at random. "
                 "Decompress it first (e.g. with TensorFlow's TFRecordDataset and an uncompressed "
@@ -118,8 +144,7 @@ def _tfrecord_index(path: str) -> tuple[np.ndarray, np.ndarray]:
             )
         pos = 0
         while pos < size:
-            f.seek(pos)
-            header = f.read(_HEADER.size)
+            header = read_at(pos, _HEADER.size)
             if len(header) < _HEADER.size:
                 raise RecordFileError(
                     f"{path} is truncated: record {len(offsets)} has a partial header at byte {pos}"
@@ -153,7 +178,7 @@ def iter_tfrecord(path: str | os.PathLike, verify: bool = True) -> Iterator[byte
     """
     path = os.fspath(path)
     offsets, lengths = _tfrecord_index(path)
-    with open(path, "rb") as f:
+    with _open(path) as f:
         for i, (offset, length) in enumerate(zip(offsets.tolist(), lengths.tolist())):
             f.seek(offset)
             data = f.read(length)
@@ -169,6 +194,8 @@ class TFRecordDataSource:
     Implements grain's `RandomAccessDataSource` protocol (`__len__`, `__getitem__`) and a batched
     `__getitems__`. Opening scans the record headers once to build an offset index; the files are
     opened lazily in each process, so the source pickles cheaply into grain's worker processes.
+    Local files are read with `os.pread`; files at URLs (gs://...) through etils.epath, one open
+    object per file and thread, one ranged read per record.
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], verify: bool = True):
@@ -180,21 +207,35 @@ class TFRecordDataSource:
         self._offsets = np.concatenate([o for o, _ in index] or [np.zeros(0, np.int64)])
         self._lengths = np.concatenate([n for _, n in index] or [np.zeros(0, np.int64)])
         self._verify = verify
-        self._fds: dict[int, int] = {}
+        self._init_handles()
+
+    def _init_handles(self) -> None:
+        self._fds: dict[int, int] = {}  # local files, shared by all threads (pread)
         self._lock = threading.Lock()
+        self._remote = threading.local()  # URL files: {file index: open object} per thread
 
     def __len__(self) -> int:
         return int(self._offsets.size)
 
-    def _fd(self, file_index: int) -> int:
+    def _read(self, file_index: int, offset: int, size: int) -> bytes:
+        path = self._paths[file_index]
+        if is_url(path):
+            files = getattr(self._remote, "files", None)
+            if files is None:
+                files = self._remote.files = {}
+            if file_index not in files:
+                files[file_index] = _open(path)
+            f = files[file_index]
+            f.seek(offset)
+            return f.read(size)
         fd = self._fds.get(file_index)
         if fd is None:
             with self._lock:
                 fd = self._fds.get(file_index)
                 if fd is None:
-                    fd = os.open(self._paths[file_index], os.O_RDONLY)
+                    fd = os.open(path, os.O_RDONLY)
                     self._fds[file_index] = fd
-        return fd
+        return os.pread(fd, size, offset)
 
     def __getitem__(self, key: int) -> bytes:
         key = int(key)
@@ -202,7 +243,7 @@ class TFRecordDataSource:
             raise IndexError(f"record {key} out of range [0, {len(self)})")
         file_index = int(self._file_of[key])
         offset, length = int(self._offsets[key]), int(self._lengths[key])
-        buf = os.pread(self._fd(file_index), length + _FOOTER.size, offset)
+        buf = self._read(file_index, offset, length + _FOOTER.size)
         data = buf[:length]
         if len(buf) != length + _FOOTER.size:
             raise RecordFileError(f"{self._paths[file_index]} shrank while being read")
@@ -218,13 +259,13 @@ class TFRecordDataSource:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_fds"] = {}
-        del state["_lock"]
+        for handles in ("_fds", "_lock", "_remote"):
+            del state[handles]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._init_handles()
 
     def __del__(self):
         for fd in getattr(self, "_fds", {}).values():
@@ -248,17 +289,19 @@ def detect_format(path: str | os.PathLike) -> str:
       RecordFileError: the file does not exist, is empty, or is neither format.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not epath.Path(path).is_file():
         raise RecordFileError(f"record file not found: {path}")
     ext = os.path.splitext(path)[1].lower()
     if ext in _EXTENSIONS:
         return _EXTENSIONS[ext]
-    if os.path.getsize(path) == 0:
+    if _size(path) == 0:
         raise RecordFileError(f"{path} is empty")
-    with open(path, "rb") as f:
+    with _open(path) as f:
         header = f.read(_HEADER.size)
     if len(header) == _HEADER.size and masked_crc32c(header[:8]) == _HEADER.unpack(header)[1]:
         return "tfrecord"
+    if is_url(path):
+        raise RecordFileError(f"{path} is not a TFRecord file (an ArrayRecord file must be local)")
     try:
         count_records(path, "array_record")
     except Exception as e:  # array_record raises bare RuntimeErrors on foreign files.
@@ -270,12 +313,19 @@ def count_records(path: str | os.PathLike, record_format: str | None = None) -> 
     """The number of records in one file.
 
     Raises:
-      RecordFileError: the file is unreadable as `record_format`.
+      RecordFileError: the file is unreadable as `record_format`, or an ArrayRecord URL.
     """
     path = os.fspath(path)
     record_format = record_format or detect_format(path)
     if record_format == "tfrecord":
         return int(_tfrecord_index(path)[0].size)
+    if is_url(path):
+        raise RecordFileError(
+            f"{path} is an ArrayRecord file at a URL; ArrayRecord's reader opens local files "
+            "only. Mount the bucket on every host (e.g. gcsfuse --implicit-dirs BUCKET "
+            "/mnt/BUCKET) and pass /mnt/BUCKET/..., or build the records as TFRecord "
+            "(--format=tfrecord; docs/pod.md)"
+        )
     from array_record.python import array_record_module
 
     try:
@@ -292,6 +342,8 @@ def expand_paths(patterns: str | os.PathLike | Sequence[str | os.PathLike]) -> l
     """Expands paths and globs (a list, or one comma-separated string) to files.
 
     Files keep the order of their patterns; each glob's matches are sorted; repeats are dropped.
+    A URL pattern (gs://bucket/shards/*.tfrecord) is matched through etils.epath and its files
+    stay URLs.
 
     Raises:
       FileNotFoundError: a pattern matches no file.
@@ -301,17 +353,28 @@ def expand_paths(patterns: str | os.PathLike | Sequence[str | os.PathLike]) -> l
     out: list[str] = []
     seen: set[str] = set()
     for pattern in patterns:
-        pattern = os.path.expanduser(os.fspath(pattern).strip())
+        pattern = os.fspath(pattern).strip()
+        if not is_url(pattern):
+            pattern = os.path.expanduser(pattern)
         if glob.has_magic(pattern):
-            matches = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+            matches = sorted(m for m in _glob(pattern) if epath.Path(m).is_file())
         else:
-            matches = [pattern] if os.path.isfile(pattern) else []
+            matches = [pattern] if epath.Path(pattern).is_file() else []
         if not matches:
-            what = "a directory, not a file" if os.path.isdir(pattern) else "nothing"
+            what = "a directory, not a file" if epath.Path(pattern).is_dir() else "nothing"
             raise FileNotFoundError(f"input pattern {pattern!r} matches {what}")
         out.extend(m for m in matches if m not in seen)
         seen.update(matches)
     return out
+
+
+def _glob(pattern: str) -> list[str]:
+    if not is_url(pattern):
+        return glob.glob(pattern, recursive=True)
+    parts = pattern.split("/")
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    base = epath.Path("/".join(parts[:fixed]))
+    return [os.fspath(m) for m in base.glob("/".join(parts[fixed:]))]
 
 
 def open_data_source(paths: Sequence[str]):
