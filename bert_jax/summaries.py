@@ -178,7 +178,11 @@ class MetricWriter:
                 "evaluation, data and saving)"
             )
         for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
-            keys = [k for k in self.latest if k.startswith(prefix) and _short(k) in _SUMMARY]
+            keys = [
+                k
+                for k in self.latest
+                if k.startswith(prefix) and (_short(k) in _SUMMARY or k in _BASELINES)
+            ]
             if keys:
                 shown = ", ".join(f"{_short(k)} {_fmt(self.latest[k])}" for k in keys)
                 lines.append(f"  {title}: {shown}")
@@ -306,9 +310,9 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
             held_out = key.startswith("eval/")
             label = f"{'held-out' if held_out else 'train'} {_short(key)}"
             ax.plot(steps, values, "o-" if held_out else "-", label=label, markersize=4)
-        if ax is acc_ax and history.get("eval/commonest_token_share"):
-            share = history["eval/commonest_token_share"][-1][1]
-            ax.axhline(share, color="gray", ls="--", lw=1, label="commonest token's share")
+        for key, (label, style) in _BASELINES.items():
+            if ax is acc_ax and history.get(key):
+                ax.axhline(history[key][-1][1], color="gray", ls=style, lw=1, label=label)
         ax.set_xlabel("step")
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -324,6 +328,12 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
 
 _CONSOLE = ("loss", "mlm_accuracy", "nsp_accuracy", "cls_accuracy", "accuracy", "learning_rate")
 _SUMMARY = ("loss", "mlm_accuracy", "nsp_accuracy", "accuracy", "mlm_loss", "nsp_loss")
+# Held-out scores of a model that ignores its input: dashed lines in the curves, and in the
+# summary next to the accuracies they are the floor of.
+_BASELINES = {
+    "eval/commonest_token_share": ("commonest token's share", "--"),
+    "eval/nsp_majority_share": ("NSP majority class's share", ":"),
+}
 
 
 def _short(key: str) -> str:

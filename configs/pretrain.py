@@ -178,7 +178,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.log_every_steps = 20 if tiny else 100
     c.eval_every_steps = 200 if tiny else 10_000
-    c.num_eval_steps = 10 if tiny else 100
+    # tiny: 60 held-out batches, 3,840 NSP pairs: one standard error of the NSP accuracy is 0.008,
+    # small enough to tell a 0.02 gain over the majority class from noise (5 s an evaluation).
+    c.num_eval_steps = 60 if tiny else 100
     c.checkpoint_every_steps = 200 if tiny else 5_000
     c.max_checkpoints_to_keep = 3
     c.async_checkpointing = True

@@ -47,6 +47,7 @@ def test_make_pretrain_runs_the_main_job(tmp_path, capsys):
     # The MLM bias starts at the data's log frequencies: before any step the model guesses the
     # commonest token, and scores its share.
     assert abs(evals[0]["eval/mlm_accuracy"] - share) < 0.01
+    assert 0.5 <= evals[0]["eval/nsp_majority_share"] < 0.7  # NSP's floor: random next's share
     assert (workdir / "hf" / "model.safetensors").exists() and (
         workdir / "hf" / "vocab.txt"
     ).exists()

@@ -30,6 +30,8 @@ def test_curves_are_drawn_at_each_evaluation_and_kept_on_resume(tmp_path):
 
 def test_summary_reports_throughput_metrics_and_places(tmp_path):
     w = summaries.MetricWriter(str(tmp_path), total_steps=20, progress=False)
+    baselines = {"eval/commonest_token_share": 0.07, "eval/nsp_majority_share": 0.55}
+    w.write(0, {"eval/loss": 9.7, "eval/mlm_accuracy": 0.07, **baselines})
     w.write(10, {"train/loss": 8.0, "train/tokens_per_s": 1000.0, "train/step_time_s": 0.5})
     w.write(20, {"train/loss": 7.0, "train/tokens_per_s": 3000.0, "train/step_time_s": 0.5})
     w.write(20, {"eval/loss": 7.1, "eval/mlm_accuracy": 0.21, "eval/nsp_accuracy": 0.6})
@@ -39,7 +41,11 @@ def test_summary_reports_throughput_metrics_and_places(tmp_path):
     assert re.search(
         r"Done: step 20 in [\d.]+ min \(0\.2 min of training steps at 2,000 tokens/s", text
     )
-    assert "held-out: loss 7.1, mlm_accuracy 0.21, nsp_accuracy 0.6" in text
+    # The floors the accuracies are read against stand beside them.
+    assert (
+        "held-out: loss 7.1, mlm_accuracy 0.21, commonest_token_share 0.07, "
+        "nsp_majority_share 0.55, nsp_accuracy 0.6"
+    ) in text
     assert "hf: /x/hf (transformers)" in text and str(tmp_path / "curves.png") in text
 
 

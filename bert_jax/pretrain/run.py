@@ -203,17 +203,22 @@ def with_mlm_bias(state, bias: np.ndarray):
 
 
 def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None:
-    """Where the curves start, and the unigram plateau: the accuracy of always guessing the
-    held-out masked tokens' commonest token, which a model must rise clearly above."""
+    """Where the curves start, and what a model that ignores its input scores on the held-out
+    batches: always the commonest masked token (the unigram plateau), and for NSP always the
+    commonest label (random next is the more frequent in the original recipe's data)."""
     masked = [b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in held_out]
     counts = np.bincount(np.concatenate(masked))
-    writer.write(
-        0,
-        {
-            **{f"eval/{k}": v for k, v in metrics.items()},
-            "eval/commonest_token_share": counts.max() / counts.sum(),
-        },
-    )
+    baselines = {"eval/commonest_token_share": counts.max() / counts.sum()}
+    if "nsp_accuracy" in metrics:
+        labels = [
+            b["next_sentence_labels"][b["next_sentence_weights"] > 0]
+            if "next_sentence_weights" in b
+            else b["next_sentence_labels"]
+            for b in held_out
+        ]
+        counts = np.bincount(np.concatenate(labels), minlength=2)
+        baselines["eval/nsp_majority_share"] = counts.max() / counts.sum()
+    writer.write(0, {**{f"eval/{k}": v for k, v in metrics.items()}, **baselines})
 
 
 def _masked_examples(data, held_out_batch):
