@@ -95,7 +95,11 @@ class HeldOutEvaluation:
             mesh = self.exp.mesh
             self.batches = [sharding.global_batch_from_local(b, mesh) for b in self.host_batches]
         jit_eval = self.exp.eval_fn()
-        return loop.reduce_metrics([jit_eval(params, b) for b in self.batches])
+        # One batch in flight at a time: with dozens of collective programs queued at once, XLA's
+        # CPU collectives (a mesh of host devices) deadlock at their rendezvous.
+        return loop.reduce_metrics(
+            [jax.block_until_ready(jit_eval(params, b)) for b in self.batches]
+        )
 
 
 def step_flops_fn(exp: loop.Experiment, job: str):
