@@ -141,11 +141,12 @@ def load_data_info(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Da
       FileNotFoundError: nothing there, or an unfinished build.
       records.RecordFileError: unreadable, mixed-format or empty record files.
     """
-    return _data_info(*_resolve(paths)[:2])
+    files, metadata, _ = _resolve(paths)
+    return _data_info(records.open_data_source(files), files, metadata)
 
 
-def _data_info(files: list[str], metadata: dict | None) -> DataInfo:
-    source = records.open_data_source(files)
+def _data_info(source, files: list[str], metadata: dict | None) -> DataInfo:
+    """`source`: the opened record files `files`."""
     if len(source) == 0:
         raise records.RecordFileError(f"no records in {', '.join(files[:3])}")
     seq_len, num_predictions = features.infer_lengths(source[0])
@@ -297,7 +298,8 @@ def make_pretraining_dataset(
       FileNotFoundError, records.RecordFileError: missing or unreadable data.
     """
     files, metadata, build_dir = _resolve(paths)
-    info = _data_info(files, metadata)
+    source = records.open_data_source(files)  # once: opening scans every TFRecord file
+    info = _data_info(source, files, metadata)
     global_batch, host_rows = _host_rows(
         batch_size, global_batch_size, shard_index, shard_count, host_rows
     )
@@ -311,7 +313,6 @@ def make_pretraining_dataset(
         info, build_dir, dynamic_masking, tokenizer, masked_lm_prob, whole_word_mask
     )
 
-    source = records.open_data_source(list(info.paths))
     ds = _host_keys(len(source), seed, shuffle, num_epochs, global_batch, host_rows)
     ds = ds.map(
         _ReadBatch(
