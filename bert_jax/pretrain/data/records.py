@@ -131,7 +131,7 @@ def _tfrecord_index(path: str) -> tuple[np.ndarray, np.ndarray]:
 
         def read_at(pos: int, n: int) -> bytes:
             nonlocal window, start
-            if not start <= pos <= pos + n <= start + len(window):
+            if not (start <= pos and pos + n <= start + len(window)):
                 f.seek(pos)
                 window, start = f.read(max(n, _SCAN_CHUNK_BYTES)), pos
             return window[pos - start : pos - start + n]
