@@ -393,13 +393,14 @@ def compile_train_step(
 
 
 def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:
-    """Metrics of several steps or batches: sums and counts are added, loss/grad_norm averaged,
-    the last learning rate kept; then `objectives.summarize` turns them into means."""
+    """Metrics of several steps or batches: sums, counts and histograms are added, loss and
+    grad_norm averaged, the last learning rate kept; then `objectives.summarize` turns them into
+    means (and AUCs)."""
     fetched = jax.device_get(window)
-    total: dict[str, float] = {}
+    total: dict[str, Any] = {}
     for m in fetched:
         for k, v in m.items():
-            total[k] = total.get(k, 0.0) + float(v)
+            total[k] = total.get(k, 0.0) + np.asarray(v, np.float64)  # scalars, or histograms
     out = objectives.summarize(total)
     for k in ("loss", "grad_norm"):
         if k in total:

@@ -56,6 +56,28 @@ def mean_squared_error(predictions: Array, targets: Array, weights: Array | None
     return dict(loss_sum=jnp.sum(err * weights), count=jnp.sum(weights))
 
 
+# NSP's AUC is counted in bins of P(random next), so that it adds up over batches and hosts like
+# every other metric sum; pairs in one bin count as ties (half), which errs toward 0.5.
+NSP_SCORE_BINS = 256
+
+
+def score_histogram(logits: Array, labels: Array, weights: Array | None = None) -> Array:
+    """Weighted counts of a binary classifier's P(label 1), by bin: float32 [2, NSP_SCORE_BINS],
+    row 0 for examples of label 0 and row 1 for label 1 (`objectives.summarize` turns them into
+    the AUC).
+
+    Args:
+      logits: [..., 2] logits.
+      labels: [...] int, 0 or 1.
+      weights: [...] float; ones when omitted.
+    """
+    p = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)[..., 1].reshape(-1)
+    bins = jnp.clip((p * NSP_SCORE_BINS).astype(jnp.int32), 0, NSP_SCORE_BINS - 1)
+    w = jnp.ones_like(p) if weights is None else weights.reshape(-1).astype(jnp.float32)
+    rows = labels.reshape(-1).astype(jnp.int32)
+    return jnp.zeros((2, NSP_SCORE_BINS), jnp.float32).at[rows, bins].add(w)
+
+
 def pretraining_losses(
     prediction_logits: Array,
     masked_lm_ids: Array,
@@ -79,7 +101,7 @@ def pretraining_losses(
 
     Returns:
       dict with mlm_loss_sum, mlm_correct_sum, mlm_count and, with NSP, nsp_loss_sum,
-      nsp_correct_sum, nsp_count.
+      nsp_correct_sum, nsp_count and nsp_score_hist (`score_histogram`: the AUC).
     """
     mlm = weighted_cross_entropy(prediction_logits, masked_lm_ids, masked_lm_weights)
     out = {f"mlm_{k}": v for k, v in mlm.items()}
@@ -88,4 +110,7 @@ def pretraining_losses(
             seq_relationship_logits, next_sentence_labels, next_sentence_weights
         )
         out.update({f"nsp_{k}": v for k, v in nsp.items()})
+        out["nsp_score_hist"] = score_histogram(
+            seq_relationship_logits, next_sentence_labels, next_sentence_weights
+        )
     return out

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax import losses
 
@@ -207,15 +209,16 @@ def get_objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
-def summarize(sums: Mapping[str, float]) -> dict[str, float]:
+def summarize(sums: Mapping[str, Any]) -> dict[str, float]:
     """Host-side: turns accumulated sums and counts into means and accuracies.
 
-    {prefix}_loss_sum / {prefix}_count -> {prefix}_loss; {prefix}_correct_sum -> {prefix}_accuracy.
-    Other keys (loss, grad_norm, learning_rate) pass through.
+    {prefix}_loss_sum / {prefix}_count -> {prefix}_loss; {prefix}_correct_sum -> {prefix}_accuracy;
+    {prefix}_score_hist ([2, bins] counts, `losses.score_histogram`) -> {prefix}_auc. Other keys
+    (loss, grad_norm, learning_rate) pass through.
     """
     out = {}
     for key, value in sums.items():
-        if key.endswith("_loss_sum") or key.endswith("_correct_sum") or key.endswith("_count"):
+        if key.endswith(("_loss_sum", "_correct_sum", "_count", "_score_hist")):
             continue
         out[key] = float(value)
     for key, value in sums.items():
@@ -226,4 +229,20 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
                 count = float(sums.get(f"{prefix}_count", 0.0))
                 if count > 0:
                     out[stem + name] = float(value) / count
+        if key.endswith("_score_hist"):
+            auc = auc_from_histogram(np.asarray(value))
+            if auc is not None:
+                out[key[: -len("_score_hist")] + "_auc"] = auc
     return out
+
+
+def auc_from_histogram(hist: np.ndarray) -> float | None:
+    """The area under the ROC curve from binned scores [2, bins] (row 0: negatives, row 1:
+    positives): the chance that a positive scores above a negative, ties counted half (0.5 for
+    a classifier that ignores its input); None without both classes."""
+    negatives, positives = np.asarray(hist, np.float64)
+    pairs = negatives.sum() * positives.sum()
+    if pairs <= 0:
+        return None
+    below = np.cumsum(negatives) - negatives  # negatives in lower bins
+    return float(np.sum(positives * (below + 0.5 * negatives)) / pairs)

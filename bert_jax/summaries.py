@@ -301,7 +301,11 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
     loss_ax, acc_ax = fig.subplots(1, 2)
     for ax, wanted, title in (
         (loss_ax, lambda k: _short(k) == "loss", "loss"),
-        (acc_ax, lambda k: _short(k).endswith("accuracy"), "accuracy"),
+        (
+            acc_ax,
+            lambda k: _short(k).endswith("accuracy") or k == "eval/nsp_auc",
+            "accuracy (and held-out NSP AUC: 0.5 is chance)",
+        ),
     ):
         for key in sorted(k for k in history if k.split("/")[0] in ("train", "eval")):
             if not wanted(key) or not history[key]:
@@ -327,7 +331,7 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
 
 
 _CONSOLE = ("loss", "mlm_accuracy", "nsp_accuracy", "cls_accuracy", "accuracy", "learning_rate")
-_SUMMARY = ("loss", "mlm_accuracy", "nsp_accuracy", "accuracy", "mlm_loss", "nsp_loss")
+_SUMMARY = ("loss", "mlm_accuracy", "nsp_accuracy", "nsp_auc", "accuracy", "mlm_loss", "nsp_loss")
 # Held-out scores of a model that ignores its input: dashed lines in the curves, and in the
 # summary next to the accuracies they are the floor of.
 _BASELINES = {

@@ -4,10 +4,11 @@ import functools
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import loop, objectives, optimizer, sharding, steps
+from bert_jax import loop, losses, objectives, optimizer, sharding, steps
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
 
@@ -181,6 +182,7 @@ def test_overfitting_a_fixed_batch_drives_the_loss_near_zero():
     summary = objectives.summarize(last)
     assert first > 4.0 and float(last["loss"]) < 0.05, (first, float(last["loss"]))
     assert summary["mlm_accuracy"] == 1.0 and summary["nsp_accuracy"] == 1.0
+    assert summary["nsp_auc"] == 1.0  # every random pair scores above every real one
     assert step._cache_size() == 1  # compiled once: no retracing
 
 
@@ -213,6 +215,8 @@ def test_eval_step_and_summaries():
     summary = objectives.summarize(out)
     np.testing.assert_allclose(summary["mlm_loss"] + summary["nsp_loss"], out["loss"], rtol=1e-5)
     assert 0 <= summary["mlm_accuracy"] <= 1
+    assert out["nsp_score_hist"].shape == (2, losses.NSP_SCORE_BINS)
+    assert out["nsp_score_hist"].sum() == 16 and 0 <= summary["nsp_auc"] <= 1
     with pytest.raises(ValueError, match="unknown objective"):
         objectives.get_objective("translation")
 
@@ -256,3 +260,33 @@ def test_every_objective_trains(objective, head):
         state, metrics = step(state, batch)
         losses.append(float(metrics["loss"]))
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_nsp_auc_from_binned_scores_matches_the_exact_auc():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 4000)
+    # Log-odds of "random next" that carry a little signal, as the tiny model's do (AUC ~0.6).
+    logits = np.stack([np.zeros(4000), 0.2 + 0.25 * labels + rng.normal(0, 1, 4000)], axis=1)
+    weights = (rng.random(4000) < 0.9).astype(np.float32)  # packed rows' empty slots weigh 0
+    hist = np.asarray(losses.score_histogram(jnp.asarray(logits), jnp.asarray(labels), weights))
+    assert hist.sum() == weights.sum()
+    kept = weights > 0
+    exact = roc_auc_score(labels[kept], logits[kept, 1])
+    # Added over two halves, as batches are, and from the bins: within 0.002 of the exact AUC.
+    halves = [
+        losses.score_histogram(jnp.asarray(logits[s]), jnp.asarray(labels[s]), weights[s])
+        for s in (slice(0, 2000), slice(2000, None))
+    ]
+    summed = loop.reduce_metrics([{"nsp_score_hist": h} for h in halves])
+    assert abs(summed["nsp_auc"] - exact) < 0.002 and 0.55 < exact < 0.65
+    # A classifier that ignores its input scores 0.5; a perfect one 1; one class alone: no AUC.
+    flat = np.zeros((2, losses.NSP_SCORE_BINS))
+    flat[:, 100] = [30, 70]
+    assert objectives.auc_from_histogram(flat) == 0.5
+    flat[1] = np.roll(flat[1], 5)
+    assert objectives.auc_from_histogram(flat) == 1.0
+    flat[0] = 0
+    assert objectives.auc_from_histogram(flat) is None
+    assert "nsp_auc" not in objectives.summarize({"nsp_score_hist": flat})

@@ -81,6 +81,7 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
         "train/mlm_accuracy",
         "train/nsp_loss",
         "train/nsp_accuracy",
+        "train/nsp_auc",
         "train/learning_rate",
         "train/grad_norm",
         "train/tokens_per_s",

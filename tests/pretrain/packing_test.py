@@ -424,6 +424,8 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
         assert float(got[key]) == float(want[key]) > 0
     for key in ("mlm_loss_sum", "nsp_loss_sum"):
         np.testing.assert_allclose(float(got[key]), float(want[key]), rtol=1e-5, err_msg=key)
+    # The NSP score histogram counts the packed sequences, not the rows or the empty slots.
+    assert float(got["nsp_score_hist"].sum()) == float(want["nsp_score_hist"].sum()) > 0
     np.testing.assert_allclose(float(got["loss"]), float(want["loss"]), atol=1e-5)
     # The comparison can fail: with one segment a row, attention crosses sequences and the loss
     # moves by 100x the tolerance above or more (3e-3 to 3e-2, as the vocabulary's ties fall).
