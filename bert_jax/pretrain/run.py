@@ -125,6 +125,9 @@ def train_and_evaluate(
     hlo_out: str | None = None,
 ) -> int | None:
     """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
+    for key, known in _STARTING_VALUES.items():
+        if config.get(key, known[0]) not in known:
+            raise ValueError(f"config.{key}={config.get(key)!r}: expected one of {known}")
     cfg = BertConfig(**config.model.to_dict())
     compiling = mode == "compile"
     topology = topology or config.topology
@@ -144,8 +147,11 @@ def train_and_evaluate(
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = loop.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
-    if start == 0 and not config.init_from and config.get("mlm_bias_init", "zeros") == "unigram":
-        state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
+    if start == 0 and not config.init_from:
+        if config.get("mlm_bias_init", "zeros") == "unigram":
+            state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
+        if config.get("position_embeddings_init", "normal") == "sinusoid":
+            state = with_sinusoid_positions(state, cfg)
     writer = MetricWriter(workdir, config.num_train_steps, start)
     evaluate = None
     if data.eval_batches:
@@ -193,17 +199,65 @@ def train_and_evaluate(
     return None
 
 
+# Scratch runs: how two parameters start (the first choice is BERT's). Set at step 0 in
+# train_and_evaluate; a run from init_from or a checkpoint keeps its values.
+_STARTING_VALUES = {
+    "mlm_bias_init": ("zeros", "unigram"),
+    "position_embeddings_init": ("normal", "sinusoid"),
+}
+
+
+def _with_param(state, path: tuple[str, ...], value: np.ndarray):
+    """`state` with the parameter at `path` set to `value` (the same on every host), placed and
+    typed as the parameter it replaces."""
+
+    def put(tree, keys):
+        old = tree[keys[0]]
+        if len(keys) > 1:
+            new = put(old, keys[1:])
+        else:
+            new = jax.device_put(np.asarray(value, old.dtype), old.sharding)
+        return {**tree, keys[0]: new}
+
+    return state.replace(params=put(state.params, path))
+
+
 def with_mlm_bias(state, bias: np.ndarray):
     """`state` with the MLM decoder's output bias `cls/predictions/bias` set to `bias` [V] (the
-    same on every host; zeros for the table's padding rows), placed as the bias it replaces."""
-    params = dict(state.params)
-    cls = dict(params["cls"])
-    old = cls["predictions"]["bias"]
-    bias = np.pad(bias, (0, old.shape[0] - len(bias)))  # the padding rows' logits are cut off
-    cls["predictions"] = {**cls["predictions"], "bias": jax.device_put(bias, old.sharding)}
-    params["cls"] = cls
+    same on every host; zeros for the table's padding rows)."""
+    rows = state.params["cls"]["predictions"]["bias"].shape[0]
+    bias = np.pad(bias, (0, rows - len(bias)))  # the padding rows' logits are cut off
     logging.info("MLM decoder bias: the log frequencies of the training data's masked tokens")
-    return state.replace(params=params)
+    return _with_param(state, ("cls", "predictions", "bias"), bias)
+
+
+# The sinusoids' root-mean-square, in units of initializer_range: 3 starts the rows at about the
+# norm the tiny model's learned ones reach by the end of its run (docs/pretraining.md).
+SINUSOID_SCALE = 3.0
+
+
+def sinusoid_positions(num_positions: int, width: int, rms: float) -> np.ndarray:
+    """[num_positions, width] float32: the Transformer's position encoding (Vaswani et al.,
+    2017): column 2i is sin(p / 10000^(2i / width)), column 2i + 1 its cosine, scaled to a
+    root-mean-square of `rms` over the table."""
+    if width % 2:
+        raise ValueError(f"sinusoidal positions need an even width, not {width}")
+    angles = np.arange(num_positions)[:, None] / 10000.0 ** (np.arange(0, width, 2) / width)
+    table = np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(num_positions, width)
+    return (table * (rms * np.sqrt(2.0))).astype(np.float32)
+
+
+def with_sinusoid_positions(state, cfg: BertConfig):
+    """`state` with its position embeddings started at sinusoids of RMS SINUSOID_SCALE x
+    initializer_range (learned from there, as BERT's are): nearby positions start out alike, so
+    attention can find a token's neighbours from the first steps (docs/pretraining.md)."""
+    table = sinusoid_positions(
+        cfg.max_position_embeddings, cfg.hidden_size, SINUSOID_SCALE * cfg.initializer_range
+    )
+    logging.info(
+        "position embeddings: sinusoids (RMS %.3f)", SINUSOID_SCALE * cfg.initializer_range
+    )
+    return _with_param(state, ("bert", "embeddings", "position_embeddings", "embedding"), table)
 
 
 def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None:

@@ -1,0 +1,74 @@
+"""How a scratch pretraining run starts two parameters (`mlm_bias_init`,
+`position_embeddings_init`): the values, their placement on a mesh, and bad settings."""
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import loop
+from bert_jax.config import BertConfig
+from bert_jax.pretrain import run
+from tests.common import load_config_file
+
+
+def test_sinusoid_positions():
+    table = run.sinusoid_positions(64, 16, rms=0.06)
+    assert table.shape == (64, 16) and table.dtype == np.float32
+    np.testing.assert_allclose(np.sqrt(np.mean(table**2)), 0.06, rtol=1e-6)
+    # Position 0: sin 0 = 0 and cos 0 = 1 in every pair; the first pair turns one radian a step.
+    np.testing.assert_allclose(table[0], np.tile([0.0, 0.06 * np.sqrt(2)], 8), atol=1e-7)
+    np.testing.assert_allclose(table[1, :2] / (0.06 * np.sqrt(2)), [np.sin(1), np.cos(1)], 1e-6)
+    # Nearby positions start alike, far ones less so: what lets attention find neighbours.
+    unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+    near = np.mean(np.sum(unit[:-1] * unit[1:], axis=1))
+    far = np.mean(np.sum(unit[:-32] * unit[32:], axis=1))
+    assert near > 0.8 and far < 0.5
+    with pytest.raises(ValueError, match="even width, not 15"):
+        run.sinusoid_positions(8, 15, rms=1.0)
+
+
+def test_starting_values_keep_each_parameters_sharding():
+    config = load_config_file("pretrain.py").get_config("size=tiny")
+    config.model.update(
+        vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=16,
+    )  # fmt: skip
+    config.mesh.update(data=2, fsdp=4, tensor=1)
+    cfg = BertConfig(**config.model.to_dict())
+    exp = loop.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
+    state = exp.init_state(seed=0)
+    before = jax.device_get(state.params)
+
+    bias = np.log(np.arange(1, 100) / 4950.0)
+    state = run.with_mlm_bias(state, bias)
+    state = run.with_sinusoid_positions(state, cfg)
+
+    positions = state.params["bert"]["embeddings"]["position_embeddings"]["embedding"]
+    want = run.sinusoid_positions(16, 32, run.SINUSOID_SCALE * cfg.initializer_range)
+    np.testing.assert_array_equal(np.asarray(positions), want)
+    got_bias = np.asarray(state.params["cls"]["predictions"]["bias"])
+    assert got_bias.shape == (cfg.padded_vocab_size,)  # 99 rows padded to 128
+    np.testing.assert_allclose(got_bias[:99], bias, rtol=1e-6)
+    assert not got_bias[99:].any()  # the padding rows' logits are cut off anyway
+    for (path, array), sh in zip(
+        jax.tree_util.tree_leaves_with_path(state.params),
+        jax.tree_util.tree_leaves(exp.state_shardings.params),
+    ):
+        assert array.sharding == sh, path
+        assert array.dtype == np.float32, path
+    # Nothing else changed.
+    after = jax.device_get(state.params)
+    after["bert"]["embeddings"].pop("position_embeddings")
+    before["bert"]["embeddings"].pop("position_embeddings")
+    after["cls"]["predictions"].pop("bias")
+    before["cls"]["predictions"].pop("bias")
+    jax.tree_util.tree_map(np.testing.assert_array_equal, after, before)
+
+
+@pytest.mark.parametrize("key", ["mlm_bias_init", "position_embeddings_init"])
+def test_an_unknown_starting_value_stops_the_run_at_once(key, tmp_path):
+    config = load_config_file("pretrain.py").get_config("size=tiny")
+    config[key] = "sinusoidal"
+    with pytest.raises(ValueError, match=f"config.{key}='sinusoidal': expected one of"):
+        run.train_and_evaluate(config, str(tmp_path))
+    assert not any(tmp_path.iterdir())  # stopped before writing anything
