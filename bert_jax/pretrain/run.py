@@ -125,9 +125,7 @@ def train_and_evaluate(
     hlo_out: str | None = None,
 ) -> int | None:
     """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
-    for key, known in _STARTING_VALUES.items():
-        if config.get(key, known[0]) not in known:
-            raise ValueError(f"config.{key}={config.get(key)!r}: expected one of {known}")
+    starts = {key: _starting_value(config, key) for key in _STARTING_VALUES}
     cfg = BertConfig(**config.model.to_dict())
     compiling = mode == "compile"
     topology = topology or config.topology
@@ -148,9 +146,9 @@ def train_and_evaluate(
     ckpt = loop.checkpointer(workdir, config)
     state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
     if start == 0 and not config.init_from:
-        if config.get("mlm_bias_init", "zeros") == "unigram":
+        if starts["mlm_bias_init"] == "unigram":
             state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
-        if config.get("position_embeddings_init", "normal") == "sinusoid":
+        if starts["position_embeddings_init"] == "sinusoid":
             state = with_sinusoid_positions(state, cfg)
     writer = MetricWriter(workdir, config.num_train_steps, start)
     evaluate = None
@@ -205,6 +203,15 @@ _STARTING_VALUES = {
     "mlm_bias_init": ("zeros", "unigram"),
     "position_embeddings_init": ("normal", "sinusoid"),
 }
+
+
+def _starting_value(config, key: str) -> str:
+    """`config.<key>` (BERT's choice when absent), checked against `_STARTING_VALUES[key]`."""
+    known = _STARTING_VALUES[key]
+    value = config.get(key, known[0])
+    if value not in known:
+        raise ValueError(f"config.{key}={value!r}: expected one of {known}")
+    return value
 
 
 def _with_param(state, path: tuple[str, ...], value: np.ndarray):
