@@ -22,8 +22,11 @@ from typing import Any
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
-DTYPES = ("float32", "bfloat16")  # float16 is refused: there is no loss scaling
-COMPUTE_DTYPES = (*DTYPES, "auto")
+DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
+COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling
+# "auto" computes in float16 on CUDA GPUs below this compute capability (V100 7.0, T4 7.5: no
+# bfloat16 matrix units), in bfloat16 from it on (A100 8.0 and later).
+BFLOAT16_MIN_COMPUTE_CAPABILITY = (8, 0)
 # /proc/cpuinfo flags of the units that multiply bfloat16 matrices natively: Intel AMX, AVX-512 BF16
 # (Intel since Cooper Lake, AMD since Zen 4) and aarch64's BF16 extension (BFMMLA). Without one,
 # bfloat16 matmuls are emulated through float32 and run no faster than float32 ones.
@@ -354,13 +357,20 @@ class RuntimeConfig:
     """How the model is computed; none of it is stored in a checkpoint.
 
     Attributes:
-      dtype: compute dtype of matmuls and activations: "float32", "bfloat16", or "auto"
-        (bfloat16 on GPUs and TPUs, float32 on CPUs; `resolved(platform)` makes it concrete, which
-        the trainer does once at start). LayerNorm statistics, attention scores, the softmax and
-        its mask stay in float32 whatever this is. "float16" is refused: without loss scaling its
-        gradients underflow. "bfloat16" on a CPU pays where the CPU multiplies bfloat16 matrices
-        natively (AMX, AVX-512 BF16: `BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
-      param_dtype: storage dtype of the parameters ("float32" master weights by default).
+      dtype: compute dtype of matmuls and activations: "float32", "bfloat16", "float16", or
+        "auto": bfloat16 on TPUs and on CUDA GPUs of compute capability 8.0 and later (A100, H100),
+        float16 on older CUDA GPUs (V100 7.0, T4 7.5, which have no bfloat16 matrix units),
+        float32 on CPUs; `resolved(platform, compute_capability=...)` makes it concrete, which the
+        trainer does once at start with its first device's compute capability. LayerNorm
+        statistics, attention scores, the softmax and its mask stay in float32 whatever this is.
+        "float16" trains with dynamic loss scaling (`loss_scale_init`, `loss_scale_period`; see
+        `bert_jax.steps.DynamicLossScale`): the loss is scaled before the backward pass, the
+        gradients unscaled in float32, and a step whose gradients overflow is skipped.
+        "bfloat16" on a CPU pays where the CPU multiplies bfloat16 matrices natively (AMX,
+        AVX-512 BF16: `BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
+      param_dtype: storage dtype of the parameters: "float32" master weights (the default) or
+        "bfloat16"; never "float16" (its updates would round away; float16 compute keeps float32
+        master weights).
       scan_layers: run the encoder as one `nn.scan` over a stacked layer axis. Compiles once per
         layer instead of once per stack; the weights gain a leading "layers" axis.
       remat_policy: what each layer keeps for the backward pass: "none" (everything), "dots"
@@ -379,6 +389,8 @@ class RuntimeConfig:
         accumulator, and BERT-large's compiled train step on v5e:4x4 moves 1.3x the HBM bytes with
         it (benchmarks/RESULTS_tpu.md); off, parameters are all-gathered (asynchronously, ahead of
         their layer) and gradients reduce-scattered whole. No effect on other platforms.
+      loss_scale_init: float16 only: the loss scale of the first step (a power of 2).
+      loss_scale_period: float16 only: the scale doubles after this many finite steps in a row.
     """
 
     dtype: str = "float32"
@@ -387,16 +399,19 @@ class RuntimeConfig:
     remat_policy: str = "none"
     attention: str = "xla"
     collective_matmul: bool = False
+    loss_scale_init: float = 2.0**15  # float16: the first step's loss scale
+    loss_scale_period: int = 2000  # float16: finite steps in a row before the scale doubles
 
     def __post_init__(self):
+        if self.param_dtype == "float16":
+            raise ValueError(
+                "RuntimeConfig.param_dtype='float16' is not supported: the parameters are float32 "
+                "master weights (small updates round away in float16); keep "
+                "param_dtype='float32' and set dtype='float16' to compute in float16 (with "
+                "dynamic loss scaling)"
+            )
         for name, allowed in (("dtype", COMPUTE_DTYPES), ("param_dtype", DTYPES)):
             value = getattr(self, name)
-            if value == "float16":
-                raise ValueError(
-                    f"RuntimeConfig.{name}='float16' is not supported: there is no loss scaling, "
-                    "so float16 gradients underflow; use 'bfloat16' (same speed on GPUs since "
-                    "Ampere and on TPUs, float32's range)"
-                )
             if value not in allowed:
                 raise ValueError(f"RuntimeConfig.{name}={value!r}: expected one of {allowed}")
         if self.remat_policy not in REMAT_POLICIES:
@@ -411,28 +426,52 @@ class RuntimeConfig:
             )
         if self.attention == "cudnn" and self.dtype == "float32":
             raise ValueError(
-                "RuntimeConfig.attention='cudnn' takes bfloat16 only, but dtype='float32'; use "
-                "dtype='bfloat16' (or 'auto'), or attention='auto' (cuDNN where it applies, the "
-                "exact xla path elsewhere)"
+                "RuntimeConfig.attention='cudnn' takes bfloat16 or float16 (cuDNN's flash "
+                "attention: float16 too on compute capability 8.0 and later), but "
+                "dtype='float32'; use dtype='bfloat16' (or 'auto'), or attention='auto' (cuDNN "
+                "where it applies, the exact xla path elsewhere)"
             )
         for name in ("scan_layers", "collective_matmul"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"RuntimeConfig.{name}={getattr(self, name)!r}: expected a bool")
+        scale = self.loss_scale_init
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale >= 1:
+            raise ValueError(f"RuntimeConfig.loss_scale_init={scale!r}: expected a number >= 1")
+        period = self.loss_scale_period
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise ValueError(
+                f"RuntimeConfig.loss_scale_period={period!r}: expected a positive integer"
+            )
 
-    def compute_dtype(self, platform: str) -> str:
-        """The concrete compute dtype on `platform` ("cpu", "cuda"/"gpu", "rocm", "tpu"): dtype,
-        or for "auto" bfloat16 on accelerators and float32 on CPUs."""
+    def compute_dtype(self, platform: str, *, compute_capability: str | None = None) -> str:
+        """The concrete compute dtype on `platform` ("cpu", "cuda"/"gpu", "rocm", "tpu").
+
+        Args:
+          platform: where the run computes.
+          compute_capability: a CUDA device's compute capability ("7.5", "9.0"; a CUDA jax
+            device's `.compute_capability`), or None where unknown.
+
+        Returns:
+          dtype, or for "auto": float32 on CPUs; float16 on CUDA GPUs below compute capability
+          8.0 (`BFLOAT16_MIN_COMPUTE_CAPABILITY`); bfloat16 on the others, on TPUs and on GPUs of
+          unknown compute capability.
+        """
         if self.dtype != "auto":
             return self.dtype
-        return "float32" if platform == "cpu" else "bfloat16"
+        if platform == "cpu":
+            return "float32"
+        if platform in ("cuda", "gpu") and compute_capability:
+            if _version(compute_capability) < BFLOAT16_MIN_COMPUTE_CAPABILITY:
+                return "float16"
+        return "bfloat16"
 
-    def resolved(self, platform: str) -> RuntimeConfig:
+    def resolved(self, platform: str, *, compute_capability: str | None = None) -> RuntimeConfig:
         """A copy with dtype "auto" made concrete for `platform` (`compute_dtype`).
 
         Called once per run; warns (once per process) when the run computes in bfloat16 on a CPU
         without bfloat16 matrix units (`emulated_bfloat16_warning`).
         """
-        dtype = self.compute_dtype(platform)
+        dtype = self.compute_dtype(platform, compute_capability=compute_capability)
         cpuinfo = _read_cpuinfo() if (dtype, platform) == ("bfloat16", "cpu") else None
         message = emulated_bfloat16_warning(dtype, platform, cpuinfo)
         if message and message not in _WARNED:
@@ -448,6 +487,18 @@ class RuntimeConfig:
 
 
 _WINDOWED_COLLECTIVES = ("all_gather", "reduce_scatter")
+
+
+def _version(compute_capability: str) -> tuple[int, ...]:
+    """ "7.5" -> (7, 5); "10.0" -> (10, 0)."""
+    try:
+        return tuple(int(part) for part in str(compute_capability).split("."))
+    except ValueError:
+        raise ValueError(
+            f"compute_capability={compute_capability!r}: expected a version such as '7.5'"
+        ) from None
+
+
 _WARNED: set[str] = set()
 
 

@@ -95,6 +95,7 @@ class Experiment:
     seed: int
     num_microbatches: int = 1
     compiler_options: dict = dataclasses.field(default_factory=dict)  # XLA's, for every step
+    loss_scale: steps.DynamicLossScale | None = None  # float16 runs: dynamic loss scaling
     # The jitted steps, built once: (kind, arguments) -> jitted function. JAX keeps one compiled
     # program per input shape inside each, so a step compiles once per shape for the whole run.
     _jitted: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -125,13 +126,20 @@ class Experiment:
         # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
         # attention kernel is checked here too, so a bad choice fails before any compile.
         platform = current_platform(mesh)
-        runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(platform)
+        runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(
+            platform, compute_capability=compute_capability(mesh)
+        )
         kernels = [resolve_attention(runtime, cfg, platform, training=t) for t in (True, False)]
         logging.info("%s: %s; attention %s (train), %s (eval)", platform, runtime, *kernels)
         model = get_model_class(model_name)(cfg, runtime)
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = optimizer.from_config(config.optimizer, num_train_steps)
-        init_fn = functools.partial(steps.init_train_state, model=model, tx=tx)
+        loss_scale = None
+        if runtime.dtype == "float16":
+            loss_scale = steps.DynamicLossScale(runtime.loss_scale_init, runtime.loss_scale_period)
+        init_fn = functools.partial(
+            steps.init_train_state, model=model, tx=tx, loss_scale=loss_scale
+        )
         abstract_state = jax.eval_shape(init_fn, jax.random.PRNGKey(config.seed))
         state_shardings = sharding.logical_shardings(abstract_state, mesh, rules)
         logging.info(
@@ -155,11 +163,14 @@ class Experiment:
             config.seed,
             config.num_microbatches,
             runtime.compiler_options(platform),
+            loss_scale,
         )
 
     # ---- state ----
     def _init_fn(self, rng, params=None):
-        return steps.init_train_state(rng, model=self.model, tx=self.tx, params=params)
+        return steps.init_train_state(
+            rng, model=self.model, tx=self.tx, params=params, loss_scale=self.loss_scale
+        )
 
     def targets(self) -> PyTree:
         """Abstract unboxed state with shardings: what a checkpoint restores into."""
@@ -275,6 +286,7 @@ class Experiment:
             num_microbatches=self.num_microbatches,
             schedule=self.schedule,
             compiler_options=self.compiler_options,
+            loss_scale=self.loss_scale,
         )
 
     def train_step_fn(self, host_batch: Mapping[str, np.ndarray]) -> Callable:
@@ -352,6 +364,13 @@ def checkpointer(workdir: str, config) -> checkpointing.Checkpointer:
     )
 
 
+def compute_capability(mesh=None) -> str | None:
+    """The compute capability ("7.5", "9.0") of the mesh's first device (of JAX's first device
+    without a mesh) where it has one (CUDA GPUs); None elsewhere."""
+    device = jax.devices()[0] if mesh is None else mesh.devices.flat[0]
+    return getattr(device, "compute_capability", None)
+
+
 def compile_train_step(
     model: nn.Module,
     tx: optax.GradientTransformation,
@@ -364,12 +383,14 @@ def compile_train_step(
     schedule: Callable | None = None,
     donate: bool = True,
     compiler_options: dict[str, str] | None = None,
+    loss_scale: steps.DynamicLossScale | None = None,
 ) -> Callable:
     """The jitted (state, global batch) -> (state, metrics) of `steps.train_step`, the state
     donated (its buffers are reused for the new state; `donate=False` keeps it, for callers that
     step the same state twice). The one place a train step is compiled: the loop, `bert_jax.aot`,
     the tests and the benchmarks use it. Shardings left None are JAX's choice (one device);
-    `compiler_options` are XLA's (`RuntimeConfig.compiler_options`)."""
+    `compiler_options` are XLA's (`RuntimeConfig.compiler_options`); `loss_scale` turns on
+    dynamic loss scaling (float16 runs; the state is then a `steps.ScaledTrainState`)."""
     step = functools.partial(
         steps.train_step,
         model=model,
@@ -377,6 +398,7 @@ def compile_train_step(
         objective=objective,
         num_microbatches=num_microbatches,
         schedule=schedule,
+        loss_scale=loss_scale,
     )
     shardings = {}
     if state_shardings is not None:
@@ -394,19 +416,24 @@ def compile_train_step(
 
 def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:
     """Metrics of several steps or batches: sums, counts and histograms are added, loss and
-    grad_norm averaged, the last learning rate kept; then `objectives.summarize` turns them into
-    means (and AUCs)."""
+    grad_norm averaged, the last learning rate and loss scale kept; then `objectives.summarize`
+    turns them into means (and AUCs). With float16's `skipped_steps` (a count over the window),
+    loss and grad_norm are averaged over the applied steps (none applied: no loss, grad_norm)."""
     fetched = jax.device_get(window)
     total: dict[str, Any] = {}
     for m in fetched:
         for k, v in m.items():
             total[k] = total.get(k, 0.0) + np.asarray(v, np.float64)  # scalars, or histograms
     out = objectives.summarize(total)
+    applied = len(fetched) - float(total.get("skipped_steps", 0.0))
     for k in ("loss", "grad_norm"):
         if k in total:
-            out[k] = total[k] / len(fetched)
-    if "learning_rate" in fetched[-1]:
-        out["learning_rate"] = float(fetched[-1]["learning_rate"])
+            out.pop(k, None)
+            if applied > 0:
+                out[k] = total[k] / applied
+    for k in ("learning_rate", "loss_scale"):
+        if k in fetched[-1]:
+            out[k] = float(fetched[-1][k])
     return out
 
 
@@ -457,10 +484,17 @@ class Hook:
         """Called once when the loop ends (normally or not)."""
 
 
+# float16: skipped steps in a row after which a run stops (more than the 24 halvings from the
+# largest loss scale, 2^24, down to 1: the loss or gradients overflow even unscaled).
+MAX_SKIPPED_STEPS_IN_A_ROW = 32
+
+
 class LogMetrics(Hook):
     """Writes the window's training metrics at logging and checkpoint steps: means of the sums,
     tokens/s, step time, MFU where the device's peak is known, and the first step's compile time.
-    Stops the run with FloatingPointError on a non-finite loss.
+    Stops the run with FloatingPointError on a non-finite loss; for float16 (whose overflowing
+    steps are skipped, `steps.train_step`) when `MAX_SKIPPED_STEPS_IN_A_ROW` steps in a row were
+    skipped.
 
     Args:
       writer: the run's MetricWriter.
@@ -474,6 +508,7 @@ class LogMetrics(Hook):
         self.peak = flops.peak_flops_per_device(jax.devices()[0].device_kind)
         self.host_fraction = sharding.host_batch_fraction(mesh)  # of the global batch's rows
         self.window, self.flops, self.tokens, self.compile_s = [], 0.0, 0, None
+        self.skipped_in_a_row = 0  # float16: steps skipped since the last applied one
 
     def __call__(self, r: StepResult) -> bool:
         if r.compile_s is not None:
@@ -486,13 +521,26 @@ class LogMetrics(Hook):
         if not (r.log or r.save):
             return False
         summary = reduce_metrics(self.window)
-        if not np.isfinite(summary.get("loss", np.nan)):
+        finite = np.isfinite(summary.get("loss", np.nan))
+        if "skipped_steps" in self.window[-1]:  # float16: a window of skipped steps has no loss
+            for skipped in jax.device_get([m["skipped_steps"] for m in self.window]):
+                self.skipped_in_a_row = self.skipped_in_a_row + 1 if skipped else 0
+            finite = self.skipped_in_a_row < MAX_SKIPPED_STEPS_IN_A_ROW and np.isfinite(
+                summary.get("loss", 0.0)
+            )
+        if not finite:
             where = ""
             if self.ckpt is not None:
                 self.ckpt.wait()
                 where = (
                     f" The last good checkpoint is step {self.ckpt.latest_step()} in "
                     f"{self.ckpt.directory}"
+                )
+            if self.skipped_in_a_row:
+                raise FloatingPointError(
+                    f"{self.skipped_in_a_row} steps in a row skipped at step {r.step} (non-finite "
+                    f"float16 loss or gradients, loss scale {summary.get('loss_scale')}); "
+                    f"stopping.{where}"
                 )
             raise FloatingPointError(
                 f"non-finite loss {summary.get('loss')} at step {r.step}; stopping.{where}"

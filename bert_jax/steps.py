@@ -3,10 +3,19 @@
 Nothing here is jitted: `bert_jax.loop.compile_train_step` compiles the train step once, with
 explicit shardings and buffer donation; the evaluation and prediction steps are jitted by the
 `Experiment` that runs them.
+
+float16 runs train with dynamic loss scaling (`DynamicLossScale`, optax's and apex's rule, written
+here): the loss is multiplied by a scale before the backward pass, so that small float16
+gradients do not flush to zero, and the gradients are divided by it in float32. A step whose
+gradients (or loss) are not finite, as seen over the whole global batch, is skipped: parameters
+and optimizer state stay as they were and the scale halves; after `period` finite steps in a row
+the scale doubles. The scale lives in `ScaledTrainState.loss_scale` (checkpointed with the
+state); float32 and bfloat16 runs keep the plain `TrainState` and compute exactly as without it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -23,9 +32,51 @@ PyTree = Any
 
 
 @flax.struct.dataclass
+class LossScaleState:
+    """scale: float32 scalar, what the next step multiplies its loss by; good_steps: int32
+    scalar, finite steps in a row since the scale last changed."""
+
+    scale: jax.Array
+    good_steps: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicLossScale:
+    """How the loss scale of a float16 run moves (static: hashable, closed over by the step).
+
+    Attributes:
+      init_scale: the first step's scale (`RuntimeConfig.loss_scale_init`).
+      period: finite steps in a row after which the scale doubles
+        (`RuntimeConfig.loss_scale_period`).
+      min_scale: the scale never halves below this (1: no scaling).
+      max_scale: the scale never doubles above this.
+    """
+
+    init_scale: float = 2.0**15
+    period: int = 2000
+    min_scale: float = 1.0
+    max_scale: float = 2.0**24
+
+    def init(self) -> LossScaleState:
+        """The state of the first step."""
+        return LossScaleState(jnp.float32(self.init_scale), jnp.zeros([], jnp.int32))
+
+    def update(self, state: LossScaleState, finite: jax.Array) -> LossScaleState:
+        """The state after a step whose gradients were `finite` (bool scalar) or not: halved
+        after an overflow, doubled after `period` finite steps in a row, else kept."""
+        good_steps = jnp.where(finite, state.good_steps + 1, 0)
+        grow = good_steps >= self.period
+        scale = jnp.where(grow, state.scale * 2, state.scale)
+        scale = jnp.where(finite, scale, state.scale / 2)
+        scale = jnp.clip(scale, self.min_scale, self.max_scale).astype(jnp.float32)
+        return LossScaleState(scale, jnp.where(grow, 0, good_steps).astype(jnp.int32))
+
+
+@flax.struct.dataclass
 class TrainState:
-    """step: int32 scalar (optimizer updates done); params and opt_state: pytrees; rng: the run's
-    base PRNG key, folded with the step for each step's dropout."""
+    """step: int32 scalar (train steps done, skipped float16 steps included); params and
+    opt_state: pytrees; rng: the run's base PRNG key, folded with the step for each step's
+    dropout."""
 
     step: jax.Array
     params: PyTree
@@ -33,8 +84,26 @@ class TrainState:
     rng: jax.Array
 
 
-def init_train_state(rng: jax.Array, *, model: nn.Module, tx, params: PyTree | None = None):
-    """A fresh TrainState (parameters boxed with their logical axes unless `params` is given).
+@flax.struct.dataclass
+class ScaledTrainState(TrainState):
+    """A float16 run's TrainState: plus loss_scale, its `LossScaleState` (checkpointed with the
+    rest). A class of its own rather than an optional field, because Orbax restores a tree only
+    into the same structure: float32 and bfloat16 runs keep restoring checkpoints written before
+    loss scaling existed."""
+
+    loss_scale: LossScaleState
+
+
+def init_train_state(
+    rng: jax.Array,
+    *,
+    model: nn.Module,
+    tx,
+    params: PyTree | None = None,
+    loss_scale: DynamicLossScale | None = None,
+):
+    """A fresh TrainState (parameters boxed with their logical axes unless `params` is given);
+    a ScaledTrainState holding `loss_scale`'s first state when that is given (float16 runs).
 
     Run it under `jax.eval_shape` to get the abstract state whose boxes give the shardings, then
     under `jax.jit(..., out_shardings=...)` (unboxed with `nn.unbox`) to create it sharded.
@@ -42,12 +111,10 @@ def init_train_state(rng: jax.Array, *, model: nn.Module, tx, params: PyTree | N
     init_rng, run_rng = jax.random.split(rng)
     if params is None:
         params = init_params(model, init_rng)
-    return TrainState(
-        step=jnp.zeros([], jnp.int32),
-        params=params,
-        opt_state=tx.init(params),
-        rng=run_rng,
-    )
+    fields = dict(step=jnp.zeros([], jnp.int32), params=params, opt_state=tx.init(params))
+    if loss_scale is None:
+        return TrainState(**fields, rng=run_rng)
+    return ScaledTrainState(**fields, rng=run_rng, loss_scale=loss_scale.init())
 
 
 def split_microbatches(batch: Batch, k: int) -> Batch:
@@ -62,27 +129,40 @@ def split_microbatches(batch: Batch, k: int) -> Batch:
     return jax.tree_util.tree_map(split, batch)
 
 
-def loss_and_grads(params, batch, rng, *, model, objective: Objective, num_microbatches: int = 1):
+def loss_and_grads(
+    params,
+    batch,
+    rng,
+    *,
+    model,
+    objective: Objective,
+    num_microbatches: int = 1,
+    loss_scale: jax.Array | None = None,
+):
     """The batch's objective, its gradient and the metric sums, over `num_microbatches` parts.
 
-    Counts come from the whole batch, so the result does not depend on `num_microbatches`.
+    Counts come from the whole batch, so the result does not depend on `num_microbatches`. With
+    `loss_scale` (float32 scalar), the backward pass starts from loss x loss_scale and the summed
+    gradients are divided by it in float32 (an overflow stays inf or nan); the loss returned is
+    unscaled.
     """
     counts = objective.counts(batch)
 
     def part_loss(p, part, part_rng):
         sums = objective.sums(model, p, part, part_rng, False)
-        return objective.loss(sums, counts), sums
+        loss = objective.loss(sums, counts)
+        return (loss if loss_scale is None else loss * loss_scale), (loss, sums)
 
     grad_fn = jax.value_and_grad(part_loss, has_aux=True)
     if num_microbatches == 1:
-        (loss, sums), grads = grad_fn(params, batch, rng)
+        (_, (loss, sums)), grads = grad_fn(params, batch, rng)
     else:
         parts = split_microbatches(batch, num_microbatches)
 
         def body(carry, xs):
             acc_loss, acc_grads, acc_sums = carry
             part, i = xs
-            (part_loss_value, s), g = grad_fn(params, part, jax.random.fold_in(rng, i))
+            (_, (part_loss_value, s)), g = grad_fn(params, part, jax.random.fold_in(rng, i))
             acc_grads = jax.tree_util.tree_map(jnp.add, acc_grads, g)
             acc_sums = jax.tree_util.tree_map(jnp.add, acc_sums, s)
             return (acc_loss + part_loss_value, acc_grads, acc_sums), None
@@ -95,7 +175,18 @@ def loss_and_grads(params, batch, rng, *, model, objective: Objective, num_micro
             jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), abstract_sums),
         )
         (loss, grads, sums), _ = jax.lax.scan(body, init, (parts, jnp.arange(num_microbatches)))
+    if loss_scale is not None:
+        grads = jax.tree_util.tree_map(
+            lambda g: (g.astype(jnp.float32) / loss_scale).astype(g.dtype), grads
+        )
     return loss, grads, {**sums, **counts}
+
+
+def all_finite(tree: PyTree) -> jax.Array:
+    """Whether every element of every array in `tree` is finite: a bool scalar. On global
+    (sharded) arrays it reduces over all shards, so every device gets the same answer."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
 def train_step(
@@ -107,11 +198,21 @@ def train_step(
     objective: Objective,
     num_microbatches: int = 1,
     schedule: Callable[[jax.Array], jax.Array] | None = None,
+    loss_scale: DynamicLossScale | None = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update. Returns the new state and metric sums (plus loss, grad_norm, lr).
 
     Dropout uses `fold_in(state.rng, state.step)` (and the micro-batch index), so a resumed run
     draws the same masks as an uninterrupted one.
+
+    With `loss_scale` (float16 runs; `state` is a `ScaledTrainState`) the gradients are
+    computed scaled (see the module docstring), and a step whose loss or gradients are not finite
+    is skipped: params and opt_state are returned unchanged (the optimizer's own count and the
+    learning-rate schedule inside it do not advance), while `step` advances, so that the step
+    stays the number of batches consumed (the data position and the dropout keys move on). The
+    metrics then add `loss_scale` (the scale this step used) and `skipped_steps` (1.0 for a
+    skipped step, else 0.0); a skipped step reports loss and grad_norm 0 (`reduce_metrics`
+    averages them over the applied steps).
     """
     rng = jax.random.fold_in(state.rng, state.step)
     loss, grads, sums = loss_and_grads(
@@ -121,6 +222,7 @@ def train_step(
         model=model,
         objective=objective,
         num_microbatches=num_microbatches,
+        loss_scale=None if loss_scale is None else state.loss_scale.scale,
     )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -129,7 +231,26 @@ def train_step(
     metrics["grad_norm"] = optax.global_norm(grads)
     if schedule is not None:
         metrics["learning_rate"] = jnp.asarray(schedule(state.step), jnp.float32)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    if loss_scale is None:
+        new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+        return new_state, metrics
+    finite = jnp.isfinite(loss) & all_finite(grads)
+
+    def keep_if_skipped(new, old):
+        return jnp.where(finite, new, old)
+
+    params = jax.tree_util.tree_map(keep_if_skipped, params, state.params)
+    opt_state = jax.tree_util.tree_map(keep_if_skipped, opt_state, state.opt_state)
+    for key in ("loss", "grad_norm"):
+        metrics[key] = jnp.where(finite, metrics[key], 0.0)
+    metrics["loss_scale"] = state.loss_scale.scale
+    metrics["skipped_steps"] = 1.0 - finite.astype(jnp.float32)
+    new_state = state.replace(
+        step=state.step + 1,
+        params=params,
+        opt_state=opt_state,
+        loss_scale=loss_scale.update(state.loss_scale, finite),
+    )
     return new_state, metrics
 
 

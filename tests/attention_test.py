@@ -281,10 +281,9 @@ def test_explicit_choices_that_cannot_run_are_refused(runtime, cfg, platform, tr
         A.resolve_attention(RuntimeConfig(**runtime), cfg, platform, training=training)
 
 
-def test_runtime_config_refuses_float16_and_cudnn_in_float32():
-    with pytest.raises(ValueError, match="no loss scaling"):
-        RuntimeConfig(dtype="float16")
-    with pytest.raises(ValueError, match="no loss scaling"):
+def test_runtime_config_refuses_float16_parameters_and_cudnn_in_float32():
+    assert RuntimeConfig(dtype="float16").dtype == "float16"  # with loss scaling (loss_scale_test)
+    with pytest.raises(ValueError, match=r"param_dtype='float16'.*master weights"):
         RuntimeConfig(param_dtype="float16")
     with pytest.raises(ValueError, match=r"attention='cudnn' takes bfloat16.*use dtype='bfloat16'"):
         RuntimeConfig(attention="cudnn")
