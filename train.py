@@ -33,7 +33,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import aot, loop, summaries
+from bert_jax import aot, loop, multihost, summaries
 from bert_jax.finetune import run as finetune_run
 from bert_jax.pretrain import run as pretrain_run
 
@@ -62,17 +62,18 @@ flags.mark_flags_as_required(["config"])
 
 
 def initialize_distributed() -> None:
-    """jax.distributed for multi-process runs: explicit flags, or a cluster JAX detects itself."""
+    """jax.distributed for multi-process runs: explicit flags, or a cluster JAX detects itself;
+    with `bert_jax.multihost`'s heartbeat and shutdown timeouts (a dead process is noticed)."""
     env = os.environ
     if FLAGS.coordinator_address:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes only
-        jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+        multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     elif (
         int(env.get("SLURM_NTASKS", "1")) > 1
         or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
         or "," in env.get("TPU_WORKER_HOSTNAMES", "")
     ):
-        jax.distributed.initialize()
+        multihost.initialize()
 
 
 def main(argv):
@@ -97,16 +98,18 @@ def main(argv):
         logging.info("persistent compilation cache: %s", cache_dir or "off")
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
-    if config.job in pretrain_run.MODELS:
-        return pretrain_run.train_and_evaluate(
-            config,
-            workdir,
-            mode=FLAGS.mode,
-            topology=FLAGS.topology,
-            num_slices=FLAGS.num_slices,
-            hlo_out=FLAGS.hlo_out,
-        )
-    finetune_run.train_and_evaluate(config, workdir, mode=FLAGS.mode)
+    # With several processes, an error on any of them ends all of them (bert_jax.multihost).
+    with multihost.guard():
+        if config.job in pretrain_run.MODELS:
+            return pretrain_run.train_and_evaluate(
+                config,
+                workdir,
+                mode=FLAGS.mode,
+                topology=FLAGS.topology,
+                num_slices=FLAGS.num_slices,
+                hlo_out=FLAGS.hlo_out,
+            )
+        finetune_run.train_and_evaluate(config, workdir, mode=FLAGS.mode)
 
 
 if __name__ == "__main__":

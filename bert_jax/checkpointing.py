@@ -37,11 +37,10 @@ import zlib
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
-from jax.experimental import multihost_utils
 
+from bert_jax import multihost
 from bert_jax.paths import as_path
 
 PyTree = Any
@@ -95,7 +94,7 @@ def _common_position(data_iterator) -> dict | None:
     digest = zlib.crc32(text.encode()) & 0x7FFFFFFF if text else -1
     digests = {digest}
     if jax.process_count() > 1:  # every process calls this once, whatever its state
-        digests = set(np.asarray(multihost_utils.process_allgather(np.int32(digest))).tolist())
+        digests = {int(d) for d in multihost.all_gather("data-position", str(digest))}
     return position if len(digests) == 1 and digest >= 0 else None
 
 
@@ -103,7 +102,7 @@ def _gather(code: int) -> list[int]:
     """Every process's `code`, in process order (a collective)."""
     if jax.process_count() == 1:
         return [code]
-    return [int(c) for c in multihost_utils.process_allgather(np.int32(code))]
+    return [int(c) for c in multihost.all_gather("checkpoint-codes", str(code))]
 
 
 def _grain_args():
@@ -342,9 +341,9 @@ class Checkpointer:
             str(error)[:500],
             dst,
         )
-        multihost_utils.sync_global_devices(f"quarantine-{step}")
+        multihost.barrier(f"quarantine-{step}")
         if jax.process_index() == 0 and src.exists():
             src.rename(dst)
-        multihost_utils.sync_global_devices(f"quarantined-{step}")
+        multihost.barrier(f"quarantined-{step}")
         self._manager.close()
         self._manager = self._new_manager()

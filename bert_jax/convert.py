@@ -42,7 +42,7 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax import checkpointing
+from bert_jax import checkpointing, multihost
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.paths import as_path, is_url
@@ -664,19 +664,12 @@ def _atomic_write(out_dir: epath.Path, name: str, write) -> None:
 
 def _any_process(flag: bool) -> bool:
     """Whether `flag` is set on any process (a collective: every process must call it)."""
-    if jax.process_count() == 1:
-        return flag
-    from jax.experimental import multihost_utils
-
-    return bool(np.any(multihost_utils.process_allgather(np.int32(flag))))
+    return multihost.any_process("any-process", flag)
 
 
 def _sync_processes(name: str) -> None:
     """Waits until every process gets here (nothing to wait for in a single-process run)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)
+    multihost.barrier(name)
 
 
 def save_pretrained(

@@ -9,6 +9,8 @@ finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metric
 inference (model, convert, finetune's text batching) <- pretrain.run (loop, pretrain.data)
 finetune.run (loop, convert, finetune.*)
 train.py -> pretrain.run | finetune.run; nothing imports train.py
+multihost (a leaf: barriers with timeouts; a failure ends every process) <- checkpointing,
+  convert, pretrain.inputs, pretrain.run, train.py
 """
 
 import ast
@@ -21,6 +23,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
 LEAVES = {
+    "multihost",
     "paths",
     "config",
     "tokenization",
@@ -49,9 +52,10 @@ FINETUNE_DATA = {
 # modules). A module may always import its own submodules.
 ALLOWED = {
     **{leaf: {"config", "paths"} for leaf in LEAVES},
+    "checkpointing": {"multihost", "paths"},
     "attention": {"config"},
     "model": {"config", "attention"},
-    "convert": {"checkpointing", "config", "model", "paths"},
+    "convert": {"checkpointing", "config", "model", "multihost", "paths"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
     "loop": {
@@ -80,13 +84,14 @@ ALLOWED = {
     },
     "pretrain": set(),
     "pretrain.data": {"pretrain.data", "paths", "tokenization"},
-    "pretrain.inputs": {"config", "paths", "sharding", "pretrain.data"},
+    "pretrain.inputs": {"config", "multihost", "paths", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",
         "config",
         "flops",
         "inference",
         "loop",
+        "multihost",
         "paths",
         "sharding",
         "summaries",

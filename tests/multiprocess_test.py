@@ -6,14 +6,17 @@ meshes whose tensor or fsdp axis spans both hosts (the hosts then share batch sh
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
 
+from bert_jax import multihost
 from tests.train_test import ROOT, env, losses, run, train_cmd
 
 pytestmark = pytest.mark.multiprocess
@@ -35,38 +38,91 @@ def mesh_flags(mesh) -> list[str]:
     return [f"--config.mesh.{a}={n}" for a, n in zip(("data", "fsdp", "tensor"), mesh)]
 
 
-def two_processes(make_cmd, timeout=600) -> list[tuple[str, str]]:
-    """Runs make_cmd(process flags) as process 0 and 1 of 2 (4 devices each); (stdout, stderr)
-    of each, after checking that both succeeded."""
-    port = free_port()
-    procs = [
-        subprocess.Popen(
-            make_cmd(
-                [
-                    f"--coordinator_address=127.0.0.1:{port}",
-                    "--num_processes=2",
-                    f"--process_id={i}",
-                ]
-            ),
-            env=env(4),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+# Every 2-process launch ends within this (or the test fails with both processes' last output).
+LAUNCH_TIMEOUT_S = 600
+
+
+class TwoProcesses:
+    """Process 0 and 1 of a 2-process job (4 CPU devices each), their output in files.
+
+    `make_cmd(process flags)` gives each command; `fault` (optional) is each process's
+    BERT_JAX_FAULT_INJECT (bert_jax.multihost). Every wait has a timeout that kills both processes
+    and fails the test with both processes' last output."""
+
+    def __init__(self, make_cmd, directory, fault=(None, None)):
+        port = free_port()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.logs = [directory / f"process{i}.{s}" for i in range(2) for s in ("out", "err")]
+        self.procs = []
+        for i in range(2):
+            e = env(4)
+            e.pop(multihost.FAULT_ENV, None)
+            if fault[i]:
+                e[multihost.FAULT_ENV] = fault[i]
+            flags = [
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+            ]
+            with open(self.logs[2 * i], "w") as out, open(self.logs[2 * i + 1], "w") as err:
+                self.procs.append(
+                    subprocess.Popen(make_cmd(flags), env=e, cwd=ROOT, stdout=out, stderr=err)
+                )
+        self.exited_at = [None, None]
+
+    def output(self, i: int) -> tuple[str, str]:
+        return tuple(self.logs[2 * i + k].read_text() for k in range(2))
+
+    def last_output(self) -> str:
+        return "".join(
+            f"\n--- process {i} (exit status {p.poll()}):\n{out[-2000:]}{err[-4000:]}"
+            for i, p in enumerate(self.procs)
+            for out, err in [self.output(i)]
         )
-        for i in range(2)
-    ]
-    try:
-        outputs = [p.communicate(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
+
+    def _poll(self) -> None:
+        for i, p in enumerate(self.procs):
+            if self.exited_at[i] is None and p.poll() is not None:
+                self.exited_at[i] = time.monotonic()
+
+    def _fail(self, why: str):
+        for p in self.procs:
             if p.poll() is None:
                 p.kill()
-    for i, (p, (out, err)) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, (
-            f"process {i} failed ({p.returncode}):\n{out[-2000:]}{err[-4000:]}"
-        )
-    return outputs
+                p.wait()
+        pytest.fail(f"{why}{self.last_output()}")
+
+    def wait_for(self, i: int, text: str, timeout: float = LAUNCH_TIMEOUT_S) -> None:
+        """Waits until process i's stderr shows `text`."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output(i)[1]:
+            self._poll()
+            if any(t is not None for t in self.exited_at) or time.monotonic() > deadline:
+                self._fail(f"process {i} never printed {text!r}")
+            time.sleep(0.2)
+
+    def wait(self, timeout: float = LAUNCH_TIMEOUT_S) -> list[int]:
+        """Both exit statuses, once both processes ended."""
+        deadline = time.monotonic() + timeout
+        while None in self.exited_at:
+            self._poll()
+            if time.monotonic() > deadline:
+                self._fail(f"the 2-process job did not end within {timeout:.0f} s")
+            time.sleep(0.1)
+        return [p.returncode for p in self.procs]
+
+    def check(self, timeout: float = LAUNCH_TIMEOUT_S) -> list[tuple[str, str]]:
+        """(stdout, stderr) of each process, after checking that both succeeded."""
+        codes = self.wait(timeout)
+        if codes != [0, 0]:
+            self._fail(f"exit statuses {codes}, expected [0, 0]")
+        return [self.output(i) for i in range(2)]
+
+
+def two_processes(make_cmd, directory, timeout=LAUNCH_TIMEOUT_S) -> list[tuple[str, str]]:
+    """Runs make_cmd(process flags) as process 0 and 1 of 2 (4 devices each), their output in
+    `directory`; (stdout, stderr) of each, after checking that both succeeded within `timeout`."""
+    return TwoProcesses(make_cmd, directory).check(timeout)
 
 
 def pretrain_cmd(workdir, build, mesh, *extra):
@@ -113,7 +169,10 @@ def two_process_run(tmp_path_factory, tiny_pretraining_build):
     def get(mesh):
         if mesh not in done:
             workdir = tmp_path_factory.mktemp("multi") / "run"
-            two_processes(lambda flags: pretrain_cmd(workdir, tiny_pretraining_build, mesh, *flags))
+            two_processes(
+                lambda flags: pretrain_cmd(workdir, tiny_pretraining_build, mesh, *flags),
+                workdir.parent / "logs",
+            )
             done[mesh] = workdir
         return done[mesh]
 
@@ -157,7 +216,8 @@ def test_elastic_resume_one_to_two_processes_and_back(
     up = tmp_path / "up"
     resumed_from(up, single)
     outputs = two_processes(
-        lambda flags: pretrain_cmd(up, tiny_pretraining_build, (2, 2, 2), *flags)
+        lambda flags: pretrain_cmd(up, tiny_pretraining_build, (2, 2, 2), *flags),
+        tmp_path / "logs",
     )
     assert all(f"restored checkpoint {RESUME_AT}" in err for _, err in outputs)
     assert_same_losses(up, single, first=RESUME_AT + 1)
@@ -241,6 +301,7 @@ def test_host_rows_startup_check_refused_export_and_unshared_directory(tmp_path)
             str(tmp_path / "shared"),
             str(tmp_path),
         ],
+        tmp_path / "logs",
         timeout=300,
     )
     results = [
@@ -302,7 +363,8 @@ def test_finetuning_on_two_processes_equals_one(tmp_path):
             str(multi),
             flags[0].split("=", 1)[1],
             flags[2].split("=", 1)[1],
-        ]
+        ],
+        tmp_path / "logs",
     )
     a = json.loads((single / "results.json").read_text())
     b = json.loads((multi / "results.json").read_text())
@@ -315,3 +377,104 @@ def test_finetuning_on_two_processes_equals_one(tmp_path):
         ).read_text()
     assert (multi / "hf" / "model.safetensors").is_file()
     assert (multi / "export" / "params").is_dir()
+
+
+# ---- failures: one process fails, every process ends (bert_jax.multihost) ----
+# The job's defaults as a new user runs them (the default corpus, export on), made small.
+DEFAULT_RUN = [
+    "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=tiny",
+    "--config.num_train_steps=4",
+    "--config.global_batch_size=16",
+    "--config.mesh.data=8",
+    "--config.checkpoint_every_steps=2",
+    "--config.num_eval_steps=2",
+]
+
+
+def default_cmd(workdir, flags, *extra):
+    return [sys.executable, os.path.join(ROOT, "train.py"), f"--workdir={workdir}",
+            *DEFAULT_RUN, *extra, *flags]  # fmt: skip
+
+
+def checkpoints(workdir) -> list[int]:
+    return sorted(int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit())
+
+
+def fails_together(job: TwoProcesses, failed: int, statuses=(1, 1)) -> float:
+    """Checks that both processes exited with `statuses`, the other one naming process `failed`'s
+    error; returns the seconds between the two exits (at most multihost.FAILURE_BOUND_S)."""
+    assert job.wait() == list(statuses), job.last_output()
+    gap = abs(job.exited_at[0] - job.exited_at[1])
+    assert gap < multihost.FAILURE_BOUND_S, job.last_output()
+    other = 1 - failed
+    assert f"process {failed} failed: InjectedFault" in job.output(other)[1], job.last_output()
+    assert f"process {failed} failed: InjectedFault" in job.output(failed)[1]
+    return gap
+
+
+def test_default_run_survives_failures_and_resumes(tmp_path):
+    """The README's 2-process run with every default (the default corpus built once, export on),
+    with an exception in process 1 at the data build, at step 3 and at the export: each ends both
+    processes (status 1, the other naming the error), and each later run resumes from the last
+    complete checkpoint, until a run without faults exports."""
+    workdir = tmp_path / "run"
+
+    def job(name, fault1=None, *extra):
+        return TwoProcesses(
+            lambda flags: default_cmd(workdir, flags, *extra), tmp_path / name, (None, fault1)
+        )
+
+    # Process 0 is building the corpus when process 1 fails: its build ends unfinished.
+    fails_together(job("build", "process=1,at=data_build"), failed=1)
+    assert not (workdir / "checkpoints").exists()
+    # The build is finished by the next run (idempotent); step 3 fails after checkpoint 2.
+    fails_together(job("step", "process=1,at=step:3"), failed=1)
+    assert checkpoints(workdir) == [2]
+    # Trained to the end (checkpoint 4 saved), the export fails.
+    fails_together(job("export", "process=1,at=export"), failed=1)
+    assert checkpoints(workdir) == [2, 4] and not (workdir / "hf").exists()
+    outputs = job("done").check()
+    assert all("restored checkpoint 4" in err for _, err in outputs)
+    assert (workdir / "hf" / "model.safetensors").is_file()
+    assert (workdir / "hf" / "tokenizer.json").is_file() and (workdir / "export").is_dir()
+    assert not (workdir / "data" / ".shared-by-all-processes").exists()
+
+
+def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny_pretraining_build):
+    """SIGKILL of process 1 mid-run ends process 0 (the coordination service misses its
+    heartbeats); SIGTERM of both while process 1 waits at a barrier ends both at once (status
+    143); each later run resumes from the last complete checkpoint."""
+    workdir = tmp_path / "run"
+
+    def job(name, fault, steps=4):
+        cmd = lambda flags: train_cmd(  # noqa: E731
+            workdir, tiny_pretraining_build, EXPORT_ON, "--config.checkpoint_every_steps=2",
+            "--config.num_eval_steps=1", *flags, steps=steps,
+        )  # fmt: skip
+        return TwoProcesses(cmd, tmp_path / name, fault)
+
+    killed = job("kill", (None, "process=1,at=step:3,sleep=600"))
+    killed.wait_for(1, "sleeping 600 s at step:3")
+    killed.procs[1].kill()
+    start = time.monotonic()
+    assert killed.wait()[1] == -signal.SIGKILL
+    assert killed.procs[0].returncode != 0, killed.last_output()
+    took = killed.exited_at[0] - start
+    assert took < multihost.FAILURE_BOUND_S, killed.last_output()
+    assert "stopped sending heartbeats" in killed.output(0)[1], killed.last_output()
+    assert checkpoints(workdir) == [2]
+
+    terminated = job("term", ("process=0,at=export,sleep=600", None))
+    terminated.wait_for(0, "sleeping 600 s at export")
+    terminated.wait_for(1, "waiting at barrier 'export'")
+    for p in terminated.procs:
+        p.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    assert terminated.wait() == [143, 143], terminated.last_output()
+    assert max(terminated.exited_at) - start < multihost.TERM_GRACE_S + 5
+    assert "restored checkpoint 2" in terminated.output(0)[1]
+    assert checkpoints(workdir) == [2, 4] and not (workdir / "hf").exists()
+
+    outputs = job("done", (None, None)).check()
+    assert all("restored checkpoint 4" in err for _, err in outputs)
+    assert (workdir / "hf" / "model.safetensors").is_file()

@@ -15,9 +15,8 @@ from collections.abc import Callable, Iterator
 import jax
 import numpy as np
 from absl import logging
-from jax.experimental import multihost_utils
 
-from bert_jax import sharding
+from bert_jax import multihost, sharding
 from bert_jax.paths import is_url
 from bert_jax.pretrain.data import build, pipeline
 
@@ -50,24 +49,28 @@ def _default_build_dir(config, workdir: str) -> str:
 
 def require_shared_directory(directory: str) -> None:
     """Raises on every process unless all processes see the files process 0 writes in
-    `directory` (a shared file system). A collective; a no-op in a single-process run."""
+    `directory` (a shared file system). A barrier (`bert_jax.multihost`); a no-op in a
+    single-process run. The probe file is gone again when it returns: the directory holds only
+    what it held before (the default corpus's build refuses files it did not write)."""
     if jax.process_count() == 1:
         return
     probe = os.path.join(directory, ".shared-by-all-processes")
-    token = np.random.default_rng().integers(1, 2**31 - 1) if jax.process_index() == 0 else 0
-    token = int(multihost_utils.broadcast_one_to_all(np.int32(token)))
+    token = str(np.random.default_rng().integers(1, 2**31 - 1))
+    token = multihost.broadcast("shared-probe-token", token)
     if jax.process_index() == 0:
         os.makedirs(directory, exist_ok=True)
         with open(probe, "w") as f:
-            f.write(str(token))
-    multihost_utils.sync_global_devices("shared-probe-written")
+            f.write(token)
+    multihost.barrier("shared-probe-written")
     try:
         with open(probe) as f:
-            seen = f.read().strip() == str(token)
+            seen = f.read().strip() == token
     except OSError:
         seen = False
-    seen_by = np.asarray(multihost_utils.process_allgather(np.int32(seen)))
-    blind = np.flatnonzero(seen_by == 0).tolist()
+    seen_by = multihost.all_gather("shared-probe-read", "1" if seen else "0")
+    if jax.process_index() == 0:  # every process has read it
+        os.remove(probe)
+    blind = [i for i, s in enumerate(seen_by) if s == "0"]
     if blind:
         raise ValueError(
             f"process(es) {blind} cannot see the files process 0 writes in {directory}: the "
@@ -76,12 +79,17 @@ def require_shared_directory(directory: str) -> None:
         )
 
 
+# The default corpus's build (process 0; the others wait for it): at most this long.
+BUILD_TIMEOUT_S = 3 * 3600
+
+
 def ensure_default_corpus(config, workdir: str) -> str:
     """Builds the default corpus's shards once (process 0; the others wait) and returns the dir.
 
     Raises ValueError on every process when the hosts do not share the build directory."""
     out_dir = _default_build_dir(config, workdir)
     require_shared_directory(out_dir)
+    multihost.inject_fault("data_build")  # a test hook (bert_jax.multihost)
     if jax.process_index() == 0:
         options = build.PretrainingOptions(
             max_seq_length=config.data.max_seq_length,
@@ -92,7 +100,8 @@ def ensure_default_corpus(config, workdir: str) -> str:
             dupe_factor=5,
         )
         build.build_default_corpus_shards(out_dir, options=options, progress=True)
-    multihost_utils.sync_global_devices("default-corpus-built")
+    # A failure of process 0's build reaches the others through bert_jax.multihost's watcher.
+    multihost.barrier("default-corpus-built", timeout_s=BUILD_TIMEOUT_S)
     return out_dir
 
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import aot, flops, inference, loop, sharding, tokenization
+from bert_jax import aot, flops, inference, loop, multihost, sharding, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
@@ -102,6 +102,14 @@ class HeldOutEvaluation:
         )
 
 
+class InjectFault(loop.Hook):
+    """`multihost.inject_fault("step:<k>")` after each step k's other hooks (a test hook)."""
+
+    def __call__(self, r: loop.StepResult) -> bool:
+        multihost.inject_fault(f"step:{r.step}")
+        return False
+
+
 def step_flops_fn(exp: loop.Experiment, job: str):
     """Host batch -> model FLOPs of the global step (this host's batch stands for every host's).
     Every (packed) sequence's own length counts: its attention costs n_i^2, not a row's L^2."""
@@ -163,6 +171,7 @@ def train_and_evaluate(
     hooks = [
         loop.LogMetrics(writer, exp.mesh, step_flops_fn(exp, config.job), ckpt),
         loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), data.train),
+        InjectFault(),
     ]
     if evaluate is not None:
         hooks.insert(1, loop.Evaluate(evaluate, writer, config.eval_every_steps))
@@ -178,6 +187,9 @@ def train_and_evaluate(
     writer.close()
     places = {"checkpoints": ckpt.directory}
     if step >= config.num_train_steps and config.export_hf_at_end:
+        multihost.inject_fault("export")  # a test hook (bert_jax.multihost)
+        # Every process has trained and saved (a barrier with a timeout, before the collectives).
+        multihost.barrier("export")
         exp.export(state.params, workdir)
         run_dir = as_path(workdir)  # a gs:// URL stays one
         places["export"] = f"{run_dir / 'export'} (bert_jax)"
