@@ -13,6 +13,7 @@ mesh axes; a config may replace them. Batches are split over (data, fsdp) on the
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from absl import logging
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from bert_jax import multihost
 
 PyTree = Any
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -281,14 +284,13 @@ def check_host_batches(batch: PyTree, mesh: Mesh) -> None:
     """Fails loudly unless the hosts' batches fit together: every row of the global batch is
     held by some host, and hosts holding the same row hold the same values.
 
-    A collective (every process calls it with its rows of the same global batch); a no-op in a
-    single-process run. Meant for the first batch of a run, where a pipeline that slices the
-    global batch differently from the mesh would otherwise train silently on wrong data.
+    A barrier with a timeout (`bert_jax.multihost`: every process calls it with its rows of the
+    same global batch); a no-op in a single-process run. Meant for the first batch of a run, where
+    a pipeline that slices the global batch differently from the mesh would otherwise train
+    silently on wrong data.
     """
     if jax.process_count() == 1:
         return
-    from jax.experimental import multihost_utils
-
     leaves = jax.tree_util.tree_leaves(batch)
     rows = np.shape(leaves[0])[0]
     num_local = len(host_batch_shards(mesh))
@@ -298,7 +300,8 @@ def check_host_batches(batch: PyTree, mesh: Mesh) -> None:
     for i, row in enumerate(mine):
         data = b"".join(np.ascontiguousarray(x[i]).tobytes() for x in leaves)
         digests[row] = zlib.crc32(data) & 0x7FFFFFFF
-    everyone = np.asarray(multihost_utils.process_allgather(digests))  # [P, G]
+    gathered = multihost.all_gather("host-batch-digests", json.dumps(digests.tolist()))
+    everyone = np.asarray([json.loads(d) for d in gathered])  # [P, G]
     held = everyone >= 0
     missing = np.flatnonzero(~held.any(0))
     if missing.size:
@@ -343,7 +346,7 @@ class DevicePrefetcher:
 
     Each item is (global batch, host batch): the second is this host's numpy batch, for cheap
     host-side statistics such as real token counts. The first batch goes through
-    `check_host_batches` (a collective), so a pipeline that does not feed the mesh's rows stops
+    `check_host_batches` (a barrier), so a pipeline that does not feed the mesh's rows stops
     the run at its first step. The source iterator runs ahead of what the
     loop has consumed; `rewind()` moves it back to just after the last batch handed out (and drops
     the read-ahead), so that saving the iterator's state records exactly the consumed position.

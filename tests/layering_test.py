@@ -10,7 +10,7 @@ inference (model, convert, finetune's text batching) <- pretrain.run (loop, pret
 finetune.run (loop, convert, finetune.*)
 train.py -> pretrain.run | finetune.run; nothing imports train.py
 multihost (a leaf: barriers with timeouts; a failure ends every process) <- checkpointing,
-  convert, pretrain.inputs, pretrain.run, train.py
+  sharding, convert, pretrain.inputs, pretrain.run, train.py
 """
 
 import ast
@@ -53,6 +53,7 @@ FINETUNE_DATA = {
 ALLOWED = {
     **{leaf: {"config", "paths"} for leaf in LEAVES},
     "checkpointing": {"multihost", "paths"},
+    "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
     "model": {"config", "attention"},
     "convert": {"checkpointing", "config", "model", "multihost", "paths"},
