@@ -400,10 +400,20 @@ def checkpoints(workdir) -> list[int]:
     return sorted(int(d) for d in os.listdir(workdir / "checkpoints") if d.isdigit())
 
 
-def fails_together(job: TwoProcesses, failed: int, statuses=(1, 1)) -> float:
-    """Checks that both processes exited with `statuses`, the other one naming process `failed`'s
+def assert_statuses(job: TwoProcesses, statuses) -> None:
+    """Both exit statuses are `statuses`; process 1 may instead have been aborted by the end of
+    process 0, which holds the coordination service (process 0 leaves last, 1 s after the others
+    say they are exiting, but a loaded machine can stretch that)."""
+    codes = job.wait()
+    assert codes[0] == statuses[0] and codes[1] in (statuses[1], -signal.SIGABRT), (
+        f"exit statuses {codes}, expected {list(statuses)}{job.last_output()}"
+    )
+
+
+def fails_together(job: TwoProcesses, failed: int) -> float:
+    """Checks that both processes exited with status 1, the other one naming process `failed`'s
     error; returns the seconds between the two exits (at most multihost.FAILURE_BOUND_S)."""
-    assert job.wait() == list(statuses), job.last_output()
+    assert_statuses(job, (1, 1))
     gap = abs(job.exited_at[0] - job.exited_at[1])
     assert gap < multihost.FAILURE_BOUND_S, job.last_output()
     other = 1 - failed
@@ -470,7 +480,7 @@ def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny
     for p in terminated.procs:
         p.send_signal(signal.SIGTERM)
     start = time.monotonic()
-    assert terminated.wait() == [143, 143], terminated.last_output()
+    assert_statuses(terminated, (143, 143))
     assert max(terminated.exited_at) - start < multihost.TERM_GRACE_S + 5
     assert "restored checkpoint 2" in terminated.output(0)[1]
     assert checkpoints(workdir) == [2, 4] and not (workdir / "hf").exists()
