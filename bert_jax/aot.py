@@ -1,8 +1,12 @@
-"""Ahead-of-time compilation of the real training step for a TPU topology, on any machine.
+"""Ahead-of-time compilation of the real training step for a TPU slice or NVIDIA GPUs, anywhere.
 
 libtpu (the `tpu` extra) compiles for a TPU slice it is not running on: a topology name such as
 `v5e:4x4` gives compile-only devices, the configured mesh is laid over them, and the train step
-that the `loop.Trainer` would run is lowered with the same shardings and compiled. What comes back
+that the `loop.Trainer` would run is lowered with the same shardings and compiled. JAX's CUDA
+plugin does the same for GPUs (`gpu:t4`, `gpu:h100x8`: N cards of one host) from a target
+description built from the card's facts (`flops.GPU_CARDS`, `gpu_target_config`); it needs no
+GPU and no CUDA driver, only the plugin and ptxas (`make setup` installs them into
+`.venv/cuda-compile`, `CUDA_COMPILE_DIR`). What comes back
 is what renting the slice would have told: whether the step fits in HBM, how long it compiles,
 which collectives it runs, and XLA's own count of FLOPs and HBM bytes per device, from which
 
@@ -19,6 +23,12 @@ micro-batch; the report then leaves the roofline out and says so (compile unroll
 
 Sizes are per device, which is one chip: v4 and v5p compile as megacore chips (both TensorCores
 as one device), as they run; v5e and v6e have one TensorCore per chip.
+
+On GPUs: a step fits when XLA's plan of its buffers, plus `GPU_MARGIN`, fits in the memory pool
+JAX's allocator takes (`XLA_PYTHON_CLIENT_MEM_FRACTION` of the card, 0.75 unless set). cuBLAS
+and cuDNN calls count no FLOPs in XLA's cost analysis, so the GPU roofline takes its compute
+time from the model FLOPs; nothing is autotuned deviceless (the plan's sizes are right, kernel
+choices are not those a real card would time) and cuDNN's workspace is not sized.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import json
 import os
 import pathlib
 import re
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +54,12 @@ from bert_jax import flops, sharding
 # TPU generations by topology prefix: the chip config libtpu compiles them with. v4 and v5p run
 # as megacore (both TensorCores of a chip as one device); the others have one core per chip.
 GENERATIONS = {"v4": "megacore", "v5p": "megacore", "v5e": "default", "v6e": "default"}
+GPU_TOPOLOGY = re.compile(r"gpu:([a-z0-9-]+?)(?:x(\d+))?")  # gpu:CARD or gpu:CARDxN
+# Room above XLA's plan for what a deviceless compile does not size (cuBLAS / cuDNN workspaces,
+# the allocator's rounding). On an H100 the allocator's peak over real steps was 0.2-0.9% above
+# the plan (benchmarks/RESULTS_gpu.md).
+GPU_MARGIN = 0.05
+CUDA_COMPILE_DIR = os.path.join(sys.prefix, "cuda-compile")  # where `make setup` puts the plugin
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
 _COLLECTIVE_RE = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
 
@@ -74,7 +91,13 @@ def _tpu_attached() -> bool:
 
 def topology_devices(topology: str, num_slices: int = 1) -> list:
     """The compile-only devices of `num_slices` TPU slices of `topology` ("v5e:4x4", "v4:2x2x4",
-    "v5p:4x4x4"; generations in `GENERATIONS`)."""
+    "v5p:4x4x4"; generations in `GENERATIONS`), or of N NVIDIA cards ("gpu:t4", "gpu:h100x8";
+    cards in `flops.GPU_CARDS`)."""
+    if topology.startswith("gpu:"):
+        if num_slices != 1:
+            raise ValueError(f"num_slices applies to TPU slices, not to {topology!r}")
+        card, count = parse_gpu_topology(topology)
+        return gpu_devices(card, count)
     generation, _, dims = topology.partition(":")
     if generation not in GENERATIONS or not re.fullmatch(r"\d+(x\d+){1,2}", dims):
         raise ValueError(
@@ -115,6 +138,120 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
     return list(desc.devices)
 
 
+def parse_gpu_topology(topology: str) -> tuple[str, int]:
+    """("h100", 8) from "gpu:h100x8"; ("t4", 1) from "gpu:t4"."""
+    match = GPU_TOPOLOGY.fullmatch(topology)
+    if not match or match.group(1) not in flops.GPU_CARDS or match.group(2) in ("0", "00"):
+        raise ValueError(
+            f"unknown GPU topology {topology!r}: expected gpu:CARD or gpu:CARDxN (N cards on one "
+            f"host) with CARD one of {', '.join(flops.GPU_CARDS)}, e.g. gpu:t4, gpu:h100x8"
+        )
+    return match.group(1), int(match.group(2) or 1)
+
+
+def gpu_target_config(card: flops.GpuCard) -> str:
+    """The card as XLA's GpuTargetConfigProto text: what XLA:GPU asks a real card for.
+
+    Per-SM limits are CUDA's for the card's compute capability (threads, registers, shared
+    memory); the rest comes from the card's row in `flops.GPU_CARDS`.
+    """
+    major, minor = card.compute_capability.split(".")
+    # shared memory per SM and the most one block can opt into, threads per SM, FP32 lanes per SM
+    shared, optin, threads, lanes = {
+        "7.0": (96, 96, 2048, 64),
+        "7.5": (64, 64, 1024, 64),
+        "8.0": (164, 163, 2048, 64),
+        "8.6": (100, 99, 1536, 128),
+        "8.9": (100, 99, 1536, 128),
+        "9.0": (228, 227, 2048, 128),
+    }[card.compute_capability]
+    return f"""gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: {shared * 1024}
+  threads_per_core_limit: {threads}
+  core_count: {card.sms}
+  fpus_per_core: {lanes}
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {int(card.memory_bytes_per_s)}
+  l2_cache_size: {int(card.l2_mib * 2**20)}
+  clock_rate_ghz: {card.clock_ghz}
+  device_memory_size: {card.memory_bytes}
+  shared_memory_per_block_optin: {optin * 1024}
+  cuda_compute_capability {{ major: {major} minor: {minor} }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 8 }}
+device_description_str: "{card.name}"
+"""
+
+
+def _register_cuda_compiler() -> None:
+    """Makes JAX's CUDA plugin available for compiling, on a machine with or without a GPU.
+
+    Where the plugin is installed beside jax (`jax[cuda12]`) JAX has registered it already. Else
+    it is loaded from `CUDA_COMPILE_DIR`, kept off the import path so that its libraries do not
+    announce a missing CUDA driver on every CPU run. No GPU is needed: the plugin's check of the
+    CUDA runtime's version is skipped (nothing is run).
+    """
+    from jax._src import xla_bridge
+
+    xla_bridge._discover_and_register_pjrt_plugins()  # the plugins installed beside jax
+    if "cuda" in xla_bridge._topology_factories:
+        return
+    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None and os.path.isdir(
+        CUDA_COMPILE_DIR
+    ):
+        sys.path.append(CUDA_COMPILE_DIR)
+        importlib.invalidate_caches()
+    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+        raise RuntimeError(
+            "compiling for a GPU needs JAX's CUDA plugin and ptxas: make setup installs them "
+            f"into {CUDA_COMPILE_DIR}, or pip install jax-cuda12-plugin=={jax.__version__} "
+            f"jax-cuda12-pjrt=={jax.__version__} nvidia-cuda-nvcc-cu12"
+        )
+    import jax_plugins.xla_cuda12 as plugin
+
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    plugin.initialize()
+    # What JAX does for the plugins it finds at start-up: the callbacks that give the plugin
+    # the custom calls' partitioners (cuDNN attention's, sharded), and the plugin's version
+    # queries, which jax looked for when it was imported (cuDNN attention asks cuDNN's).
+    c_api = xla_bridge._backend_factories["cuda"].c_api
+    for callback in xla_bridge._plugin_callbacks:
+        callback(c_api=c_api)
+    from jax._src import lib
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    if lib.cuda_versions is None:
+        import jax_cuda12_plugin._versions as versions
+
+        lib.cuda_versions = fused_attention_stablehlo.cuda_versions = versions
+
+
+def gpu_devices(card: str, count: int = 1) -> list:
+    """The compile-only devices of `count` cards `card` ("t4", "h100", ...) on one host."""
+    _register_cuda_compiler()
+    from jax.experimental import topologies
+
+    target = gpu_target_config(flops.gpu_card(card))
+    return list(
+        topologies.get_topology_desc(
+            platform="cuda", target_config=target, topology=f"1x1x{count}"
+        ).devices
+    )
+
+
+def _gpu_memory_fraction() -> float:
+    """The share of a card's memory JAX's allocator takes (XLA_PYTHON_CLIENT_MEM_FRACTION)."""
+    return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
+
+
 def count_collectives(hlo_text: str) -> dict[str, int]:
     """How many of each collective op the (optimized) HLO text holds; async pairs count once."""
     found = collections.Counter(m.group(1) for m in _COLLECTIVE_RE.finditer(hlo_text))
@@ -136,7 +273,13 @@ def _memory(compiled) -> dict[str, float]:
 
 
 def _cost(compiled) -> tuple[float, float]:
+    """XLA's FLOPs and bytes accessed of the compiled program, per device."""
     cost = compiled.cost_analysis()
+    if cost is None:  # deviceless GPU executables: XLA's generic analysis of the optimized HLO
+        from jax._src.lib import _jax
+
+        module = compiled._executable.xla_executable.hlo_modules()[0]
+        cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
@@ -163,13 +306,21 @@ def compile_step(
     """
     devices = list(exp.mesh.devices.flat)
     kind = devices[0].device_kind
-    chip = flops.tpu_chip(kind)
-    chips = len({(getattr(d, "slice_index", 0), *d.coords) for d in devices})
-    per_chip = len(devices) // chips
-    capacity = chip.hbm_bytes / per_chip
-    peak, bandwidth = chip.peak_bf16_flops / per_chip, chip.hbm_bytes_per_s / per_chip
     rt = exp.runtime
+    gpu = devices[0].platform == "gpu"
+    if gpu:
+        card = next(c for c in flops.GPU_CARDS.values() if c.name == kind)
+        chips, per_chip = len(devices), 1
+        capacity, margin = card.memory_bytes * _gpu_memory_fraction(), GPU_MARGIN
+        peak, bandwidth = card.peak_flops(rt.dtype), card.memory_bytes_per_s
+    else:
+        chip = flops.tpu_chip(kind)
+        chips = len({(getattr(d, "slice_index", 0), *d.coords) for d in devices})
+        per_chip = len(devices) // chips
+        capacity, margin = chip.hbm_bytes / per_chip, 0.0
+        peak, bandwidth = chip.peak_bf16_flops / per_chip, chip.hbm_bytes_per_s / per_chip
     report: dict[str, Any] = {
+        "platform": "gpu" if gpu else "tpu",
         "device_kind": kind,
         "chips": chips,
         "devices": len(devices),
@@ -182,7 +333,10 @@ def compile_step(
         "attention": rt.attention,
         "collective_matmul": rt.collective_matmul,
         "hbm_capacity_gib": capacity / 2**30,
+        "memory_margin": margin,
     }
+    if gpu:
+        report["compute_capability"] = card.compute_capability
     batch_sh = sharding.batch_shardings(batch, exp.mesh)
     batch = {
         k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh[k]) for k, v in batch.items()
@@ -207,11 +361,12 @@ def compile_step(
     memory = _memory(compiled)
     report["hbm_gib"] = {k: v / 2**30 for k, v in memory.items()}
     report["eval_hbm_gib"] = _memory(eval_compiled)["total"] / 2**30
-    report["fits"] = memory["total"] <= capacity
+    report["fits"] = memory["total"] * (1 + margin) <= capacity
     hlo = compiled.as_text()
     if hlo_path:
         pathlib.Path(hlo_path).write_text(hlo)
     report["collectives"] = count_collectives(hlo)
+    report["cudnn_attention_calls"] = hlo.count('custom_call_target="__cudnn$fmha')
     xla_flops, xla_bytes = _cost(compiled)
     report["xla_flops_per_device"] = xla_flops
     report["xla_bytes_per_device"] = xla_bytes
@@ -224,7 +379,9 @@ def compile_step(
             "with --config.runtime.scan_layers=False --config.num_microbatches=1 for it"
         )
     else:
-        compute_s, memory_s = xla_flops / peak, xla_bytes / bandwidth
+        # XLA counts no FLOPs in cuBLAS / cuDNN calls: on GPUs the compute time is the model's
+        compute_s = (report["model_flops_per_device"] if gpu else xla_flops) / peak
+        memory_s = xla_bytes / bandwidth
         step_s = max(compute_s, memory_s)
         report["roofline"] = {
             "compute_s": compute_s,
@@ -238,9 +395,27 @@ def compile_step(
 def format_report(report: Mapping[str, Any]) -> str:
     """A readable table of `compile_step`'s report (plus topology/num_slices if present)."""
     gib = lambda x: f"{x:.2f} GiB"  # noqa: E731
+    gpu = report.get("platform") == "gpu"
+    hbm = "memory" if gpu else "HBM"
+    if gpu:
+        hardware = [
+            ("topology", report.get("topology", "?")),
+            (
+                "cards",
+                f"{report['devices']} x {report['device_kind']} (compute capability "
+                f"{report['compute_capability']})",
+            ),
+        ]
+    else:
+        hardware = [
+            ("topology", f"{report.get('topology', '?')} x {report.get('num_slices', 1)} slice(s)"),
+            (
+                "chips / devices",
+                f"{report['chips']} / {report['devices']} ({report['device_kind']})",
+            ),
+        ]
     rows = [
-        ("topology", f"{report.get('topology', '?')} x {report.get('num_slices', 1)} slice(s)"),
-        ("chips / devices", f"{report['chips']} / {report['devices']} ({report['device_kind']})"),
+        *hardware,
         ("mesh", " ".join(f"{k}={v}" for k, v in report["mesh"].items())),
         ("global batch x length", " x ".join(map(str, report["batch"]))),
         (
@@ -253,26 +428,31 @@ def format_report(report: Mapping[str, Any]) -> str:
     ]
     if "hbm_gib" in report:
         m = report["hbm_gib"]
+        capacity = gib(report["hbm_capacity_gib"])
+        if gpu:
+            capacity += f" (JAX's pool; fits with {100 * report['memory_margin']:.0f}% to spare)"
         rows += [
-            ("HBM arguments", gib(m["arguments"])),
-            ("HBM temporaries", gib(m["temporaries"])),
-            ("HBM outputs (not aliased)", gib(m["outputs"] - m["aliased"])),
-            ("HBM total / capacity", f"{gib(m['total'])} / {gib(report['hbm_capacity_gib'])}"),
+            (f"{hbm} arguments", gib(m["arguments"])),
+            (f"{hbm} temporaries", gib(m["temporaries"])),
+            (f"{hbm} outputs (not aliased)", gib(m["outputs"] - m["aliased"])),
+            (f"{hbm} total / capacity", f"{gib(m['total'])} / {capacity}"),
             (
-                "eval step compile / HBM",
+                f"eval step compile / {hbm}",
                 f"{report['eval_compile_s']:.1f} s / {gib(report['eval_hbm_gib'])}",
             ),
         ]
-    rows.append(("fits", "yes" if report["fits"] else f"NO: {report.get('error', 'over HBM')}"))
+    rows.append(("fits", "yes" if report["fits"] else f"NO: {report.get('error', 'over ' + hbm)}"))
     if "collectives" in report:
         rows.append(
             ("collectives", ", ".join(f"{k} {v}" for k, v in report["collectives"].items()))
         )
         rows += [
             ("XLA FLOPs / device", f"{report['xla_flops_per_device'] / 1e12:.3f} TFLOP"),
-            ("XLA HBM bytes / device", f"{report['xla_bytes_per_device'] / 1e9:.2f} GB"),
+            (f"XLA {hbm} bytes / device", f"{report['xla_bytes_per_device'] / 1e9:.2f} GB"),
             ("model FLOPs / device", f"{report['model_flops_per_device'] / 1e12:.3f} TFLOP"),
         ]
+        if gpu:
+            rows.append(("cuDNN attention calls", str(report["cudnn_attention_calls"])))
         r = report["roofline"]
         if r is None:
             rows.append(("roofline", report["roofline_note"]))

@@ -36,6 +36,7 @@ Array = jax.Array
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 CUDNN_DTYPES = ("bfloat16",)  # float16 is refused by RuntimeConfig (no loss scaling)
 CUDNN_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every CUDA GPU cuDNN supports
+CUDNN_MIN_COMPUTE_CAPABILITY = 8.0  # cuDNN's flash attention: Ampere and later
 SPLASH_BLOCKS = (512, 256, 128)  # block sizes tried, largest first; 128 lanes is the least
 
 
@@ -51,7 +52,10 @@ def current_platform(mesh: jax.sharding.Mesh | None = None) -> str:
     mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh.abstract_mesh
     platform = jax.default_backend() if mesh.empty else mesh.abstract_device.platform
     if platform == "gpu":
-        version = jax.devices("gpu")[0].client.platform_version.lower()
+        try:
+            version = jax.devices("gpu")[0].client.platform_version.lower()
+        except RuntimeError:  # compile-only devices (bert_jax.aot): only CUDA compiles deviceless
+            version = "cuda"
         platform = "rocm" if "rocm" in version else "cuda"
     return platform
 
@@ -69,7 +73,12 @@ def cudnn_supports(cfg: BertConfig, dtype: str) -> bool:
 
 
 def resolve_attention(
-    runtime: RuntimeConfig, cfg: BertConfig, platform: str, *, training: bool
+    runtime: RuntimeConfig,
+    cfg: BertConfig,
+    platform: str,
+    *,
+    training: bool,
+    compute_capability: str | None = None,
 ) -> str:
     """The attention implementation a layer runs: `runtime.attention` checked, or `auto` chosen.
 
@@ -80,6 +89,8 @@ def resolve_attention(
       cfg: the architecture (head size, attention-probability dropout).
       platform: "cpu", "cuda" (or "gpu"), "rocm" or "tpu"; see `current_platform`.
       training: dropout is on (`deterministic=False`).
+      compute_capability: the CUDA GPU's, "major.minor" (None: unknown, taken as able). cuDNN's
+        flash attention needs `CUDNN_MIN_COMPUTE_CAPABILITY`; below it `auto` is xla.
 
     Returns:
       "xla", "cudnn", "fused_xla" or "splash".
@@ -88,13 +99,16 @@ def resolve_attention(
       ValueError: an explicit choice that cannot run here, naming what to use instead.
     """
     platform = _check_platform(platform)
-    dtype = runtime.compute_dtype(platform)
+    dtype = runtime.compute_dtype(platform, compute_capability=compute_capability)
     dropping = training and cfg.attention_probs_dropout_prob > 0.0
+    too_old = compute_capability is not None and float(compute_capability) < float(
+        CUDNN_MIN_COMPUTE_CAPABILITY
+    )
     choice = runtime.attention
     if choice == "auto":
         if dropping:
             return "xla"  # the only kernel with attention-probability dropout
-        if platform == "cuda" and cudnn_supports(cfg, dtype):
+        if platform == "cuda" and cudnn_supports(cfg, dtype) and not too_old:
             return "cudnn"
         if platform == "tpu":
             return "splash"
@@ -111,6 +125,12 @@ def resolve_attention(
             raise ValueError(
                 f"{prefix} needs a CUDA GPU, not {platform!r}; use attention='auto' (or "
                 "'splash' on TPU, 'xla' anywhere)"
+            )
+        if too_old:
+            raise ValueError(
+                f"{prefix} needs a GPU of compute capability {CUDNN_MIN_COMPUTE_CAPABILITY} or "
+                f"later (cuDNN's flash attention), not {compute_capability}; use "
+                "attention='auto' (xla there) or 'xla'"
             )
         if not cudnn_supports(cfg, dtype):
             raise ValueError(

@@ -1,4 +1,4 @@
-"""Model FLOPs of BERT training steps, and peak FLOP/s (and TPU memory) of accelerators, for MFU.
+"""Model FLOPs of BERT training steps, and peak FLOP/s (and memory) of TPUs and GPUs, for MFU.
 
 Counted as the MLPerf / PaLM convention counts model FLOPs: 2 per multiply-add of every matmul the
 model needs, the backward pass twice the forward (3x in all), and no recomputation (remat costs
@@ -49,6 +49,94 @@ TPU_CHIPS = {
     "tpu v6 lite": TpuChip(918e12, 1640e9, 32 * GIB),  # v6e (Trillium)
 }
 
+
+class GpuCard(NamedTuple):
+    """One NVIDIA card, from NVIDIA's public data sheets and CUDA's per-architecture limits.
+
+    The facts XLA needs to compile for the card without it (`bert_jax.aot.gpu_target_config`)
+    and those a report bounds the step with. Peaks are dense (no sparsity), tensor cores with
+    float32 accumulation, at the boost clock.
+
+    Attributes:
+      name: the card's name as CUDA reports it (`jax.Device.device_kind`).
+      compute_capability: "major.minor"; bfloat16 tensor cores from 8.0 (Ampere) on.
+      sms: streaming multiprocessors.
+      clock_ghz: boost clock, GHz.
+      memory_gib: device memory as the card reports it (a little under its marketing GB), GiB.
+      bandwidth_gb_s: memory bandwidth, GB/s.
+      l2_mib: L2 cache, MiB.
+      bf16_tflops: bfloat16 TFLOP/s, None where there are no bfloat16 tensor cores.
+      fp16_tflops: float16 TFLOP/s.
+      fp32_tflops: TFLOP/s of XLA's default float32 matmuls (TF32 tensor cores from 8.0 on, the
+        CUDA cores before).
+    """
+
+    name: str
+    compute_capability: str
+    sms: int
+    clock_ghz: float
+    memory_gib: float
+    bandwidth_gb_s: float
+    l2_mib: float
+    bf16_tflops: float | None
+    fp16_tflops: float
+    fp32_tflops: float
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.bandwidth_gb_s * 1e9
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s of matmuls in `dtype` ("bfloat16", "float16" or "float32")."""
+        tflops = {
+            "bfloat16": self.bf16_tflops,
+            "float16": self.fp16_tflops,
+            "float32": self.fp32_tflops,
+        }[dtype]
+        if tflops is None:
+            raise ValueError(
+                f"{self.name} (compute capability {self.compute_capability}) has no {dtype} "
+                "tensor cores: compute in float16 (runtime.dtype=float16 or auto)"
+            )
+        return tflops * 1e12
+
+
+# The cards people fine-tune on, by the names `--topology=gpu:CARD` takes; v100 is the 16 GB
+# SXM2 card, a100-* and h100 the SXM ones.
+# fmt: off
+GPU_CARDS = {
+        #       name                       cc     SMs  GHz    GiB   GB/s  L2   bf16   fp16   fp32
+    "h100":
+        GpuCard("NVIDIA H100 80GB HBM3",   "9.0", 132, 1.98,  79.1, 3352, 50, 989.0, 989.0, 494.7),
+    "a100-80g":
+        GpuCard("NVIDIA A100-SXM4-80GB",   "8.0", 108, 1.41,  79.2, 2039, 40, 312.0, 312.0, 156.0),
+    "a100-40g":
+        GpuCard("NVIDIA A100-SXM4-40GB",   "8.0", 108, 1.41,  39.4, 1555, 40, 312.0, 312.0, 156.0),
+    "a10":
+        GpuCard("NVIDIA A10",              "8.6", 72,  1.695, 22.0, 600,  6,  125.0, 125.0, 62.5),
+    "l4":
+        GpuCard("NVIDIA L4",               "8.9", 58,  2.04,  22.0, 300,  48, 121.0, 121.0, 60.0),
+    "rtx4090":
+        GpuCard("NVIDIA GeForce RTX 4090", "8.9", 128, 2.52,  23.6, 1008, 72, 165.2, 165.2, 82.6),
+    "t4":
+        GpuCard("Tesla T4",                "7.5", 40,  1.59,  14.6, 320,  4,  None,  65.0,  8.1),
+    "v100":
+        GpuCard("Tesla V100-SXM2-16GB",    "7.0", 80,  1.53,  15.8, 900,  6,  None,  125.0, 15.7),
+}
+# fmt: on
+
+
+def gpu_card(name: str) -> GpuCard:
+    """The `GpuCard` called `name` in `GPU_CARDS` ("h100", "t4", ...)."""
+    if name not in GPU_CARDS:
+        raise ValueError(f"unknown GPU card {name!r}; known: {', '.join(GPU_CARDS)}")
+    return GPU_CARDS[name]
+
+
 # Dense bf16 peak FLOP/s per chip (no sparsity), from the vendors' data sheets.
 PEAK_BF16_FLOPS = {
     "h200": 989e12,
@@ -57,8 +145,11 @@ PEAK_BF16_FLOPS = {
     "h800": 989e12,
     "a100": 312e12,
     "a10g": 125e12,
+    "a10": 125e12,
     "l4": 121e12,
+    "rtx 4090": 165.2e12,
     "v100": 125e12,  # fp16 tensor cores
+    "t4": 65e12,  # fp16 tensor cores
     "tpu v5e": 197e12,
     "tpu v5p": 459e12,
     "tpu v6e": 918e12,

@@ -125,11 +125,18 @@ class Experiment:
             )
         # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
         # attention kernel is checked here too, so a bad choice fails before any compile.
-        platform = current_platform(mesh)
+        platform, capability = current_platform(mesh), compute_capability(mesh)
         runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(
-            platform, compute_capability=compute_capability(mesh)
+            platform, compute_capability=capability
         )
-        kernels = [resolve_attention(runtime, cfg, platform, training=t) for t in (True, False)]
+        kernels = [
+            resolve_attention(runtime, cfg, platform, training=t, compute_capability=capability)
+            for t in (True, False)
+        ]
+        if runtime.attention == "auto" and platform == "cuda" and kernels == ["xla", "xla"]:
+            # The model resolves "auto" again without knowing the card, and would pick cuDNN on
+            # a GPU below cuDNN's compute capability: pin what was chosen here.
+            runtime = dataclasses.replace(runtime, attention="xla")
         logging.info("%s: %s; attention %s (train), %s (eval)", platform, runtime, *kernels)
         model = get_model_class(model_name)(cfg, runtime)
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]

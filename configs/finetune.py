@@ -104,12 +104,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
 
     c.runtime = ml_collections.ConfigDict()
-    c.runtime.dtype = "auto"  # bfloat16 on GPUs and TPUs, float32 on CPUs (float32 master weights)
+    # bfloat16 on GPUs and TPUs (float16 with loss scaling on GPUs without bfloat16: T4, V100),
+    # float32 on CPUs; float32 master weights
+    c.runtime.dtype = "auto"
     c.runtime.param_dtype = "float32"
     c.runtime.scan_layers = False
     c.runtime.remat_policy = "none"
     c.runtime.attention = "auto"
     c.runtime.collective_matmul = False  # TPU: XLA's windowed einsum (RuntimeConfig)
+    c.runtime.loss_scale_init = 2.0**15  # float16 (auto on GPUs without bfloat16): first scale
+    c.runtime.loss_scale_period = 2000  # float16: finite steps in a row before the scale doubles
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.name = "adamw"

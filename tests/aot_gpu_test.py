@@ -1,0 +1,136 @@
+"""Compiling the real train step for NVIDIA GPUs without one (`train.py --topology=gpu:CARD`).
+
+Needs JAX's CUDA plugin, ptxas and cuDNN, which `make setup` installs into `.venv/cuda-compile`
+(`bert_jax.aot.CUDA_COMPILE_DIR`). Each compile runs in its own process: loading the plugin
+changes the process's JAX for good.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import aot, flops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PLUGIN = importlib.util.find_spec("jax_plugins.xla_cuda12") or os.path.isdir(
+    os.path.join(aot.CUDA_COMPILE_DIR, "jax_plugins", "xla_cuda12")
+)
+if not _PLUGIN:
+    if os.environ.get("CI"):  # make setup installs it: CI must not skip these silently
+        raise RuntimeError(f"JAX's CUDA plugin is not installed in {aot.CUDA_COMPILE_DIR}")
+    pytest.skip("needs JAX's CUDA plugin (make setup installs it)", allow_module_level=True)
+
+# A small model and batch with BERT's dropout off (the GPU recipes' attention dropout 0): the
+# compile is what is tested, not its size.
+SMALL = [
+    "--config.model.vocab_size=400",
+    "--config.model.hidden_size=32",
+    "--config.model.num_attention_heads=4",
+    "--config.model.intermediate_size=37",
+    "--config.model.max_position_embeddings=32",
+    "--config.data.max_seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.global_batch_size=16",
+]
+
+
+def compile_report(topology, *extra, env=None):
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=tiny",
+        "--mode=compile",
+        f"--topology={topology}",
+        *SMALL,
+        *extra,
+    ]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    report = None
+    if proc.stdout.strip():
+        last = proc.stdout.strip().splitlines()[-1]
+        report = json.loads(last) if last.startswith("{") else None
+    return proc, report
+
+
+def test_t4_compiles_in_float16_without_cudnn_attention():
+    """A card without bfloat16: dtype auto is float16 (loss-scaled), attention auto is xla."""
+    proc, report = compile_report("gpu:t4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["platform"] == "gpu" and report["device_kind"] == "Tesla T4"
+    assert report["compute_capability"] == "7.5" and report["devices"] == 1
+    assert report["dtype"] == "float16"
+    assert report["attention"] == "xla" and report["cudnn_attention_calls"] == 0
+    assert report["fits"] is True
+    # JAX's pool: 75% of the card unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise
+    assert report["hbm_capacity_gib"] == pytest.approx(0.75 * flops.GPU_CARDS["t4"].memory_gib)
+    m = report["hbm_gib"]
+    assert 0 < m["arguments"] < m["total"] < 1
+    assert report["roofline"]["mfu_bound"] > 0  # unrolled (the tiny config): a roofline
+    assert "memory total / capacity" in proc.stdout and "Tesla T4" in proc.stdout
+
+
+def test_l4_and_h100x8_compile_in_bfloat16_with_cudnn_attention():
+    proc, report = compile_report("gpu:l4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["device_kind"] == "NVIDIA L4" and report["dtype"] == "bfloat16"
+    assert report["cudnn_attention_calls"] > 0  # the custom call is in the compiled step
+    proc, report = compile_report("gpu:h100x8", "--config.mesh.data=-1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["devices"] == 8 and report["mesh"]["data"] == 8
+    assert report["compute_capability"] == "9.0"
+    assert report["cudnn_attention_calls"] > 0
+    assert report["collectives"]["all-reduce"] > 0  # data parallelism's gradient sums
+
+
+def test_cudnn_attention_is_refused_on_a_t4():
+    proc, _ = compile_report(
+        "gpu:t4", "--config.runtime.dtype=bfloat16", "--config.runtime.attention=cudnn"
+    )
+    assert proc.returncode != 0
+    assert "needs a GPU of compute capability 8.0 or later" in proc.stderr
+    assert "not 7.5" in proc.stderr
+
+
+def test_a_step_over_the_memory_pool_does_not_fit():
+    proc, report = compile_report("gpu:t4", env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.00001"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert report["fits"] is False
+    assert "fits" in proc.stdout and "NO" in proc.stdout
+
+
+def test_every_card_compiles_from_its_target_description():
+    """Each card of the table gives compile-only devices of its name and compute capability, and
+    XLA compiles a bfloat16 (or, below 8.0, float16) matmul for it."""
+    code = """
+import json, jax, jax.numpy as jnp
+from bert_jax import aot, flops
+out = {}
+for name, card in flops.GPU_CARDS.items():
+    device = aot.gpu_devices(name)[0]
+    dtype = jnp.bfloat16 if card.bf16_tflops else jnp.float16
+    x = jax.ShapeDtypeStruct((256, 256), dtype, sharding=jax.sharding.SingleDeviceSharding(device))
+    compiled = jax.jit(lambda a: a @ a).lower(x).compile()
+    out[name] = [device.device_kind, device.compute_capability, compiled.memory_analysis() is not None]
+print(json.dumps(out))
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, card in flops.GPU_CARDS.items():
+        assert got[name] == [card.name, card.compute_capability, True], name
+
+
+@pytest.mark.parametrize("bad", ["gpu:k80", "gpu:h100x0", "gpu:", "gpu:t4x", "gpu:T4"])
+def test_bad_gpu_topologies_name_the_cards(bad):
+    with pytest.raises(ValueError, match="gpu:CARD or gpu:CARDxN.*h100, a100-80g"):
+        aot.parse_gpu_topology(bad)
+    assert aot.parse_gpu_topology("gpu:h100x8") == ("h100", 8)
+    assert aot.parse_gpu_topology("gpu:a100-40g") == ("a100-40g", 1)
