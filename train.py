@@ -16,13 +16,15 @@ gloo). `--mode=shardings` prints every parameter's sharding for the config and m
 Compiled steps are kept in a persistent cache (`--compilation_cache_dir`, on by default), so a
 rerun or resumed run loads them instead of compiling.
 
-Before renting a TPU slice, compile the real step for it on this machine (needs the `tpu` extra):
+Before renting a TPU slice or a GPU, compile the real step for it on this machine (libtpu, or
+JAX's CUDA plugin in .venv/cuda-compile; `make setup` installs both):
 
     python train.py --config=configs/pretrain.py:size=large --mode=compile --topology=v5e:4x4
     python train.py --config=... --mode=compile --topology=v5p:4x4x4 --num_slices=2
+    python train.py --config=configs/pretrain.py:size=base --mode=compile --topology=gpu:h100x8
 
-prints HBM per chip, whether it fits (exit status 1 if not), compile time, collectives and a
-roofline bound on MFU, as a table and one JSON line (`bert_jax.aot`).
+prints memory per chip or card, whether it fits (exit status 1 if not), compile time, collectives
+and a roofline bound on MFU, as a table and one JSON line (`bert_jax.aot`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ flags.DEFINE_enum(
     ["train", "shardings", "compile"],
     "Train, print parameter shardings, or compile the step for --topology without running it.",
 )
-flags.DEFINE_string("topology", None, "--mode=compile: a TPU slice, e.g. v5e:4x4, v5p:4x4x4.")
+flags.DEFINE_string(
+    "topology",
+    None,
+    "--mode=compile: a TPU slice (v5e:4x4, v5p:4x4x4) or NVIDIA GPUs of one host (gpu:t4, "
+    "gpu:h100x8; cards in bert_jax.flops.GPU_CARDS).",
+)
 flags.DEFINE_integer("num_slices", 1, "--mode=compile: slices of --topology (multi-slice).")
 flags.DEFINE_string("hlo_out", None, "--mode=compile: write the compiled step's HLO text here.")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for multi-process runs.")
@@ -88,8 +95,8 @@ def main(argv):
             )
         if not (FLAGS.topology or config.topology):
             raise app.UsageError(
-                "--mode=compile needs --topology (e.g. v5e:4x4) or a config with a topology "
-                "(configs/pretrain.py:...,tpu=v5e-16)"
+                "--mode=compile needs --topology (e.g. v5e:4x4, gpu:l4) or a config with a "
+                "topology (configs/pretrain.py:...,tpu=v5e-16)"
             )
     else:
         initialize_distributed()
