@@ -89,10 +89,6 @@ def main(argv):
     config, workdir = FLAGS.config, FLAGS.workdir
     aot.skip_absent_tpu_backend()
     if FLAGS.mode == "compile":
-        if config.job not in pretrain_run.MODELS:
-            raise app.UsageError(
-                "--mode=compile compiles pretraining configs (configs/pretrain.py)"
-            )
         if not (FLAGS.topology or config.topology):
             raise app.UsageError(
                 "--mode=compile needs --topology (e.g. v5e:4x4, gpu:l4) or a config with a "
@@ -116,7 +112,10 @@ def main(argv):
                 num_slices=FLAGS.num_slices,
                 hlo_out=FLAGS.hlo_out,
             )
-        finetune_run.train_and_evaluate(config, workdir, mode=FLAGS.mode)
+        out = finetune_run.train_and_evaluate(
+            config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
+        )
+        return out if FLAGS.mode == "compile" else None
 
 
 if __name__ == "__main__":

@@ -469,6 +469,13 @@ def format_report(report: Mapping[str, Any]) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def print_report(report: Mapping[str, Any]) -> int:
+    """Prints the table and the JSON line; returns the exit status (1 if the step does not fit)."""
+    print(format_report(report))
+    print(report_json(report))
+    return 0 if report["fits"] else 1
+
+
 def report_json(report: Mapping[str, Any]) -> str:
     """One JSON line of the report."""
     return json.dumps(report, sort_keys=True, default=lambda x: float(np.asarray(x)))

@@ -203,6 +203,32 @@ OBJECTIVES: dict[str, Objective] = {
 }
 
 
+def example_batch(
+    name: str, rows: int, length: int, num_choices: int = 0
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of a padded (unpacked) fine-tuning batch for objective `name`, as the
+    targets listed in `OBJECTIVES` describe them: what `--mode=compile` lowers the step with.
+
+    Args:
+      rows: B; length: L; num_choices: C of a multiple-choice batch ([B, C, L] inputs).
+    """
+    i32, f32 = jnp.int32, jnp.float32
+    tokens = (rows, num_choices, length) if name == "multiple_choice" else (rows, length)
+    spec = {k: (tokens, i32) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    spec["example_weights"] = ((rows,), f32)
+    if name in ("classification", "multiple_choice"):
+        spec["labels"] = ((rows,), i32)
+    elif name == "regression":
+        spec["labels"] = ((rows,), f32)
+    elif name == "token_classification":
+        spec.update(labels=((rows, length), i32), label_weights=((rows, length), f32))
+    elif name == "question_answering":
+        spec.update(start_positions=((rows,), i32), end_positions=((rows,), i32))
+    else:
+        raise ValueError(f"no fine-tuning batch for objective {name!r}")
+    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
+
+
 def get_objective(name: str) -> Objective:
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")

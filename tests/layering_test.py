@@ -7,7 +7,7 @@ pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
 inference (model, convert, finetune's text batching) <- pretrain.run (loop, pretrain.data)
-finetune.run (loop, convert, finetune.*)
+finetune.run (loop, aot, convert, finetune.*)
 train.py -> pretrain.run | finetune.run; nothing imports train.py
 multihost (a leaf: barriers with timeouts; a failure ends every process) <- checkpointing,
   sharding, convert, pretrain.inputs, pretrain.run, train.py
@@ -103,8 +103,11 @@ ALLOWED = {
     "finetune": set(),
     **{f"finetune.{m}": {"tokenization", "finetune"} for m in FINETUNE_DATA},
     "finetune.run": {
+        "aot",
         "config",
         "convert",
+        "flops",
+        "objectives",
         "loop",
         "model",
         "paths",

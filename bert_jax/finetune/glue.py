@@ -511,7 +511,14 @@ def _score(data, eval_set, outputs, ft, out_dir):
 
 # Every GLUE dataset with a training set (the diagnostic "ax" is test only).
 TASKS = tuple(
-    task_lib.FinetuneTask(name, _load(name), _score, packable=True)
+    task_lib.FinetuneTask(
+        name,
+        _load(name),
+        _score,
+        packable=True,
+        objective="regression" if dataset.num_labels == 1 else "classification",
+        num_labels=dataset.num_labels,
+    )
     for name, dataset in GLUE_DATASETS.items()
     if dataset.train_file
 )

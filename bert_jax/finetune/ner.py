@@ -430,4 +430,12 @@ def _score(data, eval_set, outputs, ft, out_dir):
     return {"entity_f1": metrics.entity_f1(gold, tags)}
 
 
-TASK = task_lib.FinetuneTask("conll2003", _load, _score, files=FILES, packable=True)
+TASK = task_lib.FinetuneTask(
+    "conll2003",
+    _load,
+    _score,
+    files=FILES,
+    packable=True,
+    objective="token_classification",
+    num_labels=len(CONLL2003_LABELS),
+)

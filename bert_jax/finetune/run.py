@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import convert, loop, sharding, tokenization
+from bert_jax import aot, convert, flops, loop, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.finetune import batching, tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
@@ -132,6 +132,47 @@ def starting_point(config, data: TaskData, tokenizer):
     return cfg, encoder
 
 
+def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
+    """Compiles the task's train and eval steps for `topology` (a TPU slice or GPUs, `bert_jax.aot`)
+    without reading its data, and prints the report; returns the exit status (1: does not fit).
+
+    The architecture is init_from's, else `config.model` (`configs/finetune.py:...,model=base`);
+    the batch is `global_batch_size` rows of `max_seq_length` tokens, padded (`pack=0`).
+    """
+    ft = config.finetune
+    task = tasks.get_task(ft.name)
+    if not task.objective:
+        raise ValueError(
+            f"task {ft.name!r} takes its labels from its data: --mode=compile compiles tasks "
+            "whose head is known beforehand (GLUE, SQuAD, CoNLL-2003, SWAG, Shakespeare)"
+        )
+    if config.init_from:
+        cfg = convert.load_any(config.init_from, "BertModel")[0]
+    elif not config.model.vocab_size:
+        raise ValueError(
+            "--mode=compile without init_from needs the model's vocab_size: take a preset "
+            "(configs/finetune.py:task=...,model=base) or set --config.model.vocab_size"
+        )
+    else:
+        cfg = BertConfig(**config.model.to_dict())
+    labels = 2 if task.objective == "multiple_choice" else task.num_labels  # see starting_point
+    cfg = cfg.replace(num_labels=labels, label_names=None)
+    rows, length = config.global_batch_size, ft.max_seq_length
+    batch = objectives.example_batch(task.objective, rows, length, task.num_labels)
+    sequences = rows * (task.num_labels if task.objective == "multiple_choice" else 1)
+    pooled = task.objective in ("classification", "regression", "multiple_choice")
+    outputs = {"question_answering": 2, "multiple_choice": 1}.get(task.objective, task.num_labels)
+    model_flops = flops.classification_step_flops(
+        cfg, np.full(sequences, length), outputs, pooled=pooled
+    )
+    exp = loop.Experiment.build(
+        config, cfg, HEADS[task.objective], task.objective, 1, aot.topology_devices(topology)
+    )
+    report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
+    report.update(topology=topology, num_slices=1, task=ft.name)
+    return aot.print_report(report)
+
+
 def graft(cfg: BertConfig, head: str, encoder, seed: int):
     """Head parameters: `encoder` (BertModel params) under `bert`, new head weights (seeded).
 
@@ -204,12 +245,22 @@ def score(exp, params, task, data, eval_set, ft, buckets, out_dir=None) -> dict[
     return result
 
 
-def train_and_evaluate(config, workdir: str, mode: str = "train") -> dict[str, Any]:
-    """Fine-tunes the task `config.finetune.name` for every seed of `config.finetune.seeds`.
+def train_and_evaluate(
+    config,
+    workdir: str | None,
+    mode: str = "train",
+    topology: str | None = None,
+    hlo_out: str | None = None,
+) -> dict[str, Any] | int:
+    """Fine-tunes the task `config.finetune.name` for every seed of `config.finetune.seeds`
+    (mode "train"), prints the shardings ("shardings"), or compiles for `topology` ("compile":
+    `compile_for_topology`, whose exit status it returns).
 
     Returns:
       {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}.
     """
+    if mode == "compile":
+        return compile_for_topology(config, topology or config.topology, hlo_out)
     ft = config.finetune
     task = tasks.get_task(ft.name)
     tokenizer = find_tokenizer(config)

@@ -297,4 +297,11 @@ def _load(ft, tokenizer):
     return task_lib.sequence_data(load_splits(), DATASET, ft, tokenizer)
 
 
-TASK = task_lib.FinetuneTask("shakespeare", _load, task_lib.score_sequence, packable=True)
+TASK = task_lib.FinetuneTask(
+    "shakespeare",
+    _load,
+    task_lib.score_sequence,
+    packable=True,
+    objective="classification",
+    num_labels=len(GENRES),
+)

@@ -876,5 +876,14 @@ def _score(version2: bool):
     return score
 
 
-SQUAD1 = task_lib.FinetuneTask("squad1", _load(False), _score(False), files=_FILES[False])
-SQUAD2 = task_lib.FinetuneTask("squad2", _load(True), _score(True), files=_FILES[True])
+SQUAD1, SQUAD2 = (
+    task_lib.FinetuneTask(
+        f"squad{2 if v2 else 1}",
+        _load(v2),
+        _score(v2),
+        files=_FILES[v2],
+        objective="question_answering",
+        num_labels=2,
+    )
+    for v2 in (False, True)
+)

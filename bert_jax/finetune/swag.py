@@ -168,6 +168,7 @@ def featurize(
 # The fine-tuning task.
 
 FILES = ("train.csv", "val.csv", "test.csv")
+NUM_CHOICES = 4  # SWAG's endings (other files may have other counts: the data decides)
 
 
 def _load(ft, tokenizer):
@@ -202,4 +203,6 @@ def _score(data, eval_set, outputs, ft, out_dir):
     return {"accuracy": metrics.accuracy([e.label for e in eval_set.examples], preds)}
 
 
-TASK = task_lib.FinetuneTask("swag", _load, _score, files=FILES)
+TASK = task_lib.FinetuneTask(
+    "swag", _load, _score, files=FILES, objective="multiple_choice", num_labels=NUM_CHOICES
+)

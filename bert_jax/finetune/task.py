@@ -81,6 +81,9 @@ class FinetuneTask:
         metrics of a labelled split; writes the prediction files into out_dir when given.
       files: the standard (train, dev, test) file names in `config.finetune.data_dir`.
       packable: whether several short examples may share a row (`config.finetune.pack`).
+      objective, num_labels: what trains it and its head's outputs (as `TaskData` gives them),
+        where they are known before any data is read; "" / 0 where the data decides (a custom
+        task's labels). `train.py --mode=compile` needs them.
     """
 
     name: str
@@ -88,6 +91,8 @@ class FinetuneTask:
     score: Scorer
     files: tuple[str, str, str] = ("", "", "")
     packable: bool = False
+    objective: str = ""
+    num_labels: int = 0
 
 
 # --------------------------------------------------------------------------------------------

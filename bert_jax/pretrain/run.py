@@ -62,8 +62,8 @@ def model_step_flops(cfg, config) -> float:
 
 
 def compile_for_topology(exp: loop.Experiment, config, topology: str, num_slices: int, hlo_out):
-    """Compiles the step for a TPU slice on this machine and prints the report; returns the exit
-    status (1 if it does not fit in HBM)."""
+    """Compiles the step for a TPU slice or GPUs on this machine and prints the report; returns
+    the exit status (1 if it does not fit in memory)."""
     cfg = exp.cfg
     report = aot.compile_step(
         exp,
@@ -72,9 +72,7 @@ def compile_for_topology(exp: loop.Experiment, config, topology: str, num_slices
         hlo_path=hlo_out,
     )
     report.update(topology=topology, num_slices=num_slices)
-    print(aot.format_report(report))
-    print(aot.report_json(report))
-    return 0 if report["fits"] else 1
+    return aot.print_report(report)
 
 
 class HeldOutEvaluation:
