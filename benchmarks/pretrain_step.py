@@ -32,6 +32,7 @@ work for every peer, so the fractions compare as the times do.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -315,7 +316,8 @@ def versions(names=("jax", "flax", "torch", "transformers")) -> dict[str, str]:
     return out
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The benchmark's flags (argparse exits naming a bad one)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -340,18 +342,31 @@ def main(argv=None) -> int:
         "--attention", default="auto", help="bert_jax: auto, xla, fused_xla, cudnn, splash"
     )
     parser.add_argument(
+        "--attention_dropout",
+        type=float,
+        default=None,
+        help="attention-probability dropout for every peer (default: the preset's 0.1; the GPU/TPU "
+        "recipes use 0, which lets bert_jax's attention=auto pick the fused kernels)",
+    )
+    parser.add_argument(
         "--peak_shape", default="2048,768,3072", help="m,k,n of the matmul-peak measurement"
     )
     parser.add_argument(
         "--peak_reps", type=int, default=5, help="matmul-peak repetitions (0: none)"
     )
     parser.add_argument("--output", default="", help="also append the JSON lines to this file")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
 
     from bert_jax import flops
     from bert_jax.config import BertConfig
 
     cfg = BertConfig.preset(args.size)
+    if args.attention_dropout is not None:
+        cfg = dataclasses.replace(cfg, attention_probs_dropout_prob=args.attention_dropout)
     predictions = args.predictions or max(1, round(0.15 * args.seq))
     batch = make_batch(cfg, args.batch, args.seq, predictions)
     platform_name, kind = device_info()
@@ -407,6 +422,7 @@ def main(argv=None) -> int:
             "seq": args.seq,
             "what": args.what,
             "dtype": args.dtype,
+            "attention_dropout": cfg.attention_probs_dropout_prob,
             "median_s": median,
             "mean_s": statistics.mean(times[name]),
             "tokens_per_s": args.batch * args.seq / median,

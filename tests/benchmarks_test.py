@@ -117,3 +117,42 @@ def test_recorded_tpu_recipe_compiles_match_the_recipes_and_results():
             assert r["collective_matmul"] == config.runtime.collective_matmul
             assert r["fits"] and r["hbm_gib"]["total"] <= 0.9 * r["hbm_capacity_gib"], r["name"]
             assert tpu_recipes.table_row(r) in results, r["name"]
+
+
+def test_gpu_suite_dry_run_plans_every_step_and_parses_their_flags(capsys):
+    """Without a GPU the suite prints its plan; each benchmark's own parser reads its flags."""
+    from benchmarks import gpu_suite
+
+    assert gpu_suite.main(["--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "dry run: 13 steps planned" in out
+    assert out.count("benchmarks/pretrain_step.py") == 9  # 3 shapes x bert_jax and 2 torch peers
+    assert out.count("benchmarks/gpu_compile.py") == 3
+
+
+def test_gpu_suite_writes_measured_beside_predicted_between_its_markers(tmp_path):
+    from benchmarks import gpu_suite
+
+    shape = {"size": "large", "batch": 128, "seq": 128}
+    rows = [
+        {**shape, "peer": "bert_jax", "what": "train_step", "median_s": 0.125, "mfu": 0.25,
+         "tokens_per_s": 131072.0, "peak_bytes": 35.16e9, "xla_plan_bytes": 35.10e9},
+        {**shape, "peer": "torch_eager", "what": "train_step", "median_s": 0.137, "mfu": 0.23,
+         "tokens_per_s": 119600.0, "peak_bytes": 26.97e9},
+        {**shape, "peer": "bert_jax", "what": "deviceless_compile", "xla_plan_bytes": 34.9e9},
+    ]  # fmt: skip
+    text = gpu_suite.table(rows)
+    assert (
+        "| large | 128 x 128 | bert_jax | 0.1250 | 131,072 | 0.250 | 35.16 | 35.10 | 34.90 |"
+        in text
+    )
+    assert "| large | 128 x 128 | torch_eager | 0.1370 | 119,600 | 0.230 | 26.97 |  |  |" in text
+    doc = tmp_path / "RESULTS_gpu.md"
+    doc.write_text("# GPU\n\nkept\n")
+    gpu_suite.write_section(text, "h100", str(doc))
+    gpu_suite.write_section("second", "h100", str(doc))  # replaced, not appended again
+    gpu_suite.write_section("other card", "t4", str(doc))
+    assert doc.read_text() == (
+        "# GPU\n\nkept\n\n<!-- gpu_suite:h100 -->\nsecond\n<!-- /gpu_suite:h100 -->\n"
+        "\n<!-- gpu_suite:t4 -->\nother card\n<!-- /gpu_suite:t4 -->\n"
+    )

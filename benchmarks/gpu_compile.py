@@ -1,0 +1,124 @@
+"""The memory a GPU step will take, predicted without the GPU: the pretraining step of
+benchmarks/pretrain_step.py compiled deviceless for one card (`bert_jax.aot.gpu_devices`).
+
+    python benchmarks/gpu_compile.py --card=h100 --size=large --batch=128 --seq=128 --scan \\
+        --attention_dropout=0
+
+Prints one JSON line per run with the fields of pretrain_step.py's bert_jax rows that a compile
+gives (xla_plan_bytes: arguments + outputs + temporaries - aliased, the figure pretrain_step.py
+reports beside the real allocator peak on a GPU) and compile_s, so that a prediction made here
+can be set beside the measurement made on the card (benchmarks/RESULTS_gpu.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def compile_plan(card: str, cfg, batch: dict, args) -> dict:
+    """Compiles one AdamW pretraining step (bert_jax_peer's) for `card`; its memory plan."""
+    import flax.linen as nn
+    import jax
+
+    from bert_jax import aot, loop, objectives, optimizer, steps
+    from bert_jax import model as M
+    from bert_jax.config import RuntimeConfig
+
+    device = aot.gpu_devices(card)[0]
+    mesh = jax.sharding.Mesh([device], ("data",))
+    runtime = RuntimeConfig(
+        dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention=args.attention
+    ).resolved("cuda", compute_capability=device.compute_capability)
+    model = M.BertForPreTraining(cfg, runtime)
+    tx = optimizer.make_optimizer("adamw", 1e-4, weight_decay=0.01)
+    state = jax.eval_shape(
+        lambda r: nn.unbox(steps.init_train_state(r, model=model, tx=tx)), jax.random.PRNGKey(0)
+    )
+    on_card = jax.sharding.SingleDeviceSharding(device)
+    put = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=on_card)  # noqa: E731
+    state, batch = jax.tree.map(put, state), jax.tree.map(put, batch)
+    start = time.perf_counter()
+    with jax.set_mesh(mesh):
+        fn = loop.compile_train_step(model, tx, objectives.get_objective("pretraining"))
+        compiled = fn.lower(state, batch).compile()
+    m = compiled.memory_analysis()
+    return {
+        "xla_plan_bytes": int(
+            m.argument_size_in_bytes
+            + m.output_size_in_bytes
+            + m.temp_size_in_bytes
+            - m.alias_size_in_bytes
+        ),
+        "temp_bytes": int(m.temp_size_in_bytes),
+        "compile_s": time.perf_counter() - start,
+        "dtype": runtime.dtype,
+        "cudnn_attention_calls": compiled.as_text().count('custom_call_target="__cudnn$fmha'),
+    }
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The script's flags (argparse exits naming a bad one)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--card", default="h100", help="a card of bert_jax.flops.GPU_CARDS")
+    parser.add_argument("--size", default="large")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--predictions", type=int, default=0, help="0: 15%% of seq")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--scan", action="store_true")
+    parser.add_argument("--remat", default="none")
+    parser.add_argument("--attention", default="auto")
+    parser.add_argument("--attention_dropout", type=float, default=None)
+    parser.add_argument("--output", default="", help="also append the JSON line to this file")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    import jax
+
+    from benchmarks.pretrain_step import make_batch
+    from bert_jax.config import BertConfig
+
+    cfg = BertConfig.preset(args.size)
+    if args.attention_dropout is not None:
+        cfg = dataclasses.replace(cfg, attention_probs_dropout_prob=args.attention_dropout)
+    predictions = args.predictions or max(1, round(0.15 * args.seq))
+    batch = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype)
+        for k, v in make_batch(cfg, args.batch, args.seq, predictions).items()
+    }
+    row = {
+        "peer": "bert_jax",
+        "what": "deviceless_compile",
+        "card": args.card,
+        "size": args.size,
+        "batch": args.batch,
+        "seq": args.seq,
+        "scan": args.scan,
+        "remat": args.remat,
+        "attention": args.attention,
+        "attention_dropout": cfg.attention_probs_dropout_prob,
+        "jax": jax.__version__,
+        **compile_plan(args.card, cfg, batch, args),
+    }
+    print(json.dumps(row), flush=True)
+    if args.output:
+        with open(args.output, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Compile BERT-base and BERT-large pretraining (phases 1 and 2) for 1 and 8 H100s, no GPU needed.
+
+    python benchmarks/gpu_pretraining.py [--only=large_p1_h100x8] [--out=...gpu_compile.jsonl]
+    python benchmarks/gpu_pretraining.py --table   # the rows of the reports already in --out
+
+Runs `train.py --config=configs/pretrain.py:size=S,phase=P --mode=compile --topology=gpu:...`
+for each row of `ROWS` (one process each; the recipes' attention dropout 0, so cuDNN attention;
+layers unrolled so that XLA's byte count, and the roofline, cover the whole step), adds the
+JSON report to `--out` under the row's name (replacing an older line of that name) and prints one
+markdown row per report, as benchmarks/RESULTS_gpu.md records them. MFU figures are roofline
+bounds from the compiled program, not measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "benchmarks", "results", "gpu_compile.jsonl")
+
+# name -> (size, phase, topology, remat, extra overrides). Global batches are BERT's (256 for
+# base, 512 for large); one card takes the whole batch, remat "dots" where activations would
+# not fit, and phase 2 of large on one card in micro-batches.
+ROWS = {
+    "base_p1_h100": ("base", 1, "gpu:h100", "none", []),
+    "base_p1_h100x8": ("base", 1, "gpu:h100x8", "none", []),
+    "base_p2_h100x8": ("base", 2, "gpu:h100x8", "none", []),
+    "large_p1_h100": ("large", 1, "gpu:h100", "dots", []),
+    "large_p1_h100x8": ("large", 1, "gpu:h100x8", "none", []),
+    "large_p2_h100x8": ("large", 2, "gpu:h100x8", "dots", []),
+    "large_p2_h100": ("large", 2, "gpu:h100", "dots", ["--config.num_microbatches=4"]),
+}
+
+
+def compile_row(name: str) -> dict:
+    """The `--mode=compile` JSON report of one row (exit status 1, not fitting, included)."""
+    size, phase, topology, remat, extra = ROWS[name]
+    config = os.path.join(ROOT, "configs", "pretrain.py")
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        f"--config={config}:size={size},phase={phase}",
+        "--mode=compile",
+        f"--topology={topology}",
+        "--config.runtime.scan_layers=False",
+        f"--config.runtime.remat_policy={remat}",
+        *extra,
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report["name"] = name
+    return report
+
+
+def table_row(r: dict) -> str:
+    """The RESULTS_gpu.md row of a report (`compile_row`)."""
+    m = r["hbm_gib"]
+    cap = r["hbm_capacity_gib"]
+    rows = r["batch"][0] // r["devices"]
+    roof = r.get("roofline")
+    bound = f"**{roof['mfu_bound']:.0%}** ({roof['bound']})" if roof else "n/a (micro-batches)"
+    return (
+        f"| {r['name']} | {r['topology']} | {r['batch'][0]} ({rows} x {r['batch'][1]}) | "
+        f"{r['remat_policy']}, {r['num_microbatches']} | {m['arguments']:.2f} + "
+        f"{m['temporaries']:.2f} = **{m['total']:.2f}** / {cap:.1f} GiB | "
+        f"{'yes' if r['fits'] else 'NO'} | {r['cudnn_attention_calls']} | {bound} | "
+        f"{r['compile_s']:.0f} |"
+    )
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", default="", help="comma-separated row names (default: all)")
+    parser.add_argument("--out", default=OUT)
+    parser.add_argument("--table", action="store_true", help="print the rows already in --out")
+    args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(ROWS)
+    reports = {}
+    if os.path.exists(args.out):
+        for line in open(args.out):
+            r = json.loads(line)
+            reports[r["name"]] = r
+    if not args.table:
+        for name in names:
+            reports[name] = compile_row(name)
+            print(json.dumps(reports[name]), flush=True)
+            with open(args.out, "w") as f:
+                for r in reports.values():
+                    f.write(json.dumps(r, sort_keys=True) + "\n")
+    print(
+        "| row | topology | global batch (per card x length) | remat, micro-batches | "
+        "memory per card: arguments + temporaries = total / JAX's pool | fits | "
+        "cuDNN attention calls | MFU bound | compile s |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in ROWS:
+        if name in reports:
+            print(table_row(reports[name]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
