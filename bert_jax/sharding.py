@@ -126,6 +126,10 @@ def make_mesh(sizes: dict[str, int], devices: Sequence[jax.Device] | None = None
         return Mesh(grid, MESH_AXES, axis_types=axis_types)
     if devices[0].platform == "tpu":  # physical placement or a clear error, never a reshape
         return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
+    if devices[0].platform == "gpu" and devices[0] not in jax.devices():
+        # A deviceless compile's GPUs of one host (bert_jax.aot): no layout to follow, and none
+        # needed (the cards of one host reach each other alike, over NVLink or PCIe).
+        return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=axis_types)
     if len(devices) == jax.device_count() and devices == list(jax.devices()):
         try:
             return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
