@@ -232,6 +232,12 @@ def _register_cuda_compiler() -> None:
         import jax_cuda12_plugin._versions as versions
 
         lib.cuda_versions = fused_attention_stablehlo.cuda_versions = versions
+    # jax also found no CUDA directory then, and XLA took the first ptxas on the PATH (a CUDA 13
+    # one no longer builds for the V100's sm_70): point every compile at the plugin's ptxas.
+    site = pathlib.Path(plugin.__file__).parents[2]  # <site>/jax_plugins/xla_cuda12/__init__.py
+    nvcc = str(site / "nvidia" / "cuda_nvcc")
+    if not os.path.isdir(str(lib.cuda_path)) and os.path.isdir(nvcc):  # (jax 0.10 says "None")
+        lib.cuda_path = nvcc
 
 
 def gpu_devices(card: str, count: int = 1) -> list:
