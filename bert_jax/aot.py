@@ -54,7 +54,6 @@ from bert_jax import flops, sharding
 # TPU generations by topology prefix: the chip config libtpu compiles them with. v4 and v5p run
 # as megacore (both TensorCores of a chip as one device); the others have one core per chip.
 GENERATIONS = {"v4": "megacore", "v5p": "megacore", "v5e": "default", "v6e": "default"}
-GPU_TOPOLOGY = re.compile(r"gpu:([a-z0-9-]+?)(?:x(\d+))?")  # gpu:CARD or gpu:CARDxN
 # Room above XLA's plan for what a deviceless compile does not size (cuBLAS / cuDNN workspaces,
 # the allocator's rounding). On an H100 the allocator's peak over real steps was 0.2-0.9% above
 # the plan (benchmarks/RESULTS_gpu.md).
@@ -139,14 +138,16 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
 
 
 def parse_gpu_topology(topology: str) -> tuple[str, int]:
-    """("h100", 8) from "gpu:h100x8"; ("t4", 1) from "gpu:t4"."""
-    match = GPU_TOPOLOGY.fullmatch(topology)
-    if not match or match.group(1) not in flops.GPU_CARDS or match.group(2) in ("0", "00"):
+    """("h100", 8) from "gpu:h100x8"; ("t4", 1) from "gpu:t4"; ("rtx4090", 2) from
+    "gpu:rtx4090x2"."""
+    name = topology.removeprefix("gpu:") if topology.startswith("gpu:") else ""
+    card, count = (name, "1") if name in flops.GPU_CARDS else name.rpartition("x")[::2]
+    if card not in flops.GPU_CARDS or not count.isdigit() or int(count) < 1:
         raise ValueError(
             f"unknown GPU topology {topology!r}: expected gpu:CARD or gpu:CARDxN (N cards on one "
             f"host) with CARD one of {', '.join(flops.GPU_CARDS)}, e.g. gpu:t4, gpu:h100x8"
         )
-    return match.group(1), int(match.group(2) or 1)
+    return card, int(count)
 
 
 def gpu_target_config(card: flops.GpuCard) -> str:

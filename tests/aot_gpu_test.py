@@ -129,12 +129,16 @@ print(json.dumps(out))
         assert got[name] == [card.name, card.compute_capability, True], name
 
 
-@pytest.mark.parametrize("bad", ["gpu:k80", "gpu:h100x0", "gpu:", "gpu:t4x", "gpu:T4"])
+@pytest.mark.parametrize(
+    "bad", ["gpu:k80", "gpu:h100x0", "gpu:", "gpu:t4x", "gpu:T4", "gpu:h100x-1", "h100", "gpu:rtx"]
+)
 def test_bad_gpu_topologies_name_the_cards(bad):
     with pytest.raises(ValueError, match="gpu:CARD or gpu:CARDxN.*h100, a100-80g"):
         aot.parse_gpu_topology(bad)
     assert aot.parse_gpu_topology("gpu:h100x8") == ("h100", 8)
     assert aot.parse_gpu_topology("gpu:a100-40g") == ("a100-40g", 1)
+    assert aot.parse_gpu_topology("gpu:rtx4090") == ("rtx4090", 1)  # an x in the card's name
+    assert aot.parse_gpu_topology("gpu:rtx4090x2") == ("rtx4090", 2)
 
 
 def finetune_report(variant, topology, *extra):
