@@ -13,6 +13,9 @@ Variants (`--config=configs/finetune.py:task=...,init=...`):
   pack=1                      pack short examples several to a row (sequence/token tasks)
   model=base|large|L4-H512|...  without init_from: that BertConfig preset's architecture (what
                               `--mode=compile` compiles; from scratch, its random weights)
+  gpu=t4|l4|a10|rtx4090|v100|a100-40g|a100-80g|h100   the one-GPU recipe of `GPU_RECIPES` for
+                              model=base|large (also the size of an init_from checkpoint): the
+                              published batch in as few micro-batches as fit the card
 
 The starting point is `init_from`: a Hugging Face directory, a TF checkpoint, a bert_jax export or a
 train.py workdir; its vocabulary must equal the tokenizer's. With `finetune.random_init=True` only
@@ -40,11 +43,37 @@ Expected (BERT-base, published recipe): MRPC F1 ~88, SST-2 ~93 accuracy, SQuAD v
 import ml_collections
 
 from bert_jax.config import BertConfig
-from bert_jax.finetune import tasks
+from bert_jax.finetune import glue, tasks
 from bert_jax.sharding import DEFAULT_RULES
 from configs.common import parse_variant
 
 TASKS = sorted(tasks.TASKS)
+
+# One-GPU recipes, chosen by compiling for each card (benchmarks/gpu_recipes.py; the memory each
+# takes is in benchmarks/RESULTS_gpu.md): the micro-batches a step of the published global batch
+# (32 rows; 24 for SQuAD with BERT-large) needs to fit in JAX's memory pool, layers scanned, no
+# remat (every recipe fits without), per task family in `GPU_FAMILIES` order. float16 with loss
+# scaling on the T4 and V100, bfloat16 on the others.
+GPU_FAMILIES = ("glue", "squad", "conll2003", "swag")  # 128, 384, 128, 4 x 128 tokens a row
+# fmt: off
+GPU_RECIPES = {
+    "t4":       {"base": (1, 2, 1, 2), "large": (2, 8, 2, 8)},
+    "v100":     {"base": (1, 1, 1, 2), "large": (2, 4, 2, 8)},
+    "l4":       {"base": (1, 1, 1, 1), "large": (1, 2, 1, 4)},
+    "a10":      {"base": (1, 1, 1, 1), "large": (1, 2, 1, 4)},
+    "rtx4090":  {"base": (1, 1, 1, 1), "large": (1, 2, 1, 4)},
+    "a100-40g": {"base": (1, 1, 1, 1), "large": (1, 1, 1, 2)},
+    "a100-80g": {"base": (1, 1, 1, 1), "large": (1, 1, 1, 1)},
+    "h100":     {"base": (1, 1, 1, 1), "large": (1, 1, 1, 1)},
+}
+# fmt: on
+
+
+def gpu_family(task: str) -> str | None:
+    """The `GPU_FAMILIES` entry of a task (None: no recipe, e.g. custom or shakespeare)."""
+    if task in glue.GLUE_DATASETS:
+        return "glue"
+    return {"squad1": "squad", "squad2": "squad"}.get(task, task if task in GPU_FAMILIES else None)
 
 
 def _minilm_path() -> str:
@@ -56,7 +85,7 @@ def _minilm_path() -> str:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = parse_variant(arg, ("task", "init", "pack", "model"))
+    variant = parse_variant(arg, ("task", "init", "pack", "model", "gpu"))
     name = variant.get("task", "shakespeare")
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known: {TASKS}")
@@ -162,5 +191,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches
         c.finetune.max_seq_length = 128
         c.optimizer.peak_learning_rate = 5e-5
+    if "gpu" in variant:
+        card, model, family = variant["gpu"], variant.get("model"), gpu_family(name)
+        if card not in GPU_RECIPES:
+            raise ValueError(f"no one-GPU recipe for gpu={card!r}; cards: {list(GPU_RECIPES)}")
+        if model not in ("base", "large"):
+            raise ValueError(
+                f"gpu={card} picks the recipe of model=base or model=large (with init_from too: "
+                f"the checkpoint's size), not model={model!r}"
+            )
+        if family is None:
+            raise ValueError(f"no one-GPU recipe for task={name!r}; families: {GPU_FAMILIES}")
+        c.num_microbatches = GPU_RECIPES[card][model][GPU_FAMILIES.index(family)]
+        c.global_batch_size = 24 if (model, family) == ("large", "squad") else 32
+        c.runtime.scan_layers = True
+        c.topology = f"gpu:{card}"
     c.lock()
     return c

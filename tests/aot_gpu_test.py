@@ -179,3 +179,18 @@ def test_finetuning_compile_names_what_it_cannot_know():
     assert proc.returncode != 0 and "takes its labels from its data" in proc.stderr
     proc, _ = finetune_report("task=mrpc", "gpu:t4")  # no init_from, no preset
     assert proc.returncode != 0 and "model=base" in proc.stderr
+
+
+def test_a_one_gpu_recipe_compiles_as_recorded():
+    """The recipe for BERT-base SQuAD on a T4 (2 micro-batches of 16) compiles today to the
+    memory on record (benchmarks/results/gpu_recipes.jsonl), within 2%, and fits."""
+    from benchmarks import gpu_recipes
+
+    with open(gpu_recipes.OUT) as f:
+        recorded = {r["name"]: r for r in map(json.loads, f)}["t4_base_squad1"]
+    proc, report = finetune_report("task=squad1,model=base,gpu=t4", "gpu:t4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report["num_microbatches"] == 2 and report["dtype"] == "float16"
+    assert report["fits"] and report["hbm_gib"]["total"] == pytest.approx(
+        recorded["hbm_gib"]["total"], rel=0.02
+    )

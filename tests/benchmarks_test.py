@@ -179,3 +179,33 @@ def test_recorded_gpu_pretraining_compiles_match_the_rows_and_results():
         assert gpu_pretraining.table_row(r) in results, name
     for name in ("large_p1_h100", "large_p1_h100x8"):
         assert by_name[name]["roofline"]["mfu_bound"] >= 0.6
+
+
+def test_gpu_recipes_match_their_compiles_on_record_and_results():
+    """Every one-GPU recipe of configs/finetune.py has a compile on record with its settings
+    (benchmarks/gpu_recipes.py), fits, and RESULTS_gpu.md shows that row."""
+    import os
+
+    from benchmarks import gpu_recipes
+    from configs import finetune
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(gpu_recipes.OUT) as f:
+        by_name = {r["name"]: r for r in map(json.loads, f)}
+    with open(os.path.join(root, "benchmarks", "RESULTS_gpu.md")) as f:
+        results = f.read()
+    tasks = ("mrpc", "squad1", "conll2003", "swag")  # one of each family
+    assert set(finetune.GPU_RECIPES) == set(by_name[n]["card"] for n in by_name)
+    for card, models in finetune.GPU_RECIPES.items():
+        for model in models:
+            for task in tasks:
+                config = finetune.get_config(f"task={task},model={model},gpu={card}")
+                r = by_name[f"{card}_{model}_{task}"]
+                assert r["topology"] == config.topology == f"gpu:{card}"
+                assert r["num_microbatches"] == config.num_microbatches, r["name"]
+                assert r["batch"][0] == config.global_batch_size
+                assert r["batch"][-1] == config.finetune.max_seq_length
+                assert r["remat_policy"] == config.runtime.remat_policy == "none"
+                assert r["scan_layers"] is config.runtime.scan_layers is True
+                assert r["fits"], r["name"]
+                assert gpu_recipes.table_row(r) in results, r["name"]
