@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks import compile_records  # noqa: E402  (after the path)
+
 OUT = os.path.join(ROOT, "benchmarks", "results", "gpu_compile.jsonl")
 
 # name -> (size, phase, topology, remat, extra overrides). Global batches are BERT's (256 for
@@ -39,21 +42,13 @@ ROWS = {
 def compile_row(name: str) -> dict:
     """The `--mode=compile` JSON report of one row (exit status 1, not fitting, included)."""
     size, phase, topology, remat, extra = ROWS[name]
-    config = os.path.join(ROOT, "configs", "pretrain.py")
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "train.py"),
-        f"--config={config}:size={size},phase={phase}",
-        "--mode=compile",
+    report = compile_records.compile_report(
+        f"pretrain.py:size={size},phase={phase}",
         f"--topology={topology}",
         "--config.runtime.scan_layers=False",
         f"--config.runtime.remat_policy={remat}",
         *extra,
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode not in (0, 1) or not proc.stdout.strip():
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    )
     report["name"] = name
     return report
 
@@ -83,18 +78,12 @@ def main(argv=None) -> int:
     parser.add_argument("--table", action="store_true", help="print the rows already in --out")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(ROWS)
-    reports = {}
-    if os.path.exists(args.out):
-        for line in open(args.out):
-            r = json.loads(line)
-            reports[r["name"]] = r
+    reports = compile_records.read(args.out)
     if not args.table:
         for name in names:
             reports[name] = compile_row(name)
             print(json.dumps(reports[name]), flush=True)
-            with open(args.out, "w") as f:
-                for r in reports.values():
-                    f.write(json.dumps(r, sort_keys=True) + "\n")
+            compile_records.write(args.out, reports)
     print(
         "| row | topology | global batch (per card x length) | remat, micro-batches | "
         "memory per card: arguments + temporaries = total / JAX's pool | fits | "

@@ -18,14 +18,14 @@ recipe with `--config.runtime.scan_layers=False`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "benchmarks", "results", "gpu_recipes.jsonl")
 sys.path.insert(0, ROOT)
+
+from benchmarks import compile_records  # noqa: E402  (after the path)
 
 TASKS = {"mrpc": 128, "squad1": 384, "conll2003": 128, "swag": 128}  # task -> tokens a row
 MODELS = ("base", "large")
@@ -38,22 +38,14 @@ def global_batch(model: str, task: str) -> int:
 
 def compile_recipe(card: str, model: str, task: str, microbatches: int, remat: str) -> dict:
     """The `--mode=compile` JSON report of one candidate (exit status 1, not fitting, included)."""
-    config = os.path.join(ROOT, "configs", "finetune.py")
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "train.py"),
-        f"--config={config}:task={task},model={model}",
-        "--mode=compile",
+    return compile_records.compile_report(
+        f"finetune.py:task={task},model={model}",
         f"--topology=gpu:{card}",
         f"--config.global_batch_size={global_batch(model, task)}",
         f"--config.num_microbatches={microbatches}",
         f"--config.runtime.remat_policy={remat}",
         "--config.runtime.scan_layers=True",
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode not in (0, 1) or not proc.stdout.strip():
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    )
 
 
 def choose(card: str, model: str, task: str) -> dict:
@@ -98,11 +90,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=OUT)
     parser.add_argument("--table", action="store_true", help="print the rows already in --out")
     args = parser.parse_args(argv)
-    reports = {}
-    if os.path.exists(args.out):
-        for line in open(args.out):
-            r = json.loads(line)
-            reports[r["name"]] = r
+    reports = compile_records.read(args.out)
     if not args.table:
         for card in args.cards.split(","):
             for model in args.models.split(","):
@@ -110,9 +98,7 @@ def main(argv=None) -> int:
                     r = choose(card, model, task)
                     reports[r["name"]] = r
                     print(table_row(r), flush=True)
-                    with open(args.out, "w") as f:
-                        for x in reports.values():
-                            f.write(json.dumps(x, sort_keys=True) + "\n")
+                    compile_records.write(args.out, reports)
     print(
         "| card | model | task (tokens a row) | dtype | micro-batches x rows, remat | "
         "memory: total / JAX's pool |"

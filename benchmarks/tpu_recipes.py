@@ -12,29 +12,20 @@ one markdown row per recipe, as benchmarks/RESULTS_tpu.md records them. Needs th
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import compile_records  # noqa: E402  (after the path)
+
 
 def compile_recipe(tpu: str, phase: int) -> dict:
     """The `--mode=compile` JSON report of one recipe (exit status 1, not fitting, included)."""
-    config = os.path.join(ROOT, "configs", "pretrain.py")
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "train.py"),
-        f"--config={config}:size=large,phase={phase},tpu={tpu}",
-        "--mode=compile",
-        "--compilation_cache_dir=off",
-    ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if proc.returncode not in (0, 1) or not proc.stdout.strip():
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = compile_records.compile_report(
+        f"pretrain.py:size=large,phase={phase},tpu={tpu}", "--compilation_cache_dir=off"
+    )
     report["name"] = f"recipe_{tpu}_p{phase}"
     return report
 
@@ -77,12 +68,8 @@ def main(argv=None) -> int:
     unknown = sorted(set(slices) - set(TPU_RECIPES))
     if unknown:
         parser.error(f"unknown slices {unknown}; known: {sorted(TPU_RECIPES)}")
-    lines = []
-    if os.path.exists(args.out):
-        with open(args.out) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
+    by_name = compile_records.read(args.out)
     if args.table:
-        by_name = {r.get("name"): r for r in lines}
         for tpu in slices:
             for phase in (1, 2):
                 print(table_row(by_name[f"recipe_{tpu}_p{phase}"]))
@@ -90,9 +77,9 @@ def main(argv=None) -> int:
     for tpu in slices:
         for phase in map(int, args.phases.split(",")):
             report = compile_recipe(tpu, phase)
-            lines = [r for r in lines if r.get("name") != report["name"]] + [report]
-            with open(args.out, "w") as f:
-                f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in lines)
+            by_name.pop(report["name"], None)  # the newest last, as before
+            by_name[report["name"]] = report
+            compile_records.write(args.out, by_name)
             print(table_row(report), flush=True)
     return 0
 

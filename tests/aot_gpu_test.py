@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from bert_jax import aot, flops
+from tests.common import COMPILE_SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PLUGIN = importlib.util.find_spec("jax_plugins.xla_cuda12") or os.path.isdir(
@@ -24,19 +25,6 @@ if not _PLUGIN:
         raise RuntimeError(f"JAX's CUDA plugin is not installed in {aot.CUDA_COMPILE_DIR}")
     pytest.skip("needs JAX's CUDA plugin (make setup installs it)", allow_module_level=True)
 
-# A small model and batch with BERT's dropout off (the GPU recipes' attention dropout 0): the
-# compile is what is tested, not its size.
-SMALL = [
-    "--config.model.vocab_size=400",
-    "--config.model.hidden_size=32",
-    "--config.model.num_attention_heads=4",
-    "--config.model.intermediate_size=37",
-    "--config.model.max_position_embeddings=32",
-    "--config.data.max_seq_length=32",
-    "--config.data.max_predictions_per_seq=5",
-    "--config.global_batch_size=16",
-]
-
 
 def compile_report(topology, *extra, env=None):
     cmd = [
@@ -45,7 +33,7 @@ def compile_report(topology, *extra, env=None):
         "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=tiny",
         "--mode=compile",
         f"--topology={topology}",
-        *SMALL,
+        *COMPILE_SMALL,  # the tiny variant has no dropout, as the GPU recipes' attention
         *extra,
     ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}

@@ -9,20 +9,14 @@ import numpy as np
 import pytest
 
 from bert_jax import aot, sharding
+from tests.common import COMPILE_SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
 
 # A small model and batch: the compile is what is tested, not its size.
 SMALL = [
-    "--config.model.vocab_size=400",
-    "--config.model.hidden_size=32",
-    "--config.model.num_attention_heads=4",
-    "--config.model.intermediate_size=37",
-    "--config.model.max_position_embeddings=32",
-    "--config.data.max_seq_length=32",
-    "--config.data.max_predictions_per_seq=5",
-    "--config.global_batch_size=16",
+    *COMPILE_SMALL,
     "--config.mesh.data=1",
     "--config.mesh.fsdp=-1",
 ]

@@ -11,6 +11,18 @@ import numpy as np
 from bert_jax.config import BertConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+# Overrides of configs/pretrain.py:size=tiny for `train.py --mode=compile` tests: a small model
+# and batch, since the compile is what they test, not its size.
+COMPILE_SMALL = [
+    "--config.model.vocab_size=400",
+    "--config.model.hidden_size=32",
+    "--config.model.num_attention_heads=4",
+    "--config.model.intermediate_size=37",
+    "--config.model.max_position_embeddings=32",
+    "--config.data.max_seq_length=32",
+    "--config.data.max_predictions_per_seq=5",
+    "--config.global_batch_size=16",
+]
 
 
 def load_config_file(name: str):
