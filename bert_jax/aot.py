@@ -192,6 +192,15 @@ device_description_str: "{card.name}"
 """
 
 
+def cuda_plugin_installed() -> bool:
+    """Whether JAX's CUDA 12 plugin can be imported (beside jax, or from `CUDA_COMPILE_DIR` once
+    `_register_cuda_compiler` has put it on the path)."""
+    try:
+        return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
+    except ModuleNotFoundError:  # no jax_plugins package at all
+        return False
+
+
 def _register_cuda_compiler() -> None:
     """Makes JAX's CUDA plugin available for compiling, on a machine with or without a GPU.
 
@@ -205,12 +214,10 @@ def _register_cuda_compiler() -> None:
     xla_bridge._discover_and_register_pjrt_plugins()  # the plugins installed beside jax
     if "cuda" in xla_bridge._topology_factories:
         return
-    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None and os.path.isdir(
-        CUDA_COMPILE_DIR
-    ):
+    if not cuda_plugin_installed() and os.path.isdir(CUDA_COMPILE_DIR):
         sys.path.append(CUDA_COMPILE_DIR)
         importlib.invalidate_caches()
-    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+    if not cuda_plugin_installed():
         raise RuntimeError(
             "compiling for a GPU needs JAX's CUDA plugin and ptxas: make setup installs them "
             f"into {CUDA_COMPILE_DIR}, or pip install jax-cuda12-plugin=={jax.__version__} "

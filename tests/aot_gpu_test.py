@@ -5,7 +5,6 @@ Needs JAX's CUDA plugin, ptxas and cuDNN, which `make setup` installs into `.ven
 changes the process's JAX for good.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ from bert_jax import aot, flops
 from tests.common import COMPILE_SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_PLUGIN = importlib.util.find_spec("jax_plugins.xla_cuda12") or os.path.isdir(
+_PLUGIN = aot.cuda_plugin_installed() or os.path.isdir(
     os.path.join(aot.CUDA_COMPILE_DIR, "jax_plugins", "xla_cuda12")
 )
 if not _PLUGIN:
