@@ -140,7 +140,10 @@ def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
 
 
 def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_build):
-    """2N steps straight equal N steps, a SIGTERM, a resume and the rest, loss for loss."""
+    """2N steps straight equal N steps, a SIGTERM, a resume and the rest, loss for loss.
+
+    The run sleeps 10 s after step N/2 (bert_jax.multihost's test hook), so that the signal
+    reaches it mid-run however fast its steps are (they once finished before it)."""
     n = 6
     straight = tmp_path / "straight"
     run(train_cmd(straight, tiny_pretraining_build, steps=2 * n))
@@ -148,8 +151,14 @@ def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_buil
     cmd = train_cmd(
         interrupted, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", steps=2 * n
     )
+    pause = {"BERT_JAX_FAULT_INJECT": f"process=0,at=step:{n // 2},sleep=10"}
     proc = subprocess.Popen(
-        cmd, env=env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        env={**env(), **pause},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 300
     while time.time() < deadline:
