@@ -13,7 +13,6 @@ can be set beside the measurement made on the card (benchmarks/RESULTS_gpu.md).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -88,17 +87,10 @@ def main(argv=None) -> int:
 
     import jax
 
-    from benchmarks.pretrain_step import make_batch
-    from bert_jax.config import BertConfig
+    from benchmarks.pretrain_step import config_and_batch
 
-    cfg = BertConfig.preset(args.size)
-    if args.attention_dropout is not None:
-        cfg = dataclasses.replace(cfg, attention_probs_dropout_prob=args.attention_dropout)
-    predictions = args.predictions or max(1, round(0.15 * args.seq))
-    batch = {
-        k: jax.ShapeDtypeStruct(v.shape, v.dtype)
-        for k, v in make_batch(cfg, args.batch, args.seq, predictions).items()
-    }
+    cfg, host_batch, _ = config_and_batch(args)
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in host_batch.items()}
     row = {
         "peer": "bert_jax",
         "what": "deviceless_compile",

@@ -358,17 +358,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-
-    from bert_jax import flops
+def config_and_batch(args: argparse.Namespace):
+    """(BertConfig, host batch, predictions a row) of the flags --size, --attention_dropout,
+    --batch, --seq and --predictions: the step every peer (and gpu_compile.py) runs."""
     from bert_jax.config import BertConfig
 
     cfg = BertConfig.preset(args.size)
     if args.attention_dropout is not None:
         cfg = dataclasses.replace(cfg, attention_probs_dropout_prob=args.attention_dropout)
     predictions = args.predictions or max(1, round(0.15 * args.seq))
-    batch = make_batch(cfg, args.batch, args.seq, predictions)
+    return cfg, make_batch(cfg, args.batch, args.seq, predictions), predictions
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    from bert_jax import flops
+
+    cfg, batch, predictions = config_and_batch(args)
     platform_name, kind = device_info()
     peak = flops.peak_flops_per_device(kind)
     step_flops = flops.padded_step_flops(cfg, args.batch, args.seq, predictions)

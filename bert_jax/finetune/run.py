@@ -108,11 +108,16 @@ def _require_finite(scores: Mapping[str, float], split: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
+def head_fields(objective: str, num_labels: int, label_names=None) -> dict[str, Any]:
+    """The BertConfig fields of a task's head (num_labels, label_names)."""
+    if objective == "multiple_choice":
+        return dict(num_labels=2, label_names=None)  # the choice head has one output
+    return dict(num_labels=num_labels, label_names=label_names)
+
+
 def starting_point(config, data: TaskData, tokenizer):
     """(BertConfig of the fine-tuned model, encoder params or None for random init)."""
-    overrides = dict(num_labels=data.num_labels, label_names=data.label_names)
-    if data.objective == "multiple_choice":
-        overrides = dict(num_labels=2, label_names=None)  # the choice head has one output
+    overrides = head_fields(data.objective, data.num_labels, data.label_names)
     if not config.init_from:
         fields = config.model.to_dict()
         fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size  # 0: the tokenizer's
@@ -155,8 +160,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
         )
     else:
         cfg = BertConfig(**config.model.to_dict())
-    labels = 2 if task.objective == "multiple_choice" else task.num_labels  # see starting_point
-    cfg = cfg.replace(num_labels=labels, label_names=None)
+    cfg = cfg.replace(**head_fields(task.objective, task.num_labels))
     rows, length = config.global_batch_size, ft.max_seq_length
     batch = objectives.example_batch(task.objective, rows, length, task.num_labels)
     sequences = rows * (task.num_labels if task.objective == "multiple_choice" else 1)
