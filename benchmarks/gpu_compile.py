@@ -27,7 +27,7 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
     import flax.linen as nn
     import jax
 
-    from bert_jax import aot, loop, objectives, optimizer, steps
+    from bert_jax import aot, experiment, objectives, optimizer, steps
     from bert_jax import model as M
     from bert_jax.config import RuntimeConfig
 
@@ -46,7 +46,7 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
     state, batch = jax.tree.map(put, state), jax.tree.map(put, batch)
     start = time.perf_counter()
     with jax.set_mesh(mesh):
-        fn = loop.compile_train_step(model, tx, objectives.get_objective("pretraining"))
+        fn = experiment.compile_train_step(model, tx, objectives.get_objective("pretraining"))
         compiled = fn.lower(state, batch).compile()
     m = compiled.memory_analysis()
     return {

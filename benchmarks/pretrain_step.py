@@ -90,7 +90,7 @@ def bert_jax_peer(cfg, batch, args, options: str = ""):
     import flax.linen as nn
     import jax
 
-    from bert_jax import loop, objectives, optimizer, steps
+    from bert_jax import experiment, objectives, optimizer, steps
     from bert_jax import model as M
     from bert_jax.attention import current_platform
     from bert_jax.config import RuntimeConfig
@@ -108,7 +108,7 @@ def bert_jax_peer(cfg, batch, args, options: str = ""):
     objective = objectives.get_objective("pretraining")
     t = time.perf_counter()
     if args.what == "train_step":
-        fn = loop.compile_train_step(model, tx, objective)
+        fn = experiment.compile_train_step(model, tx, objective)
         compiled = fn.lower(state, device_batch).compile(compiler_options)
         holder = {"state": state}
 

@@ -308,7 +308,7 @@ def compile_step(
     """Compiles `exp`'s train step (and eval step) for its mesh and reports on them.
 
     Args:
-      exp: a `loop.Experiment` built over a topology's devices.
+      exp: an `experiment.Experiment` built over a topology's devices.
       batch: the global batch's shapes and dtypes (e.g.
         `bert_jax.pretrain.run.pretraining_batch(config)`).
       model_flops: model FLOPs of one global step (forward + backward), for the MFU bound.

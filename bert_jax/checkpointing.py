@@ -30,13 +30,16 @@ Leaf module: stores pytrees; knows nothing of the model.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import time
 import zlib
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
@@ -133,6 +136,105 @@ def item_path(directory, step: int, item: str) -> Any:
 def read_meta(directory, step: int) -> dict:
     """The `meta` item of a checkpoint (model config, head, step), read without Orbax."""
     return json.loads((item_path(directory, step, "meta") / "metadata").read_text())
+
+
+class RunCheckpointError(ValueError):
+    """A run's checkpoint cannot be read as parameters (none there, no readable meta, corrupt)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunParams:
+    """The parameters of one checkpoint of a `train.py` run (`read_run_params`).
+
+    Attributes:
+      params: the `params` subtree of the saved state: host numpy arrays as stored (layers
+        stacked if the run scanned them), or sharded jax.Arrays when read into targets.
+      config: the model's config.json fields, from the checkpoint's meta.
+      head: the model's head class name ("BertForPreTraining", ...).
+      step: the checkpoint's step.
+    """
+
+    params: Any
+    config: dict
+    head: str
+    step: int
+
+
+def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunParams | None:
+    """The parameters of a run's checkpoint (the newest when `step` is None); the optimizer
+    state stays on disk (a partial restore).
+
+    Args:
+      workdir: a `train.py` run directory (`<workdir>/checkpoints/<step>`).
+      step: the checkpoint's step, or None for the newest.
+      targets: None to read host numpy arrays, whatever mesh wrote them; or the parameters to
+        fill, as `jax.ShapeDtypeStruct`s with `.sharding` (every host reads only the pieces its
+        devices hold; a stored dtype is cast to the target's).
+
+    Returns:
+      The parameters, or None when `targets` are given and the stored parameters do not have
+      their tree and shapes (another head, or layers stacked differently).
+
+    Raises:
+      RunCheckpointError: no checkpoint (of that step), no readable meta, or corrupt arrays.
+    """
+    root = run_checkpoints(os.path.abspath(os.fspath(workdir)))
+    steps = saved_steps(root)
+    if not steps:
+        raise RunCheckpointError(f"no training checkpoints in {root}")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise RunCheckpointError(f"no checkpoint for step {step} in {root}; there are {steps}")
+    try:
+        meta = read_meta(root, step)
+        config, head = meta["config"], meta["model"]
+    except (OSError, json.JSONDecodeError, KeyError) as e:
+        raise RunCheckpointError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
+    state_path = os.fspath(item_path(root, step, "state"))
+    restore_args = None
+    if targets is not None:
+        with ocp.PyTreeCheckpointer() as ckptr:
+            stored = ckptr.metadata(state_path).item_metadata.tree.get("params")
+        shape_of = lambda x: tuple(x.shape)  # noqa: E731
+        try:
+            same = jax.tree_util.tree_map(shape_of, stored) == jax.tree_util.tree_map(
+                shape_of, targets
+            )
+        except (AttributeError, TypeError, ValueError):
+            same = False
+        if not same:
+            return None
+        restore_args = {
+            "params": jax.tree_util.tree_map(
+                lambda t: ocp.ArrayRestoreArgs(
+                    sharding=t.sharding, global_shape=t.shape, dtype=t.dtype
+                ),
+                targets,
+            )
+        }
+    return RunParams(_restore_params(state_path, restore_args), config, head, step)
+
+
+def _restore_params(state_path: str, restore_args) -> Any:
+    """The `params` subtree of a checkpoint's state, each leaf as `restore_args` (a tree of
+    `ocp.RestoreArgs`, or None: host numpy)."""
+    try:
+        with ocp.PyTreeCheckpointer() as ckptr:
+            tree = ckptr.metadata(state_path).item_metadata.tree
+            wanted = {"params": tree["params"]}
+            if restore_args is None:
+                restore_args = jax.tree_util.tree_map(
+                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
+                )
+            state = ckptr.restore(
+                state_path,
+                args=ocp.args.PyTreeRestore(
+                    item=wanted, restore_args=restore_args, partial_restore=True
+                ),
+            )
+    except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+        raise RunCheckpointError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
+    return state["params"]
 
 
 class Checkpointer:

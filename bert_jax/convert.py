@@ -745,101 +745,23 @@ def load_pretrained(
     return config, (stack_layers(tree) if scan_layers else tree), model
 
 
-def _training_checkpoint(workdir, step: int | None) -> tuple[str, int, BertConfig, str]:
-    """(state directory, step, config, model class name) of a `train.py` checkpoint."""
-    root = checkpointing.run_checkpoints(os.path.abspath(os.fspath(workdir)))
-    steps = checkpointing.saved_steps(root)
-    if not steps:
-        raise FileNotFoundError(f"no training checkpoints in {root}")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise FileNotFoundError(f"no checkpoint for step {step} in {root}; there are {steps}")
-    try:
-        meta = checkpointing.read_meta(root, step)
-        config = BertConfig.from_hf_dict(meta["config"])
-        model = meta["model"]
-    except (OSError, json.JSONDecodeError, KeyError) as e:
-        raise ConversionError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
-    return os.fspath(checkpointing.item_path(root, step, "state")), step, config, model
-
-
-def _restore_params(state_path: str, restore_args) -> PyTree:
-    """The `params` subtree of a checkpoint's state (partial restore: the optimizer state stays
-    on disk), each leaf as `restore_args` (a tree of `ocp.RestoreArgs`, or None: host numpy)."""
-    import orbax.checkpoint as ocp
-
-    try:
-        with ocp.PyTreeCheckpointer() as ckptr:
-            tree = ckptr.metadata(state_path).item_metadata.tree
-            wanted = {"params": tree["params"]}
-            if restore_args is None:
-                restore_args = jax.tree_util.tree_map(
-                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
-                )
-            state = ckptr.restore(
-                state_path,
-                args=ocp.args.PyTreeRestore(
-                    item=wanted, restore_args=restore_args, partial_restore=True
-                ),
-            )
-    except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
-        raise ConversionError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
-    return state["params"]
-
-
 def load_training_checkpoint(
     workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
 ) -> tuple[BertConfig, PyTree, str, int]:
     """Params of a `train.py` checkpoint: (config, params, model class name, step).
 
     Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
-    whatever mesh wrote it; only the parameters are read (the optimizer state is not).
+    whatever mesh wrote it (`checkpointing.read_run_params`; the optimizer state is not read),
+    and checks them against the head's parameter table.
     """
-    state_path, step, config, model = _training_checkpoint(workdir, step)
-    params = _restore_params(state_path, None)
-    check_params(config, params, model)
-    params = unstack_layers(params)
-    return config, (stack_layers(params) if scan_layers else params), model, step
-
-
-def load_training_params_sharded(
-    workdir: str | os.PathLike, targets: PyTree, step: int | None = None
-) -> tuple[BertConfig, PyTree, str, int] | None:
-    """Like `load_training_checkpoint`, but each parameter is read straight into its sharding:
-    every host reads only the pieces its devices hold, and nothing is built on the host first.
-
-    Args:
-      workdir: a `train.py` run directory.
-      targets: the parameters to fill, as `jax.ShapeDtypeStruct`s with `.sharding` (the params
-        of `Experiment.targets()`); a stored dtype is cast to the target's.
-      step: the checkpoint (default: the newest).
-
-    Returns:
-      (config, params as sharded jax.Arrays, model class name, step), or None when the stored
-      parameters do not have the targets' tree and shapes (another head, or layers stacked
-      differently): the caller then converts them on the host.
-    """
-    import orbax.checkpoint as ocp
-
-    state_path, step, config, model = _training_checkpoint(workdir, step)
-    with ocp.PyTreeCheckpointer() as ckptr:
-        stored = ckptr.metadata(state_path).item_metadata.tree.get("params")
-    shape_of = lambda x: tuple(x.shape)  # noqa: E731
     try:
-        same = jax.tree_util.tree_map(shape_of, stored) == jax.tree_util.tree_map(shape_of, targets)
-    except (AttributeError, TypeError, ValueError):
-        same = False
-    if not same:
-        return None
-    restore_args = {
-        "params": jax.tree_util.tree_map(
-            lambda t: ocp.ArrayRestoreArgs(
-                sharding=t.sharding, global_shape=t.shape, dtype=t.dtype
-            ),
-            targets,
-        )
-    }
-    return config, _restore_params(state_path, restore_args), model, step
+        run = checkpointing.read_run_params(workdir, step)
+        config = BertConfig.from_hf_dict(run.config)
+    except (checkpointing.RunCheckpointError, TypeError, ValueError) as e:
+        raise ConversionError(str(e)) from e
+    check_params(config, run.params, run.head)
+    params = unstack_layers(run.params)
+    return config, (stack_layers(params) if scan_layers else params), run.head, run.step
 
 
 # --------------------------------------------------------------------------------------------

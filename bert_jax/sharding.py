@@ -351,9 +351,9 @@ class DevicePrefetcher:
     Each item is (global batch, host batch): the second is this host's numpy batch, for cheap
     host-side statistics such as real token counts. The first batch goes through
     `check_host_batches` (a barrier), so a pipeline that does not feed the mesh's rows stops
-    the run at its first step. The source iterator runs ahead of what the
-    loop has consumed; `rewind()` moves it back to just after the last batch handed out (and drops
-    the read-ahead), so that saving the iterator's state records exactly the consumed position.
+    the run at its first step. The source iterator runs ahead of what the loop has consumed;
+    `consumed()` moves it back to just after the last batch handed out (and drops the
+    read-ahead), so that saving the iterator's state records exactly the consumed position.
     """
 
     def __init__(self, iterator, mesh: Mesh, size: int = 2):
@@ -389,13 +389,15 @@ class DevicePrefetcher:
         return batch, host
 
     @property
-    def iterator(self):
-        """The source iterator (for checkpointing after `rewind`)."""
-        return self._it
+    def stateful(self) -> bool:
+        """Whether the source iterator has a position to save (get_state/set_state)."""
+        return self._stateful
 
-    def rewind(self) -> None:
-        """Puts the source iterator at the consumed position and drops the read-ahead."""
+    def consumed(self):
+        """The source iterator, put back at the consumed position (just after the last batch
+        handed out; the read-ahead is dropped and read again): what a checkpoint saves."""
         if not self._stateful:
             raise TypeError("the source iterator has no get_state/set_state")
         self._it.set_state(self._consumed_state)
         self._queue.clear()
+        return self._it

@@ -1,8 +1,8 @@
 """Pure training and evaluation steps, for every objective (`bert_jax.objectives`).
 
-Nothing here is jitted: `bert_jax.loop.compile_train_step` compiles the train step once, with
-explicit shardings and buffer donation; the evaluation and prediction steps are jitted by the
-`Experiment` that runs them.
+Nothing here is jitted: `bert_jax.experiment.compile_train_step` compiles the train step once,
+with explicit shardings and buffer donation; the evaluation and prediction steps are jitted by
+the `Experiment` that runs them.
 
 float16 runs train with dynamic loss scaling (`DynamicLossScale`, optax's and apex's rule, written
 here): the loss is multiplied by a scale before the backward pass, so that small float16

@@ -1,13 +1,15 @@
 """The import graph of bert_jax, one way only (docs/architecture.md draws it):
 
 paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
-  <- attention <- model <- objectives <- steps <- loop <- aot
-  <- convert (config, model)
+  <- attention <- model <- objectives <- steps <- experiment <- loop
+  <- convert (checkpointing, config, model) <- start (experiment, convert), export (convert)
+aot (flops, sharding; takes an Experiment, never imports it)
 pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
-inference (model, convert, finetune's text batching) <- pretrain.run (loop, pretrain.data)
-finetune.run (loop, aot, convert, finetune.*)
+inference (model, convert, finetune's text batching) <- pretrain.run (experiment, start, loop,
+  export, pretrain.data)
+finetune.run (experiment, start, loop, export, aot, convert, finetune.*)
 train.py -> pretrain.run | finetune.run; nothing imports train.py
 multihost (a leaf: barriers with timeouts; a failure ends every process) <- checkpointing,
   sharding, convert, pretrain.inputs, pretrain.run, train.py
@@ -59,19 +61,26 @@ ALLOWED = {
     "convert": {"checkpointing", "config", "model", "multihost", "paths"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
-    "loop": {
+    "experiment": {
         "attention",
         "checkpointing",
         "config",
-        "convert",
-        "flops",
         "model",
         "objectives",
         "optimizer",
         "paths",
-        "preemption",
         "sharding",
         "steps",
+    },
+    "start": {"checkpointing", "convert", "experiment", "model"},
+    "export": {"config", "convert", "paths"},
+    "loop": {
+        "checkpointing",
+        "experiment",
+        "flops",
+        "objectives",
+        "preemption",
+        "sharding",
         "summaries",
     },
     "aot": {"flops", "sharding"},  # takes a loop.Experiment, never imports it
@@ -89,12 +98,15 @@ ALLOWED = {
     "pretrain.run": {
         "aot",
         "config",
+        "experiment",
+        "export",
         "flops",
         "inference",
         "loop",
         "multihost",
         "paths",
         "sharding",
+        "start",
         "summaries",
         "tokenization",
         "pretrain.inputs",
@@ -106,12 +118,15 @@ ALLOWED = {
         "aot",
         "config",
         "convert",
+        "experiment",
+        "export",
         "flops",
         "objectives",
         "loop",
         "model",
         "paths",
         "sharding",
+        "start",
         "summaries",
         "tokenization",
         "finetune",

@@ -1,133 +1,196 @@
-"""The persistent compilation cache that train.py turns on (the loop's own compile caching is
-tested over a whole multi-seed fine-tuning run in finetune_test)."""
+"""The Trainer and its hooks, on a stand-in Experiment whose step adds one to a counter: when each
+hook runs, what the Timer counts, the data position a save records, a stop request, the data
+running out, and LogMetrics' window."""
 
 import json
-import os
-import subprocess
-import sys
+import signal
+import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from bert_jax import loop
-from tests.common import load_config_file
+from bert_jax import loop, sharding
+from bert_jax.summaries import MetricWriter
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# A fresh process (the cache is process-wide state) that turns the cache on as train.py does,
-# compiles one program and reports where the cache is and whether the program came from it.
-_COMPILE_ONE = """
-import json, sys
-import jax, jax.numpy as jnp
-from bert_jax import loop
-hits = []
-jax.monitoring.register_event_listener(
-    lambda event, **kw: hits.append(event) if event.endswith("/cache_hits") else None)
-directory = loop.enable_compilation_cache(sys.argv[1])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # cache even tiny programs
-jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((5, 3)))
-print(json.dumps({"directory": directory, "cache_hits": len(hits)}))
-"""
+ROWS, LENGTH = 2, 4
 
 
-def _compile_one(setting: str, **env) -> dict:
-    environ = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE_ONE, setting],
-        env={**environ, "PYTHONPATH": ROOT, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
+class _Experiment:
+    """What the Trainer uses of an Experiment: a mesh, rules, and the jitted train step."""
+
+    def __init__(self):
+        self.mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
+        self.rules = []
+        self.step = jax.jit(
+            lambda state, batch: (
+                state + 1,
+                {"loss": jnp.sum(batch["attention_mask"]) / (ROWS * LENGTH) + 0.0 * state},
+            )
+        )
+
+    def train_step_fn(self, host_batch):
+        return self.step
+
+
+class _Batches:
+    """Host batches with a position (get_state/set_state, as grain's iterators); batch i has
+    i + 1 real tokens in its first row."""
+
+    def __init__(self, n: int):
+        self.n, self.i = n, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= self.n:
+            raise StopIteration
+        mask = np.zeros((ROWS, LENGTH), np.int32)
+        mask.flat[: self.i % (ROWS * LENGTH) + 1] = 1
+        self.i += 1
+        return {"input_ids": mask.copy(), "attention_mask": mask}
+
+    def get_state(self):
+        return {"i": self.i}
+
+    def set_state(self, state):
+        self.i = state["i"]
+
+
+class _Record(loop.Hook):
+    """Records the steps it ran at, whether the step had finished, and the steps observed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ran, self.observed, self.finished = [], [], []
+
+    def observe(self, info):
+        self.observed.append(info.step)
+
+    def run(self, info):
+        self.ran.append(info.step)
+        self.finished.append(all(x.is_ready() for x in jax.tree_util.tree_leaves(info.metrics)))
+
+
+def _run(hooks, steps=10, batches=None, **kwargs):
+    trainer = loop.Trainer(_Experiment(), hooks, num_train_steps=steps, stop_sync_every=5, **kwargs)
+    state, step, stopped = trainer.run(jnp.int32(0), 0, batches or _Batches(100))
+    return trainer, int(state), step, stopped
+
+
+def test_each_hook_runs_at_its_own_cadence_after_its_step_finished():
+    every3, both, never, stop_only = (
+        _Record(3),
+        _Record((4, 6)),
+        _Record(0, at_end=False),
+        _Record(at_end=False, at_stop=True),
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    _, state, step, stopped = _run([every3, both, never, stop_only])
+    assert (state, step, stopped) == (10, 10, False)
+    assert every3.ran == [3, 6, 9, 10]  # and at the end
+    assert both.ran == [4, 6, 8, 10]
+    assert never.ran == [] and stop_only.ran == []
+    assert every3.observed == list(range(1, 11))  # every hook sees every step
+    assert all(every3.finished + both.finished)
 
 
-def test_compilation_cache_is_on_by_default_under_the_user_cache_dir(tmp_path):
-    expected = str(tmp_path / "bert_jax" / "jax")
-    first = _compile_one("auto", XDG_CACHE_HOME=str(tmp_path))
-    assert first == {"directory": expected, "cache_hits": 0}
-    assert os.listdir(expected)  # the compiled programs were written
-    # A second run loads them (the jitted function and the eager ops) instead of compiling.
-    assert _compile_one("auto", XDG_CACHE_HOME=str(tmp_path))["cache_hits"] >= 1
-    # JAX's own variable wins over the default; "off" reads nothing, though the entries are there.
-    other = str(tmp_path / "elsewhere")
-    assert _compile_one("auto", JAX_COMPILATION_CACHE_DIR=other)["directory"] == other
-    off = _compile_one("off", XDG_CACHE_HOME=str(tmp_path))
-    assert off == {"directory": None, "cache_hits": 0}
+def test_hooks_run_in_the_order_given():
+    order = []
+
+    class Named(loop.Hook):
+        def __init__(self, name):
+            super().__init__(2)
+            self.name = name
+
+        def run(self, info):
+            order.append((info.step, self.name))
+
+    _run([Named("log"), Named("eval"), Named("save")], steps=4)
+    assert order == [(s, n) for s in (2, 4) for n in ("log", "eval", "save")]
 
 
-def test_default_cache_dir_and_bad_setting(monkeypatch, tmp_path):
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert loop.default_compilation_cache_dir() == str(tmp_path / ".cache" / "bert_jax" / "jax")
-    with pytest.raises(ValueError, match="compilation cache directory is empty"):
-        loop.enable_compilation_cache("")
+def test_the_timer_leaves_out_the_compile_and_the_hooks_host_work():
+    class Slow(loop.Hook):
+        def run(self, info):
+            time.sleep(0.5)
+
+    start = time.perf_counter()
+    trainer, *_ = _run([Slow(2)], steps=6)
+    wall = time.perf_counter() - start
+    timer = trainer.timer
+    assert timer.compile_s is not None and timer.compile_s > 0
+    assert timer.train_tokens == 0.0  # totals grow as windows close
+    window = timer.window()
+    # Tokens of the timed steps (the first, compiling, step is not timed): batches 1..5 have
+    # 2..6 real tokens.
+    assert timer.train_tokens == sum(range(2, 7))
+    assert window["step_time_s"] == pytest.approx(timer.train_seconds / 5)
+    # Wall time holds the compile, the training and three 0.5 s pauses: none of the pauses is
+    # counted as training.
+    assert timer.train_seconds <= wall - timer.compile_s - 3 * 0.5
 
 
-def _tiny_pretraining_config(mesh):
-    config = load_config_file("pretrain.py").get_config("size=tiny")
-    config.model.update(
-        vocab_size=99,
-        hidden_size=32,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=16,
-    )
-    config.mesh.update(data=mesh[0], fsdp=mesh[1], tensor=mesh[2])
-    return config
+def test_a_save_records_the_position_after_the_last_consumed_batch():
+    saved = []
+
+    class FakeCheckpointer:
+        def save(self, step, state, data_iterator=None, meta=None):
+            saved.append((step, int(state), data_iterator.get_state(), meta))
+
+        def wait(self):
+            pass
+
+    hook = loop.SaveCheckpoint(FakeCheckpointer(), {"model": "M"}, every=3)
+    _run([hook], steps=7)
+    # The prefetcher reads two batches ahead; the saved position is the next step's batch.
+    assert saved == [
+        (3, 3, {"i": 3}, {"model": "M", "step": 3}),
+        (6, 6, {"i": 6}, {"model": "M", "step": 6}),
+        (7, 7, {"i": 7}, {"model": "M", "step": 7}),
+    ]
 
 
-def _experiment(mesh, model_name="BertForPreTraining"):
-    from bert_jax.config import BertConfig
+def test_a_stop_request_ends_the_loop_after_a_step_whose_stop_hooks_run():
+    class Signal(loop.Hook):
+        def observe(self, info):
+            if info.step == 3:
+                signal.raise_signal(signal.SIGTERM)
 
-    config = _tiny_pretraining_config(mesh)
-    task = "pretraining" if model_name == "BertForPreTraining" else "mlm"
-    return loop.Experiment.build(config, BertConfig(**config.model.to_dict()), model_name, task, 10)
+    on_stop = _Record(0, at_end=True, at_stop=True)
+    _, state, step, stopped = _run([Signal(), on_stop], steps=10)
+    assert stopped and step == state == 4  # the request is seen at the next step's check
+    assert on_stop.ran == [4]
 
 
-def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_path, monkeypatch):
-    """Written on one mesh, read on another: every parameter arrives with the new mesh's
-    sharding and the written values, the optimizer state is fresh, and nothing goes through the
-    host conversion (`convert.load_any`)."""
-    import jax
-    import numpy as np
+def test_the_data_running_out_ends_the_run_at_the_last_full_step(caplog):
+    on_end = _Record(0, at_end=True)
+    _, state, step, stopped = _run([on_end], steps=10, batches=_Batches(4))
+    assert (state, step, stopped) == (4, 4, False)
+    assert on_end.ran == []  # the run did not reach its last step
+    assert "ran out at step 4" in caplog.text
 
-    from bert_jax import checkpointing, convert
 
-    source = _experiment((8, 1, 1))
-    state = source.init_state(seed=3)
-    ckpt = checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"), async_save=False)
-    meta = {"config": source.cfg.to_hf_dict(source.model_name), "model": source.model_name}
-    ckpt.save(5, state, meta={**meta, "step": 5})
-    ckpt.close()
+def test_log_metrics_writes_the_window_means_with_the_timers_throughput(tmp_path):
+    writer = MetricWriter(str(tmp_path), 6, progress=False, curves=False)
+    hook = loop.LogMetrics(writer, every=3)
+    _run([hook], steps=6)
+    writer.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [3, 6]
+    # Step i's loss is (i + 1) / 8 real tokens: the mean over steps 1-3, then 4-6.
+    assert lines[0]["train/loss"] == pytest.approx((1 + 2 + 3) / 3 / 8)
+    assert lines[1]["train/loss"] == pytest.approx((4 + 5 + 6) / 3 / 8)
+    assert "train/compile_s" in lines[0] and "train/compile_s" not in lines[1]
+    assert lines[1]["train/tokens_per_s"] > 0 and lines[1]["train/step_time_s"] > 0
 
-    def no_host_path(*args, **kwargs):
-        raise AssertionError("init_from went through the host conversion")
 
-    target = _experiment((2, 2, 2))
-    monkeypatch.setattr(convert, "load_any", no_host_path)
-    fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
-    got, start = target.create_or_restore(fresh, init_from=str(tmp_path / "run"))
-    fresh.close()
-    assert start == 0
-    want = jax.tree_util.tree_leaves_with_path(jax.device_get(state.params))
-    for (path, value), array, sh in zip(
-        want,
-        jax.tree_util.tree_leaves(got.params),
-        jax.tree_util.tree_leaves(target.state_shardings.params),
-    ):
-        assert array.sharding == sh, path
-        np.testing.assert_array_equal(np.asarray(array), value, err_msg=str(path))
-    mu = [x for x in jax.tree_util.tree_leaves(got.opt_state) if np.ndim(x) > 0]
-    assert mu and all(not np.any(np.asarray(x)) for x in mu)  # fresh moments: zeros
-
-    # Another head: the parameters go through the host conversion, which maps them by name.
-    monkeypatch.undo()
-    called = []
-    real = convert.load_any
-    monkeypatch.setattr(convert, "load_any", lambda *a, **k: called.append(a[1]) or real(*a, **k))
-    mlm = _experiment((8, 1, 1), "BertForMaskedLM")
-    fresh = checkpointing.Checkpointer(str(tmp_path / "mlm" / "checkpoints"))
-    mlm.create_or_restore(fresh, init_from=str(tmp_path / "run"))
-    fresh.close()
-    assert called == ["BertForMaskedLM"]
+def test_log_metrics_stops_on_a_non_finite_loss(tmp_path):
+    writer = MetricWriter(str(tmp_path), 6, progress=False, curves=False)
+    hook = loop.LogMetrics(writer, every=2)
+    info = loop.StepInfo(2, None, {"loss": jnp.float32(np.nan)}, {}, False, False, loop.Timer())
+    hook.observe(info)
+    with pytest.raises(FloatingPointError, match="non-finite loss nan at step 2"):
+        hook.run(info)
+    writer.close()

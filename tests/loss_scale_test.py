@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, loop, objectives, optimizer, sharding, steps
+from bert_jax import checkpointing, experiment, loop, objectives, optimizer, sharding, start, steps
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.summaries import MetricWriter
@@ -57,9 +57,9 @@ def test_float16_compute_is_accepted_float16_parameters_are_refused():
 
 
 def test_the_device_compute_capability_is_read_where_there_is_one():
-    assert loop.compute_capability() is None  # CPU devices have none
+    assert experiment.compute_capability() is None  # CPU devices have none
     mesh = sharding.make_mesh({"data": 8})
-    assert loop.compute_capability(mesh) is None
+    assert experiment.compute_capability(mesh) is None
 
 
 # ---- the scale's moves ----
@@ -110,7 +110,7 @@ def _float16_pretraining(rule, num_microbatches=1):
     tx = optimizer.make_optimizer("adamw", 1e-3)
     init = functools.partial(steps.init_train_state, model=model, tx=tx, loss_scale=rule)
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
-    step = loop.compile_train_step(
+    step = experiment.compile_train_step(
         model,
         tx,
         objectives.get_objective("pretraining"),
@@ -203,7 +203,7 @@ def _fine_tune(dtype, num_steps):
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
     start = jax.device_get(state.params)
     objective = objectives.get_objective("classification")
-    step = loop.compile_train_step(model, tx, objective, loss_scale=rule)
+    step = experiment.compile_train_step(model, tx, objective, loss_scale=rule)
     history = []
     for i in range(num_steps):
         state, metrics = step(state, _classification_batch(i))
@@ -288,15 +288,15 @@ def test_checkpoints_keep_the_scale_and_older_checkpoints_still_restore(tmp_path
 
 
 def test_a_float16_experiment_holds_a_replicated_scale_and_steps(tmp_path):
-    from tests.loop_test import _tiny_pretraining_config
+    from tests.start_test import _tiny_pretraining_config
 
     config = _tiny_pretraining_config((4, 2, 1))
     config.runtime.dtype = "float16"
     cfg = BertConfig(**config.model.to_dict())
-    exp = loop.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
+    exp = experiment.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
     assert exp.runtime.dtype == "float16" and exp.loss_scale == steps.DynamicLossScale()
     assert exp.state_shardings.loss_scale.scale.spec == P()
-    state = exp.init_state()
+    state = start.init_state(exp)
     assert float(state.loss_scale.scale) == 2.0**15
     batch = pretraining_batch(cfg, length=12)
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
@@ -312,8 +312,9 @@ def test_a_float16_experiment_holds_a_replicated_scale_and_steps(tmp_path):
 
 def _log(hook, step, metrics):
     batch = {"attention_mask": np.ones((2, 3), np.int32)}
-    r = loop.StepResult(step, None, metrics, batch, False, True, False, False, None, 0.0, None)
-    return hook(r)
+    info = loop.StepInfo(step, None, metrics, batch, False, False, loop.Timer())
+    hook.observe(info)
+    hook.run(info)
 
 
 def _step_metrics(skipped, loss=1.0):
@@ -327,7 +328,7 @@ def _step_metrics(skipped, loss=1.0):
 
 def test_skipped_steps_do_not_stop_the_run_many_in_a_row_do(tmp_path):
     writer = MetricWriter(str(tmp_path), 100, progress=False, curves=False)
-    hook = loop.LogMetrics(writer, sharding.make_mesh({"data": 8}))
+    hook = loop.LogMetrics(writer, every=1)
     window = [_step_metrics(1), _step_metrics(0, 3.0), _step_metrics(1), _step_metrics(0, 1.0)]
     summary = loop.reduce_metrics(window)
     assert summary["loss"] == 2.0 and summary["grad_norm"] == 2.0  # over the applied steps

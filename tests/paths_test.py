@@ -15,7 +15,7 @@ from etils import epath
 from etils.epath import gpath
 from etils.epath import testing as epath_testing
 
-from bert_jax import convert, loop
+from bert_jax import convert, experiment
 from tests.common import TINY
 
 BUCKET = "gs://bucket"
@@ -56,7 +56,7 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
 
     root, seen = fake_bucket
     config = ml_collections.ConfigDict({"seed": 3, "model": {"hidden_size": 32}})
-    directory = loop.write_config(config, f"{BUCKET}/run")
+    directory = experiment.write_config(config, f"{BUCKET}/run")
     assert os.fspath(directory) == f"{BUCKET}/run"
     assert '"seed": 3' in (root / "run" / "config.json").read_text()
 

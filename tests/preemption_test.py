@@ -15,9 +15,10 @@ import threading
 
 import pytest
 
-from bert_jax import loop
+from bert_jax import experiment, loop
 from bert_jax.config import BertConfig
 from bert_jax.pretrain import inputs
+from bert_jax.start import starting_state
 from bert_jax.summaries import MetricWriter
 from tests.common import load_config_file
 
@@ -73,7 +74,7 @@ def harness(tiny_pretraining_build):
     ("save", step), ("log", step) or ("timer", seconds)."""
     config = _config(tiny_pretraining_build)
     cfg = BertConfig(**config.model.to_dict())
-    exp = loop.Experiment.build(
+    exp = experiment.Experiment.build(
         config, cfg, "BertForPreTraining", "pretraining", config.num_train_steps
     )
     signals = []
@@ -83,8 +84,9 @@ def harness(tiny_pretraining_build):
 
     def train(workdir: str, moment=None) -> int:
         data = inputs.pretraining_inputs(config, workdir, exp.mesh)
-        ckpt = loop.checkpointer(workdir, config)
-        state, start = exp.create_or_restore(ckpt, data.train)
+        ckpt = experiment.checkpointer(workdir, config)
+        begun = starting_state(exp, ckpt, data.train)
+        state, start = begun.state, begun.step
         writer = MetricWriter(workdir, STEPS, start, progress=False)
         kind, at = moment or (None, None)
         batches = _Batches(data.train, at if kind == "batch" else 0)
@@ -112,17 +114,12 @@ def harness(tiny_pretraining_build):
             timer = threading.Timer(at, os.kill, (os.getpid(), signal.SIGTERM))
             timer.start()
         try:
+            log_every, checkpoint_every = config.log_every_steps, config.checkpoint_every_steps
             hooks = [
-                loop.LogMetrics(writer, exp.mesh, ckpt=ckpt),
-                loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), data.train),
+                loop.LogMetrics(writer, every=(log_every, checkpoint_every), ckpt=ckpt),
+                loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every),
             ]
-            trainer = loop.Trainer(
-                exp,
-                hooks,
-                num_train_steps=STEPS,
-                log_every_steps=config.log_every_steps,
-                checkpoint_every_steps=config.checkpoint_every_steps,
-            )
+            trainer = loop.Trainer(exp, hooks, num_train_steps=STEPS, stop_sync_every=log_every)
             _, step, _ = trainer.run(state, start, batches)
             # The last save is complete when the loop hands the signals back: another SIGTERM
             # from here on (default handler: the process ends) loses nothing.

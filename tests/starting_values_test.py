@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import loop
+from bert_jax import experiment, start
 from bert_jax.config import BertConfig
 from bert_jax.pretrain import run
 from tests.common import load_config_file
@@ -28,6 +28,8 @@ def test_sinusoid_positions():
 
 
 def test_starting_values_keep_each_parameters_sharding():
+    """The values are set inside the scratch init: placed and typed as the parameters they
+    replace, everything else as a plain scratch init with the same seed."""
     config = load_config_file("pretrain.py").get_config("size=tiny")
     config.model.update(
         vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37,
@@ -35,13 +37,15 @@ def test_starting_values_keep_each_parameters_sharding():
     )  # fmt: skip
     config.mesh.update(data=2, fsdp=4, tensor=1)
     cfg = BertConfig(**config.model.to_dict())
-    exp = loop.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
-    state = exp.init_state(seed=0)
-    before = jax.device_get(state.params)
+    exp = experiment.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
+    before = jax.device_get(start.init_state(exp, seed=0).params)
 
     bias = np.log(np.arange(1, 100) / 4950.0)
-    state = run.with_mlm_bias(state, bias)
-    state = run.with_sinusoid_positions(state, cfg)
+    values = {
+        run.MLM_BIAS: run.mlm_bias(bias, cfg.padded_vocab_size),
+        run.POSITION_EMBEDDINGS: run.position_sinusoids(cfg),
+    }
+    state = start.init_state(exp, seed=0, overrides=values)  # set inside the jitted init
 
     positions = state.params["bert"]["embeddings"]["position_embeddings"]["embedding"]
     want = run.sinusoid_positions(16, 32, run.SINUSOID_SCALE * cfg.initializer_range)
@@ -72,3 +76,12 @@ def test_an_unknown_starting_value_stops_the_run_at_once(key, tmp_path):
     with pytest.raises(ValueError, match=f"config.{key}='sinusoidal': expected one of"):
         run.train_and_evaluate(config, str(tmp_path))
     assert not any(tmp_path.iterdir())  # stopped before writing anything
+
+
+def test_a_starting_value_of_the_wrong_shape_is_refused():
+    config = load_config_file("pretrain.py").get_config("size=tiny")
+    config.model.update(vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37)
+    cfg = BertConfig(**config.model.to_dict())
+    exp = experiment.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
+    with pytest.raises(ValueError, match=r"cls/predictions/bias: shape \(99,\), the parameter"):
+        start.init_state(exp, overrides={run.MLM_BIAS: np.zeros(99, np.float32)})

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import loop, losses, objectives, optimizer, sharding, steps
+from bert_jax import experiment, loop, losses, objectives, optimizer, sharding, steps
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
 
@@ -61,7 +61,7 @@ def single_device_reference(num_steps=2):
     batch = pretraining_batch(CFG)
     model, tx, schedule, init = setup()
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
-    step = loop.compile_train_step(
+    step = experiment.compile_train_step(
         model, tx, objectives.get_objective("pretraining"), schedule=schedule
     )
     history = []
@@ -107,7 +107,7 @@ def test_sharded_step_equals_single_device(mesh_shape):
     state_sh = sharding.logical_shardings(abstract, mesh, rules)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         state = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=state_sh)(jax.random.PRNGKey(0))
-        step = loop.compile_train_step(
+        step = experiment.compile_train_step(
             model,
             tx,
             objectives.get_objective("pretraining"),
@@ -172,7 +172,7 @@ def test_overfitting_a_fixed_batch_drives_the_loss_near_zero():
         jax.random.PRNGKey(0)
     )
     batch = pretraining_batch(cfg, batch=8)
-    step = loop.compile_train_step(model, tx, objectives.get_objective("pretraining"))
+    step = experiment.compile_train_step(model, tx, objectives.get_objective("pretraining"))
     first = None
     for _ in range(300):
         state, metrics = step(state, batch)
@@ -191,7 +191,9 @@ def test_dropout_is_folded_with_the_step():
     state = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0))
     batch = pretraining_batch(CFG)
     objective = objectives.get_objective("pretraining")
-    step = loop.compile_train_step(model, tx, objective, donate=False)  # `state` is used 3 times
+    step = experiment.compile_train_step(
+        model, tx, objective, donate=False
+    )  # `state` is used 3 times
     _, m1 = step(state, batch)
     _, m1b = step(state, batch)
     _, m2 = step(state.replace(step=state.step + 1), batch)
@@ -254,7 +256,7 @@ def test_every_objective_trains(objective, head):
         batch["end_positions"] = batch["start_positions"] + 2
     else:
         batch = base
-    step = loop.compile_train_step(model, tx, objectives.get_objective(objective))
+    step = experiment.compile_train_step(model, tx, objectives.get_objective(objective))
     losses = []
     for _ in range(40):
         state, metrics = step(state, batch)

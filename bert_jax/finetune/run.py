@@ -31,12 +31,14 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import aot, convert, flops, loop, objectives, sharding, tokenization
+from bert_jax import aot, convert, experiment, flops, loop, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
+from bert_jax.export import export
 from bert_jax.finetune import batching, tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path
+from bert_jax.start import starting_state
 from bert_jax.summaries import MetricWriter
 
 
@@ -63,7 +65,7 @@ def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
 # --------------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------------
-def predict_split(exp: loop.Experiment, params, eval_set: EvalSet, batch_size: int, buckets):
+def predict_split(exp: experiment.Experiment, params, eval_set: EvalSet, batch_size: int, buckets):
     """Model outputs for every row of `eval_set`, in feature order (fillers dropped)."""
     if batch_size % sharding.data_parallel_size(exp.mesh):
         raise ValueError(f"eval_batch_size={batch_size} must split over the data-parallel devices")
@@ -152,7 +154,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
             "whose head is known beforehand (GLUE, SQuAD, CoNLL-2003, SWAG, Shakespeare)"
         )
     if config.init_from:
-        cfg = convert.load_any(config.init_from, "BertModel")[0]
+        cfg, _, _, _ = convert.load_any(config.init_from, "BertModel")
     elif not config.model.vocab_size:
         raise ValueError(
             "--mode=compile without init_from needs the model's vocab_size: take a preset "
@@ -169,7 +171,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     model_flops = flops.classification_step_flops(
         cfg, np.full(sequences, length), outputs, pooled=pooled
     )
-    exp = loop.Experiment.build(
+    exp = experiment.Experiment.build(
         config, cfg, HEADS[task.objective], task.objective, 1, aot.topology_devices(topology)
     )
     report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
@@ -260,6 +262,10 @@ def train_and_evaluate(
     (mode "train"), prints the shardings ("shardings"), or compiles for `topology` ("compile":
     `compile_for_topology`, whose exit status it returns).
 
+    Flow: task data -> step count -> one Experiment for every seed (its compiled steps serve them
+    all) -> per seed: starting state (the encoder with a new head) -> Trainer with hooks -> final
+    evaluation and export.
+
     Returns:
       {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}.
     """
@@ -269,77 +275,125 @@ def train_and_evaluate(
     task = tasks.get_task(ft.name)
     tokenizer = find_tokenizer(config)
     data = task.load(ft, tokenizer)
-    cfg, encoder = starting_point(config, data, tokenizer)
-    head = HEADS[data.objective]
+    bert_config, encoder = starting_point(config, data, tokenizer)
     features = train_features(task, data, ft)
-    buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
     seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
+    steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch  # every seed's
+    with config.unlocked():
+        config.seed = seeds[0]  # the Experiment's default seed; each run passes its own
+    exp = experiment.Experiment.build(
+        config,
+        bert_config,
+        HEADS[data.objective],
+        data.objective,
+        steps_per_epoch * ft.num_epochs,
+    )
+    if mode == "shardings":
+        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+        return {"task": ft.name, "seeds": {}}
     results: dict[str, Any] = {"task": ft.name, "seeds": {}}
-    exp = None  # one Experiment for every seed: its compiled steps serve them all
-    mesh = sharding.make_mesh(config.mesh.to_dict())  # the one the Experiment builds
     for seed in seeds:
         seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
         with config.unlocked():
             config.seed = seed
-        train_iter = batching.EpochIterator(
-            features,
-            config.global_batch_size,
-            num_epochs=ft.num_epochs,
-            seed=seed,
-            bucket_boundaries=None if ft.pack else buckets,
-            group_by_length=bool(buckets) and not ft.pack,
-            host_rows=sharding.host_batch_rows(mesh, config.global_batch_size),
-        )
-        num_steps = train_iter.steps_per_epoch * ft.num_epochs  # the same for every seed
-        if exp is None:
-            exp = loop.Experiment.build(config, cfg, head, data.objective, num_steps)
-        if mode == "shardings":
-            print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+        run = SeedRun(config, exp, task, data, features, encoder, tokenizer, seed, seed_dir)
+        final = run.train_and_evaluate()
+        if final is None:  # stopped by a signal: rerun to resume
             return results
+        results["seeds"][str(seed)] = final
+    _write_results(results, workdir)
+    return results
+
+
+def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
+    """The training batches of one seed: `num_epochs` epochs of shuffled (length-bucketed unless
+    packed) global batches; `host_rows`: this process's rows of each (None: all)."""
+    ft = config.finetune
+    buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+    return batching.EpochIterator(
+        features,
+        config.global_batch_size,
+        num_epochs=ft.num_epochs,
+        seed=seed,
+        bucket_boundaries=None if ft.pack else buckets,
+        group_by_length=bool(buckets) and not ft.pack,
+        host_rows=host_rows,
+    )
+
+
+@dataclasses.dataclass
+class SeedRun:
+    """One seed's fine-tuning in `seed_dir`: train (resuming from its checkpoint), evaluate the
+    final model on every split, write predictions, export."""
+
+    config: Any
+    exp: experiment.Experiment
+    task: FinetuneTask
+    data: TaskData
+    features: dict
+    encoder: Any  # BertModel params, or None for a random start
+    tokenizer: Any
+    seed: int
+    seed_dir: Any
+
+    def train_and_evaluate(self) -> dict[str, float] | None:
+        """The final metrics, or None when a signal stopped the run before its last step."""
+        config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
+        buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+        host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
+        train_iter = _train_batches(config, self.features, seed, host_rows)
+        num_steps = train_iter.steps_per_epoch * ft.num_epochs
         params = None
-        if encoder is not None:
-            params, new = graft(cfg, head, encoder, seed)
+        if self.encoder is not None:
+            params, new = graft(exp.bert_config, exp.head, self.encoder, seed)
             logging.info("newly initialized head weights: %s", new)
-        ckpt = loop.checkpointer(seed_dir, config)
-        state, start = exp.create_or_restore(ckpt, train_iter, init_params=params, seed=seed)
-        writer = MetricWriter(seed_dir, num_steps, start)
-        dev = next((e for e in data.evals if e.name == "dev" and e.labelled), None)
-        hooks = [loop.LogMetrics(writer, exp.mesh, ckpt=ckpt)]
-        if dev is not None:
-
-            def evaluate(params, step, exp=exp, dev=dev):
-                del step
-                return score(exp, params, task, data, dev, ft, buckets)
-
-            every = config.eval_every_steps or train_iter.steps_per_epoch
-            hooks.append(loop.Evaluate(evaluate, writer, every))
-        hooks.append(loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), train_iter))
+        ckpt = experiment.checkpointer(self.seed_dir, config)
+        start = starting_state(exp, ckpt, train_iter, init_params=params, seed=seed)
+        writer = MetricWriter(self.seed_dir, num_steps, start.step)
         trainer = loop.Trainer(
             exp,
-            hooks,
+            self._hooks(writer, ckpt, buckets, train_iter.steps_per_epoch),
             num_train_steps=num_steps,
-            log_every_steps=config.log_every_steps,
-            checkpoint_every_steps=min(config.checkpoint_every_steps, train_iter.steps_per_epoch),
+            stop_sync_every=config.log_every_steps,
         )
-        state, step, stopped = trainer.run(state, start, train_iter)
+        state, step, stopped = trainer.run(start.state, start.step, train_iter)
         ckpt.close()
         if stopped or step < num_steps:
             writer.close()
             logging.warning(
                 "seed %d stopped at step %d of %d; rerun to resume", seed, step, num_steps
             )
-            return results
-        predictions_dir = seed_dir / "predictions"
-        final = evaluate_splits(exp, state.params, task, data, ft, buckets, predictions_dir)
+            return None
+        predictions_dir = self.seed_dir / "predictions"
+        final = evaluate_splits(
+            exp, state.params, self.task, self.data, ft, buckets, predictions_dir
+        )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
         writer.close()
-        results["seeds"][str(seed)] = final
         if config.export_hf_at_end:
-            exp.export(state.params, seed_dir)
-            if jax.process_index() == 0:
-                tokenizer.save(seed_dir / "hf")
-    _write_results(results, workdir)
-    return results
+            export(state.params, self.seed_dir, exp.bert_config, exp.head, tokenizer=self.tokenizer)
+        return final
+
+    def _hooks(self, writer, ckpt, buckets, steps_per_epoch: int) -> list[loop.Hook]:
+        """Metrics every log_every_steps and at every checkpoint, dev evaluations (every
+        eval_every_steps, by default every epoch), checkpoints (at least every epoch)."""
+        config, exp = self.config, self.exp
+        checkpoint_every = min(config.checkpoint_every_steps, steps_per_epoch)
+        hooks: list[loop.Hook] = [
+            loop.LogMetrics(writer, every=(config.log_every_steps, checkpoint_every), ckpt=ckpt)
+        ]
+        dev = next((e for e in self.data.evals if e.name == "dev" and e.labelled), None)
+        if dev is not None:
+            task, data, ft = self.task, self.data, config.finetune
+
+            def evaluate(params, step):
+                del step
+                return score(exp, params, task, data, dev, ft, buckets)
+
+            every = config.eval_every_steps or steps_per_epoch
+            hooks.append(loop.Evaluate(evaluate, writer, every))
+        hooks.append(loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every))
+        return hooks
 
 
 def _write_results(results: dict[str, Any], workdir: str) -> None:

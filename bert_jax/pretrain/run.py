@@ -20,11 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import aot, flops, inference, loop, multihost, sharding, tokenization
+from bert_jax import aot, experiment, flops, inference, loop, multihost, sharding, tokenization
 from bert_jax.config import BertConfig
-from bert_jax.paths import as_path
+from bert_jax.export import export
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
+from bert_jax.start import starting_state
 from bert_jax.summaries import MetricWriter
 
 MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}  # job -> head
@@ -61,10 +62,12 @@ def model_step_flops(cfg, config) -> float:
     )
 
 
-def compile_for_topology(exp: loop.Experiment, config, topology: str, num_slices: int, hlo_out):
+def compile_for_topology(
+    exp: experiment.Experiment, config, topology: str, num_slices: int, hlo_out
+):
     """Compiles the step for a TPU slice or GPUs on this machine and prints the report; returns
     the exit status (1 if it does not fit in memory)."""
-    cfg = exp.cfg
+    cfg = exp.bert_config
     report = aot.compile_step(
         exp,
         pretraining_batch(config),
@@ -82,7 +85,9 @@ class HeldOutEvaluation:
     counts before training), and their global arrays kept on the devices after the first call.
     """
 
-    def __init__(self, exp: loop.Experiment, data: inputs.PretrainingInputs, num_batches: int):
+    def __init__(
+        self, exp: experiment.Experiment, data: inputs.PretrainingInputs, num_batches: int
+    ):
         self.exp = exp
         self.host_batches = data.eval_batches(num_batches)
         self.batches = None
@@ -101,21 +106,20 @@ class HeldOutEvaluation:
 
 
 class InjectFault(loop.Hook):
-    """`multihost.inject_fault("step:<k>")` after each step k's other hooks (a test hook)."""
+    """`multihost.inject_fault("step:<k>")` after each step k (a test hook)."""
 
-    def __call__(self, r: loop.StepResult) -> bool:
-        multihost.inject_fault(f"step:{r.step}")
-        return False
+    def observe(self, info: loop.StepInfo) -> None:
+        multihost.inject_fault(f"step:{info.step}")
 
 
-def step_flops_fn(exp: loop.Experiment, job: str):
+def step_flops_fn(exp: experiment.Experiment, job: str):
     """Host batch -> model FLOPs of the global step (this host's batch stands for every host's).
     Every (packed) sequence's own length counts: its attention costs n_i^2, not a row's L^2."""
 
     def step_flops(host):
         lengths = packing.sequence_lengths(host)
         predictions = float(host["masked_lm_weights"].sum())
-        step = flops.pretraining_step_flops(exp.cfg, lengths, predictions, nsp=job != "mlm")
+        step = flops.pretraining_step_flops(exp.bert_config, lengths, predictions, nsp=job != "mlm")
         return step / sharding.host_batch_fraction(exp.mesh)
 
     return step_flops
@@ -131,56 +135,65 @@ def train_and_evaluate(
     hlo_out: str | None = None,
 ) -> int | None:
     """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
-    starts = {key: _starting_value(config, key) for key in _STARTING_VALUES}
-    cfg = BertConfig(**config.model.to_dict())
+    for key in _STARTING_VALUES:  # a bad choice stops the run before anything is built
+        _starting_value(config, key)
+    bert_config = BertConfig(**config.model.to_dict())
     compiling = mode == "compile"
     topology = topology or config.topology
     devices = aot.topology_devices(topology, num_slices) if compiling else None
-    exp = loop.Experiment.build(
-        config, cfg, MODELS[config.job], config.job, config.num_train_steps, devices
+    exp = experiment.Experiment.build(
+        config, bert_config, MODELS[config.job], config.job, config.num_train_steps, devices
     )
     if compiling:
         return compile_for_topology(exp, config, topology, num_slices, hlo_out)
     if mode == "shardings":
-        print(f"mesh {dict(exp.mesh.shape)}; {exp.model_name} {cfg}")
+        print(f"mesh {dict(exp.mesh.shape)}; {exp.head} {bert_config}")
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return None
     logging.vlog(1, "config:\n%s", config)
-    loop.write_config(config, workdir)
+    experiment.write_config(config, workdir)
     logging.info("config: %s", os.path.join(workdir, "config.json"))
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
-    ckpt = loop.checkpointer(workdir, config)
-    state, start = exp.create_or_restore(ckpt, data.train, init_from=config.init_from)
-    if start == 0 and not config.init_from:
-        if starts["mlm_bias_init"] == "unigram":
-            state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
-        if starts["position_embeddings_init"] == "sinusoid":
-            state = with_sinusoid_positions(state, cfg)
-    writer = MetricWriter(workdir, config.num_train_steps, start)
+    ckpt = experiment.checkpointer(workdir, config)
+    start = starting_state(
+        exp,
+        ckpt,
+        data.train,
+        init_from=config.init_from,
+        starting_values=lambda: starting_values(config, bert_config, data),
+    )
+    _train(config, workdir, exp, data, ckpt, start)
+    return None
+
+
+def _train(config, workdir, exp, data, ckpt, start) -> None:
+    """The Trainer's run from `start`, the export and the closing summary."""
+    writer = MetricWriter(workdir, config.num_train_steps, start.step)
     evaluate = None
     if data.eval_batches:
         evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
     # What the model predicts for held-out lines, before and after.
     shown = _masked_examples(data, evaluate.host_batches[0]) if evaluate else None
     if shown:
-        before = (f"step {start}", *inference.top_predictions(exp.model, state.params, *shown[:2]))
-    if evaluate and start == 0:
-        _write_starting_point(writer, evaluate(state.params, 0), evaluate.host_batches)
-    hooks = [
-        loop.LogMetrics(writer, exp.mesh, step_flops_fn(exp, config.job), ckpt),
-        loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), data.train),
-        InjectFault(),
-    ]
+        before = (
+            f"step {start.step}",
+            *inference.top_predictions(exp.model, start.state.params, *shown[:2]),
+        )
+    if evaluate and start.step == 0:
+        _write_starting_point(writer, evaluate(start.state.params, 0), evaluate.host_batches)
+    log_every, checkpoint_every = config.log_every_steps, config.checkpoint_every_steps
+    hooks = [loop.LogMetrics(writer, every=(log_every, checkpoint_every), ckpt=ckpt)]
     if evaluate is not None:
-        hooks.insert(1, loop.Evaluate(evaluate, writer, config.eval_every_steps))
+        hooks.append(loop.Evaluate(evaluate, writer, config.eval_every_steps))
+    hooks += [loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every), InjectFault()]
     trainer = loop.Trainer(
         exp,
         hooks,
         num_train_steps=config.num_train_steps,
-        log_every_steps=config.log_every_steps,
-        checkpoint_every_steps=config.checkpoint_every_steps,
+        stop_sync_every=log_every,
+        timer=loop.Timer.for_mesh(exp.mesh, step_flops_fn(exp, config.job)),
     )
-    state, step, _ = trainer.run(state, start, data.train)
+    state, step, _ = trainer.run(start.state, start.step, data.train)
     ckpt.close()
     writer.close()
     places = {"checkpoints": ckpt.directory}
@@ -188,13 +201,10 @@ def train_and_evaluate(
         multihost.inject_fault("export")  # a test hook (bert_jax.multihost)
         # Every process has trained and saved (a barrier with a timeout, before the collectives).
         multihost.barrier("export")
-        exp.export(state.params, workdir)
-        run_dir = as_path(workdir)  # a gs:// URL stays one
-        places["export"] = f"{run_dir / 'export'} (bert_jax)"
-        places["hf"] = f"{run_dir / 'hf'} (transformers)"
-        if data.tokenizer_path and os.path.isfile(data.tokenizer_path) and jax.process_index() == 0:
-            # The vocabulary goes with the model: <workdir>/hf is a complete transformers directory.
-            tokenization.load_tokenizer(data.tokenizer_path).save(run_dir / "hf")
+        tokenizer = None
+        if data.tokenizer_path and os.path.isfile(data.tokenizer_path):
+            tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
+        places.update(export(state.params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer))
     if jax.process_index() == 0:
         if shown:
             after = (
@@ -204,7 +214,6 @@ def train_and_evaluate(
             print("\nHeld-out lines with a word masked, and the model's top guesses:")
             print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
         print("\n" + writer.summary(step, places))
-    return None
 
 
 # Scratch runs: how two parameters start (the first choice is BERT's). Set at step 0 in
@@ -224,28 +233,28 @@ def _starting_value(config, key: str) -> str:
     return value
 
 
-def _with_param(state, path: tuple[str, ...], value: np.ndarray):
-    """`state` with the parameter at `path` set to `value` (the same on every host), placed and
-    typed as the parameter it replaces."""
-
-    def put(tree, keys):
-        old = tree[keys[0]]
-        if len(keys) > 1:
-            new = put(old, keys[1:])
-        else:
-            new = jax.device_put(np.asarray(value, old.dtype), old.sharding)
-        return {**tree, keys[0]: new}
-
-    return state.replace(params=put(state.params, path))
+MLM_BIAS = ("cls", "predictions", "bias")
+POSITION_EMBEDDINGS = ("bert", "embeddings", "position_embeddings", "embedding")
 
 
-def with_mlm_bias(state, bias: np.ndarray):
-    """`state` with the MLM decoder's output bias `cls/predictions/bias` set to `bias` [V] (the
-    same on every host; zeros for the table's padding rows)."""
-    rows = state.params["cls"]["predictions"]["bias"].shape[0]
-    bias = np.pad(bias, (0, rows - len(bias)))  # the padding rows' logits are cut off
+def starting_values(config, bert_config: BertConfig, data) -> dict[tuple[str, ...], np.ndarray]:
+    """A scratch run's special starting values (`bert_jax.start.starting_state` sets them inside
+    the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices."""
+    values = {}
+    if _starting_value(config, "mlm_bias_init") == "unigram":
+        log_frequencies = data.target_log_frequencies(bert_config.vocab_size)
+        values[MLM_BIAS] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
+    if _starting_value(config, "position_embeddings_init") == "sinusoid":
+        values[POSITION_EMBEDDINGS] = position_sinusoids(bert_config)
+    return values
+
+
+def mlm_bias(log_frequencies: np.ndarray, rows: int) -> np.ndarray:
+    """The MLM decoder's output bias `cls/predictions/bias` [rows]: the log frequencies [V] of
+    the training data's masked tokens, zeros for the table's padding rows (whose logits are cut
+    off)."""
     logging.info("MLM decoder bias: the log frequencies of the training data's masked tokens")
-    return _with_param(state, ("cls", "predictions", "bias"), bias)
+    return np.pad(log_frequencies, (0, rows - len(log_frequencies)))
 
 
 # The sinusoids' root-mean-square, in units of initializer_range: 3 starts the rows at about the
@@ -264,17 +273,14 @@ def sinusoid_positions(num_positions: int, width: int, rms: float) -> np.ndarray
     return (table * (rms * np.sqrt(2.0))).astype(np.float32)
 
 
-def with_sinusoid_positions(state, cfg: BertConfig):
-    """`state` with its position embeddings started at sinusoids of RMS SINUSOID_SCALE x
-    initializer_range (learned from there, as BERT's are): nearby positions start out alike, so
-    attention can find a token's neighbours from the first steps (docs/pretraining.md)."""
-    table = sinusoid_positions(
-        cfg.max_position_embeddings, cfg.hidden_size, SINUSOID_SCALE * cfg.initializer_range
-    )
-    logging.info(
-        "position embeddings: sinusoids (RMS %.3f)", SINUSOID_SCALE * cfg.initializer_range
-    )
-    return _with_param(state, ("bert", "embeddings", "position_embeddings", "embedding"), table)
+def position_sinusoids(bert_config: BertConfig) -> np.ndarray:
+    """[max_position_embeddings, hidden_size] float32: the position embeddings' starting table,
+    sinusoids of RMS SINUSOID_SCALE x initializer_range (learned from there, as BERT's are):
+    nearby positions start out alike, so attention can find a token's neighbours from the first
+    steps (docs/pretraining.md)."""
+    rms = SINUSOID_SCALE * bert_config.initializer_range
+    logging.info("position embeddings: sinusoids (RMS %.3f)", rms)
+    return sinusoid_positions(bert_config.max_position_embeddings, bert_config.hidden_size, rms)
 
 
 def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None:

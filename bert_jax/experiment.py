@@ -1,0 +1,320 @@
+"""What a run is: the Experiment (model, mesh, rules, optimizer, schedule, shardings) and its
+compiled steps, plus the run directory's config and checkpointer.
+
+    steps_count = ...                       # from the data, before anything is built
+    exp = Experiment.build(config, bert_config, head, objective, num_train_steps)
+    start = bert_jax.start.starting_state(exp, ckpt, data, init_from=config.init_from)
+
+`Experiment` only builds: the starting state is `bert_jax.start`'s, the loop `bert_jax.loop`'s,
+the export `bert_jax.export`'s. It jits each step (init, train, eval, predict) once and keeps it,
+with the parameters as arguments, so every evaluation and every seed of a run reuses one compiled
+program per batch shape; `compile_train_step` is the one place a train step is jitted, and
+`enable_compilation_cache` keeps the programs on disk across runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+import optax
+from absl import logging
+from etils import epath
+
+from bert_jax import checkpointing, objectives, optimizer, sharding, steps
+from bert_jax.attention import current_platform, resolve_attention
+from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.model import count_params, get_model_class
+from bert_jax.paths import as_path
+
+PyTree = Any
+
+
+def default_compilation_cache_dir() -> str:
+    """$XDG_CACHE_HOME/bert_jax/jax, by default ~/.cache/bert_jax/jax."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bert_jax", "jax")
+
+
+def enable_compilation_cache(directory: str = "auto") -> str | None:
+    """Turns JAX's persistent compilation cache on (or off) for this process.
+
+    Compiled programs are written to disk, and a later run that compiles the same program (same
+    shapes, JAX version, devices and flags) loads it instead: a restarted or repeated fine-tuning
+    run skips its compiles. JAX writes only programs that took at least
+    `jax_persistent_cache_min_compile_time_secs` (1 s by default) to compile. Call it before the
+    first compile.
+
+    Args:
+      directory: "auto": $JAX_COMPILATION_CACHE_DIR if set, else `default_compilation_cache_dir()`;
+        "off": no persistent cache; anything else: the cache directory.
+
+    Returns:
+      The cache directory, or None when off.
+    """
+    if not directory:
+        raise ValueError("the compilation cache directory is empty; use 'auto', 'off' or a path")
+    if directory == "off":
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    if directory == "auto":
+        directory = jax.config.jax_compilation_cache_dir or default_compilation_cache_dir()
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", directory)
+    return directory
+
+
+@dataclasses.dataclass
+class Experiment:
+    """What a run is, besides its data: model, mesh, rules, optimizer, schedule and the state's
+    shardings, built once from a step count (`build`), and the run's compiled steps.
+
+    `bert_config` is the model's architecture (config.json); `head` its class name
+    ("BertForPreTraining", ...); the experiment config (`configs/*.py`) is only read by `build`.
+    """
+
+    bert_config: BertConfig
+    runtime: RuntimeConfig
+    head: str
+    model: nn.Module
+    mesh: Any
+    rules: list
+    tx: optax.GradientTransformation
+    schedule: Any
+    objective: objectives.Objective
+    abstract_state: PyTree  # the boxed abstract TrainState (logical axes)
+    state_shardings: PyTree
+    seed: int
+    num_microbatches: int = 1
+    compiler_options: dict = dataclasses.field(default_factory=dict)  # XLA's, for every step
+    loss_scale: steps.DynamicLossScale | None = None  # float16 runs: dynamic loss scaling
+    # The jitted steps, built once: (kind, arguments) -> jitted function. JAX keeps one compiled
+    # program per input shape inside each, so a step compiles once per shape for the whole run.
+    _jitted: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        config,
+        bert_config: BertConfig,
+        head: str,
+        objective: str,
+        num_train_steps: int,
+        devices: list | None = None,
+    ) -> Experiment:
+        """Builds the run described by the experiment `config` for the model `bert_config` with
+        the head `head`, trained with `objective` for `num_train_steps` (the schedule's length).
+
+        `devices`: the mesh's devices (all of this run's by default; a TPU topology's or GPUs'
+        compile-only devices for ahead-of-time compilation, `bert_jax.aot`)."""
+        cfg = bert_config
+        mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
+        tensor = mesh.shape["tensor"]
+        if tensor > 1 and cfg.padded_vocab_size % (128 * tensor):
+            logging.warning(
+                "the word-embedding table's %d rows are not a multiple of 128 x tensor=%d: "
+                "its shards are unaligned or it is replicated; set "
+                "--config.model.vocab_pad_multiple=%d",
+                cfg.padded_vocab_size,
+                tensor,
+                128 * tensor,
+            )
+        # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
+        # attention kernel is checked here too, so a bad choice fails before any compile.
+        platform, capability = current_platform(mesh), compute_capability(mesh)
+        runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(
+            platform, compute_capability=capability
+        )
+        kernels = [
+            resolve_attention(runtime, cfg, platform, training=t, compute_capability=capability)
+            for t in (True, False)
+        ]
+        if runtime.attention == "auto" and platform == "cuda" and kernels == ["xla", "xla"]:
+            # The model resolves "auto" again without knowing the card, and would pick cuDNN on
+            # a GPU below cuDNN's compute capability: pin what was chosen here.
+            runtime = dataclasses.replace(runtime, attention="xla")
+        logging.info("%s: %s; attention %s (train), %s (eval)", platform, runtime, *kernels)
+        model = get_model_class(head)(cfg, runtime)
+        rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
+        tx, schedule = optimizer.from_config(config.optimizer, num_train_steps)
+        loss_scale = None
+        if runtime.dtype == "float16":
+            loss_scale = steps.DynamicLossScale(runtime.loss_scale_init, runtime.loss_scale_period)
+        init_fn = functools.partial(
+            steps.init_train_state, model=model, tx=tx, loss_scale=loss_scale
+        )
+        abstract_state = jax.eval_shape(init_fn, jax.random.PRNGKey(config.seed))
+        state_shardings = sharding.logical_shardings(abstract_state, mesh, rules)
+        logging.info(
+            "%s: %s parameters; mesh %s",
+            head,
+            f"{count_params(abstract_state.params):,}",
+            dict(mesh.shape),
+        )
+        return cls(
+            cfg,
+            runtime,
+            head,
+            model,
+            mesh,
+            rules,
+            tx,
+            schedule,
+            objectives.get_objective(objective),
+            abstract_state,
+            state_shardings,
+            config.seed,
+            config.num_microbatches,
+            runtime.compiler_options(platform),
+            loss_scale,
+        )
+
+    # ---- state ----
+    def init_fn(self, rng, params=None):
+        """(rng, params or None) -> a fresh boxed TrainState (`steps.init_train_state`)."""
+        return steps.init_train_state(
+            rng, model=self.model, tx=self.tx, params=params, loss_scale=self.loss_scale
+        )
+
+    def targets(self) -> PyTree:
+        """Abstract unboxed state with shardings: what a checkpoint restores into."""
+        return jax.tree_util.tree_map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            nn.unbox(self.abstract_state),
+            self.state_shardings,
+        )
+
+    def cached(self, key: tuple, build: Callable[[], Callable]) -> Callable:
+        """The jitted function stored under `key`, built by `build()` the first time."""
+        if key not in self._jitted:
+            self._jitted[key] = build()
+        return self._jitted[key]
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What a checkpoint records beside the state: the model's config.json fields and head
+        (what `init_from` and `convert` read back)."""
+        return {"config": self.bert_config.to_hf_dict(self.head), "model": self.head}
+
+    # ---- compiled steps ----
+    def jit_train_step(self, batch_shardings: PyTree) -> Callable:
+        """`compile_train_step` with this experiment's model, optimizer, objective and shardings.
+        What `train_step_fn` caches and what `bert_jax.aot` compiles for a TPU or GPU."""
+        return compile_train_step(
+            self.model,
+            self.tx,
+            self.objective,
+            state_shardings=self.state_shardings,
+            batch_shardings=batch_shardings,
+            metrics_sharding=sharding.replicated(self.mesh),
+            num_microbatches=self.num_microbatches,
+            schedule=self.schedule,
+            compiler_options=self.compiler_options,
+            loss_scale=self.loss_scale,
+        )
+
+    def train_step_fn(self, host_batch: Mapping[str, np.ndarray]) -> Callable:
+        """The jitted train step for batches with these keys, built once per set of batch keys and
+        ranks (their shardings); JAX compiles it once per batch shape (length buckets), for every
+        seed of the run."""
+        ranks = tuple(sorted((k, np.ndim(v)) for k, v in host_batch.items()))
+        return self.cached(
+            ("train", ranks),
+            lambda: self.jit_train_step(sharding.batch_shardings(host_batch, self.mesh)),
+        )
+
+    def eval_fn(self) -> Callable:
+        """The jitted (params, global batch) -> the objective's metric sums (dropout off), built
+        once."""
+        return self.cached(
+            ("eval",),
+            lambda: jax.jit(
+                functools.partial(steps.eval_step, model=self.model, objective=self.objective),
+                compiler_options=self.compiler_options,
+            ),
+        )
+
+    def predict_fn(self, **extra) -> Callable:
+        """The jitted (params, global batch) -> model outputs (dropout off), built once per
+        `extra` (keyword arguments of the model's call, e.g. output_hidden_states=True)."""
+        return self.cached(
+            ("predict", tuple(sorted(extra.items()))),
+            lambda: jax.jit(
+                functools.partial(steps.predict_step, model=self.model, **extra),
+                compiler_options=self.compiler_options,
+            ),
+        )
+
+
+def write_config(config, workdir: str) -> epath.Path:
+    """Writes the experiment config as `<workdir>/config.json` (process 0; `gs://` and other
+    URLs stay URLs) and returns the run directory."""
+    directory = as_path(workdir)
+    if jax.process_index() == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text(config.to_json_best_effort(indent=2))
+    return directory
+
+
+def checkpointer(workdir: str, config) -> checkpointing.Checkpointer:
+    """The run directory's Checkpointer (<workdir>/checkpoints; a URL stays a URL)."""
+    return checkpointing.Checkpointer(
+        checkpointing.run_checkpoints(workdir),
+        max_to_keep=config.max_checkpoints_to_keep,
+        async_save=config.async_checkpointing,
+    )
+
+
+def compute_capability(mesh=None) -> str | None:
+    """The compute capability ("7.5", "9.0") of the mesh's first device (of JAX's first device
+    without a mesh) where it has one (CUDA GPUs); None elsewhere."""
+    device = jax.devices()[0] if mesh is None else mesh.devices.flat[0]
+    return getattr(device, "compute_capability", None)
+
+
+def compile_train_step(
+    model: nn.Module,
+    tx: optax.GradientTransformation,
+    objective: objectives.Objective,
+    *,
+    state_shardings: PyTree = None,
+    batch_shardings: PyTree = None,
+    metrics_sharding: Any = None,
+    num_microbatches: int = 1,
+    schedule: Callable | None = None,
+    donate: bool = True,
+    compiler_options: dict[str, str] | None = None,
+    loss_scale: steps.DynamicLossScale | None = None,
+) -> Callable:
+    """The jitted (state, global batch) -> (state, metrics) of `steps.train_step`, the state
+    donated (its buffers are reused for the new state; `donate=False` keeps it, for callers that
+    step the same state twice). The one place a train step is compiled: the loop, `bert_jax.aot`,
+    the tests and the benchmarks use it. Shardings left None are JAX's choice (one device);
+    `compiler_options` are XLA's (`RuntimeConfig.compiler_options`); `loss_scale` turns on
+    dynamic loss scaling (float16 runs; the state is then a `steps.ScaledTrainState`)."""
+    step = functools.partial(
+        steps.train_step,
+        model=model,
+        tx=tx,
+        objective=objective,
+        num_microbatches=num_microbatches,
+        schedule=schedule,
+        loss_scale=loss_scale,
+    )
+    shardings = {}
+    if state_shardings is not None:
+        shardings = dict(
+            in_shardings=(state_shardings, batch_shardings),
+            out_shardings=(state_shardings, metrics_sharding),
+        )
+    return jax.jit(
+        step,
+        donate_argnums=0 if donate else (),
+        compiler_options=compiler_options,
+        **shardings,
+    )

@@ -1,0 +1,63 @@
+"""The end of a run: its parameters written as a model others can load.
+
+    export(params, workdir, bert_config, head, tokenizer=tokenizer)
+
+writes `<workdir>/export` (bert_jax's format, `convert.load_pretrained`) and `<workdir>/hf` (a
+Hugging Face `transformers` directory: config.json, model.safetensors and, given a tokenizer, its
+vocabulary). Both jobs call it after their last step; the loop knows nothing of formats.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from absl import logging
+
+from bert_jax import convert
+from bert_jax.config import BertConfig
+from bert_jax.paths import as_path
+
+PyTree = Any
+
+
+def export(
+    params: PyTree,
+    out_dir: str,
+    bert_config: BertConfig,
+    head: str,
+    *,
+    hf: bool = True,
+    tokenizer=None,
+) -> dict[str, str]:
+    """Writes `out_dir/export` (bert_jax format) and, with `hf`, `out_dir/hf` (transformers).
+
+    Every process must call this: the parameters are gathered to every host, all processes
+    take part in the (collective) Orbax save, and process 0 alone writes the safetensors and the
+    tokenizer.
+
+    Args:
+      params: the model's parameters (global, possibly sharded, arrays).
+      out_dir: the run (or seed) directory; a `gs://` URL stays one.
+      bert_config: the model's architecture.
+      head: the head's class name ("BertForPreTraining", ...).
+      hf: also write the transformers directory.
+      tokenizer: a `tokenization` tokenizer saved into `hf/` (None: no vocabulary there).
+
+    Returns:
+      label -> where it went, for the run's summary ("export", and "hf" with `hf`).
+    """
+    from jax.experimental import multihost_utils
+
+    host_params = multihost_utils.process_allgather(params, tiled=True)
+    out = as_path(out_dir)
+    convert.save_pretrained(out / "export", bert_config, host_params, head, overwrite=True)
+    places = {"export": f"{out / 'export'} (bert_jax)"}
+    if hf:
+        if jax.process_index() == 0:
+            convert.save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
+            if tokenizer is not None:
+                tokenizer.save(out / "hf")  # <out>/hf is then a complete transformers directory
+        places["hf"] = f"{out / 'hf'} (transformers)"
+    logging.info("exported %s to %s", head, out_dir)
+    return places

@@ -1,0 +1,172 @@
+"""The state a run starts from, and its step.
+
+    start = starting_state(exp, ckpt, data, init_from=config.init_from, starting_values=...)
+    state, step = start.state, start.step
+
+In this order: the newest good checkpoint in the run's directory (with the data position);
+given parameters (`init_params`: fine-tuning's encoder with a new head); the converted weights of
+`init_from` (any format `convert.load_any` reads; a `train.py` run of the same head is read
+straight into its shardings); scratch. Every fresh state is made by one jitted init per
+Experiment (reused by every seed), with a scratch run's special starting values (e.g. the MLM
+bias at the data's log frequencies, `starting_values`) set inside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax import checkpointing, convert
+from bert_jax.experiment import Experiment
+from bert_jax.model import stack_layers
+
+PyTree = Any
+# A parameter's place in the params tree, e.g. ("cls", "predictions", "bias").
+ParamPath = tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Where a run starts.
+
+    Attributes:
+      state: the sharded TrainState.
+      step: its step (0 unless restored from a checkpoint).
+      source: what it came from, for the log: "checkpoint", "params", "init_from" or "scratch".
+    """
+
+    state: Any
+    step: int
+    source: str
+
+
+def starting_state(
+    exp: Experiment,
+    ckpt: checkpointing.Checkpointer,
+    data_iterator=None,
+    *,
+    init_from: str = "",
+    init_params: PyTree | None = None,
+    seed: int | None = None,
+    starting_values: Callable[[], Mapping[ParamPath, np.ndarray]] | None = None,
+) -> Start:
+    """The state a run starts from, and its step (see the module's docstring for the order).
+
+    Args:
+      exp: the run's Experiment.
+      ckpt: the run's Checkpointer; its newest good checkpoint wins.
+      data_iterator: the checkpointable source of the training batches, moved to the saved
+        position when a checkpoint is restored (None: no data position).
+      init_from: a checkpoint path of any format (`convert.load_any`), or "".
+      init_params: host parameters of the model (unstacked layers), or None.
+      seed: seeds a fresh state's initialization and dropout (default: the config's).
+      starting_values: () -> {parameter path: value [the parameter's shape]} set in a scratch
+        state; called only for a scratch start (a restored or converted state keeps its values).
+    """
+    restored = ckpt.restore_latest(exp.targets(), data_iterator=data_iterator)
+    if restored is not None:
+        state, source = restored[1], "checkpoint"
+    elif init_params is not None:
+        state, source = init_state(exp, init_params, seed=seed), "params"
+    elif init_from:
+        state, source = _from_training_run(exp, init_from, seed), "init_from"
+        if state is None:
+            _, params, _, report = convert.load_any(init_from, exp.head, allow_new_heads=True)
+            logging.info("init_from %s:\n%s", init_from, report.summary())
+            state = init_state(exp, params, seed=seed)
+    else:
+        overrides = starting_values() if starting_values is not None else None
+        state, source = init_state(exp, seed=seed, overrides=overrides), "scratch"
+    return Start(state, int(jax.device_get(state.step)), source)
+
+
+def init_state(
+    exp: Experiment,
+    params: PyTree | None = None,
+    *,
+    seed: int | None = None,
+    overrides: Mapping[ParamPath, np.ndarray] | None = None,
+):
+    """A fresh sharded state: from scratch, or around given (host) parameters.
+
+    Args:
+      exp: the run's Experiment.
+      params: host parameters of the model (unstacked layers; vocabulary rows padded or not),
+        or None for scratch.
+      seed: the PRNG seed of the initialization and of the run's dropout (default: the
+        config's `seed`).
+      overrides: parameter path -> value set after a scratch initialization (the same on every
+        host; cast to the parameter's dtype, placed in its sharding).
+    """
+    rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
+    if params is None:
+        overrides = {path: np.asarray(value) for path, value in (overrides or {}).items()}
+        init = exp.cached(("init", tuple(sorted(overrides))), lambda: _jit_init(exp))
+        return init(rng, overrides)
+    params = convert.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
+    params = stack_layers(params) if exp.runtime.scan_layers else params
+    params = jax.device_put(
+        jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
+        exp.state_shardings.params,
+    )
+    return _init_from_params_fn(exp)(rng, params)
+
+
+def _jit_init(exp: Experiment):
+    """The jitted (rng, {path: value}) -> scratch state with those parameters set."""
+
+    def init(rng, overrides):
+        state = nn.unbox(exp.init_fn(rng))
+        params = state.params
+        for path, value in overrides.items():
+            params = _with_param(params, path, value)
+        return state.replace(params=params)
+
+    return jax.jit(init, out_shardings=exp.state_shardings)
+
+
+def _with_param(tree: dict, path: ParamPath, value) -> dict:
+    """`tree` with the leaf at `path` replaced by `value` (cast to its dtype)."""
+    old = functools.reduce(lambda node, key: node[key], path, tree)
+    if tuple(value.shape) != tuple(old.shape):
+        raise ValueError(
+            f"starting value for {'/'.join(path)}: shape {tuple(value.shape)}, the parameter's "
+            f"is {tuple(old.shape)}"
+        )
+
+    def put(node: dict, keys: ParamPath) -> dict:
+        new = put(node[keys[0]], keys[1:]) if len(keys) > 1 else value.astype(old.dtype)
+        return {**node, keys[0]: new}
+
+    return put(tree, path)
+
+
+def _init_from_params_fn(exp: Experiment):
+    """The jitted (rng, sharded params) -> state around them (fresh optimizer state)."""
+    return exp.cached(
+        ("init_from_params",),
+        lambda: jax.jit(lambda r, p: exp.init_fn(r, params=p), out_shardings=exp.state_shardings),
+    )
+
+
+def _from_training_run(exp: Experiment, path: str, seed: int | None):
+    """A fresh state around the parameters of a `train.py` run of this model, read straight
+    into their shardings (no optimizer state, no host copy); None if `path` is no such run
+    (another format, head, architecture or layer layout)."""
+    if convert.detect_format(path) != "train":
+        return None
+    run = checkpointing.read_run_params(path, targets=exp.targets().params)
+    if run is None or run.head != exp.head:
+        return None
+    logging.info(
+        "init_from %s: the parameters of step %d, read into their shardings", path, run.step
+    )
+    rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
+    return _init_from_params_fn(exp)(rng, run.params)

@@ -1,0 +1,76 @@
+"""Starting states (`bert_jax.start`): a training run's parameters read into their shardings,
+or through the host conversion for another head."""
+
+from bert_jax import experiment
+from tests.common import load_config_file
+
+
+def _tiny_pretraining_config(mesh):
+    config = load_config_file("pretrain.py").get_config("size=tiny")
+    config.model.update(
+        vocab_size=99,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=16,
+    )
+    config.mesh.update(data=mesh[0], fsdp=mesh[1], tensor=mesh[2])
+    return config
+
+
+def _experiment(mesh, model_name="BertForPreTraining"):
+    from bert_jax.config import BertConfig
+
+    config = _tiny_pretraining_config(mesh)
+    task = "pretraining" if model_name == "BertForPreTraining" else "mlm"
+    bert_config = BertConfig(**config.model.to_dict())
+    return experiment.Experiment.build(config, bert_config, model_name, task, 10)
+
+
+def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_path, monkeypatch):
+    """Written on one mesh, read on another: every parameter arrives with the new mesh's
+    sharding and the written values, the optimizer state is fresh, and nothing goes through the
+    host conversion (`convert.load_any`)."""
+    import jax
+    import numpy as np
+
+    from bert_jax import checkpointing, convert, start
+
+    source = _experiment((8, 1, 1))
+    state = start.init_state(source, seed=3)
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "run" / "checkpoints"), async_save=False)
+    meta = source.checkpoint_meta()
+    ckpt.save(5, state, meta={**meta, "step": 5})
+    ckpt.close()
+
+    def no_host_path(*args, **kwargs):
+        raise AssertionError("init_from went through the host conversion")
+
+    target = _experiment((2, 2, 2))
+    monkeypatch.setattr(convert, "load_any", no_host_path)
+    fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
+    begun = start.starting_state(target, fresh, init_from=str(tmp_path / "run"))
+    fresh.close()
+    got = begun.state
+    assert (begun.step, begun.source) == (0, "init_from")
+    want = jax.tree_util.tree_leaves_with_path(jax.device_get(state.params))
+    for (path, value), array, sh in zip(
+        want,
+        jax.tree_util.tree_leaves(got.params),
+        jax.tree_util.tree_leaves(target.state_shardings.params),
+    ):
+        assert array.sharding == sh, path
+        np.testing.assert_array_equal(np.asarray(array), value, err_msg=str(path))
+    mu = [x for x in jax.tree_util.tree_leaves(got.opt_state) if np.ndim(x) > 0]
+    assert mu and all(not np.any(np.asarray(x)) for x in mu)  # fresh moments: zeros
+
+    # Another head: the parameters go through the host conversion, which maps them by name.
+    monkeypatch.undo()
+    called = []
+    real = convert.load_any
+    monkeypatch.setattr(convert, "load_any", lambda *a, **k: called.append(a[1]) or real(*a, **k))
+    mlm = _experiment((8, 1, 1), "BertForMaskedLM")
+    fresh = checkpointing.Checkpointer(str(tmp_path / "mlm" / "checkpoints"))
+    start.starting_state(mlm, fresh, init_from=str(tmp_path / "run"))
+    fresh.close()
+    assert called == ["BertForMaskedLM"]
