@@ -37,7 +37,16 @@ from bert_jax.finetune import batching, tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path
-from bert_jax.summaries import MetricWriter
+from bert_jax.summaries import MetricView, MetricWriter
+
+# What the console, the progress bar and the curves show of the metrics (the accuracy panel's
+# title is the pretraining job's, as before).
+VIEW = MetricView(
+    console=("eval/", "loss", "cls_accuracy", "accuracy", "learning_rate"),
+    summary=("loss", "accuracy"),
+    progress=("train/loss", "eval/accuracy", "train/tokens_per_s"),
+    curves_accuracy_title="accuracy (and held-out NSP AUC: 0.5 is chance)",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,7 +311,7 @@ def train_and_evaluate(
             logging.info("newly initialized head weights: %s", new)
         ckpt = loop.checkpointer(seed_dir, config)
         state, start = exp.create_or_restore(ckpt, train_iter, init_params=params, seed=seed)
-        writer = MetricWriter(seed_dir, num_steps, start)
+        writer = MetricWriter(seed_dir, num_steps, start, view=VIEW)
         dev = next((e for e in data.evals if e.name == "dev" and e.labelled), None)
         hooks = [loop.LogMetrics(writer, exp.mesh, ckpt=ckpt)]
         if dev is not None:

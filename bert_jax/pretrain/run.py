@@ -25,9 +25,22 @@ from bert_jax.config import BertConfig
 from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
-from bert_jax.summaries import MetricWriter
+from bert_jax.summaries import MetricView, MetricWriter
 
 MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}  # job -> head
+# What the console, the progress bar, the curves and the summary show of the metrics. Baselines:
+# held-out scores of a model that ignores its input (`_write_starting_point`).
+VIEW = MetricView(
+    console=("eval/", "loss", "mlm_accuracy", "nsp_accuracy", "learning_rate"),
+    summary=("loss", "mlm_accuracy", "nsp_accuracy", "nsp_auc", "mlm_loss", "nsp_loss"),
+    progress=("train/loss", "train/mlm_accuracy", "eval/mlm_accuracy", "train/tokens_per_s"),
+    baselines={
+        "eval/commonest_token_share": ("commonest token's share", "--"),
+        "eval/nsp_majority_share": ("NSP majority class's share", ":"),
+    },
+    curves_accuracy=("eval/nsp_auc",),
+    curves_accuracy_title="accuracy (and held-out NSP AUC: 0.5 is chance)",
+)
 
 
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
@@ -156,7 +169,7 @@ def train_and_evaluate(
             state = with_mlm_bias(state, data.target_log_frequencies(cfg.vocab_size))
         if starts["position_embeddings_init"] == "sinusoid":
             state = with_sinusoid_positions(state, cfg)
-    writer = MetricWriter(workdir, config.num_train_steps, start)
+    writer = MetricWriter(workdir, config.num_train_steps, start, view=VIEW)
     evaluate = None
     if data.eval_batches:
         evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
