@@ -1,6 +1,9 @@
 """Metric writers: `metrics.jsonl`, TensorBoard, `curves.png` and a console progress bar.
 
-Only process 0 writes; on other processes every method is a no-op. The files go through
+A `MetricWriter` hands each step's metrics to its sinks, one per place they go (`Sink`):
+`JsonlSink`, `TensorBoardSink`, `ConsoleSink` (a log line and the progress bar) and
+`CurvesSink`. None of them knows a job's metric names: the job passes a `MetricView` saying what
+to show. Only process 0 writes; on other processes every method is a no-op. The files go through
 `etils.epath`, so a `gs://` (any URL) work directory stays a URL (see `MetricWriter`).
 
 `metrics.jsonl` holds one JSON object per logged step: {"step": 200, "train/loss": 7.1, ...}.
@@ -10,6 +13,7 @@ evaluation. While the progress bar is up, log lines are printed above it, never 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging as std_logging
 import math
@@ -19,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from typing import Protocol
 
 import jax
 from absl import logging
@@ -26,9 +31,55 @@ from etils import epath
 
 from bert_jax.paths import as_path, is_url
 
+# A cleaned metric value: a float, or its text where it is not finite ("nan", "inf").
+Value = float | str
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricView:
+    """What a job shows of its metrics (every metric goes to metrics.jsonl and TensorBoard).
+
+    In `console` and `summary` a name ending in "/" matches a group ("eval/": every held-out
+    metric) and any other name a metric's name after its group ("loss": "train/loss",
+    "eval/loss", "final/loss").
+
+    Attributes:
+      console: the metrics of the log line printed at each write.
+      summary: the final metrics listed in `MetricWriter.summary`, held-out then train.
+      progress: full names shown, in this order, after the progress bar ("accuracy" shortened to
+        "acc"; a "tokens_per_s" as "12,345 tok/s").
+      baselines: full name -> (label, line style) of held-out scores of a model that ignores its
+        input: horizontal lines on the curves' accuracy panel, and in the summary beside the
+        accuracies they are the floor of.
+      curves_accuracy: full names drawn on the accuracy panel besides every "...accuracy".
+      curves_accuracy_title: that panel's title.
+    """
+
+    console: tuple[str, ...] = ()
+    summary: tuple[str, ...] = ()
+    progress: tuple[str, ...] = ()
+    baselines: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    curves_accuracy: tuple[str, ...] = ()
+    curves_accuracy_title: str = "accuracy"
+
+
+class Timing(Protocol):
+    """The run's training throughput, owned by its timer (compilation and evaluation left out)."""
+
+    train_seconds: float  # seconds of training steps
+    train_tokens: float  # tokens those steps processed (global batch)
+
+
+class Sink(Protocol):
+    """One place metrics go; `MetricWriter` hands every sink each write, then closes them."""
+
+    def write(self, step: int, metrics: Mapping[str, Value]) -> None: ...
+
+    def close(self) -> None: ...
+
 
 class MetricWriter:
-    """Writes scalar metrics for a run in `workdir`.
+    """Writes scalar metrics for a run in `workdir`, and keeps them (`history`, `latest`).
 
     Args:
       workdir: the run directory (metrics.jsonl, tensorboard/ and curves.png go there).
@@ -36,12 +87,11 @@ class MetricWriter:
       initial_step: where the run (re)starts.
       progress: show a tqdm progress bar on the console; log lines go above it.
       curves: redraw `workdir/curves.png` whenever held-out ("eval/...") metrics are written.
+      view: what the console, the progress bar, the curves and the summary show (None: no
+        metric on the console, nothing after the bar, no baselines).
 
     For a URL work directory (`gs://...`) the files are rewritten whole at each write (object
-    stores cannot append): metrics.jsonl, and the TensorBoard events, which tensorboardX writes to
-    a local staging folder (it cannot write through etils.epath: gs:// would need
-    google-cloud-storage, other schemes become a local folder named after the URL) and which are
-    copied to `workdir/tensorboard/` after each write and at `close`.
+    stores cannot append): metrics.jsonl, and the TensorBoard events (see `TensorBoardSink`).
     """
 
     def __init__(
@@ -51,33 +101,194 @@ class MetricWriter:
         initial_step: int = 0,
         progress: bool = True,
         curves: bool = True,
+        view: MetricView | None = None,
     ):
         self.active = jax.process_index() == 0
-        self._jsonl = self._tb = self._bar = self._stream = self._tb_staging = None
+        self.view = view or MetricView()
         self.workdir = as_path(workdir)
         self.jsonl_path = self.workdir / "metrics.jsonl"
         self.curves_path = self.workdir / "curves.png" if curves else None
-        self._url = is_url(self.workdir)
-        self._jsonl_text = ""  # a URL's metrics.jsonl, rewritten whole at each write
         self.history: dict[str, list[tuple[int, float]]] = {}  # name -> [(step, value)]
-        self.latest: dict[str, float] = {}  # name -> its last value
-        self._start_time, self._train_s, self._train_tokens = time.perf_counter(), 0.0, 0.0
-        self._initial_step = self._last_train_step = initial_step
+        self.latest: dict[str, Value] = {}  # name -> its last value
+        self._start_time = time.perf_counter()
+        self._sinks: list[Sink] = []
+        self._tb = self._console = None
         if not self.active:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._read_history()  # a resumed run's curves keep their beginning
-        if not self._url:
-            self._jsonl = self.jsonl_path.open("a", encoding="utf-8")
+        text = self.jsonl_path.read_text(encoding="utf-8") if self.jsonl_path.exists() else ""
+        self.history = _read_history(text, initial_step)  # a resumed run's curves keep their start
+        jsonl = JsonlSink(self.jsonl_path, text)
+        self._tb = TensorBoardSink.create(self.workdir / "tensorboard")
+        self._console = ConsoleSink(self.view, total_steps, initial_step, progress)
+        plot = CurvesSink(self.curves_path, self.history, self.view) if curves else None
+        self._sinks = [s for s in (jsonl, self._tb, self._console, plot) if s is not None]
+
+    def write(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Records `metrics` (names like "train/loss", "eval/mlm_accuracy") at `step`."""
+        if not self.active:
+            return
+        step = int(step)
+        clean = {k: _jsonable(v) for k, v in metrics.items()}
+        for key, value in clean.items():
+            if isinstance(value, float):
+                self.history.setdefault(key, []).append((step, value))
+        self.latest.update(clean)
+        for sink in self._sinks:
+            sink.write(step, clean)
+
+    def advance(self, steps: int = 1) -> None:
+        """Moves the progress bar on by `steps`."""
+        if self._console is not None:
+            self._console.advance(steps)
+
+    def summary(
+        self, step: int, places: Mapping[str, str] = (), timing: Timing | None = None
+    ) -> str:
+        """The run's closing summary: time, throughput, final metrics and where things are.
+
+        Args:
+          step: the step the run reached.
+          places: label -> path of what the run wrote (exports, ...), listed after the metrics.
+          timing: the run's training throughput (None, or no seconds: not shown).
+        """
+        minutes = (time.perf_counter() - self._start_time) / 60
+        lines = [f"Done: step {step} in {minutes:.1f} min"]
+        if timing is not None and timing.train_seconds > 0:
+            lines[0] += (
+                f" ({timing.train_seconds / 60:.1f} min of training steps at "
+                f"{timing.train_tokens / timing.train_seconds:,.0f} tokens/s; the rest is "
+                "compilation, evaluation, data and saving)"
+            )
+        for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
+            keys = [
+                k
+                for k in self.latest
+                if k.startswith(prefix)
+                and (_matches(k, self.view.summary) or k in self.view.baselines)
+            ]
+            if keys:
+                shown = ", ".join(f"{_short(k)} {_fmt(self.latest[k])}" for k in keys)
+                lines.append(f"  {title}: {shown}")
+        listed = dict(places)
+        listed["metrics"] = os.fspath(self.jsonl_path)
+        if self.curves_path and self.curves_path.exists():
+            listed["curves"] = os.fspath(self.curves_path)
+        if self._tb is not None:
+            listed["TensorBoard"] = f"tensorboard --logdir {os.fspath(self._tb.directory)}"
+        lines.extend(f"  {label}: {where}" for label, where in listed.items())
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        for sink in reversed(self._sinks):  # the console first: the bar goes before the files
+            sink.close()
+
+
+def _read_history(text: str, initial_step: int) -> dict[str, list[tuple[int, float]]]:
+    """name -> [(step, value)] of a metrics.jsonl's text, up to `initial_step` (a resumed run
+    redoes the steps after it)."""
+    history: dict[str, list[tuple[int, float]]] = {}
+    for line in text.splitlines():
+        row = json.loads(line)
+        if row["step"] > initial_step:
+            continue
+        for key, value in row.items():
+            if key != "step" and isinstance(value, float):
+                history.setdefault(key, []).append((row["step"], value))
+    return history
+
+
+class JsonlSink:
+    """Appends one JSON line per write to `path` ({"step": 200, "train/loss": 7.1, ...}).
+
+    Args:
+      path: the metrics.jsonl (a URL is rewritten whole at each write: object stores cannot
+        append).
+      text: its content so far (a URL's new lines are added to it).
+    """
+
+    def __init__(self, path: epath.Path, text: str = ""):
+        self.path = path
+        self._url_text = text if is_url(path) else None
+        self._file = None if self._url_text is not None else path.open("a", encoding="utf-8")
+
+    def write(self, step: int, metrics: Mapping[str, Value]) -> None:
+        line = json.dumps({"step": step, **metrics}) + "\n"
+        if self._file is None:
+            self._url_text += line
+            self.path.write_text(self._url_text, encoding="utf-8")
+        else:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class TensorBoardSink:
+    """Writes the finite float metrics as TensorBoard scalars (tensorboardX) in `directory`.
+
+    tensorboardX cannot write through etils.epath (gs:// would need google-cloud-storage, other
+    schemes become a local folder named after the URL), so for a URL `directory` it writes to a
+    local staging folder whose event files are copied to `directory` after each write and at
+    `close`.
+    """
+
+    def __init__(self, directory: epath.Path, summary_writer_cls):
+        self.directory = directory
+        self._staging = None
+        if is_url(directory):
+            self._staging = tempfile.mkdtemp(prefix="bert_jax_tensorboard_")
+            directory.mkdir(parents=True, exist_ok=True)
+        self._tb = summary_writer_cls(self._staging or os.fspath(directory))
+
+    @classmethod
+    def create(cls, directory: epath.Path) -> TensorBoardSink | None:
+        """The sink, or None (with a warning) where tensorboardX is not installed."""
         try:
             from tensorboardX import SummaryWriter
-
-            if self._url:
-                self._tb_staging = tempfile.mkdtemp(prefix="bert_jax_tensorboard_")
-                (self.workdir / "tensorboard").mkdir(parents=True, exist_ok=True)
-            self._tb = SummaryWriter(self._tb_staging or os.fspath(self.workdir / "tensorboard"))
         except ImportError:  # optional: metrics.jsonl and the console still work
             logging.warning("tensorboardX is not installed; no TensorBoard events are written")
+            return None
+        return cls(directory, SummaryWriter)
+
+    def write(self, step: int, metrics: Mapping[str, Value]) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, float) and math.isfinite(value):
+                self._tb.add_scalar(key, value, step)
+        self._tb.flush()
+        self._mirror()
+
+    def _mirror(self) -> None:
+        """Copies the staged event files of a URL directory to it."""
+        if self._staging is None:
+            return
+        for local in sorted(epath.Path(self._staging).iterdir()):
+            if local.is_file():
+                local.copy(self.directory / local.name, overwrite=True)
+
+    def close(self) -> None:
+        self._tb.close()
+        self._mirror()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+
+
+class ConsoleSink:
+    """Logs the view's console metrics at each write ("step 200: train/loss=7.1 ..."), and keeps
+    a tqdm progress bar (`advance`) with the view's progress metrics after it.
+
+    Args:
+      view: what to show.
+      total_steps, initial_step: the bar's end and start.
+      progress: show the bar; while it is up, log lines print above it (`_LogAboveBar`).
+    """
+
+    def __init__(self, view: MetricView, total_steps: int, initial_step: int, progress: bool):
+        self.view = view
+        self._shown: dict[str, Value] = {}  # the progress metrics' last values
+        self._bar = self._stream = None
         if progress:
             from tqdm import tqdm
 
@@ -91,124 +302,54 @@ class MetricWriter:
             )
             self._stream = _LogAboveBar.install(self._bar)
 
-    def _read_history(self) -> None:
-        if not self.jsonl_path.exists():
-            return
-        text = self.jsonl_path.read_text(encoding="utf-8")
-        if self._url:
-            self._jsonl_text = text
-        for line in text.splitlines():
-            row = json.loads(line)
-            if row["step"] > self._initial_step:  # steps redone after a resume
-                continue
-            for key, value in row.items():
-                if key != "step" and isinstance(value, float):
-                    self.history.setdefault(key, []).append((row["step"], value))
-
-    def write(self, step: int, metrics: Mapping[str, float]) -> None:
-        """Records `metrics` (names like "train/loss", "eval/mlm_accuracy") at `step`."""
-        if not self.active:
-            return
-        clean = {k: _jsonable(v) for k, v in metrics.items()}
-        line = json.dumps({"step": int(step), **clean}) + "\n"
-        if self._url:
-            self._jsonl_text += line
-            self.jsonl_path.write_text(self._jsonl_text, encoding="utf-8")
-        else:
-            self._jsonl.write(line)
-            self._jsonl.flush()
-        if self._tb is not None:
-            for key, value in clean.items():
-                if isinstance(value, float) and math.isfinite(value):
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
-            self._mirror_tensorboard()
-        for key, value in clean.items():
-            if isinstance(value, float):
-                self.history.setdefault(key, []).append((int(step), value))
-        self.latest.update(clean)
-        if "train/tokens_per_s" in clean and "train/step_time_s" in clean:
-            # The run's throughput: tokens and seconds of the windows, compile and eval left out.
-            seconds = clean["train/step_time_s"] * (step - self._last_train_step)
-            self._train_s += seconds
-            self._train_tokens += clean["train/tokens_per_s"] * seconds
-        if any(k.startswith("train/") for k in clean):
-            self._last_train_step = step
+    def write(self, step: int, metrics: Mapping[str, Value]) -> None:
+        self._shown.update({k: v for k, v in metrics.items() if k in self.view.progress})
         if self._bar is not None:
             self._bar.set_postfix_str(self._postfix(), refresh=False)
-        shown = {k: v for k, v in clean.items() if k.startswith("eval/") or _short(k) in _CONSOLE}
+        shown = {k: v for k, v in metrics.items() if _matches(k, self.view.console)}
         logging.info("step %d: %s", step, " ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
-        if self.curves_path and any(k.startswith("eval/") for k in clean):
-            plot_curves(self.history, self.curves_path)
-
-    def _mirror_tensorboard(self) -> None:
-        """Copies the staged event files of a URL work directory to `workdir/tensorboard/`."""
-        if self._tb_staging is None:
-            return
-        for local in sorted(epath.Path(self._tb_staging).iterdir()):
-            if local.is_file():
-                local.copy(self.workdir / "tensorboard" / local.name, overwrite=True)
 
     def _postfix(self) -> str:
         parts = []
-        for key in ("train/loss", "train/mlm_accuracy", "eval/mlm_accuracy", "eval/accuracy"):
-            if key in self.latest:
-                parts.append(f"{key.replace('accuracy', 'acc')}={_fmt(self.latest[key])}")
-        if "train/tokens_per_s" in self.latest:
-            parts.append(f"{self.latest['train/tokens_per_s']:,.0f} tok/s")
+        for key in self.view.progress:
+            if key not in self._shown:
+                continue
+            if _short(key).endswith("tokens_per_s"):
+                parts.append(f"{self._shown[key]:,.0f} tok/s")
+            else:
+                parts.append(f"{key.replace('accuracy', 'acc')}={_fmt(self._shown[key])}")
         return " ".join(parts)
 
     def advance(self, steps: int = 1) -> None:
         if self._bar is not None:
             self._bar.update(steps)
 
-    def summary(self, step: int, places: Mapping[str, str] = ()) -> str:
-        """The run's closing summary: time, throughput, final metrics and where things are.
-
-        Args:
-          step: the step the run reached.
-          places: label -> path of what the run wrote (exports, ...), listed after the metrics.
-        """
-        minutes = (time.perf_counter() - self._start_time) / 60
-        lines = [f"Done: step {step} in {minutes:.1f} min"]
-        if self._train_s > 0:
-            lines[0] += (
-                f" ({self._train_s / 60:.1f} min of training steps at "
-                f"{self._train_tokens / self._train_s:,.0f} tokens/s; the rest is compilation, "
-                "evaluation, data and saving)"
-            )
-        for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
-            keys = [
-                k
-                for k in self.latest
-                if k.startswith(prefix) and (_short(k) in _SUMMARY or k in _BASELINES)
-            ]
-            if keys:
-                shown = ", ".join(f"{_short(k)} {_fmt(self.latest[k])}" for k in keys)
-                lines.append(f"  {title}: {shown}")
-        listed = dict(places)
-        listed["metrics"] = os.fspath(self.jsonl_path)
-        if self.curves_path and self.curves_path.exists():
-            listed["curves"] = os.fspath(self.curves_path)
-        if self._tb is not None:
-            board = os.fspath(self.workdir / "tensorboard")
-            listed["TensorBoard"] = f"tensorboard --logdir {board}"
-        lines.extend(f"  {label}: {where}" for label, where in listed.items())
-        return "\n".join(lines)
-
     def close(self) -> None:
-        if not self.active:
-            return
         if self._bar is not None:
             self._bar.close()
             self._stream.uninstall()
-        if self._tb is not None:
-            self._tb.close()
-            self._mirror_tensorboard()
-        if self._tb_staging is not None:
-            shutil.rmtree(self._tb_staging, ignore_errors=True)
-        if self._jsonl is not None:
-            self._jsonl.close()
+
+
+class CurvesSink:
+    """Redraws `path` (`plot_curves`) from `history` whenever held-out ("eval/...") metrics
+    arrive.
+
+    Args:
+      path: the PNG.
+      history: the writer's name -> [(step, value)], read (never changed) at each redraw.
+      view: its baselines and accuracy panel.
+    """
+
+    def __init__(self, path: epath.Path, history: Mapping, view: MetricView):
+        self.path, self.history, self.view = path, history, view
+
+    def write(self, step: int, metrics: Mapping[str, Value]) -> None:
+        del step
+        if any(k.startswith("eval/") for k in metrics):
+            plot_curves(self.history, self.path, self.view)
+
+    def close(self) -> None:
+        """Nothing held open."""
 
 
 class _LogAboveBar:
@@ -286,16 +427,22 @@ class _ConsoleFormatter(std_logging.Formatter):
         return text if record.levelno < std_logging.WARNING else f"{record.levelname[0]} {text}"
 
 
-def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.PathLike) -> None:
+def plot_curves(
+    history: Mapping[str, list[tuple[int, float]]],
+    path: str | os.PathLike,
+    view: MetricView | None = None,
+) -> None:
     """Draws loss and accuracies against steps into a PNG (no display needed).
 
     Args:
       history: metric name ("train/loss", "eval/mlm_accuracy", ...) -> [(step, value)].
       path: the PNG to (over)write (a `gs://` URL stays a URL).
+      view: the baselines and the accuracy panel's extra metrics and title (None: neither).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    view = view or MetricView()
     fig = Figure(figsize=(10, 4), dpi=90)
     FigureCanvasAgg(fig)
     loss_ax, acc_ax = fig.subplots(1, 2)
@@ -303,8 +450,8 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
         (loss_ax, lambda k: _short(k) == "loss", "loss"),
         (
             acc_ax,
-            lambda k: _short(k).endswith("accuracy") or k == "eval/nsp_auc",
-            "accuracy (and held-out NSP AUC: 0.5 is chance)",
+            lambda k: _short(k).endswith("accuracy") or k in view.curves_accuracy,
+            view.curves_accuracy_title,
         ),
     ):
         for key in sorted(k for k in history if k.split("/")[0] in ("train", "eval")):
@@ -314,7 +461,7 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
             held_out = key.startswith("eval/")
             label = f"{'held-out' if held_out else 'train'} {_short(key)}"
             ax.plot(steps, values, "o-" if held_out else "-", label=label, markersize=4)
-        for key, (label, style) in _BASELINES.items():
+        for key, (label, style) in view.baselines.items():
             if ax is acc_ax and history.get(key):
                 ax.axhline(history[key][-1][1], color="gray", ls=style, lw=1, label=label)
         ax.set_xlabel("step")
@@ -330,14 +477,9 @@ def plot_curves(history: Mapping[str, list[tuple[int, float]]], path: str | os.P
     tmp.replace(path)  # a reader never sees half a picture
 
 
-_CONSOLE = ("loss", "mlm_accuracy", "nsp_accuracy", "cls_accuracy", "accuracy", "learning_rate")
-_SUMMARY = ("loss", "mlm_accuracy", "nsp_accuracy", "nsp_auc", "accuracy", "mlm_loss", "nsp_loss")
-# Held-out scores of a model that ignores its input: dashed lines in the curves, and in the
-# summary next to the accuracies they are the floor of.
-_BASELINES = {
-    "eval/commonest_token_share": ("commonest token's share", "--"),
-    "eval/nsp_majority_share": ("NSP majority class's share", ":"),
-}
+def _matches(key: str, names: tuple[str, ...]) -> bool:
+    """Whether `key` is one of `names` ("eval/": a group; "loss": a name after its group)."""
+    return any(key.startswith(n) if n.endswith("/") else _short(key) == n for n in names)
 
 
 def _short(key: str) -> str:

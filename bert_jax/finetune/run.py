@@ -39,7 +39,16 @@ from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path
 from bert_jax.start import starting_state
-from bert_jax.summaries import MetricWriter
+from bert_jax.summaries import MetricView, MetricWriter
+
+# What the console, the progress bar and the curves show of the metrics (the accuracy panel's
+# title is the pretraining job's, as before).
+VIEW = MetricView(
+    console=("eval/", "loss", "cls_accuracy", "accuracy", "learning_rate"),
+    summary=("loss", "accuracy"),
+    progress=("train/loss", "eval/accuracy", "train/tokens_per_s"),
+    curves_accuracy_title="accuracy (and held-out NSP AUC: 0.5 is chance)",
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -349,7 +358,7 @@ class SeedRun:
             logging.info("newly initialized head weights: %s", new)
         ckpt = experiment.checkpointer(self.seed_dir, config)
         start = starting_state(exp, ckpt, train_iter, init_params=params, seed=seed)
-        writer = MetricWriter(self.seed_dir, num_steps, start.step)
+        writer = MetricWriter(self.seed_dir, num_steps, start.step, view=VIEW)
         trainer = loop.Trainer(
             exp,
             self._hooks(writer, ckpt, buckets, train_iter.steps_per_epoch),

@@ -26,9 +26,22 @@ from bert_jax.export import export
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.start import starting_state
-from bert_jax.summaries import MetricWriter
+from bert_jax.summaries import MetricView, MetricWriter
 
 MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}  # job -> head
+# What the console, the progress bar, the curves and the summary show of the metrics. Baselines:
+# held-out scores of a model that ignores its input (`_write_starting_point`).
+VIEW = MetricView(
+    console=("eval/", "loss", "mlm_accuracy", "nsp_accuracy", "learning_rate"),
+    summary=("loss", "mlm_accuracy", "nsp_accuracy", "nsp_auc", "mlm_loss", "nsp_loss"),
+    progress=("train/loss", "train/mlm_accuracy", "eval/mlm_accuracy", "train/tokens_per_s"),
+    baselines={
+        "eval/commonest_token_share": ("commonest token's share", "--"),
+        "eval/nsp_majority_share": ("NSP majority class's share", ":"),
+    },
+    curves_accuracy=("eval/nsp_auc",),
+    curves_accuracy_title="accuracy (and held-out NSP AUC: 0.5 is chance)",
+)
 
 
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
@@ -168,7 +181,7 @@ def train_and_evaluate(
 
 def _train(config, workdir, exp, data, ckpt, start) -> None:
     """The Trainer's run from `start`, the export and the closing summary."""
-    writer = MetricWriter(workdir, config.num_train_steps, start.step)
+    writer = MetricWriter(workdir, config.num_train_steps, start.step, view=VIEW)
     evaluate = None
     if data.eval_batches:
         evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
@@ -213,7 +226,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
             )
             print("\nHeld-out lines with a word masked, and the model's top guesses:")
             print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
-        print("\n" + writer.summary(step, places))
+        print("\n" + writer.summary(step, places, timing=trainer.timer))
 
 
 # Scratch runs: how two parameters start (the first choice is BERT's). Set at step 0 in
