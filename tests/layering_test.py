@@ -2,7 +2,8 @@
 
 paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
   <- attention <- model <- objectives <- steps <- loop <- aot
-  <- convert (config, model)
+  <- convert (config, model, hf_flax: transformers' Flax files, model_card: README.md cards)
+  <- pretrained (from_pretrained: convert, tokenization) <- inference, __init__
 pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
@@ -34,6 +35,8 @@ LEAVES = {
     "flops",
     "preemption",
     "summaries",
+    "hf_flax",
+    "model_card",
 }
 FINETUNE_DATA = {
     "text_io",
@@ -56,7 +59,8 @@ ALLOWED = {
     "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
     "model": {"config", "attention"},
-    "convert": {"checkpointing", "config", "model", "multihost", "paths"},
+    "convert": {"checkpointing", "config", "hf_flax", "model", "model_card", "multihost", "paths"},
+    "pretrained": {"config", "convert", "model", "paths", "tokenization"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
     "loop": {
@@ -79,6 +83,7 @@ ALLOWED = {
         "config",
         "convert",
         "model",
+        "pretrained",
         "tokenization",
         "finetune.batching",
         "finetune.text_io",
@@ -92,6 +97,7 @@ ALLOWED = {
         "flops",
         "inference",
         "loop",
+        "model_card",
         "multihost",
         "paths",
         "sharding",
@@ -110,13 +116,14 @@ ALLOWED = {
         "objectives",
         "loop",
         "model",
+        "model_card",
         "paths",
         "sharding",
         "summaries",
         "tokenization",
         "finetune",
     },
-    "__init__": {"config", "model", "convert", "losses"},
+    "__init__": {"config", "model", "convert", "losses", "pretrained"},
 }
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
 # fine-tuning data modules are host-side numpy.
