@@ -23,7 +23,7 @@ Python API:
     config, params, model = load_pretrained(dir)
 
 Command line: `python -m bert_jax.convert SRC DST [--to hf|hf_flax|bert_jax] [--model NAME]
-[--verify]`.
+[--verify] [--model-card]`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax import checkpointing, hf_flax, multihost
+from bert_jax import checkpointing, hf_flax, model_card, multihost
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.paths import as_path, is_url, missing_path_error
@@ -1066,6 +1066,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="compare bert_jax and PyTorch outputs after converting",
     )
+    model_card.add_flags(parser)
     args = parser.parse_args(argv)
     try:
         config, params, model, report = load_any(
@@ -1086,6 +1087,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{model}: {report.summary()}")
     print(f"wrote {to} checkpoint to {args.dst}")
+    if args.model_card:
+        print(f"wrote {model_card.write_from_flags(args, config, model, detect_format(args.src))}")
     if args.verify:
         hf_dir = args.dst if to == "hf" else args.src
         if to != "hf" and detect_format(args.src) != "hf":

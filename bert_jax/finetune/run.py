@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import aot, convert, flops, loop, objectives, sharding, tokenization
+from bert_jax import aot, convert, flops, loop, model_card, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.finetune import batching, tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
@@ -338,6 +338,7 @@ def train_and_evaluate(
             exp.export(state.params, seed_dir)
             if jax.process_index() == 0:
                 tokenizer.save(seed_dir / "hf")
+                model_card.for_run(seed_dir / "hf", cfg, head, config, seed_dir)  # README.md
     _write_results(results, workdir)
     return results
 

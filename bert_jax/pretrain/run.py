@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import aot, flops, inference, loop, multihost, sharding, tokenization
+from bert_jax import aot, flops, inference, loop, model_card, multihost, sharding, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
@@ -195,6 +195,8 @@ def train_and_evaluate(
         if data.tokenizer_path and os.path.isfile(data.tokenizer_path) and jax.process_index() == 0:
             # The vocabulary goes with the model: <workdir>/hf is a complete transformers directory.
             tokenization.load_tokenizer(data.tokenizer_path).save(run_dir / "hf")
+        if jax.process_index() == 0:  # README.md: the Hub's card, from this run's records
+            model_card.for_run(run_dir / "hf", cfg, exp.model_name, config, workdir)
     if jax.process_index() == 0:
         if shown:
             after = (
