@@ -338,11 +338,7 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"no weights in {path}: expected one of {list(HF_WEIGHT_FILES)}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint file not found: {path}")
-    if hf_flax.is_flax_file(path):  # transformers' Flax classes: the same names, "/"-joined
-        try:
-            return hf_flax.to_torch_names(hf_flax.read(path))
-        except hf_flax.FlaxFormatError as e:
-            raise ConversionError(str(e)) from e
+    flax = hf_flax.is_flax_file(path)  # transformers' Flax classes: the same names, "/"-joined
     if path.endswith(".index.json"):
         with open(path, encoding="utf-8") as f:
             try:
@@ -352,11 +348,14 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         state = {}
         folder = os.path.dirname(path)
         for shard in sorted(set(weight_map.values())):
-            state.update(read_hf_state_dict(os.path.join(folder, shard)))
+            read_shard = _read_flax_file if flax else read_hf_state_dict
+            state.update(read_shard(os.path.join(folder, shard)))
         absent = sorted(set(weight_map) - set(state))
         if absent:
             raise ConversionError(f"{path} lists tensors no shard holds: {absent[:10]}")
-        return state
+        return hf_flax.to_torch_names(state) if flax else state
+    if flax:
+        return hf_flax.to_torch_names(_read_flax_file(path))
     if path.endswith(".safetensors"):
         from safetensors import SafetensorError
         from safetensors.flax import load_file
@@ -381,6 +380,14 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
             t = t.float()  # numpy has no bfloat16; float32 holds it exactly
         out[k] = t.numpy()
     return out
+
+
+def _read_flax_file(path: str) -> dict[str, np.ndarray]:
+    """One Flax msgpack file as {Flax name: array}; a bad file is a ConversionError."""
+    try:
+        return hf_flax.read_file(path)
+    except hf_flax.FlaxFormatError as e:
+        raise ConversionError(str(e)) from e
 
 
 def _normalize_hf(state: Mapping[str, np.ndarray], report: ConversionReport) -> dict:

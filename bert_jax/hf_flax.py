@@ -13,14 +13,15 @@ names changed, and stores Linear kernels transposed:
     cls/predictions/bias                              [V]        cls.predictions.bias
 
 A base model (FlaxBertModel) saves its tree without the `bert/` prefix, as its PyTorch twin does.
-This module translates between the two namings (`to_torch_names`, `from_torch_names`) and reads and
-writes the files; `bert_jax.convert` maps PyTorch names onto bert_jax's parameters through its one
-parameter table, so this format shares every check the others have.
+This module reads one file (`read_file`), translates between the two namings (`to_torch_names`,
+`from_torch_names`) and splits and serializes what is written (`shards`, `to_bytes`);
+`bert_jax.convert` reads directories and shard indexes of every Hugging Face format alike and maps
+PyTorch names onto bert_jax's parameters through its one parameter table, so this format shares
+every check the others have.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -72,35 +73,6 @@ def read_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
     if bad:
         raise FlaxFormatError(f"{path}: entries that are not arrays: {bad[:10]}")
     return flat
-
-
-def read_index(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every shard listed by a `flax_model.msgpack.index.json`, merged: {Flax name: array}."""
-    path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise FlaxFormatError(f"{path} is not a valid sharded index: {e}") from e
-    flat: dict[str, np.ndarray] = {}
-    folder = os.path.dirname(path)
-    for shard in sorted(set(weight_map.values())):
-        flat.update(read_file(os.path.join(folder, shard)))
-    absent = sorted(set(weight_map) - set(flat))
-    if absent:
-        raise FlaxFormatError(f"{path} lists parameters no shard holds: {absent[:10]}")
-    return flat
-
-
-def read(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """A Flax checkpoint (directory, `flax_model.msgpack` or its index) as {Flax name: array}."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        for name in WEIGHT_FILES:
-            if os.path.exists(os.path.join(path, name)):
-                return read(os.path.join(path, name))
-        raise FileNotFoundError(f"no {WEIGHTS_NAME} or {INDEX_NAME} in {path}")
-    return read_index(path) if path.endswith(INDEX_NAME) else read_file(path)
 
 
 def to_torch_names(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
