@@ -83,6 +83,7 @@ def from_pretrained(
     scan_layers: bool = False,
     remat_policy: str = "none",
     allow_new_heads: bool = False,
+    num_labels: int | None = None,
 ) -> Pretrained:
     """Loads a checkpoint directory as (module, params, config, tokenizer).
 
@@ -101,6 +102,9 @@ def from_pretrained(
       remat_policy: "none", "dots", "dots_no_batch" or "full": what each layer keeps for the
         backward pass (transformers' `gradient_checkpointing=True` is "full").
       allow_new_heads: initialize head weights the checkpoint lacks (seed 0) instead of raising.
+      num_labels: a new head with this many labels (transformers' `num_labels=`): the encoder
+        (and pooler, where the checkpoint has one) from the checkpoint, the head's weights
+        initialized (seed 0) whatever head the checkpoint has.
 
     Returns:
       A `Pretrained` (model, params, config, tokenizer, head).
@@ -115,7 +119,17 @@ def from_pretrained(
     weights = path
     if os.path.isdir(os.path.join(path, "export")):  # a run directory: its exported model
         weights = os.path.join(path, "export")
-    config, params, head, report = convert.load_any(weights, head, allow_new_heads=allow_new_heads)
+    if num_labels is None:
+        config, params, head, report = convert.load_any(
+            weights, head, allow_new_heads=allow_new_heads
+        )
+    else:
+        if head is None:
+            raise ValueError("num_labels needs the head, e.g. head='BertForSequenceClassification'")
+        config, encoder, _, _ = convert.load_any(weights, "BertModel", allow_new_heads=True)
+        state = convert.params_to_hf_state(config, encoder, "BertModel")
+        config = config.replace(num_labels=num_labels, label_names=None)
+        params, report = convert.hf_state_to_params(config, state, head, allow_new_heads=True)
     logging.info("%s from %s: %s", head, weights, report.summary())
     runtime = RuntimeConfig(
         dtype=_dtype_name(dtype),

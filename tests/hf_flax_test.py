@@ -86,11 +86,26 @@ def test_prefix_is_added_or_dropped_as_the_head_needs():
     assert convert._max_difference(encoder.params, full.params["bert"]) == 0.0
 
 
-def test_dtype_scan_and_remat_are_honoured():
+def test_num_labels_gives_a_new_head_on_the_checkpoints_encoder():
+    tuned = bert_jax.from_pretrained(
+        FIXTURES / "BertModel", "FlaxBertForSequenceClassification", num_labels=3
+    )
+    assert tuned.config.num_labels == 3 and tuned.params["classifier"]["kernel"].shape == (12, 3)
+    base = bert_jax.from_pretrained(FIXTURES / "BertModel")
+    assert convert._max_difference(base.params, tuned.params["bert"]) == 0.0
+
+
+def test_dtype_scan_and_remat_are_honoured(tmp_path):
     name = FIXTURES / "BertForSequenceClassification"
     half = bert_jax.from_pretrained(name, dtype=jax.numpy.bfloat16, param_dtype="bfloat16")
     assert half.model.runtime.dtype == "bfloat16" and half.model.runtime.param_dtype == "bfloat16"
     assert {x.dtype.name for x in jax.tree_util.tree_leaves(half.params)} == {"bfloat16"}
+    # bfloat16 parameters (transformers' to_bf16) are written and read back as they are.
+    convert.save_hf_flax(half.config, half.params, tmp_path, half.head)
+    written = hf_flax.read_file(tmp_path / hf_flax.WEIGHTS_NAME)
+    assert {x.dtype.name for x in written.values()} == {"bfloat16"}
+    again = bert_jax.from_pretrained(tmp_path, param_dtype="bfloat16")
+    assert convert._max_difference(half.params, again.params) == 0.0
     scanned = bert_jax.from_pretrained(name, scan_layers=True, remat_policy="full")
     assert scanned.model.runtime.scan_layers and scanned.model.runtime.remat_policy == "full"
     query = scanned.params["bert"]["encoder"]["layer"]["attention"]["self"]["query"]["kernel"]
