@@ -1,8 +1,8 @@
 """bert_jax: an exact BERT in JAX/Flax.
 
 import bert_jax
-config, params = bert_jax.convert.load_pytorch(hf_dir, model="BertForPreTraining")
-out = bert_jax.BertForPreTraining(config).apply({"params": params}, input_ids)
+model, params, config, tokenizer, head = bert_jax.from_pretrained(hf_dir, "BertForPreTraining")
+out = model.apply({"params": params}, input_ids)
 """
 
 from bert_jax import convert, losses
@@ -20,11 +20,13 @@ from bert_jax.model import (
     get_model_class,
     init_params,
 )
+from bert_jax.pretrained import Pretrained, from_pretrained
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS",
+    "Pretrained",
     "BertConfig",
     "BertForMaskedLM",
     "BertForMultipleChoice",
@@ -37,6 +39,7 @@ __all__ = [
     "RuntimeConfig",
     "convert",
     "count_params",
+    "from_pretrained",
     "get_model_class",
     "init_params",
     "losses",

@@ -6,6 +6,8 @@ Formats:
     LayerNorm names, the tied decoder and either spelling of the MLM output bias.
   * google-research/bert TF checkpoints: `bert_model.ckpt.*` + `bert_config.json` (TensorFlow is
     an optional extra, imported only here).
+  * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
+    or without the `bert` prefix (`bert_jax.hf_flax`).
   * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
 
 One table (`parameter_table`) maps every bert_jax parameter to its Hugging Face and TF name and to
@@ -20,7 +22,8 @@ Python API:
     save_pretrained(out_dir, config, params, model=...)
     config, params, model = load_pretrained(dir)
 
-Command line: `python -m bert_jax.convert SRC DST [--to hf|bert_jax] [--model NAME] [--verify]`.
+Command line: `python -m bert_jax.convert SRC DST [--to hf|hf_flax|bert_jax] [--model NAME]
+[--verify] [--model-card]`.
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax import checkpointing, multihost
+from bert_jax import checkpointing, hf_flax, model_card, multihost
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
-from bert_jax.paths import as_path, is_url
+from bert_jax.paths import as_path, is_url, missing_path_error
 
 PyTree = Any
 HF_WEIGHT_FILES = (
@@ -53,6 +56,7 @@ HF_WEIGHT_FILES = (
     "model.safetensors.index.json",
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
+    *hf_flax.WEIGHT_FILES,  # read when a directory has no PyTorch weights
 )
 # Non-parameter entries some checkpoints carry.
 _BUFFER_RE = re.compile(r"(^|\.)(position_ids|token_type_ids)$")
@@ -294,12 +298,14 @@ def _assemble(
         flat[rule.flax_key] = value
         used.add(src_key)
         report.loaded.append(rule.flax_key)
+    unexpected = sorted(k for k in source_keys if k not in used)
     if missing:
         structural = [k for k in missing if not _is_head_key(k)]
         if structural or not allow_new_heads:
             raise ConversionError(
                 f"checkpoint lacks {len(missing)} weight(s) of {model}: {missing[:12]}"
                 + (" ..." if len(missing) > 12 else "")
+                + (f"; it has unexpected weights {unexpected[:12]}" if unexpected else "")
                 + (
                     ""
                     if structural
@@ -311,7 +317,7 @@ def _assemble(
             flat[key] = fresh[key]
         report.newly_initialized.extend(missing)
         logging.warning("newly initialized weights: %s", missing)
-    report.unused.extend(sorted(k for k in source_keys if k not in used))
+    report.unused.extend(unexpected)
     if report.unused:
         logging.warning("unused checkpoint weights: %s", report.unused)
     flat = {k: np.asarray(v, dtype=dtype) for k, v in flat.items()}
@@ -319,9 +325,10 @@ def _assemble(
 
 
 def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """All tensors of a Hugging Face checkpoint directory (or one weight file) as numpy arrays.
+    """All tensors of a Hugging Face checkpoint directory (or one weight file) as numpy arrays,
+    named as in the PyTorch state dict.
 
-    safetensors files are read without torch; `pytorch_model.bin` needs torch.
+    safetensors and Flax msgpack files are read without torch; `pytorch_model.bin` needs torch.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -331,6 +338,7 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"no weights in {path}: expected one of {list(HF_WEIGHT_FILES)}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint file not found: {path}")
+    flax = hf_flax.is_flax_file(path)  # transformers' Flax classes: the same names, "/"-joined
     if path.endswith(".index.json"):
         with open(path, encoding="utf-8") as f:
             try:
@@ -340,11 +348,14 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
         state = {}
         folder = os.path.dirname(path)
         for shard in sorted(set(weight_map.values())):
-            state.update(read_hf_state_dict(os.path.join(folder, shard)))
+            read_shard = _read_flax_file if flax else read_hf_state_dict
+            state.update(read_shard(os.path.join(folder, shard)))
         absent = sorted(set(weight_map) - set(state))
         if absent:
             raise ConversionError(f"{path} lists tensors no shard holds: {absent[:10]}")
-        return state
+        return hf_flax.to_torch_names(state) if flax else state
+    if flax:
+        return hf_flax.to_torch_names(_read_flax_file(path))
     if path.endswith(".safetensors"):
         from safetensors import SafetensorError
         from safetensors.flax import load_file
@@ -369,6 +380,14 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
             t = t.float()  # numpy has no bfloat16; float32 holds it exactly
         out[k] = t.numpy()
     return out
+
+
+def _read_flax_file(path: str) -> dict[str, np.ndarray]:
+    """One Flax msgpack file as {Flax name: array}; a bad file is a ConversionError."""
+    try:
+        return hf_flax.read_file(path)
+    except hf_flax.FlaxFormatError as e:
+        raise ConversionError(str(e)) from e
 
 
 def _normalize_hf(state: Mapping[str, np.ndarray], report: ConversionReport) -> dict:
@@ -474,7 +493,8 @@ def load_pytorch(
     """Loads a Hugging Face BERT directory as (config, params) for bert_jax's `model` class.
 
     Args:
-      path: directory with config.json and model.safetensors / pytorch_model.bin (sharded or not).
+      path: directory with config.json and model.safetensors / pytorch_model.bin /
+        flax_model.msgpack (sharded or not).
       model: bert_jax head class name; None takes config.json's `architectures`.
       allow_new_heads: initialize task-head weights the checkpoint lacks (listed in the report)
         instead of raising.
@@ -488,6 +508,8 @@ def load_pytorch(
     """
     path = os.fspath(path)
     config_path = os.path.join(path, "config.json")
+    if not os.path.exists(path):
+        raise missing_path_error(path)
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{path} has no config.json; is it a Hugging Face model directory?")
     config = BertConfig.from_json_file(config_path)
@@ -633,6 +655,42 @@ def save_pytorch(
     state = {k: _savable(v) for k, v in state.items()}
     _atomic_write(out_dir, "model.safetensors", lambda p: save_file(state, p, {"format": "pt"}))
     unpadded = config.replace(vocab_pad_multiple=1)  # the state above has V rows
+    _atomic_write(out_dir, "config.json", lambda p: unpadded.to_json_file(p, architecture=model))
+    return os.fspath(out_dir)
+
+
+def save_hf_flax(
+    config: BertConfig,
+    params: PyTree,
+    out_dir: str | os.PathLike,
+    model: str = "BertForPreTraining",
+    *,
+    max_shard_size: int | str | None = None,
+    overwrite: bool = False,
+) -> str:
+    """Writes the directory transformers' Flax classes (4.x) read: `flax_model.msgpack` (or shards
+    of at most `max_shard_size` bytes, e.g. "10GB", and their index) + config.json.
+
+    `transformers.Flax<model>.from_pretrained(out_dir)` (transformers <= 4.57) loads it with no
+    missing and no unexpected keys; a BertModel is saved without the `bert/` prefix, as
+    FlaxBertModel saves itself. Parameters keep their dtype (float32 or bfloat16).
+    Returns `out_dir`.
+    """
+    out_dir = as_path(out_dir)
+    flat = hf_flax.from_torch_names(params_to_hf_state(config, params, model))
+    files, index = hf_flax.shards(flat, hf_flax.parse_size(max_shard_size))
+    names = [*files, *([hf_flax.INDEX_NAME] if index else [])]
+    _prepare_out_dir(out_dir, [*names, "config.json"], overwrite)
+    stale = hf_flax.stale_files([p.name for p in out_dir.iterdir()], names)
+    if stale:
+        raise FileExistsError(f"{out_dir} holds {stale} from another save; remove them first")
+    for name, part in files.items():
+        data = hf_flax.to_bytes(part)
+        _atomic_write(out_dir, name, lambda p, data=data: epath.Path(p).write_bytes(data))
+    if index:
+        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+        _atomic_write(out_dir, hf_flax.INDEX_NAME, lambda p: epath.Path(p).write_text(text))
+    unpadded = config.replace(vocab_pad_multiple=1)  # the tree above has V rows
     _atomic_write(out_dir, "config.json", lambda p: unpadded.to_json_file(p, architecture=model))
     return os.fspath(out_dir)
 
@@ -844,19 +902,29 @@ def verify(config: BertConfig, params: PyTree, model: str, hf_dir: str, *, seed:
     return {k: float(np.max(np.abs(ours[k] - theirs[k]))) for k in sorted(ours)}
 
 
+def _max_difference(params: PyTree, other: PyTree) -> float:
+    """The largest |a - b| over two parameter trees of the same names (inf if they differ)."""
+    a, b = _flatten(params), _flatten(other)
+    if a.keys() != b.keys():
+        return float("inf")
+    return max(float(np.max(np.abs(a[k].astype(np.float32) - b[k]))) for k in a)
+
+
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
 def detect_format(path: str) -> str:
-    """The format of the checkpoint at `path`: "hf", "tf", "bert_jax" or "train" (a workdir)."""
+    """The format of the checkpoint at `path`: "hf" (PyTorch weights), "hf_flax" (only Flax
+    weights), "tf", "bert_jax" or "train" (a workdir)."""
     if os.path.isdir(path):
         files = set(os.listdir(path))
         if "config.json" in files and "params" in files:
             return "bert_jax"
         if "checkpoints" in files and os.path.isdir(os.path.join(path, "checkpoints")):
             return "train"
-        if "config.json" in files and files & set(HF_WEIGHT_FILES):
-            return "hf"
+        weights = files & set(HF_WEIGHT_FILES)
+        if "config.json" in files and weights:
+            return "hf_flax" if weights <= set(hf_flax.WEIGHT_FILES) else "hf"
         if "bert_config.json" in files or any(f.endswith(".ckpt.index") for f in files):
             return "tf"
         raise ValueError(
@@ -865,11 +933,12 @@ def detect_format(path: str) -> str:
         )
     if os.path.exists(path + ".index"):
         return "tf"
-    raise FileNotFoundError(f"no checkpoint at {path}")
+    raise missing_path_error(path)
 
 
 def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
-    """(config, params, model, report) from an HF, TF, bert_jax or train.py checkpoint path."""
+    """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
+    checkpoint path."""
     fmt = detect_format(path)
     if fmt in ("bert_jax", "train"):
         if fmt == "bert_jax":
@@ -883,7 +952,7 @@ def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
             )
             return config, params, model, report
         return config, params, stored, ConversionReport(loaded=list(_flatten(params)))
-    if fmt == "hf":
+    if fmt in ("hf", "hf_flax"):
         config, params, report = load_pytorch(
             path, model, allow_new_heads=allow_new_heads, return_report=True
         )
@@ -903,17 +972,21 @@ def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bert_jax.convert",
-        description="Convert BERT checkpoints between Hugging Face PyTorch, TF and bert_jax.",
+        description="Convert BERT checkpoints between Hugging Face PyTorch and Flax, TF and "
+        "bert_jax.",
     )
     parser.add_argument(
         "src",
-        help="HF directory, TF checkpoint (prefix or folder), bert_jax directory, or a train.py "
-        "workdir (its newest checkpoint)",
+        help="HF directory (PyTorch or Flax weights), TF checkpoint (prefix or folder), bert_jax "
+        "directory, or a train.py workdir (its newest checkpoint); a local path, never a Hub id",
     )
     parser.add_argument("dst", help="output directory")
     parser.add_argument(
-        "--to", choices=("hf", "bert_jax"), help="output format (default: the other one)"
+        "--to",
+        choices=("hf", "hf_flax", "bert_jax"),
+        help="output format (default: the other one); hf_flax: flax_model.msgpack",
     )
+    parser.add_argument("--max-shard-size", help="hf_flax: shard above this size, e.g. 10GB")
     parser.add_argument("--model", help="head class, e.g. BertForPreTraining (default: source's)")
     parser.add_argument("--allow-new-heads", action="store_true", help="initialize missing heads")
     parser.add_argument("--overwrite", action="store_true", help="replace files in dst")
@@ -922,6 +995,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="compare bert_jax and PyTorch outputs after converting",
     )
+    model_card.add_flags(parser)
     args = parser.parse_args(argv)
     try:
         config, params, model, report = load_any(
@@ -930,6 +1004,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         to = args.to or ("hf" if detect_format(args.src) in ("bert_jax", "train") else "bert_jax")
         if to == "hf":
             save_pytorch(config, params, args.dst, model, overwrite=args.overwrite)
+        elif to == "hf_flax":
+            save_hf_flax(
+                config, params, args.dst, model, max_shard_size=args.max_shard_size,
+                overwrite=args.overwrite,
+            )  # fmt: skip
         else:
             save_pretrained(args.dst, config, params, model, overwrite=args.overwrite)
     except (ConversionError, FileNotFoundError, FileExistsError, ValueError) as e:
@@ -937,12 +1016,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"{model}: {report.summary()}")
     print(f"wrote {to} checkpoint to {args.dst}")
+    if args.model_card:
+        print(f"wrote {model_card.write_from_flags(args, config, model, detect_format(args.src))}")
     if args.verify:
         hf_dir = args.dst if to == "hf" else args.src
         if to != "hf" and detect_format(args.src) != "hf":
             hf_dir = tempfile.mkdtemp(prefix="bert_jax_verify_")
             save_pytorch(config, params, hf_dir, model)
         diffs = verify(config, params, model, hf_dir)
+        if to == "hf_flax":  # and what was written reads back as the same parameters
+            diffs["reloaded flax_model.msgpack"] = _max_difference(
+                params, load_pytorch(args.dst, model)[1]
+            )
         width = max(len(k) for k in diffs)
         for k, v in diffs.items():
             print(f"  {k:<{width}}  max |jax - torch| = {v:.3e}")

@@ -4,7 +4,8 @@
 
 writes `<workdir>/export` (bert_jax's format, `convert.load_pretrained`) and `<workdir>/hf` (a
 Hugging Face `transformers` directory: config.json, model.safetensors and, given a tokenizer, its
-vocabulary). Both jobs call it after their last step; the loop knows nothing of formats.
+vocabulary; given the experiment config, README.md: the Hub's model card from the run's records).
+Both jobs call it after their last step; the loop knows nothing of formats.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import jax
 from absl import logging
 
-from bert_jax import convert
+from bert_jax import convert, model_card
 from bert_jax.config import BertConfig
 from bert_jax.paths import as_path
 
@@ -29,6 +30,7 @@ def export(
     *,
     hf: bool = True,
     tokenizer=None,
+    config=None,
 ) -> dict[str, str]:
     """Writes `out_dir/export` (bert_jax format) and, with `hf`, `out_dir/hf` (transformers).
 
@@ -43,6 +45,9 @@ def export(
       head: the head's class name ("BertForPreTraining", ...).
       hf: also write the transformers directory.
       tokenizer: a `tokenization` tokenizer saved into `hf/` (None: no vocabulary there).
+      config: the experiment config: `hf/README.md` becomes the Hub's model card, from the run's
+        records in `out_dir` (its metrics.jsonl) and the config's `model_card` block (None: no
+        card).
 
     Returns:
       label -> where it went, for the run's summary ("export", and "hf" with `hf`).
@@ -58,6 +63,8 @@ def export(
             convert.save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
             if tokenizer is not None:
                 tokenizer.save(out / "hf")  # <out>/hf is then a complete transformers directory
+            if config is not None:
+                model_card.for_run(out / "hf", bert_config, head, config, out_dir)
         places["hf"] = f"{out / 'hf'} (transformers)"
     logging.info("exported %s to %s", head, out_dir)
     return places

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sys
 from collections.abc import Sequence
 
@@ -26,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from bert_jax import convert, tokenization
+from bert_jax import convert, pretrained, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.finetune import batching
 from bert_jax.finetune.text_io import encode_texts
@@ -38,23 +37,10 @@ PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress
 
 def load(path: str, model: str | None = None):
     """(config, params, model class name, tokenizer) for inference from any checkpoint path."""
-    path = os.fspath(path)
-    if os.path.isdir(os.path.join(path, "export")):  # a run directory: its exported model
-        path_model = os.path.join(path, "export")
-    else:
-        path_model = path
-    config, params, name, _ = convert.load_any(path_model, model)
-    for folder in (path, os.path.join(path, "hf"), os.path.join(path, "data"), path_model):
-        for file in ("tokenizer.json", "vocab.txt"):
-            if os.path.isfile(os.path.join(folder, file)):
-                tokenizer = tokenization.load_tokenizer(os.path.join(folder, file))
-                if tokenizer.vocab_size != config.vocab_size:
-                    raise ValueError(
-                        f"{folder}/{file} has {tokenizer.vocab_size} tokens but the model "
-                        f"{config.vocab_size}"
-                    )
-                return config, params, name, tokenizer
-    raise FileNotFoundError(f"no tokenizer.json or vocab.txt beside {path}")
+    loaded = pretrained.from_pretrained(path, model)
+    if loaded.tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer.json or vocab.txt beside {path}")
+    return loaded.config, loaded.params, loaded.head, loaded.tokenizer
 
 
 def read_texts(path: str) -> tuple[list[str], list[str] | None]:

@@ -4,6 +4,7 @@ knows) through `etils.epath`, a URL never turned into a local path."""
 from __future__ import annotations
 
 import os
+import re
 
 from etils import epath
 
@@ -19,3 +20,18 @@ def as_path(path: str | os.PathLike) -> epath.Path:
     directory does not move the run)."""
     text = os.fspath(path)
     return epath.Path(text) if is_url(text) else epath.Path(os.path.abspath(text))
+
+
+def missing_path_error(path: str | os.PathLike) -> FileNotFoundError:
+    """The error for a checkpoint path that does not exist; when it reads like a Hugging Face Hub
+    id ("bert-base-uncased", "org/name"), it says how to get the files, since nothing here
+    downloads."""
+    text = os.fspath(path)
+    if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", text) and not text.startswith((".", "/")):
+        return FileNotFoundError(
+            f"{text!r} is not a file or directory. If it is a Hugging Face Hub id, bert_jax does "
+            "not download: fetch the repository first (`huggingface-cli download "
+            f"{text} --local-dir DIR`, or `git clone https://huggingface.co/{text}` with git-lfs) "
+            "and pass its directory"
+        )
+    return FileNotFoundError(f"no checkpoint at {text}")

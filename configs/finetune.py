@@ -45,7 +45,7 @@ import ml_collections
 from bert_jax.config import BertConfig
 from bert_jax.finetune import glue, tasks
 from bert_jax.sharding import DEFAULT_RULES
-from configs.common import parse_variant
+from configs.common import model_card_config, parse_variant
 
 TASKS = sorted(tasks.TASKS)
 
@@ -187,6 +187,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # The GPUs or TPU slice `--mode=compile` compiles for unless --topology names them.
     c.topology = ""
     c.export_hf_at_end = True
+    c.model_card = model_card_config()  # <workdir>/hf/README.md: license, datasets, language
 
     if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches
         c.finetune.max_seq_length = 128

@@ -37,7 +37,7 @@ import ml_collections
 
 from bert_jax.config import BertConfig
 from bert_jax.sharding import DEFAULT_RULES
-from configs.common import parse_variant
+from configs.common import model_card_config, parse_variant
 
 # BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches,
 # scan_layers)}). Every chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp =
@@ -201,6 +201,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # as BERT's are (docs/pretraining.md, the fourth sweep).
     c.position_embeddings_init = "sinusoid" if tiny else "normal"
     c.export_hf_at_end = True  # also write <workdir>/hf: a transformers directory
+    c.model_card = model_card_config()  # <workdir>/hf/README.md: license, datasets, language
 
     c.lock()
     return c

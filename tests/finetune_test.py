@@ -14,6 +14,7 @@ import pytest
 from bert_jax import tokenization
 from bert_jax.finetune import run as finetune_run
 from tests.common import recorded_compiles
+from tests.model_card_test import card_metadata, held_out_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORDS = (
@@ -118,6 +119,11 @@ def test_classification_learns_and_writes_predictions(tmp_path, vocab):
         assert (seed_dir / "hf" / "model.safetensors").exists() and (
             seed_dir / "hf" / "vocab.txt"
         ).exists()
+        # The Hub card carries this seed's final dev scores.
+        meta = card_metadata(seed_dir / "hf")
+        assert meta["pipeline_tag"] == "text-classification" and "custom" in meta["tags"]
+        final = {f"final/{k}": v for k, v in results["seeds"][str(seed)].items()}
+        assert held_out_metrics(meta) == final
 
 
 def test_seeds_and_evaluations_compile_each_step_once_per_shape(tmp_path, vocab):

@@ -2,7 +2,9 @@
 
 paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
   <- attention <- model <- objectives <- steps <- experiment <- loop
-  <- convert (checkpointing, config, model) <- start (experiment, convert), export (convert)
+  <- convert (checkpointing, config, model, hf_flax: transformers' Flax files, model_card: cards)
+  <- start (experiment, convert), export (convert, model_card)
+  <- pretrained (from_pretrained: convert, tokenization) <- inference, __init__
 aot (flops, sharding; takes an Experiment, never imports it)
 pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
@@ -36,6 +38,8 @@ LEAVES = {
     "flops",
     "preemption",
     "summaries",
+    "hf_flax",
+    "model_card",
 }
 FINETUNE_DATA = {
     "text_io",
@@ -58,7 +62,8 @@ ALLOWED = {
     "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
     "model": {"config", "attention"},
-    "convert": {"checkpointing", "config", "model", "multihost", "paths"},
+    "convert": {"checkpointing", "config", "hf_flax", "model", "model_card", "multihost", "paths"},
+    "pretrained": {"config", "convert", "model", "paths", "tokenization"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
     "experiment": {
@@ -73,7 +78,7 @@ ALLOWED = {
         "steps",
     },
     "start": {"checkpointing", "convert", "experiment", "model"},
-    "export": {"config", "convert", "paths"},
+    "export": {"config", "convert", "model_card", "paths"},
     "loop": {
         "checkpointing",
         "experiment",
@@ -88,6 +93,7 @@ ALLOWED = {
         "config",
         "convert",
         "model",
+        "pretrained",
         "tokenization",
         "finetune.batching",
         "finetune.text_io",
@@ -131,7 +137,7 @@ ALLOWED = {
         "tokenization",
         "finetune",
     },
-    "__init__": {"config", "model", "convert", "losses"},
+    "__init__": {"config", "model", "convert", "losses", "pretrained"},
 }
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
 # fine-tuning data modules are host-side numpy.

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import TINY_DATA_OVERRIDES
+from tests.model_card_test import card_metadata, held_out_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,6 +93,10 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
     assert (workdir / "hf" / "model.safetensors").exists() and (
         workdir / "export" / "params"
     ).is_dir()
+    # The Hub card carries the run's last held-out evaluation (step 6).
+    meta = card_metadata(workdir / "hf")
+    assert meta["pipeline_tag"] == "fill-mask" and meta["license"] == "apache-2.0"
+    assert held_out_metrics(meta) == {k: v for k, v in evals[-1].items() if k != "step"}
     # A second invocation resumes at step 6 and trains to 8.
     proc = run(train_cmd(workdir, tiny_pretraining_build, steps=8), devices=2)
     assert "restored checkpoint 6" in proc.stderr

@@ -380,7 +380,14 @@ class SeedRun:
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
         writer.close()
         if config.export_hf_at_end:
-            export(state.params, self.seed_dir, exp.bert_config, exp.head, tokenizer=self.tokenizer)
+            export(
+                state.params,
+                self.seed_dir,
+                exp.bert_config,
+                exp.head,
+                tokenizer=self.tokenizer,
+                config=config,
+            )
         return final
 
     def _hooks(self, writer, ckpt, buckets, steps_per_epoch: int) -> list[loop.Hook]:

@@ -217,7 +217,11 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         tokenizer = None
         if data.tokenizer_path and os.path.isfile(data.tokenizer_path):
             tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
-        places.update(export(state.params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer))
+        places.update(
+            export(
+                state.params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config
+            )
+        )
     if jax.process_index() == 0:
         if shown:
             after = (
