@@ -4,6 +4,7 @@ import jax
 import pytest
 
 from bert_jax import model as M
+from bert_jax import objectives
 from bert_jax.config import BertConfig, RuntimeConfig
 from tests.common import CONFIGS, load_config_file
 
@@ -52,7 +53,7 @@ def test_config_builds_its_model(name, variant):
         head = FINETUNE_HEADS[config.finetune.name]
         assert (config.init_from != "") == ("init=minilm" in variant)
     else:
-        head = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}[config.job]
+        head = objectives.get_objective(config.job).head
     model = M.get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: M.init_params(model, jax.random.PRNGKey(0)))
     assert M.count_params(params) > 0

@@ -96,6 +96,7 @@ ALLOWED = {
         "inference",
         "loop",
         "multihost",
+        "objectives",
         "paths",
         "sharding",
         "summaries",

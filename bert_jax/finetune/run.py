@@ -4,7 +4,7 @@ prediction files and an exported model.
     train_and_evaluate(config, workdir)     # train.py --config=configs/finetune.py:task=...
 
 Every task is a `FinetuneTask` of `tasks.TASKS` (reading, scoring); its objective decides the
-head (`task.HEADS`):
+head (`objectives.get_objective(name).head`):
 
     classification / regression   GLUE, custom CSV/TSV/JSONL, the Shakespeare genre task
     question_answering            SQuAD v1.1 / v2.0 (windows; official EM/F1)
@@ -34,7 +34,7 @@ from jax.experimental import multihost_utils
 from bert_jax import aot, convert, flops, loop, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.finetune import batching, tasks
-from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
+from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path
 from bert_jax.summaries import MetricWriter
@@ -169,8 +169,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     model_flops = flops.classification_step_flops(
         cfg, np.full(sequences, length), outputs, pooled=pooled
     )
+    head = objectives.get_objective(task.objective).head
     exp = loop.Experiment.build(
-        config, cfg, HEADS[task.objective], task.objective, 1, aot.topology_devices(topology)
+        config, cfg, head, task.objective, 1, aot.topology_devices(topology)
     )
     report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
     report.update(topology=topology, num_slices=1, task=ft.name)
@@ -270,7 +271,7 @@ def train_and_evaluate(
     tokenizer = find_tokenizer(config)
     data = task.load(ft, tokenizer)
     cfg, encoder = starting_point(config, data, tokenizer)
-    head = HEADS[data.objective]
+    head = objectives.get_objective(data.objective).head
     features = train_features(task, data, ft)
     buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
     seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]

@@ -20,14 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import aot, flops, inference, loop, multihost, sharding, tokenization
+from bert_jax import aot, flops, inference, loop, multihost, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.summaries import MetricWriter
 
-MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}  # job -> head
+JOBS = ("pretraining", "mlm")  # each trains the objective of its name
 
 
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
@@ -136,9 +136,8 @@ def train_and_evaluate(
     compiling = mode == "compile"
     topology = topology or config.topology
     devices = aot.topology_devices(topology, num_slices) if compiling else None
-    exp = loop.Experiment.build(
-        config, cfg, MODELS[config.job], config.job, config.num_train_steps, devices
-    )
+    head = objectives.get_objective(config.job).head
+    exp = loop.Experiment.build(config, cfg, head, config.job, config.num_train_steps, devices)
     if compiling:
         return compile_for_topology(exp, config, topology, num_slices, hlo_out)
     if mode == "shardings":
