@@ -100,7 +100,8 @@ def _pretraining_sums(model, params, batch, rng, deterministic, nsp=True):
 def pretraining_objective(nsp: bool = True) -> Objective:
     """MLM (+ NSP): head BertForPreTraining (or BertForMaskedLM when `nsp=False`).
 
-    Targets: masked_lm_positions, masked_lm_ids [B, P] int32, masked_lm_weights [B, P] float32,
+    Batch: `bert_jax.batch_layout.PRETRAINING_BATCH` (packed: `PACKED_PRETRAINING_BATCH`); the
+    targets are masked_lm_positions, masked_lm_ids, masked_lm_weights [B, P] and
     next_sentence_labels [B] (or [B, S] packed, with next_sentence_weights [B, S]).
     """
 

@@ -3,7 +3,8 @@
 activations <- config; paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
   <- attention <- model <- objectives <- steps <- loop <- aot
   <- convert (config, model)
-pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
+pretrain.data.*  (leaves: only each other, batch_layout, paths, tokenization, and no framework
+                 at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
 inference (model, convert, finetune's text batching) <- pretrain.run (loop, pretrain.data)
@@ -24,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
 LEAVES = {
     "activations",
+    "batch_layout",
     "multihost",
     "paths",
     "config",
@@ -87,10 +89,11 @@ ALLOWED = {
         "finetune.text_io",
     },
     "pretrain": set(),
-    "pretrain.data": {"pretrain.data", "paths", "tokenization"},
+    "pretrain.data": {"batch_layout", "pretrain.data", "paths", "tokenization"},
     "pretrain.inputs": {"config", "multihost", "paths", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",
+        "batch_layout",
         "config",
         "flops",
         "inference",

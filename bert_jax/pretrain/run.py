@@ -16,11 +16,11 @@ import math
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
 from bert_jax import aot, flops, inference, loop, multihost, objectives, sharding, tokenization
+from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.config import BertConfig
 from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
@@ -31,22 +31,14 @@ JOBS = ("pretraining", "mlm")  # each trains the objective of its name
 
 
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of one global pretraining batch of the config (keys as
-    `bert_jax.pretrain.data.pipeline` / `packing` document them): B = global_batch_size, L, P."""
+    """Shapes and dtypes of one global pretraining batch of the config (`bert_jax.batch_layout`):
+    B = global_batch_size, L = max_seq_length, P (packed: per row), S = max_segments."""
     d = config.data
-    b, length, p = config.global_batch_size, d.max_seq_length, d.max_predictions_per_seq
-    i32, f32 = jnp.int32, jnp.float32
-    spec = {k: ((b, length), i32) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    length, s, p = d.max_seq_length, d.max_segments, d.max_predictions_per_seq
     if d.pack_sequences:
-        s = d.max_segments
         p = packing.max_predictions_per_row(length, s, p, d.masked_lm_prob)
-        spec.update(segment_ids=((b, length), i32), position_ids=((b, length), i32))
-        spec.update(cls_positions=((b, s), i32), next_sentence_labels=((b, s), i32))
-        spec.update(next_sentence_weights=((b, s), f32))
-    else:
-        spec.update(next_sentence_labels=((b,), i32))
-    spec.update(masked_lm_positions=((b, p), i32), masked_lm_ids=((b, p), i32))
-    spec.update(masked_lm_weights=((b, p), f32))
+    b = config.global_batch_size
+    spec = pretraining_shapes(d.pack_sequences, B=b, L=length, P=p, S=s)
     return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
 
 
