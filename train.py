@@ -103,7 +103,7 @@ def main(argv):
         raise app.UsageError("--workdir is required to train")
     # With several processes, an error on any of them ends all of them (bert_jax.multihost).
     with multihost.guard():
-        if config.job in pretrain_run.MODELS:
+        if config.job in pretrain_run.JOBS:
             return pretrain_run.train_and_evaluate(
                 config,
                 workdir,

@@ -19,8 +19,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
-REMAT_POLICIES = ("none", "dots", "dots_no_batch", "full")
+from bert_jax import activations
+
+# The names a config may use; the functions they stand for: `bert_jax.activations`.
+ACTIVATIONS = tuple(activations.ACTIVATIONS)
+REMAT_POLICIES = tuple(activations.REMAT_POLICIES)
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
 DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
 COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling

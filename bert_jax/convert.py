@@ -720,16 +720,6 @@ def _atomic_write(out_dir: epath.Path, name: str, write) -> None:
             os.remove(tmp)
 
 
-def _any_process(flag: bool) -> bool:
-    """Whether `flag` is set on any process (a collective: every process must call it)."""
-    return multihost.any_process("any-process", flag)
-
-
-def _sync_processes(name: str) -> None:
-    """Waits until every process gets here (nothing to wait for in a single-process run)."""
-    multihost.barrier(name)
-
-
 def save_pretrained(
     out_dir: str | os.PathLike,
     config: BertConfig,
@@ -756,7 +746,8 @@ def save_pretrained(
             _prepare_out_dir(out_dir, ["config.json", "params"], overwrite)
         except FileExistsError as e:
             refused = e
-    if _any_process(refused is not None):  # every process stops, none waits at a barrier
+    # Every process stops, none waits at a barrier.
+    if multihost.any_process("save_pretrained-refused", refused is not None):
         raise refused or FileExistsError(
             f"{out_dir} already holds an export; pass overwrite=True (--overwrite) to replace it"
         )
@@ -764,7 +755,7 @@ def save_pretrained(
     tmp = out_dir / ".params.tmp"
     if primary and tmp.exists():
         tmp.rmtree()
-    _sync_processes("save_pretrained-prepared")
+    multihost.barrier("save_pretrained-prepared")
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(tmp, tree)
         ckptr.wait_until_finished()
@@ -774,7 +765,7 @@ def save_pretrained(
             final.rmtree()
         tmp.rename(final)
         _atomic_write(out_dir, "config.json", lambda p: config.to_json_file(p, architecture=model))
-    _sync_processes("save_pretrained-done")
+    multihost.barrier("save_pretrained-done")
     return os.fspath(out_dir)
 
 

@@ -18,7 +18,6 @@ Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
 
 import flax.linen as nn
@@ -26,6 +25,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.attention import (
     AttentionMask,
     current_platform,
@@ -38,20 +38,6 @@ from bert_jax.attention import (
 from bert_jax.config import BertConfig, RuntimeConfig
 
 Array = jax.Array
-
-ACTIVATIONS = {
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-}
-
-REMAT_POLICIES = {
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
-    "full": jax.checkpoint_policies.nothing_saveable,
-}
 
 
 # --------------------------------------------------------------------------------------------

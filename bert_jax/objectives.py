@@ -50,6 +50,8 @@ class Objective:
 
     Attributes:
       name: the objective's name (a key of `OBJECTIVES`).
+      head: the class name of the model it trains (`bert_jax.model.get_model_class`), e.g.
+        "BertForPreTraining".
       sums: (model, params, batch, rng, deterministic) -> dict of float32 sums, whose keys ending
         in "_loss_sum" enter the loss, divided by the count of the same prefix.
       counts: batch -> dict of the denominators ({prefix}_count) over the whole batch.
@@ -57,6 +59,7 @@ class Objective:
     """
 
     name: str
+    head: str
     sums: Callable[..., dict[str, jax.Array]]
     counts: Callable[[Batch], dict[str, jax.Array]]
     loss_weights: Mapping[str, float]
@@ -95,9 +98,10 @@ def _pretraining_sums(model, params, batch, rng, deterministic, nsp=True):
 
 
 def pretraining_objective(nsp: bool = True) -> Objective:
-    """MLM (+ NSP): model BertForPreTraining (or BertForMaskedLM when `nsp=False`).
+    """MLM (+ NSP): head BertForPreTraining (or BertForMaskedLM when `nsp=False`).
 
-    Targets: masked_lm_positions, masked_lm_ids [B, P] int32, masked_lm_weights [B, P] float32,
+    Batch: `bert_jax.batch_layout.PRETRAINING_BATCH` (packed: `PACKED_PRETRAINING_BATCH`); the
+    targets are masked_lm_positions, masked_lm_ids, masked_lm_weights [B, P] and
     next_sentence_labels [B] (or [B, S] packed, with next_sentence_weights [B, S]).
     """
 
@@ -111,7 +115,8 @@ def pretraining_objective(nsp: bool = True) -> Objective:
         return _pretraining_sums(model, params, batch, rng, deterministic, nsp=nsp)
 
     weights = {"mlm": 1.0, "nsp": 1.0} if nsp else {"mlm": 1.0}
-    return Objective("pretraining" if nsp else "mlm", sums, counts, weights)
+    name, head = ("pretraining", "BertForPreTraining") if nsp else ("mlm", "BertForMaskedLM")
+    return Objective(name, head, sums, counts, weights)
 
 
 def _example_weights(batch, shape):
@@ -171,6 +176,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Targets: labels [B] int32 (or [B, S] packed), example_weights [B] (or [B, S]).
     "classification": Objective(
         "classification",
+        "BertForSequenceClassification",
         _classification_sums,
         _count_of("cls", lambda b: _example_weights(b, b["labels"].shape)),
         {"cls": 1.0},
@@ -178,17 +184,23 @@ OBJECTIVES: dict[str, Objective] = {
     # Targets: labels [B] float32 (or [B, S] packed), example_weights.
     "regression": Objective(
         "regression",
+        "BertForSequenceClassification",
         _regression_sums,
         _count_of("reg", lambda b: _example_weights(b, b["labels"].shape)),
         {"reg": 1.0},
     ),
     # Targets: labels [B, L] int32, label_weights [B, L] (first sub-tokens), example_weights [B].
     "token_classification": Objective(
-        "token_classification", _token_sums, _count_of("tok", _token_weights), {"tok": 1.0}
+        "token_classification",
+        "BertForTokenClassification",
+        _token_sums,
+        _count_of("tok", _token_weights),
+        {"tok": 1.0},
     ),
     # Targets: start_positions, end_positions [B] int32, example_weights [B].
     "question_answering": Objective(
         "question_answering",
+        "BertForQuestionAnswering",
         _qa_sums,
         _count_of("qa", lambda b: _example_weights(b, b["start_positions"].shape)),
         {"qa": 1.0},
@@ -196,6 +208,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Inputs [B, C, L]; targets: labels [B] int32, example_weights [B].
     "multiple_choice": Objective(
         "multiple_choice",
+        "BertForMultipleChoice",
         _classification_sums,
         _count_of("cls", lambda b: _example_weights(b, b["labels"].shape)),
         {"cls": 1.0},

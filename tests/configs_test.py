@@ -4,6 +4,7 @@ import jax
 import pytest
 
 from bert_jax import model as M
+from bert_jax import objectives
 from bert_jax.config import BertConfig, RuntimeConfig
 from tests.common import CONFIGS, load_config_file
 
@@ -52,7 +53,7 @@ def test_config_builds_its_model(name, variant):
         head = FINETUNE_HEADS[config.finetune.name]
         assert (config.init_from != "") == ("init=minilm" in variant)
     else:
-        head = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}[config.job]
+        head = objectives.get_objective(config.job).head
     model = M.get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: M.init_params(model, jax.random.PRNGKey(0)))
     assert M.count_params(params) > 0
@@ -76,3 +77,29 @@ def test_locked_configs_reject_unknown_keys_and_bad_variants():
         module.get_config("size=large,tpu=v5e-7")
     recipe = module.get_config("size=large,phase=2,tpu=v4-32")
     assert recipe.topology == "v4:2x2x4" and recipe.mesh.fsdp == -1 and recipe.mesh.data == 1
+
+
+def test_variant_values_take_the_type_of_their_default():
+    common = load_config_file("common.py")
+    defaults = {"size": "tiny", "phase": 1, "lr": 1e-4, "mlm_only": False}
+    assert common.parse_variant(None, defaults) == defaults
+    assert common.parse_variant("size=base, phase=2,lr=3e-5", defaults) == {
+        "size": "base",
+        "phase": 2,
+        "lr": 3e-5,
+        "mlm_only": False,
+    }
+    for text, value in [("1", True), ("True", True), ("YES", True), ("0", False), ("no", False)]:
+        assert common.parse_variant(f"mlm_only={text}", defaults)["mlm_only"] is value
+    for variant, message in [
+        ("mlm_only=2", "variant mlm_only='2': expected a boolean"),
+        ("phase=two", "variant phase='two': expected an integer"),
+        ("lr=fast", "variant lr='fast': expected a number"),
+        ("sise=tiny", r"unknown variant key\(s\) \['sise'\]; use size=, phase=, lr=, mlm_only="),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            common.parse_variant(variant, defaults)
+    # Both config files read booleans alike.
+    pretrain, finetune = load_config_file("pretrain.py"), load_config_file("finetune.py")
+    assert pretrain.get_config("mlm_only=True").job == "mlm"
+    assert finetune.get_config("task=mrpc,pack=True").finetune.pack is True

@@ -1,12 +1,14 @@
 """The import graph of bert_jax, one way only (docs/architecture.md draws it):
 
-paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
+activations <- config; paths <- config, tokenization, losses, optimizer, sharding, checkpointing,
+  flops, preemption, summaries
   <- attention <- model <- objectives <- steps <- experiment <- loop
   <- convert (checkpointing, config, model, hf_flax: transformers' Flax files, model_card: cards)
   <- start (experiment, convert), export (convert, model_card)
   <- pretrained (from_pretrained: convert, tokenization) <- inference, __init__
 aot (flops, sharding; takes an Experiment, never imports it)
-pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
+pretrain.data.*  (leaves: only each other, batch_layout, paths, tokenization, and no framework
+                 at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
 inference (model, convert, finetune's text batching) <- pretrain.run (experiment, start, loop,
@@ -27,6 +29,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
 LEAVES = {
+    "activations",
+    "batch_layout",
     "multihost",
     "paths",
     "config",
@@ -58,10 +62,12 @@ FINETUNE_DATA = {
 # modules). A module may always import its own submodules.
 ALLOWED = {
     **{leaf: {"config", "paths"} for leaf in LEAVES},
+    "activations": set(),
+    "config": {"activations"},
     "checkpointing": {"multihost", "paths"},
     "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
-    "model": {"config", "attention"},
+    "model": {"activations", "config", "attention"},
     "convert": {"checkpointing", "config", "hf_flax", "model", "model_card", "multihost", "paths"},
     "pretrained": {"config", "convert", "model", "paths", "tokenization"},
     "objectives": {"losses"},
@@ -99,10 +105,11 @@ ALLOWED = {
         "finetune.text_io",
     },
     "pretrain": set(),
-    "pretrain.data": {"pretrain.data", "paths", "tokenization"},
+    "pretrain.data": {"batch_layout", "pretrain.data", "paths", "tokenization"},
     "pretrain.inputs": {"config", "multihost", "paths", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",
+        "batch_layout",
         "config",
         "experiment",
         "export",
@@ -110,6 +117,7 @@ ALLOWED = {
         "inference",
         "loop",
         "multihost",
+        "objectives",
         "paths",
         "sharding",
         "start",

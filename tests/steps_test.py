@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import experiment, loop, losses, objectives, optimizer, sharding, steps
+from bert_jax import batch_layout, experiment, loop, losses, objectives, optimizer, sharding, steps
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
 
@@ -23,6 +23,7 @@ CFG = BertConfig(
 
 
 def pretraining_batch(cfg, batch=16, length=12, predictions=3, seed=0):
+    """A random batch of `batch_layout.PRETRAINING_BATCH`'s keys, shapes and dtypes."""
     rng = np.random.default_rng(seed)
     ids = rng.integers(5, cfg.vocab_size, size=(batch, length)).astype(np.int32)
     mask = np.ones((batch, length), np.int32)
@@ -34,17 +35,20 @@ def pretraining_batch(cfg, batch=16, length=12, predictions=3, seed=0):
         np.stack([rng.choice(np.arange(1, 8), predictions, replace=False) for _ in range(batch)]),
         axis=1,
     )
-    weights = np.ones((batch, predictions), np.float32)
+    weights = np.ones((batch, predictions))
     weights[::3, -1] = 0.0
-    return dict(
+    values = dict(
         input_ids=ids,
-        token_type_ids=(np.arange(length) > length // 2).astype(np.int32)[None].repeat(batch, 0),
+        token_type_ids=(np.arange(length) > length // 2)[None].repeat(batch, 0),
         attention_mask=mask,
-        masked_lm_positions=positions.astype(np.int32),
-        masked_lm_ids=rng.integers(5, cfg.vocab_size, size=(batch, predictions)).astype(np.int32),
+        masked_lm_positions=positions,
+        masked_lm_ids=rng.integers(5, cfg.vocab_size, size=(batch, predictions)),
         masked_lm_weights=weights,
-        next_sentence_labels=rng.integers(0, 2, size=batch).astype(np.int32),
+        next_sentence_labels=rng.integers(0, 2, size=batch),
     )
+    spec = batch_layout.pretraining_shapes(False, B=batch, L=length, P=predictions)
+    assert {k: v.shape for k, v in values.items()} == {k: shape for k, (shape, _) in spec.items()}
+    return {k: values[k].astype(dtype) for k, (_, dtype) in spec.items()}
 
 
 def setup(cfg=CFG, runtime=None, lr=1e-3):

@@ -4,7 +4,7 @@ prediction files and an exported model.
     train_and_evaluate(config, workdir)     # train.py --config=configs/finetune.py:task=...
 
 Every task is a `FinetuneTask` of `tasks.TASKS` (reading, scoring); its objective decides the
-head (`task.HEADS`):
+head (`objectives.get_objective(name).head`):
 
     classification / regression   GLUE, custom CSV/TSV/JSONL, the Shakespeare genre task
     question_answering            SQuAD v1.1 / v2.0 (windows; official EM/F1)
@@ -35,7 +35,7 @@ from bert_jax import aot, convert, experiment, flops, loop, objectives, sharding
 from bert_jax.config import BertConfig
 from bert_jax.export import export
 from bert_jax.finetune import batching, tasks
-from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
+from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path
 from bert_jax.start import starting_state
@@ -180,8 +180,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     model_flops = flops.classification_step_flops(
         cfg, np.full(sequences, length), outputs, pooled=pooled
     )
+    head = objectives.get_objective(task.objective).head
     exp = experiment.Experiment.build(
-        config, cfg, HEADS[task.objective], task.objective, 1, aot.topology_devices(topology)
+        config, cfg, head, task.objective, 1, aot.topology_devices(topology)
     )
     report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
     report.update(topology=topology, num_slices=1, task=ft.name)
@@ -293,7 +294,7 @@ def train_and_evaluate(
     exp = experiment.Experiment.build(
         config,
         bert_config,
-        HEADS[data.objective],
+        objectives.get_objective(data.objective).head,
         data.objective,
         steps_per_epoch * ft.num_epochs,
     )

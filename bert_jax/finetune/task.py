@@ -1,9 +1,10 @@
 """What a fine-tuning task is: one `FinetuneTask` per task, registered in `tasks.TASKS`.
 
 A task reads and featurizes its splits (`load`), names the objective that trains it (the head
-follows from the objective: `HEADS`), and scores a split's predictions with its official metrics,
-writing its prediction files (`score`). `run.train_and_evaluate` does the rest for every task
-alike: the model, the seeds, the loop, evaluation after each epoch, exports.
+follows from the objective: `bert_jax.objectives.OBJECTIVES`), and scores a split's predictions
+with its official metrics, writing its prediction files (`score`). `run.train_and_evaluate` does
+the rest for every task alike: the model, the seeds, the loop, evaluation after each epoch,
+exports.
 
 Adding a task: write a module with its reader, featurizer and scorer, expose one `FinetuneTask`
 built from them, and add it to `tasks.TASKS` (docs/architecture.md has a worked example).
@@ -25,15 +26,6 @@ from etils import epath
 from bert_jax import tokenization
 from bert_jax.finetune import metrics, text_io
 
-# objective (bert_jax.objectives) -> the head that is trained with it
-HEADS = {
-    "classification": "BertForSequenceClassification",
-    "regression": "BertForSequenceClassification",
-    "token_classification": "BertForTokenClassification",
-    "question_answering": "BertForQuestionAnswering",
-    "multiple_choice": "BertForMultipleChoice",
-}
-
 
 @dataclasses.dataclass
 class EvalSet:
@@ -51,7 +43,7 @@ class TaskData:
     """A task's featurized splits.
 
     Attributes:
-      objective: the `bert_jax.objectives` name that trains it (its head: `HEADS`).
+      objective: the `bert_jax.objectives` name that trains it (which names its head).
       num_labels, label_names: the head's outputs (label_names None for regression, QA, choice).
       train: the training features ([N, ...] numpy arrays).
       evals: the dev (and test) splits.

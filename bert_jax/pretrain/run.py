@@ -16,11 +16,21 @@ import math
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import aot, experiment, flops, inference, loop, multihost, sharding, tokenization
+from bert_jax import (
+    aot,
+    experiment,
+    flops,
+    inference,
+    loop,
+    multihost,
+    objectives,
+    sharding,
+    tokenization,
+)
+from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.config import BertConfig
 from bert_jax.export import export
 from bert_jax.pretrain import inputs
@@ -28,7 +38,7 @@ from bert_jax.pretrain.data import packing
 from bert_jax.start import starting_state
 from bert_jax.summaries import MetricView, MetricWriter
 
-MODELS = {"pretraining": "BertForPreTraining", "mlm": "BertForMaskedLM"}  # job -> head
+JOBS = ("pretraining", "mlm")  # each trains the objective of its name
 # What the console, the progress bar, the curves and the summary show of the metrics. Baselines:
 # held-out scores of a model that ignores its input (`_write_starting_point`).
 VIEW = MetricView(
@@ -45,22 +55,14 @@ VIEW = MetricView(
 
 
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of one global pretraining batch of the config (keys as
-    `bert_jax.pretrain.data.pipeline` / `packing` document them): B = global_batch_size, L, P."""
+    """Shapes and dtypes of one global pretraining batch of the config (`bert_jax.batch_layout`):
+    B = global_batch_size, L = max_seq_length, P (packed: per row), S = max_segments."""
     d = config.data
-    b, length, p = config.global_batch_size, d.max_seq_length, d.max_predictions_per_seq
-    i32, f32 = jnp.int32, jnp.float32
-    spec = {k: ((b, length), i32) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    length, s, p = d.max_seq_length, d.max_segments, d.max_predictions_per_seq
     if d.pack_sequences:
-        s = d.max_segments
         p = packing.max_predictions_per_row(length, s, p, d.masked_lm_prob)
-        spec.update(segment_ids=((b, length), i32), position_ids=((b, length), i32))
-        spec.update(cls_positions=((b, s), i32), next_sentence_labels=((b, s), i32))
-        spec.update(next_sentence_weights=((b, s), f32))
-    else:
-        spec.update(next_sentence_labels=((b,), i32))
-    spec.update(masked_lm_positions=((b, p), i32), masked_lm_ids=((b, p), i32))
-    spec.update(masked_lm_weights=((b, p), f32))
+    b = config.global_batch_size
+    spec = pretraining_shapes(d.pack_sequences, B=b, L=length, P=p, S=s)
     return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
 
 
@@ -154,8 +156,9 @@ def train_and_evaluate(
     compiling = mode == "compile"
     topology = topology or config.topology
     devices = aot.topology_devices(topology, num_slices) if compiling else None
+    head = objectives.get_objective(config.job).head
     exp = experiment.Experiment.build(
-        config, bert_config, MODELS[config.job], config.job, config.num_train_steps, devices
+        config, bert_config, head, config.job, config.num_train_steps, devices
     )
     if compiling:
         return compile_for_topology(exp, config, topology, num_slices, hlo_out)

@@ -10,6 +10,7 @@ import grain
 import numpy as np
 import pytest
 
+from bert_jax import batch_layout
 from bert_jax.pretrain.data import build, features, packing, pipeline, records
 from bert_jax.pretrain.data.examples import PretrainingOptions, VocabInfo
 from tests.pretrain import pipeline_test
@@ -109,19 +110,7 @@ def packed_sequences(batch):
 
 def check_packed_batch(batch, vocab, batch_size, p_row):
     """Every structural promise of the packed batch contract, row by row."""
-    shapes = {
-        "input_ids": ((batch_size, L), np.int32),
-        "token_type_ids": ((batch_size, L), np.int32),
-        "attention_mask": ((batch_size, L), np.int32),
-        "segment_ids": ((batch_size, L), np.int32),
-        "position_ids": ((batch_size, L), np.int32),
-        "cls_positions": ((batch_size, S), np.int32),
-        "next_sentence_labels": ((batch_size, S), np.int32),
-        "next_sentence_weights": ((batch_size, S), np.float32),
-        "masked_lm_positions": ((batch_size, p_row), np.int32),
-        "masked_lm_ids": ((batch_size, p_row), np.int32),
-        "masked_lm_weights": ((batch_size, p_row), np.float32),
-    }
+    shapes = batch_layout.pretraining_shapes(True, B=batch_size, L=L, S=S, P=p_row)
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == shapes
     for r in range(batch_size):
         seg, pos, ids = batch["segment_ids"][r], batch["position_ids"][r], batch["input_ids"][r]

@@ -13,15 +13,9 @@ Each record is a `tf.train.Example` with the original's features, padded to fixe
 Records made for dynamic masking have no predictions (all P weights 0). Files written by
 google-research/bert's or NVIDIA's scripts read as they are.
 
-`decode_batch` turns B records into the batch (host-side numpy, Hugging Face names):
-
-    input_ids             [B, L] int32
-    token_type_ids        [B, L] int32    (segment_ids)
-    attention_mask        [B, L] int32    (input_mask)
-    masked_lm_positions   [B, P] int32
-    masked_lm_ids         [B, P] int32
-    masked_lm_weights     [B, P] float32
-    next_sentence_labels  [B]    int32
+`decode_batch` turns B records into the batch (host-side numpy, Hugging Face names: segment_ids
+become token_type_ids, input_mask attention_mask), whose keys, shapes and dtypes
+`bert_jax.batch_layout.PRETRAINING_BATCH` declares.
 """
 
 from __future__ import annotations
@@ -30,18 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax.batch_layout import PRETRAINING_BATCH
 from bert_jax.pretrain.data import example_proto
 from bert_jax.pretrain.data.examples import TrainingInstance
 
-BATCH_KEYS = (
-    "input_ids",
-    "token_type_ids",
-    "attention_mask",
-    "masked_lm_positions",
-    "masked_lm_ids",
-    "masked_lm_weights",
-    "next_sentence_labels",
-)
 # Record feature -> batch key.
 _RENAMES = {
     "input_ids": "input_ids",
@@ -116,13 +102,13 @@ def infer_lengths(record: bytes) -> tuple[int, int]:
 def decode_batch(
     records: Sequence[bytes], max_seq_length: int, max_predictions_per_seq: int
 ) -> dict[str, np.ndarray]:
-    """Decodes B records into the training batch (keys and shapes in the module docstring)."""
+    """Decodes B records into the training batch (`batch_layout.PRETRAINING_BATCH`)."""
     raw = example_proto.decode_fixed_batch(
         records, record_spec(max_seq_length, max_predictions_per_seq)
     )
     batch = {}
     for feature, key in _RENAMES.items():
         value = raw[feature]
-        batch[key] = value.astype(np.float32 if key == "masked_lm_weights" else np.int32)
+        batch[key] = value.astype(PRETRAINING_BATCH[key].dtype)
     batch["next_sentence_labels"] = batch["next_sentence_labels"][:, 0]
     return batch

@@ -2,19 +2,10 @@
 
 `pack_pretraining_batches` turns the pipeline's stream of (decoded, masked) batches of examples
 into batches of packed rows. Each host batch then holds B rows (S = max_segments, P_row =
-`max_predictions_per_row(...)`):
-
-    input_ids             [B, L]     int32   the packed sequences' tokens, [PAD] after the last
-    token_type_ids        [B, L]     int32   each sequence's own 0 (A) / 1 (B) types, 0 in padding
-    attention_mask        [B, L]     int32   1 real token, 0 padding
-    segment_ids           [B, L]     int32   0 padding, 1..S which packed sequence
-    position_ids          [B, L]     int32   0, 1, ... restarting at each sequence's [CLS]
-    cls_positions         [B, S]     int32   index of each sequence's [CLS] in the row (0 if empty)
-    next_sentence_labels  [B, S]     int32   each sequence's NSP label (0 in empty slots)
-    next_sentence_weights [B, S]     float32 1.0 per sequence, 0.0 per empty slot
-    masked_lm_positions   [B, P_row] int32   predictions in ROW coordinates, increasing
-    masked_lm_ids         [B, P_row] int32   original ids there
-    masked_lm_weights     [B, P_row] float32 1.0 real prediction, 0.0 padded slot
+`max_predictions_per_row(...)`), with the keys, shapes and dtypes that
+`bert_jax.batch_layout.PACKED_PRETRAINING_BATCH` declares (P = P_row): segment_ids and
+position_ids [B, L] beside the tokens, cls_positions, next_sentence_labels and
+next_sentence_weights [B, S], and the predictions in ROW coordinates, increasing.
 
 How (the packing itself is grain's):
 

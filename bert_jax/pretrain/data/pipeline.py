@@ -6,19 +6,14 @@
 
 `paths` are record files (ArrayRecord or TFRecord, or globs), or a directory made by
 `build.build_pretraining_shards`. Each batch holds this host's `B = global_batch_size /
-shard_count` examples:
-
-    input_ids            [B, L] int32   token ids, [PAD] past the end (masked)
-    token_type_ids       [B, L] int32   0 for [CLS] A [SEP], 1 for B [SEP]
-    attention_mask       [B, L] int32   1 real token, 0 padding
-    masked_lm_positions  [B, P] int32   positions of the predictions, 0 in padded slots
-    masked_lm_ids        [B, P] int32   original token ids there, 0 in padded slots
-    masked_lm_weights    [B, P] float32 1.0 real prediction, 0.0 padded slot
-    next_sentence_labels [B]    int32   0 = B follows A, 1 = B is random (all 0 when MLM-only)
+shard_count` examples, with the keys, shapes and dtypes of `bert_jax.batch_layout.PRETRAINING_BATCH`
+(input_ids, token_type_ids, attention_mask [B, L]; masked_lm_positions, masked_lm_ids,
+masked_lm_weights [B, P]; next_sentence_labels [B]).
 
 With `pack_sequences=True` each of the B rows holds several examples instead (see `packing` for
-the contract): segment_ids and position_ids [B, L], cls_positions, next_sentence_labels and
-next_sentence_weights [B, S], and predictions in row coordinates [B, P_row].
+the contract), as `batch_layout.PACKED_PRETRAINING_BATCH` declares: segment_ids and position_ids
+[B, L], cls_positions, next_sentence_labels and next_sentence_weights [B, S], and predictions in
+row coordinates [B, P_row].
 
 How grain does the work (nothing of it is hand-written here):
 

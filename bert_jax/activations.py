@@ -1,0 +1,30 @@
+"""What a layer computes and what it keeps, by the names configs use: the activation functions
+(`BertConfig.hidden_act`, Hugging Face's names) and the remat policies
+(`RuntimeConfig.remat_policy`: which activations a layer keeps for the backward pass).
+
+The one declaration of both: `bert_jax.config` validates names against these tables' keys and
+`bert_jax.model` looks the functions up in them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+
+# hidden_act -> the elementwise function (x [...] -> [...]).
+ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+
+# remat_policy -> the `jax.checkpoint` policy of each layer (None: no remat, everything is kept).
+REMAT_POLICIES = {
+    "none": None,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
