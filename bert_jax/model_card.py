@@ -1,6 +1,6 @@
 """Model cards: the README.md a Hugging Face Hub repository shows, for every exported model.
 
-    model_card.for_run(run_dir / "hf", exp.cfg, exp.model_name, config, run_dir)   # the jobs
+    model_card.for_run(run_dir / "hf", bert_config, head, config, run_dir)   # bert_jax.export
     python -m bert_jax.convert SRC DST --model-card --datasets wikipedia --license mit
 
 The card starts with the Hub's metadata header (YAML between `---` lines: license, library_name,

@@ -94,7 +94,7 @@ ALLOWED = {
         "sharding",
         "summaries",
     },
-    "aot": {"flops", "sharding"},  # takes a loop.Experiment, never imports it
+    "aot": {"flops", "sharding"},  # takes an experiment.Experiment, never imports it
     "inference": {
         "config",
         "convert",
