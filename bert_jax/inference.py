@@ -28,8 +28,8 @@ import tqdm
 
 from bert_jax import convert, tokenization
 from bert_jax.config import BertConfig
-from bert_jax.finetune import batching
-from bert_jax.finetune.text_io import encode_texts
+from bert_jax.data import batching
+from bert_jax.data.text_io import encode_texts
 from bert_jax.model import BertForMaskedLM, BertModel, get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")

@@ -33,7 +33,8 @@ from jax.experimental import multihost_utils
 
 from bert_jax import aot, convert, flops, loop, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
-from bert_jax.finetune import batching, tasks
+from bert_jax.data import batching
+from bert_jax.finetune import tasks
 from bert_jax.finetune.task import HEADS, EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path

@@ -23,7 +23,8 @@ from absl import logging
 from etils import epath
 
 from bert_jax import tokenization
-from bert_jax.finetune import metrics, text_io
+from bert_jax.data import text_io
+from bert_jax.finetune import metrics
 
 # objective (bert_jax.objectives) -> the head that is trained with it
 HEADS = {

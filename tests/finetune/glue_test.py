@@ -6,7 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from bert_jax.finetune import custom, glue, metrics, text_io
+from bert_jax.data import text_io
+from bert_jax.finetune import custom, glue, metrics
 from tests.finetune.conftest import GLUE_DIR
 
 # (task, split) -> (number of examples, (guid, texts, label) of the first example).
