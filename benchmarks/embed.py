@@ -55,7 +55,7 @@ def write_lines(path: str, num_lines: int) -> None:
 def bert_jax_peer(model_dir: str, batch: int):
     """(embed(texts) -> [N, E] float32 unit vectors, real tokens of texts)."""
     from bert_jax import inference
-    from bert_jax.finetune.text_io import encode_texts
+    from bert_jax.data.text_io import encode_texts
 
     cfg, params, _, tokenizer = inference.load(model_dir, "BertModel")
 

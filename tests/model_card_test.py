@@ -1,5 +1,5 @@
 """Model cards (bert_jax.model_card): the Hub's metadata header and the run's numbers. The cards
-of real tiny runs' exports are checked in train_test (pretraining) and finetune_test."""
+of real tiny runs' exports are checked in train_test (pretraining) and tests/finetune/run_test.py."""
 
 import json
 import pathlib

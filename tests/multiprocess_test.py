@@ -327,7 +327,7 @@ def test_host_rows_startup_check_refused_export_and_unshared_directory(tmp_path)
         assert r["unshared"].startswith("process(es) [1] cannot see the files process 0 writes")
 
 
-# Fine-tunes the sentiment task of tests/finetune_test.py with defaults (dev evaluation every
+# Fine-tunes the sentiment task of tests/finetune/run_test.py with defaults (dev evaluation every
 # epoch, prediction files and export at the end): argv = data dir, vocab dir, workdir, and in a
 # 2-process run the coordinator address and process id.
 FINETUNE = textwrap.dedent(
@@ -338,7 +338,7 @@ FINETUNE = textwrap.dedent(
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(sys.argv[4], 2, int(sys.argv[5]))
     from bert_jax.finetune import run as finetune_run
-    from tests.finetune_test import finetune_config
+    from tests.finetune.run_test import finetune_config
 
     config = finetune_config("custom", sys.argv[1], sys.argv[2], **{
         "finetune.num_epochs": 2, "mesh.data": 1, "mesh.fsdp": 1, "mesh.tensor": 8})
@@ -348,7 +348,7 @@ FINETUNE = textwrap.dedent(
 
 
 def test_finetuning_on_two_processes_equals_one(tmp_path):
-    from tests.finetune_test import sentiment_files, write_vocab
+    from tests.finetune.run_test import sentiment_files, write_vocab
 
     data = tmp_path / "data"
     data.mkdir()

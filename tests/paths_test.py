@@ -169,10 +169,10 @@ def test_finetuning_finds_the_tokenizer_beside_a_bucket_checkpoint(fake_bucket, 
 
 
 def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path):
+    from bert_jax.data.text_io import TextExample
     from bert_jax.finetune import glue, squad
     from bert_jax.finetune import run as finetune_run
     from bert_jax.finetune.task import write_rows
-    from bert_jax.finetune.text_io import TextExample
 
     root, seen = fake_bucket
     out = f"{BUCKET}/run/predictions"

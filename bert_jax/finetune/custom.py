@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from bert_jax.finetune import text_io
+from bert_jax.data import text_io
 from bert_jax.finetune.task import (
     FinetuneTask,
     has_column,

@@ -45,8 +45,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from etils import epath
 
-from bert_jax.finetune import task as task_lib
-from bert_jax.finetune.text_io import (
+from bert_jax.data.text_io import (
     ID_COLUMNS,
     ReadStats,
     TextDataset,
@@ -57,6 +56,7 @@ from bert_jax.finetune.text_io import (
     tfds_builder,
     tfds_records,
 )
+from bert_jax.finetune import task as task_lib
 
 # ---------------------------------------------------------------------------------------------
 # The task table.

@@ -33,8 +33,9 @@ from jax.experimental import multihost_utils
 
 from bert_jax import aot, convert, experiment, flops, loop, objectives, sharding, tokenization
 from bert_jax.config import BertConfig
+from bert_jax.data import batching
 from bert_jax.export import export
-from bert_jax.finetune import batching, tasks
+from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
 from bert_jax.model import get_model_class, init_params
 from bert_jax.paths import as_path

@@ -39,7 +39,8 @@ from collections.abc import Sequence
 import numpy as np
 from absl import logging
 
-from bert_jax.finetune import custom, text_io
+from bert_jax.data import text_io
+from bert_jax.finetune import custom
 from bert_jax.finetune import task as task_lib
 
 GENRES = ("comedies", "histories", "problems", "roman", "romances", "tragedies")

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.finetune import metrics, text_io
+from bert_jax.data import text_io
+from bert_jax.finetune import metrics
 from bert_jax.finetune import task as task_lib
 
 _ENDING = re.compile(r"^ending(\d+)$")

@@ -24,7 +24,8 @@ from absl import logging
 from etils import epath
 
 from bert_jax import tokenization
-from bert_jax.finetune import metrics, text_io
+from bert_jax.data import text_io
+from bert_jax.finetune import metrics
 
 
 @dataclasses.dataclass

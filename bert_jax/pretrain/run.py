@@ -189,12 +189,11 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     if data.eval_batches:
         evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
     # What the model predicts for held-out lines, before and after.
-    shown = _masked_examples(data, evaluate.host_batches[0]) if evaluate else None
-    if shown:
-        before = (
-            f"step {start.step}",
-            *inference.top_predictions(exp.model, start.state.params, *shown[:2]),
-        )
+    demo = None
+    if evaluate:
+        demo = inference.fill_mask_demo(evaluate.host_batches[0], data.tokenizer_path)
+    if demo:
+        demo.predict(exp.model, start.state.params, f"step {start.step}")
     if evaluate and start.step == 0:
         _write_starting_point(writer, evaluate(start.state.params, 0), evaluate.host_batches)
     log_every, checkpoint_every = config.log_every_steps, config.checkpoint_every_steps
@@ -226,13 +225,9 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
             )
         )
     if jax.process_index() == 0:
-        if shown:
-            after = (
-                f"step {step}",
-                *inference.top_predictions(exp.model, state.params, *shown[:2]),
-            )
-            print("\nHeld-out lines with a word masked, and the model's top guesses:")
-            print(inference.format_predictions(*shown[2:4], [before, after], shown[4].id_to_token))
+        if demo:
+            demo.predict(exp.model, state.params, f"step {step}")
+            print("\n" + demo.format())
         print("\n" + writer.summary(step, places, timing=trainer.timer))
 
 
@@ -320,14 +315,3 @@ def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None
         counts = np.bincount(np.concatenate(labels), minlength=2)
         baselines["eval/nsp_majority_share"] = counts.max() / counts.sum()
     writer.write(0, {**{f"eval/{k}": v for k, v in metrics.items()}, **baselines})
-
-
-def _masked_examples(data, held_out_batch):
-    """(features, positions, texts, answers, tokenizer) of a few lines of a held-out batch, or
-    None."""
-    if not (data.tokenizer_path and os.path.isfile(data.tokenizer_path)):
-        return None
-    if jax.process_count() > 1:  # the host-side demonstration needs every parameter on one host
-        return None
-    tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
-    return (*inference.masked_examples(held_out_batch, tokenizer, 4), tokenizer)

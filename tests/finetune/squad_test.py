@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax.finetune import batching, metrics, squad
+from bert_jax.data import batching
+from bert_jax.finetune import metrics, squad
 from tests.finetune.conftest import TESTDATA
 
 SQUAD_FILE = TESTDATA / "squad_v2_tiny.json"

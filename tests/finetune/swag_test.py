@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from bert_jax.finetune import batching, swag
+from bert_jax.data import batching
+from bert_jax.finetune import swag
 from tests.finetune.conftest import TESTDATA
 
 

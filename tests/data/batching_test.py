@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_jax.finetune import batching
+from bert_jax.data import batching
 
 CLS, SEP = 101, 102
 

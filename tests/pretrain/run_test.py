@@ -1,5 +1,6 @@
-"""How a scratch pretraining run starts two parameters (`mlm_bias_init`,
-`position_embeddings_init`): the values, their placement on a mesh, and bad settings."""
+"""The pretraining job (bert_jax/pretrain/run.py): how a scratch run starts two parameters
+(`mlm_bias_init`, `position_embeddings_init`): the values, their placement on a mesh, and bad
+settings."""
 
 import jax
 import numpy as np

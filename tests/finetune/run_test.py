@@ -16,7 +16,7 @@ from bert_jax.finetune import run as finetune_run
 from tests.common import recorded_compiles
 from tests.model_card_test import card_metadata, held_out_metrics
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORDS = (
     "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
 )
