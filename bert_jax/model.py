@@ -26,15 +26,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.attention import (
-    AttentionMask,
-    current_platform,
-    dropout,
-    fused_attention,
-    resolve_attention,
-    splash_attention,
-    xla_attention,
-)
+from bert_jax.attention import AttentionMask, attend, dropout
 from bert_jax.config import BertConfig, RuntimeConfig
 
 Array = jax.Array
@@ -323,8 +315,8 @@ class BertEmbeddings(nn.Module):
 class BertSelfAttention(nn.Module):
     """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
 
-    The kernel is `bert_jax.attention.resolve_attention(runtime, config, platform, training)`;
-    asking for the probabilities (`output_attentions`) takes the xla path, which forms them.
+    The kernel is the one `bert_jax.attention.attend` picks; asking for the probabilities
+    (`output_attentions`) takes the xla path, which forms them.
     """
 
     config: BertConfig
@@ -350,22 +342,18 @@ class BertSelfAttention(nn.Module):
         q = _constrain(q, "act_batch", "act_len", "act_heads", None)
         k = _constrain(k, "act_batch", "act_len", "act_heads", None)
         v = _constrain(v, "act_batch", "act_len", "act_heads", None)
-        platform = current_platform()
-        implementation = resolve_attention(rt, cfg, platform, training=not deterministic)
-        if implementation == "xla" or output_attentions:
-            rate = 0.0 if deterministic else cfg.attention_probs_dropout_prob
-            return xla_attention(
-                q,
-                k,
-                v,
-                mask.dense(),
-                dropout_rate=rate,
-                dropout_rng=self.make_rng("dropout") if rate > 0.0 else None,
-                return_probs=output_attentions,
-            )
-        if implementation == "splash":
-            return splash_attention(q, k, v, mask, interpret=platform != "tpu"), None
-        return fused_attention(q, k, v, mask, implementation), None
+        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
+        rng = self.make_rng("dropout") if dropping else None
+        return attend(
+            q,
+            k,
+            v,
+            mask,
+            config=cfg,
+            runtime=rt,
+            dropout_rng=rng,
+            output_attentions=output_attentions,
+        )
 
 
 class BertOutput(nn.Module):
