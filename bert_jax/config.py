@@ -47,8 +47,8 @@ _ORIGINAL_FIELDS = (
     "vocab_size",
 )
 
-# Keys a Hugging Face config.json carries that say nothing about a BERT encoder's weights.
-_HF_HOUSEKEEPING = frozenset(
+# Keys a Hugging Face config.json carries that say nothing about an encoder's weights.
+HF_HOUSEKEEPING = frozenset(
     """
     _name_or_path architectures transformers_version model_type torch_dtype dtype use_cache
     gradient_checkpointing output_hidden_states output_attentions return_dict torchscript
@@ -64,6 +64,28 @@ _HF_HOUSEKEEPING = frozenset(
 
 def _fail(field: str, value: Any, why: str) -> None:
     raise ValueError(f"BertConfig.{field}={value!r}: {why}")
+
+
+def labels_from_hf(d: Mapping[str, Any]) -> dict[str, Any]:
+    """`num_labels` (and `label_names` unless they are LABEL_0, LABEL_1, ...) from a Hugging
+    Face config.json's id2label, else its num_labels; {} when it has neither."""
+    id2label = d.get("id2label")
+    if id2label:
+        items = sorted((int(k), v) for k, v in id2label.items())
+        out: dict[str, Any] = {"num_labels": len(items)}
+        if any(v != f"LABEL_{i}" for i, v in items):
+            out["label_names"] = tuple(v for _, v in items)
+        return out
+    return {"num_labels": int(d["num_labels"])} if "num_labels" in d else {}
+
+
+def labels_to_hf(label_names: tuple[str, ...] | None, num_labels: int) -> dict[str, Any]:
+    """config.json's id2label and label2id for these labels (LABEL_i when unnamed)."""
+    names = label_names or tuple(f"LABEL_{i}" for i in range(num_labels))
+    return {
+        "id2label": {str(i): n for i, n in enumerate(names)},
+        "label2id": {n: i for i, n in enumerate(names)},
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,19 +246,11 @@ class BertConfig:
         kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
         if "classifier_dropout" in d:
             kwargs["classifier_dropout"] = d["classifier_dropout"]
-        id2label = d.get("id2label")
-        if id2label:
-            items = sorted(((int(k), v) for k, v in id2label.items()))
-            labels = tuple(v for _, v in items)
-            kwargs["num_labels"] = len(labels)
-            if any(v != f"LABEL_{i}" for i, v in items):
-                kwargs["label_names"] = labels
-        elif "num_labels" in d:
-            kwargs["num_labels"] = int(d["num_labels"])
+        kwargs.update(labels_from_hf(d))
         unknown = (
             set(d)
             - names
-            - _HF_HOUSEKEEPING
+            - HF_HOUSEKEEPING
             - {
                 "position_embedding_type",
                 "is_decoder",
@@ -259,9 +273,7 @@ class BertConfig:
                 d[f.name] = getattr(self, f.name)
         if self.vocab_pad_multiple != 1:  # bert_jax's own (a Hugging Face export strips it)
             d["vocab_pad_multiple"] = self.vocab_pad_multiple
-        names = self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
-        d["id2label"] = {str(i): n for i, n in enumerate(names)}
-        d["label2id"] = {n: i for i, n in enumerate(names)}
+        d.update(labels_to_hf(self.label_names, self.num_labels))
         d["position_embedding_type"] = "absolute"
         d["tie_word_embeddings"] = True
         return d

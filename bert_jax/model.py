@@ -113,8 +113,11 @@ def _zeros(axes: tuple[str | None, ...]):
     return nn.with_logical_partitioning(jax.nn.initializers.zeros, axes)
 
 
-def _weights(module: nn.Module, in_shape, features, in_axes, out_axes, stddev, param_dtype):
-    """Creates a dense layer's kernel [*in_shape, *features] and bias [*features] in `module`.
+def _weights(
+    module: nn.Module, in_shape, features, in_axes, out_axes, stddev, param_dtype, use_bias=True
+):
+    """Creates a dense layer's kernel [*in_shape, *features] and bias [*features] (None without
+    `use_bias`) in `module`.
 
     The kernel is created at its final (e.g. head-split [E, H, D]) shape, so its logical axes
     hold from initialization on, under any mesh.
@@ -126,6 +129,8 @@ def _weights(module: nn.Module, in_shape, features, in_axes, out_axes, stddev, p
         (*in_shape, *features),
         param_dtype,
     )
+    if not use_bias:
+        return kernel, None
     bias = module.param("bias", _zeros(out_axes), features, param_dtype)
     return kernel, bias
 
@@ -163,6 +168,7 @@ class Dense(nn.Module):
       dtype / param_dtype: compute / storage dtypes.
       out_dtype: dtype the matmul accumulates into and returns (None: `dtype`); float32 for
         output layers, so that bfloat16 compute does not round logits to 8 bits of mantissa.
+      use_bias: whether there is a bias (ModernBERT's layers have none).
     """
 
     features: tuple[int, ...]
@@ -172,6 +178,7 @@ class Dense(nn.Module):
     dtype: Any = "float32"
     param_dtype: Any = "float32"
     out_dtype: Any = None
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x):
@@ -184,12 +191,13 @@ class Dense(nn.Module):
             self.out_axes,
             self.stddev,
             self.param_dtype,
+            self.use_bias,
         )
         out_dtype = self.dtype if self.out_dtype is None else self.out_dtype
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
         contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
         y = jax.lax.dot_general(x, kernel, (contract, ((), ())), preferred_element_type=out_dtype)
-        return y + bias.astype(out_dtype)
+        return y if bias is None else y + bias.astype(out_dtype)
 
 
 class Dropout(nn.Module):
@@ -208,16 +216,17 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"))
 
 
-def _dense(cfg, rt, features, in_axes, out_axes, name, out_dtype=None):
+def _dense(cfg, rt, features, in_axes, out_axes, name, out_dtype=None, use_bias=True, stddev=None):
     features = features if isinstance(features, tuple) else (features,)
     return Dense(
         features,
         tuple(in_axes),
         tuple(out_axes),
-        stddev=cfg.initializer_range,
+        stddev=cfg.initializer_range if stddev is None else stddev,
         dtype=rt.dtype,
         param_dtype=rt.param_dtype,
         out_dtype=out_dtype,
+        use_bias=use_bias,
         name=name,
     )
 
@@ -848,7 +857,7 @@ def get_model_class(name: str) -> type[nn.Module]:
 
 def init_params(model: nn.Module, rng: Array, seq_len: int = 8) -> Any:
     """`model`'s parameters (boxed with logical axes), initialized from a dummy batch."""
-    shape = (1, 2, seq_len) if isinstance(model, BertForMultipleChoice) else (1, seq_len)
+    shape = (1, 2, seq_len) if getattr(model, "choices", False) else (1, seq_len)
     ids = jnp.zeros(shape, jnp.int32)
     return model.init({"params": rng}, ids)["params"]
 
@@ -868,7 +877,10 @@ def _encoder_of(params: dict) -> tuple[dict, str | None]:
 
 
 def is_stacked(params: dict) -> bool:
-    """True when the layers are stacked on a leading axis (the `scan_layers` layout)."""
+    """True when the layers are stacked on a leading axis (the `scan_layers` layout); False for
+    a tree without a BERT encoder (another family's, never stacked)."""
+    if "encoder" not in params and "encoder" not in params.get("bert", {}):
+        return False
     parent, _ = _encoder_of(params)
     return "layer" in parent["encoder"]
 

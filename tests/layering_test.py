@@ -1,8 +1,9 @@
 """The import graph of bert_jax, one way only (docs/architecture.md draws it):
 
 paths <- config, tokenization, losses, optimizer, sharding, checkpointing, flops, preemption, summaries
-  <- attention <- model <- objectives <- steps <- loop <- aot
-  <- convert (config, model)
+  <- attention <- model <- modernbert (a second family on model's blocks) <- families
+  <- objectives <- steps <- loop <- aot
+  <- convert (config, model, families)
 pretrain.data.*  (leaves: only each other, paths, tokenization, and no framework at import)
 finetune.{text_io, glue, custom, shakespeare, squad, ner, swag, batching, metrics, task, tasks}
                  (host-side: numpy, tokenization, each other; no jax/torch/tf at import)
@@ -56,7 +57,10 @@ ALLOWED = {
     "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
     "model": {"config", "attention"},
-    "convert": {"checkpointing", "config", "model", "multihost", "paths"},
+    "modernbert_config": {"config"},
+    "modernbert": {"config", "attention", "model", "modernbert_config"},
+    "families": {"config", "model", "modernbert", "modernbert_config"},
+    "convert": {"checkpointing", "config", "families", "model", "multihost", "paths"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
     "loop": {
@@ -116,7 +120,15 @@ ALLOWED = {
         "tokenization",
         "finetune",
     },
-    "__init__": {"config", "model", "convert", "losses"},
+    "__init__": {
+        "config",
+        "model",
+        "convert",
+        "losses",
+        "families",
+        "modernbert",
+        "modernbert_config",
+    },
 }
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
 # fine-tuning data modules are host-side numpy.
