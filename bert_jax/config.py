@@ -62,8 +62,43 @@ HF_HOUSEKEEPING = frozenset(
 )
 
 
-def _fail(field: str, value: Any, why: str) -> None:
-    raise ValueError(f"BertConfig.{field}={value!r}: {why}")
+def _fail(field: str, value: Any, why: str, owner: str = "BertConfig") -> None:
+    raise ValueError(f"{owner}.{field}={value!r}: {why}")
+
+
+class EncoderConfig:
+    """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`):
+    the head size, `replace`, and the checks of pad_token_id and label_names."""
+
+    @property
+    def head_dim(self) -> int:
+        """D, the width of one attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+    def replace(self, **changes: Any):
+        """A copy with `changes` applied (validated again)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def _check_ids_and_labels(self) -> None:
+        """pad_token_id is in the vocabulary; label_names (made a tuple) number num_labels."""
+        owner = type(self).__name__
+        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+            _fail(
+                "pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})", owner
+            )
+        if self.label_names is not None:
+            if not isinstance(self.label_names, tuple):
+                object.__setattr__(self, "label_names", tuple(self.label_names))
+            if len(self.label_names) != self.num_labels:
+                _fail(
+                    "label_names",
+                    self.label_names,
+                    f"has {len(self.label_names)} names but num_labels={self.num_labels}",
+                    owner,
+                )
 
 
 def labels_from_hf(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,7 +124,7 @@ def labels_to_hf(label_names: tuple[str, ...] | None, num_labels: int) -> dict[s
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(EncoderConfig):
     """The BERT architecture, with Hugging Face `config.json` field names.
 
     Attributes:
@@ -171,35 +206,13 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value <= 0:
                 _fail(name, value, "must be a positive number")
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            _fail("pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})")
-        if self.label_names is not None:
-            if not isinstance(self.label_names, tuple):
-                object.__setattr__(self, "label_names", tuple(self.label_names))
-            if len(self.label_names) != self.num_labels:
-                _fail(
-                    "label_names",
-                    self.label_names,
-                    f"has {len(self.label_names)} names but num_labels={self.num_labels}",
-                )
+        self._check_ids_and_labels()
 
     # ---- derived sizes ----
-    @property
-    def head_dim(self) -> int:
-        """D, the width of one attention head."""
-        return self.hidden_size // self.num_attention_heads
-
     @property
     def padded_vocab_size(self) -> int:
         """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
         return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
-
-    def replace(self, **changes: Any) -> BertConfig:
-        """A copy with `changes` applied (validated again)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ValueError(f"BertConfig has no field(s) {sorted(unknown)}")
-        return dataclasses.replace(self, **changes)
 
     # ---- presets ----
     @classmethod

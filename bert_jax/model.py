@@ -511,6 +511,32 @@ class BertPooler(nn.Module):
         return jnp.tanh(_dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
 
 
+def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | None):
+    """An encoder's [B, L] inputs checked, with defaults where None: token_type_ids zeros,
+    attention_mask ones, position_ids 0..L-1. Returns the `arrays` in their order."""
+    if runtime.dtype == "auto":
+        raise ValueError(
+            "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
+            "runtime.resolved(bert_jax.attention.current_platform())"
+        )
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
+    defaults = dict(
+        token_type_ids=lambda: jnp.zeros_like(input_ids),
+        attention_mask=lambda: jnp.ones_like(input_ids),
+        position_ids=lambda: jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape),
+    )
+    out = []
+    for name, arr in arrays.items():
+        arr = defaults[name]() if arr is None else arr
+        if arr.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
+            )
+        out.append(arr)
+    return tuple(out)
+
+
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, layers and (optionally) the pooler.
 
@@ -544,34 +570,19 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
     ) -> BertModelOutput:
         cfg, rt = self.config, self.runtime
-        if rt.dtype == "auto":
-            raise ValueError(
-                "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
-                "runtime.resolved(bert_jax.attention.current_platform())"
-            )
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
+        token_type_ids, attention_mask, position_ids = encoder_inputs(
+            rt,
+            input_ids,
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+        )
         seq_len = input_ids.shape[1]
         if seq_len > cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings="
                 f"{cfg.max_position_embeddings}"
             )
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros_like(input_ids)
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
-        for name, arr in (
-            ("token_type_ids", token_type_ids),
-            ("attention_mask", attention_mask),
-            ("position_ids", position_ids),
-        ):
-            if arr.shape != input_ids.shape:
-                raise ValueError(
-                    f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
-                )
         x = BertEmbeddings(cfg, rt, name="embeddings")(
             input_ids, token_type_ids, position_ids, deterministic=deterministic
         )
@@ -679,7 +690,8 @@ class _Head(nn.Module):
       masked_positions: [B, P] positions to compute MLM logits at (MLM heads only);
       deterministic, output_hidden_states, output_attentions: as BertModel's.
 
-    Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`.
+    Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`;
+    another family's heads (`bert_jax.modernbert`) share this call and override `encode`.
     """
 
     config: BertConfig
@@ -720,9 +732,9 @@ class _Head(nn.Module):
                 )
             flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])  # noqa: E731
             input_ids, inputs = flat(input_ids), {k: flat(v) for k, v in inputs.items()}
-        out = BertModel(self.config, self.runtime, add_pooling_layer=self.pooled, name="bert")(
+        out = self.encode(
             input_ids,
-            **inputs,
+            inputs,
             cls_positions=cls_positions if self.pooled else None,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
@@ -734,6 +746,11 @@ class _Head(nn.Module):
             masked_positions=masked_positions,
             batch_shape=batch_shape,
         )
+
+    def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
+        """The encoder's outputs (pooled when `pooled`): `bert`, a BertModel."""
+        model = BertModel(self.config, self.runtime, add_pooling_layer=self.pooled, name="bert")
+        return model(input_ids, **inputs, **kwargs)
 
     def _dropout(self, x, deterministic):
         cfg = self.config

@@ -43,8 +43,10 @@ from bert_jax.model import (
     _constrain,
     _dense,
     _zeros,
+    encoder_inputs,
     gather_positions,
 )
+from bert_jax.model import _Head as BertHead  # the heads' call, shared
 from bert_jax.modernbert_config import ModernBertConfig
 
 Array = jax.Array
@@ -218,6 +220,7 @@ class ModernBertModel(nn.Module):
       position_ids: [B, L] int positions; 0..L-1 when omitted (also right for packed rows: RoPE
         sees only distances).
       segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int position of each packed sequence's first token (pooling only).
       deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
       output_hidden_states / output_attentions: also return every layer's states / probabilities.
 
@@ -225,11 +228,13 @@ class ModernBertModel(nn.Module):
       `BertModelOutput` with Hugging Face's fields: last_hidden_state [B, L, E] (after the final
       norm); hidden_states, L+1 arrays [B, L, E]: the embeddings', each layer's, the last one
       after the final norm (as transformers returns them); attentions [B, H, L, L] float32 per
-      layer; pooler_output is None (ModernBERT has no pooler).
+      layer. pooler_output: with `add_pooling_layer`, the classifier heads' input (`pool`,
+      [B, E] or [B, S, E]; no parameters: ModernBERT has no pooler), else None.
     """
 
     config: ModernBertConfig
     runtime: RuntimeConfig = RuntimeConfig()
+    add_pooling_layer: bool = False
 
     @nn.compact
     def __call__(
@@ -238,30 +243,21 @@ class ModernBertModel(nn.Module):
         attention_mask=None,
         position_ids=None,
         segment_ids=None,
+        cls_positions=None,
         *,
         deterministic: bool = True,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> BertModelOutput:
         cfg, rt = self.config, self.runtime
-        if rt.dtype == "auto":
-            raise ValueError(
-                "RuntimeConfig.dtype='auto' is resolved once per run: runtime.resolved"
-            )
         if rt.scan_layers:
             raise ValueError(
                 "RuntimeConfig.scan_layers=True: ModernBERT's layers differ (layer 0 has no "
                 "attention norm; global and local layers alternate), so they are not scanned"
             )
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
-        for name, arr in (("attention_mask", attention_mask), ("position_ids", position_ids)):
-            if arr.shape != input_ids.shape:
-                raise ValueError(f"{name} has shape {arr.shape}; input_ids has {input_ids.shape}")
+        attention_mask, position_ids = encoder_inputs(
+            rt, input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
         x = ModernBertEmbeddings(cfg, rt, name="embeddings")(input_ids, deterministic=deterministic)
         mask = AttentionMask(attention_mask.astype(bool), segment_ids)
         layer_cls = ModernBertEncoderLayer
@@ -276,44 +272,50 @@ class ModernBertModel(nn.Module):
             states.append(x)
             probs.append(p)
         y = _norm(cfg, rt, "final_norm")(x)
+        pooled = None
+        if self.add_pooling_layer:
+            pooled = pool(cfg, y, mask, cls_positions)
         return BertModelOutput(
             last_hidden_state=y,
+            pooler_output=pooled,
             hidden_states=(*states[:-1], y) if output_hidden_states else None,
             attentions=tuple(probs) if output_attentions else None,
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Heads
-# --------------------------------------------------------------------------------------------
-def pool(cfg: ModernBertConfig, sequence: Array, tokens: Array, segment_ids, cls_positions):
-    """The classifier's input, by `classifier_pooling`.
+def pool(
+    cfg: ModernBertConfig, sequence: Array, mask: AttentionMask, cls_positions: Array | None
+) -> Array:
+    """The classifier heads' input, by `classifier_pooling`.
 
     Args:
-      sequence: [B, L, E]; tokens: bool [B, L], True at real tokens.
-      segment_ids / cls_positions: packed rows' ids [B, L] and the positions [B, S] of each
-        sequence's first token, or None for one sequence a row.
+      sequence: [B, L, E], the final-norm states.
+      mask: the rows' real tokens and packed-sequence ids.
+      cls_positions: [B, S] int position of each packed sequence's first token, or None for one
+        sequence a row.
 
     Returns:
-      [B, E] ([B, S, E] packed): "cls" the first real token's state (Hugging Face's multiple
-      choice head's rule; its sequence classifier reads position 0 even in a left-padded row),
-      "mean" the mean over the sequence's real tokens.
+      [B, E] ([B, S, E] packed): "cls" the first real token's state (the rule of Hugging Face's
+      multiple-choice head; its sequence classifier reads position 0, a pad in a left-padded
+      row), "mean" the mean over the sequence's real tokens.
     """
     if cfg.classifier_pooling == "cls":
         if cls_positions is None:
-            return gather_positions(sequence, jnp.argmax(tokens, axis=-1)[:, None])[:, 0]
+            return gather_positions(sequence, jnp.argmax(mask.tokens, axis=-1)[:, None])[:, 0]
         return gather_positions(sequence, cls_positions)
-    if cls_positions is None:
-        weights = tokens[:, None, :]  # [B, 1, L]
-    else:  # sequence s of a packed row has segment id s + 1
-        segments = jnp.arange(1, cls_positions.shape[1] + 1)
-        weights = (segment_ids[:, None, :] == segments[None, :, None]) & tokens[:, None, :]
+    weights = mask.tokens[:, None, :]  # [B, 1, L]
+    if cls_positions is not None:  # packed sequence s has segment id s + 1
+        segments = jnp.arange(1, cls_positions.shape[1] + 1)[None, :, None]
+        weights = weights & (mask.segment_ids[:, None, :] == segments)  # [B, S, L]
     weights = weights.astype(jnp.float32)
     total = jnp.einsum("bsl,ble->bse", weights, sequence.astype(jnp.float32))
     mean = total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
     return (mean[:, 0] if cls_positions is None else mean).astype(sequence.dtype)
 
 
+# --------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------
 class ModernBertPredictionHead(nn.Module):
     """`head`: norm(act(dense(h))), [..., E] -> [..., E]."""
 
@@ -330,69 +332,25 @@ class ModernBertPredictionHead(nn.Module):
         return _norm(cfg, rt, "norm")(ACTIVATIONS[cfg.classifier_activation](h))
 
 
-class _Head(nn.Module):
-    """A task head on top of `model` (a ModernBertModel). Every head takes its inputs:
-
-      input_ids, attention_mask, position_ids, segment_ids: [B, L] ([B, C, L] for multiple
-        choice), as ModernBertModel's;
-      cls_positions: [B, S] first token of each packed sequence (pooled heads);
-      masked_positions: [B, P] positions to compute MLM logits at (the MLM head only);
-      deterministic, output_hidden_states, output_attentions: as ModernBertModel's.
-
-    Subclasses implement `head(out, inputs)`, `inputs` the (flattened) call arguments.
-    """
+class _Head(BertHead):
+    """A task head on top of `model` (a ModernBertModel), with the BERT heads' call
+    (`bert_jax.model._Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
+    ([B, C, L] for multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P]
+    (the MLM head), deterministic, output_hidden_states, output_attentions, all by keyword.
+    token_type_ids must stay None: ModernBERT has no token types."""
 
     config: ModernBertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    choices: ClassVar[bool] = False  # inputs are [B, C, L]: encode every choice
-    masked_lm: ClassVar[bool] = False  # accepts masked_positions
+    pooled: ClassVar[bool] = False  # reads `classifier_pooling`'s pooled state
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        masked_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ):
-        if masked_positions is not None and not self.masked_lm:
-            raise ValueError(f"{type(self).__name__} has no MLM head; masked_positions is for one")
-        batch_shape = input_ids.shape
-        if self.choices:
-            if input_ids.ndim != 3:
-                raise ValueError(
-                    f"{type(self).__name__} takes input_ids [batch, choices, length]; "
-                    f"got {input_ids.shape}"
-                )
-            flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])  # noqa: E731
-            input_ids, attention_mask = flat(input_ids), flat(attention_mask)
-            position_ids, segment_ids = flat(position_ids), flat(segment_ids)
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
-        out = ModernBertModel(self.config, self.runtime, name="model")(
-            input_ids,
-            attention_mask,
-            position_ids,
-            segment_ids,
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
+    def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
+        """The encoder's outputs (pooled when `pooled`): `model`, a ModernBertModel."""
+        inputs = dict(inputs)
+        if inputs.pop("token_type_ids") is not None:
+            raise ValueError(f"{type(self).__name__} takes no token_type_ids (ModernBERT has none)")
+        model = ModernBertModel(
+            self.config, self.runtime, add_pooling_layer=self.pooled, name="model"
         )
-        inputs = dict(
-            tokens=attention_mask.astype(bool),
-            segment_ids=segment_ids,
-            cls_positions=cls_positions,
-            masked_positions=masked_positions,
-            batch_shape=batch_shape,
-            deterministic=deterministic,
-        )
-        return self.head(out, **inputs)
+        return model(input_ids, **inputs, **kwargs)
 
     def _classify(self, h, features: int, deterministic: bool):
         """head -> dropout -> `classifier` (with a bias): float32 logits [..., features]."""
@@ -411,16 +369,15 @@ class ModernBertForMaskedLM(_Head):
 
     masked_lm = True
 
-    def head(self, out, *, masked_positions, **_):
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         cfg, rt = self.config, self.runtime
         h = out.last_hidden_state
         if masked_positions is not None:
             h = gather_positions(h, masked_positions)  # [B, P, E]
         t = ModernBertPredictionHead(cfg, rt, name="head")(h)
         table = self.variables["params"]["model"]["embeddings"]["tok_embeddings"]["embedding"]
-        table = nn.meta.unbox(table)  # [V, E]
         logits = jnp.einsum(
-            "...e,ve->...v", t.astype(rt.dtype), table.astype(rt.dtype),
+            "...e,ve->...v", t.astype(rt.dtype), nn.meta.unbox(table).astype(rt.dtype),
             preferred_element_type=jnp.float32,
         )  # fmt: skip
         if cfg.decoder_bias:
@@ -444,27 +401,28 @@ class ModernBertForSequenceClassification(_Head):
     """Pooled (`classifier_pooling`) -> head -> dropout -> `classifier`: logits [B, N]
     (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
-    def head(self, out, *, tokens, segment_ids, cls_positions, deterministic, **_):
-        pooled = pool(self.config, out.last_hidden_state, tokens, segment_ids, cls_positions)
-        logits = self._classify(pooled, self.config.num_labels, deterministic)
+    pooled = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out.pooler_output, self.config.num_labels, deterministic)
         return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
 class ModernBertForMultipleChoice(_Head):
     """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
 
+    pooled = True
     choices = True
 
-    def head(self, out, *, tokens, batch_shape, deterministic, **_):
-        pooled = pool(self.config, out.last_hidden_state, tokens, None, None)
-        logits = self._classify(pooled, 1, deterministic)  # [B*C, 1]
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out.pooler_output, 1, deterministic)  # [B*C, 1]
         return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
 
 
 class ModernBertForTokenClassification(_Head):
     """Per-token labels: head -> dropout -> `classifier`: logits [B, L, N]."""
 
-    def head(self, out, *, deterministic, **_):
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         logits = self._classify(out.last_hidden_state, self.config.num_labels, deterministic)
         return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
@@ -472,7 +430,7 @@ class ModernBertForTokenClassification(_Head):
 class ModernBertForQuestionAnswering(_Head):
     """Extractive QA: head -> dropout -> `classifier` [.., 2]: start_logits, end_logits [B, L]."""
 
-    def head(self, out, *, deterministic, **_):
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
         logits = self._classify(out.last_hidden_state, 2, deterministic)
         return QuestionAnsweringOutput(
             logits[..., 0], logits[..., 1], out.hidden_states, out.attentions

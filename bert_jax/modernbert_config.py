@@ -20,7 +20,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from bert_jax.config import ACTIVATIONS, HF_HOUSEKEEPING, labels_from_hf, labels_to_hf
+from bert_jax.config import (
+    ACTIVATIONS,
+    HF_HOUSEKEEPING,
+    EncoderConfig,
+    labels_from_hf,
+    labels_to_hf,
+)
 
 MODEL_TYPE = "modernbert"
 POOLINGS = ("cls", "mean")
@@ -42,7 +48,7 @@ def _fail(field: str, value: Any, why: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModernBertConfig:
+class ModernBertConfig(EncoderConfig):
     """The ModernBERT architecture, with Hugging Face `config.json` field names.
 
     Attributes:
@@ -140,24 +146,9 @@ class ModernBertConfig:
                 _fail(name, getattr(self, name), "must be a bool")
         if self.classifier_pooling not in POOLINGS:
             _fail("classifier_pooling", self.classifier_pooling, f"expected one of {POOLINGS}")
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            _fail("pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})")
-        if self.label_names is not None:
-            if not isinstance(self.label_names, tuple):
-                object.__setattr__(self, "label_names", tuple(self.label_names))
-            if len(self.label_names) != self.num_labels:
-                _fail(
-                    "label_names",
-                    self.label_names,
-                    f"has {len(self.label_names)} names but num_labels={self.num_labels}",
-                )
+        self._check_ids_and_labels()
 
     # ---- derived ----
-    @property
-    def head_dim(self) -> int:
-        """D, the width of one attention head."""
-        return self.hidden_size // self.num_attention_heads
-
     @property
     def padded_vocab_size(self) -> int:
         """Rows of the word-embedding table: V (ModernBERT's vocabularies are padded already)."""
@@ -181,13 +172,6 @@ class ModernBertConfig:
     def window(self) -> int:
         """Keys a local layer's query sees on each side: local_attention // 2 positions."""
         return self.local_attention // 2
-
-    def replace(self, **changes: Any) -> ModernBertConfig:
-        """A copy with `changes` applied (validated again)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ValueError(f"ModernBertConfig has no field(s) {sorted(unknown)}")
-        return dataclasses.replace(self, **changes)
 
     # ---- Hugging Face config.json ----
     @classmethod
