@@ -31,7 +31,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
 
@@ -69,14 +69,14 @@ def _check_platform(platform: str) -> str:
     return platform
 
 
-def cudnn_supports(cfg: BertConfig, dtype: str) -> bool:
+def cudnn_supports(cfg: EncoderConfig, dtype: str) -> bool:
     """Whether cuDNN's flash attention takes this model's heads in `dtype` (on a CUDA GPU)."""
     return dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
 
 
 def resolve_attention(
     runtime: RuntimeConfig,
-    cfg: BertConfig,
+    cfg: EncoderConfig,
     platform: str,
     *,
     training: bool,
@@ -423,7 +423,7 @@ def attend(
     v: Array,
     mask: AttentionMask,
     *,
-    config,
+    config: EncoderConfig,
     runtime: RuntimeConfig,
     dropout_rng: Array | None = None,
     output_attentions: bool = False,

@@ -68,7 +68,12 @@ def _fail(field: str, value: Any, why: str, owner: str = "BertConfig") -> None:
 
 class EncoderConfig:
     """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`):
-    the head size, `replace`, and the checks of pad_token_id and label_names."""
+    the head size, `replace`, and the checks of pad_token_id and label_names.
+
+    A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
+    initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` and
+    `padded_vocab_size` as fields or properties: what the attention kernels, the shared layers
+    and conversion read."""
 
     @property
     def head_dim(self) -> int:
