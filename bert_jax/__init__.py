@@ -1,12 +1,15 @@
-"""bert_jax: an exact BERT in JAX/Flax.
+"""bert_jax: an exact BERT (and ModernBERT) in JAX/Flax.
 
 import bert_jax
 model, params, config, tokenizer, head = bert_jax.from_pretrained(hf_dir, "BertForPreTraining")
 out = model.apply({"params": params}, input_ids)
+config, params = bert_jax.convert.load_pytorch(hf_dir, model="ModernBertForMaskedLM")
+out = bert_jax.ModernBertForMaskedLM(config).apply({"params": params}, input_ids)
 """
 
 from bert_jax import convert, losses
 from bert_jax.config import PRESETS, BertConfig, RuntimeConfig
+from bert_jax.families import get_model_class
 from bert_jax.model import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -17,9 +20,17 @@ from bert_jax.model import (
     BertForTokenClassification,
     BertModel,
     count_params,
-    get_model_class,
     init_params,
 )
+from bert_jax.modernbert import (
+    ModernBertForMaskedLM,
+    ModernBertForMultipleChoice,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
+)
+from bert_jax.modernbert_config import ModernBertConfig
 from bert_jax.pretrained import Pretrained, from_pretrained
 
 __version__ = "0.1.0"
@@ -36,6 +47,13 @@ __all__ = [
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "BertModel",
+    "ModernBertConfig",
+    "ModernBertForMaskedLM",
+    "ModernBertForMultipleChoice",
+    "ModernBertForQuestionAnswering",
+    "ModernBertForSequenceClassification",
+    "ModernBertForTokenClassification",
+    "ModernBertModel",
     "RuntimeConfig",
     "convert",
     "count_params",

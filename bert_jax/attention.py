@@ -14,7 +14,9 @@ Implementations (`RuntimeConfig.attention`):
 
 Masks reach every kernel whole: cudnn and fused_xla take the boolean mask, splash takes segment
 ids. Left padding, holes and packed rows are all exact at real tokens; outputs at padding
-positions are unspecified (they differ between kernels and nothing reads them).
+positions are unspecified (they differ between kernels and nothing reads them). A local
+(sliding-window) layer's `AttentionMask.window` is a band in the boolean mask for xla, cudnn and
+fused_xla, and splash's own `LocalMask` (whose all-masked blocks the kernel skips) on TPU.
 
 Dimension legend: B batch, L length, H heads, D head size.
 """
@@ -29,7 +31,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
 
@@ -67,14 +69,14 @@ def _check_platform(platform: str) -> str:
     return platform
 
 
-def cudnn_supports(cfg: BertConfig, dtype: str) -> bool:
+def cudnn_supports(cfg: EncoderConfig, dtype: str) -> bool:
     """Whether cuDNN's flash attention takes this model's heads in `dtype` (on a CUDA GPU)."""
     return dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
 
 
 def resolve_attention(
     runtime: RuntimeConfig,
-    cfg: BertConfig,
+    cfg: EncoderConfig,
     platform: str,
     *,
     training: bool,
@@ -174,14 +176,27 @@ class AttentionMask:
     Attributes:
       tokens: bool [B, L], True at real tokens (any pattern: right or left padding, holes).
       segment_ids: int [B, L] packed-sequence ids (0 = padding), or None for one sequence a row.
+      window: a local layer's reach, static: a query at index i sees keys at indices within
+        `window` of i on either side (and the rest of the mask); None = global.
     """
 
     tokens: Array
     segment_ids: Array | None = None
+    window: int | None = flax.struct.field(pytree_node=False, default=None)
+
+    def local(self, window: int | None) -> AttentionMask:
+        """The same rows seen through a sliding window of `window` keys a side (None: global)."""
+        return self.replace(window=window)
 
     def dense(self) -> Array:
-        """bool [B, 1, 1|L, L], True = attend (`attention_mask_to_bias_mask`)."""
-        return attention_mask_to_bias_mask(self.tokens, self.segment_ids)
+        """bool [B, 1, 1|L, L] ([B, 1, L, L] with a window), True = attend
+        (`attention_mask_to_bias_mask`, then the window's band)."""
+        dense = attention_mask_to_bias_mask(self.tokens, self.segment_ids)
+        if self.window is None:
+            return dense
+        index = jnp.arange(self.tokens.shape[1])
+        band = jnp.abs(index[:, None] - index[None, :]) <= self.window  # [L, L]
+        return dense & band
 
     def ids(self) -> Array:
         """int32 [B, L]: a real token attends exactly the real tokens of equal id; 0 = padding."""
@@ -313,8 +328,9 @@ def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask, implement
     return out[:, :length]
 
 
-def _splash_kernel(num_heads: int, length: int, interpret: bool):
-    """A splash kernel for [H, length, D] inputs (length a multiple of 128), no static mask.
+def _splash_kernel(num_heads: int, length: int, interpret: bool, window: int | None = None):
+    """A splash kernel for [H, length, D] inputs (length a multiple of 128): no static mask, or
+    a `LocalMask` of `window` keys a side.
 
     Built per trace, never cached: its mask tables become arrays of the trace that builds it."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
@@ -329,17 +345,21 @@ def _splash_kernel(num_heads: int, length: int, interpret: bool):
         block_kv_dkv_compute=block,
         use_fused_bwd_kernel=True,
     )
-    full = splash.MultiHeadMask([splash.FullMask((length, length))] * num_heads)
+    if window is None:
+        head_mask = splash.FullMask((length, length))
+    else:
+        head_mask = splash.LocalMask((length, length), window_size=(window, window), offset=0)
+    static = splash.MultiHeadMask([head_mask] * num_heads)
     return splash.make_splash_mha(
-        full, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+        static, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
     )
 
 
-def _splash_local(q, k, v, ids, *, interpret: bool):
+def _splash_shard(q, k, v, ids, *, interpret: bool, window: int | None):
     """Splash attention on one shard: q, k, v [B, L, H, D] (L a multiple of 128), ids [B, L]."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
-    kernel = _splash_kernel(q.shape[2], q.shape[1], interpret)
+    kernel = _splash_kernel(q.shape[2], q.shape[1], interpret, window)
     heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [B, L, H, D] <-> [B, H, L, D]
     out = jax.vmap(kernel)(
         heads_first(q), heads_first(k), heads_first(v), splash.SegmentIds(q=ids, kv=ids)
@@ -354,7 +374,8 @@ def _dividing(axes, size: int, mesh):
 
 
 def splash_attention(q: Array, k: Array, v: Array, mask: AttentionMask, *, interpret: bool):
-    """Pallas TPU splash attention with segment ids: padding and packed rows both become ids.
+    """Pallas TPU splash attention with segment ids: padding and packed rows both become ids;
+    a local layer's window becomes the kernel's static `LocalMask`.
 
     The length is padded inside the call to a multiple of 128 (the kernel's least block), the pad
     given id 0 like padding, so any length runs. Under a mesh the kernel runs per shard
@@ -373,7 +394,7 @@ def splash_attention(q: Array, k: Array, v: Array, mask: AttentionMask, *, inter
     q = q * jnp.asarray(1.0 / math.sqrt(q.shape[-1]), q.dtype)  # splash does not scale
     q, k, v = (_pad_length(x, padded) for x in (q, k, v))
     ids = _pad_length(mask.ids(), padded)  # [B, Lp]
-    local = functools.partial(_splash_local, interpret=interpret)
+    local = functools.partial(_splash_shard, interpret=interpret, window=mask.window)
     mesh = jax.sharding.get_abstract_mesh()
     if not mesh.empty and math.prod(mesh.shape.values()) > 1:
         spec = nn.logical_to_mesh_axes(("act_batch", "act_len", "act_heads", None))
@@ -391,3 +412,49 @@ def splash_attention(q: Array, k: Array, v: Array, mask: AttentionMask, *, inter
             local, in_specs=(spec, spec, spec, ids_spec), out_specs=spec, check_vma=False
         )
     return local(q, k, v, ids)[:, :length]
+
+
+# --------------------------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------------------------
+def attend(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    *,
+    config: EncoderConfig,
+    runtime: RuntimeConfig,
+    dropout_rng: Array | None = None,
+    output_attentions: bool = False,
+) -> tuple[Array, Array | None]:
+    """Attention through the kernel `resolve_attention` picks here; what every family's layers call.
+
+    Args:
+      q, k, v: [B, L, H, D] in the compute dtype (scaled by 1 / sqrt(D) here, not before).
+      mask: the rows' `AttentionMask` (a local layer's carries its window).
+      config: the architecture (`BertConfig`, `ModernBertConfig`): its head size and
+        `attention_probs_dropout_prob`.
+      runtime: the run-time config (dtype, `attention`).
+      dropout_rng: attention-probability dropout's key when training with it, else None.
+      output_attentions: also return the probabilities, which takes the xla path (it forms them).
+
+    Returns:
+      context [B, L, H, D] in v's dtype, and probabilities [B, H, L, L] float32 or None.
+    """
+    platform = current_platform()
+    implementation = resolve_attention(runtime, config, platform, training=dropout_rng is not None)
+    if implementation == "xla" or output_attentions:
+        rate = config.attention_probs_dropout_prob if dropout_rng is not None else 0.0
+        return xla_attention(
+            q,
+            k,
+            v,
+            mask.dense(),
+            dropout_rate=rate,
+            dropout_rng=dropout_rng,
+            return_probs=output_attentions,
+        )
+    if implementation == "splash":
+        return splash_attention(q, k, v, mask, interpret=platform != "tpu"), None
+    return fused_attention(q, k, v, mask, implementation), None

@@ -50,8 +50,8 @@ _ORIGINAL_FIELDS = (
     "vocab_size",
 )
 
-# Keys a Hugging Face config.json carries that say nothing about a BERT encoder's weights.
-_HF_HOUSEKEEPING = frozenset(
+# Keys a Hugging Face config.json carries that say nothing about an encoder's weights.
+HF_HOUSEKEEPING = frozenset(
     """
     _name_or_path architectures transformers_version model_type torch_dtype dtype use_cache
     gradient_checkpointing output_hidden_states output_attentions return_dict torchscript
@@ -65,12 +65,74 @@ _HF_HOUSEKEEPING = frozenset(
 )
 
 
-def _fail(field: str, value: Any, why: str) -> None:
-    raise ValueError(f"BertConfig.{field}={value!r}: {why}")
+def _fail(field: str, value: Any, why: str, owner: str = "BertConfig") -> None:
+    raise ValueError(f"{owner}.{field}={value!r}: {why}")
+
+
+class EncoderConfig:
+    """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`):
+    the head size, `replace`, and the checks of pad_token_id and label_names.
+
+    A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
+    initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` and
+    `padded_vocab_size` as fields or properties: what the attention kernels, the shared layers
+    and conversion read."""
+
+    @property
+    def head_dim(self) -> int:
+        """D, the width of one attention head."""
+        return self.hidden_size // self.num_attention_heads
+
+    def replace(self, **changes: Any):
+        """A copy with `changes` applied (validated again)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def _check_ids_and_labels(self) -> None:
+        """pad_token_id is in the vocabulary; label_names (made a tuple) number num_labels."""
+        owner = type(self).__name__
+        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
+            _fail(
+                "pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})", owner
+            )
+        if self.label_names is not None:
+            if not isinstance(self.label_names, tuple):
+                object.__setattr__(self, "label_names", tuple(self.label_names))
+            if len(self.label_names) != self.num_labels:
+                _fail(
+                    "label_names",
+                    self.label_names,
+                    f"has {len(self.label_names)} names but num_labels={self.num_labels}",
+                    owner,
+                )
+
+
+def labels_from_hf(d: Mapping[str, Any]) -> dict[str, Any]:
+    """`num_labels` (and `label_names` unless they are LABEL_0, LABEL_1, ...) from a Hugging
+    Face config.json's id2label, else its num_labels; {} when it has neither."""
+    id2label = d.get("id2label")
+    if id2label:
+        items = sorted((int(k), v) for k, v in id2label.items())
+        out: dict[str, Any] = {"num_labels": len(items)}
+        if any(v != f"LABEL_{i}" for i, v in items):
+            out["label_names"] = tuple(v for _, v in items)
+        return out
+    return {"num_labels": int(d["num_labels"])} if "num_labels" in d else {}
+
+
+def labels_to_hf(label_names: tuple[str, ...] | None, num_labels: int) -> dict[str, Any]:
+    """config.json's id2label and label2id for these labels (LABEL_i when unnamed)."""
+    names = label_names or tuple(f"LABEL_{i}" for i in range(num_labels))
+    return {
+        "id2label": {str(i): n for i, n in enumerate(names)},
+        "label2id": {n: i for i, n in enumerate(names)},
+    }
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(EncoderConfig):
     """The BERT architecture, with Hugging Face `config.json` field names.
 
     Attributes:
@@ -152,35 +214,13 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value <= 0:
                 _fail(name, value, "must be a positive number")
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            _fail("pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})")
-        if self.label_names is not None:
-            if not isinstance(self.label_names, tuple):
-                object.__setattr__(self, "label_names", tuple(self.label_names))
-            if len(self.label_names) != self.num_labels:
-                _fail(
-                    "label_names",
-                    self.label_names,
-                    f"has {len(self.label_names)} names but num_labels={self.num_labels}",
-                )
+        self._check_ids_and_labels()
 
     # ---- derived sizes ----
-    @property
-    def head_dim(self) -> int:
-        """D, the width of one attention head."""
-        return self.hidden_size // self.num_attention_heads
-
     @property
     def padded_vocab_size(self) -> int:
         """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
         return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
-
-    def replace(self, **changes: Any) -> BertConfig:
-        """A copy with `changes` applied (validated again)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ValueError(f"BertConfig has no field(s) {sorted(unknown)}")
-        return dataclasses.replace(self, **changes)
 
     # ---- presets ----
     @classmethod
@@ -227,19 +267,11 @@ class BertConfig:
         kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
         if "classifier_dropout" in d:
             kwargs["classifier_dropout"] = d["classifier_dropout"]
-        id2label = d.get("id2label")
-        if id2label:
-            items = sorted(((int(k), v) for k, v in id2label.items()))
-            labels = tuple(v for _, v in items)
-            kwargs["num_labels"] = len(labels)
-            if any(v != f"LABEL_{i}" for i, v in items):
-                kwargs["label_names"] = labels
-        elif "num_labels" in d:
-            kwargs["num_labels"] = int(d["num_labels"])
+        kwargs.update(labels_from_hf(d))
         unknown = (
             set(d)
             - names
-            - _HF_HOUSEKEEPING
+            - HF_HOUSEKEEPING
             - {
                 "position_embedding_type",
                 "is_decoder",
@@ -262,9 +294,7 @@ class BertConfig:
                 d[f.name] = getattr(self, f.name)
         if self.vocab_pad_multiple != 1:  # bert_jax's own (a Hugging Face export strips it)
             d["vocab_pad_multiple"] = self.vocab_pad_multiple
-        names = self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
-        d["id2label"] = {str(i): n for i, n in enumerate(names)}
-        d["label2id"] = {n: i for i, n in enumerate(names)}
+        d.update(labels_to_hf(self.label_names, self.num_labels))
         d["position_embedding_type"] = "absolute"
         d["tie_word_embeddings"] = True
         return d

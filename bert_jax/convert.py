@@ -3,7 +3,9 @@
 Formats:
   * Hugging Face PyTorch directories: `config.json` + `model.safetensors` or `pytorch_model.bin`,
     sharded (`*.index.json`) or not, with or without the `bert.` prefix, old `gamma`/`beta`
-    LayerNorm names, the tied decoder and either spelling of the MLM output bias.
+    LayerNorm names, the tied decoder and either spelling of the MLM output bias. ModernBERT
+    directories too (`model_type: "modernbert"` in config.json picks the family,
+    `bert_jax.families`), with or without the `model.` prefix.
   * google-research/bert TF checkpoints: `bert_model.ckpt.*` + `bert_config.json` (TensorFlow is
     an optional extra, imported only here).
   * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
@@ -47,7 +49,15 @@ from flax import traverse_util
 
 from bert_jax import checkpointing, hf_flax, model_card, multihost
 from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.model import get_model_class, init_params, is_stacked, stack_layers, unstack_layers
+from bert_jax.families import (
+    MODEL_CLASSES,
+    ModelConfig,
+    config_from_hf_dict,
+    config_from_json_file,
+    family_of,
+    get_model_class,
+)
+from bert_jax.model import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.paths import as_path, is_url, missing_path_error
 
 PyTree = Any
@@ -65,6 +75,47 @@ _TF_SKIP_RE = re.compile(r"(^global_step$|/adam_[mv]$|^bad_steps$|^good_steps$|^
 
 class ConversionError(ValueError):
     """A checkpoint cannot be converted without losing or inventing weights."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HfLayout:
+    """How a family's Hugging Face state dict is laid out around the names `_hf_key` derives.
+
+    Attributes:
+      prefix: the encoder's prefix in a head's state dict (absent in the encoder's own).
+      roots: the encoder's top-level names (keys starting with them may lack the prefix).
+      structural: flax keys that must come from the checkpoint (never newly initialized).
+      tied_decoder: the MLM decoder weight, tied to the word embeddings (often omitted).
+      word_embeddings: the word-embedding table's flax key, without the prefix.
+    """
+
+    prefix: str
+    roots: tuple[str, ...]
+    structural: str
+    tied_decoder: str
+    word_embeddings: str
+
+
+HF_LAYOUTS = {
+    "bert": HfLayout(
+        "bert.",
+        ("embeddings.", "encoder.", "pooler."),
+        r"^(bert/)?(embeddings|encoder)/",
+        "cls.predictions.decoder.weight",
+        "embeddings/word_embeddings/embedding",
+    ),
+    "modernbert": HfLayout(
+        "model.",
+        ("embeddings.", "layers.", "final_norm."),
+        r"^(model/)?(embeddings|layers_\d+|final_norm)/",
+        "decoder.weight",
+        "embeddings/tok_embeddings/embedding",
+    ),
+}
+
+
+def _layout(config: ModelConfig) -> HfLayout:
+    return HF_LAYOUTS[family_of(config).model_type]
 
 
 @dataclasses.dataclass
@@ -123,7 +174,10 @@ class ParamRule:
 
     @property
     def _n_in(self) -> int:
-        return 2 if self.flax_key.endswith("attention/output/dense/kernel") else 1
+        """Leading kernel axes that are inputs: 2 for projections out of the heads [H, D, E]."""
+        return (
+            2 if self.flax_key.endswith(("attention/output/dense/kernel", "attn/Wo/kernel")) else 1
+        )
 
     def _flat(self, x: np.ndarray) -> np.ndarray:
         """flax kernel -> [in, out]."""
@@ -149,7 +203,7 @@ class ParamRule:
 
 
 def _hf_key(flax_key: str) -> str:
-    key = re.sub(r"layer_(\d+)", r"layer.\1", flax_key).replace("/", ".")
+    key = re.sub(r"(layers?)_(\d+)", r"\1.\2", flax_key).replace("/", ".")
     return re.sub(r"\.(kernel|embedding|scale)$", ".weight", key)
 
 
@@ -178,7 +232,7 @@ def _tf_key(flax_key: str) -> str:
     return key
 
 
-def parameter_table(config: BertConfig, model: str) -> list[ParamRule]:
+def parameter_table(config: ModelConfig, model: str) -> list[ParamRule]:
     """One rule per parameter of `model` (a head class name) under `config`, unstacked layout."""
     shapes = expected_shapes(config, model)
     rules = []
@@ -196,7 +250,7 @@ def parameter_table(config: BertConfig, model: str) -> list[ParamRule]:
     return rules
 
 
-def expected_shapes(config: BertConfig, model: str) -> dict[str, tuple[int, ...]]:
+def expected_shapes(config: ModelConfig, model: str) -> dict[str, tuple[int, ...]]:
     """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating."""
     module = get_model_class(model)(config, RuntimeConfig())
     abstract = jax.eval_shape(lambda: init_params(module, jax.random.PRNGKey(0)))
@@ -215,7 +269,10 @@ def _flatten(params: PyTree) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}
 
 
-_VOCAB_KEY_RE = re.compile(r"(^|/)(embeddings/word_embeddings/embedding|predictions/bias)$")
+# Parameters with a row per token: the word embeddings and the MLM output bias of either family.
+_VOCAB_KEY_RE = re.compile(
+    r"(^|/)(embeddings/(word|tok)_embeddings/embedding|predictions/bias)$|^decoder/bias$"
+)
 
 
 def _fit_rows(x: np.ndarray, keep: int, rows: int) -> np.ndarray:
@@ -224,7 +281,7 @@ def _fit_rows(x: np.ndarray, keep: int, rows: int) -> np.ndarray:
     return np.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
 
 
-def fit_vocab_rows(params: PyTree, config: BertConfig) -> PyTree:
+def fit_vocab_rows(params: PyTree, config: ModelConfig) -> PyTree:
     """Host `params` (unstacked) with the word embeddings and MLM bias cut to V rows and padded
     with zeros to `config.padded_vocab_size`: weights saved under another `vocab_pad_multiple`
     (a Hugging Face model has none) made to fit this config's model."""
@@ -241,7 +298,7 @@ def _unflatten(flat: Mapping[str, np.ndarray], scan_layers: bool) -> PyTree:
     return stack_layers(tree) if scan_layers else tree
 
 
-def check_params(config: BertConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
+def check_params(config: ModelConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
     """Flattens `params` and checks names and shapes against `model`; raises naming any mismatch."""
     flat = _flatten(params)
     shapes = expected_shapes(config, model)
@@ -262,13 +319,13 @@ def check_params(config: BertConfig, params: PyTree, model: str) -> dict[str, np
 # --------------------------------------------------------------------------------------------
 # Loading into bert_jax
 # --------------------------------------------------------------------------------------------
-def _is_head_key(flax_key: str) -> bool:
+def _is_head_key(flax_key: str, layout: HfLayout) -> bool:
     """Weights that may be newly initialized when asked for: everything but embeddings/encoder."""
-    return not re.match(r"^(bert/)?(embeddings|encoder)/", flax_key)
+    return not re.match(layout.structural, flax_key)
 
 
 def _assemble(
-    config: BertConfig,
+    config: ModelConfig,
     model: str,
     lookup,
     source_keys: Sequence[str],
@@ -300,7 +357,7 @@ def _assemble(
         report.loaded.append(rule.flax_key)
     unexpected = sorted(k for k in source_keys if k not in used)
     if missing:
-        structural = [k for k in missing if not _is_head_key(k)]
+        structural = [k for k in missing if not _is_head_key(k, _layout(config))]
         if structural or not allow_new_heads:
             raise ConversionError(
                 f"checkpoint lacks {len(missing)} weight(s) of {model}: {missing[:12]}"
@@ -403,7 +460,7 @@ def _normalize_hf(state: Mapping[str, np.ndarray], report: ConversionReport) -> 
 
 
 def hf_state_to_params(
-    config: BertConfig,
+    config: ModelConfig,
     state: Mapping[str, np.ndarray],
     model: str = "BertForPreTraining",
     *,
@@ -415,12 +472,13 @@ def hf_state_to_params(
     """Maps a Hugging Face state dict onto `model`'s parameter tree. Returns (params, report)."""
     report = ConversionReport()
     state = _normalize_hf(state, report)
+    layout = _layout(config)
 
     def candidates(hf_key: str) -> list[str]:
-        if hf_key.startswith("bert."):
-            keys = [hf_key, hf_key[len("bert.") :]]
-        elif hf_key.startswith(("embeddings.", "encoder.", "pooler.")):
-            keys = [hf_key, "bert." + hf_key]
+        if hf_key.startswith(layout.prefix):
+            keys = [hf_key, hf_key[len(layout.prefix) :]]
+        elif hf_key.startswith(layout.roots):
+            keys = [hf_key, layout.prefix + hf_key]
         else:
             keys = [hf_key]
         if hf_key == "cls.predictions.bias":
@@ -456,10 +514,10 @@ def hf_state_to_params(
         report=report,
     )
     # The tied decoder: an explicit decoder.weight must equal the word embeddings.
-    for key in ("cls.predictions.decoder.weight",):
+    for key in (layout.tied_decoder,):
         if key in state:
             flat = _flatten(params)
-            emb_key = next(k for k in flat if k.endswith("embeddings/word_embeddings/embedding"))
+            emb_key = next(k for k in flat if k.endswith(layout.word_embeddings))
             ours = flat[emb_key][: config.vocab_size]  # without the padding rows
             if not np.array_equal(state[key].astype(np.float32), ours.astype(np.float32)):
                 raise ConversionError(
@@ -474,8 +532,6 @@ def hf_state_to_params(
 def _default_model(config_path: str, fallback: str) -> str:
     with open(config_path, encoding="utf-8") as f:
         archs = json.load(f).get("architectures") or []
-    from bert_jax.model import MODEL_CLASSES
-
     known = [a for a in archs if a in MODEL_CLASSES]
     return known[0] if known else fallback
 
@@ -490,12 +546,14 @@ def load_pytorch(
     seed: int = 0,
     return_report: bool = False,
 ):
-    """Loads a Hugging Face BERT directory as (config, params) for bert_jax's `model` class.
+    """Loads a Hugging Face directory as (config, params) for bert_jax's `model` class.
 
     Args:
       path: directory with config.json and model.safetensors / pytorch_model.bin /
-        flax_model.msgpack (sharded or not).
-      model: bert_jax head class name; None takes config.json's `architectures`.
+        flax_model.msgpack (sharded or not); config.json's `model_type` picks the family (BERT
+        or ModernBERT) and its config class.
+      model: bert_jax head class name ("BertForPreTraining", "ModernBertForMaskedLM", ...) of
+        that family; None takes config.json's `architectures`.
       allow_new_heads: initialize task-head weights the checkpoint lacks (listed in the report)
         instead of raising.
       scan_layers: return the stacked-layer layout for `RuntimeConfig(scan_layers=True)`.
@@ -512,8 +570,8 @@ def load_pytorch(
         raise missing_path_error(path)
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{path} has no config.json; is it a Hugging Face model directory?")
-    config = BertConfig.from_json_file(config_path)
-    model = model or _default_model(config_path, "BertModel")
+    config = config_from_json_file(config_path)
+    model = model or _default_model(config_path, family_of(config).base_model)
     state = read_hf_state_dict(path)
     params, report = hf_state_to_params(
         config,
@@ -608,7 +666,7 @@ def load_tf(
 # Saving from bert_jax
 # --------------------------------------------------------------------------------------------
 def params_to_hf_state(
-    config: BertConfig, params: PyTree, model: str = "BertForPreTraining"
+    config: ModelConfig, params: PyTree, model: str = "BertForPreTraining"
 ) -> dict[str, np.ndarray]:
     """The Hugging Face state dict (as `save_pretrained` writes it: tied decoder omitted)."""
     flat = check_params(config, params, model)
@@ -625,7 +683,7 @@ def _prepare_out_dir(out_dir: epath.Path, names: Sequence[str], overwrite: bool)
 
 
 def save_pytorch(
-    config: BertConfig,
+    config: ModelConfig,
     params: PyTree,
     out_dir: str | os.PathLike,
     model: str = "BertForPreTraining",
@@ -654,7 +712,9 @@ def save_pytorch(
             )
     state = {k: _savable(v) for k, v in state.items()}
     _atomic_write(out_dir, "model.safetensors", lambda p: save_file(state, p, {"format": "pt"}))
-    unpadded = config.replace(vocab_pad_multiple=1)  # the state above has V rows
+    unpadded = config  # the state above has V rows
+    if getattr(config, "vocab_pad_multiple", 1) != 1:
+        unpadded = config.replace(vocab_pad_multiple=1)
     _atomic_write(out_dir, "config.json", lambda p: unpadded.to_json_file(p, architecture=model))
     return os.fspath(out_dir)
 
@@ -722,7 +782,7 @@ def _atomic_write(out_dir: epath.Path, name: str, write) -> None:
 
 def save_pretrained(
     out_dir: str | os.PathLike,
-    config: BertConfig,
+    config: ModelConfig,
     params: PyTree,
     model: str = "BertForPreTraining",
     *,
@@ -771,7 +831,7 @@ def save_pretrained(
 
 def load_pretrained(
     path: str | os.PathLike, *, scan_layers: bool = False
-) -> tuple[BertConfig, PyTree, str]:
+) -> tuple[ModelConfig, PyTree, str]:
     """Reads a `save_pretrained` directory: (config, params, model class name)."""
     import orbax.checkpoint as ocp
 
@@ -780,8 +840,8 @@ def load_pretrained(
     params_dir = os.path.join(path, "params")
     if not os.path.exists(config_path) or not os.path.isdir(params_dir):
         raise FileNotFoundError(f"{path} is not a bert_jax checkpoint (config.json + params/)")
-    config = BertConfig.from_json_file(config_path)
-    model = _default_model(config_path, "BertModel")
+    config = config_from_json_file(config_path)
+    model = _default_model(config_path, family_of(config).base_model)
     try:
         with ocp.StandardCheckpointer() as ckptr:
             tree = ckptr.restore(params_dir)
@@ -796,7 +856,7 @@ def load_pretrained(
 
 def load_training_checkpoint(
     workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
-) -> tuple[BertConfig, PyTree, str, int]:
+) -> tuple[ModelConfig, PyTree, str, int]:
     """Params of a `train.py` checkpoint: (config, params, model class name, step).
 
     Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
@@ -805,7 +865,7 @@ def load_training_checkpoint(
     """
     try:
         run = checkpointing.read_run_params(workdir, step)
-        config = BertConfig.from_hf_dict(run.config)
+        config = config_from_hf_dict(run.config)
     except (checkpointing.RunCheckpointError, TypeError, ValueError) as e:
         raise ConversionError(str(e)) from e
     check_params(config, run.params, run.head)
@@ -816,16 +876,22 @@ def load_training_checkpoint(
 # --------------------------------------------------------------------------------------------
 # Verification against PyTorch
 # --------------------------------------------------------------------------------------------
-def sample_inputs(config: BertConfig, model: str, batch: int = 2, seq_len: int = 16, seed: int = 0):
-    """Random ids, token types and a padding mask (later rows padded) for checking a model."""
+def sample_inputs(
+    config: ModelConfig, model: str, batch: int = 2, seq_len: int = 16, seed: int = 0
+):
+    """Random ids, token types (where the family has them) and a padding mask (later rows
+    padded) for checking a model."""
     rng = np.random.default_rng(seed)
     seq_len = min(seq_len, config.max_position_embeddings)
-    shape = (batch, 3, seq_len) if model == "BertForMultipleChoice" else (batch, seq_len)
+    choices = getattr(get_model_class(model), "choices", False)
+    shape = (batch, 3, seq_len) if choices else (batch, seq_len)
     ids = rng.integers(0, config.vocab_size, size=shape, dtype=np.int64)
-    types = rng.integers(0, config.type_vocab_size, size=shape, dtype=np.int64)
     mask = np.ones(shape, np.int64)
     for b in range(1, batch):
         mask[b, ..., seq_len - 1 - (3 * b) % max(1, seq_len // 2) :] = 0
+    if not hasattr(config, "type_vocab_size"):
+        return dict(input_ids=ids, attention_mask=mask)
+    types = rng.integers(0, config.type_vocab_size, size=shape, dtype=np.int64)
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask)
 
 
@@ -875,7 +941,7 @@ def torch_outputs(torch_model, inputs) -> dict[str, np.ndarray]:
     return named
 
 
-def verify(config: BertConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0):
+def verify(config: ModelConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0):
     """Runs bert_jax and PyTorch (transformers, eager attention) on the same sample inputs.
 
     Returns {output name: max abs difference} over every output, hidden state and attention map.

@@ -30,7 +30,8 @@ from etils import epath
 from bert_jax import checkpointing, objectives, optimizer, sharding, steps
 from bert_jax.attention import current_platform, resolve_attention
 from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.model import count_params, get_model_class
+from bert_jax.families import get_model_class
+from bert_jax.model import count_params
 from bert_jax.paths import as_path
 
 PyTree = Any

@@ -26,15 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
-from bert_jax.attention import (
-    AttentionMask,
-    current_platform,
-    dropout,
-    fused_attention,
-    resolve_attention,
-    splash_attention,
-    xla_attention,
-)
+from bert_jax.attention import AttentionMask, attend, dropout
 from bert_jax.config import BertConfig, RuntimeConfig
 
 Array = jax.Array
@@ -107,8 +99,11 @@ def _zeros(axes: tuple[str | None, ...]):
     return nn.with_logical_partitioning(jax.nn.initializers.zeros, axes)
 
 
-def _weights(module: nn.Module, in_shape, features, in_axes, out_axes, stddev, param_dtype):
-    """Creates a dense layer's kernel [*in_shape, *features] and bias [*features] in `module`.
+def _weights(
+    module: nn.Module, in_shape, features, in_axes, out_axes, stddev, param_dtype, use_bias=True
+):
+    """Creates a dense layer's kernel [*in_shape, *features] and bias [*features] (None without
+    `use_bias`) in `module`.
 
     The kernel is created at its final (e.g. head-split [E, H, D]) shape, so its logical axes
     hold from initialization on, under any mesh.
@@ -120,6 +115,8 @@ def _weights(module: nn.Module, in_shape, features, in_axes, out_axes, stddev, p
         (*in_shape, *features),
         param_dtype,
     )
+    if not use_bias:
+        return kernel, None
     bias = module.param("bias", _zeros(out_axes), features, param_dtype)
     return kernel, bias
 
@@ -157,6 +154,7 @@ class Dense(nn.Module):
       dtype / param_dtype: compute / storage dtypes.
       out_dtype: dtype the matmul accumulates into and returns (None: `dtype`); float32 for
         output layers, so that bfloat16 compute does not round logits to 8 bits of mantissa.
+      use_bias: whether there is a bias (ModernBERT's layers have none).
     """
 
     features: tuple[int, ...]
@@ -166,6 +164,7 @@ class Dense(nn.Module):
     dtype: Any = "float32"
     param_dtype: Any = "float32"
     out_dtype: Any = None
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x):
@@ -178,12 +177,13 @@ class Dense(nn.Module):
             self.out_axes,
             self.stddev,
             self.param_dtype,
+            self.use_bias,
         )
         out_dtype = self.dtype if self.out_dtype is None else self.out_dtype
         x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
         contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
         y = jax.lax.dot_general(x, kernel, (contract, ((), ())), preferred_element_type=out_dtype)
-        return y + bias.astype(out_dtype)
+        return y if bias is None else y + bias.astype(out_dtype)
 
 
 class Dropout(nn.Module):
@@ -202,16 +202,17 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"))
 
 
-def _dense(cfg, rt, features, in_axes, out_axes, name, out_dtype=None):
+def _dense(cfg, rt, features, in_axes, out_axes, name, out_dtype=None, use_bias=True, stddev=None):
     features = features if isinstance(features, tuple) else (features,)
     return Dense(
         features,
         tuple(in_axes),
         tuple(out_axes),
-        stddev=cfg.initializer_range,
+        stddev=cfg.initializer_range if stddev is None else stddev,
         dtype=rt.dtype,
         param_dtype=rt.param_dtype,
         out_dtype=out_dtype,
+        use_bias=use_bias,
         name=name,
     )
 
@@ -309,8 +310,8 @@ class BertEmbeddings(nn.Module):
 class BertSelfAttention(nn.Module):
     """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
 
-    The kernel is `bert_jax.attention.resolve_attention(runtime, config, platform, training)`;
-    asking for the probabilities (`output_attentions`) takes the xla path, which forms them.
+    The kernel is the one `bert_jax.attention.attend` picks; asking for the probabilities
+    (`output_attentions`) takes the xla path, which forms them.
     """
 
     config: BertConfig
@@ -336,22 +337,18 @@ class BertSelfAttention(nn.Module):
         q = _constrain(q, "act_batch", "act_len", "act_heads", None)
         k = _constrain(k, "act_batch", "act_len", "act_heads", None)
         v = _constrain(v, "act_batch", "act_len", "act_heads", None)
-        platform = current_platform()
-        implementation = resolve_attention(rt, cfg, platform, training=not deterministic)
-        if implementation == "xla" or output_attentions:
-            rate = 0.0 if deterministic else cfg.attention_probs_dropout_prob
-            return xla_attention(
-                q,
-                k,
-                v,
-                mask.dense(),
-                dropout_rate=rate,
-                dropout_rng=self.make_rng("dropout") if rate > 0.0 else None,
-                return_probs=output_attentions,
-            )
-        if implementation == "splash":
-            return splash_attention(q, k, v, mask, interpret=platform != "tpu"), None
-        return fused_attention(q, k, v, mask, implementation), None
+        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
+        rng = self.make_rng("dropout") if dropping else None
+        return attend(
+            q,
+            k,
+            v,
+            mask,
+            config=cfg,
+            runtime=rt,
+            dropout_rng=rng,
+            output_attentions=output_attentions,
+        )
 
 
 class BertOutput(nn.Module):
@@ -500,6 +497,32 @@ class BertPooler(nn.Module):
         return jnp.tanh(_dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
 
 
+def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | None):
+    """An encoder's [B, L] inputs checked, with defaults where None: token_type_ids zeros,
+    attention_mask ones, position_ids 0..L-1. Returns the `arrays` in their order."""
+    if runtime.dtype == "auto":
+        raise ValueError(
+            "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
+            "runtime.resolved(bert_jax.attention.current_platform())"
+        )
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
+    defaults = dict(
+        token_type_ids=lambda: jnp.zeros_like(input_ids),
+        attention_mask=lambda: jnp.ones_like(input_ids),
+        position_ids=lambda: jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape),
+    )
+    out = []
+    for name, arr in arrays.items():
+        arr = defaults[name]() if arr is None else arr
+        if arr.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
+            )
+        out.append(arr)
+    return tuple(out)
+
+
 class BertModel(nn.Module):
     """The BERT encoder: embeddings, layers and (optionally) the pooler.
 
@@ -533,34 +556,19 @@ class BertModel(nn.Module):
         output_attentions: bool = False,
     ) -> BertModelOutput:
         cfg, rt = self.config, self.runtime
-        if rt.dtype == "auto":
-            raise ValueError(
-                "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
-                "runtime.resolved(bert_jax.attention.current_platform())"
-            )
-        if input_ids.ndim != 2:
-            raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
+        token_type_ids, attention_mask, position_ids = encoder_inputs(
+            rt,
+            input_ids,
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+        )
         seq_len = input_ids.shape[1]
         if seq_len > cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings="
                 f"{cfg.max_position_embeddings}"
             )
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros_like(input_ids)
-        if attention_mask is None:
-            attention_mask = jnp.ones_like(input_ids)
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(seq_len), input_ids.shape)
-        for name, arr in (
-            ("token_type_ids", token_type_ids),
-            ("attention_mask", attention_mask),
-            ("position_ids", position_ids),
-        ):
-            if arr.shape != input_ids.shape:
-                raise ValueError(
-                    f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
-                )
         x = BertEmbeddings(cfg, rt, name="embeddings")(
             input_ids, token_type_ids, position_ids, deterministic=deterministic
         )
@@ -668,7 +676,8 @@ class _Head(nn.Module):
       masked_positions: [B, P] positions to compute MLM logits at (MLM heads only);
       deterministic, output_hidden_states, output_attentions: as BertModel's.
 
-    Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`.
+    Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`;
+    another family's heads (`bert_jax.modernbert`) share this call and override `encode`.
     """
 
     config: BertConfig
@@ -709,9 +718,9 @@ class _Head(nn.Module):
                 )
             flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])  # noqa: E731
             input_ids, inputs = flat(input_ids), {k: flat(v) for k, v in inputs.items()}
-        out = BertModel(self.config, self.runtime, add_pooling_layer=self.pooled, name="bert")(
+        out = self.encode(
             input_ids,
-            **inputs,
+            inputs,
             cls_positions=cls_positions if self.pooled else None,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
@@ -723,6 +732,11 @@ class _Head(nn.Module):
             masked_positions=masked_positions,
             batch_shape=batch_shape,
         )
+
+    def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
+        """The encoder's outputs (pooled when `pooled`): `bert`, a BertModel."""
+        model = BertModel(self.config, self.runtime, add_pooling_layer=self.pooled, name="bert")
+        return model(input_ids, **inputs, **kwargs)
 
     def _dropout(self, x, deterministic):
         cfg = self.config
@@ -846,7 +860,7 @@ def get_model_class(name: str) -> type[nn.Module]:
 
 def init_params(model: nn.Module, rng: Array, seq_len: int = 8) -> Any:
     """`model`'s parameters (boxed with logical axes), initialized from a dummy batch."""
-    shape = (1, 2, seq_len) if isinstance(model, BertForMultipleChoice) else (1, seq_len)
+    shape = (1, 2, seq_len) if getattr(model, "choices", False) else (1, seq_len)
     ids = jnp.zeros(shape, jnp.int32)
     return model.init({"params": rng}, ids)["params"]
 
@@ -866,7 +880,10 @@ def _encoder_of(params: dict) -> tuple[dict, str | None]:
 
 
 def is_stacked(params: dict) -> bool:
-    """True when the layers are stacked on a leading axis (the `scan_layers` layout)."""
+    """True when the layers are stacked on a leading axis (the `scan_layers` layout); False for
+    a tree without a BERT encoder (another family's, never stacked)."""
+    if "encoder" not in params and "encoder" not in params.get("bert", {}):
+        return False
     parent, _ = _encoder_of(params)
     return "layer" in parent["encoder"]
 

@@ -42,8 +42,10 @@ def _at_real(x, tokens):
     [
         A.AttentionMask(jnp.asarray(TOKENS)),
         A.AttentionMask(jnp.asarray(SEGMENTS > 0), jnp.asarray(SEGMENTS)),
+        A.AttentionMask(jnp.asarray(TOKENS), window=2),  # a local layer: splash's LocalMask
+        A.AttentionMask(jnp.asarray(SEGMENTS > 0), jnp.asarray(SEGMENTS), window=1),
     ],
-    ids=["padded-and-holes", "packed"],
+    ids=["padded-and-holes", "packed", "local-padded-and-holes", "local-packed"],
 )
 @pytest.mark.parametrize("implementation", ["splash", "fused_xla"])
 def test_kernels_equal_xla_forward_and_gradients(implementation, mask):
@@ -70,11 +72,13 @@ def test_kernels_equal_xla_forward_and_gradients(implementation, mask):
         np.testing.assert_allclose(b, a, atol=1e-4, err_msg=f"d{name}")
 
 
-def test_splash_pads_lengths_past_one_block():
-    """A length of 131 is padded inside the call to 256 (two 128-blocks), the pad masked."""
+@pytest.mark.parametrize("window", [None, 3], ids=["global", "local"])
+def test_splash_pads_lengths_past_one_block(window):
+    """A length of 131 is padded inside the call to 256 (two 128-blocks), the pad masked; a local
+    window reaches across the blocks' edge, and the kernel skips the blocks outside it."""
     tokens = np.ones((2, 131), bool)
     tokens[1, 100:] = False
-    mask = A.AttentionMask(jnp.asarray(tokens))
+    mask = A.AttentionMask(jnp.asarray(tokens), window=window)
     q, k, v, _ = _qkv(2, 131, heads=2)
     out = A.splash_attention(q, k, v, mask, interpret=True)
     ref = A.xla_attention(q, k, v, mask.dense())[0]
@@ -376,7 +380,7 @@ def test_cudnn_path_traces_with_a_simulated_gpu():
     with (
         mock.patch.object(cudnn_checks, "check_cudnn_version", return_value=91000),
         mock.patch.object(cudnn_checks, "check_compute_capability", return_value=True),
-        mock.patch.object(M, "current_platform", return_value="cuda"),
+        mock.patch.object(A, "current_platform", return_value="cuda"),
     ):
         auto = M.BertForPreTraining(
             cfg, RuntimeConfig(dtype="auto", attention="auto").resolved("gpu")

@@ -9,6 +9,7 @@ import pathlib
 import numpy as np
 
 from bert_jax.config import BertConfig
+from bert_jax.modernbert_config import ModernBertConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 # Overrides of configs/pretrain.py:size=tiny for `train.py --mode=compile` tests: a small model
@@ -54,6 +55,28 @@ ODD = BertConfig(
     type_vocab_size=3,
     hidden_act="gelu_new",
     max_position_embeddings=40,
+    num_labels=3,
+)
+
+
+# The odd ModernBERT configuration: 3 layers with a global layer every 2 (not a multiple), a local
+# window of 2 keys a side (shorter than the test rows), and every bias on (the released models
+# have none, which would hide a swapped or missing one).
+MODERN = ModernBertConfig(
+    vocab_size=99,
+    hidden_size=32,
+    intermediate_size=37,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    pad_token_id=0,
+    global_attn_every_n_layers=2,
+    local_attention=4,
+    global_rope_theta=1000.0,
+    local_rope_theta=77.0,
+    norm_bias=True,
+    attention_bias=True,
+    mlp_bias=True,
+    classifier_bias=True,
     num_labels=3,
 )
 

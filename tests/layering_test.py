@@ -2,8 +2,10 @@
 
 activations <- config; paths <- config, tokenization, losses, optimizer, sharding, checkpointing,
   flops, preemption, summaries
-  <- attention <- model <- objectives <- steps <- experiment <- loop
-  <- convert (checkpointing, config, model, hf_flax: transformers' Flax files, model_card: cards)
+  <- attention <- model <- modernbert (a second family on model's blocks) <- families
+  <- objectives <- steps <- experiment <- loop
+  <- convert (checkpointing, config, model, families, hf_flax: transformers' Flax files,
+     model_card: cards)
   <- start (experiment, convert), export (convert, model_card)
   <- pretrained (from_pretrained: convert, tokenization) <- inference, __init__
 aot (flops, sharding; takes an Experiment, never imports it)
@@ -69,14 +71,27 @@ ALLOWED = {
     "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
     "model": {"activations", "config", "attention"},
-    "convert": {"checkpointing", "config", "hf_flax", "model", "model_card", "multihost", "paths"},
-    "pretrained": {"config", "convert", "model", "paths", "tokenization"},
+    "modernbert_config": {"config"},
+    "modernbert": {"activations", "config", "attention", "model", "modernbert_config"},
+    "families": {"config", "model", "modernbert", "modernbert_config"},
+    "convert": {
+        "checkpointing",
+        "config",
+        "families",
+        "hf_flax",
+        "model",
+        "model_card",
+        "multihost",
+        "paths",
+    },
+    "pretrained": {"config", "convert", "families", "model", "paths", "tokenization"},
     "objectives": {"losses"},
     "steps": {"model", "objectives"},
     "experiment": {
         "attention",
         "checkpointing",
         "config",
+        "families",
         "model",
         "objectives",
         "optimizer",
@@ -148,7 +163,16 @@ ALLOWED = {
         "data",
         "finetune",
     },
-    "__init__": {"config", "model", "convert", "losses", "pretrained"},
+    "__init__": {
+        "config",
+        "model",
+        "convert",
+        "losses",
+        "families",
+        "modernbert",
+        "modernbert_config",
+        "pretrained",
+    },
 }
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
 # shared data modules and the fine-tuning data modules are host-side numpy.

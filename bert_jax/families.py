@@ -1,0 +1,110 @@
+"""Model families: a checkpoint's names pick its architecture's config and model classes.
+
+A family is one config class (Hugging Face `config.json` fields), one model module (its
+encoder and heads, named like transformers' classes) and its rows here; its parameter names for
+conversion live in `bert_jax.convert` (`HF_LAYOUTS`). Attention kernels, sharding rules,
+objectives, steps and the loop are shared.
+
+  model_type (config.json)   config             model module           head classes
+  "bert"                     BertConfig         bert_jax.model         Bert*
+  "modernbert"               ModernBertConfig   bert_jax.modernbert    ModernBert*
+
+Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
+(by `model_type`), `get_model_class` (by class name), `family_of` (by config).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+
+from bert_jax import model, modernbert
+from bert_jax.config import BertConfig
+from bert_jax.modernbert_config import ModernBertConfig
+
+ModelConfig = BertConfig | ModernBertConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One architecture: its `config.json` model_type, config class and model classes by name.
+
+    Attributes:
+      model_type: the `model_type` of its Hugging Face config.json.
+      config_class: its frozen config dataclass (`from_hf_dict`, `to_hf_dict`, `to_json_file`).
+      model_classes: {Hugging Face class name: Flax module class}, the encoder first.
+    """
+
+    model_type: str
+    config_class: type
+    model_classes: Mapping[str, type[nn.Module]]
+
+    @property
+    def base_model(self) -> str:
+        """The encoder's class name ("BertModel", "ModernBertModel")."""
+        return next(iter(self.model_classes))
+
+
+FAMILIES: dict[str, Family] = {
+    f.model_type: f
+    for f in (
+        Family("bert", BertConfig, model.MODEL_CLASSES),
+        Family("modernbert", ModernBertConfig, modernbert.MODEL_CLASSES),
+    )
+}
+MODEL_CLASSES: dict[str, type[nn.Module]] = {
+    name: cls for f in FAMILIES.values() for name, cls in f.model_classes.items()
+}
+
+
+def family_of(config: ModelConfig) -> Family:
+    """The family of a config instance."""
+    for family in FAMILIES.values():
+        if isinstance(config, family.config_class):
+            return family
+    raise TypeError(f"{type(config).__name__} is no model family's config")
+
+
+def family_of_model(name: str) -> Family:
+    """The family of a head class name ("ModernBertForMaskedLM" -> modernbert)."""
+    for family in FAMILIES.values():
+        if name in family.model_classes:
+            return family
+    raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
+
+
+def get_model_class(name: str) -> type[nn.Module]:
+    """The head class named like its Hugging Face counterpart, of any family."""
+    return family_of_model(name).model_classes[name]
+
+
+def config_from_hf_dict(d: Mapping[str, Any]) -> ModelConfig:
+    """The config of a Hugging Face `config.json` dict, of the family its `model_type` names
+    (BERT when it names none)."""
+    model_type = d.get("model_type", "bert")
+    if model_type not in FAMILIES:
+        raise ValueError(
+            f"config.json has model_type={model_type!r}; bert_jax knows {sorted(FAMILIES)}"
+        )
+    return FAMILIES[model_type].config_class.from_hf_dict(d)
+
+
+def config_from_json_file(path: str | os.PathLike) -> ModelConfig:
+    """Reads a `config.json` (or the directory holding one) of any family; a BERT directory may
+    hold google-research/bert's `bert_config.json` instead (`BertConfig.from_json_file`)."""
+    path = os.fspath(path)
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if os.path.exists(file):
+        with open(file, encoding="utf-8") as f:
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError:
+                d = None  # BertConfig names the error
+        if isinstance(d, dict) and d.get("model_type", "bert") != "bert":
+            return config_from_hf_dict(d)
+    return BertConfig.from_json_file(path)

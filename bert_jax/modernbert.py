@@ -1,0 +1,450 @@
+"""ModernBERT in Flax linen (Warner et al. 2024, arXiv 2412.13663) and every Hugging Face head.
+
+Pre-LayerNorm layers without biases (layer 0 has no attention norm: the embeddings' norm serves),
+rotary positions with a global and a local theta, GeGLU feed-forward layers, and attention that
+alternates between global layers and local ones of a sliding window
+(`ModernBertConfig.global_attn_every_n_layers`, `local_attention`). Submodule names mirror Hugging
+Face's `ModernBertModel` state dict (`layers_3/attn/Wqkv` is `layers.3.attn.Wqkv`), so conversion
+is a rename and a transpose (`bert_jax.convert`). The building blocks (Dense, Embed, Dropout),
+the attention kernels (`bert_jax.attention.attend`), the output records and the sharding axes are
+BERT's (`bert_jax.model`).
+
+Unpadding: rows may be padded on either side, or packed with several sequences a row
+(`segment_ids`, with `position_ids` restarting per sequence or not: rotary scores depend only on
+the distance between positions); each gives the outputs the sequences would have alone.
+
+Dimension legend (as `bert_jax.model`'s):
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size (GeGLU: Wi makes 2F)
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            C choices (multiple choice)   N labels
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.attention import AttentionMask, attend
+from bert_jax.config import RuntimeConfig
+from bert_jax.model import (
+    ACTIVATIONS,
+    REMAT_POLICIES,
+    BertModelOutput,
+    ClassifierOutput,
+    Dropout,
+    Embed,
+    MaskedLMOutput,
+    QuestionAnsweringOutput,
+    _constrain,
+    _dense,
+    _zeros,
+    encoder_inputs,
+    gather_positions,
+)
+from bert_jax.model import _Head as BertHead  # the heads' call, shared
+from bert_jax.modernbert_config import ModernBertConfig
+
+Array = jax.Array
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------
+def _norm(cfg: ModernBertConfig, rt: RuntimeConfig, name: str) -> nn.LayerNorm:
+    """LayerNorm over E, statistics in float32, with a bias only under `norm_bias`."""
+    return nn.LayerNorm(
+        epsilon=cfg.norm_eps,
+        use_bias=cfg.norm_bias,
+        dtype=rt.dtype,
+        param_dtype=rt.param_dtype,
+        scale_init=nn.with_logical_partitioning(jax.nn.initializers.ones, ("embed",)),
+        bias_init=_zeros(("embed",)),
+        name=name,
+    )
+
+
+def _out_stddev(cfg: ModernBertConfig) -> float:
+    """ModernBERT's initializer for layers writing into the residual stream: range / sqrt(2n)."""
+    return cfg.initializer_range / math.sqrt(2.0 * cfg.num_hidden_layers)
+
+
+def rotary(x: Array, positions: Array, theta: float) -> Array:
+    """Rotary position embedding (RoPE, rotate-half pairing) of queries or keys.
+
+    Args:
+      x: [B, L, H, D] queries or keys; D even.
+      positions: [B, L] int positions.
+      theta: the base of the frequencies (the layer's global or local theta).
+
+    Returns:
+      [B, L, H, D] in x's dtype, rotated in float32.
+    """
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))  # [D/2]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, L, 1, D]
+    xf = x.astype(jnp.float32)
+    half = jnp.concatenate([-xf[..., dim // 2 :], xf[..., : dim // 2]], axis=-1)
+    return (xf * jnp.cos(angles) + half * jnp.sin(angles)).astype(x.dtype)
+
+
+class ModernBertEmbeddings(nn.Module):
+    """Token embeddings, LayerNorm, dropout (no positions: RoPE). ids [B, L] -> [B, L, E]."""
+
+    config: ModernBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, input_ids, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        x = Embed(
+            cfg.padded_vocab_size,
+            cfg.hidden_size,
+            ("vocab", "embed"),
+            cfg.initializer_range,
+            rt.dtype,
+            rt.param_dtype,
+            name="tok_embeddings",
+        )(input_ids)
+        x = _norm(cfg, rt, "norm")(x)
+        x = Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
+        return _constrain(x, "act_batch", "act_len", "act_embed")
+
+
+class ModernBertAttention(nn.Module):
+    """`attn`: Wqkv, RoPE with the layer's theta, attention (local: a window), Wo, dropout.
+
+    x [B, L, E] -> ([B, L, E], probabilities [B, H, L, L] float32 or None).
+    """
+
+    config: ModernBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    is_global: bool = True
+
+    @nn.compact
+    def __call__(self, x, mask: AttentionMask, positions, *, deterministic, output_attentions):
+        cfg, rt = self.config, self.runtime
+        heads = (cfg.num_attention_heads, cfg.head_dim)
+        # One matmul [E] x [E, 3, H, D]: Hugging Face's Wqkv [3 H D, E] viewed (3, H, D).
+        qkv = _dense(
+            cfg, rt, (3, *heads), ("embed",), (None, "heads", "kv"), "Wqkv",
+            use_bias=cfg.attention_bias,
+        )(x)  # fmt: skip
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, L, H, D] each
+        theta = cfg.global_rope_theta if self.is_global else cfg.local_rope_theta
+        q, k = rotary(q, positions, theta), rotary(k, positions, theta)
+        q, k, v = (_constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
+        dropping = not deterministic and cfg.attention_dropout > 0.0
+        context, probs = attend(
+            q,
+            k,
+            v,
+            mask if self.is_global else mask.local(cfg.window),
+            config=cfg,
+            runtime=rt,
+            dropout_rng=self.make_rng("dropout") if dropping else None,
+            output_attentions=output_attentions,
+        )
+        out = _dense(
+            cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "Wo",
+            use_bias=cfg.attention_bias, stddev=_out_stddev(cfg),
+        )(context)  # fmt: skip
+        return Dropout(cfg.attention_dropout)(out, deterministic=deterministic), probs
+
+
+class ModernBertMLP(nn.Module):
+    """`mlp`: GeGLU, Wo(dropout(act(x Wi_in) * (x Wi_gate))): [B, L, E] -> [B, L, E]."""
+
+    config: ModernBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        # Wi [E, 2, F]: Hugging Face's Wi [2F, E], its first half the input, its second the gate.
+        h = _dense(
+            cfg,
+            rt,
+            (2, cfg.intermediate_size),
+            ("embed",),
+            (None, "mlp"),
+            "Wi",
+            use_bias=cfg.mlp_bias,
+        )(x)  # fmt: skip  [B, L, 2, F]
+        h = ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]  # [B, L, F]
+        h = _constrain(h, "act_batch", "act_len", "act_mlp")
+        h = Dropout(cfg.mlp_dropout)(h, deterministic=deterministic)
+        return _dense(
+            cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "Wo",
+            use_bias=cfg.mlp_bias, stddev=_out_stddev(cfg),
+        )(h)  # fmt: skip
+
+
+class ModernBertEncoderLayer(nn.Module):
+    """One pre-LayerNorm layer: x + attn(attn_norm(x)), then + mlp(mlp_norm(.)).
+
+    Run mode lives in attributes so that `nn.remat` sees only arrays.
+    `__call__(x [B, L, E], mask, positions [B, L]) -> (x', probs or None)`.
+    """
+
+    config: ModernBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    index: int = 0
+    deterministic: bool = True
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, positions):
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        h = x if self.index == 0 else _norm(cfg, rt, "attn_norm")(x)  # layer 0: embeddings' norm
+        a, probs = ModernBertAttention(cfg, rt, cfg.is_global(self.index), name="attn")(
+            h, mask, positions, deterministic=det, output_attentions=self.output_attentions
+        )
+        x = x + a
+        x = x + ModernBertMLP(cfg, rt, name="mlp")(_norm(cfg, rt, "mlp_norm")(x), deterministic=det)
+        return _constrain(x, "act_batch", "act_len", "act_embed"), probs
+
+
+class ModernBertModel(nn.Module):
+    """The ModernBERT encoder: embeddings, layers `layers_0 ... layers_{n-1}`, final norm.
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side, or holes); ones when
+        omitted.
+      position_ids: [B, L] int positions; 0..L-1 when omitted (also right for packed rows: RoPE
+        sees only distances).
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int position of each packed sequence's first token (pooling only).
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+
+    Returns:
+      `BertModelOutput` with Hugging Face's fields: last_hidden_state [B, L, E] (after the final
+      norm); hidden_states, L+1 arrays [B, L, E]: the embeddings', each layer's, the last one
+      after the final norm (as transformers returns them); attentions [B, H, L, L] float32 per
+      layer. pooler_output: with `add_pooling_layer`, the classifier heads' input (`pool`,
+      [B, E] or [B, S, E]; no parameters: ModernBERT has no pooler), else None.
+    """
+
+    config: ModernBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    add_pooling_layer: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> BertModelOutput:
+        cfg, rt = self.config, self.runtime
+        if rt.scan_layers:
+            raise ValueError(
+                "RuntimeConfig.scan_layers=True: ModernBERT's layers differ (layer 0 has no "
+                "attention norm; global and local layers alternate), so they are not scanned"
+            )
+        attention_mask, position_ids = encoder_inputs(
+            rt, input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
+        x = ModernBertEmbeddings(cfg, rt, name="embeddings")(input_ids, deterministic=deterministic)
+        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
+        layer_cls = ModernBertEncoderLayer
+        if rt.remat_policy != "none":
+            layer_cls = nn.remat(layer_cls, policy=REMAT_POLICIES[rt.remat_policy])
+        states, probs = [x], []
+        for i in range(cfg.num_hidden_layers):
+            layer = layer_cls(
+                cfg, rt, i, deterministic, output_attentions=output_attentions, name=f"layers_{i}"
+            )
+            x, p = layer(x, mask, position_ids)
+            states.append(x)
+            probs.append(p)
+        y = _norm(cfg, rt, "final_norm")(x)
+        pooled = None
+        if self.add_pooling_layer:
+            pooled = pool(cfg, y, mask, cls_positions)
+        return BertModelOutput(
+            last_hidden_state=y,
+            pooler_output=pooled,
+            hidden_states=(*states[:-1], y) if output_hidden_states else None,
+            attentions=tuple(probs) if output_attentions else None,
+        )
+
+
+def pool(
+    cfg: ModernBertConfig, sequence: Array, mask: AttentionMask, cls_positions: Array | None
+) -> Array:
+    """The classifier heads' input, by `classifier_pooling`.
+
+    Args:
+      sequence: [B, L, E], the final-norm states.
+      mask: the rows' real tokens and packed-sequence ids.
+      cls_positions: [B, S] int position of each packed sequence's first token, or None for one
+        sequence a row.
+
+    Returns:
+      [B, E] ([B, S, E] packed): "cls" the first real token's state (the rule of Hugging Face's
+      multiple-choice head; its sequence classifier reads position 0, a pad in a left-padded
+      row), "mean" the mean over the sequence's real tokens.
+    """
+    if cfg.classifier_pooling == "cls":
+        if cls_positions is None:
+            return gather_positions(sequence, jnp.argmax(mask.tokens, axis=-1)[:, None])[:, 0]
+        return gather_positions(sequence, cls_positions)
+    weights = mask.tokens[:, None, :]  # [B, 1, L]
+    if cls_positions is not None:  # packed sequence s has segment id s + 1
+        segments = jnp.arange(1, cls_positions.shape[1] + 1)[None, :, None]
+        weights = weights & (mask.segment_ids[:, None, :] == segments)  # [B, S, L]
+    weights = weights.astype(jnp.float32)
+    total = jnp.einsum("bsl,ble->bse", weights, sequence.astype(jnp.float32))
+    mean = total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+    return (mean[:, 0] if cls_positions is None else mean).astype(sequence.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------
+class ModernBertPredictionHead(nn.Module):
+    """`head`: norm(act(dense(h))), [..., E] -> [..., E]."""
+
+    config: ModernBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h):
+        cfg, rt = self.config, self.runtime
+        h = _dense(
+            cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense",
+            use_bias=cfg.classifier_bias, stddev=_out_stddev(cfg),
+        )(h)  # fmt: skip
+        return _norm(cfg, rt, "norm")(ACTIVATIONS[cfg.classifier_activation](h))
+
+
+class _Head(BertHead):
+    """A task head on top of `model` (a ModernBertModel), with the BERT heads' call
+    (`bert_jax.model._Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
+    ([B, C, L] for multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P]
+    (the MLM head), deterministic, output_hidden_states, output_attentions, all by keyword.
+    token_type_ids must stay None: ModernBERT has no token types."""
+
+    config: ModernBertConfig
+    pooled: ClassVar[bool] = False  # reads `classifier_pooling`'s pooled state
+
+    def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
+        """The encoder's outputs (pooled when `pooled`): `model`, a ModernBertModel."""
+        inputs = dict(inputs)
+        if inputs.pop("token_type_ids") is not None:
+            raise ValueError(f"{type(self).__name__} takes no token_type_ids (ModernBERT has none)")
+        model = ModernBertModel(
+            self.config, self.runtime, add_pooling_layer=self.pooled, name="model"
+        )
+        return model(input_ids, **inputs, **kwargs)
+
+    def _classify(self, h, features: int, deterministic: bool):
+        """head -> dropout -> `classifier` (with a bias): float32 logits [..., features]."""
+        cfg, rt = self.config, self.runtime
+        h = ModernBertPredictionHead(cfg, rt, name="head")(h)
+        h = Dropout(cfg.classifier_dropout)(h, deterministic=deterministic)
+        return _dense(
+            cfg, rt, features, ("embed",), (None,), "classifier", out_dtype=jnp.float32,
+            stddev=cfg.hidden_size**-0.5,
+        )(h)  # fmt: skip
+
+
+class ModernBertForMaskedLM(_Head):
+    """`head`, then logits against the tied token embeddings plus `decoder/bias`: [B, L, V]
+    float32, or [B, P, V] at `masked_positions` (P/L of the cost; equal to gathering)."""
+
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        cfg, rt = self.config, self.runtime
+        h = out.last_hidden_state
+        if masked_positions is not None:
+            h = gather_positions(h, masked_positions)  # [B, P, E]
+        t = ModernBertPredictionHead(cfg, rt, name="head")(h)
+        table = self.variables["params"]["model"]["embeddings"]["tok_embeddings"]["embedding"]
+        logits = jnp.einsum(
+            "...e,ve->...v", t.astype(rt.dtype), nn.meta.unbox(table).astype(rt.dtype),
+            preferred_element_type=jnp.float32,
+        )  # fmt: skip
+        if cfg.decoder_bias:
+            logits += DecoderBias(cfg.vocab_size, rt.param_dtype, name="decoder")()
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
+
+class DecoderBias(nn.Module):
+    """`decoder/bias` [V] float32 (zeros at init): the bias of Hugging Face's tied `decoder`."""
+
+    size: int
+    param_dtype: Any = "float32"
+
+    @nn.compact
+    def __call__(self):
+        bias = self.param("bias", _zeros(("vocab",)), (self.size,), self.param_dtype)
+        return bias.astype(jnp.float32)
+
+
+class ModernBertForSequenceClassification(_Head):
+    """Pooled (`classifier_pooling`) -> head -> dropout -> `classifier`: logits [B, N]
+    (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
+
+    pooled = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out.pooler_output, self.config.num_labels, deterministic)
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class ModernBertForMultipleChoice(_Head):
+    """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
+
+    pooled = True
+    choices = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out.pooler_output, 1, deterministic)  # [B*C, 1]
+        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
+
+
+class ModernBertForTokenClassification(_Head):
+    """Per-token labels: head -> dropout -> `classifier`: logits [B, L, N]."""
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out.last_hidden_state, self.config.num_labels, deterministic)
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class ModernBertForQuestionAnswering(_Head):
+    """Extractive QA: head -> dropout -> `classifier` [.., 2]: start_logits, end_logits [B, L]."""
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out.last_hidden_state, 2, deterministic)
+        return QuestionAnsweringOutput(
+            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
+        )
+
+
+MODEL_CLASSES: dict[str, type[nn.Module]] = {
+    cls.__name__: cls
+    for cls in (
+        ModernBertModel,
+        ModernBertForMaskedLM,
+        ModernBertForSequenceClassification,
+        ModernBertForMultipleChoice,
+        ModernBertForTokenClassification,
+        ModernBertForQuestionAnswering,
+    )
+}

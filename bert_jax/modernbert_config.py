@@ -1,0 +1,252 @@
+"""The ModernBERT architecture (`ModernBertConfig`), with its Hugging Face `config.json` fields.
+
+ModernBERT (Warner et al. 2024, arXiv 2412.13663): rotary positions with two thetas, GeGLU
+feed-forward layers, pre-LayerNorm without biases, and attention that alternates between global
+layers (every `global_attn_every_n_layers`-th, from layer 0) and local ones (a sliding window of
+`local_attention` tokens, `local_attention // 2` on each side).
+
+Like `BertConfig`, it holds exactly what a checkpoint needs to be rebuilt, is frozen (hashable),
+and checks every field on construction. `config.json` is read in both spellings transformers
+knows (the original `global_attn_every_n_layers`, `global_rope_theta`, `local_rope_theta` and the
+newer `layer_types`, `rope_parameters`) and written in both, so either reader rebuilds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from bert_jax.config import (
+    ACTIVATIONS,
+    HF_HOUSEKEEPING,
+    EncoderConfig,
+    labels_from_hf,
+    labels_to_hf,
+)
+
+MODEL_TYPE = "modernbert"
+POOLINGS = ("cls", "mean")
+GLOBAL, LOCAL = "full_attention", "sliding_attention"  # transformers' `layer_types` words
+# config.json keys of transformers' ModernBertConfig that say nothing about the weights.
+_HOUSEKEEPING = HF_HOUSEKEEPING | {
+    "deterministic_flash_attn",
+    "sparse_prediction",
+    "sparse_pred_ignore_index",
+    "reference_compile",
+    "repad_logits_with_grad",
+    "initializer_cutoff_factor",
+}
+_DERIVED = ("layer_types", "rope_parameters", "num_labels")  # read here, not fields
+
+
+def _fail(field: str, value: Any, why: str) -> None:
+    raise ValueError(f"ModernBertConfig.{field}={value!r}: {why}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig(EncoderConfig):
+    """The ModernBERT architecture, with Hugging Face `config.json` field names.
+
+    Attributes:
+      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
+      hidden_size: E, width of the residual stream.
+      intermediate_size: F, width of the GeGLU feed-forward layer (`Wi` projects to 2F).
+      num_hidden_layers: number of transformer layers.
+      num_attention_heads: H; head size D = E / H (even: rotary pairs).
+      hidden_activation: the gate's activation; "gelu" is the exact erf GELU.
+      max_position_embeddings: the longest sequence the model is meant for (no table: RoPE).
+      initializer_range: stddev of the truncated-normal initializer.
+      norm_eps: epsilon of every LayerNorm.
+      norm_bias / attention_bias / mlp_bias / classifier_bias: whether those layers have biases
+        (all False in the released models); `decoder_bias`: the MLM decoder's output bias.
+      pad_token_id: id of [PAD].
+      global_attn_every_n_layers: layer i attends globally when i % this == 0, else locally.
+      local_attention: the local window, in tokens: keys within local_attention // 2 positions of
+        the query on either side.
+      global_rope_theta / local_rope_theta: RoPE base of the global / local layers.
+      attention_dropout: dropout on the attention probabilities and on the attention output.
+      embedding_dropout / mlp_dropout / classifier_dropout: dropout after the embeddings' norm,
+        inside the MLP (before `Wo`), and before the classifier.
+      classifier_pooling: "cls" (the first real token) or "mean" (over real tokens).
+      classifier_activation: activation of the prediction head (`head/dense`).
+      num_labels: output width of the sequence/token classification heads (1: regression).
+      label_names: optional names of the labels, written to config.json as id2label.
+    """
+
+    vocab_size: int = 50368
+    hidden_size: int = 768
+    intermediate_size: int = 1152
+    num_hidden_layers: int = 22
+    num_attention_heads: int = 12
+    hidden_activation: str = "gelu"
+    max_position_embeddings: int = 8192
+    initializer_range: float = 0.02
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    pad_token_id: int = 50283
+    global_attn_every_n_layers: int = 3
+    local_attention: int = 128
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    embedding_dropout: float = 0.0
+    mlp_bias: bool = False
+    mlp_dropout: float = 0.0
+    decoder_bias: bool = True
+    classifier_pooling: str = "cls"
+    classifier_dropout: float = 0.0
+    classifier_bias: bool = False
+    classifier_activation: str = "gelu"
+    num_labels: int = 2
+    label_names: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "max_position_embeddings",
+            "global_attn_every_n_layers",
+            "local_attention",
+            "num_labels",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                _fail(name, value, "must be a positive integer")
+        if self.hidden_size % self.num_attention_heads or self.head_dim % 2:
+            _fail(
+                "hidden_size",
+                self.hidden_size,
+                f"must split into {self.num_attention_heads} heads of an even size (RoPE pairs)",
+            )
+        for name in ("hidden_activation", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                _fail(
+                    name, getattr(self, name), f"unknown activation; expected one of {ACTIVATIONS}"
+                )
+        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                _fail(name, value, "must be a probability in [0, 1)")
+            if not 0.0 <= value < 1.0:
+                _fail(name, value, "must be a probability in [0, 1)")
+        for name in ("initializer_range", "norm_eps", "global_rope_theta", "local_rope_theta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                _fail(name, value, "must be a positive number")
+        for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, getattr(self, name), "must be a bool")
+        if self.classifier_pooling not in POOLINGS:
+            _fail("classifier_pooling", self.classifier_pooling, f"expected one of {POOLINGS}")
+        self._check_ids_and_labels()
+
+    # ---- derived ----
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word-embedding table: V (ModernBERT's vocabularies are padded already)."""
+        return self.vocab_size
+
+    @property
+    def attention_probs_dropout_prob(self) -> float:
+        """`attention_dropout` under the name `bert_jax.attention.resolve_attention` reads."""
+        return self.attention_dropout
+
+    def is_global(self, layer: int) -> bool:
+        """Whether layer `layer` (0-based) attends globally."""
+        return layer % self.global_attn_every_n_layers == 0
+
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        """transformers' per-layer words: "full_attention" (global) or "sliding_attention"."""
+        return tuple(GLOBAL if self.is_global(i) else LOCAL for i in range(self.num_hidden_layers))
+
+    @property
+    def window(self) -> int:
+        """Keys a local layer's query sees on each side: local_attention // 2 positions."""
+        return self.local_attention // 2
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> ModernBertConfig:
+        """A config from the dict of a Hugging Face ModernBERT `config.json`.
+
+        `layer_types` must be ModernBERT's periodic pattern and `rope_parameters` plain
+        ("default") RoPE; anything else raises. Housekeeping keys are ignored and any other
+        unknown key is logged, never silently dropped.
+        """
+        d = dict(d)
+        if d.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+            raise ValueError(f"config.json has model_type={d['model_type']!r}, not {MODEL_TYPE!r}")
+        names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
+        kwargs = {k: d[k] for k in names if d.get(k) is not None}
+        for theta, kind in (("global_rope_theta", GLOBAL), ("local_rope_theta", LOCAL)):
+            rope = (d.get("rope_parameters") or {}).get(kind) or {}
+            if rope.get("rope_type", "default") != "default":
+                raise ValueError(f"config.json has {kind} RoPE {rope}; only 'default' RoPE")
+            if "rope_theta" in rope:
+                kwargs.setdefault(theta, rope["rope_theta"])
+                if kwargs[theta] != rope["rope_theta"]:
+                    raise ValueError(f"config.json: {theta} disagrees with rope_parameters")
+        config = cls(**kwargs, **labels_from_hf(d))
+        types = d.get("layer_types")
+        if types is not None and tuple(types) != config.layer_types:
+            period = _period(types)
+            if period is None or "global_attn_every_n_layers" in d:
+                raise ValueError(
+                    f"config.json has layer_types={types}: bert_jax takes ModernBERT's pattern, "
+                    "a global layer every global_attn_every_n_layers from layer 0"
+                )
+            config = config.replace(global_attn_every_n_layers=period)
+        unknown = set(d) - names - set(_DERIVED) - _HOUSEKEEPING
+        unknown -= {"global_rope_theta", "local_rope_theta", "classifier_dropout"}
+        if unknown:
+            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
+        return config
+
+    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
+        """The dict of a Hugging Face `config.json` for this config (both RoPE spellings)."""
+        d: dict[str, Any] = {"model_type": MODEL_TYPE}
+        if architecture:
+            d["architectures"] = [architecture]
+        for f in dataclasses.fields(self):
+            if f.name not in ("num_labels", "label_names"):
+                d[f.name] = getattr(self, f.name)
+        d["layer_types"] = list(self.layer_types)
+        d["rope_parameters"] = {
+            GLOBAL: {"rope_type": "default", "rope_theta": self.global_rope_theta},
+            LOCAL: {"rope_type": "default", "rope_theta": self.local_rope_theta},
+        }
+        d.update(labels_to_hf(self.label_names, self.num_labels))
+        d["tie_word_embeddings"] = True
+        return d
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> ModernBertConfig:
+        """Reads a Hugging Face ModernBERT `config.json` (or the directory holding one)."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        with open(path, encoding="utf-8") as f:
+            return cls.from_hf_dict(json.load(f))
+
+    def to_json_file(self, path: str | os.PathLike, *, architecture: str | None = None):
+        """Writes a Hugging Face `config.json`."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_hf_dict(architecture), f, indent=2, sort_keys=True)
+            f.write("\n")
+
+
+def _period(types) -> int | None:
+    """n when `types` is global exactly at multiples of n (from layer 0), else None."""
+    for n in range(1, len(types) + 1):
+        if all((t == GLOBAL) == (i % n == 0) for i, t in enumerate(types)):
+            return n
+    return None
