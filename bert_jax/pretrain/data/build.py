@@ -19,8 +19,17 @@ The build is safe to interrupt and to run again:
 * a directory holding anything else (other files, or a build with different settings) is
   refused with an error naming the difference; nothing is overwritten.
 
-Shards are independent (see `pretraining.create_shard_instances`), so they are built by a pool of
+Shards are independent (see `examples.create_shard_instances`), so they are built by a pool of
 worker processes; the tokenized corpus is shared with them through memory-mapped `.npy` files.
+
+Two partitions of the documents into shards (`partition=`):
+
+* "shuffled" (the default): the corpus is shuffled and shard s takes documents s, s + S, ...;
+  random next segments come from the whole corpus (`examples.create_shard_instances`; with one
+  shard, google-research/bert's script exactly);
+* "hash": document d goes to shard `examples.document_key(d) % S` and random next segments come
+  from the same shard (`examples.create_hashed_shard_instances`), so a shard needs only its own
+  documents: what `beam_build` writes on many machines, written here on one, record for record.
 """
 
 from __future__ import annotations
@@ -32,14 +41,22 @@ import multiprocessing
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from absl import logging
 from etils import epath
 
 from bert_jax.pretrain.data import features, records
 from bert_jax.pretrain.data.corpus import CorpusStats, TokenizedCorpus, tokenize_documents
-from bert_jax.pretrain.data.examples import PretrainingOptions, VocabInfo, create_shard_instances
+from bert_jax.pretrain.data.examples import (
+    PretrainingOptions,
+    TrainingInstance,
+    VocabInfo,
+    create_hashed_shard_instances,
+    create_shard_instances,
+    document_key,
+    documents_fingerprint,
+)
 from bert_jax.pretrain.data.sources import Document, SourceStats
 
 BUILD_FORMAT = "bert_jax.pretraining_shards/1"
@@ -47,6 +64,7 @@ BUILD_FILE = "build.json"
 METADATA_FILE = "metadata.json"
 _TMP_DIR = ".build-tmp"
 _OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", _TMP_DIR}
+PARTITIONS = ("shuffled", "hash")
 _SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
 _TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
 
@@ -72,9 +90,43 @@ def _write_shard(
     options: PretrainingOptions,
     vocab: VocabInfo,
     record_format: str,
+    document_indices: Sequence[int] | None = None,
 ) -> dict:
-    """Makes and writes one shard (temporary name, then rename); returns its statistics."""
-    instances = create_shard_instances(corpus.documents(), options, vocab, shard_index, num_shards)
+    """Makes and writes one shard; `document_indices`: its documents under partition="hash"."""
+    documents = corpus.documents()
+    if document_indices is None:
+        instances = create_shard_instances(documents, options, vocab, shard_index, num_shards)
+    else:
+        instances = create_hashed_shard_instances(
+            [documents[i] for i in document_indices], options, vocab, shard_index, num_shards
+        )
+    return write_shard(instances, out_dir, shard_index, num_shards, options, vocab, record_format)
+
+
+def write_shard(
+    instances: Sequence[TrainingInstance],
+    out_dir: str,
+    shard_index: int,
+    num_shards: int,
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    record_format: str,
+) -> dict:
+    """Writes one shard's examples under a temporary name, then renames it complete.
+
+    Its statistics go to `out_dir/.build-tmp/<shard>.json` before the rename, so a shard under
+    its final name always has them (a rerun reuses both).
+
+    Args:
+      instances: the shard's examples, in order.
+      out_dir: the build's (local) directory.
+      shard_index, num_shards: which shard, of how many (its file name).
+      options, vocab: the layout of the records (lengths, padding id).
+      record_format: "array_record" or "tfrecord".
+
+    Returns:
+      The shard's statistics: num_records, random_next, tokens, predictions, full_length.
+    """
     name = shard_name(shard_index, num_shards, record_format)
     tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
     writer = records.open_writer(tmp, record_format)
@@ -94,10 +146,14 @@ def _write_shard(
         "predictions": sum(len(i.masked_lm_positions) for i in instances),
         "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
     }
-    stats_path = os.path.join(out_dir, _TMP_DIR, f"{name}.json")
-    _write_json(stats_path, stats)
+    _write_json(shard_stats_path(out_dir, name), stats)
     os.replace(tmp, os.path.join(out_dir, name))
     return stats
+
+
+def shard_stats_path(out_dir: str, name: str) -> str:
+    """Where a finished shard's statistics are kept until metadata.json is written."""
+    return os.path.join(out_dir, _TMP_DIR, f"{name}.json")
 
 
 def _worker_write_shard(corpus_dir: str, *args) -> dict:
@@ -149,7 +205,7 @@ def _tokenizer_files(tokenizer) -> dict[str, str]:
     }
 
 
-def _check_existing_tokenizer(out_dir: str, tokenizer) -> None:
+def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
     """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
     from bert_jax import tokenization
 
@@ -253,6 +309,7 @@ def build_pretraining_shards(
     source_id: str | None = None,
     source_stats: SourceStats | None = None,
     progress: bool = True,
+    partition: str = "shuffled",
 ) -> dict:
     """Builds (or finishes, or reuses) pretraining shards in `out_dir`.
 
@@ -269,6 +326,8 @@ def build_pretraining_shards(
         its text to recognise a finished build.
       source_stats: the source's counts (replaced bytes, empty files), recorded in the metadata.
       progress: show progress bars.
+      partition: "shuffled" or "hash", how documents are split into shards (module docstring).
+        With "hash" the corpus fingerprint is `examples.documents_fingerprint` (order-free).
 
     Returns:
       The metadata (also in `out_dir/metadata.json`): "shards" (path, num_records), "num_records",
@@ -281,28 +340,16 @@ def build_pretraining_shards(
     """
     out_dir = os.fspath(out_dir)
     options = options or PretrainingOptions()
-    if record_format not in records.RECORD_FORMATS:
-        raise ValueError(
-            f"record_format={record_format!r}: expected one of {records.RECORD_FORMATS}"
-        )
-    if not isinstance(num_shards, int) or num_shards < 1:
-        raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
+    check_build_args(num_shards, record_format, partition)
     check_output_dir(out_dir)
-    _check_existing_tokenizer(out_dir, tokenizer)
-
-    def make_plan(corpus_id: str) -> dict:
-        return {
-            "format": BUILD_FORMAT,
-            "options": options.to_dict(),
-            "tokenizer": tokenizer.fingerprint(),
-            "corpus": corpus_id,
-            "num_shards": num_shards,
-            "record_format": record_format,
-        }
+    check_existing_tokenizer(out_dir, tokenizer)
+    make_plan = lambda corpus_id: build_plan(
+        options, tokenizer, corpus_id, num_shards, record_format, partition
+    )
 
     # 1. A named source: a finished build is recognised without reading the corpus.
     if source_id is not None:
-        done = _finished_build(out_dir, make_plan(source_id))
+        done = finished_build(out_dir, make_plan(source_id))
         if done is not None:
             return done
     # 2. Tokenize the corpus (without a source_id its fingerprint names the build).
@@ -311,34 +358,114 @@ def build_pretraining_shards(
     corpus, corpus_stats = tokenize_documents(documents, tokenizer, progress=progress)
     if source_stats is not None:
         source_stats.log()
+    shard_documents = None
+    if partition == "hash":
+        keys = [document_key(d) for d in corpus.documents()]
+        corpus_stats.fingerprint = documents_fingerprint(keys)
+        shard_documents = [[] for _ in range(num_shards)]
+        for index, key in enumerate(keys):
+            shard_documents[key % num_shards].append(index)
     plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
-    done = _finished_build(out_dir, plan)
+    done = finished_build(out_dir, plan)
     if done is not None:
         return done
     _check_corpus(corpus, corpus_stats, options, num_shards)
     # 3. Build the missing shards, then metadata.json last.
-    _start_build(out_dir, plan, tokenizer)
+    start_build(out_dir, plan, tokenizer)
     shard_stats = _build_shards(
-        corpus, out_dir, options, tokenizer, num_shards, record_format, num_workers, progress
+        corpus,
+        out_dir,
+        options,
+        tokenizer,
+        num_shards,
+        record_format,
+        num_workers,
+        progress,
+        shard_documents,
     )
-    metadata = _metadata(
-        plan, shard_stats, options, tokenizer, corpus_stats, source_stats, record_format
+    return finish_build(
+        out_dir,
+        plan,
+        shard_stats,
+        options,
+        tokenizer,
+        dataclasses.asdict(corpus_stats),
+        source_stats.to_dict() if source_stats is not None else None,
     )
+
+
+def check_build_args(num_shards: int, record_format: str, partition: str) -> None:
+    """Raises ValueError naming a bad shard count, record format or partition."""
+    if record_format not in records.RECORD_FORMATS:
+        raise ValueError(
+            f"record_format={record_format!r}: expected one of {records.RECORD_FORMATS}"
+        )
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition={partition!r}: expected one of {PARTITIONS}")
+
+
+def build_plan(
+    options: PretrainingOptions,
+    tokenizer,
+    corpus_id: str,
+    num_shards: int,
+    record_format: str,
+    partition: str,
+) -> dict:
+    """What a build is (build.json): a rerun with another plan is refused, not mixed in."""
+    plan = {
+        "format": BUILD_FORMAT,
+        "options": options.to_dict(),
+        "tokenizer": tokenizer.fingerprint(),
+        "corpus": corpus_id,
+        "num_shards": num_shards,
+        "record_format": record_format,
+    }
+    if partition != "shuffled":  # Absent for the default, so older builds stay recognised.
+        plan["partition"] = partition
+    return plan
+
+
+def finish_build(
+    out_dir: str,
+    plan: dict,
+    shard_stats: dict[int, dict],
+    options: PretrainingOptions,
+    tokenizer,
+    corpus_stats: dict,
+    source_stats: dict | None,
+) -> dict:
+    """Writes metadata.json (the build is complete from then on) and drops the temporary files.
+
+    Args:
+      out_dir: the build's directory.
+      plan: its `build_plan`.
+      shard_stats: every shard's `write_shard` statistics, by shard index.
+      options, tokenizer: the build's.
+      corpus_stats: the fields of `corpus.CorpusStats`.
+      source_stats: `sources.SourceStats.to_dict()`, or None.
+
+    Returns:
+      The metadata.
+    """
+    metadata = _metadata(plan, shard_stats, options, tokenizer, corpus_stats, source_stats)
     _write_json(os.path.join(out_dir, METADATA_FILE), metadata)
     shutil.rmtree(os.path.join(out_dir, _TMP_DIR), ignore_errors=True)
     logging.info(
         "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
         out_dir,
         metadata["num_records"],
-        num_shards,
-        record_format,
+        plan["num_shards"],
+        plan["record_format"],
         metadata["stats"]["mean_tokens"],
         100 * metadata["stats"]["random_next_fraction"],
     )
     return metadata
 
 
-def _finished_build(out_dir: str, plan: dict) -> dict | None:
+def finished_build(out_dir: str, plan: dict) -> dict | None:
     """The metadata of a finished build of `plan` in `out_dir`, or None; refuses other builds."""
     if not os.path.isdir(out_dir):
         return None
@@ -374,7 +501,7 @@ def _check_corpus(
         )
 
 
-def _start_build(out_dir: str, plan: dict, tokenizer) -> None:
+def start_build(out_dir: str, plan: dict, tokenizer) -> None:
     """Writes build.json and the tokenizer, and deletes an interrupted build's temporary shards."""
     os.makedirs(os.path.join(out_dir, _TMP_DIR), exist_ok=True)
     _write_json(os.path.join(out_dir, BUILD_FILE), plan)
@@ -393,15 +520,19 @@ def _build_shards(
     record_format: str,
     num_workers: int | None,
     progress: bool,
+    shard_documents: list[list[int]] | None = None,
 ) -> dict[int, dict]:
-    """Reuses the finished shards and writes the others; returns every shard's statistics."""
+    """Reuses the finished shards and writes the others; returns every shard's statistics.
+
+    `shard_documents`: each shard's document indices under partition="hash" (None: "shuffled").
+    """
     from tqdm import tqdm
 
     shard_stats: dict[int, dict] = {}
     todo = []
     for index in range(num_shards):
         name = shard_name(index, num_shards, record_format)
-        stats_path = os.path.join(out_dir, _TMP_DIR, f"{name}.json")
+        stats_path = shard_stats_path(out_dir, name)
         if os.path.isfile(os.path.join(out_dir, name)) and os.path.isfile(stats_path):
             shard_stats[index] = _read_json(stats_path)
         else:
@@ -414,7 +545,9 @@ def _build_shards(
     bar = tqdm(total=num_shards, initial=len(shard_stats), desc="shards", disable=not progress)
     if todo and workers <= 1:
         for index in todo:
-            shard_stats[index] = _write_shard(corpus, out_dir, index, num_shards, *args)
+            shard_stats[index] = _write_shard(
+                corpus, out_dir, index, num_shards, *args, *_indices(shard_documents, index)
+            )
             bar.update(1)
     elif todo:
         corpus_dir = os.path.join(out_dir, _TMP_DIR, "corpus")
@@ -422,7 +555,15 @@ def _build_shards(
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             futures = {
-                pool.submit(_worker_write_shard, corpus_dir, out_dir, i, num_shards, *args): i
+                pool.submit(
+                    _worker_write_shard,
+                    corpus_dir,
+                    out_dir,
+                    i,
+                    num_shards,
+                    *args,
+                    *_indices(shard_documents, i),
+                ): i
                 for i in todo
             }
             try:
@@ -439,17 +580,22 @@ def _build_shards(
     return shard_stats
 
 
+def _indices(shard_documents: list[list[int]] | None, index: int) -> tuple:
+    """The extra `_write_shard` argument of shard `index`: its documents under "hash"."""
+    return () if shard_documents is None else (shard_documents[index],)
+
+
 def _metadata(
     plan: dict,
     shard_stats: dict[int, dict],
     options: PretrainingOptions,
     tokenizer,
-    corpus_stats: CorpusStats,
-    source_stats: SourceStats | None,
-    record_format: str,
+    corpus_stats: dict,
+    source_stats: dict | None,
 ) -> dict:
     """The contents of metadata.json (see `build_pretraining_shards`)."""
     num_shards = plan["num_shards"]
+    record_format = plan["record_format"]
     totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
     n = max(totals["num_records"], 1)
     return {
@@ -475,8 +621,8 @@ def _metadata(
             "sep_id": tokenizer.sep_id,
             "mask_id": tokenizer.mask_id,
         },
-        "corpus": dataclasses.asdict(corpus_stats),
-        "source": source_stats.to_dict() if source_stats is not None else None,
+        "corpus": corpus_stats,
+        "source": source_stats,
         "stats": {
             "random_next_fraction": totals["random_next"] / n,
             "mean_tokens": totals["tokens"] / n,
