@@ -62,8 +62,8 @@ from bert_jax.pretrain.data.sources import Document, SourceStats
 BUILD_FORMAT = "bert_jax.pretraining_shards/1"
 BUILD_FILE = "build.json"
 METADATA_FILE = "metadata.json"
-_TMP_DIR = ".build-tmp"
-_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", _TMP_DIR}
+TMP_DIR = ".build-tmp"
+_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", TMP_DIR}
 PARTITIONS = ("shuffled", "hash")
 _SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
 _TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
@@ -146,14 +146,14 @@ def write_shard(
         "predictions": sum(len(i.masked_lm_positions) for i in instances),
         "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
     }
-    _write_json(shard_stats_path(out_dir, name), stats)
+    write_json(shard_stats_path(out_dir, name), stats)
     os.replace(tmp, os.path.join(out_dir, name))
     return stats
 
 
 def shard_stats_path(out_dir: str, name: str) -> str:
     """Where a finished shard's statistics are kept until metadata.json is written."""
-    return os.path.join(out_dir, _TMP_DIR, f"{name}.json")
+    return os.path.join(out_dir, TMP_DIR, f"{name}.json")
 
 
 def _worker_write_shard(corpus_dir: str, *args) -> dict:
@@ -165,7 +165,8 @@ def _worker_write_shard(corpus_dir: str, *args) -> dict:
 # The output directory.
 
 
-def _write_json(path: str, obj) -> None:
+def write_json(path: str, obj) -> None:
+    """Writes `obj` as indented JSON under a temporary name, then renames it into place."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -174,7 +175,8 @@ def _write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: str):
+def read_json(path: str):
+    """The JSON value in a local file."""
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
@@ -250,7 +252,7 @@ def _check_plan(out_dir: str, plan: dict) -> None:
     """Refuses a directory holding a build with other settings or another tokenizer."""
     path = os.path.join(out_dir, BUILD_FILE)
     if os.path.exists(path):
-        old = _read_json(path)
+        old = read_json(path)
         if old != plan:
             raise OutputDirectoryError(
                 f"{out_dir} holds a build with different settings ({_plan_difference(old, plan)}); "
@@ -271,7 +273,7 @@ def _complete_metadata(out_dir: str, plan: dict) -> dict | None:
     path = os.path.join(out_dir, METADATA_FILE)
     if not os.path.exists(path):
         return None
-    metadata = _read_json(path)
+    metadata = read_json(path)
     if metadata.get("plan") != plan:
         return None
     if all(os.path.isfile(os.path.join(out_dir, s["path"])) for s in metadata["shards"]):
@@ -451,8 +453,8 @@ def finish_build(
       The metadata.
     """
     metadata = _metadata(plan, shard_stats, options, tokenizer, corpus_stats, source_stats)
-    _write_json(os.path.join(out_dir, METADATA_FILE), metadata)
-    shutil.rmtree(os.path.join(out_dir, _TMP_DIR), ignore_errors=True)
+    write_json(os.path.join(out_dir, METADATA_FILE), metadata)
+    shutil.rmtree(os.path.join(out_dir, TMP_DIR), ignore_errors=True)
     logging.info(
         "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
         out_dir,
@@ -503,8 +505,8 @@ def _check_corpus(
 
 def start_build(out_dir: str, plan: dict, tokenizer) -> None:
     """Writes build.json and the tokenizer, and deletes an interrupted build's temporary shards."""
-    os.makedirs(os.path.join(out_dir, _TMP_DIR), exist_ok=True)
-    _write_json(os.path.join(out_dir, BUILD_FILE), plan)
+    os.makedirs(os.path.join(out_dir, TMP_DIR), exist_ok=True)
+    write_json(os.path.join(out_dir, BUILD_FILE), plan)
     _save_tokenizer(out_dir, tokenizer)
     for name in os.listdir(out_dir):
         if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
@@ -534,7 +536,7 @@ def _build_shards(
         name = shard_name(index, num_shards, record_format)
         stats_path = shard_stats_path(out_dir, name)
         if os.path.isfile(os.path.join(out_dir, name)) and os.path.isfile(stats_path):
-            shard_stats[index] = _read_json(stats_path)
+            shard_stats[index] = read_json(stats_path)
         else:
             todo.append(index)
     if shard_stats:
@@ -550,7 +552,7 @@ def _build_shards(
             )
             bar.update(1)
     elif todo:
-        corpus_dir = os.path.join(out_dir, _TMP_DIR, "corpus")
+        corpus_dir = os.path.join(out_dir, TMP_DIR, "corpus")
         corpus.save(corpus_dir)
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
