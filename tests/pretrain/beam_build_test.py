@@ -131,13 +131,39 @@ def test_finished_build_reruns_as_a_no_op(tmp_path, plays, tokenizer, monkeypatc
         )
 
 
+def test_url_output_writes_each_file_whole_and_equals_the_local_build(
+    tmp_path, plays, tokenizer, monkeypatch
+):
+    # The object-store path (shards written locally and copied, JSON written directly, no
+    # renames), taken here on a local directory.
+    monkeypatch.setattr(build, "is_url", lambda path: True)
+    source = beam_build.TextFiles((plays[0],), split_sentences=False)
+    ours = beam_build.build_pretraining_shards_beam(
+        source, tmp_path / "url", tokenizer, NSP_STATIC, num_shards=2, pipeline_args=DIRECT
+    )
+    monkeypatch.undo()
+    local = build.build_pretraining_shards(
+        list(sources.text_file_documents(plays[0], split_sentences=False)),
+        tmp_path / "local",
+        tokenizer,
+        NSP_STATIC,
+        num_shards=2,
+        num_workers=1,
+        progress=False,
+        partition="hash",
+        source_id=source.source_id(),
+    )
+    ours.pop("source"), local.pop("source")  # The local call was given no source statistics.
+    assert ours == local
+    assert shard_records(tmp_path / "url", ours) == shard_records(tmp_path / "local", local)
+    assert not any(".tmp-" in n for n in os.listdir(tmp_path / "url"))
+
+
 def test_bad_arguments_name_the_problem(tmp_path, tokenizer, capsys):
     with pytest.raises(FileNotFoundError, match="no file matches"):
         beam_build.TextFiles((str(tmp_path / "none*.txt"),)).source_id()
-    with pytest.raises(ValueError, match="URL output is not supported"):
-        beam_build.build_pretraining_shards_beam(
-            beam_build.DefaultCorpus(), "gs://bucket/out", tokenizer
-        )
+    with pytest.raises(ValueError, match="the local build writes to a local directory"):
+        build.build_pretraining_shards([["a b."]], "gs://bucket/out", tokenizer)
     argv = ["--default_corpus", f"--output_dir={tmp_path}/o", "--runner=DirectRunner"]
     assert create_pretraining_data.main([*argv, "--partition=shuffled"]) == 1
     assert "drop --partition=shuffled" in capsys.readouterr().err

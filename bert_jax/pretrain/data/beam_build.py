@@ -32,8 +32,8 @@ Differences from the local build, by design: random next segments come from the 
 corpus (so the records differ from the default partition="shuffled" build); a file's last
 document ends with the file (no `--no-file_ends_document`); and the corpus is named by its file
 listing (paths and sizes), tfds name or package version rather than a hash of its text, so a
-finished build is recognised without reading the corpus. The output directory must be local or
-mounted (gs:// output is not written yet).
+finished build is recognised without reading the corpus. The output directory may be a URL
+(gs://...): shards are written locally and copied whole, JSON files written directly.
 
 Needs the `beam` extra (`pip install 'bert-jax[beam]'`; Dataflow and gs:// also need
 `apache-beam[gcp]`). Nothing else in the package imports this module.
@@ -57,8 +57,8 @@ except ImportError as e:
         "the Beam build needs apache-beam: pip install 'bert-jax[beam]' (the `beam` extra)"
     ) from e
 from absl import logging
+from etils import epath
 
-from bert_jax.paths import is_url
 from bert_jax.pretrain.data import build, corpus, sources
 from bert_jax.pretrain.data.examples import (
     PretrainingOptions,
@@ -252,10 +252,8 @@ class _WriteShard(beam.DoFn):
     def process(self, element):
         shard_index, entries = element
         name = build.shard_name(shard_index, self._num_shards, self._record_format)
-        stats_path = build.shard_stats_path(self._out_dir, name)
-        if os.path.isfile(os.path.join(self._out_dir, name)) and os.path.isfile(stats_path):
-            stats = build.read_json(stats_path)
-        else:
+        stats = build.finished_shard_stats(self._out_dir, name)
+        if stats is None:
             documents = [kept for entry in entries if entry is not None for kept in [entry[1]]]
             shard = corpus.from_documents(documents)
             del documents
@@ -276,7 +274,7 @@ class _WriteShard(beam.DoFn):
 
 
 def _write_fingerprint(total: int, out_dir: str) -> None:
-    path = os.path.join(out_dir, build.TMP_DIR, _FINGERPRINT_FILE)
+    path = os.fspath(epath.Path(out_dir) / build.TMP_DIR / _FINGERPRINT_FILE)
     build.write_json(path, {"fingerprint": documents_fingerprint([total])})
 
 
@@ -298,8 +296,9 @@ def build_pretraining_shards_beam(
 
     Args:
       source: what to read: `TextFiles`, `Tfds` or `DefaultCorpus`.
-      out_dir: the output directory, local or mounted on every worker; created; must hold
-        nothing but this build's files.
+      out_dir: the output directory, local (or mounted on every worker) or a URL that every
+        worker can write (gs://..., through `etils.epath`); created; must hold nothing but this
+        build's files.
       tokenizer: a `tokenization.WordPieceTokenizer` (pickled to the workers); saved into
         `out_dir`.
       options: the example recipe; default `PretrainingOptions()`.
@@ -320,11 +319,6 @@ def build_pretraining_shards_beam(
       RuntimeError: the pipeline failed (finished shards are kept; rerun to finish).
     """
     out_dir = os.fspath(out_dir)
-    if is_url(out_dir):
-        raise ValueError(
-            f"output_dir={out_dir!r}: the Beam build writes to a local or mounted directory (a "
-            "GCS FUSE mount on Dataflow workers); URL output is not supported yet"
-        )
     options = options or PretrainingOptions()
     build.check_build_args(num_shards, record_format, "hash")
     build.check_output_dir(out_dir)
@@ -365,7 +359,7 @@ def build_pretraining_shards_beam(
         shard_stats[index] = build.read_json(build.shard_stats_path(out_dir, name))
     corpus_stats = {k: counters.get(f"corpus/{k}", 0) for k in _corpus_counts()}
     corpus_stats["fingerprint"] = build.read_json(
-        os.path.join(out_dir, build.TMP_DIR, _FINGERPRINT_FILE)
+        os.fspath(epath.Path(out_dir) / build.TMP_DIR / _FINGERPRINT_FILE)
     )["fingerprint"]
     if corpus_stats["documents"] == 0:
         raise ValueError("the corpus has no text: every document was empty or skipped")

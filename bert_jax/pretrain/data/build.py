@@ -41,11 +41,13 @@ import multiprocessing
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 
 from absl import logging
 from etils import epath
 
+from bert_jax.paths import is_url
 from bert_jax.pretrain.data import features, records
 from bert_jax.pretrain.data.corpus import CorpusStats, TokenizedCorpus, tokenize_documents
 from bert_jax.pretrain.data.examples import (
@@ -119,7 +121,8 @@ def write_shard(
 
     Args:
       instances: the shard's examples, in order.
-      out_dir: the build's (local) directory.
+      out_dir: the build's directory, local or a URL (gs://...: the shard is written locally
+        and copied whole; an object store shows it only once complete).
       shard_index, num_shards: which shard, of how many (its file name).
       options, vocab: the layout of the records (lengths, padding id).
       record_format: "array_record" or "tfrecord".
@@ -128,7 +131,10 @@ def write_shard(
       The shard's statistics: num_records, random_next, tokens, predictions, full_length.
     """
     name = shard_name(shard_index, num_shards, record_format)
-    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+    if is_url(out_dir):  # Record writers write local files.
+        tmp = os.path.join(tempfile.mkdtemp(prefix="bert_jax_shard-"), f".{name}.tmp-0")
+    else:
+        tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
     writer = records.open_writer(tmp, record_format)
     try:
         for instance in instances:
@@ -147,13 +153,24 @@ def write_shard(
         "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
     }
     write_json(shard_stats_path(out_dir, name), stats)
-    os.replace(tmp, os.path.join(out_dir, name))
+    if is_url(out_dir):
+        epath.Path(tmp).copy(epath.Path(out_dir) / name, overwrite=True)
+        shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
+    else:
+        os.replace(tmp, os.path.join(out_dir, name))
     return stats
 
 
 def shard_stats_path(out_dir: str, name: str) -> str:
     """Where a finished shard's statistics are kept until metadata.json is written."""
-    return os.path.join(out_dir, TMP_DIR, f"{name}.json")
+    return os.fspath(epath.Path(out_dir) / TMP_DIR / f"{name}.json")
+
+
+def finished_shard_stats(out_dir: str, name: str) -> dict | None:
+    """The statistics of shard file `name` if it is finished (file and statistics), else None."""
+    if _is_file(out_dir, name) and epath.Path(shard_stats_path(out_dir, name)).is_file():
+        return read_json(shard_stats_path(out_dir, name))
+    return None
 
 
 def _worker_write_shard(corpus_dir: str, *args) -> dict:
@@ -167,29 +184,37 @@ def _worker_write_shard(corpus_dir: str, *args) -> dict:
 
 def write_json(path: str, obj) -> None:
     """Writes `obj` as indented JSON under a temporary name, then renames it into place."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    path = epath.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _write_text(path: epath.Path, text: str) -> None:
+    """Writes a file whole: locally under a temporary name renamed into place; at a URL (an
+    object store, where an object appears only once complete) directly."""
+    if is_url(path):
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def read_json(path: str):
-    """The JSON value in a local file."""
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The JSON value in a file (local or a URL)."""
+    return json.loads(epath.Path(path).read_text(encoding="utf-8"))
 
 
 def check_output_dir(out_dir: str) -> None:
     """Refuses a directory that holds anything a build does not write."""
-    if not os.path.exists(out_dir):
+    directory = epath.Path(out_dir)
+    if not directory.exists():
         return
-    if not os.path.isdir(out_dir):
+    if not directory.is_dir():
         raise OutputDirectoryError(f"output path {out_dir} exists and is not a directory")
     foreign = sorted(
         name
-        for name in os.listdir(out_dir)
+        for name in _listdir(out_dir)
         if name not in _OWN_FILES and not _SHARD_RE.match(name) and not _TMP_SHARD_RE.match(name)
     )
     if foreign:
@@ -197,6 +222,14 @@ def check_output_dir(out_dir: str) -> None:
             f"output directory {out_dir} already holds other data ({', '.join(foreign[:5])}"
             f"{', ...' if len(foreign) > 5 else ''}); pass an empty or new directory"
         )
+
+
+def _listdir(out_dir: str) -> list[str]:
+    return [p.name for p in epath.Path(out_dir).iterdir()]
+
+
+def _is_file(out_dir: str, name: str) -> bool:
+    return (epath.Path(out_dir) / name).is_file()
 
 
 def _tokenizer_files(tokenizer) -> dict[str, str]:
@@ -211,15 +244,15 @@ def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
     """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
     from bert_jax import tokenization
 
-    json_path = os.path.join(out_dir, "tokenizer.json")
-    if os.path.isfile(json_path):
+    json_path = os.fspath(epath.Path(out_dir) / "tokenizer.json")
+    if _is_file(out_dir, "tokenizer.json"):
         if tokenization.load_tokenizer(json_path).fingerprint() != tokenizer.fingerprint():
             raise OutputDirectoryError(
                 f"{json_path} is a different tokenizer from the one given; use a new output "
                 "directory"
             )
-    vocab_path = os.path.join(out_dir, "vocab.txt")
-    if os.path.isfile(vocab_path):
+    vocab_path = os.fspath(epath.Path(out_dir) / "vocab.txt")
+    if _is_file(out_dir, "vocab.txt"):
         try:
             same = list(tokenization.read_vocab_txt(vocab_path)) == tokenizer.vocab
         except ValueError:
@@ -234,12 +267,9 @@ def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
 def _save_tokenizer(out_dir: str, tokenizer) -> None:
     """Writes the tokenizer files that are missing (existing ones were checked to match)."""
     for name, text in _tokenizer_files(tokenizer).items():
-        path = os.path.join(out_dir, name)
-        if not os.path.exists(path):
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
+        path = epath.Path(out_dir) / name
+        if not path.exists():
+            _write_text(path, text)
 
 
 def _plan_difference(old: dict, new: dict) -> str:
@@ -250,8 +280,8 @@ def _plan_difference(old: dict, new: dict) -> str:
 
 def _check_plan(out_dir: str, plan: dict) -> None:
     """Refuses a directory holding a build with other settings or another tokenizer."""
-    path = os.path.join(out_dir, BUILD_FILE)
-    if os.path.exists(path):
+    path = os.fspath(epath.Path(out_dir) / BUILD_FILE)
+    if _is_file(out_dir, BUILD_FILE):
         old = read_json(path)
         if old != plan:
             raise OutputDirectoryError(
@@ -261,7 +291,7 @@ def _check_plan(out_dir: str, plan: dict) -> None:
     expected = {
         shard_name(i, plan["num_shards"], plan["record_format"]) for i in range(plan["num_shards"])
     }
-    other = sorted(n for n in os.listdir(out_dir) if _SHARD_RE.match(n) and n not in expected)
+    other = sorted(n for n in _listdir(out_dir) if _SHARD_RE.match(n) and n not in expected)
     if other:
         raise OutputDirectoryError(
             f"{out_dir} holds shards of another build ({', '.join(other[:3])}); use a new directory"
@@ -270,13 +300,12 @@ def _check_plan(out_dir: str, plan: dict) -> None:
 
 def _complete_metadata(out_dir: str, plan: dict) -> dict | None:
     """The metadata of a finished build of `plan` in `out_dir`, or None."""
-    path = os.path.join(out_dir, METADATA_FILE)
-    if not os.path.exists(path):
+    if not _is_file(out_dir, METADATA_FILE):
         return None
-    metadata = read_json(path)
+    metadata = read_json(os.fspath(epath.Path(out_dir) / METADATA_FILE))
     if metadata.get("plan") != plan:
         return None
-    if all(os.path.isfile(os.path.join(out_dir, s["path"])) for s in metadata["shards"]):
+    if all(_is_file(out_dir, s["path"]) for s in metadata["shards"]):
         return metadata
     return None
 
@@ -341,6 +370,11 @@ def build_pretraining_shards(
       ValueError: bad options, too few documents for NSP, or more shards than documents.
     """
     out_dir = os.fspath(out_dir)
+    if is_url(out_dir):
+        raise ValueError(
+            f"out_dir={out_dir!r}: the local build writes to a local directory; build to a URL "
+            "with Beam (`beam_build`, --runner=...) or copy the finished directory"
+        )
     options = options or PretrainingOptions()
     check_build_args(num_shards, record_format, partition)
     check_output_dir(out_dir)
@@ -453,8 +487,8 @@ def finish_build(
       The metadata.
     """
     metadata = _metadata(plan, shard_stats, options, tokenizer, corpus_stats, source_stats)
-    write_json(os.path.join(out_dir, METADATA_FILE), metadata)
-    shutil.rmtree(os.path.join(out_dir, TMP_DIR), ignore_errors=True)
+    write_json(os.fspath(epath.Path(out_dir) / METADATA_FILE), metadata)
+    (epath.Path(out_dir) / TMP_DIR).rmtree(missing_ok=True)
     logging.info(
         "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
         out_dir,
@@ -469,7 +503,7 @@ def finish_build(
 
 def finished_build(out_dir: str, plan: dict) -> dict | None:
     """The metadata of a finished build of `plan` in `out_dir`, or None; refuses other builds."""
-    if not os.path.isdir(out_dir):
+    if not epath.Path(out_dir).is_dir():
         return None
     _check_plan(out_dir, plan)
     done = _complete_metadata(out_dir, plan)
@@ -505,12 +539,12 @@ def _check_corpus(
 
 def start_build(out_dir: str, plan: dict, tokenizer) -> None:
     """Writes build.json and the tokenizer, and deletes an interrupted build's temporary shards."""
-    os.makedirs(os.path.join(out_dir, TMP_DIR), exist_ok=True)
-    write_json(os.path.join(out_dir, BUILD_FILE), plan)
+    (epath.Path(out_dir) / TMP_DIR).mkdir(parents=True, exist_ok=True)
+    write_json(os.fspath(epath.Path(out_dir) / BUILD_FILE), plan)
     _save_tokenizer(out_dir, tokenizer)
-    for name in os.listdir(out_dir):
+    for name in _listdir(out_dir):
         if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
-            os.remove(os.path.join(out_dir, name))
+            (epath.Path(out_dir) / name).unlink()
 
 
 def _build_shards(
@@ -534,9 +568,9 @@ def _build_shards(
     todo = []
     for index in range(num_shards):
         name = shard_name(index, num_shards, record_format)
-        stats_path = shard_stats_path(out_dir, name)
-        if os.path.isfile(os.path.join(out_dir, name)) and os.path.isfile(stats_path):
-            shard_stats[index] = read_json(stats_path)
+        stats = finished_shard_stats(out_dir, name)
+        if stats is not None:
+            shard_stats[index] = stats
         else:
             todo.append(index)
     if shard_stats:
