@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -35,6 +34,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import data_pipeline  # noqa: E402  (benchmarks/, beside this file)
 
 from bert_jax.pretrain.data import build, sources  # noqa: E402
 from bert_jax.pretrain.data.examples import PretrainingOptions  # noqa: E402
@@ -134,17 +136,7 @@ def main() -> None:
         print(json.dumps(run_one(builder, int(workers), int(dupe), args.data_dir)), flush=True)
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    print(
-        json.dumps(
-            {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "load_avg_1m": round(os.getloadavg()[0], 2),
-            }
-        ),
-        flush=True,
-    )
+    print(json.dumps(data_pipeline.machine()), flush=True)
     _corpus(args.data_dir)
     for dupe in args.dupe_factors.split(","):
         for builder in args.builders.split(","):

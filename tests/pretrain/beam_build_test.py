@@ -40,24 +40,29 @@ def shard_records(out_dir, metadata):
     return [records.read_all(os.path.join(out_dir, s["path"])) for s in metadata["shards"]]
 
 
-def test_direct_runner_equals_local_build_nsp_static_masking(tmp_path, plays, tokenizer):
-    source = beam_build.TextFiles(tuple(plays), split_sentences=False)
-    ours = beam_build.build_pretraining_shards_beam(
-        source, tmp_path / "beam", tokenizer, NSP_STATIC, num_shards=3, pipeline_args=DIRECT
-    )
+def local_hash_build(paths, out_dir, tokenizer, source, num_shards):
+    """The local build of `paths` with partition="hash", its corpus named as `source` names it."""
     stats = sources.SourceStats()
-    local = build.build_pretraining_shards(
-        lambda: sources.text_file_documents(plays, split_sentences=False, stats=stats),
-        tmp_path / "local",
+    return build.build_pretraining_shards(
+        lambda: sources.text_file_documents(paths, split_sentences=False, stats=stats),
+        out_dir,
         tokenizer,
         NSP_STATIC,
-        num_shards=3,
+        num_shards=num_shards,
         num_workers=1,
         progress=False,
         partition="hash",
         source_id=source.source_id(),
         source_stats=stats,
     )
+
+
+def test_direct_runner_equals_local_build_nsp_static_masking(tmp_path, plays, tokenizer):
+    source = beam_build.TextFiles(tuple(plays), split_sentences=False)
+    ours = beam_build.build_pretraining_shards_beam(
+        source, tmp_path / "beam", tokenizer, NSP_STATIC, num_shards=3, pipeline_args=DIRECT
+    )
+    local = local_hash_build(plays, tmp_path / "local", tokenizer, source, num_shards=3)
     assert ours == local  # Plan, shards, counts, corpus and source statistics.
     assert sorted(os.listdir(tmp_path / "beam")) == sorted(os.listdir(tmp_path / "local"))
     beam_records = shard_records(tmp_path / "beam", ours)
@@ -142,18 +147,7 @@ def test_url_output_writes_each_file_whole_and_equals_the_local_build(
         source, tmp_path / "url", tokenizer, NSP_STATIC, num_shards=2, pipeline_args=DIRECT
     )
     monkeypatch.undo()
-    local = build.build_pretraining_shards(
-        list(sources.text_file_documents(plays[0], split_sentences=False)),
-        tmp_path / "local",
-        tokenizer,
-        NSP_STATIC,
-        num_shards=2,
-        num_workers=1,
-        progress=False,
-        partition="hash",
-        source_id=source.source_id(),
-    )
-    ours.pop("source"), local.pop("source")  # The local call was given no source statistics.
+    local = local_hash_build(plays[:1], tmp_path / "local", tokenizer, source, num_shards=2)
     assert ours == local
     assert shard_records(tmp_path / "url", ours) == shard_records(tmp_path / "local", local)
     assert not any(".tmp-" in n for n in os.listdir(tmp_path / "url"))

@@ -486,7 +486,43 @@ def finish_build(
     Returns:
       The metadata.
     """
-    metadata = _metadata(plan, shard_stats, options, tokenizer, corpus_stats, source_stats)
+    num_shards = plan["num_shards"]
+    record_format = plan["record_format"]
+    totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
+    n = max(totals["num_records"], 1)
+    metadata = {
+        "format": BUILD_FORMAT,
+        "plan": plan,
+        "record_format": record_format,
+        "shards": [
+            {
+                "path": shard_name(i, num_shards, record_format),
+                "num_records": shard_stats[i]["num_records"],
+            }
+            for i in range(num_shards)
+        ],
+        "num_records": totals["num_records"],
+        "options": options.to_dict(),
+        "tokenizer": {
+            "fingerprint": tokenizer.fingerprint(),
+            "vocab_size": tokenizer.vocab_size,
+            "lowercase": tokenizer.lowercase,
+            "pad_id": tokenizer.pad_id,
+            "unk_id": tokenizer.unk_id,
+            "cls_id": tokenizer.cls_id,
+            "sep_id": tokenizer.sep_id,
+            "mask_id": tokenizer.mask_id,
+        },
+        "corpus": corpus_stats,
+        "source": source_stats,
+        "stats": {
+            "random_next_fraction": totals["random_next"] / n,
+            "mean_tokens": totals["tokens"] / n,
+            "full_length_fraction": totals["full_length"] / n,
+            "mean_predictions": totals["predictions"] / n,
+        },
+    }
+
     write_json(os.fspath(epath.Path(out_dir) / METADATA_FILE), metadata)
     (epath.Path(out_dir) / TMP_DIR).rmtree(missing_ok=True)
     logging.info(
@@ -619,53 +655,6 @@ def _build_shards(
 def _indices(shard_documents: list[list[int]] | None, index: int) -> tuple:
     """The extra `_write_shard` argument of shard `index`: its documents under "hash"."""
     return () if shard_documents is None else (shard_documents[index],)
-
-
-def _metadata(
-    plan: dict,
-    shard_stats: dict[int, dict],
-    options: PretrainingOptions,
-    tokenizer,
-    corpus_stats: dict,
-    source_stats: dict | None,
-) -> dict:
-    """The contents of metadata.json (see `build_pretraining_shards`)."""
-    num_shards = plan["num_shards"]
-    record_format = plan["record_format"]
-    totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
-    n = max(totals["num_records"], 1)
-    return {
-        "format": BUILD_FORMAT,
-        "plan": plan,
-        "record_format": record_format,
-        "shards": [
-            {
-                "path": shard_name(i, num_shards, record_format),
-                "num_records": shard_stats[i]["num_records"],
-            }
-            for i in range(num_shards)
-        ],
-        "num_records": totals["num_records"],
-        "options": options.to_dict(),
-        "tokenizer": {
-            "fingerprint": tokenizer.fingerprint(),
-            "vocab_size": tokenizer.vocab_size,
-            "lowercase": tokenizer.lowercase,
-            "pad_id": tokenizer.pad_id,
-            "unk_id": tokenizer.unk_id,
-            "cls_id": tokenizer.cls_id,
-            "sep_id": tokenizer.sep_id,
-            "mask_id": tokenizer.mask_id,
-        },
-        "corpus": corpus_stats,
-        "source": source_stats,
-        "stats": {
-            "random_next_fraction": totals["random_next"] / n,
-            "mean_tokens": totals["tokens"] / n,
-            "full_length_fraction": totals["full_length"] / n,
-            "mean_predictions": totals["predictions"] / n,
-        },
-    }
 
 
 def build_default_corpus_shards(
