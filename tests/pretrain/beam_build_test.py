@@ -10,9 +10,8 @@ from bert_jax.pretrain.data import build, create_pretraining_data, records, sour
 from bert_jax.pretrain.data.examples import PretrainingOptions
 from tests.pretrain.conftest import write_corpus
 
-beam_build = pytest.importorskip(
-    "bert_jax.pretrain.data.beam_build", reason="needs apache-beam (the beam extra)"
-)
+pytest.importorskip("apache_beam", reason="needs apache-beam (the beam extra)")
+from bert_jax.pretrain.data import beam_build  # noqa: E402  (after the skip)
 
 NSP_STATIC = PretrainingOptions(max_seq_length=48, max_predictions_per_seq=7, dupe_factor=2)
 DIRECT = ["--runner=DirectRunner", "--direct_num_workers=1"]
