@@ -254,9 +254,8 @@ class _WriteShard(beam.DoFn):
         name = build.shard_name(shard_index, self._num_shards, self._record_format)
         stats = build.finished_shard_stats(self._out_dir, name)
         if stats is None:
-            documents = [kept for entry in entries if entry is not None for kept in [entry[1]]]
-            shard = corpus.from_documents(documents)
-            del documents
+            # Flat arrays: 4 bytes a token while the examples are made (lists cost ~36).
+            shard = corpus.from_documents([e[1] for e in entries if e is not None])
             instances = create_hashed_shard_instances(
                 shard.documents(), self._options, self._vocab, shard_index, self._num_shards
             )
