@@ -58,6 +58,16 @@ def _shards(data_dir: str, seq_len: int) -> str:
     return out
 
 
+def machine() -> dict:
+    """The machine a measurement ran on: processor, cores, Python, 1-minute load average."""
+    return {
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
 def measure(path: str, seq_len: int, batch: int, workers: int, seconds: float) -> dict:
     """Reads batches for `seconds` after a warm-up; returns the measurement."""
     it = pipeline.make_pretraining_loader(
@@ -93,17 +103,7 @@ def main() -> None:
     parser.add_argument("--workers", default="0,1,2")
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
-    print(
-        json.dumps(
-            {
-                "machine": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "load_avg_1m": round(os.getloadavg()[0], 2),
-            }
-        ),
-        flush=True,
-    )
+    print(json.dumps(machine()), flush=True)
     for seq_len in [int(s) for s in args.seq_lens.split(",")]:
         path = _shards(args.data_dir, seq_len)
         batch = 256 if seq_len <= 128 else 64

@@ -94,6 +94,14 @@ def test_train_wordpiece(tmp_path, capsys):
     assert "already holds vocab.txt, tokenizer.json" in capsys.readouterr().err
 
 
+def test_train_wordpiece_on_a_seeded_document_sample(tmp_path, caplog):
+    argv = ["--default_corpus", "--vocab_size=200", "--sample_documents=3", "--sample_seed=5"]
+    assert train_wordpiece.main([*argv, f"--output_dir={tmp_path / 'a'}"]) == 0
+    assert "training on a sample of 3 documents" in caplog.text
+    vocab = (tmp_path / "a" / "vocab.txt").read_text().splitlines()
+    assert len(vocab) == 200 and vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
 def test_commands_run_as_modules():
     for module in ("create_pretraining_data", "train_wordpiece"):
         result = subprocess.run(

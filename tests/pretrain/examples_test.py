@@ -9,8 +9,10 @@ from bert_jax.pretrain.data import example_proto, features, records, sources
 from bert_jax.pretrain.data.examples import (
     PretrainingOptions,
     VocabInfo,
+    create_hashed_shard_instances,
     create_instances_from_document,
     create_shard_instances,
+    document_key,
     truncate_seq_pair,
 )
 from tests.pretrain.conftest import EXCERPT, TESTDATA
@@ -204,6 +206,28 @@ def test_seeded_and_bit_exactly_reproducible():
     shards = [run(options, s, 3) for s in range(3)]
     assert shards[1] == run(options, 1, 3)
     assert all(shards) and shards[0] != shards[1]
+
+
+def test_hashed_shard_depends_on_its_documents_not_their_order_and_stays_inside():
+    vocab = synthetic_vocab(continuation=False)
+    # Document d holds tokens 10 + d*100 + j, so every token names its document.
+    documents = [[[10 + d * 100 + j] * 3 for j in range(20)] for d in range(24)]
+    options = PretrainingOptions(max_seq_length=32, dupe_factor=2)
+    shards = [[d for d in documents if document_key(d) % 3 == s] for s in range(3)]
+    assert all(shards) and sum(map(len, shards)) == len(documents)
+    run = lambda docs, s=1: create_hashed_shard_instances(docs, options, vocab, s, 3)
+    instances = run(shards[1])
+    assert instances == run(list(reversed(shards[1])))  # Any delivery order, the same records.
+    assert instances != run(shards[1], s=2)  # Each shard its own seed.
+    unmasked = PretrainingOptions(max_seq_length=32, dupe_factor=2, static_masking=False)
+    instances = create_hashed_shard_instances(shards[1], unmasked, vocab, 1, 3)
+    own = {(t - 10) // 100 for d in shards[1] for t in d[0]}
+    for inst in instances:
+        text = [t for t in inst.tokens if t >= 10]
+        assert {(t - 10) // 100 for t in text} <= own  # Random B segments from the shard.
+    assert sum(i.is_random_next for i in instances) > len(instances) / 4
+    assert document_key([[1, 2], [3]]) != document_key([[1], [2, 3]])
+    assert create_hashed_shard_instances([], options, vocab, 0, 3) == []
 
 
 def test_options_are_validated():

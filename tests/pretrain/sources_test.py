@@ -174,3 +174,15 @@ def test_file_ends_document_false_runs_files_on_as_the_original(tmp_path, caplog
     assert docs == [["A1", "A2"], ["B1", "B2"], ["C1"], ["D1", "D2"]]
     assert (stats.files, stats.documents, stats.sentences, stats.empty_files) == (4, 4, 7, [])
     assert "blank line" not in caplog.text
+
+
+def test_document_sample_is_seeded_reproducible_and_order_free():
+    documents = [[f"sentence {d}.", f"more of {d}."] for d in range(200)]
+    sample = sources.sample_documents(iter(documents), 20, seed=3)
+    assert len(sample) == 20 and all(d in documents for d in sample)
+    assert sources.sample_documents(reversed(documents), 20, seed=3) == sample
+    assert sources.sample_documents(documents, 20, seed=4) != sample
+    assert sources.sample_documents(documents, 10, seed=3) == sample[:10]  # Nested by size.
+    assert len(sources.sample_documents(documents[:5] * 3, 20)) == 5  # Duplicates drawn once.
+    with pytest.raises(ValueError, match="num_documents=0"):
+        sources.sample_documents(documents, 0)

@@ -19,8 +19,17 @@ The build is safe to interrupt and to run again:
 * a directory holding anything else (other files, or a build with different settings) is
   refused with an error naming the difference; nothing is overwritten.
 
-Shards are independent (see `pretraining.create_shard_instances`), so they are built by a pool of
+Shards are independent (see `examples.create_shard_instances`), so they are built by a pool of
 worker processes; the tokenized corpus is shared with them through memory-mapped `.npy` files.
+
+Two partitions of the documents into shards (`partition=`):
+
+* "shuffled" (the default): the corpus is shuffled and shard s takes documents s, s + S, ...;
+  random next segments come from the whole corpus (`examples.create_shard_instances`; with one
+  shard, google-research/bert's script exactly);
+* "hash": document d goes to shard `examples.document_key(d) % S` and random next segments come
+  from the same shard (`examples.create_hashed_shard_instances`), so a shard needs only its own
+  documents: what `beam_build` writes on many machines, written here on one, record for record.
 """
 
 from __future__ import annotations
@@ -32,21 +41,32 @@ import multiprocessing
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
 
 from absl import logging
 from etils import epath
 
+from bert_jax.paths import is_url
 from bert_jax.pretrain.data import features, records
 from bert_jax.pretrain.data.corpus import CorpusStats, TokenizedCorpus, tokenize_documents
-from bert_jax.pretrain.data.examples import PretrainingOptions, VocabInfo, create_shard_instances
+from bert_jax.pretrain.data.examples import (
+    PretrainingOptions,
+    TrainingInstance,
+    VocabInfo,
+    create_hashed_shard_instances,
+    create_shard_instances,
+    document_key,
+    documents_fingerprint,
+)
 from bert_jax.pretrain.data.sources import Document, SourceStats
 
 BUILD_FORMAT = "bert_jax.pretraining_shards/1"
 BUILD_FILE = "build.json"
 METADATA_FILE = "metadata.json"
-_TMP_DIR = ".build-tmp"
-_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", _TMP_DIR}
+TMP_DIR = ".build-tmp"
+_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", TMP_DIR}
+PARTITIONS = ("shuffled", "hash")
 _SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
 _TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
 
@@ -72,11 +92,49 @@ def _write_shard(
     options: PretrainingOptions,
     vocab: VocabInfo,
     record_format: str,
+    document_indices: Sequence[int] | None = None,
 ) -> dict:
-    """Makes and writes one shard (temporary name, then rename); returns its statistics."""
-    instances = create_shard_instances(corpus.documents(), options, vocab, shard_index, num_shards)
+    """Makes and writes one shard; `document_indices`: its documents under partition="hash"."""
+    documents = corpus.documents()
+    if document_indices is None:
+        instances = create_shard_instances(documents, options, vocab, shard_index, num_shards)
+    else:
+        instances = create_hashed_shard_instances(
+            [documents[i] for i in document_indices], options, vocab, shard_index, num_shards
+        )
+    return write_shard(instances, out_dir, shard_index, num_shards, options, vocab, record_format)
+
+
+def write_shard(
+    instances: Sequence[TrainingInstance],
+    out_dir: str,
+    shard_index: int,
+    num_shards: int,
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    record_format: str,
+) -> dict:
+    """Writes one shard's examples under a temporary name, then renames it complete.
+
+    Its statistics go to `out_dir/.build-tmp/<shard>.json` before the rename, so a shard under
+    its final name always has them (a rerun reuses both).
+
+    Args:
+      instances: the shard's examples, in order.
+      out_dir: the build's directory, local or a URL (gs://...: the shard is written locally
+        and copied whole; an object store shows it only once complete).
+      shard_index, num_shards: which shard, of how many (its file name).
+      options, vocab: the layout of the records (lengths, padding id).
+      record_format: "array_record" or "tfrecord".
+
+    Returns:
+      The shard's statistics: num_records, random_next, tokens, predictions, full_length.
+    """
     name = shard_name(shard_index, num_shards, record_format)
-    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+    if is_url(out_dir):  # Record writers write local files.
+        tmp = os.path.join(tempfile.mkdtemp(prefix="bert_jax_shard-"), f".{name}.tmp-0")
+    else:
+        tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
     writer = records.open_writer(tmp, record_format)
     try:
         for instance in instances:
@@ -94,10 +152,25 @@ def _write_shard(
         "predictions": sum(len(i.masked_lm_positions) for i in instances),
         "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
     }
-    stats_path = os.path.join(out_dir, _TMP_DIR, f"{name}.json")
-    _write_json(stats_path, stats)
-    os.replace(tmp, os.path.join(out_dir, name))
+    write_json(shard_stats_path(out_dir, name), stats)
+    if is_url(out_dir):
+        epath.Path(tmp).copy(epath.Path(out_dir) / name, overwrite=True)
+        shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
+    else:
+        os.replace(tmp, os.path.join(out_dir, name))
     return stats
+
+
+def shard_stats_path(out_dir: str, name: str) -> str:
+    """Where a finished shard's statistics are kept until metadata.json is written."""
+    return os.fspath(epath.Path(out_dir) / TMP_DIR / f"{name}.json")
+
+
+def finished_shard_stats(out_dir: str, name: str) -> dict | None:
+    """The statistics of shard file `name` if it is finished (file and statistics), else None."""
+    if _is_file(out_dir, name) and epath.Path(shard_stats_path(out_dir, name)).is_file():
+        return read_json(shard_stats_path(out_dir, name))
+    return None
 
 
 def _worker_write_shard(corpus_dir: str, *args) -> dict:
@@ -109,29 +182,39 @@ def _worker_write_shard(corpus_dir: str, *args) -> dict:
 # The output directory.
 
 
-def _write_json(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+def write_json(path: str, obj) -> None:
+    """Writes `obj` as indented JSON under a temporary name, then renames it into place."""
+    path = epath.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def _read_json(path: str):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def _write_text(path: epath.Path, text: str) -> None:
+    """Writes a file whole: locally under a temporary name renamed into place; at a URL (an
+    object store, where an object appears only once complete) directly."""
+    if is_url(path):
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_json(path: str):
+    """The JSON value in a file (local or a URL)."""
+    return json.loads(epath.Path(path).read_text(encoding="utf-8"))
 
 
 def check_output_dir(out_dir: str) -> None:
     """Refuses a directory that holds anything a build does not write."""
-    if not os.path.exists(out_dir):
+    directory = epath.Path(out_dir)
+    if not directory.exists():
         return
-    if not os.path.isdir(out_dir):
+    if not directory.is_dir():
         raise OutputDirectoryError(f"output path {out_dir} exists and is not a directory")
     foreign = sorted(
         name
-        for name in os.listdir(out_dir)
+        for name in _listdir(out_dir)
         if name not in _OWN_FILES and not _SHARD_RE.match(name) and not _TMP_SHARD_RE.match(name)
     )
     if foreign:
@@ -139,6 +222,14 @@ def check_output_dir(out_dir: str) -> None:
             f"output directory {out_dir} already holds other data ({', '.join(foreign[:5])}"
             f"{', ...' if len(foreign) > 5 else ''}); pass an empty or new directory"
         )
+
+
+def _listdir(out_dir: str) -> list[str]:
+    return [p.name for p in epath.Path(out_dir).iterdir()]
+
+
+def _is_file(out_dir: str, name: str) -> bool:
+    return (epath.Path(out_dir) / name).is_file()
 
 
 def _tokenizer_files(tokenizer) -> dict[str, str]:
@@ -149,19 +240,19 @@ def _tokenizer_files(tokenizer) -> dict[str, str]:
     }
 
 
-def _check_existing_tokenizer(out_dir: str, tokenizer) -> None:
+def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
     """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
     from bert_jax import tokenization
 
-    json_path = os.path.join(out_dir, "tokenizer.json")
-    if os.path.isfile(json_path):
+    json_path = os.fspath(epath.Path(out_dir) / "tokenizer.json")
+    if _is_file(out_dir, "tokenizer.json"):
         if tokenization.load_tokenizer(json_path).fingerprint() != tokenizer.fingerprint():
             raise OutputDirectoryError(
                 f"{json_path} is a different tokenizer from the one given; use a new output "
                 "directory"
             )
-    vocab_path = os.path.join(out_dir, "vocab.txt")
-    if os.path.isfile(vocab_path):
+    vocab_path = os.fspath(epath.Path(out_dir) / "vocab.txt")
+    if _is_file(out_dir, "vocab.txt"):
         try:
             same = list(tokenization.read_vocab_txt(vocab_path)) == tokenizer.vocab
         except ValueError:
@@ -176,12 +267,9 @@ def _check_existing_tokenizer(out_dir: str, tokenizer) -> None:
 def _save_tokenizer(out_dir: str, tokenizer) -> None:
     """Writes the tokenizer files that are missing (existing ones were checked to match)."""
     for name, text in _tokenizer_files(tokenizer).items():
-        path = os.path.join(out_dir, name)
-        if not os.path.exists(path):
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
+        path = epath.Path(out_dir) / name
+        if not path.exists():
+            _write_text(path, text)
 
 
 def _plan_difference(old: dict, new: dict) -> str:
@@ -192,9 +280,9 @@ def _plan_difference(old: dict, new: dict) -> str:
 
 def _check_plan(out_dir: str, plan: dict) -> None:
     """Refuses a directory holding a build with other settings or another tokenizer."""
-    path = os.path.join(out_dir, BUILD_FILE)
-    if os.path.exists(path):
-        old = _read_json(path)
+    path = os.fspath(epath.Path(out_dir) / BUILD_FILE)
+    if _is_file(out_dir, BUILD_FILE):
+        old = read_json(path)
         if old != plan:
             raise OutputDirectoryError(
                 f"{out_dir} holds a build with different settings ({_plan_difference(old, plan)}); "
@@ -203,7 +291,7 @@ def _check_plan(out_dir: str, plan: dict) -> None:
     expected = {
         shard_name(i, plan["num_shards"], plan["record_format"]) for i in range(plan["num_shards"])
     }
-    other = sorted(n for n in os.listdir(out_dir) if _SHARD_RE.match(n) and n not in expected)
+    other = sorted(n for n in _listdir(out_dir) if _SHARD_RE.match(n) and n not in expected)
     if other:
         raise OutputDirectoryError(
             f"{out_dir} holds shards of another build ({', '.join(other[:3])}); use a new directory"
@@ -212,13 +300,12 @@ def _check_plan(out_dir: str, plan: dict) -> None:
 
 def _complete_metadata(out_dir: str, plan: dict) -> dict | None:
     """The metadata of a finished build of `plan` in `out_dir`, or None."""
-    path = os.path.join(out_dir, METADATA_FILE)
-    if not os.path.exists(path):
+    if not _is_file(out_dir, METADATA_FILE):
         return None
-    metadata = _read_json(path)
+    metadata = read_json(os.fspath(epath.Path(out_dir) / METADATA_FILE))
     if metadata.get("plan") != plan:
         return None
-    if all(os.path.isfile(os.path.join(out_dir, s["path"])) for s in metadata["shards"]):
+    if all(_is_file(out_dir, s["path"]) for s in metadata["shards"]):
         return metadata
     return None
 
@@ -253,6 +340,7 @@ def build_pretraining_shards(
     source_id: str | None = None,
     source_stats: SourceStats | None = None,
     progress: bool = True,
+    partition: str = "shuffled",
 ) -> dict:
     """Builds (or finishes, or reuses) pretraining shards in `out_dir`.
 
@@ -269,6 +357,8 @@ def build_pretraining_shards(
         its text to recognise a finished build.
       source_stats: the source's counts (replaced bytes, empty files), recorded in the metadata.
       progress: show progress bars.
+      partition: "shuffled" or "hash", how documents are split into shards (module docstring).
+        With "hash" the corpus fingerprint is `examples.documents_fingerprint` (order-free).
 
     Returns:
       The metadata (also in `out_dir/metadata.json`): "shards" (path, num_records), "num_records",
@@ -280,29 +370,22 @@ def build_pretraining_shards(
       ValueError: bad options, too few documents for NSP, or more shards than documents.
     """
     out_dir = os.fspath(out_dir)
-    options = options or PretrainingOptions()
-    if record_format not in records.RECORD_FORMATS:
+    if is_url(out_dir):
         raise ValueError(
-            f"record_format={record_format!r}: expected one of {records.RECORD_FORMATS}"
+            f"out_dir={out_dir!r}: the local build writes to a local directory; build to a URL "
+            "with Beam (`beam_build`, --runner=...) or copy the finished directory"
         )
-    if not isinstance(num_shards, int) or num_shards < 1:
-        raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
+    options = options or PretrainingOptions()
+    check_build_args(num_shards, record_format, partition)
     check_output_dir(out_dir)
-    _check_existing_tokenizer(out_dir, tokenizer)
-
-    def make_plan(corpus_id: str) -> dict:
-        return {
-            "format": BUILD_FORMAT,
-            "options": options.to_dict(),
-            "tokenizer": tokenizer.fingerprint(),
-            "corpus": corpus_id,
-            "num_shards": num_shards,
-            "record_format": record_format,
-        }
+    check_existing_tokenizer(out_dir, tokenizer)
+    make_plan = lambda corpus_id: build_plan(
+        options, tokenizer, corpus_id, num_shards, record_format, partition
+    )
 
     # 1. A named source: a finished build is recognised without reading the corpus.
     if source_id is not None:
-        done = _finished_build(out_dir, make_plan(source_id))
+        done = finished_build(out_dir, make_plan(source_id))
         if done is not None:
             return done
     # 2. Tokenize the corpus (without a source_id its fingerprint names the build).
@@ -311,36 +394,152 @@ def build_pretraining_shards(
     corpus, corpus_stats = tokenize_documents(documents, tokenizer, progress=progress)
     if source_stats is not None:
         source_stats.log()
+    shard_documents = None
+    if partition == "hash":
+        keys = [document_key(d) for d in corpus.documents()]
+        corpus_stats.fingerprint = documents_fingerprint(keys)
+        shard_documents = [[] for _ in range(num_shards)]
+        for index, key in enumerate(keys):
+            shard_documents[key % num_shards].append(index)
     plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
-    done = _finished_build(out_dir, plan)
+    done = finished_build(out_dir, plan)
     if done is not None:
         return done
     _check_corpus(corpus, corpus_stats, options, num_shards)
     # 3. Build the missing shards, then metadata.json last.
-    _start_build(out_dir, plan, tokenizer)
+    start_build(out_dir, plan, tokenizer)
     shard_stats = _build_shards(
-        corpus, out_dir, options, tokenizer, num_shards, record_format, num_workers, progress
+        corpus,
+        out_dir,
+        options,
+        tokenizer,
+        num_shards,
+        record_format,
+        num_workers,
+        progress,
+        shard_documents,
     )
-    metadata = _metadata(
-        plan, shard_stats, options, tokenizer, corpus_stats, source_stats, record_format
+    return finish_build(
+        out_dir,
+        plan,
+        shard_stats,
+        options,
+        tokenizer,
+        dataclasses.asdict(corpus_stats),
+        source_stats.to_dict() if source_stats is not None else None,
     )
-    _write_json(os.path.join(out_dir, METADATA_FILE), metadata)
-    shutil.rmtree(os.path.join(out_dir, _TMP_DIR), ignore_errors=True)
+
+
+def check_build_args(num_shards: int, record_format: str, partition: str) -> None:
+    """Raises ValueError naming a bad shard count, record format or partition."""
+    if record_format not in records.RECORD_FORMATS:
+        raise ValueError(
+            f"record_format={record_format!r}: expected one of {records.RECORD_FORMATS}"
+        )
+    if not isinstance(num_shards, int) or num_shards < 1:
+        raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition={partition!r}: expected one of {PARTITIONS}")
+
+
+def build_plan(
+    options: PretrainingOptions,
+    tokenizer,
+    corpus_id: str,
+    num_shards: int,
+    record_format: str,
+    partition: str,
+) -> dict:
+    """What a build is (build.json): a rerun with another plan is refused, not mixed in."""
+    plan = {
+        "format": BUILD_FORMAT,
+        "options": options.to_dict(),
+        "tokenizer": tokenizer.fingerprint(),
+        "corpus": corpus_id,
+        "num_shards": num_shards,
+        "record_format": record_format,
+    }
+    if partition != "shuffled":  # Absent for the default, so older builds stay recognised.
+        plan["partition"] = partition
+    return plan
+
+
+def finish_build(
+    out_dir: str,
+    plan: dict,
+    shard_stats: dict[int, dict],
+    options: PretrainingOptions,
+    tokenizer,
+    corpus_stats: dict,
+    source_stats: dict | None,
+) -> dict:
+    """Writes metadata.json (the build is complete from then on) and drops the temporary files.
+
+    Args:
+      out_dir: the build's directory.
+      plan: its `build_plan`.
+      shard_stats: every shard's `write_shard` statistics, by shard index.
+      options, tokenizer: the build's.
+      corpus_stats: the fields of `corpus.CorpusStats`.
+      source_stats: `sources.SourceStats.to_dict()`, or None.
+
+    Returns:
+      The metadata.
+    """
+    num_shards = plan["num_shards"]
+    record_format = plan["record_format"]
+    totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
+    n = max(totals["num_records"], 1)
+    metadata = {
+        "format": BUILD_FORMAT,
+        "plan": plan,
+        "record_format": record_format,
+        "shards": [
+            {
+                "path": shard_name(i, num_shards, record_format),
+                "num_records": shard_stats[i]["num_records"],
+            }
+            for i in range(num_shards)
+        ],
+        "num_records": totals["num_records"],
+        "options": options.to_dict(),
+        "tokenizer": {
+            "fingerprint": tokenizer.fingerprint(),
+            "vocab_size": tokenizer.vocab_size,
+            "lowercase": tokenizer.lowercase,
+            "pad_id": tokenizer.pad_id,
+            "unk_id": tokenizer.unk_id,
+            "cls_id": tokenizer.cls_id,
+            "sep_id": tokenizer.sep_id,
+            "mask_id": tokenizer.mask_id,
+        },
+        "corpus": corpus_stats,
+        "source": source_stats,
+        "stats": {
+            "random_next_fraction": totals["random_next"] / n,
+            "mean_tokens": totals["tokens"] / n,
+            "full_length_fraction": totals["full_length"] / n,
+            "mean_predictions": totals["predictions"] / n,
+        },
+    }
+
+    write_json(os.fspath(epath.Path(out_dir) / METADATA_FILE), metadata)
+    (epath.Path(out_dir) / TMP_DIR).rmtree(missing_ok=True)
     logging.info(
         "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
         out_dir,
         metadata["num_records"],
-        num_shards,
-        record_format,
+        plan["num_shards"],
+        plan["record_format"],
         metadata["stats"]["mean_tokens"],
         100 * metadata["stats"]["random_next_fraction"],
     )
     return metadata
 
 
-def _finished_build(out_dir: str, plan: dict) -> dict | None:
+def finished_build(out_dir: str, plan: dict) -> dict | None:
     """The metadata of a finished build of `plan` in `out_dir`, or None; refuses other builds."""
-    if not os.path.isdir(out_dir):
+    if not epath.Path(out_dir).is_dir():
         return None
     _check_plan(out_dir, plan)
     done = _complete_metadata(out_dir, plan)
@@ -374,14 +573,14 @@ def _check_corpus(
         )
 
 
-def _start_build(out_dir: str, plan: dict, tokenizer) -> None:
+def start_build(out_dir: str, plan: dict, tokenizer) -> None:
     """Writes build.json and the tokenizer, and deletes an interrupted build's temporary shards."""
-    os.makedirs(os.path.join(out_dir, _TMP_DIR), exist_ok=True)
-    _write_json(os.path.join(out_dir, BUILD_FILE), plan)
+    (epath.Path(out_dir) / TMP_DIR).mkdir(parents=True, exist_ok=True)
+    write_json(os.fspath(epath.Path(out_dir) / BUILD_FILE), plan)
     _save_tokenizer(out_dir, tokenizer)
-    for name in os.listdir(out_dir):
+    for name in _listdir(out_dir):
         if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
-            os.remove(os.path.join(out_dir, name))
+            (epath.Path(out_dir) / name).unlink()
 
 
 def _build_shards(
@@ -393,17 +592,21 @@ def _build_shards(
     record_format: str,
     num_workers: int | None,
     progress: bool,
+    shard_documents: list[list[int]] | None = None,
 ) -> dict[int, dict]:
-    """Reuses the finished shards and writes the others; returns every shard's statistics."""
+    """Reuses the finished shards and writes the others; returns every shard's statistics.
+
+    `shard_documents`: each shard's document indices under partition="hash" (None: "shuffled").
+    """
     from tqdm import tqdm
 
     shard_stats: dict[int, dict] = {}
     todo = []
     for index in range(num_shards):
         name = shard_name(index, num_shards, record_format)
-        stats_path = os.path.join(out_dir, _TMP_DIR, f"{name}.json")
-        if os.path.isfile(os.path.join(out_dir, name)) and os.path.isfile(stats_path):
-            shard_stats[index] = _read_json(stats_path)
+        stats = finished_shard_stats(out_dir, name)
+        if stats is not None:
+            shard_stats[index] = stats
         else:
             todo.append(index)
     if shard_stats:
@@ -414,15 +617,25 @@ def _build_shards(
     bar = tqdm(total=num_shards, initial=len(shard_stats), desc="shards", disable=not progress)
     if todo and workers <= 1:
         for index in todo:
-            shard_stats[index] = _write_shard(corpus, out_dir, index, num_shards, *args)
+            shard_stats[index] = _write_shard(
+                corpus, out_dir, index, num_shards, *args, *_indices(shard_documents, index)
+            )
             bar.update(1)
     elif todo:
-        corpus_dir = os.path.join(out_dir, _TMP_DIR, "corpus")
+        corpus_dir = os.path.join(out_dir, TMP_DIR, "corpus")
         corpus.save(corpus_dir)
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
             futures = {
-                pool.submit(_worker_write_shard, corpus_dir, out_dir, i, num_shards, *args): i
+                pool.submit(
+                    _worker_write_shard,
+                    corpus_dir,
+                    out_dir,
+                    i,
+                    num_shards,
+                    *args,
+                    *_indices(shard_documents, i),
+                ): i
                 for i in todo
             }
             try:
@@ -439,51 +652,9 @@ def _build_shards(
     return shard_stats
 
 
-def _metadata(
-    plan: dict,
-    shard_stats: dict[int, dict],
-    options: PretrainingOptions,
-    tokenizer,
-    corpus_stats: CorpusStats,
-    source_stats: SourceStats | None,
-    record_format: str,
-) -> dict:
-    """The contents of metadata.json (see `build_pretraining_shards`)."""
-    num_shards = plan["num_shards"]
-    totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
-    n = max(totals["num_records"], 1)
-    return {
-        "format": BUILD_FORMAT,
-        "plan": plan,
-        "record_format": record_format,
-        "shards": [
-            {
-                "path": shard_name(i, num_shards, record_format),
-                "num_records": shard_stats[i]["num_records"],
-            }
-            for i in range(num_shards)
-        ],
-        "num_records": totals["num_records"],
-        "options": options.to_dict(),
-        "tokenizer": {
-            "fingerprint": tokenizer.fingerprint(),
-            "vocab_size": tokenizer.vocab_size,
-            "lowercase": tokenizer.lowercase,
-            "pad_id": tokenizer.pad_id,
-            "unk_id": tokenizer.unk_id,
-            "cls_id": tokenizer.cls_id,
-            "sep_id": tokenizer.sep_id,
-            "mask_id": tokenizer.mask_id,
-        },
-        "corpus": dataclasses.asdict(corpus_stats),
-        "source": source_stats.to_dict() if source_stats is not None else None,
-        "stats": {
-            "random_next_fraction": totals["random_next"] / n,
-            "mean_tokens": totals["tokens"] / n,
-            "full_length_fraction": totals["full_length"] / n,
-            "mean_predictions": totals["predictions"] / n,
-        },
-    }
+def _indices(shard_documents: list[list[int]] | None, index: int) -> tuple:
+    """The extra `_write_shard` argument of shard `index`: its documents under "hash"."""
+    return () if shard_documents is None else (shard_documents[index],)
 
 
 def build_default_corpus_shards(

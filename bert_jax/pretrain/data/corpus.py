@@ -114,6 +114,40 @@ class CorpusStats:
     fingerprint: str = ""
 
 
+def keep_nonempty_sentences(
+    sentence_ids: Sequence[list[int]], stats: CorpusStats
+) -> list[list[int]]:
+    """One document's sentences that tokenized to something; counts what is dropped.
+
+    Args:
+      sentence_ids: the token ids of each of the document's sentences.
+      stats: its empty_sentences, empty_documents and one_sentence_documents are advanced.
+
+    Returns:
+      The non-empty sentences (an empty list: the document is dropped).
+    """
+    kept = [ids for ids in sentence_ids if ids]
+    stats.empty_sentences += len(sentence_ids) - len(kept)
+    stats.empty_documents += not kept
+    stats.one_sentence_documents += len(kept) == 1
+    return kept
+
+
+def from_documents(documents: Sequence[Sequence[Sequence[int]]]) -> TokenizedCorpus:
+    """A `TokenizedCorpus` of already tokenized documents (lists of token-id sentences)."""
+    lengths = [len(s) for d in documents for s in d]
+    tokens = np.fromiter(
+        itertools.chain.from_iterable(itertools.chain.from_iterable(documents)),
+        np.int32,
+        sum(lengths),
+    )
+    sentence_offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=sentence_offsets[1:])
+    document_offsets = np.zeros(len(documents) + 1, np.int64)
+    np.cumsum([len(d) for d in documents], out=document_offsets[1:])
+    return TokenizedCorpus(tokens, sentence_offsets, document_offsets)
+
+
 def tokenize_documents(
     documents: Iterable[Document], tokenizer, *, batch_size: int = 2048, progress: bool = False
 ) -> tuple[TokenizedCorpus, CorpusStats]:
@@ -149,19 +183,11 @@ def tokenize_documents(
         )
         k = 0
         for count in pending_docs:
-            kept = 0
-            for sentence_ids in ids[k : k + count]:
-                if sentence_ids:
-                    sentence_lengths.append(len(sentence_ids))
-                    kept += 1
-                else:
-                    stats.empty_sentences += 1
+            kept = keep_nonempty_sentences(ids[k : k + count], stats)
             k += count
+            sentence_lengths.extend(map(len, kept))
             if kept:
-                document_sizes.append(kept)
-                stats.one_sentence_documents += kept == 1
-            else:
-                stats.empty_documents += 1
+                document_sizes.append(len(kept))
         pending.clear()
         pending_docs.clear()
 

@@ -19,6 +19,16 @@ Input: `--input_file` (comma-separated files/globs; blank lines separate documen
 `--format=tfrecord` writes the original's TFRecord files; `--masking=dynamic` leaves masking to
 the input pipeline; `--no-next_sentence_prediction` makes MLM-only examples. Rerunning the same
 command finishes an interrupted build and reuses its finished shards.
+
+`--runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner` builds the same shards as an Apache
+Beam pipeline (`beam_build`; the `beam` extra), for corpora larger than one machine's memory; any
+other flag is passed to Beam as a pipeline option:
+
+    bert-jax-create-pretraining-data --runner=DataflowRunner --input_file='gs://b/corpus/*.txt' \
+      --vocab_file=vocab.txt --output_dir=/mnt/data/pretrain --num_shards=1024 \
+      --project=P --region=R --temp_location=gs://b/tmp
+
+It writes what the local build writes with `--partition=hash`, record for record.
 """
 
 from __future__ import annotations
@@ -101,13 +111,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num_shards", type=int, default=8)
     p.add_argument("--format", choices=records.RECORD_FORMATS, default="array_record")
     p.add_argument("--num_workers", type=int, default=None, help="default: one per CPU core")
+    p.add_argument(
+        "--partition",
+        choices=build.PARTITIONS,
+        default=None,
+        help="shuffled: the shuffled corpus dealt out to shards, random next segments from the "
+        "whole corpus (the local default); hash: by document hash, random next segments from the "
+        "shard (what --runner builds)",
+    )
+    p.add_argument(
+        "--runner",
+        choices=("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner"),
+        default=None,
+        help="build with Apache Beam on this runner (other flags go to Beam); default: locally",
+    )
     p.add_argument("--no_progress", action="store_true", help="no progress bars")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, pipeline_args = parser.parse_known_args(argv)
+    if pipeline_args and args.runner is None:
+        parser.error(f"unrecognized arguments: {' '.join(pipeline_args)}")
     logging.set_verbosity(logging.INFO)
     lowercase = {"auto": None, "true": True, "false": False}[args.do_lower_case]
     try:
@@ -133,6 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             tokenizer = sources.default_corpus_tokenizer(args.output_dir)
         else:
             raise ValueError("--vocab_file is required (except with --default_corpus)")
+        if args.runner is not None:
+            metadata = _build_with_beam(args, pipeline_args, tokenizer, options)
+            _print_done(metadata, args.output_dir)
+            return 0
         stats = sources.SourceStats()
         source_id = None
         if args.input_file:
@@ -165,15 +196,54 @@ def main(argv: Sequence[str] | None = None) -> int:
             source_id=source_id,
             source_stats=stats,
             progress=not args.no_progress,
+            partition=args.partition or "shuffled",
         )
-    except (ValueError, FileNotFoundError, ImportError, KeyError) as e:
+    except (ValueError, FileNotFoundError, ImportError, KeyError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    _print_done(metadata, args.output_dir)
+    return 0
+
+
+def _print_done(metadata: dict, output_dir: str) -> None:
     print(
         f"wrote {metadata['num_records']} examples in {len(metadata['shards'])} "
-        f"{metadata['record_format']} shard(s) to {args.output_dir}"
+        f"{metadata['record_format']} shard(s) to {output_dir}"
     )
-    return 0
+
+
+def _build_with_beam(
+    args: argparse.Namespace, pipeline_args: list[str], tokenizer, options: PretrainingOptions
+) -> dict:
+    """The build as a Beam pipeline on `args.runner` (imports apache_beam only here)."""
+    local_only = {
+        "--partition=shuffled": args.partition == "shuffled",
+        "--no-file_ends_document": not args.file_ends_document,
+        "--num_workers (use Beam's options, e.g. --direct_num_workers)": args.num_workers,
+        "--tfds_download (prepare the dataset first)": args.tfds_download,
+    }
+    refused = [flag for flag, given in local_only.items() if given]
+    if refused:
+        raise ValueError(f"--runner builds hash-partitioned shards; drop {', '.join(refused)}")
+    from bert_jax.pretrain.data import beam_build
+
+    if args.input_file:
+        source = beam_build.TextFiles(
+            tuple(p for p in args.input_file.split(",") if p), args.split_sentences
+        )
+    elif args.tfds:
+        source = beam_build.Tfds(args.tfds, args.tfds_split, args.tfds_data_dir, args.tfds_text_key)
+    else:
+        source = beam_build.DefaultCorpus()
+    return beam_build.build_pretraining_shards_beam(
+        source,
+        args.output_dir,
+        tokenizer,
+        options,
+        num_shards=args.num_shards,
+        record_format=args.format,
+        pipeline_args=[f"--runner={args.runner}", *pipeline_args],
+    )
 
 
 if __name__ == "__main__":

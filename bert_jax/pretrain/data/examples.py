@@ -26,6 +26,12 @@ For each document (a list of tokenized sentences):
   chosen position becomes [MASK] with probability 0.8, stays itself with 0.1 and becomes a random
   vocabulary id with 0.1. Positions are listed in increasing order.
 
+Shards. `create_shard_instances` splits the shuffled corpus into shards by position and draws
+random B segments from the whole corpus (the original's stream with one shard).
+`create_hashed_shard_instances` makes a shard from its own documents only: documents go to shard
+`document_key(d) % S` and random B segments come from the same shard, so a shard needs only its
+own documents in memory (the Beam build).
+
 With `next_sentence_prediction=False` (MLM only) the chunk up to `max_seq_length - 2` tokens forms
 a single segment `[CLS] A [SEP]` (all token_type ids 0, next_sentence_label 0). With
 `static_masking=False` no masks are drawn here; the input pipeline draws new ones every epoch.
@@ -34,8 +40,9 @@ a single segment `[CLS] A [SEP]` (all token_type ids 0, next_sentence_label 0). 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -353,6 +360,68 @@ def create_shard_instances(
     instances: list[TrainingInstance] = []
     for _ in range(options.dupe_factor):
         for document_index in range(shard_index, len(documents), num_shards):
+            instances.extend(
+                create_instances_from_document(documents, document_index, options, vocab, rng)
+            )
+    rng.shuffle(instances)
+    return instances
+
+
+def document_key(document: Sequence[Segment]) -> int:
+    """A stable 64-bit hash of a tokenized document: the same in every process, run and machine.
+
+    Args:
+      document: token-id segments (sentences).
+
+    Returns:
+      An int in [0, 2**64): sha256 over the segments' int32 little-endian ids, each segment ended
+      by a separator.
+    """
+    digest = hashlib.sha256()
+    for segment in document:
+        digest.update(np.asarray(segment, dtype="<i4").tobytes())
+        digest.update(b"\xff\xff\xff\xff")  # Not an id (ids are >= 0): ends the segment.
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def documents_fingerprint(keys: Iterable[int]) -> str:
+    """Names a set of documents by their `document_key`s, in any order: 16 hex digits."""
+    return f"{sum(keys) % 2**64:016x}"
+
+
+def create_hashed_shard_instances(
+    shard_documents: Sequence[Sequence[Segment]],
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    shard_index: int,
+    num_shards: int,
+) -> list[TrainingInstance]:
+    """Makes the shuffled examples of hash-partitioned shard `shard_index` of `num_shards`.
+
+    The shard holds the documents with `document_key(d) % num_shards == shard_index`, given here
+    in any order: they are sorted by key (equal keys are equal documents), then shuffled with the
+    shard's seed, so the result depends only on the set of documents, never on the order a reader
+    or a distributed runner delivers them in. Examples are made `dupe_factor` times with random B
+    segments drawn from this shard's documents, then shuffled.
+
+    Args:
+      shard_documents: the shard's documents, each a non-empty list of non-empty token-id segments.
+      options: the recipe.
+      vocab: special ids etc.
+      shard_index: which shard (seeds its random stream).
+      num_shards: how many shards.
+
+    Returns:
+      The shard's examples in shuffled order (empty for a shard without documents).
+    """
+    keys = [document_key(d) for d in shard_documents]
+    order = sorted(range(len(shard_documents)), key=keys.__getitem__)
+    rng = random.Random(f"{options.random_seed}/hash/{shard_index}/{num_shards}")
+    rng.shuffle(order)
+    documents = ShuffledDocuments(shard_documents, order)
+    instances: list[TrainingInstance] = []
+    for _ in range(options.dupe_factor):
+        for document_index in range(len(documents)):
             instances.extend(
                 create_instances_from_document(documents, document_index, options, vocab, rng)
             )

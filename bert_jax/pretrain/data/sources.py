@@ -25,10 +25,13 @@ a `SourceStats` the caller passes in.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import heapq
 import os
 import pathlib
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from typing import BinaryIO
 
 from absl import logging
 
@@ -60,6 +63,9 @@ class SourceStats:
       files_with_replacements: paths of the files that had any.
       files_without_final_blank_line: paths of the files, all but the last, whose last line is
         text: google-research/bert's script runs their last document on into the next file.
+      skipped_files: paths of files skipped as undecodable (binary); only the Beam build skips
+        them, the local build stops with an error naming the file.
+      skipped_lines: lines of the skipped files.
     """
 
     files: int = 0
@@ -69,6 +75,8 @@ class SourceStats:
     replaced_bytes: int = 0
     files_with_replacements: list[str] = dataclasses.field(default_factory=list)
     files_without_final_blank_line: list[str] = dataclasses.field(default_factory=list)
+    skipped_files: list[str] = dataclasses.field(default_factory=list)
+    skipped_lines: int = 0
 
     def log(self) -> None:
         """Logs the counts, with a warning for anything repaired or skipped."""
@@ -89,6 +97,13 @@ class SourceStats:
                 len(self.files_with_replacements),
                 _some(self.files_with_replacements),
             )
+        if self.skipped_files:
+            logging.warning(
+                "skipped %d undecodable file(s) (%d lines): %s",
+                len(self.skipped_files),
+                self.skipped_lines,
+                _some(self.skipped_files),
+            )
 
     def to_dict(self) -> dict:
         """The counts as a JSON-able dict (paths reduced to counts)."""
@@ -100,6 +115,8 @@ class SourceStats:
             "replaced_utf8_sequences": self.replaced_bytes,
             "files_with_replacements": len(self.files_with_replacements),
             "files_without_final_blank_line": len(self.files_without_final_blank_line),
+            "skipped_files": len(self.skipped_files),
+            "skipped_lines": self.skipped_lines,
         }
 
 
@@ -170,37 +187,18 @@ def text_file_documents(
     """
     stats = stats if stats is not None else SourceStats()
     paths = records.expand_paths(patterns)
-    document: Document = []
+    carried: Document = []
     for index, path in enumerate(paths):
-        stats.files += 1
-        has_text = ends_in_text = False
-        with open(path, "rb") as f:
-            _check_not_binary(path, f.read(_BINARY_SNIFF_BYTES))
-            f.seek(0)
-            for raw in f:
-                line = _decode(raw, path, stats).strip()
-                ends_in_text = bool(line)
-                if not line:
-                    if document:
-                        stats.documents += 1
-                        stats.sentences += len(document)
-                        yield document
-                    document = []
-                    continue
-                sentences = sentences_lib.split_sentences(line) if split_sentences else [line]
-                document.extend(sentences)
-                has_text = has_text or bool(sentences)
         last = index == len(paths) - 1
-        if ends_in_text and not last:
-            stats.files_without_final_blank_line.append(path)
-        if (file_ends_document or last) and document:
-            stats.documents += 1
-            stats.sentences += len(document)
-            yield document
-        if file_ends_document:
-            document = []
-        if not has_text:
-            stats.empty_files.append(path)
+        with open(path, "rb") as f:
+            for document, ended in _file_paragraphs(f, path, split_sentences, stats, carried):
+                carried = []
+                if not ended and not last:
+                    stats.files_without_final_blank_line.append(path)
+                    if not file_ends_document:
+                        carried = document
+                        continue
+                yield _counted(document, stats)
     unterminated = stats.files_without_final_blank_line
     if unterminated and file_ends_document:
         logging.warning(
@@ -216,6 +214,59 @@ def text_file_documents(
             "%d file(s) without a final blank line ran on into the next file, as the original",
             len(unterminated),
         )
+
+
+def file_documents(
+    f: BinaryIO, path: str, *, split_sentences: bool = True, stats: SourceStats | None = None
+) -> Iterator[Document]:
+    """Yields the documents of one open text file, the last ending at the file's end.
+
+    What `text_file_documents` does per file (with `file_ends_document=True`), for readers that
+    open files themselves (the Beam build reads them through Beam's file systems).
+
+    Args:
+      f: the file, opened in binary mode at its start.
+      path: its name, for messages and counts.
+      split_sentences: as in `text_file_documents`.
+      stats: filled with counts.
+
+    Raises:
+      ValueError: the file looks binary (nothing has been yielded then).
+    """
+    stats = stats if stats is not None else SourceStats()
+    for document, _ in _file_paragraphs(f, path, split_sentences, stats, []):
+        yield _counted(document, stats)
+
+
+def _counted(document: Document, stats: SourceStats) -> Document:
+    stats.documents += 1
+    stats.sentences += len(document)
+    return document
+
+
+def _file_paragraphs(
+    f: BinaryIO, path: str, split_sentences: bool, stats: SourceStats, document: Document
+) -> Iterator[tuple[Document, bool]]:
+    """Yields (document, ended) for one file, continuing `document`; ended=False: ends in text."""
+    stats.files += 1
+    _check_not_binary(path, f.read(_BINARY_SNIFF_BYTES))
+    f.seek(0)
+    has_text = ends_in_text = False
+    for raw in f:
+        line = _decode(raw, path, stats).strip()
+        ends_in_text = bool(line)
+        if not line:
+            if document:
+                yield document, True
+            document = []
+            continue
+        sentences = sentences_lib.split_sentences(line) if split_sentences else [line]
+        document.extend(sentences)
+        has_text = has_text or bool(sentences)
+    if not has_text:
+        stats.empty_files.append(path)
+    if document:
+        yield document, not ends_in_text
 
 
 def tfds_documents(
@@ -268,15 +319,27 @@ def tfds_documents(
         )
     where = f"tfds:{name}/{split}"
     for example in tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False)):
-        value = example[text_key]
-        text = _decode(value, where, stats) if isinstance(value, bytes) else str(value)
-        document: Document = []
-        for paragraph in text.split("\n"):
-            document.extend(sentences_lib.split_sentences(paragraph))
+        document = text_document(example[text_key], where, stats)
         if document:
-            stats.documents += 1
-            stats.sentences += len(document)
             yield document
+
+
+def text_document(value: str | bytes, where: str, stats: SourceStats) -> Document:
+    """One document from one text (a tfds example's feature): paragraphs at newlines, sentences.
+
+    Args:
+      value: the text; bytes are decoded as UTF-8 with invalid sequences replaced and counted.
+      where: names the source in counts.
+      stats: filled with counts (a document is counted only if it has a sentence).
+
+    Returns:
+      The sentences; empty if the text has none.
+    """
+    text = _decode(value, where, stats) if isinstance(value, bytes) else str(value)
+    document: Document = []
+    for paragraph in text.split("\n"):
+        document.extend(sentences_lib.split_sentences(paragraph))
+    return _counted(document, stats) if document else document
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,18 +399,61 @@ def default_corpus_documents(stats: SourceStats | None = None) -> list[Document]
       38 documents in file-name order.
     """
     stats = stats if stats is not None else SourceStats()
-    documents = []
-    for path in default_corpus_files():
-        stats.files += 1
-        text = _decode(path.read_bytes(), str(path), stats)
-        document = []
-        for speech in _play_speeches(text):
-            document.extend(sentences_lib.split_sentences(speech))
-        if document:
-            stats.documents += 1
-            stats.sentences += len(document)
-            documents.append(document)
-    return documents
+    documents = (default_corpus_document(path, stats) for path in default_corpus_files())
+    return [d for d in documents if d]
+
+
+def default_corpus_document(path: str | os.PathLike, stats: SourceStats) -> Document:
+    """One play of the default corpus (a file of `default_corpus_files()`) as sentences.
+
+    Args:
+      path: the play's file.
+      stats: filled with counts (the play is counted as a document if it has a sentence).
+
+    Returns:
+      The play's sentences.
+    """
+    stats.files += 1
+    text = _decode(pathlib.Path(path).read_bytes(), str(path), stats)
+    document: Document = []
+    for speech in _play_speeches(text):
+        document.extend(sentences_lib.split_sentences(speech))
+    return _counted(document, stats) if document else document
+
+
+def sample_documents(
+    documents: Iterable[Document], num_documents: int, seed: int = 0
+) -> list[Document]:
+    """A seeded sample of `num_documents` documents, read in one streaming pass.
+
+    The sample is the documents with the smallest seeded hashes of their text (bottom-k), so it
+    is the same whatever order the documents come in, and memory holds only the sample. Equal
+    documents hash alike, so a repeated document is drawn once or not at all.
+
+    Args:
+      documents: the documents (read once).
+      num_documents: the sample size; a corpus with fewer documents is returned whole.
+      seed: picks the sample.
+
+    Returns:
+      The sampled documents, in hash order.
+    """
+    if not isinstance(num_documents, int) or num_documents < 1:
+        raise ValueError(f"num_documents={num_documents!r}: must be a positive int")
+    prefix = f"{seed}\x1e".encode()
+    heap: list[tuple[int, Document]] = []  # The sample, as a max-heap of negated keys.
+    seen: set[int] = set()
+    for document in documents:
+        text = "\x1f".join(document).encode("utf-8", "surrogatepass")
+        key = int.from_bytes(hashlib.blake2b(prefix + text, digest_size=8).digest(), "little")
+        if key in seen or (len(heap) == num_documents and key >= -heap[0][0]):
+            continue
+        seen.add(key)
+        if len(heap) == num_documents:
+            seen.discard(-heapq.heapreplace(heap, (-key, document))[0])
+        else:
+            heapq.heappush(heap, (-key, document))
+    return [d for _, d in sorted(heap, key=lambda item: -item[0])]
 
 
 def default_corpus_version() -> str:

@@ -5,6 +5,10 @@
 writes `vocab.txt` (google-research/bert's format) and `tokenizer.json` (Hugging Face's) into
 `--output_dir`. Special tokens get ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]. `--default_corpus`
 trains on the bundled Shakespeare plays instead of files.
+
+For a corpus larger than memory, `--sample_documents=N --sample_seed=S` trains on a seeded sample
+of N documents drawn in one streaming pass (`sources.sample_documents`): the same N documents for
+the same files and seed, in any order, with only the sample in memory.
 """
 
 from __future__ import annotations
@@ -12,18 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from absl import logging
 
 from bert_jax import tokenization
 from bert_jax.pretrain.data import sources
-
-
-def _lines(patterns: str, stats: sources.SourceStats) -> Iterator[str]:
-    """The sentences of the files, read like pretraining input (binary files raise)."""
-    for document in sources.text_file_documents(patterns, split_sentences=False, stats=stats):
-        yield from document
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,6 +40,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--min_frequency", type=int, default=2)
     p.add_argument("--limit_alphabet", type=int, default=1000)
+    p.add_argument(
+        "--sample_documents",
+        type=int,
+        default=None,
+        help="train on a seeded sample of this many documents (default: every document)",
+    )
+    p.add_argument("--sample_seed", type=int, default=0, help="picks the sample")
     args = p.parse_args(argv)
     logging.set_verbosity(logging.INFO)
     existing = [
@@ -59,9 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     stats = sources.SourceStats()
     try:
         if args.default_corpus:
-            texts = (s for d in sources.default_corpus_documents(stats) for s in d)
+            documents = sources.default_corpus_documents(stats)
         else:
-            texts = _lines(args.input_file, stats)
+            documents = sources.text_file_documents(
+                args.input_file, split_sentences=False, stats=stats
+            )
+        if args.sample_documents is not None:
+            documents = sources.sample_documents(documents, args.sample_documents, args.sample_seed)
+            logging.info("training on a sample of %d documents", len(documents))
+        texts = (sentence for document in documents for sentence in document)
         tokenizer = tokenization.train_wordpiece(
             texts,
             vocab_size=args.vocab_size,
