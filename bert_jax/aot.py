@@ -43,7 +43,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -298,6 +298,89 @@ def _cost(compiled) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
+class _Hardware(NamedTuple):
+    """What a report needs of the compile-only devices, per device where not said otherwise."""
+
+    gpu: bool
+    kind: str  # the devices' device_kind
+    chips: int  # chips (TPU) or cards (GPU) in all
+    capacity: float  # bytes the step may take: HBM (TPU), JAX's memory pool (GPU)
+    margin: float  # share of room kept above XLA's plan (GPU_MARGIN on GPUs)
+    peak: float  # peak FLOP/s in the run's dtype (bfloat16 on TPUs)
+    bandwidth: float  # HBM bytes/s
+    compute_capability: str | None  # GPUs only
+
+
+def _hardware(devices: list, dtype: str) -> _Hardware:
+    """The devices' chip facts (`flops.GPU_CARDS` or `flops.tpu_chip`), split per device."""
+    kind = devices[0].device_kind
+    if devices[0].platform == "gpu":
+        card = next(c for c in flops.GPU_CARDS.values() if c.name == kind)
+        return _Hardware(
+            gpu=True,
+            kind=kind,
+            chips=len(devices),
+            capacity=card.memory_bytes * _gpu_memory_fraction(),
+            margin=GPU_MARGIN,
+            peak=card.peak_flops(dtype),
+            bandwidth=card.memory_bytes_per_s,
+            compute_capability=card.compute_capability,
+        )
+    chip = flops.tpu_chip(kind)
+    chips = len({(getattr(d, "slice_index", 0), *d.coords) for d in devices})
+    per_chip = len(devices) // chips
+    return _Hardware(
+        gpu=False,
+        kind=kind,
+        chips=chips,
+        capacity=chip.hbm_bytes / per_chip,
+        margin=0.0,
+        peak=chip.peak_bf16_flops / per_chip,
+        bandwidth=chip.hbm_bytes_per_s / per_chip,
+        compute_capability=None,
+    )
+
+
+def _setup_report(exp, batch: Mapping[str, jax.ShapeDtypeStruct], hw: _Hardware) -> dict:
+    """The report's first entries: the hardware, the mesh and the run's settings."""
+    rt = exp.runtime
+    report: dict[str, Any] = {
+        "platform": "gpu" if hw.gpu else "tpu",
+        "device_kind": hw.kind,
+        "chips": hw.chips,
+        "devices": exp.mesh.devices.size,
+        "mesh": dict(exp.mesh.shape),
+        "batch": list(batch["input_ids"].shape),
+        "num_microbatches": exp.num_microbatches,
+        "scan_layers": rt.scan_layers,
+        "remat_policy": rt.remat_policy,
+        "dtype": rt.dtype,
+        "attention": rt.attention,
+        "collective_matmul": rt.collective_matmul,
+        "hbm_capacity_gib": hw.capacity / 2**30,
+        "memory_margin": hw.margin,
+    }
+    if hw.gpu:
+        report["compute_capability"] = hw.compute_capability
+    return report
+
+
+def _roofline(
+    model_flops_per_device: float, xla_flops: float, xla_bytes: float, hw: _Hardware
+) -> dict[str, Any]:
+    """Compute and memory times of one step (seconds), its bound and the MFU bound."""
+    # XLA counts no FLOPs in cuBLAS / cuDNN calls: on GPUs the compute time is the model's
+    compute_s = (model_flops_per_device if hw.gpu else xla_flops) / hw.peak
+    memory_s = xla_bytes / hw.bandwidth
+    step_s = max(compute_s, memory_s)
+    return {
+        "compute_s": compute_s,
+        "memory_s": memory_s,
+        "bound": "memory" if memory_s > compute_s else "compute",
+        "mfu_bound": model_flops_per_device / hw.peak / step_s if step_s else None,
+    }
+
+
 def compile_step(
     exp,
     batch: Mapping[str, jax.ShapeDtypeStruct],
@@ -319,38 +402,8 @@ def compile_step(
       `fits` is False (with `error`) when XLA finds the step larger than the device's HBM.
     """
     devices = list(exp.mesh.devices.flat)
-    kind = devices[0].device_kind
-    rt = exp.runtime
-    gpu = devices[0].platform == "gpu"
-    if gpu:
-        card = next(c for c in flops.GPU_CARDS.values() if c.name == kind)
-        chips, per_chip = len(devices), 1
-        capacity, margin = card.memory_bytes * _gpu_memory_fraction(), GPU_MARGIN
-        peak, bandwidth = card.peak_flops(rt.dtype), card.memory_bytes_per_s
-    else:
-        chip = flops.tpu_chip(kind)
-        chips = len({(getattr(d, "slice_index", 0), *d.coords) for d in devices})
-        per_chip = len(devices) // chips
-        capacity, margin = chip.hbm_bytes / per_chip, 0.0
-        peak, bandwidth = chip.peak_bf16_flops / per_chip, chip.hbm_bytes_per_s / per_chip
-    report: dict[str, Any] = {
-        "platform": "gpu" if gpu else "tpu",
-        "device_kind": kind,
-        "chips": chips,
-        "devices": len(devices),
-        "mesh": dict(exp.mesh.shape),
-        "batch": list(batch["input_ids"].shape),
-        "num_microbatches": exp.num_microbatches,
-        "scan_layers": rt.scan_layers,
-        "remat_policy": rt.remat_policy,
-        "dtype": rt.dtype,
-        "attention": rt.attention,
-        "collective_matmul": rt.collective_matmul,
-        "hbm_capacity_gib": capacity / 2**30,
-        "memory_margin": margin,
-    }
-    if gpu:
-        report["compute_capability"] = card.compute_capability
+    hw = _hardware(devices, exp.runtime.dtype)
+    report = _setup_report(exp, batch, hw)
     batch_sh = sharding.batch_shardings(batch, exp.mesh)
     batch = {
         k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh[k]) for k, v in batch.items()
@@ -375,7 +428,7 @@ def compile_step(
     memory = _memory(compiled)
     report["hbm_gib"] = {k: v / 2**30 for k, v in memory.items()}
     report["eval_hbm_gib"] = _memory(eval_compiled)["total"] / 2**30
-    report["fits"] = memory["total"] * (1 + margin) <= capacity
+    report["fits"] = memory["total"] * (1 + hw.margin) <= hw.capacity
     hlo = compiled.as_text()
     if hlo_path:
         pathlib.Path(hlo_path).write_text(hlo)
@@ -385,24 +438,14 @@ def compile_step(
     report["xla_flops_per_device"] = xla_flops
     report["xla_bytes_per_device"] = xla_bytes
     report["model_flops_per_device"] = model_flops / len(devices)
-    looped = rt.scan_layers or exp.num_microbatches > 1
-    if looped:
+    if exp.runtime.scan_layers or exp.num_microbatches > 1:
         report["roofline"] = None
         report["roofline_note"] = (
             "XLA counts a loop body once (scan_layers or micro-batches): no roofline; compile "
             "with --config.runtime.scan_layers=False --config.num_microbatches=1 for it"
         )
     else:
-        # XLA counts no FLOPs in cuBLAS / cuDNN calls: on GPUs the compute time is the model's
-        compute_s = (report["model_flops_per_device"] if gpu else xla_flops) / peak
-        memory_s = xla_bytes / bandwidth
-        step_s = max(compute_s, memory_s)
-        report["roofline"] = {
-            "compute_s": compute_s,
-            "memory_s": memory_s,
-            "bound": "memory" if memory_s > compute_s else "compute",
-            "mfu_bound": report["model_flops_per_device"] / peak / step_s if step_s else None,
-        }
+        report["roofline"] = _roofline(report["model_flops_per_device"], xla_flops, xla_bytes, hw)
     return report
 
 

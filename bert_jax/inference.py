@@ -561,7 +561,8 @@ def fill_mask_demo(batch, tokenizer_path: str | None, num_examples: int = 4) -> 
     return FillMaskDemo(*masked_examples(batch, tokenizer, num_examples), tokenizer)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: the subcommands embed, predict, attention and fill-mask."""
     parser = argparse.ArgumentParser(
         prog="python -m bert_jax.inference",
         description=__doc__,
@@ -588,56 +589,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--input", required=True, help="one text a line (TAB separates a pair)")
         s.add_argument("--batch_size", type=int, default=64)
         s.add_argument("--max_seq_length", type=int, default=128)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run_embed(args: argparse.Namespace) -> None:
+    """`embed`: writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
+    config, params, _, tokenizer = load(args.model, "BertModel")
+    texts, _ = read_texts(args.input)
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    emb = embed(
+        config,
+        params,
+        tokenizer,
+        texts,
+        pooling=args.pooling,
+        layers=layers,
+        batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length,
+    )
+    np.save(args.output, emb)
+    print(f"wrote {emb.shape} embeddings to {args.output}")
+
+
+def _run_predict(args: argparse.Namespace) -> None:
+    """`predict`: writes a JSON line per --input line, its text and prediction, to --output."""
+    config, params, name, tokenizer = load(args.model)
+    texts, texts_b = read_texts(args.input)
+    rows = predict(
+        config,
+        params,
+        name,
+        tokenizer,
+        texts,
+        texts_b,
+        batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length,
+    )
+    with open(args.output, "w", encoding="utf-8") as f:
+        for text, row in zip(texts, rows):
+            f.write(json.dumps({"text": text, **row}) + "\n")
+    print(f"wrote {len(rows)} predictions to {args.output}")
+
+
+def _run_fill_mask(args: argparse.Namespace) -> None:
+    """`fill-mask`: prints each text's top --top_k tokens per [MASK] (JSON lines with --json)."""
+    config, params, tokenizer = load_masked_lm(args.model)
+    results = fill_mask(config, params, tokenizer, args.texts, top_k=args.top_k)
+    for text, masks in zip(args.texts, results):
+        if args.json:
+            print(json.dumps({"text": text, "masks": masks}))
+            continue
+        print(text)
+        for j, candidates in enumerate(masks):
+            guesses = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
+            print(f"  [MASK] {j + 1}: {guesses}")
+
+
+def _run_attention(args: argparse.Namespace) -> None:
+    """`attention`: writes the heat map PNG of --layer's --head on --text to --output."""
+    config, params, _, tokenizer = load(args.model, "BertModel")
+    attention_map(config, params, tokenizer, args.text, args.layer, args.head, args.output)
+    print(f"wrote {args.output}")
+
+
+_COMMANDS = {
+    "embed": _run_embed,
+    "predict": _run_predict,
+    "fill-mask": _run_fill_mask,
+    "attention": _run_attention,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line (`argv`, default sys.argv); 1 after an error it printed, else 0."""
+    args = _parser().parse_args(argv)
     try:
-        if args.command == "embed":
-            config, params, _, tokenizer = load(args.model, "BertModel")
-            texts, _ = read_texts(args.input)
-            layers = [int(x) for x in args.layers.split(",")] if args.layers else None
-            emb = embed(
-                config,
-                params,
-                tokenizer,
-                texts,
-                pooling=args.pooling,
-                layers=layers,
-                batch_size=args.batch_size,
-                max_seq_length=args.max_seq_length,
-            )
-            np.save(args.output, emb)
-            print(f"wrote {emb.shape} embeddings to {args.output}")
-        elif args.command == "predict":
-            config, params, name, tokenizer = load(args.model)
-            texts, texts_b = read_texts(args.input)
-            rows = predict(
-                config,
-                params,
-                name,
-                tokenizer,
-                texts,
-                texts_b,
-                batch_size=args.batch_size,
-                max_seq_length=args.max_seq_length,
-            )
-            with open(args.output, "w", encoding="utf-8") as f:
-                for text, row in zip(texts, rows):
-                    f.write(json.dumps({"text": text, **row}) + "\n")
-            print(f"wrote {len(rows)} predictions to {args.output}")
-        elif args.command == "fill-mask":
-            config, params, tokenizer = load_masked_lm(args.model)
-            results = fill_mask(config, params, tokenizer, args.texts, top_k=args.top_k)
-            for text, masks in zip(args.texts, results):
-                if args.json:
-                    print(json.dumps({"text": text, "masks": masks}))
-                    continue
-                print(text)
-                for j, candidates in enumerate(masks):
-                    guesses = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
-                    print(f"  [MASK] {j + 1}: {guesses}")
-        else:
-            config, params, _, tokenizer = load(args.model, "BertModel")
-            attention_map(config, params, tokenizer, args.text, args.layer, args.head, args.output)
-            print(f"wrote {args.output}")
+        _COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

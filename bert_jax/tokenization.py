@@ -371,6 +371,23 @@ def load_tokenizer(
       MissingSpecialTokenError: the vocabulary lacks a special token; the message names each.
       ValueError: the file is not a WordPiece vocabulary.
     """
+    file = _tokenizer_file(path)
+    path = os.fspath(file)
+    if path.endswith(".json"):
+        tokenizer = _from_tokenizer_json(file, lowercase, strip_accents, match_original)
+    else:
+        tokenizer = _from_vocab_txt(
+            path, lowercase, strip_accents, max_input_chars_per_word, match_original
+        )
+    if match_original and max_input_chars_per_word is None:
+        max_input_chars_per_word = ORIGINAL_MAX_INPUT_CHARS_PER_WORD
+    if max_input_chars_per_word is not None:
+        tokenizer.model.max_input_chars_per_word = max_input_chars_per_word
+    return WordPieceTokenizer(tokenizer, source=path)
+
+
+def _tokenizer_file(path: str | os.PathLike) -> epath.Path:
+    """The tokenizer file at `path`: itself, or a directory's tokenizer.json, else its vocab.txt."""
     file = epath.Path(path)  # local, or a URL such as gs://bucket/vocab.txt
     if file.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
@@ -381,66 +398,79 @@ def load_tokenizer(
             raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {os.fspath(path)}")
     if not file.is_file():
         raise FileNotFoundError(f"tokenizer file not found: {os.fspath(path)}")
-    path = os.fspath(file)
+    return file
 
-    if path.endswith(".json"):
-        try:
-            tokenizer = Tokenizer.from_str(file.read_text(encoding="utf-8"))
-        except Exception as e:
-            raise ValueError(f"{path} is not a Hugging Face tokenizer.json: {e}") from e
-        if not isinstance(tokenizer.model, models.WordPiece):
-            raise ValueError(
-                f"{path}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
-                "needs a WordPiece model"
-            )
-        overrides = lowercase is not None or strip_accents is not None
-        if (match_original or overrides) and (match_original or _matches_original(tokenizer)):
-            # Rebuilt from its vocabulary, so that the special tokens are no added tokens.
-            current = _bert_normalizer_state(tokenizer)
-            if not overrides:
-                strip_accents = current.get("strip_accents")
-            if lowercase is None:
-                lowercase = bool(current.get("lowercase", False))
-            model = models.WordPiece(
-                tokenizer.get_vocab(with_added_tokens=True),
-                unk_token=tokenizer.model.unk_token,
-                max_input_chars_per_word=tokenizer.model.max_input_chars_per_word,
-                continuing_subword_prefix=tokenizer.model.continuing_subword_prefix,
-            )
-            tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents, True)
-        elif overrides:
-            if lowercase is None:
-                current = _state(tokenizer.normalizer) or {}
-                lowercase = bool(current.get("lowercase", False))
-            tokenizer.normalizer = normalizers.BertNormalizer(
-                clean_text=True,
-                handle_chinese_chars=True,
-                strip_accents=strip_accents,
-                lowercase=lowercase,
-            )
-    else:
-        vocab = read_vocab_txt(path)
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
-            raise MissingSpecialTokenError(
-                f"{path} lacks the special token(s) {', '.join(missing)}; a BERT vocabulary "
-                f"needs all of {', '.join(SPECIAL_TOKENS)}"
-            )
-        if lowercase is None:
-            lowercase = _infer_lowercase(vocab)
-            logging.info("%s: inferred lowercase=%s from the vocabulary", path, lowercase)
-        model = models.WordPiece(
-            vocab,
-            unk_token=UNK,
-            max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
-            continuing_subword_prefix=CONTINUATION_PREFIX,
+
+def _from_tokenizer_json(
+    file: epath.Path,
+    lowercase: bool | None,
+    strip_accents: bool | None,
+    match_original: bool,
+) -> Tokenizer:
+    """The WordPiece `Tokenizer` of a tokenizer.json, with `load_tokenizer`'s overrides."""
+    path = os.fspath(file)
+    try:
+        tokenizer = Tokenizer.from_str(file.read_text(encoding="utf-8"))
+    except Exception as e:
+        raise ValueError(f"{path} is not a Hugging Face tokenizer.json: {e}") from e
+    if not isinstance(tokenizer.model, models.WordPiece):
+        raise ValueError(
+            f"{path}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
+            "needs a WordPiece model"
         )
-        tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents, match_original)
-    if match_original and max_input_chars_per_word is None:
-        max_input_chars_per_word = ORIGINAL_MAX_INPUT_CHARS_PER_WORD
-    if max_input_chars_per_word is not None:
-        tokenizer.model.max_input_chars_per_word = max_input_chars_per_word
-    return WordPieceTokenizer(tokenizer, source=path)
+    overrides = lowercase is not None or strip_accents is not None
+    if (match_original or overrides) and (match_original or _matches_original(tokenizer)):
+        # Rebuilt from its vocabulary, so that the special tokens are no added tokens.
+        current = _bert_normalizer_state(tokenizer)
+        if not overrides:
+            strip_accents = current.get("strip_accents")
+        if lowercase is None:
+            lowercase = bool(current.get("lowercase", False))
+        model = models.WordPiece(
+            tokenizer.get_vocab(with_added_tokens=True),
+            unk_token=tokenizer.model.unk_token,
+            max_input_chars_per_word=tokenizer.model.max_input_chars_per_word,
+            continuing_subword_prefix=tokenizer.model.continuing_subword_prefix,
+        )
+        tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents, True)
+    elif overrides:
+        if lowercase is None:
+            current = _state(tokenizer.normalizer) or {}
+            lowercase = bool(current.get("lowercase", False))
+        tokenizer.normalizer = normalizers.BertNormalizer(
+            clean_text=True,
+            handle_chinese_chars=True,
+            strip_accents=strip_accents,
+            lowercase=lowercase,
+        )
+    return tokenizer
+
+
+def _from_vocab_txt(
+    path: str,
+    lowercase: bool | None,
+    strip_accents: bool | None,
+    max_input_chars_per_word: int | None,
+    match_original: bool,
+) -> Tokenizer:
+    """A BERT WordPiece `Tokenizer` over a vocab.txt, lowercase inferred when None."""
+    vocab = read_vocab_txt(path)
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise MissingSpecialTokenError(
+            f"{path} lacks the special token(s) {', '.join(missing)}; a BERT vocabulary "
+            f"needs all of {', '.join(SPECIAL_TOKENS)}"
+        )
+    if lowercase is None:
+        lowercase = _infer_lowercase(vocab)
+        logging.info("%s: inferred lowercase=%s from the vocabulary", path, lowercase)
+    model = models.WordPiece(
+        vocab,
+        unk_token=UNK,
+        max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+    )
+    return _bert_pipeline(Tokenizer(model), lowercase, strip_accents, match_original)
 
 
 def train_wordpiece(

@@ -362,21 +362,7 @@ def squad_evaluate(
     if version == "1.1":
         if na_probs is not None:
             raise ValueError("na_probs (no-answer scores) are for version='2.0'; v1.1 has none")
-        exact = {
-            q: squad_exact(predictions.get(q, ""), g, version="1.1")
-            for q, g in gold_answers.items()
-        }
-        f1 = {
-            q: squad_f1(predictions.get(q, ""), g, version="1.1") for q, g in gold_answers.items()
-        }
-        for qid in missing:  # The v1.1 script: "Unanswered question ... will receive score 0."
-            exact[qid] = f1[qid] = 0.0
-        return {
-            "exact": 100.0 * sum(exact.values()) / len(exact),
-            "f1": 100.0 * sum(f1.values()) / len(f1),
-            "total": len(exact),
-            "missing": len(missing),
-        }
+        return _squad_evaluate_v1(gold_answers, predictions, missing)
     if missing:
         raise KeyError(
             f"{len(missing)} of {len(gold_answers)} questions have no prediction, e.g. "
@@ -389,6 +375,37 @@ def squad_evaluate(
             raise KeyError(
                 f"na_probs lacks {len(unscored)} predicted question(s), e.g. {unscored[:3]}"
             )
+    return _squad_evaluate_v2(gold_answers, predictions, na_probs, na_prob_thresh)
+
+
+def _squad_evaluate_v1(
+    gold_answers: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    missing: Sequence[str],
+) -> dict[str, float]:
+    """`evaluate-v1.1.py`'s {"exact", "f1"} (percent), "total" and "missing" (questions)."""
+    exact = {
+        q: squad_exact(predictions.get(q, ""), g, version="1.1") for q, g in gold_answers.items()
+    }
+    f1 = {q: squad_f1(predictions.get(q, ""), g, version="1.1") for q, g in gold_answers.items()}
+    for qid in missing:  # The v1.1 script: "Unanswered question ... will receive score 0."
+        exact[qid] = f1[qid] = 0.0
+    return {
+        "exact": 100.0 * sum(exact.values()) / len(exact),
+        "f1": 100.0 * sum(f1.values()) / len(f1),
+        "total": len(exact),
+        "missing": len(missing),
+    }
+
+
+def _squad_evaluate_v2(
+    gold_answers: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None,
+    na_prob_thresh: float,
+) -> dict[str, float]:
+    """`evaluate-v2.0.py`'s scores (percent) over all, HasAns_ and NoAns_ questions, and with
+    `na_probs` the best thresholds; every question predicted, every prediction scored."""
     # As the official script, a question "has an answer" if its list is not empty, even when the
     # answers normalize to "" (whose only correct prediction is then "").
     has_answer = {qid: len(gold) > 0 for qid, gold in gold_answers.items()}

@@ -187,13 +187,13 @@ class _HostRows(grain.transforms.Map):
 class _ReadBatch(grain.transforms.Map):
     """Reads, decodes and (optionally) masks a batch of records given their keys."""
 
-    def __init__(self, source, seq_len, num_predictions, spec, seed, nsp):
+    def __init__(self, source, info: DataInfo, spec: masking.MaskingSpec | None, seed: int):
         self._source = source
-        self._seq_len = seq_len
-        self._num_predictions = num_predictions
+        self._seq_len = info.max_seq_length
+        self._num_predictions = info.max_predictions_per_seq
         self._spec = spec
         self._seed = seed
-        self._nsp = nsp
+        self._nsp = info.next_sentence_prediction
 
     def map(self, element: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
         stream_ids, keys = element
@@ -298,36 +298,42 @@ def make_pretraining_dataset(
     global_batch, host_rows = _host_rows(
         batch_size, global_batch_size, shard_index, shard_count, host_rows
     )
+    _check_reading(seed, num_epochs, worker_count)
+    spec = _masking_spec(
+        info, build_dir, dynamic_masking, tokenizer, masked_lm_prob, whole_word_mask
+    )
+    ds = _host_keys(len(source), seed, shuffle, num_epochs, global_batch, host_rows)
+    ds = ds.map(_ReadBatch(source, info, spec, seed))
+    ds = _read_ahead(ds, read_threads, prefetch_batches, worker_count, worker_buffer_size)
+    if pack_sequences:  # In this process, after the workers (see `_packed`).
+        ds = _packed(ds, info, spec, len(host_rows), max_segments, num_packing_bins)
+    return ds
+
+
+def _check_reading(seed: int, num_epochs: int | None, worker_count: int) -> None:
+    """Raises ValueError on a seed, epoch count or worker count out of range."""
     if not 0 <= seed < 2**32:
         raise ValueError(f"seed={seed}: must be in [0, 2**32)")
     if num_epochs is not None and num_epochs < 1:
         raise ValueError(f"num_epochs={num_epochs}: must be >= 1 or None (forever)")
     if worker_count < 0:
         raise ValueError(f"worker_count={worker_count}: must be >= 0")
-    spec = _masking_spec(
-        info, build_dir, dynamic_masking, tokenizer, masked_lm_prob, whole_word_mask
-    )
 
-    ds = _host_keys(len(source), seed, shuffle, num_epochs, global_batch, host_rows)
-    ds = ds.map(
-        _ReadBatch(
-            source,
-            info.max_seq_length,
-            info.max_predictions_per_seq,
-            spec,
-            seed,
-            info.next_sentence_prediction,
-        )
-    )
+
+def _read_ahead(
+    ds: grain.MapDataset,
+    read_threads: int,
+    prefetch_batches: int,
+    worker_count: int,
+    worker_buffer_size: int,
+) -> grain.IterDataset:
+    """Step 5 of the module docstring: `ds` read ahead by threads, in `worker_count` processes
+    when > 0."""
     iter_ds = ds.to_iter_dataset(
         grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=prefetch_batches)
     )
     if worker_count > 0:
         iter_ds = _in_worker_processes(iter_ds, worker_count, worker_buffer_size)
-    if pack_sequences:
-        # In this process, after the workers: the packer's rows then depend on the stream of
-        # examples only, not on how the reading was split across workers.
-        iter_ds = _packed(iter_ds, info, spec, len(host_rows), max_segments, num_packing_bins)
     return iter_ds
 
 
@@ -466,7 +472,11 @@ def _packed(
     max_segments: int,
     num_packing_bins: int,
 ) -> grain.IterDataset:
-    """`iter_ds`'s examples packed into rows of B = `batch_size` (see `packing`)."""
+    """`iter_ds`'s examples packed into rows of B = `batch_size` (see `packing`).
+
+    Runs in this process, after the workers: the packer's rows then depend on the stream of
+    examples only, not on how the reading was split across workers.
+    """
     options = (info.metadata or {}).get("options", {})
     tokenizer_ids = (info.metadata or {}).get("tokenizer", {})
     if spec is not None:
