@@ -330,6 +330,20 @@ def build_pretraining_shards_beam(
         return done
     build.start_build(out_dir, plan, tokenizer)
 
+    counters = _run_pipeline(
+        source, out_dir, tokenizer, options, num_shards, record_format, pipeline_args
+    )
+    shard_stats, corpus_stats, source_stats = _build_stats(
+        out_dir, num_shards, record_format, counters
+    )
+    return build.finish_build(
+        out_dir, plan, shard_stats, options, tokenizer, corpus_stats, source_stats
+    )
+
+
+def _run_pipeline(source, out_dir, tokenizer, options, num_shards, record_format, pipeline_args):
+    """Runs the pipeline (tokenize, group by shard, write each shard; the corpus fingerprint
+    beside them) and returns its counters."""
     pipeline = beam.Pipeline(options=PipelineOptions(list(pipeline_args)))
     keyed = source.expand(pipeline) | "Tokenize" >> beam.ParDo(_Tokenize(tokenizer, num_shards))
     every_shard = pipeline | "EveryShard" >> beam.Create([(s, None) for s in range(num_shards)])
@@ -351,7 +365,12 @@ def build_pretraining_shards_beam(
         raise RuntimeError(f"the Beam pipeline ended {state}; finished shards are kept, rerun")
     counters = _counters(result)
     logging.info("counters: %s", counters)
+    return counters
 
+
+def _build_stats(out_dir: str, num_shards: int, record_format: str, counters: dict):
+    """(shard stats by index, corpus stats, source stats) of a finished pipeline, from the
+    shards' stats files and the runner's counters; stops on a corpus with no text."""
     shard_stats = {}
     for index in range(num_shards):
         name = build.shard_name(index, num_shards, record_format)
@@ -372,9 +391,7 @@ def build_pretraining_shards_beam(
     empty = [i for i, s in shard_stats.items() if s["num_records"] == 0]
     if empty:
         logging.warning("%d of %d shards have no documents: %s", len(empty), num_shards, empty)
-    return build.finish_build(
-        out_dir, plan, shard_stats, options, tokenizer, corpus_stats, source_stats
-    )
+    return shard_stats, corpus_stats, source_stats
 
 
 def _corpus_counts() -> list[str]:

@@ -328,6 +328,30 @@ def read_metadata(path: str | os.PathLike) -> dict:
 # The build.
 
 
+def _check_local_build(out_dir: str, tokenizer, num_shards, record_format, partition) -> None:
+    """Stops a local build before any work: a URL output, bad arguments, an output directory
+    holding other data or another tokenizer."""
+    if is_url(out_dir):
+        raise ValueError(
+            f"out_dir={out_dir!r}: the local build writes to a local directory; build to a URL "
+            "with Beam (`beam_build`, --runner=...) or copy the finished directory"
+        )
+    check_build_args(num_shards, record_format, partition)
+    check_output_dir(out_dir)
+    check_existing_tokenizer(out_dir, tokenizer)
+
+
+def _hash_partition(corpus, corpus_stats, num_shards: int) -> list[list[int]]:
+    """Document indices per shard by the stable hash of each document's tokens (`--partition=
+    hash`); sets the corpus fingerprint to the order-free one of those hashes."""
+    keys = [document_key(d) for d in corpus.documents()]
+    corpus_stats.fingerprint = documents_fingerprint(keys)
+    shards = [[] for _ in range(num_shards)]
+    for index, key in enumerate(keys):
+        shards[key % num_shards].append(index)
+    return shards
+
+
 def build_pretraining_shards(
     documents: Iterable[Document] | Callable[[], Iterable[Document]],
     out_dir: str | os.PathLike,
@@ -357,8 +381,7 @@ def build_pretraining_shards(
         its text to recognise a finished build.
       source_stats: the source's counts (replaced bytes, empty files), recorded in the metadata.
       progress: show progress bars.
-      partition: "shuffled" or "hash", how documents are split into shards (module docstring).
-        With "hash" the corpus fingerprint is `examples.documents_fingerprint` (order-free).
+      partition: "shuffled" or "hash" (module docstring; "hash": an order-free fingerprint).
 
     Returns:
       The metadata (also in `out_dir/metadata.json`): "shards" (path, num_records), "num_records",
@@ -370,15 +393,8 @@ def build_pretraining_shards(
       ValueError: bad options, too few documents for NSP, or more shards than documents.
     """
     out_dir = os.fspath(out_dir)
-    if is_url(out_dir):
-        raise ValueError(
-            f"out_dir={out_dir!r}: the local build writes to a local directory; build to a URL "
-            "with Beam (`beam_build`, --runner=...) or copy the finished directory"
-        )
     options = options or PretrainingOptions()
-    check_build_args(num_shards, record_format, partition)
-    check_output_dir(out_dir)
-    check_existing_tokenizer(out_dir, tokenizer)
+    _check_local_build(out_dir, tokenizer, num_shards, record_format, partition)
     make_plan = lambda corpus_id: build_plan(
         options, tokenizer, corpus_id, num_shards, record_format, partition
     )
@@ -389,18 +405,13 @@ def build_pretraining_shards(
         if done is not None:
             return done
     # 2. Tokenize the corpus (without a source_id its fingerprint names the build).
-    if callable(documents):
-        documents = documents()
+    documents = documents() if callable(documents) else documents
     corpus, corpus_stats = tokenize_documents(documents, tokenizer, progress=progress)
     if source_stats is not None:
         source_stats.log()
     shard_documents = None
     if partition == "hash":
-        keys = [document_key(d) for d in corpus.documents()]
-        corpus_stats.fingerprint = documents_fingerprint(keys)
-        shard_documents = [[] for _ in range(num_shards)]
-        for index, key in enumerate(keys):
-            shard_documents[key % num_shards].append(index)
+        shard_documents = _hash_partition(corpus, corpus_stats, num_shards)
     plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
     done = finished_build(out_dir, plan)
     if done is not None:
@@ -409,16 +420,9 @@ def build_pretraining_shards(
     # 3. Build the missing shards, then metadata.json last.
     start_build(out_dir, plan, tokenizer)
     shard_stats = _build_shards(
-        corpus,
-        out_dir,
-        options,
-        tokenizer,
-        num_shards,
-        record_format,
-        num_workers,
-        progress,
+        corpus, out_dir, options, tokenizer, num_shards, record_format, num_workers, progress,
         shard_documents,
-    )
+    )  # fmt: skip
     return finish_build(
         out_dir,
         plan,

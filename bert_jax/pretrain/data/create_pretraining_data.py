@@ -44,6 +44,29 @@ from bert_jax.pretrain.data import build, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
 
+def _add_recipe_flags(p: argparse.ArgumentParser, defaults) -> None:
+    """The example recipe's flags (google-research/bert's names and defaults)."""
+    p.add_argument("--max_seq_length", type=int, default=defaults.max_seq_length)
+    p.add_argument("--max_predictions_per_seq", type=int, default=defaults.max_predictions_per_seq)
+    p.add_argument("--random_seed", type=int, default=defaults.random_seed)
+    p.add_argument("--dupe_factor", type=int, default=defaults.dupe_factor)
+    p.add_argument("--masked_lm_prob", type=float, default=defaults.masked_lm_prob)
+    p.add_argument("--short_seq_prob", type=float, default=defaults.short_seq_prob)
+    p.add_argument("--do_whole_word_mask", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument(
+        "--next_sentence_prediction",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="A/B pairs with 50%% random B (--no-next_sentence_prediction: MLM only)",
+    )
+    p.add_argument(
+        "--masking",
+        choices=("static", "dynamic"),
+        default="static",
+        help="static: masks in the records (dupe_factor copies); dynamic: at load time",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bert-jax-create-pretraining-data",
@@ -89,25 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tfds_text_key", default="text")
     p.add_argument("--tfds_download", action="store_true", help="download the tfds dataset")
     defaults = PretrainingOptions()
-    p.add_argument("--max_seq_length", type=int, default=defaults.max_seq_length)
-    p.add_argument("--max_predictions_per_seq", type=int, default=defaults.max_predictions_per_seq)
-    p.add_argument("--random_seed", type=int, default=defaults.random_seed)
-    p.add_argument("--dupe_factor", type=int, default=defaults.dupe_factor)
-    p.add_argument("--masked_lm_prob", type=float, default=defaults.masked_lm_prob)
-    p.add_argument("--short_seq_prob", type=float, default=defaults.short_seq_prob)
-    p.add_argument("--do_whole_word_mask", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument(
-        "--next_sentence_prediction",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="A/B pairs with 50%% random B (--no-next_sentence_prediction: MLM only)",
-    )
-    p.add_argument(
-        "--masking",
-        choices=("static", "dynamic"),
-        default="static",
-        help="static: masks in the records (dupe_factor copies); dynamic: at load time",
-    )
+    _add_recipe_flags(p, defaults)
     p.add_argument("--num_shards", type=int, default=8)
     p.add_argument("--format", choices=records.RECORD_FORMATS, default="array_record")
     p.add_argument("--num_workers", type=int, default=None, help="default: one per CPU core")
