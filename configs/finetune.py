@@ -1,5 +1,6 @@
 """Fine-tuning BERT: GLUE, SQuAD v1.1/v2.0, CoNLL-2003 NER, SWAG, custom files, and the offline
-Shakespeare genre task, with google-research/bert's recipe (AdamW, 10% warmup, linear decay).
+Shakespeare genre task, with google-research/bert's recipe (AdamW, 10% warmup, its linear decay
+over all the steps: schedule "bert").
 
 Variants (`--config=configs/finetune.py:task=...,init=...`):
 
@@ -162,7 +163,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optimizer.name = "adamw"
     c.optimizer.peak_learning_rate = 3e-5 if squad else 2e-5
     c.optimizer.end_learning_rate = 0.0
-    c.optimizer.schedule = "linear"
+    # google-research/bert's (optimizer.make_schedule): linear decay over all the steps, the
+    # warmup overriding the first ones; "linear" is Hugging Face's (decay from the end of warmup).
+    c.optimizer.schedule = "bert"
     c.optimizer.warmup_steps = -1  # -1: warmup_fraction of the steps
     c.optimizer.warmup_fraction = 0.1
     c.optimizer.decay_fraction = 0.1
