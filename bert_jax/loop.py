@@ -221,11 +221,11 @@ MAX_SKIPPED_STEPS_IN_A_ROW = 32
 
 class LogMetrics(Hook):
     """Writes the window's training metrics: means of the sums, the Timer's tokens/s, step time
-    and MFU (compiling steps left out), and the window's compiles (train/compiles, train/compile_s).
-    Moves the progress bar on by the steps known finished, never by the steps dispatched. Stops the run with FloatingPointError on a
-    non-finite loss (so give it the checkpoint cadence too: no state is saved unchecked); for
-    float16 (whose overflowing steps are skipped, `steps.train_step`) when
-    `MAX_SKIPPED_STEPS_IN_A_ROW` steps in a row were skipped.
+    and MFU (compiling steps left out), and the window's compiles (train/compiles,
+    train/compile_s). Moves the progress bar on by the steps known finished, never by the steps
+    dispatched. Stops the run with FloatingPointError on a non-finite loss (so give it the
+    checkpoint cadence too: no state is saved unchecked); for float16 (whose overflowing steps are
+    skipped, `steps.train_step`) when `MAX_SKIPPED_STEPS_IN_A_ROW` steps in a row were skipped.
 
     Args:
       writer: the run's MetricWriter.

@@ -117,6 +117,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.finetune.pack = variant.get("pack", "0") in ("1", "true")
     c.finetune.max_segments = 16  # packed examples per row at most
     c.finetune.bucket_lengths = True  # dynamic padding to multiples of 32 (few compiled shapes)
+    # "bucketed": each batch from one length bucket (less padding, faster); "shuffled": rows
+    # shuffled into batches as google-research/bert (docs/finetuning.md measures both).
+    c.finetune.batching = "bucketed"
+    # What a finished seed keeps: "best" (the model with the best dev selection metric among the
+    # evaluations, exported), "last" (the final model, exported) or "none". Its training
+    # checkpoints are removed either way (results.json holds its metrics).
+    c.finetune.keep = "best"
     c.finetune.eval_batch_size = 64
     c.finetune.max_train_examples = 0  # 0 = all; else a seeded subsample (quick runs)
     c.finetune.max_eval_examples = 0
@@ -189,7 +196,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.init_from = _minilm_path() if variant.get("init") == "minilm" else ""
     # The GPUs or TPU slice `--mode=compile` compiles for unless --topology names them.
     c.topology = ""
-    c.export_hf_at_end = True
+    c.export_hf_at_end = True  # the kept model (finetune.keep) also as a transformers directory
 
     if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches
         c.finetune.max_seq_length = 128
