@@ -14,8 +14,8 @@ model on its vocabulary. For each seed both peers train on the same host batches
 split in the same batches. The process is pinned to `--threads` cores (sched_setaffinity, before
 JAX or PyTorch start) and PyTorch is given as many threads.
 
-Each step runs synchronously; a step whose batch shape is new is left out of the timing in both
-peers (bert_jax compiles it; PyTorch warms up). Prints one JSON line per (peer, seed) with
+Each step runs synchronously; the first step of each batch shape in each seed is left out of the
+timing in both peers (bert_jax compiles it in the first seed; PyTorch warms up). Prints one JSON line per (peer, seed) with
 dev accuracy, s_per_step (wall) and steps_per_cpu_s (steps per second of process CPU time, all
 threads), then one summary line per peer (mean, std and standard error over the seeds) and the
 ratio bert_jax / PyTorch of steps per CPU-second.
@@ -88,6 +88,9 @@ def _accuracy(logits, labels) -> float:
     return float(np.mean(np.argmax(logits, -1) == labels))
 
 
+_EXPERIMENTS: dict = {}  # steps -> the Experiment (its compiled steps serve every seed)
+
+
 def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
     """(dev accuracy, clock) of bert_jax's fine-tuning step (the job's Experiment)."""
     del schedule_fn  # the Experiment builds the same schedule from config.optimizer
@@ -101,9 +104,11 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
 
     batches = run._train_batches(config, data.train, seed)
     num_steps = batches.steps_per_epoch * config.finetune.num_epochs
-    exp = experiment.Experiment.build(
-        config, bert_config, HEADS[data.objective], data.objective, num_steps
-    )
+    if num_steps not in _EXPERIMENTS:  # one for every seed, as the fine-tuning job's
+        _EXPERIMENTS[num_steps] = experiment.Experiment.build(
+            config, bert_config, HEADS[data.objective], data.objective, num_steps
+        )
+    exp = _EXPERIMENTS[num_steps]
     params = None
     if encoder is not None:
         params, _ = run.graft(bert_config, exp.head, encoder, seed)
