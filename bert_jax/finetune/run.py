@@ -42,7 +42,6 @@ from jax.experimental import multihost_utils
 
 from bert_jax import (
     aot,
-    checkpointing,
     convert,
     experiment,
     flops,
@@ -430,13 +429,13 @@ class SeedRun:
         )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
         places = {"batching": f"{ft.batching}: {BATCHING[ft.batching]}"}
-        places.update(self._keep(state.params, step, final))
+        places.update(self._keep(state.params, step, final, as_path(ckpt.directory)))
         writer.close()
         if jax.process_index() == 0:
             print(f"\nseed {seed}: " + writer.summary(step, places, timing=trainer.timer))
         return final
 
-    def _keep(self, params, step: int, final: Mapping[str, float]) -> dict[str, str]:
+    def _keep(self, params, step: int, final: Mapping[str, float], checkpoints) -> dict[str, str]:
         """Exports the model `finetune.keep` names and removes the training checkpoints (the
         seed is done: results.json holds its metrics). Returns the summary's lines about them."""
         config, exp = self.config, self.exp
@@ -464,7 +463,6 @@ class SeedRun:
             kept.update(out)
         else:
             kept["kept"] = "no model (finetune.keep=none)"
-        checkpoints = checkpointing.run_checkpoints(self.seed_dir)
         if jax.process_index() == 0 and checkpoints.exists():
             kept["kept"] += f"; training checkpoints ({_megabytes(checkpoints):,.1f} MB) removed"
             checkpoints.rmtree()
