@@ -16,9 +16,9 @@ JAX or PyTorch start) and PyTorch is given as many threads.
 
 Each step runs synchronously; the first step of each batch shape in each seed is left out of the
 timing in both peers (bert_jax compiles it in the first seed; PyTorch warms up). Prints one
-JSON line per (peer, seed) with dev accuracy, s_per_step (wall) and steps_per_cpu_s (steps per second of process CPU time, all
-threads), then one summary line per peer (mean, std and standard error over the seeds) and the
-ratio bert_jax / PyTorch of steps per CPU-second.
+JSON line per (peer, seed) with dev accuracy, s_per_step (wall) and steps_per_cpu_s (steps per
+second of process CPU time, all threads), then one summary line per peer (mean, std and standard
+error over the seeds) and the ratio bert_jax / PyTorch of steps per CPU-second.
 """
 
 from __future__ import annotations
