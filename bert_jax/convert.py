@@ -136,7 +136,11 @@ class ConversionReport:
             lines.append(f"unused source weights ({len(self.unused)}):")
             lines += [f"  {k}" for k in self.unused]
         if self.ignored:
-            lines.append(f"ignored buffers / optimizer slots: {len(self.ignored)}")
+            shown = ", ".join(self.ignored[:3]) + (", ..." if len(self.ignored) > 3 else "")
+            lines.append(
+                f"skipped {len(self.ignored)} stored entries that are not weights ({shown}: "
+                "PyTorch buffers, TF optimizer slots or step counters); expected, nothing to do"
+            )
         return "\n".join(lines)
 
 
@@ -582,7 +586,8 @@ def load_pytorch(
         dtype=dtype,
         seed=seed,
     )
-    logging.info("loaded %s from %s: %s", model, path, report.summary())
+    if not return_report:  # a caller asking for the report logs it (once)
+        logging.info("loaded %s from %s: %s", model, path, report.summary())
     return (config, params, report) if return_report else (config, params)
 
 
@@ -658,7 +663,8 @@ def load_tf(
         seed=seed,
         report=report,
     )
-    logging.info("loaded %s from %s: %s", model, ckpt, report.summary())
+    if not return_report:  # a caller asking for the report logs it (once)
+        logging.info("loaded %s from %s: %s", model, ckpt, report.summary())
     return (config, params, report) if return_report else (config, params)
 
 

@@ -61,8 +61,9 @@ def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:
 # Time
 # --------------------------------------------------------------------------------------------
 class Timer:
-    """A run's time: the first step's compile, then training seconds with the hooks' host work
-    left out, and the tokens and model FLOPs of the timed steps, per window and in total.
+    """A run's time: compiles (a step whose batch shape is new: the first one, then each new
+    length bucket), training seconds with the compiles and the hooks' host work left out, and the
+    tokens and model FLOPs of the timed steps, per window and in total.
 
     Args:
       host_fraction: this host's share of the global batch's rows (its tokens scale by 1/it).
@@ -72,7 +73,10 @@ class Timer:
 
     def __init__(self, host_fraction: float = 1.0, step_flops=None, peak_flops=None):
         self.host_fraction, self.step_flops, self.peak_flops = host_fraction, step_flops, peak_flops
-        self.compile_s: float | None = None  # the first step's seconds (it compiles)
+        self.compiles = 0  # steps that compiled (a batch shape not seen before)
+        self.compile_s = 0.0  # their seconds (the compile and that one step's run)
+        self._window_compiles, self._window_compile_s = 0, 0.0
+        self._compile_began: float | None = None
         self.train_seconds = 0.0  # totals over the closed windows
         self.train_tokens = 0.0
         self._since: float | None = None  # when the running interval began (None: paused)
@@ -93,10 +97,24 @@ class Timer:
         """The loop begins: the first step (and its compile) starts now."""
         self._since = time.perf_counter()
 
-    def first_step_done(self) -> None:
-        """The first step finished (the caller waited for it): its seconds are the compile's."""
+    def compile_begins(self) -> None:
+        """A step that compiles is dispatched now (the steps before it finished): its time is
+        left out of the training seconds until `compile_done`."""
         now = time.perf_counter()
-        self.compile_s, self._since = now - self._since, now
+        if self._since is not None:
+            self._seconds += now - self._since
+        self._since, self._compile_began = None, now
+
+    def compile_done(self) -> None:
+        """The compiling step finished (the caller waited for it): its seconds are the
+        compile's."""
+        now = time.perf_counter()
+        seconds = now - self._compile_began
+        self.compiles += 1
+        self.compile_s += seconds
+        self._window_compiles += 1
+        self._window_compile_s += seconds
+        self._since, self._compile_began = now, None
 
     def count(self, host_batch: Mapping[str, np.ndarray]) -> None:
         """A timed step of this host's batch: its real tokens (scaled to the global batch) and
@@ -118,8 +136,9 @@ class Timer:
             self._since = time.perf_counter()
 
     def window(self) -> dict[str, float]:
-        """tokens_per_s, step_time_s and mfu (where known) of the steps since the last window,
-        which closes; {} when no timed step ran."""
+        """tokens_per_s, step_time_s and mfu (where known) of the timed steps since the last
+        window, and `compiles` and `compile_s` where steps of the window compiled; the window
+        closes. {} when nothing ran."""
         seconds = self._seconds
         if self._since is not None:
             seconds += time.perf_counter() - self._since
@@ -131,8 +150,10 @@ class Timer:
                 out["mfu"] = self._flops / seconds / self.peak_flops
             self.train_seconds += seconds
             self.train_tokens += self._tokens
-        self._seconds = self._tokens = self._flops = 0.0
-        self._steps = 0
+        if self._window_compiles:
+            out.update(compiles=float(self._window_compiles), compile_s=self._window_compile_s)
+        self._seconds = self._tokens = self._flops = self._window_compile_s = 0.0
+        self._steps = self._window_compiles = 0
         return out
 
 
@@ -200,10 +221,11 @@ MAX_SKIPPED_STEPS_IN_A_ROW = 32
 
 class LogMetrics(Hook):
     """Writes the window's training metrics: means of the sums, the Timer's tokens/s, step time
-    and MFU, and the first step's compile time. Stops the run with FloatingPointError on a
-    non-finite loss (so give it the checkpoint cadence too: no state is saved unchecked); for
-    float16 (whose overflowing steps are skipped, `steps.train_step`) when
-    `MAX_SKIPPED_STEPS_IN_A_ROW` steps in a row were skipped.
+    and MFU (compiling steps left out), and the window's compiles (train/compiles,
+    train/compile_s). Moves the progress bar on by the steps known finished, never by the steps
+    dispatched. Stops the run with FloatingPointError on a non-finite loss (so give it the
+    checkpoint cadence too: no state is saved unchecked); for float16 (whose overflowing steps are
+    skipped, `steps.train_step`) when `MAX_SKIPPED_STEPS_IN_A_ROW` steps in a row were skipped.
 
     Args:
       writer: the run's MetricWriter.
@@ -217,18 +239,25 @@ class LogMetrics(Hook):
         self.writer, self.ckpt = writer, ckpt
         self.window: list = []
         self.skipped_in_a_row = 0  # float16: steps skipped since the last applied one
-        self.compile_reported = False
+        self.unfinished: list = []  # metrics of dispatched steps not yet known finished
 
     def observe(self, info: StepInfo) -> None:
         self.window.append(info.metrics)
-        self.writer.advance()
+        self.unfinished.append(info.metrics)
+        done = 0  # steps finish in order: count the finished ones at the front
+        while done < len(self.unfinished) and _ready(self.unfinished[done]):
+            done += 1
+        if done:
+            self.writer.advance(done)
+            del self.unfinished[:done]
 
     def run(self, info: StepInfo) -> None:
+        if self.unfinished:  # the step (and every one before it) finished
+            self.writer.advance(len(self.unfinished))
+            self.unfinished = []
         summary = reduce_metrics(self.window)
         self._check_finite(summary, info.step)
         summary.update(info.timer.window())
-        if info.timer.compile_s is not None and not self.compile_reported:
-            summary["compile_s"], self.compile_reported = info.timer.compile_s, True
         self.writer.write(info.step, {f"train/{k}": v for k, v in summary.items()})
         self.window = []
 
@@ -260,13 +289,27 @@ class LogMetrics(Hook):
         )
 
 
+def _ready(metrics: Mapping[str, Any]) -> bool:
+    """Whether the step that computed `metrics` finished (without waiting for it)."""
+    return all(
+        not isinstance(x, jax.Array) or x.is_ready() for x in jax.tree_util.tree_leaves(metrics)
+    )
+
+
 class Evaluate(Hook):
     """Runs `evaluate(params, step) -> metrics` every `every` steps (0: never) and at the last
-    step, and writes them as eval/*."""
+    step, and writes them as eval/*.
 
-    def __init__(self, evaluate: Callable, writer: MetricWriter, every: int):
-        super().__init__(every, at_end=True)
+    With `at_end=False` it skips the last step, periodic or not: for a job that evaluates the
+    final model itself (fine-tuning), so the last step is evaluated once.
+    """
+
+    def __init__(self, evaluate: Callable, writer: MetricWriter, every: int, at_end=True):
+        super().__init__(every, at_end=at_end)
         self.evaluate, self.writer = evaluate, writer
+
+    def due(self, info: StepInfo) -> bool:
+        return super().due(info) and (self.at_end or not info.last)
 
     def run(self, info: StepInfo) -> None:
         results = self.evaluate(info.state.params, info.step)
@@ -299,6 +342,14 @@ class SaveCheckpoint(Hook):
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
+def _compiled_shapes(exp) -> set:
+    """The host batch shapes the Experiment's train step was compiled for: kept on the
+    Experiment, whose compiled steps serve every seed of a fine-tuning run."""
+    if hasattr(exp, "cached"):
+        return exp.cached(("train_batch_shapes",), set)
+    return set()
+
+
 class Trainer:
     """Runs an Experiment's train step over batches and runs its hooks at their cadence.
 
@@ -331,6 +382,7 @@ class Trainer:
         position."""
         exp, watcher, timer = self.exp, PreemptionWatcher(), self.timer
         data = sharding.DevicePrefetcher(batches, exp.mesh, size=2)
+        shapes = _compiled_shapes(exp)
         step = start_step
         try:
             with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
@@ -341,10 +393,16 @@ class Trainer:
                     except StopIteration:
                         logging.warning("the training data ran out at step %d", step)
                         return
+                    shape = tuple(sorted((k, np.shape(v)) for k, v in host.items()))
+                    compiles = shape not in shapes  # a new batch shape compiles: not timed
+                    if compiles:
+                        jax.block_until_ready(state)  # the steps before it are training time
+                        timer.compile_begins()
                     state, metrics = exp.train_step_fn(host)(state, batch)
-                    if timer.compile_s is None:  # the first step compiles: not timed
+                    if compiles:
                         jax.block_until_ready(metrics)
-                        timer.first_step_done()
+                        timer.compile_done()
+                        shapes.add(shape)
                     else:
                         timer.count(host)
                     step += 1

@@ -1,6 +1,6 @@
 """Optimizers and learning-rate schedules for BERT, built from optax.
 
-    schedule = make_schedule("linear", 1e-4, warmup_steps=10_000, total_steps=1_000_000)
+    schedule = make_schedule("bert", 1e-4, warmup_steps=10_000, total_steps=1_000_000)
     tx = make_optimizer("adamw", schedule, weight_decay=0.01, clip_norm=1.0)
 
 * AdamW as google-research/bert's `AdamWeightDecayOptimizer`: beta1 0.9, beta2 0.999, eps 1e-6,
@@ -10,8 +10,9 @@
   ratio per weight matrix of each layer, also when the layers are stacked (`scan_layers`).
 * Weight decay skips LayerNorm parameters and every bias, as the original's
   `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`.
-* Schedules: linear warmup, then linear decay to zero (the original), cosine, warmup-stable-decay
-  (WSD), or constant. All take and return steps as optimizer updates.
+* Schedules: google-research/bert's ("bert": linear decay over all the steps, the warmup
+  overriding the first ones), Hugging Face's ("linear": linear decay from the end of warmup),
+  cosine, warmup-stable-decay (WSD), or constant. All take and return steps as optimizer updates.
 
 Leaf module: knows nothing of the model beyond parameter names.
 """
@@ -27,7 +28,7 @@ from flax import traverse_util
 from flax.core.meta import AxisMetadata
 
 PyTree = Any
-SCHEDULES = ("linear", "cosine", "wsd", "constant")
+SCHEDULES = ("bert", "linear", "cosine", "wsd", "constant")
 OPTIMIZERS = ("adamw", "lamb", "sgd")
 
 
@@ -42,8 +43,12 @@ def make_schedule(
 ) -> optax.Schedule:
     """A learning-rate schedule: linear warmup from 0 to the peak over `warmup_steps`, then
 
-    * "linear": linear decay to `end_learning_rate` at `total_steps` (BERT's polynomial decay,
-      power 1);
+    * "bert": google-research/bert's `optimization.create_optimizer`: polynomial decay (power 1)
+      from the peak at step 0 to `end_learning_rate` at `total_steps`, and while
+      step < warmup_steps the warmup's peak * step / warmup_steps instead. After warmup the rate
+      is peak * (1 - step / total_steps): lower than "linear"'s at the same step.
+    * "linear": Hugging Face's `get_linear_schedule_with_warmup`: linear decay from the peak at
+      the end of warmup to `end_learning_rate` at `total_steps`;
     * "cosine": cosine decay to `end_learning_rate` at `total_steps`;
     * "wsd": constant at the peak, then linear decay to `end_learning_rate` over the last
       `decay_fraction` of the steps (warmup-stable-decay);
@@ -57,6 +62,11 @@ def make_schedule(
         raise ValueError(f"peak learning rate must be positive, got {peak_learning_rate}")
     warmup = optax.linear_schedule(0.0, peak_learning_rate, max(warmup_steps, 1))
     rest = max(total_steps - warmup_steps, 1)
+    if kind == "bert":
+        decay = optax.linear_schedule(peak_learning_rate, end_learning_rate, max(total_steps, 1))
+        if warmup_steps == 0:
+            return decay
+        return lambda step: jnp.where(step < warmup_steps, warmup(step), decay(step))
     if kind == "linear":
         after = optax.linear_schedule(peak_learning_rate, end_learning_rate, rest)
     elif kind == "cosine":

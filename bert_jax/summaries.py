@@ -160,6 +160,8 @@ class MetricWriter:
                 f"{timing.train_tokens / timing.train_seconds:,.0f} tokens/s; the rest is "
                 "compilation, evaluation, data and saving)"
             )
+        if getattr(timing, "compiles", 0):
+            lines[0] += f"; {timing.compiles} compiles (new batch shapes): {timing.compile_s:.0f} s"
         for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
             keys = [
                 k

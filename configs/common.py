@@ -79,7 +79,7 @@ def optimizer(
     c.name = "adamw"  # "adamw" | "lamb"
     c.peak_learning_rate = peak_learning_rate
     c.end_learning_rate = 0.0
-    c.schedule = "linear"  # "linear" | "cosine" | "wsd" | "constant"
+    c.schedule = "linear"  # "bert" | "linear" | "cosine" | "wsd" | "constant" (optimizer.py)
     c.warmup_steps = warmup_steps  # -1: warmup_fraction of the steps
     c.warmup_fraction = 0.1
     c.decay_fraction = 0.1  # wsd: share of steps spent decaying

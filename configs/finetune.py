@@ -1,5 +1,6 @@
 """Fine-tuning BERT: GLUE, SQuAD v1.1/v2.0, CoNLL-2003 NER, SWAG, custom files, and the offline
-Shakespeare genre task, with google-research/bert's recipe (AdamW, 10% warmup, linear decay).
+Shakespeare genre task, with google-research/bert's recipe (AdamW, 10% warmup, its linear decay
+over all the steps: schedule "bert").
 
 Variants (`--config=configs/finetune.py:task=...,init=...`):
 
@@ -119,6 +120,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.finetune.pack = variant["pack"]
     c.finetune.max_segments = 16  # packed examples per row at most
     c.finetune.bucket_lengths = True  # dynamic padding to multiples of 32 (few compiled shapes)
+    # "bucketed": each batch from one length bucket (less padding, faster); "shuffled": rows
+    # shuffled into batches as google-research/bert (docs/finetuning.md measures both).
+    c.finetune.batching = "bucketed"
+    # What a finished seed keeps: "best" (the model with the best dev selection metric among the
+    # evaluations, exported), "last" (the final model, exported) or "none". Its training
+    # checkpoints are removed either way (results.json holds its metrics).
+    c.finetune.keep = "best"
     c.finetune.eval_batch_size = 64
     c.finetune.max_train_examples = 0  # 0 = all; else a seeded subsample (quick runs)
     c.finetune.max_eval_examples = 0
@@ -151,6 +159,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.runtime = common.runtime(scan_layers=False)
     c.optimizer = common.optimizer(3e-5 if squad else 2e-5)
+    # google-research/bert's schedule (optimizer.make_schedule): linear decay over all the steps,
+    # the warmup overriding the first ones; "linear" is Hugging Face's (decay from warmup's end).
+    c.optimizer.schedule = "bert"
 
     c.global_batch_size = 32
     c.num_microbatches = 1
@@ -165,7 +176,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.init_from = _minilm_path() if variant["init"] == "minilm" else ""
     # The GPUs or TPU slice `--mode=compile` compiles for unless --topology names them.
     c.topology = ""
-    c.export_hf_at_end = True
+    c.export_hf_at_end = True  # the kept model (finetune.keep) also as a transformers directory
     c.model_card = common.model_card_config()  # <workdir>/hf/README.md: license, datasets, language
 
     if name == "shakespeare":  # the offline demonstration: MiniLM-sized, short speeches

