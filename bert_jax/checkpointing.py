@@ -101,6 +101,29 @@ def _common_position(data_iterator) -> dict | None:
     return position if len(digests) == 1 and digest >= 0 else None
 
 
+class _JsonState:
+    """An iterator whose state is a JSON dict (a wrapper around a grain `DatasetIterator`, such
+    as a test's), seen by grain's checkpoint handler, which takes bytes from anything but a
+    `DatasetIterator`: the same file a `DatasetIterator` writes, so either restores it."""
+
+    def __init__(self, iterator):
+        self.iterator = iterator
+
+    def get_state(self) -> bytes:
+        return json.dumps(self.iterator.get_state(), indent=4).encode()
+
+
+def _as_grain_saves(data_iterator):
+    """`data_iterator` as grain's checkpoint handler can save it."""
+    import grain
+
+    if isinstance(data_iterator, grain.DatasetIterator):
+        return data_iterator
+    return (
+        data_iterator if isinstance(data_iterator.get_state(), bytes) else _JsonState(data_iterator)
+    )
+
+
 def _gather(code: int) -> list[int]:
     """Every process's `code`, in process order (a collective)."""
     if jax.process_count() == 1:
@@ -297,7 +320,7 @@ class Checkpointer:
         items = {"state": ocp.args.StandardSave(state)}
         if data_iterator is not None:
             save_args, _ = _grain_args()
-            items["data"] = save_args(data_iterator)
+            items["data"] = save_args(_as_grain_saves(data_iterator))
             position = _common_position(data_iterator)
             if position is not None:
                 items["data_position"] = ocp.args.JsonSave(position)
