@@ -161,7 +161,9 @@ class MetricWriter:
                 "compilation, evaluation, data and saving)"
             )
         if getattr(timing, "compiles", 0):
-            lines[0] += f"; {timing.compiles} compiles (new batch shapes): {timing.compile_s:.0f} s"
+            n = timing.compiles
+            lines[0] += f"; {n} compile{'s' if n > 1 else ''} (new batch shapes): "
+            lines[0] += f"{timing.compile_s:.0f} s"
         for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
             keys = [
                 k
