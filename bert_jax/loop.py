@@ -100,10 +100,8 @@ class Timer:
     def compile_begins(self) -> None:
         """A step that compiles is dispatched now (the steps before it finished): its time is
         left out of the training seconds until `compile_done`."""
-        now = time.perf_counter()
-        if self._since is not None:
-            self._seconds += now - self._since
-        self._since, self._compile_began = None, now
+        self._stop_clock()
+        self._compile_began = time.perf_counter()
 
     def compile_done(self) -> None:
         """The compiling step finished (the caller waited for it): its seconds are the
@@ -124,12 +122,16 @@ class Timer:
         if self.step_flops is not None:
             self._flops += self.step_flops(host_batch)
 
-    @contextlib.contextmanager
-    def paused(self):
-        """Host work that is not training (the hooks'): left out of the seconds."""
+    def _stop_clock(self) -> None:
+        """Adds the running interval (if any) to the window's seconds and stops the clock."""
         if self._since is not None:
             self._seconds += time.perf_counter() - self._since
         self._since = None
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Host work that is not training (the hooks'): left out of the seconds."""
+        self._stop_clock()
         try:
             yield
         finally:
@@ -139,9 +141,10 @@ class Timer:
         """tokens_per_s, step_time_s and mfu (where known) of the timed steps since the last
         window, and `compiles` and `compile_s` where steps of the window compiled; the window
         closes. {} when nothing ran."""
+        running = self._since is not None
+        self._stop_clock()
         seconds = self._seconds
-        if self._since is not None:
-            seconds += time.perf_counter() - self._since
+        if running:
             self._since = time.perf_counter()
         out = {}
         if seconds > 0 and self._tokens:
