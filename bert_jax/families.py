@@ -49,6 +49,17 @@ class Family:
         """The encoder's class name ("BertModel", "ModernBertModel")."""
         return next(iter(self.model_classes))
 
+    def head_for(self, bert_head: str) -> str:
+        """This family's class for the role of the BERT head `bert_head` (objectives name BERT's:
+        "BertForMaskedLM" -> "ModernBertForMaskedLM"); a role it has no class for raises."""
+        name = self.base_model.removesuffix("Model") + bert_head.removeprefix("Bert")
+        if name not in self.model_classes:
+            raise ValueError(
+                f"{self.model_type} has no {bert_head.removeprefix('Bert')} head ({name}); "
+                f"its heads: {sorted(self.model_classes)}"
+            )
+        return name
+
 
 FAMILIES: dict[str, Family] = {
     f.model_type: f
@@ -92,6 +103,24 @@ def config_from_hf_dict(d: Mapping[str, Any]) -> ModelConfig:
             f"config.json has model_type={model_type!r}; bert_jax knows {sorted(FAMILIES)}"
         )
     return FAMILIES[model_type].config_class.from_hf_dict(d)
+
+
+def config_from_fields(fields: Mapping[str, Any]) -> ModelConfig:
+    """The config of an experiment's `model` block: its family's config fields, plus
+    `model_type` naming the family (BERT when absent)."""
+    fields = dict(fields)
+    model_type = fields.pop("model_type", "bert")
+    if model_type not in FAMILIES:
+        raise ValueError(f"model.model_type={model_type!r}; bert_jax knows {sorted(FAMILIES)}")
+    return FAMILIES[model_type].config_class(**fields)
+
+
+def model_fields(config: ModelConfig) -> dict[str, Any]:
+    """The `model` block of an experiment config for `config` (`config_from_fields`'s input):
+    its fields but label_names, and `model_type` for a family other than BERT."""
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "label_names"}
+    family = family_of(config)
+    return fields if family.model_type == "bert" else {"model_type": family.model_type, **fields}
 
 
 def config_from_json_file(path: str | os.PathLike) -> ModelConfig:

@@ -4,9 +4,11 @@ Counted as the MLPerf / PaLM convention counts model FLOPs: 2 per multiply-add o
 model needs, the backward pass twice the forward (3x in all), and no recomputation (remat costs
 hardware FLOPs, not model FLOPs). For an encoder:
 
-* per real token and layer: Q, K, V and output projections 4 * 2E^2, feed-forward 2 * 2EF;
+* per real token and layer: Q, K, V and output projections 4 * 2E^2, feed-forward 2 * 2EF
+  (ModernBERT's GeGLU: 3 * 2EF);
 * attention scores and context, bidirectional and in full (no causal halving): 2 * 2 * n * E per
-  token of a sequence of n real tokens, so packed rows count sum(n_i^2), not L^2;
+  token of a sequence of n real tokens, so packed rows count sum(n_i^2), not L^2 (a local
+  layer's sliding window: only the keys inside it);
 * heads: the pooler and NSP per sequence, the MLM transform and decoder only at the P masked
   positions that are really predicted (the masked-only head), not over the whole vocabulary at
   every position;
@@ -22,6 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from bert_jax.config import BertConfig
+from bert_jax.modernbert_config import ModernBertConfig
+
+ModelConfig = BertConfig | ModernBertConfig
 
 
 class TpuChip(NamedTuple):
@@ -175,17 +180,35 @@ def peak_flops_per_device(device_kind: str) -> float | None:
     return None
 
 
-def encoder_forward_flops(cfg: BertConfig, seq_lengths: np.ndarray) -> float:
-    """Forward FLOPs of the encoder for sequences of the given real lengths (any shape)."""
+def attended_pairs(n: np.ndarray, window: int | None = None) -> np.ndarray:
+    """(query, key) pairs a sequence of n tokens scores: n^2 in full, or with a sliding window
+    of `window` keys on either side (|i - j| <= window) n(2w + 1) - w(w + 1), w = min(window,
+    n - 1)."""
+    n = np.asarray(n, np.float64)
+    if window is None:
+        return n**2
+    w = np.minimum(window, np.maximum(n - 1, 0))
+    return n * (2 * w + 1) - w * (w + 1)
+
+
+def encoder_forward_flops(cfg: ModelConfig, seq_lengths: np.ndarray) -> float:
+    """Forward FLOPs of the encoder for sequences of the given real lengths (any shape).
+
+    ModernBERT: a GeGLU feed-forward layer (Wi makes 2F, Wo takes F: 3EF multiply-adds a token)
+    and, in its local layers, only the keys within the window (`attended_pairs`)."""
     n = np.asarray(seq_lengths, np.float64)
     e, f = cfg.hidden_size, cfg.intermediate_size
-    dense = 2.0 * (4 * e * e + 2 * e * f) * n.sum()
-    attention = 2.0 * 2.0 * e * (n**2).sum()
-    return cfg.num_hidden_layers * (dense + attention)
+    modern = isinstance(cfg, ModernBertConfig)
+    dense = 2.0 * (4 * e * e + (3 if modern else 2) * e * f) * n.sum()
+    total = 0.0
+    for layer in range(cfg.num_hidden_layers):
+        window = cfg.window if modern and not cfg.is_global(layer) else None
+        total += dense + 2.0 * 2.0 * e * attended_pairs(n, window).sum()
+    return total
 
 
 def pretraining_step_flops(
-    cfg: BertConfig,
+    cfg: ModelConfig,
     seq_lengths: np.ndarray,
     num_predictions: float,
     num_sequences: int | None = None,
@@ -211,7 +234,7 @@ def pretraining_step_flops(
 
 
 def classification_step_flops(
-    cfg: BertConfig, seq_lengths: np.ndarray, num_outputs: int, *, pooled: bool = True
+    cfg: ModelConfig, seq_lengths: np.ndarray, num_outputs: int, *, pooled: bool = True
 ) -> float:
     """Model FLOPs of one fine-tuning step: encoder + pooler + a small output layer per sequence
     (`pooled`) or per token (token classification / QA)."""

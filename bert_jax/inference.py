@@ -161,9 +161,17 @@ def logits_step(params, batch, *, model: nn.Module):
       batch: input_ids, token_type_ids, attention_mask int32 [B, L].
     """
     out = model.apply(
-        {"params": params}, batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]
+        {"params": params},
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        **_token_types(model, batch["token_type_ids"]),
     )
     return out.logits.astype(jnp.float32)
+
+
+def _token_types(model: nn.Module, token_type_ids) -> dict:
+    """{"token_type_ids": ...} for a head that reads them; {} for a family without (ModernBERT)."""
+    return {"token_type_ids": token_type_ids} if getattr(model, "token_types", True) else {}
 
 
 def embed(
@@ -312,7 +320,7 @@ def attention_map(
 
 
 # ---- fill-mask: what a masked-LM head predicts ----
-MLM_MODELS = ("BertForMaskedLM", "BertForPreTraining")
+MLM_MODELS = ("BertForMaskedLM", "BertForPreTraining", "ModernBertForMaskedLM")
 
 
 def load_masked_lm(path: str):
@@ -339,7 +347,8 @@ def top_predictions(
     """The `top_k` tokens an MLM head puts at given positions, and their probabilities.
 
     Args:
-      model: a BertForMaskedLM or BertForPreTraining module (any runtime).
+      model: an MLM head (BertForMaskedLM, BertForPreTraining, ModernBertForMaskedLM; any
+        runtime).
       params: its parameters.
       features: {"input_ids", "token_type_ids", "attention_mask"}: int [N, L].
       positions: int [N, P], the positions to predict (the [MASK]s).
@@ -357,9 +366,9 @@ def top_predictions(
         out = model.apply(
             {"params": params},
             input_ids,
-            token_type_ids,
-            attention_mask,
+            attention_mask=attention_mask,
             masked_positions=positions,
+            **_token_types(model, token_type_ids),
         )
         logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
         probs, ids = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), top_k)

@@ -685,6 +685,7 @@ class _Head(nn.Module):
     pooled: ClassVar[bool] = True
     choices: ClassVar[bool] = False  # inputs are [B, C, L]: encode every choice
     masked_lm: ClassVar[bool] = False  # accepts masked_positions
+    token_types: ClassVar[bool] = True  # reads token_type_ids (a family without them: False)
 
     @nn.compact
     def __call__(

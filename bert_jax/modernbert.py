@@ -341,6 +341,7 @@ class _Head(BertHead):
 
     config: ModernBertConfig
     pooled: ClassVar[bool] = False  # reads `classifier_pooling`'s pooled state
+    token_types: ClassVar[bool] = False
 
     def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
         """The encoder's outputs (pooled when `pooled`): `model`, a ModernBertModel."""

@@ -41,6 +41,18 @@ _HOUSEKEEPING = HF_HOUSEKEEPING | {
     "initializer_cutoff_factor",
 }
 _DERIVED = ("layer_types", "rope_parameters", "num_labels")  # read here, not fields
+# Named sizes (`ModernBertConfig.preset`): the released answerdotai/ModernBERT-base and -large,
+# and "tiny", the CPU pretraining job's 3 layers x 128 (one global layer, two local ones) for its
+# own 8,192-piece vocabulary ([PAD] = 0) and 128-token rows (configs/pretrain.py, arch=modernbert).
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": dict(hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+                 num_attention_heads=12),
+    "large": dict(hidden_size=1024, intermediate_size=2624, num_hidden_layers=28,
+                  num_attention_heads=16),
+    "tiny": dict(vocab_size=8192, pad_token_id=0, hidden_size=128, intermediate_size=256,
+                 num_hidden_layers=3, num_attention_heads=2, local_attention=64,
+                 max_position_embeddings=128),
+}  # fmt: skip
 
 
 def _fail(field: str, value: Any, why: str) -> None:
@@ -172,6 +184,13 @@ class ModernBertConfig(EncoderConfig):
     def window(self) -> int:
         """Keys a local layer's query sees on each side: local_attention // 2 positions."""
         return self.local_attention // 2
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ModernBertConfig:
+        """A named size (`PRESETS`): "base", "large" (the released models) or "tiny"."""
+        if name.lower() not in PRESETS:
+            raise ValueError(f"unknown ModernBertConfig preset {name!r}; known: {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name.lower()], **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod

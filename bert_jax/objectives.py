@@ -35,10 +35,13 @@ MODEL_INPUTS = (
 
 
 def apply_model(model: nn.Module, params, batch: Batch, rng, deterministic: bool, **extra):
-    """The model's outputs for the batch's model inputs (`MODEL_INPUTS` present in `batch`);
-    dropout draws from `rng` unless `deterministic`."""
+    """The model's outputs for the batch's model inputs (`MODEL_INPUTS` present in `batch`, less
+    token_type_ids for a family without token types); dropout draws from `rng` unless
+    `deterministic`."""
     rngs = None if deterministic else {"dropout": rng}
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+    if not getattr(model, "token_types", True):
+        inputs.pop("token_type_ids", None)
     return model.apply(
         {"params": params}, **inputs, **extra, deterministic=deterministic, rngs=rngs
     )

@@ -9,7 +9,8 @@
 * LAMB (You et al. 2019) for large batches, with the same weight-decay exclusions and one trust
   ratio per weight matrix of each layer, also when the layers are stacked (`scan_layers`).
 * Weight decay skips LayerNorm parameters and every bias, as the original's
-  `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`.
+  `exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]` (and ModernBERT's norms).
+* StableAdamW (ModernBERT's): AdamW with per-tensor update clipping, `scale_by_adam`.
 * Schedules: google-research/bert's ("bert": linear decay over all the steps, the warmup
   overriding the first ones), Hugging Face's ("linear": linear decay from the end of warmup),
   cosine, warmup-stable-decay (WSD), or constant. All take and return steps as optimizer updates.
@@ -29,7 +30,7 @@ from flax.core.meta import AxisMetadata
 
 PyTree = Any
 SCHEDULES = ("bert", "linear", "cosine", "wsd", "constant")
-OPTIMIZERS = ("adamw", "lamb", "sgd")
+OPTIMIZERS = ("adamw", "stable_adamw", "lamb", "sgd")
 
 
 def make_schedule(
@@ -89,15 +90,21 @@ def make_schedule(
     return optax.join_schedules([warmup, after], [warmup_steps])
 
 
+def _is_norm(name: str) -> bool:
+    """A normalization layer's module name: BERT's "LayerNorm" (TF: "layer_norm"), ModernBERT's
+    "norm", "attn_norm", "mlp_norm", "final_norm"."""
+    return "LayerNorm" in name or "layer_norm" in name or name == "norm" or name.endswith("_norm")
+
+
 def weight_decay_mask(params: PyTree) -> PyTree:
-    """True for parameters that get weight decay: everything but LayerNorm and biases.
+    """True for parameters that get weight decay: everything but normalization layers and biases.
 
     Works on plain or boxed (logical-axis) trees and on stacked (scanned) layers.
     """
     flat = traverse_util.flatten_dict(params)
     mask = {}
     for path, leaf in flat.items():
-        decay = not (path[-1] == "bias" or any("LayerNorm" in p or "layer_norm" in p for p in path))
+        decay = not (path[-1] == "bias" or any(_is_norm(p) for p in path))
         # Keep logical-axis boxes so the mask has the tree structure of the parameters.
         mask[path] = leaf.replace_boxed(decay) if isinstance(leaf, AxisMetadata) else decay
     return traverse_util.unflatten_dict(mask)
@@ -115,12 +122,18 @@ def scale_by_adam(
     eps: float = 1e-6,
     *,
     bias_correction: bool = False,
+    update_clipping: bool = False,
     mu_dtype=None,
 ) -> optax.GradientTransformation:
     """Adam's update direction m / (sqrt(v) + eps), with or without bias correction.
 
     google-research/bert's AdamWeightDecayOptimizer has none; optax's `scale_by_adam` always has
     it. With `bias_correction=True` this equals `optax.scale_by_adam`.
+
+    `update_clipping=True` is StableAdamW's (Wortsman et al. 2023, the ModernBERT recipe): each
+    tensor's update is divided by max(1, RMS), RMS = sqrt(mean(g^2 / max(v, eps^2))) over the
+    tensor with this step's gradient g and second moment v (bias-corrected): Adafactor's update
+    clipping, which takes the place of gradient clipping.
     """
 
     def init_fn(params):
@@ -141,6 +154,13 @@ def scale_by_adam(
         out = jax.tree_util.tree_map(
             lambda m, v: ((m / c1) / (jnp.sqrt(v / c2) + eps)).astype(m.dtype), mu, nu
         )
+        if update_clipping:
+
+            def clip(u, g, v):
+                ratio = jnp.square(g.astype(jnp.float32)) / jnp.maximum(v / c2, eps * eps)
+                return u / jnp.maximum(1.0, jnp.sqrt(jnp.mean(ratio))).astype(u.dtype)
+
+            out = jax.tree_util.tree_map(clip, out, updates, nu)
         mu = jax.tree_util.tree_map(lambda m: m.astype(mu_dtype) if mu_dtype else m, mu)
         return out, _AdamState(count, mu, nu)
 
@@ -193,21 +213,23 @@ def make_optimizer(
     """The full update: global-norm clipping, then AdamW / LAMB / SGD with masked weight decay.
 
     Args:
-      name: "adamw", "lamb" or "sgd" (momentum-free; for tests and ablations).
+      name: "adamw", "stable_adamw" (AdamW with StableAdamW's per-tensor update clipping;
+        `scale_by_adam`), "lamb" or "sgd" (momentum-free; for tests and ablations).
       learning_rate: a float or a schedule of the optimizer step.
       weight_decay: decoupled weight decay, skipping LayerNorm parameters and biases.
       b1, b2, eps: Adam/LAMB moments and epsilon (BERT: 0.9, 0.999, 1e-6).
       clip_norm: clip the gradient to this global norm first; None or 0 turns clipping off.
-      bias_correction: AdamW only; False as the original BERT optimizer.
+      bias_correction: AdamW / StableAdamW only; False as the original BERT optimizer.
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; expected one of {OPTIMIZERS}")
     parts = []
     if clip_norm:
         parts.append(optax.clip_by_global_norm(clip_norm))
-    if name == "adamw":
+    if name in ("adamw", "stable_adamw"):
+        clipping = name == "stable_adamw"
         parts += [
-            scale_by_adam(b1, b2, eps, bias_correction=bias_correction),
+            scale_by_adam(b1, b2, eps, bias_correction=bias_correction, update_clipping=clipping),
             optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
             optax.scale_by_learning_rate(learning_rate),
         ]

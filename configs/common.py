@@ -76,7 +76,7 @@ def optimizer(
     """AdamW (or LAMB) with warmup and a decaying schedule, google-research/bert's defaults:
     `bert_jax.optimizer`."""
     c = ml_collections.ConfigDict()
-    c.name = "adamw"  # "adamw" | "lamb"
+    c.name = "adamw"  # "adamw" | "stable_adamw" | "lamb"
     c.peak_learning_rate = peak_learning_rate
     c.end_learning_rate = 0.0
     c.schedule = "linear"  # "bert" | "linear" | "cosine" | "wsd" | "constant" (optimizer.py)

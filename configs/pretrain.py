@@ -36,6 +36,8 @@ import dataclasses
 import ml_collections
 
 from bert_jax.config import BertConfig
+from bert_jax.families import model_fields
+from bert_jax.modernbert_config import ModernBertConfig
 from configs import common
 
 # BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches,
@@ -54,16 +56,21 @@ TPU_RECIPES = {
 }
 
 
-VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": ""}  # key -> default
+VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "arch": "bert"}
+ARCHS = ("bert", "modernbert")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_variant(arg, VARIANT)
     size, phase, tpu = variant["size"], variant["phase"], variant["tpu"]
+    if variant["arch"] not in ARCHS:
+        raise ValueError(f"unknown arch={variant['arch']!r}; known: {ARCHS}")
     if tpu and tpu not in TPU_RECIPES:
         raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
     if phase not in (1, 2):
         raise ValueError(f"phase must be 1 or 2, got {phase}")
+    if variant["arch"] == "modernbert":
+        return modernbert_config(size, phase, tpu)
     tiny = size == "tiny"
 
     c = ml_collections.ConfigDict()
@@ -176,5 +183,83 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.export_hf_at_end = True  # also write <workdir>/hf: a transformers directory
     c.model_card = common.model_card_config()  # <workdir>/hf/README.md: license, datasets, language
 
+    c.lock()
+    return c
+
+
+# ModernBERT on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches)}); the
+# parameters and optimizer state sharded over all chips (fsdp), layers unrolled (ModernBERT's
+# differ). benchmarks/RESULTS_tpu.md lists each entry's compiled HBM per chip.
+MODERNBERT_TPU_RECIPES = {
+    "v5e-16": ("v5e:4x4", {1: ("dots", 1), 2: ("full", 1)}),
+    "v5p-8": ("v5p:2x2x1", {1: ("dots", 1), 2: ("full", 1)}),
+    "v5p-128": ("v5p:4x4x4", {1: ("dots", 1), 2: ("full", 1)}),
+}
+# ModernBERT's recipe by size (arXiv 2412.13663): peak learning rate, warmup tokens, and the
+# phase-1 global batch in 1,024-token sequences.
+MODERNBERT_RECIPES = {
+    "tiny": dict(lr=4e-3, batch=32),
+    "base": dict(lr=8e-4, warmup_tokens=3e9, batch=4608),
+    "large": dict(lr=5e-4, warmup_tokens=2e9, batch=4928),
+}
+
+
+def modernbert_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict:
+    """`arch=modernbert`: ModernBERT pretrained as its paper does, through the same job.
+
+    MLM only at 30% masking with dynamic masking, packed rows (no padding), StableAdamW (AdamW
+    with per-tensor update clipping, no gradient clipping) and a warmup-stable-decay schedule.
+    phase=1 trains 1,024-token rows with both RoPE thetas at 10,000; phase=2 extends the context
+    to 8,192 tokens with the global layers' theta at 160,000, from phase 1 (init_from). size=tiny
+    is the CPU job: 3 layers x 128 on the Shakespeare corpus, 128-token rows, 1,200 steps
+    (docs/modernbert.md: its run and curve).
+    """
+    if size not in MODERNBERT_RECIPES:
+        raise ValueError(f"arch=modernbert has sizes {sorted(MODERNBERT_RECIPES)}, not {size!r}")
+    if tpu and tpu not in MODERNBERT_TPU_RECIPES:
+        raise ValueError(
+            f"no ModernBERT recipe for tpu={tpu!r}; known: {sorted(MODERNBERT_TPU_RECIPES)}"
+        )
+    tiny, recipe = size == "tiny", MODERNBERT_RECIPES[size]
+    length = 128 if tiny else (1024 if phase == 1 else 8192)
+    theta = 10_000.0 if phase == 1 and not tiny else 160_000.0
+    c = get_config(f"size={'tiny' if tiny else 'base'},phase=1,mlm_only=1")
+    c.unlock()
+    arch = ModernBertConfig.preset(size, global_rope_theta=theta)
+    if not tiny:
+        arch = arch.replace(max_position_embeddings=max(length, 8192))
+    c.model = ml_collections.ConfigDict(model_fields(arch))
+    c.runtime.scan_layers = False  # ModernBERT's layers differ (global / local, layer 0)
+    c.data.max_seq_length = length
+    c.data.masked_lm_prob = 0.3
+    c.data.max_predictions_per_seq = int(0.3 * length + 0.5) + (2 if tiny else 0)
+    c.data.pack_sequences = True
+    c.data.max_segments = 4 if tiny else 16
+
+    c.optimizer.name = "stable_adamw"
+    c.optimizer.peak_learning_rate = recipe["lr"] if phase == 1 else 3e-4
+    c.optimizer.schedule = "wsd"  # warmup, constant, then linear decay over decay_fraction
+    c.optimizer.b2 = 0.98
+    c.optimizer.bias_correction = True
+    c.optimizer.clip_norm = 0.0  # StableAdamW clips each tensor's update instead
+    # The paper's weight decay, 1e-5, is "fully decoupled" (not scaled by the learning rate);
+    # optax's (PyTorch's) AdamW multiplies it by the rate, so it is 1e-5 / peak here.
+    c.optimizer.weight_decay = 1e-5 / c.optimizer.peak_learning_rate
+    c.mlm_bias_init = "unigram" if tiny else "zeros"
+    c.position_embeddings_init = "normal"  # RoPE: no position table
+    if tiny:
+        c.global_batch_size, c.optimizer.warmup_steps = recipe["batch"], -1
+        c.optimizer.decay_fraction = 0.2
+    else:
+        tokens_per_step = recipe["batch"] * 1024  # phase 2 keeps phase 1's tokens a step
+        c.global_batch_size = tokens_per_step // length
+        c.optimizer.warmup_steps = int(recipe.get("warmup_tokens", 0) / tokens_per_step)
+        c.optimizer.decay_fraction = 0.1 if phase == 1 else 0.2
+        c.num_train_steps = int((1.7e12 if phase == 1 else 2.5e11) / tokens_per_step)
+    c.topology = ""
+    if tpu:
+        c.topology, by_phase = MODERNBERT_TPU_RECIPES[tpu]
+        c.runtime.remat_policy, c.num_microbatches = by_phase[phase]
+        c.mesh.data, c.mesh.fsdp = 1, -1
     c.lock()
     return c

@@ -203,3 +203,63 @@ def test_global_norm_clipping():
     np.testing.assert_allclose(updates["w"], [-0.6, -0.8, 0, 0], rtol=1e-6)
     with pytest.raises(ValueError, match="unknown optimizer"):
         optimizer.make_optimizer("adafactor", 1.0)
+
+
+def test_stable_adamw_is_adamw_with_per_tensor_update_clipping():
+    """StableAdamW (Wortsman et al. 2023): bias-corrected AdamW whose update of each tensor is
+    divided by max(1, sqrt(mean(g^2 / max(v_hat, eps^2)))). A gradient 10x the earlier ones
+    (step 3) is clipped; the first step's ratio is exactly 1."""
+    lr, wd, b1, b2, eps = 1e-2, 0.01, 0.9, 0.98, 1e-6
+    flat = traverse_util.flatten_dict(_random_tree(0), sep="/")
+    m = {k: np.zeros_like(x, np.float64) for k, x in flat.items()}
+    v = {k: np.zeros_like(x, np.float64) for k, x in flat.items()}
+    clipped = 0
+    for t in range(1, 5):
+        grads = traverse_util.flatten_dict(_random_tree(99 + t), sep="/")
+        for k in flat:
+            g = grads[k] * (10.0 if t == 3 else 1.0)
+            m[k] = b1 * m[k] + (1 - b1) * g
+            v[k] = b2 * v[k] + (1 - b2) * g**2
+            m_hat, v_hat = m[k] / (1 - b1**t), v[k] / (1 - b2**t)
+            rms = np.sqrt(np.mean(g**2 / np.maximum(v_hat, eps**2)))
+            clipped += rms > 1.001
+            update = m_hat / (np.sqrt(v_hat) + eps) / max(1.0, rms)
+            if not (k.endswith("bias") or "LayerNorm" in k):
+                update = update + wd * flat[k]
+            flat[k] = flat[k] - lr * update
+    assert clipped  # the test exercises the clipping
+    tx = optimizer.make_optimizer(
+        "stable_adamw", lr, weight_decay=wd, b2=b2, clip_norm=None, bias_correction=True
+    )
+    params = jax.tree_util.tree_map(jnp.asarray, _random_tree(0))
+    state = tx.init(params)
+    for t in range(1, 5):
+        scale = 10.0 if t == 3 else 1.0
+        grads = jax.tree_util.tree_map(lambda g, s=scale: jnp.asarray(g) * s, _random_tree(99 + t))
+        updates, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+    ours = traverse_util.flatten_dict(params, sep="/")
+    for k in flat:
+        np.testing.assert_allclose(ours[k], flat[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+def test_weight_decay_mask_skips_modernbert_norms():
+    params = {
+        "model": {
+            "embeddings": {"tok_embeddings": {"embedding": 1.0}, "norm": {"scale": 1.0}},
+            "layers_1": {
+                "attn_norm": {"scale": 1.0},
+                "mlp_norm": {"scale": 1.0, "bias": 1.0},
+                "attn": {"Wqkv": {"kernel": 1.0}},
+            },
+            "final_norm": {"scale": 1.0},
+        },
+        "head": {"dense": {"kernel": 1.0}, "norm": {"scale": 1.0}},
+        "decoder": {"bias": 1.0},
+    }
+    mask = traverse_util.flatten_dict(optimizer.weight_decay_mask(params), sep="/")
+    assert sorted(k for k, decay in mask.items() if decay) == [
+        "head/dense/kernel",
+        "model/embeddings/tok_embeddings/embedding",
+        "model/layers_1/attn/Wqkv/kernel",
+    ]

@@ -22,6 +22,7 @@ from absl import logging
 from bert_jax import (
     aot,
     experiment,
+    families,
     flops,
     inference,
     loop,
@@ -152,11 +153,12 @@ def train_and_evaluate(
     """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
     for key in _STARTING_VALUES:  # a bad choice stops the run before anything is built
         _starting_value(config, key)
-    bert_config = BertConfig(**config.model.to_dict())
+    bert_config = families.config_from_fields(config.model.to_dict())
     compiling = mode == "compile"
     topology = topology or config.topology
     devices = aot.topology_devices(topology, num_slices) if compiling else None
-    head = objectives.get_objective(config.job).head
+    # The objective names BERT's head; the model family gives its own for the role.
+    head = families.family_of(bert_config).head_for(objectives.get_objective(config.job).head)
     exp = experiment.Experiment.build(
         config, bert_config, head, config.job, config.num_train_steps, devices
     )
@@ -250,17 +252,29 @@ def _starting_value(config, key: str) -> str:
 
 MLM_BIAS = ("cls", "predictions", "bias")
 POSITION_EMBEDDINGS = ("bert", "embeddings", "position_embeddings", "embedding")
+# model_type -> the MLM decoder's output bias, and the position table (None: RoPE, no table).
+STARTING_PATHS = {
+    "bert": (MLM_BIAS, POSITION_EMBEDDINGS),
+    "modernbert": (("decoder", "bias"), None),
+}
 
 
-def starting_values(config, bert_config: BertConfig, data) -> dict[tuple[str, ...], np.ndarray]:
+def starting_values(config, bert_config, data) -> dict[tuple[str, ...], np.ndarray]:
     """A scratch run's special starting values (`bert_jax.start.starting_state` sets them inside
     the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices."""
     values = {}
+    family = families.family_of(bert_config).model_type
+    bias_path, positions_path = STARTING_PATHS[family]
     if _starting_value(config, "mlm_bias_init") == "unigram":
         log_frequencies = data.target_log_frequencies(bert_config.vocab_size)
-        values[MLM_BIAS] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
+        values[bias_path] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
     if _starting_value(config, "position_embeddings_init") == "sinusoid":
-        values[POSITION_EMBEDDINGS] = position_sinusoids(bert_config)
+        if positions_path is None:
+            raise ValueError(
+                f"config.position_embeddings_init='sinusoid': {family} has no position "
+                "embeddings (rotary positions); use 'normal'"
+            )
+        values[positions_path] = position_sinusoids(bert_config)
     return values
 
 

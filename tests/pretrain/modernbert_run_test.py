@@ -1,0 +1,105 @@
+"""ModernBERT through the pretraining job (`configs/pretrain.py:arch=modernbert`), as a user runs
+it: the default Shakespeare corpus, MLM only at 30% masking, packed rows, StableAdamW, WSD; the
+run leaves the unigram plateau and its export is transformers' ModernBertForMaskedLM."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_jax import families, objectives
+from bert_jax.pretrain import run
+from tests.common import load_config_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_modernbert_pretraining_leaves_the_unigram_plateau(tmp_path):
+    workdir, steps = tmp_path / "run", 60
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "train.py"),
+        "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":arch=modernbert",
+        f"--workdir={workdir}",
+        f"--config.num_train_steps={steps}",
+        f"--config.eval_every_steps={steps}",
+        "--config.num_eval_steps=4",
+        "--config.log_every_steps=20",
+    ]
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    evals = {r["step"]: r for r in rows if "eval/mlm_accuracy" in r}
+    share = evals[0]["eval/commonest_token_share"]
+    assert 0.02 < share < 0.2
+    # The decoder bias starts at the data's log frequencies: step 0 guesses the commonest token.
+    assert abs(evals[0]["eval/mlm_accuracy"] - share) < 0.01
+    assert evals[steps]["eval/mlm_accuracy"] > share + 0.03, (share, evals)
+    assert "eval/nsp_accuracy" not in evals[steps]  # MLM only
+    config = json.loads((workdir / "hf" / "config.json").read_text())
+    assert config["model_type"] == "modernbert"
+    assert config["architectures"] == ["ModernBertForMaskedLM"]
+
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from bert_jax import convert
+
+    model, info = transformers.ModernBertForMaskedLM.from_pretrained(
+        workdir / "hf", output_loading_info=True
+    )
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    cfg, params = convert.load_pytorch(workdir / "hf", model="ModernBertForMaskedLM")[:2]
+    ids = np.random.RandomState(0).randint(5, cfg.vocab_size, (2, 40))
+    with torch.no_grad():
+        ref = model.eval()(torch.tensor(ids)).logits.numpy()
+    ours = families.get_model_class("ModernBertForMaskedLM")(cfg).apply({"params": params}, ids)
+    np.testing.assert_allclose(np.asarray(ours.logits), ref, atol=1e-4)
+
+
+def test_modernbert_config_is_the_recipe():
+    module = load_config_file("pretrain.py")
+    c = module.get_config("arch=modernbert")
+    cfg = families.config_from_fields(c.model.to_dict())
+    assert families.family_of(cfg).model_type == "modernbert" and cfg.num_hidden_layers == 3
+    assert c.job == "mlm" and c.data.masked_lm_prob == 0.3 and c.data.pack_sequences
+    assert c.optimizer.name == "stable_adamw" and c.optimizer.schedule == "wsd"
+    assert not c.optimizer.clip_norm and not c.runtime.scan_layers
+    base1 = module.get_config("size=base,arch=modernbert")
+    base2 = module.get_config("size=base,arch=modernbert,phase=2")
+    assert (base1.data.max_seq_length, base1.model.global_rope_theta) == (1024, 10_000.0)
+    assert (base2.data.max_seq_length, base2.model.global_rope_theta) == (8192, 160_000.0)
+    assert base2.model.local_rope_theta == 10_000.0
+    # Phase 2 keeps phase 1's tokens a step.
+    assert base1.global_batch_size * 1024 == base2.global_batch_size * 8192
+    # The paper's fully decoupled weight decay 1e-5, in optax's (learning-rate-scaled) terms.
+    assert base1.optimizer.weight_decay * base1.optimizer.peak_learning_rate == pytest.approx(1e-5)
+    large = module.get_config("size=large,arch=modernbert,tpu=v5e-16")
+    assert large.topology == "v5e:4x4" and large.model.num_hidden_layers == 28
+    with pytest.raises(ValueError, match="arch=modernbert has sizes"):
+        module.get_config("size=mini,arch=modernbert")
+    with pytest.raises(ValueError, match="unknown arch"):
+        module.get_config("arch=roberta")
+    with pytest.raises(ValueError, match="no ModernBERT recipe for tpu='v4-32'"):
+        module.get_config("size=large,arch=modernbert,tpu=v4-32")
+
+
+def test_the_objectives_heads_in_each_family():
+    modern = families.FAMILIES["modernbert"]
+    assert modern.head_for(objectives.get_objective("mlm").head) == "ModernBertForMaskedLM"
+    assert families.FAMILIES["bert"].head_for("BertForPreTraining") == "BertForPreTraining"
+    for name in ("classification", "token_classification", "question_answering"):
+        assert modern.head_for(objectives.get_objective(name).head).startswith("ModernBertFor")
+    with pytest.raises(ValueError, match="modernbert has no ForPreTraining head"):
+        modern.head_for(objectives.get_objective("pretraining").head)
+
+
+def test_a_position_table_start_is_refused_for_rope():
+    config = load_config_file("pretrain.py").get_config("arch=modernbert")
+    config.position_embeddings_init, config.mlm_bias_init = "sinusoid", "zeros"
+    cfg = families.config_from_fields(config.model.to_dict())
+    with pytest.raises(ValueError, match="modernbert has no position embeddings"):
+        run.starting_values(config, cfg, data=None)
