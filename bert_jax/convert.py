@@ -56,6 +56,7 @@ from bert_jax.families import (
     config_from_json_file,
     family_of,
     get_model_class,
+    head_in_family,
 )
 from bert_jax.model import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.paths import as_path, is_url, missing_path_error
@@ -1001,13 +1002,15 @@ def detect_format(path: str) -> str:
 
 def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
     """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
-    checkpoint path."""
+    checkpoint path. A BERT class name as `model` stands for its role in the checkpoint's family
+    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel)."""
     fmt = detect_format(path)
     if fmt in ("bert_jax", "train"):
         if fmt == "bert_jax":
             config, params, stored = load_pretrained(path)
         else:
             config, params, stored, _ = load_training_checkpoint(path)
+        model = model and head_in_family(config, model)
         if model and model != stored:  # change the head by re-mapping through the HF names
             state = params_to_hf_state(config, params, stored)
             params, report = hf_state_to_params(
@@ -1016,6 +1019,7 @@ def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
             return config, params, model, report
         return config, params, stored, ConversionReport(loaded=list(_flatten(params)))
     if fmt in ("hf", "hf_flax"):
+        model = model and head_in_family(config_from_json_file(path), model)
         config, params, report = load_pytorch(
             path, model, allow_new_heads=allow_new_heads, return_report=True
         )

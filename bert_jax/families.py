@@ -43,6 +43,7 @@ class Family:
     model_type: str
     config_class: type
     model_classes: Mapping[str, type[nn.Module]]
+    encoder_name: str  # the heads' encoder submodule: params[encoder_name] are the base model's
 
     @property
     def base_model(self) -> str:
@@ -64,8 +65,8 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
-        Family("bert", BertConfig, model.MODEL_CLASSES),
-        Family("modernbert", ModernBertConfig, modernbert.MODEL_CLASSES),
+        Family("bert", BertConfig, model.MODEL_CLASSES, "bert"),
+        Family("modernbert", ModernBertConfig, modernbert.MODEL_CLASSES, "model"),
     )
 }
 MODEL_CLASSES: dict[str, type[nn.Module]] = {
@@ -87,6 +88,16 @@ def family_of_model(name: str) -> Family:
         if name in family.model_classes:
             return family
     raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
+
+
+def head_in_family(config: ModelConfig, name: str) -> str:
+    """`name` if it is a class of `config`'s family, else the family's class for the role of
+    the BERT class `name` ("BertModel" for a ModernBERT config -> "ModernBertModel")."""
+    family = family_of(config)
+    if name in family.model_classes:
+        return name
+    family_of_model(name)  # an unknown name raises
+    return family.head_for(name)
 
 
 def get_model_class(name: str) -> type[nn.Module]:

@@ -4,7 +4,8 @@ prediction files and an exported model.
     train_and_evaluate(config, workdir)     # train.py --config=configs/finetune.py:task=...
 
 Every task is a `FinetuneTask` of `tasks.TASKS` (reading, scoring); its objective decides the
-head (`objectives.get_objective(name).head`):
+head (`objectives.get_objective(name).head`, in the model family of `init_from`: a ModernBERT
+checkpoint gets ModernBertForSequenceClassification, ...):
 
     classification / regression   GLUE, custom CSV/TSV/JSONL, the Shakespeare genre task
     question_answering            SQuAD v1.1 / v2.0 (windows; official EM/F1)
@@ -44,18 +45,19 @@ from bert_jax import (
     aot,
     convert,
     experiment,
+    families,
     flops,
     loop,
     objectives,
     sharding,
     tokenization,
 )
-from bert_jax.config import BertConfig
 from bert_jax.data import batching
 from bert_jax.export import export
+from bert_jax.families import get_model_class
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
-from bert_jax.model import get_model_class, init_params
+from bert_jax.model import init_params
 from bert_jax.paths import as_path
 from bert_jax.start import starting_state
 from bert_jax.summaries import MetricView, MetricWriter
@@ -139,19 +141,20 @@ def _require_finite(scores: Mapping[str, float], split: str) -> None:
 # Models
 # --------------------------------------------------------------------------------------------
 def head_fields(objective: str, num_labels: int, label_names=None) -> dict[str, Any]:
-    """The BertConfig fields of a task's head (num_labels, label_names)."""
+    """The config fields of a task's head (num_labels, label_names)."""
     if objective == "multiple_choice":
         return dict(num_labels=2, label_names=None)  # the choice head has one output
     return dict(num_labels=num_labels, label_names=label_names)
 
 
 def starting_point(config, data: TaskData, tokenizer):
-    """(BertConfig of the fine-tuned model, encoder params or None for random init)."""
+    """(config of the fine-tuned model, encoder params or None for random init). A ModernBERT
+    init_from gives ModernBERT's config and its ModernBertModel params."""
     overrides = head_fields(data.objective, data.num_labels, data.label_names)
     if not config.init_from:
         fields = config.model.to_dict()
         fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size  # 0: the tokenizer's
-        cfg = BertConfig(**fields).replace(**overrides)
+        cfg = families.config_from_fields(fields).replace(**overrides)
         encoder = None
     else:
         cfg, encoder, _, report = convert.load_any(config.init_from, "BertModel")
@@ -189,7 +192,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
             "(configs/finetune.py:task=...,model=base) or set --config.model.vocab_size"
         )
     else:
-        cfg = BertConfig(**config.model.to_dict())
+        cfg = families.config_from_fields(config.model.to_dict())
     cfg = cfg.replace(**head_fields(task.objective, task.num_labels))
     rows, length = config.global_batch_size, ft.max_seq_length
     batch = objectives.example_batch(task.objective, rows, length, task.num_labels)
@@ -199,7 +202,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     model_flops = flops.classification_step_flops(
         cfg, np.full(sequences, length), outputs, pooled=pooled
     )
-    head = objectives.get_objective(task.objective).head
+    head = task_head(cfg, task.objective)
     exp = experiment.Experiment.build(
         config, cfg, head, task.objective, 1, aot.topology_devices(topology)
     )
@@ -208,8 +211,15 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     return aot.print_report(report)
 
 
-def graft(cfg: BertConfig, head: str, encoder, seed: int):
-    """Head parameters: `encoder` (BertModel params) under `bert`, new head weights (seeded).
+def task_head(cfg, objective: str) -> str:
+    """The head class of `objective` in `cfg`'s model family ("BertForSequenceClassification",
+    "ModernBertForSequenceClassification", ...)."""
+    return families.family_of(cfg).head_for(objectives.get_objective(objective).head)
+
+
+def graft(cfg, head: str, encoder, seed: int):
+    """Head parameters: `encoder` (the family's base-model params) under the heads' encoder name
+    (`bert`, ModernBERT's `model`), new head weights (seeded).
 
     Returns (params, names of the newly initialized weights).
     """
@@ -219,13 +229,14 @@ def graft(cfg: BertConfig, head: str, encoder, seed: int):
         )
     )
     params = nn.meta.unbox(params)
-    bert = dict(encoder)
-    if "pooler" not in params["bert"]:
-        bert.pop("pooler", None)
-    elif "pooler" not in bert:
-        bert["pooler"] = params["bert"]["pooler"]
-    new = sorted(f"{k}/..." for k in params if k != "bert")
-    params = {**params, "bert": bert}
+    name = families.family_of(cfg).encoder_name
+    base = dict(encoder)
+    if "pooler" not in params[name]:
+        base.pop("pooler", None)
+    elif "pooler" not in base:
+        base["pooler"] = params[name]["pooler"]
+    new = sorted(f"{k}/..." for k in params if k != name)
+    params = {**params, name: base}
     convert.check_params(cfg, params, head)
     return params, new
 
@@ -317,7 +328,7 @@ def train_and_evaluate(
     exp = experiment.Experiment.build(
         config,
         bert_config,
-        objectives.get_objective(data.objective).head,
+        task_head(bert_config, data.objective),
         data.objective,
         steps_per_epoch * ft.num_epochs,
     )
