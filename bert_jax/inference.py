@@ -31,7 +31,8 @@ from bert_jax import convert, pretrained, tokenization
 from bert_jax.config import BertConfig
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
-from bert_jax.model import BertForMaskedLM, BertModel, get_model_class
+from bert_jax.families import get_model_class
+from bert_jax.model import BertForMaskedLM, BertModel
 
 POOLINGS = ("cls", "mean", "pooler")
 PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)
@@ -247,8 +248,11 @@ def predict(
 
     Batching (`batch_size`, `max_seq_length`, `bucket_lengths`, `progress`) is as in `embed`.
     """
-    if name != "BertForSequenceClassification":
-        raise ValueError(f"predict needs a BertForSequenceClassification model, not {name}")
+    if not name.endswith("ForSequenceClassification"):
+        raise ValueError(
+            f"predict needs a sequence classifier (BertForSequenceClassification, "
+            f"ModernBertForSequenceClassification), not {name}"
+        )
     model = get_model_class(name)(config)
     features = _features(tokenizer, texts, texts_b, max_seq_length)
     logits = _run_batched(

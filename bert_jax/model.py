@@ -852,13 +852,6 @@ MODEL_CLASSES: dict[str, type[nn.Module]] = {
 }
 
 
-def get_model_class(name: str) -> type[nn.Module]:
-    """The head class named like its Hugging Face counterpart ("BertForPreTraining", ...)."""
-    if name not in MODEL_CLASSES:
-        raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
-    return MODEL_CLASSES[name]
-
-
 def init_params(model: nn.Module, rng: Array, seq_len: int = 8) -> Any:
     """`model`'s parameters (boxed with logical axes), initialized from a dummy batch."""
     shape = (1, 2, seq_len) if getattr(model, "choices", False) else (1, seq_len)

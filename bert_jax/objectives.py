@@ -53,7 +53,8 @@ class Objective:
 
     Attributes:
       name: the objective's name (a key of `OBJECTIVES`).
-      head: the class name of the model it trains (`bert_jax.model.get_model_class`), e.g.
+      head: the BERT class name of the model it trains (`bert_jax.families.get_model_class`;
+        another family trains its own class of the role, `Family.head_for`), e.g.
         "BertForPreTraining".
       sums: (model, params, batch, rng, deterministic) -> dict of float32 sums, whose keys ending
         in "_loss_sum" enter the loss, divided by the count of the same prefix.

@@ -6,6 +6,7 @@ import pytest
 from bert_jax import model as M
 from bert_jax import objectives
 from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.families import get_model_class
 from tests.common import CONFIGS, load_config_file
 
 VARIANTS = {
@@ -54,7 +55,7 @@ def test_config_builds_its_model(name, variant):
         assert (config.init_from != "") == ("init=minilm" in variant)
     else:
         head = objectives.get_objective(config.job).head
-    model = M.get_model_class(head)(cfg, runtime)
+    model = get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: M.init_params(model, jax.random.PRNGKey(0)))
     assert M.count_params(params) > 0
     data = config.finetune if config.job == "finetune" else config.data

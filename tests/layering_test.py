@@ -66,6 +66,7 @@ FINETUNE_DATA = {
 # modules). A module may always import its own submodules.
 ALLOWED = {
     **{leaf: {"config", "paths"} for leaf in LEAVES},
+    "flops": {"config", "modernbert_config"},  # counts both families' layers
     "activations": set(),
     "config": {"activations"},
     "checkpointing": {"multihost", "paths"},
@@ -115,6 +116,7 @@ ALLOWED = {
     "inference": {
         "config",
         "convert",
+        "families",
         "model",
         "pretrained",
         "tokenization",
@@ -130,6 +132,7 @@ ALLOWED = {
         "config",
         "experiment",
         "export",
+        "families",
         "flops",
         "inference",
         "loop",
@@ -152,6 +155,7 @@ ALLOWED = {
         "convert",
         "experiment",
         "export",
+        "families",
         "flops",
         "objectives",
         "loop",

@@ -7,6 +7,7 @@ from flax import traverse_util
 
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.families import get_model_class
 from tests.common import TINY, random_batch
 
 KEY = jax.random.PRNGKey(0)
@@ -355,7 +356,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"input_ids must be \[batch, length\]"):
         module.apply({"params": params}, np.ones((7,), np.int32))
     with pytest.raises(ValueError, match="unknown model class"):
-        M.get_model_class("BertForEverything")
+        get_model_class("BertForEverything")
 
 
 def test_fused_attention_path_equals_reference_at_real_positions():

@@ -11,6 +11,7 @@ import pytest
 from bert_jax import batch_layout, experiment, loop, losses, objectives, optimizer, sharding, steps
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.families import get_model_class
 
 CFG = BertConfig(
     vocab_size=101,
@@ -239,7 +240,7 @@ def test_eval_step_and_summaries():
 )
 def test_every_objective_trains(objective, head):
     cfg = CFG.replace(num_labels=1 if objective == "regression" else 3)
-    model = M.get_model_class(head)(cfg)
+    model = get_model_class(head)(cfg)
     tx = optimizer.make_optimizer("adamw", 3e-3, weight_decay=0.0)
     state = jax.jit(lambda r: nn.unbox(steps.init_train_state(r, model=model, tx=tx)))(
         jax.random.PRNGKey(0)
