@@ -17,7 +17,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from bert_jax import activations
 
@@ -159,6 +159,8 @@ class BertConfig(EncoderConfig):
         export strip them (round trips are exact); not written to a Hugging Face config.json.
     """
 
+    model_type: ClassVar[str] = "bert"  # config.json's; the family's name
+    display_name: ClassVar[str] = "BERT"
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12

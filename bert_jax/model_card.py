@@ -25,17 +25,25 @@ from bert_jax.paths import as_path
 
 CARD_NAME = "README.md"
 DEFAULT_LICENSE = "apache-2.0"  # BERT's own; set config.model_card.license for your data's terms
-# The Hub's pipeline tag of each head (the widget the Hub shows).
+# The Hub's pipeline tag of each head's role (the widget the Hub shows): BertForMaskedLM and
+# ModernBertForMaskedLM are both "ForMaskedLM".
 PIPELINE_TAGS = {
-    "BertModel": "feature-extraction",
-    "BertForPreTraining": "fill-mask",
-    "BertForMaskedLM": "fill-mask",
-    "BertForNextSentencePrediction": "text-classification",
-    "BertForSequenceClassification": "text-classification",
-    "BertForMultipleChoice": "multiple-choice",
-    "BertForTokenClassification": "token-classification",
-    "BertForQuestionAnswering": "question-answering",
+    "Model": "feature-extraction",
+    "ForPreTraining": "fill-mask",
+    "ForMaskedLM": "fill-mask",
+    "ForNextSentencePrediction": "text-classification",
+    "ForSequenceClassification": "text-classification",
+    "ForMultipleChoice": "multiple-choice",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
 }
+
+
+def pipeline_tag(head: str) -> str:
+    """The Hub's pipeline tag of a head class of any family ("ModernBertForMaskedLM" ->
+    "fill-mask"); "feature-extraction" for the encoder."""
+    role = head[head.index("For") :] if "For" in head else "Model"
+    return PIPELINE_TAGS.get(role, "feature-extraction")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,13 +167,14 @@ def render(
     """The card's text: the metadata header, then the description, metrics, architecture and
     training sections. `name` titles it (default: the head)."""
     name = name or head
-    pipeline = PIPELINE_TAGS.get(head, "feature-extraction")
+    pipeline = pipeline_tag(head)
     task_name = _get(records.experiment, "finetune.name")
     header: dict[str, Any] = {"license": license, "library_name": "transformers"}
     if language:
         header["language"] = list(language)
     header["pipeline_tag"] = pipeline
-    header["tags"] = ["bert", "bert-jax", "jax", "flax", *([task_name] if task_name else [])]
+    family = bert_config.model_type
+    header["tags"] = [family, "bert-jax", "jax", "flax", *([task_name] if task_name else [])]
     if datasets:
         header["datasets"] = list(datasets)
     if base_model:
@@ -190,7 +199,8 @@ def render(
     lines = ["---", *_yaml(header), "---", "", f"# {name}", ""]
     job = _get(records.experiment, "job")
     lines.append(
-        f"A BERT model ({head}) trained with bert-jax (JAX/Flax), exported as a "
+        f"A {bert_config.display_name} model ({head}) trained with bert-jax (JAX/Flax), "
+        "exported as a "
         "transformers directory: `transformers.AutoModel.from_pretrained(DIR)` or "
         f'`bert_jax.from_pretrained(DIR, head="{head}")` loads it.'
         + (f" Job: {job}." if job else "")

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from bert_jax.config import (
     ACTIVATIONS,
@@ -89,6 +89,8 @@ class ModernBertConfig(EncoderConfig):
       label_names: optional names of the labels, written to config.json as id2label.
     """
 
+    model_type: ClassVar[str] = MODEL_TYPE
+    display_name: ClassVar[str] = "ModernBERT"
     vocab_size: int = 50368
     hidden_size: int = 768
     intermediate_size: int = 1152

@@ -10,6 +10,7 @@ import pytest
 from bert_jax import convert, objectives
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.families import get_model_class
 from tests.common import ODD, TINY
 
 torch = pytest.importorskip("torch")
@@ -70,7 +71,7 @@ def test_pytorch_to_jax_outputs_match(tmp_path, cfg_name, head):
 @pytest.mark.parametrize("head", HEADS)
 def test_jax_to_pytorch_loads_cleanly_and_matches(tmp_path, head):
     cfg = ODD.replace(num_labels=2) if head == "BertForQuestionAnswering" else ODD
-    module = M.get_model_class(head)(cfg)
+    module = get_model_class(head)(cfg)
     params = jax.tree_util.tree_map(np.asarray, M.init_params(module, jax.random.PRNGKey(1)))
     params = convert._unflatten(convert._flatten(params), scan_layers=False)
     convert.save_pytorch(cfg, params, tmp_path / "out", head)
@@ -447,7 +448,8 @@ def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
     from flax import linen as nn
 
     from bert_jax import checkpointing
-    from bert_jax.model import get_model_class, init_params
+    from bert_jax.families import get_model_class
+    from bert_jax.model import init_params
 
     params = jax.device_get(
         nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), jax.random.PRNGKey(0)))

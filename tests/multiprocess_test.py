@@ -266,7 +266,8 @@ CHECKS = textwrap.dedent(
         out["mismatch"] = str(e)
     cfg = BertConfig(vocab_size=99, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=5, max_position_embeddings=16)
-    from bert_jax.model import get_model_class, init_params
+    from bert_jax.families import get_model_class
+    from bert_jax.model import init_params
     import flax.linen as nn
     params = jax.device_get(nn.meta.unbox(
         init_params(get_model_class("BertModel")(cfg), jax.random.PRNGKey(0))))

@@ -13,6 +13,7 @@ import pytest
 from bert_jax import families, objectives
 from bert_jax.pretrain import run
 from tests.common import load_config_file
+from tests.model_card_test import card_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,6 +44,11 @@ def test_modernbert_pretraining_leaves_the_unigram_plateau(tmp_path):
     config = json.loads((workdir / "hf" / "config.json").read_text())
     assert config["model_type"] == "modernbert"
     assert config["architectures"] == ["ModernBertForMaskedLM"]
+    meta = card_metadata(workdir / "hf")  # the Hub card names the family and its widget
+    assert meta["pipeline_tag"] == "fill-mask" and "modernbert" in meta["tags"]
+    assert (
+        "A ModernBERT model (ModernBertForMaskedLM)" in (workdir / "hf" / "README.md").read_text()
+    )
 
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
