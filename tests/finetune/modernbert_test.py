@@ -15,14 +15,13 @@ from bert_jax.finetune import run as finetune_run
 from bert_jax.model import init_params
 from bert_jax.modernbert_config import ModernBertConfig
 from tests.finetune.run_test import (  # noqa: F401  (the fixture)
-    WORDS,
     conll_file,
     finetune_config,
     regression_files,
     sentiment_files,
     squad_file,
+    swag_files,
     vocab,
-    write_csv,
 )
 
 
@@ -94,19 +93,7 @@ def test_question_answering(tmp_path, vocab, modernbert_dir):  # noqa: F811
 
 
 def test_multiple_choice(tmp_path, vocab, modernbert_dir):  # noqa: F811
-    rng = np.random.default_rng(4)
-    for split, n in (("train", 240), ("val", 48)):
-        rows = []
-        for _ in range(n):
-            label = int(rng.integers(0, 4))
-            endings = [" ".join(rng.choice(WORDS, 3)) for _ in range(4)]
-            endings[label] = "good " + endings[label]
-            rows.append([" ".join(rng.choice(WORDS, 4)), "is", *endings, label])
-        write_csv(
-            tmp_path / f"{split}.csv",
-            rows,
-            ["sent1", "sent2", "ending0", "ending1", "ending2", "ending3", "label"],
-        )
+    swag_files(tmp_path, np.random.default_rng(4))
     config = finetune_config(
         "swag", tmp_path, vocab, init_from=str(modernbert_dir), **{"finetune.num_epochs": 5}
     )

@@ -353,8 +353,8 @@ def test_question_answering_learns_and_writes_official_files(tmp_path, vocab):
     assert (tmp_path / "run" / "predictions" / "nbest_predictions.json").exists()
 
 
-def test_multiple_choice_learns(tmp_path, vocab):
-    rng = np.random.default_rng(4)
+def swag_files(folder, rng):
+    """SWAG-style train.csv and val.csv: four endings, the right one starts with "good"."""
     for split, n in (("train", 240), ("val", 48)):
         rows = []
         for _ in range(n):
@@ -363,10 +363,14 @@ def test_multiple_choice_learns(tmp_path, vocab):
             endings[label] = "good " + endings[label]
             rows.append([" ".join(rng.choice(WORDS, 4)), "is", *endings, label])
         write_csv(
-            tmp_path / f"{split}.csv",
+            folder / f"{split}.csv",
             rows,
             ["sent1", "sent2", "ending0", "ending1", "ending2", "ending3", "label"],
         )
+
+
+def test_multiple_choice_learns(tmp_path, vocab):
+    swag_files(tmp_path, np.random.default_rng(4))
     config = finetune_config("swag", tmp_path, vocab, **{"finetune.num_epochs": 5})
     results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["mean"]["accuracy"] > 0.6, results  # chance is 0.25
