@@ -423,7 +423,14 @@ def compile_step(
         report["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
         jit_eval = exp.eval_fn()
-        eval_compiled = jit_eval.lower(state.params, batch).compile()
+        try:
+            eval_compiled = jit_eval.lower(state.params, batch).compile()
+        except jax.errors.JaxRuntimeError as e:
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            report.update(fits=False, error="eval step: " + str(e).splitlines()[0][:500])
+            report["eval_compile_s"] = time.perf_counter() - start
+            return report
         report["eval_compile_s"] = time.perf_counter() - start
     memory = _memory(compiled)
     report["hbm_gib"] = {k: v / 2**30 for k, v in memory.items()}

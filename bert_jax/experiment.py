@@ -230,12 +230,17 @@ class Experiment:
         )
 
     def eval_fn(self) -> Callable:
-        """The jitted (params, global batch) -> the objective's metric sums (dropout off), built
-        once."""
+        """The jitted (params, global batch) -> the objective's metric sums (dropout off), in the
+        train step's micro-batches, built once."""
         return self.cached(
             ("eval",),
             lambda: jax.jit(
-                functools.partial(steps.eval_step, model=self.model, objective=self.objective),
+                functools.partial(
+                    steps.eval_step,
+                    model=self.model,
+                    objective=self.objective,
+                    num_microbatches=self.num_microbatches,
+                ),
                 compiler_options=self.compiler_options,
             ),
         )

@@ -255,11 +255,30 @@ def train_step(
 
 
 def eval_step(
-    params: PyTree, batch: Batch, *, model: nn.Module, objective: Objective
+    params: PyTree,
+    batch: Batch,
+    *,
+    model: nn.Module,
+    objective: Objective,
+    num_microbatches: int = 1,
 ) -> dict[str, Any]:
-    """Metric sums and counts of one evaluation batch (dropout off)."""
-    sums = objective.sums(model, params, batch, None, True)
+    """Metric sums and counts of one evaluation batch (dropout off), over `num_microbatches`
+    parts as the train step takes them (the same rows a chip at a time, so an evaluation fits
+    wherever the training step does); the sums do not depend on the split."""
     counts = objective.counts(batch)
+    if num_microbatches == 1:
+        sums = objective.sums(model, params, batch, None, True)
+    else:
+        parts = split_microbatches(batch, num_microbatches)
+
+        def body(acc, part):
+            s = objective.sums(model, params, part, None, True)
+            return jax.tree_util.tree_map(jnp.add, acc, s), None
+
+        first = jax.tree_util.tree_map(lambda x: x[0], parts)
+        abstract = jax.eval_shape(lambda: objective.sums(model, params, first, None, True))
+        init = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), abstract)
+        sums, _ = jax.lax.scan(body, init, parts)
     return {**sums, **counts, "loss": objective.loss(sums, counts)}
 
 

@@ -65,12 +65,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     size, phase, tpu = variant["size"], variant["phase"], variant["tpu"]
     if variant["arch"] not in ARCHS:
         raise ValueError(f"unknown arch={variant['arch']!r}; known: {ARCHS}")
-    if tpu and tpu not in TPU_RECIPES:
-        raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
     if phase not in (1, 2):
         raise ValueError(f"phase must be 1 or 2, got {phase}")
-    if variant["arch"] == "modernbert":
+    if variant["arch"] == "modernbert":  # its own slices (MODERNBERT_TPU_RECIPES)
         return modernbert_config(size, phase, tpu)
+    if tpu and tpu not in TPU_RECIPES:
+        raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
     tiny = size == "tiny"
 
     c = ml_collections.ConfigDict()
@@ -187,13 +187,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     return c
 
 
-# ModernBERT on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches)}); the
-# parameters and optimizer state sharded over all chips (fsdp), layers unrolled (ModernBERT's
-# differ). benchmarks/RESULTS_tpu.md lists each entry's compiled HBM per chip.
+# ModernBERT on TPU slices: slice -> (topology, {(size, phase): (remat_policy, num_microbatches)});
+# the parameters and optimizer state sharded over all chips (fsdp), layers unrolled (ModernBERT's
+# differ). The paper's global batch (about 5M tokens a step) is far more than a chip holds at once:
+# micro-batches (gradient accumulation) take it a part at a time, few enough to leave 10% of HBM
+# spare with remat "dots" (the matmul outputs kept; element-wise ops and the splash attention
+# forward are recomputed), no layer recomputed whole ("full").
+# Large phase 2 (616 rows of 8,192) splits over 4 chips, not over 16 or 64. Only what was compiled
+# is listed: benchmarks/RESULTS_tpu.md gives each entry's HBM per chip
+# (`python benchmarks/tpu_recipes.py --arch=modernbert`).
 MODERNBERT_TPU_RECIPES = {
-    "v5e-16": ("v5e:4x4", {1: ("dots", 1), 2: ("full", 1)}),
-    "v5p-8": ("v5p:2x2x1", {1: ("dots", 1), 2: ("full", 1)}),
-    "v5p-128": ("v5p:4x4x4", {1: ("dots", 1), 2: ("full", 1)}),
+    "v5e-16": (
+        "v5e:4x4",
+        {("base", 1): ("dots", 16), ("base", 2): ("dots", 18), ("large", 1): ("dots", 28)},
+    ),
+    "v5p-8": ("v5p:2x2x1", {("large", 1): ("dots", 16), ("large", 2): ("dots", 14)}),
+    "v5p-128": ("v5p:4x4x4", {("large", 1): ("dots", 1)}),
 }
 # ModernBERT's recipe by size (arXiv 2412.13663): peak learning rate, warmup tokens, and the
 # phase-1 global batch in 1,024-token sequences.
@@ -219,6 +228,11 @@ def modernbert_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigD
     if tpu and tpu not in MODERNBERT_TPU_RECIPES:
         raise ValueError(
             f"no ModernBERT recipe for tpu={tpu!r}; known: {sorted(MODERNBERT_TPU_RECIPES)}"
+        )
+    if tpu and (size, phase) not in MODERNBERT_TPU_RECIPES[tpu][1]:
+        known = sorted(MODERNBERT_TPU_RECIPES[tpu][1])
+        raise ValueError(
+            f"no ModernBERT recipe for size={size},phase={phase} on tpu={tpu!r}; known: {known}"
         )
     tiny, recipe = size == "tiny", MODERNBERT_RECIPES[size]
     length = 128 if tiny else (1024 if phase == 1 else 8192)
@@ -258,8 +272,8 @@ def modernbert_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigD
         c.num_train_steps = int((1.7e12 if phase == 1 else 2.5e11) / tokens_per_step)
     c.topology = ""
     if tpu:
-        c.topology, by_phase = MODERNBERT_TPU_RECIPES[tpu]
-        c.runtime.remat_policy, c.num_microbatches = by_phase[phase]
+        c.topology, by_size_phase = MODERNBERT_TPU_RECIPES[tpu]
+        c.runtime.remat_policy, c.num_microbatches = by_size_phase[size, phase]
         c.mesh.data, c.mesh.fsdp = 1, -1
     c.lock()
     return c

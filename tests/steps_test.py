@@ -228,6 +228,28 @@ def test_eval_step_and_summaries():
         objectives.get_objective("translation")
 
 
+def test_eval_step_in_micro_batches_sums_what_one_batch_does():
+    """The evaluation takes the train step's micro-batches (so it fits where training does);
+    its sums and loss equal the whole batch's."""
+    model, _, _, init = setup()
+    params = jax.jit(lambda r: nn.unbox(init(r)))(jax.random.PRNGKey(0)).params
+    batch = pretraining_batch(CFG)
+    objective = objectives.get_objective("pretraining")
+    whole, parts = (
+        jax.device_get(
+            jax.jit(
+                functools.partial(
+                    steps.eval_step, model=model, objective=objective, num_microbatches=k
+                )
+            )(params, batch)
+        )
+        for k in (1, 4)
+    )
+    assert whole.keys() == parts.keys()
+    for key in whole:
+        np.testing.assert_allclose(parts[key], whole[key], rtol=2e-5, atol=1e-5, err_msg=key)
+
+
 @pytest.mark.parametrize(
     "objective, head",
     [

@@ -91,6 +91,10 @@ def test_modernbert_config_is_the_recipe():
         module.get_config("arch=roberta")
     with pytest.raises(ValueError, match="no ModernBERT recipe for tpu='v4-32'"):
         module.get_config("size=large,arch=modernbert,tpu=v4-32")
+    # Only the compiled (size, phase) recipes of a slice (benchmarks/RESULTS_tpu.md).
+    assert large.num_microbatches > 1 and large.runtime.remat_policy == "dots"
+    with pytest.raises(ValueError, match="no ModernBERT recipe for size=large,phase=2"):
+        module.get_config("size=large,arch=modernbert,tpu=v5e-16,phase=2")
 
 
 def test_the_objectives_heads_in_each_family():
