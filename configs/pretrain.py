@@ -15,6 +15,9 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   phase=1          128 tokens, 20 predictions, global batch 256 (base) / 512 (large), 900k steps
   phase=2          512 tokens, 80 predictions, 100k steps, initialized from phase 1 (init_from)
   mlm_only=1       MLM without NSP (BertForMaskedLM), as RoBERTa-style recipes do
+  arch=modernbert  ModernBERT with its paper's recipe (sizes tiny, base, large; phase 2 is its
+                   8,192-token context extension; tpu= its own compiled slices):
+                   `modernbert_config`, docs/modernbert.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
                    remat and micro-batches that fit it with headroom (phase 1: global batch 1,024,
                    450k steps, lr 1.4e-4), proven before renting it by
