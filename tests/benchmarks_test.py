@@ -111,57 +111,54 @@ def test_embed_compares_with_sentence_transformers(capsys):
     assert rows[2]["max_abs_diff"] <= 1e-4 and rows[2]["speedup_sentences_per_s"] > 0
 
 
-def test_recorded_tpu_recipe_compiles_match_the_recipes_and_results():
-    """Every TPU recipe has a compile on record (benchmarks/tpu_recipes.py) made with its current
-    settings, it fits with headroom, and RESULTS_tpu.md shows that row."""
+def _recorded_tpu_compiles():
+    """(records by name of benchmarks/results/tpu_compile.jsonl, RESULTS_tpu.md's text)."""
     import os
-
-    from benchmarks import tpu_recipes
-    from configs import pretrain
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "benchmarks", "results", "tpu_compile.jsonl")) as f:
         by_name = {r.get("name"): r for r in map(json.loads, f)}
     with open(os.path.join(root, "benchmarks", "RESULTS_tpu.md")) as f:
-        results = f.read()
+        return by_name, f.read()
+
+
+def _check_recorded_recipe(r, config, topology, results):
+    """A recipe's recorded compile was made with the config's current settings, fits with
+    headroom, and RESULTS_tpu.md shows its row."""
+    from benchmarks import tpu_recipes
+
+    assert r["topology"] == topology
+    assert r["batch"] == [config.global_batch_size, config.data.max_seq_length]
+    assert r["remat_policy"] == config.runtime.remat_policy
+    assert r["num_microbatches"] == config.num_microbatches
+    assert r["scan_layers"] == config.runtime.scan_layers
+    assert r["collective_matmul"] == config.runtime.collective_matmul
+    assert r["fits"] and r["hbm_gib"]["total"] <= 0.9 * r["hbm_capacity_gib"], r["name"]
+    assert tpu_recipes.table_row(r) in results, r["name"]
+
+
+def test_recorded_tpu_recipe_compiles_match_the_recipes_and_results():
+    """Every TPU recipe has a compile on record (benchmarks/tpu_recipes.py) made with its current
+    settings, it fits with headroom, and RESULTS_tpu.md shows that row."""
+    from configs import pretrain
+
+    by_name, results = _recorded_tpu_compiles()
     for tpu, (topology, phases) in pretrain.TPU_RECIPES.items():
         for phase in phases:
             config = pretrain.get_config(f"size=large,phase={phase},tpu={tpu}")
-            r = by_name[f"recipe_{tpu}_p{phase}"]
-            assert r["topology"] == topology
-            assert r["batch"] == [config.global_batch_size, config.data.max_seq_length]
-            assert r["remat_policy"] == config.runtime.remat_policy
-            assert r["num_microbatches"] == config.num_microbatches
-            assert r["scan_layers"] == config.runtime.scan_layers
-            assert r["collective_matmul"] == config.runtime.collective_matmul
-            assert r["fits"] and r["hbm_gib"]["total"] <= 0.9 * r["hbm_capacity_gib"], r["name"]
-            assert tpu_recipes.table_row(r) in results, r["name"]
+            _check_recorded_recipe(by_name[f"recipe_{tpu}_p{phase}"], config, topology, results)
 
 
 def test_recorded_modernbert_tpu_recipe_compiles_match_the_recipes_and_results():
     """The same for ModernBERT's TPU recipes (`tpu_recipes.py --arch=modernbert`)."""
-    import os
-
-    from benchmarks import tpu_recipes
     from configs import pretrain
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "benchmarks", "results", "tpu_compile.jsonl")) as f:
-        by_name = {r.get("name"): r for r in map(json.loads, f)}
-    with open(os.path.join(root, "benchmarks", "RESULTS_tpu.md")) as f:
-        results = f.read()
+    by_name, results = _recorded_tpu_compiles()
     for tpu, (topology, entries) in pretrain.MODERNBERT_TPU_RECIPES.items():
         for size, phase in entries:
             config = pretrain.get_config(f"size={size},phase={phase},tpu={tpu},arch=modernbert")
             r = by_name[f"recipe_modernbert-{size}_{tpu}_p{phase}"]
-            assert r["topology"] == topology
-            assert r["batch"] == [config.global_batch_size, config.data.max_seq_length]
-            assert r["remat_policy"] == config.runtime.remat_policy
-            assert r["num_microbatches"] == config.num_microbatches
-            assert r["scan_layers"] == config.runtime.scan_layers
-            assert r["collective_matmul"] == config.runtime.collective_matmul
-            assert r["fits"] and r["hbm_gib"]["total"] <= 0.9 * r["hbm_capacity_gib"], r["name"]
-            assert tpu_recipes.table_row(r) in results, r["name"]
+            _check_recorded_recipe(r, config, topology, results)
 
 
 def test_gpu_suite_dry_run_plans_every_step_and_parses_their_flags(capsys):
