@@ -98,15 +98,19 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
     import jax
 
     from bert_jax import experiment, sharding
+    from bert_jax.data import batching
     from bert_jax.finetune import run
-    from bert_jax.finetune.task import HEADS
     from bert_jax.start import init_state
 
     batches = run._train_batches(config, data.train, seed)
     num_steps = batches.steps_per_epoch * config.finetune.num_epochs
     if num_steps not in _EXPERIMENTS:  # one for every seed, as the fine-tuning job's
         _EXPERIMENTS[num_steps] = experiment.Experiment.build(
-            config, bert_config, HEADS[data.objective], data.objective, num_steps
+            config,
+            bert_config,
+            run.task_head(bert_config, data.objective),
+            data.objective,
+            num_steps,
         )
     exp = _EXPERIMENTS[num_steps]
     params = None
@@ -123,7 +127,7 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
                 lambda: jax.block_until_ready(step(state, batch)),  # noqa: B023
             )
     dev = next(e for e in data.evals if e.name == "dev")
-    buckets = run.batching.length_buckets(config.finetune.max_seq_length)
+    buckets = batching.length_buckets(config.finetune.max_seq_length)
     out = run.predict_split(exp, state.params, dev, config.finetune.eval_batch_size, buckets)
     return _accuracy(out["logits"], dev.features["labels"]), clock
 
@@ -133,7 +137,8 @@ def run_torch(config, data, bert_config, encoder, seed, schedule_fn, threads):
     import torch
     import transformers
 
-    from bert_jax.finetune import batching, run
+    from bert_jax.data import batching
+    from bert_jax.finetune import run
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
