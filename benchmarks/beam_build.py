@@ -2,10 +2,12 @@
 
     python benchmarks/beam_build.py                        # dupe_factor 1 and 3, 1 and 2 workers
     python benchmarks/beam_build.py --dupe_factors=1 --workers=1
+    python benchmarks/beam_build.py --plays=2 --dupe_factors=1 --workers=1   # small
 
-Writes the Shakespeare plays as text files (one document per 40 sentences, 8 files, in
---data_dir), then builds the same hash-partitioned shards (NSP, static masking, 128 tokens, 20
-predictions, 16 shards) with `build.build_pretraining_shards(partition="hash")` and with
+Writes the Shakespeare plays (all 38, or the first `--plays`) as text files (one document per 40
+sentences, 8 files, in --data_dir), then builds the same hash-partitioned shards (NSP, static
+masking, 128 tokens, 20 predictions, 16 shards) with
+`build.build_pretraining_shards(partition="hash")` and with
 `beam_build.build_pretraining_shards_beam` on the DirectRunner, each in a fresh process, and
 prints one JSON line per build:
 
@@ -46,16 +48,16 @@ SENTENCES_PER_DOCUMENT = 40
 NUM_FILES = 8
 
 
-def _corpus(data_dir: str) -> list[str]:
-    """The plays as text files of 40-sentence documents (written once)."""
-    directory = os.path.join(data_dir, "plays_text")
+def _corpus(data_dir: str, plays: int = 0) -> list[str]:
+    """The plays (or the first `plays`) as text files of 40-sentence documents (written once)."""
+    directory = os.path.join(data_dir, "plays_text" + (f"_{plays}" if plays else ""))
     paths = [os.path.join(directory, f"plays{k}.txt") for k in range(NUM_FILES)]
     if all(os.path.isfile(p) for p in paths):
         return paths
     os.makedirs(directory, exist_ok=True)
     documents = [
         play[i : i + SENTENCES_PER_DOCUMENT]
-        for play in sources.default_corpus_documents()
+        for play in sources.default_corpus_documents()[: plays or None]
         for i in range(0, len(play), SENTENCES_PER_DOCUMENT)
     ]
     for k, path in enumerate(paths):
@@ -74,9 +76,9 @@ def _cpu_seconds() -> float:
     return total
 
 
-def run_one(builder: str, workers: int, dupe_factor: int, data_dir: str) -> dict:
+def run_one(builder: str, workers: int, dupe_factor: int, data_dir: str, plays: int = 0) -> dict:
     """One build into a fresh directory; returns the measurement."""
-    paths = _corpus(data_dir)
+    paths = _corpus(data_dir, plays)
     out = os.path.join(data_dir, f"out_{builder}_{workers}_{dupe_factor}")
     shutil.rmtree(out, ignore_errors=True)
     tokenizer = sources.default_corpus_tokenizer()
@@ -129,21 +131,31 @@ def main() -> None:
     parser.add_argument("--dupe_factors", default="1,3")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--builders", default="local,beam")
+    parser.add_argument("--plays", type=int, default=0, help="the first N plays (0: all 38)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # builder,workers,dupe: run it here
     args = parser.parse_args()
     if args.one:
         builder, workers, dupe = args.one.split(",")
-        print(json.dumps(run_one(builder, int(workers), int(dupe), args.data_dir)), flush=True)
+        print(
+            json.dumps(run_one(builder, int(workers), int(dupe), args.data_dir, args.plays)),
+            flush=True,
+        )
         return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     print(json.dumps(data_pipeline.machine()), flush=True)
-    _corpus(args.data_dir)
+    _corpus(args.data_dir, args.plays)
     for dupe in args.dupe_factors.split(","):
         for builder in args.builders.split(","):
             for workers in args.workers.split(","):
                 one = f"{builder},{workers},{dupe}"
                 result = subprocess.run(
-                    [sys.executable, __file__, f"--data_dir={args.data_dir}", f"--one={one}"],
+                    [
+                        sys.executable,
+                        __file__,
+                        f"--data_dir={args.data_dir}",
+                        f"--plays={args.plays}",
+                        f"--one={one}",
+                    ],
                     capture_output=True,
                     text=True,
                 )

@@ -2,8 +2,10 @@
 
     python benchmarks/data_pipeline.py                  # 128 and 512 tokens, 0/1/2 workers
     python benchmarks/data_pipeline.py --seq_lens=128 --workers=0 --seconds=5
+    python benchmarks/data_pipeline.py --plays=4 --seq_lens=128 --workers=0 --seconds=0.5  # small
 
-Builds shards from the Shakespeare corpus once (cached in --data_dir; dynamic masking, so every
+Builds shards from the Shakespeare corpus once (all 38 plays, or the first `--plays`; cached in
+--data_dir; dynamic masking, so every
 batch is masked at load time, the costlier path), then reads batches through
 `make_pretraining_loader` and prints one JSON line per measurement:
 
@@ -44,9 +46,10 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
-def _shards(data_dir: str, seq_len: int) -> str:
-    """Builds (once) dynamic-masking shards of the default corpus at `seq_len` tokens."""
-    out = os.path.join(data_dir, f"shakespeare_len{seq_len}")
+def _shards(data_dir: str, seq_len: int, plays: int = 0) -> str:
+    """Builds (once) dynamic-masking shards of the default corpus (or its first `plays` plays, at
+    least 4: one a shard) at `seq_len` tokens."""
+    out = os.path.join(data_dir, f"shakespeare_len{seq_len}" + (f"_plays{plays}" if plays else ""))
     tokenizer = sources.default_corpus_tokenizer(os.path.join(data_dir, "vocab"))
     options = PretrainingOptions(
         max_seq_length=seq_len,
@@ -54,7 +57,13 @@ def _shards(data_dir: str, seq_len: int) -> str:
         dupe_factor=1 if seq_len <= 128 else 2,
         static_masking=False,
     )
-    build.build_default_corpus_shards(out, tokenizer, options, num_shards=4, progress=False)
+    if not plays:
+        build.build_default_corpus_shards(out, tokenizer, options, num_shards=4, progress=False)
+    else:
+        documents = sources.default_corpus_documents()[:plays]
+        build.build_pretraining_shards(
+            documents, out, tokenizer, options, num_shards=4, progress=False
+        )
     return out
 
 
@@ -102,10 +111,13 @@ def main() -> None:
     parser.add_argument("--seq_lens", default="128,512")
     parser.add_argument("--workers", default="0,1,2")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--plays", type=int, default=0, help="the first N plays (0: all 38)")
     args = parser.parse_args()
+    if args.plays and args.plays < 4:
+        parser.error(f"--plays={args.plays}: at least 4 (one a shard), or 0 for all")
     print(json.dumps(machine()), flush=True)
     for seq_len in [int(s) for s in args.seq_lens.split(",")]:
-        path = _shards(args.data_dir, seq_len)
+        path = _shards(args.data_dir, seq_len, args.plays)
         batch = 256 if seq_len <= 128 else 64
         for workers in [int(w) for w in args.workers.split(",")]:
             print(json.dumps(measure(path, seq_len, batch, workers, args.seconds)), flush=True)

@@ -1,9 +1,11 @@
 """Fine-tuning throughput on short real texts: packed rows vs padding to max_seq_length.
 
     python benchmarks/finetune_packing.py --batch=32 --seq=128 --steps=5 --rounds=2
+    python benchmarks/finetune_packing.py --tiny --batch=4 --seq=32 --steps=1 --rounds=1  # small
 
 The task is the Shakespeare genre task (speeches, median far below 128 tokens) with the
-all-MiniLM-L6-v2 vocabulary and architecture. Both variants train the same model with the same
+all-MiniLM-L6-v2 vocabulary and architecture (`--tiny`: a random 1-layer 32-wide model on that
+vocabulary, a check of the script). Both variants train the same model with the same
 batch shape [B, L]; "padded" rows hold one speech each, "packed" rows several (segment ids keep
 attention inside a speech). Prints one JSON line per variant with peer, size, batch, seq, what,
 median_s, tokens_per_s (REAL tokens, padding excluded), rows_per_s, real_token_fraction and
@@ -34,6 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max_segments", type=int, default=16)
+    parser.add_argument("--tiny", action="store_true", help="a 1-layer 32-wide model")
     args = parser.parse_args(argv)
 
     import flax.linen as nn
@@ -54,6 +57,10 @@ def main(argv=None) -> int:
     cfg = BertConfig.from_json_file(os.path.join(path, "config.json")).replace(
         num_labels=len(shakespeare.GENRES)
     )
+    if args.tiny:
+        cfg = cfg.replace(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        )
     model = M.BertForSequenceClassification(cfg)
     tx = optimizer.make_optimizer("adamw", 5e-5)
     objective = objectives.get_objective("classification")
@@ -91,7 +98,7 @@ def main(argv=None) -> int:
             json.dumps(
                 {
                     "peer": f"bert_jax_{name}",
-                    "size": "all-MiniLM-L6-v2",
+                    "size": "tiny" if args.tiny else "all-MiniLM-L6-v2",
                     "batch": args.batch,
                     "seq": args.seq,
                     "what": "train_step",

@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_pretraining.py [--only=large_p1_h100x8] [--out=...gpu_compile.jsonl]
     python benchmarks/gpu_pretraining.py --table   # the rows of the reports already in --out
+    python benchmarks/gpu_pretraining.py --tiny --only=base_p1_h100 --out=/tmp/g.jsonl  # a check
 
 Runs `train.py --config=configs/pretrain.py:size=S,phase=P --mode=compile --topology=gpu:...`
 for each row of `ROWS` (one process each; the recipes' attention dropout 0, so cuDNN attention;
@@ -39,14 +40,16 @@ ROWS = {
 }
 
 
-def compile_row(name: str) -> dict:
-    """The `--mode=compile` JSON report of one row (exit status 1, not fitting, included)."""
-    size, phase, topology, remat, extra = ROWS[name]
+def compile_row(name: str, extra: tuple[str, ...] = ()) -> dict:
+    """The `--mode=compile` JSON report of one row (exit status 1, not fitting, included);
+    `extra`: more train.py flags (`compile_records.TINY`)."""
+    size, phase, topology, remat, overrides = ROWS[name]
     report = compile_records.compile_report(
         f"pretrain.py:size={size},phase={phase}",
         f"--topology={topology}",
         "--config.runtime.scan_layers=False",
         f"--config.runtime.remat_policy={remat}",
+        *overrides,
         *extra,
     )
     report["name"] = name
@@ -76,12 +79,14 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated row names (default: all)")
     parser.add_argument("--out", default=OUT)
     parser.add_argument("--table", action="store_true", help="print the rows already in --out")
+    parser.add_argument("--tiny", action="store_true", help="a 1-layer model: checks the script")
     args = parser.parse_args(argv)
+    extra = compile_records.tiny_flags("pretrain.py", args.tiny, args.out, OUT, parser)
     names = [n for n in args.only.split(",") if n] or list(ROWS)
     reports = compile_records.read(args.out)
     if not args.table:
         for name in names:
-            reports[name] = compile_row(name)
+            reports[name] = compile_row(name, extra)
             print(json.dumps(reports[name]), flush=True)
             compile_records.write(args.out, reports)
     print(

