@@ -407,11 +407,12 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
                 weight_map = json.load(f)["weight_map"]
             except (json.JSONDecodeError, KeyError) as e:
                 raise ConversionError(f"{path} is not a valid sharded index: {e}") from e
+        if not isinstance(weight_map, dict):
+            raise ConversionError(f"{path} is not a valid sharded index: weight_map is no object")
         state = {}
-        folder = os.path.dirname(path)
-        for shard in sorted(set(weight_map.values())):
-            read_shard = _read_flax_file if flax else read_hf_state_dict
-            state.update(read_shard(os.path.join(folder, shard)))
+        read_shard = _read_flax_file if flax else read_hf_state_dict
+        for shard in sorted({_shard_path(path, name) for name in weight_map.values()}):
+            state.update(read_shard(shard))
         absent = sorted(set(weight_map) - set(state))
         if absent:
             raise ConversionError(f"{path} lists tensors no shard holds: {absent[:10]}")
@@ -442,6 +443,23 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
             t = t.float()  # numpy has no bfloat16; float32 holds it exactly
         out[k] = t.numpy()
     return out
+
+
+def _shard_path(index_path: str, shard: Any) -> str:
+    """The file a shard index names, refused unless it is a plain file name in the index's folder
+    (no directories, no absolute path, no link resolving outside): an index from elsewhere must
+    not make the loader read other files."""
+    folder = os.path.dirname(os.path.abspath(index_path))
+    entry = f"{index_path}: weight_map entry {shard!r}"
+    if not isinstance(shard, str) or shard in ("", ".", "..") or os.path.basename(shard) != shard:
+        raise ConversionError(f"{entry} is not a file name in the checkpoint directory {folder}")
+    target = os.path.join(folder, shard)
+    real = os.path.realpath(target)
+    if os.path.dirname(real) != os.path.realpath(folder):
+        raise ConversionError(
+            f"{entry} resolves to {real}, outside the checkpoint directory {folder}"
+        )
+    return target
 
 
 def _read_flax_file(path: str) -> dict[str, np.ndarray]:

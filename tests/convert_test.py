@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -474,3 +476,37 @@ def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
     flat_got, flat_want = convert.check_params(config, got, model), convert._flatten(params)
     for key, value in flat_want.items():
         np.testing.assert_array_equal(flat_got[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("index", ["model.safetensors.index.json", "pytorch_model.bin.index.json"])
+@pytest.mark.parametrize("entry", ["../../../../etc/passwd", "/etc/passwd", "link.safetensors"])
+def test_shard_index_naming_files_outside_the_directory_is_refused(tmp_path, index, entry):
+    torch_model = hf_model(ODD, "BertForMaskedLM")
+    torch_model.save_pretrained(tmp_path / "m", max_shard_size="200KB")
+    shard = sorted(f for f in os.listdir(tmp_path / "m") if f.endswith(".safetensors"))[0]
+    (tmp_path / "outside.safetensors").write_bytes((tmp_path / "m" / shard).read_bytes())
+    os.symlink(tmp_path / "outside.safetensors", tmp_path / "m" / "link.safetensors")
+    weight_map = json.loads((tmp_path / "m" / "model.safetensors.index.json").read_text())
+    os.remove(tmp_path / "m" / "model.safetensors.index.json")
+    key = sorted(weight_map["weight_map"])[0]
+    weight_map["weight_map"][key] = entry
+    (tmp_path / "m" / index).write_text(json.dumps(weight_map))
+    with pytest.raises(convert.ConversionError, match=rf"{index}: weight_map entry '{entry}'"):
+        convert.load_pytorch(tmp_path / "m", "BertForMaskedLM")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax.convert", str(tmp_path / "m"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and f"weight_map entry '{entry}'" in proc.stderr, proc.stderr
+    assert "outside the checkpoint directory" in proc.stderr or "not a file name" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("module", ["bert_jax.convert", "bert_jax.inference"])
+def test_command_line_help_prints_no_warning(module):
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
+    )
+    assert "usage:" in proc.stdout
+    assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
