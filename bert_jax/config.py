@@ -312,9 +312,19 @@ class BertConfig(EncoderConfig):
 
     def to_original_dict(self) -> dict[str, Any]:
         """The dict of google-research/bert's `bert_config.json`."""
+        if self.hidden_act in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(
+                f"BertConfig.hidden_act={self.hidden_act!r} (the tanh GELU) cannot be written to "
+                "a bert_config.json unambiguously: google-research/bert reads its 'gelu' as the "
+                "erf GELU in its 2018 release and as the tanh form in its code since February "
+                "2019. Write a Hugging Face config.json instead (it keeps 'gelu_new'), or write "
+                "hidden_act='gelu' and load it back with hidden_act='gelu_new' "
+                "(python -m bert_jax.convert --hidden-act gelu_new)"
+            )
         if self.hidden_act not in ("gelu", "relu"):
             raise ValueError(
-                f"BertConfig.hidden_act={self.hidden_act!r} has no google-research/bert name"
+                f"BertConfig.hidden_act={self.hidden_act!r} has no google-research/bert name "
+                "(bert_config.json knows 'gelu' and 'relu')"
             )
         return {k: getattr(self, k) for k in _ORIGINAL_FIELDS}
 

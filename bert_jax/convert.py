@@ -127,9 +127,11 @@ class ConversionReport:
     newly_initialized: list[str] = dataclasses.field(default_factory=list)
     unused: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)  # choices made while reading
 
     def summary(self) -> str:
         lines = [f"loaded {len(self.loaded)} weights"]
+        lines += [f"note: {n}" for n in self.notes]
         if self.newly_initialized:
             lines.append(f"newly initialized ({len(self.newly_initialized)}):")
             lines += [f"  {k}" for k in self.newly_initialized]
@@ -610,21 +612,136 @@ def load_pytorch(
     return (config, params, report) if return_report else (config, params)
 
 
+_TF_DATA_RE = re.compile(r"\.data-\d{5}-of-\d{5}$")
+_TF_STEP_RE = re.compile(r"-(\d+)$")
+
+
+def _tf_prefixes(folder: str) -> list[str]:
+    """The checkpoint prefixes in `folder`: names with an `.index` file, newest step last."""
+    names = [f[: -len(".index")] for f in os.listdir(folder) if f.endswith(".index")]
+    names = [n for n in names if n and not n.startswith(".")]
+
+    def step(name: str) -> tuple[int, str]:
+        m = _TF_STEP_RE.search(name)
+        return (int(m.group(1)) if m else -1, name)
+
+    return sorted(names, key=step)
+
+
+def _tf_state_file_choice(folder: str) -> tuple[str | None, str | None]:
+    """(the prefix, in `folder`, that TF's `checkpoint` file there names, or None; the name as
+    written). A path to another folder (or one written on the machine that trained) gives None."""
+    state = os.path.join(folder, "checkpoint")
+    if not os.path.isfile(state):
+        return None, None
+    with open(state, encoding="utf-8", errors="replace") as f:
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', f.read(), re.MULTILINE)
+    if not m:
+        return None, None
+    name = m.group(1)
+    where = os.path.dirname(name if os.path.isabs(name) else os.path.join(folder, name))
+    local = os.path.join(folder, os.path.basename(name))
+    if os.path.realpath(where) == os.path.realpath(folder) and os.path.exists(local + ".index"):
+        return local, name
+    return None, name
+
+
+def find_tf_checkpoint(path: str | os.PathLike) -> tuple[str, str | None]:
+    """The TF checkpoint prefix `path` stands for, and a note on the choice when there was one.
+
+    `path` is a prefix (`.../bert_model.ckpt`, `.../model.ckpt-1000`), one of its files
+    (`.index`, `.data-00000-of-00001`) or a folder. In a folder, TF's `checkpoint` file is
+    followed when it names a checkpoint in that folder; otherwise (no such file, or an absolute
+    path from the machine that trained) the newest step among the folder's `*.index` files is
+    taken (`model.ckpt-1000` as run_pretraining.py and run_classifier.py write them).
+
+    Raises:
+      FileNotFoundError: no checkpoint there (naming what was looked for).
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        prefix = re.sub(r"\.index$", "", _TF_DATA_RE.sub("", path))
+        if not os.path.exists(prefix + ".index"):
+            raise FileNotFoundError(f"TF checkpoint not found: {prefix}.index")
+        return prefix, None
+    prefixes = _tf_prefixes(path)
+    if not prefixes:
+        raise FileNotFoundError(
+            f"no TF checkpoint in {path}: no *.index file (e.g. bert_model.ckpt.index, "
+            "model.ckpt-1000.index)"
+        )
+    named, written = _tf_state_file_choice(path)
+    if named:
+        return named, None if len(prefixes) == 1 else (
+            f"read {os.path.basename(named)} (named by {path}/checkpoint) of {len(prefixes)} "
+            "checkpoints in the folder"
+        )
+    ignored = f" ({path}/checkpoint names {written}, not in this folder)" if written else ""
+    chosen = os.path.join(path, prefixes[-1])
+    if len(prefixes) == 1:
+        return chosen, f"read {prefixes[-1]}{ignored}" if ignored else None
+    if not _TF_STEP_RE.search(prefixes[-1]):
+        raise FileNotFoundError(
+            f"{path} holds several TF checkpoints {prefixes} without step numbers{ignored}; "
+            "pass the prefix of one"
+        )
+    return chosen, (
+        f"read {prefixes[-1]}, the newest step of {len(prefixes)} checkpoints in {path} "
+        f"({', '.join(prefixes)}){ignored}; pass another's prefix to read it"
+    )
+
+
+TF_GELU_NOTE = (
+    "bert_config.json's hidden_act 'gelu' is the exact (erf) GELU in google-research/bert's first "
+    "release (2018) and in transformers, but its tanh approximation in google-research/bert's code "
+    "since February 2019 (they differ by about 3e-3 in the outputs); erf is assumed. A checkpoint "
+    "trained with the later code: pass hidden_act='gelu_new' (--hidden-act gelu_new)"
+)
+
+
+def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> BertConfig:
+    """bert_config.json, with `hidden_act` (if given) in place of its activation; the choice
+    made for an ambiguous "gelu" goes to the report's notes (and the log)."""
+    config = BertConfig.from_json_file(config_path)
+    if hidden_act is not None:
+        if hidden_act != config.hidden_act:
+            report.notes.append(
+                f"hidden_act={hidden_act!r} (given) in place of {config_path}'s "
+                f"{config.hidden_act!r}"
+            )
+        return config.replace(hidden_act=hidden_act)
+    if config.hidden_act == "gelu":
+        report.notes.append(TF_GELU_NOTE)
+        logging.warning("%s", TF_GELU_NOTE)
+    return config
+
+
 def load_tf(
     ckpt: str | os.PathLike,
     model: str = "BertForPreTraining",
     *,
     config_path: str | os.PathLike | None = None,
+    hidden_act: str | None = None,
     allow_new_heads: bool = False,
     scan_layers: bool = False,
     dtype=np.float32,
     seed: int = 0,
     return_report: bool = False,
 ):
-    """Loads a google-research/bert TF checkpoint (`.../bert_model.ckpt` prefix or its folder).
+    """Loads a google-research/bert TF checkpoint.
 
     Needs TensorFlow (`pip install bert-jax[tf]`). Optimizer slots (adam_m/adam_v) and
     global_step are ignored and counted in the report.
+
+    Args:
+      ckpt: a prefix (`.../bert_model.ckpt`, `.../model.ckpt-1000`), its `.index` or `.data-*`
+        file, or a folder (`find_tf_checkpoint`: its newest step unless TF's `checkpoint` file
+        names one in it; the report's notes say which).
+      config_path: bert_config.json (default: beside the checkpoint).
+      hidden_act: the activation, overriding bert_config.json's. Its "gelu" is ambiguous
+        (`TF_GELU_NOTE`): erf is assumed and the report says so; "gelu_new" picks the tanh form
+        of google-research/bert's code since February 2019.
+      Others as `load_pytorch`.
     """
     try:
         import tensorflow as tf
@@ -632,20 +749,13 @@ def load_tf(
         raise ImportError(
             "reading TF checkpoints needs TensorFlow: pip install 'bert-jax[tf]'"
         ) from e
-    ckpt = os.fspath(ckpt)
-    if os.path.isdir(ckpt):
-        found = tf.train.latest_checkpoint(ckpt)
-        if found is None:
-            index = [f for f in os.listdir(ckpt) if f.endswith(".ckpt.index")]
-            if not index:
-                raise FileNotFoundError(f"no TF checkpoint (*.ckpt.index) in {ckpt}")
-            found = os.path.join(ckpt, index[0][: -len(".index")])
-        ckpt = found
-    if not os.path.exists(ckpt + ".index"):
-        raise FileNotFoundError(f"TF checkpoint not found: {ckpt}.index")
-    if config_path is None:
-        config_path = os.path.join(os.path.dirname(ckpt), "bert_config.json")
-    config = BertConfig.from_json_file(config_path)
+    ckpt, chosen = find_tf_checkpoint(ckpt)
+    report = ConversionReport()
+    if chosen:
+        report.notes.append(chosen)
+    config = _tf_config(
+        config_path or os.path.join(os.path.dirname(ckpt), "bert_config.json"), hidden_act, report
+    )
     try:
         reader = tf.train.load_checkpoint(ckpt)
         names = reader.get_variable_to_shape_map()
@@ -655,7 +765,6 @@ def load_tf(
         # bert_config.json has no label count; run_classifier.py's output_weights is [N, E].
         if "output_weights" in names:
             config = config.replace(num_labels=int(names["output_weights"][0]))
-    report = ConversionReport()
     keys = []
     for name in sorted(names):
         if _TF_SKIP_RE.search(name):
@@ -1007,22 +1116,32 @@ def detect_format(path: str) -> str:
         weights = files & set(HF_WEIGHT_FILES)
         if "config.json" in files and weights:
             return "hf_flax" if weights <= set(hf_flax.WEIGHT_FILES) else "hf"
-        if "bert_config.json" in files or any(f.endswith(".ckpt.index") for f in files):
+        if "bert_config.json" in files or any(f.endswith(".index") for f in files):
             return "tf"
         raise ValueError(
             f"{path} holds no recognizable checkpoint (config.json + weights, config.json + "
-            "params/, or bert_config.json + *.ckpt.index)"
+            "params/, or bert_config.json + a TF checkpoint's *.index)"
         )
-    if os.path.exists(path + ".index"):
+    if os.path.exists(path + ".index") or (
+        os.path.isfile(path) and (path.endswith(".index") or _TF_DATA_RE.search(path))
+    ):
         return "tf"
     raise missing_path_error(path)
 
 
-def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
+def load_any(
+    path: str, model: str | None, *, allow_new_heads: bool = False, hidden_act: str | None = None
+):
     """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
     checkpoint path. A BERT class name as `model` stands for its role in the checkpoint's family
-    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel)."""
+    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel). `hidden_act` is for TF
+    checkpoints only (`load_tf`): the other formats' config.json names the activation."""
     fmt = detect_format(path)
+    if hidden_act is not None and fmt != "tf":
+        raise ValueError(
+            f"--hidden-act / hidden_act is for TF checkpoints (bert_config.json's ambiguous "
+            f"'gelu'); {path} is a {fmt} checkpoint whose config.json names its activation"
+        )
     if fmt in ("bert_jax", "train"):
         if fmt == "bert_jax":
             config, params, stored = load_pretrained(path)
@@ -1049,7 +1168,7 @@ def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
         )
     model = model or "BertForPreTraining"
     config, params, report = load_tf(
-        path, model, allow_new_heads=allow_new_heads, return_report=True
+        path, model, allow_new_heads=allow_new_heads, hidden_act=hidden_act, return_report=True
     )
     return config, params, model, report
 
@@ -1074,6 +1193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-shard-size", help="hf_flax: shard above this size, e.g. 10GB")
     parser.add_argument("--model", help="head class, e.g. BertForPreTraining (default: source's)")
     parser.add_argument("--allow-new-heads", action="store_true", help="initialize missing heads")
+    parser.add_argument(
+        "--hidden-act",
+        choices=("gelu", "gelu_new", "relu"),
+        help="TF checkpoints only: the activation, in place of bert_config.json's. Its 'gelu' is "
+        "the erf GELU (assumed, as google-research/bert's 2018 release and transformers) or the "
+        "tanh form of google-research/bert's code since February 2019: pass gelu_new for that",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace files in dst")
     parser.add_argument(
         "--verify",
@@ -1084,7 +1210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config, params, model, report = load_any(
-            args.src, args.model, allow_new_heads=args.allow_new_heads
+            args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act
         )
         to = args.to or ("hf" if detect_format(args.src) in ("bert_jax", "train") else "bert_jax")
         if to == "hf":
