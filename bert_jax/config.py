@@ -65,6 +65,11 @@ HF_HOUSEKEEPING = frozenset(
 )
 
 
+# The largest size or count a model config may hold: token ids, positions and array sizes are
+# int32 on the device; a larger value (a typo, or a stranger's config.json) is refused up front.
+MAX_SIZE = 2**31 - 1
+
+
 def _fail(field: str, value: Any, why: str, owner: str = "BertConfig") -> None:
     raise ValueError(f"{owner}.{field}={value!r}: {why}")
 
@@ -196,6 +201,8 @@ class BertConfig(EncoderConfig):
                 _fail(name, value, "must be an integer")
             if value <= 0:
                 _fail(name, value, "must be positive")
+            if value > MAX_SIZE:
+                _fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
         if self.hidden_size % self.num_attention_heads:
             _fail(
                 "hidden_size",

@@ -326,6 +326,57 @@ def check_params(config: ModelConfig, params: PyTree, model: str) -> dict[str, n
 # --------------------------------------------------------------------------------------------
 # Loading into bert_jax
 # --------------------------------------------------------------------------------------------
+# A layer's index in any spelling: HF "encoder.layer.3." / "layers.3.", TF and flax
+# "encoder/layer_3/" / "layers_3/".
+_LAYER_INDEX_RE = re.compile(r"(?:^|[./])layers?[._](\d+)[./]")
+# (weight name pattern, config field, axis of that weight the field sizes): the same axis in
+# every format, so a config is checked against a checkpoint by names and shapes alone.
+_SIZED_BY_CONFIG = (
+    (r"(word|tok)_embeddings(\.weight|/embedding)?$", "vocab_size", 0),
+    (r"(word|tok)_embeddings(\.weight|/embedding)?$", "hidden_size", -1),
+    (r"position_embeddings(\.weight|/embedding)?$", "max_position_embeddings", 0),
+    (r"token_type_embeddings(\.weight|/embedding)?$", "type_vocab_size", 0),
+)
+
+
+def check_config_fits(
+    config: ModelConfig,
+    shapes: Mapping[str, Sequence[int]],
+    config_path: str | os.PathLike,
+    weights: str | os.PathLike,
+) -> None:
+    """Checks `config` against a checkpoint's {weight name: shape}, before anything is built from
+    the config: its number of layers (the layer indices the names hold) and the sizes its
+    embedding tables have. A config.json that does not describe the weights (a stranger's, with
+    num_hidden_layers=100000) fails here, instead of building 100000 layers' shapes.
+
+    Raises:
+      ConversionError: naming the config field, `config_path`, both values and `weights`.
+    """
+    layers = {int(m.group(1)) for k in shapes for m in [_LAYER_INDEX_RE.search(k)] if m}
+    if layers and len(layers) != config.num_hidden_layers:
+        raise ConversionError(
+            f"{config_path}: num_hidden_layers={config.num_hidden_layers!r}, but the weights "
+            f"({weights}) hold {len(layers)} layers (indices {min(layers)}..{max(layers)}); this "
+            "config does not describe these weights"
+        )
+    rows = {"vocab_size": {config.vocab_size, config.padded_vocab_size}}
+    for pattern, field, axis in _SIZED_BY_CONFIG:
+        value = getattr(config, field, None)
+        for key, shape in shapes.items():
+            if value is None or not re.search(pattern, key) or not len(shape):
+                continue
+            if int(shape[axis]) not in rows.get(field, {value}):
+                found = tuple(int(n) for n in shape)
+                wanted = list(found)
+                wanted[axis] = value
+                raise ConversionError(
+                    f"{key}: checkpoint shape {found} in {weights} does not fit {config_path}'s "
+                    f"{field}={value!r} (which makes it {tuple(wanted)}); this config does not "
+                    "describe these weights"
+                )
+
+
 def _is_head_key(flax_key: str, layout: HfLayout) -> bool:
     """Weights that may be newly initialized when asked for: everything but embeddings/encoder."""
     return not re.match(layout.structural, flax_key)
@@ -598,6 +649,7 @@ def load_pytorch(
     config = config_from_json_file(config_path)
     model = model or _default_model(config_path, family_of(config).base_model)
     state = read_hf_state_dict(path)
+    check_config_fits(config, {k: np.shape(v) for k, v in state.items()}, config_path, path)
     params, report = hf_state_to_params(
         config,
         state,
@@ -753,14 +805,14 @@ def load_tf(
     report = ConversionReport()
     if chosen:
         report.notes.append(chosen)
-    config = _tf_config(
-        config_path or os.path.join(os.path.dirname(ckpt), "bert_config.json"), hidden_act, report
-    )
+    config_path = config_path or os.path.join(os.path.dirname(ckpt), "bert_config.json")
+    config = _tf_config(config_path, hidden_act, report)
     try:
         reader = tf.train.load_checkpoint(ckpt)
         names = reader.get_variable_to_shape_map()
     except Exception as e:  # noqa: BLE001 - TF raises its own error types
         raise ConversionError(f"cannot read TF checkpoint {ckpt}: {e}") from e
+    check_config_fits(config, names, config_path, ckpt)
     if model in ("BertForSequenceClassification", "BertForTokenClassification"):
         # bert_config.json has no label count; run_classifier.py's output_weights is [N, E].
         if "output_weights" in names:
@@ -983,6 +1035,8 @@ def load_pretrained(
         raise ConversionError(
             f"cannot read {params_dir}: corrupt or incomplete checkpoint ({e})"
         ) from e
+    shapes = traverse_util.flatten_dict(tree, sep="/")
+    check_config_fits(config, {k: np.shape(v) for k, v in shapes.items()}, config_path, params_dir)
     check_params(config, tree, model)
     tree = jax.tree_util.tree_map(np.asarray, tree)
     return config, (stack_layers(tree) if scan_layers else tree), model

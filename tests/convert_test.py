@@ -13,7 +13,7 @@ from bert_jax import convert, objectives
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.families import get_model_class
-from tests.common import ODD, TINY
+from tests.common import MODERN, ODD, TINY
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -510,3 +510,52 @@ def test_command_line_help_prints_no_warning(module):
     )
     assert "usage:" in proc.stdout
     assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
+
+
+def _stranger_config(tmp_path, cfg, name, **changes):
+    """A Hugging Face directory of `cfg`'s random weights whose config.json then gets `changes`
+    (a config.json from elsewhere that does not describe the weights)."""
+    head = "BertModel" if isinstance(cfg, BertConfig) else "ModernBertModel"
+    params = M.init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0))
+    path = tmp_path / name
+    convert.save_pytorch(cfg, params, path, head)
+    d = json.loads((path / "config.json").read_text())
+    d.pop("layer_types", None)  # as answerdotai's config.json: derived from the other fields
+    (path / "config.json").write_text(json.dumps({**d, **changes}))
+    return path
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_config_json_not_describing_the_weights_fails_before_building(tmp_path, family):
+    cfg = TINY if family == "bert" else MODERN
+    layers = _stranger_config(tmp_path, cfg, "layers", num_hidden_layers=100000)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax.convert", str(layers), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # building 100000 layers' shapes would take far longer (and grow memory)
+    )
+    assert proc.returncode == 1
+    assert (
+        f"error: {layers}/config.json: num_hidden_layers=100000, but the weights ({layers}) "
+        f"hold {cfg.num_hidden_layers} layers" in proc.stderr
+    ), proc.stderr
+    assert not (tmp_path / "out").exists()
+    # A vocabulary the embedding table does not have: key, file and both values.
+    vocab = _stranger_config(tmp_path, cfg, "vocab", vocab_size=cfg.vocab_size + 1)
+    with pytest.raises(
+        convert.ConversionError,
+        match=rf"_embeddings.weight: checkpoint shape \({cfg.vocab_size}, {cfg.hidden_size}\) "
+        rf"in .* does not fit .*config.json's vocab_size={cfg.vocab_size + 1} ",
+    ):
+        convert.load_pytorch(vocab, None)
+    # Absurd or non-integral values are refused by the config itself, naming the field.
+    owner = type(cfg).__name__
+    for value, why in (
+        (10**12, "must be at most 2147483647"),
+        (1e12, "integer"),
+        (99.5, "integer"),
+    ):
+        path = _stranger_config(tmp_path, cfg, f"absurd{value}", vocab_size=value)
+        with pytest.raises(ValueError, match=rf"{owner}.vocab_size={value!r}: .*{why}"):
+            convert.load_pytorch(path, None)
