@@ -6,8 +6,9 @@ Formats:
     LayerNorm names, the tied decoder and either spelling of the MLM output bias. ModernBERT
     directories too (`model_type: "modernbert"` in config.json picks the family,
     `bert_jax.families`), with or without the `model.` prefix.
-  * google-research/bert TF checkpoints: `bert_model.ckpt.*` + `bert_config.json` (TensorFlow is
-    an optional extra, imported only here).
+  * google-research/bert TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` +
+    `bert_config.json` (`find_tf_checkpoint`; its "gelu" is erf unless told otherwise,
+    `TF_GELU_NOTE`). TensorFlow is an optional extra, imported only here.
   * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
     or without the `bert` prefix (`bert_jax.hf_flax`).
   * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
@@ -746,7 +747,7 @@ def find_tf_checkpoint(path: str | os.PathLike) -> tuple[str, str | None]:
 TF_GELU_NOTE = (
     "bert_config.json's hidden_act 'gelu' is the exact (erf) GELU in google-research/bert's first "
     "release (2018) and in transformers, but its tanh approximation in google-research/bert's code "
-    "since February 2019 (they differ by about 3e-3 in the outputs); erf is assumed. A checkpoint "
+    "since February 2019 (outputs differ by up to about 1e-2); erf is assumed. A checkpoint "
     "trained with the later code: pass hidden_act='gelu_new' (--hidden-act gelu_new)"
 )
 
