@@ -503,15 +503,6 @@ def test_shard_index_naming_files_outside_the_directory_is_refused(tmp_path, ind
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("module", ["bert_jax.convert", "bert_jax.inference"])
-def test_command_line_help_prints_no_warning(module):
-    proc = subprocess.run(
-        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
-    )
-    assert "usage:" in proc.stdout
-    assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
-
-
 def _stranger_config(tmp_path, cfg, name, **changes):
     """A Hugging Face directory of `cfg`'s random weights whose config.json then gets `changes`
     (a config.json from elsewhere that does not describe the weights)."""

@@ -1,6 +1,8 @@
 """Embeddings, batch prediction and attention heat maps from saved models."""
 
 import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -258,3 +260,12 @@ def test_embed_rows_are_input_lines_and_bad_lines_are_named(tiny_classifier, tmp
     assert code == 1, err
     assert f"{tmp_path / 'latin1.txt'}: line 2 is not UTF-8: byte offset 16 in the file" in err
     assert not (tmp_path / "l.npy").exists()
+
+
+@pytest.mark.parametrize("module", ["bert_jax.convert", "bert_jax.inference"])
+def test_command_line_help_prints_no_warning(module):
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
+    )
+    assert "usage:" in proc.stdout
+    assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
