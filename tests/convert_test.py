@@ -540,6 +540,17 @@ def test_config_json_not_describing_the_weights_fails_before_building(tmp_path, 
         rf"in .* does not fit .*config.json's vocab_size={cfg.vocab_size + 1} ",
     ):
         convert.load_pytorch(vocab, None)
+    # The same for bert_jax's own export (config.json + params/).
+    own = tmp_path / "own"
+    head = "BertModel" if family == "bert" else "ModernBertModel"
+    convert.save_pretrained(
+        own, cfg, M.init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0)), head
+    )
+    d = json.loads((own / "config.json").read_text())
+    d.pop("layer_types", None)
+    (own / "config.json").write_text(json.dumps({**d, "num_hidden_layers": 100000}))
+    with pytest.raises(convert.ConversionError, match=r"num_hidden_layers=100000, but the weights"):
+        convert.load_pretrained(own)
     # Absurd or non-integral values are refused by the config itself, naming the field.
     owner = type(cfg).__name__
     for value, why in (

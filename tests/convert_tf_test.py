@@ -176,6 +176,15 @@ def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
     np.testing.assert_array_equal(_embeddings(tmp_path / "hf90"), 3 * word)
     code, _, err = _run_convert(tmp_path, tmp_path / "x", "--to", "hf")  # no checkpoint there
     assert code == 1 and "no recognizable checkpoint" in err
+    # A bert_config.json that does not describe the weights fails before anything is built.
+    original = json.loads((folder / "bert_config.json").read_text())
+    (folder / "bert_config.json").write_text(json.dumps({**original, "num_hidden_layers": 100000}))
+    with pytest.raises(
+        convert.ConversionError,
+        match=rf"bert_config.json: num_hidden_layers=100000, but the weights \(.*model.ckpt-500\) "
+        rf"hold {cfg.num_hidden_layers} layers",
+    ):
+        convert.load_tf(folder, "BertModel")
 
 
 def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
