@@ -7,7 +7,7 @@ config, params = bert_jax.convert.load_pytorch(hf_dir, model="ModernBertForMaske
 out = bert_jax.ModernBertForMaskedLM(config).apply({"params": params}, input_ids)
 """
 
-from bert_jax import convert, losses
+from bert_jax import losses
 from bert_jax.config import PRESETS, BertConfig, RuntimeConfig
 from bert_jax.families import get_model_class
 from bert_jax.model import (
@@ -31,9 +31,24 @@ from bert_jax.modernbert import (
     ModernBertModel,
 )
 from bert_jax.modernbert_config import ModernBertConfig
-from bert_jax.pretrained import Pretrained, from_pretrained
 
 __version__ = "0.1.0"
+
+
+# Imported on first use: importing `bert_jax.convert` (which `bert_jax.pretrained` imports) here
+# would put it in sys.modules before `python -m bert_jax.convert` runs it (runpy's RuntimeWarning).
+_LAZY = {"convert": None, "Pretrained": "pretrained", "from_pretrained": "pretrained"}
+
+
+def __getattr__(name: str):
+    """`bert_jax.convert`, `bert_jax.from_pretrained` and `bert_jax.Pretrained`, on first use."""
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f"bert_jax.{_LAZY[name] or name}")
+        return module if _LAZY[name] is None else getattr(module, name)
+    raise AttributeError(f"module 'bert_jax' has no attribute {name!r}")
+
 
 __all__ = [
     "PRESETS",

@@ -12,7 +12,10 @@ import functools
 
 import jax
 
-# hidden_act -> the elementwise function (x [...] -> [...]).
+# hidden_act -> the elementwise function (x [...] -> [...]). "gelu" is the exact (erf) GELU, as in
+# transformers and google-research/bert's 2018 release; "gelu_new" / "gelu_pytorch_tanh" the tanh
+# approximation, which google-research/bert's code calls "gelu" since February 2019 (a TF
+# checkpoint's bert_config.json cannot tell them apart: docs/conversion.md).
 ACTIVATIONS = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_new": functools.partial(jax.nn.gelu, approximate=True),

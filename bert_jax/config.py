@@ -65,6 +65,11 @@ HF_HOUSEKEEPING = frozenset(
 )
 
 
+# The largest size or count a model config may hold: token ids, positions and array sizes are
+# int32 on the device; a larger value (a typo, or a stranger's config.json) is refused up front.
+MAX_SIZE = 2**31 - 1
+
+
 def _fail(field: str, value: Any, why: str, owner: str = "BertConfig") -> None:
     raise ValueError(f"{owner}.{field}={value!r}: {why}")
 
@@ -196,6 +201,8 @@ class BertConfig(EncoderConfig):
                 _fail(name, value, "must be an integer")
             if value <= 0:
                 _fail(name, value, "must be positive")
+            if value > MAX_SIZE:
+                _fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
         if self.hidden_size % self.num_attention_heads:
             _fail(
                 "hidden_size",
@@ -312,9 +319,19 @@ class BertConfig(EncoderConfig):
 
     def to_original_dict(self) -> dict[str, Any]:
         """The dict of google-research/bert's `bert_config.json`."""
+        if self.hidden_act in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(
+                f"BertConfig.hidden_act={self.hidden_act!r} (the tanh GELU) cannot be written to "
+                "a bert_config.json unambiguously: google-research/bert reads its 'gelu' as the "
+                "erf GELU in its 2018 release and as the tanh form in its code since February "
+                "2019. Write a Hugging Face config.json instead (it keeps 'gelu_new'), or write "
+                "hidden_act='gelu' and load it back with hidden_act='gelu_new' "
+                "(python -m bert_jax.convert --hidden-act gelu_new)"
+            )
         if self.hidden_act not in ("gelu", "relu"):
             raise ValueError(
-                f"BertConfig.hidden_act={self.hidden_act!r} has no google-research/bert name"
+                f"BertConfig.hidden_act={self.hidden_act!r} has no google-research/bert name "
+                "(bert_config.json knows 'gelu' and 'relu')"
             )
         return {k: getattr(self, k) for k in _ORIGINAL_FIELDS}
 

@@ -6,8 +6,9 @@ Formats:
     LayerNorm names, the tied decoder and either spelling of the MLM output bias. ModernBERT
     directories too (`model_type: "modernbert"` in config.json picks the family,
     `bert_jax.families`), with or without the `model.` prefix.
-  * google-research/bert TF checkpoints: `bert_model.ckpt.*` + `bert_config.json` (TensorFlow is
-    an optional extra, imported only here).
+  * google-research/bert TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` +
+    `bert_config.json` (`find_tf_checkpoint`; its "gelu" is erf unless told otherwise,
+    `TF_GELU_NOTE`). TensorFlow is an optional extra, imported only here.
   * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
     or without the `bert` prefix (`bert_jax.hf_flax`).
   * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
@@ -127,9 +128,11 @@ class ConversionReport:
     newly_initialized: list[str] = dataclasses.field(default_factory=list)
     unused: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)  # choices made while reading
 
     def summary(self) -> str:
         lines = [f"loaded {len(self.loaded)} weights"]
+        lines += [f"note: {n}" for n in self.notes]
         if self.newly_initialized:
             lines.append(f"newly initialized ({len(self.newly_initialized)}):")
             lines += [f"  {k}" for k in self.newly_initialized]
@@ -324,6 +327,57 @@ def check_params(config: ModelConfig, params: PyTree, model: str) -> dict[str, n
 # --------------------------------------------------------------------------------------------
 # Loading into bert_jax
 # --------------------------------------------------------------------------------------------
+# A layer's index in any spelling: HF "encoder.layer.3." / "layers.3.", TF and flax
+# "encoder/layer_3/" / "layers_3/".
+_LAYER_INDEX_RE = re.compile(r"(?:^|[./])layers?[._](\d+)[./]")
+# (weight name pattern, config field, axis of that weight the field sizes): the same axis in
+# every format, so a config is checked against a checkpoint by names and shapes alone.
+_SIZED_BY_CONFIG = (
+    (r"(word|tok)_embeddings(\.weight|/embedding)?$", "vocab_size", 0),
+    (r"(word|tok)_embeddings(\.weight|/embedding)?$", "hidden_size", -1),
+    (r"position_embeddings(\.weight|/embedding)?$", "max_position_embeddings", 0),
+    (r"token_type_embeddings(\.weight|/embedding)?$", "type_vocab_size", 0),
+)
+
+
+def check_config_fits(
+    config: ModelConfig,
+    shapes: Mapping[str, Sequence[int]],
+    config_path: str | os.PathLike,
+    weights: str | os.PathLike,
+) -> None:
+    """Checks `config` against a checkpoint's {weight name: shape}, before anything is built from
+    the config: its number of layers (the layer indices the names hold) and the sizes its
+    embedding tables have. A config.json that does not describe the weights (a stranger's, with
+    num_hidden_layers=100000) fails here, instead of building 100000 layers' shapes.
+
+    Raises:
+      ConversionError: naming the config field, `config_path`, both values and `weights`.
+    """
+    layers = {int(m.group(1)) for k in shapes for m in [_LAYER_INDEX_RE.search(k)] if m}
+    if layers and len(layers) != config.num_hidden_layers:
+        raise ConversionError(
+            f"{config_path}: num_hidden_layers={config.num_hidden_layers!r}, but the weights "
+            f"({weights}) hold {len(layers)} layers (indices {min(layers)}..{max(layers)}); this "
+            "config does not describe these weights"
+        )
+    rows = {"vocab_size": {config.vocab_size, config.padded_vocab_size}}
+    for pattern, field, axis in _SIZED_BY_CONFIG:
+        value = getattr(config, field, None)
+        for key, shape in shapes.items():
+            if value is None or not re.search(pattern, key) or not len(shape):
+                continue
+            if int(shape[axis]) not in rows.get(field, {value}):
+                found = tuple(int(n) for n in shape)
+                wanted = list(found)
+                wanted[axis] = value
+                raise ConversionError(
+                    f"{key}: checkpoint shape {found} in {weights} does not fit {config_path}'s "
+                    f"{field}={value!r} (which makes it {tuple(wanted)}); this config does not "
+                    "describe these weights"
+                )
+
+
 def _is_head_key(flax_key: str, layout: HfLayout) -> bool:
     """Weights that may be newly initialized when asked for: everything but embeddings/encoder."""
     return not re.match(layout.structural, flax_key)
@@ -407,11 +461,12 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
                 weight_map = json.load(f)["weight_map"]
             except (json.JSONDecodeError, KeyError) as e:
                 raise ConversionError(f"{path} is not a valid sharded index: {e}") from e
+        if not isinstance(weight_map, dict):
+            raise ConversionError(f"{path} is not a valid sharded index: weight_map is no object")
         state = {}
-        folder = os.path.dirname(path)
-        for shard in sorted(set(weight_map.values())):
-            read_shard = _read_flax_file if flax else read_hf_state_dict
-            state.update(read_shard(os.path.join(folder, shard)))
+        read_shard = _read_flax_file if flax else read_hf_state_dict
+        for shard in sorted({_shard_path(path, name) for name in weight_map.values()}):
+            state.update(read_shard(shard))
         absent = sorted(set(weight_map) - set(state))
         if absent:
             raise ConversionError(f"{path} lists tensors no shard holds: {absent[:10]}")
@@ -442,6 +497,23 @@ def read_hf_state_dict(path: str | os.PathLike) -> dict[str, np.ndarray]:
             t = t.float()  # numpy has no bfloat16; float32 holds it exactly
         out[k] = t.numpy()
     return out
+
+
+def _shard_path(index_path: str, shard: Any) -> str:
+    """The file a shard index names, refused unless it is a plain file name in the index's folder
+    (no directories, no absolute path, no link resolving outside): an index from elsewhere must
+    not make the loader read other files."""
+    folder = os.path.dirname(os.path.abspath(index_path))
+    entry = f"{index_path}: weight_map entry {shard!r}"
+    if not isinstance(shard, str) or shard in ("", ".", "..") or os.path.basename(shard) != shard:
+        raise ConversionError(f"{entry} is not a file name in the checkpoint directory {folder}")
+    target = os.path.join(folder, shard)
+    real = os.path.realpath(target)
+    if os.path.dirname(real) != os.path.realpath(folder):
+        raise ConversionError(
+            f"{entry} resolves to {real}, outside the checkpoint directory {folder}"
+        )
+    return target
 
 
 def _read_flax_file(path: str) -> dict[str, np.ndarray]:
@@ -578,6 +650,7 @@ def load_pytorch(
     config = config_from_json_file(config_path)
     model = model or _default_model(config_path, family_of(config).base_model)
     state = read_hf_state_dict(path)
+    check_config_fits(config, {k: np.shape(v) for k, v in state.items()}, config_path, path)
     params, report = hf_state_to_params(
         config,
         state,
@@ -592,21 +665,136 @@ def load_pytorch(
     return (config, params, report) if return_report else (config, params)
 
 
+_TF_DATA_RE = re.compile(r"\.data-\d{5}-of-\d{5}$")
+_TF_STEP_RE = re.compile(r"-(\d+)$")
+
+
+def _tf_prefixes(folder: str) -> list[str]:
+    """The checkpoint prefixes in `folder`: names with an `.index` file, newest step last."""
+    names = [f[: -len(".index")] for f in os.listdir(folder) if f.endswith(".index")]
+    names = [n for n in names if n and not n.startswith(".")]
+
+    def step(name: str) -> tuple[int, str]:
+        m = _TF_STEP_RE.search(name)
+        return (int(m.group(1)) if m else -1, name)
+
+    return sorted(names, key=step)
+
+
+def _tf_state_file_choice(folder: str) -> tuple[str | None, str | None]:
+    """(the prefix, in `folder`, that TF's `checkpoint` file there names, or None; the name as
+    written). A path to another folder (or one written on the machine that trained) gives None."""
+    state = os.path.join(folder, "checkpoint")
+    if not os.path.isfile(state):
+        return None, None
+    with open(state, encoding="utf-8", errors="replace") as f:
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', f.read(), re.MULTILINE)
+    if not m:
+        return None, None
+    name = m.group(1)
+    where = os.path.dirname(name if os.path.isabs(name) else os.path.join(folder, name))
+    local = os.path.join(folder, os.path.basename(name))
+    if os.path.realpath(where) == os.path.realpath(folder) and os.path.exists(local + ".index"):
+        return local, name
+    return None, name
+
+
+def find_tf_checkpoint(path: str | os.PathLike) -> tuple[str, str | None]:
+    """The TF checkpoint prefix `path` stands for, and a note on the choice when there was one.
+
+    `path` is a prefix (`.../bert_model.ckpt`, `.../model.ckpt-1000`), one of its files
+    (`.index`, `.data-00000-of-00001`) or a folder. In a folder, TF's `checkpoint` file is
+    followed when it names a checkpoint in that folder; otherwise (no such file, or an absolute
+    path from the machine that trained) the newest step among the folder's `*.index` files is
+    taken (`model.ckpt-1000` as run_pretraining.py and run_classifier.py write them).
+
+    Raises:
+      FileNotFoundError: no checkpoint there (naming what was looked for).
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        prefix = re.sub(r"\.index$", "", _TF_DATA_RE.sub("", path))
+        if not os.path.exists(prefix + ".index"):
+            raise FileNotFoundError(f"TF checkpoint not found: {prefix}.index")
+        return prefix, None
+    prefixes = _tf_prefixes(path)
+    if not prefixes:
+        raise FileNotFoundError(
+            f"no TF checkpoint in {path}: no *.index file (e.g. bert_model.ckpt.index, "
+            "model.ckpt-1000.index)"
+        )
+    named, written = _tf_state_file_choice(path)
+    if named:
+        return named, None if len(prefixes) == 1 else (
+            f"read {os.path.basename(named)} (named by {path}/checkpoint) of {len(prefixes)} "
+            "checkpoints in the folder"
+        )
+    ignored = f" ({path}/checkpoint names {written}, not in this folder)" if written else ""
+    chosen = os.path.join(path, prefixes[-1])
+    if len(prefixes) == 1:
+        return chosen, f"read {prefixes[-1]}{ignored}" if ignored else None
+    if not _TF_STEP_RE.search(prefixes[-1]):
+        raise FileNotFoundError(
+            f"{path} holds several TF checkpoints {prefixes} without step numbers{ignored}; "
+            "pass the prefix of one"
+        )
+    return chosen, (
+        f"read {prefixes[-1]}, the newest step of {len(prefixes)} checkpoints in {path} "
+        f"({', '.join(prefixes)}){ignored}; pass another's prefix to read it"
+    )
+
+
+TF_GELU_NOTE = (
+    "bert_config.json's hidden_act 'gelu' is the exact (erf) GELU in google-research/bert's first "
+    "release (2018) and in transformers, but its tanh approximation in google-research/bert's code "
+    "since February 2019 (outputs differ by up to about 1e-2); erf is assumed. A checkpoint "
+    "trained with the later code: pass hidden_act='gelu_new' (--hidden-act gelu_new)"
+)
+
+
+def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> BertConfig:
+    """bert_config.json, with `hidden_act` (if given) in place of its activation; the choice
+    made for an ambiguous "gelu" goes to the report's notes (and the log)."""
+    config = BertConfig.from_json_file(config_path)
+    if hidden_act is not None:
+        if hidden_act != config.hidden_act:
+            report.notes.append(
+                f"hidden_act={hidden_act!r} (given) in place of {config_path}'s "
+                f"{config.hidden_act!r}"
+            )
+        return config.replace(hidden_act=hidden_act)
+    if config.hidden_act == "gelu":
+        report.notes.append(TF_GELU_NOTE)
+        logging.warning("%s", TF_GELU_NOTE)
+    return config
+
+
 def load_tf(
     ckpt: str | os.PathLike,
     model: str = "BertForPreTraining",
     *,
     config_path: str | os.PathLike | None = None,
+    hidden_act: str | None = None,
     allow_new_heads: bool = False,
     scan_layers: bool = False,
     dtype=np.float32,
     seed: int = 0,
     return_report: bool = False,
 ):
-    """Loads a google-research/bert TF checkpoint (`.../bert_model.ckpt` prefix or its folder).
+    """Loads a google-research/bert TF checkpoint.
 
     Needs TensorFlow (`pip install bert-jax[tf]`). Optimizer slots (adam_m/adam_v) and
     global_step are ignored and counted in the report.
+
+    Args:
+      ckpt: a prefix (`.../bert_model.ckpt`, `.../model.ckpt-1000`), its `.index` or `.data-*`
+        file, or a folder (`find_tf_checkpoint`: its newest step unless TF's `checkpoint` file
+        names one in it; the report's notes say which).
+      config_path: bert_config.json (default: beside the checkpoint).
+      hidden_act: the activation, overriding bert_config.json's. Its "gelu" is ambiguous
+        (`TF_GELU_NOTE`): erf is assumed and the report says so; "gelu_new" picks the tanh form
+        of google-research/bert's code since February 2019.
+      Others as `load_pytorch`.
     """
     try:
         import tensorflow as tf
@@ -614,30 +802,22 @@ def load_tf(
         raise ImportError(
             "reading TF checkpoints needs TensorFlow: pip install 'bert-jax[tf]'"
         ) from e
-    ckpt = os.fspath(ckpt)
-    if os.path.isdir(ckpt):
-        found = tf.train.latest_checkpoint(ckpt)
-        if found is None:
-            index = [f for f in os.listdir(ckpt) if f.endswith(".ckpt.index")]
-            if not index:
-                raise FileNotFoundError(f"no TF checkpoint (*.ckpt.index) in {ckpt}")
-            found = os.path.join(ckpt, index[0][: -len(".index")])
-        ckpt = found
-    if not os.path.exists(ckpt + ".index"):
-        raise FileNotFoundError(f"TF checkpoint not found: {ckpt}.index")
-    if config_path is None:
-        config_path = os.path.join(os.path.dirname(ckpt), "bert_config.json")
-    config = BertConfig.from_json_file(config_path)
+    ckpt, chosen = find_tf_checkpoint(ckpt)
+    report = ConversionReport()
+    if chosen:
+        report.notes.append(chosen)
+    config_path = config_path or os.path.join(os.path.dirname(ckpt), "bert_config.json")
+    config = _tf_config(config_path, hidden_act, report)
     try:
         reader = tf.train.load_checkpoint(ckpt)
         names = reader.get_variable_to_shape_map()
     except Exception as e:  # noqa: BLE001 - TF raises its own error types
         raise ConversionError(f"cannot read TF checkpoint {ckpt}: {e}") from e
+    check_config_fits(config, names, config_path, ckpt)
     if model in ("BertForSequenceClassification", "BertForTokenClassification"):
         # bert_config.json has no label count; run_classifier.py's output_weights is [N, E].
         if "output_weights" in names:
             config = config.replace(num_labels=int(names["output_weights"][0]))
-    report = ConversionReport()
     keys = []
     for name in sorted(names):
         if _TF_SKIP_RE.search(name):
@@ -856,6 +1036,8 @@ def load_pretrained(
         raise ConversionError(
             f"cannot read {params_dir}: corrupt or incomplete checkpoint ({e})"
         ) from e
+    shapes = traverse_util.flatten_dict(tree, sep="/")
+    check_config_fits(config, {k: np.shape(v) for k, v in shapes.items()}, config_path, params_dir)
     check_params(config, tree, model)
     tree = jax.tree_util.tree_map(np.asarray, tree)
     return config, (stack_layers(tree) if scan_layers else tree), model
@@ -989,22 +1171,32 @@ def detect_format(path: str) -> str:
         weights = files & set(HF_WEIGHT_FILES)
         if "config.json" in files and weights:
             return "hf_flax" if weights <= set(hf_flax.WEIGHT_FILES) else "hf"
-        if "bert_config.json" in files or any(f.endswith(".ckpt.index") for f in files):
+        if "bert_config.json" in files or any(f.endswith(".index") for f in files):
             return "tf"
         raise ValueError(
             f"{path} holds no recognizable checkpoint (config.json + weights, config.json + "
-            "params/, or bert_config.json + *.ckpt.index)"
+            "params/, or bert_config.json + a TF checkpoint's *.index)"
         )
-    if os.path.exists(path + ".index"):
+    if os.path.exists(path + ".index") or (
+        os.path.isfile(path) and (path.endswith(".index") or _TF_DATA_RE.search(path))
+    ):
         return "tf"
     raise missing_path_error(path)
 
 
-def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
+def load_any(
+    path: str, model: str | None, *, allow_new_heads: bool = False, hidden_act: str | None = None
+):
     """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
     checkpoint path. A BERT class name as `model` stands for its role in the checkpoint's family
-    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel)."""
+    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel). `hidden_act` is for TF
+    checkpoints only (`load_tf`): the other formats' config.json names the activation."""
     fmt = detect_format(path)
+    if hidden_act is not None and fmt != "tf":
+        raise ValueError(
+            f"--hidden-act / hidden_act is for TF checkpoints (bert_config.json's ambiguous "
+            f"'gelu'); {path} is a {fmt} checkpoint whose config.json names its activation"
+        )
     if fmt in ("bert_jax", "train"):
         if fmt == "bert_jax":
             config, params, stored = load_pretrained(path)
@@ -1031,7 +1223,7 @@ def load_any(path: str, model: str | None, *, allow_new_heads: bool = False):
         )
     model = model or "BertForPreTraining"
     config, params, report = load_tf(
-        path, model, allow_new_heads=allow_new_heads, return_report=True
+        path, model, allow_new_heads=allow_new_heads, hidden_act=hidden_act, return_report=True
     )
     return config, params, model, report
 
@@ -1056,6 +1248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-shard-size", help="hf_flax: shard above this size, e.g. 10GB")
     parser.add_argument("--model", help="head class, e.g. BertForPreTraining (default: source's)")
     parser.add_argument("--allow-new-heads", action="store_true", help="initialize missing heads")
+    parser.add_argument(
+        "--hidden-act",
+        choices=("gelu", "gelu_new", "relu"),
+        help="TF checkpoints only: the activation, in place of bert_config.json's. Its 'gelu' is "
+        "the erf GELU (assumed, as google-research/bert's 2018 release and transformers) or the "
+        "tanh form of google-research/bert's code since February 2019: pass gelu_new for that",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace files in dst")
     parser.add_argument(
         "--verify",
@@ -1066,7 +1265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config, params, model, report = load_any(
-            args.src, args.model, allow_new_heads=args.allow_new_heads
+            args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act
         )
         to = args.to or ("hf" if detect_format(args.src) in ("bert_jax", "train") else "bert_jax")
         if to == "hf":

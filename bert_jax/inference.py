@@ -7,8 +7,10 @@
     python -m bert_jax.inference fill-mask --model runs/pretrain_tiny "to be or not to [MASK] ..."
 
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir; the
-tokenizer (tokenizer.json / vocab.txt) is taken from beside it. Input files hold one text a line
-(blank lines skipped; a tab separates the two texts of a pair).
+tokenizer (tokenizer.json / vocab.txt) is taken from beside it. Input files hold one text a line, in
+UTF-8 (a tab separates the two texts of a pair); output row i is input line i. A blank line before
+the last text is an error naming it (blank lines at the end are dropped), and so are bytes that are
+not UTF-8 (naming the line and byte offset).
 """
 
 from __future__ import annotations
@@ -47,11 +49,42 @@ def load(path: str, model: str | None = None):
 
 
 def read_texts(path: str) -> tuple[list[str], list[str] | None]:
-    """Lines of a text file; "a<TAB>b" lines make pairs. Blank lines are skipped."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = [line.rstrip("\n") for line in f if line.strip()]
+    """The texts of a file, one a line, so that output row i belongs to line i + 1; "a<TAB>b"
+    lines (every line) make pairs.
+
+    Blank lines at the end of the file are dropped; a blank line before the last text is an
+    error naming it (a row of its own would be an embedding of nothing; skipping it would shift
+    every later row). Bytes that are not UTF-8 are an error naming the line and byte offset,
+    never replaced.
+
+    Raises:
+      ValueError: a blank line, invalid UTF-8, or no text at all, naming `path` and the line.
+    """
+    with open(path, "rb") as f:
+        raw = f.read()
+    lines, offset = [], 0
+    for number, chunk in enumerate(raw.split(b"\n"), start=1):
+        try:
+            line = chunk.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: line {number} is not UTF-8: byte offset {offset + e.start} in the file "
+                f"(byte {e.start} of the line) is {chunk[e.start : e.start + 1]!r}; save the "
+                "file as UTF-8"
+            ) from None
+        lines.append(line.rstrip("\r").removeprefix("\ufeff") if number == 1 else line.rstrip("\r"))
+        offset += len(chunk) + 1
+    while lines and not lines[-1].strip():
+        lines.pop()
     if not lines:
         raise ValueError(f"{path} holds no text")
+    blank = [i for i, line in enumerate(lines, start=1) if not line.strip()]
+    if blank:
+        raise ValueError(
+            f"{path}: line {blank[0]} is blank ({len(blank)} blank line(s) before the last text:"
+            f" {blank[:10]}); every line is one text and output row i is line i, so remove them "
+            "or put text there"
+        )
     if all("\t" in line for line in lines):
         pairs = [line.split("\t", 1) for line in lines]
         return [a for a, _ in pairs], [b for _, b in pairs]
@@ -599,7 +632,12 @@ def _parser() -> argparse.ArgumentParser:
     for s in (e, p, a):
         s.add_argument("--output", required=True)
     for s in (e, p):
-        s.add_argument("--input", required=True, help="one text a line (TAB separates a pair)")
+        s.add_argument(
+            "--input",
+            required=True,
+            help="UTF-8 text, one text a line (TAB separates a pair); row i of the output is "
+            "line i; a blank line (but at the end) is an error",
+        )
         s.add_argument("--batch_size", type=int, default=64)
         s.add_argument("--max_seq_length", type=int, default=128)
     return parser

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from bert_jax.config import (
     ACTIVATIONS,
     HF_HOUSEKEEPING,
+    MAX_SIZE,
     EncoderConfig,
     labels_from_hf,
     labels_to_hf,
@@ -134,6 +135,8 @@ class ModernBertConfig(EncoderConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 _fail(name, value, "must be a positive integer")
+            if value > MAX_SIZE:
+                _fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
         if self.hidden_size % self.num_attention_heads or self.head_dim % 2:
             _fail(
                 "hidden_size",

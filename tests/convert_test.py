@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -11,7 +13,7 @@ from bert_jax import convert, objectives
 from bert_jax import model as M
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.families import get_model_class
-from tests.common import ODD, TINY
+from tests.common import MODERN, ODD, TINY
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -474,3 +476,88 @@ def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
     flat_got, flat_want = convert.check_params(config, got, model), convert._flatten(params)
     for key, value in flat_want.items():
         np.testing.assert_array_equal(flat_got[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("index", ["model.safetensors.index.json", "pytorch_model.bin.index.json"])
+@pytest.mark.parametrize("entry", ["../../../../etc/passwd", "/etc/passwd", "link.safetensors"])
+def test_shard_index_naming_files_outside_the_directory_is_refused(tmp_path, index, entry):
+    torch_model = hf_model(ODD, "BertForMaskedLM")
+    torch_model.save_pretrained(tmp_path / "m", max_shard_size="200KB")
+    shard = sorted(f for f in os.listdir(tmp_path / "m") if f.endswith(".safetensors"))[0]
+    (tmp_path / "outside.safetensors").write_bytes((tmp_path / "m" / shard).read_bytes())
+    os.symlink(tmp_path / "outside.safetensors", tmp_path / "m" / "link.safetensors")
+    weight_map = json.loads((tmp_path / "m" / "model.safetensors.index.json").read_text())
+    os.remove(tmp_path / "m" / "model.safetensors.index.json")
+    key = sorted(weight_map["weight_map"])[0]
+    weight_map["weight_map"][key] = entry
+    (tmp_path / "m" / index).write_text(json.dumps(weight_map))
+    with pytest.raises(convert.ConversionError, match=rf"{index}: weight_map entry '{entry}'"):
+        convert.load_pytorch(tmp_path / "m", "BertForMaskedLM")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax.convert", str(tmp_path / "m"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and f"weight_map entry '{entry}'" in proc.stderr, proc.stderr
+    assert "outside the checkpoint directory" in proc.stderr or "not a file name" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _stranger_config(tmp_path, cfg, name, **changes):
+    """A Hugging Face directory of `cfg`'s random weights whose config.json then gets `changes`
+    (a config.json from elsewhere that does not describe the weights)."""
+    head = "BertModel" if isinstance(cfg, BertConfig) else "ModernBertModel"
+    params = M.init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0))
+    path = tmp_path / name
+    convert.save_pytorch(cfg, params, path, head)
+    d = json.loads((path / "config.json").read_text())
+    d.pop("layer_types", None)  # as answerdotai's config.json: derived from the other fields
+    (path / "config.json").write_text(json.dumps({**d, **changes}))
+    return path
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_config_json_not_describing_the_weights_fails_before_building(tmp_path, family):
+    cfg = TINY if family == "bert" else MODERN
+    layers = _stranger_config(tmp_path, cfg, "layers", num_hidden_layers=100000)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax.convert", str(layers), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # building 100000 layers' shapes would take far longer (and grow memory)
+    )
+    assert proc.returncode == 1
+    assert (
+        f"error: {layers}/config.json: num_hidden_layers=100000, but the weights ({layers}) "
+        f"hold {cfg.num_hidden_layers} layers" in proc.stderr
+    ), proc.stderr
+    assert not (tmp_path / "out").exists()
+    # A vocabulary the embedding table does not have: key, file and both values.
+    vocab = _stranger_config(tmp_path, cfg, "vocab", vocab_size=cfg.vocab_size + 1)
+    with pytest.raises(
+        convert.ConversionError,
+        match=rf"_embeddings.weight: checkpoint shape \({cfg.vocab_size}, {cfg.hidden_size}\) "
+        rf"in .* does not fit .*config.json's vocab_size={cfg.vocab_size + 1} ",
+    ):
+        convert.load_pytorch(vocab, None)
+    # The same for bert_jax's own export (config.json + params/).
+    own = tmp_path / "own"
+    head = "BertModel" if family == "bert" else "ModernBertModel"
+    convert.save_pretrained(
+        own, cfg, M.init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0)), head
+    )
+    d = json.loads((own / "config.json").read_text())
+    d.pop("layer_types", None)
+    (own / "config.json").write_text(json.dumps({**d, "num_hidden_layers": 100000}))
+    with pytest.raises(convert.ConversionError, match=r"num_hidden_layers=100000, but the weights"):
+        convert.load_pretrained(own)
+    # Absurd or non-integral values are refused by the config itself, naming the field.
+    owner = type(cfg).__name__
+    for value, why in (
+        (10**12, "must be at most 2147483647"),
+        (1e12, "integer"),
+        (99.5, "integer"),
+    ):
+        path = _stranger_config(tmp_path, cfg, f"absurd{value}", vocab_size=value)
+        with pytest.raises(ValueError, match=rf"{owner}.vocab_size={value!r}: .*{why}"):
+            convert.load_pytorch(path, None)

@@ -1,5 +1,9 @@
 """Original google-research/bert TF checkpoints, written by TensorFlow itself."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -48,21 +52,24 @@ def original_variables(torch_model, prefix_heads=True):
     return out
 
 
-def write_tf_checkpoint(variables, folder, with_optimizer_slots=True):
-    """tf.compat.v1 Saver, graph mode: the checkpoint layout of the original run_pretraining.py."""
+def write_tf_checkpoint(
+    variables, folder, with_optimizer_slots=True, name="bert_model.ckpt", global_step=None
+):
+    """tf.compat.v1 Saver, graph mode: the checkpoint layout of the original run_pretraining.py
+    (which saves `model.ckpt-<global_step>` and a `checkpoint` file naming the newest)."""
     folder.mkdir(parents=True, exist_ok=True)
     graph = tf.Graph()
     with graph.as_default():
-        for name, value in variables.items():
-            tf.compat.v1.get_variable(name, initializer=tf.constant(value))
+        for key, value in variables.items():
+            tf.compat.v1.get_variable(key, initializer=tf.constant(value))
             if with_optimizer_slots:
-                tf.compat.v1.get_variable(name + "/adam_m", initializer=tf.zeros_like(value))
-                tf.compat.v1.get_variable(name + "/adam_v", initializer=tf.zeros_like(value))
+                tf.compat.v1.get_variable(key + "/adam_m", initializer=tf.zeros_like(value))
+                tf.compat.v1.get_variable(key + "/adam_v", initializer=tf.zeros_like(value))
         tf.compat.v1.train.get_or_create_global_step()
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session(graph=graph) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            return saver.save(sess, str(folder / "bert_model.ckpt"))
+            return saver.save(sess, str(folder / name), global_step=global_step)
 
 
 @pytest.mark.parametrize("head", ["BertForPreTraining", "BertForSequenceClassification"])
@@ -112,3 +119,104 @@ def test_tf_checkpoint_missing_head_and_cli(tmp_path, capsys):
     assert "worst max abs difference" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="TF checkpoint"):
         convert.load_tf(tmp_path / "nothing" / "bert_model.ckpt", "BertModel")
+
+
+def _run_convert(*args):
+    """`python -m bert_jax.convert ...` as a user runs it: (exit code, stdout, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax.convert", *map(str, args)], capture_output=True, text=True
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _embeddings(path):
+    return convert.load_pytorch(path, "BertModel")[1]["embeddings"]["word_embeddings"]["embedding"]
+
+
+def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
+    """model.ckpt-N files as run_pretraining.py / run_classifier.py save them: the newest step is
+    read (and named) without TF's `checkpoint` file, or when it names another machine's path;
+    the .index or .data file itself stands for its checkpoint."""
+    cfg = ODD.replace(hidden_act="gelu")
+    variables = original_variables(hf_model(cfg, "BertModel"))
+    folder = tmp_path / "run"
+    for step, scale in ((500, 2.0), (1000, 1.0), (90, 3.0)):  # 90 < 500 < 1000 as numbers
+        write_tf_checkpoint(
+            {k: v * scale for k, v in variables.items()}, folder, False, "model.ckpt", step
+        )
+    cfg.to_json_file(folder / "bert_config.json", original=True)
+    (folder / "checkpoint").unlink()
+    word = variables["bert/embeddings/word_embeddings"]
+    code, out, err = _run_convert(folder, tmp_path / "hf", "--to", "hf", "--model", "BertModel")
+    assert code == 0, err
+    assert "read model.ckpt-1000, the newest step of 3 checkpoints" in out
+    np.testing.assert_array_equal(_embeddings(tmp_path / "hf"), word)
+    # A `checkpoint` file written on the machine that trained: ignored, said so.
+    (folder / "checkpoint").write_text(
+        'model_checkpoint_path: "/home/someone/run/model.ckpt-500"\n'
+        'all_model_checkpoint_paths: "/home/someone/run/model.ckpt-500"\n'
+    )
+    _, params, report = convert.load_tf(folder, "BertModel", return_report=True)
+    np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"], word)
+    assert any("/home/someone/run/model.ckpt-500, not in this folder" in n for n in report.notes)
+    # One naming a checkpoint in the folder is followed.
+    (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-500"\n')
+    _, params = convert.load_tf(folder, "BertModel")
+    np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"], 2 * word)
+    # The files themselves.
+    for name in ("model.ckpt-90.index", "model.ckpt-90.data-00000-of-00001"):
+        assert convert.detect_format(str(folder / name)) == "tf"
+        _, params = convert.load_tf(folder / name, "BertModel")
+        np.testing.assert_array_equal(
+            params["embeddings"]["word_embeddings"]["embedding"], 3 * word
+        )
+    code, _, err = _run_convert(folder / "model.ckpt-90.index", tmp_path / "hf90", "--to", "hf",
+                                "--model", "BertModel")  # fmt: skip
+    assert code == 0, err
+    np.testing.assert_array_equal(_embeddings(tmp_path / "hf90"), 3 * word)
+    code, _, err = _run_convert(tmp_path, tmp_path / "x", "--to", "hf")  # no checkpoint there
+    assert code == 1 and "no recognizable checkpoint" in err
+    # A bert_config.json that does not describe the weights fails before anything is built.
+    original = json.loads((folder / "bert_config.json").read_text())
+    (folder / "bert_config.json").write_text(json.dumps({**original, "num_hidden_layers": 100000}))
+    with pytest.raises(
+        convert.ConversionError,
+        match=rf"bert_config.json: num_hidden_layers=100000, but the weights \(.*model.ckpt-500\) "
+        rf"hold {cfg.num_hidden_layers} layers",
+    ):
+        convert.load_tf(folder, "BertModel")
+
+
+def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
+    """google-research/bert's `gelu` is the tanh form since February 2019: bert_config.json says
+    "gelu" either way. The import says which it assumes (erf) and --hidden-act gelu_new picks
+    the tanh form, which then matches a transformers gelu_new model exactly."""
+    cfg = ODD.replace(hidden_act="gelu_new")
+    torch_model = hf_model(cfg, "BertModel", seed=3)
+    folder = tmp_path / "ckpt"
+    write_tf_checkpoint(original_variables(torch_model), folder, False, "model.ckpt", 7)
+    (folder / "bert_config.json").write_text(
+        json.dumps({**cfg.replace(hidden_act="gelu").to_original_dict()})
+    )
+    code, out, err = _run_convert(folder, tmp_path / "erf", "--to", "hf", "--model", "BertModel")
+    assert code == 0, err
+    assert "erf is assumed" in out and "--hidden-act gelu_new" in out
+    assert json.loads((tmp_path / "erf" / "config.json").read_text())["hidden_act"] == "gelu"
+    code, out, err = _run_convert(
+        folder, tmp_path / "tanh", "--to", "hf", "--model", "BertModel", "--hidden-act", "gelu_new"
+    )
+    assert code == 0, err
+    assert "erf is assumed" not in out and "hidden_act='gelu_new' (given)" in out
+    assert json.loads((tmp_path / "tanh" / "config.json").read_text())["hidden_act"] == "gelu_new"
+    inputs = convert.sample_inputs(cfg, "BertModel")
+    theirs = convert.torch_outputs(torch_model, inputs)["last_hidden_state"]
+    for name, atol_ok in (("tanh", True), ("erf", False)):
+        config, params = convert.load_pytorch(tmp_path / name, "BertModel")
+        ours = convert._jax_outputs(config, params, "BertModel", inputs)["last_hidden_state"]
+        assert (np.max(np.abs(ours - theirs)) < 1e-5) == atol_ok
+    # gelu_new has no unambiguous bert_config.json name: refused, saying what to do.
+    with pytest.raises(ValueError, match="cannot be written to a bert_config.json unambiguously"):
+        cfg.to_json_file(tmp_path / "bert_config.json", original=True)
+    # The flag is for TF checkpoints only: a config.json names its activation.
+    code, _, err = _run_convert(tmp_path / "tanh", tmp_path / "j", "--hidden-act", "gelu")
+    assert code == 1 and "--hidden-act / hidden_act is for TF checkpoints" in err

@@ -1,6 +1,8 @@
 """Embeddings, batch prediction and attention heat maps from saved models."""
 
 import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -229,3 +231,41 @@ def test_bad_inputs(tiny_classifier, tmp_path):
         inference.embed(cfg, params, tok, TEXTS, layers=[-1, 3])
     with pytest.raises(ValueError, match="batch_size must be positive"):
         inference.embed(cfg, params, tok, TEXTS, batch_size=0)
+
+
+def _embed_cli(model, path, out, capsys):
+    """`python -m bert_jax.inference embed` on `path`: (exit code, stderr)."""
+    code = inference.main(
+        ["embed", "--model", str(model), "--input", str(path), "--output", str(out)]
+    )
+    return code, capsys.readouterr().err
+
+
+def test_embed_rows_are_input_lines_and_bad_lines_are_named(tiny_classifier, tmp_path, capsys):
+    # Blank lines at the end (an editor's) are dropped: row i is still line i + 1.
+    (tmp_path / "in.txt").write_text("\r\n".join(TEXTS) + "\n\n \n")
+    code, err = _embed_cli(tiny_classifier, tmp_path / "in.txt", tmp_path / "e.npy", capsys)
+    assert code == 0, err
+    rows = np.load(tmp_path / "e.npy")
+    cfg, params, _, tok = inference.load(str(tiny_classifier), "BertModel")
+    np.testing.assert_allclose(rows, inference.embed(cfg, params, tok, TEXTS), atol=1e-6)
+    # A blank line between texts would shift every later row: refused, naming it.
+    (tmp_path / "gap.txt").write_text(f"{TEXTS[0]}\n{TEXTS[1]}\n\n{TEXTS[2]}\n")
+    code, err = _embed_cli(tiny_classifier, tmp_path / "gap.txt", tmp_path / "g.npy", capsys)
+    assert code == 1 and f"{tmp_path / 'gap.txt'}: line 3 is blank" in err, err
+    assert not (tmp_path / "g.npy").exists()
+    # Bytes that are not UTF-8 are refused naming the line and the byte offset, never replaced.
+    (tmp_path / "latin1.txt").write_bytes(b"to be\nor not caf\xe9 to be\n")
+    code, err = _embed_cli(tiny_classifier, tmp_path / "latin1.txt", tmp_path / "l.npy", capsys)
+    assert code == 1, err
+    assert f"{tmp_path / 'latin1.txt'}: line 2 is not UTF-8: byte offset 16 in the file" in err
+    assert not (tmp_path / "l.npy").exists()
+
+
+@pytest.mark.parametrize("module", ["bert_jax.convert", "bert_jax.inference"])
+def test_command_line_help_prints_no_warning(module):
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
+    )
+    assert "usage:" in proc.stdout
+    assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
