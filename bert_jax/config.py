@@ -358,6 +358,12 @@ class BertConfig(EncoderConfig):
             raise ValueError(f"{path} does not hold a JSON object")
         if "model_type" in d or "pad_token_id" in d or "layer_norm_eps" in d:
             return cls.from_hf_dict(d)
+        missing = [k for k in _ORIGINAL_FIELDS if k not in d]
+        if missing:
+            raise ValueError(
+                f"{path} is no model config: it has no model_type, and as google-research/bert's "
+                f"bert_config.json it lacks {missing}"
+            )
         return cls.from_original_dict(d)
 
     def to_json_file(self, path: str | os.PathLike, *, original: bool = False, architecture=None):

@@ -25,13 +25,16 @@ a short row, an empty file. Texts longer than `max_seq_length` are truncated and
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import math
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from absl import logging
@@ -180,7 +183,62 @@ def open_text(path: str | os.PathLike) -> io.StringIO:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text (invalid byte at offset {e.start})") from None
+    if _reads is not None:
+        _reads[os.path.abspath(path)] = {
+            "bytes": len(raw),
+            "sha256": hashlib.sha256(raw).hexdigest(),
+        }
     return io.StringIO(text, newline="")
+
+
+# The files `open_text` read inside `record_reads()` (None outside it).
+_reads: dict[str, dict] | None = None
+
+
+@contextlib.contextmanager
+def record_reads() -> Iterator[dict[str, dict]]:
+    """Collects the identity of every file `open_text` reads inside the block: {absolute path:
+    {"bytes": size, "sha256": hex digest of the content}} (what a fine-tuning run read, so that
+    a rerun can tell whether its data changed)."""
+    global _reads
+    outer, _reads = _reads, {}
+    try:
+        yield _reads
+    finally:
+        _reads = outer
+
+
+def csv_rows(f, path: str, *, tsv: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """(line, fields) of each row of a CSV (standard quoting) or TSV (tab-separated, no quoting)
+    text, the header included; `line` is the 1-based line where the row starts.
+
+    A field may be as long as the file (a long document is legitimate input: the csv module's
+    128 KB field limit is lifted). A malformed row raises ValueError naming `path` and the line.
+    """
+    _lift_csv_field_limit()
+    rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(f)
+    start = 1
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            kind = "TSV" if tsv else "CSV"
+            raise ValueError(f"{path}:{start}: malformed {kind} row: {e}") from None
+        yield start, row
+        start = rows.line_num + 1
+
+
+def _lift_csv_field_limit() -> None:
+    """Lets a CSV field be as long as a file (the csv module's limit is process-wide)."""
+    limit = sys.maxsize
+    while limit > csv.field_size_limit():
+        try:
+            csv.field_size_limit(limit)
+            return
+        except OverflowError:  # a C long of 32 bits (Windows)
+            limit //= 2
 
 
 def tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool = False):
@@ -260,24 +318,23 @@ def _iter_records(path: str, fmt: str, columns: Sequence[str]):
                     )
                 yield line, {c: _json_value(record[c]) for c in columns}
             return
-        if fmt == "csv":
-            rows = csv.reader(f)
-        else:
-            rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(rows, None)
+        rows = csv_rows(f, path, tsv=fmt == "tsv")
+        _, header = next(rows, (0, None))
         if header is None:
             raise ValueError(f"{path} is empty")
         missing = [c for c in columns if c not in header]
         if missing:
             raise ValueError(f"{path}: the header lacks the column(s) {missing}; it has {header}")
         index = {c: header.index(c) for c in columns}
-        for row in rows:
-            line = rows.line_num
+        for line, row in rows:
             if not row or not any(field.strip() for field in row):
                 continue
             if len(row) != len(header):
+                hint = ""
+                if any("\n" in field for field in row):
+                    hint = " (a field runs over several lines: a quote left open?)"
                 raise ValueError(
-                    f"{path}:{line}: {len(row)} field(s), but the header has {len(header)}"
+                    f"{path}:{line}: {len(row)} field(s), but the header has {len(header)}{hint}"
                 )
             yield line, {c: row[i] for c, i in index.items()}
 

@@ -5,8 +5,8 @@
       --config.finetune.text_columns=question,answer --config.finetune.label_column=label
 
 Texts come from the 1 or 2 named columns; labels are collected from the training file (sorted), or
-read as floats with `regression=True`. A dev/test file without the label column is predicted,
-not scored.
+read as floats with `regression=True`. A test file without the label column is predicted, not
+scored; a dev file must have it (it is there to be scored).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from bert_jax.data import text_io
 from bert_jax.finetune.task import (
     FinetuneTask,
+    file_columns,
     has_column,
     score_sequence,
     sequence_data,
@@ -91,8 +92,16 @@ def load(ft, tokenizer):
     splits = {"train": text_io.read_records(train_path, dataset)}
     for which, split in ((1, "dev"), (2, "test")):
         path = split_file(ft, which, FILES)
+        explicit = (ft.dev_file, ft.test_file)[which - 1]
+        if explicit and not os.path.isfile(explicit):
+            raise FileNotFoundError(f"finetune.{split}_file: no such file: {explicit}")
         if path and os.path.exists(path):
             labelled = has_column(path, ft.label_column)
+            if split == "dev" and not labelled:  # a dev set is there to be scored
+                raise ValueError(
+                    f"{path}: the dev file has no label column {ft.label_column!r} "
+                    f"(finetune.label_column); its columns are {file_columns(path)}"
+                )
             splits[split] = text_io.read_records(path, dataset, labelled=labelled)
     return sequence_data(splits, dataset, ft, tokenizer)
 

@@ -38,7 +38,6 @@ a short row, an empty file.
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Iterable, Sequence
 
@@ -52,6 +51,7 @@ from bert_jax.data.text_io import (
     TextExample,
     as_str,
     check_on_bad_row,
+    csv_rows,
     open_text,
     tfds_builder,
     tfds_records,
@@ -262,7 +262,7 @@ def read_glue_tsv(
     stats = stats if stats is not None else ReadStats()
     examples = []
     with open_text(path) as f:
-        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        rows = (row for _, row in csv_rows(f, path, tsv=True))  # one line a row: no quoting
         header = next(rows, None)
         if header is None:
             raise ValueError(f"{path} is empty")

@@ -20,7 +20,11 @@ default), the final one ("last"), or nothing ("none"), exported (bert_jax format
 transformers directory with `export_hf_at_end`). A finished seed's training checkpoints are
 removed. `<workdir>/results.json` holds every finished seed's final dev metrics (and
 `test_<metric>` where the test set is labelled) and their mean and std, rewritten as each seed
-finishes; a rerun in the same workdir skips the seeds it lists.
+finishes. `<workdir>/settings.json`, written before training, holds what decides them: the
+config (but for bookkeeping fields such as the seeds) and the size and SHA-256 of every data file
+read (`run_record`). A rerun in the same workdir with the same settings and data skips the seeds
+results.json lists; one with other settings or data is refused, naming each difference, while
+the workdir holds finished seeds or training checkpoints (else it starts afresh).
 
 Batches (`finetune.batching`): "bucketed" draws each batch from one length bucket (fewer padded
 tokens, faster); "shuffled" draws rows at random as google-research/bert does; docs/finetuning.md
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,7 +57,7 @@ from bert_jax import (
     sharding,
     tokenization,
 )
-from bert_jax.data import batching
+from bert_jax.data import batching, text_io
 from bert_jax.export import export
 from bert_jax.families import get_model_class
 from bert_jax.finetune import tasks
@@ -306,22 +311,31 @@ def train_and_evaluate(
     all) -> per seed: starting state (the encoder with a new head) -> Trainer with hooks -> final
     evaluation and export.
 
-    Seeds listed in `<workdir>/results.json` (an earlier run's, written as each seed finished)
-    are not trained again.
+    Settings that could only fail later are refused first (`check_config`, `check_init_from`,
+    the eval batch against the mesh). Seeds listed in `<workdir>/results.json` (an earlier run's,
+    written as each seed finished) are not trained again; an earlier run with other settings or
+    data is refused (`_start_results`).
 
     Returns:
       {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}, the
       earlier run's seeds included.
     """
+    seeds = check_config(config)
     if mode == "compile":
         return compile_for_topology(config, topology or config.topology, hlo_out)
     ft = config.finetune
     task = tasks.get_task(ft.name)
+    check_init_from(config.init_from)
     tokenizer = find_tokenizer(config)
-    data = task.load(ft, tokenizer)
+    with text_io.record_reads() as data_files:
+        data = task.load(ft, tokenizer)
     bert_config, encoder = starting_point(config, data, tokenizer)
     features = train_features(task, data, ft)
-    seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
+    if batching.num_rows(features) < config.global_batch_size:
+        raise ValueError(
+            f"global_batch_size={config.global_batch_size} is more than the "
+            f"{batching.num_rows(features)} training rows: no training step"
+        )
     steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch  # every seed's
     with config.unlocked():
         config.seed = seeds[0]  # the Experiment's default seed; each run passes its own
@@ -332,10 +346,15 @@ def train_and_evaluate(
         data.objective,
         steps_per_epoch * ft.num_epochs,
     )
+    if ft.eval_batch_size % sharding.data_parallel_size(exp.mesh):
+        raise ValueError(
+            f"finetune.eval_batch_size={ft.eval_batch_size} does not split over the "
+            f"{sharding.data_parallel_size(exp.mesh)} data-parallel devices"
+        )
     if mode == "shardings":
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return {"task": ft.name, "seeds": {}}
-    results = _read_results(workdir, ft.name)
+    results = _start_results(workdir, run_record(config, data_files), seeds)
     for seed in seeds:
         if str(seed) in results["seeds"]:
             logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
@@ -360,14 +379,49 @@ BATCHING = {
 KEEP = ("best", "last", "none")
 
 
+def check_config(config) -> list[int]:
+    """Refuses, before any data is read, the settings that could only fail later (or train
+    nothing): a batch size, epoch count or seed list that is not a positive count or list, an
+    unknown `finetune.batching` or `finetune.keep`. Returns the seeds."""
+    ft = config.finetune
+    for field, value in (
+        ("global_batch_size", config.global_batch_size),
+        ("num_microbatches", config.num_microbatches),
+        ("finetune.num_epochs", ft.num_epochs),
+        ("finetune.eval_batch_size", ft.eval_batch_size),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{field}={value!r}: must be a whole number >= 1")
+    if ft.batching not in BATCHING:
+        raise ValueError(f"finetune.batching={ft.batching!r}; expected one of {list(BATCHING)}")
+    if ft.keep not in KEEP:
+        raise ValueError(f"finetune.keep={ft.keep!r}; expected one of {KEEP}")
+    try:
+        seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"finetune.seeds={ft.seeds!r}: expected distinct whole numbers, e.g. '0' or '0,1,2'"
+        )
+    return seeds
+
+
+def check_init_from(path: str) -> None:
+    """Reads the model config of an `init_from` directory before any data (a config.json that
+    is no model config is refused at once, naming the file and what it lacks)."""
+    if not path or not os.path.isdir(path) or os.path.isdir(os.path.join(path, "checkpoints")):
+        return  # a URL, a TF checkpoint prefix, a train.py workdir: the loader checks them
+    if any(os.path.isfile(os.path.join(path, f)) for f in ("config.json", "bert_config.json")):
+        families.config_from_json_file(path)
+
+
 def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
     """The training batches of one seed: `num_epochs` epochs of shuffled global batches, drawn
     from one length bucket each with `finetune.batching="bucketed"` (not packed rows); each is cut
     to the bucket of its longest row with `bucket_lengths`. `host_rows`: this process's rows of
     each (None: all)."""
     ft = config.finetune
-    if ft.batching not in BATCHING:
-        raise ValueError(f"finetune.batching={ft.batching!r}; expected one of {list(BATCHING)}")
     buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
     return batching.EpochIterator(
         features,
@@ -409,8 +463,6 @@ class SeedRun:
     def train_and_evaluate(self) -> dict[str, float] | None:
         """The final metrics, or None when a signal stopped the run before its last step."""
         config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
-        if ft.keep not in KEEP:
-            raise ValueError(f"finetune.keep={ft.keep!r}; expected one of {KEEP}")
         buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
         host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
         train_iter = _train_batches(config, self.features, seed, host_rows)
@@ -526,16 +578,120 @@ def _megabytes(path) -> float:
     return sum(_megabytes(p) for p in path.iterdir())
 
 
-def _read_results(workdir, task: str) -> dict[str, Any]:
-    """The results.json of an earlier run of `task` in `workdir` (its finished seeds), or an
-    empty one."""
-    path = as_path(workdir) / "results.json"
-    if path.exists():
-        results = json.loads(path.read_text())
-        if results.get("task") == task:
-            return {"task": task, "seeds": results.get("seeds", {})}
-        logging.warning("%s holds results of task %s: rewritten", path, results.get("task"))
-    return {"task": task, "seeds": {}}
+# Config fields that change no seed's results: a rerun may change them and still reuse the
+# finished seeds (prefixes of the dotted names).
+BOOKKEEPING = (
+    "finetune.seeds",
+    "finetune.keep",
+    "seed",
+    "log_every_steps",
+    "checkpoint_every_steps",
+    "max_checkpoints_to_keep",
+    "async_checkpointing",
+    "export_hf_at_end",
+    "model_card",
+    "topology",
+)
+
+
+def run_record(config, data_files: Mapping[str, dict]) -> dict[str, Any]:
+    """What decides a run's results, as results.json keeps it: the task, every config field
+    but the `BOOKKEEPING` ones ({dotted name: JSON value}), and the data files read ({absolute
+    path: {"bytes", "sha256"}}: `text_io.record_reads`)."""
+    fields = {
+        k: v
+        for k, v in _flat(json.loads(config.to_json_best_effort())).items()
+        if not any(k == b or k.startswith(b + ".") for b in BOOKKEEPING)
+    }
+    return {"task": config.finetune.name, "config": fields, "data": dict(data_files)}
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def record_differences(earlier: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """How `record` (`run_record`) differs from an earlier run's (its settings.json): "field:
+    old -> new" for config fields, "data file PATH: ..." for the files read."""
+    if "config" not in earlier:
+        return ["settings.json is missing (an older version wrote the results)"]
+    old, new = earlier["config"], record["config"]
+    absent = "(absent)"
+    changes = [
+        f"{k}: {old.get(k, absent)!r} -> {new.get(k, absent)!r}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k, absent) != new.get(k, absent)
+    ]
+    old, new = earlier.get("data", {}), record["data"]
+    for path in sorted(set(old) | set(new)):
+        if path not in new:
+            changes.append(f"data file {path}: read before, not now")
+        elif path not in old:
+            changes.append(f"data file {path}: not read before")
+        elif old[path] != new[path]:
+            a, b = old[path]["bytes"], new[path]["bytes"]
+            size = f"{a:,} -> {b:,} bytes" if a != b else f"same size ({a:,} bytes)"
+            changes.append(f"data file {path}: its content changed, {size}")
+    return changes
+
+
+def _start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """The results of this run so far: the finished seeds of an earlier run in `workdir`
+    (results.json) when it had the same settings and data (`<workdir>/settings.json`, the
+    `run_record` each run writes before training), else none.
+
+    Raises:
+      ValueError: the workdir holds finished seeds or training checkpoints of a run with other
+        settings or data (or of a version that recorded none), naming every difference; nothing
+        of it is overwritten.
+    """
+    results_path = as_path(workdir) / "results.json"
+    settings_path = as_path(workdir) / "settings.json"
+    earlier = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results = {"task": record["task"], "seeds": {}}
+    if settings_path.exists() or earlier:
+        settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+        changes = record_differences(settings, record)
+        finished = sorted(earlier.get("seeds", {}), key=int)
+        if not changes:
+            results["seeds"] = earlier.get("seeds", {})
+        elif finished or _checkpoint_dirs(workdir, seeds):
+            checkpoints = _checkpoint_dirs(workdir, seeds)
+            what = [f"finished seed(s) {', '.join(finished)} in {results_path}"] if finished else []
+            what += [f"training checkpoints in {c}" for c in checkpoints]
+            paths = [str(results_path)] * bool(finished) + checkpoints
+            raise ValueError(
+                f"{workdir} holds an earlier run ({'; '.join(what)}) with other settings, which "
+                f"this run would take for its own: {'; '.join(changes)}. Use another --workdir, "
+                f"or remove {' and '.join(paths)} to start afresh"
+            )
+        else:
+            logging.warning("%s: an earlier run of other settings finished nothing", workdir)
+    if jax.process_index() == 0:
+        _write_json(settings_path, record)
+    return results
+
+
+def _checkpoint_dirs(workdir, seeds: list[int]) -> list[str]:
+    """The training-checkpoint directories in `workdir` a run of `seeds` would resume from."""
+    dirs = [as_path(workdir)] + [as_path(workdir) / f"seed_{s}" for s in seeds]
+    found = [d / "checkpoints" for d in dirs]  # experiment.checkpointer's directory
+    return [str(c) for c in found if c.exists() and any(c.iterdir())]
+
+
+def _write_json(path, value) -> None:
+    """Writes `path` whole (a reader or a crash never sees half of it)."""
+    path = as_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / (path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2))
+    tmp.replace(path)
 
 
 def _write_results(results: dict[str, Any], workdir: str, announce: bool = True) -> None:
@@ -548,10 +704,7 @@ def _write_results(results: dict[str, Any], workdir: str, announce: bool = True)
     results["mean"] = {k: float(np.mean([r[k] for r in per_seed])) for k in keys}
     results["std"] = {k: float(np.std([r[k] for r in per_seed])) for k in keys}
     if jax.process_index() == 0:
-        path = as_path(workdir) / "results.json"
-        tmp = path.parent / (path.name + ".tmp")
-        tmp.write_text(json.dumps(results, indent=2))
-        tmp.replace(path)
+        _write_json(as_path(workdir) / "results.json", results)
         for k in keys if announce else ():
             split = "" if k.startswith("test_") else "dev "
             print(

