@@ -31,9 +31,11 @@ Leaf module: stores pytrees; knows nothing of the model.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import re
+import threading
 import time
 import zlib
 from typing import Any
@@ -55,12 +57,22 @@ _OUTCOMES[OTHER] = "other error"
 # Tensorstore/Orbax/grain messages of damaged files, and of storage that may come back.
 _CORRUPT_RE = re.compile(
     r"DATA_LOSS|NOT_FOUND|does not exist|was not found in the checkpoint|Error decoding|"
-    r"[Uu]nexpected end|[Tt]runcated"
+    r"[Uu]nexpected end|[Tt]runcated|OUT_OF_RANGE|Requested byte range"
 )
 _TRANSIENT_RE = re.compile(
     r"UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|ABORTED|timed out|[Cc]onnection reset"
 )
+# Orbax writes a save to `<step>.orbax-checkpoint-tmp[-<n>]` and renames it when complete.
+_TMP_MARK = ".orbax-checkpoint-tmp"
 _PROCESS_FILE_RE = re.compile(r"^process_(\d+)-of-(\d+)\.json$")
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (a full disk, no permission, storage down).
+
+    Its unfinished temporary directory has been removed; the checkpoints before it are intact,
+    and rerunning resumes from the newest of them once the cause is fixed.
+    """
 
 
 class RestoreError(RuntimeError):
@@ -71,14 +83,41 @@ class RestoreError(RuntimeError):
     """
 
 
-def classify_restore_error(error: BaseException) -> int:
-    """CORRUPT, TRANSIENT or OTHER for an exception raised while restoring a checkpoint."""
+def error_chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from (`__cause__`, or `__context__` where Python
+    shows it), outermost first: Orbax wraps tensorstore's message in a generic one."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not e for e in chain) and len(chain) < 32:
+        chain.append(error)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return chain
+
+
+def describe_error(error: BaseException, limit: int = 500) -> str:
+    """'Type: message' of the innermost exception of `error`'s chain (the cause), cut to
+    `limit` characters."""
+    root = error_chain(error)[-1]
+    text = f"{type(root).__name__}: {root}"
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _classify_one(error: BaseException) -> int:
     text = f"{type(error).__name__}: {error}"
     if isinstance(error, (TimeoutError, ConnectionError)) or _TRANSIENT_RE.search(text):
         return TRANSIENT
     if isinstance(error, (json.JSONDecodeError, FileNotFoundError, EOFError)):
         return CORRUPT
     return CORRUPT if _CORRUPT_RE.search(text) else OTHER
+
+
+def classify_restore_error(error: BaseException) -> int:
+    """CORRUPT, TRANSIENT or OTHER for an exception raised while restoring a checkpoint.
+
+    Every exception of its chain counts (`error_chain`): a transient one anywhere makes it
+    TRANSIENT (retrying moves nothing), else a corrupt one makes it CORRUPT, else OTHER.
+    """
+    codes = {_classify_one(e) for e in error_chain(error)}
+    return TRANSIENT if TRANSIENT in codes else CORRUPT if CORRUPT in codes else OTHER
 
 
 def _common_position(data_iterator) -> dict | None:
@@ -162,7 +201,16 @@ def read_meta(directory, step: int) -> dict:
 
 
 class RunCheckpointError(ValueError):
-    """A run's checkpoint cannot be read as parameters (none there, no readable meta, corrupt)."""
+    """A run's checkpoint cannot be read as parameters (none there, no readable meta, corrupt).
+
+    Attributes:
+      corrupt: whether its files are damaged or missing (`classify_restore_error`), as opposed
+        to absent or of another layout.
+    """
+
+    def __init__(self, message: str, *, corrupt: bool = False):
+        super().__init__(message)
+        self.corrupt = corrupt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,12 +232,16 @@ class RunParams:
 
 
 def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunParams | None:
-    """The parameters of a run's checkpoint (the newest when `step` is None); the optimizer
-    state stays on disk (a partial restore).
+    """The parameters of a run's checkpoint (the newest complete one when `step` is None); the
+    optimizer state stays on disk (a partial restore).
+
+    With `step` None, a newest checkpoint whose files are damaged or missing is passed over for
+    the one before it, with a warning naming it; reading moves nothing (the next `train.py` run
+    in the directory sets it aside as `corrupt-<step>`).
 
     Args:
       workdir: a `train.py` run directory (`<workdir>/checkpoints/<step>`).
-      step: the checkpoint's step, or None for the newest.
+      step: the checkpoint's step, or None for the newest complete one.
       targets: None to read host numpy arrays, whatever mesh wrote them; or the parameters to
         fill, as `jax.ShapeDtypeStruct`s with `.sharding` (every host reads only the pieces its
         devices hold; a stored dtype is cast to the target's).
@@ -199,25 +251,59 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
       their tree and shapes (another head, or layers stacked differently).
 
     Raises:
-      RunCheckpointError: no checkpoint (of that step), no readable meta, or corrupt arrays.
+      RunCheckpointError: no checkpoint (of that step), no readable meta, or corrupt arrays
+        (of every checkpoint, when `step` is None).
     """
     root = run_checkpoints(os.path.abspath(os.fspath(workdir)))
     steps = saved_steps(root)
     if not steps:
         raise RunCheckpointError(f"no training checkpoints in {root}")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise RunCheckpointError(f"no checkpoint for step {step} in {root}; there are {steps}")
+    if step is not None:
+        if step not in steps:
+            raise RunCheckpointError(f"no checkpoint for step {step} in {root}; there are {steps}")
+        return _read_step_params(root, step, targets)
+    damaged: list[str] = []
+    for candidate in reversed(steps):
+        try:
+            run = _read_step_params(root, candidate, targets, check_rest=targets is None)
+        except RunCheckpointError as e:
+            if not e.corrupt:
+                raise
+            damaged.append(f"{candidate} ({e})")
+            continue
+        if damaged:
+            logging.warning(
+                "%s: reading checkpoint %d, the newest complete one; passed over as damaged: "
+                "%s. Nothing was moved: the next train.py run in this directory sets damaged "
+                "checkpoints aside as corrupt-<step>",
+                root,
+                candidate,
+                "; ".join(damaged),
+            )
+        return run
+    raise RunCheckpointError(
+        f"every checkpoint in {root} is damaged: {'; '.join(damaged)}", corrupt=True
+    )
+
+
+def _read_step_params(root, step: int, targets, *, check_rest=False) -> RunParams | None:
+    """`read_run_params` of one existing step (`_restore_params` for `check_rest`)."""
     try:
         meta = read_meta(root, step)
         config, head = meta["config"], meta["model"]
     except (OSError, json.JSONDecodeError, KeyError) as e:
-        raise RunCheckpointError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
+        raise RunCheckpointError(
+            f"checkpoint {step} in {root} has no readable meta ({e})",
+            corrupt=not isinstance(e, KeyError),
+        ) from e
     state_path = os.fspath(item_path(root, step, "state"))
     restore_args = None
     if targets is not None:
-        with ocp.PyTreeCheckpointer() as ckptr:
-            stored = ckptr.metadata(state_path).item_metadata.tree.get("params")
+        try:
+            with ocp.PyTreeCheckpointer() as ckptr:
+                stored = ckptr.metadata(state_path).item_metadata.tree.get("params")
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            raise _unreadable(state_path, e) from e
         shape_of = lambda x: tuple(x.shape)  # noqa: E731
         try:
             same = jax.tree_util.tree_map(shape_of, stored) == jax.tree_util.tree_map(
@@ -235,29 +321,62 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
                 targets,
             )
         }
-    return RunParams(_restore_params(state_path, restore_args), config, head, step)
+    params = _restore_params(state_path, restore_args, check_rest=check_rest)
+    return RunParams(params, config, head, step)
 
 
-def _restore_params(state_path: str, restore_args) -> Any:
+def _unreadable(state_path: str, error: BaseException) -> RunCheckpointError:
+    """The RunCheckpointError of a state that Orbax could not read."""
+    corrupt = classify_restore_error(error) == CORRUPT
+    return RunCheckpointError(
+        f"cannot read {state_path}: {'corrupt or incomplete' if corrupt else 'error'} "
+        f"({describe_error(error)})",
+        corrupt=corrupt,
+    )
+
+
+def _restore_params(state_path: str, restore_args, *, check_rest: bool = False) -> Any:
     """The `params` subtree of a checkpoint's state, each leaf as `restore_args` (a tree of
-    `ocp.RestoreArgs`, or None: host numpy)."""
+    `ocp.RestoreArgs`, or None: host numpy). With `check_rest`, every other item of the state
+    (optimizer state, step, RNG) is read first, one top-level item at a time, and dropped: a
+    checkpoint whose files are damaged anywhere is refused, as resuming from it would be."""
     try:
         with ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.metadata(state_path).item_metadata.tree
-            wanted = {"params": tree["params"]}
-            if restore_args is None:
-                restore_args = jax.tree_util.tree_map(
-                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
+            as_numpy = lambda t: jax.tree_util.tree_map(  # noqa: E731
+                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), t
+            )
+            for key in [k for k in tree if k != "params"] if check_rest else []:
+                wanted = {key: tree[key]}
+                ckptr.restore(
+                    state_path,
+                    args=ocp.args.PyTreeRestore(
+                        item=wanted, restore_args=as_numpy(wanted), partial_restore=True
+                    ),
                 )
+            wanted = {"params": tree["params"]}
             state = ckptr.restore(
                 state_path,
                 args=ocp.args.PyTreeRestore(
-                    item=wanted, restore_args=restore_args, partial_restore=True
+                    item=wanted,
+                    restore_args=as_numpy(wanted) if restore_args is None else restore_args,
+                    partial_restore=True,
                 ),
             )
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
-        raise RunCheckpointError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
+        raise _unreadable(state_path, e) from e
     return state["params"]
+
+
+def _join_orbax_threads(timeout_s: float = 60.0) -> None:
+    """Waits up to `timeout_s` for Orbax's background threads (the other items of a save that
+    failed) to end, so that none writes after its directory is removed or the process exits."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and type(thread).__module__.startswith(
+            "orbax."
+        ):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Checkpointer:
@@ -279,6 +398,8 @@ class Checkpointer:
         async_save: bool = True,
     ):
         self.directory = as_path(directory)
+        self._pending: int | None = None  # the step of a save that may still be in flight
+        self._note_unfinished_saves()
         self._options = dict(
             max_to_keep=max_to_keep,
             enable_async_checkpointing=async_save,
@@ -326,18 +447,89 @@ class Checkpointer:
                 items["data_position"] = ocp.args.JsonSave(position)
         if meta is not None:
             items["meta"] = ocp.args.JsonSave(meta)
-        saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        self._finish()  # the previous save's failure is named as its own
+        try:
+            saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            raise self._save_failed(step, e) from e
         if saved:
+            self._pending = step
             logging.info("saving checkpoint %d to %s", step, self.directory)
         return saved
 
     def wait(self) -> None:
-        """Blocks until pending asynchronous saves are on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until pending asynchronous saves are on disk.
+
+        Raises:
+          CheckpointSaveError: the save failed (its step, path and cause in one line).
+        """
+        self._finish()
+
+    def check(self) -> None:
+        """Raises CheckpointSaveError at once if a background save has failed; never blocks
+        (a run calls it every step, so that a failed save stops it at the next step)."""
+        if self._pending is not None and not self._manager.is_saving_in_progress():
+            self._finish()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self._finish()
+        finally:
+            self._manager.close()
+
+    def _finish(self) -> None:
+        """Waits for the save in flight; a failure becomes a CheckpointSaveError."""
+        step, self._pending = self._pending, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            raise self._save_failed(step, e) from e
+
+    def _save_failed(self, step: int | None, error: BaseException) -> CheckpointSaveError:
+        """The one-line error of a failed save of `step`, after its temporary directory is
+        removed (process 0)."""
+        full = any(
+            getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)
+            for e in error_chain(error)
+        )
+        _join_orbax_threads()  # the save's other writers would recreate what is removed
+        removed = self._remove_unfinished(step) if step is not None else []
+        cause = "No space left on device" if full else "error"
+        return CheckpointSaveError(
+            f"checkpoint {step}: saving to {self.directory / str(step)} failed: {cause} "
+            f"({describe_error(error, 300)}). "
+            + (f"Removed the unfinished {', '.join(removed)}. " if removed else "")
+            + f"Checkpoints kept: {self.all_steps() or 'none'}; rerunning resumes from the "
+            "newest once the cause is fixed"
+        )
+
+    def _remove_unfinished(self, step: int) -> list[str]:
+        """Removes `step`'s temporary save directories (process 0); their names."""
+        if jax.process_index() != 0 or not self.directory.is_dir():
+            return []
+        removed = []
+        for path in self.directory.iterdir():
+            if path.name.startswith(f"{step}{_TMP_MARK}"):
+                try:
+                    path.rmtree()
+                    removed.append(path.name)
+                except OSError as e:
+                    logging.warning("could not remove %s: %s", path, e)
+        return removed
+
+    def _note_unfinished_saves(self) -> None:
+        """Logs the temporary directories of saves that never completed (Orbax removes them
+        when the manager starts: `cleanup_tmp_directories`)."""
+        if jax.process_index() != 0 or not self.directory.is_dir():
+            return
+        unfinished = sorted(p.name for p in self.directory.iterdir() if _TMP_MARK in p.name)
+        if unfinished:
+            logging.warning(
+                "%s: removing unfinished save(s) %s (a run stopped, or failed, while writing "
+                "them; they are not checkpoints)",
+                self.directory,
+                ", ".join(unfinished),
+            )
 
     # ---- restoring ----
     def restore(self, step: int, abstract_state: PyTree, *, data_iterator=None):
@@ -398,7 +590,9 @@ class Checkpointer:
                     return step, state, meta
                 if set(codes) <= {OK, TRANSIENT} and attempt < retries:
                     logging.warning(
-                        "checkpoint %d: transient error (%s); retrying", step, str(error)[:300]
+                        "checkpoint %d: transient error (%s); retrying",
+                        step,
+                        describe_error(error, 300),
                     )
                     time.sleep(backoff_s * 2**attempt)
                     continue
@@ -407,7 +601,11 @@ class Checkpointer:
                 self._quarantine(step, error)
                 continue
             outcomes = ", ".join(f"process {i}: {_OUTCOMES[c]}" for i, c in enumerate(codes))
-            detail = f" ({type(error).__name__}: {str(error)[:500]})" if error else ""
+            detail = ""
+            if error is not None:
+                outer = f"{type(error).__name__}: {str(error)[:300]}"
+                root = describe_error(error)
+                detail = f" ({outer})" if root.startswith(outer) else f" ({outer}; cause: {root})"
             raise RestoreError(
                 f"checkpoint {step} in {self.directory} cannot be restored [{outcomes}]"
                 f"{detail}. Nothing was moved or deleted; fix the cause and rerun"
@@ -459,11 +657,10 @@ class Checkpointer:
             dst = self.directory / f"corrupt-{step}-{n}"
         logging.error(
             "checkpoint %d in %s cannot be restored on any process: its files are corrupt or "
-            "missing (%s: %s); moving it to %s (kept) and trying the previous one",
+            "missing (%s); moving it to %s (kept) and trying the previous one",
             step,
             self.directory,
-            type(error).__name__,
-            str(error)[:500],
+            describe_error(error),
             dst,
         )
         multihost.barrier(f"quarantine-{step}")
