@@ -1,7 +1,7 @@
 """The import graph of bert_jax, one way only (docs/architecture.md draws it):
 
 activations <- config; paths <- config, tokenization, losses, optimizer, sharding, checkpointing,
-  flops, preemption, summaries
+  run_lock, flops, preemption, summaries
   <- attention <- model <- modernbert (a second family on model's blocks) <- families
   <- objectives <- steps <- experiment <- loop
   <- convert (checkpointing, config, model, families, hf_flax: transformers' Flax files,
@@ -44,6 +44,7 @@ LEAVES = {
     "optimizer",
     "sharding",
     "checkpointing",
+    "run_lock",
     "flops",
     "preemption",
     "summaries",
