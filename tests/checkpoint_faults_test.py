@@ -37,7 +37,7 @@ def damage_largest_array_file(workdir, step, how):
         os.path.join(root, f)
         for root, _, names in os.walk(workdir / "checkpoints" / str(step) / "state")
         for f in names
-        if os.path.basename(root) == "d"
+        if os.path.basename(root) == "d" and "ocdbt.process_" in root
     ]
     largest = max(files, key=os.path.getsize)
     if how == "truncate":
