@@ -15,15 +15,21 @@ for a checkpoint.
 
 Restoring never loses progress. Each failure is told apart, and every process must agree:
 
-1. corrupt or missing files (truncated arrays, undecodable JSON, a missing item) on every
-   process: the checkpoint is moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept, never
-   deleted) and the previous one is tried;
+1. corrupt or missing files (truncated or deleted arrays, undecodable JSON, a missing item) on
+   every process: the checkpoint is moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept,
+   never deleted) and the previous one is tried. Orbax wraps tensorstore's message (OUT_OF_RANGE,
+   "Truncated Zstd-compressed stream") in a generic one, so the whole `__cause__` chain is read;
 2. transient I/O errors (timeouts, unavailable storage): retried a few times, then the run stops;
 3. anything else (a shape that does not match the config, processes that disagree, a checkpoint
    of another number of processes without a shared data position): the run stops with a
    `RestoreError` naming the cause, and nothing is moved or deleted.
 
 A run never starts from scratch while a checkpoint (even one set aside as corrupt) exists.
+
+Only a training run moves checkpoints: `read_run_params` (convert, inference, from_pretrained of
+a run directory) passes over a damaged newest checkpoint with a warning and moves nothing. A
+save that fails (a full disk) raises `CheckpointSaveError` at the next `check`, `save`, `wait`
+or `close`, in one line (step, path, cause), after removing its temporary directory.
 
 Leaf module: stores pytrees; knows nothing of the model.
 """
