@@ -27,7 +27,8 @@ Restoring never loses progress. Each failure is told apart, and every process mu
 A run never starts from scratch while a checkpoint (even one set aside as corrupt) exists.
 
 Only a training run moves checkpoints: `read_run_params` (convert, inference, from_pretrained of
-a run directory) passes over a damaged newest checkpoint with a warning and moves nothing. A
+a run directory) reads the parameters only, passes over a newest checkpoint whose parameters are
+damaged with a warning, and moves nothing. A
 save that fails (a full disk) raises `CheckpointSaveError` at the next `check`, `save`, `wait`
 or `close`, in one line (step, path, cause), after removing its temporary directory.
 
@@ -238,16 +239,18 @@ class RunParams:
 
 
 def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunParams | None:
-    """The parameters of a run's checkpoint (the newest complete one when `step` is None); the
+    """The parameters of a run's checkpoint (the newest that reads when `step` is None); the
     optimizer state stays on disk (a partial restore).
 
-    With `step` None, a newest checkpoint whose files are damaged or missing is passed over for
-    the one before it, with a warning naming it; reading moves nothing (the next `train.py` run
-    in the directory sets it aside as `corrupt-<step>`).
+    With `step` None, a newest checkpoint whose parameters' files (or meta) are damaged or
+    missing is passed over for the one before it, with a warning naming it; reading moves
+    nothing (the next `train.py` run in the directory sets it aside as `corrupt-<step>`). Only
+    the parameters are read, so damage confined to the optimizer state goes unseen here: the
+    weights read are whole, though a training run would resume from an earlier step.
 
     Args:
       workdir: a `train.py` run directory (`<workdir>/checkpoints/<step>`).
-      step: the checkpoint's step, or None for the newest complete one.
+      step: the checkpoint's step, or None for the newest whose parameters read.
       targets: None to read host numpy arrays, whatever mesh wrote them; or the parameters to
         fill, as `jax.ShapeDtypeStruct`s with `.sharding` (every host reads only the pieces its
         devices hold; a stored dtype is cast to the target's).
@@ -271,7 +274,7 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
     damaged: list[str] = []
     for candidate in reversed(steps):
         try:
-            run = _read_step_params(root, candidate, targets, check_rest=targets is None)
+            run = _read_step_params(root, candidate, targets)
         except RunCheckpointError as e:
             if not e.corrupt:
                 raise
@@ -279,7 +282,8 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
             continue
         if damaged:
             logging.warning(
-                "%s: reading checkpoint %d, the newest complete one; passed over as damaged: "
+                "%s: reading checkpoint %d, the newest whose parameters read; passed over as "
+                "damaged: "
                 "%s. Nothing was moved: the next train.py run in this directory sets damaged "
                 "checkpoints aside as corrupt-<step>",
                 root,
@@ -292,8 +296,8 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
     )
 
 
-def _read_step_params(root, step: int, targets, *, check_rest=False) -> RunParams | None:
-    """`read_run_params` of one existing step (`_restore_params` for `check_rest`)."""
+def _read_step_params(root, step: int, targets) -> RunParams | None:
+    """`read_run_params` of one existing step."""
     try:
         meta = read_meta(root, step)
         config, head = meta["config"], meta["model"]
@@ -327,8 +331,7 @@ def _read_step_params(root, step: int, targets, *, check_rest=False) -> RunParam
                 targets,
             )
         }
-    params = _restore_params(state_path, restore_args, check_rest=check_rest)
-    return RunParams(params, config, head, step)
+    return RunParams(_restore_params(state_path, restore_args), config, head, step)
 
 
 def _unreadable(state_path: str, error: BaseException) -> RunCheckpointError:
@@ -341,32 +344,21 @@ def _unreadable(state_path: str, error: BaseException) -> RunCheckpointError:
     )
 
 
-def _restore_params(state_path: str, restore_args, *, check_rest: bool = False) -> Any:
+def _restore_params(state_path: str, restore_args) -> Any:
     """The `params` subtree of a checkpoint's state, each leaf as `restore_args` (a tree of
-    `ocp.RestoreArgs`, or None: host numpy). With `check_rest`, every other item of the state
-    (optimizer state, step, RNG) is read first, one top-level item at a time, and dropped: a
-    checkpoint whose files are damaged anywhere is refused, as resuming from it would be."""
+    `ocp.RestoreArgs`, or None: host numpy)."""
     try:
         with ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.metadata(state_path).item_metadata.tree
-            as_numpy = lambda t: jax.tree_util.tree_map(  # noqa: E731
-                lambda _: ocp.RestoreArgs(restore_type=np.ndarray), t
-            )
-            for key in [k for k in tree if k != "params"] if check_rest else []:
-                wanted = {key: tree[key]}
-                ckptr.restore(
-                    state_path,
-                    args=ocp.args.PyTreeRestore(
-                        item=wanted, restore_args=as_numpy(wanted), partial_restore=True
-                    ),
-                )
             wanted = {"params": tree["params"]}
+            if restore_args is None:
+                restore_args = jax.tree_util.tree_map(
+                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
+                )
             state = ckptr.restore(
                 state_path,
                 args=ocp.args.PyTreeRestore(
-                    item=wanted,
-                    restore_args=as_numpy(wanted) if restore_args is None else restore_args,
-                    partial_restore=True,
+                    item=wanted, restore_args=restore_args, partial_restore=True
                 ),
             )
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types

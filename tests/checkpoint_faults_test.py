@@ -31,25 +31,28 @@ def finished_run(tiny_pretraining_build, tmp_path_factory):
     return workdir
 
 
-def damage_largest_array_file(workdir, step, how):
-    """Truncates (to 1,000 bytes) or deletes the largest array file of checkpoint `step`."""
-    files = [
+def array_files(workdir, step) -> list[str]:
+    """The array data files of checkpoint `step` (tensorstore's OCDBT `d/` files)."""
+    return [
         os.path.join(root, f)
         for root, _, names in os.walk(workdir / "checkpoints" / str(step) / "state")
         for f in names
         if os.path.basename(root) == "d" and "ocdbt.process_" in root
     ]
-    largest = max(files, key=os.path.getsize)
-    if how == "truncate":
-        os.truncate(largest, 1000)
-    else:
-        os.remove(largest)
 
 
-def copy_run(src, dst, damage=None):
+def damage(files, how):
+    for path in files:
+        os.truncate(path, 1000) if how == "truncate" else os.remove(path)
+
+
+def copy_run(src, dst, how=None, every_file=False):
+    """A copy of a run whose checkpoint 15 has its largest array file (or every one) truncated
+    to 1,000 bytes or deleted."""
     shutil.copytree(src, dst)
-    if damage:
-        damage_largest_array_file(dst, 15, damage)
+    if how:
+        files = array_files(dst, 15)
+        damage(files if every_file else [max(files, key=os.path.getsize)], how)
     return dst
 
 
@@ -66,43 +69,64 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_resumed(
     assert max(losses(workdir)) == 17
 
 
-def _params_close(a, b) -> bool:
+def _same_params(a, b) -> bool:
     leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     return len(leaves_a) == len(leaves_b) and all(
         np.array_equal(x, y) for x, y in zip(leaves_a, leaves_b)
     )
 
 
-@pytest.mark.parametrize("how", ["truncate", "delete"])
-def test_convert_and_fill_mask_of_a_damaged_run_read_the_previous_checkpoint(
-    finished_run, tmp_path, how
-):
-    workdir = copy_run(finished_run, tmp_path / "run", how)
-    before = sorted(os.listdir(workdir / "checkpoints"))
-    cmd = [sys.executable, "-m", "bert_jax.convert", str(workdir), str(tmp_path / "out")]
+def convert_run(workdir, out) -> str:
+    """`python -m bert_jax.convert RUN OUT --to bert_jax`; its stderr."""
+    cmd = [sys.executable, "-m", "bert_jax.convert", str(workdir), str(out), "--to", "bert_jax"]
+    proc = subprocess.run(cmd, env=env(), cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def fill_mask(model) -> tuple[str, str]:
+    """`python -m bert_jax.inference fill-mask --model MODEL --json TEXT`: (stdout, stderr)."""
+    args = ["fill-mask", "--model", str(model), "--json", "to be or not to [MASK] ."]
     proc = subprocess.run(
-        [*cmd, "--to", "bert_jax"], env=env(), cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "bert_jax.inference", *args],
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "reading checkpoint 10" in proc.stderr and "passed over as damaged: 15" in proc.stderr
+    return proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("how", ["truncate", "delete"])
+def test_convert_of_a_run_with_a_damaged_largest_array_file_succeeds_and_moves_nothing(
+    finished_run, tmp_path, how
+):
+    """The readers read the parameters only: where the damaged file held none (here it holds
+    optimizer moments), step 15's whole parameters are read; where it did, step 10's."""
+    workdir = copy_run(finished_run, tmp_path / "run", how)
+    before = sorted(os.listdir(workdir / "checkpoints"))
+    err = convert_run(workdir, tmp_path / "out")
+    assert sorted(os.listdir(workdir / "checkpoints")) == before
+    _, converted, _ = convert.load_pretrained(tmp_path / "out")
+    passed_over = "passed over as damaged: 15" in err
+    step = 10 if passed_over else 15
+    assert _same_params(converted, convert.load_training_checkpoint(finished_run, step)[1])
+
+
+@pytest.mark.parametrize("how", ["truncate", "delete"])
+def test_convert_and_fill_mask_of_a_run_with_damaged_parameters_read_the_previous_checkpoint(
+    finished_run, tmp_path, how
+):
+    workdir = copy_run(finished_run, tmp_path / "run", how, every_file=True)
+    before = sorted(os.listdir(workdir / "checkpoints"))
+    err = convert_run(workdir, tmp_path / "out")
+    assert "reading checkpoint 10" in err and "passed over as damaged: 15" in err
     assert sorted(os.listdir(workdir / "checkpoints")) == before  # reading moves nothing
     _, converted, _ = convert.load_pretrained(tmp_path / "out")
     _, step10, _, _ = convert.load_training_checkpoint(finished_run, 10)
     _, step15, _, _ = convert.load_training_checkpoint(finished_run, 15)
-    assert _params_close(converted, step10) and not _params_close(converted, step15)
-
-    def fill_mask(model) -> tuple[str, str]:
-        args = ["fill-mask", "--model", str(model), "--json", "to be or not to [MASK] ."]
-        p = subprocess.run(
-            [sys.executable, "-m", "bert_jax.inference", *args],
-            env=env(),
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        assert p.returncode == 0, p.stderr[-3000:]
-        return p.stdout, p.stderr
-
+    assert _same_params(converted, step10) and not _same_params(converted, step15)
     if how == "delete":
         return  # the reader is the same; one fill-mask run shows it
     out, err = fill_mask(workdir)
