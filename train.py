@@ -29,13 +29,15 @@ and a roofline bound on MFU, as a table and one JSON line (`bert_jax.aot`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import aot, experiment, multihost, summaries
+from bert_jax import aot, experiment, multihost, run_lock, summaries
 from bert_jax.finetune import run as finetune_run
 from bert_jax.pretrain import run as pretrain_run
 
@@ -102,7 +104,9 @@ def main(argv):
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
     # With several processes, an error on any of them ends all of them (bert_jax.multihost).
-    with multihost.guard():
+    # One run at a time in a workdir: the lock is taken before anything is written there.
+    training = FLAGS.mode == "train"
+    with multihost.guard(), run_lock.hold(workdir) if training else contextlib.nullcontext():
         if config.job in pretrain_run.JOBS:
             return pretrain_run.train_and_evaluate(
                 config,
@@ -118,5 +122,14 @@ def main(argv):
         return out if FLAGS.mode == "compile" else None
 
 
+def run_main(argv):
+    """`main`, with a run directory held by another run reported in one line (exit status 1)."""
+    try:
+        return main(argv)
+    except run_lock.RunLockedError as e:
+        logging.flush()
+        sys.exit(f"error: {e}")
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(run_main)

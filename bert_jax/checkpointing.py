@@ -15,9 +15,10 @@ for a checkpoint.
 
 Restoring never loses progress. Each failure is told apart, and every process must agree:
 
-1. corrupt or missing files (truncated arrays, undecodable JSON, a missing item) on every
-   process: the checkpoint is moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept, never
-   deleted) and the previous one is tried;
+1. corrupt or missing files (truncated or deleted arrays, undecodable JSON, a missing item) on
+   every process: the checkpoint is moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept,
+   never deleted) and the previous one is tried. Orbax wraps tensorstore's message (OUT_OF_RANGE,
+   "Truncated Zstd-compressed stream") in a generic one, so the whole `__cause__` chain is read;
 2. transient I/O errors (timeouts, unavailable storage): retried a few times, then the run stops;
 3. anything else (a shape that does not match the config, processes that disagree, a checkpoint
    of another number of processes without a shared data position): the run stops with a
@@ -25,21 +26,26 @@ Restoring never loses progress. Each failure is told apart, and every process mu
 
 A run never starts from scratch while a checkpoint (even one set aside as corrupt) exists.
 
+Only a training run moves checkpoints: `bert_jax.run_params` (convert, inference, from_pretrained
+of a run directory) reads the parameters only, passes over a newest checkpoint whose parameters
+are damaged with a warning, and moves nothing. A
+save that fails (a full disk) raises `CheckpointSaveError` at the next `check`, `save`, `wait`
+or `close`, in one line (step, path, cause), after removing its temporary directory.
+
 Leaf module: stores pytrees; knows nothing of the model.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import errno
 import json
-import os
 import re
+import threading
 import time
 import zlib
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
@@ -55,12 +61,22 @@ _OUTCOMES[OTHER] = "other error"
 # Tensorstore/Orbax/grain messages of damaged files, and of storage that may come back.
 _CORRUPT_RE = re.compile(
     r"DATA_LOSS|NOT_FOUND|does not exist|was not found in the checkpoint|Error decoding|"
-    r"[Uu]nexpected end|[Tt]runcated"
+    r"[Uu]nexpected end|[Tt]runcated|OUT_OF_RANGE|Requested byte range"
 )
 _TRANSIENT_RE = re.compile(
     r"UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|ABORTED|timed out|[Cc]onnection reset"
 )
+# Orbax writes a save to `<step>.orbax-checkpoint-tmp[-<n>]` and renames it when complete.
+_TMP_MARK = ".orbax-checkpoint-tmp"
 _PROCESS_FILE_RE = re.compile(r"^process_(\d+)-of-(\d+)\.json$")
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written (a full disk, no permission, storage down).
+
+    Its unfinished temporary directory has been removed; the checkpoints before it are intact,
+    and rerunning resumes from the newest of them once the cause is fixed.
+    """
 
 
 class RestoreError(RuntimeError):
@@ -71,14 +87,41 @@ class RestoreError(RuntimeError):
     """
 
 
-def classify_restore_error(error: BaseException) -> int:
-    """CORRUPT, TRANSIENT or OTHER for an exception raised while restoring a checkpoint."""
+def error_chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it was raised from (`__cause__`, or `__context__` where Python
+    shows it), outermost first: Orbax wraps tensorstore's message in a generic one."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not e for e in chain) and len(chain) < 32:
+        chain.append(error)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return chain
+
+
+def describe_error(error: BaseException, limit: int = 500) -> str:
+    """'Type: message' of the innermost exception of `error`'s chain (the cause), cut to
+    `limit` characters."""
+    root = error_chain(error)[-1]
+    text = f"{type(root).__name__}: {root}"
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _classify_one(error: BaseException) -> int:
     text = f"{type(error).__name__}: {error}"
     if isinstance(error, (TimeoutError, ConnectionError)) or _TRANSIENT_RE.search(text):
         return TRANSIENT
     if isinstance(error, (json.JSONDecodeError, FileNotFoundError, EOFError)):
         return CORRUPT
     return CORRUPT if _CORRUPT_RE.search(text) else OTHER
+
+
+def classify_restore_error(error: BaseException) -> int:
+    """CORRUPT, TRANSIENT or OTHER for an exception raised while restoring a checkpoint.
+
+    Every exception of its chain counts (`error_chain`): a transient one anywhere makes it
+    TRANSIENT (retrying moves nothing), else a corrupt one makes it CORRUPT, else OTHER.
+    """
+    codes = {_classify_one(e) for e in error_chain(error)}
+    return TRANSIENT if TRANSIENT in codes else CORRUPT if CORRUPT in codes else OTHER
 
 
 def _common_position(data_iterator) -> dict | None:
@@ -161,103 +204,15 @@ def read_meta(directory, step: int) -> dict:
     return json.loads((item_path(directory, step, "meta") / "metadata").read_text())
 
 
-class RunCheckpointError(ValueError):
-    """A run's checkpoint cannot be read as parameters (none there, no readable meta, corrupt)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunParams:
-    """The parameters of one checkpoint of a `train.py` run (`read_run_params`).
-
-    Attributes:
-      params: the `params` subtree of the saved state: host numpy arrays as stored (layers
-        stacked if the run scanned them), or sharded jax.Arrays when read into targets.
-      config: the model's config.json fields, from the checkpoint's meta.
-      head: the model's head class name ("BertForPreTraining", ...).
-      step: the checkpoint's step.
-    """
-
-    params: Any
-    config: dict
-    head: str
-    step: int
-
-
-def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunParams | None:
-    """The parameters of a run's checkpoint (the newest when `step` is None); the optimizer
-    state stays on disk (a partial restore).
-
-    Args:
-      workdir: a `train.py` run directory (`<workdir>/checkpoints/<step>`).
-      step: the checkpoint's step, or None for the newest.
-      targets: None to read host numpy arrays, whatever mesh wrote them; or the parameters to
-        fill, as `jax.ShapeDtypeStruct`s with `.sharding` (every host reads only the pieces its
-        devices hold; a stored dtype is cast to the target's).
-
-    Returns:
-      The parameters, or None when `targets` are given and the stored parameters do not have
-      their tree and shapes (another head, or layers stacked differently).
-
-    Raises:
-      RunCheckpointError: no checkpoint (of that step), no readable meta, or corrupt arrays.
-    """
-    root = run_checkpoints(os.path.abspath(os.fspath(workdir)))
-    steps = saved_steps(root)
-    if not steps:
-        raise RunCheckpointError(f"no training checkpoints in {root}")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise RunCheckpointError(f"no checkpoint for step {step} in {root}; there are {steps}")
-    try:
-        meta = read_meta(root, step)
-        config, head = meta["config"], meta["model"]
-    except (OSError, json.JSONDecodeError, KeyError) as e:
-        raise RunCheckpointError(f"checkpoint {step} in {root} has no readable meta ({e})") from e
-    state_path = os.fspath(item_path(root, step, "state"))
-    restore_args = None
-    if targets is not None:
-        with ocp.PyTreeCheckpointer() as ckptr:
-            stored = ckptr.metadata(state_path).item_metadata.tree.get("params")
-        shape_of = lambda x: tuple(x.shape)  # noqa: E731
-        try:
-            same = jax.tree_util.tree_map(shape_of, stored) == jax.tree_util.tree_map(
-                shape_of, targets
-            )
-        except (AttributeError, TypeError, ValueError):
-            same = False
-        if not same:
-            return None
-        restore_args = {
-            "params": jax.tree_util.tree_map(
-                lambda t: ocp.ArrayRestoreArgs(
-                    sharding=t.sharding, global_shape=t.shape, dtype=t.dtype
-                ),
-                targets,
-            )
-        }
-    return RunParams(_restore_params(state_path, restore_args), config, head, step)
-
-
-def _restore_params(state_path: str, restore_args) -> Any:
-    """The `params` subtree of a checkpoint's state, each leaf as `restore_args` (a tree of
-    `ocp.RestoreArgs`, or None: host numpy)."""
-    try:
-        with ocp.PyTreeCheckpointer() as ckptr:
-            tree = ckptr.metadata(state_path).item_metadata.tree
-            wanted = {"params": tree["params"]}
-            if restore_args is None:
-                restore_args = jax.tree_util.tree_map(
-                    lambda _: ocp.RestoreArgs(restore_type=np.ndarray), wanted
-                )
-            state = ckptr.restore(
-                state_path,
-                args=ocp.args.PyTreeRestore(
-                    item=wanted, restore_args=restore_args, partial_restore=True
-                ),
-            )
-    except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
-        raise RunCheckpointError(f"cannot read {state_path}: corrupt or incomplete ({e})") from e
-    return state["params"]
+def _join_orbax_threads(timeout_s: float = 60.0) -> None:
+    """Waits up to `timeout_s` for Orbax's background threads (the other items of a save that
+    failed) to end, so that none writes after its directory is removed or the process exits."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and type(thread).__module__.startswith(
+            "orbax."
+        ):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Checkpointer:
@@ -279,6 +234,8 @@ class Checkpointer:
         async_save: bool = True,
     ):
         self.directory = as_path(directory)
+        self._pending: int | None = None  # the step of a save that may still be in flight
+        self._note_unfinished_saves()
         self._options = dict(
             max_to_keep=max_to_keep,
             enable_async_checkpointing=async_save,
@@ -326,18 +283,89 @@ class Checkpointer:
                 items["data_position"] = ocp.args.JsonSave(position)
         if meta is not None:
             items["meta"] = ocp.args.JsonSave(meta)
-        saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        self._finish()  # the previous save's failure is named as its own
+        try:
+            saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            raise self._save_failed(step, e) from e
         if saved:
+            self._pending = step
             logging.info("saving checkpoint %d to %s", step, self.directory)
         return saved
 
     def wait(self) -> None:
-        """Blocks until pending asynchronous saves are on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until pending asynchronous saves are on disk.
+
+        Raises:
+          CheckpointSaveError: the save failed (its step, path and cause in one line).
+        """
+        self._finish()
+
+    def check(self) -> None:
+        """Raises CheckpointSaveError at once if a background save has failed; never blocks
+        (a run calls it every step, so that a failed save stops it at the next step)."""
+        if self._pending is not None and not self._manager.is_saving_in_progress():
+            self._finish()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        try:
+            self._finish()
+        finally:
+            self._manager.close()
+
+    def _finish(self) -> None:
+        """Waits for the save in flight; a failure becomes a CheckpointSaveError."""
+        step, self._pending = self._pending, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
+            raise self._save_failed(step, e) from e
+
+    def _save_failed(self, step: int | None, error: BaseException) -> CheckpointSaveError:
+        """The one-line error of a failed save of `step`, after its temporary directory is
+        removed (process 0)."""
+        full = any(
+            getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)
+            for e in error_chain(error)
+        )
+        _join_orbax_threads()  # the save's other writers would recreate what is removed
+        removed = self._remove_unfinished(step) if step is not None else []
+        cause = "No space left on device" if full else "error"
+        return CheckpointSaveError(
+            f"checkpoint {step}: saving to {self.directory / str(step)} failed: {cause} "
+            f"({describe_error(error, 300)}). "
+            + (f"Removed the unfinished {', '.join(removed)}. " if removed else "")
+            + f"Checkpoints kept: {self.all_steps() or 'none'}; rerunning resumes from the "
+            "newest once the cause is fixed"
+        )
+
+    def _remove_unfinished(self, step: int) -> list[str]:
+        """Removes `step`'s temporary save directories (process 0); their names."""
+        if jax.process_index() != 0 or not self.directory.is_dir():
+            return []
+        removed = []
+        for path in self.directory.iterdir():
+            if path.name.startswith(f"{step}{_TMP_MARK}"):
+                try:
+                    path.rmtree()
+                    removed.append(path.name)
+                except OSError as e:
+                    logging.warning("could not remove %s: %s", path, e)
+        return removed
+
+    def _note_unfinished_saves(self) -> None:
+        """Logs the temporary directories of saves that never completed (Orbax removes them
+        when the manager starts: `cleanup_tmp_directories`)."""
+        if jax.process_index() != 0 or not self.directory.is_dir():
+            return
+        unfinished = sorted(p.name for p in self.directory.iterdir() if _TMP_MARK in p.name)
+        if unfinished:
+            logging.warning(
+                "%s: removing unfinished save(s) %s (a run stopped, or failed, while writing "
+                "them; they are not checkpoints)",
+                self.directory,
+                ", ".join(unfinished),
+            )
 
     # ---- restoring ----
     def restore(self, step: int, abstract_state: PyTree, *, data_iterator=None):
@@ -398,7 +426,9 @@ class Checkpointer:
                     return step, state, meta
                 if set(codes) <= {OK, TRANSIENT} and attempt < retries:
                     logging.warning(
-                        "checkpoint %d: transient error (%s); retrying", step, str(error)[:300]
+                        "checkpoint %d: transient error (%s); retrying",
+                        step,
+                        describe_error(error, 300),
                     )
                     time.sleep(backoff_s * 2**attempt)
                     continue
@@ -407,7 +437,11 @@ class Checkpointer:
                 self._quarantine(step, error)
                 continue
             outcomes = ", ".join(f"process {i}: {_OUTCOMES[c]}" for i, c in enumerate(codes))
-            detail = f" ({type(error).__name__}: {str(error)[:500]})" if error else ""
+            detail = ""
+            if error is not None:
+                outer = f"{type(error).__name__}: {str(error)[:300]}"
+                root = describe_error(error)
+                detail = f" ({outer})" if root.startswith(outer) else f" ({outer}; cause: {root})"
             raise RestoreError(
                 f"checkpoint {step} in {self.directory} cannot be restored [{outcomes}]"
                 f"{detail}. Nothing was moved or deleted; fix the cause and rerun"
@@ -459,11 +493,10 @@ class Checkpointer:
             dst = self.directory / f"corrupt-{step}-{n}"
         logging.error(
             "checkpoint %d in %s cannot be restored on any process: its files are corrupt or "
-            "missing (%s: %s); moving it to %s (kept) and trying the previous one",
+            "missing (%s); moving it to %s (kept) and trying the previous one",
             step,
             self.directory,
-            type(error).__name__,
-            str(error)[:500],
+            describe_error(error),
             dst,
         )
         multihost.barrier(f"quarantine-{step}")

@@ -48,7 +48,7 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax import checkpointing, hf_flax, model_card, multihost
+from bert_jax import hf_flax, model_card, multihost, run_params
 from bert_jax.config import BertConfig, RuntimeConfig
 from bert_jax.families import (
     MODEL_CLASSES,
@@ -1049,13 +1049,13 @@ def load_training_checkpoint(
     """Params of a `train.py` checkpoint: (config, params, model class name, step).
 
     Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
-    whatever mesh wrote it (`checkpointing.read_run_params`; the optimizer state is not read),
+    whatever mesh wrote it (`run_params.read_run_params`; the optimizer state is not read),
     and checks them against the head's parameter table.
     """
     try:
-        run = checkpointing.read_run_params(workdir, step)
+        run = run_params.read_run_params(workdir, step)
         config = config_from_hf_dict(run.config)
-    except (checkpointing.RunCheckpointError, TypeError, ValueError) as e:
+    except (run_params.RunCheckpointError, TypeError, ValueError) as e:
         raise ConversionError(str(e)) from e
     check_params(config, run.params, run.head)
     params = unstack_layers(run.params)

@@ -333,6 +333,9 @@ class SaveCheckpoint(Hook):
         super().__init__(every, at_end=True, at_stop=True)
         self.ckpt, self.meta = ckpt, dict(meta)
 
+    def observe(self, info: StepInfo) -> None:
+        self.ckpt.check()  # a failed background save stops the run at the next step
+
     def run(self, info: StepInfo) -> None:
         data = info.data.consumed() if info.data is not None and info.data.stateful else None
         meta = {**self.meta, "step": info.step}

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import checkpointing, convert
+from bert_jax import checkpointing, convert, run_params
 from bert_jax.experiment import Experiment
 from bert_jax.model import stack_layers
 
@@ -162,7 +162,7 @@ def _from_training_run(exp: Experiment, path: str, seed: int | None):
     (another format, head, architecture or layer layout)."""
     if convert.detect_format(path) != "train":
         return None
-    run = checkpointing.read_run_params(path, targets=exp.targets().params)
+    run = run_params.read_run_params(path, targets=exp.targets().params)
     if run is None or run.head != exp.head:
         return None
     logging.info(

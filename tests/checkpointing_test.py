@@ -222,3 +222,29 @@ def test_urls_stay_urls_and_local_paths_become_absolute(tmp_path, monkeypatch):
     ckpt = checkpointing.Checkpointer("run/checkpoints")
     monkeypatch.chdir("/")  # the run's directory does not follow the working directory
     assert str(ckpt.directory) == str(tmp_path / "run" / "checkpoints") and ckpt.all_steps() == []
+
+
+def test_the_cause_chain_decides_but_transient_and_unknown_errors_move_nothing():
+    def chained(outer, inner):
+        try:
+            try:
+                raise inner
+            except Exception as e:
+                raise outer from e
+        except Exception as e:
+            return e
+
+    classify = checkpointing.classify_restore_error
+    damaged = chained(
+        Exception("Encountered error while reading array index"),
+        ValueError("OUT_OF_RANGE: Requested byte range [1, 2) is not valid for value of size 1"),
+    )
+    assert classify(damaged) == checkpointing.CORRUPT
+    assert "OUT_OF_RANGE" in checkpointing.describe_error(damaged)
+    slow = chained(Exception("Encountered error"), TimeoutError("gs read timed out"))
+    assert classify(slow) == checkpointing.TRANSIENT  # retried, never moved
+    odd = chained(Exception("Encountered error"), ValueError("something else"))
+    assert classify(odd) == checkpointing.OTHER  # stops the run, moves nothing
+    assert classify(ValueError("(8, 5) is not compatible with the stored shape")) == (
+        checkpointing.OTHER
+    )

@@ -1,10 +1,11 @@
 """The import graph of bert_jax, one way only (docs/architecture.md draws it):
 
 activations <- config; paths <- config, tokenization, losses, optimizer, sharding, checkpointing,
-  flops, preemption, summaries
+  run_lock, flops, preemption, summaries
   <- attention <- model <- modernbert (a second family on model's blocks) <- families
   <- objectives <- steps <- experiment <- loop
-  <- convert (checkpointing, config, model, families, hf_flax: transformers' Flax files,
+  <- run_params (checkpointing: a run's parameters, for the readers)
+  <- convert (run_params, config, model, families, hf_flax: transformers' Flax files,
      model_card: cards)
   <- start (experiment, convert), export (convert, model_card)
   <- pretrained (from_pretrained: convert, tokenization) <- inference, __init__
@@ -44,6 +45,7 @@ LEAVES = {
     "optimizer",
     "sharding",
     "checkpointing",
+    "run_lock",
     "flops",
     "preemption",
     "summaries",
@@ -70,6 +72,7 @@ ALLOWED = {
     "activations": set(),
     "config": {"activations"},
     "checkpointing": {"multihost", "paths"},
+    "run_params": {"checkpointing"},
     "sharding": {"config", "multihost", "paths"},
     "attention": {"config"},
     "model": {"activations", "config", "attention"},
@@ -77,7 +80,6 @@ ALLOWED = {
     "modernbert": {"activations", "config", "attention", "model", "modernbert_config"},
     "families": {"config", "model", "modernbert", "modernbert_config"},
     "convert": {
-        "checkpointing",
         "config",
         "families",
         "hf_flax",
@@ -85,6 +87,7 @@ ALLOWED = {
         "model_card",
         "multihost",
         "paths",
+        "run_params",
     },
     "pretrained": {"config", "convert", "families", "model", "paths", "tokenization"},
     "objectives": {"losses"},
@@ -101,7 +104,7 @@ ALLOWED = {
         "sharding",
         "steps",
     },
-    "start": {"checkpointing", "convert", "experiment", "model"},
+    "start": {"checkpointing", "convert", "experiment", "model", "run_params"},
     "export": {"config", "convert", "model_card", "paths"},
     "loop": {
         "checkpointing",
