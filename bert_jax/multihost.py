@@ -39,7 +39,9 @@ a barrier ended both within 1.1 s.
 Test hook: `BERT_JAX_FAULT_INJECT="process=1,at=step:3"` makes process 1 raise `InjectedFault`
 where the job calls `inject_fault("step:3")`; the points are `data_build` (the start of the
 pretraining data), `step:<k>` (after step k's hooks) and `export`. With `sleep=<seconds>` the
-process sleeps there instead of raising (to kill it, or signal it, while the others wait).
+process sleeps there instead of raising (to kill it, or signal it, while the others wait); with
+`signal=TERM` (or INT) it sends itself that signal there (a signal at a known step, whatever the
+speed).
 """
 
 from __future__ import annotations
@@ -186,6 +188,11 @@ def inject_fault(point: str) -> None:
         return
     fields = dict(item.split("=", 1) for item in spec.split(","))
     if fields.get("at") != point or int(fields.get("process", 0)) != jax.process_index():
+        return
+    if "signal" in fields:  # as if the signal came from outside at this point (a known step)
+        signum = signal.Signals["SIG" + fields["signal"].upper().removeprefix("SIG")]
+        logging.warning("%s: sending %s to itself at %s", FAULT_ENV, signum.name, point)
+        os.kill(os.getpid(), signum)
         return
     if "sleep" in fields:
         logging.warning("%s: sleeping %s s at %s", FAULT_ENV, fields["sleep"], point)

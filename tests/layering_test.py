@@ -35,6 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
 LEAVES = {
     "activations",
+    "cli",
     "batch_layout",
     "multihost",
     "paths",
@@ -68,6 +69,7 @@ ALLOWED = {
     **{leaf: {"config", "paths"} for leaf in LEAVES},
     "flops": {"config", "modernbert_config"},  # counts both families' layers
     "activations": set(),
+    "cli": set(),
     "config": {"activations"},
     "checkpointing": {"multihost", "paths"},
     "sharding": {"config", "multihost", "paths"},
@@ -124,7 +126,7 @@ ALLOWED = {
     },
     "data": {"tokenization"},
     "pretrain": set(),
-    "pretrain.data": {"batch_layout", "pretrain.data", "paths", "tokenization"},
+    "pretrain.data": {"batch_layout", "cli", "pretrain.data", "paths", "tokenization"},
     "pretrain.inputs": {"config", "multihost", "paths", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 
 import jax
 import numpy as np
@@ -169,8 +170,6 @@ def train_and_evaluate(
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return None
     logging.vlog(1, "config:\n%s", config)
-    experiment.write_config(config, workdir)
-    logging.info("config: %s", os.path.join(workdir, "config.json"))
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
     ckpt = experiment.checkpointer(workdir, config)
     start = starting_state(
@@ -180,6 +179,9 @@ def train_and_evaluate(
         init_from=config.init_from,
         starting_values=lambda: starting_values(config, bert_config, data),
     )
+    # Only now: a config its checkpoint refuses (RestoreError) leaves the run's record alone.
+    experiment.write_config(config, workdir)
+    logging.info("config: %s", os.path.join(workdir, "config.json"))
     _train(config, workdir, exp, data, ckpt, start)
     return None
 
@@ -210,7 +212,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         stop_sync_every=log_every,
         timer=loop.Timer.for_mesh(exp.mesh, step_flops_fn(exp, config.job)),
     )
-    state, step, _ = trainer.run(start.state, start.step, data.train)
+    state, step, stopped = trainer.run(start.state, start.step, data.train)
     ckpt.close()
     writer.close()
     places = {"checkpoints": ckpt.directory}
@@ -230,7 +232,8 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         if demo:
             demo.predict(exp.model, state.params, f"step {step}")
             print("\n" + demo.format())
-        print("\n" + writer.summary(step, places, timing=trainer.timer))
+        stopped_by = signal.Signals(trainer.stop_signal).name if stopped else None
+        print("\n" + writer.summary(step, places, timing=trainer.timer, stopped_by=stopped_by))
 
 
 # Scratch runs: how two parameters start (the first choice is BERT's). Set at step 0 in

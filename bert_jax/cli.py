@@ -1,0 +1,162 @@
+"""What every command does at its edges: a user's mistake ends in one line, a signal in its status.
+
+    if __name__ == "__main__":
+        sys.exit(cli.run(main))        # argparse commands: convert, inference, the data build
+    app.run(cli.wrap(main))            # train.py (absl)
+
+Exit statuses of every command (train.py and each `python -m bert_jax.*`):
+
+* 0: done.
+* 1: an error. A user's mistake (`is_user_error`: a bad config value or flag, a missing or
+  unreadable file, a checkpoint that does not fit) prints one line, `error: <message>`, on stderr;
+  anything else is a bug and keeps its Python traceback. 2: bad command-line syntax (argparse).
+* 128 + the signal: stopped by SIGINT (130, Ctrl-C) or SIGTERM (143, preemption): a training run
+  saves a checkpoint first and says where it stopped; rerunning the command resumes. A stopped run
+  is never reported as success, so `train.py && next` does not go on with an unfinished model, and
+  a scheduler that requeues failed jobs requeues a preempted one.
+
+Which exceptions are a user's mistake: every exception class the project defines
+(`RestoreError`, `ConversionError`, `RecordFileError`, ...: their messages are written for the
+user), and the built-in types of bad input (`USER_ERROR_TYPES`: ValueError, the missing or
+existing file errors, FloatingPointError) when the project's own code raised them (its `raise`
+names the key, file or line). The same built-in types raised inside a library (numpy, JAX) are
+bugs here: they keep the traceback. To report a new kind of mistake, raise one of those types (or
+a subclass) with a message that names the key, file or line.
+
+Ctrl-C: Python raises KeyboardInterrupt wherever the main thread is, and where that is a garbage
+collector callback (JAX registers one) the exception is printed as "Exception ignored" and lost.
+`run`/`wrap` install a SIGINT handler that raises it again until it reaches the command's top
+(`_Interrupt`), so Ctrl-C stops the command whatever it was doing.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+
+# Built-in exception types that are a user's mistake when the project's code raised them.
+USER_ERROR_TYPES = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    FloatingPointError,
+)
+# Where the project's own code lives: the package, train.py and the configs.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_PACKAGE_DIR)
+_OWN = (_PACKAGE_DIR + os.sep, os.path.join(_ROOT, "train.py"), os.path.join(_ROOT, "configs"))
+# Seconds between re-raises of a KeyboardInterrupt that has not reached the command's top.
+_INTERRUPT_RETRY_S = 0.2
+
+
+def _raised_here(error: BaseException) -> bool:
+    """Whether the innermost Python frame of `error`'s traceback is the project's code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_OWN)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether `error` is a user's mistake with a message for them (module docstring), not a
+    bug: a project exception class, or a `USER_ERROR_TYPES` raised by the project's code."""
+    if not isinstance(error, Exception):
+        return False
+    for cls in type(error).__mro__:
+        if cls.__module__.split(".")[0] == "bert_jax":
+            return True
+    return isinstance(error, USER_ERROR_TYPES) and _raised_here(error)
+
+
+class _Interrupt:
+    """The command's SIGINT handler: raises KeyboardInterrupt, and again every
+    `_INTERRUPT_RETRY_S` from a timer thread (`_thread.interrupt_main`) until `done` says it
+    reached the command's top, where it may have been swallowed (a gc callback)."""
+
+    def __init__(self):
+        self.pending = threading.Event()
+        self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame):
+        if not self.pending.is_set():
+            self.pending.set()
+            threading.Thread(target=self._repeat, daemon=True).start()
+        if frame is not None and any(
+            getattr(c, "__code__", None) is frame.f_code for c in gc.callbacks
+        ):
+            return  # it would be lost there: the timer thread raises it again shortly
+        raise KeyboardInterrupt
+
+    def _repeat(self) -> None:
+        import _thread
+
+        while True:
+            time.sleep(_INTERRUPT_RETRY_S)
+            if not self.pending.is_set():
+                return
+            ours = signal.getsignal(signal.SIGINT) == self._handle
+            _thread.interrupt_main(signal.SIGINT)
+            if not ours:  # another handler (the training loop's: save and stop) has it now
+                return
+
+    def done(self) -> None:
+        self.pending.clear()
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            self.previous = None
+
+
+def _call(main: Callable[..., int | None], *args) -> int:
+    """main(*args) -> its exit status, with the module docstring's treatment of errors and
+    signals. A SIGINT that never reached here as KeyboardInterrupt (a library turned it into
+    another error, or swallowed it) still makes the status 130."""
+    interrupt = None
+    if threading.current_thread() is threading.main_thread():
+        interrupt = _Interrupt()
+    try:
+        try:
+            code = main(*args) or 0
+        except KeyboardInterrupt:
+            code = None
+        except Exception as e:  # noqa: BLE001  (sorted into mistakes and bugs)
+            if interrupt is not None and interrupt.pending.is_set():
+                code = None
+            elif not is_user_error(e):
+                raise
+            else:
+                sys.stdout.flush()
+                print(f"error: {e}", file=sys.stderr)
+                code = 1
+        if interrupt is not None and interrupt.pending.is_set():
+            interrupt.done()  # no more re-raises while the message is printed
+            code = None
+        if code is None:
+            print("stopped: interrupted (SIGINT)", file=sys.stderr)
+            code = 128 + signal.SIGINT
+        return code
+    finally:
+        if interrupt is not None:
+            interrupt.done()
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv=None) -> int:
+    """Runs an argparse command's `main(argv)`; returns the exit status (module docstring)."""
+    return _call(main, argv)
+
+
+def wrap(main: Callable[[list[str]], int | None]) -> Callable[[list[str]], int]:
+    """An absl `main(argv)` with the module docstring's errors and signals, for `app.run`."""
+
+    @functools.wraps(main)
+    def wrapped(argv):
+        return _call(main, argv)
+
+    return wrapped
