@@ -80,6 +80,7 @@ ALLOWED = {
     "families": {"config", "model", "modernbert", "modernbert_config"},
     "convert": {
         "checkpointing",
+        "cli",
         "config",
         "families",
         "hf_flax",
@@ -116,6 +117,7 @@ ALLOWED = {
     },
     "aot": {"flops", "sharding"},  # takes an experiment.Experiment, never imports it
     "inference": {
+        "cli",
         "config",
         "convert",
         "families",

@@ -348,3 +348,65 @@ def test_print_shardings(tiny_pretraining_build):
     assert "bert/encoder/layer/attention/self/query/kernel" in out
     line = next(line for line in out.splitlines() if "layer/intermediate/dense/kernel" in line)
     assert "(12, 768, 3072)" in line and "'fsdp', 'tensor'" in line
+
+
+def _one_line_error(proc) -> str:
+    """The `error: ...` line a user's mistake ends in (status 1, no traceback)."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: "), proc.stderr[-3000:]
+    return last
+
+
+@pytest.mark.parametrize(
+    "flag,message",
+    [
+        ("--config.global_batch_size=0", "config.global_batch_size=0: expected an integer >= 1"),
+        ("--config.num_train_steps=-5", "config.num_train_steps=-5: expected an integer >= 1"),
+        # What a T4 gets ("needs a GPU of compute capability 8.0 ..."), in its CPU version.
+        ("--config.runtime.attention=cudnn", "RuntimeConfig.attention='cudnn' takes bfloat16"),
+    ],
+)
+def test_a_bad_config_value_ends_in_one_error_line(tmp_path, tiny_pretraining_build, flag, message):
+    proc = run(train_cmd(tmp_path / "run", tiny_pretraining_build, flag), check=False, timeout=120)
+    assert message in _one_line_error(proc)
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def _vocab(build_dir) -> list[str]:
+    from bert_jax import tokenization
+
+    return tokenization.load_tokenizer(os.path.join(build_dir, "tokenizer.json")).vocab
+
+
+def test_a_vocabulary_that_does_not_fit_is_refused_at_start(tmp_path, tiny_pretraining_build):
+    """A data.tokenizer of another size (it trained 4 steps into a NaN loss), and an init_from
+    whose vocab.txt holds the same number of tokens in another order (accepted silently), are
+    refused before any step, naming the sizes, the files and the first differing line."""
+    tokens = _vocab(tiny_pretraining_build)
+    bigger = tmp_path / "bigger.txt"
+    bigger.write_text("\n".join(tokens + ["extra1", "extra2"]) + "\n")
+    proc = run(
+        train_cmd(tmp_path / "a", tiny_pretraining_build, f"--config.data.tokenizer={bigger}"),
+        check=False,
+        timeout=300,
+    )
+    line = _one_line_error(proc)
+    assert f"config.data.tokenizer {bigger} has 402 tokens" in line
+    assert "config.model.vocab_size=400" in line
+
+    model = tmp_path / "model"
+    model.mkdir()
+    swapped = list(tokens)
+    swapped[350], swapped[351] = swapped[351], swapped[350]
+    (model / "vocab.txt").write_text("\n".join(swapped) + "\n")
+    proc = run(
+        train_cmd(tmp_path / "b", tiny_pretraining_build, f"--config.init_from={model}"),
+        check=False,
+        timeout=300,
+    )
+    line = _one_line_error(proc)
+    assert f"{model / 'vocab.txt'}" in line and "differ at id 350 (line 351" in line
+    assert repr(swapped[350]) in line and repr(tokens[350]) in line
+    assert not (tmp_path / "b" / "checkpoints").exists()
