@@ -25,8 +25,8 @@ a subclass) with a message that names the key, file or line.
 
 Ctrl-C: Python raises KeyboardInterrupt wherever the main thread is, and where that is a garbage
 collector callback (JAX registers one) the exception is printed as "Exception ignored" and lost.
-`run`/`wrap` install a SIGINT handler that raises it again until it reaches the command's top
-(`_Interrupt`), so Ctrl-C stops the command whatever it was doing.
+`run`/`wrap` install a SIGINT handler that raises it again where it was lost (`_Interrupt`), so
+Ctrl-C stops the command whatever it was doing.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -55,7 +54,7 @@ USER_ERROR_TYPES = (
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_PACKAGE_DIR)
 _OWN = (_PACKAGE_DIR + os.sep, os.path.join(_ROOT, "train.py"), os.path.join(_ROOT, "configs"))
-# Seconds between re-raises of a KeyboardInterrupt that has not reached the command's top.
+# Seconds after which a KeyboardInterrupt that was lost is raised again.
 _INTERRUPT_RETRY_S = 0.2
 
 
@@ -77,47 +76,56 @@ def is_user_error(error: BaseException) -> bool:
 
 
 class _Interrupt:
-    """The command's SIGINT handler: raises KeyboardInterrupt, and again every
-    `_INTERRUPT_RETRY_S` from a timer thread (`_thread.interrupt_main`) until `done` says it
-    reached the command's top, where it may have been swallowed (a gc callback)."""
+    """The command's SIGINT handler: raises KeyboardInterrupt, except where it would be lost
+    (inside a garbage collector callback, or printed as "Exception ignored" by
+    `sys.unraisablehook`): there it delivers the signal again `_INTERRUPT_RETRY_S` later
+    (`_thread.interrupt_main`), to whatever SIGINT handler is current then (the training loop's
+    saves and stops)."""
 
     def __init__(self):
-        self.pending = threading.Event()
+        self.interrupted = False  # a SIGINT came while the command ran
+        self.active = True
         self.previous = signal.signal(signal.SIGINT, self._handle)
+        self.previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
 
     def _handle(self, signum, frame):
-        if not self.pending.is_set():
-            self.pending.set()
-            threading.Thread(target=self._repeat, daemon=True).start()
+        self.interrupted = True
         if frame is not None and any(
             getattr(c, "__code__", None) is frame.f_code for c in gc.callbacks
         ):
-            return  # it would be lost there: the timer thread raises it again shortly
+            self._again()
+            return
         raise KeyboardInterrupt
 
-    def _repeat(self) -> None:
+    def _unraisable(self, unraisable) -> None:
+        if self.active and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self._again()
+            return
+        self.previous_hook(unraisable)
+
+    def _again(self) -> None:
+        timer = threading.Timer(_INTERRUPT_RETRY_S, self._deliver)
+        timer.daemon = True
+        timer.start()
+
+    def _deliver(self) -> None:
         import _thread
 
-        while True:
-            time.sleep(_INTERRUPT_RETRY_S)
-            if not self.pending.is_set():
-                return
-            ours = signal.getsignal(signal.SIGINT) == self._handle
+        if self.active:
             _thread.interrupt_main(signal.SIGINT)
-            if not ours:  # another handler (the training loop's: save and stop) has it now
-                return
 
     def done(self) -> None:
-        self.pending.clear()
-        if self.previous is not None:
+        if self.active:
+            self.active = False
             signal.signal(signal.SIGINT, self.previous)
-            self.previous = None
+            sys.unraisablehook = self.previous_hook
 
 
 def _call(main: Callable[..., int | None], *args) -> int:
     """main(*args) -> its exit status, with the module docstring's treatment of errors and
     signals. A SIGINT that never reached here as KeyboardInterrupt (a library turned it into
-    another error, or swallowed it) still makes the status 130."""
+    another error) still makes the status 130."""
     interrupt = None
     if threading.current_thread() is threading.main_thread():
         interrupt = _Interrupt()
@@ -127,7 +135,7 @@ def _call(main: Callable[..., int | None], *args) -> int:
         except KeyboardInterrupt:
             code = None
         except Exception as e:  # noqa: BLE001  (sorted into mistakes and bugs)
-            if interrupt is not None and interrupt.pending.is_set():
+            if interrupt is not None and interrupt.interrupted:
                 code = None
             elif not is_user_error(e):
                 raise
@@ -135,9 +143,10 @@ def _call(main: Callable[..., int | None], *args) -> int:
                 sys.stdout.flush()
                 print(f"error: {e}", file=sys.stderr)
                 code = 1
-        if interrupt is not None and interrupt.pending.is_set():
-            interrupt.done()  # no more re-raises while the message is printed
-            code = None
+        if interrupt is not None:
+            interrupt.done()
+            if interrupt.interrupted and code == 0:
+                code = None
         if code is None:
             print("stopped: interrupted (SIGINT)", file=sys.stderr)
             code = 128 + signal.SIGINT
