@@ -130,4 +130,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(cli.wrap(main))  # a user's mistake: `error: <message>`, exit status 1 (bert_jax.cli)
+    app.run(
+        cli.wrap(main), flags_parser=cli.parse_absl_flags
+    )  # a user's mistake: `error: <message>`, exit status 1 (bert_jax.cli)

@@ -161,6 +161,22 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None) -> int:
     return _call(main, argv)
 
 
+def parse_absl_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing (`app.run(..., flags_parser=cli.parse_absl_flags)`), where an unknown
+    `--config.<key>` (ml_collections raises AttributeError or KeyError, with "Did you mean ...")
+    ends in `error: <message>` and status 1 too, not in a traceback."""
+    from absl import app
+
+    try:
+        return app.parse_flags_with_usage(argv)
+    except (AttributeError, KeyError) as e:
+        while isinstance(e.args[0] if e.args else None, BaseException):
+            e = e.args[0]  # ml_collections wraps the KeyError that holds the message
+        text = str(e.args[0]) if e.args else str(e)
+        print(f"error: unknown config key {text}".replace("\n", "; "), file=sys.stderr)
+        sys.exit(1)
+
+
 def wrap(main: Callable[[list[str]], int | None]) -> Callable[[list[str]], int]:
     """An absl `main(argv)` with the module docstring's errors and signals, for `app.run`."""
 

@@ -322,6 +322,8 @@ def test_unknown_config_key_and_wrong_type_fail_at_once(tmp_path, tiny_pretraini
         timeout=120,
     )
     assert proc.returncode != 0 and "num_train_stepz" in proc.stderr
+    # One line, with the key it meant, not ml_collections' traceback.
+    assert 'Did you mean "num_train_steps"' in _one_line_error(proc)
     proc = run(
         train_cmd(tmp_path, tiny_pretraining_build, "--config.global_batch_size=abc"),
         check=False,
