@@ -70,6 +70,7 @@ ALLOWED = {
     "flops": {"config", "modernbert_config"},  # counts both families' layers
     "activations": set(),
     "cli": set(),
+    "multihost": {"cli"},
     "config": {"activations"},
     "checkpointing": {"multihost", "paths"},
     "sharding": {"config", "multihost", "paths"},
