@@ -122,11 +122,12 @@ class _Interrupt:
             sys.unraisablehook = self.previous_hook
 
 
-def _call(main: Callable[..., int | None], *args) -> int:
+def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -> int:
     """main(*args) -> its exit status, with the module docstring's treatment of errors and
     signals. A SIGINT that never reached here as KeyboardInterrupt (a library turned it into
-    another error) still makes the status 130."""
-    interrupt = None
+    another error) still makes the status 130. `leave_at_once`: after a user's mistake, end the
+    process right after its line (`_leave`)."""
+    interrupt, message = None, None
     if threading.current_thread() is threading.main_thread():
         interrupt = _Interrupt()
     try:
@@ -140,9 +141,13 @@ def _call(main: Callable[..., int | None], *args) -> int:
             elif not is_user_error(e):
                 raise
             else:
-                sys.stdout.flush()
-                print(f"error: {e}", file=sys.stderr)
-                code = 1
+                message, code = f"error: {e}", 1
+        if message:
+            _collect_quietly()
+            sys.stdout.flush()
+            print(message, file=sys.stderr)
+            if leave_at_once:
+                _leave(code)
         if interrupt is not None:
             interrupt.done()
             if interrupt.interrupted and code == 0:
@@ -154,6 +159,37 @@ def _call(main: Callable[..., int | None], *args) -> int:
     finally:
         if interrupt is not None:
             interrupt.done()
+
+
+def _leave(code: int) -> None:
+    """Flushes the logs and ends the process now, without the interpreter's shutdown, and
+    without a word more on stderr: work that the error abandoned in library threads (an Orbax
+    restore's TensorStore reads) fails there with tracebacks ("Event loop is closed") that would
+    follow, and drown, the error line.
+    Checkpoint saves are already complete when an error reaches here (the loop waits for them)."""
+    from absl import logging
+
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # their threads may still be printing
+    os._exit(code)
+
+
+def _collect_quietly() -> None:
+    """Collects what the failed work left (its frames are free once the exception is handled):
+    coroutines and buffers that libraries abandoned mid-way complain as they go ("Exception
+    ignored in ..."), which would drown the error line. Their complaints go to the debug log."""
+    from absl import logging
+
+    def log(unraisable) -> None:
+        logging.debug("after the error: %s: %s", unraisable.err_msg, unraisable.exc_value)
+
+    previous, sys.unraisablehook = sys.unraisablehook, log
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
 
 
 def run(main: Callable[[Sequence[str] | None], int | None], argv=None) -> int:
@@ -178,10 +214,11 @@ def parse_absl_flags(argv: list[str]) -> list[str]:
 
 
 def wrap(main: Callable[[list[str]], int | None]) -> Callable[[list[str]], int]:
-    """An absl `main(argv)` with the module docstring's errors and signals, for `app.run`."""
+    """An absl `main(argv)` with the module docstring's errors and signals, for `app.run` (the
+    process then ends right after a user's mistake's line: `_leave`)."""
 
     @functools.wraps(main)
     def wrapped(argv):
-        return _call(main, argv)
+        return _call(main, argv, leave_at_once=True)
 
     return wrapped
