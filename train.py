@@ -10,6 +10,10 @@ checkpoints (state + data position) every `checkpoint_every_steps`, on SIGTERM/S
 end, and resumes from the newest good one in --workdir. Metrics go to the console, TensorBoard and
 <workdir>/metrics.jsonl.
 
+Exit status (`bert_jax.cli`): 0 done; 1 an error (a user's mistake prints one line, `error: ...`;
+a bug its traceback); 130 / 143 stopped by SIGINT (Ctrl-C) / SIGTERM (preemption), after saving a
+checkpoint when training: rerun the same command to resume.
+
 Multi-host: on TPU pods, SLURM and Open MPI, jax.distributed finds its peers by itself; elsewhere
 pass --coordinator_address=host:port --num_processes=N --process_id=i (CPU processes talk over
 gloo). `--mode=shardings` prints every parameter's sharding for the config and mesh and exits.
@@ -31,13 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import aot, experiment, multihost, run_lock, summaries
+from bert_jax import aot, cli, experiment, multihost, preemption, run_lock, summaries
+from bert_jax.config import check_experiment_config
 from bert_jax.finetune import run as finetune_run
 from bert_jax.pretrain import run as pretrain_run
 
@@ -103,12 +107,13 @@ def main(argv):
         logging.info("persistent compilation cache: %s", cache_dir or "off")
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
+    check_experiment_config(config)
     # With several processes, an error on any of them ends all of them (bert_jax.multihost).
     # One run at a time in a workdir: the lock is taken before anything is written there.
     training = FLAGS.mode == "train"
     with multihost.guard(), run_lock.hold(workdir) if training else contextlib.nullcontext():
         if config.job in pretrain_run.JOBS:
-            return pretrain_run.train_and_evaluate(
+            out = pretrain_run.train_and_evaluate(
                 config,
                 workdir,
                 mode=FLAGS.mode,
@@ -116,20 +121,18 @@ def main(argv):
                 num_slices=FLAGS.num_slices,
                 hlo_out=FLAGS.hlo_out,
             )
-        out = finetune_run.train_and_evaluate(
-            config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
-        )
-        return out if FLAGS.mode == "compile" else None
-
-
-def run_main(argv):
-    """`main`, with a run directory held by another run reported in one line (exit status 1)."""
-    try:
-        return main(argv)
-    except run_lock.RunLockedError as e:
-        logging.flush()
-        sys.exit(f"error: {e}")
+        else:
+            out = finetune_run.train_and_evaluate(
+                config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
+            )
+    if FLAGS.mode == "compile":
+        return out
+    # Stopped by a signal before the end (a checkpoint saved): 128 + the signal, never 0.
+    signum = preemption.stopped_by()
+    return 128 + signum if signum else None
 
 
 if __name__ == "__main__":
-    app.run(run_main)
+    app.run(
+        cli.wrap(main), flags_parser=cli.parse_absl_flags
+    )  # a user's mistake: `error: <message>`, exit status 1 (bert_jax.cli)

@@ -1306,4 +1306,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bert_jax import cli  # a user's mistake: `error: <message>`, status 1; Ctrl-C: 130
+
+    sys.exit(cli.run(main))

@@ -380,6 +380,7 @@ class Trainer:
         self.exp, self.hooks = exp, list(hooks)
         self.num_train_steps, self.stop_sync_every = num_train_steps, stop_sync_every
         self.timer = timer if timer is not None else Timer.for_mesh(exp.mesh)
+        self.stop_signal: int | None = None  # the signal that stopped the last run early
 
     def steps(self, state, start_step: int, batches: Iterator) -> Iterator[StepInfo]:
         """Trains from `start_step` to `num_train_steps` (or a stop request, or the data's end),
@@ -387,6 +388,7 @@ class Trainer:
         rows; dicts of numpy arrays), from a checkpointable iterator where the run saves its data
         position."""
         exp, watcher, timer = self.exp, PreemptionWatcher(), self.timer
+        self.stop_signal = None
         data = sharding.DevicePrefetcher(batches, exp.mesh, size=2)
         shapes = _compiled_shapes(exp)
         step = start_step
@@ -414,12 +416,15 @@ class Trainer:
                     step += 1
                     last = step == self.num_train_steps
                     sync = step % self.stop_sync_every == 0 or last
-                    stop = watcher.should_stop(step, sync_point=sync)
+                    # At the last step the run is done anyway: finished, not stopped.
+                    stop = watcher.should_stop(step, sync_point=sync) and not last
                     info = StepInfo(step, state, metrics, host, last, stop, timer, data)
                     self._run_hooks(info)
                     yield info
                     if stop:
                         logging.warning("stopping at step %d after a stop request", step)
+                        watcher.stopped()
+                        self.stop_signal = watcher.stop_signal
                         return
         finally:
             # The last save is on disk before the signal handlers go back to their defaults: a

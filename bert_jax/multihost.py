@@ -5,10 +5,11 @@ others wait for it in a collective (a barrier, a data build, a checkpoint save, 
 leave them waiting forever. This module makes every way a process can end reach the others:
 
 * An exception (data build, restore, a step, evaluation, export, a save) is caught by `guard`
-  around the job: the process logs it, publishes "process i failed: <error>" in the key-value
-  store of JAX's coordination service, waits up to `ACK_TIMEOUT_S` for the others to read it, and
-  exits with status 1. It never enters `jax.distributed`'s shutdown barrier, which would wait for
-  processes that are themselves waiting for it.
+  around the job: the process logs it (a user's mistake in one line, `bert_jax.cli`), publishes
+  "process i failed: <error>" in the key-value store of JAX's coordination service, waits up to
+  `ACK_TIMEOUT_S` for the others to read it, and exits with status 1. It never enters
+  `jax.distributed`'s shutdown barrier, which would wait for processes that are themselves
+  waiting for it.
 * Every process runs a watcher thread that reads those records every `POLL_INTERVAL_S`; on a
   record from another process it logs "process i failed: <error>" and exits with status 1 at
   once, whatever its main thread waits for (a barrier in Python, or a collective in C++).
@@ -39,7 +40,9 @@ a barrier ended both within 1.1 s.
 Test hook: `BERT_JAX_FAULT_INJECT="process=1,at=step:3"` makes process 1 raise `InjectedFault`
 where the job calls `inject_fault("step:3")`; the points are `data_build` (the start of the
 pretraining data), `step:<k>` (after step k's hooks) and `export`. With `sleep=<seconds>` the
-process sleeps there instead of raising (to kill it, or signal it, while the others wait).
+process sleeps there instead of raising (to kill it, or signal it, while the others wait); with
+`signal=TERM` (or INT) it sends itself that signal there (a signal at a known step, whatever the
+speed).
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ from collections.abc import Iterator
 
 import jax
 from absl import logging
+
+from bert_jax import cli
 
 # A process that stops sending heartbeats is dead after this long. JAX's default is 100 s; the
 # heartbeats come from a thread of their own, so long compiles and host work do not delay them.
@@ -186,6 +191,11 @@ def inject_fault(point: str) -> None:
         return
     fields = dict(item.split("=", 1) for item in spec.split(","))
     if fields.get("at") != point or int(fields.get("process", 0)) != jax.process_index():
+        return
+    if "signal" in fields:  # as if the signal came from outside at this point (a known step)
+        signum = signal.Signals["SIG" + fields["signal"].upper().removeprefix("SIG")]
+        logging.warning("%s: sending %s to itself at %s", FAULT_ENV, signum.name, point)
+        os.kill(os.getpid(), signum)
         return
     if "sleep" in fields:
         logging.warning("%s: sleeping %s s at %s", FAULT_ENV, fields["sleep"], point)
@@ -338,7 +348,10 @@ def guard(end_timeout_s: float = BARRIER_TIMEOUT_S) -> Iterator[None]:
     except BaseException as e:  # noqa: BLE001  (every way out must reach the other processes)
         if isinstance(e, SystemExit) and not e.code:
             raise
-        logging.error("%s", "".join(traceback.format_exception(e)))
+        if cli.is_user_error(e):  # a user's mistake: its message; a bug: its traceback
+            logging.error("error: %s", e)
+        else:
+            logging.error("%s", "".join(traceback.format_exception(e)))
         state.fail(_describe(e), 1)
     finally:
         state.close()

@@ -106,6 +106,7 @@ class MetricWriter:
         self.active = jax.process_index() == 0
         self.view = view or MetricView()
         self.workdir = as_path(workdir)
+        self.total_steps = total_steps
         self.jsonl_path = self.workdir / "metrics.jsonl"
         self.curves_path = self.workdir / "curves.png" if curves else None
         self.history: dict[str, list[tuple[int, float]]] = {}  # name -> [(step, value)]
@@ -117,9 +118,17 @@ class MetricWriter:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
         text = self.jsonl_path.read_text(encoding="utf-8") if self.jsonl_path.exists() else ""
+        # A resumed run redoes the steps after its checkpoint: the rows an earlier run wrote past
+        # it go (a fresh start keeps none), so every step has one row.
+        kept = _rows_up_to(text, initial_step) if initial_step else ""
+        if kept != text:
+            _replace_text(self.jsonl_path, kept)
+        text = kept
         self.history = _read_history(text, initial_step)  # a resumed run's curves keep their start
         jsonl = JsonlSink(self.jsonl_path, text)
-        self._tb = TensorBoardSink.create(self.workdir / "tensorboard")
+        # TensorBoard drops the earlier runs' events from the first step this run writes on.
+        first = initial_step + 1 if initial_step else 0
+        self._tb = TensorBoardSink.create(self.workdir / "tensorboard", first)
         self._console = ConsoleSink(self.view, total_steps, initial_step, progress)
         plot = CurvesSink(self.curves_path, self.history, self.view) if curves else None
         self._sinks = [s for s in (jsonl, self._tb, self._console, plot) if s is not None]
@@ -143,7 +152,11 @@ class MetricWriter:
             self._console.advance(steps)
 
     def summary(
-        self, step: int, places: Mapping[str, str] = (), timing: Timing | None = None
+        self,
+        step: int,
+        places: Mapping[str, str] = (),
+        timing: Timing | None = None,
+        stopped_by: str | None = None,
     ) -> str:
         """The run's closing summary: time, throughput, final metrics and where things are.
 
@@ -151,9 +164,15 @@ class MetricWriter:
           step: the step the run reached.
           places: label -> path of what the run wrote (exports, ...), listed after the metrics.
           timing: the run's training throughput (None, or no seconds: not shown).
+          stopped_by: the signal's name ("SIGINT") when one stopped the run before its end.
         """
         minutes = (time.perf_counter() - self._start_time) / 60
         lines = [f"Done: step {step} in {minutes:.1f} min"]
+        if stopped_by:
+            lines[0] = (
+                f"Stopped by {stopped_by} at step {step} of {self.total_steps}, its checkpoint "
+                f"saved (rerun the same command to resume); {minutes:.1f} min"
+            )
         if timing is not None and timing.train_seconds > 0:
             lines[0] += (
                 f" ({timing.train_seconds / 60:.1f} min of training steps at "
@@ -186,6 +205,31 @@ class MetricWriter:
     def close(self) -> None:
         for sink in reversed(self._sinks):  # the console first: the bar goes before the files
             sink.close()
+
+
+def _rows_up_to(text: str, step: int) -> str:
+    """The lines of a metrics.jsonl's text whose step is at most `step` (a line that a killed run
+    left unfinished goes too)."""
+    kept = []
+    for line in text.splitlines():
+        try:
+            row_step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if row_step <= step:
+            kept.append(line + "\n")
+    return "".join(kept)
+
+
+def _replace_text(path: epath.Path, text: str) -> None:
+    """Writes `text` to `path` whole: a local file through a renamed temporary file (a crash
+    leaves the old or the new text, never a part)."""
+    if is_url(path):
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(os.fspath(tmp), os.fspath(path))
 
 
 def _read_history(text: str, initial_step: int) -> dict[str, list[tuple[int, float]]]:
@@ -239,23 +283,26 @@ class TensorBoardSink:
     `close`.
     """
 
-    def __init__(self, directory: epath.Path, summary_writer_cls):
+    def __init__(self, directory: epath.Path, summary_writer_cls, purge_step: int | None = None):
         self.directory = directory
         self._staging = None
         if is_url(directory):
             self._staging = tempfile.mkdtemp(prefix="bert_jax_tensorboard_")
             directory.mkdir(parents=True, exist_ok=True)
-        self._tb = summary_writer_cls(self._staging or os.fspath(directory))
+        self._tb = summary_writer_cls(self._staging or os.fspath(directory), purge_step=purge_step)
 
     @classmethod
-    def create(cls, directory: epath.Path) -> TensorBoardSink | None:
-        """The sink, or None (with a warning) where tensorboardX is not installed."""
+    def create(cls, directory: epath.Path, first_step: int = 1) -> TensorBoardSink | None:
+        """The sink, or None (with a warning) where tensorboardX is not installed. Where earlier
+        runs wrote events in `directory`, TensorBoard discards theirs from `first_step` on (a
+        resumed run's are the ones kept: tensorboardX's `purge_step`)."""
         try:
             from tensorboardX import SummaryWriter
         except ImportError:  # optional: metrics.jsonl and the console still work
             logging.warning("tensorboardX is not installed; no TensorBoard events are written")
             return None
-        return cls(directory, SummaryWriter)
+        earlier = directory.exists() and any(directory.iterdir())
+        return cls(directory, SummaryWriter, purge_step=first_step if earlier else None)
 
     def write(self, step: int, metrics: Mapping[str, Value]) -> None:
         for key, value in metrics.items():

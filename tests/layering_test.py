@@ -36,6 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bert_jax"
 LEAVES = {
     "activations",
+    "cli",
     "batch_layout",
     "multihost",
     "paths",
@@ -70,6 +71,8 @@ ALLOWED = {
     **{leaf: {"config", "paths"} for leaf in LEAVES},
     "flops": {"config", "modernbert_config"},  # counts both families' layers
     "activations": set(),
+    "cli": set(),
+    "multihost": {"cli"},
     "config": {"activations"},
     "checkpointing": {"multihost", "paths"},
     "run_params": {"checkpointing"},
@@ -80,6 +83,7 @@ ALLOWED = {
     "modernbert": {"activations", "config", "attention", "model", "modernbert_config"},
     "families": {"config", "model", "modernbert", "modernbert_config"},
     "convert": {
+        "cli",
         "config",
         "families",
         "hf_flax",
@@ -117,6 +121,7 @@ ALLOWED = {
     },
     "aot": {"flops", "sharding"},  # takes an experiment.Experiment, never imports it
     "inference": {
+        "cli",
         "config",
         "convert",
         "families",
@@ -127,7 +132,7 @@ ALLOWED = {
     },
     "data": {"tokenization"},
     "pretrain": set(),
-    "pretrain.data": {"batch_layout", "pretrain.data", "paths", "tokenization"},
+    "pretrain.data": {"batch_layout", "cli", "pretrain.data", "paths", "tokenization"},
     "pretrain.inputs": {"config", "multihost", "paths", "sharding", "pretrain.data"},
     "pretrain.run": {
         "aot",

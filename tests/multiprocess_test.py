@@ -489,3 +489,16 @@ def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny
     outputs = job("done", (None, None)).check()
     assert all("restored checkpoint 4" in err for _, err in outputs)
     assert (workdir / "hf" / "model.safetensors").is_file()
+
+
+def test_ctrl_c_on_one_host_stops_every_host_at_one_step_with_130(tmp_path, tiny_pretraining_build):
+    """SIGINT reaches process 1 only (after step 2): both processes agree at the next step's
+    stop check, save that step's checkpoint together, and both exit 130 (stopped, not done)."""
+    workdir = tmp_path / "run"
+    cmd = lambda flags: train_cmd(  # noqa: E731
+        workdir, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", *flags, steps=6
+    )
+    job = TwoProcesses(cmd, tmp_path / "logs", (None, "process=1,at=step:2,signal=INT"))
+    assert_statuses(job, (130, 130))
+    assert checkpoints(workdir) == [3]
+    assert "Stopped by SIGINT at step 3 of 6" in job.output(0)[0], job.last_output()

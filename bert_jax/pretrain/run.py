@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 
 import jax
 import numpy as np
@@ -169,9 +170,8 @@ def train_and_evaluate(
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return None
     logging.vlog(1, "config:\n%s", config)
-    experiment.write_config(config, workdir)
-    logging.info("config: %s", os.path.join(workdir, "config.json"))
     data = inputs.pretraining_inputs(config, workdir, exp.mesh)
+    check_vocabulary(config, data.tokenizer_path)
     ckpt = experiment.checkpointer(workdir, config)
     start = starting_state(
         exp,
@@ -180,8 +180,55 @@ def train_and_evaluate(
         init_from=config.init_from,
         starting_values=lambda: starting_values(config, bert_config, data),
     )
+    # Only now: a config its checkpoint refuses (RestoreError) leaves the run's record alone.
+    experiment.write_config(config, workdir)
+    logging.info("config: %s", os.path.join(workdir, "config.json"))
     _train(config, workdir, exp, data, ckpt, start)
     return None
+
+
+def _vocabulary_file(path: str) -> str | None:
+    """The tokenizer.json or vocab.txt of a model directory (or beside a checkpoint file)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    for name in ("tokenizer.json", "vocab.txt"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    return None
+
+
+def check_vocabulary(config, tokenizer_path: str | None) -> None:
+    """Refuses, before any step, a vocabulary that does not fit: the data's tokenizer
+    (`data.tokenizer`, else the build's) must have `model.vocab_size` tokens, and where
+    `init_from` carries a vocabulary, the same tokens in the same order (its embedding rows are
+    those tokens'). Names both sizes and files, or the first line that differs."""
+    if not tokenizer_path or not os.path.isfile(tokenizer_path):
+        return
+    tokenizer = tokenization.load_tokenizer(tokenizer_path)
+    key = "config.data.tokenizer" if config.data.tokenizer else "the data's tokenizer"
+    if tokenizer.vocab_size != config.model.vocab_size:
+        raise ValueError(
+            f"{key} {tokenizer_path} has {tokenizer.vocab_size} tokens but "
+            f"config.model.vocab_size={config.model.vocab_size}; use a tokenizer of the model's "
+            "vocabulary (or set --config.model.vocab_size for a new model)"
+        )
+    source = _vocabulary_file(config.init_from) if config.init_from else None
+    if source is None:
+        return
+    theirs, ours = tokenization.load_tokenizer(source).vocab, tokenizer.vocab
+    if theirs == ours:
+        return
+    if len(theirs) != len(ours):
+        raise ValueError(
+            f"init_from's vocabulary {source} has {len(theirs)} tokens but {key} "
+            f"{tokenizer_path} has {len(ours)}: the model's embedding rows are another "
+            "vocabulary's tokens"
+        )
+    i = next(i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b)
+    raise ValueError(
+        f"init_from's vocabulary {source} and {key} {tokenizer_path} differ at id {i} (line "
+        f"{i + 1} of a vocab.txt): {theirs[i]!r} there, {ours[i]!r} here; the model's embedding "
+        "rows are init_from's tokens: tokenize the data with its vocabulary"
+    )
 
 
 def _train(config, workdir, exp, data, ckpt, start) -> None:
@@ -210,7 +257,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         stop_sync_every=log_every,
         timer=loop.Timer.for_mesh(exp.mesh, step_flops_fn(exp, config.job)),
     )
-    state, step, _ = trainer.run(start.state, start.step, data.train)
+    state, step, stopped = trainer.run(start.state, start.step, data.train)
     ckpt.close()
     writer.close()
     places = {"checkpoints": ckpt.directory}
@@ -230,7 +277,8 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         if demo:
             demo.predict(exp.model, state.params, f"step {step}")
             print("\n" + demo.format())
-        print("\n" + writer.summary(step, places, timing=trainer.timer))
+        stopped_by = signal.Signals(trainer.stop_signal).name if stopped else None
+        print("\n" + writer.summary(step, places, timing=trainer.timer, stopped_by=stopped_by))
 
 
 # Scratch runs: how two parameters start (the first choice is BERT's). Set at step 0 in

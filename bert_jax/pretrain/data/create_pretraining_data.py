@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 from absl import logging
 
-from bert_jax import tokenization
+from bert_jax import cli, tokenization
 from bert_jax.pretrain.data import build, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
@@ -135,7 +135,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns the exit status."""
+    """Runs the command; returns the exit status (`bert_jax.cli`: 1 after an error it printed,
+    130 after Ctrl-C)."""
+    return cli.run(_main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args, pipeline_args = parser.parse_known_args(argv)
     if pipeline_args and args.runner is None:

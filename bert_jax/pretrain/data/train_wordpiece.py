@@ -20,12 +20,17 @@ from collections.abc import Sequence
 
 from absl import logging
 
-from bert_jax import tokenization
+from bert_jax import cli, tokenization
 from bert_jax.pretrain.data import sources
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns the exit status."""
+    """Runs the command; returns the exit status (`bert_jax.cli`: 1 after an error it printed,
+    130 after Ctrl-C)."""
+    return cli.run(_main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     p = argparse.ArgumentParser(prog="bert-jax-train-wordpiece", description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--input_file", help="comma-separated text files or globs")

@@ -1,0 +1,224 @@
+"""What every command does at its edges: a user's mistake ends in one line, a signal in its status.
+
+    if __name__ == "__main__":
+        sys.exit(cli.run(main))        # argparse commands: convert, inference, the data build
+    app.run(cli.wrap(main))            # train.py (absl)
+
+Exit statuses of every command (train.py and each `python -m bert_jax.*`):
+
+* 0: done.
+* 1: an error. A user's mistake (`is_user_error`: a bad config value or flag, a missing or
+  unreadable file, a checkpoint that does not fit) prints one line, `error: <message>`, on stderr;
+  anything else is a bug and keeps its Python traceback. 2: bad command-line syntax (argparse).
+* 128 + the signal: stopped by SIGINT (130, Ctrl-C) or SIGTERM (143, preemption): a training run
+  saves a checkpoint first and says where it stopped; rerunning the command resumes. A stopped run
+  is never reported as success, so `train.py && next` does not go on with an unfinished model, and
+  a scheduler that requeues failed jobs requeues a preempted one.
+
+Which exceptions are a user's mistake: every exception class the project defines
+(`RestoreError`, `ConversionError`, `RecordFileError`, ...: their messages are written for the
+user), and the built-in types of bad input (`USER_ERROR_TYPES`: ValueError, the missing or
+existing file errors, FloatingPointError) when the project's own code raised them (its `raise`
+names the key, file or line). The same built-in types raised inside a library (numpy, JAX) are
+bugs here: they keep the traceback. To report a new kind of mistake, raise one of those types (or
+a subclass) with a message that names the key, file or line.
+
+Ctrl-C: Python raises KeyboardInterrupt wherever the main thread is, and where that is a garbage
+collector callback (JAX registers one) the exception is printed as "Exception ignored" and lost.
+`run`/`wrap` install a SIGINT handler that raises it again where it was lost (`_Interrupt`), so
+Ctrl-C stops the command whatever it was doing.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+
+# Built-in exception types that are a user's mistake when the project's code raised them.
+USER_ERROR_TYPES = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    FloatingPointError,
+)
+# Where the project's own code lives: the package, train.py and the configs.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_PACKAGE_DIR)
+_OWN = (_PACKAGE_DIR + os.sep, os.path.join(_ROOT, "train.py"), os.path.join(_ROOT, "configs"))
+# Seconds after which a KeyboardInterrupt that was lost is raised again.
+_INTERRUPT_RETRY_S = 0.2
+
+
+def _raised_here(error: BaseException) -> bool:
+    """Whether the innermost Python frame of `error`'s traceback is the project's code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_OWN)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether `error` is a user's mistake with a message for them (module docstring), not a
+    bug: a project exception class, or a `USER_ERROR_TYPES` raised by the project's code."""
+    if not isinstance(error, Exception):
+        return False
+    for cls in type(error).__mro__:
+        if cls.__module__.split(".")[0] == "bert_jax":
+            return True
+    return isinstance(error, USER_ERROR_TYPES) and _raised_here(error)
+
+
+class _Interrupt:
+    """The command's SIGINT handler: raises KeyboardInterrupt, except where it would be lost
+    (inside a garbage collector callback, or printed as "Exception ignored" by
+    `sys.unraisablehook`): there it delivers the signal again `_INTERRUPT_RETRY_S` later
+    (`_thread.interrupt_main`), to whatever SIGINT handler is current then (the training loop's
+    saves and stops)."""
+
+    def __init__(self):
+        self.interrupted = False  # a SIGINT came while the command ran
+        self.active = True
+        self.previous = signal.signal(signal.SIGINT, self._handle)
+        self.previous_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
+
+    def _handle(self, signum, frame):
+        self.interrupted = True
+        if frame is not None and any(
+            getattr(c, "__code__", None) is frame.f_code for c in gc.callbacks
+        ):
+            self._again()
+            return
+        raise KeyboardInterrupt
+
+    def _unraisable(self, unraisable) -> None:
+        if self.active and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self._again()
+            return
+        self.previous_hook(unraisable)
+
+    def _again(self) -> None:
+        timer = threading.Timer(_INTERRUPT_RETRY_S, self._deliver)
+        timer.daemon = True
+        timer.start()
+
+    def _deliver(self) -> None:
+        import _thread
+
+        if self.active:
+            _thread.interrupt_main(signal.SIGINT)
+
+    def done(self) -> None:
+        if self.active:
+            self.active = False
+            signal.signal(signal.SIGINT, self.previous)
+            sys.unraisablehook = self.previous_hook
+
+
+def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -> int:
+    """main(*args) -> its exit status, with the module docstring's treatment of errors and
+    signals. A SIGINT that never reached here as KeyboardInterrupt (a library turned it into
+    another error) still makes the status 130. `leave_at_once`: after a user's mistake, end the
+    process right after its line (`_leave`)."""
+    interrupt, message = None, None
+    if threading.current_thread() is threading.main_thread():
+        interrupt = _Interrupt()
+    try:
+        try:
+            code = main(*args) or 0
+        except KeyboardInterrupt:
+            code = None
+        except Exception as e:  # noqa: BLE001  (sorted into mistakes and bugs)
+            if interrupt is not None and interrupt.interrupted:
+                code = None
+            elif not is_user_error(e):
+                raise
+            else:
+                message, code = f"error: {e}", 1
+        if message:
+            _collect_quietly()
+            sys.stdout.flush()
+            print(message, file=sys.stderr)
+            if leave_at_once:
+                _leave(code)
+        if interrupt is not None:
+            interrupt.done()
+            if interrupt.interrupted and code == 0:
+                code = None
+        if code is None:
+            print("stopped: interrupted (SIGINT)", file=sys.stderr)
+            code = 128 + signal.SIGINT
+        return code
+    finally:
+        if interrupt is not None:
+            interrupt.done()
+
+
+def _leave(code: int) -> None:
+    """Flushes the logs and ends the process now, without the interpreter's shutdown, and
+    without a word more on stderr: work that the error abandoned in library threads (an Orbax
+    restore's TensorStore reads) fails there with tracebacks ("Event loop is closed") that would
+    follow, and drown, the error line.
+    Checkpoint saves are already complete when an error reaches here (the loop waits for them)."""
+    from absl import logging
+
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # their threads may still be printing
+    os._exit(code)
+
+
+def _collect_quietly() -> None:
+    """Collects what the failed work left (its frames are free once the exception is handled):
+    coroutines and buffers that libraries abandoned mid-way complain as they go ("Exception
+    ignored in ..."), which would drown the error line. Their complaints go to the debug log."""
+    from absl import logging
+
+    def log(unraisable) -> None:
+        logging.debug("after the error: %s: %s", unraisable.err_msg, unraisable.exc_value)
+
+    previous, sys.unraisablehook = sys.unraisablehook, log
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+
+
+def run(main: Callable[[Sequence[str] | None], int | None], argv=None) -> int:
+    """Runs an argparse command's `main(argv)`; returns the exit status (module docstring)."""
+    return _call(main, argv)
+
+
+def parse_absl_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing (`app.run(..., flags_parser=cli.parse_absl_flags)`), where an unknown
+    `--config.<key>` (ml_collections raises AttributeError or KeyError, with "Did you mean ...")
+    ends in `error: <message>` and status 1 too, not in a traceback."""
+    from absl import app
+
+    try:
+        return app.parse_flags_with_usage(argv)
+    except (AttributeError, KeyError) as e:
+        while isinstance(e.args[0] if e.args else None, BaseException):
+            e = e.args[0]  # ml_collections wraps the KeyError that holds the message
+        text = str(e.args[0]) if e.args else str(e)
+        print(f"error: unknown config key {text}".replace("\n", "; "), file=sys.stderr)
+        sys.exit(1)
+
+
+def wrap(main: Callable[[list[str]], int | None]) -> Callable[[list[str]], int]:
+    """An absl `main(argv)` with the module docstring's errors and signals, for `app.run` (the
+    process then ends right after a user's mistake's line: `_leave`)."""
+
+    @functools.wraps(main)
+    def wrapped(argv):
+        return _call(main, argv, leave_at_once=True)
+
+    return wrapped

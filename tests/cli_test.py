@@ -1,0 +1,50 @@
+"""bert_jax.cli: which errors are a user's mistake (one `error:` line, status 1) and which are
+bugs (their traceback), as every command's main sees them."""
+
+import numpy as np
+import pytest
+
+from bert_jax import cli, config, convert, tokenization
+from bert_jax.pretrain.data import create_pretraining_data
+
+
+def test_a_mistake_the_project_names_is_one_line(capsys):
+    def main(argv):
+        config.BertConfig(vocab_size=99, hidden_size=30, num_attention_heads=4)
+
+    assert cli.run(main) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "hidden_size" in err
+
+
+def test_project_error_classes_and_missing_files_are_mistakes(tmp_path, capsys):
+    def conversion(argv):
+        raise convert.ConversionError("no weights in the directory")
+
+    def missing(argv):
+        tokenization.load_tokenizer(tmp_path / "absent.txt")
+
+    assert cli.run(conversion) == 1 and cli.run(missing) == 1
+    err = capsys.readouterr().err
+    assert "error: no weights in the directory" in err and "absent.txt" in err
+
+
+def test_a_bug_keeps_its_traceback():
+    def numpy_bug(argv):
+        np.ones(3) + np.ones(4)  # a ValueError, raised inside numpy
+
+    def key_bug(argv):
+        return {}["missing"]
+
+    with pytest.raises(ValueError, match="broadcast"):
+        cli.run(numpy_bug)
+    with pytest.raises(KeyError):
+        cli.run(key_bug)
+
+
+def test_the_data_build_command_reports_through_it(tmp_path, capsys):
+    argv = ["--input_file=x.txt", f"--output_dir={tmp_path}/p"]
+    assert create_pretraining_data.main(argv) == 1
+    assert capsys.readouterr().err.strip() == (
+        "error: --vocab_file is required (except with --default_corpus)"
+    )
