@@ -161,6 +161,7 @@ def hold(workdir) -> Iterator[None]:
     if jax.process_index() != 0:
         yield
         return
+    created = not as_path(workdir).exists()  # a refused start leaves no empty run directory
     record = acquire(workdir)
     path, done = as_path(workdir) / LOCK_NAME, threading.Event()
 
@@ -179,3 +180,7 @@ def hold(workdir) -> Iterator[None]:
         done.set()
         thread.join()
         release(workdir, record)
+        if created:
+            with contextlib.suppress(OSError):  # not empty, or already gone: leave it
+                if not any(as_path(workdir).iterdir()):
+                    as_path(workdir).rmdir()

@@ -139,6 +139,9 @@ def test_a_save_records_the_position_after_the_last_consumed_batch():
         def save(self, step, state, data_iterator=None, meta=None):
             saved.append((step, int(state), data_iterator.get_state(), meta))
 
+        def check(self):  # a failed background save would raise here
+            pass
+
         def wait(self):
             pass
 
