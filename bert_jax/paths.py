@@ -22,6 +22,19 @@ def as_path(path: str | os.PathLike) -> epath.Path:
     return epath.Path(text) if is_url(text) else epath.Path(os.path.abspath(text))
 
 
+def write_text_whole(path: str | os.PathLike, text: str) -> None:
+    """Writes `text` to `path` whole, so that a crash or a reader never sees a part of it: a
+    local file through a temporary file beside it (named by this process) renamed over it; a URL
+    in one object write (an object store replaces an object at once)."""
+    path = as_path(path)
+    if is_url(path):
+        path.write_text(text, encoding="utf-8")
+        return
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(os.fspath(tmp), os.fspath(path))
+
+
 def missing_path_error(path: str | os.PathLike) -> FileNotFoundError:
     """The error for a checkpoint path that does not exist; when it reads like a Hugging Face Hub
     id ("bert-base-uncased", "org/name"), it says how to get the files, since nothing here

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 import jax
 from absl import logging
 
-from bert_jax.paths import as_path, is_url
+from bert_jax.paths import as_path, is_url, write_text_whole
 
 LOCK_NAME = "run.lock"
 # The holder rewrites its heartbeat this often (seconds) ...
@@ -99,18 +99,6 @@ def _create(path, text: str) -> bool:
     return True
 
 
-def _rewrite(path, text: str) -> None:
-    """Replaces `path`'s content at once (a rename on a local disk; one object write on a
-    bucket)."""
-    if is_url(path):
-        path.write_text(text)
-        return
-    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, os.fspath(path))
-
-
 def acquire(workdir) -> dict:
     """Takes `<workdir>/run.lock` (creating the directory); returns what it wrote.
 
@@ -168,7 +156,7 @@ def hold(workdir) -> Iterator[None]:
     def beat():
         while not done.wait(HEARTBEAT_S):
             try:
-                _rewrite(path, _record(record["started"]))
+                write_text_whole(path, _record(record["started"]))
             except OSError as e:  # a heartbeat missed is no reason to stop training
                 logging.warning("could not refresh %s: %s", path, e)
 

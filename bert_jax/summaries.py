@@ -29,7 +29,7 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax.paths import as_path, is_url
+from bert_jax.paths import as_path, is_url, write_text_whole
 
 # A cleaned metric value: a float, or its text where it is not finite ("nan", "inf").
 Value = float | str
@@ -122,7 +122,7 @@ class MetricWriter:
         # it go (a fresh start keeps none), so every step has one row.
         kept = _rows_up_to(text, initial_step) if initial_step else ""
         if kept != text:
-            _replace_text(self.jsonl_path, kept)
+            write_text_whole(self.jsonl_path, kept)
         text = kept
         self.history = _read_history(text, initial_step)  # a resumed run's curves keep their start
         jsonl = JsonlSink(self.jsonl_path, text)
@@ -219,17 +219,6 @@ def _rows_up_to(text: str, step: int) -> str:
         if row_step <= step:
             kept.append(line + "\n")
     return "".join(kept)
-
-
-def _replace_text(path: epath.Path, text: str) -> None:
-    """Writes `text` to `path` whole: a local file through a renamed temporary file (a crash
-    leaves the old or the new text, never a part)."""
-    if is_url(path):
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.parent / f".{path.name}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(os.fspath(tmp), os.fspath(path))
 
 
 def _read_history(text: str, initial_step: int) -> dict[str, list[tuple[int, float]]]:

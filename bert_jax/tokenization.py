@@ -46,6 +46,8 @@ from tokenizers import (
 )
 from tokenizers import trainers as tokenizer_trainers
 
+from bert_jax.paths import write_text_whole
+
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 # In the order `train_wordpiece` numbers them (HF's): [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -184,8 +186,8 @@ class WordPieceTokenizer:
         (through `etils.epath`: a `gs://` directory stays a URL)."""
         directory = epath.Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _atomic_write(directory / "tokenizer.json", self.tokenizer.to_str(pretty=True))
-        _atomic_write(directory / "vocab.txt", "".join(t + "\n" for t in self.vocab))
+        write_text_whole(directory / "tokenizer.json", self.tokenizer.to_str(pretty=True))
+        write_text_whole(directory / "vocab.txt", "".join(t + "\n" for t in self.vocab))
 
     def __repr__(self) -> str:
         return (
@@ -233,13 +235,6 @@ def _has_surrogate(text: str) -> bool:
 def _replace_surrogates(text: str) -> str:
     """Keeps surrogate pairs; turns lone surrogates into U+FFFD (which the normalizer drops)."""
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _atomic_write(path: epath.Path, text: str) -> None:
-    """Writes `path` whole: a temporary file beside it, renamed over it."""
-    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------

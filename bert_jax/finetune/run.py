@@ -63,7 +63,7 @@ from bert_jax.families import get_model_class
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
 from bert_jax.model import init_params
-from bert_jax.paths import as_path
+from bert_jax.paths import as_path, write_text_whole
 from bert_jax.start import starting_state
 from bert_jax.summaries import MetricView, MetricWriter
 
@@ -689,9 +689,7 @@ def _write_json(path, value) -> None:
     """Writes `path` whole (a reader or a crash never sees half of it)."""
     path = as_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / (path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2))
-    tmp.replace(path)
+    write_text_whole(path, json.dumps(value, indent=2))
 
 
 def _write_results(results: dict[str, Any], workdir: str, announce: bool = True) -> None:
