@@ -21,7 +21,7 @@ $(BIN)/python:
 # jax[tpu] (the `tpu` extra) at the installed jax's version brings the matching libtpu: TPU runs and
 # compiling the train step for a TPU slice on this machine (train.py --mode=compile).
 # JAX's CUDA plugin, ptxas and cuDNN go to VENV/cuda-compile, off the import path (on a machine
-# without a GPU the plugin would announce the missing driver on every run): bert_jax.aot loads
+# without a GPU the plugin would announce the missing driver on every run): bert_jax.parallel.aot loads
 # them to compile for GPUs without one (--topology=gpu:CARD). They run nothing on a GPU.
 define install
 	$(1)/bin/python -m pip install -q --upgrade pip

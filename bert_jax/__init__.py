@@ -8,9 +8,7 @@ out = bert_jax.ModernBertForMaskedLM(config).apply({"params": params}, input_ids
 """
 
 from bert_jax import losses
-from bert_jax.config import PRESETS, BertConfig, RuntimeConfig
-from bert_jax.families import get_model_class
-from bert_jax.model import (
+from bert_jax.models.bert.model import (
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForNextSentencePrediction,
@@ -22,7 +20,10 @@ from bert_jax.model import (
     count_params,
     init_params,
 )
-from bert_jax.modernbert import (
+from bert_jax.models.config import PRESETS, BertConfig, RuntimeConfig
+from bert_jax.models.families import get_model_class
+from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.modernbert.model import (
     ModernBertForMaskedLM,
     ModernBertForMultipleChoice,
     ModernBertForQuestionAnswering,
@@ -30,12 +31,11 @@ from bert_jax.modernbert import (
     ModernBertForTokenClassification,
     ModernBertModel,
 )
-from bert_jax.modernbert_config import ModernBertConfig
 
 __version__ = "0.1.0"
 
 
-# Imported on first use: importing `bert_jax.convert` (which `bert_jax.pretrained` imports) here
+# Imported on first use: importing `convert` (which `checkpoints.pretrained` imports) here
 # would put it in sys.modules before `python -m bert_jax.convert` runs it (runpy's RuntimeWarning).
 _LAZY = {"convert": None, "Pretrained": "pretrained", "from_pretrained": "pretrained"}
 

@@ -2,8 +2,8 @@
 (`BertConfig.hidden_act`, Hugging Face's names) and the remat policies
 (`RuntimeConfig.remat_policy`: which activations a layer keeps for the backward pass).
 
-The one declaration of both: `bert_jax.config` validates names against these tables' keys and
-`bert_jax.model` looks the functions up in them.
+The one declaration of both: `bert_jax.models.config` validates names against these tables' keys and
+`bert_jax.models.bert.model` looks the functions up in them.
 """
 
 from __future__ import annotations

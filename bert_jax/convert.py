@@ -5,12 +5,12 @@ Formats:
     sharded (`*.index.json`) or not, with or without the `bert.` prefix, old `gamma`/`beta`
     LayerNorm names, the tied decoder and either spelling of the MLM output bias. ModernBERT
     directories too (`model_type: "modernbert"` in config.json picks the family,
-    `bert_jax.families`), with or without the `model.` prefix.
+    `bert_jax.models.families`), with or without the `model.` prefix.
   * google-research/bert TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` +
     `bert_config.json` (`find_tf_checkpoint`; its "gelu" is erf unless told otherwise,
     `TF_GELU_NOTE`). TensorFlow is an optional extra, imported only here.
   * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
-    or without the `bert` prefix (`bert_jax.hf_flax`).
+    or without the `bert` prefix (`bert_jax.checkpoints.hf_flax`).
   * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
 
 One table (`parameter_table`) maps every bert_jax parameter to its Hugging Face and TF name and to
@@ -48,9 +48,10 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax import hf_flax, model_card, multihost, run_params
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.families import (
+from bert_jax.checkpoints import hf_flax, model_card, run_params
+from bert_jax.models.bert.model import init_params, is_stacked, stack_layers, unstack_layers
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.families import (
     MODEL_CLASSES,
     ModelConfig,
     config_from_hf_dict,
@@ -59,7 +60,7 @@ from bert_jax.families import (
     get_model_class,
     head_in_family,
 )
-from bert_jax.model import init_params, is_stacked, stack_layers, unstack_layers
+from bert_jax.parallel import multihost
 from bert_jax.paths import as_path, is_url, missing_path_error
 
 PyTree = Any

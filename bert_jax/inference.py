@@ -29,12 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from bert_jax import convert, pretrained, tokenization
-from bert_jax.config import BertConfig
+from bert_jax import convert, tokenization
+from bert_jax.checkpoints import pretrained
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
-from bert_jax.families import get_model_class
-from bert_jax.model import BertForMaskedLM, BertModel
+from bert_jax.models.bert.model import BertForMaskedLM, BertModel
+from bert_jax.models.config import BertConfig
+from bert_jax.models.families import get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")
 PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)

@@ -9,7 +9,7 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.sharding import DEFAULT_RULES
+from bert_jax.parallel.sharding import DEFAULT_RULES
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
@@ -51,7 +51,7 @@ def parse_variant(arg: str | None, defaults: Mapping[str, Any]) -> dict[str, Any
 
 
 def runtime(scan_layers: bool) -> ml_collections.ConfigDict:
-    """How the model is computed (not stored in checkpoints): `bert_jax.config.RuntimeConfig`."""
+    """How the model is computed (not stored in checkpoints): `models.config.RuntimeConfig`."""
     c = ml_collections.ConfigDict()
     # bfloat16 on GPUs and TPUs (float16 with loss scaling on GPUs without bfloat16: T4, V100),
     # float32 on CPUs; float32 master weights
@@ -74,7 +74,7 @@ def optimizer(
     bias_correction: bool = False,
 ) -> ml_collections.ConfigDict:
     """AdamW (or LAMB) with warmup and a decaying schedule, google-research/bert's defaults:
-    `bert_jax.optimizer`."""
+    `bert_jax.training.optimizer`."""
     c = ml_collections.ConfigDict()
     c.name = "adamw"  # "adamw" | "stable_adamw" | "lamb"
     c.peak_learning_rate = peak_learning_rate
@@ -95,7 +95,7 @@ def optimizer(
 
 
 def mesh() -> ml_collections.ConfigDict:
-    """The device mesh: axis sizes, -1 takes the devices left over (`bert_jax.sharding`)."""
+    """The device mesh: axis sizes, -1 takes the devices left over (`parallel.sharding`)."""
     c = ml_collections.ConfigDict()
     c.data = -1
     c.fsdp = 1
@@ -107,13 +107,13 @@ def mesh() -> ml_collections.ConfigDict:
 
 
 def sharding_rules() -> list[list]:
-    """Logical axis -> mesh axes, as data (`bert_jax.sharding.DEFAULT_RULES`)."""
+    """Logical axis -> mesh axes, as data (`bert_jax.parallel.sharding.DEFAULT_RULES`)."""
     return [list(rule) for rule in DEFAULT_RULES]
 
 
 def model_card_config() -> ml_collections.ConfigDict:
     """The `model_card` block: what the README.md of every export (`<workdir>/hf`) says beyond
-    the run's own records (bert_jax.model_card)."""
+    the run's own records (bert_jax.checkpoints.model_card)."""
     return ml_collections.ConfigDict(
         dict(
             license="apache-2.0",  # the Hub's license id of the exported weights

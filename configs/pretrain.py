@@ -38,9 +38,9 @@ import dataclasses
 
 import ml_collections
 
-from bert_jax.config import BertConfig
-from bert_jax.families import model_fields
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models.config import BertConfig
+from bert_jax.models.families import model_fields
+from bert_jax.models.modernbert.config import ModernBertConfig
 from configs import common
 
 # BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches,

@@ -1,7 +1,7 @@
 """Compiling the real train step for NVIDIA GPUs without one (`train.py --topology=gpu:CARD`).
 
 Needs JAX's CUDA plugin, ptxas and cuDNN, which `make setup` installs into `.venv/cuda-compile`
-(`bert_jax.aot.CUDA_COMPILE_DIR`). Each compile runs in its own process: loading the plugin
+(`bert_jax.parallel.aot.CUDA_COMPILE_DIR`). Each compile runs in its own process: loading the plugin
 changes the process's JAX for good.
 """
 
@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from bert_jax import aot, flops
+from bert_jax.parallel import aot
+from bert_jax.training import flops
 from tests.common import COMPILE_SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import aot, sharding
+from bert_jax.parallel import aot, sharding
 from tests.common import COMPILE_SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

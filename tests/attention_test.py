@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
-from bert_jax import attention as A
-from bert_jax import model as M
-from bert_jax.config import PRESETS, BertConfig, RuntimeConfig
+from bert_jax.models import attention as A
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import PRESETS, BertConfig, RuntimeConfig
 from tests.common import TINY, load_config_file, random_batch
 
 KEY = jax.random.PRNGKey(0)
@@ -318,7 +318,7 @@ def test_splash_compiles_deviceless_for_a_tpu_topology(monkeypatch, attention, m
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
     from jax.experimental import topologies
 
-    from bert_jax import sharding
+    from bert_jax.parallel import sharding
 
     devices = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices
     mesh = sharding.make_mesh({"fsdp": 1, "tensor": 1, **mesh_sizes}, devices)

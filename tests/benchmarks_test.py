@@ -35,7 +35,7 @@ def _script(name: str, *args: str, status: int = 0) -> tuple[list[dict], str]:
 
 def _cuda_compiler_or_skip():
     """Skips without JAX's CUDA plugin (`make setup` installs it; CI must have it)."""
-    from bert_jax import aot
+    from bert_jax.parallel import aot
 
     if aot.cuda_plugin_installed() or os.path.isdir(
         os.path.join(aot.CUDA_COMPILE_DIR, "jax_plugins", "xla_cuda12")
@@ -369,7 +369,7 @@ def test_gpu_recipes_match_their_compiles_on_record_and_results():
 
 
 def test_gpu_compile_predicts_an_h100_step_deviceless():
-    """`gpu_compile.py` compiles for a card it does not have (`bert_jax.aot.gpu_devices`): its only
+    """`gpu_compile.py` compiles for a card it does not have (`bert_jax.parallel.aot.gpu_devices`): its only
     path on a machine without a GPU, and the one gpu_suite.py runs for its predictions."""
     _cuda_compiler_or_skip()
     args = ["--card=h100", "--size=tiny", "--batch=2", "--seq=16", "--attention_dropout=0"]

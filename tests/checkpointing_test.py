@@ -9,7 +9,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, sharding
+from bert_jax.checkpoints import checkpointing
+from bert_jax.parallel import sharding
 
 
 def make_state(seed, mesh):

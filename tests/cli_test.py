@@ -4,7 +4,8 @@ bugs (their traceback), as every command's main sees them."""
 import numpy as np
 import pytest
 
-from bert_jax import cli, config, convert, tokenization
+from bert_jax import cli, convert, tokenization
+from bert_jax.models import config
 from bert_jax.pretrain.data import create_pretraining_data
 
 

@@ -8,8 +8,8 @@ import pathlib
 
 import numpy as np
 
-from bert_jax.config import BertConfig
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models.config import BertConfig
+from bert_jax.models.modernbert.config import ModernBertConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 # Overrides of configs/pretrain.py:size=tiny for `train.py --mode=compile` tests: a small model

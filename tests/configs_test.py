@@ -3,10 +3,10 @@
 import jax
 import pytest
 
-from bert_jax import model as M
-from bert_jax import objectives
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.families import get_model_class
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.families import get_model_class
+from bert_jax.training import objectives
 from tests.common import CONFIGS, load_config_file
 
 VARIANTS = {

@@ -9,10 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import convert, objectives
-from bert_jax import model as M
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.families import get_model_class
+from bert_jax import convert
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.families import get_model_class
+from bert_jax.training import objectives
 from tests.common import MODERN, ODD, TINY
 
 torch = pytest.importorskip("torch")
@@ -449,9 +450,9 @@ def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
     import orbax.checkpoint as ocp
     from flax import linen as nn
 
-    from bert_jax import checkpointing
-    from bert_jax.families import get_model_class
-    from bert_jax.model import init_params
+    from bert_jax.checkpoints import checkpointing
+    from bert_jax.models.bert.model import init_params
+    from bert_jax.models.families import get_model_class
 
     params = jax.device_get(
         nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), jax.random.PRNGKey(0)))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bert_jax import experiment
+from bert_jax.training import experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,11 +1,11 @@
-"""Model FLOPs (bert_jax/flops.py) of both families, against counts made another way."""
+"""Model FLOPs (bert_jax/training/flops.py) of both families, against counts made another way."""
 
 import numpy as np
 import pytest
 
-from bert_jax import flops
-from bert_jax.config import BertConfig
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models.config import BertConfig
+from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.training import flops
 
 
 @pytest.mark.parametrize("window", [None, 0, 1, 3, 64])

@@ -8,7 +8,8 @@ import shutil
 import numpy as np
 
 import bert_jax
-from bert_jax import convert, hf_flax
+from bert_jax import convert
+from bert_jax.checkpoints import hf_flax
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "from_transformers_flax.md"

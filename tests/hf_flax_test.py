@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import bert_jax
-from bert_jax import convert, hf_flax
+from bert_jax import convert
+from bert_jax.checkpoints import hf_flax
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "testdata" / "hf_flax"
 _spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")

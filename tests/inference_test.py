@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bert_jax import convert, inference, tokenization
-from bert_jax import model as M
-from bert_jax.config import BertConfig
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import BertConfig
 from tests.common import recorded_compiles
 
 TEXTS = [

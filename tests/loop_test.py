@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import loop, sharding
-from bert_jax.summaries import MetricWriter
+from bert_jax.parallel import sharding
+from bert_jax.training import loop
+from bert_jax.training.summaries import MetricWriter
 
 ROWS, LENGTH = 2, 4
 

@@ -12,10 +12,12 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, experiment, loop, objectives, optimizer, sharding, start, steps
-from bert_jax import model as M
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.summaries import MetricWriter
+from bert_jax.checkpoints import checkpointing
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.parallel import sharding
+from bert_jax.training import experiment, loop, objectives, optimizer, start, steps
+from bert_jax.training.summaries import MetricWriter
 from tests.steps_test import CFG, pretraining_batch
 
 

@@ -1,4 +1,4 @@
-"""Model cards (bert_jax.model_card): the Hub's metadata header and the run's numbers. The cards
+"""Model cards (bert_jax.checkpoints.model_card): the Hub's metadata header and the run's numbers. The cards
 of real tiny runs' exports are checked in train_test (pretraining) and tests/finetune/run_test.py."""
 
 import json
@@ -6,7 +6,8 @@ import pathlib
 
 import pytest
 
-from bert_jax import convert, model_card
+from bert_jax import convert
+from bert_jax.checkpoints import model_card
 from tests.common import TINY, load_config_file
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "testdata" / "hf_flax"

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from bert_jax import model as M
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.families import get_model_class
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.families import get_model_class
 from tests.common import TINY, random_batch
 
 KEY = jax.random.PRNGKey(0)

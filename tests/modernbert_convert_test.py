@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import convert, families
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax import convert
+from bert_jax.models import families
+from bert_jax.models.modernbert.config import ModernBertConfig
 from tests.common import MODERN
 
 torch = pytest.importorskip("torch")

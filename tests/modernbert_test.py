@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import families, sharding
-from bert_jax import modernbert as MB
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models import families
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.modernbert import model as MB
+from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.parallel import sharding
 from tests.common import MODERN
 
 LENGTH = 9
@@ -177,8 +178,8 @@ def test_compiles_deviceless_for_a_tpu_topology_with_splash_local_masks():
     the mask is computed inside the kernel from the query positions, one operand more than the
     global layers' kernel (which two global layers share)."""
     pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
-    from bert_jax import aot
-    from bert_jax.model import init_params
+    from bert_jax.models.bert.model import init_params
+    from bert_jax.parallel import aot
 
     mesh = sharding.make_mesh(dict(data=2, fsdp=1, tensor=2), aot.topology_devices("v5e:2x2"))
     cfg = MODERN.replace(hidden_size=128, local_attention=16)  # head size 32

@@ -1,9 +1,9 @@
-"""bert_jax.multihost in one process: the fault hook and the barriers (tests/multiprocess_test.py
+"""bert_jax.parallel.multihost in one process: the fault hook and the barriers (tests/multiprocess_test.py
 runs them on two processes, with faults injected)."""
 
 import pytest
 
-from bert_jax import multihost
+from bert_jax.parallel import multihost
 
 
 def test_inject_fault_only_where_and_on_the_process_asked(monkeypatch):

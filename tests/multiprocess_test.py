@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from bert_jax import multihost
+from bert_jax.parallel import multihost
 from tests.train_test import ROOT, env, losses, run, train_cmd
 
 pytestmark = pytest.mark.multiprocess
@@ -46,7 +46,7 @@ class TwoProcesses:
     """Process 0 and 1 of a 2-process job (4 CPU devices each), their output in files.
 
     `make_cmd(process flags)` gives each command; `fault` (optional) is each process's
-    BERT_JAX_FAULT_INJECT (bert_jax.multihost). Every wait has a timeout that kills both processes
+    BERT_JAX_FAULT_INJECT (bert_jax.parallel.multihost). Every wait has a timeout that kills both processes
     and fails the test with both processes' last output."""
 
     def __init__(self, make_cmd, directory, fault=(None, None)):
@@ -240,7 +240,7 @@ CHECKS = textwrap.dedent(
     jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
     import numpy as np
     from bert_jax import convert, sharding
-    from bert_jax.config import BertConfig
+    from bert_jax.models.config import BertConfig
 
     out = {}
     for mesh in [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]:
@@ -266,8 +266,8 @@ CHECKS = textwrap.dedent(
         out["mismatch"] = str(e)
     cfg = BertConfig(vocab_size=99, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=5, max_position_embeddings=16)
-    from bert_jax.families import get_model_class
-    from bert_jax.model import init_params
+    from bert_jax.models.families import get_model_class
+    from bert_jax.models.bert.model import init_params
     import flax.linen as nn
     params = jax.device_get(nn.meta.unbox(
         init_params(get_model_class("BertModel")(cfg), jax.random.PRNGKey(0))))
@@ -380,7 +380,7 @@ def test_finetuning_on_two_processes_equals_one(tmp_path):
     assert (multi / "export" / "params").is_dir()
 
 
-# ---- failures: one process fails, every process ends (bert_jax.multihost) ----
+# ---- failures: one process fails, every process ends (bert_jax.parallel.multihost) ----
 # The job's defaults as a new user runs them (the default corpus, export on), made small.
 DEFAULT_RUN = [
     "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=tiny",

@@ -6,9 +6,9 @@ import optax
 import pytest
 from flax import traverse_util
 
-from bert_jax import model as M
-from bert_jax import optimizer
-from bert_jax.config import RuntimeConfig
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.training import optimizer
 from tests.common import TINY
 
 

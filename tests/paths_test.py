@@ -15,7 +15,8 @@ from etils import epath
 from etils.epath import gpath
 from etils.epath import testing as epath_testing
 
-from bert_jax import convert, experiment
+from bert_jax import convert
+from bert_jax.training import experiment
 from tests.common import TINY
 
 BUCKET = "gs://bucket"
@@ -62,8 +63,8 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
 
     from flax import linen as nn
 
-    from bert_jax.families import get_model_class
-    from bert_jax.model import init_params
+    from bert_jax.models.bert.model import init_params
+    from bert_jax.models.families import get_model_class
 
     params = nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), np.uint32([0, 0])))
     out = convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
@@ -88,7 +89,7 @@ def _no_local_url(tmp_path, seen):
 
 
 def test_metric_writer_to_a_bucket(fake_bucket, tmp_path):
-    from bert_jax import summaries
+    from bert_jax.training import summaries
 
     root, seen = fake_bucket
     w = summaries.MetricWriter(f"{BUCKET}/run", total_steps=20, progress=False)

@@ -15,11 +15,11 @@ import threading
 
 import pytest
 
-from bert_jax import experiment, loop
-from bert_jax.config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.pretrain import inputs
-from bert_jax.start import starting_state
-from bert_jax.summaries import MetricWriter
+from bert_jax.training import experiment, loop
+from bert_jax.training.start import starting_state
+from bert_jax.training.summaries import MetricWriter
 from tests.common import load_config_file
 
 STEPS, EVERY = 12, 4

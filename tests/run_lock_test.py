@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bert_jax import run_lock
+from bert_jax.training import run_lock
 
 
 def write_lock(workdir, **fields):

@@ -1,7 +1,7 @@
-"""Starting states (`bert_jax.start`): a training run's parameters read into their shardings,
+"""Starting states (`bert_jax.training.start`): a training run's parameters read into their shardings,
 or through the host conversion for another head."""
 
-from bert_jax import experiment
+from bert_jax.training import experiment
 from tests.common import load_config_file
 
 
@@ -19,7 +19,7 @@ def _tiny_pretraining_config(mesh):
 
 
 def _experiment(mesh, model_name="BertForPreTraining"):
-    from bert_jax.config import BertConfig
+    from bert_jax.models.config import BertConfig
 
     config = _tiny_pretraining_config(mesh)
     task = "pretraining" if model_name == "BertForPreTraining" else "mlm"
@@ -34,7 +34,9 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     import jax
     import numpy as np
 
-    from bert_jax import checkpointing, convert, start
+    from bert_jax import convert
+    from bert_jax.checkpoints import checkpointing
+    from bert_jax.training import start
 
     source = _experiment((8, 1, 1))
     state = start.init_state(source, seed=3)

@@ -8,10 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import batch_layout, experiment, loop, losses, objectives, optimizer, sharding, steps
-from bert_jax import model as M
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.families import get_model_class
+from bert_jax import batch_layout, losses
+from bert_jax.models.bert import model as M
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.families import get_model_class
+from bert_jax.parallel import sharding
+from bert_jax.training import experiment, loop, objectives, optimizer, steps
 
 CFG = BertConfig(
     vocab_size=101,

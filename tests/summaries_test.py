@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 from absl import logging
 
-from bert_jax import summaries
 from bert_jax.paths import as_path
 from bert_jax.pretrain.run import VIEW
+from bert_jax.training import summaries
 from tests import paths_test
 
 fake_bucket = paths_test.fake_bucket  # gs://bucket/... in a temporary directory

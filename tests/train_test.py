@@ -147,7 +147,7 @@ def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
 def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_build):
     """2N steps straight equal N steps, a SIGTERM, a resume and the rest, loss for loss.
 
-    The run sends itself SIGTERM after step N/2 (bert_jax.multihost's test hook), as a scheduler
+    The run sends itself SIGTERM after step N/2 (bert_jax.parallel.multihost's test hook), as a scheduler
     would: the signal comes at a known step however fast the steps are. It stops after the next
     step with a checkpoint, and exits 143 (stopped, not done)."""
     n = 6

@@ -46,26 +46,19 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import (
-    aot,
-    convert,
-    experiment,
-    families,
-    flops,
-    loop,
-    objectives,
-    sharding,
-    tokenization,
-)
+from bert_jax import convert, tokenization
 from bert_jax.data import batching, text_io
-from bert_jax.export import export
-from bert_jax.families import get_model_class
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
-from bert_jax.model import init_params
+from bert_jax.models import families
+from bert_jax.models.bert.model import init_params
+from bert_jax.models.families import get_model_class
+from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path, write_text_whole
-from bert_jax.start import starting_state
-from bert_jax.summaries import MetricView, MetricWriter
+from bert_jax.training import experiment, flops, loop, objectives
+from bert_jax.training.export import export
+from bert_jax.training.start import starting_state
+from bert_jax.training.summaries import MetricView, MetricWriter
 
 # What the console, the progress bar and the curves show of the metrics (the accuracy panel's
 # title is the pretraining job's, as before).
@@ -176,7 +169,7 @@ def starting_point(config, data: TaskData, tokenizer):
 
 
 def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
-    """Compiles the task's train and eval steps for `topology` (a TPU slice or GPUs, `bert_jax.aot`)
+    """Compiles the task's train and eval steps for `topology` (a TPU slice or GPUs, `parallel.aot`)
     without reading its data, and prints the report; returns the exit status (1: does not fit).
 
     The architecture is init_from's, else `config.model` (`configs/finetune.py:...,model=base`);

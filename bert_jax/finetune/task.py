@@ -1,7 +1,7 @@
 """What a fine-tuning task is: one `FinetuneTask` per task, registered in `tasks.TASKS`.
 
 A task reads and featurizes its splits (`load`), names the objective that trains it (the head
-follows from the objective: `bert_jax.objectives.OBJECTIVES`), and scores a split's predictions
+follows from the objective: `training.objectives.OBJECTIVES`), and scores a split's predictions
 with its official metrics, writing its prediction files (`score`). `run.train_and_evaluate` does
 the rest for every task alike: the model, the seeds, the loop, evaluation after each epoch,
 exports.
@@ -43,7 +43,7 @@ class TaskData:
     """A task's featurized splits.
 
     Attributes:
-      objective: the `bert_jax.objectives` name that trains it (which names its head).
+      objective: the `bert_jax.training.objectives` name that trains it (which names its head).
       num_labels, label_names: the head's outputs (label_names None for regression, QA, choice).
       train: the training features ([N, ...] numpy arrays).
       evals: the dev (and test) splits.

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import multihost, sharding
+from bert_jax.parallel import multihost, sharding
 from bert_jax.paths import is_url
 from bert_jax.pretrain.data import build, pipeline
 
@@ -49,7 +49,7 @@ def _default_build_dir(config, workdir: str) -> str:
 
 def require_shared_directory(directory: str) -> None:
     """Raises on every process unless all processes see the files process 0 writes in
-    `directory` (a shared file system). A barrier (`bert_jax.multihost`); a no-op in a
+    `directory` (a shared file system). A barrier (`bert_jax.parallel.multihost`); a no-op in a
     single-process run. The probe file is gone again when it returns: the directory holds only
     what it held before (the default corpus's build refuses files it did not write)."""
     if jax.process_count() == 1:
@@ -89,7 +89,7 @@ def ensure_default_corpus(config, workdir: str) -> str:
     Raises ValueError on every process when the hosts do not share the build directory."""
     out_dir = _default_build_dir(config, workdir)
     require_shared_directory(out_dir)
-    multihost.inject_fault("data_build")  # a test hook (bert_jax.multihost)
+    multihost.inject_fault("data_build")  # a test hook (bert_jax.parallel.multihost)
     if jax.process_index() == 0:
         options = build.PretrainingOptions(
             max_seq_length=config.data.max_seq_length,
@@ -100,7 +100,7 @@ def ensure_default_corpus(config, workdir: str) -> str:
             dupe_factor=5,
         )
         build.build_default_corpus_shards(out_dir, options=options, progress=True)
-    # A failure of process 0's build reaches the others through bert_jax.multihost's watcher.
+    # A failure of process 0's build reaches the others through parallel.multihost's watcher.
     multihost.barrier("default-corpus-built", timeout_s=BUILD_TIMEOUT_S)
     return out_dir
 

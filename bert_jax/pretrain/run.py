@@ -6,7 +6,7 @@ run_pretraining.py.
 
 Flow: config -> Experiment (mesh, model, optimizer) -> inputs (shards built once) -> state
 (restored or fresh) -> Trainer with hooks (metrics, held-out evaluation, checkpoints) -> export
-and a summary. `mode="compile"` compiles the step for a TPU topology instead (`bert_jax.aot`);
+and a summary. `mode="compile"` compiles the step for a TPU topology instead (`parallel.aot`);
 `mode="shardings"` prints every parameter's sharding.
 """
 
@@ -20,25 +20,17 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import (
-    aot,
-    experiment,
-    families,
-    flops,
-    inference,
-    loop,
-    multihost,
-    objectives,
-    sharding,
-    tokenization,
-)
+from bert_jax import inference, tokenization
 from bert_jax.batch_layout import pretraining_shapes
-from bert_jax.config import BertConfig
-from bert_jax.export import export
+from bert_jax.models import families
+from bert_jax.models.config import BertConfig
+from bert_jax.parallel import aot, multihost, sharding
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
-from bert_jax.start import starting_state
-from bert_jax.summaries import MetricView, MetricWriter
+from bert_jax.training import experiment, flops, loop, objectives
+from bert_jax.training.export import export
+from bert_jax.training.start import starting_state
+from bert_jax.training.summaries import MetricView, MetricWriter
 
 JOBS = ("pretraining", "mlm")  # each trains the objective of its name
 # What the console, the progress bar, the curves and the summary show of the metrics. Baselines:
@@ -262,7 +254,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     writer.close()
     places = {"checkpoints": ckpt.directory}
     if step >= config.num_train_steps and config.export_hf_at_end:
-        multihost.inject_fault("export")  # a test hook (bert_jax.multihost)
+        multihost.inject_fault("export")  # a test hook (bert_jax.parallel.multihost)
         # Every process has trained and saved (a barrier with a timeout, before the collectives).
         multihost.barrier("export")
         tokenizer = None
@@ -308,7 +300,7 @@ STARTING_PATHS = {
 
 
 def starting_values(config, bert_config, data) -> dict[tuple[str, ...], np.ndarray]:
-    """A scratch run's special starting values (`bert_jax.start.starting_state` sets them inside
+    """A scratch run's special starting values (`training.start.starting_state` sets them inside
     the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices."""
     values = {}
     family = families.family_of(bert_config).model_type

@@ -9,9 +9,9 @@ import sys
 import ml_collections
 import numpy as np
 
-from bert_jax import objectives
 from bert_jax.finetune import task as task_lib
 from bert_jax.finetune import tasks
+from bert_jax.training import objectives
 from tests.common import load_config_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

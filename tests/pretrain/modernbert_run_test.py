@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import families, objectives
+from bert_jax.models import families
 from bert_jax.pretrain import run
+from bert_jax.training import objectives
 from tests.common import load_config_file
 from tests.model_card_test import card_metadata
 

@@ -1,6 +1,6 @@
-"""Pure training and evaluation steps, for every objective (`bert_jax.objectives`).
+"""Pure training and evaluation steps, for every objective (`bert_jax.training.objectives`).
 
-Nothing here is jitted: `bert_jax.experiment.compile_train_step` compiles the train step once,
+Nothing here is jitted: `training.experiment.compile_train_step` compiles the train step once,
 with explicit shardings and buffer donation; the evaluation and prediction steps are jitted by
 the `Experiment` that runs them.
 
@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax.model import init_params
-from bert_jax.objectives import Batch, Objective, apply_model
+from bert_jax.models.bert.model import init_params
+from bert_jax.training.objectives import Batch, Objective, apply_model
 
 PyTree = Any
 

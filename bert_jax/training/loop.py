@@ -11,8 +11,8 @@ their cadence, and one Timer that owns the run's time.
 Each hook says when it runs (`Hook.every`, `at_end`, `at_stop`); the Trainer asks, and before
 running any hook waits for the step, so that hooks see finished steps and their host work
 (logging, evaluating, saving) is left out of the training time the Timer measures. The loop is
-host-side orchestration only: the math is `bert_jax.steps`' and `bert_jax.objectives`', the
-compiled steps are the Experiment's (`bert_jax.experiment`).
+host-side orchestration only: the math is `training.steps`' and `training.objectives`', the
+compiled steps are the Experiment's (`bert_jax.training.experiment`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import checkpointing, flops, objectives, sharding
-from bert_jax.experiment import Experiment
-from bert_jax.preemption import PreemptionWatcher
-from bert_jax.summaries import MetricWriter
+from bert_jax.checkpoints import checkpointing
+from bert_jax.parallel import sharding
+from bert_jax.parallel.preemption import PreemptionWatcher
+from bert_jax.training import flops, objectives
+from bert_jax.training.experiment import Experiment
+from bert_jax.training.summaries import MetricWriter
 
 
 def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:

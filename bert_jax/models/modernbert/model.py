@@ -6,14 +6,14 @@ alternates between global layers and local ones of a sliding window
 (`ModernBertConfig.global_attn_every_n_layers`, `local_attention`). Submodule names mirror Hugging
 Face's `ModernBertModel` state dict (`layers_3/attn/Wqkv` is `layers.3.attn.Wqkv`), so conversion
 is a rename and a transpose (`bert_jax.convert`). The building blocks (Dense, Embed, Dropout),
-the attention kernels (`bert_jax.attention.attend`), the output records and the sharding axes are
-BERT's (`bert_jax.model`).
+the attention kernels (`models.attention.attend`), the output records and the sharding axes are
+BERT's (`bert_jax.models.bert.model`).
 
 Unpadding: rows may be padded on either side, or packed with several sequences a row
 (`segment_ids`, with `position_ids` restarting per sequence or not: rotary scores depend only on
 the distance between positions); each gives the outputs the sequences would have alone.
 
-Dimension legend (as `bert_jax.model`'s):
+Dimension legend (as `bert_jax.models.bert.model`'s):
   B batch            L sequence length     E hidden size (hidden_size)
   H attention heads  D head size (E / H)   F intermediate size (GeGLU: Wi makes 2F)
   V vocabulary       P predictions per sequence (masked positions)
@@ -29,9 +29,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.attention import AttentionMask, attend
-from bert_jax.config import RuntimeConfig
-from bert_jax.model import (
+from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.models.bert.model import (
     ACTIVATIONS,
     REMAT_POLICIES,
     BertModelOutput,
@@ -46,8 +45,9 @@ from bert_jax.model import (
     encoder_inputs,
     gather_positions,
 )
-from bert_jax.model import _Head as BertHead  # the heads' call, shared
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models.bert.model import _Head as BertHead  # the heads' call, shared
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.modernbert.config import ModernBertConfig
 
 Array = jax.Array
 
@@ -334,7 +334,7 @@ class ModernBertPredictionHead(nn.Module):
 
 class _Head(BertHead):
     """A task head on top of `model` (a ModernBertModel), with the BERT heads' call
-    (`bert_jax.model._Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
+    (`models.bert.model._Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
     ([B, C, L] for multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P]
     (the MLM head), deterministic, output_hidden_states, output_attentions, all by keyword.
     token_type_ids must stay None: ModernBERT has no token types."""

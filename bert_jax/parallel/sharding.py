@@ -6,7 +6,7 @@ The mesh has three axes, sized in the experiment config (-1 takes the devices le
     fsdp    data parallelism with parameters and optimizer state sharded (ZeRO-3 style)
     tensor  tensor parallelism over heads / mlp / vocab (Megatron style)
 
-Parameters carry logical axis names (vocab, embed, heads, kv, mlp, layers; see `bert_jax.model`)
+Parameters carry logical axis names (vocab, embed, heads, kv, mlp, layers; see `models.bert.model`)
 and activations act_batch, act_len, act_embed, act_heads, act_mlp. `DEFAULT_RULES` maps those to
 mesh axes; a config may replace them. Batches are split over (data, fsdp) on their leading axis.
 """
@@ -27,7 +27,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import multihost
+from bert_jax.parallel import multihost
 
 PyTree = Any
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -127,7 +127,7 @@ def make_mesh(sizes: dict[str, int], devices: Sequence[jax.Device] | None = None
     if devices[0].platform == "tpu":  # physical placement or a clear error, never a reshape
         return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
     if devices[0].platform == "gpu" and devices[0] not in jax.devices():
-        # A deviceless compile's GPUs of one host (bert_jax.aot): no layout to follow, and none
+        # A deviceless compile's GPUs of one host (parallel.aot): no layout to follow, and none
         # needed (the cards of one host reach each other alike, over NVLink or PCIe).
         return Mesh(np.asarray(devices).reshape(shape), MESH_AXES, axis_types=axis_types)
     if len(devices) == jax.device_count() and devices == list(jax.devices()):
@@ -288,7 +288,7 @@ def check_host_batches(batch: PyTree, mesh: Mesh) -> None:
     """Fails loudly unless the hosts' batches fit together: every row of the global batch is
     held by some host, and hosts holding the same row hold the same values.
 
-    A barrier with a timeout (`bert_jax.multihost`: every process calls it with its rows of the
+    A barrier with a timeout (`parallel.multihost`: every process calls it with its rows of the
     same global batch); a no-op in a single-process run. Meant for the first batch of a run, where
     a pipeline that slices the global batch differently from the mesh would otherwise train
     silently on wrong data.

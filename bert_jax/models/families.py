@@ -6,8 +6,8 @@ conversion live in `bert_jax.convert` (`HF_LAYOUTS`). Attention kernels, shardin
 objectives, steps and the loop are shared.
 
   model_type (config.json)   config             model module           head classes
-  "bert"                     BertConfig         bert_jax.model         Bert*
-  "modernbert"               ModernBertConfig   bert_jax.modernbert    ModernBert*
+  "bert"                     BertConfig         bert_jax.models.bert.model         Bert*
+  "modernbert"               ModernBertConfig   bert_jax.models.modernbert.model    ModernBert*
 
 Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
 (by `model_type`), `get_model_class` (by class name), `family_of` (by config).
@@ -23,9 +23,10 @@ from typing import Any
 
 import flax.linen as nn
 
-from bert_jax import model, modernbert
-from bert_jax.config import BertConfig
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models.bert import model
+from bert_jax.models.config import BertConfig
+from bert_jax.models.modernbert import model as modernbert
+from bert_jax.models.modernbert.config import ModernBertConfig
 
 ModelConfig = BertConfig | ModernBertConfig
 

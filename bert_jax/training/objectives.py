@@ -3,7 +3,7 @@
 An *objective* runs its head and returns sums and counts over the (global) batch, never means, so
 that metrics average right across devices, hosts and micro-batches: the loss of a batch is
 `objective.loss(sums, counts)` with counts taken from the whole batch, which makes k micro-batches
-of b rows give exactly the gradient of one batch of k*b rows (`bert_jax.steps`).
+of b rows give exactly the gradient of one batch of k*b rows (`bert_jax.training.steps`).
 
 Batches (host numpy, then global arrays): model inputs `input_ids`, `token_type_ids`,
 `attention_mask` [B, L] (and for packed rows `segment_ids`, `position_ids` [B, L] and
@@ -53,7 +53,7 @@ class Objective:
 
     Attributes:
       name: the objective's name (a key of `OBJECTIVES`).
-      head: the BERT class name of the model it trains (`bert_jax.families.get_model_class`;
+      head: the BERT class name of the model it trains (`bert_jax.models.families.get_model_class`;
         another family trains its own class of the role, `Family.head_for`), e.g.
         "BertForPreTraining".
       sums: (model, params, batch, rng, deterministic) -> dict of float32 sums, whose keys ending

@@ -20,7 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from bert_jax.checkpointing import (
+from bert_jax.checkpoints.checkpointing import (
     CORRUPT,
     classify_restore_error,
     describe_error,

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.config import (
+from bert_jax.models.config import (
     ACTIVATIONS,
     HF_HOUSEKEEPING,
     MAX_SIZE,
@@ -173,7 +173,7 @@ class ModernBertConfig(EncoderConfig):
 
     @property
     def attention_probs_dropout_prob(self) -> float:
-        """`attention_dropout` under the name `bert_jax.attention.resolve_attention` reads."""
+        """`attention_dropout` under the name `models.attention.resolve_attention` reads."""
         return self.attention_dropout
 
     def is_global(self, layer: int) -> bool:

@@ -49,7 +49,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bert_jax import flops, sharding
+from bert_jax.parallel import sharding
+from bert_jax.training import flops
 
 # TPU generations by topology prefix: the chip config libtpu compiles them with. v4 and v5p run
 # as megacore (both TensorCores of a chip as one device); the others have one core per chip.

@@ -31,7 +31,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import EncoderConfig, RuntimeConfig
+from bert_jax.models.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
 
@@ -56,7 +56,9 @@ def current_platform(mesh: jax.sharding.Mesh | None = None) -> str:
     if platform == "gpu":
         try:
             version = jax.devices("gpu")[0].client.platform_version.lower()
-        except RuntimeError:  # compile-only devices (bert_jax.aot): only CUDA compiles deviceless
+        except (
+            RuntimeError
+        ):  # compile-only devices (bert_jax.parallel.aot): only CUDA compiles deviceless
             version = "cuda"
         platform = "rocm" if "rocm" in version else "cuda"
     return platform

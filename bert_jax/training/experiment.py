@@ -3,10 +3,10 @@ compiled steps, plus the run directory's config and checkpointer.
 
     steps_count = ...                       # from the data, before anything is built
     exp = Experiment.build(config, bert_config, head, objective, num_train_steps)
-    start = bert_jax.start.starting_state(exp, ckpt, data, init_from=config.init_from)
+    start = bert_jax.training.start.starting_state(exp, ckpt, data, init_from=config.init_from)
 
-`Experiment` only builds: the starting state is `bert_jax.start`'s, the loop `bert_jax.loop`'s,
-the export `bert_jax.export`'s. It jits each step (init, train, eval, predict) once and keeps it,
+`Experiment` only builds: the starting state is `training.start`'s, the loop `training.loop`'s,
+the export `training.export`'s. It jits each step (init, train, eval, predict) once and keeps it,
 with the parameters as arguments, so every evaluation and every seed of a run reuses one compiled
 program per batch shape; `compile_train_step` is the one place a train step is jitted, and
 `enable_compilation_cache` keeps the programs on disk across runs.
@@ -27,12 +27,14 @@ import optax
 from absl import logging
 from etils import epath
 
-from bert_jax import checkpointing, objectives, optimizer, sharding, steps
-from bert_jax.attention import current_platform, resolve_attention
-from bert_jax.config import BertConfig, RuntimeConfig
-from bert_jax.families import get_model_class
-from bert_jax.model import count_params
+from bert_jax.checkpoints import checkpointing
+from bert_jax.models.attention import current_platform, resolve_attention
+from bert_jax.models.bert.model import count_params
+from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.families import get_model_class
+from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
+from bert_jax.training import objectives, optimizer, steps
 
 PyTree = Any
 
@@ -113,7 +115,7 @@ class Experiment:
         the head `head`, trained with `objective` for `num_train_steps` (the schedule's length).
 
         `devices`: the mesh's devices (all of this run's by default; a TPU topology's or GPUs'
-        compile-only devices for ahead-of-time compilation, `bert_jax.aot`)."""
+        compile-only devices for ahead-of-time compilation, `bert_jax.parallel.aot`)."""
         cfg = bert_config
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
         tensor = mesh.shape["tensor"]
@@ -205,7 +207,7 @@ class Experiment:
     # ---- compiled steps ----
     def jit_train_step(self, batch_shardings: PyTree) -> Callable:
         """`compile_train_step` with this experiment's model, optimizer, objective and shardings.
-        What `train_step_fn` caches and what `bert_jax.aot` compiles for a TPU or GPU."""
+        What `train_step_fn` caches and what `bert_jax.parallel.aot` compiles for a TPU or GPU."""
         return compile_train_step(
             self.model,
             self.tx,
@@ -299,7 +301,7 @@ def compile_train_step(
 ) -> Callable:
     """The jitted (state, global batch) -> (state, metrics) of `steps.train_step`, the state
     donated (its buffers are reused for the new state; `donate=False` keeps it, for callers that
-    step the same state twice). The one place a train step is compiled: the loop, `bert_jax.aot`,
+    step the same state twice). The one place a train step is compiled: the loop, `parallel.aot`,
     the tests and the benchmarks use it. Shardings left None are JAX's choice (one device);
     `compiler_options` are XLA's (`RuntimeConfig.compiler_options`); `loss_scale` turns on
     dynamic loss scaling (float16 runs; the state is then a `steps.ScaledTrainState`)."""

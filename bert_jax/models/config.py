@@ -422,7 +422,7 @@ class RuntimeConfig:
         trainer does once at start with its first device's compute capability. LayerNorm
         statistics, attention scores, the softmax and its mask stay in float32 whatever this is.
         "float16" trains with dynamic loss scaling (`loss_scale_init`, `loss_scale_period`; see
-        `bert_jax.steps.DynamicLossScale`): the loss is scaled before the backward pass, the
+        `training.steps.DynamicLossScale`): the loss is scaled before the backward pass, the
         gradients unscaled in float32, and a step whose gradients overflow is skipped.
         "bfloat16" on a CPU pays where the CPU multiplies bfloat16 matrices natively (AMX,
         AVX-512 BF16: `BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
@@ -440,7 +440,7 @@ class RuntimeConfig:
         attention-probability dropout, else cudnn on CUDA where it applies, splash on TPU, xla
         otherwise. Only xla has attention-probability dropout; the others refuse to train with
         it. Every kernel receives the whole mask (left padding and holes included), and
-        `bert_jax.attention.resolve_attention` checks a choice for a platform.
+        `bert_jax.models.attention.resolve_attention` checks a choice for a platform.
       collective_matmul: on TPU, let XLA split each sharded matmul into a ring of partial
         matmuls overlapped with collective-permutes ("windowed einsum", XLA's default). Off by
         default: for FSDP every step of the ring re-reads a whole operand and re-writes the

@@ -7,7 +7,7 @@ Two runs in one directory would overwrite each other's checkpoints, metrics and 
 second one stops at start, before it writes anything, with one line naming the directory and the
 process holding it. The lock is a small JSON file (pid, host, start time, heartbeat), created
 atomically on a local disk (a hard link) and removed when the run ends, however it ends short of a
-kill. Only process 0 of a multi-process run takes it (the others stop with it: bert_jax.multihost).
+kill. Only process 0 of a multi-process run takes it (the others stop with it: parallel.multihost).
 
 A lock left by a run that was killed is taken over, with a warning, when
 1. it names this host and a pid that is no longer running; or

@@ -11,7 +11,7 @@ Dimension legend:
   V vocabulary       P predictions per sequence (masked positions)
   S sequences packed in one row            C choices (multiple choice)   N labels
 
-Logical axis names carried by the parameters (mapped to mesh axes by `bert_jax.sharding`):
+Logical axis names carried by the parameters (mapped to mesh axes by `bert_jax.parallel.sharding`):
   vocab, embed, heads, kv, mlp, layers (the stacked axis under `scan_layers`); None = replicated.
 Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
 """
@@ -26,8 +26,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
-from bert_jax.attention import AttentionMask, attend, dropout
-from bert_jax.config import BertConfig, RuntimeConfig
+from bert_jax.models.attention import AttentionMask, attend, dropout
+from bert_jax.models.config import BertConfig, RuntimeConfig
 
 Array = jax.Array
 
@@ -310,7 +310,7 @@ class BertEmbeddings(nn.Module):
 class BertSelfAttention(nn.Module):
     """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
 
-    The kernel is the one `bert_jax.attention.attend` picks; asking for the probabilities
+    The kernel is the one `bert_jax.models.attention.attend` picks; asking for the probabilities
     (`output_attentions`) takes the xla path, which forms them.
     """
 
@@ -503,7 +503,7 @@ def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | N
     if runtime.dtype == "auto":
         raise ValueError(
             "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
-            "runtime.resolved(bert_jax.attention.current_platform())"
+            "runtime.resolved(bert_jax.models.attention.current_platform())"
         )
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
@@ -677,7 +677,7 @@ class _Head(nn.Module):
       deterministic, output_hidden_states, output_attentions: as BertModel's.
 
     Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`;
-    another family's heads (`bert_jax.modernbert`) share this call and override `encode`.
+    another family's heads (`models.modernbert.model`) share this call and override `encode`.
     """
 
     config: BertConfig

@@ -15,8 +15,9 @@ from typing import Any
 import jax
 from absl import logging
 
-from bert_jax import convert, model_card
-from bert_jax.config import BertConfig
+from bert_jax import convert
+from bert_jax.checkpoints import model_card
+from bert_jax.models.config import BertConfig
 from bert_jax.paths import as_path
 
 PyTree = Any

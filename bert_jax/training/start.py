@@ -23,9 +23,10 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import checkpointing, convert, run_params
-from bert_jax.experiment import Experiment
-from bert_jax.model import stack_layers
+from bert_jax import convert
+from bert_jax.checkpoints import checkpointing, run_params
+from bert_jax.models.bert.model import stack_layers
+from bert_jax.training.experiment import Experiment
 
 PyTree = Any
 # A parameter's place in the params tree, e.g. ("cls", "predictions", "bias").

@@ -26,7 +26,7 @@ Restoring never loses progress. Each failure is told apart, and every process mu
 
 A run never starts from scratch while a checkpoint (even one set aside as corrupt) exists.
 
-Only a training run moves checkpoints: `bert_jax.run_params` (convert, inference, from_pretrained
+Only a training run moves checkpoints: `checkpoints.run_params` (convert, inference, from_pretrained
 of a run directory) reads the parameters only, passes over a newest checkpoint whose parameters
 are damaged with a warning, and moves nothing. A
 save that fails (a full disk) raises `CheckpointSaveError` at the next `check`, `save`, `wait`
@@ -49,7 +49,7 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
-from bert_jax import multihost
+from bert_jax.parallel import multihost
 from bert_jax.paths import as_path
 
 PyTree = Any

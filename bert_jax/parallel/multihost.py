@@ -23,7 +23,7 @@ leave them waiting forever. This module makes every way a process can end reach 
   like a failure, so the other processes end too, and the status is 128 + the signal (143 for
   SIGTERM). Checkpoints already saved are complete on disk (Orbax finalizes a step by renaming
   it); a save that a failure interrupts is left unfinalized and never restored. Inside the loop,
-  SIGTERM is the loop's: it saves a checkpoint and stops (`bert_jax.preemption`).
+  SIGTERM is the loop's: it saves a checkpoint and stops (`bert_jax.parallel.preemption`).
 * Every barrier outside the compiled step (`barrier`, `all_gather`, `broadcast`) runs on the
   key-value store with a timeout (`BARRIER_TIMEOUT_S` unless the caller gives one), and raises
   `BarrierTimeoutError` naming the processes that never arrived.

@@ -1,6 +1,6 @@
 """Model cards: the README.md a Hugging Face Hub repository shows, for every exported model.
 
-    model_card.for_run(run_dir / "hf", bert_config, head, config, run_dir)   # bert_jax.export
+    model_card.for_run(run_dir / "hf", bert_config, head, config, run_dir)   # training.export
     python -m bert_jax.convert SRC DST --model-card --datasets wikipedia --license mit
 
 The card starts with the Hub's metadata header (YAML between `---` lines: license, library_name,
@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bert_jax.config import BertConfig
+from bert_jax.models.config import BertConfig
 from bert_jax.paths import as_path
 
 CARD_NAME = "README.md"

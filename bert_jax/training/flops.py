@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bert_jax.config import BertConfig
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.models.config import BertConfig
+from bert_jax.models.modernbert.config import ModernBertConfig
 
 ModelConfig = BertConfig | ModernBertConfig
 
@@ -58,7 +58,7 @@ TPU_CHIPS = {
 class GpuCard(NamedTuple):
     """One NVIDIA card, from NVIDIA's public data sheets and CUDA's per-architecture limits.
 
-    The facts XLA needs to compile for the card without it (`bert_jax.aot.gpu_target_config`)
+    The facts XLA needs to compile for the card without it (`parallel.aot.gpu_target_config`)
     and those a report bounds the step with. Peaks are dense (no sparsity), tensor cores with
     float32 accumulation, at the boost clock.
 
