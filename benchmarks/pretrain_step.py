@@ -361,7 +361,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def config_and_batch(args: argparse.Namespace):
     """(BertConfig, host batch, predictions a row) of the flags --size, --attention_dropout,
     --batch, --seq and --predictions: the step every peer (and gpu_compile.py) runs."""
-    from bert_jax.models.config import BertConfig
+    from bert_jax.models.bert.config import BertConfig
 
     cfg = BertConfig.preset(args.size)
     if args.attention_dropout is not None:

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     import jax
 
     from benchmarks.pretrain_step import bert_jax_peer, make_batch
-    from bert_jax.models.config import BertConfig
+    from bert_jax.models.bert.config import BertConfig
 
     cfg = BertConfig.preset(args.size)
     batch = make_batch(cfg, args.batch, args.seq, max(1, round(0.15 * args.seq)))

@@ -8,6 +8,7 @@ out = bert_jax.ModernBertForMaskedLM(config).apply({"params": params}, input_ids
 """
 
 from bert_jax import losses
+from bert_jax.models.bert.config import PRESETS, BertConfig
 from bert_jax.models.bert.model import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -20,7 +21,7 @@ from bert_jax.models.bert.model import (
     count_params,
     init_params,
 )
-from bert_jax.models.config import PRESETS, BertConfig, RuntimeConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.modernbert.model import (
@@ -37,7 +38,11 @@ __version__ = "0.1.0"
 
 # Imported on first use: importing `convert` (which `checkpoints.pretrained` imports) here
 # would put it in sys.modules before `python -m bert_jax.convert` runs it (runpy's RuntimeWarning).
-_LAZY = {"convert": None, "Pretrained": "pretrained", "from_pretrained": "pretrained"}
+_LAZY = {
+    "convert": None,
+    "Pretrained": "checkpoints.pretrained",
+    "from_pretrained": "checkpoints.pretrained",
+}
 
 
 def __getattr__(name: str):

@@ -49,8 +49,9 @@ from etils import epath
 from flax import traverse_util
 
 from bert_jax.checkpoints import hf_flax, model_card, run_params
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import init_params, is_stacked, stack_layers, unstack_layers
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import (
     MODEL_CLASSES,
     ModelConfig,

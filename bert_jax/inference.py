@@ -33,8 +33,8 @@ from bert_jax import convert, tokenization
 from bert_jax.checkpoints import pretrained
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import BertForMaskedLM, BertModel
-from bert_jax.models.config import BertConfig
 from bert_jax.models.families import get_model_class
 
 POOLINGS = ("cls", "mean", "pooler")

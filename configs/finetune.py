@@ -44,7 +44,7 @@ Expected (BERT-base, published recipe): MRPC F1 ~88, SST-2 ~93 accuracy, SQuAD v
 import ml_collections
 
 from bert_jax.finetune import glue, tasks
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from configs import common
 
 TASKS = sorted(tasks.TASKS)

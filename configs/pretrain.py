@@ -38,7 +38,7 @@ import dataclasses
 
 import ml_collections
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import model_fields
 from bert_jax.models.modernbert.config import ModernBertConfig
 from configs import common

@@ -97,7 +97,8 @@ def test_every_card_compiles_from_its_target_description():
     plugin's CUDA 12 one, which still builds the V100's sm_70, not a CUDA 13 one on the PATH)."""
     code = """
 import json, jax, jax.numpy as jnp
-from bert_jax import aot, flops
+from bert_jax.parallel import aot
+from bert_jax.training import flops
 out = {}
 for name, card in flops.GPU_CARDS.items():
     device = aot.gpu_devices(name)[0]

@@ -15,7 +15,8 @@ from jax.ad_checkpoint import print_saved_residuals
 
 from bert_jax.models import attention as A
 from bert_jax.models.bert import model as M
-from bert_jax.models.config import PRESETS, BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import PRESETS, BertConfig
+from bert_jax.models.config import RuntimeConfig
 from tests.common import TINY, load_config_file, random_batch
 
 KEY = jax.random.PRNGKey(0)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli, convert, tokenization
-from bert_jax.models import config
+from bert_jax.models.bert import config
 from bert_jax.pretrain.data import create_pretraining_data
 
 

@@ -8,7 +8,7 @@ import pathlib
 
 import numpy as np
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.modernbert.config import ModernBertConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"

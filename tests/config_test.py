@@ -4,7 +4,8 @@ import logging
 import pytest
 
 from bert_jax.models import config as C
-from bert_jax.models.config import PRESETS, BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import PRESETS, BertConfig
+from bert_jax.models.config import RuntimeConfig
 
 # /proc/cpuinfo excerpts: an AMD EPYC (Zen 2/3: AVX2, no bfloat16 units), a Sapphire Rapids Xeon
 # (AMX), a Zen 4 EPYC (AVX-512 BF16, no AMX) and two aarch64 cores, with and without BF16. Two

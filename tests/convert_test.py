@@ -11,7 +11,8 @@ import pytest
 
 from bert_jax import convert
 from bert_jax.models.bert import model as M
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.training import objectives
 from tests.common import MODERN, ODD, TINY

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _COMPILE_ONE = """
 import json, sys
 import jax, jax.numpy as jnp
-from bert_jax import experiment
+from bert_jax.training import experiment
 hits = []
 jax.monitoring.register_event_listener(
     lambda event, **kw: hits.append(event) if event.endswith("/cache_hits") else None)

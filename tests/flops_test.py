@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.training import flops
 

@@ -10,7 +10,7 @@ import pytest
 
 from bert_jax import convert, inference, tokenization
 from bert_jax.models.bert import model as M
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from tests.common import recorded_compiles
 
 TEXTS = [

@@ -14,7 +14,8 @@ from jax.sharding import PartitionSpec as P
 
 from bert_jax.checkpoints import checkpointing
 from bert_jax.models.bert import model as M
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.parallel import sharding
 from bert_jax.training import experiment, loop, objectives, optimizer, start, steps
 from bert_jax.training.summaries import MetricWriter

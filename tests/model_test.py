@@ -6,7 +6,8 @@ import pytest
 from flax import traverse_util
 
 from bert_jax.models.bert import model as M
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
 from tests.common import TINY, random_batch
 

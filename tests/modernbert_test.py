@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from bert_jax.models import families
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.modernbert import model as MB
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.parallel import sharding

@@ -239,8 +239,9 @@ CHECKS = textwrap.dedent(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
     import numpy as np
-    from bert_jax import convert, sharding
-    from bert_jax.models.config import BertConfig
+    from bert_jax import convert
+    from bert_jax.parallel import sharding
+    from bert_jax.models.bert.config import BertConfig
 
     out = {}
     for mesh in [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]:

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.pretrain import inputs
 from bert_jax.training import experiment, loop
 from bert_jax.training.start import starting_state

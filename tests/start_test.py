@@ -19,7 +19,7 @@ def _tiny_pretraining_config(mesh):
 
 
 def _experiment(mesh, model_name="BertForPreTraining"):
-    from bert_jax.models.config import BertConfig
+    from bert_jax.models.bert.config import BertConfig
 
     config = _tiny_pretraining_config(mesh)
     task = "pretraining" if model_name == "BertForPreTraining" else "mlm"

@@ -10,7 +10,8 @@ import pytest
 
 from bert_jax import batch_layout, losses
 from bert_jax.models.bert import model as M
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.parallel import sharding
 from bert_jax.training import experiment, loop, objectives, optimizer, steps

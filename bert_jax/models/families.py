@@ -24,7 +24,7 @@ from typing import Any
 import flax.linen as nn
 
 from bert_jax.models.bert import model
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.modernbert import model as modernbert
 from bert_jax.models.modernbert.config import ModernBertConfig
 

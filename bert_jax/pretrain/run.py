@@ -23,7 +23,7 @@ from absl import logging
 from bert_jax import inference, tokenization
 from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.models import families
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.parallel import aot, multihost, sharding
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing

@@ -17,7 +17,7 @@ from absl import logging
 
 from bert_jax import convert
 from bert_jax.checkpoints import model_card
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.paths import as_path
 
 PyTree = Any

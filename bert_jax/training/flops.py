@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.modernbert.config import ModernBertConfig
 
 ModelConfig = BertConfig | ModernBertConfig

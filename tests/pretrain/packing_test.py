@@ -371,7 +371,7 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
     import jax
 
     from bert_jax.models.bert import model as M
-    from bert_jax.models.config import BertConfig
+    from bert_jax.models.bert.config import BertConfig
     from bert_jax.training import objectives, steps
 
     packed = next(loader(short_build, batch_size=6, pack_sequences=True))

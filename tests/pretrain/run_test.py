@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.models.config import BertConfig
+from bert_jax.models.bert.config import BertConfig
 from bert_jax.pretrain import run
 from bert_jax.training import experiment, start
 from tests.common import load_config_file

@@ -27,7 +27,8 @@ import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.models.attention import AttentionMask, attend, dropout
-from bert_jax.models.config import BertConfig, RuntimeConfig
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import RuntimeConfig
 
 Array = jax.Array
 

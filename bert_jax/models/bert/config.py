@@ -1,0 +1,316 @@
+"""BERT's architecture (`BertConfig`), with Hugging Face `config.json` field names, and its sizes.
+
+`BertConfig` holds exactly what a checkpoint needs to be rebuilt, so a config round-trips through
+HF's `config.json` and google-research/bert's `bert_config.json`. It is frozen: hashable, so
+modules can hold it and `jax.jit` can close over it. `PRESETS` are the published sizes (tiny to
+large and the 24 miniatures), by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from bert_jax.models.config import (
+    ACTIVATIONS,
+    HF_HOUSEKEEPING,
+    MAX_SIZE,
+    EncoderConfig,
+    _fail,
+    labels_from_hf,
+    labels_to_hf,
+)
+
+# Fields of google-research/bert's `bert_config.json`, in the order it writes them.
+_ORIGINAL_FIELDS = (
+    "attention_probs_dropout_prob",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "hidden_size",
+    "initializer_range",
+    "intermediate_size",
+    "max_position_embeddings",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "type_vocab_size",
+    "vocab_size",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig(EncoderConfig):
+    """The BERT architecture, with Hugging Face `config.json` field names.
+
+    Attributes:
+      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
+      hidden_size: E, width of the residual stream.
+      num_hidden_layers: number of transformer layers.
+      num_attention_heads: H; head size D = E / H.
+      intermediate_size: F, width of the feed-forward layer.
+      hidden_act: feed-forward activation; "gelu" is the exact erf GELU of the original.
+      hidden_dropout_prob: dropout on embeddings and on each sub-layer output.
+      attention_probs_dropout_prob: dropout on the attention probabilities.
+      max_position_embeddings: rows of the position table; the longest sequence the model takes.
+      type_vocab_size: rows of the token-type (segment A/B) table.
+      initializer_range: stddev of the truncated-normal initializer.
+      layer_norm_eps: epsilon of every LayerNorm.
+      pad_token_id: id of [PAD].
+      classifier_dropout: dropout before classification heads; None means hidden_dropout_prob.
+      num_labels: output width of the sequence/token classification heads (1 means regression).
+      label_names: optional names of the labels, written to config.json as id2label.
+      vocab_pad_multiple: the word-embedding table and the MLM decoder have `padded_vocab_size`
+        rows, V rounded up to this multiple (128 fills the TPU's matrix unit; 128 x the tensor
+        axis also splits evenly over it). The extra rows are never looked up and their logits
+        are cut off, so outputs are [..., V] whatever this is. Conversion and the Hugging Face
+        export strip them (round trips are exact); not written to a Hugging Face config.json.
+    """
+
+    model_type: ClassVar[str] = "bert"  # config.json's; the family's name
+    display_name: ClassVar[str] = "BERT"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    classifier_dropout: float | None = None
+    num_labels: int = 2
+    label_names: tuple[str, ...] | None = None
+    vocab_pad_multiple: int = 1
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "vocab_pad_multiple",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+            "num_labels",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                _fail(name, value, "must be an integer")
+            if value <= 0:
+                _fail(name, value, "must be positive")
+            if value > MAX_SIZE:
+                _fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
+        if self.hidden_size % self.num_attention_heads:
+            _fail(
+                "hidden_size",
+                self.hidden_size,
+                f"not divisible by num_attention_heads={self.num_attention_heads}",
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            _fail(
+                "hidden_act", self.hidden_act, f"unknown activation; expected one of {ACTIVATIONS}"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                _fail(name, value, "must be a probability in [0, 1)")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                _fail(name, value, "must be a positive number")
+        self._check_ids_and_labels()
+
+    # ---- derived sizes ----
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
+        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
+
+    # ---- presets ----
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """A named size: "base", "large", "tiny", "mini", "small", "medium", or a miniature.
+
+        The 24 BERT miniatures (Turc et al. 2019) are "L{2,4,6,8,10,12}-H{128,256,512,768}", with
+        H/64 heads and a 4H feed-forward layer; google's file names such as "uncased_L-4_H-512_A-8"
+        are accepted too.
+        """
+        key = name.lower()
+        m = re.fullmatch(r"(?:bert-)?(?:(?:un)?cased_)?l-?(\d+)[_-]h-?(\d+)(?:[_-]a-?\d+)?", key)
+        if m:
+            key = f"l{m.group(1)}-h{m.group(2)}"
+        table = {k.lower(): v for k, v in PRESETS.items()}
+        if key not in table:
+            raise ValueError(f"unknown BertConfig preset {name!r}; known: {sorted(PRESETS)}")
+        return cls(**{**table[key], **overrides})
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> BertConfig:
+        """Builds a config from the dict of a Hugging Face BERT `config.json`.
+
+        Keys that change the architecture in ways this library does not implement (relative
+        position embeddings, a decoder, cross-attention) raise; housekeeping keys are ignored;
+        any other unknown key is logged, never silently dropped.
+        """
+        d = dict(d)
+        model_type = d.get("model_type", "bert")
+        if model_type != "bert":
+            raise ValueError(f"config.json has model_type={model_type!r}; only 'bert' is supported")
+        pos = d.get("position_embedding_type", "absolute")
+        if pos not in (None, "absolute"):
+            raise ValueError(
+                f"config.json has position_embedding_type={pos!r}; only 'absolute' is supported"
+            )
+        for flag in ("is_decoder", "add_cross_attention"):
+            if d.get(flag):
+                raise ValueError(
+                    f"config.json has {flag}=true; bert_jax implements the encoder only"
+                )
+        names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
+        kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
+        if "classifier_dropout" in d:
+            kwargs["classifier_dropout"] = d["classifier_dropout"]
+        kwargs.update(labels_from_hf(d))
+        unknown = (
+            set(d)
+            - names
+            - HF_HOUSEKEEPING
+            - {
+                "position_embedding_type",
+                "is_decoder",
+                "add_cross_attention",
+                "num_labels",
+                "classifier_dropout",
+            }
+        )
+        if unknown:
+            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
+        return cls(**kwargs)
+
+    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
+        """The dict of a Hugging Face `config.json` for this config."""
+        d: dict[str, Any] = {"model_type": "bert"}
+        if architecture:
+            d["architectures"] = [architecture]
+        for f in dataclasses.fields(self):
+            if f.name not in ("num_labels", "label_names", "vocab_pad_multiple"):
+                d[f.name] = getattr(self, f.name)
+        if self.vocab_pad_multiple != 1:  # bert_jax's own (a Hugging Face export strips it)
+            d["vocab_pad_multiple"] = self.vocab_pad_multiple
+        d.update(labels_to_hf(self.label_names, self.num_labels))
+        d["position_embedding_type"] = "absolute"
+        d["tie_word_embeddings"] = True
+        return d
+
+    # ---- google-research/bert bert_config.json ----
+    @classmethod
+    def from_original_dict(cls, d: Mapping[str, Any]) -> BertConfig:
+        """A config from google-research/bert's `bert_config.json` dict (no pad id; eps 1e-12)."""
+        missing = [k for k in _ORIGINAL_FIELDS if k not in d]
+        if missing:
+            raise ValueError(f"bert_config.json lacks {missing}")
+        return cls(**{k: d[k] for k in _ORIGINAL_FIELDS})
+
+    def to_original_dict(self) -> dict[str, Any]:
+        """The dict of google-research/bert's `bert_config.json`."""
+        if self.hidden_act in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(
+                f"BertConfig.hidden_act={self.hidden_act!r} (the tanh GELU) cannot be written to "
+                "a bert_config.json unambiguously: google-research/bert reads its 'gelu' as the "
+                "erf GELU in its 2018 release and as the tanh form in its code since February "
+                "2019. Write a Hugging Face config.json instead (it keeps 'gelu_new'), or write "
+                "hidden_act='gelu' and load it back with hidden_act='gelu_new' "
+                "(python -m bert_jax.convert --hidden-act gelu_new)"
+            )
+        if self.hidden_act not in ("gelu", "relu"):
+            raise ValueError(
+                f"BertConfig.hidden_act={self.hidden_act!r} has no google-research/bert name "
+                "(bert_config.json knows 'gelu' and 'relu')"
+            )
+        return {k: getattr(self, k) for k in _ORIGINAL_FIELDS}
+
+    # ---- files ----
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        """Reads an HF `config.json` or an original `bert_config.json` (told apart by content)."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            for name in ("config.json", "bert_config.json"):
+                if os.path.exists(os.path.join(path, name)):
+                    path = os.path.join(path, name)
+                    break
+            else:
+                raise FileNotFoundError(f"no config.json or bert_config.json in {path}")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"config file not found: {path}")
+        with open(path, encoding="utf-8") as f:
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON: {e}") from e
+        if not isinstance(d, dict):
+            raise ValueError(f"{path} does not hold a JSON object")
+        if "model_type" in d or "pad_token_id" in d or "layer_norm_eps" in d:
+            return cls.from_hf_dict(d)
+        missing = [k for k in _ORIGINAL_FIELDS if k not in d]
+        if missing:
+            raise ValueError(
+                f"{path} is no model config: it has no model_type, and as google-research/bert's "
+                f"bert_config.json it lacks {missing}"
+            )
+        return cls.from_original_dict(d)
+
+    def to_json_file(self, path: str | os.PathLike, *, original: bool = False, architecture=None):
+        """Writes HF `config.json`, or the original `bert_config.json` when `original=True`."""
+        d = self.to_original_dict() if original else self.to_hf_dict(architecture)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(d, f, indent=2, sort_keys=True)
+            f.write("\n")
+
+
+def _miniatures() -> dict[str, dict[str, int]]:
+    out = {}
+    for layers in (2, 4, 6, 8, 10, 12):
+        for hidden in (128, 256, 512, 768):
+            out[f"L{layers}-H{hidden}"] = dict(
+                num_hidden_layers=layers,
+                hidden_size=hidden,
+                num_attention_heads=hidden // 64,
+                intermediate_size=4 * hidden,
+            )
+    return out
+
+
+PRESETS: dict[str, dict[str, int]] = {
+    **_miniatures(),
+    "tiny": dict(
+        num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512
+    ),
+    "mini": dict(
+        num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024
+    ),
+    "small": dict(
+        num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048
+    ),
+    "medium": dict(
+        num_hidden_layers=8, hidden_size=512, num_attention_heads=8, intermediate_size=2048
+    ),
+    "base": dict(
+        num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072
+    ),
+    "large": dict(
+        num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096
+    ),
+}
