@@ -60,7 +60,7 @@ flags.DEFINE_string(
     "topology",
     None,
     "--mode=compile: a TPU slice (v5e:4x4, v5p:4x4x4) or NVIDIA GPUs of one host (gpu:t4, "
-    "gpu:h100x8; cards in bert_jax.training.flops.GPU_CARDS).",
+    "gpu:h100x8; cards in bert_jax.hardware.GPU_CARDS).",
 )
 flags.DEFINE_integer("num_slices", 1, "--mode=compile: slices of --topology (multi-slice).")
 flags.DEFINE_string("hlo_out", None, "--mode=compile: write the compiled step's HLO text here.")

@@ -69,9 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--card", default="h100", help="a card of bert_jax.training.flops.GPU_CARDS"
-    )
+    parser.add_argument("--card", default="h100", help="a card of bert_jax.hardware.GPU_CARDS")
     parser.add_argument("--size", default="large")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)

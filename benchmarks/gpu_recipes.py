@@ -84,12 +84,12 @@ def table_row(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from bert_jax.training import flops
+    from bert_jax import hardware
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cards", default=",".join(flops.GPU_CARDS))
+    parser.add_argument("--cards", default=",".join(hardware.GPU_CARDS))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--out", default=OUT)

@@ -58,8 +58,8 @@ def steps(card: str | None, out: str) -> list[tuple[str, list[str], dict[str, st
 
 
 def detect_card() -> str | None:
-    """The `flops.GPU_CARDS` name of this machine's first GPU (nvidia-smi), or None."""
-    from bert_jax.training import flops
+    """The `hardware.GPU_CARDS` name of this machine's first GPU (nvidia-smi), or None."""
+    from bert_jax import hardware
 
     try:
         name = subprocess.run(
@@ -70,7 +70,7 @@ def detect_card() -> str | None:
         ).stdout.splitlines()[0]
     except (OSError, subprocess.CalledProcessError, IndexError):
         return None
-    for key, card in flops.GPU_CARDS.items():
+    for key, card in hardware.GPU_CARDS.items():
         if card.name == name.strip():
             return key
     return None
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     card = detect_card()
     if card is None and not args.dry_run:
         print(
-            "no NVIDIA GPU of bert_jax.training.flops.GPU_CARDS here: use --dry_run",
+            "no NVIDIA GPU of bert_jax.hardware.GPU_CARDS here: use --dry_run",
             file=sys.stderr,
         )
         return 2

@@ -90,7 +90,7 @@ def bert_jax_peer(cfg, batch, args, options: str = ""):
     import flax.linen as nn
     import jax
 
-    from bert_jax.models.attention import current_platform
+    from bert_jax.hardware import current_platform
     from bert_jax.models.bert import model as M
     from bert_jax.models.config import RuntimeConfig
     from bert_jax.training import experiment, objectives, optimizer, steps
@@ -373,11 +373,12 @@ def config_and_batch(args: argparse.Namespace):
 def main(argv=None) -> int:
     args = parse_args(argv)
 
+    from bert_jax import hardware
     from bert_jax.training import flops
 
     cfg, batch, predictions = config_and_batch(args)
     platform_name, kind = device_info()
-    peak = flops.peak_flops_per_device(kind)
+    peak = hardware.peak_flops_per_device(kind)
     step_flops = flops.padded_step_flops(cfg, args.batch, args.seq, predictions)
     if args.what == "forward":
         step_flops /= 3

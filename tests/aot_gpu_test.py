@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
+from bert_jax import hardware
 from bert_jax.parallel import aot
-from bert_jax.training import flops
 from tests.common import COMPILE_SMALL
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +55,7 @@ def test_t4_compiles_in_float16_without_cudnn_attention():
     assert report["attention"] == "xla" and report["cudnn_attention_calls"] == 0
     assert report["fits"] is True
     # JAX's pool: 75% of the card unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise
-    assert report["hbm_capacity_gib"] == pytest.approx(0.75 * flops.GPU_CARDS["t4"].memory_gib)
+    assert report["hbm_capacity_gib"] == pytest.approx(0.75 * hardware.GPU_CARDS["t4"].memory_gib)
     m = report["hbm_gib"]
     assert 0 < m["arguments"] < m["total"] < 1
     assert report["roofline"]["mfu_bound"] > 0  # unrolled (the tiny config): a roofline
@@ -97,10 +97,10 @@ def test_every_card_compiles_from_its_target_description():
     plugin's CUDA 12 one, which still builds the V100's sm_70, not a CUDA 13 one on the PATH)."""
     code = """
 import json, jax, jax.numpy as jnp
+from bert_jax import hardware
 from bert_jax.parallel import aot
-from bert_jax.training import flops
 out = {}
-for name, card in flops.GPU_CARDS.items():
+for name, card in hardware.GPU_CARDS.items():
     device = aot.gpu_devices(name)[0]
     dtype = jnp.bfloat16 if card.bf16_tflops else jnp.float16
     x = jax.ShapeDtypeStruct((256, 256), dtype, sharding=jax.sharding.SingleDeviceSharding(device))
@@ -114,7 +114,7 @@ print(json.dumps(out))
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, card in flops.GPU_CARDS.items():
+    for name, card in hardware.GPU_CARDS.items():
         assert got[name] == [card.name, card.compute_capability, True], name
 
 

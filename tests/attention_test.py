@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax.ad_checkpoint import print_saved_residuals
 
+from bert_jax import hardware
 from bert_jax.models import attention as A
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import PRESETS, BertConfig
@@ -333,7 +334,7 @@ def test_splash_compiles_deviceless_for_a_tpu_topology(monkeypatch, attention, m
         attention_probs_dropout_prob=0.0,
     )
     runtime = RuntimeConfig(dtype="auto", attention=attention, scan_layers=True)
-    runtime = runtime.resolved(A.current_platform(mesh))
+    runtime = runtime.resolved(hardware.current_platform(mesh))
     assert runtime.dtype == "bfloat16"
     model = M.BertForPreTraining(cfg, runtime)
     rules = list(sharding.DEFAULT_RULES)
@@ -352,7 +353,10 @@ def test_splash_compiles_deviceless_for_a_tpu_topology(monkeypatch, attention, m
         return jnp.mean(jnp.square(out.prediction_logits))
 
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        assert A.resolve_attention(runtime, cfg, A.current_platform(), training=True) == "splash"
+        assert (
+            A.resolve_attention(runtime, cfg, hardware.current_platform(), training=True)
+            == "splash"
+        )
         lowered = jax.jit(jax.value_and_grad(loss)).lower(params, batch)
         compiled = lowered.compile()
     assert lowered.as_text().count("tpu_custom_call") == 2  # scanned: one forward, one backward
@@ -381,7 +385,7 @@ def test_cudnn_path_traces_with_a_simulated_gpu():
     with (
         mock.patch.object(cudnn_checks, "check_cudnn_version", return_value=91000),
         mock.patch.object(cudnn_checks, "check_compute_capability", return_value=True),
-        mock.patch.object(A, "current_platform", return_value="cuda"),
+        mock.patch.object(hardware, "current_platform", return_value="cuda"),
     ):
         auto = M.BertForPreTraining(
             cfg, RuntimeConfig(dtype="auto", attention="auto").resolved("gpu")

@@ -3,6 +3,7 @@ import logging
 
 import pytest
 
+from bert_jax import hardware
 from bert_jax.models import config as C
 from bert_jax.models.bert.config import PRESETS, BertConfig
 from bert_jax.models.config import RuntimeConfig
@@ -172,10 +173,10 @@ def test_compiler_options_turn_off_windowed_einsum_on_tpu_only():
 
 
 def test_cpu_flags_reads_the_flags_lines_only():
-    flags = C.cpu_flags(_CPUINFO["amx"] + "bugs\t\t: amx_bf16_fake\n")
+    flags = hardware.cpu_flags(_CPUINFO["amx"] + "bugs\t\t: amx_bf16_fake\n")
     assert {"amx_bf16", "avx512f", "fpu"} <= flags
     assert "amx_bf16_fake" not in flags and "model" not in flags
-    assert C.cpu_flags("") == frozenset()
+    assert hardware.cpu_flags("") == frozenset()
 
 
 @pytest.mark.parametrize(
@@ -192,14 +193,14 @@ def test_cpu_flags_reads_the_flags_lines_only():
     ],
 )
 def test_emulated_bfloat16_warning(dtype, platform, cpu, warns):
-    message = C.emulated_bfloat16_warning(dtype, platform, _CPUINFO.get(cpu))
+    message = hardware.emulated_bfloat16_warning(dtype, platform, _CPUINFO.get(cpu))
     assert (message is not None) == warns
     if warns:
         assert "amx_bf16" in message and "avx512_bf16" in message and "float32" in message
 
 
 def test_resolved_warns_once_per_process(monkeypatch, caplog):
-    monkeypatch.setattr(C, "_read_cpuinfo", lambda: _CPUINFO["zen3"])
+    monkeypatch.setattr(hardware, "read_cpuinfo", lambda: _CPUINFO["zen3"])
     monkeypatch.setattr(C, "_WARNED", set())
     with caplog.at_level(logging.WARNING):
         assert RuntimeConfig(dtype="bfloat16").resolved("cpu").dtype == "bfloat16"
@@ -207,7 +208,7 @@ def test_resolved_warns_once_per_process(monkeypatch, caplog):
         RuntimeConfig(dtype="auto").resolved("cpu")  # float32: nothing to say
     warnings = [r for r in caplog.records if "bfloat16 matrix units" in r.getMessage()]
     assert len(warnings) == 1
-    monkeypatch.setattr(C, "_read_cpuinfo", lambda: _CPUINFO["amx"])
+    monkeypatch.setattr(hardware, "read_cpuinfo", lambda: _CPUINFO["amx"])
     monkeypatch.setattr(C, "_WARNED", set())
     caplog.clear()
     with caplog.at_level(logging.WARNING):

@@ -12,6 +12,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bert_jax import hardware
 from bert_jax.checkpoints import checkpointing
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
@@ -60,9 +61,9 @@ def test_float16_compute_is_accepted_float16_parameters_are_refused():
 
 
 def test_the_device_compute_capability_is_read_where_there_is_one():
-    assert experiment.compute_capability() is None  # CPU devices have none
+    assert hardware.compute_capability() is None  # CPU devices have none
     mesh = sharding.make_mesh({"data": 8})
-    assert experiment.compute_capability(mesh) is None
+    assert hardware.compute_capability(mesh) is None
 
 
 # ---- the scale's moves ----

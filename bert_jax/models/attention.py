@@ -31,49 +31,22 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from bert_jax import hardware
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
 
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 CUDNN_DTYPES = ("bfloat16",)  # float16 is refused by RuntimeConfig (no loss scaling)
-CUDNN_MAX_HEAD_DIM = 128  # 256 on Hopper and later; 128 holds on every CUDA GPU cuDNN supports
-CUDNN_MIN_COMPUTE_CAPABILITY = 8.0  # cuDNN's flash attention: Ampere and later
 SPLASH_BLOCKS = (512, 256, 128)  # block sizes tried, largest first; 128 lanes is the least
 
 
 # --------------------------------------------------------------------------------------------
 # Choosing
 # --------------------------------------------------------------------------------------------
-def current_platform(mesh: jax.sharding.Mesh | None = None) -> str:
-    """The platform programs are being built for: "cpu", "cuda", "rocm" or "tpu".
-
-    That of `mesh`'s devices, else of the mesh in context (`jax.set_mesh`), so that a program
-    compiled deviceless for a TPU topology on a CPU host resolves as TPU; else the default backend.
-    """
-    mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh.abstract_mesh
-    platform = jax.default_backend() if mesh.empty else mesh.abstract_device.platform
-    if platform == "gpu":
-        try:
-            version = jax.devices("gpu")[0].client.platform_version.lower()
-        except (
-            RuntimeError
-        ):  # compile-only devices (bert_jax.parallel.aot): only CUDA compiles deviceless
-            version = "cuda"
-        platform = "rocm" if "rocm" in version else "cuda"
-    return platform
-
-
-def _check_platform(platform: str) -> str:
-    platform = "cuda" if platform == "gpu" else platform
-    if platform not in PLATFORMS:
-        raise ValueError(f"platform={platform!r}: expected one of {PLATFORMS} (or 'gpu' = cuda)")
-    return platform
-
-
 def cudnn_supports(cfg: EncoderConfig, dtype: str) -> bool:
     """Whether cuDNN's flash attention takes this model's heads in `dtype` (on a CUDA GPU)."""
-    return dtype in CUDNN_DTYPES and cfg.head_dim % 8 == 0 and cfg.head_dim <= CUDNN_MAX_HEAD_DIM
+    head = cfg.head_dim
+    return dtype in CUDNN_DTYPES and head % 8 == 0 and head <= hardware.CUDNN_MAX_HEAD_DIM
 
 
 def resolve_attention(
@@ -91,10 +64,10 @@ def resolve_attention(
     Args:
       runtime: the run-time config; its dtype may still be "auto" (resolved here for `platform`).
       cfg: the architecture (head size, attention-probability dropout).
-      platform: "cpu", "cuda" (or "gpu"), "rocm" or "tpu"; see `current_platform`.
+      platform: "cpu", "cuda" (or "gpu"), "rocm" or "tpu"; see `hardware.current_platform`.
       training: dropout is on (`deterministic=False`).
       compute_capability: the CUDA GPU's, "major.minor" (None: unknown, taken as able). cuDNN's
-        flash attention needs `CUDNN_MIN_COMPUTE_CAPABILITY`; below it `auto` is xla.
+        flash attention needs `hardware.CUDNN_MIN_COMPUTE_CAPABILITY`; below it `auto` is xla.
 
     Returns:
       "xla", "cudnn", "fused_xla" or "splash".
@@ -102,21 +75,42 @@ def resolve_attention(
     Raises:
       ValueError: an explicit choice that cannot run here, naming what to use instead.
     """
-    platform = _check_platform(platform)
+    platform = hardware.check_platform(platform)
     dtype = runtime.compute_dtype(platform, compute_capability=compute_capability)
     dropping = training and cfg.attention_probs_dropout_prob > 0.0
-    too_old = compute_capability is not None and float(compute_capability) < float(
-        CUDNN_MIN_COMPUTE_CAPABILITY
-    )
-    choice = runtime.attention
-    if choice == "auto":
-        if dropping:
-            return "xla"  # the only kernel with attention-probability dropout
-        if platform == "cuda" and cudnn_supports(cfg, dtype) and not too_old:
-            return "cudnn"
-        if platform == "tpu":
-            return "splash"
+    if runtime.attention == "auto":
+        return _choose(cfg, platform, dtype, dropping, compute_capability)
+    _check_choice(runtime.attention, cfg, platform, dtype, dropping, compute_capability)
+    return runtime.attention
+
+
+def _choose(
+    cfg: EncoderConfig, platform: str, dtype: str, dropping: bool, compute_capability: str | None
+) -> str:
+    """What `auto` runs: xla when dropping attention probabilities (the only kernel that does),
+    cudnn on CUDA where it takes the heads and the card, splash on TPU, else xla."""
+    if dropping:
         return "xla"
+    if (
+        platform == "cuda"
+        and cudnn_supports(cfg, dtype)
+        and hardware.has_cudnn_flash_attention(compute_capability)
+    ):
+        return "cudnn"
+    if platform == "tpu":
+        return "splash"
+    return "xla"
+
+
+def _check_choice(
+    choice: str,
+    cfg: EncoderConfig,
+    platform: str,
+    dtype: str,
+    dropping: bool,
+    compute_capability: str | None,
+) -> None:
+    """Raises a ValueError naming what to use instead when the kernel `choice` cannot run here."""
     prefix = f"RuntimeConfig.attention={choice!r}"
     if choice != "xla" and dropping:
         raise ValueError(
@@ -125,29 +119,36 @@ def resolve_attention(
             "use attention='xla' or 'auto'"
         )
     if choice == "cudnn":
-        if platform != "cuda":
-            raise ValueError(
-                f"{prefix} needs a CUDA GPU, not {platform!r}; use attention='auto' (or "
-                "'splash' on TPU, 'xla' anywhere)"
-            )
-        if too_old:
-            raise ValueError(
-                f"{prefix} needs a GPU of compute capability {CUDNN_MIN_COMPUTE_CAPABILITY} or "
-                f"later (cuDNN's flash attention), not {compute_capability}; use "
-                "attention='auto' (xla there) or 'xla'"
-            )
-        if not cudnn_supports(cfg, dtype):
-            raise ValueError(
-                f"{prefix} takes {CUDNN_DTYPES} heads of a size that is a multiple of 8 up to "
-                f"{CUDNN_MAX_HEAD_DIM}, not {dtype} heads of size {cfg.head_dim}; "
-                "use attention='auto' or 'xla'"
-            )
+        _check_cudnn(prefix, cfg, platform, dtype, compute_capability)
     if choice == "splash" and platform not in ("tpu", "cpu"):
         raise ValueError(
             f"{prefix} is a TPU kernel (interpreted on CPU for tests), not for {platform!r}; "
             "use attention='auto'"
         )
-    return choice
+
+
+def _check_cudnn(
+    prefix: str, cfg: EncoderConfig, platform: str, dtype: str, compute_capability: str | None
+) -> None:
+    """cuDNN's flash attention needs a CUDA card of `hardware.CUDNN_MIN_COMPUTE_CAPABILITY`
+    and heads it takes (`cudnn_supports`)."""
+    if platform != "cuda":
+        raise ValueError(
+            f"{prefix} needs a CUDA GPU, not {platform!r}; use attention='auto' (or "
+            "'splash' on TPU, 'xla' anywhere)"
+        )
+    if not hardware.has_cudnn_flash_attention(compute_capability):
+        least = ".".join(map(str, hardware.CUDNN_MIN_COMPUTE_CAPABILITY))
+        raise ValueError(
+            f"{prefix} needs a GPU of compute capability {least} or later (cuDNN's flash "
+            f"attention), not {compute_capability}; use attention='auto' (xla there) or 'xla'"
+        )
+    if not cudnn_supports(cfg, dtype):
+        raise ValueError(
+            f"{prefix} takes {CUDNN_DTYPES} heads of a size that is a multiple of 8 up to "
+            f"{hardware.CUDNN_MAX_HEAD_DIM}, not {dtype} heads of size {cfg.head_dim}; "
+            "use attention='auto' or 'xla'"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,7 +445,7 @@ def attend(
     Returns:
       context [B, L, H, D] in v's dtype, and probabilities [B, H, L, L] float32 or None.
     """
-    platform = current_platform()
+    platform = hardware.current_platform()
     implementation = resolve_attention(runtime, config, platform, training=dropout_rng is not None)
     if implementation == "xla" or output_attentions:
         rate = config.attention_probs_dropout_prob if dropout_rng is not None else 0.0

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from bert_jax import activations
+from bert_jax import activations, hardware
 
 # The names a config may use; the functions they stand for: `bert_jax.activations`.
 ACTIVATIONS = tuple(activations.ACTIVATIONS)
@@ -22,13 +22,6 @@ REMAT_POLICIES = tuple(activations.REMAT_POLICIES)
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
 DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
 COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling
-# "auto" computes in float16 on CUDA GPUs below this compute capability (V100 7.0, T4 7.5: no
-# bfloat16 matrix units), in bfloat16 from it on (A100 8.0 and later).
-BFLOAT16_MIN_COMPUTE_CAPABILITY = (8, 0)
-# /proc/cpuinfo flags of the units that multiply bfloat16 matrices natively: Intel AMX, AVX-512 BF16
-# (Intel since Cooper Lake, AMD since Zen 4) and aarch64's BF16 extension (BFMMLA). Without one,
-# bfloat16 matmuls are emulated through float32 and run no faster than float32 ones.
-BFLOAT16_MATRIX_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 
 # Keys a Hugging Face config.json carries that say nothing about an encoder's weights.
 HF_HOUSEKEEPING = frozenset(
@@ -131,7 +124,7 @@ class RuntimeConfig:
         `training.steps.DynamicLossScale`): the loss is scaled before the backward pass, the
         gradients unscaled in float32, and a step whose gradients overflow is skipped.
         "bfloat16" on a CPU pays where the CPU multiplies bfloat16 matrices natively (AMX,
-        AVX-512 BF16: `BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
+        AVX-512 BF16: `hardware.BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
       param_dtype: storage dtype of the parameters: "float32" master weights (the default) or
         "bfloat16"; never "float16" (its updates would round away; float16 compute keeps float32
         master weights).
@@ -217,15 +210,15 @@ class RuntimeConfig:
 
         Returns:
           dtype, or for "auto": float32 on CPUs; float16 on CUDA GPUs below compute capability
-          8.0 (`BFLOAT16_MIN_COMPUTE_CAPABILITY`); bfloat16 on the others, on TPUs and on GPUs of
-          unknown compute capability.
+          8.0 (`hardware.BFLOAT16_MIN_COMPUTE_CAPABILITY`); bfloat16 on the others, on TPUs and
+          on GPUs of unknown compute capability.
         """
         if self.dtype != "auto":
             return self.dtype
         if platform == "cpu":
             return "float32"
         if platform in ("cuda", "gpu") and compute_capability:
-            if _version(compute_capability) < BFLOAT16_MIN_COMPUTE_CAPABILITY:
+            if not hardware.has_bfloat16_matrix_units(compute_capability):
                 return "float16"
         return "bfloat16"
 
@@ -233,11 +226,11 @@ class RuntimeConfig:
         """A copy with dtype "auto" made concrete for `platform` (`compute_dtype`).
 
         Called once per run; warns (once per process) when the run computes in bfloat16 on a CPU
-        without bfloat16 matrix units (`emulated_bfloat16_warning`).
+        without bfloat16 matrix units (`hardware.emulated_bfloat16_warning`).
         """
         dtype = self.compute_dtype(platform, compute_capability=compute_capability)
-        cpuinfo = _read_cpuinfo() if (dtype, platform) == ("bfloat16", "cpu") else None
-        message = emulated_bfloat16_warning(dtype, platform, cpuinfo)
+        cpuinfo = hardware.read_cpuinfo() if (dtype, platform) == ("bfloat16", "cpu") else None
+        message = hardware.emulated_bfloat16_warning(dtype, platform, cpuinfo)
         if message and message not in _WARNED:
             _WARNED.add(message)
             logging.warning(message)
@@ -253,62 +246,7 @@ class RuntimeConfig:
 _WINDOWED_COLLECTIVES = ("all_gather", "reduce_scatter")
 
 
-def _version(compute_capability: str) -> tuple[int, ...]:
-    """ "7.5" -> (7, 5); "10.0" -> (10, 0)."""
-    try:
-        return tuple(int(part) for part in str(compute_capability).split("."))
-    except ValueError:
-        raise ValueError(
-            f"compute_capability={compute_capability!r}: expected a version such as '7.5'"
-        ) from None
-
-
 _WARNED: set[str] = set()
-
-
-def _read_cpuinfo() -> str | None:
-    """/proc/cpuinfo's text on Linux; None elsewhere (or where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def cpu_flags(cpuinfo: str) -> frozenset[str]:
-    """The CPU feature flags named on the `flags` (x86) or `Features` (aarch64) lines of
-    /proc/cpuinfo text."""
-    flags = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-    return frozenset(flags)
-
-
-def emulated_bfloat16_warning(dtype: str, platform: str, cpuinfo: str | None) -> str | None:
-    """The warning for a run computing in bfloat16 on a CPU without bfloat16 matrix units, or None.
-
-    Pure, so any CPU can be simulated from its /proc/cpuinfo text.
-
-    Args:
-      dtype: the run's concrete compute dtype ("float32" or "bfloat16").
-      platform: "cpu", "cuda", "rocm" or "tpu".
-      cpuinfo: /proc/cpuinfo's text, or None where there is none (not Linux): then no warning.
-
-    Returns:
-      The message naming the missing flags (`BFLOAT16_MATRIX_FLAGS`), or None.
-    """
-    if dtype != "bfloat16" or platform != "cpu" or cpuinfo is None:
-        return None
-    if cpu_flags(cpuinfo) & set(BFLOAT16_MATRIX_FLAGS):
-        return None
-    return (
-        "RuntimeConfig.dtype='bfloat16' on a CPU without bfloat16 matrix units: /proc/cpuinfo "
-        f"names none of {', '.join(BFLOAT16_MATRIX_FLAGS)}, so every bfloat16 matmul is "
-        "emulated through float32 and the step runs no faster than in float32 (often slower). Use "
-        "dtype='float32' (or 'auto') on this CPU; bfloat16 pays on CPUs with AMX or AVX-512 BF16."
-    )
 
 
 # The experiment config's (configs/*.py) counts: key -> the least value that makes sense. A

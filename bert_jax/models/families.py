@@ -1,9 +1,9 @@
 """Model families: a checkpoint's names pick its architecture's config and model classes.
 
 A family is one config class (Hugging Face `config.json` fields), one model module (its
-encoder and heads, named like transformers' classes) and its rows here; its parameter names for
-conversion live in `bert_jax.convert` (`HF_LAYOUTS`). Attention kernels, sharding rules,
-objectives, steps and the loop are shared.
+encoder and heads, named like transformers' classes), its encoder's FLOPs (`flops.py`) and its
+rows here; its parameter names for conversion live in `bert_jax.convert` (`HF_LAYOUTS`).
+Attention kernels, sharding rules, objectives, steps and the loop are shared.
 
   model_type (config.json)   config             model module           head classes
   "bert"                     BertConfig         bert_jax.models.bert.model         Bert*
@@ -18,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flax.linen as nn
 
+from bert_jax.models.bert import flops as bert_flops
 from bert_jax.models.bert import model
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.modernbert import flops as modernbert_flops
 from bert_jax.models.modernbert import model as modernbert
 from bert_jax.models.modernbert.config import ModernBertConfig
 
@@ -39,12 +41,15 @@ class Family:
       model_type: the `model_type` of its Hugging Face config.json.
       config_class: its frozen config dataclass (`from_hf_dict`, `to_hf_dict`, `to_json_file`).
       model_classes: {Hugging Face class name: Flax module class}, the encoder first.
+      encoder_flops: (config, real sequence lengths) -> the encoder's forward model FLOPs
+        (`models/<family>/flops.py`; `training.flops` adds the heads and the backward pass).
     """
 
     model_type: str
     config_class: type
     model_classes: Mapping[str, type[nn.Module]]
     encoder_name: str  # the heads' encoder submodule: params[encoder_name] are the base model's
+    encoder_flops: Callable[[Any, Any], float]
 
     @property
     def base_model(self) -> str:
@@ -66,8 +71,20 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
-        Family("bert", BertConfig, model.MODEL_CLASSES, "bert"),
-        Family("modernbert", ModernBertConfig, modernbert.MODEL_CLASSES, "model"),
+        Family(
+            "bert",
+            BertConfig,
+            model.MODEL_CLASSES,
+            "bert",
+            encoder_flops=bert_flops.encoder_forward_flops,
+        ),
+        Family(
+            "modernbert",
+            ModernBertConfig,
+            modernbert.MODEL_CLASSES,
+            "model",
+            encoder_flops=modernbert_flops.encoder_forward_flops,
+        ),
     )
 }
 MODEL_CLASSES: dict[str, type[nn.Module]] = {

@@ -4,7 +4,7 @@ libtpu (the `tpu` extra) compiles for a TPU slice it is not running on: a topolo
 `v5e:4x4` gives compile-only devices, the configured mesh is laid over them, and the train step
 that the `loop.Trainer` would run is lowered with the same shardings and compiled. JAX's CUDA
 plugin does the same for GPUs (`gpu:t4`, `gpu:h100x8`: N cards of one host) from a target
-description built from the card's facts (`flops.GPU_CARDS`, `gpu_target_config`); it needs no
+description built from the card's facts (`hardware.GPU_CARDS`, `gpu_target_config`); it needs no
 GPU and no CUDA driver, only the plugin and ptxas (`make setup` installs them into
 `.venv/cuda-compile`, `CUDA_COMPILE_DIR`). What comes back
 is what renting the slice would have told: whether the step fits in HBM, how long it compiles,
@@ -34,7 +34,6 @@ choices are not those a real card would time) and cuDNN's workspace is not sized
 from __future__ import annotations
 
 import collections
-import glob
 import importlib.util
 import json
 import os
@@ -49,12 +48,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from bert_jax import hardware
 from bert_jax.parallel import sharding
-from bert_jax.training import flops
 
-# TPU generations by topology prefix: the chip config libtpu compiles them with. v4 and v5p run
-# as megacore (both TensorCores of a chip as one device); the others have one core per chip.
-GENERATIONS = {"v4": "megacore", "v5p": "megacore", "v5e": "default", "v6e": "default"}
 # Room above XLA's plan for what a deviceless compile does not size (cuBLAS / cuDNN workspaces,
 # the allocator's rounding). On an H100 the allocator's peak over real steps was 0.2-0.9% above
 # the plan (benchmarks/RESULTS_gpu.md).
@@ -75,34 +71,28 @@ def skip_absent_tpu_backend() -> None:
     """
     if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms:
         return
-    if importlib.util.find_spec("libtpu") is None or _tpu_attached():
+    if importlib.util.find_spec("libtpu") is None or hardware.tpu_attached():
         return
-    gpu = glob.glob("/dev/nvidia[0-9]*") and any(
+    gpu = hardware.nvidia_gpu_attached() and any(
         importlib.util.find_spec(f"jax_cuda{v}_plugin") for v in (12, 13)
     )
     jax.config.update("jax_platforms", "cuda,cpu" if gpu else "cpu")
 
 
-def _tpu_attached() -> bool:
-    """Whether a Google PCI device (a TPU chip) is attached, as JAX's own probe looks."""
-    vendors = glob.glob("/sys/bus/pci/devices/*/vendor")
-    return any(pathlib.Path(v).read_text().strip() == "0x1ae0" for v in vendors)
-
-
 def topology_devices(topology: str, num_slices: int = 1) -> list:
     """The compile-only devices of `num_slices` TPU slices of `topology` ("v5e:4x4", "v4:2x2x4",
-    "v5p:4x4x4"; generations in `GENERATIONS`), or of N NVIDIA cards ("gpu:t4", "gpu:h100x8";
-    cards in `flops.GPU_CARDS`)."""
+    "v5p:4x4x4"; generations in `hardware.TPU_GENERATIONS`), or of N NVIDIA cards ("gpu:t4",
+    "gpu:h100x8"; cards in `hardware.GPU_CARDS`)."""
     if topology.startswith("gpu:"):
         if num_slices != 1:
             raise ValueError(f"num_slices applies to TPU slices, not to {topology!r}")
         card, count = parse_gpu_topology(topology)
         return gpu_devices(card, count)
     generation, _, dims = topology.partition(":")
-    if generation not in GENERATIONS or not re.fullmatch(r"\d+(x\d+){1,2}", dims):
+    if generation not in hardware.TPU_GENERATIONS or not re.fullmatch(r"\d+(x\d+){1,2}", dims):
         raise ValueError(
             f"unknown TPU topology {topology!r}: expected <generation>:<chips per axis> with a "
-            f"generation in {sorted(GENERATIONS)}, e.g. v5e:4x4, v4:2x2x4, v5p:4x4x4"
+            f"generation in {sorted(hardware.TPU_GENERATIONS)}, e.g. v5e:4x4, v4:2x2x4, v5p:4x4x4"
         )
     if num_slices < 1:
         raise ValueError(f"num_slices must be 1 or more, got {num_slices}")
@@ -114,7 +104,7 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
     from jax.experimental import topologies
 
     skip_absent_tpu_backend()
-    if not _tpu_attached():
+    if not hardware.tpu_attached():
         # libtpu's start-up otherwise asks the cloud metadata server which TPU host this is and
         # logs errors when there is none: here it is one host that only compiles. With no chip
         # to guard, several processes may compile at once (libtpu otherwise takes a lock file
@@ -130,7 +120,7 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
         desc = topologies.get_topology_desc(
             platform="tpu",
             topology_name=topology,
-            chip_config_name=GENERATIONS[generation],
+            chip_config_name=hardware.TPU_GENERATIONS[generation],
             num_slices=num_slices,
         )
     except jax.errors.JaxRuntimeError as e:
@@ -142,31 +132,23 @@ def parse_gpu_topology(topology: str) -> tuple[str, int]:
     """("h100", 8) from "gpu:h100x8"; ("t4", 1) from "gpu:t4"; ("rtx4090", 2) from
     "gpu:rtx4090x2"."""
     name = topology.removeprefix("gpu:") if topology.startswith("gpu:") else ""
-    card, count = (name, "1") if name in flops.GPU_CARDS else name.rpartition("x")[::2]
-    if card not in flops.GPU_CARDS or not count.isdigit() or int(count) < 1:
+    card, count = (name, "1") if name in hardware.GPU_CARDS else name.rpartition("x")[::2]
+    if card not in hardware.GPU_CARDS or not count.isdigit() or int(count) < 1:
         raise ValueError(
             f"unknown GPU topology {topology!r}: expected gpu:CARD or gpu:CARDxN (N cards on one "
-            f"host) with CARD one of {', '.join(flops.GPU_CARDS)}, e.g. gpu:t4, gpu:h100x8"
+            f"host) with CARD one of {', '.join(hardware.GPU_CARDS)}, e.g. gpu:t4, gpu:h100x8"
         )
     return card, int(count)
 
 
-def gpu_target_config(card: flops.GpuCard) -> str:
+def gpu_target_config(card: hardware.GpuCard) -> str:
     """The card as XLA's GpuTargetConfigProto text: what XLA:GPU asks a real card for.
 
-    Per-SM limits are CUDA's for the card's compute capability (threads, registers, shared
-    memory); the rest comes from the card's row in `flops.GPU_CARDS`.
+    Per-SM limits are CUDA's for the card's compute capability (`hardware.SM_LIMITS`: threads,
+    shared memory); the rest comes from the card's row in `hardware.GPU_CARDS`.
     """
     major, minor = card.compute_capability.split(".")
-    # shared memory per SM and the most one block can opt into, threads per SM, FP32 lanes per SM
-    shared, optin, threads, lanes = {
-        "7.0": (96, 96, 2048, 64),
-        "7.5": (64, 64, 1024, 64),
-        "8.0": (164, 163, 2048, 64),
-        "8.6": (100, 99, 1536, 128),
-        "8.9": (100, 99, 1536, 128),
-        "9.0": (228, 227, 2048, 128),
-    }[card.compute_capability]
+    shared, optin, threads, lanes = card.sm_limits
     return f"""gpu_device_info {{
   threads_per_block_limit: 1024
   threads_per_warp: 32
@@ -254,7 +236,7 @@ def gpu_devices(card: str, count: int = 1) -> list:
     _register_cuda_compiler()
     from jax.experimental import topologies
 
-    target = gpu_target_config(flops.gpu_card(card))
+    target = gpu_target_config(hardware.gpu_card(card))
     return list(
         topologies.get_topology_desc(
             platform="cuda", target_config=target, topology=f"1x1x{count}"
@@ -313,10 +295,10 @@ class _Hardware(NamedTuple):
 
 
 def _hardware(devices: list, dtype: str) -> _Hardware:
-    """The devices' chip facts (`flops.GPU_CARDS` or `flops.tpu_chip`), split per device."""
+    """The devices' chip facts (`hardware.GPU_CARDS` or `hardware.tpu_chip`), split per device."""
     kind = devices[0].device_kind
     if devices[0].platform == "gpu":
-        card = next(c for c in flops.GPU_CARDS.values() if c.name == kind)
+        card = hardware.gpu_card_of_kind(kind)
         return _Hardware(
             gpu=True,
             kind=kind,
@@ -327,7 +309,7 @@ def _hardware(devices: list, dtype: str) -> _Hardware:
             bandwidth=card.memory_bytes_per_s,
             compute_capability=card.compute_capability,
         )
-    chip = flops.tpu_chip(kind)
+    chip = hardware.tpu_chip(kind)
     chips = len({(getattr(d, "slice_index", 0), *d.coords) for d in devices})
     per_chip = len(devices) // chips
     return _Hardware(
@@ -405,46 +387,10 @@ def compile_step(
     devices = list(exp.mesh.devices.flat)
     hw = _hardware(devices, exp.runtime.dtype)
     report = _setup_report(exp, batch, hw)
-    batch_sh = sharding.batch_shardings(batch, exp.mesh)
-    batch = {
-        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh[k]) for k, v in batch.items()
-    }
-    state = exp.targets()
-    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        start = time.perf_counter()
-        lowered = exp.jit_train_step(batch_sh).lower(state, batch)
-        try:
-            compiled = lowered.compile()
-        except jax.errors.JaxRuntimeError as e:
-            if "RESOURCE_EXHAUSTED" not in str(e):
-                raise
-            report.update(fits=False, error=str(e).splitlines()[0][:500])
-            report["compile_s"] = time.perf_counter() - start
-            return report
-        report["compile_s"] = time.perf_counter() - start
-        start = time.perf_counter()
-        jit_eval = exp.eval_fn()
-        try:
-            eval_compiled = jit_eval.lower(state.params, batch).compile()
-        except jax.errors.JaxRuntimeError as e:
-            if "RESOURCE_EXHAUSTED" not in str(e):
-                raise
-            report.update(fits=False, error="eval step: " + str(e).splitlines()[0][:500])
-            report["eval_compile_s"] = time.perf_counter() - start
-            return report
-        report["eval_compile_s"] = time.perf_counter() - start
-    memory = _memory(compiled)
-    report["hbm_gib"] = {k: v / 2**30 for k, v in memory.items()}
-    report["eval_hbm_gib"] = _memory(eval_compiled)["total"] / 2**30
-    report["fits"] = memory["total"] * (1 + hw.margin) <= hw.capacity
-    hlo = compiled.as_text()
-    if hlo_path:
-        pathlib.Path(hlo_path).write_text(hlo)
-    report["collectives"] = count_collectives(hlo)
-    report["cudnn_attention_calls"] = hlo.count('custom_call_target="__cudnn$fmha')
-    xla_flops, xla_bytes = _cost(compiled)
-    report["xla_flops_per_device"] = xla_flops
-    report["xla_bytes_per_device"] = xla_bytes
+    compiled = _compile_train_and_eval(exp, batch, report)
+    if compiled is None:  # out of memory: `fits` and `error` say so
+        return report
+    report.update(_program_report(*compiled, hw, hlo_path))
     report["model_flops_per_device"] = model_flops / len(devices)
     if exp.runtime.scan_layers or exp.num_microbatches > 1:
         report["roofline"] = None
@@ -453,34 +399,77 @@ def compile_step(
             "with --config.runtime.scan_layers=False --config.num_microbatches=1 for it"
         )
     else:
-        report["roofline"] = _roofline(report["model_flops_per_device"], xla_flops, xla_bytes, hw)
+        report["roofline"] = _roofline(
+            report["model_flops_per_device"],
+            report["xla_flops_per_device"],
+            report["xla_bytes_per_device"],
+            hw,
+        )
     return report
+
+
+def _compile_train_and_eval(exp, batch: Mapping[str, jax.ShapeDtypeStruct], report: dict):
+    """The compiled train and eval steps for the batch laid over `exp`'s mesh, their compile
+    times in `report` ("compile_s", "eval_compile_s"); None when one does not fit."""
+    batch_sh = sharding.batch_shardings(batch, exp.mesh)
+    batch = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_sh[k]) for k, v in batch.items()
+    }
+    state = exp.targets()
+    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
+        lower_train = lambda: exp.jit_train_step(batch_sh).lower(state, batch)  # noqa: E731
+        train = _timed_compile(lower_train, report, "compile_s", "")
+        if train is None:
+            return None
+        lower_eval = lambda: exp.eval_fn().lower(state.params, batch)  # noqa: E731
+        evaluate = _timed_compile(lower_eval, report, "eval_compile_s", "eval step: ")
+    return None if evaluate is None else (train, evaluate)
+
+
+def _timed_compile(lower, report: dict, key: str, what: str):
+    """`lower().compile()`, its seconds in `report[key]`; None, with `fits` False and the
+    error (prefixed by `what`) in `report`, when XLA finds it too large for the device."""
+    start = time.perf_counter()
+    try:
+        compiled = lower().compile()
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        report.update(fits=False, error=what + str(e).splitlines()[0][:500])
+        compiled = None
+    report[key] = time.perf_counter() - start
+    return compiled
+
+
+def _program_report(compiled, eval_compiled, hw: _Hardware, hlo_path: str | None) -> dict:
+    """What the compiled programs say: memory (GiB per device) and whether it fits, the train
+    step's collectives and cuDNN attention calls, and XLA's FLOPs and bytes per device."""
+    memory = _memory(compiled)
+    hlo = compiled.as_text()
+    if hlo_path:
+        pathlib.Path(hlo_path).write_text(hlo)
+    xla_flops, xla_bytes = _cost(compiled)
+    return {
+        "hbm_gib": {k: v / 2**30 for k, v in memory.items()},
+        "eval_hbm_gib": _memory(eval_compiled)["total"] / 2**30,
+        "fits": memory["total"] * (1 + hw.margin) <= hw.capacity,
+        "collectives": count_collectives(hlo),
+        "cudnn_attention_calls": hlo.count('custom_call_target="__cudnn$fmha'),
+        "xla_flops_per_device": xla_flops,
+        "xla_bytes_per_device": xla_bytes,
+    }
+
+
+def _gib(x: float) -> str:
+    return f"{x:.2f} GiB"
 
 
 def format_report(report: Mapping[str, Any]) -> str:
     """A readable table of `compile_step`'s report (plus topology/num_slices if present)."""
-    gib = lambda x: f"{x:.2f} GiB"  # noqa: E731
     gpu = report.get("platform") == "gpu"
     hbm = "memory" if gpu else "HBM"
-    if gpu:
-        hardware = [
-            ("topology", report.get("topology", "?")),
-            (
-                "cards",
-                f"{report['devices']} x {report['device_kind']} (compute capability "
-                f"{report['compute_capability']})",
-            ),
-        ]
-    else:
-        hardware = [
-            ("topology", f"{report.get('topology', '?')} x {report.get('num_slices', 1)} slice(s)"),
-            (
-                "chips / devices",
-                f"{report['chips']} / {report['devices']} ({report['device_kind']})",
-            ),
-        ]
     rows = [
-        *hardware,
+        *_hardware_rows(report, gpu),
         ("mesh", " ".join(f"{k}={v}" for k, v in report["mesh"].items())),
         ("global batch x length", " x ".join(map(str, report["batch"]))),
         (
@@ -492,46 +481,71 @@ def format_report(report: Mapping[str, Any]) -> str:
         ("train step compile", f"{report['compile_s']:.1f} s"),
     ]
     if "hbm_gib" in report:
-        m = report["hbm_gib"]
-        capacity = gib(report["hbm_capacity_gib"])
-        if gpu:
-            capacity += f" (JAX's pool; fits with {100 * report['memory_margin']:.0f}% to spare)"
-        rows += [
-            (f"{hbm} arguments", gib(m["arguments"])),
-            (f"{hbm} temporaries", gib(m["temporaries"])),
-            (f"{hbm} outputs (not aliased)", gib(m["outputs"] - m["aliased"])),
-            (f"{hbm} total / capacity", f"{gib(m['total'])} / {capacity}"),
-            (
-                f"eval step compile / {hbm}",
-                f"{report['eval_compile_s']:.1f} s / {gib(report['eval_hbm_gib'])}",
-            ),
-        ]
+        rows += _memory_rows(report, gpu, hbm)
     rows.append(("fits", "yes" if report["fits"] else f"NO: {report.get('error', 'over ' + hbm)}"))
     if "collectives" in report:
-        rows.append(
-            ("collectives", ", ".join(f"{k} {v}" for k, v in report["collectives"].items()))
-        )
-        rows += [
-            ("XLA FLOPs / device", f"{report['xla_flops_per_device'] / 1e12:.3f} TFLOP"),
-            (f"XLA {hbm} bytes / device", f"{report['xla_bytes_per_device'] / 1e9:.2f} GB"),
-            ("model FLOPs / device", f"{report['model_flops_per_device'] / 1e12:.3f} TFLOP"),
-        ]
-        if gpu:
-            rows.append(("cuDNN attention calls", str(report["cudnn_attention_calls"])))
-        r = report["roofline"]
-        if r is None:
-            rows.append(("roofline", report["roofline_note"]))
-        else:
-            rows += [
-                (
-                    "roofline step",
-                    f"compute {r['compute_s'] * 1e3:.1f} ms, memory "
-                    f"{r['memory_s'] * 1e3:.1f} ms ({r['bound']}-bound)",
-                ),
-                ("MFU bound (not measured)", f"{100 * r['mfu_bound']:.1f}%"),
-            ]
+        rows += _cost_rows(report, gpu, hbm)
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _hardware_rows(report: Mapping[str, Any], gpu: bool) -> list[tuple[str, str]]:
+    """The table's rows naming the topology and its cards or chips."""
+    if gpu:
+        return [
+            ("topology", report.get("topology", "?")),
+            (
+                "cards",
+                f"{report['devices']} x {report['device_kind']} (compute capability "
+                f"{report['compute_capability']})",
+            ),
+        ]
+    return [
+        ("topology", f"{report.get('topology', '?')} x {report.get('num_slices', 1)} slice(s)"),
+        ("chips / devices", f"{report['chips']} / {report['devices']} ({report['device_kind']})"),
+    ]
+
+
+def _memory_rows(report: Mapping[str, Any], gpu: bool, hbm: str) -> list[tuple[str, str]]:
+    """The table's rows of the train step's memory per device, and the eval step's."""
+    m = report["hbm_gib"]
+    capacity = _gib(report["hbm_capacity_gib"])
+    if gpu:
+        capacity += f" (JAX's pool; fits with {100 * report['memory_margin']:.0f}% to spare)"
+    return [
+        (f"{hbm} arguments", _gib(m["arguments"])),
+        (f"{hbm} temporaries", _gib(m["temporaries"])),
+        (f"{hbm} outputs (not aliased)", _gib(m["outputs"] - m["aliased"])),
+        (f"{hbm} total / capacity", f"{_gib(m['total'])} / {capacity}"),
+        (
+            f"eval step compile / {hbm}",
+            f"{report['eval_compile_s']:.1f} s / {_gib(report['eval_hbm_gib'])}",
+        ),
+    ]
+
+
+def _cost_rows(report: Mapping[str, Any], gpu: bool, hbm: str) -> list[tuple[str, str]]:
+    """The table's rows of collectives, FLOPs and bytes per device, and the roofline."""
+    rows = [
+        ("collectives", ", ".join(f"{k} {v}" for k, v in report["collectives"].items())),
+        ("XLA FLOPs / device", f"{report['xla_flops_per_device'] / 1e12:.3f} TFLOP"),
+        (f"XLA {hbm} bytes / device", f"{report['xla_bytes_per_device'] / 1e9:.2f} GB"),
+        ("model FLOPs / device", f"{report['model_flops_per_device'] / 1e12:.3f} TFLOP"),
+    ]
+    if gpu:
+        rows.append(("cuDNN attention calls", str(report["cudnn_attention_calls"])))
+    r = report["roofline"]
+    if r is None:
+        return [*rows, ("roofline", report["roofline_note"])]
+    return [
+        *rows,
+        (
+            "roofline step",
+            f"compute {r['compute_s'] * 1e3:.1f} ms, memory "
+            f"{r['memory_s'] * 1e3:.1f} ms ({r['bound']}-bound)",
+        ),
+        ("MFU bound (not measured)", f"{100 * r['mfu_bound']:.1f}%"),
+    ]
 
 
 def print_report(report: Mapping[str, Any]) -> int:

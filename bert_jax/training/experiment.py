@@ -27,8 +27,9 @@ import optax
 from absl import logging
 from etils import epath
 
+from bert_jax import hardware
 from bert_jax.checkpoints import checkpointing
-from bert_jax.models.attention import current_platform, resolve_attention
+from bert_jax.models.attention import resolve_attention
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import count_params
 from bert_jax.models.config import RuntimeConfig
@@ -131,7 +132,7 @@ class Experiment:
             )
         # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
         # attention kernel is checked here too, so a bad choice fails before any compile.
-        platform, capability = current_platform(mesh), compute_capability(mesh)
+        platform, capability = hardware.current_platform(mesh), hardware.compute_capability(mesh)
         runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(
             platform, compute_capability=capability
         )
@@ -277,13 +278,6 @@ def checkpointer(workdir: str, config) -> checkpointing.Checkpointer:
         max_to_keep=config.max_checkpoints_to_keep,
         async_save=config.async_checkpointing,
     )
-
-
-def compute_capability(mesh=None) -> str | None:
-    """The compute capability ("7.5", "9.0") of the mesh's first device (of JAX's first device
-    without a mesh) where it has one (CUDA GPUs); None elsewhere."""
-    device = jax.devices()[0] if mesh is None else mesh.devices.flat[0]
-    return getattr(device, "compute_capability", None)
 
 
 def compile_train_step(

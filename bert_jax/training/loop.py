@@ -28,10 +28,11 @@ import jax
 import numpy as np
 from absl import logging
 
+from bert_jax import hardware
 from bert_jax.checkpoints import checkpointing
 from bert_jax.parallel import sharding
 from bert_jax.parallel.preemption import PreemptionWatcher
-from bert_jax.training import flops, objectives
+from bert_jax.training import objectives
 from bert_jax.training.experiment import Experiment
 from bert_jax.training.summaries import MetricWriter
 
@@ -88,7 +89,7 @@ class Timer:
     @classmethod
     def for_mesh(cls, mesh, step_flops=None) -> Timer:
         """A Timer for a run on `mesh`, with MFU where the device's peak is known."""
-        peak = flops.peak_flops_per_device(jax.devices()[0].device_kind)
+        peak = hardware.peak_flops_per_device(jax.devices()[0].device_kind)
         return cls(
             sharding.host_batch_fraction(mesh),
             step_flops,

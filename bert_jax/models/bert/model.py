@@ -504,7 +504,7 @@ def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | N
     if runtime.dtype == "auto":
         raise ValueError(
             "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
-            "runtime.resolved(bert_jax.models.attention.current_platform())"
+            "runtime.resolved(bert_jax.hardware.current_platform())"
         )
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
