@@ -7,25 +7,7 @@ from bert_jax import hardware
 from bert_jax.models import config as C
 from bert_jax.models.bert.config import PRESETS, BertConfig
 from bert_jax.models.config import RuntimeConfig
-
-# /proc/cpuinfo excerpts: an AMD EPYC (Zen 2/3: AVX2, no bfloat16 units), a Sapphire Rapids Xeon
-# (AMX), a Zen 4 EPYC (AVX-512 BF16, no AMX) and two aarch64 cores, with and without BF16. Two
-# processors each, as cpuinfo repeats them.
-_EPYC_ZEN3 = "flags\t\t: fpu vme sse sse2 avx avx2 fma bmi2 sha_ni vaes vpclmulqdq\n"
-_XEON_AMX = "flags\t\t: fpu sse2 avx2 avx512f avx512_vnni amx_bf16 amx_tile amx_int8\n"
-_EPYC_ZEN4 = "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n"
-_NEOVERSE_V1 = "Features\t: fp asimd sve i8mm bf16 svebf16\n"  # aarch64 BFMMLA
-_NEOVERSE_N1 = "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics\n"
-_CPUINFO = {
-    name: "".join(f"processor\t: {i}\nmodel name\t: {name}\n{flags}\n" for i in range(2))
-    for name, flags in (
-        ("zen3", _EPYC_ZEN3),
-        ("amx", _XEON_AMX),
-        ("zen4", _EPYC_ZEN4),
-        ("neoverse_v1", _NEOVERSE_V1),
-        ("neoverse_n1", _NEOVERSE_N1),
-    )
-}
+from tests.hardware_test import CPUINFO
 
 
 def test_miniature_presets():
@@ -172,35 +154,8 @@ def test_compiler_options_turn_off_windowed_einsum_on_tpu_only():
         assert RuntimeConfig().compiler_options(platform) == {}
 
 
-def test_cpu_flags_reads_the_flags_lines_only():
-    flags = hardware.cpu_flags(_CPUINFO["amx"] + "bugs\t\t: amx_bf16_fake\n")
-    assert {"amx_bf16", "avx512f", "fpu"} <= flags
-    assert "amx_bf16_fake" not in flags and "model" not in flags
-    assert hardware.cpu_flags("") == frozenset()
-
-
-@pytest.mark.parametrize(
-    "dtype, platform, cpu, warns",
-    [
-        ("bfloat16", "cpu", "zen3", True),  # no bfloat16 matrix units: emulated
-        ("bfloat16", "cpu", "amx", False),
-        ("bfloat16", "cpu", "zen4", False),
-        ("bfloat16", "cpu", "neoverse_v1", False),
-        ("bfloat16", "cpu", "neoverse_n1", True),
-        ("float32", "cpu", "zen3", False),
-        ("bfloat16", "tpu", "zen3", False),  # the host's CPU does not compute a TPU run
-        ("bfloat16", "cpu", None, False),  # no /proc/cpuinfo (not Linux): no warning
-    ],
-)
-def test_emulated_bfloat16_warning(dtype, platform, cpu, warns):
-    message = hardware.emulated_bfloat16_warning(dtype, platform, _CPUINFO.get(cpu))
-    assert (message is not None) == warns
-    if warns:
-        assert "amx_bf16" in message and "avx512_bf16" in message and "float32" in message
-
-
 def test_resolved_warns_once_per_process(monkeypatch, caplog):
-    monkeypatch.setattr(hardware, "read_cpuinfo", lambda: _CPUINFO["zen3"])
+    monkeypatch.setattr(hardware, "read_cpuinfo", lambda: CPUINFO["zen3"])
     monkeypatch.setattr(C, "_WARNED", set())
     with caplog.at_level(logging.WARNING):
         assert RuntimeConfig(dtype="bfloat16").resolved("cpu").dtype == "bfloat16"
@@ -208,7 +163,7 @@ def test_resolved_warns_once_per_process(monkeypatch, caplog):
         RuntimeConfig(dtype="auto").resolved("cpu")  # float32: nothing to say
     warnings = [r for r in caplog.records if "bfloat16 matrix units" in r.getMessage()]
     assert len(warnings) == 1
-    monkeypatch.setattr(hardware, "read_cpuinfo", lambda: _CPUINFO["amx"])
+    monkeypatch.setattr(hardware, "read_cpuinfo", lambda: CPUINFO["amx"])
     monkeypatch.setattr(C, "_WARNED", set())
     caplog.clear()
     with caplog.at_level(logging.WARNING):
