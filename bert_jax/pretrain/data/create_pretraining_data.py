@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from absl import logging
 
 from bert_jax import cli, tokenization
-from bert_jax.pretrain.data import build, records, sources
+from bert_jax.pretrain.data import build, build_dir, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
 
@@ -159,7 +159,7 @@ def _main(argv: Sequence[str] | None) -> int:
             static_masking=args.masking == "static",
             random_seed=args.random_seed,
         )
-        build.check_output_dir(args.output_dir)
+        build_dir.check_output_dir(args.output_dir)
         if args.vocab_file:
             tokenizer = tokenization.load_tokenizer(
                 args.vocab_file, lowercase=lowercase, match_original=args.original_tokenizer

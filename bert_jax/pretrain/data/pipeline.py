@@ -60,7 +60,7 @@ import numpy as np
 from etils import epath
 
 from bert_jax.paths import is_url
-from bert_jax.pretrain.data import build, features, masking, packing, records
+from bert_jax.pretrain.data import build_dir, features, masking, packing, records
 from bert_jax.pretrain.data.examples import VocabInfo
 
 
@@ -101,15 +101,15 @@ def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
     if isinstance(paths, (str, os.PathLike)) and epath.Path(paths).is_dir():
         directory = os.fspath(paths)
         try:
-            metadata = build.read_metadata(directory)
+            metadata = build_dir.read_metadata(directory)
         except FileNotFoundError:
-            if (epath.Path(directory) / build.BUILD_FILE).exists():
+            if (epath.Path(directory) / build_dir.BUILD_FILE).exists():
                 raise FileNotFoundError(
-                    f"{directory} holds an unfinished build (no {build.METADATA_FILE}); run the "
-                    "build again to finish it"
+                    f"{directory} holds an unfinished build (no {build_dir.METADATA_FILE}); run "
+                    "the build again to finish it"
                 ) from None
             raise FileNotFoundError(
-                f"{directory} is not a pretraining build (no {build.METADATA_FILE}); pass the "
+                f"{directory} is not a pretraining build (no {build_dir.METADATA_FILE}); pass the "
                 "record files themselves"
             ) from None
         files = [os.path.join(directory, s["path"]) for s in metadata["shards"]]
@@ -118,8 +118,8 @@ def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
     directories = {os.path.dirname(f if is_url(f) else os.path.abspath(f)) for f in files}
     if len(directories) == 1:
         directory = directories.pop()
-        if (epath.Path(directory) / build.METADATA_FILE).is_file():
-            metadata = build.read_metadata(directory)
+        if (epath.Path(directory) / build_dir.METADATA_FILE).is_file():
+            metadata = build_dir.read_metadata(directory)
             listed = {s["path"] for s in metadata["shards"]}
             if all(os.path.basename(f) in listed for f in files):
                 return files, metadata, directory
