@@ -22,7 +22,7 @@ import re
 from absl import logging
 from etils import epath
 
-from bert_jax.paths import is_url
+from bert_jax.paths import write_text_whole
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
 BUILD_FORMAT = "bert_jax.pretraining_shards/1"
@@ -70,21 +70,10 @@ def finished_shard_stats(out_dir: str, name: str) -> dict | None:
 
 
 def write_json(path: str, obj) -> None:
-    """Writes `obj` as indented JSON under a temporary name, then renames it into place."""
+    """Writes `obj` as indented JSON, whole (`paths.write_text_whole`); makes its directory."""
     path = epath.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def _write_text(path: epath.Path, text: str) -> None:
-    """Writes a file whole: locally under a temporary name renamed into place; at a URL (an
-    object store, where an object appears only once complete) directly."""
-    if is_url(path):
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_whole(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: str):
@@ -156,7 +145,7 @@ def _save_tokenizer(out_dir: str, tokenizer) -> None:
     for name, text in _tokenizer_files(tokenizer).items():
         path = epath.Path(out_dir) / name
         if not path.exists():
-            _write_text(path, text)
+            write_text_whole(path, text)
 
 
 def _plan_difference(old: dict, new: dict) -> str:
