@@ -62,6 +62,8 @@ from bert_jax.pretrain.data.examples import (
 from bert_jax.pretrain.data.sources import Document, SourceStats
 
 PARTITIONS = ("shuffled", "hash")
+
+
 # ---------------------------------------------------------------------------------------------
 # One shard.
 

@@ -26,21 +26,11 @@ from bert_jax.paths import write_text_whole
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
 BUILD_FORMAT = "bert_jax.pretraining_shards/1"
-
-
 BUILD_FILE = "build.json"
-
-
 METADATA_FILE = "metadata.json"
-
-
 TMP_DIR = ".build-tmp"
-
-
 _OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", TMP_DIR}
 _SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
-
-
 _TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
 
 
