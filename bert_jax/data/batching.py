@@ -477,6 +477,17 @@ def pack(
     """
     features = {k: np.asarray(v) for k, v in features.items()}
     n = num_rows(features)
+    token_level = _check_packable(features, max_segments)
+    length = max_seq_length or features["input_ids"].shape[1]
+    lengths = row_lengths(features).astype(np.int64)
+    _check_lengths(lengths, length, n)
+    row_of, slot_of, start_of, r = _assign_rows(lengths, length, max_segments)
+    info = PackingInfo(row_of, slot_of, start_of, lengths.astype(np.int32), r, length, max_segments)
+    return _scatter(features, info, lengths, token_level), info
+
+
+def _check_packable(features: Features, max_segments: int) -> bool:
+    """Raises ValueError on features `pack` cannot pack; whether their labels are per token."""
     if "segment_ids" in features:
         raise ValueError("these features are already packed")
     if features["input_ids"].ndim != 2:
@@ -491,8 +502,11 @@ def pack(
     extra = set(features) - required - {"label_weights"}
     if extra:
         raise ValueError(f"cannot pack the per-example key(s) {sorted(extra)}")
-    length = max_seq_length or features["input_ids"].shape[1]
-    lengths = row_lengths(features).astype(np.int64)
+    return token_level
+
+
+def _check_lengths(lengths: np.ndarray, length: int, n: int) -> None:
+    """Raises ValueError if one of the `n` examples is empty or longer than a row of `length`."""
     if n and lengths.max() > length:
         longest = int(np.argmax(lengths))
         raise ValueError(
@@ -501,9 +515,14 @@ def pack(
         )
     if n and lengths.min() == 0:
         raise ValueError(f"example {int(np.argmin(lengths))} has no tokens")
-    row_of, slot_of, start_of, r = _assign_rows(lengths, length, max_segments)
-    info = PackingInfo(row_of, slot_of, start_of, lengths.astype(np.int32), r, length, max_segments)
 
+
+def _scatter(
+    features: Features, info: PackingInfo, lengths: np.ndarray, token_level: bool
+) -> Features:
+    """The packed features: every example's tokens and per-example values moved to its slot."""
+    row_of, slot_of, start_of = info.example_row, info.example_slot, info.example_start
+    r, length, max_segments = info.num_rows, info.max_seq_length, info.max_segments
     # Scatter every token: example i's token j goes to (row_of[i], start_of[i] + j).
     example, token = np.nonzero(np.arange(features["input_ids"].shape[1]) < lengths[:, None])
     rows, cols = row_of[example], start_of[example] + token
@@ -528,7 +547,7 @@ def pack(
     else:
         packed["labels"] = np.zeros((r, max_segments), dtype=labels.dtype)
         packed["labels"][row_of, slot_of] = labels
-    return packed, info
+    return packed
 
 
 def unpack_examples(values: np.ndarray, info: PackingInfo) -> np.ndarray:

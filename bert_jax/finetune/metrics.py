@@ -351,6 +351,20 @@ def squad_evaluate(
       ValueError: no gold answers; an unknown version; in "1.1", a question without a gold
         answer, or `na_probs`.
     """
+    _check_squad_inputs(gold_answers, predictions, version)
+    missing = [qid for qid in gold_answers if qid not in predictions]
+    if version == "1.1":
+        if na_probs is not None:
+            raise ValueError("na_probs (no-answer scores) are for version='2.0'; v1.1 has none")
+        return _squad_evaluate_v1(gold_answers, predictions, missing)
+    _check_v2_inputs(gold_answers, predictions, missing, na_probs)
+    return _squad_evaluate_v2(gold_answers, predictions, na_probs, na_prob_thresh)
+
+
+def _check_squad_inputs(
+    gold_answers: Mapping[str, Sequence[str]], predictions: Mapping[str, str], version: str
+) -> None:
+    """Raises on an unknown version, no gold answers, or predictions for unknown questions."""
     if version not in SQUAD_VERSIONS:
         raise ValueError(f"version must be one of {SQUAD_VERSIONS}, not {version!r}")
     if not gold_answers:
@@ -358,11 +372,15 @@ def squad_evaluate(
     unknown = sorted(set(predictions) - set(gold_answers))
     if unknown:
         raise KeyError(f"{len(unknown)} predictions for unknown question ids, e.g. {unknown[:3]}")
-    missing = [qid for qid in gold_answers if qid not in predictions]
-    if version == "1.1":
-        if na_probs is not None:
-            raise ValueError("na_probs (no-answer scores) are for version='2.0'; v1.1 has none")
-        return _squad_evaluate_v1(gold_answers, predictions, missing)
+
+
+def _check_v2_inputs(
+    gold_answers: Mapping[str, Sequence[str]],
+    predictions: Mapping[str, str],
+    missing: list[str],
+    na_probs: Mapping[str, float] | None,
+) -> None:
+    """Raises KeyError on questions without a prediction, predictions without a no-answer score."""
     if missing:
         raise KeyError(
             f"{len(missing)} of {len(gold_answers)} questions have no prediction, e.g. "
@@ -375,7 +393,6 @@ def squad_evaluate(
             raise KeyError(
                 f"na_probs lacks {len(unscored)} predicted question(s), e.g. {unscored[:3]}"
             )
-    return _squad_evaluate_v2(gold_answers, predictions, na_probs, na_prob_thresh)
 
 
 def _squad_evaluate_v1(

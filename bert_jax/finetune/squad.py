@@ -38,6 +38,10 @@ the official `evaluate-v1.1.py` or `evaluate-v2.0.py` does.
 Bad input raises with the file and JSON path (or is skipped and counted with
 `on_bad_answer="skip"`): an answer whose text is not at its offset, a missing field, a duplicate
 id. Long contexts are windowed and long questions truncated, both counted in `SquadStats`.
+
+This module is one task in stages, kept whole past the usual 600 lines: reading, features,
+predictions and the fine-tuning tasks (its sections, in that order) share `SquadExample`,
+`SquadWindow` and the character offsets that carry an answer from text to tokens and back.
 """
 
 from __future__ import annotations
@@ -210,11 +214,7 @@ def read_squad(
     if on_bad_answer not in ("raise", "skip"):
         raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
     stats = stats if stats is not None else SquadStats()
-    with text_io.open_text(path) as f:
-        try:
-            dataset = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not JSON: {e}") from None
+    dataset = _load_json(path)
     examples: list[SquadExample] = []
     seen: set[str] = set()
     for i, article in enumerate(_field(dataset, "data", list, path)):
@@ -225,36 +225,49 @@ def read_squad(
             context = _field(paragraph, "context", str, where_paragraph)
             for k, qa in enumerate(_field(paragraph, "qas", list, where_paragraph)):
                 where = f"{where_paragraph}.qas[{k}]"
-                qas_id = str(_field(qa, "id", (str, int), where))
-                where = f"{where} (id {qas_id})"
-                question = _field(qa, "question", str, where)
-                is_impossible = bool(qa.get("is_impossible", False))
-                answers = []
-                for a, answer in enumerate(qa.get("answers", [])):
-                    where_answer = f"{where}.answers[{a}]"
-                    answers.append(
-                        (
-                            _field(answer, "text", str, where_answer),
-                            _field(answer, "answer_start", int, where_answer),
-                        )
-                    )
-                example = _make_example(
-                    qas_id,
-                    question,
-                    context,
-                    answers,
-                    is_impossible,
-                    title,
-                    where,
-                    on_bad_answer,
-                    stats,
-                    seen,
-                )
+                example = _read_qa(qa, context, title, where, on_bad_answer, stats, seen)
                 if example is not None:
                     examples.append(example)
     if not examples:
         raise ValueError(f"{path} has no questions")
     return examples
+
+
+def _load_json(path: str):
+    """The JSON value in the (local or URL) file `path`; ValueError naming it if not JSON."""
+    with text_io.open_text(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not JSON: {e}") from None
+
+
+def _read_qa(
+    qa,
+    context: str,
+    title: str,
+    where: str,
+    on_bad_answer: str,
+    stats: SquadStats,
+    seen: set[str],
+) -> SquadExample | None:
+    """One question of the JSON at `where` (checked and counted); None if it lost its answers."""
+    qas_id = str(_field(qa, "id", (str, int), where))
+    where = f"{where} (id {qas_id})"
+    question = _field(qa, "question", str, where)
+    is_impossible = bool(qa.get("is_impossible", False))
+    answers = []
+    for a, answer in enumerate(qa.get("answers", [])):
+        where_answer = f"{where}.answers[{a}]"
+        answers.append(
+            (
+                _field(answer, "text", str, where_answer),
+                _field(answer, "answer_start", int, where_answer),
+            )
+        )
+    return _make_example(
+        qas_id, question, context, answers, is_impossible, title, where, on_bad_answer, stats, seen
+    )
 
 
 def _make_example(
@@ -511,22 +524,11 @@ def _example_rows(
 ) -> list[tuple[list[int], tuple[int, int], SquadWindow]]:
     """One example's rows: ([CLS] question [SEP] window [SEP] ids, the answer's (start, end) row
     positions or (0, 0) if the window does not hold it, the window)."""
-    max_tokens = max_seq_length - len(question) - 3
-    if max_tokens < 1:
-        raise ValueError(
-            f"question {example.qas_id!r}: max_seq_length={max_seq_length} leaves no room "
-            f"for context after its {len(question)} tokens and 3 special tokens; lower "
-            "max_query_length"
-        )
+    max_tokens = _window_length(example, len(question), max_seq_length)
     doc_ids, offsets = context
     spans = _window_starts(len(doc_ids), max_tokens, doc_stride)
     stats.multi_window_examples += len(spans) > 1
-    answer = None
-    if example.answers and not example.is_impossible:
-        text, start_char = example.answers[0]
-        answer = _answer_tokens(offsets, start_char, start_char + len(text))
-        if answer is None:
-            stats.answers_without_tokens += 1
+    answer = _answer_span(example, offsets, stats)
     context_start = len(question) + 2
     inside_any = False
     result = []
@@ -562,6 +564,31 @@ def _example_rows(
     if answer is not None and not inside_any:
         stats.answers_in_no_window += 1
     return result
+
+
+def _window_length(example: SquadExample, question_length: int, max_seq_length: int) -> int:
+    """Context tokens a row holds beside the question; ValueError if there is no room."""
+    max_tokens = max_seq_length - question_length - 3
+    if max_tokens < 1:
+        raise ValueError(
+            f"question {example.qas_id!r}: max_seq_length={max_seq_length} leaves no room "
+            f"for context after its {question_length} tokens and 3 special tokens; lower "
+            "max_query_length"
+        )
+    return max_tokens
+
+
+def _answer_span(
+    example: SquadExample, offsets: np.ndarray, stats: SquadStats
+) -> tuple[int, int] | None:
+    """The context tokens (first, last) of the example's first answer; None if it has none."""
+    answer = None
+    if example.answers and not example.is_impossible:
+        text, start_char = example.answers[0]
+        answer = _answer_tokens(offsets, start_char, start_char + len(text))
+        if answer is None:
+            stats.answers_without_tokens += 1
+    return answer
 
 
 def _feature_arrays(
@@ -668,18 +695,10 @@ def postprocess(
         )
     predictions, nbest_json, null_odds = {}, {}, {} if version_2_with_negative else None
     for example, rows in zip(examples, _rows_of_examples(examples, windows)):
-        candidates = []  # (score, start logit, end logit, char start, char end)
-        null = None  # (score, start logit, end logit) of the window with the lowest null score.
-        for f in rows:
-            starts = np.asarray(start_logits[f], dtype=np.float64)
-            ends = np.asarray(end_logits[f], dtype=np.float64)
-            if version_2_with_negative:
-                score = starts[0] + ends[0]
-                if null is None or score < null[0]:
-                    null = (score, starts[0], ends[0])
-            candidates += _span_candidates(
-                f, windows[f], starts, ends, n_best_size, max_answer_length
-            )
+        candidates, null = _example_candidates(
+            rows, windows, start_logits, end_logits, n_best_size, max_answer_length,
+            version_2_with_negative,
+        )  # fmt: skip
         entries = _nbest_entries(example.context, candidates, null, n_best_size)
         probabilities = _softmax([e["start_logit"] + e["end_logit"] for e in entries])
         nbest_json[example.qas_id] = [
@@ -693,6 +712,29 @@ def postprocess(
         else:
             predictions[example.qas_id] = entries[0]["text"]
     return SquadPredictions(predictions, nbest_json, null_odds)
+
+
+def _example_candidates(
+    rows: list[int],
+    windows: Sequence[SquadWindow],
+    start_logits: np.ndarray | Sequence[np.ndarray],
+    end_logits: np.ndarray | Sequence[np.ndarray],
+    n_best_size: int,
+    max_answer_length: int,
+    version_2_with_negative: bool,
+) -> tuple[list[tuple], tuple | None]:
+    """One example's span candidates over its windows `rows`, and (v2.0) its lowest null."""
+    candidates = []  # (score, start logit, end logit, char start, char end)
+    null = None  # (score, start logit, end logit) of the window with the lowest null score.
+    for f in rows:
+        starts = np.asarray(start_logits[f], dtype=np.float64)
+        ends = np.asarray(end_logits[f], dtype=np.float64)
+        if version_2_with_negative:
+            score = starts[0] + ends[0]
+            if null is None or score < null[0]:
+                null = (score, starts[0], ends[0])
+        candidates += _span_candidates(f, windows[f], starts, ends, n_best_size, max_answer_length)
+    return candidates, null
 
 
 def _rows_of_examples(

@@ -79,22 +79,7 @@ def read_swag(
         _, header = next(rows, (0, None))
         if header is None:
             raise ValueError(f"{path} is empty")
-        endings = sorted(
-            (int(m.group(1)), i) for i, c in enumerate(header) if (m := _ENDING.match(c))
-        )
-        if len(endings) < 2 or [k for k, _ in endings] != list(range(len(endings))):
-            raise ValueError(
-                f"{path}: the header needs columns ending0, ending1, ... (at least 2); it has "
-                f"{header}"
-            )
-        if labelled is None:
-            labelled = "label" in header
-        needed = ["sent1", "sent2"] + (["label"] if labelled else [])
-        missing = [c for c in needed if c not in header]
-        if missing:
-            raise ValueError(f"{path}: the header lacks the column(s) {missing}; it has {header}")
-        index = {c: header.index(c) for c in needed}
-        id_index = header.index("fold-ind") if "fold-ind" in header else None
+        endings, index, id_index = _columns(path, header, labelled)
         examples = []
         for line, row in rows:
             if not row:
@@ -103,15 +88,7 @@ def read_swag(
                 raise ValueError(
                     f"{path}:{line}: {len(row)} field(s), but the header has {len(header)}"
                 )
-            label = None
-            if labelled:
-                value = row[index["label"]]
-                if not value.strip().isdigit() or int(value) >= len(endings):
-                    raise ValueError(
-                        f"{path}:{line}: label: {value!r} is not a choice index in "
-                        f"0..{len(endings) - 1}"
-                    )
-                label = int(value)
+            label = _label(path, line, row, index, len(endings))
             guid = row[id_index] if id_index is not None else str(len(examples))
             examples.append(
                 MultipleChoiceExample(
@@ -125,6 +102,39 @@ def read_swag(
     if not examples:
         raise ValueError(f"{path} has no examples")
     return examples
+
+
+def _columns(
+    path: str, header: list[str], labelled: bool | None
+) -> tuple[list[tuple[int, int]], dict[str, int], int | None]:
+    """The columns: (number, column) of each ending, of sent1/sent2/label, of fold-ind or None."""
+    endings = sorted((int(m.group(1)), i) for i, c in enumerate(header) if (m := _ENDING.match(c)))
+    if len(endings) < 2 or [k for k, _ in endings] != list(range(len(endings))):
+        raise ValueError(
+            f"{path}: the header needs columns ending0, ending1, ... (at least 2); it has {header}"
+        )
+    if labelled is None:
+        labelled = "label" in header
+    needed = ["sent1", "sent2"] + (["label"] if labelled else [])
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise ValueError(f"{path}: the header lacks the column(s) {missing}; it has {header}")
+    index = {c: header.index(c) for c in needed}
+    id_index = header.index("fold-ind") if "fold-ind" in header else None
+    return endings, index, id_index
+
+
+def _label(path: str, line: int, row: list[str], index: dict[str, int], choices: int) -> int | None:
+    """The row's label (None without a label column); ValueError if not a choice index."""
+    label = None
+    if "label" in index:
+        value = row[index["label"]]
+        if not value.strip().isdigit() or int(value) >= choices:
+            raise ValueError(
+                f"{path}:{line}: label: {value!r} is not a choice index in 0..{choices - 1}"
+            )
+        label = int(value)
+    return label
 
 
 def featurize(

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bert_jax.pretrain.data import build, create_pretraining_data, records, sources
+from bert_jax.pretrain.data import build, build_dir, create_pretraining_data, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 from tests.pretrain.conftest import write_corpus
 
@@ -89,7 +89,10 @@ def test_cli_direct_runner_equals_local_cli_mlm_only_dynamic_masking(tmp_path, p
     local_argv = [*common, f"--output_dir={tmp_path / 'local'}", "--partition=hash"]
     assert create_pretraining_data.main(beam_argv) == 0
     assert create_pretraining_data.main([*local_argv, "--num_workers=1"]) == 0
-    ours, local = build.read_metadata(tmp_path / "beam"), build.read_metadata(tmp_path / "local")
+    ours, local = (
+        build_dir.read_metadata(tmp_path / "beam"),
+        build_dir.read_metadata(tmp_path / "local"),
+    )
     # The corpus is named differently (its file listing; the local build hashes its text).
     assert ours["plan"].pop("corpus").startswith("files:")
     local["plan"].pop("corpus")
@@ -129,7 +132,7 @@ def test_finished_build_reruns_as_a_no_op(tmp_path, plays, tokenizer, monkeypatc
     assert again == first
     assert {n: os.stat(out / n).st_mtime_ns for n in os.listdir(out)} == stamps
     # Other settings in the same directory are refused, naming the difference.
-    with pytest.raises(build.OutputDirectoryError, match="num_shards: 2 -> 3"):
+    with pytest.raises(build_dir.OutputDirectoryError, match="num_shards: 2 -> 3"):
         beam_build.build_pretraining_shards_beam(
             source, out, tokenizer, NSP_STATIC, num_shards=3, pipeline_args=DIRECT
         )

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from bert_jax.pretrain.data import build, records, sources
+from bert_jax.pretrain.data import build, build_dir, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 from tests.pretrain.conftest import EXCERPT
 
@@ -48,7 +48,7 @@ def test_build_writes_shards_and_metadata(tmp_path, tiny_tokenizer):
     # Above 1/2: many verse sentences fill a 45-token chunk alone, and a one-sentence chunk always
     # takes a random B (as in the original).
     assert 0.5 < metadata["stats"]["random_next_fraction"] < 0.9
-    assert build.read_metadata(out) == metadata
+    assert build_dir.read_metadata(out) == metadata
 
 
 def test_rerun_is_idempotent_and_reads_nothing(tmp_path, tiny_tokenizer):
@@ -114,14 +114,16 @@ def test_refuses_a_directory_holding_other_data(tmp_path, tiny_tokenizer):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(build.OutputDirectoryError, match=r"already holds other data \(notes.txt\)"):
+    with pytest.raises(
+        build_dir.OutputDirectoryError, match=r"already holds other data \(notes.txt\)"
+    ):
         build.build_pretraining_shards(
             excerpt_documents(), out, tiny_tokenizer, OPTIONS, progress=False
         )
     assert os.listdir(out) == ["notes.txt"]
     afile = tmp_path / "afile"
     afile.write_text("x")
-    with pytest.raises(build.OutputDirectoryError, match="not a directory"):
+    with pytest.raises(build_dir.OutputDirectoryError, match="not a directory"):
         build.build_pretraining_shards(
             excerpt_documents(), afile, tiny_tokenizer, OPTIONS, progress=False
         )
@@ -133,12 +135,12 @@ def test_refuses_a_build_with_other_settings_or_tokenizer(tmp_path, tiny_tokeniz
     build.build_pretraining_shards(excerpt_documents(), out, tiny_tokenizer, OPTIONS, **args)
     longer = PretrainingOptions(max_seq_length=64, max_predictions_per_seq=8, dupe_factor=2)
     with pytest.raises(
-        build.OutputDirectoryError, match="'max_seq_length': 48.*'max_seq_length': 64"
+        build_dir.OutputDirectoryError, match="'max_seq_length': 48.*'max_seq_length': 64"
     ):
         build.build_pretraining_shards(excerpt_documents(), out, tiny_tokenizer, longer, **args)
-    with pytest.raises(build.OutputDirectoryError, match="different tokenizer"):
+    with pytest.raises(build_dir.OutputDirectoryError, match="different tokenizer"):
         build.build_pretraining_shards(excerpt_documents(), out, bert_tokenizer, OPTIONS, **args)
-    with pytest.raises(build.OutputDirectoryError, match="num_shards: 2 -> 3"):
+    with pytest.raises(build_dir.OutputDirectoryError, match="num_shards: 2 -> 3"):
         build.build_pretraining_shards(
             excerpt_documents(), out, tiny_tokenizer, OPTIONS, num_shards=3, progress=False
         )
@@ -199,7 +201,7 @@ def test_refuses_to_overwrite_a_foreign_vocab_txt(tmp_path, tiny_tokenizer):
     out = tmp_path / "out"
     out.mkdir()
     (out / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nmine\n")
-    with pytest.raises(build.OutputDirectoryError, match="vocab.txt is not the vocabulary"):
+    with pytest.raises(build_dir.OutputDirectoryError, match="vocab.txt is not the vocabulary"):
         build.build_pretraining_shards(
             excerpt_documents(), out, tiny_tokenizer, OPTIONS, progress=False
         )

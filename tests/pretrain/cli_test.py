@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from bert_jax.pretrain.data import (
-    build,
+    build_dir,
     create_pretraining_data,
     example_proto,
     pipeline,
@@ -37,7 +37,7 @@ def test_create_pretraining_data(tmp_path, bert_vocab_dir, capsys):
         "--no_progress",
     ]
     assert create_pretraining_data.main(argv) == 0
-    metadata = build.read_metadata(out)
+    metadata = build_dir.read_metadata(out)
     assert metadata["record_format"] == "tfrecord" and len(metadata["shards"]) == 2
     assert metadata["options"]["whole_word_mask"] is True
     assert metadata["tokenizer"]["vocab_size"] == 30522

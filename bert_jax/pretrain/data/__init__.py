@@ -11,6 +11,7 @@ Modules (each a leaf: none imports the model or the training code):
     features                 the record layout and the batch the training step consumes
     corpus                   tokenized documents stored as flat arrays
     build                    parallel, resumable shard building
+    build_dir                a build's directory: build.json, metadata.json, checks, resuming
     pipeline                 make_pretraining_loader: the deterministic, checkpointable grain loader
     create_pretraining_data  the `bert-jax-create-pretraining-data` command
     train_wordpiece          the `bert-jax-train-wordpiece` command

@@ -59,7 +59,7 @@ except ImportError as e:
 from absl import logging
 from etils import epath
 
-from bert_jax.pretrain.data import build, corpus, sources
+from bert_jax.pretrain.data import build, build_dir, corpus, sources
 from bert_jax.pretrain.data.examples import (
     PretrainingOptions,
     VocabInfo,
@@ -251,8 +251,8 @@ class _WriteShard(beam.DoFn):
 
     def process(self, element):
         shard_index, entries = element
-        name = build.shard_name(shard_index, self._num_shards, self._record_format)
-        stats = build.finished_shard_stats(self._out_dir, name)
+        name = build_dir.shard_name(shard_index, self._num_shards, self._record_format)
+        stats = build_dir.finished_shard_stats(self._out_dir, name)
         if stats is None:
             # Flat arrays: 4 bytes a token while the examples are made (lists cost ~36).
             shard = corpus.from_documents([e[1] for e in entries if e is not None])
@@ -273,8 +273,8 @@ class _WriteShard(beam.DoFn):
 
 
 def _write_fingerprint(total: int, out_dir: str) -> None:
-    path = os.fspath(epath.Path(out_dir) / build.TMP_DIR / _FINGERPRINT_FILE)
-    build.write_json(path, {"fingerprint": documents_fingerprint([total])})
+    path = os.fspath(epath.Path(out_dir) / build_dir.TMP_DIR / _FINGERPRINT_FILE)
+    build_dir.write_json(path, {"fingerprint": documents_fingerprint([total])})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def build_pretraining_shards_beam(
       returns it; "corpus" and "source" hold the pipeline's counters.
 
     Raises:
-      build.OutputDirectoryError: `out_dir` holds other data or a build with other settings.
+      build_dir.OutputDirectoryError: `out_dir` holds other data or a build with other settings.
       FileNotFoundError: a pattern matches no file.
       ValueError: bad arguments, or the corpus has no text.
       RuntimeError: the pipeline failed (finished shards are kept; rerun to finish).
@@ -320,15 +320,15 @@ def build_pretraining_shards_beam(
     out_dir = os.fspath(out_dir)
     options = options or PretrainingOptions()
     build.check_build_args(num_shards, record_format, "hash")
-    build.check_output_dir(out_dir)
-    build.check_existing_tokenizer(out_dir, tokenizer)
-    plan = build.build_plan(
+    build_dir.check_output_dir(out_dir)
+    build_dir.check_existing_tokenizer(out_dir, tokenizer)
+    plan = build_dir.build_plan(
         options, tokenizer, source.source_id(), num_shards, record_format, "hash"
     )
-    done = build.finished_build(out_dir, plan)
+    done = build_dir.finished_build(out_dir, plan)
     if done is not None:
         return done
-    build.start_build(out_dir, plan, tokenizer)
+    build_dir.start_build(out_dir, plan, tokenizer)
 
     counters = _run_pipeline(
         source, out_dir, tokenizer, options, num_shards, record_format, pipeline_args
@@ -336,7 +336,7 @@ def build_pretraining_shards_beam(
     shard_stats, corpus_stats, source_stats = _build_stats(
         out_dir, num_shards, record_format, counters
     )
-    return build.finish_build(
+    return build_dir.finish_build(
         out_dir, plan, shard_stats, options, tokenizer, corpus_stats, source_stats
     )
 
@@ -373,11 +373,11 @@ def _build_stats(out_dir: str, num_shards: int, record_format: str, counters: di
     shards' stats files and the runner's counters; stops on a corpus with no text."""
     shard_stats = {}
     for index in range(num_shards):
-        name = build.shard_name(index, num_shards, record_format)
-        shard_stats[index] = build.read_json(build.shard_stats_path(out_dir, name))
+        name = build_dir.shard_name(index, num_shards, record_format)
+        shard_stats[index] = build_dir.read_json(build_dir.shard_stats_path(out_dir, name))
     corpus_stats = {k: counters.get(f"corpus/{k}", 0) for k in _corpus_counts()}
-    corpus_stats["fingerprint"] = build.read_json(
-        os.fspath(epath.Path(out_dir) / build.TMP_DIR / _FINGERPRINT_FILE)
+    corpus_stats["fingerprint"] = build_dir.read_json(
+        os.fspath(epath.Path(out_dir) / build_dir.TMP_DIR / _FINGERPRINT_FILE)
     )["fingerprint"]
     if corpus_stats["documents"] == 0:
         raise ValueError("the corpus has no text: every document was empty or skipped")

@@ -10,6 +10,8 @@ writes into `out_dir`:
     metadata.json                               shard list, record counts, options, statistics
                                                 (written last: its presence means complete)
 
+(`build_dir`: those files and the rules below.)
+
 The build is safe to interrupt and to run again:
 
 * each shard is written to a hidden temporary name and renamed when complete, so a shard file
@@ -36,10 +38,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import json
 import multiprocessing
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -48,7 +48,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax.paths import is_url
-from bert_jax.pretrain.data import features, records
+from bert_jax.pretrain.data import build_dir, features, records
 from bert_jax.pretrain.data.corpus import CorpusStats, TokenizedCorpus, tokenize_documents
 from bert_jax.pretrain.data.examples import (
     PretrainingOptions,
@@ -61,23 +61,7 @@ from bert_jax.pretrain.data.examples import (
 )
 from bert_jax.pretrain.data.sources import Document, SourceStats
 
-BUILD_FORMAT = "bert_jax.pretraining_shards/1"
-BUILD_FILE = "build.json"
-METADATA_FILE = "metadata.json"
-TMP_DIR = ".build-tmp"
-_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", TMP_DIR}
 PARTITIONS = ("shuffled", "hash")
-_SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
-_TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
-
-
-class OutputDirectoryError(ValueError):
-    """The output directory holds data that is not this build's."""
-
-
-def shard_name(index: int, count: int, record_format: str) -> str:
-    """The file name of shard `index` of `count`."""
-    return f"pretrain-{index:05d}-of-{count:05d}.{record_format}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +114,7 @@ def write_shard(
     Returns:
       The shard's statistics: num_records, random_next, tokens, predictions, full_length.
     """
-    name = shard_name(shard_index, num_shards, record_format)
+    name = build_dir.shard_name(shard_index, num_shards, record_format)
     if is_url(out_dir):  # Record writers write local files.
         tmp = os.path.join(tempfile.mkdtemp(prefix="bert_jax_shard-"), f".{name}.tmp-0")
     else:
@@ -152,7 +136,7 @@ def write_shard(
         "predictions": sum(len(i.masked_lm_positions) for i in instances),
         "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
     }
-    write_json(shard_stats_path(out_dir, name), stats)
+    build_dir.write_json(build_dir.shard_stats_path(out_dir, name), stats)
     if is_url(out_dir):
         epath.Path(tmp).copy(epath.Path(out_dir) / name, overwrite=True)
         shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
@@ -161,167 +145,9 @@ def write_shard(
     return stats
 
 
-def shard_stats_path(out_dir: str, name: str) -> str:
-    """Where a finished shard's statistics are kept until metadata.json is written."""
-    return os.fspath(epath.Path(out_dir) / TMP_DIR / f"{name}.json")
-
-
-def finished_shard_stats(out_dir: str, name: str) -> dict | None:
-    """The statistics of shard file `name` if it is finished (file and statistics), else None."""
-    if _is_file(out_dir, name) and epath.Path(shard_stats_path(out_dir, name)).is_file():
-        return read_json(shard_stats_path(out_dir, name))
-    return None
-
-
 def _worker_write_shard(corpus_dir: str, *args) -> dict:
     """`_write_shard` in a worker process, on the memory-mapped corpus."""
     return _write_shard(TokenizedCorpus.load(corpus_dir), *args)
-
-
-# ---------------------------------------------------------------------------------------------
-# The output directory.
-
-
-def write_json(path: str, obj) -> None:
-    """Writes `obj` as indented JSON under a temporary name, then renames it into place."""
-    path = epath.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def _write_text(path: epath.Path, text: str) -> None:
-    """Writes a file whole: locally under a temporary name renamed into place; at a URL (an
-    object store, where an object appears only once complete) directly."""
-    if is_url(path):
-        path.write_text(text, encoding="utf-8")
-        return
-    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_json(path: str):
-    """The JSON value in a file (local or a URL)."""
-    return json.loads(epath.Path(path).read_text(encoding="utf-8"))
-
-
-def check_output_dir(out_dir: str) -> None:
-    """Refuses a directory that holds anything a build does not write."""
-    directory = epath.Path(out_dir)
-    if not directory.exists():
-        return
-    if not directory.is_dir():
-        raise OutputDirectoryError(f"output path {out_dir} exists and is not a directory")
-    foreign = sorted(
-        name
-        for name in _listdir(out_dir)
-        if name not in _OWN_FILES and not _SHARD_RE.match(name) and not _TMP_SHARD_RE.match(name)
-    )
-    if foreign:
-        raise OutputDirectoryError(
-            f"output directory {out_dir} already holds other data ({', '.join(foreign[:5])}"
-            f"{', ...' if len(foreign) > 5 else ''}); pass an empty or new directory"
-        )
-
-
-def _listdir(out_dir: str) -> list[str]:
-    return [p.name for p in epath.Path(out_dir).iterdir()]
-
-
-def _is_file(out_dir: str, name: str) -> bool:
-    return (epath.Path(out_dir) / name).is_file()
-
-
-def _tokenizer_files(tokenizer) -> dict[str, str]:
-    """The text of the tokenizer files a build keeps beside its shards."""
-    return {
-        "tokenizer.json": tokenizer.tokenizer.to_str(pretty=True),
-        "vocab.txt": "".join(t + "\n" for t in tokenizer.vocab),
-    }
-
-
-def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
-    """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
-    from bert_jax import tokenization
-
-    json_path = os.fspath(epath.Path(out_dir) / "tokenizer.json")
-    if _is_file(out_dir, "tokenizer.json"):
-        if tokenization.load_tokenizer(json_path).fingerprint() != tokenizer.fingerprint():
-            raise OutputDirectoryError(
-                f"{json_path} is a different tokenizer from the one given; use a new output "
-                "directory"
-            )
-    vocab_path = os.fspath(epath.Path(out_dir) / "vocab.txt")
-    if _is_file(out_dir, "vocab.txt"):
-        try:
-            same = list(tokenization.read_vocab_txt(vocab_path)) == tokenizer.vocab
-        except ValueError:
-            same = False
-        if not same:
-            raise OutputDirectoryError(
-                f"{vocab_path} is not the vocabulary of the tokenizer given; use a new output "
-                "directory"
-            )
-
-
-def _save_tokenizer(out_dir: str, tokenizer) -> None:
-    """Writes the tokenizer files that are missing (existing ones were checked to match)."""
-    for name, text in _tokenizer_files(tokenizer).items():
-        path = epath.Path(out_dir) / name
-        if not path.exists():
-            _write_text(path, text)
-
-
-def _plan_difference(old: dict, new: dict) -> str:
-    keys = sorted(set(old) | set(new))
-    diffs = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
-    return "; ".join(diffs)
-
-
-def _check_plan(out_dir: str, plan: dict) -> None:
-    """Refuses a directory holding a build with other settings or another tokenizer."""
-    path = os.fspath(epath.Path(out_dir) / BUILD_FILE)
-    if _is_file(out_dir, BUILD_FILE):
-        old = read_json(path)
-        if old != plan:
-            raise OutputDirectoryError(
-                f"{out_dir} holds a build with different settings ({_plan_difference(old, plan)}); "
-                "use a new directory, or delete this one to rebuild"
-            )
-    expected = {
-        shard_name(i, plan["num_shards"], plan["record_format"]) for i in range(plan["num_shards"])
-    }
-    other = sorted(n for n in _listdir(out_dir) if _SHARD_RE.match(n) and n not in expected)
-    if other:
-        raise OutputDirectoryError(
-            f"{out_dir} holds shards of another build ({', '.join(other[:3])}); use a new directory"
-        )
-
-
-def _complete_metadata(out_dir: str, plan: dict) -> dict | None:
-    """The metadata of a finished build of `plan` in `out_dir`, or None."""
-    if not _is_file(out_dir, METADATA_FILE):
-        return None
-    metadata = read_json(os.fspath(epath.Path(out_dir) / METADATA_FILE))
-    if metadata.get("plan") != plan:
-        return None
-    if all(_is_file(out_dir, s["path"]) for s in metadata["shards"]):
-        return metadata
-    return None
-
-
-def read_metadata(path: str | os.PathLike) -> dict:
-    """The `metadata.json` of a built directory (or the file itself).
-
-    Raises:
-      FileNotFoundError: there is none (the build is missing or unfinished).
-    """
-    path = epath.Path(path)  # a local directory or a URL (gs://...): read-only here
-    if path.is_dir():
-        path = path / METADATA_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {METADATA_FILE} at {path.parent}: not a finished build")
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,8 +163,8 @@ def _check_local_build(out_dir: str, tokenizer, num_shards, record_format, parti
             "with Beam (`beam_build`, --runner=...) or copy the finished directory"
         )
     check_build_args(num_shards, record_format, partition)
-    check_output_dir(out_dir)
-    check_existing_tokenizer(out_dir, tokenizer)
+    build_dir.check_output_dir(out_dir)
+    build_dir.check_existing_tokenizer(out_dir, tokenizer)
 
 
 def _hash_partition(corpus, corpus_stats, num_shards: int) -> list[list[int]]:
@@ -389,22 +215,40 @@ def build_pretraining_shards(
       "stats".
 
     Raises:
-      OutputDirectoryError: `out_dir` holds other data or a build with other settings.
+      build_dir.OutputDirectoryError: `out_dir` holds other data or a build with other settings.
       ValueError: bad options, too few documents for NSP, or more shards than documents.
     """
     out_dir = os.fspath(out_dir)
     options = options or PretrainingOptions()
     _check_local_build(out_dir, tokenizer, num_shards, record_format, partition)
-    make_plan = lambda corpus_id: build_plan(
+    make_plan = lambda corpus_id: build_dir.build_plan(
         options, tokenizer, corpus_id, num_shards, record_format, partition
     )
-
     # 1. A named source: a finished build is recognised without reading the corpus.
-    if source_id is not None:
-        done = finished_build(out_dir, make_plan(source_id))
-        if done is not None:
-            return done
+    done = None if source_id is None else build_dir.finished_build(out_dir, make_plan(source_id))
+    if done is not None:
+        return done
     # 2. Tokenize the corpus (without a source_id its fingerprint names the build).
+    corpus, corpus_stats, shard_documents = _tokenized_corpus(
+        documents, tokenizer, partition, num_shards, progress, source_stats
+    )
+    plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
+    # 3. Build the missing shards, then metadata.json last (or find the build finished).
+    return _build_corpus(
+        out_dir, plan, corpus, corpus_stats, shard_documents, options, tokenizer, num_workers,
+        progress, source_stats,
+    )  # fmt: skip
+
+
+def _tokenized_corpus(
+    documents: Iterable[Document] | Callable[[], Iterable[Document]],
+    tokenizer,
+    partition: str,
+    num_shards: int,
+    progress: bool,
+    source_stats: SourceStats | None,
+) -> tuple[TokenizedCorpus, CorpusStats, list[list[int]] | None]:
+    """The documents tokenized, their statistics, and each shard's documents under "hash"."""
     documents = documents() if callable(documents) else documents
     corpus, corpus_stats = tokenize_documents(documents, tokenizer, progress=progress)
     if source_stats is not None:
@@ -412,25 +256,35 @@ def build_pretraining_shards(
     shard_documents = None
     if partition == "hash":
         shard_documents = _hash_partition(corpus, corpus_stats, num_shards)
-    plan = make_plan(source_id if source_id is not None else corpus_stats.fingerprint)
-    done = finished_build(out_dir, plan)
+    return corpus, corpus_stats, shard_documents
+
+
+def _build_corpus(
+    out_dir: str,
+    plan: dict,
+    corpus: TokenizedCorpus,
+    corpus_stats: CorpusStats,
+    shard_documents: list[list[int]] | None,
+    options: PretrainingOptions,
+    tokenizer,
+    num_workers: int | None,
+    progress: bool,
+    source_stats: SourceStats | None,
+) -> dict:
+    """The finished build of `plan`; else writes the missing shards, then metadata.json last."""
+    done = build_dir.finished_build(out_dir, plan)
     if done is not None:
         return done
+    num_shards, record_format = plan["num_shards"], plan["record_format"]
     _check_corpus(corpus, corpus_stats, options, num_shards)
-    # 3. Build the missing shards, then metadata.json last.
-    start_build(out_dir, plan, tokenizer)
+    build_dir.start_build(out_dir, plan, tokenizer)
     shard_stats = _build_shards(
         corpus, out_dir, options, tokenizer, num_shards, record_format, num_workers, progress,
         shard_documents,
     )  # fmt: skip
-    return finish_build(
-        out_dir,
-        plan,
-        shard_stats,
-        options,
-        tokenizer,
-        dataclasses.asdict(corpus_stats),
-        source_stats.to_dict() if source_stats is not None else None,
+    source = source_stats.to_dict() if source_stats is not None else None
+    return build_dir.finish_build(
+        out_dir, plan, shard_stats, options, tokenizer, dataclasses.asdict(corpus_stats), source
     )
 
 
@@ -444,112 +298,6 @@ def check_build_args(num_shards: int, record_format: str, partition: str) -> Non
         raise ValueError(f"num_shards={num_shards!r}: must be a positive int")
     if partition not in PARTITIONS:
         raise ValueError(f"partition={partition!r}: expected one of {PARTITIONS}")
-
-
-def build_plan(
-    options: PretrainingOptions,
-    tokenizer,
-    corpus_id: str,
-    num_shards: int,
-    record_format: str,
-    partition: str,
-) -> dict:
-    """What a build is (build.json): a rerun with another plan is refused, not mixed in."""
-    plan = {
-        "format": BUILD_FORMAT,
-        "options": options.to_dict(),
-        "tokenizer": tokenizer.fingerprint(),
-        "corpus": corpus_id,
-        "num_shards": num_shards,
-        "record_format": record_format,
-    }
-    if partition != "shuffled":  # Absent for the default, so older builds stay recognised.
-        plan["partition"] = partition
-    return plan
-
-
-def finish_build(
-    out_dir: str,
-    plan: dict,
-    shard_stats: dict[int, dict],
-    options: PretrainingOptions,
-    tokenizer,
-    corpus_stats: dict,
-    source_stats: dict | None,
-) -> dict:
-    """Writes metadata.json (the build is complete from then on) and drops the temporary files.
-
-    Args:
-      out_dir: the build's directory.
-      plan: its `build_plan`.
-      shard_stats: every shard's `write_shard` statistics, by shard index.
-      options, tokenizer: the build's.
-      corpus_stats: the fields of `corpus.CorpusStats`.
-      source_stats: `sources.SourceStats.to_dict()`, or None.
-
-    Returns:
-      The metadata.
-    """
-    num_shards = plan["num_shards"]
-    record_format = plan["record_format"]
-    totals = {k: sum(s[k] for s in shard_stats.values()) for k in next(iter(shard_stats.values()))}
-    n = max(totals["num_records"], 1)
-    metadata = {
-        "format": BUILD_FORMAT,
-        "plan": plan,
-        "record_format": record_format,
-        "shards": [
-            {
-                "path": shard_name(i, num_shards, record_format),
-                "num_records": shard_stats[i]["num_records"],
-            }
-            for i in range(num_shards)
-        ],
-        "num_records": totals["num_records"],
-        "options": options.to_dict(),
-        "tokenizer": {
-            "fingerprint": tokenizer.fingerprint(),
-            "vocab_size": tokenizer.vocab_size,
-            "lowercase": tokenizer.lowercase,
-            "pad_id": tokenizer.pad_id,
-            "unk_id": tokenizer.unk_id,
-            "cls_id": tokenizer.cls_id,
-            "sep_id": tokenizer.sep_id,
-            "mask_id": tokenizer.mask_id,
-        },
-        "corpus": corpus_stats,
-        "source": source_stats,
-        "stats": {
-            "random_next_fraction": totals["random_next"] / n,
-            "mean_tokens": totals["tokens"] / n,
-            "full_length_fraction": totals["full_length"] / n,
-            "mean_predictions": totals["predictions"] / n,
-        },
-    }
-
-    write_json(os.fspath(epath.Path(out_dir) / METADATA_FILE), metadata)
-    (epath.Path(out_dir) / TMP_DIR).rmtree(missing_ok=True)
-    logging.info(
-        "%s: %d records in %d %s shard(s); %.1f tokens/record, %.1f%% random next",
-        out_dir,
-        metadata["num_records"],
-        plan["num_shards"],
-        plan["record_format"],
-        metadata["stats"]["mean_tokens"],
-        100 * metadata["stats"]["random_next_fraction"],
-    )
-    return metadata
-
-
-def finished_build(out_dir: str, plan: dict) -> dict | None:
-    """The metadata of a finished build of `plan` in `out_dir`, or None; refuses other builds."""
-    if not epath.Path(out_dir).is_dir():
-        return None
-    _check_plan(out_dir, plan)
-    done = _complete_metadata(out_dir, plan)
-    if done is not None:
-        logging.info("%s: complete build found, %d records", out_dir, done["num_records"])
-    return done
 
 
 def _check_corpus(
@@ -577,16 +325,6 @@ def _check_corpus(
         )
 
 
-def start_build(out_dir: str, plan: dict, tokenizer) -> None:
-    """Writes build.json and the tokenizer, and deletes an interrupted build's temporary shards."""
-    (epath.Path(out_dir) / TMP_DIR).mkdir(parents=True, exist_ok=True)
-    write_json(os.fspath(epath.Path(out_dir) / BUILD_FILE), plan)
-    _save_tokenizer(out_dir, tokenizer)
-    for name in _listdir(out_dir):
-        if _TMP_SHARD_RE.match(name):  # Left by an interrupted build.
-            (epath.Path(out_dir) / name).unlink()
-
-
 def _build_shards(
     corpus: TokenizedCorpus,
     out_dir: str,
@@ -604,18 +342,7 @@ def _build_shards(
     """
     from tqdm import tqdm
 
-    shard_stats: dict[int, dict] = {}
-    todo = []
-    for index in range(num_shards):
-        name = shard_name(index, num_shards, record_format)
-        stats = finished_shard_stats(out_dir, name)
-        if stats is not None:
-            shard_stats[index] = stats
-        else:
-            todo.append(index)
-    if shard_stats:
-        logging.info("%s: reusing %d finished shard(s)", out_dir, len(shard_stats))
-
+    shard_stats, todo = _finished_shards(out_dir, num_shards, record_format)
     args = (options, VocabInfo.from_tokenizer(tokenizer), record_format)
     workers = min(len(todo), os.cpu_count() or 1) if num_workers is None else num_workers
     bar = tqdm(total=num_shards, initial=len(shard_stats), desc="shards", disable=not progress)
@@ -626,34 +353,69 @@ def _build_shards(
             )
             bar.update(1)
     elif todo:
-        corpus_dir = os.path.join(out_dir, TMP_DIR, "corpus")
-        corpus.save(corpus_dir)
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = {
-                pool.submit(
-                    _worker_write_shard,
-                    corpus_dir,
-                    out_dir,
-                    i,
-                    num_shards,
-                    *args,
-                    *_indices(shard_documents, i),
-                ): i
-                for i in todo
-            }
-            try:
-                for future in concurrent.futures.as_completed(futures):
-                    shard_stats[futures[future]] = future.result()
-                    bar.update(1)
-            except concurrent.futures.process.BrokenProcessPool as e:
-                raise RuntimeError(
-                    "a shard-building worker process died. Workers are spawned, so a script that "
-                    "builds shards must do so under `if __name__ == '__main__':`; or pass "
-                    "num_workers=1 to build in this process. Finished shards are kept."
-                ) from e
+        _write_shards_in_workers(
+            corpus, out_dir, todo, num_shards, args, shard_documents, workers, shard_stats, bar
+        )
     bar.close()
     return shard_stats
+
+
+def _finished_shards(
+    out_dir: str, num_shards: int, record_format: str
+) -> tuple[dict[int, dict], list[int]]:
+    """The statistics of the shards already finished, by index, and the indices left to write."""
+    shard_stats: dict[int, dict] = {}
+    todo = []
+    for index in range(num_shards):
+        name = build_dir.shard_name(index, num_shards, record_format)
+        stats = build_dir.finished_shard_stats(out_dir, name)
+        if stats is not None:
+            shard_stats[index] = stats
+        else:
+            todo.append(index)
+    if shard_stats:
+        logging.info("%s: reusing %d finished shard(s)", out_dir, len(shard_stats))
+    return shard_stats, todo
+
+
+def _write_shards_in_workers(
+    corpus: TokenizedCorpus,
+    out_dir: str,
+    todo: list[int],
+    num_shards: int,
+    args: tuple,
+    shard_documents: list[list[int]] | None,
+    workers: int,
+    shard_stats: dict[int, dict],
+    bar,
+) -> None:
+    """Writes shards `todo` in spawned processes; `args`: (options, vocab, record_format)."""
+    corpus_dir = os.path.join(out_dir, build_dir.TMP_DIR, "corpus")
+    corpus.save(corpus_dir)
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {
+            pool.submit(
+                _worker_write_shard,
+                corpus_dir,
+                out_dir,
+                i,
+                num_shards,
+                *args,
+                *_indices(shard_documents, i),
+            ): i
+            for i in todo
+        }
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                shard_stats[futures[future]] = future.result()
+                bar.update(1)
+        except concurrent.futures.process.BrokenProcessPool as e:
+            raise RuntimeError(
+                "a shard-building worker process died. Workers are spawned, so a script that "
+                "builds shards must do so under `if __name__ == '__main__':`; or pass "
+                "num_workers=1 to build in this process. Finished shards are kept."
+            ) from e
 
 
 def _indices(shard_documents: list[list[int]] | None, index: int) -> tuple:
@@ -690,7 +452,7 @@ def build_default_corpus_shards(
     from bert_jax.pretrain.data import sources
 
     out_dir = os.fspath(out_dir)
-    check_output_dir(out_dir)
+    build_dir.check_output_dir(out_dir)
     if tokenizer is None:
         tokenizer = sources.default_corpus_tokenizer(out_dir)
     options = options or PretrainingOptions(dupe_factor=5, static_masking=False)

@@ -141,11 +141,14 @@ def from_documents(documents: Sequence[Sequence[Sequence[int]]]) -> TokenizedCor
         np.int32,
         sum(lengths),
     )
-    sentence_offsets = np.zeros(len(lengths) + 1, np.int64)
-    np.cumsum(lengths, out=sentence_offsets[1:])
-    document_offsets = np.zeros(len(documents) + 1, np.int64)
-    np.cumsum([len(d) for d in documents], out=document_offsets[1:])
-    return TokenizedCorpus(tokens, sentence_offsets, document_offsets)
+    return TokenizedCorpus(tokens, _offsets(lengths), _offsets([len(d) for d in documents]))
+
+
+def _offsets(sizes: Sequence[int]) -> np.ndarray:
+    """int64 [n+1]: where each of n consecutive pieces of `sizes` starts, then the end."""
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
 
 
 def tokenize_documents(
@@ -169,25 +172,12 @@ def tokenize_documents(
 
     stats = CorpusStats()
     digest = hashlib.sha256()
-    token_chunks: list[np.ndarray] = []
-    sentence_lengths: list[int] = []
-    document_sizes: list[int] = []
+    parts = _TokenizedParts()
     pending: list[str] = []
     pending_docs: list[int] = []  # Sentence count of each document in `pending`.
 
     def flush():
-        ids = tokenizer.encode_batch(pending)
-        # One array per flush, not per sentence: a per-sentence array costs ~100 bytes of overhead.
-        token_chunks.append(
-            np.fromiter(itertools.chain.from_iterable(ids), np.int32, sum(map(len, ids)))
-        )
-        k = 0
-        for count in pending_docs:
-            kept = keep_nonempty_sentences(ids[k : k + count], stats)
-            k += count
-            sentence_lengths.extend(map(len, kept))
-            if kept:
-                document_sizes.append(len(kept))
+        parts.add(tokenizer.encode_batch(pending), pending_docs, stats)
         pending.clear()
         pending_docs.clear()
 
@@ -203,13 +193,40 @@ def tokenize_documents(
         bar.update(1)
     flush()
     bar.close()
-    tokens = np.concatenate(token_chunks) if token_chunks else np.zeros(0, np.int32)
-    sentence_offsets = np.zeros(len(sentence_lengths) + 1, np.int64)
-    np.cumsum(sentence_lengths, out=sentence_offsets[1:])
-    document_offsets = np.zeros(len(document_sizes) + 1, np.int64)
-    np.cumsum(document_sizes, out=document_offsets[1:])
-    stats.documents = len(document_sizes)
-    stats.sentences = len(sentence_lengths)
-    stats.tokens = int(tokens.size)
+    corpus = parts.corpus()
+    stats.documents = len(parts.document_sizes)
+    stats.sentences = len(parts.sentence_lengths)
+    stats.tokens = int(corpus.tokens.size)
     stats.fingerprint = digest.hexdigest()[:16]
-    return TokenizedCorpus(tokens, sentence_offsets, document_offsets), stats
+    return corpus, stats
+
+
+class _TokenizedParts:
+    """A corpus gathered batch by batch: token ids, sentence lengths, document sizes."""
+
+    def __init__(self):
+        self.token_chunks: list[np.ndarray] = []
+        self.sentence_lengths: list[int] = []
+        self.document_sizes: list[int] = []
+
+    def add(self, ids: list[list[int]], document_lengths: list[int], stats: CorpusStats) -> None:
+        """Adds a batch's sentence ids, `document_lengths[i]` sentences for its document i."""
+        # One array per flush, not per sentence: a per-sentence array costs ~100 bytes of overhead.
+        self.token_chunks.append(
+            np.fromiter(itertools.chain.from_iterable(ids), np.int32, sum(map(len, ids)))
+        )
+        k = 0
+        for count in document_lengths:
+            kept = keep_nonempty_sentences(ids[k : k + count], stats)
+            k += count
+            self.sentence_lengths.extend(map(len, kept))
+            if kept:
+                self.document_sizes.append(len(kept))
+
+    def corpus(self) -> TokenizedCorpus:
+        """The parts as one `TokenizedCorpus`."""
+        chunks = self.token_chunks
+        tokens = np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
+        return TokenizedCorpus(
+            tokens, _offsets(self.sentence_lengths), _offsets(self.document_sizes)
+        )

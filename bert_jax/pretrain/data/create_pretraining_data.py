@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from absl import logging
 
 from bert_jax import cli, tokenization
-from bert_jax.pretrain.data import build, records, sources
+from bert_jax.pretrain.data import build, build_dir, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
 
@@ -72,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="bert-jax-create-pretraining-data",
         description="Create BERT pretraining shards (masked LM + next sentence prediction).",
     )
+    _add_input_flags(p)
+    _add_recipe_flags(p, PretrainingOptions())
+    _add_build_flags(p)
+    return p
+
+
+def _add_input_flags(p: argparse.ArgumentParser) -> None:
+    """The corpus, output directory and tokenizer flags."""
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--input_file", help="comma-separated text files or globs")
     source.add_argument(
@@ -111,8 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tfds_split", default="train")
     p.add_argument("--tfds_text_key", default="text")
     p.add_argument("--tfds_download", action="store_true", help="download the tfds dataset")
-    defaults = PretrainingOptions()
-    _add_recipe_flags(p, defaults)
+
+
+def _add_build_flags(p: argparse.ArgumentParser) -> None:
+    """How the shards are written: count, format, workers, partition, runner, progress."""
     p.add_argument("--num_shards", type=int, default=8)
     p.add_argument("--format", choices=records.RECORD_FORMATS, default="array_record")
     p.add_argument("--num_workers", type=int, default=None, help="default: one per CPU core")
@@ -131,7 +141,6 @@ def _parser() -> argparse.ArgumentParser:
         help="build with Apache Beam on this runner (other flags go to Beam); default: locally",
     )
     p.add_argument("--no_progress", action="store_true", help="no progress bars")
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -146,55 +155,16 @@ def _main(argv: Sequence[str] | None) -> int:
     if pipeline_args and args.runner is None:
         parser.error(f"unrecognized arguments: {' '.join(pipeline_args)}")
     logging.set_verbosity(logging.INFO)
-    lowercase = {"auto": None, "true": True, "false": False}[args.do_lower_case]
     try:
-        options = PretrainingOptions(
-            max_seq_length=args.max_seq_length,
-            max_predictions_per_seq=args.max_predictions_per_seq,
-            masked_lm_prob=args.masked_lm_prob,
-            short_seq_prob=args.short_seq_prob,
-            dupe_factor=args.dupe_factor,
-            whole_word_mask=args.do_whole_word_mask,
-            next_sentence_prediction=args.next_sentence_prediction,
-            static_masking=args.masking == "static",
-            random_seed=args.random_seed,
-        )
-        build.check_output_dir(args.output_dir)
-        if args.vocab_file:
-            tokenizer = tokenization.load_tokenizer(
-                args.vocab_file, lowercase=lowercase, match_original=args.original_tokenizer
-            )
-        elif args.original_tokenizer:
-            raise ValueError("--original_tokenizer needs a --vocab_file")
-        elif args.default_corpus:
-            tokenizer = sources.default_corpus_tokenizer(args.output_dir)
-        else:
-            raise ValueError("--vocab_file is required (except with --default_corpus)")
+        options = _options(args)
+        build_dir.check_output_dir(args.output_dir)
+        tokenizer = _tokenizer(args)
         if args.runner is not None:
             metadata = _build_with_beam(args, pipeline_args, tokenizer, options)
             _print_done(metadata, args.output_dir)
             return 0
         stats = sources.SourceStats()
-        source_id = None
-        if args.input_file:
-            documents = lambda: sources.text_file_documents(
-                args.input_file,
-                split_sentences=args.split_sentences,
-                file_ends_document=args.file_ends_document,
-                stats=stats,
-            )
-        elif args.tfds:
-            documents = lambda: sources.tfds_documents(
-                args.tfds,
-                split=args.tfds_split,
-                data_dir=args.tfds_data_dir,
-                text_key=args.tfds_text_key,
-                download=args.tfds_download,
-                stats=stats,
-            )
-        else:
-            documents = lambda: sources.default_corpus_documents(stats)
-            source_id = sources.default_corpus_version()
+        documents, source_id = _documents(args, stats)
         metadata = build.build_pretraining_shards(
             documents,
             args.output_dir,
@@ -213,6 +183,61 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     _print_done(metadata, args.output_dir)
     return 0
+
+
+def _options(args: argparse.Namespace) -> PretrainingOptions:
+    """The example recipe the flags give."""
+    return PretrainingOptions(
+        max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq,
+        masked_lm_prob=args.masked_lm_prob,
+        short_seq_prob=args.short_seq_prob,
+        dupe_factor=args.dupe_factor,
+        whole_word_mask=args.do_whole_word_mask,
+        next_sentence_prediction=args.next_sentence_prediction,
+        static_masking=args.masking == "static",
+        random_seed=args.random_seed,
+    )
+
+
+def _tokenizer(args: argparse.Namespace):
+    """The tokenizer of --vocab_file, or the default corpus's own; ValueError without either."""
+    lowercase = {"auto": None, "true": True, "false": False}[args.do_lower_case]
+    if args.vocab_file:
+        return tokenization.load_tokenizer(
+            args.vocab_file, lowercase=lowercase, match_original=args.original_tokenizer
+        )
+    elif args.original_tokenizer:
+        raise ValueError("--original_tokenizer needs a --vocab_file")
+    elif args.default_corpus:
+        return sources.default_corpus_tokenizer(args.output_dir)
+    else:
+        raise ValueError("--vocab_file is required (except with --default_corpus)")
+
+
+def _documents(args: argparse.Namespace, stats: sources.SourceStats) -> tuple[Callable, str | None]:
+    """A callable reading the flags' documents (counting into `stats`), and the source's id."""
+    source_id = None
+    if args.input_file:
+        documents = lambda: sources.text_file_documents(
+            args.input_file,
+            split_sentences=args.split_sentences,
+            file_ends_document=args.file_ends_document,
+            stats=stats,
+        )
+    elif args.tfds:
+        documents = lambda: sources.tfds_documents(
+            args.tfds,
+            split=args.tfds_split,
+            data_dir=args.tfds_data_dir,
+            text_key=args.tfds_text_key,
+            download=args.tfds_download,
+            stats=stats,
+        )
+    else:
+        documents = lambda: sources.default_corpus_documents(stats)
+        source_id = sources.default_corpus_version()
+    return documents, source_id
 
 
 def _print_done(metadata: dict, output_dir: str) -> None:

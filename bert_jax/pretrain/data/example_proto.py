@@ -233,58 +233,62 @@ def _feature_spans(data: bytes) -> dict[str, tuple[int, int, int]]:
             continue
         n, pos = _read_varint(data, pos)
         features_end = pos + n
-        while pos < features_end:  # Features
+        pos = _features(data, pos, features_end, out)
+        if pos != features_end:
+            raise ExampleDecodeError("Features runs past its declared length")
+    if pos != size:
+        raise ExampleDecodeError("Example runs past the end of the record")
+    return out
+
+
+def _features(data: bytes, pos: int, features_end: int, out: dict) -> int:
+    """Adds the spans of the Features message in data[pos:features_end] to `out`; its end."""
+    while pos < features_end:  # Features
+        tag = data[pos]
+        pos += 1
+        if tag != 0x0A:
+            pos = _skip(data, pos, tag & 7) if tag < 0x80 else _skip_field(data, pos - 1)
+            continue
+        n = data[pos]
+        pos += 1
+        if n >= 0x80:
+            n, pos = _read_varint(data, pos - 1)
+        entry_end = pos + n
+        key, kind, list_start, list_end = None, 0, 0, 0
+        while pos < entry_end:  # map entry
             tag = data[pos]
             pos += 1
-            if tag != 0x0A:
+            if tag != 0x0A and tag != 0x12:
                 pos = _skip(data, pos, tag & 7) if tag < 0x80 else _skip_field(data, pos - 1)
                 continue
             n = data[pos]
             pos += 1
             if n >= 0x80:
                 n, pos = _read_varint(data, pos - 1)
-            entry_end = pos + n
-            key, kind, list_start, list_end = None, 0, 0, 0
-            while pos < entry_end:  # map entry
+            if tag == 0x0A:
+                key = data[pos : pos + n].decode("utf-8")
+                pos += n
+                continue
+            feature_end = pos + n  # Feature: a oneof holding one list message
+            while pos < feature_end:
                 tag = data[pos]
                 pos += 1
-                if tag != 0x0A and tag != 0x12:
+                if tag not in (0x0A, 0x12, 0x1A):
                     pos = _skip(data, pos, tag & 7) if tag < 0x80 else _skip_field(data, pos - 1)
                     continue
                 n = data[pos]
                 pos += 1
                 if n >= 0x80:
                     n, pos = _read_varint(data, pos - 1)
-                if tag == 0x0A:
-                    key = data[pos : pos + n].decode("utf-8")
-                    pos += n
-                    continue
-                feature_end = pos + n  # Feature: a oneof holding one list message
-                while pos < feature_end:
-                    tag = data[pos]
-                    pos += 1
-                    if tag not in (0x0A, 0x12, 0x1A):
-                        pos = (
-                            _skip(data, pos, tag & 7) if tag < 0x80 else _skip_field(data, pos - 1)
-                        )
-                        continue
-                    n = data[pos]
-                    pos += 1
-                    if n >= 0x80:
-                        n, pos = _read_varint(data, pos - 1)
-                    kind, list_start, list_end = tag >> 3, pos, pos + n
-                    pos += n
-                if pos != feature_end:
-                    raise ExampleDecodeError("Feature runs past its declared length")
-            if pos != entry_end:
-                raise ExampleDecodeError("map entry runs past its declared length")
-            if key is not None:
-                out[key] = (kind, list_start, list_end)
-        if pos != features_end:
-            raise ExampleDecodeError("Features runs past its declared length")
-    if pos != size:
-        raise ExampleDecodeError("Example runs past the end of the record")
-    return out
+                kind, list_start, list_end = tag >> 3, pos, pos + n
+                pos += n
+            if pos != feature_end:
+                raise ExampleDecodeError("Feature runs past its declared length")
+        if pos != entry_end:
+            raise ExampleDecodeError("map entry runs past its declared length")
+        if key is not None:
+            out[key] = (kind, list_start, list_end)
+    return pos
 
 
 def _skip_field(data: bytes, pos: int) -> int:

@@ -279,30 +279,10 @@ def create_instances_from_document(
                     truncate_seq_pair(tokens_a, [], max_num_tokens, rng)
                     instances.append(_finish_instance(tokens_a, None, False, options, vocab, rng))
                 else:
-                    a_end = 1
-                    if len(current_chunk) >= 2:
-                        a_end = rng.randint(1, len(current_chunk) - 1)
-                    tokens_a = [t for seg in current_chunk[:a_end] for t in seg]
-                    tokens_b: list[int] = []
-                    if len(current_chunk) == 1 or rng.random() < 0.5:
-                        is_random_next = True
-                        target_b_length = target_seq_length - len(tokens_a)
-                        # Try a few times for another document (the original's loop).
-                        for _ in range(10):
-                            random_document_index = rng.randint(0, len(all_documents) - 1)
-                            if random_document_index != document_index:
-                                break
-                        random_document = all_documents[random_document_index]
-                        random_start = rng.randint(0, len(random_document) - 1)
-                        for j in range(random_start, len(random_document)):
-                            tokens_b.extend(random_document[j])
-                            if len(tokens_b) >= target_b_length:
-                                break
-                        # Put the unused segments back so that they are not wasted.
-                        i -= len(current_chunk) - a_end
-                    else:
-                        is_random_next = False
-                        tokens_b = [t for seg in current_chunk[a_end:] for t in seg]
+                    tokens_a, tokens_b, is_random_next, unused = _sentence_pair(
+                        current_chunk, all_documents, document_index, target_seq_length, rng
+                    )
+                    i -= unused  # Put the unused segments back so that they are not wasted.
                     truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
                     instances.append(
                         _finish_instance(tokens_a, tokens_b, is_random_next, options, vocab, rng)
@@ -311,6 +291,47 @@ def create_instances_from_document(
             current_length = 0
         i += 1
     return instances
+
+
+def _sentence_pair(
+    chunk: list[Segment],
+    all_documents: Sequence[Sequence[Segment]],
+    document_index: int,
+    target_seq_length: int,
+    rng: random.Random,
+) -> tuple[list[int], list[int], bool, int]:
+    """A chunk's tokens A and B (B random or the chunk's rest) and how many segments go unused."""
+    a_end = 1
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+    tokens_a = [t for seg in chunk[:a_end] for t in seg]
+    if len(chunk) == 1 or rng.random() < 0.5:
+        target_b_length = target_seq_length - len(tokens_a)
+        tokens_b = _random_next(all_documents, document_index, target_b_length, rng)
+        return tokens_a, tokens_b, True, len(chunk) - a_end
+    return tokens_a, [t for seg in chunk[a_end:] for t in seg], False, 0
+
+
+def _random_next(
+    all_documents: Sequence[Sequence[Segment]],
+    document_index: int,
+    target_b_length: int,
+    rng: random.Random,
+) -> list[int]:
+    """A random B: another document's segments from a random start, to `target_b_length` tokens."""
+    # Try a few times for another document (the original's loop).
+    for _ in range(10):
+        random_document_index = rng.randint(0, len(all_documents) - 1)
+        if random_document_index != document_index:
+            break
+    random_document = all_documents[random_document_index]
+    random_start = rng.randint(0, len(random_document) - 1)
+    tokens_b: list[int] = []
+    for j in range(random_start, len(random_document)):
+        tokens_b.extend(random_document[j])
+        if len(tokens_b) >= target_b_length:
+            break
+    return tokens_b
 
 
 class ShuffledDocuments(Sequence):

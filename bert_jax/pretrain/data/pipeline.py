@@ -15,6 +15,38 @@ the contract), as `batch_layout.PACKED_PRETRAINING_BATCH` declares: segment_ids 
 [B, L], cls_positions, next_sentence_labels and next_sentence_weights [B, S], and predictions in
 row coordinates [B, P_row].
 
+Arguments of `make_pretraining_dataset` (and `make_pretraining_loader`):
+
+  paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
+  batch_size: B, examples per batch on this host; or give
+  global_batch_size: examples per step over all hosts (B = global / shard_count).
+  seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
+  num_epochs: passes over the data; None repeats forever. The last partial global batch is
+    dropped, so every host yields the same number of batches.
+  shard_index: this host's part; default `jax.process_index()`.
+  shard_count: number of parts; default `jax.process_count()`.
+  host_rows: instead of shard_index/shard_count, the rows of each global batch this host
+    reads, in order (`sharding.host_batch_rows(mesh, global_batch_size)`): hosts that feed
+    the same batch shard (a model axis across hosts) then read the same rows. Needs
+    global_batch_size.
+  shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
+  dynamic_masking: draw new masks each epoch; default: only if the records have none.
+    Records with static masks are unmasked first, so original TFRecords can be re-masked.
+  tokenizer: for dynamic masking: a `WordPieceTokenizer` or a vocab.txt/tokenizer.json path;
+    default: the build directory's tokenizer.json.
+  masked_lm_prob: for dynamic masking; default the build's (or 0.15).
+  whole_word_mask: for dynamic masking; default the build's (or False).
+  worker_count: processes that read, decode and mask (0: in this process).
+  worker_buffer_size: batches each worker keeps ready.
+  read_threads: threads reading ahead in each process.
+  prefetch_batches: batches read ahead by those threads.
+  pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
+    with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
+    and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
+    rows depend on shard_count (the examples and their masks do not).
+  max_segments: S, the most sequences in a packed row.
+  num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
+
 How grain does the work (nothing of it is hand-written here):
 
 1. `MapDataset.range(N).shuffle(seed).repeat(num_epochs)`: a global shuffle of the record keys,
@@ -60,7 +92,7 @@ import numpy as np
 from etils import epath
 
 from bert_jax.paths import is_url
-from bert_jax.pretrain.data import build, features, masking, packing, records
+from bert_jax.pretrain.data import build_dir, features, masking, packing, records
 from bert_jax.pretrain.data.examples import VocabInfo
 
 
@@ -101,15 +133,15 @@ def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
     if isinstance(paths, (str, os.PathLike)) and epath.Path(paths).is_dir():
         directory = os.fspath(paths)
         try:
-            metadata = build.read_metadata(directory)
+            metadata = build_dir.read_metadata(directory)
         except FileNotFoundError:
-            if (epath.Path(directory) / build.BUILD_FILE).exists():
+            if (epath.Path(directory) / build_dir.BUILD_FILE).exists():
                 raise FileNotFoundError(
-                    f"{directory} holds an unfinished build (no {build.METADATA_FILE}); run the "
-                    "build again to finish it"
+                    f"{directory} holds an unfinished build (no {build_dir.METADATA_FILE}); run "
+                    "the build again to finish it"
                 ) from None
             raise FileNotFoundError(
-                f"{directory} is not a pretraining build (no {build.METADATA_FILE}); pass the "
+                f"{directory} is not a pretraining build (no {build_dir.METADATA_FILE}); pass the "
                 "record files themselves"
             ) from None
         files = [os.path.join(directory, s["path"]) for s in metadata["shards"]]
@@ -118,8 +150,8 @@ def _resolve(paths) -> tuple[list[str], dict | None, str | None]:
     directories = {os.path.dirname(f if is_url(f) else os.path.abspath(f)) for f in files}
     if len(directories) == 1:
         directory = directories.pop()
-        if (epath.Path(directory) / build.METADATA_FILE).is_file():
-            metadata = build.read_metadata(directory)
+        if (epath.Path(directory) / build_dir.METADATA_FILE).is_file():
+            metadata = build_dir.read_metadata(directory)
             listed = {s["path"] for s in metadata["shards"]}
             if all(os.path.basename(f) in listed for f in files):
                 return files, metadata, directory
@@ -216,12 +248,12 @@ class _ReadBatch(grain.transforms.Map):
         return batch
 
 
-def _vocab_info(tokenizer, build_dir: str | None) -> VocabInfo | None:
+def _vocab_info(tokenizer, directory: str | None) -> VocabInfo | None:
     from bert_jax import tokenization
 
-    if tokenizer is None and build_dir is not None:
-        if (epath.Path(build_dir) / "tokenizer.json").is_file():
-            tokenizer = os.path.join(build_dir, "tokenizer.json")
+    if tokenizer is None and directory is not None:
+        if (epath.Path(directory) / "tokenizer.json").is_file():
+            tokenizer = os.path.join(directory, "tokenizer.json")
     if tokenizer is None:
         return None
     if isinstance(tokenizer, (str, os.PathLike)):
@@ -252,38 +284,7 @@ def make_pretraining_dataset(
     max_segments: int = 4,
     num_packing_bins: int = 128,
 ) -> grain.IterDataset:
-    """A grain dataset of pretraining batches (see the module docstring for keys and shapes).
-
-    Args:
-      paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
-      batch_size: B, examples per batch on this host; or give
-      global_batch_size: examples per step over all hosts (B = global / shard_count).
-      seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
-      num_epochs: passes over the data; None repeats forever. The last partial global batch is
-        dropped, so every host yields the same number of batches.
-      shard_index: this host's part; default `jax.process_index()`.
-      shard_count: number of parts; default `jax.process_count()`.
-      host_rows: instead of shard_index/shard_count, the rows of each global batch this host
-        reads, in order (`sharding.host_batch_rows(mesh, global_batch_size)`): hosts that feed
-        the same batch shard (a model axis across hosts) then read the same rows. Needs
-        global_batch_size.
-      shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
-      dynamic_masking: draw new masks each epoch; default: only if the records have none.
-        Records with static masks are unmasked first, so original TFRecords can be re-masked.
-      tokenizer: for dynamic masking: a `WordPieceTokenizer` or a vocab.txt/tokenizer.json path;
-        default: the build directory's tokenizer.json.
-      masked_lm_prob: for dynamic masking; default the build's (or 0.15).
-      whole_word_mask: for dynamic masking; default the build's (or False).
-      worker_count: processes that read, decode and mask (0: in this process).
-      worker_buffer_size: batches each worker keeps ready.
-      read_threads: threads reading ahead in each process.
-      prefetch_batches: batches read ahead by those threads.
-      pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
-        with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
-        and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
-        rows depend on shard_count (the examples and their masks do not).
-      max_segments: S, the most sequences in a packed row.
-      num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
+    """A grain dataset of pretraining batches (the module docstring: keys, shapes, arguments).
 
     Returns:
       A `grain.IterDataset` of batches; `make_pretraining_loader` iterates it.
@@ -292,7 +293,7 @@ def make_pretraining_dataset(
       ValueError: inconsistent arguments (messages say which).
       FileNotFoundError, records.RecordFileError: missing or unreadable data.
     """
-    files, metadata, build_dir = _resolve(paths)
+    files, metadata, directory = _resolve(paths)
     source = records.open_data_source(files)  # once: opening scans every TFRecord file
     info = _data_info(source, files, metadata)
     global_batch, host_rows = _host_rows(
@@ -300,7 +301,7 @@ def make_pretraining_dataset(
     )
     _check_reading(seed, num_epochs, worker_count)
     spec = _masking_spec(
-        info, build_dir, dynamic_masking, tokenizer, masked_lm_prob, whole_word_mask
+        info, directory, dynamic_masking, tokenizer, masked_lm_prob, whole_word_mask
     )
     ds = _host_keys(len(source), seed, shuffle, num_epochs, global_batch, host_rows)
     ds = ds.map(_ReadBatch(source, info, spec, seed))
@@ -385,7 +386,7 @@ def _host_rows(
 
 def _masking_spec(
     info: DataInfo,
-    build_dir: str | None,
+    directory: str | None,
     dynamic_masking: bool | None,
     tokenizer,
     masked_lm_prob: float | None,
@@ -402,7 +403,7 @@ def _masking_spec(
         )
     if not dynamic_masking:
         return None
-    vocab = _vocab_info(tokenizer, build_dir)
+    vocab = _vocab_info(tokenizer, directory)
     if vocab is None:
         raise ValueError(
             "dynamic masking needs the vocabulary: pass tokenizer= (a vocab.txt or "

@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from absl import logging
 
 from bert_jax import cli, tokenization
 from bert_jax.pretrain.data import sources
+from bert_jax.pretrain.data.sources import Document
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +32,46 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    logging.set_verbosity(logging.INFO)
+    existing = [
+        n
+        for n in ("vocab.txt", "tokenizer.json")
+        if os.path.exists(os.path.join(args.output_dir, n))
+    ]
+    if existing:
+        print(
+            f"error: {args.output_dir} already holds {', '.join(existing)}; choose another "
+            "--output_dir",
+            file=sys.stderr,
+        )
+        return 1
+    stats = sources.SourceStats()
+    try:
+        documents = _documents(args, stats)
+        texts = (sentence for document in documents for sentence in document)
+        tokenizer = tokenization.train_wordpiece(
+            texts,
+            vocab_size=args.vocab_size,
+            lowercase=args.lowercase,
+            min_frequency=args.min_frequency,
+            limit_alphabet=args.limit_alphabet,
+            show_progress=False,
+        )
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    stats.log()
+    if stats.sentences == 0:
+        print("error: the input has no text", file=sys.stderr)
+        return 1
+    tokenizer.save(args.output_dir)
+    print(f"wrote a {tokenizer.vocab_size}-token vocabulary to {args.output_dir}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command's flags."""
     p = argparse.ArgumentParser(prog="bert-jax-train-wordpiece", description=__doc__.split("\n")[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--input_file", help="comma-separated text files or globs")
@@ -52,50 +93,19 @@ def _main(argv: Sequence[str] | None) -> int:
         help="train on a seeded sample of this many documents (default: every document)",
     )
     p.add_argument("--sample_seed", type=int, default=0, help="picks the sample")
-    args = p.parse_args(argv)
-    logging.set_verbosity(logging.INFO)
-    existing = [
-        n
-        for n in ("vocab.txt", "tokenizer.json")
-        if os.path.exists(os.path.join(args.output_dir, n))
-    ]
-    if existing:
-        print(
-            f"error: {args.output_dir} already holds {', '.join(existing)}; choose another "
-            "--output_dir",
-            file=sys.stderr,
-        )
-        return 1
-    stats = sources.SourceStats()
-    try:
-        if args.default_corpus:
-            documents = sources.default_corpus_documents(stats)
-        else:
-            documents = sources.text_file_documents(
-                args.input_file, split_sentences=False, stats=stats
-            )
-        if args.sample_documents is not None:
-            documents = sources.sample_documents(documents, args.sample_documents, args.sample_seed)
-            logging.info("training on a sample of %d documents", len(documents))
-        texts = (sentence for document in documents for sentence in document)
-        tokenizer = tokenization.train_wordpiece(
-            texts,
-            vocab_size=args.vocab_size,
-            lowercase=args.lowercase,
-            min_frequency=args.min_frequency,
-            limit_alphabet=args.limit_alphabet,
-            show_progress=False,
-        )
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    stats.log()
-    if stats.sentences == 0:
-        print("error: the input has no text", file=sys.stderr)
-        return 1
-    tokenizer.save(args.output_dir)
-    print(f"wrote a {tokenizer.vocab_size}-token vocabulary to {args.output_dir}")
-    return 0
+    return p
+
+
+def _documents(args: argparse.Namespace, stats: sources.SourceStats) -> Iterable[Document]:
+    """The documents the flags name (counted into `stats`), or the seeded sample of them."""
+    if args.default_corpus:
+        documents = sources.default_corpus_documents(stats)
+    else:
+        documents = sources.text_file_documents(args.input_file, split_sentences=False, stats=stats)
+    if args.sample_documents is not None:
+        documents = sources.sample_documents(documents, args.sample_documents, args.sample_seed)
+        logging.info("training on a sample of %d documents", len(documents))
+    return documents
 
 
 if __name__ == "__main__":
