@@ -6,11 +6,13 @@
         --output attention.png
     python -m bert_jax.inference fill-mask --model runs/pretrain_tiny "to be or not to [MASK] ..."
 
-`--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir; the
-tokenizer (tokenizer.json / vocab.txt) is taken from beside it. Input files hold one text a line, in
-UTF-8 (a tab separates the two texts of a pair); output row i is input line i. A blank line before
-the last text is an error naming it (blank lines at the end are dropped), and so are bytes that are
-not UTF-8 (naming the line and byte offset).
+`--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
+model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
+`attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
+`fill-mask` a masked-LM head. Input files hold one text a line, in UTF-8 (a tab separates the two
+texts of a pair); output row i is input line i. A blank line before the last text is an error
+naming it (blank lines at the end are dropped), and so are bytes that are not UTF-8 (naming the
+line and byte offset).
 """
 
 from __future__ import annotations

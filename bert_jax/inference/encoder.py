@@ -69,8 +69,8 @@ def embed(
       config, params: any family's checkpoint; the params of its encoder or of any of its heads.
       tokenizer: its tokenizer; texts: N texts.
       pooling: "cls" (the first token's hidden state), "mean" (mean over real tokens, as
-        sentence-transformers does), or "pooler" (BERT's tanh pooler output; an error for a
-        family or checkpoint without a pooler layer).
+        sentence-transformers does), or "pooler" (the output of the encoder's pooler layer,
+        a tanh layer over the first token; an error for a family or checkpoint without one).
       layers: hidden-state indices (0 = embeddings, -1 = last layer) to pool each of.
       batch_size: texts per batch (B).
       max_seq_length: tokens kept per text (longer texts are truncated).

@@ -122,10 +122,10 @@ def top_predictions(
     return np.asarray(ids, np.int32), np.asarray(probs, np.float32)
 
 
-def _mask_positions(features: dict[str, np.ndarray], mask_id: int, texts) -> np.ndarray:
-    """Each row's [MASK] positions, int32 [N, P] (P: the most [MASK]s of a row; rows with fewer
-    end in zeros); raises ValueError naming a text without one."""
-    is_mask = features["input_ids"] == mask_id
+def _mask_positions(input_ids: np.ndarray, mask_id: int, texts) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's [MASK] positions, int32 [N, P] (P: the most [MASK]s of a row; a row with fewer
+    ends in zeros), and each row's count [N]; raises ValueError naming a text without one."""
+    is_mask = input_ids == mask_id
     counts = is_mask.sum(1)
     if not counts.all():
         i = int(np.argmin(counts))
@@ -134,7 +134,7 @@ def _mask_positions(features: dict[str, np.ndarray], mask_id: int, texts) -> np.
     for i, row in enumerate(is_mask):
         where = np.flatnonzero(row)
         positions[i, : len(where)] = where
-    return positions
+    return positions, counts
 
 
 def fill_mask(
@@ -170,8 +170,7 @@ def fill_mask(
     )
     longest = int(encoded["attention_mask"].sum(1).max())
     encoded = {k: encoded[k][:, :longest] for k in batches.INPUT_COLUMNS}
-    positions = _mask_positions(encoded, tokenizer.mask_id, texts)
-    counts = (encoded["input_ids"] == tokenizer.mask_id).sum(1)
+    positions, counts = _mask_positions(encoded["input_ids"], tokenizer.mask_id, texts)
     ids, probs = top_predictions(model, params, encoded, positions, top_k)
     return [
         [

@@ -64,8 +64,8 @@ def _pooler_weights(config: ModelConfig) -> frozenset[str]:
 
 
 def check_pooler(config: ModelConfig, encoder_params: dict) -> None:
-    """Raises ValueError, naming the problem, unless the encoder has a pooler layer (a learned
-    layer over the first token, BERT's) and `encoder_params` hold its weights."""
+    """Raises ValueError, naming the problem, unless the encoder has a pooler layer (learned
+    weights over the first token) and `encoder_params` hold them."""
     family = family_of(config)
     weights = _pooler_weights(config)
     if not weights:
