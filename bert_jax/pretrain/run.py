@@ -20,13 +20,14 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import inference, tokenization
+from bert_jax import tokenization
 from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.parallel import aot, multihost, sharding
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
+from bert_jax.pretrain.fill_mask_demo import fill_mask_demo
 from bert_jax.training import experiment, flops, loop, objectives
 from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
@@ -232,7 +233,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     # What the model predicts for held-out lines, before and after.
     demo = None
     if evaluate:
-        demo = inference.fill_mask_demo(evaluate.host_batches[0], data.tokenizer_path)
+        demo = fill_mask_demo(evaluate.host_batches[0], data.tokenizer_path)
     if demo:
         demo.predict(exp.model, start.state.params, f"step {start.step}")
     if evaluate and start.step == 0:

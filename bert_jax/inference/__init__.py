@@ -1,0 +1,36 @@
+"""Using a trained model of any family on text: embeddings, batch prediction, attention heat
+maps, fill-mask. The command line is `python -m bert_jax.inference` (`__main__`).
+
+    from bert_jax import inference
+    config, params, head, tokenizer = inference.load("path/to/model", "BertModel")
+    emb = inference.embed(config, params, tokenizer, ["Fair is foul"], pooling="mean")  # [1, E]
+
+Modules: `loading` (checkpoints, and what each family's modules take, from the registry),
+`batches` (input files, encoding, batched runs in input order), `encoder` (embed,
+attention_map), `heads` (predict, fill_mask).
+"""
+
+from bert_jax.inference.batches import (
+    PROGRESS_MIN_BATCHES,
+    inference_buckets,
+    read_texts,
+)
+from bert_jax.inference.encoder import POOLINGS, attention_map, embed, embed_step
+from bert_jax.inference.heads import fill_mask, logits_step, predict, top_predictions
+from bert_jax.inference.loading import load, load_masked_lm
+
+__all__ = [
+    "POOLINGS",
+    "PROGRESS_MIN_BATCHES",
+    "attention_map",
+    "embed",
+    "embed_step",
+    "fill_mask",
+    "inference_buckets",
+    "load",
+    "load_masked_lm",
+    "logits_step",
+    "predict",
+    "read_texts",
+    "top_predictions",
+]

@@ -1,0 +1,157 @@
+"""Using a trained model of any family: embeddings of a text file, batch prediction, attention maps.
+
+    python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy --pooling mean
+    python -m bert_jax.inference predict --model runs/genre --input lines.txt --output preds.jsonl
+    python -m bert_jax.inference attention --model DIR --text "Fair is foul" --layer 2 --head 0 \\
+        --output attention.png
+    python -m bert_jax.inference fill-mask --model runs/pretrain_tiny "to be or not to [MASK] ..."
+
+`--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
+model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
+`attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
+`fill-mask` a masked-LM head. Input files hold one text a line, in UTF-8 (a tab separates the two
+texts of a pair); output row i is input line i. A blank line before the last text is an error
+naming it (blank lines at the end are dropped), and so are bytes that are not UTF-8 (naming the
+line and byte offset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from bert_jax.inference import (
+    POOLINGS,
+    attention_map,
+    embed,
+    fill_mask,
+    load,
+    load_masked_lm,
+    predict,
+    read_texts,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: the subcommands embed, predict, attention and fill-mask."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_jax.inference",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("embed", help="embeddings of a text file into .npy")
+    e.add_argument("--pooling", choices=POOLINGS, default="cls")
+    e.add_argument("--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2")
+    p = sub.add_parser("predict", help="labels of a text file with a fine-tuned classifier")
+    a = sub.add_parser("attention", help="a heat map PNG of one layer's head's attention")
+    a.add_argument("--text", required=True)
+    a.add_argument("--layer", type=int, required=True)
+    a.add_argument("--head", type=int, required=True)
+    f = sub.add_parser("fill-mask", help="the most probable tokens for each [MASK] of a text")
+    f.add_argument("texts", nargs="+", help='texts with "[MASK]" in them')
+    f.add_argument("--top_k", type=int, default=5)
+    f.add_argument("--json", action="store_true", help="print JSON lines, one per text")
+    for s in (e, p, a, f):
+        s.add_argument("--model", required=True, help="checkpoint or run directory")
+    for s in (e, p, a):
+        s.add_argument("--output", required=True)
+    for s in (e, p):
+        s.add_argument(
+            "--input",
+            required=True,
+            help="UTF-8 text, one text a line (TAB separates a pair); row i of the output is "
+            "line i; a blank line (but at the end) is an error",
+        )
+        s.add_argument("--batch_size", type=int, default=64)
+        s.add_argument("--max_seq_length", type=int, default=128)
+    return parser
+
+
+def _run_embed(args: argparse.Namespace) -> None:
+    """`embed`: writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
+    config, params, _, tokenizer = load(args.model)  # any head: its encoder is used
+    texts, _ = read_texts(args.input)
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    emb = embed(
+        config,
+        params,
+        tokenizer,
+        texts,
+        pooling=args.pooling,
+        layers=layers,
+        batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length,
+    )
+    np.save(args.output, emb)
+    print(f"wrote {emb.shape} embeddings to {args.output}")
+
+
+def _run_predict(args: argparse.Namespace) -> None:
+    """`predict`: writes a JSON line per --input line, its text and prediction, to --output."""
+    config, params, name, tokenizer = load(args.model)
+    texts, texts_b = read_texts(args.input)
+    rows = predict(
+        config,
+        params,
+        name,
+        tokenizer,
+        texts,
+        texts_b,
+        batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length,
+    )
+    with open(args.output, "w", encoding="utf-8") as f:
+        for text, row in zip(texts, rows):
+            f.write(json.dumps({"text": text, **row}) + "\n")
+    print(f"wrote {len(rows)} predictions to {args.output}")
+
+
+def _run_fill_mask(args: argparse.Namespace) -> None:
+    """`fill-mask`: prints each text's top --top_k tokens per [MASK] (JSON lines with --json)."""
+    config, params, head, tokenizer = load_masked_lm(args.model)
+    results = fill_mask(config, params, tokenizer, args.texts, head=head, top_k=args.top_k)
+    for text, masks in zip(args.texts, results):
+        if args.json:
+            print(json.dumps({"text": text, "masks": masks}))
+            continue
+        print(text)
+        for j, candidates in enumerate(masks):
+            guesses = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
+            print(f"  [MASK] {j + 1}: {guesses}")
+
+
+def _run_attention(args: argparse.Namespace) -> None:
+    """`attention`: writes the heat map PNG of --layer's --head on --text to --output."""
+    config, params, _, tokenizer = load(args.model)  # any head: its encoder is used
+    attention_map(config, params, tokenizer, args.text, args.layer, args.head, args.output)
+    print(f"wrote {args.output}")
+
+
+_COMMANDS = {
+    "embed": _run_embed,
+    "predict": _run_predict,
+    "fill-mask": _run_fill_mask,
+    "attention": _run_attention,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line (`argv`, default sys.argv); 1 after an error it printed, else 0."""
+    args = _parser().parse_args(argv)
+    try:
+        _COMMANDS[args.command](args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    from bert_jax import cli  # a user's mistake: `error: <message>`, status 1; Ctrl-C: 130
+
+    sys.exit(cli.run(main))

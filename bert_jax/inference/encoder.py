@@ -1,0 +1,169 @@
+"""What the bare encoder computes, for any model family: sentence embeddings and attention maps.
+
+The encoder is the checkpoint's family's base model (`loading.encoder`), so a BERT and a ModernBERT
+directory run the same way; inputs a family lacks (ModernBERT's token types) are not passed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.inference import batches, loading
+from bert_jax.models.families import ModelConfig
+
+POOLINGS = ("cls", "mean", "pooler")
+
+
+@functools.partial(jax.jit, static_argnames=("model", "pooling", "layers"))
+def embed_step(params, batch, *, model: nn.Module, pooling: str, layers: tuple[int, ...] | None):
+    """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer).
+
+    Args:
+      params: the encoder's parameters (an argument, never a constant of the program).
+      batch: input_ids, token_type_ids, attention_mask int32 [B, L].
+      model: the encoder (`loading.encoder`); pooling and layers as in `embed`.
+    """
+    out = model.apply(
+        {"params": params},
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        output_hidden_states=layers is not None,
+        **loading.token_type_inputs(model, batch["token_type_ids"]),
+    )
+    states = [out.last_hidden_state] if layers is None else [out.hidden_states[i] for i in layers]
+    mask = batch["attention_mask"][..., None].astype(jnp.float32)  # [B, L, 1]
+    pooled = []
+    for h in states:
+        h = h.astype(jnp.float32)
+        if pooling == "cls":
+            pooled.append(h[:, 0])
+        elif pooling == "mean":
+            pooled.append((h * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0))
+        else:
+            pooled.append(out.pooler_output.astype(jnp.float32))
+    return jnp.stack(pooled, axis=1)
+
+
+def embed(
+    config: ModelConfig,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    pooling: str = "cls",
+    layers: Sequence[int] | None = None,
+    batch_size: int = 64,
+    max_seq_length: int = 128,
+    bucket_lengths: bool = True,
+    progress: bool | None = None,
+) -> np.ndarray:
+    """Sentence embeddings: [N, E] float32, or [N, len(layers), E] for per-layer embeddings.
+
+    Args:
+      config, params: any family's checkpoint; the params of its encoder or of any of its heads.
+      tokenizer: its tokenizer; texts: N texts.
+      pooling: "cls" (the first token's hidden state), "mean" (mean over real tokens, as
+        sentence-transformers does), or "pooler" (the output of the encoder's pooler layer,
+        a tanh layer over the first token; an error for a family or checkpoint without one).
+      layers: hidden-state indices (0 = embeddings, -1 = last layer) to pool each of.
+      batch_size: texts per batch (B).
+      max_seq_length: tokens kept per text (longer texts are truncated).
+      bucket_lengths: batch texts of similar length, each batch padded to the next of
+        `inference_buckets(max_seq_length)`; False pads every batch to max_seq_length (the
+        results are the same).
+      progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    model, params = loading.encoder(config, params, pooled=pooling == "pooler")
+    if pooling == "pooler":
+        loading.check_pooler(config, params)
+    if layers is not None:
+        num_states = config.num_hidden_layers + 1
+        bad = [i for i in layers if not -num_states <= i < num_states]
+        if bad:
+            raise ValueError(f"layers {bad} out of range: there are {num_states} hidden states")
+    encoded = batches.features(tokenizer, texts, None, max_seq_length)
+    step = functools.partial(
+        embed_step,
+        model=model,
+        pooling=pooling,
+        layers=None if layers is None else tuple(int(i) for i in layers),
+    )
+    result = batches.run_batched(
+        step,
+        params,
+        encoded,
+        batch_size=batch_size,
+        buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
+        progress=progress,
+        desc="embed",
+    )
+    return result[:, 0] if layers is None else result
+
+
+def attention_map(
+    config: ModelConfig,
+    params,
+    tokenizer,
+    text: str,
+    layer: int,
+    head: int,
+    output: str,
+    text_b: str | None = None,
+) -> np.ndarray:
+    """Draws one layer's head's attention over a sentence as a heat map PNG; returns it [L, L]
+    float32, row i the attention of query token i (a local layer's rows are zero outside its
+    window).
+
+    Args:
+      config, params: any family's checkpoint; the params of its encoder or of any of its heads.
+      tokenizer: its tokenizer; text (and text_b, a pair's second text): the sentence, L tokens.
+      layer, head: which layer (0-based) and which of its heads.
+      output: the PNG file to write.
+    """
+    if not 0 <= layer < config.num_hidden_layers:
+        raise ValueError(f"layer must be in [0, {config.num_hidden_layers}), got {layer}")
+    if not 0 <= head < config.num_attention_heads:
+        raise ValueError(f"head must be in [0, {config.num_attention_heads}), got {head}")
+    model, params = loading.encoder(config, params)
+    encoded = batches.features(tokenizer, [text], None if text_b is None else [text_b], 512)
+    n = int(encoded["attention_mask"][0].sum())
+    out = model.apply(
+        {"params": params},
+        encoded["input_ids"][:, :n],
+        output_attentions=True,
+        **loading.token_type_inputs(model, encoded["token_type_ids"][:, :n]),
+    )
+    probs = np.asarray(out.attentions[layer][0, head], np.float32)
+    tokens = [tokenizer.id_to_token(int(i)) for i in encoded["input_ids"][0, :n]]
+    draw_heat_map(probs, tokens, f"layer {layer}, head {head}", output)
+    return probs
+
+
+def draw_heat_map(probs: np.ndarray, tokens: Sequence[str], title: str, output: str) -> None:
+    """Writes `probs` [L, L] (query rows, key columns), labelled by the L `tokens`, to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(tokens)
+    size = max(4.0, 0.35 * n)
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    im = ax.imshow(probs, cmap="viridis", vmin=0.0, vmax=float(probs.max()))
+    ax.set_xticks(range(n), tokens, rotation=90)
+    ax.set_yticks(range(n), tokens)
+    ax.set_xlabel("attended token (key)")
+    ax.set_ylabel("attending token (query)")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    fig.savefig(output, dpi=120)
+    plt.close(fig)

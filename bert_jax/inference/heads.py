@@ -1,0 +1,184 @@
+"""What a task head computes, for any model family: labels of a sequence classifier, and the
+tokens a masked-LM head puts at each [MASK]."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.inference import batches, loading
+from bert_jax.models.families import ModelConfig, family_of, get_model_class
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def logits_step(params, batch, *, model: nn.Module):
+    """Logits of one batch of a sequence classifier: float32 [B, num_labels].
+
+    Args:
+      params: the classifier's parameters (an argument, never a constant of the program).
+      batch: input_ids, token_type_ids, attention_mask int32 [B, L].
+    """
+    out = model.apply(
+        {"params": params},
+        batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        **loading.token_type_inputs(model, batch["token_type_ids"]),
+    )
+    return out.logits.astype(jnp.float32)
+
+
+def predict(
+    config: ModelConfig,
+    params,
+    name: str,
+    tokenizer,
+    texts,
+    texts_b=None,
+    *,
+    batch_size: int = 64,
+    max_seq_length: int = 128,
+    bucket_lengths: bool = True,
+    progress: bool | None = None,
+) -> list[dict]:
+    """Labels and probabilities of a sequence classification (or regression) model.
+
+    Args:
+      config, params, name: the classifier (its family's sequence classification head).
+      tokenizer: its tokenizer; texts (and texts_b, pairs' second texts): N texts.
+      Batching (`batch_size`, `max_seq_length`, `bucket_lengths`, `progress`) is as in `embed`.
+
+    Returns:
+      N dicts: {"label": name, "probabilities": {name: float}}, or {"score": float} for a
+      regression (num_labels = 1).
+    """
+    classifier = family_of(config).head_for("BertForSequenceClassification")
+    if name != classifier:
+        raise ValueError(f"predict needs a sequence classifier ({classifier}), not {name}")
+    model = get_model_class(name)(config)
+    encoded = batches.features(tokenizer, texts, texts_b, max_seq_length)
+    logits = batches.run_batched(
+        functools.partial(logits_step, model=model),
+        params,
+        encoded,
+        batch_size=batch_size,
+        buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
+        progress=progress,
+        desc="predict",
+    )
+    if config.num_labels == 1:
+        return [{"score": float(x[0])} for x in logits]
+    names = config.label_names or tuple(str(i) for i in range(config.num_labels))
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return [
+        {"label": names[int(np.argmax(p))], "probabilities": dict(zip(names, map(float, p)))}
+        for p in probs
+    ]
+
+
+def top_predictions(
+    model, params, features, positions: np.ndarray, top_k: int = 5
+) -> tuple[np.ndarray, np.ndarray]:
+    """The `top_k` tokens an MLM head puts at given positions, and their probabilities.
+
+    Args:
+      model: a masked-LM head of any family (class attribute `masked_lm`; any runtime).
+      params: its parameters.
+      features: {"input_ids", "token_type_ids", "attention_mask"}: int [N, L].
+      positions: int [N, P], the positions to predict (the [MASK]s).
+      top_k: K.
+
+    Returns:
+      (token ids int32 [N, P, K], probabilities float32 [N, P, K]), most probable first.
+    """
+    if not getattr(model, "masked_lm", False):
+        raise ValueError(
+            f"{type(model).__name__} has no MLM head; use one of "
+            f"{loading.masked_lm_heads(model.config)}"
+        )
+    positions = np.asarray(positions, np.int32)
+
+    @jax.jit
+    def run(params, input_ids, token_type_ids, attention_mask, positions):
+        out = model.apply(
+            {"params": params},
+            input_ids,
+            attention_mask=attention_mask,
+            masked_positions=positions,
+            **loading.token_type_inputs(model, token_type_ids),
+        )
+        logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+        probs, ids = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), top_k)
+        return ids, probs
+
+    ids, probs = run(
+        params, *(np.asarray(features[k], np.int32) for k in batches.INPUT_COLUMNS), positions
+    )
+    return np.asarray(ids, np.int32), np.asarray(probs, np.float32)
+
+
+def _mask_positions(input_ids: np.ndarray, mask_id: int, texts) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's [MASK] positions, int32 [N, P] (P: the most [MASK]s of a row; a row with fewer
+    ends in zeros), and each row's count [N]; raises ValueError naming a text without one."""
+    is_mask = input_ids == mask_id
+    counts = is_mask.sum(1)
+    if not counts.all():
+        i = int(np.argmin(counts))
+        raise ValueError(f"text {i + 1} ({texts[i]!r}) has no [MASK] (or it was truncated)")
+    positions = np.zeros((len(texts), int(counts.max())), np.int32)
+    for i, row in enumerate(is_mask):
+        where = np.flatnonzero(row)
+        positions[i, : len(where)] = where
+    return positions, counts
+
+
+def fill_mask(
+    config: ModelConfig,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    head: str | None = None,
+    top_k: int = 5,
+    max_seq_length: int = 512,
+) -> list[list[list[dict]]]:
+    """The most probable tokens for every [MASK] of every text.
+
+    Args:
+      config, params: a masked-LM checkpoint of any family (`load_masked_lm`).
+      tokenizer: its tokenizer; "[MASK]" in a text is its mask token.
+      texts: N texts, each with at least one [MASK].
+      head: the class `params` belong to (e.g. "BertForPreTraining"); None: the family's masked
+        LM (BertForMaskedLM, ModernBertForMaskedLM).
+      top_k: candidates per [MASK].
+      max_seq_length: longer texts are cut (to at most the model's max_position_embeddings).
+
+    Returns:
+      For each text, for each of its [MASK]s in order, `top_k` dicts {"token": str, "token_id":
+      int, "score": float probability}, most probable first (as transformers' fill-mask).
+    """
+    if top_k < 1 or top_k > config.vocab_size:
+        raise ValueError(f"top_k must be in [1, {config.vocab_size}], got {top_k}")
+    model = loading.masked_lm_model(config, head)
+    encoded = batches.features(
+        tokenizer, texts, None, min(max_seq_length, config.max_position_embeddings)
+    )
+    longest = int(encoded["attention_mask"].sum(1).max())
+    encoded = {k: encoded[k][:, :longest] for k in batches.INPUT_COLUMNS}
+    positions, counts = _mask_positions(encoded["input_ids"], tokenizer.mask_id, texts)
+    ids, probs = top_predictions(model, params, encoded, positions, top_k)
+    return [
+        [
+            [
+                {"token": tokenizer.id_to_token(t), "token_id": int(t), "score": float(p)}
+                for t, p in zip(ids[i, j], probs[i, j])
+            ]
+            for j in range(int(counts[i]))
+        ]
+        for i in range(len(texts))
+    ]

@@ -1,0 +1,128 @@
+"""Checkpoints for inference, of any model family, and the modules that run them.
+
+A command loads a checkpoint as it is stored (`load`: its head as the loader reports it) and takes
+what it needs from the family's row in the registry (`models.families`): the bare encoder and
+where a head's parameters hold it (`encoder`), whether the encoder has a pooler layer
+(`check_pooler`), which heads predict masked tokens (`masked_lm_heads`), and whether a module
+reads token types (`token_type_inputs`). Nothing here names a family.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.checkpoints import pretrained
+from bert_jax.models.families import ModelConfig, family_of, get_model_class
+
+
+def load(path: str, model: str | None = None):
+    """(config, params, model class name, tokenizer) for inference from any checkpoint path.
+
+    Args:
+      path: a Hugging Face directory, a bert_jax export, a TF checkpoint or a run directory.
+      model: the head to load it as; a BERT class name stands for its role in the checkpoint's
+        family ("BertModel": the bare encoder); None: the head it was saved with.
+
+    Raises:
+      FileNotFoundError: no tokenizer.json or vocab.txt beside the weights.
+    """
+    loaded = pretrained.from_pretrained(path, model)
+    if loaded.tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer.json or vocab.txt beside {path}")
+    return loaded.config, loaded.params, loaded.head, loaded.tokenizer
+
+
+def encoder(config: ModelConfig, params, *, pooled: bool = False) -> tuple[nn.Module, dict]:
+    """The family's bare encoder (`Family.base_model`) and its parameters.
+
+    Args:
+      config: the checkpoint's config (any family).
+      params: the encoder's parameters, or a head's (holding them at `Family.encoder_name`).
+      pooled: build the encoder with its pooling layer (`add_pooling_layer`).
+    """
+    family = family_of(config)
+    model = get_model_class(family.base_model)(config, add_pooling_layer=pooled)
+    return model, params.get(family.encoder_name, params)
+
+
+@functools.cache
+def _pooler_weights(config: ModelConfig) -> frozenset[str]:
+    """The top-level parameter names the encoder's pooling layer adds (none: no pooler layer)."""
+    cls = get_model_class(family_of(config).base_model)
+
+    def names(pooled: bool) -> set[str]:
+        init = cls(config, add_pooling_layer=pooled).init
+        shapes = jax.eval_shape(init, jax.random.PRNGKey(0), jnp.zeros((1, 8), jnp.int32))
+        return set(shapes["params"])
+
+    return frozenset(names(True) - names(False))
+
+
+def check_pooler(config: ModelConfig, encoder_params: dict) -> None:
+    """Raises ValueError, naming the problem, unless the encoder has a pooler layer (learned
+    weights over the first token) and `encoder_params` hold them."""
+    family = family_of(config)
+    weights = _pooler_weights(config)
+    if not weights:
+        raise ValueError(
+            f"{config.display_name} has no pooler layer (no weights of one in "
+            f"{family.base_model}), so pooling='pooler' has nothing to read; use pooling='cls' "
+            "or 'mean'"
+        )
+    if not weights <= set(encoder_params):
+        raise ValueError(
+            f"this checkpoint has no pooler (no {sorted(weights)} weights in its "
+            f"{family.base_model}); use pooling='cls' or 'mean'"
+        )
+
+
+def masked_lm_heads(config: ModelConfig) -> list[str]:
+    """The heads of `config`'s family that predict masked tokens (class attribute `masked_lm`)."""
+    classes = family_of(config).model_classes
+    return sorted(name for name, cls in classes.items() if getattr(cls, "masked_lm", False))
+
+
+def masked_lm_model(config: ModelConfig, head: str | None = None) -> nn.Module:
+    """The masked-LM module `head` of `config`'s family (None: the family's MaskedLM head, the
+    role of BertForMaskedLM); raises ValueError for a head that predicts no masked tokens."""
+    family = family_of(config)
+    head = head or family.head_for("BertForMaskedLM")
+    if head not in masked_lm_heads(config):
+        raise ValueError(
+            f"{head} has no masked-LM head; fill-mask needs one of {masked_lm_heads(config)}"
+        )
+    return family.model_classes[head](config)
+
+
+def load_masked_lm(path: str):
+    """(config, params, model class name, tokenizer) of a checkpoint with a masked-LM head, as
+    it is stored (e.g. BertForPreTraining, BertForMaskedLM, ModernBertForMaskedLM).
+
+    The head is the one the loader reports (config.json's `architectures`, the run's head); no
+    weights are invented for a head the checkpoint lacks.
+
+    Raises:
+      ValueError: the checkpoint's head predicts no masked tokens (a sentence encoder, a
+        classifier), naming `path`, its head and the heads that would do.
+    """
+    config, params, head, tokenizer = load(path)
+    if head not in masked_lm_heads(config):
+        raise ValueError(
+            f"{path} has no masked-LM head (it holds a {head}), so it cannot fill in [MASK]: "
+            f"fill-mask needs a {' or '.join(masked_lm_heads(config))} checkpoint"
+        )
+    return config, params, head, tokenizer
+
+
+def token_type_inputs(model: nn.Module, token_type_ids) -> dict:
+    """{"token_type_ids": ...} for a module that reads them; {} for one of a family without
+    token types (its heads say `token_types = False`; its encoder's call takes no such input)."""
+    reads = getattr(model, "token_types", None)
+    if reads is None:
+        reads = "token_type_ids" in inspect.signature(type(model).__call__).parameters
+    return {"token_type_ids": token_type_ids} if reads else {}
