@@ -18,8 +18,6 @@ from bert_jax.models.bert.model import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
-    count_params,
-    init_params,
 )
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
@@ -32,6 +30,7 @@ from bert_jax.models.modernbert.model import (
     ModernBertForTokenClassification,
     ModernBertModel,
 )
+from bert_jax.models.params import count_params, init_params
 
 __version__ = "0.1.0"
 

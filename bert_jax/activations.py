@@ -3,7 +3,7 @@
 (`RuntimeConfig.remat_policy`: which activations a layer keeps for the backward pass).
 
 The one declaration of both: `bert_jax.models.config` validates names against these tables' keys and
-`bert_jax.models.bert.model` looks the functions up in them.
+the family model modules (`bert_jax.models.<family>.model`) look the functions up in them.
 """
 
 from __future__ import annotations

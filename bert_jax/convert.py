@@ -50,7 +50,6 @@ from flax import traverse_util
 
 from bert_jax.checkpoints import hf_flax, model_card, run_params
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.bert.model import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import (
     MODEL_CLASSES,
@@ -61,6 +60,7 @@ from bert_jax.models.families import (
     get_model_class,
     head_in_family,
 )
+from bert_jax.models.params import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.parallel import multihost
 from bert_jax.paths import as_path, is_url, missing_path_error
 

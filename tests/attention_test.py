@@ -18,6 +18,7 @@ from bert_jax.models import attention as A
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import PRESETS, BertConfig
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.params import init_params
 from tests.common import TINY, load_config_file, random_batch
 
 KEY = jax.random.PRNGKey(0)
@@ -142,7 +143,7 @@ def test_model_with_left_padding_and_holes_equals_xla(implementation):
     cfg = TINY.replace(attention_probs_dropout_prob=0.0)
     ref = M.BertModel(cfg)
     fused = M.BertModel(cfg, RuntimeConfig(attention=implementation))
-    params = M.init_params(ref, KEY)
+    params = init_params(ref, KEY)
     batch = random_batch(cfg)
     batch["attention_mask"] = TOKENS.astype(np.int32)
     a = ref.apply({"params": params}, **batch).last_hidden_state
@@ -153,7 +154,7 @@ def test_model_with_left_padding_and_holes_equals_xla(implementation):
 def test_model_splash_packed_training_equals_xla():
     """Packed rows, hidden dropout on: the loss gradients of splash equal those of xla."""
     cfg = TINY.replace(attention_probs_dropout_prob=0.0)
-    params = M.init_params(M.BertModel(cfg), KEY)
+    params = init_params(M.BertModel(cfg), KEY)
     ids = np.arange(3, 3 + 2 * 7, dtype=np.int32).reshape(2, 7)
     positions = np.array([[0, 1, 2, 0, 1, 0, 0], [0, 1, 2, 3, 0, 1, 2]], np.int32)
     batch = dict(
@@ -338,7 +339,7 @@ def test_splash_compiles_deviceless_for_a_tpu_topology(monkeypatch, attention, m
     assert runtime.dtype == "bfloat16"
     model = M.BertForPreTraining(cfg, runtime)
     rules = list(sharding.DEFAULT_RULES)
-    boxed = jax.eval_shape(lambda: M.init_params(model, KEY))
+    boxed = jax.eval_shape(lambda: init_params(model, KEY))
     params = jax.tree_util.tree_map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         nn.unbox(boxed),
@@ -376,7 +377,7 @@ def test_cudnn_path_traces_with_a_simulated_gpu():
     cfg = TINY.replace(attention_probs_dropout_prob=0.0)
     batch = random_batch(cfg)  # right-padded rows of length 7
     batch["attention_mask"] = TOKENS.astype(np.int32)  # and a row with left padding and a hole
-    params = M.init_params(M.BertForPreTraining(cfg), KEY)
+    params = init_params(M.BertForPreTraining(cfg), KEY)
 
     def loss(p, model):
         out = model.apply({"params": p}, **batch, deterministic=False, rngs={"dropout": KEY})

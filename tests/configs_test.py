@@ -3,10 +3,10 @@
 import jax
 import pytest
 
-from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
+from bert_jax.models.params import count_params, init_params
 from bert_jax.training import objectives
 from tests.common import CONFIGS, load_config_file
 
@@ -57,8 +57,8 @@ def test_config_builds_its_model(name, variant):
     else:
         head = objectives.get_objective(config.job).head
     model = get_model_class(head)(cfg, runtime)
-    params = jax.eval_shape(lambda: M.init_params(model, jax.random.PRNGKey(0)))
-    assert M.count_params(params) > 0
+    params = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
+    assert count_params(params) > 0
     data = config.finetune if config.job == "finetune" else config.data
     assert data.max_seq_length <= cfg.max_position_embeddings
     assert config.global_batch_size % config.num_microbatches == 0

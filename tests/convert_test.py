@@ -14,6 +14,7 @@ from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
+from bert_jax.models.params import init_params, is_stacked
 from bert_jax.training import objectives
 from tests.common import MODERN, ODD, TINY
 
@@ -76,7 +77,7 @@ def test_pytorch_to_jax_outputs_match(tmp_path, cfg_name, head):
 def test_jax_to_pytorch_loads_cleanly_and_matches(tmp_path, head):
     cfg = ODD.replace(num_labels=2) if head == "BertForQuestionAnswering" else ODD
     module = get_model_class(head)(cfg)
-    params = jax.tree_util.tree_map(np.asarray, M.init_params(module, jax.random.PRNGKey(1)))
+    params = jax.tree_util.tree_map(np.asarray, init_params(module, jax.random.PRNGKey(1)))
     params = convert._unflatten(convert._flatten(params), scan_layers=False)
     convert.save_pytorch(cfg, params, tmp_path / "out", head)
     torch_model, info = getattr(transformers, head).from_pretrained(
@@ -104,7 +105,7 @@ def test_round_trip_torch_jax_torch_is_bit_exact(tmp_path, head):
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
     # And through the stacked (scan) layout.
     _, stacked = convert.load_pytorch(path, head, scan_layers=True)
-    assert M.is_stacked(stacked)
+    assert is_stacked(stacked)
     convert.save_pytorch(config, stacked, tmp_path / "c", head)
     again = convert.read_hf_state_dict(tmp_path / "c")
     for key in before:
@@ -349,7 +350,7 @@ def test_corrupt_and_missing_files(tmp_path):
 
 def test_save_never_clobbers(tmp_path):
     module = M.BertModel(TINY)
-    params = M.init_params(module, jax.random.PRNGKey(0))
+    params = init_params(module, jax.random.PRNGKey(0))
     convert.save_pytorch(TINY, params, tmp_path, "BertModel")
     before = (tmp_path / "model.safetensors").read_bytes()
     with pytest.raises(FileExistsError, match="overwrite"):
@@ -370,7 +371,7 @@ def test_own_format_round_trip_and_corruption(tmp_path):
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(params2)):
         np.testing.assert_array_equal(a, b)
     _, stacked, _ = convert.load_pretrained(tmp_path / "ours", scan_layers=True)
-    assert M.is_stacked(stacked)
+    assert is_stacked(stacked)
     # Corrupt the array data: the load fails with a message naming the checkpoint.
     for root, _, files in os.walk(tmp_path / "ours" / "params"):
         for f in files:
@@ -452,8 +453,8 @@ def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
     from flax import linen as nn
 
     from bert_jax.checkpoints import checkpointing
-    from bert_jax.models.bert.model import init_params
     from bert_jax.models.families import get_model_class
+    from bert_jax.models.params import init_params
 
     params = jax.device_get(
         nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), jax.random.PRNGKey(0)))
@@ -509,7 +510,7 @@ def _stranger_config(tmp_path, cfg, name, **changes):
     """A Hugging Face directory of `cfg`'s random weights whose config.json then gets `changes`
     (a config.json from elsewhere that does not describe the weights)."""
     head = "BertModel" if isinstance(cfg, BertConfig) else "ModernBertModel"
-    params = M.init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0))
+    params = init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0))
     path = tmp_path / name
     convert.save_pytorch(cfg, params, path, head)
     d = json.loads((path / "config.json").read_text())
@@ -546,7 +547,7 @@ def test_config_json_not_describing_the_weights_fails_before_building(tmp_path, 
     own = tmp_path / "own"
     head = "BertModel" if family == "bert" else "ModernBertModel"
     convert.save_pretrained(
-        own, cfg, M.init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0)), head
+        own, cfg, init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0)), head
     )
     d = json.loads((own / "config.json").read_text())
     d.pop("layer_types", None)

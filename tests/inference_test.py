@@ -13,6 +13,7 @@ from bert_jax.data.text_io import encode_texts
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.params import init_params
 from tests.common import recorded_compiles
 
 TEXTS = [
@@ -31,7 +32,7 @@ def tiny_classifier(tmp_path_factory):
     cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=37, max_position_embeddings=512, num_labels=3,
                      label_names=("comedy", "history", "tragedy"))  # fmt: skip
-    params = M.init_params(M.BertForSequenceClassification(cfg), jax.random.PRNGKey(0))
+    params = init_params(M.BertForSequenceClassification(cfg), jax.random.PRNGKey(0))
     convert.save_pretrained(out, cfg, params, "BertForSequenceClassification")
     tok.save(out)
     return out
@@ -113,7 +114,7 @@ def test_parameters_are_arguments_not_constants_of_the_program(tiny_classifier):
     def program_text(vocab_size):
         big = cfg.replace(vocab_size=vocab_size)
         model = M.BertModel(big)
-        p = M.init_params(model, jax.random.PRNGKey(0))
+        p = init_params(model, jax.random.PRNGKey(0))
         text = inference.embed_step.lower(p, batch, model=model, pooling="mean", layers=None)
         return text.as_text(), sum(x.nbytes for x in jax.tree_util.tree_leaves(p))
 
@@ -122,7 +123,7 @@ def test_parameters_are_arguments_not_constants_of_the_program(tiny_classifier):
     # Only the shapes in the signature differ: the weights are not in the program.
     assert len(large) - len(small) < 200 and len(large) < large_bytes / 10
     classifier = M.BertForSequenceClassification(cfg)
-    p = M.init_params(classifier, jax.random.PRNGKey(0))
+    p = init_params(classifier, jax.random.PRNGKey(0))
     text = inference.logits_step.lower(p, batch, model=classifier).as_text()
     assert len(text) < sum(x.nbytes for x in jax.tree_util.tree_leaves(p))
 

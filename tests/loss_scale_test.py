@@ -17,6 +17,7 @@ from bert_jax.checkpoints import checkpointing
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.params import init_params
 from bert_jax.parallel import sharding
 from bert_jax.training import experiment, loop, objectives, optimizer, start, steps
 from bert_jax.training.summaries import MetricWriter
@@ -90,7 +91,7 @@ def test_the_scale_halves_on_overflow_and_doubles_after_a_period_within_bounds()
 def test_scaled_gradients_equal_unscaled_ones_with_micro_batches():
     """Powers of 2 scale float32 exactly: the unscaled gradient is the gradient."""
     model = M.BertForPreTraining(CFG)
-    params = jax.jit(lambda r: nn.unbox(M.init_params(model, r)))(jax.random.PRNGKey(0))
+    params = jax.jit(lambda r: nn.unbox(init_params(model, r)))(jax.random.PRNGKey(0))
     batch = pretraining_batch(CFG)
     grads = {}
     for scale in (None, 2.0**12):

@@ -1,3 +1,5 @@
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -5,11 +7,19 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+from bert_jax.models import families
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
-from tests.common import TINY, random_batch
+from bert_jax.models.params import (
+    count_params,
+    init_params,
+    is_stacked,
+    stack_layers,
+    unstack_layers,
+)
+from tests.common import MODERN, TINY, random_batch
 
 KEY = jax.random.PRNGKey(0)
 
@@ -21,15 +31,15 @@ LARGE_PARAMS = 335_141_888
 
 
 def _abstract_count(model):
-    return M.count_params(jax.eval_shape(lambda: M.init_params(model, KEY)))
+    return count_params(jax.eval_shape(lambda: init_params(model, KEY)))
 
 
 def test_parameter_counts_base_and_large():
     assert _abstract_count(M.BertModel(BertConfig.preset("base"))) == BASE_PARAMS
     assert _abstract_count(M.BertModel(BertConfig.preset("large"))) == LARGE_PARAMS
     # Embeddings / encoder / pooler split of the seed table for BERT-base.
-    shapes = jax.eval_shape(lambda: M.init_params(M.BertModel(BertConfig()), KEY))
-    parts = {k: M.count_params(v) for k, v in shapes.items()}
+    shapes = jax.eval_shape(lambda: init_params(M.BertModel(BertConfig()), KEY))
+    parts = {k: count_params(v) for k, v in shapes.items()}
     assert parts == {"embeddings": 23_837_184, "encoder": 85_054_464, "pooler": 590_592}
 
 
@@ -54,7 +64,7 @@ def test_head_shapes_and_dtypes(name):
     if name == "BertForMultipleChoice":
         batch = {k: np.stack([v, v[::-1]], axis=1) for k, v in batch.items()}
     module = cls(TINY)
-    params = M.init_params(module, KEY)
+    params = init_params(module, KEY)
     out = module.apply(
         {"params": params}, **batch, output_hidden_states=True, output_attentions=True
     )
@@ -86,14 +96,14 @@ def test_head_shapes_and_dtypes(name):
 def test_regression_head_has_one_output():
     cfg = TINY.replace(num_labels=1)
     module = M.BertForSequenceClassification(cfg)
-    params = M.init_params(module, KEY)
+    params = init_params(module, KEY)
     out = module.apply({"params": params}, **random_batch(cfg))
     assert out.logits.shape == (3, 1)
 
 
 def _tiny_base_params():
     module = M.BertModel(TINY)
-    return module, M.init_params(module, KEY)
+    return module, init_params(module, KEY)
 
 
 def test_padding_never_changes_real_positions():
@@ -144,7 +154,7 @@ def test_deterministic_repeats_and_dropout_needs_and_uses_rng():
 
 def test_masked_positions_equal_gathered_full_logits():
     module = M.BertForPreTraining(TINY)
-    params = M.init_params(module, KEY)
+    params = init_params(module, KEY)
     batch = random_batch(TINY, length=11)
     positions = np.array([[1, 4, 0], [2, 3, 5], [7, 0, 0]], np.int32)
     full = module.apply({"params": params}, **batch).prediction_logits
@@ -154,7 +164,7 @@ def test_masked_positions_equal_gathered_full_logits():
     )
     assert masked.prediction_logits.shape == (3, 3, TINY.vocab_size)
     lm = M.BertForMaskedLM(TINY)
-    lm_params = M.init_params(lm, KEY)
+    lm_params = init_params(lm, KEY)
     full = lm.apply({"params": lm_params}, **batch).logits
     masked = lm.apply({"params": lm_params}, **batch, masked_positions=positions).logits
     np.testing.assert_allclose(masked, np.take_along_axis(full, positions[..., None], 1), atol=1e-6)
@@ -162,7 +172,7 @@ def test_masked_positions_equal_gathered_full_logits():
 
 def test_decoder_is_tied_to_word_embeddings():
     module = M.BertForPreTraining(TINY)
-    params = nn.meta.unbox(M.init_params(module, KEY))
+    params = nn.meta.unbox(init_params(module, KEY))
     flat = traverse_util.flatten_dict(params, sep="/")
     assert not any("decoder" in k for k in flat)
     assert flat["cls/predictions/bias"].shape == (TINY.vocab_size,)
@@ -180,7 +190,7 @@ def test_decoder_is_tied_to_word_embeddings():
 def test_scan_layers_equals_unrolled(remat):
     module, params = _tiny_base_params()
     scanned = M.BertModel(TINY, RuntimeConfig(scan_layers=True, remat_policy=remat))
-    stacked = M.stack_layers(nn.meta.unbox(params))
+    stacked = stack_layers(nn.meta.unbox(params))
     assert stacked["encoder"]["layer"]["attention"]["self"]["query"]["kernel"].shape == (
         TINY.num_hidden_layers,
         32,
@@ -200,12 +210,12 @@ def test_scan_layers_equals_unrolled(remat):
     def loss(p, m):
         return jnp.sum(m.apply({"params": p}, **batch).last_hidden_state * proj)
 
-    ga = M.stack_layers(jax.grad(loss)(nn.meta.unbox(params), module))
+    ga = stack_layers(jax.grad(loss)(nn.meta.unbox(params), module))
     gb = jax.grad(loss)(stacked, scanned)
     for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-4)
     for x, y in zip(
-        jax.tree_util.tree_leaves(M.unstack_layers(stacked)),
+        jax.tree_util.tree_leaves(unstack_layers(stacked)),
         jax.tree_util.tree_leaves(nn.meta.unbox(params)),
     ):
         np.testing.assert_array_equal(x, y)
@@ -213,21 +223,89 @@ def test_scan_layers_equals_unrolled(remat):
 
 def test_scanned_init_carries_layer_axis_name():
     module = M.BertForPreTraining(TINY, RuntimeConfig(scan_layers=True))
-    params = M.init_params(module, KEY)
+    params = init_params(module, KEY)
     kernel = params["bert"]["encoder"]["layer"]["intermediate"]["dense"]["kernel"]
     assert kernel.names == ("layers", "embed", "mlp")
     assert kernel.value.shape == (2, 32, 37)
 
 
+def test_a_heads_layers_stack_and_unstack_through_its_encoder():
+    """A head's tree stacks under its encoder (`bert/encoder/layer`), the rest untouched."""
+    params = nn.meta.unbox(init_params(M.BertForPreTraining(TINY), KEY))
+    stacked = stack_layers(params)
+    assert is_stacked(stacked) and not is_stacked(params)
+    assert set(stacked["bert"]["encoder"]) == {"layer"}
+    assert (
+        stacked["cls"] is params["cls"]
+        and stacked["bert"]["embeddings"] is params["bert"]["embeddings"]
+    )
+    assert stack_layers(stacked) is stacked and unstack_layers(params) is params
+    back = unstack_layers(stacked)
+    assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(params)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, back, params)
+
+
+def test_a_family_never_scanned_is_never_stacked():
+    params = nn.meta.unbox(init_params(get_model_class("ModernBertForMaskedLM")(MODERN), KEY))
+    assert not is_stacked(params) and unstack_layers(params) is params
+    with pytest.raises(ValueError, match="modernbert's layers are never scanned"):
+        stack_layers(params)
+    with pytest.raises(ValueError, match="holds the layers of no known family.*'head'"):
+        stack_layers({"head": {"kernel": np.zeros(2)}})
+    assert not is_stacked({"head": {"kernel": np.zeros(2)}})
+
+
+def test_a_new_family_stacks_by_its_row_alone(monkeypatch):
+    """Stacking reads the registry row: a family with other names needs no code of its own."""
+    row = dataclasses.replace(
+        families.FAMILIES["bert"],
+        model_type="toy",
+        encoder_name="trunk",
+        layers_path=("blocks",),
+        layer_name="block{}",
+        scanned_layer="block",
+    )
+    monkeypatch.setitem(families.FAMILIES, "toy", row)
+    block = lambda v: {"w": np.full((2, 3), v), "b": np.full(3, v)}  # noqa: E731
+    tree = {"trunk": {"blocks": {f"block{i}": block(i) for i in range(3)}, "emb": 7}, "out": 1}
+    stacked = stack_layers(tree)
+    assert is_stacked(stacked)
+    assert stacked["out"] == 1 and stacked["trunk"]["emb"] == 7
+    assert stacked["trunk"]["blocks"]["block"]["w"].shape == (3, 2, 3)
+    np.testing.assert_array_equal(stacked["trunk"]["blocks"]["block"]["b"][:, 0], [0, 1, 2])
+    back = unstack_layers(stacked)
+    assert sorted(back["trunk"]["blocks"]) == ["block0", "block1", "block2"]
+    np.testing.assert_array_equal(back["trunk"]["blocks"]["block2"]["w"], block(2)["w"])
+
+
+@pytest.mark.parametrize("model_type", sorted(families.FAMILIES))
+def test_starting_paths_name_parameters_of_the_pretraining_heads(model_type):
+    """Each family's starting-value paths (`Family.starting_paths`) are parameters of its MLM
+    head, with the shapes the pretraining job's values have."""
+    family = families.FAMILIES[model_type]
+    cfg = {"bert": TINY, "modernbert": MODERN}[model_type]
+    module = family.model_classes[family.head_for("BertForMaskedLM")](cfg)
+    flat = traverse_util.flatten_dict(
+        nn.meta.unbox(jax.eval_shape(lambda: init_params(module, KEY)))
+    )
+    want = {
+        "mlm_bias": (cfg.padded_vocab_size,),
+        "position_embeddings": (getattr(cfg, "max_position_embeddings", 0), cfg.hidden_size),
+    }
+    assert family.starting_paths and set(family.starting_paths) <= set(want)
+    for role, path in family.starting_paths.items():
+        assert flat[path].shape == want[role], (role, path)
+
+
 def test_every_parameter_has_logical_axes():
     allowed = {"vocab", "embed", "heads", "kv", "mlp", "layers", None}
     for name, cls in M.MODEL_CLASSES.items():
-        params = M.init_params(cls(TINY), KEY)
+        params = init_params(cls(TINY), KEY)
         leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, nn.Partitioned))
         for leaf in leaves:
             assert isinstance(leaf, nn.Partitioned), name
             assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= allowed, name
-    params = M.init_params(M.BertModel(TINY), KEY)
+    params = init_params(M.BertModel(TINY), KEY)
     q = params["encoder"]["layer_0"]["attention"]["self"]["query"]["kernel"]
     assert q.names == ("embed", "heads", "kv")
     assert params["embeddings"]["word_embeddings"]["embedding"].names == ("vocab", "embed")
@@ -279,7 +357,7 @@ def test_bfloat16_compute_within_bf16_tolerance_of_float32():
     cfg = BertConfig.preset("L2-H128", vocab_size=301, max_position_embeddings=64)
     f32 = M.BertForPreTraining(cfg)
     bf16 = M.BertForPreTraining(cfg, RuntimeConfig(dtype="bfloat16"))
-    params = M.init_params(f32, KEY)
+    params = init_params(f32, KEY)
     batch = random_batch(cfg, batch=4, length=32)
     a = f32.apply({"params": params}, **batch)
     b = bf16.apply({"params": params}, **batch)
@@ -294,7 +372,7 @@ def test_bfloat16_compute_within_bf16_tolerance_of_float32():
         assert err > 0  # it really ran in bfloat16
     # Parameters can be stored in bfloat16 too.
     both = M.BertModel(cfg, RuntimeConfig(dtype="bfloat16", param_dtype="bfloat16"))
-    p16 = M.init_params(both, KEY)
+    p16 = init_params(both, KEY)
     leaf = jax.tree_util.tree_leaves(nn.meta.unbox(p16))[0]
     assert leaf.dtype == jnp.bfloat16
     assert both.apply({"params": p16}, **batch).last_hidden_state.dtype == jnp.bfloat16
@@ -318,7 +396,7 @@ def test_bfloat16_gradients_within_bf16_tolerance_of_float32():
 
         return jax.grad(loss_fn)(params)
 
-    params = nn.meta.unbox(M.init_params(M.BertForPreTraining(cfg), KEY))
+    params = nn.meta.unbox(init_params(M.BertForPreTraining(cfg), KEY))
     g32, g16 = grads("float32"), grads("bfloat16")
     for path, a in traverse_util.flatten_dict(g32, sep="/").items():
         b = traverse_util.flatten_dict(g16, sep="/")[path]
@@ -334,7 +412,7 @@ def test_bfloat16_gradients_within_bf16_tolerance_of_float32():
 def test_bfloat16_mlm_logits_are_not_rounded_to_bfloat16():
     cfg = BertConfig.preset("L2-H128", vocab_size=301, max_position_embeddings=64)
     bf16 = M.BertForPreTraining(cfg, RuntimeConfig(dtype="bfloat16"))
-    params = M.init_params(bf16, KEY)
+    params = init_params(bf16, KEY)
     batch = random_batch(cfg, batch=4, length=32)
     positions = np.tile(np.arange(1, 6, dtype=np.int32), (4, 1))
     logits = bf16.apply({"params": params}, **batch, masked_positions=positions).prediction_logits
@@ -366,8 +444,8 @@ def test_fused_attention_path_equals_reference_at_real_positions():
     cfg = TINY.replace(attention_probs_dropout_prob=0.0)
     ref = M.BertForPreTraining(cfg)
     fused = M.BertForPreTraining(cfg, RuntimeConfig(attention="fused_xla", scan_layers=True))
-    params = nn.meta.unbox(M.init_params(ref, KEY))
-    stacked = M.stack_layers(params)
+    params = nn.meta.unbox(init_params(ref, KEY))
+    stacked = stack_layers(params)
     batch = random_batch(cfg, batch=3, length=9)
     real = batch["attention_mask"].astype(bool)
     a = ref.apply({"params": params}, **batch)
@@ -397,7 +475,7 @@ def test_fused_attention_path_equals_reference_at_real_positions():
 def test_fused_attention_with_packed_rows():
     cfg = TINY.replace(attention_probs_dropout_prob=0.0)
     ref, fused = M.BertModel(cfg), M.BertModel(cfg, RuntimeConfig(attention="fused_xla"))
-    params = M.init_params(ref, KEY)
+    params = init_params(ref, KEY)
     ids = np.arange(1, 12, dtype=np.int32)[None] % 90 + 3
     seg = np.array([[1, 1, 1, 1, 2, 2, 2, 3, 3, 0, 0]], np.int32)
     pos = np.array([[0, 1, 2, 3, 0, 1, 2, 0, 1, 0, 0]], np.int32)
@@ -418,10 +496,10 @@ def test_fused_attention_refuses_attention_dropout_and_auto_falls_back():
     for name in ("fused_xla", "cudnn", "splash"):
         dtype = "bfloat16" if name == "cudnn" else "float32"  # cuDNN refuses float32 at once
         model = M.BertModel(TINY, RuntimeConfig(dtype=dtype, attention=name))
-        params = M.init_params(M.BertModel(TINY), KEY)
+        params = init_params(M.BertModel(TINY), KEY)
         with pytest.raises(ValueError, match="attention-probability dropout"):
             model.apply({"params": params}, **batch, deterministic=False, rngs={"dropout": KEY})
     auto = M.BertModel(TINY, RuntimeConfig(attention="auto"))  # CPU: the exact xla path
-    params = M.init_params(auto, KEY)
+    params = init_params(auto, KEY)
     out = auto.apply({"params": params}, **batch, deterministic=False, rngs={"dropout": KEY})
     assert np.isfinite(np.asarray(out.last_hidden_state)).all()

@@ -179,7 +179,7 @@ def test_compiles_deviceless_for_a_tpu_topology_with_splash_local_masks():
     the mask is computed inside the kernel from the query positions, one operand more than the
     global layers' kernel (which two global layers share)."""
     pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
-    from bert_jax.models.bert.model import init_params
+    from bert_jax.models.params import init_params
     from bert_jax.parallel import aot
 
     mesh = sharding.make_mesh(dict(data=2, fsdp=1, tensor=2), aot.topology_devices("v5e:2x2"))

@@ -268,7 +268,7 @@ CHECKS = textwrap.dedent(
     cfg = BertConfig(vocab_size=99, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=5, max_position_embeddings=16)
     from bert_jax.models.families import get_model_class
-    from bert_jax.models.bert.model import init_params
+    from bert_jax.models.params import init_params
     import flax.linen as nn
     params = jax.device_get(nn.meta.unbox(
         init_params(get_model_class("BertModel")(cfg), jax.random.PRNGKey(0))))

@@ -8,6 +8,7 @@ from flax import traverse_util
 
 from bert_jax.models.bert import model as M
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.params import init_params, stack_layers, unstack_layers
 from bert_jax.training import optimizer
 from tests.common import TINY
 
@@ -77,7 +78,7 @@ def test_schedule_errors(args, match):
 
 def test_weight_decay_mask_excludes_layer_norm_and_biases():
     for runtime in (RuntimeConfig(), RuntimeConfig(scan_layers=True)):
-        params = M.init_params(M.BertForPreTraining(TINY, runtime), jax.random.PRNGKey(0))
+        params = init_params(M.BertForPreTraining(TINY, runtime), jax.random.PRNGKey(0))
         for tree in (params, nn.meta.unbox(params)):
             mask = traverse_util.flatten_dict(
                 nn.meta.unbox(optimizer.weight_decay_mask(tree)), sep="/"
@@ -161,7 +162,7 @@ def test_lamb_equals_optax_lamb_with_the_same_mask():
 def test_lamb_gives_each_stacked_layer_its_own_trust_ratio():
     """Scanned (stacked) layers get the same LAMB updates as unrolled ones: one trust ratio per
     layer's weight, not one over the whole stack."""
-    unrolled = nn.meta.unbox(M.init_params(M.BertForPreTraining(TINY), jax.random.PRNGKey(0)))
+    unrolled = nn.meta.unbox(init_params(M.BertForPreTraining(TINY), jax.random.PRNGKey(0)))
     # Layers of different scales, so a ratio shared by the stack would differ from each own one.
     layer_1 = unrolled["bert"]["encoder"]["layer_1"]
     unrolled["bert"]["encoder"]["layer_1"] = jax.tree_util.tree_map(lambda x: 5 * x, layer_1)
@@ -180,17 +181,15 @@ def test_lamb_gives_each_stacked_layer_its_own_trust_ratio():
 
     tx = optimizer.make_optimizer("lamb", 1e-2, weight_decay=0.01, clip_norm=1.0)
     want = run(tx, unrolled, grads)
-    got = run(tx, M.stack_layers(unrolled), [M.stack_layers(g) for g in grads])
+    got = run(tx, stack_layers(unrolled), [stack_layers(g) for g in grads])
     flat_want = traverse_util.flatten_dict(want, sep="/")
-    flat_got = traverse_util.flatten_dict(M.unstack_layers(got), sep="/")
+    flat_got = traverse_util.flatten_dict(unstack_layers(got), sep="/")
     assert flat_got.keys() == flat_want.keys()
     for k in flat_want:
         np.testing.assert_allclose(flat_got[k], flat_want[k], rtol=1e-5, atol=1e-7, err_msg=k)
     # optax's trust ratio over the whole stack does not give the unrolled result.
     ref = optax.lamb(1e-2, eps=1e-6, weight_decay=0.01, mask=optimizer.weight_decay_mask)
-    stacked_ref = M.unstack_layers(
-        run(ref, M.stack_layers(unrolled), [M.stack_layers(g) for g in grads])
-    )
+    stacked_ref = unstack_layers(run(ref, stack_layers(unrolled), [stack_layers(g) for g in grads]))
     key = "bert/encoder/layer_0/attention/self/query/kernel"
     diff = traverse_util.flatten_dict(stacked_ref, sep="/")[key] - flat_want[key]
     assert np.abs(diff).max() > 1e-4

@@ -63,8 +63,8 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
 
     from flax import linen as nn
 
-    from bert_jax.models.bert.model import init_params
     from bert_jax.models.families import get_model_class
+    from bert_jax.models.params import init_params
 
     params = nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), np.uint32([0, 0])))
     out = convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")

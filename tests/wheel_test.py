@@ -59,7 +59,7 @@ assert bert_jax.__file__.startswith(sys.argv[1]), bert_jax.__file__  # the wheel
 tokenizer = sources.default_corpus_tokenizer()
 assert tokenizer.vocab_size == 8192
 cfg = BertConfig.preset("tiny", vocab_size=8192)
-params = bert_jax.models.bert.model.init_params(bert_jax.BertForMaskedLM(cfg), jax.random.PRNGKey(0))
+params = bert_jax.init_params(bert_jax.BertForMaskedLM(cfg), jax.random.PRNGKey(0))
 convert.save_pretrained("mlm", cfg, params, "BertForMaskedLM")
 pathlib.Path("mlm/vocab.txt").write_text(sources.DEFAULT_CORPUS_VOCAB.read_text())
 config, params, _, tok = inference.load("mlm")

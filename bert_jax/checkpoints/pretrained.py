@@ -25,9 +25,9 @@ from absl import logging
 
 from bert_jax import convert, tokenization
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.bert.model import stack_layers
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
+from bert_jax.models.params import stack_layers
 from bert_jax.paths import missing_path_error
 
 PyTree = Any

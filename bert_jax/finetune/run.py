@@ -51,8 +51,8 @@ from bert_jax.data import batching, text_io
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
 from bert_jax.models import families
-from bert_jax.models.bert.model import init_params
 from bert_jax.models.families import get_model_class
+from bert_jax.models.params import init_params
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path, write_text_whole
 from bert_jax.training import experiment, flops, loop, objectives

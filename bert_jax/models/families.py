@@ -1,9 +1,12 @@
 """Model families: a checkpoint's names pick its architecture's config and model classes.
 
-A family is one config class (Hugging Face `config.json` fields), one model module (its
-encoder and heads, named like transformers' classes), its encoder's FLOPs (`flops.py`) and its
-rows here; its parameter names for conversion live in `bert_jax.convert` (`HF_LAYOUTS`).
-Attention kernels, sharding rules, objectives, steps and the loop are shared.
+A family is one folder, `models/<family>/`: its config class (Hugging Face `config.json`
+fields) and its model module (its encoder and heads, named like transformers' classes, and the
+facts about its parameter tree the row below reads: layer names, starting-value paths), plus
+its row here, and its encoder's FLOPs (`flops.py`); its parameter names for conversion live in
+`bert_jax.convert` (`HF_LAYOUTS`).
+Attention kernels, blocks, heads' call, sharding rules, objectives, steps and the loop are
+shared, and read the family's row where they need a fact of it.
 
   model_type (config.json)   config             model module           head classes
   "bert"                     BertConfig         bert_jax.models.bert.model         Bert*
@@ -41,6 +44,14 @@ class Family:
       model_type: the `model_type` of its Hugging Face config.json.
       config_class: its frozen config dataclass (`from_hf_dict`, `to_hf_dict`, `to_json_file`).
       model_classes: {Hugging Face class name: Flax module class}, the encoder first.
+      encoder_name: the heads' encoder submodule: params[encoder_name] are the base model's.
+      layers_path: the keys from the base model's tree to the dict holding its layers.
+      layer_name: layer i's name there, `layer_name.format(i)`.
+      scanned_layer: the name of the one layer stacked on a leading axis under `scan_layers`;
+        None for a family whose layers are never scanned (`models.params.stack_layers`).
+      starting_paths: {role: parameter path in its heads' trees} of the parameters a scratch
+        pretraining run may start specially ("mlm_bias": the MLM decoder's output bias,
+        "position_embeddings": the position table); a role it lacks is absent.
       encoder_flops: (config, real sequence lengths) -> the encoder's forward model FLOPs
         (`models/<family>/flops.py`; `training.flops` adds the heads and the backward pass).
     """
@@ -48,7 +59,11 @@ class Family:
     model_type: str
     config_class: type
     model_classes: Mapping[str, type[nn.Module]]
-    encoder_name: str  # the heads' encoder submodule: params[encoder_name] are the base model's
+    encoder_name: str
+    layers_path: tuple[str, ...]
+    layer_name: str
+    scanned_layer: str | None
+    starting_paths: Mapping[str, tuple[str, ...]]
     encoder_flops: Callable[[Any, Any], float]
 
     @property
@@ -75,18 +90,28 @@ FAMILIES: dict[str, Family] = {
             "bert",
             BertConfig,
             model.MODEL_CLASSES,
-            "bert",
+            model.ENCODER_NAME,
+            layers_path=model.LAYERS_PATH,
+            layer_name=model.LAYER_NAME,
+            scanned_layer=model.SCANNED_LAYER,
+            starting_paths=model.STARTING_PATHS,
             encoder_flops=bert_flops.encoder_forward_flops,
         ),
         Family(
             "modernbert",
             ModernBertConfig,
             modernbert.MODEL_CLASSES,
-            "model",
+            modernbert.ENCODER_NAME,
+            layers_path=modernbert.LAYERS_PATH,
+            layer_name=modernbert.LAYER_NAME,
+            scanned_layer=modernbert.SCANNED_LAYER,
+            starting_paths=modernbert.STARTING_PATHS,
             encoder_flops=modernbert_flops.encoder_forward_flops,
         ),
     )
 }
+# The family of a config.json or an experiment's `model` block that names no model_type.
+DEFAULT_MODEL_TYPE = "bert"
 MODEL_CLASSES: dict[str, type[nn.Module]] = {
     name: cls for f in FAMILIES.values() for name, cls in f.model_classes.items()
 }
@@ -126,7 +151,7 @@ def get_model_class(name: str) -> type[nn.Module]:
 def config_from_hf_dict(d: Mapping[str, Any]) -> ModelConfig:
     """The config of a Hugging Face `config.json` dict, of the family its `model_type` names
     (BERT when it names none)."""
-    model_type = d.get("model_type", "bert")
+    model_type = d.get("model_type", DEFAULT_MODEL_TYPE)
     if model_type not in FAMILIES:
         raise ValueError(
             f"config.json has model_type={model_type!r}; bert_jax knows {sorted(FAMILIES)}"
@@ -138,7 +163,7 @@ def config_from_fields(fields: Mapping[str, Any]) -> ModelConfig:
     """The config of an experiment's `model` block: its family's config fields, plus
     `model_type` naming the family (BERT when absent)."""
     fields = dict(fields)
-    model_type = fields.pop("model_type", "bert")
+    model_type = fields.pop("model_type", DEFAULT_MODEL_TYPE)
     if model_type not in FAMILIES:
         raise ValueError(f"model.model_type={model_type!r}; bert_jax knows {sorted(FAMILIES)}")
     return FAMILIES[model_type].config_class(**fields)
@@ -148,8 +173,8 @@ def model_fields(config: ModelConfig) -> dict[str, Any]:
     """The `model` block of an experiment config for `config` (`config_from_fields`'s input):
     its fields but label_names, and `model_type` for a family other than BERT."""
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "label_names"}
-    family = family_of(config)
-    return fields if family.model_type == "bert" else {"model_type": family.model_type, **fields}
+    model_type = family_of(config).model_type
+    return fields if model_type == DEFAULT_MODEL_TYPE else {"model_type": model_type, **fields}
 
 
 def config_from_json_file(path: str | os.PathLike) -> ModelConfig:
@@ -163,6 +188,6 @@ def config_from_json_file(path: str | os.PathLike) -> ModelConfig:
                 d = json.load(f)
             except json.JSONDecodeError:
                 d = None  # BertConfig names the error
-        if isinstance(d, dict) and d.get("model_type", "bert") != "bert":
+        if isinstance(d, dict) and d.get("model_type", DEFAULT_MODEL_TYPE) != DEFAULT_MODEL_TYPE:
             return config_from_hf_dict(d)
     return BertConfig.from_json_file(path)

@@ -291,38 +291,29 @@ def _starting_value(config, key: str) -> str:
     return value
 
 
-MLM_BIAS = ("cls", "predictions", "bias")
-POSITION_EMBEDDINGS = ("bert", "embeddings", "position_embeddings", "embedding")
-# model_type -> the MLM decoder's output bias, and the position table (None: RoPE, no table).
-STARTING_PATHS = {
-    "bert": (MLM_BIAS, POSITION_EMBEDDINGS),
-    "modernbert": (("decoder", "bias"), None),
-}
-
-
 def starting_values(config, bert_config, data) -> dict[tuple[str, ...], np.ndarray]:
     """A scratch run's special starting values (`training.start.starting_state` sets them inside
-    the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices."""
+    the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices; the
+    paths are the family's (`models.families.Family.starting_paths`)."""
     values = {}
-    family = families.family_of(bert_config).model_type
-    bias_path, positions_path = STARTING_PATHS[family]
+    family = families.family_of(bert_config)
+    paths = family.starting_paths
     if _starting_value(config, "mlm_bias_init") == "unigram":
         log_frequencies = data.target_log_frequencies(bert_config.vocab_size)
-        values[bias_path] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
+        values[paths["mlm_bias"]] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
     if _starting_value(config, "position_embeddings_init") == "sinusoid":
-        if positions_path is None:
+        if "position_embeddings" not in paths:
             raise ValueError(
-                f"config.position_embeddings_init='sinusoid': {family} has no position "
-                "embeddings (rotary positions); use 'normal'"
+                f"config.position_embeddings_init='sinusoid': {family.model_type} has no position "
+                "embeddings (no position table to start); use 'normal'"
             )
-        values[positions_path] = position_sinusoids(bert_config)
+        values[paths["position_embeddings"]] = position_sinusoids(bert_config)
     return values
 
 
 def mlm_bias(log_frequencies: np.ndarray, rows: int) -> np.ndarray:
-    """The MLM decoder's output bias `cls/predictions/bias` [rows]: the log frequencies [V] of
-    the training data's masked tokens, zeros for the table's padding rows (whose logits are cut
-    off)."""
+    """The MLM decoder's output bias [rows]: the log frequencies [V] of the training data's
+    masked tokens, zeros for the table's padding rows (whose logits are cut off)."""
     logging.info("MLM decoder bias: the log frequencies of the training data's masked tokens")
     return np.pad(log_frequencies, (0, rows - len(log_frequencies)))
 

@@ -31,9 +31,9 @@ from bert_jax import hardware
 from bert_jax.checkpoints import checkpointing
 from bert_jax.models.attention import resolve_attention
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.bert.model import count_params
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
+from bert_jax.models.params import count_params
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
 from bert_jax.training import objectives, optimizer, steps

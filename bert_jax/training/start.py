@@ -25,7 +25,7 @@ from absl import logging
 
 from bert_jax import convert
 from bert_jax.checkpoints import checkpointing, run_params
-from bert_jax.models.bert.model import stack_layers
+from bert_jax.models.params import stack_layers
 from bert_jax.training.experiment import Experiment
 
 PyTree = Any

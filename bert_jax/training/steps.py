@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax.models.bert.model import init_params
+from bert_jax.models.params import init_params
 from bert_jax.training.objectives import Batch, Objective, apply_model
 
 PyTree = Any

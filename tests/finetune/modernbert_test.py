@@ -11,9 +11,9 @@ import pytest
 
 from bert_jax import convert
 from bert_jax.finetune import run as finetune_run
-from bert_jax.models.bert.model import init_params
 from bert_jax.models.families import get_model_class
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.params import init_params
 from tests.finetune.run_test import (  # noqa: F401  (the fixture)
     conll_file,
     finetune_config,

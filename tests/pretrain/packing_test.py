@@ -372,6 +372,7 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
 
     from bert_jax.models.bert import model as M
     from bert_jax.models.bert.config import BertConfig
+    from bert_jax.models.params import init_params
     from bert_jax.training import objectives, steps
 
     packed = next(loader(short_build, batch_size=6, pack_sequences=True))
@@ -398,7 +399,7 @@ def test_packed_loss_equals_unpacked_loss_of_the_same_sequences(short_build, tin
     model = M.BertForPreTraining(cfg)
     # Random parameters of std 0.5 (no init compile): attention far from uniform, so that a leak
     # between sequences would show.
-    abstract = jax.eval_shape(lambda key: M.init_params(model, key, seq_len=L), jax.random.key(0))
+    abstract = jax.eval_shape(lambda key: init_params(model, key, seq_len=L), jax.random.key(0))
     rng = np.random.default_rng(0)
     params = jax.tree_util.tree_map(
         lambda x: rng.normal(0.0, 0.5, x.shape).astype(x.dtype), nn.meta.unbox(abstract)

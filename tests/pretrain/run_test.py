@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.pretrain import run
 from bert_jax.training import experiment, start
@@ -42,9 +43,10 @@ def test_starting_values_keep_each_parameters_sharding():
     before = jax.device_get(start.init_state(exp, seed=0).params)
 
     bias = np.log(np.arange(1, 100) / 4950.0)
+    paths = families.family_of(cfg).starting_paths
     values = {
-        run.MLM_BIAS: run.mlm_bias(bias, cfg.padded_vocab_size),
-        run.POSITION_EMBEDDINGS: run.position_sinusoids(cfg),
+        paths["mlm_bias"]: run.mlm_bias(bias, cfg.padded_vocab_size),
+        paths["position_embeddings"]: run.position_sinusoids(cfg),
     }
     state = start.init_state(exp, seed=0, overrides=values)  # set inside the jitted init
 
@@ -84,5 +86,6 @@ def test_a_starting_value_of_the_wrong_shape_is_refused():
     config.model.update(vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37)
     cfg = BertConfig(**config.model.to_dict())
     exp = experiment.Experiment.build(config, cfg, "BertForPreTraining", "pretraining", 10)
+    bias = families.family_of(cfg).starting_paths["mlm_bias"]
     with pytest.raises(ValueError, match=r"cls/predictions/bias: shape \(99,\), the parameter"):
-        start.init_state(exp, overrides={run.MLM_BIAS: np.zeros(99, np.float32)})
+        start.init_state(exp, overrides={bias: np.zeros(99, np.float32)})

@@ -1,1 +1,4 @@
-"""TODO"""
+"""BERT (google-research/bert, Hugging Face `model_type` "bert"): `config.py` holds BertConfig
+and the size presets, `model.py` the encoder (BertModel), every Hugging Face task head and the
+facts its registry row (`models.families`) reads: its parameter names, layer layout and
+starting-value paths."""

@@ -3,7 +3,8 @@
 Post-LayerNorm layers, exact (erf) GELU by default, absolute learned positions, a tanh pooler on
 [CLS], and an MLM decoder tied to the word embeddings with its own bias. Submodule names mirror
 Hugging Face's `BertModel` state dict (`encoder/layer_3/attention/self/query`), so conversion is a
-rename and a transpose.
+rename and a transpose. Built from the shared blocks (`models.layers`), attention kernels
+(`models.attention`), head call (`models.heads.Head`) and output records (`models.outputs`).
 
 Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
@@ -18,260 +19,52 @@ Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
-from bert_jax.models.attention import AttentionMask, attend, dropout
+from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.heads import Head, tied_logits
+from bert_jax.models.layers import (
+    DenseWeights,
+    Dropout,
+    Embed,
+    constrain,
+    dense,
+    encoder_inputs,
+    gather_positions,
+    layer_norm,
+    zeros_init,
+)
+from bert_jax.models.outputs import (
+    ClassifierOutput,
+    EncoderOutput,
+    MaskedLMOutput,
+    QuestionAnsweringOutput,
+)
 
 Array = jax.Array
 
-
-# --------------------------------------------------------------------------------------------
-# Outputs (pytrees, Hugging Face field names)
-# --------------------------------------------------------------------------------------------
-@flax.struct.dataclass
-class BertModelOutput:
-    """last_hidden_state [B, L, E]; pooler_output [B, E] (or [B, S, E] packed) or None;
-    hidden_states: L+1 arrays [B, L, E] (embeddings, then each layer) when asked for;
-    attentions: one [B, H, L, L] float32 array per layer when asked for."""
-
-    last_hidden_state: Array
-    pooler_output: Array | None = None
-    hidden_states: tuple[Array, ...] | None = None
-    attentions: tuple[Array, ...] | None = None
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule, where its layers sit in the encoder's tree and their names (one stacked `layer`
+# under `scan_layers`), and the parameters a pretraining run may start specially.
+ENCODER_NAME = "bert"
+LAYERS_PATH = ("encoder",)
+LAYER_NAME = "layer_{}"
+SCANNED_LAYER = "layer"
+STARTING_PATHS = {
+    "mlm_bias": ("cls", "predictions", "bias"),
+    "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
+}
 
 
-@flax.struct.dataclass
-class BertForPreTrainingOutput:
-    """prediction_logits [B, L, V], or [B, P, V] at `masked_positions`;
-    seq_relationship_logits [B, 2] (or [B, S, 2] packed). Logits are float32."""
-
-    prediction_logits: Array
-    seq_relationship_logits: Array
-    hidden_states: tuple[Array, ...] | None = None
-    attentions: tuple[Array, ...] | None = None
-
-
-@flax.struct.dataclass
-class MaskedLMOutput:
-    """logits [B, L, V], or [B, P, V] at `masked_positions`; float32."""
-
-    logits: Array
-    hidden_states: tuple[Array, ...] | None = None
-    attentions: tuple[Array, ...] | None = None
-
-
-@flax.struct.dataclass
-class ClassifierOutput:
-    """logits: [B, N] sequence classification (N = 1: regression), [B, 2] next-sentence,
-    [B, C] multiple choice, [B, L, N] token classification; float32."""
-
-    logits: Array
-    hidden_states: tuple[Array, ...] | None = None
-    attentions: tuple[Array, ...] | None = None
-
-
-@flax.struct.dataclass
-class QuestionAnsweringOutput:
-    """start_logits, end_logits [B, L]; float32."""
-
-    start_logits: Array
-    end_logits: Array
-    hidden_states: tuple[Array, ...] | None = None
-    attentions: tuple[Array, ...] | None = None
-
-
-# --------------------------------------------------------------------------------------------
-# Building blocks
-# --------------------------------------------------------------------------------------------
-def _kernel_init(cfg: BertConfig, axes: tuple[str | None, ...]):
-    init = jax.nn.initializers.truncated_normal(stddev=cfg.initializer_range)
-    return nn.with_logical_partitioning(init, axes)
-
-
-def _zeros(axes: tuple[str | None, ...]):
-    return nn.with_logical_partitioning(jax.nn.initializers.zeros, axes)
-
-
-def _weights(
-    module: nn.Module, in_shape, features, in_axes, out_axes, stddev, param_dtype, use_bias=True
-):
-    """Creates a dense layer's kernel [*in_shape, *features] and bias [*features] (None without
-    `use_bias`) in `module`.
-
-    The kernel is created at its final (e.g. head-split [E, H, D]) shape, so its logical axes
-    hold from initialization on, under any mesh.
-    """
-    init = jax.nn.initializers.truncated_normal(stddev=stddev)
-    kernel = module.param(
-        "kernel",
-        nn.with_logical_partitioning(init, (*in_axes, *out_axes)),
-        (*in_shape, *features),
-        param_dtype,
-    )
-    if not use_bias:
-        return kernel, None
-    bias = module.param("bias", _zeros(out_axes), features, param_dtype)
-    return kernel, bias
-
-
-class DenseWeights(nn.Module):
-    """A dense layer's (kernel, bias), not applied: lets several projections run as one matmul
-    while each keeps its own parameters, named as in the checkpoints."""
-
-    features: tuple[int, ...]
-    in_axes: tuple[str | None, ...]
-    out_axes: tuple[str | None, ...]
-    stddev: float = 0.02
-    param_dtype: Any = "float32"
-
-    @nn.compact
-    def __call__(self, in_shape: tuple[int, ...]):
-        return _weights(
-            self,
-            in_shape,
-            self.features,
-            self.in_axes,
-            self.out_axes,
-            self.stddev,
-            self.param_dtype,
-        )
-
-
-class Dense(nn.Module):
-    """y = x . W + b, contracting the last len(in_axes) axes of x with W [*in, *features].
-
-    Attributes:
-      features: output dims, e.g. (H, D) or (E,).
-      in_axes / out_axes: logical axis names of the contracted input dims / the output dims.
-      stddev: truncated-normal initializer stddev (the config's initializer_range).
-      dtype / param_dtype: compute / storage dtypes.
-      out_dtype: dtype the matmul accumulates into and returns (None: `dtype`); float32 for
-        output layers, so that bfloat16 compute does not round logits to 8 bits of mantissa.
-      use_bias: whether there is a bias (ModernBERT's layers have none).
-    """
-
-    features: tuple[int, ...]
-    in_axes: tuple[str | None, ...]
-    out_axes: tuple[str | None, ...]
-    stddev: float = 0.02
-    dtype: Any = "float32"
-    param_dtype: Any = "float32"
-    out_dtype: Any = None
-    use_bias: bool = True
-
-    @nn.compact
-    def __call__(self, x):
-        n_in = len(self.in_axes)
-        kernel, bias = _weights(
-            self,
-            x.shape[x.ndim - n_in :],
-            self.features,
-            self.in_axes,
-            self.out_axes,
-            self.stddev,
-            self.param_dtype,
-            self.use_bias,
-        )
-        out_dtype = self.dtype if self.out_dtype is None else self.out_dtype
-        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
-        y = jax.lax.dot_general(x, kernel, (contract, ((), ())), preferred_element_type=out_dtype)
-        return y if bias is None else y + bias.astype(out_dtype)
-
-
-class Dropout(nn.Module):
-    """Inverted dropout drawn as raw 32-bit random words against an integer threshold.
-
-    The same distribution as `nn.Dropout` (keep probability exact to 2^-32) without turning
-    every word into a float first, which costs a third of the random-number time on CPUs.
-    """
-
-    rate: float
-
-    @nn.compact
-    def __call__(self, x, *, deterministic: bool):
-        if deterministic or self.rate == 0.0:
-            return x
-        return dropout(x, self.rate, self.make_rng("dropout"))
-
-
-def _dense(cfg, rt, features, in_axes, out_axes, name, out_dtype=None, use_bias=True, stddev=None):
-    features = features if isinstance(features, tuple) else (features,)
-    return Dense(
-        features,
-        tuple(in_axes),
-        tuple(out_axes),
-        stddev=cfg.initializer_range if stddev is None else stddev,
-        dtype=rt.dtype,
-        param_dtype=rt.param_dtype,
-        out_dtype=out_dtype,
-        use_bias=use_bias,
-        name=name,
-    )
-
-
-def _layer_norm(cfg, rt, name="LayerNorm"):
-    return nn.LayerNorm(
-        epsilon=cfg.layer_norm_eps,
-        dtype=rt.dtype,
-        param_dtype=rt.param_dtype,
-        scale_init=nn.with_logical_partitioning(jax.nn.initializers.ones, ("embed",)),
-        bias_init=_zeros(("embed",)),
-        name=name,
-    )
-
-
-def _constrain(x: Array, *axes: str | None) -> Array:
-    return nn.with_logical_constraint(x, axes)
-
-
-class Embed(nn.Module):
-    """A lookup table `embedding` [num, E]: ids [...] -> [..., E] in `dtype`.
-
-    Rows are read from the table in its parameter dtype and then cast, so the backward pass
-    adds the gradients of repeated ids in float32 (a scatter-add in bfloat16 rounds each sum).
-    `one_hot=True` looks up by a one-hot matmul instead, for small tables whose ids repeat
-    thousands of times a batch (positions, token types): the backward is then a matmul, where
-    a scatter-add would serialize on the few rows it writes (on an H100, BERT-large's 2-row
-    token-type table's scatter took 33 of 148 ms a step). The matmul is exact: float32 at
-    HIGHEST precision, each output the one product 1 x row.
-
-    Under FSDP the table's E axis is sharded; it is gathered whole along that axis before the
-    lookup (as FSDP does for every weight), so the output comes out batch-sharded.
-    """
-
-    num_embeddings: int
-    features: int
-    axes: tuple[str | None, str | None]
-    stddev: float = 0.02
-    dtype: Any = "float32"
-    param_dtype: Any = "float32"
-    one_hot: bool = False
-
-    @nn.compact
-    def __call__(self, ids):
-        init = jax.nn.initializers.truncated_normal(stddev=self.stddev)
-        table = self.param(
-            "embedding",
-            nn.with_logical_partitioning(init, self.axes),
-            (self.num_embeddings, self.features),
-            self.param_dtype,
-        )
-        table = nn.with_logical_constraint(table, (self.axes[0], None))
-        if self.one_hot:
-            one_hot = jax.nn.one_hot(ids, self.num_embeddings, dtype=table.dtype)  # [..., num]
-            rows = jnp.dot(one_hot, table, precision=jax.lax.Precision.HIGHEST)
-        else:
-            rows = jnp.take(table, ids, axis=0)
-        return rows.astype(self.dtype)
+def _layer_norm(cfg: BertConfig, rt: RuntimeConfig, name: str = "LayerNorm") -> nn.LayerNorm:
+    """BERT's LayerNorm over E, with a bias, epsilon `layer_norm_eps`."""
+    return layer_norm(rt, cfg.layer_norm_eps, name)
 
 
 class BertEmbeddings(nn.Module):
@@ -305,7 +98,7 @@ class BertEmbeddings(nn.Module):
         )
         x = _layer_norm(cfg, rt)(x)
         x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
-        return _constrain(x, "act_batch", "act_len", "act_embed")
+        return constrain(x, "act_batch", "act_len", "act_embed")
 
 
 class BertSelfAttention(nn.Module):
@@ -335,9 +128,9 @@ class BertSelfAttention(nn.Module):
         bias = jnp.stack([b.astype(rt.dtype) for _, b in weights], axis=0)  # [3, H, D]
         qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, L, H, D] each
-        q = _constrain(q, "act_batch", "act_len", "act_heads", None)
-        k = _constrain(k, "act_batch", "act_len", "act_heads", None)
-        v = _constrain(v, "act_batch", "act_len", "act_heads", None)
+        q = constrain(q, "act_batch", "act_len", "act_heads", None)
+        k = constrain(k, "act_batch", "act_len", "act_heads", None)
+        v = constrain(v, "act_batch", "act_len", "act_heads", None)
         dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
         rng = self.make_rng("dropout") if dropping else None
         return attend(
@@ -366,11 +159,9 @@ class BertOutput(nn.Module):
     @nn.compact
     def __call__(self, h, residual, *, deterministic: bool):
         cfg, rt = self.config, self.runtime
-        if self.from_heads:
-            dense = _dense(cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "dense")
-        else:
-            dense = _dense(cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "dense")
-        y = Dropout(cfg.hidden_dropout_prob)(dense(h), deterministic=deterministic)
+        in_axes = ("heads", "kv") if self.from_heads else ("mlp",)
+        out = dense(cfg, rt, cfg.hidden_size, in_axes, ("embed",), "dense")
+        y = Dropout(cfg.hidden_dropout_prob)(out(h), deterministic=deterministic)
         return _layer_norm(cfg, rt)(y + residual)
 
 
@@ -401,9 +192,9 @@ class BertIntermediate(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg, rt = self.config, self.runtime
-        h = _dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
+        h = dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
         h = ACTIVATIONS[cfg.hidden_act](h)
-        return _constrain(h, "act_batch", "act_len", "act_mlp")
+        return constrain(h, "act_batch", "act_len", "act_mlp")
 
 
 class BertLayer(nn.Module):
@@ -428,7 +219,7 @@ class BertLayer(nn.Module):
         )
         h = BertIntermediate(cfg, rt, name="intermediate")(a)
         y = BertOutput(cfg, rt, name="output")(h, a, deterministic=det)
-        y = _constrain(y, "act_batch", "act_len", "act_embed")
+        y = constrain(y, "act_batch", "act_len", "act_embed")
         return y, (y if self.output_hidden_states else None, probs)
 
 
@@ -468,13 +259,13 @@ class BertEncoder(nn.Module):
                 length=cfg.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"},
             )
-            x, (states, probs) = scanned(cfg, rt, name="layer", **kwargs)(x, mask)
+            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, mask)
             states = tuple(states) if output_hidden_states else None  # unstack [n, B, L, E]
             probs = tuple(probs) if output_attentions else None
         else:
             states, probs = [], []
             for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=f"layer_{i}", **kwargs)(x, mask)
+                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, mask)
                 states.append(s)
                 probs.append(p)
             states = tuple(states) if output_hidden_states else None
@@ -495,33 +286,7 @@ class BertPooler(nn.Module):
             first = sequence_output[:, 0]
         else:
             first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
-        return jnp.tanh(_dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
-
-
-def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | None):
-    """An encoder's [B, L] inputs checked, with defaults where None: token_type_ids zeros,
-    attention_mask ones, position_ids 0..L-1. Returns the `arrays` in their order."""
-    if runtime.dtype == "auto":
-        raise ValueError(
-            "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
-            "runtime.resolved(bert_jax.hardware.current_platform())"
-        )
-    if input_ids.ndim != 2:
-        raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
-    defaults = dict(
-        token_type_ids=lambda: jnp.zeros_like(input_ids),
-        attention_mask=lambda: jnp.ones_like(input_ids),
-        position_ids=lambda: jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape),
-    )
-    out = []
-    for name, arr in arrays.items():
-        arr = defaults[name]() if arr is None else arr
-        if arr.shape != input_ids.shape:
-            raise ValueError(
-                f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
-            )
-        out.append(arr)
-    return tuple(out)
+        return jnp.tanh(dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
 
 
 class BertModel(nn.Module):
@@ -555,7 +320,7 @@ class BertModel(nn.Module):
         deterministic: bool = True,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-    ) -> BertModelOutput:
+    ) -> EncoderOutput:
         cfg, rt = self.config, self.runtime
         token_type_ids, attention_mask, position_ids = encoder_inputs(
             rt,
@@ -584,7 +349,7 @@ class BertModel(nn.Module):
         pooled = None
         if self.add_pooling_layer:
             pooled = BertPooler(cfg, rt, name="pooler")(y, cls_positions)
-        return BertModelOutput(
+        return EncoderOutput(
             last_hidden_state=y,
             pooler_output=pooled,
             hidden_states=(x, *states) if output_hidden_states else None,
@@ -595,9 +360,15 @@ class BertModel(nn.Module):
 # --------------------------------------------------------------------------------------------
 # Heads
 # --------------------------------------------------------------------------------------------
-def gather_positions(sequence: Array, positions: Array) -> Array:
-    """sequence [B, L, E], positions [B, P] int -> [B, P, E] (the original's gather_indexes)."""
-    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+@flax.struct.dataclass
+class BertForPreTrainingOutput:
+    """prediction_logits [B, L, V], or [B, P, V] at `masked_positions`;
+    seq_relationship_logits [B, 2] (or [B, S, 2] packed). Logits are float32."""
+
+    prediction_logits: Array
+    seq_relationship_logits: Array
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
 
 
 class TransformHead(nn.Module):
@@ -609,7 +380,7 @@ class TransformHead(nn.Module):
     @nn.compact
     def __call__(self, h):
         cfg, rt = self.config, self.runtime
-        h = _dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
+        h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
         return _layer_norm(cfg, rt)(ACTIVATIONS[cfg.hidden_act](h))
 
 
@@ -625,15 +396,8 @@ class BertLMPredictionHead(nn.Module):
     def __call__(self, h, embedding):
         cfg, rt = self.config, self.runtime
         t = TransformHead(cfg, rt, name="transform")(h)
-        bias = self.param("bias", _zeros(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
-        # Accumulated and returned in float32: a bfloat16 result would round every logit to 8
-        # bits of mantissa before the loss sees it.
-        logits = jnp.einsum(
-            "...e,ve->...v",
-            t.astype(rt.dtype),
-            embedding.astype(rt.dtype),
-            preferred_element_type=jnp.float32,
-        )
+        bias = self.param("bias", zeros_init(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
+        logits = tied_logits(t, embedding, rt.dtype)  # float32 [..., V']
         # The padding rows of the table (`vocab_pad_multiple`) are no tokens: cut them off.
         return (logits + bias.astype(jnp.float32))[..., : cfg.vocab_size]
 
@@ -656,7 +420,7 @@ class BertPreTrainingHeads(nn.Module):
                 h = gather_positions(h, masked_positions)  # [B, P, E]
             mlm_logits = BertLMPredictionHead(cfg, rt, name="predictions")(h, embedding)
         if self.nsp:
-            nsp = _dense(cfg, rt, 2, ("embed",), (None,), "seq_relationship")
+            nsp = dense(cfg, rt, 2, ("embed",), (None,), "seq_relationship")
             nsp_logits = nsp(pooled_output).astype(jnp.float32)
         return mlm_logits, nsp_logits
 
@@ -664,95 +428,39 @@ class BertPreTrainingHeads(nn.Module):
 def _word_embedding(module: nn.Module) -> Array:
     """The word-embedding table [V', E] (V' = `padded_vocab_size`) of the module's `bert` child,
     for the tied decoder."""
-    table = module.variables["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    table = module.variables["params"][ENCODER_NAME]["embeddings"]["word_embeddings"]["embedding"]
     return nn.meta.unbox(table)
 
 
-class _Head(nn.Module):
-    """A task head on top of `bert` (a BertModel). Every head takes BertModel's inputs:
-
-      input_ids, token_type_ids, attention_mask, position_ids, segment_ids: [B, L]
-        ([B, C, L] for multiple choice), as BertModel's;
-      cls_positions: [B, S] [CLS] of each packed sequence (pooled heads);
-      masked_positions: [B, P] positions to compute MLM logits at (MLM heads only);
-      deterministic, output_hidden_states, output_attentions: as BertModel's.
-
-    Subclasses set `pooled` (whether the head reads the pooler) and implement `head(out, ...)`;
-    another family's heads (`models.modernbert.model`) share this call and override `encode`.
-    """
+class BertHead(Head):
+    """A task head on top of `bert` (a BertModel), with every head's call (`models.heads.Head`):
+    input_ids, token_type_ids, attention_mask, position_ids, segment_ids [B, L] ([B, C, L] for
+    multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P] (MLM heads)."""
 
     config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    pooled: ClassVar[bool] = True
-    choices: ClassVar[bool] = False  # inputs are [B, C, L]: encode every choice
-    masked_lm: ClassVar[bool] = False  # accepts masked_positions
-    token_types: ClassVar[bool] = True  # reads token_type_ids (a family without them: False)
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        masked_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ):
-        if masked_positions is not None and not self.masked_lm:
-            raise ValueError(f"{type(self).__name__} has no MLM head; masked_positions is for one")
-        inputs = dict(
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-        )
-        batch_shape = input_ids.shape
-        if self.choices:
-            if input_ids.ndim != 3:
-                raise ValueError(
-                    f"{type(self).__name__} takes input_ids [batch, choices, length]; "
-                    f"got {input_ids.shape}"
-                )
-            flat = lambda a: None if a is None else a.reshape(-1, a.shape[-1])  # noqa: E731
-            input_ids, inputs = flat(input_ids), {k: flat(v) for k, v in inputs.items()}
-        out = self.encode(
-            input_ids,
-            inputs,
-            cls_positions=cls_positions if self.pooled else None,
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        return self.head(
-            out,
-            deterministic=deterministic,
-            masked_positions=masked_positions,
-            batch_shape=batch_shape,
-        )
-
-    def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
+    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
         """The encoder's outputs (pooled when `pooled`): `bert`, a BertModel."""
-        model = BertModel(self.config, self.runtime, add_pooling_layer=self.pooled, name="bert")
+        model = BertModel(
+            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
+        )
         return model(input_ids, **inputs, **kwargs)
 
     def _dropout(self, x, deterministic):
+        """BERT's classifier dropout: `classifier_dropout`, else `hidden_dropout_prob`."""
         cfg = self.config
         rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
         return Dropout(rate)(x, deterministic=deterministic)
 
     def _linear(self, x, features: int, name: str):
+        """A dense output layer `name`: [..., E] -> float32 [..., features]."""
         cfg, rt = self.config, self.runtime
         # Accumulated in float32: a bfloat16 result would round every logit (and a regression
         # output) to 8 bits of mantissa, and the predictions of a barely trained model to one value.
-        return _dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
+        return dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
 
 
-class BertForPreTraining(_Head):
+class BertForPreTraining(BertHead):
     """Masked LM + next sentence prediction, as in the original pretraining.
 
     With `masked_positions` [B, P] the MLM logits are computed only there ([B, P, V]), which is
@@ -769,7 +477,7 @@ class BertForPreTraining(_Head):
         return BertForPreTrainingOutput(mlm, nsp, out.hidden_states, out.attentions)
 
 
-class BertForMaskedLM(_Head):
+class BertForMaskedLM(BertHead):
     """Masked LM only (no pooler, as in Hugging Face). `masked_positions` as in pretraining."""
 
     pooled = False
@@ -782,7 +490,7 @@ class BertForMaskedLM(_Head):
         return MaskedLMOutput(mlm, out.hidden_states, out.attentions)
 
 
-class BertForNextSentencePrediction(_Head):
+class BertForNextSentencePrediction(BertHead):
     """Next-sentence prediction only: logits [B, 2], 0 = B follows A, 1 = B is random."""
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
@@ -792,7 +500,7 @@ class BertForNextSentencePrediction(_Head):
         return ClassifierOutput(nsp, out.hidden_states, out.attentions)
 
 
-class BertForSequenceClassification(_Head):
+class BertForSequenceClassification(BertHead):
     """Pooled [CLS] -> dropout -> `classifier`: logits [B, N]; N = 1 is regression.
 
     With packed rows (`segment_ids`, `cls_positions` [B, S]) the logits are [B, S, N].
@@ -804,7 +512,7 @@ class BertForSequenceClassification(_Head):
         return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
-class BertForMultipleChoice(_Head):
+class BertForMultipleChoice(BertHead):
     """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
 
     choices = True
@@ -815,7 +523,7 @@ class BertForMultipleChoice(_Head):
         return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
 
 
-class BertForTokenClassification(_Head):
+class BertForTokenClassification(BertHead):
     """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
 
     pooled = False
@@ -826,7 +534,7 @@ class BertForTokenClassification(_Head):
         return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
-class BertForQuestionAnswering(_Head):
+class BertForQuestionAnswering(BertHead):
     """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
 
     pooled = False
@@ -851,61 +559,3 @@ MODEL_CLASSES: dict[str, type[nn.Module]] = {
         BertForQuestionAnswering,
     )
 }
-
-
-def init_params(model: nn.Module, rng: Array, seq_len: int = 8) -> Any:
-    """`model`'s parameters (boxed with logical axes), initialized from a dummy batch."""
-    shape = (1, 2, seq_len) if getattr(model, "choices", False) else (1, seq_len)
-    ids = jnp.zeros(shape, jnp.int32)
-    return model.init({"params": rng}, ids)["params"]
-
-
-def count_params(params: Any) -> int:
-    """Total number of parameter scalars in a (possibly boxed) parameter tree."""
-    return sum(x.size for x in jax.tree_util.tree_leaves(nn.meta.unbox(params)))
-
-
-def _encoder_of(params: dict) -> tuple[dict, str | None]:
-    """The `encoder` subtree of a BertModel or task-head parameter tree, and its parent key."""
-    if "encoder" in params:
-        return params, None
-    if "bert" in params and "encoder" in params["bert"]:
-        return params["bert"], "bert"
-    raise ValueError("parameter tree has neither 'encoder' nor 'bert/encoder'")
-
-
-def is_stacked(params: dict) -> bool:
-    """True when the layers are stacked on a leading axis (the `scan_layers` layout); False for
-    a tree without a BERT encoder (another family's, never stacked)."""
-    if "encoder" not in params and "encoder" not in params.get("bert", {}):
-        return False
-    parent, _ = _encoder_of(params)
-    return "layer" in parent["encoder"]
-
-
-def stack_layers(params: dict) -> dict:
-    """`encoder/layer_i/...` (one subtree per layer) -> `encoder/layer/...` with a leading [n] axis.
-
-    The inverse of `unstack_layers`; used to load per-layer checkpoints into a scanned model.
-    """
-    if is_stacked(params):
-        return params
-    parent, key = _encoder_of(params)
-    layers = parent["encoder"]
-    n = len(layers)
-    order = [layers[f"layer_{i}"] for i in range(n)]
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *order)
-    new_parent = {**parent, "encoder": {"layer": stacked}}
-    return new_parent if key is None else {**params, key: new_parent}
-
-
-def unstack_layers(params: dict) -> dict:
-    """`encoder/layer/...` with a leading [n] axis -> `encoder/layer_i/...` per layer."""
-    if not is_stacked(params):
-        return params
-    parent, key = _encoder_of(params)
-    stacked = parent["encoder"]["layer"]
-    n = jax.tree_util.tree_leaves(stacked)[0].shape[0]
-    layers = {f"layer_{i}": jax.tree_util.tree_map(lambda x, i=i: x[i], stacked) for i in range(n)}
-    new_parent = {**parent, "encoder": layers}
-    return new_parent if key is None else {**params, key: new_parent}

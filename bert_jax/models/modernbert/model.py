@@ -5,15 +5,15 @@ rotary positions with a global and a local theta, GeGLU feed-forward layers, and
 alternates between global layers and local ones of a sliding window
 (`ModernBertConfig.global_attn_every_n_layers`, `local_attention`). Submodule names mirror Hugging
 Face's `ModernBertModel` state dict (`layers_3/attn/Wqkv` is `layers.3.attn.Wqkv`), so conversion
-is a rename and a transpose (`bert_jax.convert`). The building blocks (Dense, Embed, Dropout),
-the attention kernels (`models.attention.attend`), the output records and the sharding axes are
-BERT's (`bert_jax.models.bert.model`).
+is a rename and a transpose (`bert_jax.convert`). Built from the shared blocks (`models.layers`),
+attention kernels (`models.attention.attend`), head call (`models.heads.Head`) and output records
+(`models.outputs`), under the logical axis names every family's parameters carry.
 
 Unpadding: rows may be padded on either side, or packed with several sequences a row
 (`segment_ids`, with `position_ids` restarting per sequence or not: rotary scores depend only on
 the distance between positions); each gives the outputs the sequences would have alone.
 
-Dimension legend (as `bert_jax.models.bert.model`'s):
+Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
   H attention heads  D head size (E / H)   F intermediate size (GeGLU: Wi makes 2F)
   V vocabulary       P predictions per sequence (masked positions)
@@ -29,27 +29,39 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.models.attention import AttentionMask, attend
-from bert_jax.models.bert.model import (
-    ACTIVATIONS,
-    REMAT_POLICIES,
-    BertModelOutput,
-    ClassifierOutput,
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.heads import Head, tied_logits
+from bert_jax.models.layers import (
     Dropout,
     Embed,
-    MaskedLMOutput,
-    QuestionAnsweringOutput,
-    _constrain,
-    _dense,
-    _zeros,
+    constrain,
+    dense,
     encoder_inputs,
     gather_positions,
+    layer_norm,
+    zeros_init,
 )
-from bert_jax.models.bert.model import _Head as BertHead  # the heads' call, shared
-from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.outputs import (
+    ClassifierOutput,
+    EncoderOutput,
+    MaskedLMOutput,
+    QuestionAnsweringOutput,
+)
 
 Array = jax.Array
+
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule, where its layers sit in the encoder's tree (at its top) and their names (never
+# stacked: the layers differ, see `ModernBertModel`), and the parameters a pretraining run may
+# start specially (no position table: rotary positions).
+ENCODER_NAME = "model"
+LAYERS_PATH = ()
+LAYER_NAME = "layers_{}"
+SCANNED_LAYER = None
+STARTING_PATHS = {"mlm_bias": ("decoder", "bias")}
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,15 +69,7 @@ Array = jax.Array
 # --------------------------------------------------------------------------------------------
 def _norm(cfg: ModernBertConfig, rt: RuntimeConfig, name: str) -> nn.LayerNorm:
     """LayerNorm over E, statistics in float32, with a bias only under `norm_bias`."""
-    return nn.LayerNorm(
-        epsilon=cfg.norm_eps,
-        use_bias=cfg.norm_bias,
-        dtype=rt.dtype,
-        param_dtype=rt.param_dtype,
-        scale_init=nn.with_logical_partitioning(jax.nn.initializers.ones, ("embed",)),
-        bias_init=_zeros(("embed",)),
-        name=name,
-    )
+    return layer_norm(rt, cfg.norm_eps, name, use_bias=cfg.norm_bias)
 
 
 def _out_stddev(cfg: ModernBertConfig) -> float:
@@ -113,7 +117,7 @@ class ModernBertEmbeddings(nn.Module):
         )(input_ids)
         x = _norm(cfg, rt, "norm")(x)
         x = Dropout(cfg.embedding_dropout)(x, deterministic=deterministic)
-        return _constrain(x, "act_batch", "act_len", "act_embed")
+        return constrain(x, "act_batch", "act_len", "act_embed")
 
 
 class ModernBertAttention(nn.Module):
@@ -131,14 +135,14 @@ class ModernBertAttention(nn.Module):
         cfg, rt = self.config, self.runtime
         heads = (cfg.num_attention_heads, cfg.head_dim)
         # One matmul [E] x [E, 3, H, D]: Hugging Face's Wqkv [3 H D, E] viewed (3, H, D).
-        qkv = _dense(
+        qkv = dense(
             cfg, rt, (3, *heads), ("embed",), (None, "heads", "kv"), "Wqkv",
             use_bias=cfg.attention_bias,
         )(x)  # fmt: skip
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, L, H, D] each
         theta = cfg.global_rope_theta if self.is_global else cfg.local_rope_theta
         q, k = rotary(q, positions, theta), rotary(k, positions, theta)
-        q, k, v = (_constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
+        q, k, v = (constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
         dropping = not deterministic and cfg.attention_dropout > 0.0
         context, probs = attend(
             q,
@@ -150,7 +154,7 @@ class ModernBertAttention(nn.Module):
             dropout_rng=self.make_rng("dropout") if dropping else None,
             output_attentions=output_attentions,
         )
-        out = _dense(
+        out = dense(
             cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "Wo",
             use_bias=cfg.attention_bias, stddev=_out_stddev(cfg),
         )(context)  # fmt: skip
@@ -167,7 +171,7 @@ class ModernBertMLP(nn.Module):
     def __call__(self, x, *, deterministic: bool):
         cfg, rt = self.config, self.runtime
         # Wi [E, 2, F]: Hugging Face's Wi [2F, E], its first half the input, its second the gate.
-        h = _dense(
+        h = dense(
             cfg,
             rt,
             (2, cfg.intermediate_size),
@@ -177,9 +181,9 @@ class ModernBertMLP(nn.Module):
             use_bias=cfg.mlp_bias,
         )(x)  # fmt: skip  [B, L, 2, F]
         h = ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]  # [B, L, F]
-        h = _constrain(h, "act_batch", "act_len", "act_mlp")
+        h = constrain(h, "act_batch", "act_len", "act_mlp")
         h = Dropout(cfg.mlp_dropout)(h, deterministic=deterministic)
-        return _dense(
+        return dense(
             cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "Wo",
             use_bias=cfg.mlp_bias, stddev=_out_stddev(cfg),
         )(h)  # fmt: skip
@@ -207,7 +211,7 @@ class ModernBertEncoderLayer(nn.Module):
         )
         x = x + a
         x = x + ModernBertMLP(cfg, rt, name="mlp")(_norm(cfg, rt, "mlp_norm")(x), deterministic=det)
-        return _constrain(x, "act_batch", "act_len", "act_embed"), probs
+        return constrain(x, "act_batch", "act_len", "act_embed"), probs
 
 
 class ModernBertModel(nn.Module):
@@ -225,7 +229,7 @@ class ModernBertModel(nn.Module):
       output_hidden_states / output_attentions: also return every layer's states / probabilities.
 
     Returns:
-      `BertModelOutput` with Hugging Face's fields: last_hidden_state [B, L, E] (after the final
+      `EncoderOutput` with Hugging Face's fields: last_hidden_state [B, L, E] (after the final
       norm); hidden_states, L+1 arrays [B, L, E]: the embeddings', each layer's, the last one
       after the final norm (as transformers returns them); attentions [B, H, L, L] float32 per
       layer. pooler_output: with `add_pooling_layer`, the classifier heads' input (`pool`,
@@ -248,7 +252,7 @@ class ModernBertModel(nn.Module):
         deterministic: bool = True,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-    ) -> BertModelOutput:
+    ) -> EncoderOutput:
         cfg, rt = self.config, self.runtime
         if rt.scan_layers:
             raise ValueError(
@@ -266,7 +270,12 @@ class ModernBertModel(nn.Module):
         states, probs = [x], []
         for i in range(cfg.num_hidden_layers):
             layer = layer_cls(
-                cfg, rt, i, deterministic, output_attentions=output_attentions, name=f"layers_{i}"
+                cfg,
+                rt,
+                i,
+                deterministic,
+                output_attentions=output_attentions,
+                name=LAYER_NAME.format(i),
             )
             x, p = layer(x, mask, position_ids)
             states.append(x)
@@ -275,7 +284,7 @@ class ModernBertModel(nn.Module):
         pooled = None
         if self.add_pooling_layer:
             pooled = pool(cfg, y, mask, cls_positions)
-        return BertModelOutput(
+        return EncoderOutput(
             last_hidden_state=y,
             pooler_output=pooled,
             hidden_states=(*states[:-1], y) if output_hidden_states else None,
@@ -325,16 +334,16 @@ class ModernBertPredictionHead(nn.Module):
     @nn.compact
     def __call__(self, h):
         cfg, rt = self.config, self.runtime
-        h = _dense(
+        h = dense(
             cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense",
             use_bias=cfg.classifier_bias, stddev=_out_stddev(cfg),
         )(h)  # fmt: skip
         return _norm(cfg, rt, "norm")(ACTIVATIONS[cfg.classifier_activation](h))
 
 
-class _Head(BertHead):
-    """A task head on top of `model` (a ModernBertModel), with the BERT heads' call
-    (`models.bert.model._Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
+class ModernBertHead(Head):
+    """A task head on top of `model` (a ModernBertModel), with every head's call
+    (`models.heads.Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
     ([B, C, L] for multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P]
     (the MLM head), deterministic, output_hidden_states, output_attentions, all by keyword.
     token_type_ids must stay None: ModernBERT has no token types."""
@@ -343,13 +352,13 @@ class _Head(BertHead):
     pooled: ClassVar[bool] = False  # reads `classifier_pooling`'s pooled state
     token_types: ClassVar[bool] = False
 
-    def encode(self, input_ids, inputs, **kwargs) -> BertModelOutput:
+    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
         """The encoder's outputs (pooled when `pooled`): `model`, a ModernBertModel."""
         inputs = dict(inputs)
         if inputs.pop("token_type_ids") is not None:
             raise ValueError(f"{type(self).__name__} takes no token_type_ids (ModernBERT has none)")
         model = ModernBertModel(
-            self.config, self.runtime, add_pooling_layer=self.pooled, name="model"
+            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
         )
         return model(input_ids, **inputs, **kwargs)
 
@@ -358,13 +367,13 @@ class _Head(BertHead):
         cfg, rt = self.config, self.runtime
         h = ModernBertPredictionHead(cfg, rt, name="head")(h)
         h = Dropout(cfg.classifier_dropout)(h, deterministic=deterministic)
-        return _dense(
+        return dense(
             cfg, rt, features, ("embed",), (None,), "classifier", out_dtype=jnp.float32,
             stddev=cfg.hidden_size**-0.5,
         )(h)  # fmt: skip
 
 
-class ModernBertForMaskedLM(_Head):
+class ModernBertForMaskedLM(ModernBertHead):
     """`head`, then logits against the tied token embeddings plus `decoder/bias`: [B, L, V]
     float32, or [B, P, V] at `masked_positions` (P/L of the cost; equal to gathering)."""
 
@@ -376,11 +385,8 @@ class ModernBertForMaskedLM(_Head):
         if masked_positions is not None:
             h = gather_positions(h, masked_positions)  # [B, P, E]
         t = ModernBertPredictionHead(cfg, rt, name="head")(h)
-        table = self.variables["params"]["model"]["embeddings"]["tok_embeddings"]["embedding"]
-        logits = jnp.einsum(
-            "...e,ve->...v", t.astype(rt.dtype), nn.meta.unbox(table).astype(rt.dtype),
-            preferred_element_type=jnp.float32,
-        )  # fmt: skip
+        table = self.variables["params"][ENCODER_NAME]["embeddings"]["tok_embeddings"]
+        logits = tied_logits(t, table["embedding"], rt.dtype)  # float32 [..., V']
         if cfg.decoder_bias:
             logits += DecoderBias(cfg.vocab_size, rt.param_dtype, name="decoder")()
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
@@ -394,11 +400,11 @@ class DecoderBias(nn.Module):
 
     @nn.compact
     def __call__(self):
-        bias = self.param("bias", _zeros(("vocab",)), (self.size,), self.param_dtype)
+        bias = self.param("bias", zeros_init(("vocab",)), (self.size,), self.param_dtype)
         return bias.astype(jnp.float32)
 
 
-class ModernBertForSequenceClassification(_Head):
+class ModernBertForSequenceClassification(ModernBertHead):
     """Pooled (`classifier_pooling`) -> head -> dropout -> `classifier`: logits [B, N]
     (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
@@ -409,7 +415,7 @@ class ModernBertForSequenceClassification(_Head):
         return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
-class ModernBertForMultipleChoice(_Head):
+class ModernBertForMultipleChoice(ModernBertHead):
     """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
 
     pooled = True
@@ -420,7 +426,7 @@ class ModernBertForMultipleChoice(_Head):
         return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
 
 
-class ModernBertForTokenClassification(_Head):
+class ModernBertForTokenClassification(ModernBertHead):
     """Per-token labels: head -> dropout -> `classifier`: logits [B, L, N]."""
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
@@ -428,7 +434,7 @@ class ModernBertForTokenClassification(_Head):
         return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
 
-class ModernBertForQuestionAnswering(_Head):
+class ModernBertForQuestionAnswering(ModernBertHead):
     """Extractive QA: head -> dropout -> `classifier` [.., 2]: start_logits, end_logits [B, L]."""
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):

@@ -1,0 +1,259 @@
+"""The building blocks every family's modules are made of: dense layers, embeddings, dropout,
+LayerNorm, activation sharding constraints and the checked encoder inputs.
+
+Nothing here names a family: sizes come from the module's attributes or from the config's
+shared fields (`models.config.EncoderConfig`: hidden_size, initializer_range, ...), and the
+parameter names (`kernel`, `bias`, `embedding`, `scale`) are the ones every checkpoint uses.
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  V vocabulary       P predictions per sequence (masked positions)
+
+Logical axis names carried by the parameters (mapped to mesh axes by `bert_jax.parallel.sharding`):
+  vocab, embed, heads, kv, mlp, layers (the stacked axis under `scan_layers`); None = replicated.
+Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models.attention import dropout
+from bert_jax.models.config import EncoderConfig, RuntimeConfig
+
+Array = jax.Array
+Axes = tuple[str | None, ...]
+
+
+def zeros_init(axes: Axes):
+    """A zeros initializer carrying the logical `axes` (biases)."""
+    return nn.with_logical_partitioning(jax.nn.initializers.zeros, axes)
+
+
+def _weights(
+    module: nn.Module, in_shape, features, in_axes, out_axes, stddev, param_dtype, use_bias=True
+):
+    """Creates a dense layer's kernel [*in_shape, *features] and bias [*features] (None without
+    `use_bias`) in `module`.
+
+    The kernel is created at its final (e.g. head-split [E, H, D]) shape, so its logical axes
+    hold from initialization on, under any mesh.
+    """
+    init = jax.nn.initializers.truncated_normal(stddev=stddev)
+    kernel = module.param(
+        "kernel",
+        nn.with_logical_partitioning(init, (*in_axes, *out_axes)),
+        (*in_shape, *features),
+        param_dtype,
+    )
+    if not use_bias:
+        return kernel, None
+    bias = module.param("bias", zeros_init(out_axes), features, param_dtype)
+    return kernel, bias
+
+
+class DenseWeights(nn.Module):
+    """A dense layer's (kernel [*in_shape, *features], bias [*features]), not applied: lets
+    several projections run as one matmul while each keeps its own parameters, named as in the
+    checkpoints."""
+
+    features: tuple[int, ...]
+    in_axes: Axes
+    out_axes: Axes
+    stddev: float = 0.02
+    param_dtype: Any = "float32"
+
+    @nn.compact
+    def __call__(self, in_shape: tuple[int, ...]):
+        return _weights(
+            self,
+            in_shape,
+            self.features,
+            self.in_axes,
+            self.out_axes,
+            self.stddev,
+            self.param_dtype,
+        )
+
+
+class Dense(nn.Module):
+    """y = x . W + b, contracting the last len(in_axes) axes of x with W [*in, *features].
+
+    Attributes:
+      features: output dims, e.g. (H, D) or (E,).
+      in_axes / out_axes: logical axis names of the contracted input dims / the output dims.
+      stddev: truncated-normal initializer stddev (the config's initializer_range).
+      dtype / param_dtype: compute / storage dtypes.
+      out_dtype: dtype the matmul accumulates into and returns (None: `dtype`); float32 for
+        output layers, so that bfloat16 compute does not round logits to 8 bits of mantissa.
+      use_bias: whether there is a bias (ModernBERT's layers have none).
+    """
+
+    features: tuple[int, ...]
+    in_axes: Axes
+    out_axes: Axes
+    stddev: float = 0.02
+    dtype: Any = "float32"
+    param_dtype: Any = "float32"
+    out_dtype: Any = None
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        n_in = len(self.in_axes)
+        kernel, bias = _weights(
+            self,
+            x.shape[x.ndim - n_in :],
+            self.features,
+            self.in_axes,
+            self.out_axes,
+            self.stddev,
+            self.param_dtype,
+            self.use_bias,
+        )
+        out_dtype = self.dtype if self.out_dtype is None else self.out_dtype
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        contract = (tuple(range(x.ndim - n_in, x.ndim)), tuple(range(n_in)))
+        y = jax.lax.dot_general(x, kernel, (contract, ((), ())), preferred_element_type=out_dtype)
+        return y if bias is None else y + bias.astype(out_dtype)
+
+
+def dense(
+    cfg: EncoderConfig,
+    rt: RuntimeConfig,
+    features: int | tuple[int, ...],
+    in_axes: Axes,
+    out_axes: Axes,
+    name: str,
+    out_dtype: Any = None,
+    use_bias: bool = True,
+    stddev: float | None = None,
+) -> Dense:
+    """A `Dense` named `name` in the run's dtypes, initialized with stddev `cfg.initializer_range`
+    unless `stddev` is given: [..., *in] -> [..., *features]."""
+    features = features if isinstance(features, tuple) else (features,)
+    return Dense(
+        features,
+        tuple(in_axes),
+        tuple(out_axes),
+        stddev=cfg.initializer_range if stddev is None else stddev,
+        dtype=rt.dtype,
+        param_dtype=rt.param_dtype,
+        out_dtype=out_dtype,
+        use_bias=use_bias,
+        name=name,
+    )
+
+
+class Dropout(nn.Module):
+    """Inverted dropout drawn as raw 32-bit random words against an integer threshold.
+
+    The same distribution as `nn.Dropout` (keep probability exact to 2^-32) without turning
+    every word into a float first, which costs a third of the random-number time on CPUs.
+    """
+
+    rate: float
+
+    @nn.compact
+    def __call__(self, x, *, deterministic: bool):
+        if deterministic or self.rate == 0.0:
+            return x
+        return dropout(x, self.rate, self.make_rng("dropout"))
+
+
+def layer_norm(
+    rt: RuntimeConfig, epsilon: float, name: str = "LayerNorm", use_bias: bool = True
+) -> nn.LayerNorm:
+    """LayerNorm over E ([..., E] -> [..., E]; statistics in float32), `scale` and (with
+    `use_bias`) `bias` [E] on the `embed` axis."""
+    return nn.LayerNorm(
+        epsilon=epsilon,
+        use_bias=use_bias,
+        dtype=rt.dtype,
+        param_dtype=rt.param_dtype,
+        scale_init=nn.with_logical_partitioning(jax.nn.initializers.ones, ("embed",)),
+        bias_init=zeros_init(("embed",)),
+        name=name,
+    )
+
+
+def constrain(x: Array, *axes: str | None) -> Array:
+    """`x` constrained to the logical activation `axes`, one per dim (e.g. act_batch, act_len)."""
+    return nn.with_logical_constraint(x, axes)
+
+
+class Embed(nn.Module):
+    """A lookup table `embedding` [num, E]: ids [...] -> [..., E] in `dtype`.
+
+    Rows are read from the table in its parameter dtype and then cast, so the backward pass
+    adds the gradients of repeated ids in float32 (a scatter-add in bfloat16 rounds each sum).
+    `one_hot=True` looks up by a one-hot matmul instead, for small tables whose ids repeat
+    thousands of times a batch (positions, token types): the backward is then a matmul, where
+    a scatter-add would serialize on the few rows it writes (on an H100, BERT-large's 2-row
+    token-type table's scatter took 33 of 148 ms a step). The matmul is exact: float32 at
+    HIGHEST precision, each output the one product 1 x row.
+
+    Under FSDP the table's E axis is sharded; it is gathered whole along that axis before the
+    lookup (as FSDP does for every weight), so the output comes out batch-sharded.
+    """
+
+    num_embeddings: int
+    features: int
+    axes: tuple[str | None, str | None]
+    stddev: float = 0.02
+    dtype: Any = "float32"
+    param_dtype: Any = "float32"
+    one_hot: bool = False
+
+    @nn.compact
+    def __call__(self, ids):
+        init = jax.nn.initializers.truncated_normal(stddev=self.stddev)
+        table = self.param(
+            "embedding",
+            nn.with_logical_partitioning(init, self.axes),
+            (self.num_embeddings, self.features),
+            self.param_dtype,
+        )
+        table = nn.with_logical_constraint(table, (self.axes[0], None))
+        if self.one_hot:
+            one_hot = jax.nn.one_hot(ids, self.num_embeddings, dtype=table.dtype)  # [..., num]
+            rows = jnp.dot(one_hot, table, precision=jax.lax.Precision.HIGHEST)
+        else:
+            rows = jnp.take(table, ids, axis=0)
+        return rows.astype(self.dtype)
+
+
+def gather_positions(sequence: Array, positions: Array) -> Array:
+    """sequence [B, L, E], positions [B, P] int -> [B, P, E] (the original's gather_indexes)."""
+    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
+def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | None):
+    """An encoder's [B, L] inputs checked, with defaults where None: token_type_ids zeros,
+    attention_mask ones, position_ids 0..L-1. Returns the `arrays` in their order."""
+    if runtime.dtype == "auto":
+        raise ValueError(
+            "RuntimeConfig.dtype='auto' is resolved once per run, before the model is built: "
+            "runtime.resolved(bert_jax.hardware.current_platform())"
+        )
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, length]; got shape {input_ids.shape}")
+    defaults = dict(
+        token_type_ids=lambda: jnp.zeros_like(input_ids),
+        attention_mask=lambda: jnp.ones_like(input_ids),
+        position_ids=lambda: jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape),
+    )
+    out = []
+    for name, arr in arrays.items():
+        arr = defaults[name]() if arr is None else arr
+        if arr.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} has shape {arr.shape} but input_ids has shape {input_ids.shape}"
+            )
+        out.append(arr)
+    return tuple(out)
