@@ -30,9 +30,10 @@ def _experiment(mesh, model_name="BertForPreTraining"):
 def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_path, monkeypatch):
     """Written on one mesh, read on another: every parameter arrives with the new mesh's
     sharding and the written values, the optimizer state is fresh, and nothing goes through the
-    host conversion (`convert.load_any`)."""
+    host conversion (`convert.load_any`, `convert.load_training_checkpoint`)."""
     import jax
     import numpy as np
+    from flax import traverse_util
 
     from bert_jax import convert
     from bert_jax.checkpoints import checkpointing
@@ -50,6 +51,7 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
 
     target = _experiment((2, 2, 2))
     monkeypatch.setattr(convert, "load_any", no_host_path)
+    monkeypatch.setattr(convert, "load_training_checkpoint", no_host_path)
     fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
     begun = start.starting_state(target, fresh, init_from=str(tmp_path / "run"))
     fresh.close()
@@ -69,10 +71,18 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     # Another head: the parameters go through the host conversion, which maps them by name.
     monkeypatch.undo()
     called = []
-    real = convert.load_any
-    monkeypatch.setattr(convert, "load_any", lambda *a, **k: called.append(a[1]) or real(*a, **k))
+    real = convert.load_training_checkpoint
+    monkeypatch.setattr(
+        convert, "load_training_checkpoint", lambda *a, **k: called.append(a) or real(*a, **k)
+    )
     mlm = _experiment((8, 1, 1), "BertForMaskedLM")
     fresh = checkpointing.Checkpointer(str(tmp_path / "mlm" / "checkpoints"))
-    start.starting_state(mlm, fresh, init_from=str(tmp_path / "run"))
+    begun = start.starting_state(mlm, fresh, init_from=str(tmp_path / "run"))
     fresh.close()
-    assert called == ["BertForMaskedLM"]
+    assert len(called) == 1 and begun.source == "init_from"
+    source_params, got = jax.device_get(state.params), jax.device_get(begun.state.params)
+    want, have = (dict(traverse_util.flatten_dict(p, sep="/")) for p in (source_params, got))
+    mapped = [k for k in have if k.startswith(("bert/", "cls/predictions/"))]
+    assert mapped and set(mapped) <= set(want)
+    for key in mapped:  # the vocabulary's 99 rows (the rest pad it to a multiple)
+        np.testing.assert_array_equal(have[key][:99], want[key][:99], err_msg=key)
