@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from etils import epath
+from flax import traverse_util
 
 from bert_jax import convert, tokenization
 from bert_jax.checkpoints import checkpointing, hub, run_params
@@ -200,7 +201,7 @@ def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loa
     role = "BertModel" if num_labels is not None else head
     if (as_path(path) / "checkpoints").is_dir():
         config, params, stored, _ = convert.load_training_checkpoint(path)
-        report = convert.ConversionReport(loaded=list(convert._flatten(params)))
+        report = convert.ConversionReport(loaded=list(traverse_util.flatten_dict(params, sep="/")))
         role = role and families.head_in_family(config, role)
         if role and role != stored:
             params, report = _rehead(config, params, stored, role, allow_new_heads)
