@@ -101,6 +101,46 @@ def test_what_is_neither_a_path_nor_in_the_cache_is_one_clear_error(hub_cache, c
     assert "error: no checkpoint at org/absent" in capsys.readouterr().err
 
 
+def test_a_hub_id_not_in_the_cache_is_downloaded_where_allowed(hub_cache, tmp_path, monkeypatch):
+    """Online (no HF_HUB_OFFLINE): the config, the vocabulary and one kind of weights are
+    fetched, never the repository's other formats; a failed download is one line naming it."""
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    fetched = tmp_path / "fetched"
+    params = tiny_model_dir(_mkdir(fetched), "BertModel")
+    calls, real = [], huggingface_hub.snapshot_download
+
+    def snapshot_download(repo_id, **kwargs):
+        calls.append(kwargs)
+        return real(repo_id, **kwargs) if kwargs.get("local_files_only") else str(fetched)
+
+    files = ["README.md", "config.json", "flax_model.msgpack", "model.safetensors", "vocab.txt"]
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo_id: files)
+    loaded = bert_jax.from_pretrained("org/elsewhere")
+    assert_same(loaded.params, params)
+    assert [c.get("local_files_only") for c in calls] == [True, None]
+    assert calls[1]["allow_patterns"] == [
+        *hub.CONFIG_FILES,
+        "model.safetensors",
+        "model-*.safetensors",
+    ]
+    assert bert_jax.from_pretrained(REPO).head == "BertForPreTraining"  # cached: no download
+    assert len(calls) == 3
+
+    def unreachable(repo_id, **kwargs):
+        if kwargs.get("local_files_only"):
+            return real(repo_id, **kwargs)
+        raise OSError("Connection refused\n(details on a second line)")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+    with pytest.raises(FileNotFoundError) as err:
+        bert_jax.from_pretrained("org/elsewhere")
+    assert str(err.value).startswith("no checkpoint at org/elsewhere: no such file or directory")
+    assert str(err.value).endswith("its download failed (Connection refused)")
+
+
 def test_finetuning_init_from_a_hub_id(hub_cache):
     from bert_jax.finetune import run
 

@@ -36,7 +36,7 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     from flax import traverse_util
 
     from bert_jax import convert
-    from bert_jax.checkpoints import checkpointing
+    from bert_jax.checkpoints import checkpointing, pretrained
     from bert_jax.training import start
 
     source = _experiment((8, 1, 1))
@@ -45,6 +45,8 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     meta = source.checkpoint_meta()
     ckpt.save(5, state, meta={**meta, "step": 5})
     ckpt.close()
+    # The config alone (fine-tuning's random_init and --mode=compile): the checkpoint's record.
+    assert pretrained.read_config(tmp_path / "run") == source.bert_config
 
     def no_host_path(*args, **kwargs):
         raise AssertionError("init_from went through the host conversion")

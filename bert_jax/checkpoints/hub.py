@@ -79,8 +79,9 @@ def _snapshot(repo_id: str) -> str:
             repo_id, cache_dir=cache, allow_patterns=_wanted_files(repo_id)
         )
     except Exception as e:  # noqa: BLE001 - network, HTTP and repository errors of many types
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]  # one line
         raise FileNotFoundError(
-            f"no checkpoint at {repo_id}: {tried}, and its download failed ({e})"
+            f"no checkpoint at {repo_id}: {tried}, and its download failed ({reason})"
         ) from e
 
 
