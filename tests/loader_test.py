@@ -5,7 +5,10 @@ tests/conftest.py)."""
 
 import hashlib
 import os
+import pathlib
 import shutil
+import subprocess
+import sys
 import types
 
 import flax.linen as nn
@@ -21,6 +24,7 @@ from bert_jax.models.bert.model import init_params
 from bert_jax.models.families import get_model_class
 from tests.common import TINY
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPO = "org/tiny-bert"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(94))]
@@ -158,9 +162,14 @@ def test_finetuning_init_from_a_hub_id(hub_cache):
     assert run.starting_point(config, data, tokenizer) == (cfg, None)
 
 
-def test_convert_command_reads_a_hub_id(hub_cache, tmp_path, capsys):
+def test_convert_command_reads_a_hub_id(hub_cache, tmp_path):
+    """`python -m bert_jax.convert org/tiny-bert OUT` with HF_HUB_OFFLINE=1 (the cache's)."""
     out = tmp_path / "out"
-    assert convert.main([REPO, str(out)]) == 0, capsys.readouterr().err
+    command = [sys.executable, "-m", "bert_jax.convert", REPO, str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": ""}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"wrote bert_jax checkpoint to {out}" in proc.stdout
     config, params, head = convert.load_pretrained(out)
     assert (head, config.hidden_size) == ("BertForPreTraining", TINY.hidden_size)
     assert_same(params, hub_cache)
