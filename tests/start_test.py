@@ -88,3 +88,40 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     assert mapped and set(mapped) <= set(want)
     for key in mapped:  # the vocabulary's 99 rows (the rest pad it to a multiple)
         np.testing.assert_array_equal(have[key][:99], want[key][:99], err_msg=key)
+
+
+def test_init_from_a_hub_id_reads_the_cached_snapshot(tmp_path, monkeypatch):
+    """`init_from=org/name` (HF_HUB_OFFLINE=1): the Hugging Face cache's snapshot, converted on
+    the host into the run's shardings."""
+    import jax
+    import numpy as np
+
+    from bert_jax import convert
+    from bert_jax.checkpoints import checkpointing
+    from bert_jax.training import start
+
+    source = _experiment((8, 1, 1))
+    params = jax.device_get(start.init_state(source, seed=3).params)
+    commit = "89abcdef" * 5
+    repo = tmp_path / "cache" / "models--org--tiny"
+    convert.save_pytorch(source.bert_config, params, repo / "snapshots" / commit, source.head)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+    target = _experiment((2, 2, 2))
+    fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
+    begun = start.starting_state(target, fresh, init_from="org/tiny")
+    fresh.close()
+    assert (begun.step, begun.source) == (0, "init_from")
+    got = jax.tree_util.tree_leaves_with_path(begun.state.params)
+    for (path, array), want, sh in zip(
+        got,
+        jax.tree_util.tree_leaves(params),
+        jax.tree_util.tree_leaves(target.state_shardings.params),
+    ):
+        assert array.sharding == sh, path
+        # The vocabulary's 99 rows (the file's; the rest pad them to a multiple, zero).
+        np.testing.assert_array_equal(np.asarray(array)[:99], want[:99], err_msg=str(path))
