@@ -16,6 +16,7 @@ run's checkpoints read in place), or a Hugging Face Hub id (`checkpoints.hub`: t
 download where one is allowed). An existing path always wins over a Hub id. `from_pretrained`
 adds the module, the dtypes and the layer layout: the result is a plain Flax module, its
 parameter dict and its config (docs/from_transformers_flax.md maps transformers' Flax calls).
+Beside them: `find_tokenizer` (the one vocabulary lookup) and `read_config` (the config alone).
 """
 
 from __future__ import annotations
