@@ -48,7 +48,7 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax.checkpoints import hf_flax, model_card, run_params
+from bert_jax.checkpoints import hf_flax, hub, model_card, run_params
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import (
@@ -1239,7 +1239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "src",
         help="HF directory (PyTorch or Flax weights), TF checkpoint (prefix or folder), bert_jax "
-        "directory, or a train.py workdir (its newest checkpoint); a local path, never a Hub id",
+        "directory, or a train.py workdir (its newest checkpoint); a local path or a Hugging Face "
+        "Hub id (the cache, else a download unless HF_HUB_OFFLINE=1)",
     )
     parser.add_argument("dst", help="output directory")
     parser.add_argument(
@@ -1266,6 +1267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model_card.add_flags(parser)
     args = parser.parse_args(argv)
     try:
+        args.src = hub.resolve(args.src)  # a Hub id: its snapshot directory
         config, params, model, report = load_any(
             args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act
         )

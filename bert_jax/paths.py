@@ -37,14 +37,12 @@ def write_text_whole(path: str | os.PathLike, text: str) -> None:
 
 def missing_path_error(path: str | os.PathLike) -> FileNotFoundError:
     """The error for a checkpoint path that does not exist; when it reads like a Hugging Face Hub
-    id ("bert-base-uncased", "org/name"), it says how to get the files, since nothing here
-    downloads."""
+    id ("bert-base-uncased", "org/name"), it says which loaders read Hub ids."""
     text = os.fspath(path)
     if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", text) and not text.startswith((".", "/")):
         return FileNotFoundError(
-            f"{text!r} is not a file or directory. If it is a Hugging Face Hub id, bert_jax does "
-            "not download: fetch the repository first (`huggingface-cli download "
-            f"{text} --local-dir DIR`, or `git clone https://huggingface.co/{text}` with git-lfs) "
-            "and pass its directory"
+            f"{text!r} is not a file or directory. If it is a Hugging Face Hub id, "
+            "bert_jax.from_pretrained, init_from and `python -m bert_jax.convert` read it (the "
+            "cache, else a download); this reader takes a directory"
         )
     return FileNotFoundError(f"no checkpoint at {text}")

@@ -145,14 +145,6 @@ def test_bad_files_are_named(tmp_path):
         bert_jax.from_pretrained(sharded)
 
 
-@pytest.mark.parametrize("hub_id", ["bert-base-uncased", "google-bert/bert-base-cased"])
-def test_a_hub_id_says_to_download_the_repository(hub_id, capsys):
-    with pytest.raises(FileNotFoundError, match="does not download.*pass its directory"):
-        bert_jax.from_pretrained(hub_id)
-    assert convert.main([hub_id, "/tmp/never_written"]) == 1
-    assert "huggingface-cli download" in capsys.readouterr().err
-
-
 def test_command_line_writes_flax_and_refuses_stale_shards(tmp_path, capsys):
     src = str(FIXTURES / "BertForMaskedLM")
     dst = tmp_path / "out"

@@ -16,9 +16,9 @@ from bert_jax import convert, inference, tokenization
 from bert_jax.data.text_io import encode_texts
 from bert_jax.inference.__main__ import main
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.bert.model import init_params
 from bert_jax.models.families import family_of, get_model_class
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.params import init_params
 
 TEXTS = [
     "When shall we three meet again in thunder, lightning, or in rain?",

@@ -30,12 +30,13 @@ def _experiment(mesh, model_name="BertForPreTraining"):
 def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_path, monkeypatch):
     """Written on one mesh, read on another: every parameter arrives with the new mesh's
     sharding and the written values, the optimizer state is fresh, and nothing goes through the
-    host conversion (`convert.load_any`)."""
+    host conversion (`convert.load_any`, `convert.load_training_checkpoint`)."""
     import jax
     import numpy as np
+    from flax import traverse_util
 
     from bert_jax import convert
-    from bert_jax.checkpoints import checkpointing
+    from bert_jax.checkpoints import checkpointing, pretrained
     from bert_jax.training import start
 
     source = _experiment((8, 1, 1))
@@ -44,12 +45,15 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     meta = source.checkpoint_meta()
     ckpt.save(5, state, meta={**meta, "step": 5})
     ckpt.close()
+    # The config alone (fine-tuning's random_init and --mode=compile): the checkpoint's record.
+    assert pretrained.read_config(tmp_path / "run") == source.bert_config
 
     def no_host_path(*args, **kwargs):
         raise AssertionError("init_from went through the host conversion")
 
     target = _experiment((2, 2, 2))
     monkeypatch.setattr(convert, "load_any", no_host_path)
+    monkeypatch.setattr(convert, "load_training_checkpoint", no_host_path)
     fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
     begun = start.starting_state(target, fresh, init_from=str(tmp_path / "run"))
     fresh.close()
@@ -69,10 +73,55 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     # Another head: the parameters go through the host conversion, which maps them by name.
     monkeypatch.undo()
     called = []
-    real = convert.load_any
-    monkeypatch.setattr(convert, "load_any", lambda *a, **k: called.append(a[1]) or real(*a, **k))
+    real = convert.load_training_checkpoint
+    monkeypatch.setattr(
+        convert, "load_training_checkpoint", lambda *a, **k: called.append(a) or real(*a, **k)
+    )
     mlm = _experiment((8, 1, 1), "BertForMaskedLM")
     fresh = checkpointing.Checkpointer(str(tmp_path / "mlm" / "checkpoints"))
-    start.starting_state(mlm, fresh, init_from=str(tmp_path / "run"))
+    begun = start.starting_state(mlm, fresh, init_from=str(tmp_path / "run"))
     fresh.close()
-    assert called == ["BertForMaskedLM"]
+    assert len(called) == 1 and begun.source == "init_from"
+    source_params, got = jax.device_get(state.params), jax.device_get(begun.state.params)
+    want, have = (dict(traverse_util.flatten_dict(p, sep="/")) for p in (source_params, got))
+    mapped = [k for k in have if k.startswith(("bert/", "cls/predictions/"))]
+    assert mapped and set(mapped) <= set(want)
+    for key in mapped:  # the vocabulary's 99 rows (the rest pad it to a multiple)
+        np.testing.assert_array_equal(have[key][:99], want[key][:99], err_msg=key)
+
+
+def test_init_from_a_hub_id_reads_the_cached_snapshot(tmp_path, monkeypatch):
+    """`init_from=org/name` (HF_HUB_OFFLINE=1): the Hugging Face cache's snapshot, converted on
+    the host into the run's shardings."""
+    import jax
+    import numpy as np
+
+    from bert_jax import convert
+    from bert_jax.checkpoints import checkpointing
+    from bert_jax.training import start
+
+    source = _experiment((8, 1, 1))
+    params = jax.device_get(start.init_state(source, seed=3).params)
+    commit = "89abcdef" * 5
+    repo = tmp_path / "cache" / "models--org--tiny"
+    convert.save_pytorch(source.bert_config, params, repo / "snapshots" / commit, source.head)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+
+    target = _experiment((2, 2, 2))
+    fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
+    begun = start.starting_state(target, fresh, init_from="org/tiny")
+    fresh.close()
+    assert (begun.step, begun.source) == (0, "init_from")
+    got = jax.tree_util.tree_leaves_with_path(begun.state.params)
+    for (path, array), want, sh in zip(
+        got,
+        jax.tree_util.tree_leaves(params),
+        jax.tree_util.tree_leaves(target.state_shardings.params),
+    ):
+        assert array.sharding == sh, path
+        # The vocabulary's 99 rows (the file's; the rest pad them to a multiple, zero).
+        np.testing.assert_array_equal(np.asarray(array)[:99], want[:99], err_msg=str(path))

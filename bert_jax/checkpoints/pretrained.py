@@ -1,20 +1,32 @@
-"""One call from a checkpoint directory to a model you can apply: `bert_jax.from_pretrained`.
+"""The one loader: every path into weights (`init_from`, fine-tuning, inference, `from_pretrained`)
+reads a checkpoint through `load`, which returns one record.
+
+    loaded = pretrained.load("path/or/gs://bucket/dir/or/org/name", "BertForMaskedLM")
+    loaded.config, loaded.params, loaded.head, loaded.tokenizer, loaded.family
 
     import bert_jax
     m = bert_jax.from_pretrained("path/to/dir", head="BertForSequenceClassification",
                                  dtype="bfloat16")
     out = m.model.apply({"params": m.params}, input_ids, attention_mask=mask)   # out.logits [B, N]
 
-It reads every format `bert_jax.convert` reads (transformers PyTorch or Flax directories, TF
-checkpoints, bert_jax exports, train.py run directories) and nothing else happens behind it: the
-result is a plain Flax module, its parameter dict and its config, which you apply, jit, shard and
-train yourself (docs/from_transformers_flax.md maps transformers' Flax calls to these). Nothing is
-downloaded; a Hugging Face Hub id is refused with how to fetch the repository.
+A source is any checkpoint `bert_jax.convert` reads (transformers PyTorch or Flax directories, TF
+checkpoints, bert_jax exports, train.py run directories), a local path or a URL (`gs://...`,
+through `etils.epath`; a bucket's files are copied to a temporary directory for the reading, a
+run's checkpoints read in place), or a Hugging Face Hub id (`checkpoints.hub`: the cache, else a
+download where one is allowed). An existing path always wins over a Hub id. `from_pretrained`
+adds the module, the dtypes and the layer layout: the result is a plain Flax module, its
+parameter dict and its config (docs/from_transformers_flax.md maps transformers' Flax calls).
+Beside them: `find_tokenizer` (the one vocabulary lookup) and `read_config` (the config alone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -22,16 +34,48 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from etils import epath
+from flax import traverse_util
 
 from bert_jax import convert, tokenization
+from bert_jax.checkpoints import checkpointing, hub, run_params
+from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.families import get_model_class
 from bert_jax.models.params import stack_layers
-from bert_jax.paths import missing_path_error
+from bert_jax.paths import as_path, is_url
 
 PyTree = Any
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+# The files of a bucket's checkpoint directory copied for reading (its `params/` tree whole):
+# configs, vocabularies, weights and shard indexes, TF checkpoint files; not other formats.
+_STAGED_RE = re.compile(r".*\.(json|txt|safetensors|bin|msgpack|index)$|.*\.data-\d{5}-of-\d{5}$")
+
+
+class Loaded(NamedTuple):
+    """What `load` returns.
+
+    Attributes:
+      config: the architecture (the family's config class: `BertConfig`, `ModernBertConfig`).
+      params: a nested dict of host numpy arrays as stored (float32 from HF files; layers
+        unstacked), or, where `placed`, jax.Arrays in the shardings of `load`'s `targets`.
+      head: the class name of `params` ("BertForPreTraining", "ModernBertModel", ...).
+      tokenizer: the WordPiece tokenizer found beside the weights (or in a run's `hf/`, `data/`),
+        or None (or not looked for: `load(..., with_tokenizer=False)`).
+      family: the model family's registry row (`models.families.Family`).
+      placed: whether `params` are the sharded arrays of `targets` (a train.py run of this head
+        and layout, read without a host copy).
+      report: what was loaded, left unused or newly initialized (`convert.ConversionReport`);
+        None where `placed`.
+    """
+
+    config: Any
+    params: PyTree
+    head: str
+    tokenizer: tokenization.WordPieceTokenizer | None
+    family: families.Family
+    placed: bool = False
+    report: Any = None
 
 
 class Pretrained(NamedTuple):
@@ -54,26 +98,191 @@ class Pretrained(NamedTuple):
     head: str
 
 
-def _dtype_name(dtype) -> str:
-    """ "bfloat16" for "bfloat16", jnp.bfloat16 or np.dtype(...)."""
-    return jnp.dtype(dtype).name
+def find_tokenizer(
+    path: str | os.PathLike, vocab_size: int | None = None
+) -> tokenization.WordPieceTokenizer | None:
+    """The tokenizer.json / vocab.txt in `path` (a directory, or beside a checkpoint file or TF
+    prefix) or in its `hf/`, `data/` (a run directory), local, a URL or a Hub id (`hub.resolve`);
+    None when there is none.
 
-
-def find_tokenizer(path: str, config: BertConfig) -> tokenization.WordPieceTokenizer | None:
-    """The tokenizer.json / vocab.txt in `path` or its `hf/`, `data/` (a run directory), or None;
-    raises when its vocabulary does not fit the model's."""
-    for folder in (path, os.path.join(path, "hf"), os.path.join(path, "data")):
+    Raises:
+      ValueError: `vocab_size` is given and the vocabulary found has another number of tokens.
+    """
+    base = as_path(hub.resolve(path))
+    base = base if base.is_dir() else base.parent
+    for folder in (base, base / "hf", base / "data"):
         for name in TOKENIZER_FILES:
-            file = os.path.join(folder, name)
-            if os.path.isfile(file):
+            file = folder / name
+            if file.is_file():
                 tokenizer = tokenization.load_tokenizer(file)
-                if tokenizer.vocab_size != config.vocab_size:
+                if vocab_size is not None and tokenizer.vocab_size != vocab_size:
                     raise ValueError(
-                        f"{file} has {tokenizer.vocab_size} tokens but the model "
-                        f"{config.vocab_size}"
+                        f"{file} has {tokenizer.vocab_size} tokens but the model {vocab_size}"
                     )
                 return tokenizer
     return None
+
+
+def load(
+    source: str | os.PathLike,
+    head: str | None = None,
+    *,
+    allow_new_heads: bool = False,
+    num_labels: int | None = None,
+    hidden_act: str | None = None,
+    targets: PyTree | None = None,
+    with_tokenizer: bool = True,
+) -> Loaded:
+    """Reads a checkpoint: a path, a URL or a Hub id (see the module's docstring).
+
+    A run directory gives its newest checkpoint read straight into `targets` where they are
+    given and fit (same head and layer layout); else its `export/` where it has one (the model
+    the run wrote at its end: fine-tuning's best under `finetune.keep=best`); else its newest
+    checkpoint on the host.
+
+    Args:
+      source: where the checkpoint is.
+      head: the head class of the result ("BertForMaskedLM"; a BERT name stands for its role in
+        the checkpoint's family, a "FlaxBert..." name for "Bert..."); None: the checkpoint's own
+        (config.json's `architectures`).
+      allow_new_heads: initialize head weights the checkpoint lacks (seed 0) instead of raising.
+      num_labels: a new `head` with this many labels: the encoder (and pooler) from the
+        checkpoint, the head's weights initialized (seed 0).
+      hidden_act: TF checkpoints only, the activation in place of bert_config.json's.
+      targets: `jax.ShapeDtypeStruct`s with `.sharding` of a run's parameters, or None.
+      with_tokenizer: look for the tokenizer (checked against the model's vocabulary).
+
+    Returns:
+      A `Loaded` (config, params, head, tokenizer, family, placed).
+    """
+    head = _canonical_head(head)
+    path = weights = hub.resolve(source)
+    run = (as_path(path) / "checkpoints").is_dir()
+    loaded = None
+    if run and targets is not None and head is not None and num_labels is None:
+        loaded = _run_into_targets(path, head, targets)
+    if loaded is None:
+        if (as_path(path) / "export").is_dir():  # a run's model as it wrote it at its end
+            weights, run = os.fspath(as_path(path) / "export"), False
+        with _staged(weights, in_place=run) as local:
+            loaded = _read(local, head, allow_new_heads, hidden_act, num_labels)
+        logging.info("%s from %s: %s", loaded.head, weights, loaded.report.summary())
+    if with_tokenizer:
+        vocab_size = loaded.config.vocab_size
+        tokenizer = find_tokenizer(path, vocab_size)
+        if tokenizer is None and weights != path:
+            tokenizer = find_tokenizer(weights, vocab_size)
+        loaded = loaded._replace(tokenizer=tokenizer)
+    return loaded
+
+
+def _canonical_head(head: str | None) -> str | None:
+    """`head` with a "FlaxBert" prefix dropped; an unknown name raises naming the known ones."""
+    if head is None:
+        return None
+    head = head[len("Flax") :] if head.startswith("FlaxBert") else head
+    families.get_model_class(head)
+    return head
+
+
+def _run_into_targets(path: str, head: str, targets: PyTree) -> Loaded | None:
+    """The newest checkpoint of the run at `path` read into `targets`' shardings; None when it is
+    of another head or its parameters have other shapes (another layer layout)."""
+    run = run_params.read_run_params(path, targets=targets)
+    if run is None or run.head != head:
+        return None
+    config = families.config_from_hf_dict(run.config)
+    logging.info("%s: the parameters of step %d, read into their shardings", path, run.step)
+    return Loaded(config, run.params, run.head, None, families.family_of(config), placed=True)
+
+
+def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loaded:
+    """The host parameters of the checkpoint at local `path` (a run directory may be a URL), as
+    `load`'s record without the tokenizer."""
+    role = "BertModel" if num_labels is not None else head
+    if (as_path(path) / "checkpoints").is_dir():
+        config, params, stored, _ = convert.load_training_checkpoint(path)
+        report = convert.ConversionReport(loaded=list(traverse_util.flatten_dict(params, sep="/")))
+        role = role and families.head_in_family(config, role)
+        if role and role != stored:
+            params, report = _rehead(config, params, stored, role, allow_new_heads)
+            stored = role
+    else:
+        config, params, stored, report = convert.load_any(
+            path, role, allow_new_heads=allow_new_heads or num_labels is not None,
+            hidden_act=hidden_act,
+        )  # fmt: skip
+    if num_labels is not None:
+        if head is None:
+            raise ValueError("num_labels needs the head, e.g. head='BertForSequenceClassification'")
+        config = config.replace(num_labels=num_labels, label_names=None)
+        stored, (params, report) = head, _rehead(config, params, stored, head, True)
+    return Loaded(config, params, stored, None, families.family_of(config), report=report)
+
+
+def _rehead(config, params: PyTree, stored: str, head: str, allow_new_heads: bool):
+    """(params of `head`, report) from `params` of `stored`, mapped through the HF names."""
+    state = convert.params_to_hf_state(config, params, stored)
+    return convert.hf_state_to_params(config, state, head, allow_new_heads=allow_new_heads)
+
+
+@contextlib.contextmanager
+def _staged(path: str, in_place: bool = False) -> Iterator[str]:
+    """A local path holding the checkpoint at `path`: itself when local (or `in_place`: a run's
+    checkpoints, which Orbax reads at a URL), else a temporary copy of what the formats read
+    (removed on exit). A TF prefix at a URL brings its files and the configs beside it."""
+    if in_place or not is_url(path):
+        yield path
+        return
+    url = epath.Path(path)
+    is_dir = url.is_dir()
+    if not is_dir and not (url.parent / f"{url.name}.index").exists():
+        raise FileNotFoundError(f"no checkpoint at {path}: no such directory or TF prefix")
+    with tempfile.TemporaryDirectory(prefix="bert_jax_load_") as tmp:
+        if is_dir:
+            _copy_tree(url, epath.Path(tmp), lambda name: bool(_STAGED_RE.fullmatch(name)))
+            yield tmp
+        else:
+            keep = lambda name: name.startswith(f"{url.name}.") or name in hub.CONFIG_FILES  # noqa: E731
+            _copy_tree(url.parent, epath.Path(tmp), keep, subfolders=False)
+            yield os.path.join(tmp, url.name)
+
+
+def _copy_tree(src: epath.Path, dst: epath.Path, keep, *, subfolders: bool = True) -> None:
+    """Copies the files of `src` whose names `keep` accepts (None: every file and folder), and
+    its `params/` folder (a bert_jax export's Orbax tree) whole."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for entry in src.iterdir():
+        if entry.is_dir():
+            if subfolders and (keep is None or entry.name == "params"):
+                _copy_tree(entry, dst / entry.name, None)
+        elif keep is None or keep(entry.name):
+            with entry.open("rb") as fin, (dst / entry.name).open("wb") as fout:
+                shutil.copyfileobj(fin, fout, length=1 << 24)
+
+
+def read_config(source: str | os.PathLike) -> Any:
+    """The model config of a checkpoint without its weights: config.json (or bert_config.json)
+    beside them, a run's `export/` one or its newest checkpoint's record.
+
+    Returns:
+      The family's config (`BertConfig`, `ModernBertConfig`).
+    """
+    path = as_path(hub.resolve(source))
+    if (path / "export").is_dir():
+        path = path / "export"
+    elif (path / "checkpoints").is_dir():
+        root = checkpointing.run_checkpoints(path)
+        steps = checkpointing.saved_steps(root)
+        if not steps:
+            raise FileNotFoundError(f"no training checkpoints in {root}")
+        return families.config_from_hf_dict(checkpointing.read_meta(root, steps[-1])["config"])
+    folder = path if path.is_dir() else path.parent  # beside a TF prefix
+    if not is_url(folder):
+        return families.config_from_json_file(folder)
+    with tempfile.TemporaryDirectory(prefix="bert_jax_config_") as tmp:
+        _copy_tree(folder, epath.Path(tmp), lambda n: n in hub.CONFIG_FILES[:2], subfolders=False)
+        return families.config_from_json_file(tmp)
 
 
 def from_pretrained(
@@ -87,15 +296,15 @@ def from_pretrained(
     allow_new_heads: bool = False,
     num_labels: int | None = None,
 ) -> Pretrained:
-    """Loads a checkpoint directory as (module, params, config, tokenizer).
+    """Loads a checkpoint as (module, params, config, tokenizer, head): `load` and the module.
 
     Args:
-      path: a local directory: transformers (config.json + flax_model.msgpack, model.safetensors
-        or pytorch_model.bin), a bert_jax export, a TF checkpoint, or a train.py run directory
-        (its `export/`, else its newest checkpoint). Never a Hub id: nothing is downloaded.
+      path: a local path, a URL (`gs://...`) or a Hugging Face Hub id ("org/name": the cache,
+        else a download unless HF_HUB_OFFLINE=1) of a transformers directory (config.json +
+        flax_model.msgpack, model.safetensors or pytorch_model.bin), a bert_jax export, a TF
+        checkpoint, or a train.py run directory (its `export/`, else its newest checkpoint).
       head: the head class, e.g. "BertForSequenceClassification" (a "FlaxBert..." name is taken
-        too); None: config.json's `architectures` (what FlaxAutoModelFor... picked), and
-        "BertModel" is the bare encoder (FlaxAutoModel).
+        too); None: config.json's `architectures`; "BertModel" is the bare encoder.
       dtype: compute dtype of the module ("float32", "bfloat16", "float16" or a jnp dtype), as
         the `dtype` of transformers' Flax classes: LayerNorm and softmax stay float32.
       param_dtype: dtype the parameters are cast to and the module declares ("float32" or
@@ -104,45 +313,22 @@ def from_pretrained(
       remat_policy: "none", "dots", "dots_no_batch" or "full": what each layer keeps for the
         backward pass (transformers' `gradient_checkpointing=True` is "full").
       allow_new_heads: initialize head weights the checkpoint lacks (seed 0) instead of raising.
-      num_labels: a new head with this many labels (transformers' `num_labels=`): the encoder
-        (and pooler, where the checkpoint has one) from the checkpoint, the head's weights
-        initialized (seed 0) whatever head the checkpoint has.
+      num_labels: a new head with this many labels (transformers' `num_labels=`).
 
     Returns:
-      A `Pretrained` (model, params, config, tokenizer, head).
+      A `Pretrained` (model, params, config, tokenizer, head): params host numpy arrays in
+      `param_dtype`.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path) and not os.path.exists(path + ".index"):  # .index: a TF prefix
-        raise missing_path_error(path)
-    if head is not None and head.startswith("FlaxBert"):
-        head = head[len("Flax") :]
-    if head is not None:
-        get_model_class(head)  # an unknown name fails here, naming the known ones
-    weights = path
-    if os.path.isdir(os.path.join(path, "export")):  # a run directory: its exported model
-        weights = os.path.join(path, "export")
-    if num_labels is None:
-        config, params, head, report = convert.load_any(
-            weights, head, allow_new_heads=allow_new_heads
-        )
-    else:
-        if head is None:
-            raise ValueError("num_labels needs the head, e.g. head='BertForSequenceClassification'")
-        config, encoder, _, _ = convert.load_any(weights, "BertModel", allow_new_heads=True)
-        state = convert.params_to_hf_state(config, encoder, "BertModel")
-        config = config.replace(num_labels=num_labels, label_names=None)
-        params, report = convert.hf_state_to_params(config, state, head, allow_new_heads=True)
-    logging.info("%s from %s: %s", head, weights, report.summary())
+    loaded = load(path, head, allow_new_heads=allow_new_heads, num_labels=num_labels)
     runtime = RuntimeConfig(
-        dtype=_dtype_name(dtype),
-        param_dtype=_dtype_name(param_dtype),
+        dtype=jnp.dtype(dtype).name,
+        param_dtype=jnp.dtype(param_dtype).name,
         scan_layers=scan_layers,
         remat_policy=remat_policy,
     )
     cast = jnp.dtype(runtime.param_dtype)
-    params = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(cast), params)
+    params = jax.tree_util.tree_map(lambda x: np.asarray(x).astype(cast), loaded.params)
     if scan_layers:
         params = jax.tree_util.tree_map(np.asarray, stack_layers(params))
-    model = get_model_class(head)(config, runtime)
-    tokenizer = find_tokenizer(path, config) or find_tokenizer(weights, config)
-    return Pretrained(model, params, config, tokenizer, head)
+    model = families.get_model_class(loaded.head)(loaded.config, runtime)
+    return Pretrained(model, params, loaded.config, loaded.tokenizer, loaded.head)

@@ -3,9 +3,9 @@
     run = run_params.read_run_params(workdir)        # host numpy, the newest that reads
     run = run_params.read_run_params(workdir, targets=abstract_params)  # into shardings
 
-Readers (convert, inference, from_pretrained, `init_from`) read a run; only the training run
-moves checkpoints (`checkpointing`), so a damaged newest checkpoint is passed over here with a
-warning and left where it is.
+Readers (`checkpoints.pretrained.load`: from_pretrained, inference, `init_from`; convert) read a
+run; only the training run moves checkpoints (`checkpointing`), so a damaged newest checkpoint is
+passed over here with a warning and left where it is.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
     weights read are whole, though a training run would resume from an earlier step.
 
     Args:
-      workdir: a `train.py` run directory (`<workdir>/checkpoints/<step>`).
+      workdir: a `train.py` run directory (`<workdir>/checkpoints/<step>`), local or a URL.
       step: the checkpoint's step, or None for the newest whose parameters read.
       targets: None to read host numpy arrays, whatever mesh wrote them; or the parameters to
         fill, as `jax.ShapeDtypeStruct`s with `.sharding` (every host reads only the pieces its
@@ -87,7 +87,7 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
       RunCheckpointError: no checkpoint (of that step), no readable meta, or corrupt arrays
         (of every checkpoint, when `step` is None).
     """
-    root = run_checkpoints(os.path.abspath(os.fspath(workdir)))
+    root = run_checkpoints(workdir)  # a URL stays one; a local path becomes absolute
     steps = saved_steps(root)
     if not steps:
         raise RunCheckpointError(f"no training checkpoints in {root}")

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +46,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import convert, tokenization
+from bert_jax.checkpoints import pretrained
 from bert_jax.data import batching, text_io
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
@@ -74,20 +74,20 @@ VIEW = MetricView(
 # Data
 # --------------------------------------------------------------------------------------------
 def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
-    """config.finetune.tokenizer, else the vocabulary beside init_from (or in its hf/, data/)."""
+    """config.finetune.tokenizer, else the vocabulary beside init_from (or in its hf/, data/;
+    `pretrained.find_tokenizer`: a path, a URL or a Hub id)."""
     if config.finetune.tokenizer:
         return tokenization.load_tokenizer(config.finetune.tokenizer)
     base = config.init_from
     if not base:
         raise ValueError("set config.finetune.tokenizer (no init_from to take the vocabulary from)")
-    for folder in (as_path(base), as_path(base) / "hf", as_path(base) / "data"):
-        for name in ("tokenizer.json", "vocab.txt"):
-            if (folder / name).is_file():  # local or a URL
-                return tokenization.load_tokenizer(folder / name)
-    raise FileNotFoundError(
-        f"no tokenizer.json or vocab.txt in {base} (or its hf/, data/); "
-        "set config.finetune.tokenizer"
-    )
+    tokenizer = pretrained.find_tokenizer(base)
+    if tokenizer is None:
+        raise FileNotFoundError(
+            f"no tokenizer.json or vocab.txt in {base} (or its hf/, data/); "
+            "set config.finetune.tokenizer"
+        )
+    return tokenizer
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,12 +154,11 @@ def starting_point(config, data: TaskData, tokenizer):
         fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size  # 0: the tokenizer's
         cfg = families.config_from_fields(fields).replace(**overrides)
         encoder = None
+    elif config.finetune.random_init:  # init_from's architecture: its config, not its weights
+        cfg, encoder = pretrained.read_config(config.init_from).replace(**overrides), None
     else:
-        cfg, encoder, _, report = convert.load_any(config.init_from, "BertModel")
-        logging.info("encoder from %s: %s", config.init_from, report.summary())  # once
-        cfg = cfg.replace(**overrides)
-        if config.finetune.random_init:
-            encoder = None
+        loaded = pretrained.load(config.init_from, "BertModel", with_tokenizer=False)
+        cfg, encoder = loaded.config.replace(**overrides), loaded.params
     if cfg.vocab_size != tokenizer.vocab_size:
         raise ValueError(
             f"the model's vocab_size={cfg.vocab_size} differs from the tokenizer's "
@@ -183,7 +182,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
             "whose head is known beforehand (GLUE, SQuAD, CoNLL-2003, SWAG, Shakespeare)"
         )
     if config.init_from:
-        cfg, _, _, _ = convert.load_any(config.init_from, "BertModel")
+        cfg = pretrained.read_config(config.init_from)
     elif not config.model.vocab_size:
         raise ValueError(
             "--mode=compile without init_from needs the model's vocab_size: take a preset "
@@ -401,12 +400,11 @@ def check_config(config) -> list[int]:
 
 
 def check_init_from(path: str) -> None:
-    """Reads the model config of an `init_from` directory before any data (a config.json that
-    is no model config is refused at once, naming the file and what it lacks)."""
-    if not path or not os.path.isdir(path) or os.path.isdir(os.path.join(path, "checkpoints")):
-        return  # a URL, a TF checkpoint prefix, a train.py workdir: the loader checks them
-    if any(os.path.isfile(os.path.join(path, f)) for f in ("config.json", "bert_config.json")):
-        families.config_from_json_file(path)
+    """Reads the model config of `init_from` before any data (`pretrained.read_config`): a
+    config.json that is no model config, or a path or Hub id that is not there, is refused at
+    once, naming the file and what it lacks."""
+    if path:
+        pretrained.read_config(path)
 
 
 def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:

@@ -22,6 +22,7 @@ from absl import logging
 
 from bert_jax import tokenization
 from bert_jax.batch_layout import pretraining_shapes
+from bert_jax.checkpoints import pretrained
 from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.parallel import aot, multihost, sharding
@@ -180,20 +181,12 @@ def train_and_evaluate(
     return None
 
 
-def _vocabulary_file(path: str) -> str | None:
-    """The tokenizer.json or vocab.txt of a model directory (or beside a checkpoint file)."""
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    for name in ("tokenizer.json", "vocab.txt"):
-        if os.path.isfile(os.path.join(folder, name)):
-            return os.path.join(folder, name)
-    return None
-
-
 def check_vocabulary(config, tokenizer_path: str | None) -> None:
     """Refuses, before any step, a vocabulary that does not fit: the data's tokenizer
     (`data.tokenizer`, else the build's) must have `model.vocab_size` tokens, and where
-    `init_from` carries a vocabulary, the same tokens in the same order (its embedding rows are
-    those tokens'). Names both sizes and files, or the first line that differs."""
+    `init_from` carries a vocabulary (beside it or in a run's hf/, data/:
+    `pretrained.find_tokenizer`), the same tokens in the same order (its embedding rows are those
+    tokens'). Names both sizes and files, or the first line that differs."""
     if not tokenizer_path or not os.path.isfile(tokenizer_path):
         return
     tokenizer = tokenization.load_tokenizer(tokenizer_path)
@@ -204,10 +197,10 @@ def check_vocabulary(config, tokenizer_path: str | None) -> None:
             f"config.model.vocab_size={config.model.vocab_size}; use a tokenizer of the model's "
             "vocabulary (or set --config.model.vocab_size for a new model)"
         )
-    source = _vocabulary_file(config.init_from) if config.init_from else None
-    if source is None:
+    found = pretrained.find_tokenizer(config.init_from) if config.init_from else None
+    if found is None:
         return
-    theirs, ours = tokenization.load_tokenizer(source).vocab, tokenizer.vocab
+    source, theirs, ours = found.source, found.vocab, tokenizer.vocab
     if theirs == ours:
         return
     if len(theirs) != len(ours):

@@ -4,11 +4,12 @@
     state, step = start.state, start.step
 
 In this order: the newest good checkpoint in the run's directory (with the data position);
-given parameters (`init_params`: fine-tuning's encoder with a new head); the converted weights of
-`init_from` (any format `convert.load_any` reads; a `train.py` run of the same head is read
-straight into its shardings); scratch. Every fresh state is made by one jitted init per
-Experiment (reused by every seed), with a scratch run's special starting values (e.g. the MLM
-bias at the data's log frequencies, `starting_values`) set inside it.
+given parameters (`init_params`: fine-tuning's encoder with a new head); the weights of
+`init_from` (any checkpoint `checkpoints.pretrained.load` reads: a path, a URL or a Hub id; a
+`train.py` run of the same head is read straight into its shardings); scratch. Every fresh
+state is made by one jitted init per Experiment (reused by every seed), with a scratch run's
+special starting values (e.g. the MLM bias at the data's log frequencies, `starting_values`) set
+inside it.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import numpy as np
-from absl import logging
 
 from bert_jax import convert
-from bert_jax.checkpoints import checkpointing, run_params
+from bert_jax.checkpoints import checkpointing, pretrained
 from bert_jax.models.params import stack_layers
 from bert_jax.training.experiment import Experiment
 
@@ -65,7 +65,7 @@ def starting_state(
       ckpt: the run's Checkpointer; its newest good checkpoint wins.
       data_iterator: the checkpointable source of the training batches, moved to the saved
         position when a checkpoint is restored (None: no data position).
-      init_from: a checkpoint path of any format (`convert.load_any`), or "".
+      init_from: a checkpoint of any format, path, URL or Hub id (`pretrained.load`), or "".
       init_params: host parameters of the model (unstacked layers), or None.
       seed: seeds a fresh state's initialization and dropout (default: the config's).
       starting_values: () -> {parameter path: value [the parameter's shape]} set in a scratch
@@ -77,11 +77,14 @@ def starting_state(
     elif init_params is not None:
         state, source = init_state(exp, init_params, seed=seed), "params"
     elif init_from:
-        state, source = _from_training_run(exp, init_from, seed), "init_from"
-        if state is None:
-            _, params, _, report = convert.load_any(init_from, exp.head, allow_new_heads=True)
-            logging.info("init_from %s:\n%s", init_from, report.summary())
-            state = init_state(exp, params, seed=seed)
+        loaded = pretrained.load(
+            init_from,
+            exp.head,
+            allow_new_heads=True,
+            targets=exp.targets().params,
+            with_tokenizer=False,
+        )
+        state, source = init_state(exp, loaded.params, seed=seed, placed=loaded.placed), "init_from"
     else:
         overrides = starting_values() if starting_values is not None else None
         state, source = init_state(exp, seed=seed, overrides=overrides), "scratch"
@@ -94,23 +97,31 @@ def init_state(
     *,
     seed: int | None = None,
     overrides: Mapping[ParamPath, np.ndarray] | None = None,
+    placed: bool = False,
 ):
-    """A fresh sharded state: from scratch, or around given (host) parameters.
+    """A fresh sharded state: from scratch, or around given parameters.
 
     Args:
       exp: the run's Experiment.
       params: host parameters of the model (unstacked layers; vocabulary rows padded or not),
-        or None for scratch.
+        or its sharded parameters (`placed`, as `pretrained.load(..., targets=...)` reads a
+        run's), or None for scratch.
       seed: the PRNG seed of the initialization and of the run's dropout (default: the
         config's `seed`).
       overrides: parameter path -> value set after a scratch initialization (the same on every
         host; cast to the parameter's dtype, placed in its sharding).
+      placed: `params` are already the model's sharded parameters (no host copy is made).
+
+    Returns:
+      The sharded TrainState (fresh optimizer state, step 0).
     """
     rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
     if params is None:
         overrides = {path: np.asarray(value) for path, value in (overrides or {}).items()}
         init = exp.cached(("init", tuple(sorted(overrides))), lambda: _jit_init(exp))
         return init(rng, overrides)
+    if placed:
+        return _init_from_params_fn(exp)(rng, params)
     params = convert.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
     params = stack_layers(params) if exp.runtime.scan_layers else params
     params = jax.device_put(
@@ -155,19 +166,3 @@ def _init_from_params_fn(exp: Experiment):
         ("init_from_params",),
         lambda: jax.jit(lambda r, p: exp.init_fn(r, params=p), out_shardings=exp.state_shardings),
     )
-
-
-def _from_training_run(exp: Experiment, path: str, seed: int | None):
-    """A fresh state around the parameters of a `train.py` run of this model, read straight
-    into their shardings (no optimizer state, no host copy); None if `path` is no such run
-    (another format, head, architecture or layer layout)."""
-    if convert.detect_format(path) != "train":
-        return None
-    run = run_params.read_run_params(path, targets=exp.targets().params)
-    if run is None or run.head != exp.head:
-        return None
-    logging.info(
-        "init_from %s: the parameters of step %d, read into their shardings", path, run.step
-    )
-    rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
-    return _init_from_params_fn(exp)(rng, run.params)

@@ -8,9 +8,9 @@ import pytest
 
 from bert_jax.inference import top_predictions
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.bert.model import init_params
 from bert_jax.models.families import get_model_class
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.params import init_params
 from bert_jax.pretrain.fill_mask_demo import FillMaskDemo, fill_mask_demo, masked_examples
 from tests.pretrain.conftest import EXCERPT
 

@@ -1,0 +1,104 @@
+"""A Hugging Face Hub id where a checkpoint path is expected: its snapshot directory.
+
+    path = hub.resolve("sentence-transformers/all-MiniLM-L6-v2")   # .../snapshots/<commit>
+    path = hub.resolve("runs/m")                                    # an existing path: itself
+
+An existing path (or a TF checkpoint prefix) and a URL (`gs://...`) are returned as they are; a
+path always wins over a Hub id. Otherwise a valid repository id is looked up in the Hugging Face
+cache (`HF_HUB_CACHE`, read at each call, else huggingface_hub's default), then downloaded where
+downloads are allowed (not `HF_HUB_OFFLINE=1`): config, vocabulary and one kind of weights (the
+first of `HF_WEIGHT_FILES` the repository has), never its other formats.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from bert_jax.paths import is_url
+
+# Files of a repository that a checkpoint directory needs besides its weights.
+CONFIG_FILES = ("config.json", "bert_config.json", "tokenizer.json", "vocab.txt")
+_REPO_ID_RE = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def resolve(source: str | os.PathLike) -> str:
+    """The local path (or URL) of a checkpoint given as a path, a URL or a Hub id.
+
+    Returns:
+      `source` itself when it exists (a file, a directory, a TF prefix with its `.index`) or is a
+      URL; else the snapshot directory of the Hub repository `source` names.
+
+    Raises:
+      FileNotFoundError: one line naming `source` and what was tried (the path, the cache, the
+        download, or why it is no repository id).
+    """
+    text = os.fspath(source)
+    if is_url(text) or os.path.exists(text) or os.path.exists(text + ".index"):
+        return text
+    if not is_repo_id(text):
+        raise FileNotFoundError(f"no checkpoint at {text}: no such file or directory")
+    return _snapshot(text)
+
+
+def is_repo_id(text: str) -> bool:
+    """Whether `text` can name a Hub repository ("bert-base-uncased", "org/name")."""
+    if not _REPO_ID_RE.fullmatch(text) or text.startswith((".", "/")) or ".." in text:
+        return False
+    return not text.endswith((".", "-")) and len(text) <= 96
+
+
+def offline() -> bool:
+    """Whether downloads are off: `HF_HUB_OFFLINE` set to a true value (read at each call)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _snapshot(repo_id: str) -> str:
+    """The snapshot directory of `repo_id`: from the cache, else downloaded (unless offline)."""
+    try:
+        import huggingface_hub
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError as e:
+        raise FileNotFoundError(
+            f"no checkpoint at {repo_id}: no such file or directory, and huggingface_hub (to read "
+            "it as a Hub id) is not installed: pip install huggingface_hub"
+        ) from e
+    cache = os.environ.get("HF_HUB_CACHE") or None
+    where = cache or huggingface_hub.constants.HF_HUB_CACHE
+    tried = f"no such file or directory, not in the Hugging Face cache {where}"
+    try:
+        return huggingface_hub.snapshot_download(repo_id, cache_dir=cache, local_files_only=True)
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        pass
+    if offline():
+        raise FileNotFoundError(
+            f"no checkpoint at {repo_id}: {tried}, and HF_HUB_OFFLINE=1 forbids a download"
+        )
+    try:
+        return huggingface_hub.snapshot_download(
+            repo_id, cache_dir=cache, allow_patterns=_wanted_files(repo_id)
+        )
+    except Exception as e:  # noqa: BLE001 - network, HTTP and repository errors of many types
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]  # one line
+        raise FileNotFoundError(
+            f"no checkpoint at {repo_id}: {tried}, and its download failed ({reason})"
+        ) from e
+
+
+def _wanted_files(repo_id: str) -> list[str]:
+    """The config and vocabulary files and one kind of weights (with their shards) of a Hub
+    repository: the first of `HF_WEIGHT_FILES` it has."""
+    import huggingface_hub
+
+    from bert_jax.convert import HF_WEIGHT_FILES
+
+    files = set(huggingface_hub.list_repo_files(repo_id))
+    for name in HF_WEIGHT_FILES:
+        if name in files:
+            stem, ext = name.split(".", 1)[0], name.rsplit(".", 1)[-1]
+            if name.endswith(".index.json"):  # its shards: model-00001-of-00002.safetensors
+                ext = name[: -len(".index.json")].rsplit(".", 1)[-1]
+            return [*CONFIG_FILES, name, f"{stem}-*.{ext}"]
+    raise FileNotFoundError(
+        f"the Hub repository {repo_id} has none of the weight files {list(HF_WEIGHT_FILES)}"
+    )
