@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from bert_jax import convert, tokenization
-from bert_jax.checkpoints import pretrained
+from bert_jax import tokenization
+from bert_jax.checkpoints import pretrained, table
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
 from bert_jax.models.bert.config import BertConfig
@@ -369,7 +369,7 @@ def load_masked_lm(path: str):
     """
     try:
         config, params, _, tokenizer = load(path, "BertForMaskedLM")
-    except convert.ConversionError as err:
+    except table.ConversionError as err:
         if "cls/predictions" not in str(err):
             raise
         raise ValueError(

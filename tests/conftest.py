@@ -70,3 +70,40 @@ def bert_tokenizer(bert_vocab_dir):
     from bert_jax import tokenization
 
     return tokenization.load_tokenizer(os.path.join(bert_vocab_dir, "vocab.txt"))
+
+
+# A fake bucket for gs:// tests: epath's backend mocked (no network).
+BUCKET = "gs://bucket"
+
+
+@pytest.fixture
+def fake_bucket(tmp_path, monkeypatch):
+    """(local directory standing for gs://bucket, the paths epath was asked for)."""
+    from etils.epath import gpath
+    from etils.epath import testing as epath_testing
+
+    root, seen = tmp_path / "bucket", []
+    root.mkdir()
+    monkeypatch.chdir(tmp_path)  # a URL made local would show up as tmp_path/"gs:"
+
+    def local(path):
+        text = os.fspath(path)
+        seen.append(text)
+        return str(root) + text[len(BUCKET) :] if text.startswith(BUCKET) else text
+
+    def one(fn, path, *args, **kwargs):
+        return fn(local(path), *args, **kwargs)
+
+    def two(fn, path, dst, *args, **kwargs):
+        return fn(local(path), local(dst), *args, **kwargs)
+
+    def glob(fn, pattern):  # the matches are bucket URLs again
+        return [BUCKET + m[len(str(root)) :] for m in fn(local(pattern))]
+
+    mocks = {n: one for n in ("exists", "isdir", "listdir", "makedirs", "mkdir", "open")}
+    mocks.update({n: one for n in ("remove", "rmtree", "stat")})
+    mocks.update(rename=two, replace=two, copy=two, glob=glob)
+    # With TensorFlow installed epath sends gs:// to tf.io.gfile whatever is mocked.
+    monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
+    with epath_testing.mock_epath(**mocks):
+        yield root, seen

@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import convert, inference, tokenization
+from bert_jax import inference, tokenization
+from bert_jax.checkpoints import native
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from tests.common import recorded_compiles
@@ -30,7 +31,7 @@ def tiny_classifier(tmp_path_factory):
                      intermediate_size=37, max_position_embeddings=512, num_labels=3,
                      label_names=("comedy", "history", "tragedy"))  # fmt: skip
     params = M.init_params(M.BertForSequenceClassification(cfg), jax.random.PRNGKey(0))
-    convert.save_pretrained(out, cfg, params, "BertForSequenceClassification")
+    native.save_pretrained(out, cfg, params, "BertForSequenceClassification")
     tok.save(out)
     return out
 

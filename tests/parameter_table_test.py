@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from flax import traverse_util
 
-from bert_jax import convert as table
+from bert_jax.checkpoints import table
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import stack_layers
 from bert_jax.models.families import FAMILIES
@@ -69,7 +69,7 @@ def current_table() -> dict:
                         r.tf_key,
                         r.kind,
                         r.vocab_rows,
-                        r._n_in,
+                        r.n_in,
                     ]
                     for r in rules
                 )

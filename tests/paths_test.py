@@ -2,8 +2,9 @@
 `etils.epath`, never through a local path made from the URL (Orbax's own paths:
 checkpointing_test).
 
-A fake bucket: epath's backend is mocked so that gs://bucket/... lands in a temporary
-directory, and every path it is asked for is recorded (no network).
+A fake bucket (the `fake_bucket` fixture, tests/conftest.py): epath's backend is mocked so that
+gs://bucket/... lands in a temporary directory, and every path it is asked for is recorded (no
+network).
 """
 
 import json
@@ -12,44 +13,12 @@ import os
 import numpy as np
 import pytest
 from etils import epath
-from etils.epath import gpath
-from etils.epath import testing as epath_testing
 
-from bert_jax import convert
+from bert_jax.checkpoints import hf
 from bert_jax.training import experiment
 from tests.common import TINY
 
 BUCKET = "gs://bucket"
-
-
-@pytest.fixture
-def fake_bucket(tmp_path, monkeypatch):
-    """(local directory standing for gs://bucket, the paths epath was asked for)."""
-    root, seen = tmp_path / "bucket", []
-    root.mkdir()
-    monkeypatch.chdir(tmp_path)  # a URL made local would show up as tmp_path/"gs:"
-
-    def local(path):
-        text = os.fspath(path)
-        seen.append(text)
-        return str(root) + text[len(BUCKET) :] if text.startswith(BUCKET) else text
-
-    def one(fn, path, *args, **kwargs):
-        return fn(local(path), *args, **kwargs)
-
-    def two(fn, path, dst, *args, **kwargs):
-        return fn(local(path), local(dst), *args, **kwargs)
-
-    def glob(fn, pattern):  # the matches are bucket URLs again
-        return [BUCKET + m[len(str(root)) :] for m in fn(local(pattern))]
-
-    mocks = {n: one for n in ("exists", "isdir", "listdir", "makedirs", "mkdir", "open")}
-    mocks.update({n: one for n in ("remove", "rmtree", "stat")})
-    mocks.update(rename=two, replace=two, copy=two, glob=glob)
-    # With TensorFlow installed epath sends gs:// to tf.io.gfile whatever is mocked.
-    monkeypatch.setattr(gpath, "_is_tf_installed", lambda: False)
-    with epath_testing.mock_epath(**mocks):
-        yield root, seen
 
 
 def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
@@ -67,7 +36,7 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
     from bert_jax.models.families import get_model_class
 
     params = nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), np.uint32([0, 0])))
-    out = convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
+    out = hf.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
     assert out == f"{BUCKET}/run/hf"
     assert sorted(p.name for p in (root / "run" / "hf").iterdir()) == [
         "config.json",
@@ -75,7 +44,7 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
     ]
     # A second export refuses to overwrite, reading the bucket (not a local directory).
     with pytest.raises(FileExistsError, match="gs://bucket/run/hf already holds"):
-        convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
+        hf.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
     assert not (tmp_path / "gs:").exists()
     assert f"{BUCKET}/run/hf/model.safetensors" in seen
     assert not [p for p in seen if "gs:/" in p and not p.startswith(BUCKET)]

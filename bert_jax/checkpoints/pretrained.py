@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import convert, tokenization
+from bert_jax import tokenization
+from bert_jax.checkpoints import detect, hf, table
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import stack_layers
 from bert_jax.models.config import RuntimeConfig
@@ -122,16 +123,16 @@ def from_pretrained(
     if os.path.isdir(os.path.join(path, "export")):  # a run directory: its exported model
         weights = os.path.join(path, "export")
     if num_labels is None:
-        config, params, head, report = convert.load_any(
+        config, params, head, report = detect.load_any(
             weights, head, allow_new_heads=allow_new_heads
         )
     else:
         if head is None:
             raise ValueError("num_labels needs the head, e.g. head='BertForSequenceClassification'")
-        config, encoder, _, _ = convert.load_any(weights, "BertModel", allow_new_heads=True)
-        state = convert.params_to_hf_state(config, encoder, "BertModel")
+        config, encoder, _, _ = detect.load_any(weights, "BertModel", allow_new_heads=True)
+        state = table.params_to_hf_state(config, encoder, "BertModel")
         config = config.replace(num_labels=num_labels, label_names=None)
-        params, report = convert.hf_state_to_params(config, state, head, allow_new_heads=True)
+        params, report = hf.hf_state_to_params(config, state, head, allow_new_heads=True)
     logging.info("%s from %s: %s", head, weights, report.summary())
     runtime = RuntimeConfig(
         dtype=_dtype_name(dtype),

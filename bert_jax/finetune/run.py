@@ -46,7 +46,8 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import convert, tokenization
+from bert_jax import tokenization
+from bert_jax.checkpoints import detect, table
 from bert_jax.data import batching, text_io
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
@@ -155,7 +156,7 @@ def starting_point(config, data: TaskData, tokenizer):
         cfg = families.config_from_fields(fields).replace(**overrides)
         encoder = None
     else:
-        cfg, encoder, _, report = convert.load_any(config.init_from, "BertModel")
+        cfg, encoder, _, report = detect.load_any(config.init_from, "BertModel")
         logging.info("encoder from %s: %s", config.init_from, report.summary())  # once
         cfg = cfg.replace(**overrides)
         if config.finetune.random_init:
@@ -183,7 +184,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
             "whose head is known beforehand (GLUE, SQuAD, CoNLL-2003, SWAG, Shakespeare)"
         )
     if config.init_from:
-        cfg, _, _, _ = convert.load_any(config.init_from, "BertModel")
+        cfg, _, _, _ = detect.load_any(config.init_from, "BertModel")
     elif not config.model.vocab_size:
         raise ValueError(
             "--mode=compile without init_from needs the model's vocab_size: take a preset "
@@ -235,7 +236,7 @@ def graft(cfg, head: str, encoder, seed: int):
         base["pooler"] = params[name]["pooler"]
     new = sorted(f"{k}/..." for k in params if k != name)
     params = {**params, name: base}
-    convert.check_params(cfg, params, head)
+    table.check_params(cfg, params, head)
     return params, new
 
 

@@ -2,8 +2,8 @@
 
 A family is one config class (Hugging Face `config.json` fields), one model module (its
 encoder and heads, named like transformers' classes) and its rows here; its parameter names for
-conversion live in `bert_jax.convert` (`HF_LAYOUTS`). Attention kernels, sharding rules,
-objectives, steps and the loop are shared.
+conversion live in its folder (`models/<family>/conversion.py`, the row's `conversion`).
+Attention kernels, sharding rules, objectives, steps and the loop are shared.
 
   model_type (config.json)   config             model module           head classes
   "bert"                     BertConfig         bert_jax.models.bert.model         Bert*
@@ -23,10 +23,14 @@ from typing import Any
 
 import flax.linen as nn
 
+from bert_jax.models.bert import conversion as bert_conversion
 from bert_jax.models.bert import model
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.conversion import FamilyConversion
+from bert_jax.models.modernbert import conversion as modernbert_conversion
 from bert_jax.models.modernbert import model as modernbert
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.paths import as_path
 
 ModelConfig = BertConfig | ModernBertConfig
 
@@ -39,12 +43,14 @@ class Family:
       model_type: the `model_type` of its Hugging Face config.json.
       config_class: its frozen config dataclass (`from_hf_dict`, `to_hf_dict`, `to_json_file`).
       model_classes: {Hugging Face class name: Flax module class}, the encoder first.
+      conversion: its names and layouts in Hugging Face and TF checkpoints.
     """
 
     model_type: str
     config_class: type
     model_classes: Mapping[str, type[nn.Module]]
     encoder_name: str  # the heads' encoder submodule: params[encoder_name] are the base model's
+    conversion: FamilyConversion | None = None
 
     @property
     def base_model(self) -> str:
@@ -66,8 +72,16 @@ class Family:
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
-        Family("bert", BertConfig, model.MODEL_CLASSES, "bert"),
-        Family("modernbert", ModernBertConfig, modernbert.MODEL_CLASSES, "model"),
+        Family("bert", BertConfig, model.MODEL_CLASSES, "bert", bert_conversion.CONVERSION),
+        Family(
+            "modernbert",
+            ModernBertConfig,
+            modernbert.MODEL_CLASSES,
+            "model",
+            # No TF checkpoints (`tf_config_file` empty); its table rows keep the TF names they
+            # have always had (google-research/bert's), which nothing reads.
+            dataclasses.replace(modernbert_conversion.CONVERSION, **bert_conversion.TF_NAMES),
+        ),
     )
 }
 MODEL_CLASSES: dict[str, type[nn.Module]] = {
@@ -137,15 +151,15 @@ def model_fields(config: ModelConfig) -> dict[str, Any]:
 
 def config_from_json_file(path: str | os.PathLike) -> ModelConfig:
     """Reads a `config.json` (or the directory holding one) of any family; a BERT directory may
-    hold google-research/bert's `bert_config.json` instead (`BertConfig.from_json_file`)."""
-    path = os.fspath(path)
-    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    if os.path.exists(file):
-        with open(file, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError:
-                d = None  # BertConfig names the error
+    hold google-research/bert's `bert_config.json` instead (`BertConfig.from_json_file`). Local
+    or at a URL (`etils.epath`)."""
+    path = as_path(path)
+    file = path / "config.json" if path.is_dir() else path
+    if file.exists():
+        try:
+            d = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            d = None  # BertConfig names the error
         if isinstance(d, dict) and d.get("model_type", "bert") != "bert":
             return config_from_hf_dict(d)
     return BertConfig.from_json_file(path)

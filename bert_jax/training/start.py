@@ -5,7 +5,7 @@
 
 In this order: the newest good checkpoint in the run's directory (with the data position);
 given parameters (`init_params`: fine-tuning's encoder with a new head); the converted weights of
-`init_from` (any format `convert.load_any` reads; a `train.py` run of the same head is read
+`init_from` (any format `detect.load_any` reads; a `train.py` run of the same head is read
 straight into its shardings); scratch. Every fresh state is made by one jitted init per
 Experiment (reused by every seed), with a scratch run's special starting values (e.g. the MLM
 bias at the data's log frequencies, `starting_values`) set inside it.
@@ -23,8 +23,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import convert
-from bert_jax.checkpoints import checkpointing, run_params
+from bert_jax.checkpoints import checkpointing, detect, run_params, table
 from bert_jax.models.bert.model import stack_layers
 from bert_jax.training.experiment import Experiment
 
@@ -65,7 +64,7 @@ def starting_state(
       ckpt: the run's Checkpointer; its newest good checkpoint wins.
       data_iterator: the checkpointable source of the training batches, moved to the saved
         position when a checkpoint is restored (None: no data position).
-      init_from: a checkpoint path of any format (`convert.load_any`), or "".
+      init_from: a checkpoint path of any format (`detect.load_any`), or "".
       init_params: host parameters of the model (unstacked layers), or None.
       seed: seeds a fresh state's initialization and dropout (default: the config's).
       starting_values: () -> {parameter path: value [the parameter's shape]} set in a scratch
@@ -79,7 +78,7 @@ def starting_state(
     elif init_from:
         state, source = _from_training_run(exp, init_from, seed), "init_from"
         if state is None:
-            _, params, _, report = convert.load_any(init_from, exp.head, allow_new_heads=True)
+            _, params, _, report = detect.load_any(init_from, exp.head, allow_new_heads=True)
             logging.info("init_from %s:\n%s", init_from, report.summary())
             state = init_state(exp, params, seed=seed)
     else:
@@ -111,7 +110,7 @@ def init_state(
         overrides = {path: np.asarray(value) for path, value in (overrides or {}).items()}
         init = exp.cached(("init", tuple(sorted(overrides))), lambda: _jit_init(exp))
         return init(rng, overrides)
-    params = convert.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
+    params = table.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
     params = stack_layers(params) if exp.runtime.scan_layers else params
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
@@ -161,7 +160,7 @@ def _from_training_run(exp: Experiment, path: str, seed: int | None):
     """A fresh state around the parameters of a `train.py` run of this model, read straight
     into their shardings (no optimizer state, no host copy); None if `path` is no such run
     (another format, head, architecture or layer layout)."""
-    if convert.detect_format(path) != "train":
+    if detect.detect_format(path) != "train":
         return None
     run = run_params.read_run_params(path, targets=exp.targets().params)
     if run is None or run.head != exp.head:
