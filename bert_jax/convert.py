@@ -7,8 +7,9 @@ Formats:
     directories too (`model_type: "modernbert"` in config.json picks the family,
     `bert_jax.models.families`), with or without the `model.` prefix.
   * google-research/bert TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` +
-    `bert_config.json` (`find_tf_checkpoint`; its "gelu" is erf unless told otherwise,
-    `TF_GELU_NOTE`). TensorFlow is an optional extra, imported only here.
+    `bert_config.json` (`checkpoints.tf.find_tf_checkpoint`; its "gelu" is erf unless told
+    otherwise, `checkpoints.tf.TF_GELU_NOTE`). TensorFlow is an optional extra, imported only
+    there.
   * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
     or without the `bert` prefix (`bert_jax.checkpoints.hf_flax`).
   * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.

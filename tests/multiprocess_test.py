@@ -239,7 +239,7 @@ CHECKS = textwrap.dedent(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
     import numpy as np
-    from bert_jax.checkpoints import native, table
+    from bert_jax.checkpoints import native
     from bert_jax.parallel import sharding
     from bert_jax.models.bert.config import BertConfig
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from bert_jax.checkpoints import hf, hf_flax, native, run_params, tf
+from bert_jax.checkpoints import hf, hf_flax, native, run_params, table, tf
 from bert_jax.checkpoints.table import ConversionReport, flatten_params
 from bert_jax.models.families import config_from_json_file, head_in_family
 from bert_jax.paths import as_path, missing_path_error
@@ -48,7 +48,7 @@ def _load_own(path, fmt: str, model: str | None, allow_new_heads: bool):
         config, params, stored, _ = run_params.load_training_checkpoint(path)
     model = model and head_in_family(config, model)
     if model and model != stored:
-        state = hf.params_to_hf_state(config, params, stored)
+        state = table.params_to_hf_state(config, params, stored)
         params, report = hf.hf_state_to_params(
             config, state, model, allow_new_heads=allow_new_heads
         )

@@ -214,7 +214,7 @@ def _check_tied_decoder(config, state, params, report: ConversionReport) -> None
 def hf_state_to_params(
     config: ModelConfig,
     state: Mapping[str, np.ndarray],
-    model: str = "BertForPreTraining",
+    model: str,
     *,
     allow_new_heads: bool = False,
     scan_layers: bool = False,

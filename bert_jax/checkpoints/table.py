@@ -232,9 +232,7 @@ def check_params(config: ModelConfig, params: PyTree, model: str) -> dict[str, n
     return flat
 
 
-def params_to_hf_state(
-    config: ModelConfig, params: PyTree, model: str = "BertForPreTraining"
-) -> dict[str, np.ndarray]:
+def params_to_hf_state(config: ModelConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
     """The Hugging Face state dict (as `save_pretrained` writes it: tied decoder omitted)."""
     flat = check_params(config, params, model)
     return {rule.hf_key: rule.to_hf(flat[rule.flax_key]) for rule in parameter_table(config, model)}
