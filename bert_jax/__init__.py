@@ -35,7 +35,7 @@ from bert_jax.models.params import count_params, init_params
 __version__ = "0.1.0"
 
 
-# Imported on first use: importing `convert` (which `checkpoints.pretrained` imports) here
+# Imported on first use: importing `convert` here
 # would put it in sys.modules before `python -m bert_jax.convert` runs it (runpy's RuntimeWarning).
 _LAZY = {
     "convert": None,

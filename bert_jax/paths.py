@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
+from collections.abc import Callable, Sequence
 
 from etils import epath
 
@@ -26,13 +28,56 @@ def write_text_whole(path: str | os.PathLike, text: str) -> None:
     """Writes `text` to `path` whole, so that a crash or a reader never sees a part of it: a
     local file through a temporary file beside it (named by this process) renamed over it; a URL
     in one object write (an object store replaces an object at once)."""
+    write_bytes_whole(path, text.encode("utf-8"))
+
+
+def write_bytes_whole(path: str | os.PathLike, data: bytes) -> None:
+    """`write_text_whole` for bytes."""
     path = as_path(path)
     if is_url(path):
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
         return
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_bytes(data)
     os.replace(os.fspath(tmp), os.fspath(path))
+
+
+def write_file_whole(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+    """`write_text_whole` for a writer that takes a local file name (a library's `save_file`):
+    `write(local temporary file)`, then the file becomes `path` whole: renamed over it, or for
+    a URL copied there in one object write."""
+    path = as_path(path)
+    local = not is_url(path)
+    fd, tmp = tempfile.mkstemp(
+        dir=os.fspath(path.parent) if local else None, prefix=f".{path.name}.", suffix=".tmp"
+    )
+    os.close(fd)
+    try:
+        write(tmp)
+        if local:
+            os.replace(tmp, os.fspath(path))
+        else:
+            epath.Path(tmp).copy(path, overwrite=True)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def prepare_out_dir(out_dir: str | os.PathLike, names: Sequence[str], overwrite: bool):
+    """`out_dir` (made if absent) as an `epath.Path`, refusing to replace the files `names`
+    there unless `overwrite`.
+
+    Raises:
+      FileExistsError: naming the files already there.
+    """
+    out_dir = as_path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clash = [n for n in names if (out_dir / n).exists()]
+    if clash and not overwrite:
+        raise FileExistsError(
+            f"{out_dir} already holds {clash}; pass overwrite=True (--overwrite) to replace them"
+        )
+    return out_dir
 
 
 def missing_path_error(path: str | os.PathLike) -> FileNotFoundError:

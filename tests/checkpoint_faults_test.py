@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import convert
+from bert_jax.checkpoints import native, run_params
 from tests.train_test import ROOT, env, losses, run, train_cmd
 
 EVERY = ("--config.checkpoint_every_steps=5",)
@@ -108,10 +108,10 @@ def test_convert_of_a_run_with_a_damaged_largest_array_file_succeeds_and_moves_n
     before = sorted(os.listdir(workdir / "checkpoints"))
     err = convert_run(workdir, tmp_path / "out")
     assert sorted(os.listdir(workdir / "checkpoints")) == before
-    _, converted, _ = convert.load_pretrained(tmp_path / "out")
+    _, converted, _ = native.load_pretrained(tmp_path / "out")
     passed_over = "passed over as damaged: 15" in err
     step = 10 if passed_over else 15
-    assert _same_params(converted, convert.load_training_checkpoint(finished_run, step)[1])
+    assert _same_params(converted, run_params.load_training_checkpoint(finished_run, step)[1])
 
 
 @pytest.mark.parametrize("how", ["truncate", "delete"])
@@ -123,9 +123,9 @@ def test_convert_and_fill_mask_of_a_run_with_damaged_parameters_read_the_previou
     err = convert_run(workdir, tmp_path / "out")
     assert "reading checkpoint 10" in err and "passed over as damaged: 15" in err
     assert sorted(os.listdir(workdir / "checkpoints")) == before  # reading moves nothing
-    _, converted, _ = convert.load_pretrained(tmp_path / "out")
-    _, step10, _, _ = convert.load_training_checkpoint(finished_run, 10)
-    _, step15, _, _ = convert.load_training_checkpoint(finished_run, 15)
+    _, converted, _ = native.load_pretrained(tmp_path / "out")
+    _, step10, _, _ = run_params.load_training_checkpoint(finished_run, 10)
+    _, step15, _, _ = run_params.load_training_checkpoint(finished_run, 15)
     assert _same_params(converted, step10) and not _same_params(converted, step15)
     if how == "delete":
         return  # the reader is the same; one fill-mask run shows it

@@ -4,7 +4,8 @@ bugs (their traceback), as every command's main sees them."""
 import numpy as np
 import pytest
 
-from bert_jax import cli, convert, tokenization
+from bert_jax import cli, tokenization
+from bert_jax.checkpoints import table
 from bert_jax.models.bert import config
 from bert_jax.pretrain.data import create_pretraining_data
 
@@ -20,7 +21,7 @@ def test_a_mistake_the_project_names_is_one_line(capsys):
 
 def test_project_error_classes_and_missing_files_are_mistakes(tmp_path, capsys):
     def conversion(argv):
-        raise convert.ConversionError("no weights in the directory")
+        raise table.ConversionError("no weights in the directory")
 
     def missing(argv):
         tokenization.load_tokenizer(tmp_path / "absent.txt")

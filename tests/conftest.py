@@ -72,21 +72,24 @@ def bert_tokenizer(bert_vocab_dir):
     return tokenization.load_tokenizer(os.path.join(bert_vocab_dir, "vocab.txt"))
 
 
+# A fake bucket for gs:// tests: epath's backend mocked (no network).
+BUCKET = "gs://bucket"
+
+
 @pytest.fixture
 def fake_bucket(tmp_path, monkeypatch):
-    """(local directory standing for gs://bucket, the paths epath was asked for): epath's
-    backend is mocked so that gs://bucket/... lands in `tmp_path/bucket` (no network)."""
+    """(local directory standing for gs://bucket, the paths epath was asked for)."""
     from etils.epath import gpath
     from etils.epath import testing as epath_testing
 
-    bucket, root, seen = "gs://bucket", tmp_path / "bucket", []
+    root, seen = tmp_path / "bucket", []
     root.mkdir()
     monkeypatch.chdir(tmp_path)  # a URL made local would show up as tmp_path/"gs:"
 
     def local(path):
         text = os.fspath(path)
         seen.append(text)
-        return str(root) + text[len(bucket) :] if text.startswith(bucket) else text
+        return str(root) + text[len(BUCKET) :] if text.startswith(BUCKET) else text
 
     def one(fn, path, *args, **kwargs):
         return fn(local(path), *args, **kwargs)
@@ -95,7 +98,7 @@ def fake_bucket(tmp_path, monkeypatch):
         return fn(local(path), local(dst), *args, **kwargs)
 
     def glob(fn, pattern):  # the matches are bucket URLs again
-        return [bucket + m[len(str(root)) :] for m in fn(local(pattern))]
+        return [BUCKET + m[len(str(root)) :] for m in fn(local(pattern))]
 
     mocks = {n: one for n in ("exists", "isdir", "listdir", "makedirs", "mkdir", "open")}
     mocks.update({n: one for n in ("remove", "rmtree", "stat")})

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bert_jax import convert
+from bert_jax.checkpoints import detect, hf, native, run_params, table, verify
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
@@ -64,12 +65,12 @@ def test_pytorch_to_jax_outputs_match(tmp_path, cfg_name, head):
         cfg = cfg.replace(num_labels=2)  # HF sizes qa_outputs by num_labels
     torch_model = hf_model(cfg, head)
     path = save_hf(torch_model, tmp_path / "hf")
-    config, params, report = convert.load_pytorch(path, head, return_report=True)
+    config, params, report = hf.load_pytorch(path, head, return_report=True)
     assert config == cfg.replace(label_names=None)
     assert not report.newly_initialized and not report.unused
-    inputs = convert.sample_inputs(config, head, batch=3, seq_len=13)
-    ours = convert._jax_outputs(config, params, head, inputs)
-    theirs = convert.torch_outputs(torch_model, inputs)
+    inputs = verify.sample_inputs(config, head, batch=3, seq_len=13)
+    ours = verify.jax_outputs(config, params, head, inputs)
+    theirs = verify.torch_outputs(torch_model, inputs)
     assert_outputs_close(ours, theirs, atol=1e-5)
 
 
@@ -78,16 +79,16 @@ def test_jax_to_pytorch_loads_cleanly_and_matches(tmp_path, head):
     cfg = ODD.replace(num_labels=2) if head == "BertForQuestionAnswering" else ODD
     module = get_model_class(head)(cfg)
     params = jax.tree_util.tree_map(np.asarray, init_params(module, jax.random.PRNGKey(1)))
-    params = convert._unflatten(convert._flatten(params), scan_layers=False)
-    convert.save_pytorch(cfg, params, tmp_path / "out", head)
+    params = table.unflatten_params(table.flatten_params(params), scan_layers=False)
+    hf.save_pytorch(cfg, params, tmp_path / "out", head)
     torch_model, info = getattr(transformers, head).from_pretrained(
         tmp_path / "out", attn_implementation="eager", output_loading_info=True
     )
     assert info["missing_keys"] in ([], set()) and info["unexpected_keys"] in ([], set())
     assert not info.get("mismatched_keys")
-    inputs = convert.sample_inputs(cfg, head, batch=2, seq_len=11)
-    ours = convert._jax_outputs(cfg, params, head, inputs)
-    theirs = convert.torch_outputs(torch_model.eval(), inputs)
+    inputs = verify.sample_inputs(cfg, head, batch=2, seq_len=11)
+    ours = verify.jax_outputs(cfg, params, head, inputs)
+    theirs = verify.torch_outputs(torch_model.eval(), inputs)
     assert_outputs_close(ours, theirs, atol=1e-5)
 
 
@@ -95,19 +96,19 @@ def test_jax_to_pytorch_loads_cleanly_and_matches(tmp_path, head):
 def test_round_trip_torch_jax_torch_is_bit_exact(tmp_path, head):
     torch_model = hf_model(ODD, head, seed=3)
     path = save_hf(torch_model, tmp_path / "a")
-    config, params = convert.load_pytorch(path, head)
-    convert.save_pytorch(config, params, tmp_path / "b", head)
-    before = convert.read_hf_state_dict(path)
-    after = convert.read_hf_state_dict(tmp_path / "b")
+    config, params = hf.load_pytorch(path, head)
+    hf.save_pytorch(config, params, tmp_path / "b", head)
+    before = hf.read_hf_state_dict(path)
+    after = hf.read_hf_state_dict(tmp_path / "b")
     assert set(before) == set(after)
     for key in before:
         assert before[key].dtype == after[key].dtype
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
     # And through the stacked (scan) layout.
-    _, stacked = convert.load_pytorch(path, head, scan_layers=True)
+    _, stacked = hf.load_pytorch(path, head, scan_layers=True)
     assert is_stacked(stacked)
-    convert.save_pytorch(config, stacked, tmp_path / "c", head)
-    again = convert.read_hf_state_dict(tmp_path / "c")
+    hf.save_pytorch(config, stacked, tmp_path / "c", head)
+    again = hf.read_hf_state_dict(tmp_path / "c")
     for key in before:
         np.testing.assert_array_equal(before[key], again[key], err_msg=key)
 
@@ -118,25 +119,25 @@ def test_padded_vocabulary_rows_change_nothing_and_exports_strip_them(tmp_path):
     path = save_hf(torch_model, tmp_path / "a")
     padded = ODD.replace(vocab_pad_multiple=128)  # 1,001 tokens -> 1,024 rows
     assert padded.padded_vocab_size == 1024
-    _, params = convert.load_pytorch(path, head)
-    params = convert.fit_vocab_rows(params, padded)
-    table = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    _, params = hf.load_pytorch(path, head)
+    params = table.fit_vocab_rows(params, padded)
+    emb = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     bias = params["cls"]["predictions"]["bias"]
-    assert table.shape == (1024, 96) and bias.shape == (1024,)
-    assert not table[1001:].any() and not bias[1001:].any()
-    convert.check_params(padded, params, head)
+    assert emb.shape == (1024, 96) and bias.shape == (1024,)
+    assert not emb[1001:].any() and not bias[1001:].any()
+    table.check_params(padded, params, head)
     # Whatever the padding rows hold (training moves them), outputs are those of the unpadded
     # model: they are never looked up and their logits are cut off.
     rng = np.random.default_rng(0)
-    table[1001:] = rng.normal(size=(23, 96))
+    emb[1001:] = rng.normal(size=(23, 96))
     bias[1001:] = 50.0
-    inputs = convert.sample_inputs(padded, head, batch=3, seq_len=13)
-    ours = convert._jax_outputs(padded, params, head, inputs)
+    inputs = verify.sample_inputs(padded, head, batch=3, seq_len=13)
+    ours = verify.jax_outputs(padded, params, head, inputs)
     assert ours["prediction_logits"].shape == (3, 13, 1001)
-    assert_outputs_close(ours, convert.torch_outputs(torch_model, inputs), atol=1e-5)
+    assert_outputs_close(ours, verify.torch_outputs(torch_model, inputs), atol=1e-5)
     # The Hugging Face export strips them: bit-exact round trip, a config transformers knows.
-    convert.save_pytorch(padded, params, tmp_path / "b", head)
-    before, after = convert.read_hf_state_dict(path), convert.read_hf_state_dict(tmp_path / "b")
+    hf.save_pytorch(padded, params, tmp_path / "b", head)
+    before, after = hf.read_hf_state_dict(path), hf.read_hf_state_dict(tmp_path / "b")
     assert set(before) == set(after)
     for key in before:
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
@@ -144,9 +145,9 @@ def test_padded_vocabulary_rows_change_nothing_and_exports_strip_them(tmp_path):
         written = json.load(f)
     assert written["vocab_size"] == 1001 and "vocab_pad_multiple" not in written
     # Loading pads again; bert_jax's own config keeps the multiple.
-    _, again = convert.load_pytorch(tmp_path / "b", head)
+    _, again = hf.load_pytorch(tmp_path / "b", head)
     np.testing.assert_array_equal(
-        convert.fit_vocab_rows(again, padded)["cls"]["predictions"]["bias"][:1001], bias[:1001]
+        table.fit_vocab_rows(again, padded)["cls"]["predictions"]["bias"][:1001], bias[:1001]
     )
     assert BertConfig.from_hf_dict(padded.to_hf_dict()) == padded
 
@@ -154,11 +155,11 @@ def test_padded_vocabulary_rows_change_nothing_and_exports_strip_them(tmp_path):
 def test_scanned_model_runs_converted_weights(tmp_path):
     torch_model = hf_model(ODD, "BertForPreTraining")
     path = save_hf(torch_model, tmp_path / "hf")
-    config, params = convert.load_pytorch(path, "BertForPreTraining", scan_layers=True)
+    config, params = hf.load_pytorch(path, "BertForPreTraining", scan_layers=True)
     module = M.BertForPreTraining(config, RuntimeConfig(scan_layers=True, remat_policy="full"))
-    inputs = convert.sample_inputs(config, "BertForPreTraining")
+    inputs = verify.sample_inputs(config, "BertForPreTraining")
     out = module.apply({"params": params}, **{k: v.astype(np.int32) for k, v in inputs.items()})
-    theirs = convert.torch_outputs(torch_model, inputs)
+    theirs = verify.torch_outputs(torch_model, inputs)
     np.testing.assert_allclose(out.prediction_logits, theirs["prediction_logits"], atol=1e-5)
 
 
@@ -171,8 +172,8 @@ def test_pretraining_loss_gradients_match_pytorch(tmp_path):
     cfg = ODD.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch_model = hf_model(cfg, "BertForPreTraining", seed=5)
     path = save_hf(torch_model, tmp_path / "hf")
-    config, params = convert.load_pytorch(path, "BertForPreTraining")
-    inputs = convert.sample_inputs(config, "BertForPreTraining", batch=3, seq_len=17)
+    config, params = hf.load_pytorch(path, "BertForPreTraining")
+    inputs = verify.sample_inputs(config, "BertForPreTraining", batch=3, seq_len=17)
     rng = np.random.default_rng(0)
     positions = np.stack([rng.choice(np.arange(1, 9), 4, replace=False) for _ in range(3)])
     positions = np.sort(positions, axis=1).astype(np.int32)
@@ -211,7 +212,7 @@ def test_pretraining_loss_gradients_match_pytorch(tmp_path):
     torch_grads = {
         k: p.grad.numpy() for k, p in torch_model.named_parameters() if p.grad is not None
     }
-    ours = convert.params_to_hf_state(config, grads, "BertForPreTraining")
+    ours = table.params_to_hf_state(config, grads, "BertForPreTraining")
     # transformers reports the tied decoder's gradient under the embeddings; both sum the uses.
     assert set(torch_grads) <= set(ours) | {"cls.predictions.decoder.weight"}
     for key, g in ours.items():
@@ -224,9 +225,9 @@ def test_pretraining_loss_gradients_match_pytorch(tmp_path):
 
 def test_bert_model_checkpoint_into_classifier_reports_new_heads(tmp_path):
     path = save_hf(hf_model(TINY, "BertModel"), tmp_path / "base")
-    with pytest.raises(convert.ConversionError, match=r"classifier/kernel.*allow_new_heads"):
-        convert.load_pytorch(path, "BertForSequenceClassification")
-    config, params, report = convert.load_pytorch(
+    with pytest.raises(table.ConversionError, match=r"classifier/kernel.*allow_new_heads"):
+        hf.load_pytorch(path, "BertForSequenceClassification")
+    config, params, report = hf.load_pytorch(
         path, "BertForSequenceClassification", allow_new_heads=True, return_report=True
     )
     assert sorted(report.newly_initialized) == ["classifier/bias", "classifier/kernel"]
@@ -237,7 +238,7 @@ def test_bert_model_checkpoint_into_classifier_reports_new_heads(tmp_path):
 def test_pretraining_checkpoint_into_bert_model_lists_unused(tmp_path):
     torch_model = hf_model(TINY, "BertForPreTraining")
     path = save_hf(torch_model, tmp_path / "pt")
-    _, params, report = convert.load_pytorch(path, "BertModel", return_report=True)
+    _, params, report = hf.load_pytorch(path, "BertModel", return_report=True)
     assert report.unused == sorted(
         [
             "cls.predictions.bias",
@@ -259,11 +260,11 @@ def test_missing_encoder_weight_is_an_error_even_with_new_heads(tmp_path):
     from safetensors.numpy import save_file
 
     path = save_hf(hf_model(TINY, "BertModel"), tmp_path / "m")
-    state = convert.read_hf_state_dict(path)
+    state = hf.read_hf_state_dict(path)
     del state["encoder.layer.1.output.dense.weight"]
     save_file(state, os.path.join(path, "model.safetensors"))
-    with pytest.raises(convert.ConversionError, match=r"encoder/layer_1/output/dense/kernel"):
-        convert.load_pytorch(path, "BertModel", allow_new_heads=True)
+    with pytest.raises(table.ConversionError, match=r"encoder/layer_1/output/dense/kernel"):
+        hf.load_pytorch(path, "BertModel", allow_new_heads=True)
 
 
 def test_legacy_names_buffers_and_decoder_variants(tmp_path):
@@ -286,7 +287,7 @@ def test_legacy_names_buffers_and_decoder_variants(tmp_path):
         tmp_path / "legacy" / "pytorch_model.bin",
     )
     TINY.to_json_file(tmp_path / "legacy" / "config.json")
-    config, params, report = convert.load_pytorch(
+    config, params, report = hf.load_pytorch(
         tmp_path / "legacy", "BertForPreTraining", return_report=True
     )
     assert report.ignored == ["bert.embeddings.position_ids"]
@@ -304,8 +305,8 @@ def test_legacy_names_buffers_and_decoder_variants(tmp_path):
         {k: torch.as_tensor(v) for k, v in legacy.items()},
         tmp_path / "legacy" / "pytorch_model.bin",
     )
-    with pytest.raises(convert.ConversionError, match="decoder.weight differs"):
-        convert.load_pytorch(tmp_path / "legacy", "BertForPreTraining")
+    with pytest.raises(table.ConversionError, match="decoder.weight differs"):
+        hf.load_pytorch(tmp_path / "legacy", "BertForPreTraining")
 
 
 def test_sharded_safetensors_checkpoint(tmp_path):
@@ -314,7 +315,7 @@ def test_sharded_safetensors_checkpoint(tmp_path):
     files = os.listdir(tmp_path / "sharded")
     assert "model.safetensors.index.json" in files
     assert len([f for f in files if f.endswith(".safetensors")]) > 2
-    _, params = convert.load_pytorch(tmp_path / "sharded", "BertForMaskedLM")
+    _, params = hf.load_pytorch(tmp_path / "sharded", "BertForMaskedLM")
     np.testing.assert_array_equal(
         params["cls"]["predictions"]["transform"]["dense"]["kernel"],
         torch_model.cls.predictions.transform.dense.weight.detach().numpy().T,
@@ -327,50 +328,50 @@ def test_shape_mismatch_names_key_and_both_shapes(tmp_path):
     cfg["vocab_size"] = 98
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(
-        convert.ConversionError,
+        table.ConversionError,
         match=r"embeddings\.word_embeddings\.weight: checkpoint shape \(99, 32\).*\(98, 32\)",
     ):
-        convert.load_pytorch(path, "BertModel")
+        hf.load_pytorch(path, "BertModel")
 
 
 def test_corrupt_and_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        convert.load_pytorch(tmp_path, "BertModel")
+        hf.load_pytorch(tmp_path, "BertModel")
     TINY.to_json_file(tmp_path / "config.json")
     with pytest.raises(FileNotFoundError, match="no weights"):
-        convert.load_pytorch(tmp_path, "BertModel")
+        hf.load_pytorch(tmp_path, "BertModel")
     (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00garbage that is not a header")
-    with pytest.raises(convert.ConversionError, match="model.safetensors: corrupt"):
-        convert.load_pytorch(tmp_path, "BertModel")
+    with pytest.raises(table.ConversionError, match="model.safetensors: corrupt"):
+        hf.load_pytorch(tmp_path, "BertModel")
     os.remove(tmp_path / "model.safetensors")
     (tmp_path / "pytorch_model.bin").write_bytes(b"not a pickle")
-    with pytest.raises(convert.ConversionError, match="pytorch_model.bin: corrupt"):
-        convert.load_pytorch(tmp_path, "BertModel")
+    with pytest.raises(table.ConversionError, match="pytorch_model.bin: corrupt"):
+        hf.load_pytorch(tmp_path, "BertModel")
 
 
 def test_save_never_clobbers(tmp_path):
     module = M.BertModel(TINY)
     params = init_params(module, jax.random.PRNGKey(0))
-    convert.save_pytorch(TINY, params, tmp_path, "BertModel")
+    hf.save_pytorch(TINY, params, tmp_path, "BertModel")
     before = (tmp_path / "model.safetensors").read_bytes()
     with pytest.raises(FileExistsError, match="overwrite"):
-        convert.save_pytorch(TINY, params, tmp_path, "BertModel")
+        hf.save_pytorch(TINY, params, tmp_path, "BertModel")
     assert (tmp_path / "model.safetensors").read_bytes() == before
-    with pytest.raises(convert.ConversionError, match="do not match BertForPreTraining"):
-        convert.save_pytorch(TINY, params, tmp_path / "x", "BertForPreTraining")
+    with pytest.raises(table.ConversionError, match="do not match BertForPreTraining"):
+        hf.save_pytorch(TINY, params, tmp_path / "x", "BertForPreTraining")
     assert not any(f.endswith(".tmp") for f in os.listdir(tmp_path))
 
 
 def test_own_format_round_trip_and_corruption(tmp_path):
     torch_model = hf_model(TINY, "BertForTokenClassification")
     path = save_hf(torch_model, tmp_path / "hf")
-    config, params = convert.load_pytorch(path, "BertForTokenClassification")
-    convert.save_pretrained(tmp_path / "ours", config, params, "BertForTokenClassification")
-    config2, params2, model = convert.load_pretrained(tmp_path / "ours")
+    config, params = hf.load_pytorch(path, "BertForTokenClassification")
+    native.save_pretrained(tmp_path / "ours", config, params, "BertForTokenClassification")
+    config2, params2, model = native.load_pretrained(tmp_path / "ours")
     assert config2 == config and model == "BertForTokenClassification"
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(params2)):
         np.testing.assert_array_equal(a, b)
-    _, stacked, _ = convert.load_pretrained(tmp_path / "ours", scan_layers=True)
+    _, stacked, _ = native.load_pretrained(tmp_path / "ours", scan_layers=True)
     assert is_stacked(stacked)
     # Corrupt the array data: the load fails with a message naming the checkpoint.
     for root, _, files in os.walk(tmp_path / "ours" / "params"):
@@ -379,14 +380,14 @@ def test_own_format_round_trip_and_corruption(tmp_path):
                 p = os.path.join(root, f)
                 with open(p, "wb") as fh:
                     fh.write(b"\x00garbage")
-    with pytest.raises(convert.ConversionError, match="corrupt or incomplete"):
-        convert.load_pretrained(tmp_path / "ours")
+    with pytest.raises(table.ConversionError, match="corrupt or incomplete"):
+        native.load_pretrained(tmp_path / "ours")
 
 
 def test_command_line_round_trip_with_verify(tmp_path, capsys):
     path = save_hf(hf_model(ODD, "BertForPreTraining"), tmp_path / "hf")
     assert convert.main([path, str(tmp_path / "jax")]) == 0
-    assert convert.detect_format(str(tmp_path / "jax")) == "bert_jax"
+    assert detect.detect_format(str(tmp_path / "jax")) == "bert_jax"
     assert convert.main([str(tmp_path / "jax"), str(tmp_path / "back"), "--verify"]) == 0
     out = capsys.readouterr().out
     assert "prediction_logits" in out and "attentions[1]" in out
@@ -421,7 +422,7 @@ def test_real_pretrained_minilm_matches_pytorch():
     from tokenizers import Tokenizer
 
     path = str(gt.get_model_path())
-    config, params = convert.load_pytorch(path, "BertModel")
+    config, params = hf.load_pytorch(path, "BertModel")
     tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
     sentences = [
@@ -473,10 +474,10 @@ def test_training_checkpoint_reads_the_parameters_only(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(ocp.PyTreeCheckpointer, "restore", spy)
-    config, got, model, step = convert.load_training_checkpoint(tmp_path)
+    config, got, model, step = run_params.load_training_checkpoint(tmp_path)
     assert (model, step, restored) == ("BertModel", 3, [["params"]])
     assert config.hidden_size == TINY.hidden_size
-    flat_got, flat_want = convert.check_params(config, got, model), convert._flatten(params)
+    flat_got, flat_want = table.check_params(config, got, model), table.flatten_params(params)
     for key, value in flat_want.items():
         np.testing.assert_array_equal(flat_got[key], value, err_msg=key)
 
@@ -494,8 +495,8 @@ def test_shard_index_naming_files_outside_the_directory_is_refused(tmp_path, ind
     key = sorted(weight_map["weight_map"])[0]
     weight_map["weight_map"][key] = entry
     (tmp_path / "m" / index).write_text(json.dumps(weight_map))
-    with pytest.raises(convert.ConversionError, match=rf"{index}: weight_map entry '{entry}'"):
-        convert.load_pytorch(tmp_path / "m", "BertForMaskedLM")
+    with pytest.raises(table.ConversionError, match=rf"{index}: weight_map entry '{entry}'"):
+        hf.load_pytorch(tmp_path / "m", "BertForMaskedLM")
     proc = subprocess.run(
         [sys.executable, "-m", "bert_jax.convert", str(tmp_path / "m"), str(tmp_path / "out")],
         capture_output=True,
@@ -512,7 +513,7 @@ def _stranger_config(tmp_path, cfg, name, **changes):
     head = "BertModel" if isinstance(cfg, BertConfig) else "ModernBertModel"
     params = init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0))
     path = tmp_path / name
-    convert.save_pytorch(cfg, params, path, head)
+    hf.save_pytorch(cfg, params, path, head)
     d = json.loads((path / "config.json").read_text())
     d.pop("layer_types", None)  # as answerdotai's config.json: derived from the other fields
     (path / "config.json").write_text(json.dumps({**d, **changes}))
@@ -538,22 +539,22 @@ def test_config_json_not_describing_the_weights_fails_before_building(tmp_path, 
     # A vocabulary the embedding table does not have: key, file and both values.
     vocab = _stranger_config(tmp_path, cfg, "vocab", vocab_size=cfg.vocab_size + 1)
     with pytest.raises(
-        convert.ConversionError,
+        table.ConversionError,
         match=rf"_embeddings.weight: checkpoint shape \({cfg.vocab_size}, {cfg.hidden_size}\) "
         rf"in .* does not fit .*config.json's vocab_size={cfg.vocab_size + 1} ",
     ):
-        convert.load_pytorch(vocab, None)
+        hf.load_pytorch(vocab, None)
     # The same for bert_jax's own export (config.json + params/).
     own = tmp_path / "own"
     head = "BertModel" if family == "bert" else "ModernBertModel"
-    convert.save_pretrained(
+    native.save_pretrained(
         own, cfg, init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0)), head
     )
     d = json.loads((own / "config.json").read_text())
     d.pop("layer_types", None)
     (own / "config.json").write_text(json.dumps({**d, "num_hidden_layers": 100000}))
-    with pytest.raises(convert.ConversionError, match=r"num_hidden_layers=100000, but the weights"):
-        convert.load_pretrained(own)
+    with pytest.raises(table.ConversionError, match=r"num_hidden_layers=100000, but the weights"):
+        native.load_pretrained(own)
     # Absurd or non-integral values are refused by the config itself, naming the field.
     owner = type(cfg).__name__
     for value, why in (
@@ -563,4 +564,4 @@ def test_config_json_not_describing_the_weights_fails_before_building(tmp_path, 
     ):
         path = _stranger_config(tmp_path, cfg, f"absurd{value}", vocab_size=value)
         with pytest.raises(ValueError, match=rf"{owner}.vocab_size={value!r}: .*{why}"):
-            convert.load_pytorch(path, None)
+            hf.load_pytorch(path, None)

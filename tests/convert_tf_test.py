@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from bert_jax import convert
+from bert_jax.checkpoints import detect, hf, table, verify
+from bert_jax.checkpoints import tf as tf_checkpoints
 from tests.common import ODD
 from tests.convert_test import hf_model
 
@@ -80,19 +82,19 @@ def test_load_original_tf_checkpoint(tmp_path, head):
     prefix = write_tf_checkpoint(variables, tmp_path / "ckpt")
     cfg.to_json_file(tmp_path / "ckpt" / "bert_config.json", original=True)
     # Loading by prefix and by folder give the same result.
-    config, params, report = convert.load_tf(prefix, head, return_report=True)
-    _, params2 = convert.load_tf(tmp_path / "ckpt", head)
+    config, params, report = tf_checkpoints.load_tf(prefix, head, return_report=True)
+    _, params2 = tf_checkpoints.load_tf(tmp_path / "ckpt", head)
     # bert_config.json has no labels: their number comes from the classifier's output_weights.
     labels = cfg.num_labels if head == "BertForSequenceClassification" else 2
     assert config == cfg.replace(num_labels=labels)
     assert not report.unused and not report.newly_initialized
     assert len(report.ignored) == 2 * len(variables) + 1  # adam_m, adam_v and global_step
-    inputs = convert.sample_inputs(cfg, head)
-    ours = convert._jax_outputs(cfg, params, head, inputs)
-    theirs = convert.torch_outputs(torch_model, inputs)
+    inputs = verify.sample_inputs(cfg, head)
+    ours = verify.jax_outputs(cfg, params, head, inputs)
+    theirs = verify.torch_outputs(torch_model, inputs)
     for key in ours:
         np.testing.assert_allclose(ours[key], theirs[key], atol=1e-5, err_msg=key)
-    for a, b in zip(convert._flatten(params).values(), convert._flatten(params2).values()):
+    for a, b in zip(table.flatten_params(params).values(), table.flatten_params(params2).values()):
         np.testing.assert_array_equal(a, b)
 
 
@@ -101,8 +103,8 @@ def test_tf_checkpoint_missing_head_and_cli(tmp_path, capsys):
     variables = original_variables(hf_model(cfg, "BertModel"))
     write_tf_checkpoint(variables, tmp_path / "ckpt", with_optimizer_slots=False)
     cfg.to_json_file(tmp_path / "ckpt" / "bert_config.json", original=True)
-    with pytest.raises(convert.ConversionError, match="cls/predictions/bias"):
-        convert.load_tf(tmp_path / "ckpt", "BertForPreTraining")
+    with pytest.raises(table.ConversionError, match="cls/predictions/bias"):
+        tf_checkpoints.load_tf(tmp_path / "ckpt", "BertForPreTraining")
     # The command line converts the encoder to a Hugging Face directory and verifies it.
     code = convert.main(
         [
@@ -118,7 +120,7 @@ def test_tf_checkpoint_missing_head_and_cli(tmp_path, capsys):
     assert code == 0
     assert "worst max abs difference" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="TF checkpoint"):
-        convert.load_tf(tmp_path / "nothing" / "bert_model.ckpt", "BertModel")
+        tf_checkpoints.load_tf(tmp_path / "nothing" / "bert_model.ckpt", "BertModel")
 
 
 def _run_convert(*args):
@@ -130,7 +132,7 @@ def _run_convert(*args):
 
 
 def _embeddings(path):
-    return convert.load_pytorch(path, "BertModel")[1]["embeddings"]["word_embeddings"]["embedding"]
+    return hf.load_pytorch(path, "BertModel")[1]["embeddings"]["word_embeddings"]["embedding"]
 
 
 def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
@@ -156,17 +158,17 @@ def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
         'model_checkpoint_path: "/home/someone/run/model.ckpt-500"\n'
         'all_model_checkpoint_paths: "/home/someone/run/model.ckpt-500"\n'
     )
-    _, params, report = convert.load_tf(folder, "BertModel", return_report=True)
+    _, params, report = tf_checkpoints.load_tf(folder, "BertModel", return_report=True)
     np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"], word)
     assert any("/home/someone/run/model.ckpt-500, not in this folder" in n for n in report.notes)
     # One naming a checkpoint in the folder is followed.
     (folder / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-500"\n')
-    _, params = convert.load_tf(folder, "BertModel")
+    _, params = tf_checkpoints.load_tf(folder, "BertModel")
     np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"], 2 * word)
     # The files themselves.
     for name in ("model.ckpt-90.index", "model.ckpt-90.data-00000-of-00001"):
-        assert convert.detect_format(str(folder / name)) == "tf"
-        _, params = convert.load_tf(folder / name, "BertModel")
+        assert detect.detect_format(str(folder / name)) == "tf"
+        _, params = tf_checkpoints.load_tf(folder / name, "BertModel")
         np.testing.assert_array_equal(
             params["embeddings"]["word_embeddings"]["embedding"], 3 * word
         )
@@ -180,11 +182,11 @@ def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
     original = json.loads((folder / "bert_config.json").read_text())
     (folder / "bert_config.json").write_text(json.dumps({**original, "num_hidden_layers": 100000}))
     with pytest.raises(
-        convert.ConversionError,
+        table.ConversionError,
         match=rf"bert_config.json: num_hidden_layers=100000, but the weights \(.*model.ckpt-500\) "
         rf"hold {cfg.num_hidden_layers} layers",
     ):
-        convert.load_tf(folder, "BertModel")
+        tf_checkpoints.load_tf(folder, "BertModel")
 
 
 def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
@@ -208,11 +210,11 @@ def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
     assert code == 0, err
     assert "erf is assumed" not in out and "hidden_act='gelu_new' (given)" in out
     assert json.loads((tmp_path / "tanh" / "config.json").read_text())["hidden_act"] == "gelu_new"
-    inputs = convert.sample_inputs(cfg, "BertModel")
-    theirs = convert.torch_outputs(torch_model, inputs)["last_hidden_state"]
+    inputs = verify.sample_inputs(cfg, "BertModel")
+    theirs = verify.torch_outputs(torch_model, inputs)["last_hidden_state"]
     for name, atol_ok in (("tanh", True), ("erf", False)):
-        config, params = convert.load_pytorch(tmp_path / name, "BertModel")
-        ours = convert._jax_outputs(config, params, "BertModel", inputs)["last_hidden_state"]
+        config, params = hf.load_pytorch(tmp_path / name, "BertModel")
+        ours = verify.jax_outputs(config, params, "BertModel", inputs)["last_hidden_state"]
         assert (np.max(np.abs(ours - theirs)) < 1e-5) == atol_ok
     # gelu_new has no unambiguous bert_config.json name: refused, saying what to do.
     with pytest.raises(ValueError, match="cannot be written to a bert_config.json unambiguously"):

@@ -8,8 +8,7 @@ import shutil
 import numpy as np
 
 import bert_jax
-from bert_jax import convert
-from bert_jax.checkpoints import hf_flax
+from bert_jax.checkpoints import detect, hf_flax, table
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "from_transformers_flax.md"
@@ -31,8 +30,8 @@ def test_the_guides_example_runs(tmp_path, monkeypatch):
     exec(compile(runnable_example(), str(GUIDE), "exec"), scope)  # noqa: S102 - the docs' code
     assert scope["logits"].shape == (2, 4) and np.isfinite(float(scope["loss"]))
     tuned = bert_jax.from_pretrained(tmp_path / "my-flax-bert-tuned")
-    assert convert._max_difference(scope["params"], tuned.params) == 0.0
+    assert table.max_difference(scope["params"], tuned.params) == 0.0
     before = hf_flax.read_file(tmp_path / "my-flax-bert" / hf_flax.WEIGHTS_NAME)
     after = hf_flax.read_file(tmp_path / "my-flax-bert-tuned" / hf_flax.WEIGHTS_NAME)
     assert sorted(before) == sorted(after)  # the tree transformers wrote, trained
-    assert convert.detect_format(str(tmp_path / "my-bert-tuned-pt")) == "hf"
+    assert detect.detect_format(str(tmp_path / "my-bert-tuned-pt")) == "hf"

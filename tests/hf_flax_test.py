@@ -14,7 +14,7 @@ import pytest
 
 import bert_jax
 from bert_jax import convert
-from bert_jax.checkpoints import hf_flax
+from bert_jax.checkpoints import detect, hf, hf_flax, table, verify
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "testdata" / "hf_flax"
 _spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
@@ -31,7 +31,7 @@ def outputs(loaded: bert_jax.Pretrained, head: str) -> dict[str, np.ndarray]:
         output_hidden_states=True,
         output_attentions=True,
     )
-    return convert._named_outputs(out)
+    return verify.named_outputs(out)
 
 
 def assert_matches_reference(ours: dict, name: str, atol: float = 1e-5) -> None:
@@ -44,7 +44,7 @@ def assert_matches_reference(ours: dict, name: str, atol: float = 1e-5) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_of_every_head_loads_exactly(name):
     head = make_fixtures.head_of(name)
-    assert convert.detect_format(str(FIXTURES / name)) == "hf_flax"
+    assert detect.detect_format(str(FIXTURES / name)) == "hf_flax"
     loaded = bert_jax.from_pretrained(FIXTURES / name)  # the head from config.json
     assert loaded.head == head and loaded.tokenizer is None
     assert_matches_reference(outputs(loaded, head), name)
@@ -55,12 +55,12 @@ def test_what_bert_jax_writes_is_the_tree_transformers_wrote(tmp_path, name):
     """Same names, shapes, dtypes and values (and the same shards): FlaxBert*.from_pretrained
     reads it as it read its own (make_fixtures.py `check` runs that with transformers 4.57)."""
     head = make_fixtures.head_of(name)
-    config, params, _, _ = convert.load_any(str(FIXTURES / name), head)
+    config, params, _, _ = detect.load_any(str(FIXTURES / name), head)
     shard = "8KB" if name == make_fixtures.SHARDED else None
-    convert.save_hf_flax(config, params, tmp_path, head, max_shard_size=shard)
+    hf_flax.save_hf_flax(config, params, tmp_path, head, max_shard_size=shard)
     # Read as PyTorch names, which map one to one onto the Flax names (hf_flax.to_torch_names).
-    theirs = convert.read_hf_state_dict(FIXTURES / name)
-    ours = convert.read_hf_state_dict(tmp_path)
+    theirs = hf.read_hf_state_dict(FIXTURES / name)
+    ours = hf.read_hf_state_dict(tmp_path)
     assert sorted(ours) == sorted(theirs)
     for key in theirs:
         assert ours[key].dtype == theirs[key].dtype and ours[key].shape == theirs[key].shape, key
@@ -72,19 +72,19 @@ def test_what_bert_jax_writes_is_the_tree_transformers_wrote(tmp_path, name):
         index = json.loads((tmp_path / hf_flax.INDEX_NAME).read_text())
         assert index == json.loads((FIXTURES / name / hf_flax.INDEX_NAME).read_text())
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [head]
-    _, reloaded, _, _ = convert.load_any(str(tmp_path), head)
-    assert convert._max_difference(params, reloaded) == 0.0
+    _, reloaded, _, _ = detect.load_any(str(tmp_path), head)
+    assert table.max_difference(params, reloaded) == 0.0
 
 
 def test_prefix_is_added_or_dropped_as_the_head_needs():
     """A FlaxBertModel tree (no `bert/` prefix) under a head: every encoder weight is found and
     only the new head's are missing; and a head's tree read as the bare encoder."""
-    with pytest.raises(convert.ConversionError) as err:
+    with pytest.raises(table.ConversionError) as err:
         bert_jax.from_pretrained(FIXTURES / "BertModel", "FlaxBertForSequenceClassification")
     assert "lacks 2 weight(s)" in str(err.value) and "allow_new_heads" in str(err.value)
     encoder = bert_jax.from_pretrained(FIXTURES / "BertForPreTraining", "BertModel")
     full = bert_jax.from_pretrained(FIXTURES / "BertForPreTraining")
-    assert convert._max_difference(encoder.params, full.params["bert"]) == 0.0
+    assert table.max_difference(encoder.params, full.params["bert"]) == 0.0
 
 
 def test_num_labels_gives_a_new_head_on_the_checkpoints_encoder():
@@ -93,7 +93,7 @@ def test_num_labels_gives_a_new_head_on_the_checkpoints_encoder():
     )
     assert tuned.config.num_labels == 3 and tuned.params["classifier"]["kernel"].shape == (12, 3)
     base = bert_jax.from_pretrained(FIXTURES / "BertModel")
-    assert convert._max_difference(base.params, tuned.params["bert"]) == 0.0
+    assert table.max_difference(base.params, tuned.params["bert"]) == 0.0
 
 
 def test_dtype_scan_and_remat_are_honoured(tmp_path):
@@ -102,11 +102,11 @@ def test_dtype_scan_and_remat_are_honoured(tmp_path):
     assert half.model.runtime.dtype == "bfloat16" and half.model.runtime.param_dtype == "bfloat16"
     assert {x.dtype.name for x in jax.tree_util.tree_leaves(half.params)} == {"bfloat16"}
     # bfloat16 parameters (transformers' to_bf16) are written and read back as they are.
-    convert.save_hf_flax(half.config, half.params, tmp_path, half.head)
+    hf_flax.save_hf_flax(half.config, half.params, tmp_path, half.head)
     written = hf_flax.read_file(tmp_path / hf_flax.WEIGHTS_NAME)
     assert {x.dtype.name for x in written.values()} == {"bfloat16"}
     again = bert_jax.from_pretrained(tmp_path, param_dtype="bfloat16")
-    assert convert._max_difference(half.params, again.params) == 0.0
+    assert table.max_difference(half.params, again.params) == 0.0
     scanned = bert_jax.from_pretrained(name, scan_layers=True, remat_policy="full")
     assert scanned.model.runtime.scan_layers and scanned.model.runtime.remat_policy == "full"
     query = scanned.params["bert"]["encoder"]["layer"]["attention"]["self"]["query"]["kernel"]
@@ -123,8 +123,8 @@ def test_tokenizer_beside_the_weights_comes_along(tmp_path):
 
 
 def test_keys_that_do_not_fit_the_head_are_listed():
-    with pytest.raises(convert.ConversionError) as err:
-        convert.load_any(str(FIXTURES / "BertForQuestionAnswering"), "BertForTokenClassification")
+    with pytest.raises(table.ConversionError) as err:
+        detect.load_any(str(FIXTURES / "BertForQuestionAnswering"), "BertForTokenClassification")
     message = str(err.value)
     assert "classifier/kernel" in message and "qa_outputs.weight" in message
 
@@ -133,10 +133,10 @@ def test_bad_files_are_named(tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(FIXTURES / "BertModel", broken)
     (broken / hf_flax.WEIGHTS_NAME).write_bytes(b"\x93not msgpack at all")
-    with pytest.raises(convert.ConversionError, match="corrupt or not a Flax msgpack"):
+    with pytest.raises(table.ConversionError, match="corrupt or not a Flax msgpack"):
         bert_jax.from_pretrained(broken)
     (broken / hf_flax.WEIGHTS_NAME).write_text("version https://git-lfs.github.com/spec/v1\n")
-    with pytest.raises(convert.ConversionError, match="git lfs pull"):
+    with pytest.raises(table.ConversionError, match="git lfs pull"):
         bert_jax.from_pretrained(broken)
     sharded = tmp_path / "sharded"
     shutil.copytree(FIXTURES / make_fixtures.SHARDED, sharded)

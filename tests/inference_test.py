@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import convert, inference, tokenization
+from bert_jax import inference, tokenization
+from bert_jax.checkpoints import native
 from bert_jax.data.text_io import encode_texts
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models.bert import model as M
@@ -33,7 +34,7 @@ def tiny_classifier(tmp_path_factory):
                      intermediate_size=37, max_position_embeddings=512, num_labels=3,
                      label_names=("comedy", "history", "tragedy"))  # fmt: skip
     params = init_params(M.BertForSequenceClassification(cfg), jax.random.PRNGKey(0))
-    convert.save_pretrained(out, cfg, params, "BertForSequenceClassification")
+    native.save_pretrained(out, cfg, params, "BertForSequenceClassification")
     tok.save(out)
     return out
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bert_jax import convert
+from bert_jax.checkpoints import detect, hf, native, table
 from bert_jax.models import families
 from bert_jax.models.modernbert.config import ModernBertConfig
 from tests.common import MODERN
@@ -81,7 +82,7 @@ def test_every_head_equals_transformers(head, pooling):
             output_hidden_states=True,
             output_attentions=True,
         )
-    params, report = convert.hf_state_to_params(cfg, _state(reference), head)
+    params, report = hf.hf_state_to_params(cfg, _state(reference), head)
     assert not report.unused and not report.newly_initialized
     model = families.get_model_class(head)(cfg)
     ours = jax.jit(
@@ -120,22 +121,22 @@ def test_round_trip_through_transformers_with_no_missing_keys(tmp_path):
     head = "ModernBertForMaskedLM"
     model = families.get_model_class(head)(MODERN)
     params = model.init(jax.random.PRNGKey(3), jnp.ones((1, 5), jnp.int32))["params"]
-    convert.save_pytorch(MODERN, params, tmp_path / "ours", head)
+    hf.save_pytorch(MODERN, params, tmp_path / "ours", head)
     theirs, info = transformers.ModernBertForMaskedLM.from_pretrained(
         tmp_path / "ours", output_loading_info=True
     )
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
     theirs.save_pretrained(tmp_path / "theirs")
-    config, back, report = convert.load_pytorch(tmp_path / "theirs", None, return_report=True)
+    config, back, report = hf.load_pytorch(tmp_path / "theirs", None, return_report=True)
     assert config == MODERN and not report.unused and not report.newly_initialized
     ours, again = (
-        convert.check_params(MODERN, params, head),
-        convert.check_params(config, back, head),
+        table.check_params(MODERN, params, head),
+        table.check_params(config, back, head),
     )
     assert ours.keys() == again.keys()
     for key in ours:
         np.testing.assert_array_equal(ours[key], again[key], err_msg=key)
-    _, tagger, report = convert.load_pytorch(
+    _, tagger, report = hf.load_pytorch(
         tmp_path / "theirs",
         "ModernBertForTokenClassification",
         allow_new_heads=True,
@@ -160,8 +161,8 @@ def test_command_line_converts_and_verifies(tmp_path, capsys):
     assert "newly initialized" not in out and "unused" not in out, out
     worst = float(out.split("worst max abs difference ")[1].split()[0])
     assert worst < 1e-5, out
-    config, _, model = convert.load_pretrained(tmp_path / "jax")
+    config, _, model = native.load_pretrained(tmp_path / "jax")
     assert (config, model) == (MODERN, head)
     assert convert.main([str(tmp_path / "jax"), str(tmp_path / "back")]) == 0
-    assert convert.detect_format(str(tmp_path / "back")) == "hf"
+    assert detect.detect_format(str(tmp_path / "back")) == "hf"
     assert families.config_from_json_file(tmp_path / "back") == MODERN

@@ -189,14 +189,14 @@ def test_two_processes_equal_one(mesh, single, two_process_run):
     ]
     assert sorted(data_files) == ["process_0-of-2.json", "process_1-of-2.json"]
     # The export at the end (every process in the Orbax save) holds the trained parameters.
-    from bert_jax import convert
+    from bert_jax.checkpoints import native, table
 
-    cfg, exported, model = convert.load_pretrained(multi / "export")
-    _, expected, _ = convert.load_pretrained(single / "export")
+    cfg, exported, model = native.load_pretrained(multi / "export")
+    _, expected, _ = native.load_pretrained(single / "export")
     assert model == "BertForPreTraining"
     got, want = (
-        convert.check_params(cfg, exported, model),
-        convert.check_params(cfg, expected, model),
+        table.check_params(cfg, exported, model),
+        table.check_params(cfg, expected, model),
     )
     for key, value in want.items():
         np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
@@ -239,7 +239,7 @@ CHECKS = textwrap.dedent(
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
     import numpy as np
-    from bert_jax import convert
+    from bert_jax.checkpoints import native
     from bert_jax.parallel import sharding
     from bert_jax.models.bert.config import BertConfig
 
@@ -272,9 +272,9 @@ CHECKS = textwrap.dedent(
     import flax.linen as nn
     params = jax.device_get(nn.meta.unbox(
         init_params(get_model_class("BertModel")(cfg), jax.random.PRNGKey(0))))
-    convert.save_pretrained(sys.argv[3], cfg, params, "BertModel")
+    native.save_pretrained(sys.argv[3], cfg, params, "BertModel")
     try:  # exists: process 0 refuses, and every process raises instead of waiting
-        convert.save_pretrained(sys.argv[3], cfg, params, "BertModel")
+        native.save_pretrained(sys.argv[3], cfg, params, "BertModel")
         out["refused"] = None
     except FileExistsError as e:
         out["refused"] = str(e)

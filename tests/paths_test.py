@@ -2,7 +2,7 @@
 `etils.epath`, never through a local path made from the URL (Orbax's own paths:
 checkpointing_test).
 
-The fake bucket (tests/conftest.py `fake_bucket`): epath's backend is mocked so that
+A fake bucket (the `fake_bucket` fixture, tests/conftest.py): epath's backend is mocked so that
 gs://bucket/... lands in a temporary directory, and every path it is asked for is recorded (no
 network).
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from etils import epath
 
-from bert_jax import convert
+from bert_jax.checkpoints import hf
 from bert_jax.training import experiment
 from tests.common import TINY
 
@@ -36,7 +36,7 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
     from bert_jax.models.params import init_params
 
     params = nn.meta.unbox(init_params(get_model_class("BertModel")(TINY), np.uint32([0, 0])))
-    out = convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
+    out = hf.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
     assert out == f"{BUCKET}/run/hf"
     assert sorted(p.name for p in (root / "run" / "hf").iterdir()) == [
         "config.json",
@@ -44,7 +44,7 @@ def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):
     ]
     # A second export refuses to overwrite, reading the bucket (not a local directory).
     with pytest.raises(FileExistsError, match="gs://bucket/run/hf already holds"):
-        convert.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
+        hf.save_pytorch(TINY, params, f"{BUCKET}/run/hf", "BertModel")
     assert not (tmp_path / "gs:").exists()
     assert f"{BUCKET}/run/hf/model.safetensors" in seen
     assert not [p for p in seen if "gs:/" in p and not p.startswith(BUCKET)]

@@ -30,13 +30,12 @@ def _experiment(mesh, model_name="BertForPreTraining"):
 def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_path, monkeypatch):
     """Written on one mesh, read on another: every parameter arrives with the new mesh's
     sharding and the written values, the optimizer state is fresh, and nothing goes through the
-    host conversion (`convert.load_any`, `convert.load_training_checkpoint`)."""
+    host conversion (`detect.load_any`, `run_params.load_training_checkpoint`)."""
     import jax
     import numpy as np
     from flax import traverse_util
 
-    from bert_jax import convert
-    from bert_jax.checkpoints import checkpointing, pretrained
+    from bert_jax.checkpoints import checkpointing, detect, pretrained, run_params
     from bert_jax.training import start
 
     source = _experiment((8, 1, 1))
@@ -52,8 +51,8 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
         raise AssertionError("init_from went through the host conversion")
 
     target = _experiment((2, 2, 2))
-    monkeypatch.setattr(convert, "load_any", no_host_path)
-    monkeypatch.setattr(convert, "load_training_checkpoint", no_host_path)
+    monkeypatch.setattr(detect, "load_any", no_host_path)
+    monkeypatch.setattr(run_params, "load_training_checkpoint", no_host_path)
     fresh = checkpointing.Checkpointer(str(tmp_path / "new" / "checkpoints"))
     begun = start.starting_state(target, fresh, init_from=str(tmp_path / "run"))
     fresh.close()
@@ -73,9 +72,9 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     # Another head: the parameters go through the host conversion, which maps them by name.
     monkeypatch.undo()
     called = []
-    real = convert.load_training_checkpoint
+    real = run_params.load_training_checkpoint
     monkeypatch.setattr(
-        convert, "load_training_checkpoint", lambda *a, **k: called.append(a) or real(*a, **k)
+        run_params, "load_training_checkpoint", lambda *a, **k: called.append(a) or real(*a, **k)
     )
     mlm = _experiment((8, 1, 1), "BertForMaskedLM")
     fresh = checkpointing.Checkpointer(str(tmp_path / "mlm" / "checkpoints"))

@@ -1,1 +1,16 @@
-"""TODO"""
+"""Checkpoints in and out: one module per on-disk format, every path through `etils.epath` (a
+local path or a URL such as gs://...).
+
+  table        the parameter table (every parameter's Hugging Face and TF name and layout, from
+               the family's row `families.Family.conversion`) and the checks every format shares
+  hf           Hugging Face PyTorch directories (safetensors, pytorch_model.bin, shards)
+  hf_flax      transformers' Flax directories (flax_model.msgpack, shards)
+  tf           google-research/bert TF checkpoints (TensorFlow imported only there)
+  native       bert_jax's own directory (config.json + Orbax params/)
+  checkpointing, run_params   a training run's Orbax checkpoints and the parameters readers take
+  detect       which format a path holds, and `load_any` reading any of them
+  verify       outputs compared with PyTorch's
+  pretrained, model_card      from_pretrained and the Hub's README.md
+
+`bert_jax.convert` is the command over them and re-exports the functions users call.
+"""

@@ -14,28 +14,33 @@ names changed, and stores Linear kernels transposed:
 
 A base model (FlaxBertModel) saves its tree without the `bert/` prefix, as its PyTorch twin does.
 This module reads one file (`read_file`), translates between the two namings (`to_torch_names`,
-`from_torch_names`) and splits and serializes what is written (`shards`, `to_bytes`);
-`bert_jax.convert` reads directories and shard indexes of every Hugging Face format alike and maps
-PyTorch names onto bert_jax's parameters through its one parameter table, so this format shares
-every check the others have.
+`from_torch_names`), splits and serializes what is written (`shards`, `to_bytes`) and writes a
+directory (`save_hf_flax`); `bert_jax.checkpoints.hf` reads directories and shard indexes of every
+Hugging Face format alike and maps PyTorch names onto bert_jax's parameters through the one
+parameter table (`bert_jax.checkpoints.table`), so this format shares every check the others have.
+Files are read and written through `etils.epath` (a local path or a URL).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
 
 import numpy as np
 
+from bert_jax.checkpoints.table import PyTree, params_to_hf_state, write_hf_config
+from bert_jax.models.families import ModelConfig
+from bert_jax.paths import as_path, prepare_out_dir, write_bytes_whole
+
 WEIGHTS_NAME = "flax_model.msgpack"
 INDEX_NAME = "flax_model.msgpack.index.json"
 WEIGHT_FILES = (WEIGHTS_NAME, INDEX_NAME)
 _SHARD_RE = re.compile(r"^flax_model-\d{5}-of-\d{5}\.msgpack$")
 # A Linear layer's weight: every PyTorch ".weight" that is neither an embedding table nor a
-# LayerNorm scale.
+# norm's scale (1-D: BERT's LayerNorm.weight, ModernBERT's norm.weight).
 _EMBEDDING_RE = re.compile(r"(^|\.)\w+_embeddings\.weight$")
-_LAYER_NORM_RE = re.compile(r"(^|\.)LayerNorm\.weight$")
 
 
 class FlaxFormatError(ValueError):
@@ -53,11 +58,10 @@ def read_file(path: str | os.PathLike) -> dict[str, np.ndarray]:
     from flax import traverse_util
     from flax.serialization import msgpack_restore
 
-    path = os.fspath(path)
-    if not os.path.exists(path):
+    path = as_path(path)
+    if not path.exists():
         raise FileNotFoundError(f"Flax weight file not found: {path}")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = path.read_bytes()
     if data.startswith(b"version https://git-lfs"):
         raise FlaxFormatError(
             f"{path} is a git-lfs pointer, not the weights: run `git lfs pull` in the repository"
@@ -98,14 +102,15 @@ def to_torch_names(flat: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def from_torch_names(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The inverse of `to_torch_names`: a BERT PyTorch state dict as {Flax name: array}."""
+    """The inverse of `to_torch_names`: a PyTorch state dict as {Flax name: array} (a 1-D
+    `.weight` is a norm's scale, an `*_embeddings.weight` a table, any other a Linear kernel)."""
     flat = {}
     for key, value in state.items():
         *module, leaf = key.split(".")
         if leaf == "weight":
             if _EMBEDDING_RE.search(key):
                 leaf = "embedding"
-            elif _LAYER_NORM_RE.search(key):
+            elif np.ndim(value) == 1:
                 leaf = "scale"
             else:
                 leaf, value = "kernel", np.ascontiguousarray(value.T)
@@ -170,3 +175,36 @@ def parse_size(size: int | str | None) -> int | None:
     if not match:
         raise ValueError(f"shard size {size!r}: expected bytes or e.g. '10GB', '500MB', '1GiB'")
     return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def save_hf_flax(
+    config: ModelConfig,
+    params: PyTree,
+    out_dir: str | os.PathLike,
+    model: str = "BertForPreTraining",
+    *,
+    max_shard_size: int | str | None = None,
+    overwrite: bool = False,
+) -> str:
+    """Writes the directory transformers' Flax classes (4.x) read: `flax_model.msgpack` (or shards
+    of at most `max_shard_size` bytes, e.g. "10GB", and their index) + config.json.
+
+    `transformers.Flax<model>.from_pretrained(out_dir)` (transformers <= 4.57) loads it with no
+    missing and no unexpected keys; a base model is saved without the encoder's prefix, as
+    FlaxBertModel saves itself. Parameters keep their dtype (float32 or bfloat16).
+    Returns `out_dir`.
+    """
+    flat = from_torch_names(params_to_hf_state(config, params, model))
+    files, index = shards(flat, parse_size(max_shard_size))
+    names = [*files, *([INDEX_NAME] if index else [])]
+    out_dir = prepare_out_dir(out_dir, [*names, "config.json"], overwrite)
+    stale = stale_files([p.name for p in out_dir.iterdir()], names)
+    if stale:
+        raise FileExistsError(f"{out_dir} holds {stale} from another save; remove them first")
+    for name, part in files.items():
+        write_bytes_whole(out_dir / name, to_bytes(part))
+    if index:
+        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+        write_bytes_whole(out_dir / INDEX_NAME, text.encode("utf-8"))
+    write_hf_config(out_dir, config, model)
+    return os.fspath(out_dir)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 
+from bert_jax.checkpoints.hf import HF_WEIGHT_FILES
 from bert_jax.paths import is_url
 
 # Files of a repository that a checkpoint directory needs besides its weights.
@@ -89,8 +90,6 @@ def _wanted_files(repo_id: str) -> list[str]:
     """The config and vocabulary files and one kind of weights (with their shards) of a Hub
     repository: the first of `HF_WEIGHT_FILES` it has."""
     import huggingface_hub
-
-    from bert_jax.convert import HF_WEIGHT_FILES
 
     files = set(huggingface_hub.list_repo_files(repo_id))
     for name in HF_WEIGHT_FILES:

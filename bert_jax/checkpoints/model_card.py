@@ -167,12 +167,11 @@ def render(
     """The card's text: the metadata header, then the description, metrics, architecture and
     training sections. `name` titles it (default: the head)."""
     name = name or head
-    pipeline = pipeline_tag(head)
     task_name = _get(records.experiment, "finetune.name")
     header: dict[str, Any] = {"license": license, "library_name": "transformers"}
     if language:
         header["language"] = list(language)
-    header["pipeline_tag"] = pipeline
+    header["pipeline_tag"] = pipeline_tag(head)
     family = bert_config.model_type
     header["tags"] = [family, "bert-jax", "jax", "flax", *([task_name] if task_name else [])]
     if datasets:
@@ -181,30 +180,35 @@ def render(
         header["base_model"] = base_model
     if records.metrics:
         dataset = datasets[0] if datasets else (task_name or "held-out data")
-        header["model-index"] = [
-            {
-                "name": name,
-                "results": [
-                    {
-                        "task": {"type": pipeline},
-                        "dataset": {"name": dataset, "type": dataset},
-                        "metrics": [
-                            {"type": key.split("/", 1)[1], "value": float(value), "name": key}
-                            for key, value in records.metrics.items()
-                        ],
-                    }
-                ],
-            }
-        ]
+        header["model-index"] = _model_index(name, pipeline_tag(head), dataset, records.metrics)
     lines = ["---", *_yaml(header), "---", "", f"# {name}", ""]
+    lines += _description(bert_config, head, records)
+    return "\n".join(lines) + "\n"
+
+
+def _model_index(name: str, pipeline: str, dataset: str, metrics: Mapping) -> list[dict]:
+    """The header's `model-index`: the held-out metrics as the Hub reads them."""
+    results = {
+        "task": {"type": pipeline},
+        "dataset": {"name": dataset, "type": dataset},
+        "metrics": [
+            {"type": key.split("/", 1)[1], "value": float(value), "name": key}
+            for key, value in metrics.items()
+        ],
+    }
+    return [{"name": name, "results": [results]}]
+
+
+def _description(bert_config: BertConfig, head: str, records: RunRecords) -> list[str]:
+    """The card's body lines: what it is, its metrics, architecture and training."""
     job = _get(records.experiment, "job")
-    lines.append(
+    lines = [
         f"A {bert_config.display_name} model ({head}) trained with bert-jax (JAX/Flax), "
         "exported as a "
         "transformers directory: `transformers.AutoModel.from_pretrained(DIR)` or "
         f'`bert_jax.from_pretrained(DIR, head="{head}")` loads it.'
         + (f" Job: {job}." if job else "")
-    )
+    ]
     if records.metrics:
         where = f" at step {records.step}" if records.step is not None else ""
         lines += ["", f"## Held-out metrics{where}", "", "| metric | value |", "| --- | --- |"]
@@ -222,7 +226,7 @@ def render(
         dumped = json.dumps(records.experiment, indent=2, sort_keys=True, default=str)
         lines += ["", "<details><summary>The run's full config</summary>", "", "```json"]
         lines += [dumped, "```", "", "</details>"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write(out_dir: str | os.PathLike, text: str) -> str:
@@ -269,15 +273,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def write_from_flags(args: argparse.Namespace, bert_config: BertConfig, head: str, fmt: str):
     """The card of a converted checkpoint: the records of the run it came from when SRC is a
     train.py run directory or an export inside one (`<run>/export`, `<run>/hf`)."""
-    src = os.path.abspath(args.src)
-    run_dir = src if fmt == "train" else os.path.dirname(src)
-    if not os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+    src = as_path(args.src)
+    run_dir = src if fmt == "train" else src.parent
+    if not (run_dir / "metrics.jsonl").is_file():
         run_dir = None
     text = render(
         bert_config,
         head,
         read_run(run_dir),
-        name=os.path.basename(os.path.normpath(args.dst)),
+        name=as_path(args.dst).name,
         license=args.license,
         datasets=_names(args.datasets),
         language=_names(args.language),

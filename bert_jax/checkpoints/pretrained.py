@@ -37,8 +37,8 @@ from absl import logging
 from etils import epath
 from flax import traverse_util
 
-from bert_jax import convert, tokenization
-from bert_jax.checkpoints import checkpointing, hub, run_params
+from bert_jax import tokenization
+from bert_jax.checkpoints import checkpointing, detect, hf, hub, run_params, table
 from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
@@ -65,7 +65,7 @@ class Loaded(NamedTuple):
       family: the model family's registry row (`models.families.Family`).
       placed: whether `params` are the sharded arrays of `targets` (a train.py run of this head
         and layout, read without a host copy).
-      report: what was loaded, left unused or newly initialized (`convert.ConversionReport`);
+      report: what was loaded, left unused or newly initialized (`table.ConversionReport`);
         None where `placed`.
     """
 
@@ -201,14 +201,14 @@ def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loa
     `load`'s record without the tokenizer."""
     role = "BertModel" if num_labels is not None else head
     if (as_path(path) / "checkpoints").is_dir():
-        config, params, stored, _ = convert.load_training_checkpoint(path)
-        report = convert.ConversionReport(loaded=list(traverse_util.flatten_dict(params, sep="/")))
+        config, params, stored, _ = run_params.load_training_checkpoint(path)
+        report = table.ConversionReport(loaded=list(traverse_util.flatten_dict(params, sep="/")))
         role = role and families.head_in_family(config, role)
         if role and role != stored:
             params, report = _rehead(config, params, stored, role, allow_new_heads)
             stored = role
     else:
-        config, params, stored, report = convert.load_any(
+        config, params, stored, report = detect.load_any(
             path, role, allow_new_heads=allow_new_heads or num_labels is not None,
             hidden_act=hidden_act,
         )  # fmt: skip
@@ -222,8 +222,8 @@ def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loa
 
 def _rehead(config, params: PyTree, stored: str, head: str, allow_new_heads: bool):
     """(params of `head`, report) from `params` of `stored`, mapped through the HF names."""
-    state = convert.params_to_hf_state(config, params, stored)
-    return convert.hf_state_to_params(config, state, head, allow_new_heads=allow_new_heads)
+    state = table.params_to_hf_state(config, params, stored)
+    return hf.hf_state_to_params(config, state, head, allow_new_heads=allow_new_heads)
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@
     run = run_params.read_run_params(workdir, targets=abstract_params)  # into shardings
 
 Readers (`checkpoints.pretrained.load`: from_pretrained, inference, `init_from`; convert) read a
-run; only the training run moves checkpoints (`checkpointing`), so a damaged newest checkpoint is
-passed over here with a warning and left where it is.
+run, its parameters checked against the head's table (`load_training_checkpoint`); only the
+training run moves checkpoints (`checkpointing`), so a damaged newest checkpoint is passed over
+here with a warning and left where it is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from bert_jax.checkpoints.checkpointing import (
     run_checkpoints,
     saved_steps,
 )
+from bert_jax.checkpoints.table import ConversionError, check_params, unflatten_params
+from bert_jax.models.families import ModelConfig, config_from_hf_dict
 
 
 class RunCheckpointError(ValueError):
@@ -87,7 +90,7 @@ def read_run_params(workdir, step: int | None = None, *, targets=None) -> RunPar
       RunCheckpointError: no checkpoint (of that step), no readable meta, or corrupt arrays
         (of every checkpoint, when `step` is None).
     """
-    root = run_checkpoints(workdir)  # a URL stays one; a local path becomes absolute
+    root = run_checkpoints(workdir)  # a URL stays one (`paths.as_path`)
     steps = saved_steps(root)
     if not steps:
         raise RunCheckpointError(f"no training checkpoints in {root}")
@@ -188,3 +191,21 @@ def _restore_params(state_path: str, restore_args) -> Any:
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
         raise _unreadable(state_path, e) from e
     return state["params"]
+
+
+def load_training_checkpoint(
+    workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
+) -> tuple[ModelConfig, Any, str, int]:
+    """Params of a `train.py` checkpoint: (config, params, model class name, step).
+
+    Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,
+    whatever mesh wrote it (`read_run_params`; the optimizer state is not read), and checks them
+    against the head's parameter table.
+    """
+    try:
+        run = read_run_params(workdir, step)
+        config = config_from_hf_dict(run.config)
+    except (RunCheckpointError, TypeError, ValueError) as e:
+        raise ConversionError(str(e)) from e
+    flat = check_params(config, run.params, run.head)
+    return config, unflatten_params(flat, scan_layers), run.head, run.step

@@ -45,8 +45,8 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import convert, tokenization
-from bert_jax.checkpoints import pretrained
+from bert_jax import tokenization
+from bert_jax.checkpoints import pretrained, table
 from bert_jax.data import batching, text_io
 from bert_jax.finetune import tasks
 from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
@@ -234,7 +234,7 @@ def graft(cfg, head: str, encoder, seed: int):
         base["pooler"] = params[name]["pooler"]
     new = sorted(f"{k}/..." for k in params if k != name)
     params = {**params, name: base}
-    convert.check_params(cfg, params, head)
+    table.check_params(cfg, params, head)
     return params, new
 
 

@@ -3,8 +3,8 @@
 A family is one folder, `models/<family>/`: its config class (Hugging Face `config.json`
 fields) and its model module (its encoder and heads, named like transformers' classes, and the
 facts about its parameter tree the row below reads: layer names, starting-value paths), plus
-its row here, and its encoder's FLOPs (`flops.py`); its parameter names for conversion live in
-`bert_jax.convert` (`HF_LAYOUTS`).
+its row here, and its encoder's FLOPs (`flops.py`); its names in Hugging Face and TF checkpoints
+(`conversion.py`, the row's `conversion`).
 Attention kernels, blocks, heads' call, sharding rules, objectives, steps and the loop are
 shared, and read the family's row where they need a fact of it.
 
@@ -26,12 +26,16 @@ from typing import Any
 
 import flax.linen as nn
 
+from bert_jax.models.bert import conversion as bert_conversion
 from bert_jax.models.bert import flops as bert_flops
 from bert_jax.models.bert import model
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.conversion import FamilyConversion
+from bert_jax.models.modernbert import conversion as modernbert_conversion
 from bert_jax.models.modernbert import flops as modernbert_flops
 from bert_jax.models.modernbert import model as modernbert
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.paths import as_path
 
 ModelConfig = BertConfig | ModernBertConfig
 
@@ -54,6 +58,8 @@ class Family:
         "position_embeddings": the position table); a role it lacks is absent.
       encoder_flops: (config, real sequence lengths) -> the encoder's forward model FLOPs
         (`models/<family>/flops.py`; `training.flops` adds the heads and the backward pass).
+      conversion: its names and layouts in Hugging Face and TF checkpoints
+        (`models/<family>/conversion.py`; `checkpoints.table` reads them).
     """
 
     model_type: str
@@ -65,6 +71,7 @@ class Family:
     scanned_layer: str | None
     starting_paths: Mapping[str, tuple[str, ...]]
     encoder_flops: Callable[[Any, Any], float]
+    conversion: FamilyConversion
 
     @property
     def base_model(self) -> str:
@@ -96,6 +103,7 @@ FAMILIES: dict[str, Family] = {
             scanned_layer=model.SCANNED_LAYER,
             starting_paths=model.STARTING_PATHS,
             encoder_flops=bert_flops.encoder_forward_flops,
+            conversion=bert_conversion.CONVERSION,
         ),
         Family(
             "modernbert",
@@ -107,6 +115,11 @@ FAMILIES: dict[str, Family] = {
             scanned_layer=modernbert.SCANNED_LAYER,
             starting_paths=modernbert.STARTING_PATHS,
             encoder_flops=modernbert_flops.encoder_forward_flops,
+            # No TF checkpoints (`tf_config_file` empty); its table rows keep the TF names they
+            # have always had (google-research/bert's), which nothing reads.
+            conversion=dataclasses.replace(
+                modernbert_conversion.CONVERSION, **bert_conversion.TF_NAMES
+            ),
         ),
     )
 }
@@ -179,15 +192,15 @@ def model_fields(config: ModelConfig) -> dict[str, Any]:
 
 def config_from_json_file(path: str | os.PathLike) -> ModelConfig:
     """Reads a `config.json` (or the directory holding one) of any family; a BERT directory may
-    hold google-research/bert's `bert_config.json` instead (`BertConfig.from_json_file`)."""
-    path = os.fspath(path)
-    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    if os.path.exists(file):
-        with open(file, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError:
-                d = None  # BertConfig names the error
+    hold google-research/bert's `bert_config.json` instead (`BertConfig.from_json_file`). Local
+    or at a URL (`etils.epath`)."""
+    path = as_path(path)
+    file = path / "config.json" if path.is_dir() else path
+    if file.exists():
+        try:
+            d = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            d = None  # BertConfig names the error
         if isinstance(d, dict) and d.get("model_type", DEFAULT_MODEL_TYPE) != DEFAULT_MODEL_TYPE:
             return config_from_hf_dict(d)
     return BertConfig.from_json_file(path)

@@ -2,7 +2,7 @@
 
     export(params, workdir, bert_config, head, tokenizer=tokenizer)
 
-writes `<workdir>/export` (bert_jax's format, `convert.load_pretrained`) and `<workdir>/hf` (a
+writes `<workdir>/export` (bert_jax's format, `native.load_pretrained`) and `<workdir>/hf` (a
 Hugging Face `transformers` directory: config.json, model.safetensors and, given a tokenizer, its
 vocabulary; given the experiment config, README.md: the Hub's model card from the run's records).
 Both jobs call it after their last step; the loop knows nothing of formats.
@@ -15,8 +15,7 @@ from typing import Any
 import jax
 from absl import logging
 
-from bert_jax import convert
-from bert_jax.checkpoints import model_card
+from bert_jax.checkpoints import model_card, native
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.paths import as_path
 
@@ -57,11 +56,11 @@ def export(
 
     host_params = multihost_utils.process_allgather(params, tiled=True)
     out = as_path(out_dir)
-    convert.save_pretrained(out / "export", bert_config, host_params, head, overwrite=True)
+    native.save_pretrained(out / "export", bert_config, host_params, head, overwrite=True)
     places = {"export": f"{out / 'export'} (bert_jax)"}
     if hf:
         if jax.process_index() == 0:
-            convert.save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
+            hf.save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
             if tokenizer is not None:
                 tokenizer.save(out / "hf")  # <out>/hf is then a complete transformers directory
             if config is not None:

@@ -23,8 +23,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from bert_jax import convert
-from bert_jax.checkpoints import checkpointing, pretrained
+from bert_jax.checkpoints import checkpointing, pretrained, table
 from bert_jax.models.params import stack_layers
 from bert_jax.training.experiment import Experiment
 
@@ -122,7 +121,7 @@ def init_state(
         return init(rng, overrides)
     if placed:
         return _init_from_params_fn(exp)(rng, params)
-    params = convert.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
+    params = table.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
     params = stack_layers(params) if exp.runtime.scan_layers else params
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),

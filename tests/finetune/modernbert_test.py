@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import convert
+from bert_jax.checkpoints import hf
 from bert_jax.finetune import run as finetune_run
 from bert_jax.models.families import get_model_class
 from bert_jax.models.modernbert.config import ModernBertConfig
@@ -39,7 +39,7 @@ def modernbert_dir(tmp_path_factory, vocab):  # noqa: F811
     )  # fmt: skip
     head = "ModernBertForMaskedLM"
     params = init_params(get_model_class(head)(cfg), jax.random.PRNGKey(0))
-    convert.save_pytorch(cfg, jax.device_get(params), out, head, overwrite=True)
+    hf.save_pytorch(cfg, jax.device_get(params), out, head, overwrite=True)
     shutil.copy(vocab / "vocab.txt", out / "vocab.txt")
     return out
 

@@ -203,10 +203,10 @@ def test_exported_classifier_gives_the_same_logits_in_pytorch(tmp_path, vocab):
     sentiment_files(tmp_path)
     config = finetune_config("custom", tmp_path, vocab, **{"finetune.num_epochs": 1})
     finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
-    from bert_jax import convert
+    from bert_jax.checkpoints import native
     from bert_jax.models.bert.model import BertForSequenceClassification
 
-    cfg, params, model_name = convert.load_pretrained(tmp_path / "run" / "export")
+    cfg, params, model_name = native.load_pretrained(tmp_path / "run" / "export")
     assert model_name == "BertForSequenceClassification" and cfg.label_names == ("neg", "pos")
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(
         tmp_path / "run" / "hf"

@@ -53,13 +53,13 @@ def test_modernbert_pretraining_leaves_the_unigram_plateau(tmp_path):
 
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    from bert_jax import convert
+    from bert_jax.checkpoints import hf
 
     model, info = transformers.ModernBertForMaskedLM.from_pretrained(
         workdir / "hf", output_loading_info=True
     )
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
-    cfg, params = convert.load_pytorch(workdir / "hf", model="ModernBertForMaskedLM")[:2]
+    cfg, params = hf.load_pytorch(workdir / "hf", model="ModernBertForMaskedLM")[:2]
     ids = np.random.RandomState(0).randint(5, cfg.vocab_size, (2, 40))
     with torch.no_grad():
         ref = model.eval()(torch.tensor(ids)).logits.numpy()

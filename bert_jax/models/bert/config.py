@@ -25,6 +25,7 @@ from bert_jax.models.config import (
     labels_from_hf,
     labels_to_hf,
 )
+from bert_jax.paths import as_path
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
 _ORIGINAL_FIELDS = (
@@ -244,22 +245,22 @@ class BertConfig(EncoderConfig):
     # ---- files ----
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
-        """Reads an HF `config.json` or an original `bert_config.json` (told apart by content)."""
-        path = os.fspath(path)
-        if os.path.isdir(path):
+        """Reads an HF `config.json` or an original `bert_config.json` (told apart by content),
+        local or at a URL (`etils.epath`)."""
+        path = as_path(path)
+        if path.is_dir():
             for name in ("config.json", "bert_config.json"):
-                if os.path.exists(os.path.join(path, name)):
-                    path = os.path.join(path, name)
+                if (path / name).exists():
+                    path = path / name
                     break
             else:
                 raise FileNotFoundError(f"no config.json or bert_config.json in {path}")
-        if not os.path.exists(path):
+        if not path.exists():
             raise FileNotFoundError(f"config file not found: {path}")
-        with open(path, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} is not valid JSON: {e}") from e
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON: {e}") from e
         if not isinstance(d, dict):
             raise ValueError(f"{path} does not hold a JSON object")
         if "model_type" in d or "pad_token_id" in d or "layer_norm_eps" in d:

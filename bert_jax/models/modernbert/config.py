@@ -28,6 +28,7 @@ from bert_jax.models.config import (
     labels_from_hf,
     labels_to_hf,
 )
+from bert_jax.paths import as_path
 
 MODEL_TYPE = "modernbert"
 POOLINGS = ("cls", "mean")
@@ -254,12 +255,12 @@ class ModernBertConfig(EncoderConfig):
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> ModernBertConfig:
-        """Reads a Hugging Face ModernBERT `config.json` (or the directory holding one)."""
-        path = os.fspath(path)
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        with open(path, encoding="utf-8") as f:
-            return cls.from_hf_dict(json.load(f))
+        """Reads a Hugging Face ModernBERT `config.json` (or the directory holding one), local or
+        at a URL (`etils.epath`)."""
+        path = as_path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        return cls.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
 
     def to_json_file(self, path: str | os.PathLike, *, architecture: str | None = None):
         """Writes a Hugging Face `config.json`."""

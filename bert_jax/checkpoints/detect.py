@@ -1,0 +1,88 @@
+"""Which format a checkpoint path holds (`detect_format`) and reading any of them as one record
+(`load_any`): Hugging Face (PyTorch or Flax weights), TF, bert_jax's own, or a `train.py` run.
+Paths through `etils.epath` (local or a URL).
+"""
+
+from __future__ import annotations
+
+import os
+
+from bert_jax.checkpoints import hf, hf_flax, native, run_params, table, tf
+from bert_jax.checkpoints.table import ConversionReport, flatten_params
+from bert_jax.models.families import config_from_json_file, head_in_family
+from bert_jax.paths import as_path, missing_path_error
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """The format of the checkpoint at `path`: "hf" (PyTorch weights), "hf_flax" (only Flax
+    weights), "tf", "bert_jax" or "train" (a workdir)."""
+    given, path = path, as_path(path)
+    if path.is_dir():
+        files = {p.name for p in path.iterdir()}
+        if "config.json" in files and "params" in files:
+            return "bert_jax"
+        if "checkpoints" in files and (path / "checkpoints").is_dir():
+            return "train"
+        weights = files & set(hf.HF_WEIGHT_FILES)
+        if "config.json" in files and weights:
+            return "hf_flax" if weights <= set(hf_flax.WEIGHT_FILES) else "hf"
+        if tf.tf_family().conversion.tf_config_file in files or any(
+            f.endswith(".index") for f in files
+        ):
+            return "tf"
+        raise ValueError(
+            f"{path} holds no recognizable checkpoint (config.json + weights, config.json + "
+            "params/, or bert_config.json + a TF checkpoint's *.index)"
+        )
+    if tf.is_tf_path(path):
+        return "tf"
+    raise missing_path_error(given)  # as given: a Hub id reads as one
+
+
+def _load_own(path, fmt: str, model: str | None, allow_new_heads: bool):
+    """`load_any` of bert_jax's format or a run: the stored head, or another of the family's
+    re-mapped through the Hugging Face names (new heads initialized when allowed)."""
+    if fmt == "bert_jax":
+        config, params, stored = native.load_pretrained(path)
+    else:
+        config, params, stored, _ = run_params.load_training_checkpoint(path)
+    model = model and head_in_family(config, model)
+    if model and model != stored:
+        state = table.params_to_hf_state(config, params, stored)
+        params, report = hf.hf_state_to_params(
+            config, state, model, allow_new_heads=allow_new_heads
+        )
+        return config, params, model, report
+    return config, params, stored, ConversionReport(loaded=list(flatten_params(params)))
+
+
+def load_any(
+    path: str | os.PathLike,
+    model: str | None,
+    *,
+    allow_new_heads: bool = False,
+    hidden_act: str | None = None,
+):
+    """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
+    checkpoint path. A BERT class name as `model` stands for its role in the checkpoint's family
+    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel). `hidden_act` is for TF
+    checkpoints only (`load_tf`): the other formats' config.json names the activation."""
+    fmt = detect_format(path)
+    if hidden_act is not None and fmt != "tf":
+        raise ValueError(
+            f"--hidden-act / hidden_act is for TF checkpoints (bert_config.json's ambiguous "
+            f"'gelu'); {path} is a {fmt} checkpoint whose config.json names its activation"
+        )
+    if fmt in ("bert_jax", "train"):
+        return _load_own(path, fmt, model, allow_new_heads)
+    if fmt in ("hf", "hf_flax"):
+        model = model and head_in_family(config_from_json_file(path), model)
+        config, params, report = hf.load_pytorch(
+            path, model, allow_new_heads=allow_new_heads, return_report=True
+        )
+        return config, params, model or hf.default_model(as_path(path) / "config.json", ""), report
+    model = model or tf.tf_family().conversion.tf_default_head
+    config, params, report = tf.load_tf(
+        path, model, allow_new_heads=allow_new_heads, hidden_act=hidden_act, return_report=True
+    )
+    return config, params, model, report

@@ -1,0 +1,93 @@
+"""The shape of a family's conversion facts: how its parameters are named in other formats.
+
+Each family folder fills one `FamilyConversion` (`models/<family>/conversion.py`) and the
+registry puts it on the family's row (`families.Family.conversion`); the checkpoint formats
+(`bert_jax.checkpoints`) read it and name no family. A flax key is the "/"-joined path of a
+parameter in the unstacked tree ("bert/encoder/layer_0/attention/self/query/kernel"); a Hugging
+Face key is the PyTorch state-dict name derived from it ("bert.encoder.layer.0....weight").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyConversion:
+    """A family's names and layouts in Hugging Face and TF checkpoints.
+
+    Attributes:
+      hf_prefix: the encoder's prefix in a head's HF state dict ("bert."; absent in the
+        encoder's own state dict).
+      hf_roots: the encoder's top-level HF names (keys starting with them may lack the prefix).
+      structural: regex of flax keys that must come from a checkpoint (never newly initialized:
+        embeddings and layers; everything else is a task head).
+      tied_decoder: the HF name of the MLM decoder weight, tied to the word embeddings (often
+        omitted from a state dict; when present it must equal them).
+      word_embeddings: the word-embedding table's flax key, without the encoder prefix.
+      hf_aliases: {HF key: another spelling of the same tensor}, both read, both must agree
+        (BERT's MLM bias is also stored as the decoder's bias).
+      two_input_kernels: flax key suffixes of kernels with two input axes ([heads, head_dim,
+        out], the attention output projection); every other kernel has one.
+      vocab_keys: regex of flax keys with a row per token (word embeddings, MLM output bias):
+        held with `padded_vocab_size` rows here, `vocab_size` rows in other formats.
+      layer_index: regex whose group 1 is a layer's index in a weight name of any format.
+      sized_by_config: (weight name regex, config field, axis the field sizes), checked against
+        a checkpoint's shapes before anything is built from its config.
+      tf_config_file: google-research/bert's config file name; "" for a family without TF
+        checkpoints.
+      tf_prefix: prepended to a flax key lacking one of `tf_top_level` to make its TF name.
+      tf_top_level: flax key prefixes that are TF names' first component already.
+      tf_renames: (regex, replacement) applied in order to make a TF name.
+      tf_out_weights: regex of kernels TF stores [out, in] (run_classifier.py's output_weights).
+      tf_num_labels_key: the TF weight whose first axis is the label count (bert_config.json
+        has none).
+      tf_default_head: the head a TF checkpoint is read as when none is named.
+    """
+
+    hf_prefix: str
+    hf_roots: tuple[str, ...]
+    structural: str
+    tied_decoder: str
+    word_embeddings: str
+    two_input_kernels: tuple[str, ...]
+    vocab_keys: re.Pattern
+    layer_index: re.Pattern
+    sized_by_config: tuple[tuple[str, str, int], ...]
+    hf_aliases: tuple[tuple[str, str], ...] = ()
+    tf_config_file: str = ""
+    tf_prefix: str = ""
+    tf_top_level: tuple[str, ...] = ()
+    tf_renames: tuple[tuple[str, str], ...] = ()
+    tf_out_weights: str = r"(?!)"  # matches nothing
+    tf_num_labels_key: str = ""
+    tf_default_head: str = ""
+
+    def n_inputs(self, flax_key: str) -> int:
+        """Leading kernel axes that are inputs: 2 for projections out of the heads [H, D, E]."""
+        return 2 if flax_key.endswith(self.two_input_kernels) else 1
+
+    def tf_key(self, flax_key: str) -> str:
+        """The TF checkpoint name of a flax key (of a family with TF checkpoints)."""
+        key = flax_key if flax_key.startswith(self.tf_top_level) else self.tf_prefix + flax_key
+        for pattern, repl in self.tf_renames:
+            key = re.sub(pattern, repl, key)
+        return key
+
+
+# A layer's index in any spelling: HF "encoder.layer.3." / "layers.3.", TF and flax
+# "encoder/layer_3/" / "layers_3/".
+LAYER_INDEX_RE = re.compile(r"(?:^|[./])layers?[._](\d+)[./]")
+
+
+def sized_by_config(word_embeddings: str) -> tuple[tuple[str, str, int], ...]:
+    """The embedding tables a config sizes, for a family whose word-embedding table is named
+    `word_embeddings` ("word_embeddings", "tok_embeddings"), in every format's spelling."""
+    suffix = r"(\.weight|/embedding)?$"
+    return (
+        (word_embeddings + suffix, "vocab_size", 0),
+        (word_embeddings + suffix, "hidden_size", -1),
+        ("position_embeddings" + suffix, "max_position_embeddings", 0),
+        ("token_type_embeddings" + suffix, "type_vocab_size", 0),
+    )
