@@ -13,9 +13,9 @@ from flax import linen as nn
 
 from bert_jax import convert
 from bert_jax.checkpoints import hf, hf_flax, table
-from bert_jax.models.bert.model import init_params
 from bert_jax.models.families import get_model_class
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.params import init_params
 from tests.common import TINY
 
 BUCKET = "gs://bucket"

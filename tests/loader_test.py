@@ -208,17 +208,32 @@ def bert_jax_export(tmp_path_factory):
     return path / "export", params
 
 
-def test_a_bert_jax_directory_and_a_run_in_a_bucket_load(fake_bucket, tmp_path, bert_jax_export):
+def test_a_bert_jax_directory_and_a_run_in_a_bucket_load(
+    fake_bucket, tmp_path, bert_jax_export, monkeypatch
+):
     """A bert_jax export (config.json + Orbax params/), and a finished run's directory: its
-    `export/`, with the tokenizer in its `hf/`."""
+    `export/`, with the tokenizer in its `hf/`. Orbax reads gs:// itself (tensorstore's GCS
+    driver, which the fake bucket cannot stand in for: it goes to the network), so its reader is
+    handed the bucket's URL (recorded) and reads the folder standing for it."""
+    import orbax.checkpoint as ocp
+
     root, seen = fake_bucket
+    handed, real = [], ocp.StandardCheckpointer
+
+    class FromBucket(real):
+        def restore(self, path, *args, **kwargs):
+            handed.append(os.fspath(path))
+            local = os.fspath(path).replace("gs://bucket", os.fspath(root), 1)
+            return super().restore(local, *args, **kwargs)
+
+    monkeypatch.setattr(ocp, "StandardCheckpointer", FromBucket)
     shutil.copytree(bert_jax_export[0], root / "export")
     params = bert_jax_export[1]
     (root / "export" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     loaded = pretrained.load("gs://bucket/export")
     assert (loaded.head, loaded.tokenizer.vocab_size) == ("BertForMaskedLM", len(VOCAB))
     assert_same(loaded.params, params)
-    assert "gs://bucket/export/params" in seen
+    assert handed == ["gs://bucket/export/params"]
 
     run = _mkdir(root / "run")
     (root / "export").rename(run / "export")
@@ -228,6 +243,7 @@ def test_a_bert_jax_directory_and_a_run_in_a_bucket_load(fake_bucket, tmp_path, 
     assert_same({k: again.params[k] for k in params["bert"]}, params["bert"])  # a new pooler
     assert pretrained.read_config("gs://bucket/run") == loaded.config
     assert "gs://bucket/run/hf/vocab.txt" in seen
+    assert handed[1:] == ["gs://bucket/run/export/params"]
     _no_local_url(tmp_path, seen)
 
 

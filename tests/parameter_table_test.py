@@ -21,9 +21,9 @@ from flax import traverse_util
 
 from bert_jax.checkpoints import table
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.bert.model import stack_layers
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.params import stack_layers
 
 GOLDEN = pathlib.Path(__file__).parent / "testdata" / "parameter_table.json"
 _SIZES = dict(

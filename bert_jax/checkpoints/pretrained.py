@@ -11,8 +11,7 @@ reads a checkpoint through `load`, which returns one record.
 
 A source is any checkpoint `bert_jax.convert` reads (transformers PyTorch or Flax directories, TF
 checkpoints, bert_jax exports, train.py run directories), a local path or a URL (`gs://...`,
-through `etils.epath`; a bucket's files are copied to a temporary directory for the reading, a
-run's checkpoints read in place), or a Hugging Face Hub id (`checkpoints.hub`: the cache, else a
+through `etils.epath`), or a Hugging Face Hub id (`checkpoints.hub`: the cache, else a
 download where one is allowed). An existing path always wins over a Hub id. `from_pretrained`
 adds the module, the dtypes and the layer layout: the result is a plain Flax module, its
 parameter dict and its config (docs/from_transformers_flax.md maps transformers' Flax calls).
@@ -21,12 +20,7 @@ Beside them: `find_tokenizer` (the one vocabulary lookup) and `read_config` (the
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import shutil
-import tempfile
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -34,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from etils import epath
 from flax import traverse_util
 
 from bert_jax import tokenization
@@ -43,13 +36,10 @@ from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import stack_layers
-from bert_jax.paths import as_path, is_url
+from bert_jax.paths import as_path
 
 PyTree = Any
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
-# The files of a bucket's checkpoint directory copied for reading (its `params/` tree whole):
-# configs, vocabularies, weights and shard indexes, TF checkpoint files; not other formats.
-_STAGED_RE = re.compile(r".*\.(json|txt|safetensors|bin|msgpack|index)$|.*\.data-\d{5}-of-\d{5}$")
 
 
 class Loaded(NamedTuple):
@@ -164,8 +154,7 @@ def load(
     if loaded is None:
         if (as_path(path) / "export").is_dir():  # a run's model as it wrote it at its end
             weights, run = os.fspath(as_path(path) / "export"), False
-        with _staged(weights, in_place=run) as local:
-            loaded = _read(local, head, allow_new_heads, hidden_act, num_labels)
+        loaded = _read(weights, head, allow_new_heads, hidden_act, num_labels)
         logging.info("%s from %s: %s", loaded.head, weights, loaded.report.summary())
     if with_tokenizer:
         vocab_size = loaded.config.vocab_size
@@ -197,8 +186,8 @@ def _run_into_targets(path: str, head: str, targets: PyTree) -> Loaded | None:
 
 
 def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loaded:
-    """The host parameters of the checkpoint at local `path` (a run directory may be a URL), as
-    `load`'s record without the tokenizer."""
+    """The host parameters of the checkpoint at `path` (local or a URL), as `load`'s record
+    without the tokenizer."""
     role = "BertModel" if num_labels is not None else head
     if (as_path(path) / "checkpoints").is_dir():
         config, params, stored, _ = run_params.load_training_checkpoint(path)
@@ -226,41 +215,6 @@ def _rehead(config, params: PyTree, stored: str, head: str, allow_new_heads: boo
     return hf.hf_state_to_params(config, state, head, allow_new_heads=allow_new_heads)
 
 
-@contextlib.contextmanager
-def _staged(path: str, in_place: bool = False) -> Iterator[str]:
-    """A local path holding the checkpoint at `path`: itself when local (or `in_place`: a run's
-    checkpoints, which Orbax reads at a URL), else a temporary copy of what the formats read
-    (removed on exit). A TF prefix at a URL brings its files and the configs beside it."""
-    if in_place or not is_url(path):
-        yield path
-        return
-    url = epath.Path(path)
-    is_dir = url.is_dir()
-    if not is_dir and not (url.parent / f"{url.name}.index").exists():
-        raise FileNotFoundError(f"no checkpoint at {path}: no such directory or TF prefix")
-    with tempfile.TemporaryDirectory(prefix="bert_jax_load_") as tmp:
-        if is_dir:
-            _copy_tree(url, epath.Path(tmp), lambda name: bool(_STAGED_RE.fullmatch(name)))
-            yield tmp
-        else:
-            keep = lambda name: name.startswith(f"{url.name}.") or name in hub.CONFIG_FILES  # noqa: E731
-            _copy_tree(url.parent, epath.Path(tmp), keep, subfolders=False)
-            yield os.path.join(tmp, url.name)
-
-
-def _copy_tree(src: epath.Path, dst: epath.Path, keep, *, subfolders: bool = True) -> None:
-    """Copies the files of `src` whose names `keep` accepts (None: every file and folder), and
-    its `params/` folder (a bert_jax export's Orbax tree) whole."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for entry in src.iterdir():
-        if entry.is_dir():
-            if subfolders and (keep is None or entry.name == "params"):
-                _copy_tree(entry, dst / entry.name, None)
-        elif keep is None or keep(entry.name):
-            with entry.open("rb") as fin, (dst / entry.name).open("wb") as fout:
-                shutil.copyfileobj(fin, fout, length=1 << 24)
-
-
 def read_config(source: str | os.PathLike) -> Any:
     """The model config of a checkpoint without its weights: config.json (or bert_config.json)
     beside them, a run's `export/` one or its newest checkpoint's record.
@@ -277,12 +231,7 @@ def read_config(source: str | os.PathLike) -> Any:
         if not steps:
             raise FileNotFoundError(f"no training checkpoints in {root}")
         return families.config_from_hf_dict(checkpointing.read_meta(root, steps[-1])["config"])
-    folder = path if path.is_dir() else path.parent  # beside a TF prefix
-    if not is_url(folder):
-        return families.config_from_json_file(folder)
-    with tempfile.TemporaryDirectory(prefix="bert_jax_config_") as tmp:
-        _copy_tree(folder, epath.Path(tmp), lambda n: n in hub.CONFIG_FILES[:2], subfolders=False)
-        return families.config_from_json_file(tmp)
+    return families.config_from_json_file(path if path.is_dir() else path.parent)  # TF: beside
 
 
 def from_pretrained(

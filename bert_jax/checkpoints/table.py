@@ -24,10 +24,10 @@ from absl import logging
 from flax import linen as nn
 from flax import traverse_util
 
-from bert_jax.models.bert.model import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.conversion import FamilyConversion
 from bert_jax.models.families import ModelConfig, family_of, get_model_class
+from bert_jax.models.params import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.paths import as_path, write_file_whole
 
 PyTree = Any
