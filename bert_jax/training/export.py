@@ -16,6 +16,7 @@ import jax
 from absl import logging
 
 from bert_jax.checkpoints import model_card, native
+from bert_jax.checkpoints.hf import save_pytorch
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.paths import as_path
 
@@ -60,7 +61,7 @@ def export(
     places = {"export": f"{out / 'export'} (bert_jax)"}
     if hf:
         if jax.process_index() == 0:
-            hf.save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
+            save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
             if tokenizer is not None:
                 tokenizer.save(out / "hf")  # <out>/hf is then a complete transformers directory
             if config is not None:
