@@ -263,7 +263,10 @@ def train_and_evaluate(
         seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
         with config.unlocked():
             config.seed = seed
-        run = SeedRun(config, exp, task, data, features, encoder, tokenizer, seed, seed_dir)
+        run = SeedRun(
+            config=config, exp=exp, task=task, data=data, features=features, encoder=encoder,
+            tokenizer=tokenizer, seed=seed, seed_dir=seed_dir,
+        )  # fmt: skip
         final = run.train_and_evaluate()
         if final is None:  # stopped by a signal: rerun to resume
             return results
@@ -341,13 +344,18 @@ def check_init_from(path: str) -> None:
         families.config_from_json_file(path)
 
 
+def _length_buckets(ft) -> tuple[int, ...] | None:
+    """The length buckets batches are cut to with `finetune.bucket_lengths` (None: no cut)."""
+    return batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+
+
 def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
     """The training batches of one seed: `num_epochs` epochs of shuffled global batches, drawn
     from one length bucket each with `finetune.batching="bucketed"` (not packed rows); each is cut
     to the bucket of its longest row with `bucket_lengths`. `host_rows`: this process's rows of
     each (None: all)."""
     ft = config.finetune
-    buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+    buckets = _length_buckets(ft)
     return batching.EpochIterator(
         features,
         config.global_batch_size,
@@ -365,7 +373,7 @@ def selection_metric(scores: Mapping[str, float]) -> str:
     return "f1" if "f1" in scores else next(iter(scores))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class SeedRun:
     """One seed's fine-tuning in `seed_dir`: train (resuming from its checkpoint), evaluate the
     final model on every split, write predictions, keep the model `finetune.keep` says and remove
@@ -388,7 +396,7 @@ class SeedRun:
     def train_and_evaluate(self) -> dict[str, float] | None:
         """The final metrics, or None when a signal stopped the run before its last step."""
         config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
-        buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+        buckets = _length_buckets(ft)
         host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
         train_iter = _train_batches(config, self.features, seed, host_rows)
         num_steps = train_iter.steps_per_epoch * ft.num_epochs

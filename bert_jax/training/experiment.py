@@ -28,9 +28,8 @@ from etils import epath
 
 from bert_jax.checkpoints import checkpointing
 from bert_jax.models.attention import current_platform, resolve_attention
-from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import count_params
-from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.config import EncoderConfig, RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
@@ -44,11 +43,11 @@ class Experiment:
     """What a run is, besides its data: model, mesh, rules, optimizer, schedule and the state's
     shardings, built once from a step count (`build`), and the run's compiled steps.
 
-    `bert_config` is the model's architecture (config.json); `head` its class name
+    `bert_config` is the model's architecture (config.json, any family's); `head` its class name
     ("BertForPreTraining", ...); the experiment config (`configs/*.py`) is only read by `build`.
     """
 
-    bert_config: BertConfig
+    bert_config: EncoderConfig
     runtime: RuntimeConfig
     head: str
     model: nn.Module
@@ -71,7 +70,7 @@ class Experiment:
     def build(
         cls,
         config,
-        bert_config: BertConfig,
+        bert_config: EncoderConfig,
         head: str,
         objective: str,
         num_train_steps: int,
@@ -201,7 +200,7 @@ class Experiment:
         )
 
 
-def _warn_unaligned_vocabulary(cfg: BertConfig, mesh) -> None:
+def _warn_unaligned_vocabulary(cfg: EncoderConfig, mesh) -> None:
     """Warns when the word-embedding table's rows do not split over the tensor axis in whole
     multiples of 128 (its shards are then unaligned, or it is replicated)."""
     tensor = mesh.shape["tensor"]
@@ -216,7 +215,7 @@ def _warn_unaligned_vocabulary(cfg: BertConfig, mesh) -> None:
         )
 
 
-def _resolved_runtime(config, cfg: BertConfig, mesh) -> tuple[RuntimeConfig, str]:
+def _resolved_runtime(config, cfg: EncoderConfig, mesh) -> tuple[RuntimeConfig, str]:
     """(the config's RuntimeConfig made concrete for the mesh's platform, that platform).
 
     dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the attention
