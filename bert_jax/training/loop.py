@@ -350,12 +350,10 @@ class SaveCheckpoint(Hook):
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
-def _compiled_shapes(exp) -> set:
+def _compiled_shapes(exp: Experiment) -> set:
     """The host batch shapes the Experiment's train step was compiled for: kept on the
     Experiment, whose compiled steps serve every seed of a fine-tuning run."""
-    if hasattr(exp, "cached"):
-        return exp.cached(("train_batch_shapes",), set)
-    return set()
+    return exp.cached(("train_batch_shapes",), set)
 
 
 class Trainer:
