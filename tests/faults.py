@@ -9,7 +9,8 @@ no test hooks, so this program installs them from outside and then runs train.py
 
     data_build   the default corpus's build, after the shared-directory check (before process 0
                  builds and the others wait for it)
-    step:<k>     after step k, before its hooks run (an extra Trainer hook, the last one)
+    step:<k>     after step k, before its hooks' periodic work (metrics, evaluation, saves):
+                 the `observe` of an extra last Trainer hook
     export       the end of pretraining, before the export's barrier
 
 With `sleep=<seconds>` the process sleeps there instead of raising (to kill it, or signal it,
