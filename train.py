@@ -42,8 +42,7 @@ from ml_collections import config_flags
 
 from bert_jax import cli
 from bert_jax.finetune import run as finetune_run
-from bert_jax.models.config import check_experiment_config
-from bert_jax.parallel import aot, multihost, preemption
+from bert_jax.parallel import aot, compile_cache, multihost, preemption
 from bert_jax.pretrain import run as pretrain_run
 from bert_jax.training import experiment, run_lock, summaries
 
@@ -105,11 +104,11 @@ def main(argv):
     else:
         initialize_distributed()
         # Not in compile mode: its report times the compile, which a cache hit would hide.
-        cache_dir = experiment.enable_compilation_cache(FLAGS.compilation_cache_dir)
+        cache_dir = compile_cache.enable_compilation_cache(FLAGS.compilation_cache_dir)
         logging.info("persistent compilation cache: %s", cache_dir or "off")
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
-    check_experiment_config(config)
+    experiment.check_experiment_config(config)
     # With several processes, an error on any of them ends all of them (parallel.multihost).
     # One run at a time in a workdir: the lock is taken before anything is written there.
     training = FLAGS.mode == "train"

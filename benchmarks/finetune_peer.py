@@ -98,7 +98,7 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
     import jax
 
     from bert_jax.data import batching
-    from bert_jax.finetune import run
+    from bert_jax.finetune import evaluation, run
     from bert_jax.parallel import sharding
     from bert_jax.training import experiment
     from bert_jax.training.start import init_state
@@ -129,7 +129,7 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
             )
     dev = next(e for e in data.evals if e.name == "dev")
     buckets = batching.length_buckets(config.finetune.max_seq_length)
-    out = run.predict_split(exp, state.params, dev, config.finetune.eval_batch_size, buckets)
+    out = evaluation.predict_split(exp, state.params, dev, config.finetune.eval_batch_size, buckets)
     return _accuracy(out["logits"], dev.features["labels"]), clock
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax.checkpoints import native, run_params
+from tests import faults
 from tests.train_test import ROOT, env, losses, run, train_cmd
 
 EVERY = ("--config.checkpoint_every_steps=5",)
@@ -174,8 +175,8 @@ def test_a_second_run_in_the_same_workdir_stops_at_start(tiny_pretraining_build,
     workdir = tmp_path / "run"
     cmd = train_cmd(workdir, tiny_pretraining_build, *EVERY, steps=20)
     first = subprocess.Popen(
-        cmd,
-        env={**env(), "BERT_JAX_FAULT_INJECT": "process=0,at=step:1,sleep=120"},
+        faults.command(cmd),
+        env={**env(), faults.FAULT_ENV: "process=0,at=step:1,sleep=120"},
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

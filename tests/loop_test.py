@@ -19,11 +19,13 @@ ROWS, LENGTH = 2, 4
 
 
 class _Experiment:
-    """What the Trainer uses of an Experiment: a mesh, rules, and the jitted train step."""
+    """What the Trainer uses of an Experiment: a mesh, rules, the jitted train step, and the
+    store of what the run compiled (`cached`)."""
 
     def __init__(self):
         self.mesh = sharding.make_mesh({"data": 1}, jax.devices()[:1])
         self.rules = []
+        self.store = {}
         self.step = jax.jit(
             lambda state, batch: (
                 state + 1,
@@ -33,6 +35,11 @@ class _Experiment:
 
     def train_step_fn(self, host_batch):
         return self.step
+
+    def cached(self, key, build):
+        if key not in self.store:
+            self.store[key] = build()
+        return self.store[key]
 
 
 class _Batches:

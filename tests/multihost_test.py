@@ -1,22 +1,24 @@
-"""bert_jax.parallel.multihost in one process: the fault hook and the barriers (tests/multiprocess_test.py
-runs them on two processes, with faults injected)."""
+"""bert_jax.parallel.multihost in one process: the barriers, and tests/faults.py's fault hook
+(tests/multiprocess_test.py runs them on two processes, with faults injected)."""
 
 import pytest
 
 from bert_jax.parallel import multihost
+from tests import faults
 
 
 def test_inject_fault_only_where_and_on_the_process_asked(monkeypatch):
-    multihost.inject_fault("step:3")  # no variable: nothing
-    monkeypatch.setenv(multihost.FAULT_ENV, "process=0,at=step:3")
-    multihost.inject_fault("step:2")
-    multihost.inject_fault("export")
-    with pytest.raises(multihost.InjectedFault, match="at step:3"):
-        multihost.inject_fault("step:3")
-    monkeypatch.setenv(multihost.FAULT_ENV, "process=1,at=step:3")  # another process's
-    multihost.inject_fault("step:3")
-    monkeypatch.setenv(multihost.FAULT_ENV, "process=0,at=export,sleep=0.01")
-    multihost.inject_fault("export")  # sleeps instead of raising
+    monkeypatch.delenv(faults.FAULT_ENV, raising=False)
+    faults.inject_fault("step:3")  # no variable: nothing
+    monkeypatch.setenv(faults.FAULT_ENV, "process=0,at=step:3")
+    faults.inject_fault("step:2")
+    faults.inject_fault("export")
+    with pytest.raises(faults.InjectedFault, match="at step:3"):
+        faults.inject_fault("step:3")
+    monkeypatch.setenv(faults.FAULT_ENV, "process=1,at=step:3")  # another process's
+    faults.inject_fault("step:3")
+    monkeypatch.setenv(faults.FAULT_ENV, "process=0,at=export,sleep=0.01")
+    faults.inject_fault("export")  # sleeps instead of raising
 
 
 def test_barriers_of_one_process_return_at_once():

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bert_jax.parallel import multihost
+from tests import faults
 from tests.train_test import ROOT, env, losses, run, train_cmd
 
 pytestmark = pytest.mark.multiprocess
@@ -46,8 +47,8 @@ class TwoProcesses:
     """Process 0 and 1 of a 2-process job (4 CPU devices each), their output in files.
 
     `make_cmd(process flags)` gives each command; `fault` (optional) is each process's
-    BERT_JAX_FAULT_INJECT (bert_jax.parallel.multihost). Every wait has a timeout that kills both processes
-    and fails the test with both processes' last output."""
+    BERT_JAX_FAULT_INJECT (tests/faults.py, whose program then runs it). Every wait has a timeout
+    that kills both processes and fails the test with both processes' last output."""
 
     def __init__(self, make_cmd, directory, fault=(None, None)):
         port = free_port()
@@ -56,18 +57,19 @@ class TwoProcesses:
         self.procs = []
         for i in range(2):
             e = env(4)
-            e.pop(multihost.FAULT_ENV, None)
-            if fault[i]:
-                e[multihost.FAULT_ENV] = fault[i]
-            flags = [
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-            ]
+            e.pop(faults.FAULT_ENV, None)
+            cmd = make_cmd(
+                [
+                    f"--coordinator_address=127.0.0.1:{port}",
+                    "--num_processes=2",
+                    f"--process_id={i}",
+                ]
+            )
+            if fault[i]:  # train.py run by the program that installs the fault hooks
+                e[faults.FAULT_ENV] = fault[i]
+                cmd = faults.command(cmd)
             with open(self.logs[2 * i], "w") as out, open(self.logs[2 * i + 1], "w") as err:
-                self.procs.append(
-                    subprocess.Popen(make_cmd(flags), env=e, cwd=ROOT, stdout=out, stderr=err)
-                )
+                self.procs.append(subprocess.Popen(cmd, env=e, cwd=ROOT, stdout=out, stderr=err))
         self.exited_at = [None, None]
 
     def output(self, i: int) -> tuple[str, str]:

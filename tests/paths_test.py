@@ -142,7 +142,7 @@ def test_finetuning_finds_the_tokenizer_beside_a_bucket_checkpoint(fake_bucket, 
 def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path):
     from bert_jax.data.text_io import TextExample
     from bert_jax.finetune import glue, squad
-    from bert_jax.finetune import run as finetune_run
+    from bert_jax.finetune import settings as finetune_settings
     from bert_jax.finetune.task import write_rows
 
     root, seen = fake_bucket
@@ -152,7 +152,7 @@ def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path
     write_rows(f"{out}/dev_predictions.tsv", [("7", 1, 0)], ("no", "yes"))
     result = squad.SquadPredictions({"q": "an answer"}, {"q": []}, None)
     assert squad.write_predictions(out, result)["predictions"] == f"{out}/predictions.json"
-    finetune_run._write_results({"task": "mrpc", "seeds": {"0": {"f1": 0.5}}}, f"{BUCKET}/run")
+    finetune_settings.write_results({"task": "mrpc", "seeds": {"0": {"f1": 0.5}}}, f"{BUCKET}/run")
     assert sorted(p.name for p in (root / "run" / "predictions").iterdir()) == [
         "MRPC.tsv",
         "dev_predictions.tsv",

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from tests import faults
 from tests.conftest import TINY_DATA_OVERRIDES
 from tests.model_card_test import card_metadata, held_out_metrics
 
@@ -147,7 +148,7 @@ def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
 def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_build):
     """2N steps straight equal N steps, a SIGTERM, a resume and the rest, loss for loss.
 
-    The run sends itself SIGTERM after step N/2 (bert_jax.parallel.multihost's test hook), as a scheduler
+    The run sends itself SIGTERM after step N/2 (tests/faults.py's hook), as a scheduler
     would: the signal comes at a known step however fast the steps are. It stops after the next
     step with a checkpoint, and exits 143 (stopped, not done)."""
     n = 6
@@ -157,10 +158,11 @@ def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_buil
     cmd = train_cmd(
         interrupted, tiny_pretraining_build, "--config.checkpoint_every_steps=1000", steps=2 * n
     )
-    term = {"BERT_JAX_FAULT_INJECT": f"process=0,at=step:{n // 2},signal=TERM"}
+    term = {faults.FAULT_ENV: f"process=0,at=step:{n // 2},signal=TERM"}
     proc = subprocess.run(
-        cmd, env={**env(), **term}, cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+        faults.command(cmd), env={**env(), **term}, cwd=ROOT, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
     assert "received SIGTERM" in proc.stderr
     stopped = n // 2 + 1  # the signal is seen at the next step's stop check
@@ -183,10 +185,11 @@ def test_ctrl_c_in_training_saves_and_exits_130(tmp_path, tiny_pretraining_build
     `train.py && next` stops there), and the rerun finishes."""
     workdir = tmp_path / "run"
     cmd = train_cmd(workdir, tiny_pretraining_build, "--config.checkpoint_every_steps=1000")
-    interrupt = {"BERT_JAX_FAULT_INJECT": "process=0,at=step:2,signal=INT"}
+    interrupt = {faults.FAULT_ENV: "process=0,at=step:2,signal=INT"}
     proc = subprocess.run(
-        cmd, env={**env(), **interrupt}, cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+        faults.command(cmd), env={**env(), **interrupt}, cwd=ROOT, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert "Stopped by SIGINT at step 3 of 6" in proc.stdout and "Done" not in proc.stdout
     assert os.listdir(workdir / "checkpoints") == ["3"]
@@ -239,9 +242,9 @@ def test_refused_restart_keeps_config_and_resume_keeps_one_row_per_step(
     step 5 on."""
     workdir = tmp_path / "run"
     every = "--config.checkpoint_every_steps=4"
-    dies = {"BERT_JAX_FAULT_INJECT": "process=0,at=step:6"}
+    dies = {faults.FAULT_ENV: "process=0,at=step:6"}
     proc = subprocess.run(
-        train_cmd(workdir, tiny_pretraining_build, every, steps=8),
+        faults.command(train_cmd(workdir, tiny_pretraining_build, every, steps=8)),
         env={**env(), **dies}, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 1 and "a fault injected at step:6" in proc.stderr

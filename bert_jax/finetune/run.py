@@ -22,9 +22,10 @@ removed. `<workdir>/results.json` holds every finished seed's final dev metrics 
 `test_<metric>` where the test set is labelled) and their mean and std, rewritten as each seed
 finishes. `<workdir>/settings.json`, written before training, holds what decides them: the
 config (but for bookkeeping fields such as the seeds) and the size and SHA-256 of every data file
-read (`run_record`). A rerun in the same workdir with the same settings and data skips the seeds
-results.json lists; one with other settings or data is refused, naming each difference, while
-the workdir holds finished seeds or training checkpoints (else it starts afresh).
+read. A rerun in the same workdir with the same settings and data skips the seeds results.json
+lists; one with other settings or data is refused, naming each difference, while the workdir
+holds finished seeds or training checkpoints (else it starts afresh). Both files are kept by
+`finetune.settings`; the scoring is `finetune.evaluation`'s.
 
 Batches (`finetune.batching`): "bucketed" draws each batch from one length bucket (fewer padded
 tokens, faster); "shuffled" draws rows at random as google-research/bert does; docs/finetuning.md
@@ -34,7 +35,6 @@ measures the difference.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,18 +43,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from jax.experimental import multihost_utils
 
 from bert_jax import tokenization
 from bert_jax.checkpoints import pretrained, table
 from bert_jax.data import batching, text_io
-from bert_jax.finetune import tasks
-from bert_jax.finetune.task import EvalSet, FinetuneTask, TaskData
+from bert_jax.finetune import evaluation, settings, tasks
+from bert_jax.finetune.task import FinetuneTask, TaskData
 from bert_jax.models import families
 from bert_jax.models.families import get_model_class
 from bert_jax.models.params import init_params
 from bert_jax.parallel import aot, sharding
-from bert_jax.paths import as_path, write_text_whole
+from bert_jax.paths import as_path
 from bert_jax.training import experiment, flops, loop, objectives
 from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
@@ -88,51 +87,6 @@ def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
             "set config.finetune.tokenizer"
         )
     return tokenizer
-
-
-# --------------------------------------------------------------------------------------------
-# Evaluation
-# --------------------------------------------------------------------------------------------
-def predict_split(exp: experiment.Experiment, params, eval_set: EvalSet, batch_size: int, buckets):
-    """Model outputs for every row of `eval_set`, in feature order (fillers dropped)."""
-    if batch_size % sharding.data_parallel_size(exp.mesh):
-        raise ValueError(f"eval_batch_size={batch_size} must split over the data-parallel devices")
-    predict = exp.predict_fn()
-    rows = sharding.host_batch_rows(exp.mesh, batch_size)
-    outputs, indices = [], []
-    with jax.set_mesh(exp.mesh):
-        for batch, idx in batching.batches(
-            eval_set.features,
-            batch_size,
-            bucket_boundaries=buckets,
-            group_by_length=buckets is not None,  # short rows together: padded to their bucket
-            return_indices=True,
-        ):
-            local = {k: v[rows] for k, v in batch.items()}
-            out = predict(params, sharding.global_batch_from_local(local, exp.mesh))
-            out = jax.device_get(
-                jax.tree_util.tree_map(
-                    lambda x: multihost_utils.process_allgather(x, tiled=True), out
-                )
-            )
-            outputs.append(out)
-            indices.append(idx)
-    n = batching.num_rows(eval_set.features)
-    fields = [
-        f.name for f in dataclasses.fields(outputs[0]) if getattr(outputs[0], f.name) is not None
-    ]
-    fields = [f for f in fields if f not in ("hidden_states", "attentions")]
-    return {f: batching.unbatch([getattr(o, f) for o in outputs], indices, n) for f in fields}
-
-
-def _require_finite(scores: Mapping[str, float], split: str) -> None:
-    """Stops the run on a NaN metric rather than reporting or averaging a meaningless score."""
-    bad = sorted(k for k, v in scores.items() if not np.isfinite(v))
-    if bad:
-        raise FloatingPointError(
-            f"{split} metric(s) {', '.join(bad)} are NaN ({scores}): the predictions hold NaN or "
-            "are constant, or the labels are; stopping"
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,33 +215,6 @@ def train_features(task: FinetuneTask, data: TaskData, ft) -> dict[str, np.ndarr
     return packed
 
 
-def evaluate_splits(exp, params, task, data, ft, buckets, out_dir=None) -> dict[str, float]:
-    """The final metrics: dev as they are, a labelled test split as test_<metric> (the test set
-    only with `ft.evaluate_test`); prediction files go to `out_dir`."""
-    final = {}
-    for eval_set in data.evals:
-        if eval_set.name == "test" and not ft.evaluate_test:
-            continue
-        scores = score(exp, params, task, data, eval_set, ft, buckets, out_dir)
-        if eval_set.name == "dev":
-            final.update(scores)
-        else:  # a labelled test set (the Shakespeare task's plays) is scored too
-            final.update({f"{eval_set.name}_{k}": v for k, v in scores.items()})
-    return final
-
-
-def score(exp, params, task, data, eval_set, ft, buckets, out_dir=None) -> dict[str, float]:
-    """The task's metrics on `eval_set` (if labelled), writing its prediction files to out_dir
-    (process 0); stops on a NaN metric."""
-    outputs = predict_split(exp, params, eval_set, ft.eval_batch_size, buckets)
-    write_dir = out_dir if out_dir is not None and jax.process_index() == 0 else None
-    if write_dir is not None:
-        as_path(write_dir).mkdir(parents=True, exist_ok=True)
-    result = task.score(data, eval_set, outputs, ft, write_dir)
-    _require_finite(result, eval_set.name)
-    return result
-
-
 def train_and_evaluate(
     config,
     workdir: str | None,
@@ -306,7 +233,7 @@ def train_and_evaluate(
     Settings that could only fail later are refused first (`check_config`, `check_init_from`,
     the eval batch against the mesh). Seeds listed in `<workdir>/results.json` (an earlier run's,
     written as each seed finished) are not trained again; an earlier run with other settings or
-    data is refused (`_start_results`).
+    data is refused (`settings.start_results`).
 
     Returns:
       {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}, the
@@ -323,14 +250,46 @@ def train_and_evaluate(
         data = task.load(ft, tokenizer)
     bert_config, encoder = starting_point(config, data, tokenizer)
     features = train_features(task, data, ft)
+    exp = build_experiment(config, bert_config, data, features, seeds[0])
+    if mode == "shardings":
+        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+        return {"task": ft.name, "seeds": {}}
+    results = settings.start_results(workdir, settings.run_record(config, data_files), seeds)
+    for seed in seeds:
+        if str(seed) in results["seeds"]:
+            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
+            continue
+        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
+        with config.unlocked():
+            config.seed = seed
+        run = SeedRun(
+            config=config, exp=exp, task=task, data=data, features=features, encoder=encoder,
+            tokenizer=tokenizer, seed=seed, seed_dir=seed_dir,
+        )  # fmt: skip
+        final = run.train_and_evaluate()
+        if final is None:  # stopped by a signal: rerun to resume
+            return results
+        results["seeds"][str(seed)] = final
+        settings.write_results(results, workdir, announce=False)  # a crash in a later seed keeps it
+    settings.write_results(results, workdir)
+    return results
+
+
+def build_experiment(config, bert_config, data: TaskData, features, first_seed: int):
+    """The Experiment every seed of the run trains in (its compiled steps serve them all): the
+    task's head on `bert_config`, a schedule of `num_epochs` epochs of `features`' batches.
+    Refuses a batch larger than the training rows and an eval batch that does not split over
+    the data-parallel devices. Sets `config.seed` to `first_seed`, the Experiment's default (each
+    seed's run passes its own)."""
+    ft = config.finetune
     if batching.num_rows(features) < config.global_batch_size:
         raise ValueError(
             f"global_batch_size={config.global_batch_size} is more than the "
             f"{batching.num_rows(features)} training rows: no training step"
         )
-    steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch  # every seed's
+    steps_per_epoch = _train_batches(config, features, first_seed).steps_per_epoch  # every seed's
     with config.unlocked():
-        config.seed = seeds[0]  # the Experiment's default seed; each run passes its own
+        config.seed = first_seed
     exp = experiment.Experiment.build(
         config,
         bert_config,
@@ -343,25 +302,7 @@ def train_and_evaluate(
             f"finetune.eval_batch_size={ft.eval_batch_size} does not split over the "
             f"{sharding.data_parallel_size(exp.mesh)} data-parallel devices"
         )
-    if mode == "shardings":
-        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
-        return {"task": ft.name, "seeds": {}}
-    results = _start_results(workdir, run_record(config, data_files), seeds)
-    for seed in seeds:
-        if str(seed) in results["seeds"]:
-            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
-            continue
-        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
-        with config.unlocked():
-            config.seed = seed
-        run = SeedRun(config, exp, task, data, features, encoder, tokenizer, seed, seed_dir)
-        final = run.train_and_evaluate()
-        if final is None:  # stopped by a signal: rerun to resume
-            return results
-        results["seeds"][str(seed)] = final
-        _write_results(results, workdir, announce=False)  # a crash in a later seed keeps it
-    _write_results(results, workdir)
-    return results
+    return exp
 
 
 BATCHING = {
@@ -373,17 +314,11 @@ KEEP = ("best", "last", "none")
 
 def check_config(config) -> list[int]:
     """Refuses, before any data is read, the settings that could only fail later (or train
-    nothing): a batch size, epoch count or seed list that is not a positive count or list, an
-    unknown `finetune.batching` or `finetune.keep`. Returns the seeds."""
+    nothing): a count that is not a positive whole number (`experiment.check_experiment_config`:
+    batch sizes, epochs, ...), a seed list that is not distinct whole numbers, an unknown
+    `finetune.batching` or `finetune.keep`. Returns the seeds."""
+    experiment.check_experiment_config(config)
     ft = config.finetune
-    for field, value in (
-        ("global_batch_size", config.global_batch_size),
-        ("num_microbatches", config.num_microbatches),
-        ("finetune.num_epochs", ft.num_epochs),
-        ("finetune.eval_batch_size", ft.eval_batch_size),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{field}={value!r}: must be a whole number >= 1")
     if ft.batching not in BATCHING:
         raise ValueError(f"finetune.batching={ft.batching!r}; expected one of {list(BATCHING)}")
     if ft.keep not in KEEP:
@@ -407,13 +342,18 @@ def check_init_from(path: str) -> None:
         pretrained.read_config(path)
 
 
+def _length_buckets(ft) -> tuple[int, ...] | None:
+    """The length buckets batches are cut to with `finetune.bucket_lengths` (None: no cut)."""
+    return batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+
+
 def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
     """The training batches of one seed: `num_epochs` epochs of shuffled global batches, drawn
     from one length bucket each with `finetune.batching="bucketed"` (not packed rows); each is cut
     to the bucket of its longest row with `bucket_lengths`. `host_rows`: this process's rows of
     each (None: all)."""
     ft = config.finetune
-    buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+    buckets = _length_buckets(ft)
     return batching.EpochIterator(
         features,
         config.global_batch_size,
@@ -431,7 +371,7 @@ def selection_metric(scores: Mapping[str, float]) -> str:
     return "f1" if "f1" in scores else next(iter(scores))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class SeedRun:
     """One seed's fine-tuning in `seed_dir`: train (resuming from its checkpoint), evaluate the
     final model on every split, write predictions, keep the model `finetune.keep` says and remove
@@ -454,7 +394,7 @@ class SeedRun:
     def train_and_evaluate(self) -> dict[str, float] | None:
         """The final metrics, or None when a signal stopped the run before its last step."""
         config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
-        buckets = batching.length_buckets(ft.max_seq_length) if ft.bucket_lengths else None
+        buckets = _length_buckets(ft)
         host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
         train_iter = _train_batches(config, self.features, seed, host_rows)
         num_steps = train_iter.steps_per_epoch * ft.num_epochs
@@ -480,7 +420,7 @@ class SeedRun:
             )
             return None
         predictions_dir = self.seed_dir / "predictions"
-        final = evaluate_splits(
+        final = evaluation.evaluate_splits(
             exp, state.params, self.task, self.data, ft, buckets, predictions_dir
         )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
@@ -539,7 +479,7 @@ class SeedRun:
             task, data, ft = self.task, self.data, config.finetune
 
             def evaluate(params, step):
-                scores = score(exp, params, task, data, dev, ft, buckets)
+                scores = evaluation.score(exp, params, task, data, dev, ft, buckets)
                 self._remember(params, step, scores)
                 return scores
 
@@ -567,136 +507,3 @@ def _megabytes(path) -> float:
     if path.is_file():
         return path.stat().length / 1e6
     return sum(_megabytes(p) for p in path.iterdir())
-
-
-# Config fields that change no seed's results: a rerun may change them and still reuse the
-# finished seeds (prefixes of the dotted names).
-BOOKKEEPING = (
-    "finetune.seeds",
-    "finetune.keep",
-    "seed",
-    "log_every_steps",
-    "checkpoint_every_steps",
-    "max_checkpoints_to_keep",
-    "async_checkpointing",
-    "export_hf_at_end",
-    "model_card",
-    "topology",
-)
-
-
-def run_record(config, data_files: Mapping[str, dict]) -> dict[str, Any]:
-    """What decides a run's results, as results.json keeps it: the task, every config field
-    but the `BOOKKEEPING` ones ({dotted name: JSON value}), and the data files read ({absolute
-    path: {"bytes", "sha256"}}: `text_io.record_reads`)."""
-    fields = {
-        k: v
-        for k, v in _flat(json.loads(config.to_json_best_effort())).items()
-        if not any(k == b or k.startswith(b + ".") for b in BOOKKEEPING)
-    }
-    return {"task": config.finetune.name, "config": fields, "data": dict(data_files)}
-
-
-def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, Mapping):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def record_differences(earlier: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
-    """How `record` (`run_record`) differs from an earlier run's (its settings.json): "field:
-    old -> new" for config fields, "data file PATH: ..." for the files read."""
-    if "config" not in earlier:
-        return ["settings.json is missing (an older version wrote the results)"]
-    old, new = earlier["config"], record["config"]
-    absent = "(absent)"
-    changes = [
-        f"{k}: {old.get(k, absent)!r} -> {new.get(k, absent)!r}"
-        for k in sorted(set(old) | set(new))
-        if old.get(k, absent) != new.get(k, absent)
-    ]
-    old, new = earlier.get("data", {}), record["data"]
-    for path in sorted(set(old) | set(new)):
-        if path not in new:
-            changes.append(f"data file {path}: read before, not now")
-        elif path not in old:
-            changes.append(f"data file {path}: not read before")
-        elif old[path] != new[path]:
-            a, b = old[path]["bytes"], new[path]["bytes"]
-            size = f"{a:,} -> {b:,} bytes" if a != b else f"same size ({a:,} bytes)"
-            changes.append(f"data file {path}: its content changed, {size}")
-    return changes
-
-
-def _start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
-    """The results of this run so far: the finished seeds of an earlier run in `workdir`
-    (results.json) when it had the same settings and data (`<workdir>/settings.json`, the
-    `run_record` each run writes before training), else none.
-
-    Raises:
-      ValueError: the workdir holds finished seeds or training checkpoints of a run with other
-        settings or data (or of a version that recorded none), naming every difference; nothing
-        of it is overwritten.
-    """
-    results_path = as_path(workdir) / "results.json"
-    settings_path = as_path(workdir) / "settings.json"
-    earlier = json.loads(results_path.read_text()) if results_path.exists() else {}
-    results = {"task": record["task"], "seeds": {}}
-    if settings_path.exists() or earlier:
-        settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
-        changes = record_differences(settings, record)
-        finished = sorted(earlier.get("seeds", {}), key=int)
-        if not changes:
-            results["seeds"] = earlier.get("seeds", {})
-        elif finished or _checkpoint_dirs(workdir, seeds):
-            checkpoints = _checkpoint_dirs(workdir, seeds)
-            what = [f"finished seed(s) {', '.join(finished)} in {results_path}"] if finished else []
-            what += [f"training checkpoints in {c}" for c in checkpoints]
-            paths = [str(results_path)] * bool(finished) + checkpoints
-            raise ValueError(
-                f"{workdir} holds an earlier run ({'; '.join(what)}) with other settings, which "
-                f"this run would take for its own: {'; '.join(changes)}. Use another --workdir, "
-                f"or remove {' and '.join(paths)} to start afresh"
-            )
-        else:
-            logging.warning("%s: an earlier run of other settings finished nothing", workdir)
-    if jax.process_index() == 0:
-        _write_json(settings_path, record)
-    return results
-
-
-def _checkpoint_dirs(workdir, seeds: list[int]) -> list[str]:
-    """The training-checkpoint directories in `workdir` a run of `seeds` would resume from."""
-    dirs = [as_path(workdir)] + [as_path(workdir) / f"seed_{s}" for s in seeds]
-    found = [d / "checkpoints" for d in dirs]  # experiment.checkpointer's directory
-    return [str(c) for c in found if c.exists() and any(c.iterdir())]
-
-
-def _write_json(path, value) -> None:
-    """Writes `path` whole (a reader or a crash never sees half of it)."""
-    path = as_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_whole(path, json.dumps(value, indent=2))
-
-
-def _write_results(results: dict[str, Any], workdir: str, announce: bool = True) -> None:
-    """Adds every metric's mean and std over the finished seeds; writes results.json (whole:
-    a reader or a crash never sees half of it) and, with `announce`, prints them."""
-    per_seed = list(results["seeds"].values())
-    if not per_seed:
-        return
-    keys = per_seed[0].keys()
-    results["mean"] = {k: float(np.mean([r[k] for r in per_seed])) for k in keys}
-    results["std"] = {k: float(np.std([r[k] for r in per_seed])) for k in keys}
-    if jax.process_index() == 0:
-        _write_json(as_path(workdir) / "results.json", results)
-        for k in keys if announce else ():
-            split = "" if k.startswith("test_") else "dev "
-            print(
-                f"{results['task']} {split}{k}: {results['mean'][k]:.4f} +- "
-                f"{results['std'][k]:.4f} over {len(per_seed)} seed(s)"
-            )

@@ -247,38 +247,3 @@ _WINDOWED_COLLECTIVES = ("all_gather", "reduce_scatter")
 
 
 _WARNED: set[str] = set()
-
-
-# The experiment config's (configs/*.py) counts: key -> the least value that makes sense. A
-# key a config lacks is not checked (fine-tuning counts its steps from its epochs).
-_EXPERIMENT_MINIMA = {
-    "num_train_steps": 1,
-    "global_batch_size": 1,
-    "num_microbatches": 1,
-    "log_every_steps": 1,
-    "eval_every_steps": 0,  # 0: never periodically (fine-tuning: each epoch's end)
-    "num_eval_steps": 0,
-    "checkpoint_every_steps": 0,  # 0: only at a stop and at the end
-    "max_checkpoints_to_keep": 1,
-}
-
-
-def check_experiment_config(config) -> None:
-    """Refuses an experiment config (`configs/*.py`, after the command line's overrides) whose
-    counts cannot run, naming the key: `global_batch_size=0`, `num_train_steps=-5`, ...
-
-    Raises:
-      ValueError: "config.<key>=<value>: expected an integer >= <least>".
-    """
-    for key, least in _EXPERIMENT_MINIMA.items():
-        if key not in config:
-            continue
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"config.{key}={value!r}: expected an integer >= {least}")
-    warmup = config.get("optimizer", {}).get("warmup_steps", -1)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < -1:
-        raise ValueError(
-            f"config.optimizer.warmup_steps={warmup!r}: expected an integer >= 0 (or -1: "
-            "optimizer.warmup_fraction of the steps)"
-        )

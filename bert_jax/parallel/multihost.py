@@ -35,14 +35,8 @@ plus a second or two of a silent death, and within `TERM_GRACE_S` of a SIGTERM o
 Measured on 2 CPU processes of one machine: an exception in process 1 (data build, step, export)
 ended it at once and process 0 1.0 s later (process 0 holds the service, so it leaves last); a
 SIGKILL of process 1 ended process 0 11 to 16 s later; SIGTERM of both while process 1 waited at
-a barrier ended both within 1.1 s.
-
-Test hook: `BERT_JAX_FAULT_INJECT="process=1,at=step:3"` makes process 1 raise `InjectedFault`
-where the job calls `inject_fault("step:3")`; the points are `data_build` (the start of the
-pretraining data), `step:<k>` (after step k's hooks) and `export`. With `sleep=<seconds>` the
-process sleeps there instead of raising (to kill it, or signal it, while the others wait); with
-`signal=TERM` (or INT) it sends itself that signal there (a signal at a known step, whatever the
-speed).
+a barrier ended both within 1.1 s. (The tests put those faults at named points of a run from
+outside the job's code: tests/faults.py.)
 """
 
 from __future__ import annotations
@@ -85,13 +79,8 @@ FAILURE_BOUND_S = 60
 
 # Process 0 outlives the other exiting processes by this much (its end aborts them).
 _EXIT_MARGIN_S = 1.0
-FAULT_ENV = "BERT_JAX_FAULT_INJECT"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _PREFIX = "bert_jax"
-
-
-class InjectedFault(RuntimeError):
-    """Raised where `BERT_JAX_FAULT_INJECT` asks for it (tests only)."""
 
 
 class BarrierTimeoutError(TimeoutError):
@@ -181,28 +170,6 @@ def broadcast(name: str, value: str, *, timeout_s: float = BARRIER_TIMEOUT_S) ->
 def any_process(name: str, flag: bool, *, timeout_s: float = BARRIER_TIMEOUT_S) -> bool:
     """Whether `flag` is set on any process (a barrier; see `all_gather`)."""
     return "1" in all_gather(name, "1" if flag else "0", timeout_s=timeout_s)
-
-
-def inject_fault(point: str) -> None:
-    """Raises InjectedFault (or sleeps) at `point` where `BERT_JAX_FAULT_INJECT` asks for it; a
-    no-op otherwise. A test hook (module docstring)."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    fields = dict(item.split("=", 1) for item in spec.split(","))
-    if fields.get("at") != point or int(fields.get("process", 0)) != jax.process_index():
-        return
-    if "signal" in fields:  # as if the signal came from outside at this point (a known step)
-        signum = signal.Signals["SIG" + fields["signal"].upper().removeprefix("SIG")]
-        logging.warning("%s: sending %s to itself at %s", FAULT_ENV, signum.name, point)
-        os.kill(os.getpid(), signum)
-        return
-    if "sleep" in fields:
-        logging.warning("%s: sleeping %s s at %s", FAULT_ENV, fields["sleep"], point)
-        logging.flush()
-        time.sleep(float(fields["sleep"]))
-        return
-    raise InjectedFault(f"{FAULT_ENV}: a fault injected at {point}")
 
 
 class _Guard:

@@ -9,6 +9,7 @@ that share a batch shard read the same rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterator
 
@@ -89,7 +90,6 @@ def ensure_default_corpus(config, workdir: str) -> str:
     Raises ValueError on every process when the hosts do not share the build directory."""
     out_dir = _default_build_dir(config, workdir)
     require_shared_directory(out_dir)
-    multihost.inject_fault("data_build")  # a test hook (bert_jax.parallel.multihost)
     if jax.process_index() == 0:
         options = build.PretrainingOptions(
             max_seq_length=config.data.max_seq_length,
@@ -109,27 +109,8 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
     """The train iterator and held-out eval batches for a pretraining config, holding this
     host's rows of every global batch of `mesh` (see `sharding.global_batch_from_local`)."""
     data = config.data
-    if data.source == "default":
-        paths = ensure_default_corpus(config, workdir)
-    elif data.source == "records":
-        if not data.paths:
-            raise ValueError("config.data.paths is empty: give a build directory or record files")
-        paths = data.paths  # local or URLs (TFRecord; ArrayRecord must be local or mounted)
-    else:
-        raise ValueError(f"config.data.source={data.source!r}: expected 'default' or 'records'")
-    info = pipeline.load_data_info(paths)
-    if info.max_seq_length != data.max_seq_length:
-        raise ValueError(
-            f"the records hold sequences of {info.max_seq_length} tokens but "
-            f"config.data.max_seq_length={data.max_seq_length}"
-        )
-    if info.vocab_size is not None and info.vocab_size != config.model.vocab_size:
-        raise ValueError(
-            f"the data's tokenizer has {info.vocab_size} tokens but config.model.vocab_size="
-            f"{config.model.vocab_size}; set --config.model.vocab_size={info.vocab_size}"
-        )
-    if config.job == "pretraining" and not info.next_sentence_prediction:
-        raise ValueError("these records have no next-sentence labels; use the mlm_only=1 variant")
+    info = pipeline.load_data_info(_record_paths(config, workdir))
+    _check_records(config, info)
     files = list(info.paths)
     k = data.num_eval_shards
     if k and len(files) <= k:
@@ -155,21 +136,9 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
             loader = pipeline.make_pretraining_loader(eval_files, seed=data.seed + 1, **common)
             return [next(loader) for _ in range(n)]
 
-    def target_log_frequencies(vocab_size: int, num_predictions: int = 100_000) -> np.ndarray:
-        # Whole global batches of a stream of its own, so every host counts the same tokens.
-        loader = pipeline.make_pretraining_loader(
-            train_files, seed=data.seed + 2, **{**common, "host_rows": None}, shard_index=0,
-            shard_count=1,
-        )  # fmt: skip
-        per_batch = config.global_batch_size * info.max_predictions_per_seq
-        num_batches = min(
-            -(-num_predictions // per_batch), info.num_records // config.global_batch_size + 1
-        )
-        counts = np.zeros(vocab_size)
-        for _ in range(num_batches):
-            batch = next(loader)
-            np.add.at(counts, batch["masked_lm_ids"], batch["masked_lm_weights"])
-        return np.log((counts + 0.5) / (counts.sum() + 0.5 * vocab_size)).astype(np.float32)
+    target_log_frequencies = functools.partial(
+        _target_log_frequencies, config, info, train_files, common
+    )
 
     if tokenizer is None and info.metadata is not None:
         tokenizer = os.path.join(os.path.dirname(files[0]), "tokenizer.json")
@@ -183,3 +152,60 @@ def pretraining_inputs(config, workdir: str, mesh: jax.sharding.Mesh) -> Pretrai
         f"packed, at most {data.max_segments} a row" if data.pack_sequences else "one a row",
     )
     return PretrainingInputs(train, eval_batches, info, tokenizer, target_log_frequencies)
+
+
+def _record_paths(config, workdir: str):
+    """The record files or build directories of the config's data source: the default corpus
+    (built here once) or `data.paths`."""
+    data = config.data
+    if data.source == "default":
+        return ensure_default_corpus(config, workdir)
+    if data.source == "records":
+        if not data.paths:
+            raise ValueError("config.data.paths is empty: give a build directory or record files")
+        return data.paths  # local or URLs (TFRecord; ArrayRecord must be local or mounted)
+    raise ValueError(f"config.data.source={data.source!r}: expected 'default' or 'records'")
+
+
+def _check_records(config, info: pipeline.DataInfo) -> None:
+    """Refuses records that do not fit the config: another sequence length, another vocabulary
+    size, or no next-sentence labels for the NSP objective."""
+    data = config.data
+    if info.max_seq_length != data.max_seq_length:
+        raise ValueError(
+            f"the records hold sequences of {info.max_seq_length} tokens but "
+            f"config.data.max_seq_length={data.max_seq_length}"
+        )
+    if info.vocab_size is not None and info.vocab_size != config.model.vocab_size:
+        raise ValueError(
+            f"the data's tokenizer has {info.vocab_size} tokens but config.model.vocab_size="
+            f"{config.model.vocab_size}; set --config.model.vocab_size={info.vocab_size}"
+        )
+    if config.job == "pretraining" and not info.next_sentence_prediction:
+        raise ValueError("these records have no next-sentence labels; use the mlm_only=1 variant")
+
+
+def _target_log_frequencies(
+    config,
+    info: pipeline.DataInfo,
+    train_files: list,
+    common: dict,
+    vocab_size: int,
+    num_predictions: int = 100_000,
+) -> np.ndarray:
+    """[vocab_size] float32 log frequencies of the masked tokens of about `num_predictions`
+    training predictions (at most about an epoch), add-0.5 smoothed: whole global batches of a
+    stream of their own (`common`: the loader's settings), so every host counts the same tokens."""
+    loader = pipeline.make_pretraining_loader(
+        train_files, seed=config.data.seed + 2, **{**common, "host_rows": None}, shard_index=0,
+        shard_count=1,
+    )  # fmt: skip
+    per_batch = config.global_batch_size * info.max_predictions_per_seq
+    num_batches = min(
+        -(-num_predictions // per_batch), info.num_records // config.global_batch_size + 1
+    )
+    counts = np.zeros(vocab_size)
+    for _ in range(num_batches):
+        batch = next(loader)
+        np.add.at(counts, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    return np.log((counts + 0.5) / (counts.sum() + 0.5 * vocab_size)).astype(np.float32)

@@ -25,7 +25,7 @@ from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.checkpoints import pretrained
 from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
-from bert_jax.parallel import aot, multihost, sharding
+from bert_jax.parallel import aot, multihost, preemption, sharding
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.pretrain.fill_mask_demo import fill_mask_demo
@@ -114,13 +114,6 @@ class HeldOutEvaluation:
         return loop.reduce_metrics(
             [jax.block_until_ready(jit_eval(params, b)) for b in self.batches]
         )
-
-
-class InjectFault(loop.Hook):
-    """`multihost.inject_fault("step:<k>")` after each step k (a test hook)."""
-
-    def observe(self, info: loop.StepInfo) -> None:
-        multihost.inject_fault(f"step:{info.step}")
 
 
 def step_flops_fn(exp: experiment.Experiment, job: str):
@@ -235,7 +228,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     hooks = [loop.LogMetrics(writer, every=(log_every, checkpoint_every), ckpt=ckpt)]
     if evaluate is not None:
         hooks.append(loop.Evaluate(evaluate, writer, config.eval_every_steps))
-    hooks += [loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every), InjectFault()]
+    hooks.append(loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every))
     trainer = loop.Trainer(
         exp,
         hooks,
@@ -248,7 +241,6 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     writer.close()
     places = {"checkpoints": ckpt.directory}
     if step >= config.num_train_steps and config.export_hf_at_end:
-        multihost.inject_fault("export")  # a test hook (bert_jax.parallel.multihost)
         # Every process has trained and saved (a barrier with a timeout, before the collectives).
         multihost.barrier("export")
         tokenizer = None
@@ -263,7 +255,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         if demo:
             demo.predict(exp.model, state.params, f"step {step}")
             print("\n" + demo.format())
-        stopped_by = signal.Signals(trainer.stop_signal).name if stopped else None
+        stopped_by = signal.Signals(preemption.stopped_by()).name if stopped else None
         print("\n" + writer.summary(step, places, timing=trainer.timer, stopped_by=stopped_by))
 
 

@@ -8,15 +8,14 @@ compiled steps, plus the run directory's config and checkpointer.
 `Experiment` only builds: the starting state is `training.start`'s, the loop `training.loop`'s,
 the export `training.export`'s. It jits each step (init, train, eval, predict) once and keeps it,
 with the parameters as arguments, so every evaluation and every seed of a run reuses one compiled
-program per batch shape; `compile_train_step` is the one place a train step is jitted, and
-`enable_compilation_cache` keeps the programs on disk across runs.
+program per batch shape; `compile_train_step` is the one place a train step is jitted.
+`check_experiment_config` refuses an experiment config's impossible counts before anything runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,8 +29,7 @@ from etils import epath
 from bert_jax import hardware
 from bert_jax.checkpoints import checkpointing
 from bert_jax.models.attention import resolve_attention
-from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.config import EncoderConfig, RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.models.params import count_params
 from bert_jax.parallel import sharding
@@ -41,50 +39,16 @@ from bert_jax.training import objectives, optimizer, steps
 PyTree = Any
 
 
-def default_compilation_cache_dir() -> str:
-    """$XDG_CACHE_HOME/bert_jax/jax, by default ~/.cache/bert_jax/jax."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "bert_jax", "jax")
-
-
-def enable_compilation_cache(directory: str = "auto") -> str | None:
-    """Turns JAX's persistent compilation cache on (or off) for this process.
-
-    Compiled programs are written to disk, and a later run that compiles the same program (same
-    shapes, JAX version, devices and flags) loads it instead: a restarted or repeated fine-tuning
-    run skips its compiles. JAX writes only programs that took at least
-    `jax_persistent_cache_min_compile_time_secs` (1 s by default) to compile. Call it before the
-    first compile.
-
-    Args:
-      directory: "auto": $JAX_COMPILATION_CACHE_DIR if set, else `default_compilation_cache_dir()`;
-        "off": no persistent cache; anything else: the cache directory.
-
-    Returns:
-      The cache directory, or None when off.
-    """
-    if not directory:
-        raise ValueError("the compilation cache directory is empty; use 'auto', 'off' or a path")
-    if directory == "off":
-        jax.config.update("jax_enable_compilation_cache", False)
-        return None
-    if directory == "auto":
-        directory = jax.config.jax_compilation_cache_dir or default_compilation_cache_dir()
-    jax.config.update("jax_enable_compilation_cache", True)
-    jax.config.update("jax_compilation_cache_dir", directory)
-    return directory
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Experiment:
     """What a run is, besides its data: model, mesh, rules, optimizer, schedule and the state's
     shardings, built once from a step count (`build`), and the run's compiled steps.
 
-    `bert_config` is the model's architecture (config.json); `head` its class name
+    `bert_config` is the model's architecture (config.json, any family's); `head` its class name
     ("BertForPreTraining", ...); the experiment config (`configs/*.py`) is only read by `build`.
     """
 
-    bert_config: BertConfig
+    bert_config: EncoderConfig
     runtime: RuntimeConfig
     head: str
     model: nn.Module
@@ -107,7 +71,7 @@ class Experiment:
     def build(
         cls,
         config,
-        bert_config: BertConfig,
+        bert_config: EncoderConfig,
         head: str,
         objective: str,
         num_train_steps: int,
@@ -118,34 +82,10 @@ class Experiment:
 
         `devices`: the mesh's devices (all of this run's by default; a TPU topology's or GPUs'
         compile-only devices for ahead-of-time compilation, `bert_jax.parallel.aot`)."""
-        cfg = bert_config
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
-        tensor = mesh.shape["tensor"]
-        if tensor > 1 and cfg.padded_vocab_size % (128 * tensor):
-            logging.warning(
-                "the word-embedding table's %d rows are not a multiple of 128 x tensor=%d: "
-                "its shards are unaligned or it is replicated; set "
-                "--config.model.vocab_pad_multiple=%d",
-                cfg.padded_vocab_size,
-                tensor,
-                128 * tensor,
-            )
-        # dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the
-        # attention kernel is checked here too, so a bad choice fails before any compile.
-        platform, capability = hardware.current_platform(mesh), hardware.compute_capability(mesh)
-        runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(
-            platform, compute_capability=capability
-        )
-        kernels = [
-            resolve_attention(runtime, cfg, platform, training=t, compute_capability=capability)
-            for t in (True, False)
-        ]
-        if runtime.attention == "auto" and platform == "cuda" and kernels == ["xla", "xla"]:
-            # The model resolves "auto" again without knowing the card, and would pick cuDNN on
-            # a GPU below cuDNN's compute capability: pin what was chosen here.
-            runtime = dataclasses.replace(runtime, attention="xla")
-        logging.info("%s: %s; attention %s (train), %s (eval)", platform, runtime, *kernels)
-        model = get_model_class(head)(cfg, runtime)
+        _warn_unaligned_vocabulary(bert_config, mesh)
+        runtime, platform = _resolved_runtime(config, bert_config, mesh)
+        model = get_model_class(head)(bert_config, runtime)
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = optimizer.from_config(config.optimizer, num_train_steps)
         loss_scale = None
@@ -163,21 +103,21 @@ class Experiment:
             dict(mesh.shape),
         )
         return cls(
-            cfg,
-            runtime,
-            head,
-            model,
-            mesh,
-            rules,
-            tx,
-            schedule,
-            objectives.get_objective(objective),
-            abstract_state,
-            state_shardings,
-            config.seed,
-            config.num_microbatches,
-            runtime.compiler_options(platform),
-            loss_scale,
+            bert_config=bert_config,
+            runtime=runtime,
+            head=head,
+            model=model,
+            mesh=mesh,
+            rules=rules,
+            tx=tx,
+            schedule=schedule,
+            objective=objectives.get_objective(objective),
+            abstract_state=abstract_state,
+            state_shardings=state_shardings,
+            seed=config.seed,
+            num_microbatches=config.num_microbatches,
+            compiler_options=runtime.compiler_options(platform),
+            loss_scale=loss_scale,
         )
 
     # ---- state ----
@@ -258,6 +198,92 @@ class Experiment:
                 functools.partial(steps.predict_step, model=self.model, **extra),
                 compiler_options=self.compiler_options,
             ),
+        )
+
+
+def _warn_unaligned_vocabulary(cfg: EncoderConfig, mesh) -> None:
+    """Warns when the word-embedding table's rows do not split over the tensor axis in whole
+    multiples of 128 (its shards are then unaligned, or it is replicated)."""
+    tensor = mesh.shape["tensor"]
+    if tensor > 1 and cfg.padded_vocab_size % (128 * tensor):
+        logging.warning(
+            "the word-embedding table's %d rows are not a multiple of 128 x tensor=%d: "
+            "its shards are unaligned or it is replicated; set "
+            "--config.model.vocab_pad_multiple=%d",
+            cfg.padded_vocab_size,
+            tensor,
+            128 * tensor,
+        )
+
+
+def _resolved_runtime(config, cfg: EncoderConfig, mesh) -> tuple[RuntimeConfig, str]:
+    """(the config's RuntimeConfig made concrete for the mesh's platform, that platform).
+
+    dtype "auto" becomes concrete once, for the mesh's platform (float32 on CPUs); the attention
+    kernel is checked here too, so a bad choice fails before any compile."""
+    platform, capability = hardware.current_platform(mesh), hardware.compute_capability(mesh)
+    runtime = RuntimeConfig(**config.runtime.to_dict()).resolved(
+        platform, compute_capability=capability
+    )
+    kernels = [
+        resolve_attention(runtime, cfg, platform, training=t, compute_capability=capability)
+        for t in (True, False)
+    ]
+    if runtime.attention == "auto" and platform == "cuda" and kernels == ["xla", "xla"]:
+        # The model resolves "auto" again without knowing the card, and would pick cuDNN on
+        # a GPU below cuDNN's compute capability: pin what was chosen here.
+        runtime = dataclasses.replace(runtime, attention="xla")
+    logging.info("%s: %s; attention %s (train), %s (eval)", platform, runtime, *kernels)
+    return runtime, platform
+
+
+# The experiment config's (configs/*.py) counts: dotted key -> the least value that makes sense.
+# A key a config lacks is not checked (fine-tuning counts its steps from its epochs).
+_EXPERIMENT_MINIMA = {
+    "num_train_steps": 1,
+    "global_batch_size": 1,
+    "num_microbatches": 1,
+    "log_every_steps": 1,
+    "eval_every_steps": 0,  # 0: never periodically (fine-tuning: each epoch's end)
+    "num_eval_steps": 0,
+    "checkpoint_every_steps": 0,  # 0: only at a stop and at the end
+    "max_checkpoints_to_keep": 1,
+    "finetune.num_epochs": 1,
+    "finetune.eval_batch_size": 1,
+}
+_ABSENT = object()
+
+
+def _lookup(config, dotted: str):
+    """`config.<dotted>`, or _ABSENT where a part of the name is not in the config."""
+    node = config
+    for part in dotted.split("."):
+        if part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def check_experiment_config(config) -> None:
+    """Refuses an experiment config (`configs/*.py`, after the command line's overrides) whose
+    counts cannot run, naming the key: `global_batch_size=0`, `num_train_steps=-5`,
+    `finetune.num_epochs=0`, ... train.py checks every config before its job starts; the
+    fine-tuning job checks its own again (it is also called directly).
+
+    Raises:
+      ValueError: "config.<key>=<value>: expected an integer >= <least>".
+    """
+    for key, least in _EXPERIMENT_MINIMA.items():
+        value = _lookup(config, key)
+        if value is _ABSENT:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"config.{key}={value!r}: expected an integer >= {least}")
+    warmup = config.get("optimizer", {}).get("warmup_steps", -1)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < -1:
+        raise ValueError(
+            f"config.optimizer.warmup_steps={warmup!r}: expected an integer >= 0 (or -1: "
+            "optimizer.warmup_fraction of the steps)"
         )
 
 

@@ -17,7 +17,7 @@ from absl import logging
 
 from bert_jax.checkpoints import model_card, native
 from bert_jax.checkpoints.hf import save_pytorch
-from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import EncoderConfig
 from bert_jax.paths import as_path
 
 PyTree = Any
@@ -26,7 +26,7 @@ PyTree = Any
 def export(
     params: PyTree,
     out_dir: str,
-    bert_config: BertConfig,
+    bert_config: EncoderConfig,
     head: str,
     *,
     hf: bool = True,

@@ -351,12 +351,10 @@ class SaveCheckpoint(Hook):
 # --------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------
-def _compiled_shapes(exp) -> set:
+def _compiled_shapes(exp: Experiment) -> set:
     """The host batch shapes the Experiment's train step was compiled for: kept on the
     Experiment, whose compiled steps serve every seed of a fine-tuning run."""
-    if hasattr(exp, "cached"):
-        return exp.cached(("train_batch_shapes",), set)
-    return set()
+    return exp.cached(("train_batch_shapes",), set)
 
 
 class Trainer:
@@ -367,7 +365,8 @@ class Trainer:
 
     The loop itself steps, times (`timer`), and agrees with the other processes on a stop
     request (SIGTERM/SIGINT: the loop ends after that step, whose `at_stop` hooks run; a local
-    request is agreed at every `stop_sync_every`-th step). Hooks run in the order given;
+    request is agreed at every `stop_sync_every`-th step; `parallel.preemption.stopped_by()` then
+    names the signal). Hooks run in the order given;
     `steps()` yields each `StepInfo` after its hooks ran, for callers that watch the run.
     """
 
@@ -383,7 +382,6 @@ class Trainer:
         self.exp, self.hooks = exp, list(hooks)
         self.num_train_steps, self.stop_sync_every = num_train_steps, stop_sync_every
         self.timer = timer if timer is not None else Timer.for_mesh(exp.mesh)
-        self.stop_signal: int | None = None  # the signal that stopped the last run early
 
     def steps(self, state, start_step: int, batches: Iterator) -> Iterator[StepInfo]:
         """Trains from `start_step` to `num_train_steps` (or a stop request, or the data's end),
@@ -391,7 +389,6 @@ class Trainer:
         rows; dicts of numpy arrays), from a checkpointable iterator where the run saves its data
         position."""
         exp, watcher, timer = self.exp, PreemptionWatcher(), self.timer
-        self.stop_signal = None
         data = sharding.DevicePrefetcher(batches, exp.mesh, size=2)
         shapes = _compiled_shapes(exp)
         step = start_step
@@ -426,8 +423,7 @@ class Trainer:
                     yield info
                     if stop:
                         logging.warning("stopping at step %d after a stop request", step)
-                        watcher.stopped()
-                        self.stop_signal = watcher.stop_signal
+                        watcher.stopped()  # preemption.stopped_by() names the signal
                         return
         finally:
             # The last save is on disk before the signal handlers go back to their defaults: a

@@ -234,6 +234,22 @@ def train_step(
     if loss_scale is None:
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
         return new_state, metrics
+    return _update_if_finite(state, params, opt_state, metrics, loss, grads, loss_scale)
+
+
+def _update_if_finite(
+    state: ScaledTrainState,
+    params: PyTree,
+    opt_state: PyTree,
+    metrics: dict[str, jax.Array],
+    loss: jax.Array,
+    grads: PyTree,
+    loss_scale: DynamicLossScale,
+) -> tuple[ScaledTrainState, dict[str, jax.Array]]:
+    """float16's end of `train_step`: the new `params` and `opt_state` where the loss and
+    gradients are finite, else `state`'s (loss and grad_norm then 0); the step advances either
+    way, the loss scale follows (`DynamicLossScale.update`), and the metrics add `loss_scale` and
+    `skipped_steps`."""
     finite = jnp.isfinite(loss) & all_finite(grads)
 
     def keep_if_skipped(new, old):

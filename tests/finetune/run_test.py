@@ -505,9 +505,9 @@ def test_a_changed_rerun_starts_afresh_where_the_earlier_run_finished_nothing(tm
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("finetune.num_epochs", 0, "finetune.num_epochs=0: must be a whole number >= 1"),
-        ("global_batch_size", 0, "global_batch_size=0: must be a whole number >= 1"),
-        ("finetune.eval_batch_size", 0, "finetune.eval_batch_size=0: must be"),
+        ("finetune.num_epochs", 0, "config.finetune.num_epochs=0: expected an integer >= 1"),
+        ("global_batch_size", 0, "config.global_batch_size=0: expected an integer >= 1"),
+        ("finetune.eval_batch_size", 0, "config.finetune.eval_batch_size=0: expected an integer"),
         # 8 CPU devices (tests/conftest.py): 12 rows do not split over them.
         ("finetune.eval_batch_size", 12, "finetune.eval_batch_size=12 does not split over the 8"),
         ("global_batch_size", 480, "global_batch_size=480 is more than the 240 training rows"),

@@ -1,5 +1,6 @@
-"""The persistent compilation cache that train.py turns on (the Experiment's own compile caching
-is tested over a whole multi-seed fine-tuning run in tests/finetune/run_test.py)."""
+"""The persistent compilation cache that train.py turns on (`bert_jax.parallel.compile_cache`; the
+Experiment's own compile caching is tested over a whole multi-seed fine-tuning run in
+tests/finetune/run_test.py)."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from bert_jax.training import experiment
+from bert_jax.parallel import compile_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -17,11 +18,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _COMPILE_ONE = """
 import json, sys
 import jax, jax.numpy as jnp
-from bert_jax.training import experiment
+from bert_jax.parallel import compile_cache
 hits = []
 jax.monitoring.register_event_listener(
     lambda event, **kw: hits.append(event) if event.endswith("/cache_hits") else None)
-directory = experiment.enable_compilation_cache(sys.argv[1])
+directory = compile_cache.enable_compilation_cache(sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # cache even tiny programs
 jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((5, 3)))
 print(json.dumps({"directory": directory, "cache_hits": len(hits)}))
@@ -58,8 +59,8 @@ def test_compilation_cache_is_on_by_default_under_the_user_cache_dir(tmp_path):
 def test_default_cache_dir_and_bad_setting(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert experiment.default_compilation_cache_dir() == str(
+    assert compile_cache.default_compilation_cache_dir() == str(
         tmp_path / ".cache" / "bert_jax" / "jax"
     )
     with pytest.raises(ValueError, match="compilation cache directory is empty"):
-        experiment.enable_compilation_cache("")
+        compile_cache.enable_compilation_cache("")

@@ -1,0 +1,156 @@
+"""A fine-tuning run's settings and results in its workdir: `settings.json`, what decides the
+results (`run_record`: the config but for its bookkeeping fields, and the size and SHA-256 of
+every data file read), and `results.json`, every finished seed's final metrics and their mean and
+std (`write_results`, rewritten as each seed finishes).
+
+    results = start_results(workdir, run_record(config, data_files), seeds)   # before training
+    write_results(results, workdir)                                          # after a seed
+
+A rerun with the same settings and data skips the seeds results.json lists; one with other
+settings or data is refused, naming each difference (`record_differences`), while the workdir
+holds finished seeds or training checkpoints (else it starts afresh).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax.paths import as_path, write_text_whole
+
+# Config fields that change no seed's results: a rerun may change them and still reuse the
+# finished seeds (prefixes of the dotted names).
+BOOKKEEPING = (
+    "finetune.seeds",
+    "finetune.keep",
+    "seed",
+    "log_every_steps",
+    "checkpoint_every_steps",
+    "max_checkpoints_to_keep",
+    "async_checkpointing",
+    "export_hf_at_end",
+    "model_card",
+    "topology",
+)
+
+
+def run_record(config, data_files: Mapping[str, dict]) -> dict[str, Any]:
+    """What decides a run's results, as results.json keeps it: the task, every config field
+    but the `BOOKKEEPING` ones ({dotted name: JSON value}), and the data files read ({absolute
+    path: {"bytes", "sha256"}}: `text_io.record_reads`)."""
+    fields = {
+        k: v
+        for k, v in _flat(json.loads(config.to_json_best_effort())).items()
+        if not any(k == b or k.startswith(b + ".") for b in BOOKKEEPING)
+    }
+    return {"task": config.finetune.name, "config": fields, "data": dict(data_files)}
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def record_differences(earlier: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+    """How `record` (`run_record`) differs from an earlier run's (its settings.json): "field:
+    old -> new" for config fields, "data file PATH: ..." for the files read."""
+    if "config" not in earlier:
+        return ["settings.json is missing (an older version wrote the results)"]
+    old, new = earlier["config"], record["config"]
+    absent = "(absent)"
+    changes = [
+        f"{k}: {old.get(k, absent)!r} -> {new.get(k, absent)!r}"
+        for k in sorted(set(old) | set(new))
+        if old.get(k, absent) != new.get(k, absent)
+    ]
+    old, new = earlier.get("data", {}), record["data"]
+    for path in sorted(set(old) | set(new)):
+        if path not in new:
+            changes.append(f"data file {path}: read before, not now")
+        elif path not in old:
+            changes.append(f"data file {path}: not read before")
+        elif old[path] != new[path]:
+            a, b = old[path]["bytes"], new[path]["bytes"]
+            size = f"{a:,} -> {b:,} bytes" if a != b else f"same size ({a:,} bytes)"
+            changes.append(f"data file {path}: its content changed, {size}")
+    return changes
+
+
+def start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """The results of this run so far: the finished seeds of an earlier run in `workdir`
+    (results.json) when it had the same settings and data (`<workdir>/settings.json`, the
+    `run_record` each run writes before training), else none.
+
+    Raises:
+      ValueError: the workdir holds finished seeds or training checkpoints of a run with other
+        settings or data (or of a version that recorded none), naming every difference; nothing
+        of it is overwritten.
+    """
+    results_path = as_path(workdir) / "results.json"
+    settings_path = as_path(workdir) / "settings.json"
+    earlier = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results = {"task": record["task"], "seeds": {}}
+    if settings_path.exists() or earlier:
+        settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+        changes = record_differences(settings, record)
+        finished = sorted(earlier.get("seeds", {}), key=int)
+        if not changes:
+            results["seeds"] = earlier.get("seeds", {})
+        elif finished or _checkpoint_dirs(workdir, seeds):
+            checkpoints = _checkpoint_dirs(workdir, seeds)
+            what = [f"finished seed(s) {', '.join(finished)} in {results_path}"] if finished else []
+            what += [f"training checkpoints in {c}" for c in checkpoints]
+            paths = [str(results_path)] * bool(finished) + checkpoints
+            raise ValueError(
+                f"{workdir} holds an earlier run ({'; '.join(what)}) with other settings, which "
+                f"this run would take for its own: {'; '.join(changes)}. Use another --workdir, "
+                f"or remove {' and '.join(paths)} to start afresh"
+            )
+        else:
+            logging.warning("%s: an earlier run of other settings finished nothing", workdir)
+    if jax.process_index() == 0:
+        _write_json(settings_path, record)
+    return results
+
+
+def _checkpoint_dirs(workdir, seeds: list[int]) -> list[str]:
+    """The training-checkpoint directories in `workdir` a run of `seeds` would resume from."""
+    dirs = [as_path(workdir)] + [as_path(workdir) / f"seed_{s}" for s in seeds]
+    found = [d / "checkpoints" for d in dirs]  # experiment.checkpointer's directory
+    return [str(c) for c in found if c.exists() and any(c.iterdir())]
+
+
+def _write_json(path, value) -> None:
+    """Writes `path` whole (a reader or a crash never sees half of it)."""
+    path = as_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_whole(path, json.dumps(value, indent=2))
+
+
+def write_results(results: dict[str, Any], workdir: str, announce: bool = True) -> None:
+    """Adds every metric's mean and std over the finished seeds; writes results.json (whole:
+    a reader or a crash never sees half of it) and, with `announce`, prints them."""
+    per_seed = list(results["seeds"].values())
+    if not per_seed:
+        return
+    keys = per_seed[0].keys()
+    results["mean"] = {k: float(np.mean([r[k] for r in per_seed])) for k in keys}
+    results["std"] = {k: float(np.std([r[k] for r in per_seed])) for k in keys}
+    if jax.process_index() == 0:
+        _write_json(as_path(workdir) / "results.json", results)
+        for k in keys if announce else ():
+            split = "" if k.startswith("test_") else "dev "
+            print(
+                f"{results['task']} {split}{k}: {results['mean'][k]:.4f} +- "
+                f"{results['std'][k]:.4f} over {len(per_seed)} seed(s)"
+            )
