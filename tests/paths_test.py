@@ -17,8 +17,7 @@ from etils import epath
 from bert_jax.checkpoints import hf
 from bert_jax.training import experiment
 from tests.common import TINY
-
-BUCKET = "gs://bucket"
+from tests.conftest import BUCKET
 
 
 def test_run_config_and_hf_export_to_a_bucket(fake_bucket, tmp_path):

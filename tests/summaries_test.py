@@ -13,8 +13,6 @@ from bert_jax.pretrain.run import VIEW
 from bert_jax.training import summaries
 from tests import paths_test
 
-fake_bucket = paths_test.fake_bucket  # gs://bucket/... in a temporary directory
-
 SHOWN = summaries.MetricView(
     console=("eval/", "loss"),
     summary=("loss",),

@@ -10,7 +10,10 @@ local path or a URL such as gs://...).
   checkpointing, run_params   a training run's Orbax checkpoints and the parameters readers take
   detect       which format a path holds, and `load_any` reading any of them
   verify       outputs compared with PyTorch's
-  pretrained, model_card      from_pretrained and the Hub's README.md
+  pretrained   the one loader: `load(path | gs:// | Hub id)` -> config, params, head,
+               tokenizer, family, whatever the format; `from_pretrained` over it
+  hub          a Hugging Face Hub id -> its snapshot directory (the local cache first)
+  model_card   the README.md a Hub repository shows
 
 `bert_jax.convert` is the command over them and re-exports the functions users call.
 """

@@ -10,6 +10,6 @@ jobs (`pretrain`, `finetune`) and `inference`.
     optimizer   optimizers and learning-rate schedules, from the config
     summaries   metrics to metrics.jsonl, TensorBoard, the console and curves.png
     export      the trained parameters as bert_jax and Hugging Face model directories
-    flops       model FLOPs per step and devices' peaks, for MFU
+    flops       model FLOPs per step (heads, backward) on each family's encoder count, for MFU
     run_lock    one run at a time in a run directory
 """

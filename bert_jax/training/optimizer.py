@@ -28,6 +28,8 @@ import optax
 from flax import traverse_util
 from flax.core.meta import AxisMetadata
 
+from bert_jax.models.families import FAMILIES
+
 PyTree = Any
 SCHEDULES = ("bert", "linear", "cosine", "wsd", "constant")
 OPTIMIZERS = ("adamw", "stable_adamw", "lamb", "sgd")
@@ -167,9 +169,13 @@ def scale_by_adam(
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+# The stacked layer's name of every family that scans its layers (BERT's `encoder/layer`).
+_SCANNED_LAYERS = frozenset(f.scanned_layer for f in FAMILIES.values() if f.scanned_layer)
+
+
 def _is_stacked_layer(path) -> bool:
-    """Whether a parameter path lies in the stacked `encoder/layer` of a scanned model."""
-    return any(getattr(k, "key", None) == "layer" for k in path)
+    """Whether a parameter path lies in the stacked layer of a scanned model (`scan_layers`)."""
+    return any(getattr(k, "key", None) in _SCANNED_LAYERS for k in path)
 
 
 def scale_by_layerwise_trust_ratio(eps: float = 0.0) -> optax.GradientTransformation:
