@@ -104,3 +104,21 @@ def test_fill_mask_refuses_all_minilm(capsys):
     path = str(gt.get_model_path())
     assert inference_main(["fill-mask", "--model", path, "to be or not to [MASK]"]) == 1
     assert "has no masked-LM head" in capsys.readouterr().err
+
+
+@pytest.mark.torch
+def test_fill_mask_reads_a_masked_lm_whose_config_names_no_head(tmp_path, capsys):
+    """A config.json without `architectures` (older exports): the loader reads the bare encoder
+    by default, which this checkpoint is not; fill-mask reads it as the masked LM it holds."""
+    path = _hf_dir(tmp_path / "mlm", "BertForMaskedLM")
+    config = json.loads((path / "config.json").read_text())
+    del config["architectures"]
+    (path / "config.json").write_text(json.dumps(config))
+    assert (
+        inference_main(["fill-mask", "--model", str(path), "--top_k", "3", "--json", *QUERIES]) == 0
+    )
+    ours = [json.loads(line)["masks"] for line in capsys.readouterr().out.splitlines()]
+    theirs = _pipeline(path, QUERIES, top_k=3)
+    for our_text, their_text in zip(ours, theirs):
+        for our_mask, their_mask in zip(our_text, their_text, strict=True):
+            assert [c["token_id"] for c in our_mask] == [c["token"] for c in their_mask]

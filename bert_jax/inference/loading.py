@@ -16,8 +16,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.checkpoints import pretrained
+from bert_jax.checkpoints import pretrained, table
 from bert_jax.models.families import ModelConfig, family_of, get_model_class
+
+# The masked LM's role, by BERT's class name (`Family.head_for` gives each family's class).
+MASKED_LM_ROLE = "BertForMaskedLM"
 
 
 def load(path: str, model: str | None = None):
@@ -91,7 +94,7 @@ def masked_lm_model(config: ModelConfig, head: str | None = None) -> nn.Module:
     """The masked-LM module `head` of `config`'s family (None: the family's MaskedLM head, the
     role of BertForMaskedLM); raises ValueError for a head that predicts no masked tokens."""
     family = family_of(config)
-    head = head or family.head_for("BertForMaskedLM")
+    head = head or family.head_for(MASKED_LM_ROLE)
     if head not in masked_lm_heads(config):
         raise ValueError(
             f"{head} has no masked-LM head; fill-mask needs one of {masked_lm_heads(config)}"
@@ -103,14 +106,18 @@ def load_masked_lm(path: str):
     """(config, params, model class name, tokenizer) of a checkpoint with a masked-LM head, as
     it is stored (e.g. BertForPreTraining, BertForMaskedLM, ModernBertForMaskedLM).
 
-    The head is the one the loader reports (config.json's `architectures`, the run's head); no
-    weights are invented for a head the checkpoint lacks.
+    The head is the one the loader reports (config.json's `architectures`, the run's head); a
+    checkpoint that names none (a config.json without `architectures`) and is not the bare
+    encoder is read as its family's masked LM. No weights are invented for a head it lacks.
 
     Raises:
       ValueError: the checkpoint's head predicts no masked tokens (a sentence encoder, a
         classifier), naming `path`, its head and the heads that would do.
     """
-    config, params, head, tokenizer = load(path)
+    try:
+        config, params, head, tokenizer = load(path)
+    except table.ConversionError:  # no head named, and weights beyond the bare encoder's
+        config, params, head, tokenizer = load(path, MASKED_LM_ROLE)
     if head not in masked_lm_heads(config):
         raise ValueError(
             f"{path} has no masked-LM head (it holds a {head}), so it cannot fill in [MASK]: "
