@@ -32,7 +32,7 @@ import numpy as np
 
 from bert_jax.checkpoints.table import PyTree, params_to_hf_state, write_hf_config
 from bert_jax.models.families import ModelConfig
-from bert_jax.paths import as_path, prepare_out_dir, write_bytes_whole
+from bert_jax.paths import as_path, prepare_out_dir, write_bytes_whole, write_text_whole
 
 WEIGHTS_NAME = "flax_model.msgpack"
 INDEX_NAME = "flax_model.msgpack.index.json"
@@ -204,7 +204,6 @@ def save_hf_flax(
     for name, part in files.items():
         write_bytes_whole(out_dir / name, to_bytes(part))
     if index:
-        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
-        write_bytes_whole(out_dir / INDEX_NAME, text.encode("utf-8"))
+        write_text_whole(out_dir / INDEX_NAME, json.dumps(index, indent=2, sort_keys=True) + "\n")
     write_hf_config(out_dir, config, model)
     return os.fspath(out_dir)

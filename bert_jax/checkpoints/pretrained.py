@@ -33,7 +33,6 @@ from flax import traverse_util
 from bert_jax import tokenization
 from bert_jax.checkpoints import checkpointing, detect, hf, hub, run_params, table
 from bert_jax.models import families
-from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import stack_layers
 from bert_jax.paths import as_path
@@ -76,14 +75,15 @@ class Pretrained(NamedTuple):
         `model.apply({"params": params}, input_ids, ...)`.
       params: its parameters, a nested dict of host numpy arrays in `param_dtype`; the layers
         stacked on a leading axis with `scan_layers`.
-      config: the architecture (`BertConfig`, the fields of config.json).
+      config: the architecture (the family's config class: `BertConfig`, `ModernBertConfig`;
+        the fields of config.json).
       tokenizer: the WordPiece tokenizer found beside the weights, or None.
       head: the head's class name ("BertForSequenceClassification").
     """
 
     model: nn.Module
     params: PyTree
-    config: BertConfig
+    config: families.ModelConfig
     tokenizer: tokenization.WordPieceTokenizer | None
     head: str
 
