@@ -10,6 +10,9 @@ from collections.abc import Callable, Sequence
 
 from etils import epath
 
+_UMASK = os.umask(0o022)  # read at import: the permissions a file created here would get
+os.umask(_UMASK)
+
 
 def is_url(path: str | os.PathLike) -> bool:
     """Whether `path` names a URL (`gs://...`, any scheme) rather than a local file."""
@@ -55,6 +58,7 @@ def write_file_whole(path: str | os.PathLike, write: Callable[[str], None]) -> N
     try:
         write(tmp)
         if local:
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would make it private
             os.replace(tmp, os.fspath(path))
         else:
             epath.Path(tmp).copy(path, overwrite=True)
