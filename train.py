@@ -34,9 +34,7 @@ and a roofline bound on MFU, as a table and one JSON line (`bert_jax.parallel.ao
 from __future__ import annotations
 
 import contextlib
-import os
 
-import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -78,16 +76,7 @@ flags.mark_flags_as_required(["config"])
 def initialize_distributed() -> None:
     """jax.distributed for multi-process runs: explicit flags, or a cluster JAX detects itself;
     with `parallel.multihost`'s heartbeat and shutdown timeouts (a dead process is noticed)."""
-    env = os.environ
-    if FLAGS.coordinator_address:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes only
-        multihost.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-    elif (
-        int(env.get("SLURM_NTASKS", "1")) > 1
-        or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
-        or "," in env.get("TPU_WORKER_HOSTNAMES", "")
-    ):
-        multihost.initialize()
+    multihost.initialize_job(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
 
 
 def main(argv):

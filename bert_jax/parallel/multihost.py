@@ -111,6 +111,27 @@ def initialize(
     )
 
 
+def initialize_job(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> None:
+    """jax.distributed for a job's command line (train.py, bulk inference): with
+    --coordinator_address, those flags (CPU processes then talk over gloo); else on a cluster JAX
+    detects itself (TPU pods, SLURM, Open MPI with more than one task); else nothing (one
+    process)."""
+    env = os.environ
+    if coordinator_address:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes only
+        initialize(coordinator_address, num_processes, process_id)
+    elif (
+        int(env.get("SLURM_NTASKS", "1")) > 1
+        or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
+        or "," in env.get("TPU_WORKER_HOSTNAMES", "")
+    ):
+        initialize()
+
+
 def _client():
     """The coordination service's client (None without jax.distributed)."""
     from jax._src import distributed
