@@ -248,3 +248,11 @@ def test_array_record_files_at_a_url_stop_the_run_at_start(fake_bucket, tmp_path
     ):
         inputs.pretraining_inputs(config, str(tmp_path), mesh=None)
     _no_local_url(tmp_path, seen)
+
+
+def test_a_file_written_whole_gets_the_umask_permissions_not_mkstemps(tmp_path):
+    from bert_jax import paths
+
+    paths.write_file_whole(tmp_path / "f.bin", lambda p: open(p, "wb").write(b"x"))
+    assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o666 & ~paths._UMASK
+    assert os.listdir(tmp_path) == ["f.bin"]
