@@ -1,5 +1,6 @@
-"""Faults at named points of a train.py run, for the tests that need one: the job's code carries
-no test hooks, so this program installs them from outside and then runs train.py.
+"""Faults at named points of a train.py run (or of `python -m bert_jax.inference`'s bulk job),
+for the tests that need one: the job's code carries no test hooks, so this program installs them
+from outside and then runs the command.
 
     cmd = faults.command(train_cmd(...))     # [python, "-c", PROGRAM, ".../train.py", flags...]
     subprocess.run(cmd, env={**env(), faults.FAULT_ENV: "process=1,at=step:3"})
@@ -12,6 +13,7 @@ no test hooks, so this program installs them from outside and then runs train.py
     step:<k>     after step k, before its hooks' periodic work (metrics, evaluation, saves):
                  the `observe` of an extra last Trainer hook
     export       the end of pretraining, before the export's barrier
+    shard:<k>    bulk inference: after the process's k-th output shard is written
 
 With `sleep=<seconds>` the process sleeps there instead of raising (to kill it, or signal it,
 while the others wait); with `signal=TERM` (or INT) it sends itself that signal there (a signal at
@@ -29,18 +31,24 @@ from absl import logging
 
 FAULT_ENV = "BERT_JAX_FAULT_INJECT"
 
-# Run as `python -c PROGRAM <train.py> <flags>` from the repository root: the hooks, then train.py.
+# Run as `python -c PROGRAM <train.py> <flags>` (or `-m <module> <flags>`) from the repository
+# root: the hooks, then the command.
 PROGRAM = """
 import runpy, sys
 from tests import faults
 faults.install()
 sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
+if sys.argv[0] == "-m":
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
 def command(cmd: list[str]) -> list[str]:
-    """`cmd` ([python, train.py, flags...]) with the fault hooks installed before train.py runs."""
+    """`cmd` ([python, train.py, flags...] or [python, -m, module, flags...]) with the fault hooks
+    installed before it runs."""
     return [cmd[0], "-c", PROGRAM, *cmd[1:]]
 
 
@@ -71,7 +79,8 @@ def inject_fault(point: str) -> None:
 
 
 def install() -> None:
-    """Puts `inject_fault` at each point (module docstring) of this process's train.py run."""
+    """Puts `inject_fault` at each point (module docstring) of this process's run."""
+    from bert_jax.inference import bulk
     from bert_jax.parallel import multihost
     from bert_jax.pretrain import inputs
     from bert_jax.training import loop
@@ -103,3 +112,13 @@ def install() -> None:
         barrier(name, **kwargs)
 
     multihost.barrier = fault_then_barrier
+
+    write_shard, written = bulk._write_shard, [0]
+
+    def write_then_fault(*args, **kwargs):
+        out = write_shard(*args, **kwargs)
+        written[0] += 1
+        inject_fault(f"shard:{written[0]}")
+        return out
+
+    bulk._write_shard = write_then_fault

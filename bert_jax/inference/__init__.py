@@ -7,7 +7,8 @@ maps, fill-mask. The command line is `python -m bert_jax.inference` (`__main__`)
 
 Modules: `loading` (checkpoints, and what each family's modules take, from the registry),
 `batches` (input files, encoding, batched runs in input order), `encoder` (embed,
-attention_map), `heads` (predict, fill_mask).
+attention_map), `heads` (predict, fill_mask), `bulk` (embed/predict over a corpus of shards, on
+many processes, as a resumable job).
 """
 
 from bert_jax.inference.batches import (

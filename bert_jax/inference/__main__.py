@@ -1,5 +1,8 @@
-"""Using a trained model of any family: embeddings of a text file, batch prediction, attention maps.
+"""Using a trained model of any family: embeddings and predictions of a corpus, attention maps.
 
+    python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' --text_column=text \
+        --id_column=id --output emb/
+    python -m bert_jax.inference predict --model runs/genre --input 'docs/*.jsonl' --output preds/
     python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy --pooling mean
     python -m bert_jax.inference predict --model runs/genre --input lines.txt --output preds.jsonl
     python -m bert_jax.inference attention --model DIR --text "Fair is foul" --layer 2 --head 0 \\
@@ -9,10 +12,15 @@
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
 model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
 `attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
-`fill-mask` a masked-LM head. Input files hold one text a line, in UTF-8 (a tab separates the two
-texts of a pair); output row i is input line i. A blank line before the last text is an error
-naming it (blank lines at the end are dropped), and so are bytes that are not UTF-8 (naming the
-line and byte offset).
+`fill-mask` a masked-LM head.
+
+`embed` and `predict` over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV or text
+files (a glob, a folder; local or gs://) in, one Parquet shard out per input shard, on one or
+many processes (train.py's flags), resumable: `bert_jax.inference.bulk` says what the shards
+hold. With --output NAME.npy (embed) or NAME.jsonl (predict), one text file in, one file out:
+one text a line, in UTF-8 (a tab separates the two texts of a pair); output row i is input line
+i. A blank line before the last text is an error naming it (blank lines at the end are dropped),
+and so are bytes that are not UTF-8 (naming the line and byte offset).
 """
 
 from __future__ import annotations
@@ -22,11 +30,13 @@ import json
 import sys
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from bert_jax.inference import (
     POOLINGS,
     attention_map,
+    bulk,
     embed,
     fill_mask,
     load,
@@ -34,6 +44,7 @@ from bert_jax.inference import (
     predict,
     read_texts,
 )
+from bert_jax.parallel import compile_cache, multihost
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,16 +75,68 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument(
             "--input",
             required=True,
-            help="UTF-8 text, one text a line (TAB separates a pair); row i of the output is "
-            "line i; a blank line (but at the end) is an error",
+            help="a glob, folder or file of Parquet/Arrow/JSONL/CSV/text rows (local or gs://); "
+            "with --output *.npy / *.jsonl: one UTF-8 text file, one text a line",
         )
         s.add_argument("--batch_size", type=int, default=64)
         s.add_argument("--max_seq_length", type=int, default=128)
+        s.add_argument("--text_column", default="text", help="the text of each row")
+        s.add_argument("--id_column", help="copied to the output rows (default: file and row)")
+        s.add_argument("--no_progress", action="store_true", help="no progress bar")
+        s.add_argument("--coordinator_address", help="host:port of process 0 (multi-process)")
+        s.add_argument("--num_processes", type=int, help="processes in a multi-process run")
+        s.add_argument("--process_id", type=int, help="this process's index in the run")
+        s.add_argument(
+            "--compilation_cache_dir",
+            default="auto",
+            help="persistent XLA compilation cache, as train.py's: 'auto', a directory, or 'off'",
+        )
+    p.add_argument("--text_pair_column", help="each row's second text (a pair classifier)")
     return parser
+
+
+def _is_single_file(args: argparse.Namespace) -> bool:
+    """The one-text-file form: --output NAME.npy (embed) or NAME.jsonl (predict)."""
+    suffix = ".npy" if args.command == "embed" else ".jsonl"
+    if not args.output.endswith(suffix):
+        return False
+    if args.input.lower().endswith((".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")):
+        raise ValueError(
+            f"--output {args.output} writes one file from one text file; for {args.input} give "
+            "an output folder (Parquet shards)"
+        )
+    return True
+
+
+def _run_bulk(args: argparse.Namespace) -> None:
+    """`embed`/`predict` into an --output folder (`bulk`), on one process or many."""
+    multihost.initialize_job(args.coordinator_address, args.num_processes, args.process_id)
+    compile_cache.enable_compilation_cache(args.compilation_cache_dir)
+    layers = getattr(args, "layers", "")
+    job = bulk.Job(
+        command=args.command,
+        model=args.model,
+        input=args.input,
+        output=args.output,
+        text_column=args.text_column,
+        text_pair_column=getattr(args, "text_pair_column", None),
+        id_column=args.id_column,
+        pooling=getattr(args, "pooling", "cls"),
+        layers=tuple(int(x) for x in layers.split(",")) if layers else None,
+        batch_size=args.batch_size,
+        max_seq_length=args.max_seq_length,
+        progress=not args.no_progress,
+    )
+    with multihost.guard():
+        summary = bulk.run(job)
+    if jax.process_index() == 0:
+        print(summary.line(args.command))
 
 
 def _run_embed(args: argparse.Namespace) -> None:
     """`embed`: writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
+    if not _is_single_file(args):
+        return _run_bulk(args)
     config, params, _, tokenizer = load(args.model)  # any head: its encoder is used
     texts, _ = read_texts(args.input)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else None
@@ -93,6 +156,8 @@ def _run_embed(args: argparse.Namespace) -> None:
 
 def _run_predict(args: argparse.Namespace) -> None:
     """`predict`: writes a JSON line per --input line, its text and prediction, to --output."""
+    if not _is_single_file(args):
+        return _run_bulk(args)
     config, params, name, tokenizer = load(args.model)
     texts, texts_b = read_texts(args.input)
     rows = predict(

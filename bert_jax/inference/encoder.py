@@ -7,7 +7,7 @@ directory run the same way; inputs a family lacks (ModernBERT's token types) are
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -50,6 +50,36 @@ def embed_step(params, batch, *, model: nn.Module, pooling: str, layers: tuple[i
     return jnp.stack(pooled, axis=1)
 
 
+def embedder(
+    config: ModelConfig, params, *, pooling: str = "cls", layers: Sequence[int] | None = None
+) -> tuple[Callable, dict]:
+    """`embed_step` for `pooling` and `layers` (as in `embed`), and the encoder's parameters.
+
+    Returns:
+      (step(params, batch) -> float32 [B, P, E], the encoder's params).
+
+    Raises:
+      ValueError: an unknown pooling, "pooler" without a pooler layer, a layer out of range.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    model, params = loading.encoder(config, params, pooled=pooling == "pooler")
+    if pooling == "pooler":
+        loading.check_pooler(config, params)
+    if layers is not None:
+        num_states = config.num_hidden_layers + 1
+        bad = [i for i in layers if not -num_states <= i < num_states]
+        if bad:
+            raise ValueError(f"layers {bad} out of range: there are {num_states} hidden states")
+    step = functools.partial(
+        embed_step,
+        model=model,
+        pooling=pooling,
+        layers=None if layers is None else tuple(int(i) for i in layers),
+    )
+    return step, params
+
+
 def embed(
     config: ModelConfig,
     params,
@@ -79,23 +109,8 @@ def embed(
         results are the same).
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-    model, params = loading.encoder(config, params, pooled=pooling == "pooler")
-    if pooling == "pooler":
-        loading.check_pooler(config, params)
-    if layers is not None:
-        num_states = config.num_hidden_layers + 1
-        bad = [i for i in layers if not -num_states <= i < num_states]
-        if bad:
-            raise ValueError(f"layers {bad} out of range: there are {num_states} hidden states")
+    step, params = embedder(config, params, pooling=pooling, layers=layers)
     encoded = batches.features(tokenizer, texts, None, max_seq_length)
-    step = functools.partial(
-        embed_step,
-        model=model,
-        pooling=pooling,
-        layers=None if layers is None else tuple(int(i) for i in layers),
-    )
     result = batches.run_batched(
         step,
         params,

@@ -32,6 +32,26 @@ def logits_step(params, batch, *, model: nn.Module):
     return out.logits.astype(jnp.float32)
 
 
+def classifier(config: ModelConfig, name: str) -> nn.Module:
+    """The sequence classifier `name` of `config`'s family (what `logits_step` runs); raises
+    ValueError, naming the head wanted, for any other head."""
+    wanted = family_of(config).head_for("BertForSequenceClassification")
+    if name != wanted:
+        raise ValueError(f"predict needs a sequence classifier ({wanted}), not {name}")
+    return get_model_class(name)(config)
+
+
+def label_names(config: ModelConfig) -> tuple[str, ...]:
+    """The classifier's label names (its config's, else "0", "1", ...)."""
+    return config.label_names or tuple(str(i) for i in range(config.num_labels))
+
+
+def probabilities(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis: float32 [N, num_labels] from logits [N, num_labels]."""
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    return (probs / probs.sum(-1, keepdims=True)).astype(np.float32)
+
+
 def predict(
     config: ModelConfig,
     params,
@@ -56,10 +76,7 @@ def predict(
       N dicts: {"label": name, "probabilities": {name: float}}, or {"score": float} for a
       regression (num_labels = 1).
     """
-    classifier = family_of(config).head_for("BertForSequenceClassification")
-    if name != classifier:
-        raise ValueError(f"predict needs a sequence classifier ({classifier}), not {name}")
-    model = get_model_class(name)(config)
+    model = classifier(config, name)
     encoded = batches.features(tokenizer, texts, texts_b, max_seq_length)
     logits = batches.run_batched(
         functools.partial(logits_step, model=model),
@@ -72,9 +89,8 @@ def predict(
     )
     if config.num_labels == 1:
         return [{"score": float(x[0])} for x in logits]
-    names = config.label_names or tuple(str(i) for i in range(config.num_labels))
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
+    names = label_names(config)
+    probs = probabilities(logits)
     return [
         {"label": names[int(np.argmax(p))], "probabilities": dict(zip(names, map(float, p)))}
         for p in probs

@@ -1,0 +1,514 @@
+"""Inference over a corpus as a job: `embed` or `predict` over many input shards, on many hosts.
+
+    python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' \\
+        --text_column=text --id_column=id --output emb/
+    python -m bert_jax.inference predict --model runs/quality --input 'gs://b/docs/*.jsonl' \\
+        --output gs://b/quality/
+
+Inputs: the files `data.tables` reads (Parquet, Arrow, JSONL, CSV/TSV, text: one row a line in
+the column "text"), as a glob, a folder or file names, local or on a bucket. Every input shard
+gives one output shard, `OUT/<its path under the inputs' common folder>.parquet` (the input's
+suffix replaced), whose rows are the input's rows in order:
+
+    <id column>     the input's --id_column, its name and values   (or, without --id_column:)
+    file, row       string: the input file; int64: the row's index in it, from 0
+    embedding       embed: float32 [E] (list<float32>[E]); [P][E] with --layers
+    label           predict: string, the most probable label
+    probabilities   predict: float32 [num_labels], in the order of the file's metadata's
+                    `label_names` (a regression writes `score`, float32, instead of both)
+
+The file's metadata (key "bert_jax") holds the job's settings. OUT/_job.json holds them too:
+a rerun with other settings (model, command, columns, pooling, layers, max_seq_length) stops
+with an error naming them, rather than mixing two jobs' rows in one folder.
+
+Written whole: each output shard is streamed to a temporary file (beside it; a local one for a
+bucket) and renamed (copied) when complete, so a shard that exists is complete. A rerun after a
+kill skips the shards that exist and does the others: no row is written twice or lost. One job
+at a time per output folder (`training.run_lock`, OUT/run.lock); temporary files a killed job
+left are removed when the next starts.
+
+Many processes: the flags of train.py (`--coordinator_address --num_processes --process_id`, or a
+cluster's own discovery: TPU pods, SLURM, Open MPI). Process 0 lists the shards not yet written
+and each process takes every n-th of them; each runs its shards on a mesh of its own devices
+(the batch split over them, the parameters replicated), so no process waits for another until
+the end. A failure anywhere ends every process (`parallel.multihost.guard`); finished shards stay.
+
+Batches: rows are read `chunk_rows` at a time (a background thread reads and tokenizes the next
+chunk meanwhile), grouped by length and padded to `batches.inference_buckets`, so padding costs
+little and each bucket compiles once. A row whose text is null, empty or not a string is an error
+naming the file, the row (and its id), before anything of that shard is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import jax
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tqdm
+from absl import logging
+from jax.sharding import Mesh
+
+from bert_jax import paths
+from bert_jax.data import tables
+from bert_jax.data.text_io import encode_texts
+from bert_jax.inference import batches, encoder, heads, loading
+from bert_jax.parallel import multihost, sharding
+from bert_jax.training import run_lock
+
+COMMANDS = ("embed", "predict")
+JOB_RECORD = "_job.json"  # "_": not a data file to `tables.expand_inputs`
+METADATA_KEY = b"bert_jax"
+# Settings that change what a row holds: a rerun must keep them (batch size and the processes
+# may change: they change no row beyond float rounding).
+RECORDED = (
+    "command",
+    "model",
+    "text_column",
+    "text_pair_column",
+    "id_column",
+    "pooling",
+    "layers",
+    "max_seq_length",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What to run over which files.
+
+    Attributes:
+      command: "embed" (pooled hidden states) or "predict" (a sequence classifier's labels).
+      model: the checkpoint (any family; `loading.load`).
+      input: a glob, folder or file names (comma-separated), local or gs://.
+      output: the output folder, local or gs://.
+      text_column: the text of each row ("text" for text files).
+      text_pair_column: predict: each row's second text (pairs), or None.
+      id_column: the column identifying rows, copied to the output; None: file and row.
+      pooling, layers: embed's (`encoder.embed`).
+      batch_size: rows per batch on this process (rounded up to a multiple of its devices).
+      max_seq_length: tokens kept per row (longer rows are truncated, and counted); at most the
+        model's max_position_embeddings.
+      chunk_rows: rows read and tokenized at a time (length grouping happens within a chunk).
+      progress: show a progress bar on process 0.
+    """
+
+    command: str
+    model: str
+    input: str
+    output: str
+    text_column: str = tables.TEXT_COLUMN
+    text_pair_column: str | None = None
+    id_column: str | None = None
+    pooling: str = "cls"
+    layers: tuple[int, ...] | None = None
+    batch_size: int = 64
+    max_seq_length: int = 128
+    chunk_rows: int = 4096
+    progress: bool = True
+
+    def record(self) -> dict:
+        """The settings a rerun must keep (RECORDED), as JSON values."""
+        out = {k: getattr(self, k) for k in RECORDED}
+        out["layers"] = None if self.layers is None else list(self.layers)
+        out["model"] = os.fspath(paths.as_path(self.model))  # absolute: the same from anywhere
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What a job did, all processes together.
+
+    Attributes:
+      rows, tokens: rows written and their tokens (after truncation, padding not counted).
+      shards, skipped: output shards written now, and those a previous run had written.
+      seconds: process 0's time from its first shard to the end (compiles included).
+      output: the output folder; processes, devices: the processes and all their devices.
+    """
+
+    rows: int
+    tokens: int
+    shards: int
+    skipped: int
+    seconds: float
+    output: str
+    processes: int
+    devices: int
+
+    def line(self, command: str) -> str:
+        """One line: rows, rows/s, tokens/s, and where the files are."""
+        seconds = max(self.seconds, 1e-9)
+        skipped = f" ({self.skipped} done before, skipped)" if self.skipped else ""
+        return (
+            f"{command}: {self.rows:,} rows, {self.tokens:,} tokens in {self.seconds:.1f} s: "
+            f"{self.rows / seconds:,.1f} rows/s, {self.tokens / seconds:,.0f} tokens/s on "
+            f"{self.processes} process(es) x {self.devices // self.processes} device(s); "
+            f"{self.shards} shard(s) written{skipped} to {self.output}"
+        )
+
+
+def output_names(inputs: Sequence[str]) -> list[str]:
+    """Each input's output shard, relative to the output folder: its path under the inputs'
+    common folder with the suffix ".parquet" (in place of its own).
+
+    Raises:
+      ValueError: two inputs that would write the same shard (e.g. a.jsonl and a.parquet).
+    """
+    parts = [p.split("/") for p in inputs]
+    common = 0
+    while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+        common += 1
+    names = []
+    for p in parts:
+        rel = "/".join(p[common:])
+        stem, dot, suffix = rel.rpartition(".")
+        names.append((stem if dot and "/" not in suffix else rel) + ".parquet")
+    seen: dict[str, str] = {}
+    for source, name in zip(inputs, names):
+        if name in seen:
+            raise ValueError(
+                f"inputs {seen[name]} and {source} would both be written to {name}; rename one"
+            )
+        seen[name] = source
+    return names
+
+
+def _check_record(out_dir, job: Job) -> None:
+    """Writes OUT/_job.json, or checks that an earlier run there had the same settings."""
+    path = out_dir / JOB_RECORD
+    record = job.record()
+    if path.exists():
+        before = json.loads(path.read_text())
+        changed = {k: (before.get(k), v) for k, v in record.items() if before.get(k) != v}
+        if changed:
+            diff = "; ".join(f"{k}: {a!r} before, {b!r} now" for k, (a, b) in changed.items())
+            raise ValueError(
+                f"{out_dir} holds the output of a job with other settings ({diff}); use "
+                "another --output, or remove that folder to start over"
+            )
+        return
+    paths.write_text_whole(path, json.dumps(record, indent=1) + "\n")
+
+
+def _remove_partial_files(out_dir) -> None:
+    """Removes the temporary files of shards a killed job was writing (local folders only: a
+    bucket's objects appear whole)."""
+    if paths.is_url(out_dir):
+        return
+    for folder, _, files in os.walk(os.fspath(out_dir)):
+        for name in files:
+            if name.startswith(".") and name.endswith(".tmp"):
+                logging.info("removing %s, left by a job that was stopped", name)
+                os.remove(os.path.join(folder, name))
+
+
+class _Model:
+    """The job's model on this process's devices: `run(texts, texts_b)` -> outputs, tokens."""
+
+    def __init__(self, job: Job):
+        config, params, head, self.tokenizer = loading.load(job.model)
+        self.config, self.job = config, job
+        if job.command == "embed":
+            if job.text_pair_column:
+                raise ValueError("--text_pair_column is for predict; embed takes one text a row")
+            step, params = encoder.embedder(config, params, pooling=job.pooling, layers=job.layers)
+        else:
+            step = functools.partial(heads.logits_step, model=heads.classifier(config, head))
+        # A mesh of this process's own devices: rows are independent, so each process runs its
+        # shards alone; the batch is split over the devices, the parameters replicated.
+        devices = np.asarray(jax.local_devices()).reshape(-1, 1, 1)
+        self.mesh = Mesh(devices, sharding.MESH_AXES)
+        num_devices = devices.size
+        self.batch_size = -(-job.batch_size // num_devices) * num_devices
+        if self.batch_size != job.batch_size:
+            logging.info(
+                "batch size %d -> %d: a multiple of the %d devices",
+                job.batch_size,
+                self.batch_size,
+                num_devices,
+            )
+        self.params = jax.device_put(params, sharding.replicated(self.mesh))
+
+        def placed_step(params, batch):
+            return step(params, jax.device_put(batch, sharding.batch_shardings(batch, self.mesh)))
+
+        self.step = placed_step
+        self.max_seq_length = min(job.max_seq_length, config.max_position_embeddings)
+        if self.max_seq_length < job.max_seq_length:
+            logging.info("max_seq_length %d -> %d: the model's max_position_embeddings",
+                         job.max_seq_length, self.max_seq_length)  # fmt: skip
+        self.buckets = batches.inference_buckets(self.max_seq_length)
+        self.truncated = 0
+
+    def encode(self, texts: list[str], texts_b: list[str] | None) -> dict[str, np.ndarray]:
+        """Token features of one chunk (`batches.features`' keys), on the reading thread."""
+        encoded, stats = encode_texts(self.tokenizer, texts, texts_b, self.max_seq_length)
+        self.truncated += stats.truncated
+        encoded["example_weights"] = np.ones(len(texts), np.float32)
+        return encoded
+
+    def run(self, encoded: dict[str, np.ndarray]) -> np.ndarray:
+        """The step's output for every row of `encoded`, in order: float32 [N, P, E] (embed) or
+        [N, num_labels] (predict logits)."""
+        return batches.run_batched(
+            self.step,
+            self.params,
+            encoded,
+            batch_size=self.batch_size,
+            buckets=self.buckets,
+            progress=False,
+            desc=self.job.command,
+        )
+
+
+def _texts(path: str, first: int, values: list, column: str, ids: list | None) -> list[str]:
+    """The column's values, checked: ValueError naming the file and row of a null, empty or
+    non-string one."""
+    for i, text in enumerate(values):
+        if isinstance(text, str) and text.strip():
+            continue
+        if text is None:
+            what = "a null"
+        elif isinstance(text, str):
+            what = "an empty text" if not text else "only white space"
+        else:
+            what = f"a {type(text).__name__} ({text!r:.40}), not text,"
+        row = f"row {first + i}" + (f" (id {ids[i]!r})" if ids is not None else "")
+        raise ValueError(
+            f"{path}: {row} has {what} in column {column!r}; every row needs a text: drop or "
+            "fill such rows (nothing of this file was written; finished shards are kept)"
+        )
+    return values
+
+
+def _chunks(job: Job, model: _Model, path: str) -> Iterator[tuple[int, list | None, dict]]:
+    """(first row, ids or None, encoded features) of each chunk of one input file."""
+    columns = [job.text_column, job.text_pair_column, job.id_column]
+    columns = list(dict.fromkeys(c for c in columns if c))
+    for first, values in tables.iter_column_batches(path, columns, batch_rows=job.chunk_rows):
+        ids = values.get(job.id_column) if job.id_column else None
+        if ids is not None and None in ids:
+            row = first + ids.index(None)
+            raise ValueError(f"{path}: row {row} has no id (null) in column {job.id_column!r}")
+        texts = _texts(path, first, values[job.text_column], job.text_column, ids)
+        texts_b = None
+        if job.text_pair_column:
+            pair = values[job.text_pair_column]
+            texts_b = _texts(path, first, pair, job.text_pair_column, ids)
+        yield first, ids, model.encode(texts, texts_b)
+
+
+def _prefetched(items: Iterable, size: int = 2) -> Iterator:
+    """`items`, produced by a background thread up to `size` ahead (its errors raised here)."""
+    q: queue.Queue = queue.Queue(size)
+    stop, end = threading.Event(), object()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((end, None))
+        except BaseException as e:  # noqa: BLE001  (raised again in the consumer)
+            q.put((end, e))
+
+    thread = threading.Thread(target=produce, name="bulk-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = q.get()
+            if error is not None:
+                raise error
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+
+
+class _ShardWriter:
+    """Output tables of one shard (module docstring's columns), with one schema throughout."""
+
+    def __init__(self, job: Job, model: _Model, source: str):
+        self.job, self.source = job, source
+        meta = {**job.record(), "input": source}
+        if job.command == "predict":
+            meta["label_names"] = list(heads.label_names(model.config))
+        self.metadata = {METADATA_KEY: json.dumps(meta).encode()}
+        self.regression = model.config.num_labels == 1
+        self.names = heads.label_names(model.config)
+        self.schema: pa.Schema | None = None
+
+    def columns(self, first: int, ids: list | None, out: np.ndarray) -> dict[str, pa.Array]:
+        n = len(out)
+        if self.job.id_column:
+            id_type = self.schema.field(0).type if self.schema is not None else None
+            try:
+                cols = {self.job.id_column: pa.array(ids, type=id_type)}
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                raise ValueError(
+                    f"{self.source}: the ids of rows {first}.. (column {self.job.id_column!r}) "
+                    f"do not have one type with the rows before: {e}"
+                ) from None
+        else:
+            cols = {
+                "file": pa.array([self.source] * n, pa.string()),
+                "row": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            }
+        if self.job.command == "embed":
+            emb = out if self.job.layers is not None else out[:, 0]
+            cols["embedding"] = _fixed_lists(np.asarray(emb, np.float32))
+        elif self.regression:
+            cols["score"] = pa.array(out[:, 0].astype(np.float32))
+        else:
+            probs = heads.probabilities(out)
+            cols["label"] = pa.array([self.names[i] for i in probs.argmax(-1)], pa.string())
+            cols["probabilities"] = _fixed_lists(probs)
+        return cols
+
+    def table(self, first: int, ids: list | None, out: np.ndarray) -> pa.Table:
+        cols = self.columns(first, ids, out)
+        if self.schema is None:
+            fields = [pa.field(k, v.type) for k, v in cols.items()]
+            self.schema = pa.schema(fields, metadata=self.metadata)
+        return pa.Table.from_arrays(list(cols.values()), schema=self.schema)
+
+    def empty_table(self, model: _Model) -> pa.Table:
+        """A table of no rows (an input file without rows still gets its output shard)."""
+        width = self.job.command == "embed" and model.config.hidden_size
+        dims = (0, len(self.job.layers or [0]), width) if width else (0, len(self.names))
+        ids = [] if self.job.id_column else None  # of type null: no row to tell its type
+        return self.table(0, ids, np.zeros(dims, np.float32))
+
+
+def _fixed_lists(values: np.ndarray) -> pa.Array:
+    """float32 [N, d1, ...] -> a FixedSizeList array of N rows (nested for more axes)."""
+    flat = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        flat = pa.FixedSizeListArray.from_arrays(flat, size)
+    return flat
+
+
+def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable) -> tuple:
+    """Runs the model over `source`'s rows into the Parquet file `target`, written whole;
+    returns (rows, tokens). `advance(rows)` is called after each chunk."""
+    counts = [0, 0]
+    shard = _ShardWriter(job, model, source)
+
+    def write(local_path: str) -> None:
+        writer = None
+        try:
+            for first, ids, encoded in _prefetched(_chunks(job, model, source)):
+                table = shard.table(first, ids, model.run(encoded))
+                if writer is None:
+                    writer = pq.ParquetWriter(local_path, shard.schema)
+                writer.write_table(table)
+                counts[0] += len(table)
+                counts[1] += int(encoded["attention_mask"].sum())
+                advance(len(table))
+            if writer is None:
+                table = shard.empty_table(model)
+                writer = pq.ParquetWriter(local_path, table.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    paths.write_file_whole(target, write)
+    return tuple(counts)
+
+
+def _plan(job: Job, out_dir) -> tuple[list[tuple[str, str]], int]:
+    """Process 0's list of (input, output name) still to do, shared with every process, and
+    how many were done before."""
+    text = "[]"
+    skipped = 0
+    if jax.process_index() == 0:
+        _check_record(out_dir, job)
+        _remove_partial_files(out_dir)
+        inputs = tables.expand_inputs(job.input)
+        names = output_names(inputs)
+        todo = [(i, n) for i, n in zip(inputs, names) if not (out_dir / n).exists()]
+        skipped = len(inputs) - len(todo)
+        text = json.dumps({"todo": todo, "skipped": skipped})
+    shared = json.loads(multihost.broadcast("bulk_plan", text))
+    return [tuple(x) for x in shared["todo"]], shared["skipped"]
+
+
+def run(job: Job) -> Summary:
+    """Runs `job` on this process (its share of the shards); every process calls it.
+
+    Returns:
+      The whole job's `Summary` (every process's counts), the same on every process.
+
+    Raises:
+      ValueError: a bad setting or input row (naming the file and row), a rerun with other
+        settings; FileNotFoundError: no input files.
+    """
+    if job.command not in COMMANDS:
+        raise ValueError(f"command must be one of {COMMANDS}, got {job.command!r}")
+    if job.batch_size < 1 or job.chunk_rows < 1:
+        raise ValueError(
+            f"batch_size and chunk_rows must be >= 1: {job.batch_size}, {job.chunk_rows}"
+        )
+    model = _Model(job)  # errors in the model or settings before anything is written
+    out_dir = paths.as_path(job.output)
+    me, n = jax.process_index(), jax.process_count()
+    with run_lock.hold(out_dir):
+        todo, skipped = _plan(job, out_dir)
+        mine = todo[me::n]
+        logging.info(
+            "process %d: %d of the %d shard(s) to write (%d done before)",
+            me,
+            len(mine),
+            len(todo),
+            skipped,
+        )
+        start = time.perf_counter()
+        bar = tqdm.tqdm(
+            unit=" rows", desc=job.command, disable=not job.progress or me != 0, dynamic_ncols=True
+        )
+        rows = tokens = 0
+        for k, (source, name) in enumerate(mine):
+            bar.set_postfix_str(f"shard {k + 1}/{len(mine)}")
+            r, t = _write_shard(job, model, source, out_dir / name, bar.update)
+            rows, tokens = rows + r, tokens + t
+            logging.info("wrote %s (%d rows)", out_dir / name, r)
+        bar.close()
+        mine_done = json.dumps([rows, tokens, len(mine)])
+        counts = np.array([json.loads(x) for x in multihost.all_gather("bulk_end", mine_done)])
+        seconds = time.perf_counter() - start
+    if model.truncated:
+        logging.warning(
+            "process %d: %d row(s) longer than %d tokens were truncated",
+            me,
+            model.truncated,
+            job.max_seq_length,
+        )
+    total = counts.sum(0)
+    return Summary(
+        int(total[0]),
+        int(total[1]),
+        int(total[2]),
+        skipped,
+        seconds,
+        os.fspath(out_dir),
+        n,
+        jax.device_count(),
+    )
