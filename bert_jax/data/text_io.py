@@ -33,13 +33,13 @@ import io
 import json
 import math
 import os
-import sys
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 from absl import logging
 
 from bert_jax import tokenization
+from bert_jax.data import tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,7 +215,7 @@ def csv_rows(f, path: str, *, tsv: bool = False) -> Iterator[tuple[int, list[str
     A field may be as long as the file (a long document is legitimate input: the csv module's
     128 KB field limit is lifted). A malformed row raises ValueError naming `path` and the line.
     """
-    _lift_csv_field_limit()
+    tables.lift_csv_field_limit()
     rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(f)
     start = 1
     while True:
@@ -228,17 +228,6 @@ def csv_rows(f, path: str, *, tsv: bool = False) -> Iterator[tuple[int, list[str
             raise ValueError(f"{path}:{start}: malformed {kind} row: {e}") from None
         yield start, row
         start = rows.line_num + 1
-
-
-def _lift_csv_field_limit() -> None:
-    """Lets a CSV field be as long as a file (the csv module's limit is process-wide)."""
-    limit = sys.maxsize
-    while limit > csv.field_size_limit():
-        try:
-            csv.field_size_limit(limit)
-            return
-        except OverflowError:  # a C long of 32 bits (Windows)
-            limit //= 2
 
 
 def tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool = False):
