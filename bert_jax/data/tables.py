@@ -4,6 +4,8 @@ CSV/TSV and text, local or on a bucket (`gs://...`, every read through `etils.ep
     expand_inputs(pattern)                  the data files of globs, directories or file names
     split_files(directory, split)           the files of one split of a Hub/`datasets` folder
     iter_column_batches(path, columns)      (first row, {column: values}) batches, streamed
+    iter_rows(path, columns)                (row, {column: value}) one row at a time
+    column_names(path), class_label_names(path)   a file's columns; `datasets`' label names
 
 Formats, told by the file's name:
 
@@ -203,6 +205,72 @@ def iter_column_batches(
     for batch in batches:
         yield start, batch
         start += len(batch[columns[0]]) if columns else 0
+
+
+def iter_rows(
+    path: str, columns: Sequence[str], *, batch_rows: int = 1024
+) -> Iterator[tuple[int, dict]]:
+    """(0-based row within the file, {column: value}) of each row; `iter_column_batches`."""
+    for start, batch in iter_column_batches(path, columns, batch_rows=batch_rows):
+        values = [batch[c] for c in columns]
+        for offset, row in enumerate(zip(*values)):
+            yield start + offset, dict(zip(columns, row))
+
+
+def column_names(path: str) -> list[str]:
+    """The columns of a data file: a table's schema, a CSV/TSV header, the first JSONL record's
+    keys ([] for an empty file), or ["text"]."""
+    name = path.lower()
+    if name.endswith(_TABLE_SUFFIXES):
+        return list(_schema(path).names)
+    if name.endswith(_JSON_SUFFIXES):
+        for number, line in _lines(path):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{number}: not a JSON object: {e}") from None
+                return list(record) if isinstance(record, dict) else []
+        return []
+    if name.endswith((".csv", ".tsv")):
+        with epath.Path(path).open("rb") as raw:
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
+            delimiter = "\t" if name.endswith(".tsv") else ","
+            return next(csv.reader(text, delimiter=delimiter), [])
+    return [TEXT_COLUMN]
+
+
+def class_label_names(path: str) -> dict[str, list[str]]:
+    """The class names of each label column of a Parquet/Arrow file `datasets` wrote ({column:
+    names in id order}, for a `ClassLabel` or a sequence of them, read from the schema's
+    "huggingface" metadata); {} for other files."""
+    if not path.lower().endswith(_TABLE_SUFFIXES):
+        return {}
+    metadata = _schema(path).metadata or {}
+    try:
+        features = json.loads(metadata[b"huggingface"])["info"]["features"]
+    except (KeyError, ValueError, TypeError):
+        return {}
+    names = {}
+    for column, feature in features.items():
+        while isinstance(feature, dict) and "feature" in feature:  # Sequence / List of labels
+            feature = feature["feature"]
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+            names[column] = list(feature["names"])
+    return names
+
+
+def _schema(path: str):
+    """The Arrow schema of a Parquet or Arrow IPC file (its footer or first message only)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with epath.Path(path).open("rb") as f:
+        if path.lower().endswith(".parquet"):
+            return pq.ParquetFile(f).schema_arrow
+        is_file_format = f.read(len(_ARROW_FILE_MAGIC)) == _ARROW_FILE_MAGIC
+        f.seek(0)
+        return (pa.ipc.open_file(f) if is_file_format else pa.ipc.open_stream(f)).schema
 
 
 def _missing(path: str, wanted: Sequence[str], found: Sequence[str]) -> ValueError | None:

@@ -8,10 +8,28 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
-def write_parquet(rows: dict, path, *, row_group_size: int | None = None) -> str:
-    """`rows` ({column: values}) as one Parquet file (several row groups if `row_group_size`)."""
+def write_parquet(
+    rows: dict, path, *, row_group_size: int | None = None, class_labels: dict | None = None
+) -> str:
+    """`rows` ({column: values}) as one Parquet file (several row groups if `row_group_size`).
+
+    `class_labels` ({column: names}) marks int columns as `datasets` ClassLabels (a list column
+    as a sequence of them) in the schema's "huggingface" metadata, as the Hub's files carry it.
+    """
     os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-    pq.write_table(pa.table(rows), path, row_group_size=row_group_size)
+    table = pa.table(rows)
+    if class_labels:
+        features = {}
+        for name, kind in zip(table.schema.names, table.schema.types):
+            feature = {"dtype": str(kind), "_type": "Value"}
+            if name in class_labels:
+                feature = {"names": list(class_labels[name]), "_type": "ClassLabel"}
+                if pa.types.is_list(kind):
+                    feature = {"feature": feature, "_type": "Sequence"}
+            features[name] = feature
+        metadata = {"huggingface": json.dumps({"info": {"features": features}})}
+        table = table.replace_schema_metadata(metadata)
+    pq.write_table(table, path, row_group_size=row_group_size)
     return os.fspath(path)
 
 
