@@ -91,8 +91,9 @@ def split_files(directory: str, split: str, *, config: str | None = None) -> lis
 
     Reads the layouts the Hub and `datasets` leave on disk:
     `[config/]split-00000-of-00001.parquet`, `[config/]data/split-*.parquet`,
-    `[config/]split/*.parquet` (the Hub's converted-Parquet branch), a DatasetDict's
-    `[config/]split/` folder, and the cache's `<name>-split[-00000-of-00003].arrow`.
+    `[config/]split/0000.parquet` (the Hub's converted-Parquet branch), a DatasetDict's
+    `[config/]split/` folder, the older converter's `<name>-split[-00000-of-00002].parquet` and the
+    `datasets` cache's `<name>-split[-00000-of-00003].arrow`.
 
     Args:
       directory: the folder (local or gs://).
@@ -110,8 +111,8 @@ def split_files(directory: str, split: str, *, config: str | None = None) -> lis
         (root / split, None),
         (root, f"{split}-*"),
         (root / "data", f"{split}-*"),
-        (root, f"*-{split}.arrow"),
-        (root, f"*-{split}-*-of-*.arrow"),
+        *((root, f"*-{split}{suffix}") for suffix in _TABLE_SUFFIXES),
+        *((root, f"*-{split}-*-of-*{suffix}") for suffix in _TABLE_SUFFIXES),
     ]
     for base, name_pattern in candidates:
         if not base.is_dir():

@@ -66,6 +66,22 @@ def test_hub_layout_folder_and_splits(tmp_path):
         tables.split_files(str(tmp_path), "test")
 
 
+def test_split_files_of_the_hub_and_cache_layouts(tmp_path):
+    layouts = {
+        "converted": ["mnli/validation_matched/0000.parquet", "mnli/train/0000.parquet"],
+        "old": ["mnli/glue-validation_matched.parquet", "mnli/glue-train.parquet"],
+        "cache": ["mnli/glue-validation_matched.arrow", "mnli/glue-train-00000-of-00002.arrow"],
+    }
+    for name, (want, other) in layouts.items():
+        hf_files.write_parquet({"text": ["x"]}, tmp_path / name / want)
+        hf_files.write_parquet({"text": ["y"]}, tmp_path / name / other)
+        got = tables.split_files(str(tmp_path / name), "validation_matched", config="mnli")
+        assert got == [str(tmp_path / name / want)], name
+    assert tables.split_files(str(tmp_path / "cache" / "mnli"), "train") == [
+        str(tmp_path / "cache/mnli/glue-train-00000-of-00002.arrow")
+    ]
+
+
 def test_jsonl_csv_tsv_text(tmp_path):
     (tmp_path / "r.jsonl").write_text(
         '{"id": 1, "text": "x"}\n\n{"id": 2, "text": null}\n{"id": 3, "text": "z"}\n'
