@@ -197,7 +197,7 @@ def test_documented_command_writes_the_originals_records(tmp_path, bert_vocab_di
     assert records.read_all(str(tmp_path / "split" / "pretrain-00000-of-00001.tfrecord")) != ours
 
 
-def test_parquet_rows_build_the_records_of_the_same_text_files(tmp_path):
+def test_parquet_rows_build_the_records_of_the_same_text_files(tmp_path, capsys):
     """--input_file='corpus/*.parquet' --text_column=text: one document a row (blank lines in a
     row separate nothing), the records of the text files holding the same documents."""
     from bert_jax.pretrain.data import sources
@@ -227,6 +227,13 @@ def test_parquet_rows_build_the_records_of_the_same_text_files(tmp_path):
     assert got["source"]["rows"] == 6 and got["source"]["empty_rows"] == 1
     assert got["corpus"] == want["corpus"]
     assert got["num_records"] > 0 and len(got["shards"]) == 2
+    # Tables without --text_column are refused naming it; the vocabulary trainer reads them too.
+    parquet_argv = [f"--input_file={tmp_path}/corpus/a.parquet", f"--output_dir={tmp_path}/p"]
+    assert create_pretraining_data.main([*parquet_argv, *common]) == 1
+    assert "is a table, not text: pass text_column= (--text_column)" in capsys.readouterr().err
+    vocab_argv = [*table_argv, f"--output_dir={tmp_path}/v", "--vocab_size=200"]
+    assert train_wordpiece.main(vocab_argv) == 0
+    assert len((tmp_path / "v" / "vocab.txt").read_text().splitlines()) == 200
     for a, b in zip(got["shards"], want["shards"]):
         assert records.read_all(tmp_path / "t" / a["path"]) == records.read_all(
             tmp_path / "x" / b["path"]
