@@ -324,7 +324,7 @@ def _rebatched(record_batches: Iterable, columns: list[str], batch_rows: int) ->
         pending.append(record_batch)
         num_pending += record_batch.num_rows
         while num_pending >= batch_rows:
-            table = pa.Table.from_batches(pending).combine_chunks()
+            table = pa.Table.from_batches(pending)  # slices are views: no copy
             yield _to_columns(table.slice(0, batch_rows), columns)
             rest = table.slice(batch_rows)
             pending, num_pending = rest.to_batches(), rest.num_rows
