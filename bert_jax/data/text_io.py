@@ -5,8 +5,9 @@ Shakespeare genres, and the readers of SQuAD, CoNLL and SWAG).
 A `TextDataset` describes a sequence classification or regression dataset: its text and label
 columns, labels, metrics, and where GLUE keeps it. `read_records(path, dataset)` reads a CSV
 (standard quoting), TSV (no quoting, as GLUE) or JSONL file with named columns into
-`TextExample(guid, texts, label)`; `open_text`, `tfds_builder` and `tfds_records` are the
-file and tensorflow-datasets readers the other tasks use.
+`TextExample(guid, texts, label)`, and so does a Parquet or `datasets` .arrow file with those
+columns (`bert_jax.data.tables`, streamed); `open_text`, `tfds_builder` and `tfds_records` are
+the file and tensorflow-datasets readers the other tasks use.
 
 `featurize(examples, tokenizer, dataset, max_seq_length)` turns examples into host-side numpy
 features, one row per example, [CLS] A [SEP] (B [SEP]) as google-research/bert's
@@ -33,13 +34,14 @@ import io
 import json
 import math
 import os
-import sys
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax import tokenization
+from bert_jax.data import tables
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +193,21 @@ def open_text(path: str | os.PathLike) -> io.StringIO:
     return io.StringIO(text, newline="")
 
 
+def note_read(path: str | os.PathLike) -> None:
+    """Records a file read other than through `open_text` (a Parquet file streamed by
+    `bert_jax.data.tables`) inside `record_reads()`: its size and SHA-256, read in 8 MiB blocks."""
+    if _reads is None:
+        return
+    path = os.fspath(path)
+    digest, size = hashlib.sha256(), 0
+    with epath.Path(path).open("rb") as f:
+        while block := f.read(8 << 20):
+            digest.update(block)
+            size += len(block)
+    key = path if "://" in path else os.path.abspath(path)
+    _reads[key] = {"bytes": size, "sha256": digest.hexdigest()}
+
+
 # The files `open_text` read inside `record_reads()` (None outside it).
 _reads: dict[str, dict] | None = None
 
@@ -215,7 +232,7 @@ def csv_rows(f, path: str, *, tsv: bool = False) -> Iterator[tuple[int, list[str
     A field may be as long as the file (a long document is legitimate input: the csv module's
     128 KB field limit is lifted). A malformed row raises ValueError naming `path` and the line.
     """
-    _lift_csv_field_limit()
+    tables.lift_csv_field_limit()
     rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if tsv else csv.reader(f)
     start = 1
     while True:
@@ -228,17 +245,6 @@ def csv_rows(f, path: str, *, tsv: bool = False) -> Iterator[tuple[int, list[str
             raise ValueError(f"{path}:{start}: malformed {kind} row: {e}") from None
         yield start, row
         start = rows.line_num + 1
-
-
-def _lift_csv_field_limit() -> None:
-    """Lets a CSV field be as long as a file (the csv module's limit is process-wide)."""
-    limit = sys.maxsize
-    while limit > csv.field_size_limit():
-        try:
-            csv.field_size_limit(limit)
-            return
-        except OverflowError:  # a C long of 32 bits (Windows)
-            limit //= 2
 
 
 def tfds_builder(name: str, data_dir: str | os.PathLike | None, download: bool = False):
@@ -284,7 +290,15 @@ def as_str(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+_FORMATS = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "table",
+    ".arrow": "table",
+}
 
 
 def _format_of(path: str, fmt: str | None) -> str:
@@ -292,13 +306,19 @@ def _format_of(path: str, fmt: str | None) -> str:
         fmt = _FORMATS.get(os.path.splitext(path)[1].lower())
         if fmt is None:
             raise ValueError(f"{path}: cannot tell the format from the extension; pass fmt=")
-    if fmt not in ("csv", "tsv", "jsonl"):
-        raise ValueError(f"fmt must be 'csv', 'tsv' or 'jsonl', not {fmt!r}")
+    if fmt not in ("csv", "tsv", "jsonl", "table"):
+        raise ValueError(f"fmt must be 'csv', 'tsv', 'jsonl' or 'table', not {fmt!r}")
     return fmt
 
 
 def _iter_records(path: str, fmt: str, columns: Sequence[str]):
-    """Yields (line number, {column: str value}) from a CSV/TSV with a header, or JSONL."""
+    """Yields (line number, {column: str value}) from a CSV/TSV with a header, or JSONL; from a
+    table (Parquet, `datasets` .arrow) (0-based row, {column: value as JSONL's}), streamed."""
+    if fmt == "table":
+        note_read(path)
+        for row, record in tables.iter_rows(path, columns):
+            yield row, {c: _json_value(v) for c, v in record.items()}
+        return
     with open_text(path) as f:
         if fmt == "jsonl":
             for line, text in enumerate(f, start=1):
@@ -384,9 +404,10 @@ def read_records(
 
     Args:
       path: a .csv (comma-separated, standard quoting), .tsv (tab-separated, no quoting) or
-        .jsonl (one JSON object a line) file with a header row (CSV/TSV).
+        .jsonl (one JSON object a line) file with a header row (CSV/TSV), or a .parquet or
+        `datasets` .arrow file (local or gs://; integer labels read as their decimal strings).
       task: names the text columns (`task.text_keys`), the label column and the label set.
-      fmt: "csv", "tsv" or "jsonl"; None infers it from the extension.
+      fmt: "csv", "tsv", "jsonl" or "table"; None infers it from the extension.
       labelled: False for files without labels (labels become None).
       id_column: the column holding the guid; None numbers the rows from 0.
 

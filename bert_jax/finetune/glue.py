@@ -24,6 +24,12 @@ Sources, each giving `TextExample(guid, texts, label)`:
   `MNLI/dev_matched.tsv`, `diagnostic/diagnostic.tsv`, ...), each task's own columns, found by
   the header names (CoLA's headerless train/dev by position). `read_glue_tsv(task, path)` reads
   one file.
+* `read_glue_hub(task, data_dir, split)`: the Hub's Parquet files of `nyu-mll/glue` in a local
+  (or gs://) folder, one folder per configuration (`mrpc/train-00000-of-00001.parquet`,
+  `mnli/validation_matched-00000-of-00001.parquet`, `ax/test-...`): columns as tfds names them
+  (`sentence1`, `sentence2`, `label` as an int class id, `idx`), class ids mapped to the GLUE
+  files' labels through their names (the file's `datasets` metadata, else the Hub's names).
+  The fine-tuning tasks read this layout when `data_dir` holds no GLUE TSV files.
 * `read_glue_tfds(task, split, data_dir=...)`: tensorflow-datasets `glue/*` prepared in a local
   `data_dir` (the optional `tf` extra).
 
@@ -44,6 +50,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from etils import epath
 
+from bert_jax.data import tables
 from bert_jax.data.text_io import (
     ID_COLUMNS,
     ReadStats,
@@ -52,6 +59,7 @@ from bert_jax.data.text_io import (
     as_str,
     check_on_bad_row,
     csv_rows,
+    note_read,
     open_text,
     tfds_builder,
     tfds_records,
@@ -359,6 +367,81 @@ def read_glue(
     return read_glue_tsv(task, glue_file(task, glue_dir, split), on_bad_row=on_bad_row, stats=stats)
 
 
+# The Hub's class names where they are not the GLUE files' labels by id ("0", "1"): the datasets
+# library's glue configurations (for files without its metadata).
+_HUB_NLI3 = ("entailment", "neutral", "contradiction")
+_HUB_LABEL_NAMES = {"mnli": _HUB_NLI3, "ax": _HUB_NLI3, "qnli": _NLI2, "rte": _NLI2}
+
+
+def _hub_split(task: TextDataset, split: str) -> tuple[str, str]:
+    """(configuration, split name) of a task's "train"/"dev"/"test" on the Hub (tfds's names)."""
+    names = {"train": "train", "dev": task.tfds_dev_split, "test": task.tfds_test_split}
+    if split not in names:
+        raise ValueError(f"split must be 'train', 'dev' or 'test', not {split!r}")
+    if not names[split] or (split == "train" and not task.train_file):
+        raise ValueError(f"task {task.name!r} has no {split} split")
+    return task.tfds_name.split("/")[1], names[split]
+
+
+def glue_hub_files(task: str | TextDataset, data_dir: str | os.PathLike, split: str) -> list[str]:
+    """The Parquet files of a task's split in a folder of the Hub's `nyu-mll/glue` layout (its
+    configuration's folder, or `data_dir` itself being that folder); [] if there are none."""
+    task = get_dataset(task)
+    config, hub_split = _hub_split(task, split)
+    return task_lib.hub_split_files(os.fspath(data_dir), hub_split, (config,))
+
+
+def read_glue_hub(
+    task: str | TextDataset, data_dir: str | os.PathLike, split: str
+) -> list[TextExample]:
+    """Reads a split ("train", "dev" or "test") of a task from the Hub's Parquet layout of
+    `nyu-mll/glue` in `data_dir` (the module docstring). The guid is the row's `idx`; a test
+    split's labels (-1) read as None.
+
+    Raises:
+      FileNotFoundError: no files of the split.
+      ValueError: a missing column, a null text, a label outside the task's labels; the message
+        names the file and row.
+    """
+    task = get_dataset(task)
+    files = glue_hub_files(task, data_dir, split)
+    if not files:
+        config, hub_split = _hub_split(task, split)
+        raise FileNotFoundError(
+            f"no {config}/{hub_split}-*.parquet (the Hub's nyu-mll/glue layout) in {data_dir}"
+        )
+    columns = [*task.text_keys, "label", "idx"]
+    examples = []
+    for path in files:
+        note_read(path)
+        names = tables.class_label_names(path).get("label")
+        names = names or _HUB_LABEL_NAMES.get(task.tfds_name.split("/")[1])
+        for row, record in tables.iter_rows(path, columns):
+            where = f"{path}: row {row}"
+            texts = tuple(record[k] for k in task.text_keys)
+            if any(t is None for t in texts):
+                raise ValueError(f"{where}: a text ({', '.join(task.text_keys)}) is null")
+            label = None if split == "test" else _hub_label(task, record["label"], names, where)
+            examples.append(TextExample(str(record["idx"]), texts, label))
+    if not examples:
+        raise ValueError(f"{files[0]} has no examples")
+    return examples
+
+
+def _hub_label(task: TextDataset, value, names: Sequence[str] | None, where: str):
+    """The label id (or score) of a Hub class id, through its class name where the task has it."""
+    if value is None:
+        raise ValueError(f"{where}: the label is null")
+    if task.is_regression:
+        return float(value)
+    value = int(value)
+    name = names[value] if names and 0 <= value < len(names) else None
+    try:
+        return task.label_id(name if name in task.label_names else str(value))
+    except ValueError as e:
+        raise ValueError(f"{where}: label {value}: {e}") from None
+
+
 def read_glue_tfds(
     task: str | TextDataset,
     split: str,
@@ -485,16 +568,24 @@ def write_submission(
 
 def _load(name: str):
     def load(ft, tokenizer):
-        """TaskData of a GLUE task: the GLUE files in data_dir, or tensorflow-datasets."""
+        """TaskData of a GLUE task: the GLUE files in data_dir (else the Hub's Parquet layout
+        there), or tensorflow-datasets."""
         dataset = get_dataset(name)
         splits = {}
         for split in ("train", "dev", "test"):
             if ft.source == "tfds":
                 splits[split] = read_glue_tfds(dataset, split, data_dir=ft.tfds_data_dir or None)
-            else:
-                path = glue_file(dataset, ft.data_dir, split)
-                if split == "train" or os.path.exists(path):
-                    splits[split] = read_glue(dataset, ft.data_dir, split)
+                continue
+            path = glue_file(dataset, ft.data_dir, split)
+            if os.path.exists(path):
+                splits[split] = read_glue(dataset, ft.data_dir, split)
+            elif ft.data_dir and glue_hub_files(dataset, ft.data_dir, split):
+                splits[split] = read_glue_hub(dataset, ft.data_dir, split)
+            elif split == "train":
+                raise FileNotFoundError(
+                    f"data_dir={ft.data_dir!r} holds neither {path} (the GLUE files) nor "
+                    f"{_hub_split(dataset, split)[0]}/train-*.parquet (the Hub's nyu-mll/glue)"
+                )
         return task_lib.sequence_data(splits, dataset, ft, tokenizer)
 
     return load

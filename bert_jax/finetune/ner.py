@@ -5,7 +5,10 @@ first and the tag last (CoNLL-2003: `EU NNP B-NP B-ORG`); a blank line ends a se
 `-DOCSTART-` lines (document breaks) are skipped. Tags may be IOB1 (the original CoNLL-2003
 files: I- starts an entity unless it follows one of the same type) or IOB2 (tfds `conll2003`:
 every entity starts with B-); `bert_jax.finetune.metrics.entity_scores` reads both, as seqeval.
-`read_conll_tfds` reads tfds `conll2003` from a local `data_dir`.
+`read_conll_tfds` reads tfds `conll2003` from a local `data_dir`; `read_conll_hub(files)` the
+Hub's Parquet files of `conll2003` (columns tokens and ner_tags, class ids named by the files'
+`datasets` metadata, else `CONLL2003_LABELS`), which the task reads when `data_dir` holds no
+train.txt (`conll2003/train-*.parquet`, `train-*.parquet`, `data/train-*.parquet`).
 
 Features: each word is tokenized on its own (the fast tokenizer's pre-tokenized mode); its label
 goes on its first sub-token, and the other sub-tokens get weight 0, as in the BERT paper. A
@@ -39,11 +42,11 @@ from absl import logging
 from etils import epath
 
 from bert_jax import tokenization
-from bert_jax.data import text_io
+from bert_jax.data import tables, text_io
 from bert_jax.finetune import metrics
 from bert_jax.finetune import task as task_lib
 
-# tfds conll2003's `ner` ClassLabel order.
+# tfds conll2003's `ner` ClassLabel order, and the Hub's `ner_tags`.
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 
 
@@ -125,6 +128,32 @@ def read_conll_tfds(
         sentences.append(NerExample(words, tags, f"tfds:{name}/{split}[{i}]"))
     if not sentences:
         raise ValueError(f"tfds:{name}/{split} has no sentences")
+    return sentences
+
+
+def read_conll_hub(files: Sequence[str]) -> list[NerExample]:
+    """Reads the Hub's Parquet files of one CoNLL-2003 split (local or gs://), streamed.
+
+    Raises:
+      ValueError: a missing column, a null row, a tag id outside the label names, tokens and
+        tags of different lengths; the message names the file and row.
+    """
+    sentences = []
+    for path in files:
+        text_io.note_read(path)
+        names = tables.class_label_names(path).get("ner_tags") or list(CONLL2003_LABELS)
+        for row, record in tables.iter_rows(path, ("tokens", "ner_tags")):
+            where = f"{path}: row {row}"
+            words, ids = record["tokens"], record["ner_tags"]
+            if words is None or ids is None or len(words) != len(ids):
+                raise ValueError(f"{where}: tokens {words!r:.60} and ner_tags {ids!r:.60} differ")
+            bad = [i for i in ids if not 0 <= i < len(names)]
+            if bad:
+                raise ValueError(f"{where}: ner_tags {bad} outside the {len(names)} label names")
+            if words:
+                sentences.append(NerExample(tuple(words), tuple(names[i] for i in ids), where))
+    if not sentences:
+        raise ValueError(f"{', '.join(files)} has no sentences")
     return sentences
 
 
@@ -388,17 +417,26 @@ FILES = ("train.txt", "valid.txt", "test.txt")
 
 
 def _load(ft, tokenizer):
-    """TaskData of CoNLL-2003: the files in data_dir (or tensorflow-datasets)."""
+    """TaskData of CoNLL-2003: the files in data_dir (else the Hub's Parquet layout there; or
+    tensorflow-datasets)."""
 
     def read(which, split):
         if ft.source == "tfds":
             return read_conll_tfds(split, data_dir=ft.tfds_data_dir or None)
         path = task_lib.split_file(ft, which, FILES)
-        return read_conll(path) if path and os.path.exists(path) else None
+        if path.lower().endswith(".parquet"):
+            return read_conll_hub([path])
+        if path and os.path.exists(path):
+            return read_conll(path)
+        hub = task_lib.hub_split_files(ft.data_dir, split, ("conll2003",))
+        return read_conll_hub(hub) if hub else None
 
     train = read(0, "train")
     if train is None:
-        raise ValueError("conll2003 needs config.finetune.data_dir (train.txt) or train_file")
+        raise ValueError(
+            "conll2003 needs config.finetune.data_dir (train.txt, or the Hub's "
+            "conll2003/train-*.parquet) or train_file"
+        )
     train = task_lib.subsample(train, ft.max_train_examples, 0)
     labels = collect_labels(train)
     features, _, stats = featurize(train, tokenizer, labels, ft.max_seq_length)

@@ -3,7 +3,11 @@
 Reading: `read_squad(path)` parses the official JSON (`data[].paragraphs[].{context, qas[]}`,
 each qa with `id`, `question`, `answers[{text, answer_start}]` and, in v2.0, `is_impossible`)
 into `SquadExample`s, checking that every answer's text is found at its `answer_start` in the
-context. `read_squad_tfds` reads tfds `squad/v1.1` or `squad/v2.0` from a local `data_dir`.
+context. `read_squad_tfds` reads tfds `squad/v1.1` or `squad/v2.0` from a local `data_dir`;
+`read_squad_hub(files)` the Hub's Parquet files of `rajpurkar/squad` (`plain_text/train-*.parquet`,
+`plain_text/validation-*.parquet`) or `rajpurkar/squad_v2` (`squad_v2/...`): columns id, title,
+context, question, answers {text: [...], answer_start: [...]}; no answer means unanswerable. The
+tasks read that layout when `data_dir` holds no SQuAD JSON.
 
 Features, as google-research/bert's `run_squad.py`: the question is cut to `max_query_length`
 tokens; the context is cut into windows of `max_seq_length - len(question) - 3` tokens, each
@@ -57,7 +61,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import tokenization
-from bert_jax.data import text_io
+from bert_jax.data import tables, text_io
 from bert_jax.finetune import metrics
 from bert_jax.finetune import task as task_lib
 
@@ -319,26 +323,61 @@ def read_squad_tfds(
     examples, seen = [], set()
     for record in text_io.tfds_records(builder, split):
         qas_id = text_io.as_str(record["id"])
-        context = text_io.as_str(record["context"])
-        texts = [text_io.as_str(t) for t in record["answers"]["text"]]
-        starts = [int(s) for s in record["answers"]["answer_start"]]
-        example = _make_example(
-            qas_id,
-            text_io.as_str(record["question"]),
-            context,
-            list(zip(texts, starts)),
-            bool(record.get("is_impossible", False)),
-            text_io.as_str(record.get("title", b"")),
-            f"tfds:{name}/{split} (id {qas_id})",
-            on_bad_answer,
-            stats,
-            seen,
-        )
+        where = f"tfds:{name}/{split} (id {qas_id})"
+        impossible = bool(record.get("is_impossible", False))
+        example = _record_example(record, impossible, where, on_bad_answer, stats, seen)
         if example is not None:
             examples.append(example)
     if not examples:
         raise ValueError(f"tfds:{name}/{split} has no questions")
     return examples
+
+
+HUB_COLUMNS = ("id", "title", "context", "question", "answers")
+
+
+def read_squad_hub(
+    files: Sequence[str], *, on_bad_answer: str = "raise", stats: SquadStats | None = None
+) -> list[SquadExample]:
+    """Reads the Hub's Parquet files of one SQuAD split (`rajpurkar/squad` or `squad_v2`,
+    local or gs://), streamed; a question with no answer is unanswerable (v2.0). Answers are
+    checked as in `read_squad`; errors name the file, row and id."""
+    if on_bad_answer not in ("raise", "skip"):
+        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
+    stats = stats if stats is not None else SquadStats()
+    examples, seen = [], set()
+    for path in files:
+        text_io.note_read(path)
+        for row, record in tables.iter_rows(path, HUB_COLUMNS):
+            where = f"{path}: row {row} (id {record['id']})"
+            for key in ("id", "context", "question", "answers"):
+                if record[key] is None:
+                    raise ValueError(f"{where}: {key} is null")
+            impossible = not record["answers"]["text"]
+            example = _record_example(record, impossible, where, on_bad_answer, stats, seen)
+            if example is not None:
+                examples.append(example)
+    if not examples:
+        raise ValueError(f"{', '.join(files)} has no questions")
+    return examples
+
+
+def _record_example(record, impossible, where, on_bad_answer, stats, seen) -> SquadExample | None:
+    """One question from a tfds or Hub record (the same fields, bytes or str)."""
+    texts = [text_io.as_str(t) for t in record["answers"]["text"]]
+    starts = [int(s) for s in record["answers"]["answer_start"]]
+    return _make_example(
+        text_io.as_str(record["id"]),
+        text_io.as_str(record["question"]),
+        text_io.as_str(record["context"]),
+        list(zip(texts, starts)),
+        impossible,
+        text_io.as_str(record.get("title") or ""),
+        where,
+        on_bad_answer,
+        stats,
+        seen,
+    )
 
 
 def gold_answers(examples: Sequence[SquadExample]) -> dict[str, list[str]]:
@@ -851,13 +890,15 @@ _FILES = {
     False: ("train-v1.1.json", "dev-v1.1.json", ""),
     True: ("train-v2.0.json", "dev-v2.0.json", ""),
 }
+_HUB_CONFIG = {False: "plain_text", True: "squad_v2"}  # rajpurkar/squad, rajpurkar/squad_v2
 
 
 def _load(version2: bool):
     files = _FILES[version2]
 
     def load(ft, tokenizer):
-        """TaskData of SQuAD: the JSON files in data_dir (or tensorflow-datasets), in windows."""
+        """TaskData of SQuAD: the JSON files in data_dir (else the Hub's Parquet layout there;
+        or tensorflow-datasets), in windows."""
         windows_args = dict(
             max_seq_length=ft.max_seq_length,
             doc_stride=ft.doc_stride,
@@ -869,6 +910,13 @@ def _load(version2: bool):
                 name = "squad/v2.0" if version2 else "squad/v1.1"
                 return read_squad_tfds(name, split, data_dir=ft.tfds_data_dir or None)
             path = task_lib.split_file(ft, which, files)
+            if path.lower().endswith(".parquet"):
+                return read_squad_hub([path])
+            hub = [] if os.path.exists(path) else task_lib.hub_split_files(
+                ft.data_dir, split, (_HUB_CONFIG[version2],)
+            )  # fmt: skip
+            if hub:
+                return read_squad_hub(hub)
             if not path:
                 raise ValueError(
                     f"{ft.name} needs config.finetune.data_dir (or train_file/dev_file)"

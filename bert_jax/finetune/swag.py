@@ -3,7 +3,9 @@
 SWAG's CSV files (`train.csv`, `val.csv`, `test.csv`) have a header with, among others,
 `sent1` (the context), `sent2` (the start of the next sentence), `ending0` .. `ending3` and,
 except in the test file, `label` (the index of the right ending). `read_swag(path)` reads any
-number of `ending<k>` columns (C choices) and checks the label.
+number of `ending<k>` columns (C choices) and checks the label. `read_swag_hub(files)` reads the
+Hub's Parquet files of `allenai/swag` (`regular/train-00000-of-00001.parquet`, the same columns,
+label an int, -1 in the test split), which the task reads when `data_dir` holds no train.csv.
 
 Each choice becomes one row [CLS] sent1 [SEP] sent2 ending_k [SEP], as the BERT paper's SWAG
 set-up (and Hugging Face's run_swag): the pair is truncated longest-first to `max_seq_length`.
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.data import text_io
+from bert_jax.data import tables, text_io
 from bert_jax.finetune import metrics
 from bert_jax.finetune import task as task_lib
 
@@ -101,6 +103,43 @@ def read_swag(
             )
     if not examples:
         raise ValueError(f"{path} has no examples")
+    return examples
+
+
+def read_swag_hub(files: Sequence[str]) -> list[MultipleChoiceExample]:
+    """Reads the Hub's Parquet files of one SWAG split (local or gs://), streamed; a label of -1
+    (the test split) reads as None.
+
+    Raises:
+      ValueError: a missing column, a null text, a label that is not a choice index; the
+        message names the file and row.
+    """
+    examples = []
+    for path in files:
+        text_io.note_read(path)
+        header = tables.column_names(path)
+        endings, _, _ = _columns(path, header, labelled=False)
+        ending_columns = [header[i] for _, i in endings]
+        extra = [c for c in ("label", "fold-ind") if c in header]
+        for row, record in tables.iter_rows(path, ["sent1", "sent2", *ending_columns, *extra]):
+            where = f"{path}: row {row}"
+            nulls = [c for c, v in record.items() if v is None and c != "label"]
+            if nulls:
+                raise ValueError(f"{where}: {nulls} null")
+            label = record.get("label")
+            if label is not None and label != -1 and not 0 <= label < len(endings):
+                raise ValueError(f"{where}: label: {label} is not a choice index")
+            examples.append(
+                MultipleChoiceExample(
+                    str(record.get("fold-ind", len(examples))),
+                    record["sent1"],
+                    record["sent2"],
+                    tuple(record[c] for c in ending_columns),
+                    None if label in (None, -1) else int(label),
+                )
+            )
+    if not examples:
+        raise ValueError(f"{', '.join(files)} has no examples")
     return examples
 
 
@@ -181,20 +220,35 @@ NUM_CHOICES = 4  # SWAG's endings (other files may have other counts: the data d
 
 
 def _load(ft, tokenizer):
-    """TaskData of SWAG: the CSV files in data_dir (inputs [N, C, L], one row per choice)."""
-    train_examples = read_swag(task_lib.split_file(ft, 0, FILES))
+    """TaskData of SWAG: the CSV files in data_dir, else the Hub's Parquet layout there (inputs
+    [N, C, L], one row per choice)."""
+    train_examples = _read(ft, 0, "train")
+    if train_examples is None:  # read_swag names the file that is missing
+        train_examples = read_swag(task_lib.split_file(ft, 0, FILES))
     train = task_lib.subsample(train_examples, ft.max_train_examples, 0)
     features, _ = featurize(train, tokenizer, ft.max_seq_length)
     evals = []
     for which, split in ((1, "dev"), (2, "test")):
-        path = task_lib.split_file(ft, which, FILES)
-        if path and os.path.exists(path):
-            examples = task_lib.subsample(read_swag(path), ft.max_eval_examples, 1)
+        examples = _read(ft, which, "validation" if split == "dev" else split)
+        if examples:
+            examples = task_lib.subsample(examples, ft.max_eval_examples, 1)
             f, _ = featurize(examples, tokenizer, ft.max_seq_length)
             labelled = all(e.label is not None for e in examples)
             evals.append(task_lib.EvalSet(split, f, examples, labelled))
     num_choices = features["input_ids"].shape[1]
     return task_lib.TaskData("multiple_choice", num_choices, None, features, evals)
+
+
+def _read(ft, which: int, hub_split: str) -> list[MultipleChoiceExample] | None:
+    """A split's examples: its CSV (or an explicit .parquet file), else the Hub's `regular`
+    configuration in data_dir; None if neither is there."""
+    path = task_lib.split_file(ft, which, FILES)
+    if path.lower().endswith(".parquet"):
+        return read_swag_hub([path])
+    if path and os.path.exists(path):
+        return read_swag(path)
+    hub = task_lib.hub_split_files(ft.data_dir, hub_split, ("regular",))
+    return read_swag_hub(hub) if hub else None
 
 
 def _score(data, eval_set, outputs, ft, out_dir):

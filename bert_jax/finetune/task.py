@@ -23,7 +23,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import tokenization
-from bert_jax.data import text_io
+from bert_jax.data import tables, text_io
 from bert_jax.finetune import metrics
 
 
@@ -100,8 +100,26 @@ def split_file(ft, which: int, files: Sequence[str] = ("", "", "")) -> str:
     return os.path.join(ft.data_dir, name) if name and ft.data_dir else ""
 
 
+def hub_split_files(data_dir: str, split: str, configs: Sequence[str] = ()) -> list[str]:
+    """The data files of `split` in `data_dir` laid out as the Hugging Face Hub keeps a dataset
+    (`<config>/<split>-00000-of-00001.parquet`, `data/<split>-*.parquet`, a `datasets`
+    DatasetDict folder, ...: `tables.split_files`), under the first of `configs` that has them,
+    else in `data_dir` itself; [] if there are none (or no data_dir)."""
+    if not data_dir:
+        return []
+    for config in (*configs, None):
+        try:
+            return tables.split_files(data_dir, split, config=config)
+        except FileNotFoundError:
+            continue
+    return []
+
+
 def file_columns(path: str) -> list[str]:
-    """The column names of a CSV/TSV header (or the keys of the first JSONL record)."""
+    """The column names of a CSV/TSV header (or the keys of the first JSONL record, or a
+    Parquet/.arrow file's schema)."""
+    if path.lower().endswith((".parquet", ".arrow")):
+        return tables.column_names(path)
     with text_io.open_text(path) as f:
         if path.endswith((".jsonl", ".ndjson", ".json")):
             first = f.readline()
@@ -115,7 +133,7 @@ def file_columns(path: str) -> list[str]:
 
 
 def has_column(path: str, column: str) -> bool:
-    """Whether a CSV/TSV header (or the first JSONL record) has `column` (test files may not)."""
+    """Whether a file's header (`file_columns`) has `column` (test files may not)."""
     return column in file_columns(path)
 
 

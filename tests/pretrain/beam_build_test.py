@@ -182,3 +182,28 @@ def test_apache_beam_is_imported_only_by_the_beam_build():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "pip install 'bert-jax[beam]'" in result.stdout
+
+
+def test_parquet_rows_on_a_bucket_build_the_records_of_the_same_text_files(
+    tmp_path, plays, tokenizer, fake_bucket
+):
+    from tests.conftest import BUCKET
+    from tests.data import hf_files
+
+    root, _ = fake_bucket
+    documents = [d[:120] for d in sources.default_corpus_documents()[:7]]
+    for k, part in enumerate((documents[:4], documents[4:])):
+        rows = ["\n\n".join(d) for d in part]  # Blank lines inside a row separate nothing.
+        hf_files.write_parquet({"text": rows}, root / f"corpus/{k}.parquet", row_group_size=3)
+    source = beam_build.TableFiles((f"{BUCKET}/corpus/*.parquet",), "text", split_sentences=False)
+    ours = beam_build.build_pretraining_shards_beam(
+        source, tmp_path / "beam", tokenizer, NSP_STATIC, num_shards=3, pipeline_args=DIRECT
+    )
+    text = beam_build.TextFiles(tuple(plays), split_sentences=False)
+    local = local_hash_build(plays, tmp_path / "local", tokenizer, text, num_shards=3)
+    beam_records = shard_records(tmp_path / "beam", ours)
+    assert all(beam_records) and beam_records == shard_records(tmp_path / "local", local)
+    assert ours["corpus"] == local["corpus"]
+    assert ours["source"]["rows"] == 7 and ours["source"]["files"] == 2
+    with pytest.raises(ValueError, match="0.parquet is a table, not text: read tables with"):
+        beam_build.TextFiles((str(root / "corpus/0.parquet"),)).source_id()

@@ -195,3 +195,46 @@ def test_documented_command_writes_the_originals_records(tmp_path, bert_vocab_di
     ]
     assert create_pretraining_data.main(argv) == 0
     assert records.read_all(str(tmp_path / "split" / "pretrain-00000-of-00001.tfrecord")) != ours
+
+
+def test_parquet_rows_build_the_records_of_the_same_text_files(tmp_path, capsys):
+    """--input_file='corpus/*.parquet' --text_column=text: one document a row (blank lines in a
+    row separate nothing), the records of the text files holding the same documents."""
+    from bert_jax.pretrain.data import sources
+    from tests.data import hf_files
+    from tests.pretrain.conftest import write_corpus
+
+    documents = [d[:40] for d in sources.default_corpus_documents()[:5]]
+    write_corpus(tmp_path / "plays.txt", documents)
+    rows = ["\n\n".join(d[:3]) + "\n" + "\n".join(d[3:]) for d in documents]
+    hf_files.write_parquet({"text": rows[:3]}, tmp_path / "corpus/a.parquet", row_group_size=2)
+    hf_files.save_to_disk({"text": rows[3:] + [None]}, str(tmp_path / "corpus/saved"))
+    common = [
+        f"--vocab_file={sources.DEFAULT_CORPUS_VOCAB}",
+        "--do_lower_case=true",
+        "--max_seq_length=32",
+        "--max_predictions_per_seq=5",
+        "--dupe_factor=1",
+        "--num_shards=2",
+        "--num_workers=1",
+        "--no_progress",
+    ]
+    table_argv = [f"--input_file={tmp_path}/corpus", "--text_column=text"]
+    assert create_pretraining_data.main([*table_argv, f"--output_dir={tmp_path}/t", *common]) == 0
+    text_argv = [f"--input_file={tmp_path}/plays.txt", f"--output_dir={tmp_path}/x"]
+    assert create_pretraining_data.main([*text_argv, *common]) == 0
+    got, want = (build_dir.read_metadata(tmp_path / d) for d in ("t", "x"))
+    assert got["source"]["rows"] == 6 and got["source"]["empty_rows"] == 1
+    assert got["corpus"] == want["corpus"]
+    assert got["num_records"] > 0 and len(got["shards"]) == 2
+    # Tables without --text_column are refused naming it; the vocabulary trainer reads them too.
+    parquet_argv = [f"--input_file={tmp_path}/corpus/a.parquet", f"--output_dir={tmp_path}/p"]
+    assert create_pretraining_data.main([*parquet_argv, *common]) == 1
+    assert "is a table, not text: pass text_column= (--text_column)" in capsys.readouterr().err
+    vocab_argv = [*table_argv, f"--output_dir={tmp_path}/v", "--vocab_size=200"]
+    assert train_wordpiece.main(vocab_argv) == 0
+    assert len((tmp_path / "v" / "vocab.txt").read_text().splitlines()) == 200
+    for a, b in zip(got["shards"], want["shards"]):
+        assert records.read_all(tmp_path / "t" / a["path"]) == records.read_all(
+            tmp_path / "x" / b["path"]
+        )

@@ -186,3 +186,40 @@ def test_document_sample_is_seeded_reproducible_and_order_free():
     assert len(sources.sample_documents(documents[:5] * 3, 20)) == 5  # Duplicates drawn once.
     with pytest.raises(ValueError, match="num_documents=0"):
         sources.sample_documents(documents, 0)
+
+
+def test_table_rows_are_the_documents_their_text_makes_in_a_text_file(tmp_path):
+    from tests.data import hf_files
+
+    texts = [
+        "First one. Second one.\nThird line\n\n  \nSame doc.",  # Blank lines separate nothing.
+        None,
+        " \n\t",
+        "Windows line.\r\nAnother.",
+    ]
+    hf_files.write_parquet({"id": [1, 2, 3, 4], "text": texts}, tmp_path / "c.parquet")
+    as_text = "\n\n".join(
+        "\n".join(line for line in t.split("\n") if line.strip()) for t in texts[::3]
+    )
+    (tmp_path / "c.txt").write_text(as_text + "\n", "utf-8")
+    for split in (True, False):
+        stats = sources.SourceStats()
+        rows = list(
+            sources.table_documents(
+                str(tmp_path / "*.parquet"), "text", split_sentences=split, stats=stats
+            )
+        )
+        assert rows == list(
+            sources.text_file_documents(str(tmp_path / "c.txt"), split_sentences=split)
+        )
+    assert rows[0] == ["First one. Second one.", "Third line", "Same doc."]
+    path = str(tmp_path / "c.parquet")
+    assert (stats.files, stats.rows, stats.documents, stats.empty_rows) == (1, 4, 2, 2)
+    assert stats.empty_row_examples == [f"{path}:1", f"{path}:2"]
+    assert stats.to_dict()["empty_rows"] == 2
+    with pytest.raises(ValueError, match=r"c.parquet: row 0: id holds int, not text"):
+        list(sources.table_documents(path, "id"))
+    with pytest.raises(ValueError, match=r"no column\(s\) \['body'\]"):
+        list(sources.table_documents(path, "body"))
+    with pytest.raises(ValueError, match="c.parquet is a table, not text: pass text_column="):
+        list(sources.text_file_documents(path))

@@ -10,7 +10,9 @@ seed and shard count, record for record: the same shard names, build.json, metad
 tokenizer files, temporary names and completion rule. The pipeline:
 
     read        documents: each text file whole on one worker (Beam's file systems, so local
-                paths, gs://, ...), tfds examples, or the Shakespeare plays
+                paths, gs://, ...), each table file (Parquet, `datasets` .arrow, JSONL, CSV;
+                through etils.epath) streamed by row groups on one worker, one document a row,
+                tfds examples, or the Shakespeare plays
     tokenize    each document's sentences to token ids; empty sentences and documents dropped
     partition   (document_key % num_shards, document); GroupByKey
     write       per shard: examples.create_hashed_shard_instances on the shard's documents, with
@@ -59,6 +61,7 @@ except ImportError as e:
 from absl import logging
 from etils import epath
 
+from bert_jax.data import tables
 from bert_jax.pretrain.data import build, build_dir, corpus, sources
 from bert_jax.pretrain.data.examples import (
     PretrainingOptions,
@@ -96,6 +99,9 @@ class TextFiles:
             if not match.metadata_list:
                 raise FileNotFoundError(f"no file matches {pattern!r}")
             found.update((m.path, m.size_in_bytes) for m in match.metadata_list)
+        given = [p for p in found if p.lower().endswith((".parquet", ".arrow"))]
+        if given:
+            raise ValueError(f"{given[0]} is a table, not text: read tables with TableFiles")
         return sorted(found.items())
 
     def source_id(self) -> str:
@@ -109,6 +115,44 @@ class TextFiles:
             pipeline
             | "Files" >> beam.Create(paths, reshuffle=True)
             | "Read" >> beam.FlatMap(_read_text_file, split_sentences=self.split_sentences)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TableFiles:
+    """Tables, one document a row (`sources.table_documents`): Parquet files, `datasets`
+    directories, JSONL/CSV, as `bert_jax.data.tables.expand_inputs` finds them.
+
+    Attributes:
+      patterns: files, globs or directories, local or gs:// (read through etils.epath, so the
+        workers need its file system: gcsfs, or TensorFlow, for gs://).
+      text_column: the column holding each document's text.
+      split_sentences: split lines into sentences (False: one sentence a line).
+    """
+
+    patterns: tuple[str, ...]
+    text_column: str = "text"
+    split_sentences: bool = True
+
+    def paths(self) -> list[tuple[str, int]]:
+        """(path, size in bytes) of every data file, sorted; raises if a pattern matches none."""
+        paths = tables.expand_inputs(",".join(self.patterns))
+        return [(p, epath.Path(p).stat().length) for p in paths]
+
+    def source_id(self) -> str:
+        listing = "".join(f"{p}\t{n}\n" for p, n in self.paths())
+        text = f"{self.text_column}\n{self.split_sentences}\n{listing}"
+        return f"tables:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    def expand(self, pipeline):
+        paths = [p for p, _ in self.paths()]
+        return (
+            pipeline
+            | "Tables" >> beam.Create(paths, reshuffle=True)
+            | "ReadRows"
+            >> beam.FlatMap(
+                _read_table_file, self.text_column, split_sentences=self.split_sentences
+            )
         )
 
 
@@ -181,6 +225,23 @@ def _read_text_file(path: str, split_sentences: bool):
     except (OSError, EOFError) as e:
         logging.warning("skipped the rest of %s after %d documents: %s", path, stats.documents, e)
         stats.skipped_files.append(path)
+    _count("source", stats.to_dict())
+
+
+def _read_table_file(path: str, text_column: str, split_sentences: bool):
+    """The documents of one table file, one a row; a missing column or a non-text value stops
+    the pipeline with the file named (a wrong --text_column, not damage to skip)."""
+    stats = sources.SourceStats()
+    yield from sources.table_file_documents(
+        path, text_column, split_sentences=split_sentences, stats=stats
+    )
+    if stats.empty_rows:
+        logging.warning(
+            "%s: %d null or blank rows, e.g. %s",
+            path,
+            stats.empty_rows,
+            ", ".join(stats.empty_row_examples),
+        )
     _count("source", stats.to_dict())
 
 
@@ -282,7 +343,7 @@ def _write_fingerprint(total: int, out_dir: str) -> None:
 
 
 def build_pretraining_shards_beam(
-    source: TextFiles | Tfds | DefaultCorpus,
+    source: TextFiles | TableFiles | Tfds | DefaultCorpus,
     out_dir: str | os.PathLike,
     tokenizer,
     options: PretrainingOptions | None = None,
@@ -294,7 +355,7 @@ def build_pretraining_shards_beam(
     """Builds (or finishes, or reuses) hash-partitioned pretraining shards with Apache Beam.
 
     Args:
-      source: what to read: `TextFiles`, `Tfds` or `DefaultCorpus`.
+      source: what to read: `TextFiles`, `TableFiles`, `Tfds` or `DefaultCorpus`.
       out_dir: the output directory, local (or mounted on every worker) or a URL that every
         worker can write (gs://..., through `etils.epath`); created; must hold nothing but this
         build's files.

