@@ -91,12 +91,15 @@ def run_batched(
     buckets: Sequence[int] | None,
     progress: bool | None,
     desc: str,
+    group_by_length: bool | None = None,
 ) -> np.ndarray:
     """`step_fn(params, batch)` -> [B, ...] over batches of the `features`, in input order.
 
     Rows are grouped by length bucket (each batch padded to its bucket); `buckets=None` pads every
-    batch to the features' full length. The parameters go to the device once and enter every call
-    as arguments, so each bucket compiles one program, whatever the parameters hold.
+    batch to the features' full length. `group_by_length=False` keeps the rows' order (rows already
+    sorted by length make batches of neighbours, each cut to its bucket). The parameters go to the
+    device once and enter every call as arguments, so each bucket compiles one program, whatever
+    the parameters hold.
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -113,7 +116,8 @@ def run_batched(
         inputs,
         batch_size,
         bucket_boundaries=buckets,
-        group_by_length=buckets is not None,  # similar lengths together: little padding
+        # similar lengths together: little padding
+        group_by_length=buckets is not None if group_by_length is None else group_by_length,
         return_indices=True,
     ):
         batch.pop("example_weights")

@@ -34,9 +34,10 @@ and each process takes every n-th of them; each runs its shards on a mesh of its
 the end. A failure anywhere ends every process (`parallel.multihost.guard`); finished shards stay.
 
 Batches: rows are read `chunk_rows` at a time (a background thread reads and tokenizes the next
-chunk meanwhile), grouped by length and padded to `batches.inference_buckets`, so padding costs
-little and each bucket compiles once. A row whose text is null, empty or not a string is an error
-naming the file, the row (and its id), before anything of that shard is written.
+chunk meanwhile) and run longest first, `batch_size` neighbours in length a batch, each padded to
+the next of `batches.inference_buckets`: padding costs little (one batch a chunk is filled up to
+`batch_size` rows) and each bucket compiles once. A row whose text is null, empty or not a
+string is an error naming the file, the row (and its id); nothing of that shard is written.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from absl import logging
 from jax.sharding import Mesh
 
 from bert_jax import paths
-from bert_jax.data import tables
+from bert_jax.data import batching, tables
 from bert_jax.data.text_io import encode_texts
 from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.parallel import multihost, sharding
@@ -244,8 +245,11 @@ class _Model:
         self.step = placed_step
         self.max_seq_length = min(job.max_seq_length, config.max_position_embeddings)
         if self.max_seq_length < job.max_seq_length:
-            logging.info("max_seq_length %d -> %d: the model's max_position_embeddings",
-                         job.max_seq_length, self.max_seq_length)  # fmt: skip
+            logging.info(
+                "max_seq_length %d -> %d: the model's max_position_embeddings",
+                job.max_seq_length,
+                self.max_seq_length,
+            )
         self.buckets = batches.inference_buckets(self.max_seq_length)
         self.truncated = 0
 
@@ -258,16 +262,25 @@ class _Model:
 
     def run(self, encoded: dict[str, np.ndarray]) -> np.ndarray:
         """The step's output for every row of `encoded`, in order: float32 [N, P, E] (embed) or
-        [N, num_labels] (predict logits)."""
-        return batches.run_batched(
+        [N, num_labels] (predict logits).
+
+        The rows run longest first, B at a time, each batch cut to its bucket: neighbours in
+        length share a batch, and only the last batch (the shortest rows) is filled up to B.
+        """
+        order = np.argsort(-batching.row_lengths(encoded), kind="stable")
+        out = batches.run_batched(
             self.step,
             self.params,
-            encoded,
+            {k: v[order] for k, v in encoded.items()},
             batch_size=self.batch_size,
             buckets=self.buckets,
             progress=False,
             desc=self.job.command,
+            group_by_length=False,
         )
+        result = np.empty_like(out)
+        result[order] = out
+        return result
 
 
 def _texts(path: str, first: int, values: list, column: str, ids: list | None) -> list[str]:
@@ -434,6 +447,18 @@ def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable
     return tuple(counts)
 
 
+def _known_rows(files: Sequence[str]) -> int | None:
+    """The rows of `files` when all are Parquet (their footers say), for the bar's total; None
+    for other formats (counting them means reading them)."""
+    if not files or not all(f.lower().endswith(".parquet") for f in files):
+        return None
+    total = 0
+    for f in files:
+        with paths.as_path(f).open("rb") as stream:
+            total += pq.ParquetFile(stream).metadata.num_rows
+    return total
+
+
 def _plan(job: Job, out_dir) -> tuple[list[tuple[str, str]], int]:
     """Process 0's list of (input, output name) still to do, shared with every process, and
     how many were done before."""
@@ -481,8 +506,10 @@ def run(job: Job) -> Summary:
             skipped,
         )
         start = time.perf_counter()
+        show = job.progress and me == 0
+        total = _known_rows([source for source, _ in mine]) if show else None
         bar = tqdm.tqdm(
-            unit=" rows", desc=job.command, disable=not job.progress or me != 0, dynamic_ncols=True
+            total=total, unit=" rows", desc=job.command, disable=not show, dynamic_ncols=True
         )
         rows = tokens = 0
         for k, (source, name) in enumerate(mine):
