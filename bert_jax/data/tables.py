@@ -154,8 +154,8 @@ def _data_files(path: str) -> list[str]:
         state = json.loads((p / "state.json").read_text())
         return sorted(os.fspath(p / d["filename"]) for d in state["_data_files"])
     files = list(_walk(p))
-    tables = [f for f in files if f.endswith(_TABLE_SUFFIXES)]
-    rows = [f for f in files if f.endswith(_ROW_SUFFIXES)]
+    tables = [f for f in files if f.lower().endswith(_TABLE_SUFFIXES)]
+    rows = [f for f in files if f.lower().endswith(_ROW_SUFFIXES)]
     return sorted(tables or rows)
 
 
@@ -190,7 +190,7 @@ def iter_column_batches(
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    columns = list(columns)
+    path, columns = os.fspath(path), list(columns)
     name = path.lower()
     if name.endswith(".parquet"):
         batches = _parquet_batches(path, columns, batch_rows)
