@@ -186,16 +186,17 @@ def iter_column_batches(
 
     Raises:
       ValueError: a column missing (naming the file, the column wanted and the columns found),
-        a line that is not a JSON object, a CSV row of the wrong length, text that is not UTF-8.
+        a line that is not a JSON object, a CSV row of the wrong length, text that is not UTF-8,
+        a damaged or truncated Parquet/Arrow file (naming it; the rows before stay yielded).
     """
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     path, columns = os.fspath(path), list(columns)
     name = path.lower()
     if name.endswith(".parquet"):
-        batches = _parquet_batches(path, columns, batch_rows)
+        batches = _damage_named(path, "Parquet", _parquet_batches(path, columns, batch_rows))
     elif name.endswith(".arrow"):
-        batches = _arrow_batches(path, columns, batch_rows)
+        batches = _damage_named(path, "Arrow IPC", _arrow_batches(path, columns, batch_rows))
     elif name.endswith(_JSON_SUFFIXES):
         batches = _chunked(_json_rows(path, columns), columns, batch_rows)
     elif name.endswith((".csv", ".tsv")):
@@ -267,11 +268,14 @@ def _schema(path: str):
     import pyarrow.parquet as pq
 
     with epath.Path(path).open("rb") as f:
-        if path.lower().endswith(".parquet"):
-            return pq.ParquetFile(f).schema_arrow
-        is_file_format = f.read(len(_ARROW_FILE_MAGIC)) == _ARROW_FILE_MAGIC
-        f.seek(0)
-        return (pa.ipc.open_file(f) if is_file_format else pa.ipc.open_stream(f)).schema
+        try:
+            if path.lower().endswith(".parquet"):
+                return pq.ParquetFile(f).schema_arrow
+            is_file_format = f.read(len(_ARROW_FILE_MAGIC)) == _ARROW_FILE_MAGIC
+            f.seek(0)
+            return (pa.ipc.open_file(f) if is_file_format else pa.ipc.open_stream(f)).schema
+        except pa.ArrowException as e:
+            raise ValueError(f"{path}: not a readable Parquet/Arrow file: {e}") from e
 
 
 def _missing(path: str, wanted: Sequence[str], found: Sequence[str]) -> ValueError | None:
@@ -279,6 +283,16 @@ def _missing(path: str, wanted: Sequence[str], found: Sequence[str]) -> ValueErr
     if not missing:
         return None
     return ValueError(f"{path}: no column(s) {missing}; the columns are {list(found)}")
+
+
+def _damage_named(path: str, kind: str, batches: Iterator[dict]) -> Iterator[dict]:
+    """`batches`, with pyarrow's errors (which do not name the file) raised naming it."""
+    import pyarrow as pa
+
+    try:
+        yield from batches
+    except pa.ArrowException as e:
+        raise ValueError(f"{path}: not a readable {kind} file (damaged or truncated?): {e}") from e
 
 
 def _parquet_batches(path: str, columns: list[str], batch_rows: int) -> Iterator[dict]:
