@@ -6,6 +6,7 @@ CSV/TSV and text, local or on a bucket (`gs://...`, every read through `etils.ep
     iter_column_batches(path, columns)      (first row, {column: values}) batches, streamed
     iter_rows(path, columns)                (row, {column: value}) one row at a time
     column_names(path), class_label_names(path)   a file's columns; `datasets`' label names
+    num_rows(path)                          a Parquet file's row count from its footer
 
 Formats, told by the file's name:
 
@@ -260,6 +261,21 @@ def class_label_names(path: str) -> dict[str, list[str]]:
         if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
             names[column] = list(feature["names"])
     return names
+
+
+def num_rows(path: str) -> int | None:
+    """The rows of a Parquet file, from its footer (no data read); None for other formats,
+    whose rows are only known by reading them."""
+    if not os.fspath(path).lower().endswith(".parquet"):
+        return None
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with epath.Path(path).open("rb") as f:
+        try:
+            return pq.ParquetFile(f).metadata.num_rows
+        except pa.ArrowException as e:
+            raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
 
 
 def _schema(path: str):

@@ -24,6 +24,7 @@ def test_parquet_row_groups_rebatched_nulls_kept(tmp_path):
     assert starts == [0, 3, 6]
     assert rows == {"text": ROWS["text"], "id": ROWS["id"]}
     assert tables.expand_inputs(str(tmp_path / "*.parquet")) == [path]
+    assert tables.num_rows(path) == 7 and tables.column_names(path) == ["id", "text"]
 
 
 def test_save_to_disk_directory_and_dataset_dict(tmp_path):
