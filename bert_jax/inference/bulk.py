@@ -448,15 +448,10 @@ def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable
 
 
 def _known_rows(files: Sequence[str]) -> int | None:
-    """The rows of `files` when all are Parquet (their footers say), for the bar's total; None
-    for other formats (counting them means reading them)."""
-    if not files or not all(f.lower().endswith(".parquet") for f in files):
-        return None
-    total = 0
-    for f in files:
-        with paths.as_path(f).open("rb") as stream:
-            total += pq.ParquetFile(stream).metadata.num_rows
-    return total
+    """The rows of `files` when all are Parquet (`tables.num_rows`: their footers), for the
+    bar's total; None when any is of a format only counted by reading it."""
+    counts = [tables.num_rows(f) for f in files]
+    return None if not counts or None in counts else sum(counts)
 
 
 def _plan(job: Job, out_dir) -> tuple[list[tuple[str, str]], int]:
