@@ -25,6 +25,8 @@ def test_held_then_released_and_a_second_holder_refused(tmp_path):
         assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
         with pytest.raises(run_lock.RunLockedError, match=f"pid {os.getpid()} on host"):
             run_lock.acquire(tmp_path)
+        with pytest.raises(run_lock.RunLockedError, match="Use another --output, or stop"):
+            run_lock.acquire(tmp_path, flag="--output")  # the bulk inference job's folder
     assert not (tmp_path / run_lock.LOCK_NAME).exists()
 
 

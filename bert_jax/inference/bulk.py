@@ -490,7 +490,7 @@ def run(job: Job) -> Summary:
     model = _Model(job)  # errors in the model or settings before anything is written
     out_dir = paths.as_path(job.output)
     me, n = jax.process_index(), jax.process_count()
-    with run_lock.hold(out_dir):
+    with run_lock.hold(out_dir, flag="--output"):
         todo, skipped = _plan(job, out_dir)
         mine = todo[me::n]
         logging.info(

@@ -99,8 +99,10 @@ def _create(path, text: str) -> bool:
     return True
 
 
-def acquire(workdir) -> dict:
+def acquire(workdir, *, flag: str = "--workdir") -> dict:
     """Takes `<workdir>/run.lock` (creating the directory); returns what it wrote.
+
+    `flag` is the command-line flag that names the directory (the refusal says to change it).
 
     Raises:
       RunLockedError: another run holds it (the line names the directory, pid, host and start).
@@ -124,7 +126,7 @@ def acquire(workdir) -> dict:
             raise RunLockedError(
                 f"{directory} is in use by another run: pid {held.get('pid')} on host "
                 f"{held.get('host')}, started {held.get('started')} ({path}). Use another "
-                f"--workdir, or stop that run; if it is gone, remove {path}"
+                f"{flag}, or stop that run; if it is gone, remove {path}"
             )
         logging.warning("%s: taking over the lock of a run that ended (%s): %s", path, reason, held)
         path.unlink(missing_ok=True)
@@ -143,14 +145,14 @@ def release(workdir, record: dict) -> None:
 
 
 @contextlib.contextmanager
-def hold(workdir) -> Iterator[None]:
+def hold(workdir, *, flag: str = "--workdir") -> Iterator[None]:
     """Holds the run directory's lock for the block (process 0; a no-op on the others), its
     heartbeat rewritten every `HEARTBEAT_S` by a daemon thread."""
     if jax.process_index() != 0:
         yield
         return
     created = not as_path(workdir).exists()  # a refused start leaves no empty run directory
-    record = acquire(workdir)
+    record = acquire(workdir, flag=flag)
     path, done = as_path(workdir) / LOCK_NAME, threading.Event()
 
     def beat():
