@@ -23,8 +23,8 @@ from bert_jax.checkpoints import table
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.modernbert.config import ModernBertConfig
-from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from bert_jax.models.params import stack_layers
+from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 
 GOLDEN = pathlib.Path(__file__).parent / "testdata" / "parameter_table.json"
 _SIZES = dict(

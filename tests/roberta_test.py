@@ -297,3 +297,46 @@ def test_flax_msgpack_of_every_head_reads_and_writes_exactly(tmp_path, head):
     assert sorted(written) == sorted(theirs)
     for key in theirs:
         np.testing.assert_array_equal(written[key], theirs[key], err_msg=key)
+
+
+# --------------------------------------------------------------------------------------------
+# Inference on a converted directory
+# --------------------------------------------------------------------------------------------
+TEXTS = [
+    "When shall we three meet again in thunder, lightning, or in rain?",
+    "Fair is foul, and foul is fair.",
+    "Hover through the fog and filthy air.",
+]
+
+
+def test_inference_on_a_converted_directory_equals_transformers(tmp_path):
+    """`python -m bert_jax.inference embed|predict` on a transformers RobertaForSequenceClassification
+    converted with `python -m bert_jax.convert` (its tokenizer beside it, <pad> id 0 here), against
+    transformers on the same token ids: mean-pooled states and label probabilities."""
+    from bert_jax import tokenization
+    from bert_jax.data.text_io import encode_texts
+    from bert_jax.inference.__main__ import main
+
+    tokenizer = tokenization.train_wordpiece(TEXTS * 3, vocab_size=150, min_frequency=1)
+    labels = ("comedy", "history", "tragedy")
+    cfg = ROBERTA.replace(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+                          max_position_embeddings=40, label_names=labels)  # fmt: skip
+    head = "RobertaForSequenceClassification"
+    reference = torch_model(cfg, head)
+    reference.save_pretrained(tmp_path / "hf")
+    assert convert.main([str(tmp_path / "hf"), str(tmp_path / "jax")]) == 0
+    tokenizer.save(tmp_path / "jax")
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    argv = ["--model", str(tmp_path / "jax"), "--input", str(tmp_path / "in.txt"), "--max_seq_length", "32"]  # fmt: skip
+    assert main(["embed", *argv, "--output", str(tmp_path / "e.npy"), "--pooling", "mean"]) == 0
+    assert main(["predict", *argv, "--output", str(tmp_path / "p.jsonl")]) == 0
+    features, _ = encode_texts(tokenizer, TEXTS, None, 32)
+    ids, mask = (torch.as_tensor(features[k]).long() for k in ("input_ids", "attention_mask"))
+    with torch.no_grad():
+        states = reference.roberta(input_ids=ids, attention_mask=mask).last_hidden_state
+        probs = torch.softmax(reference(input_ids=ids, attention_mask=mask).logits, -1).numpy()
+    m = mask[..., None].float()
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), ((states * m).sum(1) / m.sum(1)).numpy(), atol=1e-5)  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in rows] == [labels[i] for i in probs.argmax(-1)]
+    np.testing.assert_allclose([[r["probabilities"][k] for k in labels] for r in rows], probs, atol=1e-5)  # fmt: skip
