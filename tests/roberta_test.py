@@ -116,12 +116,18 @@ def test_positions_count_from_the_pad_id_over_real_tokens():
         model.init(jax.random.PRNGKey(0), jnp.ones((1, 19), jnp.int32))
 
 
+def random_params(cfg, head: str, seed: int = 2) -> dict:
+    """Parameters of `head` drawn from N(0, 0.3) (norm scales and biases too), without an init."""
+    noise = np.random.default_rng(seed)
+    flat = {k: noise.normal(0, 0.3, shape).astype(np.float32)
+            for k, shape in table.expected_shapes(cfg, head).items()}  # fmt: skip
+    return table.unflatten_params(flat, scan_layers=False)
+
+
 def _packed_vs_alone(model, cfg, pooled: bool, runtime_model=None):
     """Outputs of two sequences (lengths 5 and 3) packed in one row of 9 (positions restarting),
     and of each alone in a right-padded row."""
-    params = jax.device_get(model.init(jax.random.PRNGKey(1), jnp.ones((1, 5), jnp.int32)))
-    noise = np.random.default_rng(2)
-    params = jax.tree_util.tree_map(lambda x: x + noise.normal(0, 0.1, x.shape), params["params"])
+    params = random_params(model.config, type(model).__name__)
     rng = np.random.default_rng(1)
     a, b = rng.integers(3, cfg.vocab_size, 5), rng.integers(3, cfg.vocab_size, 3)
     packed = np.full((1, LENGTH), cfg.pad_token_id)
@@ -161,11 +167,7 @@ def test_other_kernels_equal_xla_on_packed_rows(attention):
 def test_scanned_and_rematerialized_layers_equal_the_loop():
     """scan_layers over the stacked tree and remat give the loop's logits and gradients."""
     head = "RobertaForMultipleChoice"
-    params, _ = hf.hf_state_to_params(
-        ROBERTA,
-        {k: v.detach().numpy() for k, v in torch_model(ROBERTA, head).state_dict().items()},
-        head,
-    )
+    params = random_params(ROBERTA, head)
     inputs = _inputs(ROBERTA, head)
 
     def loss_and_grad(runtime, p):
@@ -342,3 +344,39 @@ def test_inference_on_a_converted_directory_equals_transformers(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [r["label"] for r in rows] == [labels[i] for i in probs.argmax(-1)]
     np.testing.assert_allclose([[r["probabilities"][k] for k in labels] for r in rows], probs, atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "topology, extra, attention_calls",
+    [("gpu:h100", [], 4), ("v5e:2x2", ["--config.runtime.scan_layers=True"], 0)],
+)
+def test_finetuning_compiles_from_a_roberta_directory(tmp_path, topology, extra, attention_calls):
+    """`train.py --mode=compile` of MRPC from a RoBERTa directory (no attention dropout): cuDNN
+    attention in the H100's train step (2 layers, forward and backward), the scanned layers
+    sharded over a TPU v5e 2x2 slice; both fit."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
+    from bert_jax import tokenization
+
+    tokenizer = tokenization.train_wordpiece(TEXTS * 3, vocab_size=150, min_frequency=1)
+    cfg = XLMR.replace(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id,
+                       max_position_embeddings=130, attention_probs_dropout_prob=0.0)  # fmt: skip
+    head = "XLMRobertaForMaskedLM"
+    params = random_params(cfg, head)
+    hf.save_pytorch(cfg, params, tmp_path, head)
+    tokenizer.save(tmp_path)
+    root = pathlib.Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, str(root / "train.py"), f"--config={root}/configs/finetune.py:task=mrpc",
+         f"--config.init_from={tmp_path}", "--mode=compile", f"--topology={topology}", *extra],
+        cwd=root, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["fits"] and report["batch"] == [32, 128]
+    assert report["cudnn_attention_calls"] == attention_calls
