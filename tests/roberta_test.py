@@ -203,6 +203,16 @@ def test_config_round_trips_and_model_type_picks_the_family(tmp_path):
     assert fields["model_type"] == "xlm-roberta" and families.config_from_fields(fields) == XLMR
 
 
+def test_flops_are_berts_for_the_same_sizes():
+    from bert_jax.models.bert.config import BertConfig
+    from bert_jax.models.bert.flops import encoder_forward_flops
+
+    lengths = np.array([[9, 4], [1, 7]])
+    sizes = {k: getattr(ROBERTA, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")}  # fmt: skip
+    ours = families.family_of(XLMR).encoder_flops(XLMR, lengths)
+    assert ours == encoder_forward_flops(BertConfig(**sizes), lengths) > 0
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
