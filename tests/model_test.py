@@ -19,6 +19,7 @@ from bert_jax.models.params import (
     stack_layers,
     unstack_layers,
 )
+from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from tests.common import MODERN, TINY, random_batch
 
 KEY = jax.random.PRNGKey(0)
@@ -283,7 +284,13 @@ def test_starting_paths_name_parameters_of_the_pretraining_heads(model_type):
     """Each family's starting-value paths (`Family.starting_paths`) are parameters of its MLM
     head, with the shapes the pretraining job's values have."""
     family = families.FAMILIES[model_type]
-    cfg = {"bert": TINY, "modernbert": MODERN}[model_type]
+    tiny = dict(vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37)
+    cfg = {
+        "bert": TINY,
+        "modernbert": MODERN,
+        "roberta": RobertaConfig.preset("tiny", **tiny),
+        "xlm-roberta": XLMRobertaConfig.preset("tiny", **tiny),
+    }[model_type]
     module = family.model_classes[family.head_for("BertForMaskedLM")](cfg)
     flat = traverse_util.flatten_dict(
         nn.meta.unbox(jax.eval_shape(lambda: init_params(module, KEY)))
