@@ -54,7 +54,7 @@ FINETUNE_DATA = {
     "tasks",
 }
 HOST_SIDE = {"data", "pretrain.data", *(f"finetune.{m}" for m in FINETUNE_DATA)}
-FAMILIES = ("models.bert", "models.modernbert")
+FAMILIES = ("models.bert", "models.modernbert", "models.roberta")
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
 # shared data modules and the fine-tuning data modules are host-side numpy.
 HEAVY = {"tensorflow", "tensorflow_datasets", "torch", "transformers"}

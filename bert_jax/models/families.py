@@ -11,6 +11,8 @@ shared, and read the family's row where they need a fact of it.
   model_type (config.json)   config             model module           head classes
   "bert"                     BertConfig         bert_jax.models.bert.model         Bert*
   "modernbert"               ModernBertConfig   bert_jax.models.modernbert.model    ModernBert*
+  "roberta"                  RobertaConfig      bert_jax.models.roberta.model       Roberta*
+  "xlm-roberta"              XLMRobertaConfig   bert_jax.models.roberta.model       XLMRoberta*
 
 Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
 (by `model_type`), `get_model_class` (by class name), `family_of` (by config).
@@ -35,9 +37,13 @@ from bert_jax.models.modernbert import conversion as modernbert_conversion
 from bert_jax.models.modernbert import flops as modernbert_flops
 from bert_jax.models.modernbert import model as modernbert
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.roberta import conversion as roberta_conversion
+from bert_jax.models.roberta import flops as roberta_flops
+from bert_jax.models.roberta import model as roberta
+from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from bert_jax.paths import as_path
 
-ModelConfig = BertConfig | ModernBertConfig
+ModelConfig = BertConfig | ModernBertConfig | RobertaConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +127,26 @@ FAMILIES: dict[str, Family] = {
                 modernbert_conversion.CONVERSION, **bert_conversion.TF_NAMES
             ),
         ),
+        # One architecture, two model_types: XLM-RoBERTa's rows are RoBERTa's but its config
+        # class (a subclass, named by config.json's "xlm-roberta") and class names.
+        *(
+            Family(
+                config_class.model_type,
+                config_class,
+                classes,
+                roberta.ENCODER_NAME,
+                layers_path=roberta.LAYERS_PATH,
+                layer_name=roberta.LAYER_NAME,
+                scanned_layer=roberta.SCANNED_LAYER,
+                starting_paths=roberta.STARTING_PATHS,
+                encoder_flops=roberta_flops.encoder_forward_flops,
+                conversion=roberta_conversion.CONVERSION,
+            )
+            for config_class, classes in (
+                (RobertaConfig, roberta.MODEL_CLASSES),
+                (XLMRobertaConfig, roberta.XLM_MODEL_CLASSES),
+            )
+        ),
     )
 }
 # The family of a config.json or an experiment's `model` block that names no model_type.
@@ -131,11 +157,12 @@ MODEL_CLASSES: dict[str, type[nn.Module]] = {
 
 
 def family_of(config: ModelConfig) -> Family:
-    """The family of a config instance."""
-    for family in FAMILIES.values():
-        if isinstance(config, family.config_class):
-            return family
-    raise TypeError(f"{type(config).__name__} is no model family's config")
+    """The family of a config instance: the row of its class's `model_type` (an XLMRobertaConfig
+    is a RobertaConfig, and its family is XLM-RoBERTa's)."""
+    family = FAMILIES.get(getattr(type(config), "model_type", None))
+    if family is None or not isinstance(config, family.config_class):
+        raise TypeError(f"{type(config).__name__} is no model family's config")
+    return family
 
 
 def family_of_model(name: str) -> Family:
