@@ -81,6 +81,16 @@ def test_bpe_equals_roberta_tokenizer_fast(bpe_dir, play_lines, tmp_path, files)
         row, types = ours.build_inputs(ids_a, ids_b)
         assert row == expected["input_ids"][i]
         assert types == expected["token_type_ids"][i] == [0] * len(row)
+    # Words given one by one (NER) read as after a space: transformers' add_prefix_space=True.
+    words = [line.split() for line in texts[:50]]
+    with_space = transformers.RobertaTokenizerFast.from_pretrained(
+        str(bpe_dir), add_prefix_space=True
+    )
+    expected = with_space(words, is_split_into_words=True, add_special_tokens=False)
+    assert [ids for ids, _ in ours.encode_words(words)] == expected["input_ids"]
+    assert [w for _, w in ours.encode_words(words)] == [
+        expected.word_ids(i) for i in range(len(words))
+    ]
     # The mask token takes the space before it, as RoBERTa's <mask> (lstrip).
     assert ours.encode("to <mask> it") == [*ours.encode("to"), ours.mask_id, *ours.encode(" it")]
 

@@ -122,6 +122,24 @@ class SubwordTokenizer:
             text = replace_surrogates(text)
         return self.tokenizer.encode(text, add_special_tokens=False).tokens
 
+    def encode_words(
+        self, sentences: Sequence[Sequence[str]]
+    ) -> list[tuple[list[int], list[int | None]]]:
+        """Token ids of sentences given as words (NER's input), each word read as if it followed
+        a space in running text, and for each token the index of its word.
+
+        Returns:
+          Per sentence, (token ids, word index of each token), without the row's special tokens.
+        """
+        encodings = self._word_tokenizer().encode_batch(
+            [list(words) for words in sentences], is_pretokenized=True, add_special_tokens=False
+        )
+        return [(e.ids, e.word_ids) for e in encodings]
+
+    def _word_tokenizer(self) -> Tokenizer:
+        """The tokenizer that `encode_words` runs (this one, where words need nothing more)."""
+        return self.tokenizer
+
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids, special tokens left out."""
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)

@@ -67,6 +67,18 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
             )
         super().__init__(tokenizer, source)
         self.add_prefix_space = bool(pre.get("add_prefix_space", False))
+        self._words: Tokenizer | None = None
+
+    def _word_tokenizer(self) -> Tokenizer:
+        """A copy that puts a space before each word (transformers' `add_prefix_space=True`, which
+        RoBERTa needs for words given one by one): the words then tokenize as in running text."""
+        if self._words is None:
+            self._words = Tokenizer.from_str(self.tokenizer.to_str())
+            state = json.loads(self.tokenizer.pre_tokenizer.__getstate__())
+            self._words.pre_tokenizer = pre_tokenizers.ByteLevel(
+                add_prefix_space=True, use_regex=state.get("use_regex", True)
+            )
+        return self._words
 
     def continuation_mask(self) -> np.ndarray:
         """bool [V]: True for tokens that do not start with a space byte ("Ġ"), which fairseq's
