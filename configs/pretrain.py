@@ -295,7 +295,7 @@ def modernbert_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigD
 # RoBERTa's recipe by size (Liu et al. 2019, arXiv 1907.11692, table 9; fairseq's RoBERTa): peak
 # learning rate, warmup steps, global batch in sequences, steps. tiny is this project's CPU job.
 ROBERTA_RECIPES = {
-    "tiny": dict(lr=4e-3, warmup_steps=-1, batch=32, steps=1200, length=128),
+    "tiny": dict(lr=4e-3, warmup_steps=-1, batch=32, steps=400, length=128),
     "base": dict(lr=6e-4, warmup_steps=24_000, batch=8192, steps=500_000, length=512),
     "large": dict(lr=4e-4, warmup_steps=30_000, batch=8192, steps=500_000, length=512),
 }
@@ -310,7 +310,7 @@ def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict
     weight decay 0.01, no gradient clipping, linear warmup and decay; base: 8k sequences a step at
     6e-4 after 24k warmup steps, large: 4e-4 after 30k, both 500k steps. size=tiny is the CPU job:
     2 layers x 128 on the Shakespeare corpus with its own 8,192-token byte-level BPE vocabulary,
-    128-token rows, 32 a step (docs/roberta.md: its run and curve).
+    128-token rows, 32 a step, 400 steps (docs/roberta.md: its run and curve).
     """
     from bert_jax.models.roberta.config import RobertaConfig
 
@@ -347,5 +347,7 @@ def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict
     c.num_train_steps = recipe["steps"]
     c.mlm_bias_init = "unigram" if tiny else "zeros"
     c.position_embeddings_init = "sinusoid" if tiny else "normal"
+    if tiny:  # a few minutes on a CPU: evaluated every 100 steps on 20 held-out batches
+        c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
     c.lock()
     return c
