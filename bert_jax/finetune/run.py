@@ -83,8 +83,8 @@ def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
     tokenizer = pretrained.find_tokenizer(base)
     if tokenizer is None:
         raise FileNotFoundError(
-            f"no tokenizer.json or vocab.txt in {base} (or its hf/, data/); "
-            "set config.finetune.tokenizer"
+            f"no tokenizer ({', '.join(tokenization.TOKENIZER_FILES)}) in {base} (or its hf/, "
+            "data/); set config.finetune.tokenizer"
         )
     return tokenizer
 
