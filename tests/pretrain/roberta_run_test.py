@@ -51,7 +51,7 @@ def test_roberta_config_is_the_recipe():
 
 @pytest.mark.e2e
 def test_roberta_pretraining_leaves_the_unigram_plateau(tmp_path):
-    workdir, steps = tmp_path / "run", 100
+    workdir, steps = tmp_path / "run", 200
     cmd = [
         sys.executable,
         os.path.join(ROOT, "train.py"),
