@@ -24,6 +24,7 @@ from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.params import stack_layers
+from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 
 GOLDEN = pathlib.Path(__file__).parent / "testdata" / "parameter_table.json"
 _SIZES = dict(
@@ -38,8 +39,10 @@ CONFIGS = {
     "bert": BertConfig(**_SIZES, num_labels=3),
     "bert_padded": BertConfig(**_SIZES, num_labels=3, vocab_pad_multiple=8),
     "modernbert": ModernBertConfig(**_SIZES, num_labels=3, pad_token_id=0, local_attention=16),
+    "roberta": RobertaConfig(**_SIZES, num_labels=3, type_vocab_size=1),
+    "xlm-roberta": XLMRobertaConfig(**_SIZES, num_labels=3, type_vocab_size=1),
 }
-SCANNED = {"bert"}  # the families whose layers `scan_layers` stacks
+SCANNED = {"bert", "roberta", "xlm-roberta"}  # the families whose layers `scan_layers` stacks
 
 
 def _family(name: str) -> str:

@@ -21,7 +21,7 @@ def sample_inputs(
     padded) for checking a model: int64 [batch, seq_len] ([batch, 3, seq_len] for a
     multiple-choice head)."""
     rng = np.random.default_rng(seed)
-    seq_len = min(seq_len, config.max_position_embeddings)
+    seq_len = min(seq_len, config.max_sequence_length)
     choices = getattr(get_model_class(model), "choices", False)
     shape = (batch, 3, seq_len) if choices else (batch, seq_len)
     ids = rng.integers(0, config.vocab_size, size=shape, dtype=np.int64)

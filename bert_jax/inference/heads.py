@@ -156,7 +156,7 @@ def fill_mask(
       head: the class `params` belong to (e.g. "BertForPreTraining"); None: the family's masked
         LM (BertForMaskedLM, ModernBertForMaskedLM).
       top_k: candidates per [MASK].
-      max_seq_length: longer texts are cut (to at most the model's max_position_embeddings).
+      max_seq_length: longer texts are cut (to at most the model's `max_sequence_length`).
 
     Returns:
       For each text, for each of its [MASK]s in order, `top_k` dicts {"token": str, "token_id":
@@ -166,7 +166,7 @@ def fill_mask(
         raise ValueError(f"top_k must be in [1, {config.vocab_size}], got {top_k}")
     model = loading.masked_lm_model(config, head)
     encoded = batches.features(
-        tokenizer, texts, None, min(max_seq_length, config.max_position_embeddings)
+        tokenizer, texts, None, min(max_seq_length, config.max_sequence_length)
     )
     longest = int(encoded["attention_mask"].sum(1).max())
     encoded = {k: encoded[k][:, :longest] for k in batches.INPUT_COLUMNS}

@@ -6,6 +6,7 @@
   bert/           BERT: config.py (BertConfig, PRESETS), model.py (BertModel, Bert* heads),
                   conversion.py (its Hugging Face and TF names), flops.py
   modernbert/     ModernBERT: the same four modules
+  roberta/        RoBERTa and XLM-RoBERTa (two registry rows): the same four modules
   config.py       what every family's config shares (EncoderConfig) and RuntimeConfig
   layers.py       the building blocks (Dense, Embed, Dropout, layer_norm, encoder_inputs)
   attention.py    the attention kernels and the masks they take

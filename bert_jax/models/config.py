@@ -61,6 +61,12 @@ class EncoderConfig:
         """D, the width of one attention head."""
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def max_sequence_length(self) -> int:
+        """The most tokens a row may hold: `max_position_embeddings` (a family whose position
+        table has rows no token reads, RoBERTa's, says less)."""
+        return self.max_position_embeddings
+
     def replace(self, **changes: Any):
         """A copy with `changes` applied (validated again)."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
