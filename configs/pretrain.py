@@ -18,6 +18,9 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   arch=modernbert  ModernBERT with its paper's recipe (sizes tiny, base, large; phase 2 is its
                    8,192-token context extension; tpu= its own compiled slices):
                    `modernbert_config`, docs/modernbert.md
+  arch=roberta     RoBERTa with its paper's recipe (sizes tiny, base, large): MLM only, dynamic
+                   masking, FULL-SENTENCES rows of 512 tokens, a byte-level BPE vocabulary;
+                   `roberta_config`, docs/roberta.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
                    remat and micro-batches that fit it with headroom (phase 1: global batch 1,024,
                    450k steps, lr 1.4e-4), proven before renting it by
@@ -60,7 +63,7 @@ TPU_RECIPES = {
 
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "arch": "bert"}
-ARCHS = ("bert", "modernbert")
+ARCHS = ("bert", "modernbert", "roberta")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -72,6 +75,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"phase must be 1 or 2, got {phase}")
     if variant["arch"] == "modernbert":  # its own slices (MODERNBERT_TPU_RECIPES)
         return modernbert_config(size, phase, tpu)
+    if variant["arch"] == "roberta":
+        return roberta_config(size, phase, tpu)
     if tpu and tpu not in TPU_RECIPES:
         raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
     tiny = size == "tiny"
@@ -125,6 +130,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the price of host CPU (real tokens per slot on the plays: docs/data.md).
     c.data.pack_sequences = False
     c.data.max_segments = 4  # S, sequences per packed row (how many rows fill it: docs/data.md)
+    # Default corpus: rows of whole sentences read contiguously across documents (RoBERTa's
+    # FULL-SENTENCES; MLM only) instead of BERT's sentence pairs, and the vocabulary it is built
+    # with: "wordpiece" (BERT's) or "bpe" (RoBERTa's byte-level BPE, trained on the corpus).
+    c.data.full_sentences = False
+    c.data.vocab_kind = "wordpiece"
     c.data.seed = 0
 
     # Optimization (google-research/bert: AdamW, lr 1e-4, 10k warmup, linear decay, wd 0.01);
@@ -278,5 +288,66 @@ def modernbert_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigD
         c.topology, by_size_phase = MODERNBERT_TPU_RECIPES[tpu]
         c.runtime.remat_policy, c.num_microbatches = by_size_phase[size, phase]
         c.mesh.data, c.mesh.fsdp = 1, -1
+    c.lock()
+    return c
+
+
+# RoBERTa's recipe by size (Liu et al. 2019, arXiv 1907.11692, table 9; fairseq's RoBERTa): peak
+# learning rate, warmup steps, global batch in sequences, steps. tiny is this project's CPU job.
+ROBERTA_RECIPES = {
+    "tiny": dict(lr=4e-3, warmup_steps=-1, batch=32, steps=400, length=128),
+    "base": dict(lr=6e-4, warmup_steps=24_000, batch=8192, steps=500_000, length=512),
+    "large": dict(lr=4e-4, warmup_steps=30_000, batch=8192, steps=500_000, length=512),
+}
+
+
+def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict:
+    """`arch=roberta`: RoBERTa pretrained as its paper does, through the same job.
+
+    MLM only (`RobertaForMaskedLM`) at 15% with dynamic masking (new masks every epoch), rows of
+    whole sentences read contiguously across documents with a separator between them
+    (FULL-SENTENCES, `data.full_sentences`) at 512 tokens, AdamW with betas 0.9/0.98, eps 1e-6,
+    weight decay 0.01, no gradient clipping, linear warmup and decay; base: 8k sequences a step at
+    6e-4 after 24k warmup steps, large: 4e-4 after 30k, both 500k steps. size=tiny is the CPU job:
+    2 layers x 128 on the Shakespeare corpus with its own 8,192-token byte-level BPE vocabulary,
+    128-token rows, 32 a step, 400 steps (docs/roberta.md: its run and curve).
+    """
+    from bert_jax.models.roberta.config import RobertaConfig
+
+    if size not in ROBERTA_RECIPES:
+        raise ValueError(f"arch=roberta has sizes {sorted(ROBERTA_RECIPES)}, not {size!r}")
+    if phase != 1:
+        raise ValueError("arch=roberta has one phase (512-token rows from the start)")
+    if tpu:
+        raise ValueError("arch=roberta has no TPU slice recipes; compile with --topology")
+    tiny, recipe = size == "tiny", ROBERTA_RECIPES[size]
+    length = recipe["length"]
+    c = get_config(f"size={'tiny' if tiny else 'base'},phase=1,mlm_only=1")
+    c.unlock()
+    arch = RobertaConfig.preset(size, vocab_size=8192 if tiny else 50265)
+    if tiny:  # no dropout in a short CPU run, as the other tiny jobs
+        arch = arch.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    c.model = ml_collections.ConfigDict(model_fields(arch))
+    c.model.vocab_pad_multiple = 128
+    c.data.source = "default" if tiny else "records"
+    c.data.max_seq_length = length
+    c.data.masked_lm_prob = 0.15
+    c.data.max_predictions_per_seq = int(0.15 * length + 0.5) + 2  # 21 at 128, 79 at 512
+    c.data.dynamic_masking = True
+    c.data.full_sentences = True
+    c.data.vocab_kind = "bpe"
+    c.data.pack_sequences = False  # FULL-SENTENCES rows are full already
+
+    c.optimizer = common.optimizer(
+        recipe["lr"], warmup_steps=recipe["warmup_steps"], b2=0.98, bias_correction=True
+    )
+    c.optimizer.schedule = "linear"
+    c.optimizer.clip_norm = 0.0  # the paper's "max gradient norm 0.0"
+    c.global_batch_size = recipe["batch"]
+    c.num_train_steps = recipe["steps"]
+    c.mlm_bias_init = "unigram" if tiny else "zeros"
+    c.position_embeddings_init = "sinusoid" if tiny else "normal"
+    if tiny:  # a few minutes on a CPU: evaluated every 100 steps on 20 held-out batches
+        c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
     c.lock()
     return c

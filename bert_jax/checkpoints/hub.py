@@ -15,11 +15,19 @@ from __future__ import annotations
 import os
 import re
 
+from bert_jax import tokenization
 from bert_jax.checkpoints.hf import HF_WEIGHT_FILES
 from bert_jax.paths import is_url
 
 # Files of a repository that a checkpoint directory needs besides its weights.
-CONFIG_FILES = ("config.json", "bert_config.json", "tokenizer.json", "vocab.txt")
+# The tokenizer's: any kind's (`tokenization.TOKENIZER_FILES`), BPE's merges, transformers' config.
+CONFIG_FILES = (
+    "config.json",
+    "bert_config.json",
+    *tokenization.TOKENIZER_FILES,
+    "merges.txt",
+    "tokenizer_config.json",
+)
 _REPO_ID_RE = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 

@@ -38,7 +38,7 @@ from bert_jax.models.params import stack_layers
 from bert_jax.paths import as_path
 
 PyTree = Any
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+TOKENIZER_FILES = tokenization.TOKENIZER_FILES
 
 
 class Loaded(NamedTuple):

@@ -500,15 +500,17 @@ def truncated_pair_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int
 
 
 def encode_texts(
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     texts_a: Sequence[str],
     texts_b: Sequence[str] | None,
     max_seq_length: int,
 ) -> tuple[dict[str, np.ndarray], FeatureStats]:
-    """[CLS] A [SEP] (B [SEP]) rows, truncated longest-first to `max_seq_length`.
+    """[CLS] A [SEP] (B [SEP]) rows, truncated longest-first to `max_seq_length`, laid out as the
+    tokenizer's family does (`tokenization.SubwordTokenizer.build_inputs`: RoBERTa's
+    `<s> A </s></s> B </s>`, token types all 0).
 
     Args:
-      tokenizer: the WordPiece tokenizer.
+      tokenizer: the tokenizer (any kind).
       texts_a: N first texts.
       texts_b: N second texts, or None for single texts.
       max_seq_length: L, the row length.
@@ -516,7 +518,7 @@ def encode_texts(
     Returns:
       ({"input_ids", "token_type_ids", "attention_mask"}: int32 [N, L]), and the counts.
     """
-    num_special = 3 if texts_b is not None else 2
+    num_special = tokenizer.num_special_tokens(pair=texts_b is not None)
     if max_seq_length <= num_special:
         raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text")
     ids_a = tokenizer.encode_batch(list(texts_a))
@@ -538,12 +540,9 @@ def encode_texts(
             len_a, len_b = min(len(a), budget), 0
         if len_a < len(a) or len_b < len(b):
             stats.truncated += 1
-        row = [tokenizer.cls_id, *a[:len_a], tokenizer.sep_id]
-        first = len(row)
-        if ids_b is not None:
-            row += [*b[:len_b], tokenizer.sep_id]
+        row, types = tokenizer.build_inputs(a[:len_a], b[:len_b] if ids_b is not None else None)
         input_ids[i, : len(row)] = row
-        token_type_ids[i, first : len(row)] = 1
+        token_type_ids[i, : len(row)] = types
         attention_mask[i, : len(row)] = 1
         total += len(row)
     stats.mean_length = total / n if n else 0.0

@@ -221,13 +221,11 @@ def _word_pieces(
     stats: NerStats,
 ) -> list[list[list[int]]]:
     """Sub-token ids of each word of each sentence ([UNK] for words that give none)."""
-    encodings = tokenizer.tokenizer.encode_batch(
-        [list(e.words) for e in examples], is_pretokenized=True, add_special_tokens=False
-    )
+    encodings = tokenizer.encode_words([e.words for e in examples])
     result = []
-    for example, encoding in zip(examples, encodings):
+    for example, (ids, word_ids) in zip(examples, encodings):
         pieces: list[list[int]] = [[] for _ in example.words]
-        for token_id, word in zip(encoding.ids, encoding.word_ids):
+        for token_id, word in zip(ids, word_ids):
             pieces[word].append(token_id)
         for word_pieces in pieces:
             if not word_pieces:

@@ -83,8 +83,8 @@ def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
     tokenizer = pretrained.find_tokenizer(base)
     if tokenizer is None:
         raise FileNotFoundError(
-            f"no tokenizer.json or vocab.txt in {base} (or its hf/, data/); "
-            "set config.finetune.tokenizer"
+            f"no tokenizer ({', '.join(tokenization.TOKENIZER_FILES)}) in {base} (or its hf/, "
+            "data/); set config.finetune.tokenizer"
         )
     return tokenizer
 
@@ -111,7 +111,14 @@ def starting_point(config, data: TaskData, tokenizer):
     elif config.finetune.random_init:  # init_from's architecture: its config, not its weights
         cfg, encoder = pretrained.read_config(config.init_from).replace(**overrides), None
     else:
-        loaded = pretrained.load(config.init_from, "BertModel", with_tokenizer=False)
+        # A masked-LM checkpoint (RoBERTa's and ModernBERT's exports, BERT's mlm_only ones) has
+        # no pooler: it starts afresh, as transformers starts it, where the task's head reads it
+        # (`graft` drops it elsewhere). Missing encoder weights are still refused.
+        loaded = pretrained.load(
+            config.init_from, "BertModel", with_tokenizer=False, allow_new_heads=True
+        )
+        if loaded.report is not None and loaded.report.newly_initialized:
+            logging.info("init_from lacks %s: initialized", loaded.report.newly_initialized)
         cfg, encoder = loaded.config.replace(**overrides), loaded.params
     if cfg.vocab_size != tokenizer.vocab_size:
         raise ValueError(

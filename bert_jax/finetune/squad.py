@@ -10,9 +10,11 @@ context, question, answers {text: [...], answer_start: [...]}; no answer means u
 tasks read that layout when `data_dir` holds no SQuAD JSON.
 
 Features, as google-research/bert's `run_squad.py`: the question is cut to `max_query_length`
-tokens; the context is cut into windows of `max_seq_length - len(question) - 3` tokens, each
-starting `doc_stride` tokens after the previous one, so no context token is lost. Each window
-becomes one row [CLS] question [SEP] context-window [SEP]. Tokens come from the fast tokenizer
+tokens; the context is cut into windows of `max_seq_length - len(question) - 3` tokens (4 for
+RoBERTa's `</s></s>` between the two), each starting `doc_stride` tokens after the previous one,
+so no context token is lost. Each window becomes one row [CLS] question [SEP] context-window
+[SEP], laid out as the tokenizer's family does (`tokenization.SubwordTokenizer.build_inputs`;
+RoBERTa's token types are all 0). Tokens come from the fast tokenizer
 with character offsets into the original context, so answers map back to the exact original text
 (casing, accents and punctuation included). A token is "max context" in the window where it has
 the most context on its nearer side (`run_squad._check_is_max_context`).
@@ -547,7 +549,9 @@ def featurize(
             positions.append(position)
             windows.append(window)
     stats.windows += len(rows)
-    features = _feature_arrays(rows, windows, positions, tokenizer.pad_id, max_seq_length)
+    features = _feature_arrays(
+        rows, windows, positions, tokenizer.pad_id, max_seq_length, tokenizer.pair_token_types
+    )
     return features, windows, stats
 
 
@@ -563,24 +567,20 @@ def _example_rows(
 ) -> list[tuple[list[int], tuple[int, int], SquadWindow]]:
     """One example's rows: ([CLS] question [SEP] window [SEP] ids, the answer's (start, end) row
     positions or (0, 0) if the window does not hold it, the window)."""
-    max_tokens = _window_length(example, len(question), max_seq_length)
+    max_tokens = _window_length(
+        example, len(question), max_seq_length, tokenizer.num_special_tokens(pair=True)
+    )
     doc_ids, offsets = context
     spans = _window_starts(len(doc_ids), max_tokens, doc_stride)
     stats.multi_window_examples += len(spans) > 1
     answer = _answer_span(example, offsets, stats)
-    context_start = len(question) + 2
+    context_start = len(tokenizer.build_inputs(question, [])[0]) - 1
     inside_any = False
     result = []
     for window_index, ((doc_start, doc_length), max_context) in enumerate(
         zip(spans, _max_context(spans))
     ):
-        row = [
-            tokenizer.cls_id,
-            *question,
-            tokenizer.sep_id,
-            *doc_ids[doc_start : doc_start + doc_length],
-            tokenizer.sep_id,
-        ]
+        row, _ = tokenizer.build_inputs(question, doc_ids[doc_start : doc_start + doc_length])
         position = (0, 0)
         if answer is not None:
             first, last = answer
@@ -605,14 +605,17 @@ def _example_rows(
     return result
 
 
-def _window_length(example: SquadExample, question_length: int, max_seq_length: int) -> int:
-    """Context tokens a row holds beside the question; ValueError if there is no room."""
-    max_tokens = max_seq_length - question_length - 3
+def _window_length(
+    example: SquadExample, question_length: int, max_seq_length: int, num_special: int
+) -> int:
+    """Context tokens a row holds beside the question and `num_special` special tokens (3 for
+    BERT, 4 for RoBERTa); ValueError if there is no room."""
+    max_tokens = max_seq_length - question_length - num_special
     if max_tokens < 1:
         raise ValueError(
             f"question {example.qas_id!r}: max_seq_length={max_seq_length} leaves no room "
-            f"for context after its {question_length} tokens and 3 special tokens; lower "
-            "max_query_length"
+            f"for context after its {question_length} tokens and {num_special} special tokens; "
+            "lower max_query_length"
         )
     return max_tokens
 
@@ -636,15 +639,17 @@ def _feature_arrays(
     positions: Sequence[tuple[int, int]],
     pad_id: int,
     max_seq_length: int,
+    context_token_type: bool = True,
 ) -> dict[str, np.ndarray]:
-    """The rows padded into the feature arrays of the module docstring ([F, L] and [F])."""
+    """The rows padded into the feature arrays of the module docstring ([F, L] and [F]); the
+    context has token type 1 where `context_token_type` (BERT; RoBERTa's are all 0)."""
     f = len(rows)
     input_ids = np.full((f, max_seq_length), pad_id, dtype=np.int32)
     token_type_ids = np.zeros((f, max_seq_length), dtype=np.int32)
     attention_mask = np.zeros((f, max_seq_length), dtype=np.int32)
     for i, row in enumerate(rows):
         input_ids[i, : len(row)] = row
-        token_type_ids[i, windows[i].context_start : len(row)] = 1
+        token_type_ids[i, windows[i].context_start : len(row)] = int(context_token_type)
         attention_mask[i, : len(row)] = 1
     position_array = np.asarray(positions, dtype=np.int32).reshape(f, 2)
     return {

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax import tokenization
 from bert_jax.checkpoints import pretrained, table
 from bert_jax.models.families import ModelConfig, family_of, get_model_class
 
@@ -32,11 +33,13 @@ def load(path: str, model: str | None = None):
         family ("BertModel": the bare encoder); None: the head it was saved with.
 
     Raises:
-      FileNotFoundError: no tokenizer.json or vocab.txt beside the weights.
+      FileNotFoundError: no tokenizer (`tokenization.TOKENIZER_FILES`) beside the weights.
     """
     loaded = pretrained.from_pretrained(path, model)
     if loaded.tokenizer is None:
-        raise FileNotFoundError(f"no tokenizer.json or vocab.txt beside {path}")
+        raise FileNotFoundError(
+            f"no tokenizer ({', '.join(tokenization.TOKENIZER_FILES)}) beside {path}"
+        )
     return loaded.config, loaded.params, loaded.head, loaded.tokenizer
 
 

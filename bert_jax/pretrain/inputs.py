@@ -98,8 +98,14 @@ def ensure_default_corpus(config, workdir: str) -> str:
             next_sentence_prediction=config.job != "mlm",
             static_masking=not config.data.dynamic_masking,
             dupe_factor=5,
+            full_sentences=config.data.get("full_sentences", False),
         )
-        build.build_default_corpus_shards(out_dir, options=options, progress=True)
+        build.build_default_corpus_shards(
+            out_dir,
+            options=options,
+            progress=True,
+            tokenizer_kind=config.data.get("vocab_kind", "wordpiece"),
+        )
     # A failure of process 0's build reaches the others through parallel.multihost's watcher.
     multihost.barrier("default-corpus-built", timeout_s=BUILD_TIMEOUT_S)
     return out_dir

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from bert_jax import tokenization
 from bert_jax.pretrain.data import (
     build_dir,
     create_pretraining_data,
@@ -94,6 +95,13 @@ def test_train_wordpiece(tmp_path, capsys):
     assert (tmp_path / "tokenizer.json").exists()
     assert train_wordpiece.main(argv) == 1  # Never overwrites a vocabulary.
     assert "already holds vocab.txt, tokenizer.json" in capsys.readouterr().err
+    # RoBERTa's kind: its files, its ids, read back by the loader.
+    bpe = [f"--input_file={EXCERPT}", f"--output_dir={tmp_path / 'bpe'}", "--kind=bpe"]
+    assert train_wordpiece.main([*bpe, "--vocab_size=400"]) == 0
+    tok = tokenization.load_tokenizer(tmp_path / "bpe" / "vocab.json")
+    assert (tok.vocab_size, tok.cls_id, tok.pad_id, tok.mask_id) == (400, 0, 1, 399)
+    assert train_wordpiece.main([*bpe, "--vocab_size=400"]) == 1
+    assert "already holds tokenizer.json, vocab.json, merges.txt" in capsys.readouterr().err
 
 
 def test_train_wordpiece_on_a_seeded_document_sample(tmp_path, caplog):

@@ -89,7 +89,7 @@ def test_modernbert_config_is_the_recipe():
     with pytest.raises(ValueError, match="arch=modernbert has sizes"):
         module.get_config("size=mini,arch=modernbert")
     with pytest.raises(ValueError, match="unknown arch"):
-        module.get_config("arch=roberta")
+        module.get_config("arch=gpt2")
     with pytest.raises(ValueError, match="no ModernBERT recipe for tpu='v4-32'"):
         module.get_config("size=large,arch=modernbert,tpu=v4-32")
     # Only the compiled (size, phase) recipes of a slice (benchmarks/RESULTS_tpu.md).

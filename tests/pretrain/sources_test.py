@@ -81,7 +81,7 @@ def test_default_corpus_tokenizer_is_cached(tmp_path):
     assert (tmp_path / "vocab.txt").exists() and (tmp_path / "tokenizer.json").exists()
     assert sources.default_corpus_tokenizer(tmp_path).fingerprint() == tok.fingerprint()
     assert tok.unk_id not in tok.encode("Wherefore art thou Romeo? Deny thy father.")
-    with pytest.raises(ValueError, match="8192-token vocabulary, not 1000"):
+    with pytest.raises(ValueError, match="8192-token wordpiece vocabulary, not a 1000-token"):
         sources.default_corpus_tokenizer(tmp_path, vocab_size=1000)
     (tmp_path / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="holds a vocab.txt but no tokenizer.json"):

@@ -432,6 +432,7 @@ def build_default_corpus_shards(
     record_format: str = "array_record",
     num_workers: int | None = None,
     progress: bool = True,
+    tokenizer_kind: str = "wordpiece",
 ) -> dict:
     """Builds the main job's data: the Shakespeare corpus (`sources.default_corpus_documents`).
 
@@ -441,10 +442,13 @@ def build_default_corpus_shards(
 
     Args:
       out_dir: the output directory.
-      tokenizer: a `tokenization.WordPieceTokenizer`; None uses `sources.default_corpus_tokenizer`.
+      tokenizer: a `tokenization` tokenizer; None uses `sources.default_corpus_tokenizer`.
       options: default: 128 tokens, 20 predictions, dupe_factor 5, NSP on, dynamic masking (new
         masks each epoch suit a corpus this small).
       num_shards, record_format, num_workers, progress: as in `build_pretraining_shards`.
+      tokenizer_kind: without a tokenizer, the corpus's own vocabulary of this kind:
+        "wordpiece" (BERT's) or "bpe"
+        (RoBERTa's byte-level BPE; `sources.default_corpus_tokenizer`).
 
     Returns:
       The build's metadata.
@@ -454,7 +458,7 @@ def build_default_corpus_shards(
     out_dir = os.fspath(out_dir)
     build_dir.check_output_dir(out_dir)
     if tokenizer is None:
-        tokenizer = sources.default_corpus_tokenizer(out_dir)
+        tokenizer = sources.default_corpus_tokenizer(out_dir, kind=tokenizer_kind)
     options = options or PretrainingOptions(dupe_factor=5, static_masking=False)
     stats = SourceStats()
     return build_pretraining_shards(

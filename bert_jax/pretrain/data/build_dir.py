@@ -3,7 +3,7 @@
 A build's directory holds, besides its shards (`shard_name`):
 
     build.json        what is being built (`build_plan`; written first by `start_build`)
-    tokenizer.json, vocab.txt
+    tokenizer.json, vocab.txt (WordPiece) or vocab.json, merges.txt, tokenizer_config.json (BPE)
     .build-tmp/       each finished shard's statistics until the build is complete
     metadata.json     shard list, record counts, options, statistics (`finish_build`; written
                       last: its presence means complete, `read_metadata` reads it)
@@ -29,7 +29,15 @@ BUILD_FORMAT = "bert_jax.pretraining_shards/1"
 BUILD_FILE = "build.json"
 METADATA_FILE = "metadata.json"
 TMP_DIR = ".build-tmp"
-_OWN_FILES = {BUILD_FILE, METADATA_FILE, "tokenizer.json", "vocab.txt", TMP_DIR}
+# The tokenizer's files of every kind (`tokenization.SubwordTokenizer.files`).
+_TOKENIZER_FILES = {
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer_config.json",
+}
+_OWN_FILES = {BUILD_FILE, METADATA_FILE, TMP_DIR, *_TOKENIZER_FILES}
 _SHARD_RE = re.compile(r"^pretrain-(\d{5})-of-(\d{5})\.(array_record|tfrecord)$")
 _TMP_SHARD_RE = re.compile(r"^\.pretrain-\d{5}-of-\d{5}\.(array_record|tfrecord)\.tmp-\d+$")
 
@@ -98,16 +106,8 @@ def _is_file(out_dir: str, name: str) -> bool:
     return (epath.Path(out_dir) / name).is_file()
 
 
-def _tokenizer_files(tokenizer) -> dict[str, str]:
-    """The text of the tokenizer files a build keeps beside its shards."""
-    return {
-        "tokenizer.json": tokenizer.tokenizer.to_str(pretty=True),
-        "vocab.txt": "".join(t + "\n" for t in tokenizer.vocab),
-    }
-
-
 def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
-    """Refuses a directory whose tokenizer.json or vocab.txt is not `tokenizer`'s."""
+    """Refuses a directory whose tokenizer files are not `tokenizer`'s."""
     from bert_jax import tokenization
 
     json_path = os.fspath(epath.Path(out_dir) / "tokenizer.json")
@@ -128,11 +128,18 @@ def check_existing_tokenizer(out_dir: str, tokenizer) -> None:
                 f"{vocab_path} is not the vocabulary of the tokenizer given; use a new output "
                 "directory"
             )
+    files = tokenizer.files()
+    for name in sorted(_TOKENIZER_FILES - {"tokenizer.json", "vocab.txt"}):
+        if _is_file(out_dir, name) and (epath.Path(out_dir) / name).read_text() != files.get(name):
+            raise OutputDirectoryError(
+                f"{os.fspath(epath.Path(out_dir) / name)} is not a file of the tokenizer given; "
+                "use a new output directory"
+            )
 
 
 def _save_tokenizer(out_dir: str, tokenizer) -> None:
     """Writes the tokenizer files that are missing (existing ones were checked to match)."""
-    for name, text in _tokenizer_files(tokenizer).items():
+    for name, text in tokenizer.files().items():
         path = epath.Path(out_dir) / name
         if not path.exists():
             write_text_whole(path, text)

@@ -35,6 +35,13 @@ own documents in memory (the Beam build).
 With `next_sentence_prediction=False` (MLM only) the chunk up to `max_seq_length - 2` tokens forms
 a single segment `[CLS] A [SEP]` (all token_type ids 0, next_sentence_label 0). With
 `static_masking=False` no masks are drawn here; the input pipeline draws new ones every epoch.
+
+With `full_sentences=True` (RoBERTa's FULL-SENTENCES, MLM only) a shard's documents are read as
+one stream, in shuffled order (reshuffled for each `dupe_factor` pass): each example is
+`[CLS] S1 S2 ... [SEP]`, whole sentences taken contiguously until the next would pass
+`max_seq_length - 2` tokens, crossing document boundaries with an extra [SEP] between documents
+(`create_full_sentence_instances`). No short examples; a sentence longer than a row is cut into
+rows of its own.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ class PretrainingOptions:
         examples for MLM-only training.
       static_masking: choose masks now (the original); False leaves them to the input pipeline.
       random_seed: seed of example creation.
+      full_sentences: RoBERTa's FULL-SENTENCES rows (module docstring); needs
+        next_sentence_prediction=False.
     """
 
     max_seq_length: int = 128
@@ -76,6 +85,7 @@ class PretrainingOptions:
     next_sentence_prediction: bool = True
     static_masking: bool = True
     random_seed: int = 12345
+    full_sentences: bool = False
 
     def __post_init__(self):
         special = 3 if self.next_sentence_prediction else 2
@@ -96,10 +106,19 @@ class PretrainingOptions:
             raise ValueError(f"dupe_factor={self.dupe_factor!r}: must be an int >= 1")
         if not isinstance(self.random_seed, int) or self.random_seed < 0:
             raise ValueError(f"random_seed={self.random_seed!r}: must be an int >= 0")
+        if self.full_sentences and self.next_sentence_prediction:
+            raise ValueError(
+                "full_sentences=True packs contiguous sentences into single-segment rows (MLM "
+                "only); set next_sentence_prediction=False"
+            )
 
     def to_dict(self) -> dict:
-        """The options as a JSON-able dict."""
-        return dataclasses.asdict(self)
+        """The options as a JSON-able dict (`full_sentences` only when set, so that the builds
+        made before it existed are still recognised)."""
+        options = dataclasses.asdict(self)
+        if not self.full_sentences:
+            del options["full_sentences"]
+        return options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,6 +353,73 @@ def _random_next(
     return tokens_b
 
 
+def create_full_sentence_instances(
+    documents: Sequence[Sequence[Segment]],
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    rng: random.Random,
+) -> list[TrainingInstance]:
+    """RoBERTa's FULL-SENTENCES examples of `documents` read in order as one stream.
+
+    Each example is `[CLS] S1 S2 ... [SEP]`: whole sentences, contiguous, until the next one would
+    pass `max_seq_length - 2` tokens; where a document ends inside an example, one [SEP] separates
+    it from the next document's first sentence (none at an example's end). A sentence longer
+    than an example is cut into examples of its own, so no token is dropped.
+
+    Args:
+      documents: the documents in reading order, each a list of non-empty token-id segments.
+      options: max_seq_length, and masking if static.
+      vocab: special ids etc.
+      rng: draws static masks (advanced only if `options.static_masking`).
+
+    Returns:
+      The examples in stream order.
+    """
+    budget = options.max_seq_length - 2
+    rows: list[list[int]] = []
+    current: list[int] = []
+
+    def flush() -> None:
+        if current and current[-1] == vocab.sep_id:
+            current.pop()  # A separator ending an example separates nothing.
+        if current:
+            rows.append(list(current))
+        current.clear()
+
+    for d, document in enumerate(documents):
+        if d and current:
+            current.append(vocab.sep_id)  # The document boundary, inside an example.
+        for segment in document:
+            segment = list(segment)
+            if len(current) + len(segment) > budget:
+                flush()
+            while len(segment) > budget:
+                rows.append(segment[:budget])
+                segment = segment[budget:]
+            current.extend(segment)
+    flush()
+    return [_finish_instance(tokens, None, False, options, vocab, rng) for tokens in rows]
+
+
+def _full_sentence_passes(
+    documents: Sequence[Sequence[Segment]],
+    options: PretrainingOptions,
+    vocab: VocabInfo,
+    rng: random.Random,
+) -> list[TrainingInstance]:
+    """`dupe_factor` passes of FULL-SENTENCES examples over `documents`, each in a new order (the
+    first as given), shuffled together."""
+    order = list(range(len(documents)))
+    instances: list[TrainingInstance] = []
+    for dupe in range(options.dupe_factor):
+        if dupe:
+            rng.shuffle(order)
+        stream = ShuffledDocuments(documents, order)
+        instances.extend(create_full_sentence_instances(stream, options, vocab, rng))
+    rng.shuffle(instances)
+    return instances
+
+
 class ShuffledDocuments(Sequence):
     """A read-only view of documents in the order `random.Random(seed).shuffle` gives them."""
 
@@ -378,6 +464,9 @@ def create_shard_instances(
     documents = ShuffledDocuments(all_documents, order)
     if num_shards > 1:
         rng.seed(f"{options.random_seed}/{shard_index}/{num_shards}")
+    if options.full_sentences:
+        own = ShuffledDocuments(documents, range(shard_index, len(documents), num_shards))
+        return _full_sentence_passes(own, options, vocab, rng)
     instances: list[TrainingInstance] = []
     for _ in range(options.dupe_factor):
         for document_index in range(shard_index, len(documents), num_shards):
@@ -440,6 +529,8 @@ def create_hashed_shard_instances(
     rng = random.Random(f"{options.random_seed}/hash/{shard_index}/{num_shards}")
     rng.shuffle(order)
     documents = ShuffledDocuments(shard_documents, order)
+    if options.full_sentences:
+        return _full_sentence_passes(documents, options, vocab, rng)
     instances: list[TrainingInstance] = []
     for _ in range(options.dupe_factor):
         for document_index in range(len(documents)):

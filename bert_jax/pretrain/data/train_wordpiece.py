@@ -1,12 +1,16 @@
-"""`bert-jax-train-wordpiece`: learn a BERT WordPiece vocabulary from text files.
+"""`bert-jax-train-wordpiece`: learn a BERT WordPiece (or RoBERTa byte-level BPE) vocabulary.
 
     bert-jax-train-wordpiece --input_file='corpus/*.txt' --vocab_size=30522 --output_dir=vocab/
+    bert-jax-train-wordpiece --kind=bpe --input_file='corpus/*.txt' --vocab_size=50265 \
+      --output_dir=vocab/
 
 writes `vocab.txt` (google-research/bert's format) and `tokenizer.json` (Hugging Face's) into
-`--output_dir`. Special tokens get ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]. `--default_corpus`
-trains on the bundled Shakespeare plays instead of files; `--text_column=text` reads
-`--input_file` as tables (Parquet, `datasets` directories, JSONL/CSV; one document a row), as
-`bert-jax-create-pretraining-data` does.
+`--output_dir`. Special tokens get ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]. With `--kind=bpe`
+it writes RoBERTa's `vocab.json`, `merges.txt`, `tokenizer.json` and `tokenizer_config.json`
+(cased, ids `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, `<mask>` last; `--lowercase` and
+`--limit_alphabet` do not apply). `--default_corpus` trains on the bundled Shakespeare plays
+instead of files; `--text_column=text` reads `--input_file` as tables (Parquet, `datasets`
+directories, JSONL/CSV; one document a row), as `bert-jax-create-pretraining-data` does.
 
 For a corpus larger than memory, `--sample_documents=N --sample_seed=S` trains on a seeded sample
 of N documents drawn in one streaming pass (`sources.sample_documents`): the same N documents for
@@ -38,7 +42,7 @@ def _main(argv: Sequence[str] | None) -> int:
     logging.set_verbosity(logging.INFO)
     existing = [
         n
-        for n in ("vocab.txt", "tokenizer.json")
+        for n in ("vocab.txt", "tokenizer.json", "vocab.json", "merges.txt")
         if os.path.exists(os.path.join(args.output_dir, n))
     ]
     if existing:
@@ -52,14 +56,19 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         documents = _documents(args, stats)
         texts = (sentence for document in documents for sentence in document)
-        tokenizer = tokenization.train_wordpiece(
-            texts,
-            vocab_size=args.vocab_size,
-            lowercase=args.lowercase,
-            min_frequency=args.min_frequency,
-            limit_alphabet=args.limit_alphabet,
-            show_progress=False,
-        )
+        if args.kind == "bpe":
+            tokenizer = tokenization.train_byte_level_bpe(
+                texts, vocab_size=args.vocab_size, min_frequency=args.min_frequency
+            )
+        else:
+            tokenizer = tokenization.train_wordpiece(
+                texts,
+                vocab_size=args.vocab_size,
+                lowercase=args.lowercase,
+                min_frequency=args.min_frequency,
+                limit_alphabet=args.limit_alphabet,
+                show_progress=False,
+            )
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -68,7 +77,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print("error: the input has no text", file=sys.stderr)
         return 1
     tokenizer.save(args.output_dir)
-    print(f"wrote a {tokenizer.vocab_size}-token vocabulary to {args.output_dir}")
+    print(f"wrote a {tokenizer.vocab_size}-token {tokenizer.kind} vocabulary to {args.output_dir}")
     return 0
 
 
@@ -82,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
         "--text_column", help="read --input_file as tables (Parquet, ...): this column's text"
     )
     p.add_argument("--output_dir", required=True)
+    p.add_argument(
+        "--kind",
+        choices=("wordpiece", "bpe"),
+        default="wordpiece",
+        help="wordpiece (BERT's) or bpe (RoBERTa's byte-level BPE)",
+    )
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument(
         "--lowercase",

@@ -1,6 +1,6 @@
 """BERT WordPiece tokenization on Hugging Face `tokenizers` (the Rust library).
 
-`load_tokenizer(path)` reads a BERT `vocab.txt` or a `tokenizer.json` and returns a
+`tokenization.load_tokenizer(path)` reads a BERT `vocab.txt` or a `tokenizer.json` and returns a
 `WordPieceTokenizer`, a thin wrapper that knows BERT's special tokens:
 
     tok = load_tokenizer("uncased_L-12_H-768_A-12/vocab.txt")   # lowercase inferred: True
@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import numpy as np
 from absl import logging
@@ -46,7 +46,11 @@ from tokenizers import (
 )
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.paths import write_text_whole
+from bert_jax.tokenization.base import (
+    MissingSpecialTokenError,
+    SubwordTokenizer,
+    read_tokenizer_json,
+)
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 # In the order `train_wordpiece` numbers them (HF's): [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
@@ -69,19 +73,15 @@ _FINAL_SIGMA = r"(?<=\p{Cased}\p{Case_Ignorable}*)\x{03A3}(?!\p{Case_Ignorable}*
 _CJK_MISSING_FROM_BERT_NORMALIZER = r"[\x{2B820}-\x{2B91F}]"
 
 
-class MissingSpecialTokenError(ValueError):
-    """The vocabulary lacks one of [PAD], [UNK], [CLS], [SEP], [MASK]."""
-
-
-class WordPieceTokenizer:
+class WordPieceTokenizer(SubwordTokenizer):
     """A `tokenizers.Tokenizer` with a WordPiece model and BERT's special tokens.
 
-    Attributes:
-      tokenizer: the wrapped `tokenizers.Tokenizer`.
-      vocab_size: V, the number of token ids (ids are 0 .. V-1).
-      pad_id, unk_id, cls_id, sep_id, mask_id: ids of the special tokens.
+    Attributes (besides `base.SubwordTokenizer`'s):
       lowercase: whether the normalizer lower-cases (None if it is not a `BertNormalizer`).
     """
+
+    kind = "wordpiece"
+    special_tokens = SPECIAL_TOKENS
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         """Wraps `tokenizer`, checking that it is WordPiece and has every special token.
@@ -95,79 +95,13 @@ class WordPieceTokenizer:
                 f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
                 "needs a WordPiece model"
             )
-        vocab = tokenizer.get_vocab(with_added_tokens=True)
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-        if missing:
-            raise MissingSpecialTokenError(
-                f"{source} lacks the special token(s) {', '.join(missing)}; a BERT vocabulary "
-                f"needs all of {', '.join(SPECIAL_TOKENS)}"
-            )
-        if sorted(vocab.values()) != list(range(len(vocab))):
-            raise ValueError(f"{source}: token ids are not contiguous from 0 to {len(vocab) - 1}")
-        # A tokenizer.json may carry padding/truncation settings (e.g. to 128); encode() must not.
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        self.tokenizer = tokenizer
-        self.source = source
-        self.vocab_size = len(vocab)
-        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            vocab[t] for t in SPECIAL_TOKENS
-        )
+        super().__init__(tokenizer, source)
         self.lowercase = _bert_normalizer_state(tokenizer).get("lowercase")
-
-    # ---- encoding ----
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without [CLS]/[SEP].
-
-        Args:
-          text: any string (bytes are decoded as UTF-8 with replacement). Lone surrogates, control
-            characters, emoji and empty strings are all accepted.
-
-        Returns:
-          A list of int token ids.
-        """
-        return self.encode_batch([text])[0]
-
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text (in parallel in Rust), without [CLS]/[SEP]."""
-        texts = [_as_text(t) for t in texts]
-        try:
-            encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        except Exception as e:
-            # Rust strings cannot hold lone surrogates; replace them and try once more.
-            if not any(_has_surrogate(t) for t in texts):
-                raise
-            logging.log_first_n(logging.WARNING, "replaced lone surrogates in text (%s)", 1, e)
-            texts = [_replace_surrogates(t) for t in texts]
-            encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        return [e.ids for e in encodings]
-
-    def tokenize(self, text: str) -> list[str]:
-        """WordPiece strings of `text`, e.g. ["un", "##aff", "##able"]."""
-        text = _as_text(text)
-        if _has_surrogate(text):
-            text = _replace_surrogates(text)
-        return self.tokenizer.encode(text, add_special_tokens=False).tokens
-
-    def id_to_token(self, token_id: int) -> str:
-        """The string of one id."""
-        return self.tokenizer.id_to_token(int(token_id))
-
-    def token_to_id(self, token: str) -> int | None:
-        """The id of one token string, or None."""
-        return self.tokenizer.token_to_id(token)
-
-    @property
-    def vocab(self) -> list[str]:
-        """Token strings by id."""
-        inverse = {i: t for t, i in self.tokenizer.get_vocab(with_added_tokens=True).items()}
-        return [inverse[i] for i in range(self.vocab_size)]
 
     def continuation_mask(self) -> np.ndarray:
         """bool [V]: True where the token is a "##" continuation piece (for whole-word masking)."""
         return np.array([t.startswith(CONTINUATION_PREFIX) for t in self.vocab], dtype=bool)
 
-    # ---- identity and files ----
     def fingerprint(self) -> str:
         """A short hash of everything that decides the token ids (vocab, normalizer, splitting)."""
         parts = {
@@ -181,13 +115,13 @@ class WordPieceTokenizer:
         blob = json.dumps(parts, sort_keys=True, ensure_ascii=False).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """Writes `tokenizer.json` (for `transformers.PreTrainedTokenizerFast`) and `vocab.txt`
-        (through `etils.epath`: a `gs://` directory stays a URL)."""
-        directory = epath.Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_text_whole(directory / "tokenizer.json", self.tokenizer.to_str(pretty=True))
-        write_text_whole(directory / "vocab.txt", "".join(t + "\n" for t in self.vocab))
+    def files(self) -> dict[str, str]:
+        """`tokenizer.json` (for `transformers.PreTrainedTokenizerFast`) and `vocab.txt`
+        (google-research/bert's)."""
+        return {
+            "tokenizer.json": self.tokenizer.to_str(pretty=True),
+            "vocab.txt": "".join(t + "\n" for t in self.vocab),
+        }
 
     def __repr__(self) -> str:
         return (
@@ -214,27 +148,6 @@ def _matches_original(tokenizer: Tokenizer) -> bool:
     state = _state(tokenizer.pre_tokenizer) or {}
     patterns = [p.get("pattern") for p in state.get("pretokenizers", [])]
     return {"Regex": _CJK_MISSING_FROM_BERT_NORMALIZER} in patterns
-
-
-def _as_text(text) -> str:
-    if isinstance(text, (bytes, bytearray)):
-        return bytes(text).decode("utf-8", errors="replace")
-    if not isinstance(text, str):
-        raise TypeError(f"expected str, got {type(text).__name__}")
-    return text
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _replace_surrogates(text: str) -> str:
-    """Keeps surrogate pairs; turns lone surrogates into U+FFFD (which the normalizer drops)."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,38 +248,16 @@ def _infer_lowercase(vocab: Iterable[str]) -> bool:
     return True
 
 
-def load_tokenizer(
-    path: str | os.PathLike,
+def load_wordpiece(
+    file: epath.Path,
     lowercase: bool | None = None,
     *,
     strip_accents: bool | None = None,
     max_input_chars_per_word: int | None = None,
     match_original: bool = False,
 ) -> WordPieceTokenizer:
-    """Loads a BERT WordPiece tokenizer.
-
-    Args:
-      path: a `vocab.txt` (one token a line, id = line number), a `tokenizer.json`, or a directory
-        holding either (`tokenizer.json` is preferred); local or a URL (`gs://`, through
-        `etils.epath`).
-      lowercase: lower-case the input (uncased models). None: keep what `tokenizer.json` says, or
-        for a `vocab.txt` infer it (uncased iff no token has an upper-case letter; logged).
-      strip_accents: strip accents; None follows `lowercase`, as in BERT.
-      max_input_chars_per_word: longer words become [UNK]; None keeps the file's value (100 for
-        a `vocab.txt`, 200 with `match_original`).
-      match_original: tokenize as google-research/bert's `FullTokenizer` where it differs from
-        `BertTokenizerFast` and the difference can be matched (see the module docstring); a
-        tokenizer.json saved from such a tokenizer keeps this pipeline when loaded again.
-
-    Returns:
-      The tokenizer.
-
-    Raises:
-      FileNotFoundError: nothing usable at `path`.
-      MissingSpecialTokenError: the vocabulary lacks a special token; the message names each.
-      ValueError: the file is not a WordPiece vocabulary.
-    """
-    file = _tokenizer_file(path)
+    """A BERT WordPiece tokenizer from a `vocab.txt` or a WordPiece `tokenizer.json`
+    (`tokenization.load_tokenizer` documents the arguments)."""
     path = os.fspath(file)
     if path.endswith(".json"):
         tokenizer = _from_tokenizer_json(file, lowercase, strip_accents, match_original)
@@ -381,21 +272,6 @@ def load_tokenizer(
     return WordPieceTokenizer(tokenizer, source=path)
 
 
-def _tokenizer_file(path: str | os.PathLike) -> epath.Path:
-    """The tokenizer file at `path`: itself, or a directory's tokenizer.json, else its vocab.txt."""
-    file = epath.Path(path)  # local, or a URL such as gs://bucket/vocab.txt
-    if file.is_dir():
-        for name in ("tokenizer.json", "vocab.txt"):
-            if (file / name).is_file():
-                file = file / name
-                break
-        else:
-            raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {os.fspath(path)}")
-    if not file.is_file():
-        raise FileNotFoundError(f"tokenizer file not found: {os.fspath(path)}")
-    return file
-
-
 def _from_tokenizer_json(
     file: epath.Path,
     lowercase: bool | None,
@@ -404,10 +280,7 @@ def _from_tokenizer_json(
 ) -> Tokenizer:
     """The WordPiece `Tokenizer` of a tokenizer.json, with `load_tokenizer`'s overrides."""
     path = os.fspath(file)
-    try:
-        tokenizer = Tokenizer.from_str(file.read_text(encoding="utf-8"))
-    except Exception as e:
-        raise ValueError(f"{path} is not a Hugging Face tokenizer.json: {e}") from e
+    tokenizer = read_tokenizer_json(file)
     if not isinstance(tokenizer.model, models.WordPiece):
         raise ValueError(
             f"{path}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
