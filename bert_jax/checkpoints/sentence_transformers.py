@@ -26,8 +26,8 @@ import os
 from typing import Any
 
 from bert_jax import tokenization
+from bert_jax.checkpoints import model_card
 from bert_jax.checkpoints.hf import save_pytorch
-from bert_jax.checkpoints.model_card import CARD_NAME
 from bert_jax.models.families import ModelConfig, family_of
 from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
 
@@ -102,7 +102,9 @@ def save_sentence_transformer(
       pooling: "mean" or "cls".
       normalize: scale the embeddings to unit length (a `Normalize` module).
       max_seq_length: tokens kept per text, [CLS] and [SEP] included.
-      card: the README.md text (`model_card.render_embedder`), or None for no card.
+      card: the README.md: its whole text (starting with the Hub's `---` header), or a body
+        (how the model was trained, its scores) that follows the embedder's header, usage and
+        architecture (`model_card.render_sentence_transformer`); None: no card.
 
     Returns:
       `directory` as a string.
@@ -135,7 +137,16 @@ def save_sentence_transformer(
     st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
     _write_json(out / "config_sentence_transformers.json", st_config)
     if card is not None:
-        write_text_whole(out / CARD_NAME, card)
+        if not card.startswith("---"):  # a body: the embedder's header and usage go first
+            card = model_card.render_sentence_transformer(
+                config,
+                card,
+                pooling=pooling,
+                normalize=normalize,
+                max_seq_length=max_seq_length,
+                name=out.name,
+            )
+        write_text_whole(out / model_card.CARD_NAME, card)
     modules_json = [
         {"idx": i, "name": str(i), "path": path, "type": kind}
         for i, (path, kind) in enumerate(modules)
