@@ -9,10 +9,14 @@
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
 model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
 `attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
-`fill-mask` a masked-LM head. Input files hold one text a line, in UTF-8 (a tab separates the two
-texts of a pair); output row i is input line i. A blank line before the last text is an error
-naming it (blank lines at the end are dropped), and so are bytes that are not UTF-8 (naming the
-line and byte offset).
+`fill-mask` a masked-LM head. `embed` of a sentence-transformers directory (or a run whose `hf/`
+is one) pools, normalizes and truncates as it says, as `SentenceTransformer(DIR).encode` does;
+elsewhere the defaults are CLS pooling, no normalization, 128 tokens. A --pooling or
+--normalize that differs from the directory's is used, with a warning.
+
+Input files hold one text a line, in UTF-8 (a tab separates the two texts of a pair); output row
+i is input line i. A blank line before the last text is an error naming it (blank lines at the
+end are dropped), and so are bytes that are not UTF-8 (naming the line and byte offset).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from bert_jax.inference import (
     POOLINGS,
     attention_map,
     embed,
+    embedding_options,
     fill_mask,
     load,
+    load_embedder,
     load_masked_lm,
     predict,
     read_texts,
@@ -45,7 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     e = sub.add_parser("embed", help="embeddings of a text file into .npy")
-    e.add_argument("--pooling", choices=POOLINGS, default="cls")
+    e.add_argument(
+        "--pooling",
+        choices=POOLINGS,
+        default=None,
+        help="default: a sentence-transformers directory's, else cls",
+    )
+    e.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="unit-length embeddings; default: a sentence-transformers directory's, else no",
+    )
     e.add_argument("--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2")
     p = sub.add_parser("predict", help="labels of a text file with a fine-tuned classifier")
     a = sub.add_parser("attention", help="a heat map PNG of one layer's head's attention")
@@ -68,13 +85,27 @@ def _parser() -> argparse.ArgumentParser:
             "line i; a blank line (but at the end) is an error",
         )
         s.add_argument("--batch_size", type=int, default=64)
-        s.add_argument("--max_seq_length", type=int, default=128)
+        s.add_argument(
+            "--max_seq_length",
+            type=int,
+            default=None if s is e else 128,
+            help="tokens kept per text"
+            + ("; default: a sentence-transformers directory's, else 128" if s is e else ""),
+        )
     return parser
 
 
 def _run_embed(args: argparse.Namespace) -> None:
     """`embed`: writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
-    config, params, _, tokenizer = load(args.model)  # any head: its encoder is used
+    config, params, tokenizer, settings = load_embedder(args.model)  # any head's encoder
+    options, warnings = embedding_options(
+        settings,
+        pooling=args.pooling,
+        normalize=args.normalize,
+        max_seq_length=args.max_seq_length,
+    )
+    for warning in warnings:
+        print(f"warning: {args.model}: {warning}", file=sys.stderr)
     texts, _ = read_texts(args.input)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else None
     emb = embed(
@@ -82,10 +113,11 @@ def _run_embed(args: argparse.Namespace) -> None:
         params,
         tokenizer,
         texts,
-        pooling=args.pooling,
+        pooling=options.pooling,
+        normalize=options.normalize,
         layers=layers,
         batch_size=args.batch_size,
-        max_seq_length=args.max_seq_length,
+        max_seq_length=options.max_seq_length,
     )
     np.save(args.output, emb)
     print(f"wrote {emb.shape} embeddings to {args.output}")
