@@ -255,7 +255,15 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
 # ---------------------------------------------------------------------------------------------
 def _summary(peer: str, rows: list[dict]) -> dict:
     out = {"peer": peer, "seeds": [r["seed"] for r in rows]}
-    for key in ("ndcg@10", "mrr@10", "recall@1", "recall@10", "steps_per_cpu_s", "s_per_step"):
+    for key in (
+        "ndcg@10",
+        "mrr@10",
+        "recall@1",
+        "recall@10",
+        "steps_per_cpu_s",
+        "s_per_step",
+        "load",
+    ):
         values = [r[key] for r in rows]
         out[key] = statistics.mean(values)
         out[key + "_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -308,6 +316,7 @@ def main(argv=None) -> int:
                         args, config, train_file, dev_file, seed, warmup_steps
                     )
                 row = {"peer": peer, "seed": seed, **scores, **clock.row()}
+                row["load"] = round(os.getloadavg()[0], 1)  # the 1-minute load average at the end
                 rows[peer].append(row)
                 print(json.dumps(row), flush=True)
     summaries = {p: _summary(p, r) for p, r in rows.items()}

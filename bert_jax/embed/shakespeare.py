@@ -2,6 +2,7 @@
 
     python -m bert_jax.embed.shakespeare --out_dir data/cues
     # -> data/cues/train.jsonl dev.jsonl test.jsonl: {"anchor": cue, "positive": reply}
+    #    (train in a fixed random order, dev and test in play order)
 
 An actor's cue is the end of the speech before theirs. Each pair here is such a cue (`anchor`: the
 last sentence of a speech, extended back sentence by sentence to at least `min_cue_words` words)
@@ -24,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import os
+import random
 import re
 import sys
 from collections.abc import Sequence
@@ -141,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     out = as_path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # Training pairs in a fixed random order: the first N (`embed.max_train_examples`) then come
+    # from every training play, not from the first few.
+    random.Random(args.seed).shuffle(splits["train"])
     for split, pairs in splits.items():
         write_jsonl(pairs, out / f"{split}.jsonl")
         plays = sorted({p.play for p in pairs})
