@@ -371,38 +371,38 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
 
 
 def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -> str:
-    """The model card's account of the training (markdown)."""
-    e, objective = config.embed, exp.objective
-    loss = (
-        "MultipleNegativesSymmetricRankingLoss"
-        if objective.symmetric
-        else "MultipleNegativesRankingLoss"
-    )
+    """The model card's account of the training (markdown): data, loss, batch, pooling,
+    schedule, and the dev scores of the starting and the trained model."""
+    e, objective, opt = config.embed, exp.objective, config.optimizer
+    loss = f"MultipleNegatives{'Symmetric' if objective.symmetric else ''}RankingLoss"
+    chunks = config.num_microbatches
+    items = [
+        f"loss: in-batch negatives softmax ({loss}), cosine similarity x {objective.scale:g}; "
+        "the negatives of each anchor: every other positive and hard negative of the global "
+        f"batch of {config.global_batch_size} pairs"
+        + (f" (GradCache, {chunks} chunks)" if chunks > 1 else ""),
+        f"pooling: {start.pooling}; normalized: {start.normalize}; max_seq_length: "
+        f"{start.max_seq_length}",
+        f"{num_steps} steps ({e.num_epochs} epoch(s)), {opt.name} at peak learning rate "
+        f"{opt.peak_learning_rate:g}, {opt.schedule} schedule, seed {config.seed}",
+    ]
+    if objective.dims:
+        items.insert(1, f"Matryoshka dimensions: {', '.join(map(str, objective.dims))}")
     lines = [
         "## Training",
         "",
-        f"Trained with bert_jax's embedding job (`train.py --config=configs/embed.py`) from "
+        "Trained with bert_jax's embedding job (`train.py --config=configs/embed.py`) from "
         f"`{config.init_from or 'scratch'}` on {num_pairs:,} pairs of `{e.train_file}`:",
         "",
-        f"- loss: in-batch negatives softmax ({loss}), cosine similarity x {objective.scale:g}, "
-        f"the negatives of each anchor every other positive and hard negative of the global "
-        f"batch of {config.global_batch_size}"
-        + (
-            f" (GradCache, {config.num_microbatches} chunks)" if config.num_microbatches > 1 else ""
-        ),
-        f"- Matryoshka dimensions: {', '.join(map(str, objective.dims))}" if objective.dims else "",
-        f"- pooling: {start.pooling}; normalized: {start.normalize}; max_seq_length: "
-        f"{start.max_seq_length}",
-        f"- {num_steps} steps ({e.num_epochs} epoch(s)), {config.optimizer.name} at peak learning "
-        f"rate {config.optimizer.peak_learning_rate:g}, {config.optimizer.schedule} schedule, "
-        f"seed {config.seed}",
+        *(f"- {item}" for item in items),
     ]
     if end:
         lines += [
             "",
             f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):",
             "",
+            "| metric | start | trained |",
+            "|---|---|---|",
+            *(f"| {k} | {begin.get(k, float('nan')):.4f} | {v:.4f} |" for k, v in end.items()),
         ]
-        lines += ["| metric | start | trained |", "|---|---|---|"]
-        lines += [f"| {k} | {begin.get(k, float('nan')):.4f} | {v:.4f} |" for k, v in end.items()]
-    return "\n".join(line for line in lines if line is not None) + "\n"
+    return "\n".join(lines) + "\n"
