@@ -144,7 +144,7 @@ def save_sentence_transformer(
                 pooling=pooling,
                 normalize=normalize,
                 max_seq_length=max_seq_length,
-                name=out.name,
+                name=out.parent.name if out.name == "hf" else out.name,  # a run's W/hf: W
             )
         write_text_whole(out / model_card.CARD_NAME, card)
     modules_json = [
