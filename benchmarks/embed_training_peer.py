@@ -1,8 +1,8 @@
 """Training an embedder against sentence-transformers' own trainer: the same pairs, batch size,
 learning rate, warmup, epochs, loss and threads.
 
-    python benchmarks/embed_training_peer.py --threads=2 --seeds=0,1,2 --max_train=2048 \\
-        --max_eval=1000 --batch=32 --max_seq_length=64
+    python benchmarks/embed_training_peer.py --threads=2 --seeds=0,1,2 --max_train=512 \\
+        --max_eval=300 --batch=16 --max_seq_length=32 --lr=5e-5   # benchmarks/RESULTS.md
     python benchmarks/embed_training_peer.py --tiny     # a few steps on a few pairs
 
 The task is the Shakespeare cue -> reply retrieval task (`bert_jax.embed.shakespeare`; its train
