@@ -1,11 +1,13 @@
-"""Pretrain or fine-tune BERT on a device mesh.
+"""Pretrain, fine-tune or train sentence embeddings with BERT on a device mesh.
 
     python train.py --config=configs/pretrain.py:size=tiny --workdir=runs/tiny
     python train.py --config=configs/pretrain.py:size=base --config.mesh.fsdp=8 --workdir=runs/base
     python train.py --config=configs/finetune.py:task=mrpc --config.init_from=DIR --workdir=runs/m
+    python train.py --config=configs/embed.py:init=minilm --workdir=runs/e \
+        --config.embed.train_file=pairs.jsonl --config.embed.dev_file=dev.jsonl
 
-Flow: flags -> config -> `bert_jax.pretrain.run` or `bert_jax.finetune.run` (by `config.job`):
-mesh -> data -> state (created sharded) -> loop. The loop saves Orbax
+Flow: flags -> config -> `bert_jax.pretrain.run`, `bert_jax.finetune.run` or `bert_jax.embed.run`
+(by `config.job`): mesh -> data -> state (created sharded) -> loop. The loop saves Orbax
 checkpoints (state + data position) every `checkpoint_every_steps`, on SIGTERM/SIGINT and at the
 end, and resumes from the newest good one in --workdir. Metrics go to the console, TensorBoard and
 <workdir>/metrics.jsonl.
@@ -39,6 +41,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from bert_jax import cli
+from bert_jax.embed import run as embed_run
 from bert_jax.finetune import run as finetune_run
 from bert_jax.parallel import aot, compile_cache, multihost, preemption
 from bert_jax.pretrain import run as pretrain_run
@@ -110,6 +113,10 @@ def main(argv):
                 topology=FLAGS.topology,
                 num_slices=FLAGS.num_slices,
                 hlo_out=FLAGS.hlo_out,
+            )
+        elif config.job == "embed":
+            out = embed_run.train_and_evaluate(
+                config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
             )
         else:
             out = finetune_run.train_and_evaluate(

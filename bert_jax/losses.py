@@ -114,3 +114,55 @@ def pretraining_losses(
             seq_relationship_logits, next_sentence_labels, next_sentence_weights
         )
     return out
+
+
+def in_batch_negatives_loss(
+    anchors: Array,
+    documents: Array,
+    *,
+    scale: float = 20.0,
+    symmetric: bool = False,
+    dims: tuple[int, ...] = (),
+):
+    """The in-batch negatives softmax loss (InfoNCE; sentence-transformers'
+    MultipleNegativesRankingLoss): anchor i's positive is document i, every other document of
+    the batch (the other anchors' positives, every hard negative) is a negative.
+
+    Call it on the whole global batch (global arrays under jit on the mesh): the negatives of
+    each anchor are then those of every device and host, and the mean is over every anchor.
+
+    Args:
+      anchors: [B, E] float embeddings.
+      documents: [D, E] float embeddings, D >= B: the B positives (row i is anchor i's) first,
+        then any hard negatives.
+      scale: the cosine similarities are multiplied by this before the softmax (20: the
+        temperature 0.05 of sentence-transformers' default).
+      symmetric: also the loss of each positive choosing its anchor among the B anchors
+        (MultipleNegativesSymmetricRankingLoss); the two losses are averaged.
+      dims: Matryoshka prefix sizes: the loss on the first d embedding dimensions for each d,
+        added up (sentence-transformers' MatryoshkaLoss, weights 1); () is the full size only.
+
+    Returns:
+      dict with loss_sum (B x the loss: the mean over anchors, summed over `dims`), correct_sum
+      (anchors whose positive scores highest, on the first of `dims`) and count (B), float32.
+    """
+    num_anchors = anchors.shape[0]
+    labels = jnp.arange(num_anchors)
+    total, correct = jnp.float32(0.0), None
+    for dim in dims or (anchors.shape[-1],):
+        a = _unit(anchors[:, :dim].astype(jnp.float32))
+        d = _unit(documents[:, :dim].astype(jnp.float32))
+        scores = scale * (a @ d.T)  # [B, D]
+        forward = weighted_cross_entropy(scores, labels)
+        loss = forward["loss_sum"]
+        if symmetric:  # positive j chooses among the anchors
+            backward = weighted_cross_entropy(scores[:, :num_anchors].T, labels)
+            loss = 0.5 * (loss + backward["loss_sum"])
+        total += loss
+        correct = forward["correct_sum"] if correct is None else correct
+    return dict(loss_sum=total, correct_sum=correct, count=jnp.float32(num_anchors))
+
+
+def _unit(x: Array) -> Array:
+    """Rows scaled to unit length (a zero row stays zero), as torch's F.normalize (eps 1e-12)."""
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)

@@ -39,7 +39,7 @@ LAYERS = (
     ("checkpoints", "convert"),
     ("training",),
     ("inference",),
-    ("pretrain", "finetune"),
+    ("pretrain", "finetune", "embed"),
 )
 DATA = {"text_io", "batching"}
 FINETUNE_DATA = {

@@ -141,8 +141,8 @@ def test_finetuning_finds_the_tokenizer_beside_a_bucket_checkpoint(fake_bucket, 
 def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path):
     from bert_jax.data.text_io import TextExample
     from bert_jax.finetune import glue, squad
-    from bert_jax.finetune import settings as finetune_settings
     from bert_jax.finetune.task import write_rows
+    from bert_jax.training import settings as finetune_settings
 
     root, seen = fake_bucket
     out = f"{BUCKET}/run/predictions"

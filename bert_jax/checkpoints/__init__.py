@@ -14,6 +14,7 @@ local path or a URL such as gs://...).
                tokenizer, family, whatever the format; `from_pretrained` over it
   hub          a Hugging Face Hub id -> its snapshot directory (the local cache first)
   model_card   the README.md a Hub repository shows
+  sentence_transformers   sentence-transformers directories (modules, pooling, Normalize)
 
 `bert_jax.convert` is the command over them and re-exports the functions users call.
 """

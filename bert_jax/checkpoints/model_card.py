@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.families import family_of
 from bert_jax.paths import as_path
 
 CARD_NAME = "README.md"
@@ -227,6 +228,60 @@ def _description(bert_config: BertConfig, head: str, records: RunRecords) -> lis
         lines += ["", "<details><summary>The run's full config</summary>", "", "```json"]
         lines += [dumped, "```", "", "</details>"]
     return lines
+
+
+def render_sentence_transformer(
+    bert_config: BertConfig,
+    body: str,
+    *,
+    pooling: str,
+    normalize: bool,
+    max_seq_length: int,
+    name: str = "",
+    license: str = DEFAULT_LICENSE,  # noqa: A002 - the Hub's field name
+    base_model: str = "",
+) -> str:
+    """The card of a sentence-transformers directory: the Hub's header for an embedder
+    (library_name sentence-transformers, pipeline_tag sentence-similarity), how to load it, how it
+    embeds, its architecture, then `body` (markdown: how it was trained, its scores)."""
+    name = name or f"{bert_config.display_name} sentence embedder"
+    header: dict[str, Any] = {
+        "license": license,
+        "library_name": "sentence-transformers",
+        "pipeline_tag": "sentence-similarity",
+        "tags": [
+            "sentence-transformers",
+            "sentence-similarity",
+            "feature-extraction",
+            bert_config.model_type,
+            "bert-jax",
+            "jax",
+        ],
+    }
+    if base_model:
+        header["base_model"] = base_model
+    lines = ["---", *_yaml(header), "---", "", f"# {name}", ""]
+    lines += [
+        f"A {bert_config.display_name} sentence embedder trained with bert-jax (JAX/Flax), "
+        "saved as a sentence-transformers directory:",
+        "",
+        "```python",
+        "from sentence_transformers import SentenceTransformer",
+        'embeddings = SentenceTransformer("DIR").encode(["a sentence", "another"])',
+        "```",
+        "",
+        "or `python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy` "
+        "(the same embeddings).",
+        "",
+        f"- embedding: {pooling} pooling of the last hidden states, {bert_config.hidden_size} "
+        f"dimensions, {'normalized to unit length' if normalize else 'not normalized'}; cosine "
+        "similarity",
+        f"- max_seq_length: {max_seq_length} tokens (longer texts are truncated)",
+    ]
+    hf = bert_config.to_hf_dict(family_of(bert_config).base_model)
+    lines += ["", "## Architecture", "", "| field | value |", "| --- | --- |"]
+    lines += [f"| {k} | {hf[k]} |" for k in _ARCHITECTURE_FIELDS if k in hf and k != "num_labels"]
+    return "\n".join(lines) + "\n\n" + body.strip() + "\n"
 
 
 def write(out_dir: str | os.PathLike, text: str) -> str:

@@ -32,6 +32,10 @@ from flax import traverse_util
 
 from bert_jax import tokenization
 from bert_jax.checkpoints import checkpointing, detect, hf, hub, run_params, table
+from bert_jax.checkpoints.sentence_transformers import (
+    SentenceTransformerSettings,
+    read_sentence_transformer,
+)
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import stack_layers
@@ -56,6 +60,8 @@ class Loaded(NamedTuple):
         and layout, read without a host copy).
       report: what was loaded, left unused or newly initialized (`table.ConversionReport`);
         None where `placed`.
+      sentence_transformer: the pooling, normalization and max_seq_length of a
+        sentence-transformers directory (the source, or a run's `hf/`), else None.
     """
 
     config: Any
@@ -65,6 +71,7 @@ class Loaded(NamedTuple):
     family: families.Family
     placed: bool = False
     report: Any = None
+    sentence_transformer: SentenceTransformerSettings | None = None
 
 
 class Pretrained(NamedTuple):
@@ -128,7 +135,8 @@ def load(
     A run directory gives its newest checkpoint read straight into `targets` where they are
     given and fit (same head and layer layout); else its `export/` where it has one (the model
     the run wrote at its end: fine-tuning's best under `finetune.keep=best`); else its newest
-    checkpoint on the host.
+    checkpoint on the host. A sentence-transformers directory (or a run whose `hf/` is one) gives
+    its encoder and, in `sentence_transformer`, its pooling, normalization and max_seq_length.
 
     Args:
       source: where the checkpoint is.
@@ -143,11 +151,18 @@ def load(
       with_tokenizer: look for the tokenizer (checked against the model's vocabulary).
 
     Returns:
-      A `Loaded` (config, params, head, tokenizer, family, placed).
+      A `Loaded` (config, params, head, tokenizer, family, placed, report,
+      sentence_transformer).
+
+    Raises:
+      ValueError: a sentence-transformers directory with modules bert_jax does not compute.
     """
     head = _canonical_head(head)
     path = weights = hub.resolve(source)
     run = (as_path(path) / "checkpoints").is_dir()
+    st = _sentence_transformer_of(path, run)
+    if st is not None and st.transformer_path and not run:  # an old directory: the encoder's folder
+        path = weights = os.fspath(as_path(path) / st.transformer_path)
     loaded = None
     if run and targets is not None and head is not None and num_labels is None:
         loaded = _run_into_targets(path, head, targets)
@@ -162,7 +177,14 @@ def load(
         if tokenizer is None and weights != path:
             tokenizer = find_tokenizer(weights, vocab_size)
         loaded = loaded._replace(tokenizer=tokenizer)
-    return loaded
+    return loaded._replace(sentence_transformer=st)
+
+
+def _sentence_transformer_of(path: str, run: bool) -> SentenceTransformerSettings | None:
+    """The settings of the sentence-transformers directory at `path` (a run: its `hf/`), or None
+    (no such directory, or `path` a file or a TF prefix)."""
+    folder = as_path(path) / "hf" if run else as_path(path)
+    return read_sentence_transformer(folder) if folder.is_dir() else None
 
 
 def _canonical_head(head: str | None) -> str | None:

@@ -25,7 +25,7 @@ config (but for bookkeeping fields such as the seeds) and the size and SHA-256 o
 read. A rerun in the same workdir with the same settings and data skips the seeds results.json
 lists; one with other settings or data is refused, naming each difference, while the workdir
 holds finished seeds or training checkpoints (else it starts afresh). Both files are kept by
-`finetune.settings`; the scoring is `finetune.evaluation`'s.
+`training.settings`; the scoring is `finetune.evaluation`'s.
 
 Batches (`finetune.batching`): "bucketed" draws each batch from one length bucket (fewer padded
 tokens, faster); "shuffled" draws rows at random as google-research/bert does; docs/finetuning.md
@@ -47,14 +47,14 @@ from absl import logging
 from bert_jax import tokenization
 from bert_jax.checkpoints import pretrained, table
 from bert_jax.data import batching, text_io
-from bert_jax.finetune import evaluation, settings, tasks
+from bert_jax.finetune import evaluation, tasks
 from bert_jax.finetune.task import FinetuneTask, TaskData
 from bert_jax.models import families
 from bert_jax.models.families import get_model_class
 from bert_jax.models.params import init_params
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
-from bert_jax.training import experiment, flops, loop, objectives
+from bert_jax.training import experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
@@ -261,7 +261,9 @@ def train_and_evaluate(
     if mode == "shardings":
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return {"task": ft.name, "seeds": {}}
-    results = settings.start_results(workdir, settings.run_record(config, data_files), seeds)
+    results = settings.start_results(
+        workdir, settings.run_record(config, data_files, ft.name), seeds
+    )
     for seed in seeds:
         if str(seed) in results["seeds"]:
             logging.info("seed %d finished in an earlier run (results.json): skipped", seed)

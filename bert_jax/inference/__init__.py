@@ -16,19 +16,29 @@ from bert_jax.inference.batches import (
     inference_buckets,
     read_texts,
 )
-from bert_jax.inference.encoder import POOLINGS, attention_map, embed, embed_step
+from bert_jax.inference.encoder import (
+    POOLINGS,
+    EmbeddingOptions,
+    attention_map,
+    embed,
+    embed_step,
+    embedding_options,
+)
 from bert_jax.inference.heads import fill_mask, logits_step, predict, top_predictions
-from bert_jax.inference.loading import load, load_masked_lm
+from bert_jax.inference.loading import load, load_embedder, load_masked_lm
 
 __all__ = [
     "POOLINGS",
+    "EmbeddingOptions",
     "PROGRESS_MIN_BATCHES",
     "attention_map",
     "embed",
     "embed_step",
+    "embedding_options",
     "fill_mask",
     "inference_buckets",
     "load",
+    "load_embedder",
     "load_masked_lm",
     "logits_step",
     "predict",

@@ -12,7 +12,10 @@
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
 model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
 `attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
-`fill-mask` a masked-LM head.
+`fill-mask` a masked-LM head. `embed` of a sentence-transformers directory (or a run whose `hf/`
+is one) pools, normalizes and truncates as it says, as `SentenceTransformer(DIR).encode` does;
+elsewhere the defaults are CLS pooling, no normalization, 128 tokens. A --pooling or
+--normalize that differs from the directory's is used, with a warning.
 
 `embed` and `predict` over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV or text
 files (a glob, a folder; local or gs://) in, one Parquet shard out per input shard, on one or
@@ -38,8 +41,10 @@ from bert_jax.inference import (
     attention_map,
     bulk,
     embed,
+    embedding_options,
     fill_mask,
     load,
+    load_embedder,
     load_masked_lm,
     predict,
     read_texts,
@@ -56,7 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     e = sub.add_parser("embed", help="embeddings of a text file into .npy")
-    e.add_argument("--pooling", choices=POOLINGS, default="cls")
+    e.add_argument(
+        "--pooling",
+        choices=POOLINGS,
+        default=None,
+        help="default: a sentence-transformers directory's, else cls",
+    )
+    e.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="unit-length embeddings; default: a sentence-transformers directory's, else no",
+    )
     e.add_argument("--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2")
     p = sub.add_parser("predict", help="labels of a text file with a fine-tuned classifier")
     a = sub.add_parser("attention", help="a heat map PNG of one layer's head's attention")
@@ -79,7 +95,13 @@ def _parser() -> argparse.ArgumentParser:
             "with --output *.npy / *.jsonl: one UTF-8 text file, one text a line",
         )
         s.add_argument("--batch_size", type=int, default=64)
-        s.add_argument("--max_seq_length", type=int, default=128)
+        s.add_argument(
+            "--max_seq_length",
+            type=int,
+            default=None if s is e else 128,
+            help="tokens kept per text"
+            + ("; default: a sentence-transformers directory's, else 128" if s is e else ""),
+        )
         s.add_argument("--text_column", default="text", help="the text of each row")
         s.add_argument("--id_column", help="copied to the output rows (default: file and row)")
         s.add_argument("--no_progress", action="store_true", help="no progress bar")
@@ -121,7 +143,8 @@ def _run_bulk(args: argparse.Namespace) -> None:
         text_column=args.text_column,
         text_pair_column=getattr(args, "text_pair_column", None),
         id_column=args.id_column,
-        pooling=getattr(args, "pooling", "cls"),
+        pooling=getattr(args, "pooling", None),
+        normalize=getattr(args, "normalize", None),
         layers=tuple(int(x) for x in layers.split(",")) if layers else None,
         batch_size=args.batch_size,
         max_seq_length=args.max_seq_length,
@@ -137,7 +160,15 @@ def _run_embed(args: argparse.Namespace) -> None:
     """`embed`: writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
     if not _is_single_file(args):
         return _run_bulk(args)
-    config, params, _, tokenizer = load(args.model)  # any head: its encoder is used
+    config, params, tokenizer, settings = load_embedder(args.model)  # any head's encoder
+    options, warnings = embedding_options(
+        settings,
+        pooling=args.pooling,
+        normalize=args.normalize,
+        max_seq_length=args.max_seq_length,
+    )
+    for warning in warnings:
+        print(f"warning: {args.model}: {warning}", file=sys.stderr)
     texts, _ = read_texts(args.input)
     layers = [int(x) for x in args.layers.split(",")] if args.layers else None
     emb = embed(
@@ -145,10 +176,11 @@ def _run_embed(args: argparse.Namespace) -> None:
         params,
         tokenizer,
         texts,
-        pooling=args.pooling,
+        pooling=options.pooling,
+        normalize=options.normalize,
         layers=layers,
         batch_size=args.batch_size,
-        max_seq_length=args.max_seq_length,
+        max_seq_length=options.max_seq_length,
     )
     np.save(args.output, emb)
     print(f"wrote {emb.shape} embeddings to {args.output}")

@@ -78,6 +78,7 @@ RECORDED = (
     "text_pair_column",
     "id_column",
     "pooling",
+    "normalize",
     "layers",
     "max_seq_length",
 )
@@ -95,10 +96,12 @@ class Job:
       text_column: the text of each row ("text" for text files).
       text_pair_column: predict: each row's second text (pairs), or None.
       id_column: the column identifying rows, copied to the output; None: file and row.
-      pooling, layers: embed's (`encoder.embed`).
+      pooling, normalize, layers: embed's (`encoder.embed`); pooling and normalize None: a
+        sentence-transformers directory's, else CLS and not normalized
+        (`encoder.embedding_options`).
       batch_size: rows per batch on this process (rounded up to a multiple of its devices).
       max_seq_length: tokens kept per row (longer rows are truncated, and counted); at most the
-        model's max_position_embeddings.
+        model's max_position_embeddings; None: a sentence-transformers directory's, else 128.
       chunk_rows: rows read and tokenized at a time (length grouping happens within a chunk).
       progress: show a progress bar on process 0.
     """
@@ -110,10 +113,11 @@ class Job:
     text_column: str = tables.TEXT_COLUMN
     text_pair_column: str | None = None
     id_column: str | None = None
-    pooling: str = "cls"
+    pooling: str | None = None
+    normalize: bool | None = None
     layers: tuple[int, ...] | None = None
     batch_size: int = 64
-    max_seq_length: int = 128
+    max_seq_length: int | None = None
     chunk_rows: int = 4096
     progress: bool = True
 
@@ -216,14 +220,31 @@ class _Model:
     """The job's model on this process's devices: `run(texts, texts_b)` -> outputs, tokens."""
 
     def __init__(self, job: Job):
-        config, params, head, self.tokenizer = loading.load(job.model)
-        self.config, self.job = config, job
         if job.command == "embed":
             if job.text_pair_column:
                 raise ValueError("--text_pair_column is for predict; embed takes one text a row")
-            step, params = encoder.embedder(config, params, pooling=job.pooling, layers=job.layers)
+            config, params, self.tokenizer, settings = loading.load_embedder(job.model)
+            options, warnings = encoder.embedding_options(
+                settings,
+                pooling=job.pooling,
+                normalize=job.normalize,
+                max_seq_length=job.max_seq_length,
+            )
+            for warning in warnings:
+                logging.warning("%s: %s", job.model, warning)
+            step, params = encoder.embedder(
+                config,
+                params,
+                pooling=options.pooling,
+                normalize=options.normalize,
+                layers=job.layers,
+            )
+            wanted_length = options.max_seq_length
         else:
+            config, params, head, self.tokenizer = loading.load(job.model)
             step = functools.partial(heads.logits_step, model=heads.classifier(config, head))
+            wanted_length = job.max_seq_length or encoder.EmbeddingOptions().max_seq_length
+        self.config, self.job = config, job
         # A mesh of this process's own devices: rows are independent, so each process runs its
         # shards alone; the batch is split over the devices, the parameters replicated.
         devices = np.asarray(jax.local_devices()).reshape(-1, 1, 1)
@@ -243,11 +264,11 @@ class _Model:
             return step(params, jax.device_put(batch, sharding.batch_shardings(batch, self.mesh)))
 
         self.step = placed_step
-        self.max_seq_length = min(job.max_seq_length, config.max_position_embeddings)
-        if self.max_seq_length < job.max_seq_length:
+        self.max_seq_length = min(wanted_length, config.max_sequence_length)
+        if self.max_seq_length < wanted_length:
             logging.info(
-                "max_seq_length %d -> %d: the model's max_position_embeddings",
-                job.max_seq_length,
+                "max_seq_length %d -> %d: the longest row the model takes",
+                wanted_length,
                 self.max_seq_length,
             )
         self.buckets = batches.inference_buckets(self.max_seq_length)
@@ -521,7 +542,7 @@ def run(job: Job) -> Summary:
             "process %d: %d row(s) longer than %d tokens were truncated",
             me,
             model.truncated,
-            job.max_seq_length,
+            model.max_seq_length,
         )
     total = counts.sum(0)
     return Summary(

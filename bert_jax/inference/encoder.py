@@ -1,13 +1,17 @@
 """What the bare encoder computes, for any model family: sentence embeddings and attention maps.
 
 The encoder is the checkpoint's family's base model (`loading.encoder`), so a BERT and a ModernBERT
-directory run the same way; inputs a family lacks (ModernBERT's token types) are not passed.
+directory run the same way; inputs a family lacks (ModernBERT's token types) are not passed. A
+sentence-transformers directory says how it embeds (pooling, normalization, max_seq_length):
+`embedding_options` takes those as the defaults, so that `embed` computes what
+`SentenceTransformer(DIR).encode` does.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -20,14 +24,73 @@ from bert_jax.models.families import ModelConfig
 POOLINGS = ("cls", "mean", "pooler")
 
 
-@functools.partial(jax.jit, static_argnames=("model", "pooling", "layers"))
-def embed_step(params, batch, *, model: nn.Module, pooling: str, layers: tuple[int, ...] | None):
+class EmbeddingOptions(NamedTuple):
+    """How `embed` turns the encoder's outputs into sentence embeddings."""
+
+    pooling: str = "cls"
+    normalize: bool = False
+    max_seq_length: int = 128
+
+
+def embedding_options(
+    settings,
+    *,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> tuple[EmbeddingOptions, list[str]]:
+    """The options of an embedding run: each one given, else the sentence-transformers
+    directory's (`settings`, a `SentenceTransformerSettings` or None), else the default
+    (`EmbeddingOptions()`: CLS pooling, not normalized, 128 tokens).
+
+    A given pooling or normalization that differs from the directory's is used, with a warning:
+    the embeddings are then not the ones the model was trained to produce (a probe of another
+    pooling is a legitimate use, a habit carried over from another model is not). A shorter
+    max_seq_length is a speed choice and warns of nothing.
+
+    Returns:
+      (the options, the warnings to show the user).
+    """
+    default = EmbeddingOptions()
+    if settings is None:
+        return EmbeddingOptions(
+            pooling or default.pooling,
+            default.normalize if normalize is None else normalize,
+            max_seq_length or default.max_seq_length,
+        ), []
+    warnings = []
+    for name, given, own in (
+        ("pooling", pooling, settings.pooling),
+        ("normalize", normalize, settings.normalize),
+    ):
+        if given is not None and given != own:
+            warnings.append(
+                f"the sentence-transformers directory says {name}={own!r}; {name}={given!r} "
+                "overrides it, so these are not the embeddings the model was trained to produce"
+            )
+    return EmbeddingOptions(
+        settings.pooling if pooling is None else pooling,
+        settings.normalize if normalize is None else normalize,
+        max_seq_length or settings.max_seq_length or default.max_seq_length,
+    ), warnings
+
+
+@functools.partial(jax.jit, static_argnames=("model", "pooling", "normalize", "layers"))
+def embed_step(
+    params,
+    batch,
+    *,
+    model: nn.Module,
+    pooling: str,
+    layers: tuple[int, ...] | None,
+    normalize: bool = False,
+):
     """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer).
 
     Args:
       params: the encoder's parameters (an argument, never a constant of the program).
       batch: input_ids, token_type_ids, attention_mask int32 [B, L].
-      model: the encoder (`loading.encoder`); pooling and layers as in `embed`.
+      model: the encoder (`loading.encoder`); pooling, layers and normalize as in `embed`.
     """
     out = model.apply(
         {"params": params},
@@ -47,13 +110,23 @@ def embed_step(params, batch, *, model: nn.Module, pooling: str, layers: tuple[i
             pooled.append((h * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0))
         else:
             pooled.append(out.pooler_output.astype(jnp.float32))
-    return jnp.stack(pooled, axis=1)
+    pooled = jnp.stack(pooled, axis=1)  # [B, P, E]
+    if normalize:  # as torch's F.normalize (sentence-transformers' Normalize): x / max(|x|, 1e-12)
+        norm = jnp.linalg.norm(pooled, axis=-1, keepdims=True)
+        pooled = pooled / jnp.maximum(norm, 1e-12)
+    return pooled
 
 
 def embedder(
-    config: ModelConfig, params, *, pooling: str = "cls", layers: Sequence[int] | None = None
+    config: ModelConfig,
+    params,
+    *,
+    pooling: str = "cls",
+    normalize: bool = False,
+    layers: Sequence[int] | None = None,
 ) -> tuple[Callable, dict]:
-    """`embed_step` for `pooling` and `layers` (as in `embed`), and the encoder's parameters.
+    """`embed_step` for `pooling`, `normalize` and `layers` (as in `embed`), and the encoder's
+    parameters.
 
     Returns:
       (step(params, batch) -> float32 [B, P, E], the encoder's params).
@@ -75,6 +148,7 @@ def embedder(
         embed_step,
         model=model,
         pooling=pooling,
+        normalize=normalize,
         layers=None if layers is None else tuple(int(i) for i in layers),
     )
     return step, params
@@ -87,6 +161,7 @@ def embed(
     texts: Sequence[str],
     *,
     pooling: str = "cls",
+    normalize: bool = False,
     layers: Sequence[int] | None = None,
     batch_size: int = 64,
     max_seq_length: int = 128,
@@ -101,6 +176,7 @@ def embed(
       pooling: "cls" (the first token's hidden state), "mean" (mean over real tokens, as
         sentence-transformers does), or "pooler" (the output of the encoder's pooler layer,
         a tanh layer over the first token; an error for a family or checkpoint without one).
+      normalize: scale each embedding to unit L2 norm (sentence-transformers' Normalize).
       layers: hidden-state indices (0 = embeddings, -1 = last layer) to pool each of.
       batch_size: texts per batch (B).
       max_seq_length: tokens kept per text (longer texts are truncated).
@@ -109,7 +185,7 @@ def embed(
         results are the same).
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
-    step, params = embedder(config, params, pooling=pooling, layers=layers)
+    step, params = embedder(config, params, pooling=pooling, normalize=normalize, layers=layers)
     encoded = batches.features(tokenizer, texts, None, max_seq_length)
     result = batches.run_batched(
         step,

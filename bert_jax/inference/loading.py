@@ -15,6 +15,7 @@ import inspect
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax import tokenization
 from bert_jax.checkpoints import pretrained, table
@@ -41,6 +42,21 @@ def load(path: str, model: str | None = None):
             f"no tokenizer ({', '.join(tokenization.TOKENIZER_FILES)}) beside {path}"
         )
     return loaded.config, loaded.params, loaded.head, loaded.tokenizer
+
+
+def load_embedder(path: str):
+    """(config, float32 params, tokenizer, sentence-transformers settings or None) of any
+    checkpoint, for `embed`: the settings are those of a sentence-transformers directory (or a
+    run's `hf/` that is one), which `encoder.embedding_options` takes as the defaults.
+
+    Raises:
+      FileNotFoundError: no tokenizer.json or vocab.txt beside the weights.
+    """
+    loaded = pretrained.load(path)
+    if loaded.tokenizer is None:
+        raise FileNotFoundError(f"no tokenizer.json or vocab.txt beside {path}")
+    params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), loaded.params)
+    return loaded.config, params, loaded.tokenizer, loaded.sentence_transformer
 
 
 def encoder(config: ModelConfig, params, *, pooled: bool = False) -> tuple[nn.Module, dict]:

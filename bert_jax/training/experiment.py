@@ -73,12 +73,14 @@ class Experiment:
         config,
         bert_config: EncoderConfig,
         head: str,
-        objective: str,
+        objective: str | objectives.Objective,
         num_train_steps: int,
         devices: list | None = None,
     ) -> Experiment:
         """Builds the run described by the experiment `config` for the model `bert_config` with
-        the head `head`, trained with `objective` for `num_train_steps` (the schedule's length).
+        the head `head`, trained with `objective` (a name of `objectives.OBJECTIVES`, or an
+        objective made with its settings: `objectives.contrastive_objective(...)`) for
+        `num_train_steps` (the schedule's length).
 
         `devices`: the mesh's devices (all of this run's by default; a TPU topology's or GPUs'
         compile-only devices for ahead-of-time compilation, `bert_jax.parallel.aot`)."""
@@ -111,7 +113,11 @@ class Experiment:
             rules=rules,
             tx=tx,
             schedule=schedule,
-            objective=objectives.get_objective(objective),
+            objective=(
+                objective
+                if isinstance(objective, objectives.Objective)
+                else objectives.get_objective(objective)
+            ),
             abstract_state=abstract_state,
             state_shardings=state_shardings,
             seed=config.seed,
@@ -185,6 +191,17 @@ class Experiment:
                     objective=self.objective,
                     num_microbatches=self.num_microbatches,
                 ),
+                compiler_options=self.compiler_options,
+            ),
+        )
+
+    def embed_fn(self) -> Callable:
+        """The jitted (params, global batch [B, L]) -> sentence embeddings [B, E] of a
+        contrastive objective (`steps.embed_step`), built once."""
+        return self.cached(
+            ("embed",),
+            lambda: jax.jit(
+                functools.partial(steps.embed_step, model=self.model, objective=self.objective),
                 compiler_options=self.compiler_options,
             ),
         )

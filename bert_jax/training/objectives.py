@@ -220,6 +220,98 @@ OBJECTIVES: dict[str, Objective] = {
 }
 
 
+# --------------------------------------------------------------------------------------------
+# Contrastive: sentence embeddings trained with in-batch negatives
+# --------------------------------------------------------------------------------------------
+POOLINGS = ("mean", "cls")
+
+
+def pool(hidden: jax.Array, attention_mask: jax.Array, pooling: str) -> jax.Array:
+    """Sentence embeddings from token states, as sentence-transformers' Pooling module: float32
+    [..., E] from hidden [..., L, E] and attention_mask [..., L] ("mean": over the real tokens;
+    "cls": the first token's state)."""
+    hidden = hidden.astype(jnp.float32)
+    if pooling == "cls":
+        return hidden[..., 0, :]
+    mask = attention_mask[..., None].astype(jnp.float32)
+    return (hidden * mask).sum(-2) / jnp.maximum(mask.sum(-2), 1.0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ContrastiveObjective(Objective):
+    """An embedding model (the encoder, pooled) trained with in-batch negatives
+    (`losses.in_batch_negatives_loss`), its settings fixed when it is made
+    (`contrastive_objective`).
+
+    Batch: input_ids, token_type_ids, attention_mask int32 [B, T, L]: text 0 of each row is the
+    anchor, text 1 its positive, texts 2.. its hard negatives (T = 2 + negatives per row).
+
+    Its loss couples every row of the batch, so it is not a sum over rows: k micro-batches are
+    GradCache's chunks (`steps.loss_and_grads`), never separate losses. `embed` and
+    `embedding_sums` are the two halves GradCache calls apart.
+
+    Attributes:
+      pooling: "mean" or "cls" (`pool`).
+      scale, symmetric, dims: as `losses.in_batch_negatives_loss` takes them.
+    """
+
+    pooling: str = "mean"
+    scale: float = 20.0
+    symmetric: bool = False
+    dims: tuple[int, ...] = ()
+
+    def embed(self, model, params, batch: Batch, rng, deterministic: bool) -> jax.Array:
+        """float32 [..., E] embeddings of texts [..., L] (any leading axes)."""
+        lead, length = batch["input_ids"].shape[:-1], batch["input_ids"].shape[-1]
+        flat = {k: batch[k].reshape(-1, length) for k in MODEL_INPUTS[:3] if k in batch}
+        hidden = apply_model(model, params, flat, rng, deterministic).last_hidden_state
+        pooled = pool(hidden, flat["attention_mask"], self.pooling)
+        return pooled.reshape(*lead, pooled.shape[-1])
+
+    def embedding_sums(self, embeddings: jax.Array) -> dict[str, jax.Array]:
+        """The loss sums of the embeddings [B, T, E] of a whole batch (text 0 anchors, text 1
+        positives, the rest hard negatives)."""
+        documents = jnp.swapaxes(embeddings[:, 1:], 0, 1)  # positives first: [T - 1, B, E]
+        out = losses.in_batch_negatives_loss(
+            embeddings[:, 0],
+            documents.reshape(-1, embeddings.shape[-1]),
+            scale=self.scale,
+            symmetric=self.symmetric,
+            dims=self.dims,
+        )
+        return {"mnrl_loss_sum": out["loss_sum"], "mnrl_correct_sum": out["correct_sum"]}
+
+
+def contrastive_objective(
+    pooling: str = "mean",
+    scale: float = 20.0,
+    symmetric: bool = False,
+    dims: tuple[int, ...] = (),
+) -> ContrastiveObjective:
+    """The contrastive objective with these settings (see `ContrastiveObjective`)."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+
+    def sums(model, params, batch, rng, deterministic):
+        return objective.embedding_sums(objective.embed(model, params, batch, rng, deterministic))
+
+    def counts(batch):
+        return {"mnrl_count": jnp.float32(batch["input_ids"].shape[0])}
+
+    objective = ContrastiveObjective(
+        name="contrastive",
+        head="BertModel",
+        sums=sums,
+        counts=counts,
+        loss_weights={"mnrl": 1.0},
+        pooling=pooling,
+        scale=float(scale),
+        symmetric=bool(symmetric),
+        dims=tuple(int(d) for d in dims),
+    )
+    return objective
+
+
 def example_batch(
     name: str, rows: int, length: int, num_choices: int = 0
 ) -> dict[str, jax.ShapeDtypeStruct]:

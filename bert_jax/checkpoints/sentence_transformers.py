@@ -1,0 +1,289 @@
+"""sentence-transformers directories: an encoder with its pooling and normalization, as
+`sentence_transformers.SentenceTransformer(DIR)` loads it.
+
+    save_sentence_transformer(out, config, params, tokenizer_dir=run / "hf", pooling="mean",
+                              normalize=True, max_seq_length=128)
+    settings = read_sentence_transformer(out)   # .pooling .normalize .max_seq_length, or None
+
+A directory holds the transformers model (config.json, model.safetensors, tokenizer files) and
+three modules that `modules.json` lists in order: the `Transformer` (the encoder, in the folder
+itself; `sentence_bert_config.json` gives its `max_seq_length`), the `Pooling` (`1_Pooling/
+config.json`: mean or CLS) and, where the model normalizes, `Normalize` (`2_Normalize`).
+
+Written in the format sentence-transformers has saved since version 2 and every later version
+(6.x too) reads, as do other readers of the Hub's embedders: module types
+`sentence_transformers.models.*` and the `pooling_mode_*_token` flags. Read in that format and in
+6.x's (`pooling_mode: "mean"`, module types by their full paths). bert_jax computes mean and CLS
+pooling; a directory with another pooling or further modules (Dense, LayerNorm, ...) is an error
+naming them, not a model read without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from bert_jax import tokenization
+from bert_jax.checkpoints import model_card
+from bert_jax.checkpoints.hf import save_pytorch
+from bert_jax.models.families import ModelConfig, family_of
+from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
+
+PyTree = Any
+POOLINGS = ("mean", "cls")
+MODULES_FILE = "modules.json"
+TRANSFORMER_CONFIG = "sentence_bert_config.json"
+POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
+# The pooling flags of 1_Pooling/config.json (format 2-5) and the mode each stands for.
+_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+# Names transformer modules' configs had before sentence_bert_config.json.
+_LEGACY_TRANSFORMER_CONFIGS = tuple(
+    f"sentence_{m}_config.json"
+    for m in ("roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet")
+)
+# tokenizer_config.json's model_max_length for "no limit" is 1e30; anything this large is none.
+_NO_LIMIT = 10**9
+
+
+@dataclasses.dataclass(frozen=True)
+class SentenceTransformerSettings:
+    """How a sentence-transformers directory turns the encoder's outputs into embeddings.
+
+    Attributes:
+      pooling: "mean" (over the real tokens) or "cls" (the first token's hidden state).
+      normalize: whether the embeddings are scaled to unit L2 norm (a `Normalize` module).
+      max_seq_length: tokens kept per text (longer texts are truncated), or None where the
+        directory states none.
+      transformer_path: the encoder's folder inside the directory ("" for the directory itself,
+        as every sentence-transformers version since 2 writes it).
+    """
+
+    pooling: str
+    normalize: bool
+    max_seq_length: int | None = None
+    transformer_path: str = ""
+
+
+def save_sentence_transformer(
+    directory: str | os.PathLike,
+    config: ModelConfig,
+    params: PyTree,
+    *,
+    tokenizer_dir: str | os.PathLike | tokenization.WordPieceTokenizer,
+    pooling: str,
+    normalize: bool,
+    max_seq_length: int,
+    card: str | None = None,
+) -> str:
+    """Writes a sentence-transformers directory of the encoder in `params`.
+
+    `SentenceTransformer(directory).encode(texts)` then equals
+    `python -m bert_jax.inference embed --model directory` (same pooling, normalization and
+    truncation). Files already there are replaced, each written whole (a temporary name renamed
+    over it); a `2_Normalize` folder left by an earlier save is removed from `modules.json` when
+    `normalize` is False.
+
+    Args:
+      directory: the folder to write (local or a URL); made if absent.
+      config: the model's architecture (either family).
+      params: the bare encoder's parameters, or a head's that hold them (its pooler, where it
+        has one, is saved too).
+      tokenizer_dir: a folder holding tokenizer.json or vocab.txt (e.g. a run's `hf/`, a
+        converted checkpoint), or the tokenizer itself.
+      pooling: "mean" or "cls".
+      normalize: scale the embeddings to unit length (a `Normalize` module).
+      max_seq_length: tokens kept per text, [CLS] and [SEP] included.
+      card: the README.md: its whole text (starting with the Hub's `---` header), or a body
+        (how the model was trained, its scores) that follows the embedder's header, usage and
+        architecture (`model_card.render_sentence_transformer`); None: no card.
+
+    Returns:
+      `directory` as a string.
+
+    Raises:
+      ValueError: an unknown pooling, a max_seq_length outside [2, max_position_embeddings], or a
+        tokenizer whose vocabulary is not the model's.
+      FileNotFoundError: no tokenizer in `tokenizer_dir`.
+    """
+    check_settings(config, pooling, max_seq_length)
+    tokenizer = _tokenizer(tokenizer_dir, config.vocab_size)
+    family = family_of(config)
+    encoder_params = params.get(family.encoder_name, params)
+    out = prepare_out_dir(directory, [], overwrite=True)
+    save_pytorch(config, encoder_params, out, family.base_model, overwrite=True)
+    tokenizer.save(out)
+    _write_json(out / "tokenizer_config.json", _tokenizer_config(tokenizer, max_seq_length))
+    modules = [("", "sentence_transformers.models.Transformer")]
+    modules.append((POOLING_DIR, "sentence_transformers.models.Pooling"))
+    if normalize:
+        modules.append((NORMALIZE_DIR, "sentence_transformers.models.Normalize"))
+    _write_json(
+        out / TRANSFORMER_CONFIG, {"max_seq_length": max_seq_length, "do_lower_case": False}
+    )
+    flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
+    pooling_config = {"word_embedding_dimension": config.hidden_size, **flags}
+    _write_json(out / POOLING_DIR / "config.json", {**pooling_config, "include_prompt": True})
+    if normalize:
+        (out / NORMALIZE_DIR).mkdir(parents=True, exist_ok=True)  # the module has no settings
+    st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
+    _write_json(out / "config_sentence_transformers.json", st_config)
+    if card is not None:
+        if not card.startswith("---"):  # a body: the embedder's header and usage go first
+            card = model_card.render_sentence_transformer(
+                config,
+                card,
+                pooling=pooling,
+                normalize=normalize,
+                max_seq_length=max_seq_length,
+                name=out.parent.name if out.name == "hf" else out.name,  # a run's W/hf: W
+            )
+        write_text_whole(out / model_card.CARD_NAME, card)
+    modules_json = [
+        {"idx": i, "name": str(i), "path": path, "type": kind}
+        for i, (path, kind) in enumerate(modules)
+    ]
+    _write_json(out / MODULES_FILE, modules_json)  # last: the directory is one from now on
+    return os.fspath(out)
+
+
+def check_settings(config: ModelConfig, pooling: str, max_seq_length: int | None) -> None:
+    """Raises ValueError, naming the value, for a pooling bert_jax does not compute or a
+    max_seq_length the model cannot take."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    limit = config.max_position_embeddings
+    if max_seq_length is not None and not 2 <= max_seq_length <= limit:
+        raise ValueError(
+            f"max_seq_length={max_seq_length} is outside [2, {limit}] "
+            f"(the model's max_position_embeddings)"
+        )
+
+
+def _tokenizer(source, vocab_size: int) -> tokenization.WordPieceTokenizer:
+    """The tokenizer `source` is or holds, checked against the model's vocabulary size."""
+    if isinstance(source, tokenization.WordPieceTokenizer):
+        tokenizer = source
+    else:
+        tokenizer = tokenization.load_tokenizer(source)  # a folder's tokenizer.json / vocab.txt
+    if tokenizer.vocab_size != vocab_size:
+        raise ValueError(
+            f"the tokenizer ({tokenizer.source}) has {tokenizer.vocab_size} tokens but the "
+            f"model's vocab_size is {vocab_size}"
+        )
+    return tokenizer
+
+
+def _tokenizer_config(tokenizer: tokenization.WordPieceTokenizer, max_seq_length: int) -> dict:
+    """tokenizer_config.json: which transformers class reads tokenizer.json (a BERT WordPiece
+    tokenizer whatever the model's family), its special tokens and `max_seq_length`."""
+    specials = dict(zip(("pad", "unk", "cls", "sep", "mask"), tokenization.SPECIAL_TOKENS))
+    return {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": bool(tokenizer.lowercase),
+        "model_max_length": max_seq_length,
+        **{f"{name}_token": token for name, token in specials.items()},
+    }
+
+
+def _write_json(path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_whole(path, json.dumps(value, indent=2) + "\n")
+
+
+def read_sentence_transformer(
+    directory: str | os.PathLike,
+) -> SentenceTransformerSettings | None:
+    """The pooling, normalization and max_seq_length of a sentence-transformers directory.
+
+    Args:
+      directory: a folder (local or a URL); a Hub id must be resolved first (`hub.resolve`).
+
+    Returns:
+      Its settings, or None where `directory` is no sentence-transformers directory (it has no
+      modules.json, e.g. a plain transformers directory or a checkpoint file).
+
+    Raises:
+      ValueError: modules.json or a module's config is not valid JSON of the expected shape, a
+        module bert_jax does not compute (Dense, max pooling, ...), or no Pooling module; the
+        message names the file and the module.
+    """
+    folder = as_path(directory)
+    modules_file = folder / MODULES_FILE
+    if not modules_file.is_file():
+        return None
+    modules = _read_json(modules_file)
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ValueError(f"{modules_file} is not a list of modules")
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    supported = ["Transformer", "Pooling", "Normalize"]
+    if kinds[:2] != supported[:2] or kinds[2:] not in ([], ["Normalize"]):
+        raise ValueError(
+            f"{modules_file} lists the modules {kinds}; bert_jax computes "
+            f"{supported[:2]} with an optional Normalize, in that order"
+        )
+    transformer_path = str(modules[0].get("path", ""))
+    return SentenceTransformerSettings(
+        pooling=_read_pooling(folder / str(modules[1].get("path", "")) / "config.json"),
+        normalize=len(kinds) == 3,  # the folder may be absent: the module has no files
+        max_seq_length=_read_max_seq_length(
+            folder / transformer_path if transformer_path else folder
+        ),
+        transformer_path=transformer_path,
+    )
+
+
+def _read_json(path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+
+
+def _read_pooling(path) -> str:
+    """The pooling mode of a Pooling module's config.json, either format."""
+    if not path.is_file():
+        raise ValueError(f"the Pooling module has no {path}")
+    config = _read_json(path)
+    mode = config.get("pooling_mode")
+    if (
+        mode is None
+    ):  # format 2-5: one flag per mode; none set means mean (as sentence-transformers)
+        modes = [m for flag, m in _POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
+    else:
+        modes = [mode] if isinstance(mode, str) else list(mode)
+    if len(modes) != 1 or modes[0] not in POOLINGS:
+        raise ValueError(
+            f"{path}: pooling {modes}; bert_jax computes one of {list(POOLINGS)} pooling"
+        )
+    return modes[0]
+
+
+def _read_max_seq_length(folder) -> int | None:
+    """The Transformer module's max_seq_length: its sentence_bert_config.json (formats 2-5),
+    else its tokenizer_config.json's model_max_length (format 6), else None."""
+    for name in (TRANSFORMER_CONFIG, *_LEGACY_TRANSFORMER_CONFIGS):
+        if (folder / name).is_file():
+            config = _read_json(folder / name)
+            if config.get("do_lower_case"):
+                raise ValueError(
+                    f"{folder / name}: do_lower_case lower-cases texts before the tokenizer, "
+                    "which bert_jax does not; use an uncased tokenizer instead"
+                )
+            if config.get("max_seq_length") is not None:
+                return int(config["max_seq_length"])
+            break
+    tokenizer_config = folder / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        length = _read_json(tokenizer_config).get("model_max_length")
+        if isinstance(length, (int, float)) and 0 < length < _NO_LIMIT:
+            return int(length)
+    return None

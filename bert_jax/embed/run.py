@@ -1,0 +1,408 @@
+"""The embedding job: pairs -> an encoder from a checkpoint -> contrastive training per seed ->
+dev retrieval scores and a sentence-transformers directory.
+
+    train_and_evaluate(config, workdir)         # train.py --config=configs/embed.py:...
+
+The model is the starting checkpoint's encoder (`init_from`, either family; or `config.model`
+from scratch), pooled as its sentence-transformers directory says (mean or CLS; CLS for a plain
+checkpoint, as `python -m bert_jax.inference embed`). It trains on `embed.train_file`'s pairs
+with the contrastive objective (`objectives.contrastive_objective`: in-batch negatives over the
+whole global batch, GradCache chunks with `num_microbatches` > 1, Matryoshka dims).
+
+For each seed of `embed.seeds` the run trains `embed.num_epochs` epochs in `<workdir>/seed_<s>`
+(the workdir itself for one seed), scores dev retrieval (`embed.evaluation`) at step 0, every
+`eval_every_steps` and at the end (eval/ndcg@10, ... on the console, TensorBoard and
+metrics.jsonl), exports the final model to `hf/` (`save_sentence_transformer`: a
+sentence-transformers directory with a model card saying how it was trained) and removes its
+training checkpoints. `<workdir>/results.json` holds each finished seed's final scores and its
+starting model's (`start_ndcg@10`, ...), with mean and std; `<workdir>/settings.json` what decides
+them (`training.settings`: a rerun with the same settings skips finished seeds, one with other
+settings is refused while the workdir holds results or checkpoints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from typing import Any
+
+import jax
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax import tokenization
+from bert_jax.checkpoints import hub, pretrained
+from bert_jax.checkpoints.sentence_transformers import (
+    read_sentence_transformer,
+    save_sentence_transformer,
+)
+from bert_jax.data import batching, text_io
+from bert_jax.embed import evaluation, pairs
+from bert_jax.models import families
+from bert_jax.parallel import aot, sharding
+from bert_jax.paths import as_path
+from bert_jax.training import experiment, flops, loop, objectives, settings
+from bert_jax.training.start import starting_state
+from bert_jax.training.summaries import MetricView, MetricWriter
+
+VIEW = MetricView(
+    console=("eval/", "loss", "mnrl_accuracy", "learning_rate"),
+    summary=("loss", "mnrl_accuracy", "ndcg@10", "mrr@10", "recall@1", "recall@10"),
+    progress=("train/loss", "train/mnrl_accuracy", "eval/ndcg@10", "train/tokens_per_s"),
+    curves_accuracy=("eval/ndcg@10", "eval/recall@1"),
+    curves_accuracy_title="in-batch accuracy, dev nDCG@10 and Recall@1",
+)
+DEFAULT_MAX_SEQ_LENGTH = 128  # a checkpoint that says none (sentence-transformers says its own)
+BOOLEANS = {"true": True, "false": False}
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+def check_config(config) -> list[int]:
+    """Refuses, before any data is read, settings that could only fail later: counts
+    (`experiment.check_experiment_config`), an unknown pooling or normalize, a scale <= 0,
+    Matryoshka dims that are not positive whole numbers, no train_file, a bad seed list.
+    Returns the seeds."""
+    experiment.check_experiment_config(config)
+    e = config.embed
+    if e.pooling not in ("auto", *objectives.POOLINGS):
+        raise ValueError(f"embed.pooling={e.pooling!r}; expected auto, mean or cls")
+    if e.normalize not in ("auto", *BOOLEANS):
+        raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
+    if not e.scale > 0:
+        raise ValueError(f"embed.scale={e.scale!r}; expected a number > 0")
+    if not e.train_file:
+        raise ValueError("set --config.embed.train_file (pairs: .jsonl, .csv or .tsv)")
+    for key in ("num_epochs", "eval_batch_size"):
+        if not isinstance(e[key], int) or e[key] < 1:
+            raise ValueError(f"config.embed.{key}={e[key]!r}: expected an integer >= 1")
+    matryoshka_dims(config)
+    try:
+        seeds = [int(s) for s in str(e.seeds).split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"embed.seeds={e.seeds!r}: expected distinct whole numbers, e.g. '0,1,2'")
+    return seeds
+
+
+def matryoshka_dims(config, hidden_size: int | None = None) -> tuple[int, ...]:
+    """`embed.matryoshka_dims` as sizes (() = the full size only); each must be a positive whole
+    number, at most `hidden_size` where given."""
+    text = str(config.embed.matryoshka_dims)
+    try:
+        dims = tuple(int(d) for d in text.split(",") if d.strip())
+    except ValueError:
+        dims = (0,)
+    if any(d < 1 for d in dims) or (hidden_size and any(d > hidden_size for d in dims)):
+        limit = f" <= the hidden size {hidden_size}" if hidden_size else ""
+        raise ValueError(
+            f"embed.matryoshka_dims={text!r}: expected comma-separated whole numbers >= 1{limit}"
+        )
+    return dims
+
+
+@dataclasses.dataclass(frozen=True)
+class Starting:
+    """What the run starts from.
+
+    Attributes:
+      model_config: the encoder's architecture (any family's config).
+      pooling: "mean" or "cls"; normalize: the export's Normalize module.
+      max_seq_length: tokens a text keeps.
+      tokenizer: the vocabulary.
+    """
+
+    model_config: Any
+    pooling: str
+    normalize: bool
+    max_seq_length: int
+    tokenizer: tokenization.WordPieceTokenizer
+
+
+def starting_point(config) -> Starting:
+    """The architecture, pooling, normalization, length and tokenizer of the run: the settings'
+    where they say, else the starting sentence-transformers directory's, else CLS pooling (what
+    `python -m bert_jax.inference embed` pools), normalized, 128 tokens."""
+    e, source = config.embed, config.init_from
+    if e.tokenizer:
+        tokenizer = tokenization.load_tokenizer(e.tokenizer)
+    elif source:
+        tokenizer = pretrained.find_tokenizer(source)
+        if tokenizer is None:
+            raise FileNotFoundError(
+                f"no tokenizer.json or vocab.txt in {source} (or its hf/, data/); set "
+                "config.embed.tokenizer"
+            )
+    else:
+        raise ValueError("set config.embed.tokenizer (no init_from to take the vocabulary from)")
+    st = None
+    if source:
+        model_config = pretrained.read_config(source)
+        folder = hub.resolve(source)
+        if as_path(folder).is_dir():
+            st = read_sentence_transformer(folder)
+    else:
+        fields = config.model.to_dict()
+        fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size
+        model_config = families.config_from_fields(fields)
+    if model_config.vocab_size != tokenizer.vocab_size:
+        raise ValueError(
+            f"the model's vocab_size={model_config.vocab_size} differs from the tokenizer's "
+            f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
+        )
+    pooling = e.pooling
+    if pooling == "auto":
+        pooling = getattr(st, "pooling", None) or "cls"
+        if pooling not in objectives.POOLINGS:
+            raise ValueError(
+                f"{source} pools by {pooling!r}; the embedding job trains mean or cls pooling: "
+                "set --config.embed.pooling"
+            )
+    normalize = BOOLEANS.get(e.normalize)
+    if normalize is None:
+        normalize = getattr(st, "normalize", None)
+        normalize = True if normalize is None else bool(normalize)
+    length = e.max_seq_length or getattr(st, "max_seq_length", None) or DEFAULT_MAX_SEQ_LENGTH
+    length = min(length, model_config.max_position_embeddings)
+    logging.info("pooling %s, normalize %s, max_seq_length %d", pooling, normalize, length)
+    return Starting(model_config, pooling, normalize, length, tokenizer)
+
+
+def build_experiment(config, start: Starting, num_train_steps: int, devices=None):
+    """The Experiment every seed trains in: the family's encoder with the contrastive objective
+    of the settings."""
+    objective = objectives.contrastive_objective(
+        start.pooling,
+        config.embed.scale,
+        config.embed.symmetric,
+        matryoshka_dims(config, start.model_config.hidden_size),
+    )
+    head = families.head_in_family(start.model_config, "BertModel")
+    return experiment.Experiment.build(
+        config, start.model_config, head, objective, num_train_steps, devices
+    )
+
+
+def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
+    """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`) without data:
+    a batch of `global_batch_size` pairs [B, 2, L] (L = max_seq_length, 128 by default) in
+    `num_microbatches` GradCache chunks; prints the report, returns the exit status."""
+    if not config.init_from and not config.model.vocab_size:
+        raise ValueError("--mode=compile without init_from needs --config.model.vocab_size")
+    if config.init_from:
+        model_config = pretrained.read_config(config.init_from)
+    else:
+        model_config = families.config_from_fields(config.model.to_dict())
+    pooling = "mean" if config.embed.pooling == "auto" else config.embed.pooling
+    length = config.embed.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
+    start = Starting(model_config, pooling, True, length, None)
+    exp = build_experiment(config, start, 1, aot.topology_devices(topology))
+    rows = config.global_batch_size
+    batch = {
+        k: jax.ShapeDtypeStruct((rows, 2, length), jax.numpy.int32)
+        for k in ("input_ids", "token_type_ids", "attention_mask")
+    }
+    model_flops = flops.classification_step_flops(
+        model_config, [length] * (2 * rows), 0, pooled=False
+    )
+    report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
+    report.update(topology=topology, num_slices=1, task="embed")
+    return aot.print_report(report)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+def train_and_evaluate(
+    config,
+    workdir: str | None,
+    mode: str = "train",
+    topology: str | None = None,
+    hlo_out: str | None = None,
+) -> dict[str, Any] | int:
+    """Trains an embedder for every seed of `embed.seeds` (mode "train"), prints the shardings
+    ("shardings") or compiles the step for `topology` ("compile", returning the exit status).
+
+    Flow: settings checked -> starting point (architecture, pooling, tokenizer) -> pairs read and
+    featurized -> one Experiment for every seed -> per seed: state from init_from -> step-0 dev
+    scores -> Trainer with hooks -> final dev scores -> export.
+
+    Returns:
+      {"task": "embed", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
+    """
+    seeds = check_config(config)
+    if mode == "compile":
+        return compile_for_topology(config, topology or config.topology, hlo_out)
+    e = config.embed
+    start = starting_point(config)
+    with text_io.record_reads() as data_files:
+        train = pairs.read_pairs(e.train_file, e.max_train_examples)
+        dev = pairs.read_pairs(e.dev_file, e.max_eval_examples) if e.dev_file else None
+    features = pairs.featurize_pairs(train, start.tokenizer, start.max_seq_length)
+    dev_set = (
+        None
+        if dev is None
+        else evaluation.retrieval_set(dev, start.tokenizer, start.max_seq_length)
+    )
+    if batching.num_rows(features) < config.global_batch_size:
+        raise ValueError(
+            f"global_batch_size={config.global_batch_size} is more than the {len(train)} "
+            f"training pairs of {e.train_file}: no training step"
+        )
+    steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
+    exp = build_experiment(config, start, steps_per_epoch * e.num_epochs)
+    if mode == "shardings":
+        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+        return {"task": "embed", "seeds": {}}
+    record = settings.run_record(config, data_files, "embed")
+    results = settings.start_results(workdir, record, seeds)
+    for seed in seeds:
+        if str(seed) in results["seeds"]:
+            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
+            continue
+        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
+        with config.unlocked():
+            config.seed = seed
+        final = train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
+        if final is None:  # stopped by a signal: rerun to resume
+            return results
+        results["seeds"][str(seed)] = final
+        settings.write_results(results, workdir, announce=False)
+    settings.write_results(results, workdir)
+    return results
+
+
+def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
+    """One seed's batches: `num_epochs` epochs of shuffled global batches of pairs, each cut to
+    the 32-token bucket of its longest text (rows are not grouped by length: that would make the
+    in-batch negatives of a batch alike in length)."""
+    return batching.EpochIterator(
+        features,
+        config.global_batch_size,
+        num_epochs=config.embed.num_epochs,
+        seed=seed,
+        bucket_boundaries=batching.length_buckets(features["input_ids"].shape[-1]),
+        host_rows=host_rows,
+    )
+
+
+def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs):
+    """One seed: train (resuming from its checkpoint), score dev retrieval at step 0 and at the
+    end, export `seed_dir/hf`, remove the training checkpoints. Returns the final and start_
+    scores, or None when a signal stopped the run before its last step."""
+    e = config.embed
+    host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
+    train_iter = _train_batches(config, features, seed, host_rows)
+    num_steps = train_iter.steps_per_epoch * e.num_epochs
+    ckpt = experiment.checkpointer(seed_dir, config)
+    state0 = starting_state(exp, ckpt, train_iter, init_from=config.init_from, seed=seed)
+    writer = MetricWriter(seed_dir, num_steps, state0.step, view=VIEW)
+    scores: dict[int, dict[str, float]] = {}
+
+    def evaluate(params, step):
+        scores[step] = (
+            {} if dev_set is None else evaluation.score(exp, params, dev_set, e.eval_batch_size)
+        )
+        return scores[step]
+
+    if state0.step == 0 and dev_set is not None:
+        writer.write(0, {f"eval/{k}": v for k, v in evaluate(state0.state.params, 0).items()})
+    hooks = [
+        loop.LogMetrics(
+            writer, every=(config.log_every_steps, config.checkpoint_every_steps), ckpt=ckpt
+        ),
+        loop.Evaluate(evaluate, writer, config.eval_every_steps, at_end=True),
+        loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), config.checkpoint_every_steps),
+    ]
+    trainer = loop.Trainer(
+        exp, hooks, num_train_steps=num_steps, stop_sync_every=config.log_every_steps
+    )
+    state, step, stopped = trainer.run(state0.state, state0.step, train_iter)
+    ckpt.close()
+    if stopped or step < num_steps:
+        writer.close()
+        logging.warning("seed %d stopped at step %d of %d; rerun to resume", seed, step, num_steps)
+        return None
+    final = dict(scores.get(step, {}))
+    begin = {k[len("eval/") :]: v for k, v in _scores_at(writer, 0).items()}
+    final.update({f"start_{k}": v for k, v in begin.items()})
+    card = model_card(config, start, exp, num_steps, num_pairs, begin, scores.get(step, {}))
+    places = {"hf": export(state.params, seed_dir / "hf", exp, start, card)}
+    if jax.process_index() == 0 and as_path(ckpt.directory).exists():
+        as_path(ckpt.directory).rmtree()
+        places["checkpoints"] = "removed (results.json holds the scores)"
+    writer.close()
+    if jax.process_index() == 0:
+        print(f"\nseed {seed}: " + writer.summary(step, places, timing=trainer.timer))
+    return final
+
+
+def _scores_at(writer: MetricWriter, step: int) -> dict[str, float]:
+    """The eval/ metrics the writer holds at `step` (a resumed run's step 0 is in its history)."""
+    return {
+        k: v
+        for k, points in writer.history.items()
+        if k.startswith("eval/")
+        for s, v in points
+        if s == step
+    }
+
+
+def export(params, directory, exp, start: Starting, card: str) -> str:
+    """Writes the model as a sentence-transformers directory (every process gathers the
+    parameters; process 0 writes). Returns where it went."""
+    host_params = multihost_utils.process_allgather(params, tiled=True)
+    if jax.process_index() == 0:
+        with tempfile.TemporaryDirectory() as tokenizer_dir:
+            start.tokenizer.save(tokenizer_dir)
+            save_sentence_transformer(
+                directory,
+                exp.bert_config,
+                host_params,
+                tokenizer_dir=tokenizer_dir,
+                pooling=start.pooling,
+                normalize=start.normalize,
+                max_seq_length=start.max_seq_length,
+                card=card,
+            )
+    return f"{directory} (sentence-transformers)"
+
+
+def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -> str:
+    """The model card's account of the training (markdown): data, loss, batch, pooling,
+    schedule, and the dev scores of the starting and the trained model."""
+    e, objective, opt = config.embed, exp.objective, config.optimizer
+    loss = f"MultipleNegatives{'Symmetric' if objective.symmetric else ''}RankingLoss"
+    chunks = config.num_microbatches
+    items = [
+        f"loss: in-batch negatives softmax ({loss}), cosine similarity x {objective.scale:g}; "
+        "the negatives of each anchor: every other positive and hard negative of the global "
+        f"batch of {config.global_batch_size} pairs"
+        + (f" (GradCache, {chunks} chunks)" if chunks > 1 else ""),
+        f"pooling: {start.pooling}; normalized: {start.normalize}; max_seq_length: "
+        f"{start.max_seq_length}",
+        f"{num_steps} steps ({e.num_epochs} epoch(s)), {opt.name} at peak learning rate "
+        f"{opt.peak_learning_rate:g}, {opt.schedule} schedule, seed {config.seed}",
+    ]
+    if objective.dims:
+        items.insert(1, f"Matryoshka dimensions: {', '.join(map(str, objective.dims))}")
+    lines = [
+        "## Training",
+        "",
+        "Trained with bert_jax's embedding job (`train.py --config=configs/embed.py`) from "
+        f"`{config.init_from or 'scratch'}` on {num_pairs:,} pairs of `{e.train_file}`:",
+        "",
+        *(f"- {item}" for item in items),
+    ]
+    if end:
+        lines += [
+            "",
+            f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):",
+            "",
+            "| metric | start | trained |",
+            "|---|---|---|",
+            *(f"| {k} | {begin.get(k, float('nan')):.4f} | {v:.4f} |" for k, v in end.items()),
+        ]
+    return "\n".join(lines) + "\n"

