@@ -77,10 +77,11 @@ def cpu_description() -> dict:
 
 
 def train_step_program(size: str, batch: int, seq: int):
-    """(lowered AdamW step, its arguments, results -> flat float arrays): the step of
+    """(lowered AdamW step, () -> its arguments, results -> flat arrays): the step of
     benchmarks/pretrain_step.py at `size`, float32."""
     import flax.linen as nn
     import jax
+    import jax.numpy as jnp
 
     from benchmarks.pretrain_step import make_batch
     from bert_jax.models.bert import model as M
@@ -95,19 +96,22 @@ def train_step_program(size: str, batch: int, seq: int):
         jax.random.PRNGKey(0)
     )
     host = make_batch(cfg, batch, seq, max(1, round(0.15 * seq)))
-    args = (state, jax.device_put(host))
+    device_batch = jax.device_put(host)
     fn = experiment.compile_train_step(model, tx, objectives.get_objective("pretraining"))
+
+    def args():  # the step donates its state: a fresh copy for every call
+        return jax.tree.map(jnp.copy, state), device_batch
 
     def flat(out):
         new_state, metrics = out
         leaves = jax.tree.leaves(new_state.params) + jax.tree.leaves(metrics)
         return [np.asarray(x, np.float64).ravel() for x in leaves]
 
-    return fn.lower(*args), args, flat
+    return fn.lower(*args()), args, flat
 
 
 def embed_program(batch: int, seq: int):
-    """(lowered encoder forward, its arguments, results -> flat arrays): all-MiniLM-L6-v2's
+    """(lowered encoder forward, () -> its arguments, results -> flat arrays): all-MiniLM-L6-v2's
     architecture and vocabulary size (random weights: timing and exactness do not need its
     trained ones), float32."""
     import jax
@@ -125,13 +129,12 @@ def embed_program(batch: int, seq: int):
     mask = np.ones((batch, seq), np.int32)
     mask[batch // 2 :, seq // 2 :] = 0  # half the rows padded, as a length bucket holds them
     params = jax.jit(model.init)(jax.random.PRNGKey(0), ids, attention_mask=mask)
-    args = (params, ids, mask)
     fn = jax.jit(lambda p, i, m: model.apply(p, i, attention_mask=m).last_hidden_state)
 
     def flat(out):
         return [np.asarray(out, np.float64).ravel()]
 
-    return fn.lower(*args), args, flat
+    return fn.lower(params, ids, mask), lambda: (params, ids, mask), flat
 
 
 def compare(reference: list[np.ndarray], result: list[np.ndarray], rtol: float) -> tuple:
@@ -167,18 +170,19 @@ def sweep(lowered, args, flat, names: list[str], rounds: int, reps: int, rtol: f
             "compile_s": time.perf_counter() - t,
             "library_calls": calls,
         }
-    reference = flat(jax.block_until_ready(compiled["default"](*args)))
+    reference = flat(jax.block_until_ready(compiled["default"](*args())))
     for name, c in compiled.items():
         rows[name]["max_abs_diff"], rows[name]["exact"] = compare(
-            reference, flat(jax.block_until_ready(c(*args))), rtol
+            reference, flat(jax.block_until_ready(c(*args()))), rtol
         )
     times = {name: [] for name in compiled}
     load = [round(os.getloadavg()[0], 2)]
     for _ in range(rounds):
         for name, c in compiled.items():
             for _ in range(reps):
+                inputs = jax.block_until_ready(args())
                 t = time.perf_counter()
-                jax.block_until_ready(c(*args))
+                jax.block_until_ready(c(*inputs))
                 times[name].append(time.perf_counter() - t)
     load.append(round(os.getloadavg()[0], 2))
     default = statistics.median(times["default"])

@@ -29,14 +29,22 @@ DISABLE_VARIABLE = "BERT_JAX_XLA_FLAGS"  # "0": apply none
 
 # --------------------------------------------------------------------------------------------
 # CPU (XLA:CPU, jaxlib 0.10.2): by `hardware.cpu_family`. XLA's defaults run the dots in
-# XNNPACK/YNNPACK; the sweep of every XLA:CPU option (benchmarks/RESULTS.md, "XLA:CPU options
-# per CPU family") sets what measured faster and exact on a family.
+# XNNPACK/YNNPACK; `benchmarks/cpu_options.py` measures every XLA:CPU option against them
+# (benchmarks/RESULTS.md, "XLA:CPU options per CPU family").
+# - AMD (EPYC): none. No option set that changes the program measured faster beyond the spread
+#   of those that leave it unchanged; with jaxlib 0.10.2 the oneDNN options change nothing there
+#   (YNNPACK or XLA's own dots keep every matmul).
+# - Intel with AVX-512 / AMX: none yet. oneDNN's matmul custom calls
+#   (`xla_cpu_experimental_onednn_custom_call`) ran the step 10-18% faster on a 2-core Xeon, but
+#   their exactness could not be checked on the project's AMD machine, where they never appear in
+#   the compiled program: `benchmarks/cpu_options.py` on an Intel machine checks both; add
+#   `"intel_avx512"` / `"intel_amx"` rows here once it finds them exact and faster.
 # --------------------------------------------------------------------------------------------
 CPU_BY_FAMILY: dict[str, dict[str, str]] = {}
 
 # --------------------------------------------------------------------------------------------
-# TPU (libtpu, LIBTPU_INIT_ARGS): what the recipes' compiled steps were measured with
-# (benchmarks/RESULTS_tpu.md).
+# TPU (libtpu, LIBTPU_INIT_ARGS): none yet; no libtpu flag has been compiled against the recipes
+# (benchmarks/RESULTS_tpu.md). Windowed einsum is the config's (`collective_matmul`).
 # --------------------------------------------------------------------------------------------
 TPU: dict[str, str] = {}
 
