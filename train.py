@@ -46,6 +46,7 @@ from bert_jax.finetune import run as finetune_run
 from bert_jax.parallel import aot, compile_cache, multihost, preemption
 from bert_jax.pretrain import run as pretrain_run
 from bert_jax.training import experiment, run_lock, summaries
+from configs import pretrain as pretrain_recipes
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
@@ -104,6 +105,7 @@ def main(argv):
     # With several processes, an error on any of them ends all of them (parallel.multihost).
     # One run at a time in a workdir: the lock is taken before anything is written there.
     training = FLAGS.mode == "train"
+    topology = FLAGS.topology or config.topology
     with multihost.guard(), run_lock.hold(workdir) if training else contextlib.nullcontext():
         if config.job in pretrain_run.JOBS:
             out = pretrain_run.train_and_evaluate(
@@ -123,6 +125,8 @@ def main(argv):
                 config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
             )
     if FLAGS.mode == "compile":
+        if out == 1 and config.job in pretrain_run.JOBS:  # does not fit: name what does
+            logging.error("does not fit: %s", pretrain_recipes.fit_hint(config, topology))
         return out
     # Stopped by a signal before the end (a checkpoint saved): 128 + the signal, never 0.
     signum = preemption.stopped_by()

@@ -7,7 +7,9 @@ config, params = bert_jax.convert.load_pytorch(hf_dir, model="ModernBertForMaske
 out = bert_jax.ModernBertForMaskedLM(config).apply({"params": params}, input_ids)
 """
 
-from bert_jax import losses
+# xla_flags first, before anything can start a JAX backend: importing it sets the project's XLA
+# flags (bert_jax/xla_flags.py).
+from bert_jax import losses, xla_flags  # noqa: F401
 from bert_jax.models.bert.config import PRESETS, BertConfig
 from bert_jax.models.bert.model import (
     BertForMaskedLM,

@@ -340,6 +340,24 @@ def cpu_flags(cpuinfo: str) -> frozenset[str]:
     return frozenset(flags)
 
 
+# CPU families whose XLA:CPU settings may differ (`bert_jax.xla_flags`): by /proc/cpuinfo's vendor
+# and the matrix flags that choose kernels.
+CPU_FAMILIES = ("intel_amx", "intel_avx512", "intel", "amd", "arm", "other")
+
+
+def cpu_family(cpuinfo: str) -> str:
+    """One of `CPU_FAMILIES` from /proc/cpuinfo text: Intel with AMX tiles, Intel with AVX-512,
+    other Intel, AMD (with or without AVX-512), aarch64 (`CPU implementer` lines), or other."""
+    flags = cpu_flags(cpuinfo)
+    if "GenuineIntel" in cpuinfo:
+        if "amx_tile" in flags:
+            return "intel_amx"
+        return "intel_avx512" if "avx512f" in flags else "intel"
+    if "AuthenticAMD" in cpuinfo:
+        return "amd"
+    return "arm" if "CPU implementer" in cpuinfo else "other"
+
+
 def emulated_bfloat16_warning(dtype: str, platform: str, cpuinfo: str | None) -> str | None:
     """The warning for a run computing in bfloat16 on a CPU without bfloat16 matrix units, or None.
 

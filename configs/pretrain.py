@@ -22,8 +22,9 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    masking, FULL-SENTENCES rows of 512 tokens, a byte-level BPE vocabulary;
                    `roberta_config`, docs/roberta.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
-                   remat and micro-batches that fit it with headroom (phase 1: global batch 1,024,
-                   450k steps, lr 1.4e-4), proven before renting it by
+                   remat and micro-batches that fit it with headroom (phase 1: the slice's global
+                   batch, 1,024 today, the same tokens whatever the batch),
+                   proven before renting it by
                      python train.py --config=configs/pretrain.py:size=large,phase=2,tpu=v5e-16 \
                        --mode=compile
                    (benchmarks/RESULTS_tpu.md: HBM per chip, compile time, roofline MFU bound).
@@ -46,20 +47,37 @@ from bert_jax.models.families import model_fields
 from bert_jax.models.modernbert.config import ModernBertConfig
 from configs import common
 
-# BERT-large on TPU slices: slice -> (topology, {phase: (remat_policy, num_microbatches,
-# scan_layers)}). Every chip holds a 1/N shard of the parameters and optimizer state (mesh fsdp =
-# all chips) and global_batch_size / N rows of the batch. Phase 2 keeps only the matmul outputs
-# for the backward pass (remat "dots") except on v5p-128 (8 sequences a chip); phase 1 on v5e-16
-# fits unrolled, not scanned (the scan's stacked buffers), and the other slices fit scanned.
+# BERT-large on TPU slices: slice -> (topology, phase-1 global batch, {phase: (remat_policy,
+# num_microbatches, scan_layers)}). Every chip holds a 1/N shard of the parameters and optimizer
+# state (mesh fsdp = all chips) and global_batch_size / N rows of the batch. Phase 1's batch is
+# the slice's: each step pays the weights' HBM traffic (gathers, gradient reductions, the
+# update: about 36 GB a chip, whatever the batch) once, so the compiled step's roofline MFU bound
+# rises with the rows a chip takes (benchmarks/RESULTS_tpu.md: 96 rows on v5e-16 would bound it
+# at about 0.77, 64 on v5e-64 at 0.67, 32 on v5p-128 at 0.71; a batch changes here only with its
+# compile on record). Phase 2 keeps only the matmul outputs for the backward pass (remat "dots")
+# except on v5p-128 (8 sequences a chip); phase 1 on v5e-16 fits unrolled, not scanned (the
+# scan's stacked buffers: 15.9 GiB at 64 rows a chip), and the other slices fit scanned.
 # benchmarks/RESULTS_tpu.md lists each entry's compiled HBM per chip (--mode=compile,
-# `python benchmarks/tpu_recipes.py`).
+# `python benchmarks/tpu_recipes.py`) and the bounds (`--bound`).
 TPU_RECIPES = {
-    "v4-32": ("v4:2x2x4", {1: ("none", 1, True), 2: ("dots", 1, True)}),
-    "v5e-16": ("v5e:4x4", {1: ("none", 1, False), 2: ("dots", 1, True)}),
-    "v5e-64": ("v5e:8x8", {1: ("none", 1, True), 2: ("dots", 1, True)}),
-    "v5p-8": ("v5p:2x2x1", {1: ("none", 1, True), 2: ("dots", 1, True)}),
-    "v5p-128": ("v5p:4x4x4", {1: ("none", 1, True), 2: ("none", 1, True)}),
+    "v4-32": ("v4:2x2x4", 1024, {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5e-16": ("v5e:4x4", 1024, {1: ("none", 1, False), 2: ("dots", 1, True)}),
+    "v5e-64": ("v5e:8x8", 1024, {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5p-8": ("v5p:2x2x1", 1024, {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5p-128": ("v5p:4x4x4", 1024, {1: ("none", 1, True), 2: ("none", 1, True)}),
 }
+# Phase 1 takes the original's 512 x 900k sequences (59B tokens) in fewer, larger steps: the
+# learning rate scaled by sqrt(batch / 512) from its 1e-4, the warmup kept at the share of the
+# steps that the first 1,024-row recipes gave it (10k of 450k).
+PHASE1_SEQUENCES = 512 * 900_000
+
+
+def tpu_phase1_schedule(global_batch: int) -> tuple[int, int, float]:
+    """(num_train_steps, warmup_steps, peak_learning_rate) of a TPU recipe's phase 1 at
+    `global_batch` rows of 128 tokens: 450k / 10k / 1.4e-4 at 1,024."""
+    steps = PHASE1_SEQUENCES // global_batch
+    lr = round(1e-4 * (global_batch / 512) ** 0.5, 5)
+    return steps, round(10_000 * 1024 / global_batch), lr
 
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "arch": "bert"}
@@ -162,17 +180,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # names another ("" = none).
     c.topology = ""
     if tpu:
-        c.topology, by_phase = TPU_RECIPES[tpu]
+        c.topology, phase1_batch, by_phase = TPU_RECIPES[tpu]
         c.runtime.remat_policy, c.num_microbatches, c.runtime.scan_layers = by_phase[phase]
         c.mesh.data, c.mesh.fsdp = 1, -1
-        if phase == 1:
-            # Twice the batch (64 sequences a chip on v5e-16): the HBM traffic of the weights
-            # (gathers, gradient reductions, the update) is paid once a step whatever the batch,
-            # so more sequences a chip raise the compiled step's roofline MFU bound
-            # (docs/pretraining.md, "Numbers behind the config"). The same 59B tokens as
-            # 512 x 900k steps, the learning rate scaled by sqrt(2) as the batch doubles.
-            c.global_batch_size, c.num_train_steps = 1024, 450_000
-            c.optimizer.peak_learning_rate = 1.4e-4
+        if phase == 1:  # the slice's batch: see TPU_RECIPES
+            c.global_batch_size = phase1_batch
+            steps, warmup, lr = tpu_phase1_schedule(phase1_batch)
+            c.num_train_steps, c.optimizer.warmup_steps = steps, warmup
+            c.optimizer.peak_learning_rate = lr
 
     c.log_every_steps = 20 if tiny else 100
     c.eval_every_steps = 200 if tiny else 10_000
@@ -351,3 +366,48 @@ def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict
         c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
     c.lock()
     return c
+
+
+def recipes_on_topology(topology: str) -> list[str]:
+    """The variants of every shipped TPU recipe made for `topology` ("v5e:4x4"), BERT's first."""
+    bert = [
+        f"size=large,phase={phase},tpu={tpu}"
+        for tpu, (top, _, phases) in TPU_RECIPES.items()
+        if top == topology
+        for phase in phases
+    ]
+    modernbert = [
+        f"size={size},phase={phase},tpu={tpu},arch=modernbert"
+        for tpu, (top, entries) in MODERNBERT_TPU_RECIPES.items()
+        if top == topology
+        for size, phase in sorted(entries)
+    ]
+    return bert + modernbert
+
+
+def fit_hint(config: ml_collections.ConfigDict, topology: str) -> str:
+    """What to tell a user whose config's step does not fit `topology` (`--mode=compile`): the
+    shipped recipes for that slice with the config's model and sequence length (else all of that
+    slice's recipes), or, where the slice has none, the slices that have."""
+    recipes = recipes_on_topology(topology)
+    if not recipes:
+        slices = {top: tpu for tpu, (top, *_) in TPU_RECIPES.items()}
+        slices.update({top: tpu for tpu, (top, _) in MODERNBERT_TPU_RECIPES.items()})
+        known = ", ".join(f"tpu={tpu} ({top})" for top, tpu in sorted(slices.items()))
+        return f"configs/pretrain.py ships no recipe for {topology}; it has recipes for {known}"
+
+    def key(c):
+        m = c.model
+        return (m.get("model_type", "bert"), m.hidden_size, m.num_hidden_layers)
+
+    def same(variant):
+        recipe = get_config(variant)
+        length = recipe.data.max_seq_length == config.data.max_seq_length
+        return key(recipe) == key(config) and length
+
+    matching = [v for v in recipes if same(v)] or recipes
+    return (
+        f"the shipped recipe{'s' if len(matching) > 1 else ''} for {topology}: "
+        + "; ".join(f"--config=configs/pretrain.py:{v}" for v in matching)
+        + " (mesh, remat, micro-batches and batch that fit it: benchmarks/RESULTS_tpu.md)"
+    )

@@ -268,7 +268,7 @@ def test_recorded_tpu_recipe_compiles_match_the_recipes_and_results():
     from configs import pretrain
 
     by_name, results = _recorded_tpu_compiles()
-    for tpu, (topology, phases) in pretrain.TPU_RECIPES.items():
+    for tpu, (topology, _, phases) in pretrain.TPU_RECIPES.items():
         for phase in phases:
             config = pretrain.get_config(f"size=large,phase={phase},tpu={tpu}")
             _check_recorded_recipe(by_name[f"recipe_{tpu}_p{phase}"], config, topology, results)

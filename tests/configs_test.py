@@ -85,6 +85,44 @@ def test_locked_configs_reject_unknown_keys_and_bad_variants():
     assert recipe.topology == "v4:2x2x4" and recipe.mesh.fsdp == -1 and recipe.mesh.data == 1
 
 
+def test_tpu_phase1_batches_take_the_original_tokens_per_slice():
+    """Phase 1's global batch is the slice's (rows a chip), the tokens stay 512 x 900k, and the
+    learning rate scales by sqrt(batch / 512): 1,024 keeps its 450k steps, 10k warmup, 1.4e-4."""
+    module = load_config_file("pretrain.py")
+    assert module.tpu_phase1_schedule(1024) == (450_000, 10_000, 1.4e-4)
+    for tpu, (topology, batch, _) in module.TPU_RECIPES.items():
+        c = module.get_config(f"size=large,phase=1,tpu={tpu}")
+        assert c.global_batch_size == batch and c.topology == topology
+        assert c.global_batch_size * c.num_train_steps == 512 * 900_000
+        assert c.optimizer.peak_learning_rate == pytest.approx(
+            1e-4 * (batch / 512) ** 0.5, rel=0.03
+        )
+    assert module.tpu_phase1_schedule(1536) == (300_000, 6667, 1.7e-4)
+    assert module.get_config("size=large,phase=2,tpu=v5e-16").global_batch_size == 512
+
+
+def test_a_config_that_does_not_fit_a_slice_is_told_the_recipe_that_does():
+    """train.py --mode=compile's message when the step does not fit (`fit_hint`): the recipes of
+    that slice for the config's model and length, else all of that slice's, else the slices."""
+    module = load_config_file("pretrain.py")
+    hint = module.fit_hint(module.get_config("size=large,phase=2"), "v5e:4x4")
+    assert hint.startswith("the shipped recipe for v5e:4x4: ")
+    assert "--config=configs/pretrain.py:size=large,phase=2,tpu=v5e-16 (" in hint
+    assert "phase=1" not in hint and "modernbert" not in hint
+    hint = module.fit_hint(module.get_config("size=large,phase=1,arch=modernbert"), "v5p:2x2x1")
+    assert "size=large,phase=1,tpu=v5p-8,arch=modernbert (" in hint and "phase=2" not in hint
+    # No recipe of its model: every recipe of the slice.
+    hint = module.fit_hint(module.get_config("size=base,phase=1"), "v5e:8x8")
+    assert "size=large,phase=1,tpu=v5e-64; " in hint and "size=large,phase=2,tpu=v5e-64 (" in hint
+    hint = module.fit_hint(module.get_config("size=large,phase=2"), "v5e:2x2")
+    assert hint.startswith("configs/pretrain.py ships no recipe for v5e:2x2; it has recipes for ")
+    assert "tpu=v5e-16 (v5e:4x4)" in hint and "tpu=v5p-128 (v5p:4x4x4)" in hint
+    assert module.recipes_on_topology("v4:2x2x4") == [
+        "size=large,phase=1,tpu=v4-32",
+        "size=large,phase=2,tpu=v4-32",
+    ]
+
+
 def test_variant_values_take_the_type_of_their_default():
     common = load_config_file("common.py")
     defaults = {"size": "tiny", "phase": 1, "lr": 1e-4, "mlm_only": False}
