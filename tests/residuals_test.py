@@ -51,7 +51,8 @@ def test_bfloat16_layers_keep_no_float32_activation_and_two_mlp_activations():
 def test_bfloat16_gradients_equal_the_plain_layers(monkeypatch):
     """The recomputing LayerNorm and GELU give the gradients of the plain ones: GELU's are the
     same arithmetic; LayerNorm's differ only where XLA rounds float32 intermediates to bfloat16
-    in another place (its excess-precision choices): by a few bfloat16 steps."""
+    in another place (its excess-precision choices): under 2% of each gradient's norm here (and
+    the gradients that should be zero, such as the key bias's, stay at noise level)."""
     cfg = CFG.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     runtime = RuntimeConfig(dtype="bfloat16")
 
@@ -63,6 +64,6 @@ def test_bfloat16_gradients_equal_the_plain_layers(monkeypatch):
     monkeypatch.setattr(layers.nn, "remat", lambda cls, **kwargs: cls)
     monkeypatch.setattr(M, "kept_input_only", lambda fn, scanned: fn)
     plain = grads()
-    largest = max(float(np.abs(g).max()) for g in jax.tree.leaves(plain))
-    for a, b in zip(jax.tree.leaves(shipped), jax.tree.leaves(plain), strict=True):
-        np.testing.assert_allclose(a, b, rtol=0.05, atol=1e-3 * largest)
+    norms = [float(np.linalg.norm(g)) for g in jax.tree.leaves(plain)]
+    for a, b, norm in zip(jax.tree.leaves(shipped), jax.tree.leaves(plain), norms, strict=True):
+        assert np.linalg.norm(a - b) <= 0.03 * norm + 1e-4 * max(norms), a.shape
