@@ -14,13 +14,16 @@ benchmarks/pretrain_step.py (AdamW, bfloat16, no remat) is compiled twice for th
   * unrolled, so that every count covers the whole step (XLA counts a loop body once): XLA's bytes
     accessed (`xla_bytes_gb`), kernel launches (`kernels`: fusions, custom calls and the few other
     instructions left outside fusions in the computations a step runs: ENTRY and loop bodies),
-    of which cuBLAS / cuDNN calls (`library_calls`) and copies (`copies`), and the
+    of which cuBLAS / cuDNN calls (`library_calls`), copies (`copies`) and dynamic-update-slice
+    kernels (`stacking`: a scanned loop's per-layer writes into its stacked buffers), and the
     random-number work: kernels that draw random bits (`rng_kernels`) and the HLO instructions
     doing it inside them (`rng_ops`: the unsigned xors, shifts and ors of threefry or Philox).
 
-One JSON line per shape, then the markdown table of RESULTS_gpu.md. Deviceless figures: the
-plan's sizes are those a real H100 had (0.6-2% under the allocator's peak); kernels are counted,
-not timed.
+One JSON line per shape, then the markdown table of RESULTS_gpu.md (counts of the unrolled step;
+"as run": the step as section 1 measured it, a scanned loop's body counted once, and of its
+kernels the dynamic-update-slices that stack a layer's saved activations and gradients).
+Deviceless figures: the plan's sizes are those a real H100 had (0.6-2% under the allocator's
+peak); kernels are counted, not timed.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ def hlo_counts(hlo: str) -> dict[str, int]:
             op = m.group(2)
             counts["library_calls"] += op == "custom-call"
             counts["copies"] += op == "copy" or "calls=%fused_copy" in line
+            counts["stacking"] += "dynamic_update_slice" in line or "dynamic-update-slice" in line
             inner = [line] + [x for c in _called([line], comps) for x in comps[c]]
             rng = sum(bool(_RNG.search(x)) for x in inner)
             counts["rng_kernels"] += rng > 0
@@ -166,8 +170,6 @@ def measure(name: str, card: str, workdir: str) -> dict:
     plan = _compile(name, name in SCANNED, card, os.path.join(workdir, f"{name}_plan.hlo"))
     path = os.path.join(workdir, f"{name}_unrolled.hlo")
     unrolled = _compile(name, False, card, path)
-    with open(path) as f:
-        counts = hlo_counts(f.read())
     return {
         "name": name,
         "card": card,
@@ -175,25 +177,36 @@ def measure(name: str, card: str, workdir: str) -> dict:
         "plan_gb": plan["xla_plan_bytes"] / 1e9,
         "unrolled_plan_gb": unrolled["xla_plan_bytes"] / 1e9,
         "xla_bytes_gb": unrolled["xla_bytes_accessed"] / 1e9,
-        **counts,
+        **counted(name, workdir),
         "compile_s": plan["compile_s"],
         "unrolled_compile_s": unrolled["compile_s"],
         "jax": plan["jax"],
     }
 
 
+def counted(name: str, workdir: str) -> dict:
+    """`hlo_counts` of a shape's unrolled step, and (`as_run`) of the step as measured on the card
+    (scanned for large: its loop body counted once), from the HLO files in `workdir`."""
+    with open(os.path.join(workdir, f"{name}_unrolled.hlo")) as f:
+        counts = hlo_counts(f.read())
+    with open(os.path.join(workdir, f"{name}_plan.hlo")) as f:
+        return {**counts, "as_run": hlo_counts(f.read())}
+
+
 def table(rows: list[dict]) -> str:
     """The markdown table of `measure`'s rows."""
     out = [
-        "| shape | plan GB | XLA bytes GB (unrolled) | kernels | cuBLAS/cuDNN calls | copies | "
-        "RNG kernels | RNG ops | compile s (scanned / unrolled) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| shape | plan GB | XLA bytes GB | kernels | cuDNN/cuBLAS calls | copies | RNG kernels "
+        "| RNG ops | as run: kernels, of them stacking | compile s (as run / unrolled) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
+        run = r["as_run"]
         out.append(
             f"| {r['name']} | {r['plan_gb']:.2f} | {r['xla_bytes_gb']:.1f} | {r['kernels']} | "
             f"{r['library_calls']} | {r['copies']} | {r.get('rng_kernels', 0)} | "
-            f"{r.get('rng_ops', 0)} | {r['compile_s']:.0f} / {r['unrolled_compile_s']:.0f} |"
+            f"{r.get('rng_ops', 0)} | {run['kernels']}, {run.get('stacking', 0)} | "
+            f"{r['compile_s']:.0f} / {r['unrolled_compile_s']:.0f} |"
         )
     return "\n".join(out)
 
@@ -206,7 +219,17 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--workdir", default="/tmp/gpu_step_hlo", help="where the HLO goes")
     parser.add_argument("--output", default="", help="also append the JSON lines to this file")
+    parser.add_argument(
+        "--recount", default="", help="a JSON-lines file of earlier rows: count their HLO again"
+    )
     args = parser.parse_args(argv)
+    if args.recount:
+        with open(args.recount) as f:
+            old = [json.loads(line) for line in f if line.strip()]
+        rows = [{**r, **counted(r["name"], args.workdir)} for r in old]
+        print("\n".join(json.dumps(r) for r in rows))
+        print(table(rows))
+        return 0
     names = [n for n in args.only.split(",") if n] or list(SHAPES)
     unknown = sorted(set(names) - set(SHAPES))
     if unknown:
