@@ -29,6 +29,7 @@ LEAVES = (
     "losses",
     "batch_layout",
     "hardware",
+    "xla_flags",
     "cli",
     "data",
 )
