@@ -148,13 +148,14 @@ def _launching(comps: dict[str, list[str]], fused: set[str]) -> set[str]:
     return out - fused
 
 
-def _compile(name: str, scanned: bool, card: str, hlo_path: str) -> dict:
+def _compile(name: str, scanned: bool, card: str, hlo_path: str, extra=()) -> dict:
     """gpu_compile.py's JSON line for one shape, in a process of its own."""
     cmd = [
         sys.executable,
         os.path.join(ROOT, "benchmarks", "gpu_compile.py"),
         f"--card={card}",
         *SHAPES[name],
+        *extra,
         f"--hlo={hlo_path}",
         *(["--scan"] if scanned else []),
     ]
@@ -164,12 +165,13 @@ def _compile(name: str, scanned: bool, card: str, hlo_path: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(name: str, card: str, workdir: str) -> dict:
-    """One shape's row: the plan as measured on the card, the counts of the unrolled step."""
+def measure(name: str, card: str, workdir: str, extra=()) -> dict:
+    """One shape's row: the plan as measured on the card, the counts of the unrolled step;
+    `extra`: more gpu_compile.py flags (--dropout_rng=rbg)."""
     os.makedirs(workdir, exist_ok=True)
-    plan = _compile(name, name in SCANNED, card, os.path.join(workdir, f"{name}_plan.hlo"))
+    plan = _compile(name, name in SCANNED, card, os.path.join(workdir, f"{name}_plan.hlo"), extra)
     path = os.path.join(workdir, f"{name}_unrolled.hlo")
-    unrolled = _compile(name, False, card, path)
+    unrolled = _compile(name, False, card, path, extra)
     return {
         "name": name,
         "card": card,
@@ -219,6 +221,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--workdir", default="/tmp/gpu_step_hlo", help="where the HLO goes")
     parser.add_argument("--output", default="", help="also append the JSON lines to this file")
+    parser.add_argument("--dropout_rng", default="threefry", help="threefry | rbg")
     parser.add_argument(
         "--recount", default="", help="a JSON-lines file of earlier rows: count their HLO again"
     )
@@ -236,7 +239,8 @@ def main(argv=None) -> int:
         parser.error(f"unknown shapes {unknown}: expected some of {list(SHAPES)}")
     rows = []
     for name in names:
-        rows.append(measure(name, args.card, args.workdir))
+        rows.append(measure(name, args.card, args.workdir, [f"--dropout_rng={args.dropout_rng}"]))
+        rows[-1]["dropout_rng"] = args.dropout_rng
         print(json.dumps(rows[-1]), flush=True)
         if args.output:
             with open(args.output, "a") as f:
