@@ -244,7 +244,8 @@ def main(argv=None) -> int:
         parser.error(f"unknown shapes {unknown}: expected some of {list(SHAPES)}")
     rows = []
     for name in names:
-        rows.append(measure(name, args.card, args.workdir, [f"--dropout_rng={args.dropout_rng}"]))
+        extra = [] if args.dropout_rng == "threefry" else [f"--dropout_rng={args.dropout_rng}"]
+        rows.append(measure(name, args.card, args.workdir, extra))
         rows[-1]["dropout_rng"] = args.dropout_rng
         print(json.dumps(rows[-1]), flush=True)
         if args.output:
