@@ -16,8 +16,9 @@ benchmarks/pretrain_step.py (AdamW, bfloat16, no remat) is compiled twice for th
     instructions left outside fusions in the computations a step runs: ENTRY and loop bodies),
     of which cuBLAS / cuDNN calls (`library_calls`), copies (`copies`) and dynamic-update-slice
     kernels (`stacking`: a scanned loop's per-layer writes into its stacked buffers), and the
-    random-number work: kernels that draw random bits (`rng_kernels`) and the HLO instructions
-    doing it inside them (`rng_ops`: the unsigned xors, shifts and ors of threefry or Philox).
+    random-number work: kernels that draw random bits (`rng_kernels`) and the integer operations
+    they do for it (`rng_ops`: elements times unsigned-integer instructions, threefry's adds,
+    rotations and xors or Philox's multiplies and xors; reported in billions).
 
 One JSON line per shape, then the markdown table of RESULTS_gpu.md (counts of the unrolled step;
 "as run": the step as section 1 measured it, a scanned loop's body counted once, and of its
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import re
 import shutil
@@ -67,11 +69,12 @@ _NO_KERNEL = {
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+) = .*? ([\w\-]+)\(")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+) [(]")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
-# The bit arithmetic of random-number generators (threefry's rotations and xors, Philox's and
-# RngBitGenerator's), inlined by XLA into the kernels that use the bits: nothing else in the
-# step shifts or xors unsigned integers.
+# The integer arithmetic of random-number generators (threefry's adds, rotations and xors;
+# Philox's 64-bit multiplies, as XLA expands RngBitGenerator), inlined by XLA into the kernels
+# that use the bits: nothing else in the step computes on unsigned integers.
 _RNG = re.compile(
-    r"= u(?:32|64)\[[^=]*? (xor|shift-left|shift-right-logical|or|rng-bit-generator)\("
+    r"= u(?:32|64)\[([\d,]*)\][^=]*? (xor|shift-left|shift-right-logical|or|add|multiply|"
+    r"rng-bit-generator)\("
 )
 
 
@@ -124,9 +127,11 @@ def hlo_counts(hlo: str) -> dict[str, int]:
             counts["copies"] += op == "copy" or "calls=%fused_copy" in line
             counts["stacking"] += "dynamic_update_slice" in line or "dynamic-update-slice" in line
             inner = [line] + [x for c in _called([line], comps) for x in comps[c]]
-            rng = sum(bool(_RNG.search(x)) for x in inner)
-            counts["rng_kernels"] += rng > 0
-            counts["rng_ops"] += rng
+            rng = [m for m in map(_RNG.search, inner) if m]
+            counts["rng_kernels"] += bool(rng)
+            counts["rng_ops"] += sum(
+                math.prod(int(d) for d in m.group(1).split(",") if d) for m in rng
+            )
     return dict(counts)
 
 
@@ -204,7 +209,8 @@ def table(rows: list[dict]) -> str:
     """The markdown table of `measure`'s rows."""
     out = [
         "| shape | plan GB | XLA bytes GB | kernels | cuDNN/cuBLAS calls | copies | RNG kernels "
-        "| RNG ops | as run: kernels, of them stacking | compile s (as run / unrolled) |",
+        "| RNG integer ops (G) | as run: kernels, of them stacking "
+        "| compile s (as run / unrolled) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
@@ -212,7 +218,7 @@ def table(rows: list[dict]) -> str:
         out.append(
             f"| {r['name']} | {r['plan_gb']:.2f} | {r['xla_bytes_gb']:.1f} | {r['kernels']} | "
             f"{r['library_calls']} | {r['copies']} | {r.get('rng_kernels', 0)} | "
-            f"{r.get('rng_ops', 0)} | {run['kernels']}, {run.get('stacking', 0)} | "
+            f"{r.get('rng_ops', 0) / 1e9:.2f} | {run['kernels']}, {run.get('stacking', 0)} | "
             f"{r['compile_s']:.0f} / {r['unrolled_compile_s']:.0f} |"
         )
     return "\n".join(out)
