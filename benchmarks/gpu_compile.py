@@ -35,7 +35,11 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
     device = aot.gpu_devices(card)[0]
     mesh = jax.sharding.Mesh([device], ("data",))
     runtime = RuntimeConfig(
-        dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention=args.attention
+        dtype=args.dtype,
+        scan_layers=args.scan,
+        remat_policy=args.remat,
+        attention=args.attention,
+        dropout_rng=args.dropout_rng,
     ).resolved("cuda", compute_capability=device.compute_capability)
     model = M.BertForPreTraining(cfg, runtime)
     tx = optimizer.make_optimizer("adamw", 1e-4, weight_decay=0.01)
@@ -50,6 +54,10 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
         fn = experiment.compile_train_step(model, tx, objectives.get_objective("pretraining"))
         compiled = fn.lower(state, batch).compile()
     m = compiled.memory_analysis()
+    hlo = compiled.as_text()
+    if args.hlo:
+        with open(args.hlo, "w") as f:
+            f.write(hlo)
     return {
         "xla_plan_bytes": int(
             m.argument_size_in_bytes
@@ -60,7 +68,8 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
         "temp_bytes": int(m.temp_size_in_bytes),
         "compile_s": time.perf_counter() - start,
         "dtype": runtime.dtype,
-        "cudnn_attention_calls": compiled.as_text().count('custom_call_target="__cudnn$fmha'),
+        "cudnn_attention_calls": hlo.count('custom_call_target="__cudnn$fmha'),
+        "xla_bytes_accessed": aot._cost(compiled)[1],  # a loop body counted once
     }
 
 
@@ -79,7 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--remat", default="none")
     parser.add_argument("--attention", default="auto")
     parser.add_argument("--attention_dropout", type=float, default=None)
+    parser.add_argument("--dropout_rng", default="threefry", help="threefry | rbg (RuntimeConfig)")
     parser.add_argument("--output", default="", help="also append the JSON line to this file")
+    parser.add_argument("--hlo", default="", help="write the optimized HLO text to this file")
     return parser.parse_args(argv)
 
 

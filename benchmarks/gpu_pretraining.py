@@ -4,9 +4,10 @@
     python benchmarks/gpu_pretraining.py --table   # the rows of the reports already in --out
     python benchmarks/gpu_pretraining.py --tiny --only=base_p1_h100 --out=/tmp/g.jsonl  # a check
 
-Runs `train.py --config=configs/pretrain.py:size=S,phase=P --mode=compile --topology=gpu:...`
-for each row of `ROWS` (one process each; the recipes' attention dropout 0, so cuDNN attention;
-layers unrolled so that XLA's byte count, and the roofline, cover the whole step), adds the
+Runs `train.py --config=configs/pretrain.py:size=S,phase=P,gpu=CARD --mode=compile` for each
+recipe of configs/pretrain.py (`ROWS`, from `GPU_RECIPES`; one process each; the recipes'
+attention dropout 0, so cuDNN attention; layers unrolled so that XLA's byte count, and the
+roofline, cover the whole step), adds the
 JSON report to `--out` under the row's name (replacing an older line of that name) and prints one
 markdown row per report, as benchmarks/RESULTS_gpu.md records them. MFU figures are roofline
 bounds from the compiled program, not measurements.
@@ -23,34 +24,34 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import compile_records  # noqa: E402  (after the path)
+from configs import pretrain  # noqa: E402
 
 OUT = os.path.join(ROOT, "benchmarks", "results", "gpu_compile.jsonl")
 
-# name -> (size, phase, topology, remat, extra overrides). Global batches are BERT's (256 for
-# base, 512 for large); one card takes the whole batch, remat "dots" where activations would
-# not fit, and phase 2 of large on one card in micro-batches.
+# name -> (size, phase, topology, remat, extra overrides): the recipes of configs/pretrain.py
+# (`GPU_RECIPES`, the `gpu=CARD` variants). Global batches are BERT's (256 for base, 512 for
+# large); one card takes the whole batch, remat "dots" where activations would not fit, and
+# phase 2 of large on one card in micro-batches.
 ROWS = {
-    "base_p1_h100": ("base", 1, "gpu:h100", "none", []),
-    "base_p1_h100x8": ("base", 1, "gpu:h100x8", "none", []),
-    "base_p2_h100x8": ("base", 2, "gpu:h100x8", "none", []),
-    "large_p1_h100": ("large", 1, "gpu:h100", "dots", []),
-    "large_p1_h100x8": ("large", 1, "gpu:h100x8", "none", []),
-    "large_p2_h100x8": ("large", 2, "gpu:h100x8", "dots", []),
-    "large_p2_h100": ("large", 2, "gpu:h100", "dots", ["--config.num_microbatches=4"]),
+    f"{size}_p{phase}_{card}": (
+        size,
+        phase,
+        f"gpu:{card}",
+        remat,
+        [f"--config.num_microbatches={micro}"] if micro > 1 else [],
+    )
+    for card, recipes in pretrain.GPU_RECIPES.items()
+    for (size, phase), (remat, micro) in sorted(recipes.items())
 }
 
 
 def compile_row(name: str, extra: tuple[str, ...] = ()) -> dict:
     """The `--mode=compile` JSON report of one row (exit status 1, not fitting, included);
     `extra`: more train.py flags (`compile_records.TINY`)."""
-    size, phase, topology, remat, overrides = ROWS[name]
+    size, phase, topology, _, _ = ROWS[name]
+    card = topology.removeprefix("gpu:")
     report = compile_records.compile_report(
-        f"pretrain.py:size={size},phase={phase}",
-        f"--topology={topology}",
-        "--config.runtime.scan_layers=False",
-        f"--config.runtime.remat_policy={remat}",
-        *overrides,
-        *extra,
+        f"pretrain.py:size={size},phase={phase},gpu={card}", *extra
     )
     report["name"] = name
     return report

@@ -43,6 +43,33 @@ DISABLE_VARIABLE = "BERT_JAX_XLA_FLAGS"  # "0": apply none
 CPU_BY_FAMILY: dict[str, dict[str, str]] = {}
 
 # --------------------------------------------------------------------------------------------
+# GPU (XLA:GPU through JAX's CUDA plugin, jaxlib 0.10.2): applied to XLA_FLAGS.
+#
+# Empty: no GPU was available to time a flag on, and a deviceless compile cannot (it is not
+# autotuned: benchmarks/RESULTS_gpu.md, section 6). The candidates below are those the JAX GPU
+# performance guide (docs.jax.dev, "GPU performance tips") and NVIDIA's JAX-Toolbox ("Tips for
+# High-Performance LLMs with JAX and XLA", the flags baked into its JAX image) give for H100s;
+# each goes into `GPU` once `benchmarks/pretrain_step.py` measures it faster on a card, with the
+# figures in RESULTS_gpu.md. The latency-hiding scheduler and the collective options matter only
+# where a step has collectives (gpu=h100x8: the data-parallel gradient all-reduce); one card's
+# step has none.
+# --------------------------------------------------------------------------------------------
+GPU: dict[str, str] = {}
+
+GPU_CANDIDATES: dict[str, str] = {
+    # Overlap collectives with compute (JAX's guide; NVIDIA's JAX image sets it by default).
+    "xla_gpu_enable_latency_hiding_scheduler": "true",
+    # Run the collectives on a stream of their own, ahead of compute (NVIDIA's guide).
+    "xla_gpu_enable_highest_priority_async_stream": "true",
+    # Let XLA pick Triton's GEMM for any matmul it supports (JAX's guide); the autotuner on a
+    # real card then times it against cuBLAS.
+    "xla_gpu_triton_gemm_any": "true",
+    # Gradient all-reduces combined into fewer, larger ones (NVIDIA's guide; 8 cards, data
+    # parallel: BERT-large's 1.3 GB of float32 gradients in 1 GiB buckets).
+    "xla_gpu_all_reduce_combine_threshold_bytes": str(2**30),
+}
+
+# --------------------------------------------------------------------------------------------
 # TPU (libtpu, LIBTPU_INIT_ARGS): none yet; no libtpu flag has been compiled against the recipes
 # (benchmarks/RESULTS_tpu.md). Windowed einsum is the config's (`collective_matmul`).
 # --------------------------------------------------------------------------------------------
@@ -65,7 +92,8 @@ def merged(current: str, flags: Mapping[str, str]) -> str:
 
 def apply(environ: os._Environ | dict | None = None, cpuinfo: str | None = None) -> dict:
     """Adds this module's flags to `environ` (os.environ): XLA_FLAGS for this machine's CPU
-    family, LIBTPU_INIT_ARGS for libtpu. Returns {variable: its new value} for those changed.
+    family and for GPUs, LIBTPU_INIT_ARGS for libtpu. Returns {variable: its new value} for
+    those changed.
 
     Does nothing when `BERT_JAX_XLA_FLAGS=0`. Logs (once) when a JAX backend is already up, as
     the flags then no longer reach it.
@@ -75,7 +103,7 @@ def apply(environ: os._Environ | dict | None = None, cpuinfo: str | None = None)
         return {}
     if cpuinfo is None:
         cpuinfo = hardware.read_cpuinfo()
-    wanted = {"XLA_FLAGS": cpu_flags(cpuinfo), "LIBTPU_INIT_ARGS": TPU}
+    wanted = {"XLA_FLAGS": {**cpu_flags(cpuinfo), **GPU}, "LIBTPU_INIT_ARGS": TPU}
     changed = {}
     for variable, flags in wanted.items():
         value = merged(environ.get(variable, ""), flags)

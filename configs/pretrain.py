@@ -28,6 +28,12 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                      python train.py --config=configs/pretrain.py:size=large,phase=2,tpu=v5e-16 \
                        --mode=compile
                    (benchmarks/RESULTS_tpu.md: HBM per chip, compile time, roofline MFU bound).
+  gpu=h100|h100x8  BERT-base or -large (phases 1 and 2) on one H100 or eight in one host, at
+                   BERT's global batches: the remat and micro-batches `GPU_RECIPES` gives,
+                   layers unrolled, proven without a GPU by
+                     python train.py --config=configs/pretrain.py:size=large,phase=1,gpu=h100 \
+                       --mode=compile
+                   (benchmarks/RESULTS_gpu.md, section 3: memory per card, MFU bound).
 
 Computation: `runtime.dtype="auto"` (bfloat16 on GPUs and TPUs, float32 on CPUs; float32 master
 weights) and `runtime.attention="auto"` (splash on TPU, cuDNN on GPU, the exact xla kernel on CPU).
@@ -80,7 +86,22 @@ def tpu_phase1_schedule(global_batch: int) -> tuple[int, int, float]:
     return steps, round(10_000 * 1024 / global_batch), lr
 
 
-VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "arch": "bert"}
+# BERT-base and BERT-large on NVIDIA H100s, at BERT's global batches (256 base, 512 large): card
+# -> {(size, phase): (remat_policy, num_microbatches)}, layers unrolled, data parallel over the
+# cards. These are the rows benchmarks/gpu_pretraining.py compiles without a GPU (memory per
+# card, fits in JAX's default pool, MFU bound: benchmarks/RESULTS_gpu.md, section 3); one card
+# runs phase 2 of large in 4 micro-batches.
+GPU_RECIPES = {
+    "h100": {("base", 1): ("none", 1), ("large", 1): ("dots", 1), ("large", 2): ("dots", 4)},
+    "h100x8": {
+        ("base", 1): ("none", 1),
+        ("base", 2): ("none", 1),
+        ("large", 1): ("none", 1),
+        ("large", 2): ("dots", 1),
+    },
+}
+
+VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
 ARCHS = ("bert", "modernbert", "roberta")
 
 
@@ -92,11 +113,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if phase not in (1, 2):
         raise ValueError(f"phase must be 1 or 2, got {phase}")
     if variant["arch"] == "modernbert":  # its own slices (MODERNBERT_TPU_RECIPES)
+        if variant["gpu"]:
+            raise ValueError(
+                f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not ModernBERT's"
+            )
         return modernbert_config(size, phase, tpu)
     if variant["arch"] == "roberta":
+        if variant["gpu"]:
+            raise ValueError(f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not RoBERTa's")
         return roberta_config(size, phase, tpu)
     if tpu and tpu not in TPU_RECIPES:
         raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
+    _check_gpu_variant(variant["gpu"], size, phase, tpu)
     tiny = size == "tiny"
 
     c = ml_collections.ConfigDict()
@@ -188,6 +216,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             steps, warmup, lr = tpu_phase1_schedule(phase1_batch)
             c.num_train_steps, c.optimizer.warmup_steps = steps, warmup
             c.optimizer.peak_learning_rate = lr
+    if variant["gpu"]:
+        c.topology = f"gpu:{variant['gpu']}"
+        c.runtime.remat_policy, c.num_microbatches = GPU_RECIPES[variant["gpu"]][size, phase]
+        c.runtime.scan_layers = False  # as compiled: unrolled, so the MFU bound covers the step
 
     c.log_every_steps = 20 if tiny else 100
     c.eval_every_steps = 200 if tiny else 10_000
@@ -213,6 +245,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.lock()
     return c
+
+
+def _check_gpu_variant(card: str, size: str, phase: int, tpu: str) -> None:
+    """Refuses a gpu= variant without a recipe (naming the recipes there are) or beside tpu=."""
+    if not card:
+        return
+    if tpu:
+        raise ValueError(f"gpu={card!r} and tpu={tpu!r} name two machines: pick one")
+    if card not in GPU_RECIPES:
+        raise ValueError(f"unknown GPU recipe gpu={card!r}; known: {sorted(GPU_RECIPES)}")
+    if (size, phase) not in GPU_RECIPES[card]:
+        known = ", ".join(f"size={s},phase={p}" for s, p in GPU_RECIPES[card])
+        raise ValueError(f"no recipe for size={size},phase={phase} on gpu={card}; known: {known}")
 
 
 # ModernBERT on TPU slices: slice -> (topology, {(size, phase): (remat_policy, num_microbatches)});

@@ -63,10 +63,13 @@ def test_t4_compiles_in_float16_without_cudnn_attention():
 
 
 def test_l4_and_h100x8_compile_in_bfloat16_with_cudnn_attention():
-    proc, report = compile_report("gpu:l4")
+    """Packed rows (on the L4) reach cuDNN as the whole [B, 1, L, L] mask, forward and backward:
+    the call and mask that `fused_xla` runs on a CPU, where packing gives the unpacked results
+    (attention_test.py); rows of one sequence on the H100s."""
+    proc, report = compile_report("gpu:l4", "--config.data.pack_sequences=True")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["device_kind"] == "NVIDIA L4" and report["dtype"] == "bfloat16"
-    assert report["cudnn_attention_calls"] > 0  # the custom call is in the compiled step
+    assert report["cudnn_attention_calls"] >= 2  # forward and backward calls, packed rows
     proc, report = compile_report("gpu:h100x8", "--config.mesh.data=-1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["devices"] == 8 and report["mesh"]["data"] == 8
@@ -171,8 +174,11 @@ def test_finetuning_compile_names_what_it_cannot_know():
 
 
 def test_a_one_gpu_recipe_compiles_as_recorded():
-    """The recipe for BERT-base SQuAD on a T4 (2 micro-batches of 16) compiles today to the
-    memory on record (benchmarks/results/gpu_recipes.jsonl), within 2%, and fits."""
+    """The recipe for BERT-base SQuAD on a T4 (2 micro-batches of 16) compiles today to at most
+    the memory on record (benchmarks/results/gpu_recipes.jsonl; 2% slack), and fits. The records
+    predate the half-precision backward pass that keeps no float32 LayerNorm copies (RESULTS_gpu.md,
+    section 6): 4.88 GiB now against 6.78 on record, and `gpu_recipes.py` would now fit this task
+    in one step; until the recipes are compiled again the record is an upper bound."""
     from benchmarks import gpu_recipes
 
     with open(gpu_recipes.OUT) as f:
@@ -180,6 +186,4 @@ def test_a_one_gpu_recipe_compiles_as_recorded():
     proc, report = finetune_report("task=squad1,model=base,gpu=t4", "gpu:t4")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["num_microbatches"] == 2 and report["dtype"] == "float16"
-    assert report["fits"] and report["hbm_gib"]["total"] == pytest.approx(
-        recorded["hbm_gib"]["total"], rel=0.02
-    )
+    assert report["fits"] and report["hbm_gib"]["total"] <= 1.02 * recorded["hbm_gib"]["total"]

@@ -17,6 +17,7 @@ VARIANTS = {
         "size=large,phase=2",
         "size=L4-H512,mlm_only=1",
         "size=large,phase=2,tpu=v5e-16",
+        "size=large,phase=1,gpu=h100",
     ],
     "finetune.py": [
         "task=mrpc",
@@ -147,3 +148,27 @@ def test_variant_values_take_the_type_of_their_default():
     pretrain, finetune = load_config_file("pretrain.py"), load_config_file("finetune.py")
     assert pretrain.get_config("mlm_only=True").job == "mlm"
     assert finetune.get_config("task=mrpc,pack=True").finetune.pack is True
+
+
+def test_every_gpu_pretraining_recipe_builds_as_its_compile_row():
+    """gpu=CARD gives the card's topology and the remat and micro-batches its compiled row has
+    (benchmarks/gpu_pretraining.py), layers unrolled; what has no recipe is refused by name."""
+    module = load_config_file("pretrain.py")
+    for card, recipes in module.GPU_RECIPES.items():
+        for (size, phase), (remat, micro) in recipes.items():
+            c = module.get_config(f"size={size},phase={phase},gpu={card}")
+            assert (c.topology, c.runtime.remat_policy, c.num_microbatches) == (
+                f"gpu:{card}",
+                remat,
+                micro,
+            )
+            assert not c.runtime.scan_layers and c.global_batch_size % micro == 0
+            assert c.model.hidden_size == BertConfig.preset(size).hidden_size
+    for variant, message in [
+        ("size=large,gpu=a100", "unknown GPU recipe gpu='a100'; known: \\['h100', 'h100x8'\\]"),
+        ("size=base,phase=2,gpu=h100", "no recipe for size=base,phase=2 on gpu=h100; known: "),
+        ("size=large,gpu=h100,tpu=v5e-16", "name two machines"),
+        ("size=base,gpu=h100,arch=modernbert", "the GPU recipes are BERT's"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            module.get_config(variant)

@@ -20,6 +20,7 @@ from bert_jax import activations, hardware
 ACTIVATIONS = tuple(activations.ACTIVATIONS)
 REMAT_POLICIES = tuple(activations.REMAT_POLICIES)
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
+DROPOUT_RNGS = ("threefry", "rbg")  # RuntimeConfig.dropout_rng: jax.random key implementations
 DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
 COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling
 
@@ -152,6 +153,13 @@ class RuntimeConfig:
         accumulator, and BERT-large's compiled train step on v5e:4x4 moves 1.3x the HBM bytes with
         it (benchmarks/RESULTS_tpu.md); off, parameters are all-gathered (asynchronously, ahead of
         their layer) and gradients reduce-scattered whole. No effect on other platforms.
+      dropout_rng: the generator of each step's dropout bits: "threefry" (JAX's default;
+        the same bits whatever the sharding or platform) or "rbg" (XLA's RngBitGenerator, the
+        Philox generator on GPUs and CPUs, as t5x and MaxText train with; keys still split and
+        fold in by threefry). Either is drawn from the run's threefry key folded with the step
+        (`training.steps.step_rng`), so a run repeats and resumes exactly under either; the
+        checkpointed state does not change. "rbg" draws other masks than "threefry" (a run
+        switched mid-way continues with other masks), and on another platform other ones again.
       loss_scale_init: float16 only: the loss scale of the first step (a power of 2).
       loss_scale_period: float16 only: the scale doubles after this many finite steps in a row.
     """
@@ -162,6 +170,7 @@ class RuntimeConfig:
     remat_policy: str = "none"
     attention: str = "xla"
     collective_matmul: bool = False
+    dropout_rng: str = "threefry"  # or "rbg": `DROPOUT_RNGS`
     loss_scale_init: float = 2.0**15  # float16: the first step's loss scale
     loss_scale_period: int = 2000  # float16: finite steps in a row before the scale doubles
 
@@ -193,6 +202,10 @@ class RuntimeConfig:
                 "attention: float16 too on compute capability 8.0 and later), but "
                 "dtype='float32'; use dtype='bfloat16' (or 'auto'), or attention='auto' (cuDNN "
                 "where it applies, the exact xla path elsewhere)"
+            )
+        if self.dropout_rng not in DROPOUT_RNGS:
+            raise ValueError(
+                f"RuntimeConfig.dropout_rng={self.dropout_rng!r}: expected one of {DROPOUT_RNGS}"
             )
         for name in ("scan_layers", "collective_matmul"):
             if not isinstance(getattr(self, name), bool):

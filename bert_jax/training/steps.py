@@ -281,6 +281,17 @@ def all_finite(tree: PyTree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
+def step_rng(rng: jax.Array, step: jax.Array, runtime=None) -> jax.Array:
+    """The dropout key of a step: the run's key (`TrainState.rng`, a threefry key) folded with
+    the step, or with `runtime.dropout_rng == "rbg"` an RngBitGenerator key drawn from it (four
+    32-bit words), whose bits cost a fraction of threefry's. A function of (rng, step) alone: a
+    resumed run draws the masks of an uninterrupted one."""
+    rng = jax.random.fold_in(rng, step)
+    if runtime is None or runtime.dropout_rng == "threefry":
+        return rng
+    return jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="rbg")
+
+
 def train_step(
     state: TrainState,
     batch: Batch,
@@ -294,7 +305,7 @@ def train_step(
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """One optimizer update. Returns the new state and metric sums (plus loss, grad_norm, lr).
 
-    Dropout uses `fold_in(state.rng, state.step)` (and the micro-batch index), so a resumed run
+    Dropout uses `step_rng(state.rng, state.step)` (and the micro-batch index), so a resumed run
     draws the same masks as an uninterrupted one.
 
     With `loss_scale` (float16 runs; `state` is a `ScaledTrainState`) the gradients are
@@ -306,7 +317,7 @@ def train_step(
     skipped step, else 0.0); a skipped step reports loss and grad_norm 0 (`reduce_metrics`
     averages them over the applied steps).
     """
-    rng = jax.random.fold_in(state.rng, state.step)
+    rng = step_rng(state.rng, state.step, getattr(model, "runtime", None))
     loss, grads, sums = loss_and_grads(
         state.params,
         batch,

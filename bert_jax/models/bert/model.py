@@ -24,7 +24,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
+from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
@@ -193,8 +193,10 @@ class BertIntermediate(nn.Module):
     def __call__(self, x):
         cfg, rt = self.config, self.runtime
         h = dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
-        h = ACTIVATIONS[cfg.hidden_act](h)
-        return constrain(h, "act_batch", "act_len", "act_mlp")
+        act = ACTIVATIONS[cfg.hidden_act]
+        if rt.dtype != "float32":  # keep h alone for the backward pass (PyTorch's two [B, L, F])
+            act = kept_input_only(act, scanned=rt.scan_layers)
+        return constrain(act(h), "act_batch", "act_len", "act_mlp")
 
 
 class BertLayer(nn.Module):
