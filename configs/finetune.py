@@ -60,7 +60,7 @@ TASKS = sorted(tasks.TASKS)
 GPU_FAMILIES = ("glue", "squad", "conll2003", "swag")  # 128, 384, 128, 4 x 128 tokens a row
 # fmt: off
 GPU_RECIPES = {
-    "t4":       {"base": (1, 2, 1, 2), "large": (2, 8, 2, 8)},
+    "t4":       {"base": (1, 1, 1, 1), "large": (1, 4, 1, 4)},
     "v100":     {"base": (1, 1, 1, 2), "large": (2, 4, 2, 8)},
     "l4":       {"base": (1, 1, 1, 1), "large": (1, 2, 1, 4)},
     "a10":      {"base": (1, 1, 1, 1), "large": (1, 2, 1, 4)},
