@@ -92,7 +92,7 @@ def eval_rows(workdir) -> list[dict]:
     return [r for r in map(json.loads, lines) if "eval/mlm_accuracy" in r]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # 70-85 s each on 2 cores: out of the default suite (pytest -m e2e)
 @pytest.mark.parametrize("corpus", ["plays", "docstrings"])
 def test_tiny_recipe_leaves_the_unigram_plateau_in_the_first_third(corpus, tmp_path):
     steps, third = 300, 100

@@ -19,6 +19,7 @@ from tests.model_card_test import card_metadata
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.e2e  # about 67 s on 2 cores: out of the default suite (pytest -m e2e)
 def test_modernbert_pretraining_leaves_the_unigram_plateau(tmp_path):
     workdir, steps = tmp_path / "run", 60
     cmd = [

@@ -604,7 +604,8 @@ def default_corpus_tokenizer(
         tokenizer = train_default_corpus_tokenizer(vocab_size, kind)
     if cache_dir is not None:
         tokenizer.save(cache_dir)
-        logging.info("wrote the %d-token %s vocabulary into %s", vocab_size, kind, cache_dir)
+        name = {"wordpiece": "WordPiece", "bpe": "byte-level BPE"}.get(kind, kind)
+        logging.info("wrote the %d-token %s vocabulary into %s", vocab_size, name, cache_dir)
     return tokenizer
 
 
