@@ -67,3 +67,31 @@ def test_bfloat16_gradients_equal_the_plain_layers(monkeypatch):
     norms = [float(np.linalg.norm(g)) for g in jax.tree.leaves(plain)]
     for a, b, norm in zip(jax.tree.leaves(shipped), jax.tree.leaves(plain), norms, strict=True):
         assert np.linalg.norm(a - b) <= 0.03 * norm + 1e-4 * max(norms), a.shape
+
+
+def test_roberta_layers_keep_what_berts_keep():
+    """The third family's scanned bfloat16 layers keep what BERT's keep: no float32 copy, and of
+    the [B, L, F] activations GELU's input and output alone."""
+    from bert_jax.models.roberta.config import RobertaConfig
+    from bert_jax.models.roberta.model import RobertaForMaskedLM
+
+    cfg = RobertaConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=20, hidden_act="gelu",
+    )  # fmt: skip
+    model = RobertaForMaskedLM(cfg, RuntimeConfig(dtype="bfloat16", scan_layers=True))
+    ids = np.asarray(jax.random.randint(jax.random.PRNGKey(2), (3, 12), 3, 99), np.int32)
+    params = jax.jit(lambda: nn.unbox(init_params(model, jax.random.PRNGKey(0))))()
+
+    def loss(p):
+        logits = model.apply({"params": p}, ids, attention_mask=np.ones_like(ids)).logits
+        return (logits.astype(np.float32) ** 2).mean()
+
+    stacked = [
+        aval
+        for aval, _ in saved_residuals(loss, params)
+        if aval.ndim >= 3 and aval.shape[0] == cfg.num_hidden_layers
+    ]
+    assert stacked and [a.str_short() for a in stacked if a.dtype == np.float32] == []
+    mlp = [a for a in stacked if a.shape[1:3] == (3, 12) and a.shape[-1] == cfg.intermediate_size]
+    assert len(mlp) == 2, [a.str_short() for a in mlp]

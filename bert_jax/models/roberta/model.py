@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
+from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.heads import Head, tied_logits
@@ -199,7 +199,10 @@ class RobertaIntermediate(nn.Module):
     def __call__(self, x):
         cfg, rt = self.config, self.runtime
         h = dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
-        return constrain(ACTIVATIONS[cfg.hidden_act](h), "act_batch", "act_len", "act_mlp")
+        act = ACTIVATIONS[cfg.hidden_act]
+        if rt.dtype != "float32":  # keep h alone for the backward pass, as BERT's layer does
+            act = kept_input_only(act, scanned=rt.scan_layers)
+        return constrain(act(h), "act_batch", "act_len", "act_mlp")
 
 
 class RobertaLayer(nn.Module):
