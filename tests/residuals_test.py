@@ -62,7 +62,7 @@ def test_bfloat16_gradients_equal_the_plain_layers(monkeypatch):
 
     shipped = grads()
     monkeypatch.setattr(layers.nn, "remat", lambda cls, **kwargs: cls)
-    monkeypatch.setattr(M, "kept_input_only", lambda fn, scanned: fn)
+    monkeypatch.setattr(layers, "kept_input_only", lambda fn, scanned: fn)
     plain = grads()
     norms = [float(np.linalg.norm(g)) for g in jax.tree.leaves(plain)]
     for a, b, norm in zip(jax.tree.leaves(shipped), jax.tree.leaves(plain), norms, strict=True):

@@ -1,9 +1,12 @@
 """The building blocks every family's modules are made of: dense layers, embeddings, dropout,
-LayerNorm, activation sharding constraints and the checked encoder inputs.
+LayerNorm, activation sharding constraints, the checked encoder inputs and the [CLS] pooler; and
+the post-LayerNorm layer stack (`PostLNEncoder`) of the families whose layers are
+google-research/bert's.
 
 Nothing here names a family: sizes come from the module's attributes or from the config's
 shared fields (`models.config.EncoderConfig`: hidden_size, initializer_range, ...), and the
-parameter names (`kernel`, `bias`, `embedding`, `scale`) are the ones every checkpoint uses.
+parameter names (`kernel`, `bias`, `embedding`, `scale`, and the stack's `attention/self/query`,
+`intermediate/dense`, ...) are the ones every checkpoint uses.
 
 Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
@@ -23,7 +26,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.attention import dropout
+from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
+from bert_jax.models.attention import AttentionMask, attend, dropout
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
@@ -269,3 +273,214 @@ def encoder_inputs(runtime: RuntimeConfig, input_ids: Array, **arrays: Array | N
             )
         out.append(arr)
     return tuple(out)
+
+
+def first_tokens(sequence: Array, cls_positions: Array | None) -> Array:
+    """The states of each sequence's first token ([CLS], `<s>`): sequence [B, L, E] -> [B, E] at
+    position 0 (as transformers reads it, a pad in a left-padded row), or [B, S, E] at
+    cls_positions [B, S] (packed rows)."""
+    if cls_positions is None:
+        return sequence[:, 0]
+    return gather_positions(sequence, cls_positions)
+
+
+class Pooler(nn.Module):
+    """`pooler`: tanh(W h_first + b), [B, L, E] -> [B, E] ([B, S, E] at cls_positions [B, S])."""
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, sequence_output, cls_positions=None):
+        cfg, rt = self.config, self.runtime
+        first = first_tokens(sequence_output, cls_positions)
+        return jnp.tanh(dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
+
+
+# --------------------------------------------------------------------------------------------
+# The post-LayerNorm layer stack: LN(x + attention(x)), then LN(a + W2 act(W1 a)), n times.
+#
+# The encoder of the families whose layers are google-research/bert's, under Hugging Face's
+# names (`encoder/layer_3/attention/self/query`, `.../attention/output/LayerNorm`,
+# `.../intermediate/dense`, `.../output/dense`). Its config reads, besides `EncoderConfig`'s
+# shared fields: num_hidden_layers, intermediate_size, hidden_act, hidden_dropout_prob,
+# attention_probs_dropout_prob and layer_norm_eps.
+# --------------------------------------------------------------------------------------------
+LAYER_NAME = "layer_{}"  # the stack's layers in the encoder's tree (`encoder.layer.N`)
+SCANNED_LAYER = "layer"  # the one stacked layer under `scan_layers`
+
+
+class SelfAttention(nn.Module):
+    """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
+
+    The kernel is the one `bert_jax.models.attention.attend` picks; asking for the probabilities
+    (`output_attentions`) takes the xla path, which forms them.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask: AttentionMask, *, deterministic: bool, output_attentions: bool):
+        cfg, rt = self.config, self.runtime
+        heads = (cfg.num_attention_heads, cfg.head_dim)
+
+        # The three projections run as one matmul [E] x [E, 3, H, D] (a third of the launches and
+        # one wide GEMM); their weights stay separate parameters, named as in the checkpoints.
+        weights = [
+            DenseWeights(
+                heads, ("embed",), ("heads", "kv"), cfg.initializer_range, rt.param_dtype, name=name
+            )((cfg.hidden_size,))
+            for name in ("query", "key", "value")
+        ]
+        kernel = jnp.stack([w.astype(rt.dtype) for w, _ in weights], axis=1)  # [E, 3, H, D]
+        bias = jnp.stack([b.astype(rt.dtype) for _, b in weights], axis=0)  # [3, H, D]
+        qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
+        q, k, v = (
+            constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
+        )  # [B, L, H, D] each
+        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
+        return attend(
+            q,
+            k,
+            v,
+            mask,
+            config=cfg,
+            runtime=rt,
+            dropout_rng=self.make_rng("dropout") if dropping else None,
+            output_attentions=output_attentions,
+        )
+
+
+class ResidualOutput(nn.Module):
+    """Dense projection back to E, dropout, residual add, post-LayerNorm: LN(x + dropout(W h)).
+
+    Serves as both `attention/output` (h is the per-head context [B, L, H, D]) and the layer's
+    `output` (h is the intermediate activation [B, L, F]).
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    from_heads: bool = False
+
+    @nn.compact
+    def __call__(self, h, residual, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        in_axes = ("heads", "kv") if self.from_heads else ("mlp",)
+        out = dense(cfg, rt, cfg.hidden_size, in_axes, ("embed",), "dense")
+        y = Dropout(cfg.hidden_dropout_prob)(out(h), deterministic=deterministic)
+        return layer_norm(rt, cfg.layer_norm_eps)(y + residual)
+
+
+class Attention(nn.Module):
+    """Self-attention sub-layer (`attention/self` + `attention/output`): [B, L, E], probs."""
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
+        cfg, rt = self.config, self.runtime
+        context, probs = SelfAttention(cfg, rt, name="self")(
+            x, mask, deterministic=deterministic, output_attentions=output_attentions
+        )
+        out = ResidualOutput(cfg, rt, from_heads=True, name="output")(
+            context, x, deterministic=deterministic
+        )
+        return out, probs
+
+
+class Intermediate(nn.Module):
+    """Feed-forward expansion with the configured activation: [B, L, E] -> [B, L, F]."""
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x):
+        cfg, rt = self.config, self.runtime
+        h = dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
+        act = ACTIVATIONS[cfg.hidden_act]
+        if rt.dtype != "float32":  # keep h alone for the backward pass (PyTorch's two [B, L, F])
+            act = kept_input_only(act, scanned=rt.scan_layers)
+        return constrain(act(h), "act_batch", "act_len", "act_mlp")
+
+
+class PostLNLayer(nn.Module):
+    """One post-LayerNorm transformer layer.
+
+    The run mode lives in attributes rather than call arguments so that `nn.scan` and
+    `nn.remat` see only arrays. `__call__(x [B, L, E], mask) -> (x', (x' or None, probs or None))`,
+    the (carry, output) shape `nn.scan` wants.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    deterministic: bool = True
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask):
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        a, probs = Attention(cfg, rt, name="attention")(
+            x, mask, deterministic=det, output_attentions=self.output_attentions
+        )
+        h = Intermediate(cfg, rt, name="intermediate")(a)
+        y = ResidualOutput(cfg, rt, name="output")(h, a, deterministic=det)
+        y = constrain(y, "act_batch", "act_len", "act_embed")
+        return y, (y if self.output_hidden_states else None, probs)
+
+
+class PostLNEncoder(nn.Module):
+    """The layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked weights.
+
+    `__call__(x [B, L, E], mask) -> (y [B, L, E], states, probs)`: states the n layers' outputs
+    [B, L, E] with `output_hidden_states`, probs their attention probabilities [B, H, L, L] with
+    `output_attentions`, else None. `remat_policy` rematerializes each layer.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(
+        self,
+        x,
+        mask: AttentionMask,
+        *,
+        deterministic: bool,
+        output_hidden_states: bool,
+        output_attentions: bool,
+    ):
+        cfg, rt = self.config, self.runtime
+        layer_cls = PostLNLayer
+        if rt.remat_policy != "none":
+            layer_cls = nn.remat(
+                PostLNLayer, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
+            )
+        kwargs = dict(
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        if rt.scan_layers:
+            scanned = nn.scan(
+                layer_cls,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=nn.broadcast,
+                length=cfg.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, mask)
+            # unstack [n, B, L, E] (and [n, B, H, L, L]) into n arrays
+        else:
+            states, probs = [], []
+            for i in range(cfg.num_hidden_layers):
+                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, mask)
+                states.append(s)
+                probs.append(p)
+        states = tuple(states) if output_hidden_states else None
+        probs = tuple(probs) if output_attentions else None
+        return x, states, probs

@@ -3,7 +3,8 @@
 Post-LayerNorm layers, exact (erf) GELU by default, absolute learned positions, a tanh pooler on
 [CLS], and an MLM decoder tied to the word embeddings with its own bias. Submodule names mirror
 Hugging Face's `BertModel` state dict (`encoder/layer_3/attention/self/query`), so conversion is a
-rename and a transpose. Built from the shared blocks (`models.layers`), attention kernels
+rename and a transpose. Built from the shared blocks (`models.layers`: the layers are its
+post-LayerNorm stack `PostLNEncoder`, the pooler its `Pooler`), attention kernels
 (`models.attention`), head call (`models.heads.Head`) and output records (`models.outputs`).
 
 Dimension legend:
@@ -24,15 +25,17 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
-from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.activations import ACTIVATIONS
+from bert_jax.models import layers
+from bert_jax.models.attention import AttentionMask
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
-    DenseWeights,
     Dropout,
     Embed,
+    Pooler,
+    PostLNEncoder,
     constrain,
     dense,
     encoder_inputs,
@@ -54,8 +57,8 @@ Array = jax.Array
 # under `scan_layers`), and the parameters a pretraining run may start specially.
 ENCODER_NAME = "bert"
 LAYERS_PATH = ("encoder",)
-LAYER_NAME = "layer_{}"
-SCANNED_LAYER = "layer"
+LAYER_NAME = layers.LAYER_NAME  # `layer_0 ...`: the shared post-LayerNorm stack's names
+SCANNED_LAYER = layers.SCANNED_LAYER
 STARTING_PATHS = {
     "mlm_bias": ("cls", "predictions", "bias"),
     "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
@@ -99,196 +102,6 @@ class BertEmbeddings(nn.Module):
         x = _layer_norm(cfg, rt)(x)
         x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
         return constrain(x, "act_batch", "act_len", "act_embed")
-
-
-class BertSelfAttention(nn.Module):
-    """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
-
-    The kernel is the one `bert_jax.models.attention.attend` picks; asking for the probabilities
-    (`output_attentions`) takes the xla path, which forms them.
-    """
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, mask: AttentionMask, *, deterministic: bool, output_attentions: bool):
-        cfg, rt = self.config, self.runtime
-        heads = (cfg.num_attention_heads, cfg.head_dim)
-
-        # The three projections run as one matmul [E] x [E, 3, H, D] (a third of the launches and
-        # one wide GEMM); their weights stay separate parameters, named as in the checkpoints.
-        weights = [
-            DenseWeights(
-                heads, ("embed",), ("heads", "kv"), cfg.initializer_range, rt.param_dtype, name=name
-            )((cfg.hidden_size,))
-            for name in ("query", "key", "value")
-        ]
-        kernel = jnp.stack([w.astype(rt.dtype) for w, _ in weights], axis=1)  # [E, 3, H, D]
-        bias = jnp.stack([b.astype(rt.dtype) for _, b in weights], axis=0)  # [3, H, D]
-        qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, L, H, D] each
-        q = constrain(q, "act_batch", "act_len", "act_heads", None)
-        k = constrain(k, "act_batch", "act_len", "act_heads", None)
-        v = constrain(v, "act_batch", "act_len", "act_heads", None)
-        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
-        rng = self.make_rng("dropout") if dropping else None
-        return attend(
-            q,
-            k,
-            v,
-            mask,
-            config=cfg,
-            runtime=rt,
-            dropout_rng=rng,
-            output_attentions=output_attentions,
-        )
-
-
-class BertOutput(nn.Module):
-    """Dense projection back to E, dropout, residual add, post-LayerNorm: LN(x + dropout(W h)).
-
-    Serves as both `attention/output` (h is the per-head context [B, L, H, D]) and the layer's
-    `output` (h is the intermediate activation [B, L, F]).
-    """
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    from_heads: bool = False
-
-    @nn.compact
-    def __call__(self, h, residual, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        in_axes = ("heads", "kv") if self.from_heads else ("mlp",)
-        out = dense(cfg, rt, cfg.hidden_size, in_axes, ("embed",), "dense")
-        y = Dropout(cfg.hidden_dropout_prob)(out(h), deterministic=deterministic)
-        return _layer_norm(cfg, rt)(y + residual)
-
-
-class BertAttention(nn.Module):
-    """Self-attention sub-layer (`attention/self` + `attention/output`): [B, L, E], probs."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
-        cfg, rt = self.config, self.runtime
-        context, probs = BertSelfAttention(cfg, rt, name="self")(
-            x, mask, deterministic=deterministic, output_attentions=output_attentions
-        )
-        out = BertOutput(cfg, rt, from_heads=True, name="output")(
-            context, x, deterministic=deterministic
-        )
-        return out, probs
-
-
-class BertIntermediate(nn.Module):
-    """Feed-forward expansion with the configured activation: [B, L, E] -> [B, L, F]."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x):
-        cfg, rt = self.config, self.runtime
-        h = dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
-        act = ACTIVATIONS[cfg.hidden_act]
-        if rt.dtype != "float32":  # keep h alone for the backward pass (PyTorch's two [B, L, F])
-            act = kept_input_only(act, scanned=rt.scan_layers)
-        return constrain(act(h), "act_batch", "act_len", "act_mlp")
-
-
-class BertLayer(nn.Module):
-    """One post-LayerNorm transformer layer.
-
-    The run mode lives in attributes rather than call arguments so that `nn.scan` and
-    `nn.remat` see only arrays. `__call__(x [B, L, E], mask) -> (x', (x' or None, probs or None))`,
-    the (carry, output) shape `nn.scan` wants.
-    """
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    deterministic: bool = True
-    output_hidden_states: bool = False
-    output_attentions: bool = False
-
-    @nn.compact
-    def __call__(self, x, mask):
-        cfg, rt, det = self.config, self.runtime, self.deterministic
-        a, probs = BertAttention(cfg, rt, name="attention")(
-            x, mask, deterministic=det, output_attentions=self.output_attentions
-        )
-        h = BertIntermediate(cfg, rt, name="intermediate")(a)
-        y = BertOutput(cfg, rt, name="output")(h, a, deterministic=det)
-        y = constrain(y, "act_batch", "act_len", "act_embed")
-        return y, (y if self.output_hidden_states else None, probs)
-
-
-class BertEncoder(nn.Module):
-    """The layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked weights."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(
-        self,
-        x,
-        mask,
-        *,
-        deterministic: bool,
-        output_hidden_states: bool,
-        output_attentions: bool,
-    ):
-        cfg, rt = self.config, self.runtime
-        layer_cls = BertLayer
-        if rt.remat_policy != "none":
-            layer_cls = nn.remat(
-                BertLayer, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
-            )
-        kwargs = dict(
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        if rt.scan_layers:
-            scanned = nn.scan(
-                layer_cls,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=nn.broadcast,
-                length=cfg.num_hidden_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, mask)
-            states = tuple(states) if output_hidden_states else None  # unstack [n, B, L, E]
-            probs = tuple(probs) if output_attentions else None
-        else:
-            states, probs = [], []
-            for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, mask)
-                states.append(s)
-                probs.append(p)
-            states = tuple(states) if output_hidden_states else None
-            probs = tuple(probs) if output_attentions else None
-        return x, states, probs
-
-
-class BertPooler(nn.Module):
-    """tanh(W h_[CLS] + b): [B, L, E] -> [B, E]; with cls_positions [B, S] -> [B, S, E]."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, sequence_output, cls_positions=None):
-        cfg, rt = self.config, self.runtime
-        if cls_positions is None:
-            first = sequence_output[:, 0]
-        else:
-            first = jnp.take_along_axis(sequence_output, cls_positions[..., None], axis=1)
-        return jnp.tanh(dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
 
 
 class BertModel(nn.Module):
@@ -341,7 +154,7 @@ class BertModel(nn.Module):
             input_ids, token_type_ids, position_ids, deterministic=deterministic
         )
         mask = AttentionMask(attention_mask.astype(bool), segment_ids)
-        y, states, probs = BertEncoder(cfg, rt, name="encoder")(
+        y, states, probs = PostLNEncoder(cfg, rt, name="encoder")(
             x,
             mask,
             deterministic=deterministic,
@@ -350,7 +163,7 @@ class BertModel(nn.Module):
         )
         pooled = None
         if self.add_pooling_layer:
-            pooled = BertPooler(cfg, rt, name="pooler")(y, cls_positions)
+            pooled = Pooler(cfg, rt, name="pooler")(y, cls_positions)
         return EncoderOutput(
             last_hidden_state=y,
             pooler_output=pooled,

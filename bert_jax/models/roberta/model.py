@@ -1,12 +1,13 @@
 """RoBERTa and XLM-RoBERTa in Flax linen: the encoder and every Hugging Face task head.
 
-BERT's post-LayerNorm encoder (exact erf GELU by default, absolute learned positions) with
-RoBERTa's differences: positions counted from `pad_token_id + 1` over each row's real tokens
-(transformers' `create_position_ids_from_input_ids`), one token type in the released models, an
-MLM head of dense + GELU + LayerNorm + the decoder tied to the word embeddings (`lm_head`), a
-classification head on `<s>` of its own (dense, tanh, `out_proj`; no pooler), and no
-next-sentence head. XLM-RoBERTa's classes are RoBERTa's under their own names (its checkpoints
-differ in vocabulary and `model_type` only). Submodule names mirror Hugging Face's state dict
+BERT's post-LayerNorm encoder (exact erf GELU by default, absolute learned positions; the shared
+`models.layers.PostLNEncoder` and `Pooler`) with RoBERTa's differences, which are what this file
+holds: positions counted from `pad_token_id + 1` over each row's real tokens (transformers'
+`create_position_ids_from_input_ids`), one token type in the released models, an MLM head of
+dense + GELU + LayerNorm + the decoder tied to the word embeddings (`lm_head`), a classification
+head on `<s>` of its own (dense, tanh, `out_proj`; no pooler), and no next-sentence head.
+XLM-RoBERTa's classes are RoBERTa's under their own names (its checkpoints differ in vocabulary
+and `model_type` only). Submodule names mirror Hugging Face's state dict
 (`roberta/encoder/layer_3/attention/self/query` is `roberta.encoder.layer.3.attention.self.query`),
 so conversion is a rename and a transpose. Built from the shared blocks (`models.layers`),
 attention kernels (`models.attention.attend`: xla, cudnn, splash), head call (`models.heads.Head`)
@@ -28,17 +29,20 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
-from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.activations import ACTIVATIONS
+from bert_jax.models import layers
+from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
-    DenseWeights,
     Dropout,
     Embed,
+    Pooler,
+    PostLNEncoder,
     constrain,
     dense,
     encoder_inputs,
+    first_tokens,
     gather_positions,
     layer_norm,
     zeros_init,
@@ -59,8 +63,8 @@ Array = jax.Array
 # specially.
 ENCODER_NAME = "roberta"
 LAYERS_PATH = ("encoder",)
-LAYER_NAME = "layer_{}"
-SCANNED_LAYER = "layer"
+LAYER_NAME = layers.LAYER_NAME  # `layer_0 ...`: the shared post-LayerNorm stack's names
+SCANNED_LAYER = layers.SCANNED_LAYER
 STARTING_PATHS = {
     "mlm_bias": ("lm_head", "bias"),
     "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
@@ -116,182 +120,6 @@ class RobertaEmbeddings(nn.Module):
         x = _layer_norm(cfg, rt)(x)
         x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
         return constrain(x, "act_batch", "act_len", "act_embed")
-
-
-class RobertaSelfAttention(nn.Module):
-    """Query/key/value projections (one matmul; separate parameters, named as in the
-    checkpoints) and attention: context [B, L, H, D] and probabilities or None."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, mask: AttentionMask, *, deterministic: bool, output_attentions: bool):
-        cfg, rt = self.config, self.runtime
-        heads = (cfg.num_attention_heads, cfg.head_dim)
-        weights = [
-            DenseWeights(
-                heads, ("embed",), ("heads", "kv"), cfg.initializer_range, rt.param_dtype, name=name
-            )((cfg.hidden_size,))
-            for name in ("query", "key", "value")
-        ]
-        kernel = jnp.stack([w.astype(rt.dtype) for w, _ in weights], axis=1)  # [E, 3, H, D]
-        bias = jnp.stack([b.astype(rt.dtype) for _, b in weights], axis=0)  # [3, H, D]
-        qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
-        q, k, v = (
-            constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
-        )  # [B, L, H, D] each
-        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
-        return attend(
-            q,
-            k,
-            v,
-            mask,
-            config=cfg,
-            runtime=rt,
-            dropout_rng=self.make_rng("dropout") if dropping else None,
-            output_attentions=output_attentions,
-        )
-
-
-class RobertaOutput(nn.Module):
-    """LN(x + dropout(W h)): `attention/output` (h the context [B, L, H, D]) and the layer's
-    `output` (h the intermediate activation [B, L, F])."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    from_heads: bool = False
-
-    @nn.compact
-    def __call__(self, h, residual, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        in_axes = ("heads", "kv") if self.from_heads else ("mlp",)
-        y = dense(cfg, rt, cfg.hidden_size, in_axes, ("embed",), "dense")(h)
-        y = Dropout(cfg.hidden_dropout_prob)(y, deterministic=deterministic)
-        return _layer_norm(cfg, rt)(y + residual)
-
-
-class RobertaAttention(nn.Module):
-    """`attention`: `self` + `output`. x [B, L, E] -> ([B, L, E], probabilities or None)."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, mask, *, deterministic: bool, output_attentions: bool):
-        cfg, rt = self.config, self.runtime
-        context, probs = RobertaSelfAttention(cfg, rt, name="self")(
-            x, mask, deterministic=deterministic, output_attentions=output_attentions
-        )
-        out = RobertaOutput(cfg, rt, from_heads=True, name="output")(
-            context, x, deterministic=deterministic
-        )
-        return out, probs
-
-
-class RobertaIntermediate(nn.Module):
-    """`intermediate`: act(W x + b), [B, L, E] -> [B, L, F]."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x):
-        cfg, rt = self.config, self.runtime
-        h = dense(cfg, rt, cfg.intermediate_size, ("embed",), ("mlp",), "dense")(x)
-        act = ACTIVATIONS[cfg.hidden_act]
-        if rt.dtype != "float32":  # keep h alone for the backward pass, as BERT's layer does
-            act = kept_input_only(act, scanned=rt.scan_layers)
-        return constrain(act(h), "act_batch", "act_len", "act_mlp")
-
-
-class RobertaLayer(nn.Module):
-    """One post-LayerNorm layer. The run mode lives in attributes so that `nn.scan` and
-    `nn.remat` see only arrays: `__call__(x [B, L, E], mask) -> (x', (x' or None, probs or
-    None))`, the (carry, output) shape `nn.scan` wants."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    deterministic: bool = True
-    output_hidden_states: bool = False
-    output_attentions: bool = False
-
-    @nn.compact
-    def __call__(self, x, mask):
-        cfg, rt, det = self.config, self.runtime, self.deterministic
-        a, probs = RobertaAttention(cfg, rt, name="attention")(
-            x, mask, deterministic=det, output_attentions=self.output_attentions
-        )
-        h = RobertaIntermediate(cfg, rt, name="intermediate")(a)
-        y = RobertaOutput(cfg, rt, name="output")(h, a, deterministic=det)
-        y = constrain(y, "act_batch", "act_len", "act_embed")
-        return y, (y if self.output_hidden_states else None, probs)
-
-
-class RobertaEncoder(nn.Module):
-    """The layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked weights."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, mask, *, deterministic, output_hidden_states, output_attentions):
-        cfg, rt = self.config, self.runtime
-        layer_cls = RobertaLayer
-        if rt.remat_policy != "none":
-            layer_cls = nn.remat(
-                RobertaLayer, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
-            )
-        kwargs = dict(
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        if rt.scan_layers:
-            scanned = nn.scan(
-                layer_cls,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=nn.broadcast,
-                length=cfg.num_hidden_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, mask)
-            states = tuple(states) if output_hidden_states else None  # unstack [n, B, L, E]
-            probs = tuple(probs) if output_attentions else None
-            return x, states, probs
-        states, probs = [], []
-        for i in range(cfg.num_hidden_layers):
-            x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, mask)
-            states.append(s)
-            probs.append(p)
-        return (
-            x,
-            tuple(states) if output_hidden_states else None,
-            tuple(probs) if output_attentions else None,
-        )
-
-
-def first_tokens(sequence: Array, cls_positions: Array | None) -> Array:
-    """The states of each sequence's first token (`<s>`): sequence [B, L, E] -> [B, E] at
-    position 0 (as transformers reads it, a pad in a left-padded row), or [B, S, E] at
-    cls_positions [B, S] (packed rows)."""
-    if cls_positions is None:
-        return sequence[:, 0]
-    return gather_positions(sequence, cls_positions)
-
-
-class RobertaPooler(nn.Module):
-    """`pooler`: tanh(W h_<s> + b), [B, L, E] -> [B, E] ([B, S, E] at cls_positions)."""
-
-    config: RobertaConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, sequence_output, cls_positions=None):
-        cfg, rt = self.config, self.runtime
-        first = first_tokens(sequence_output, cls_positions)
-        return jnp.tanh(dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
 
 
 class RobertaModel(nn.Module):
@@ -356,7 +184,7 @@ class RobertaModel(nn.Module):
             deterministic=deterministic,
         )
         mask = AttentionMask(attention_mask.astype(bool), segment_ids)
-        y, states, probs = RobertaEncoder(cfg, rt, name="encoder")(
+        y, states, probs = PostLNEncoder(cfg, rt, name="encoder")(
             x,
             mask,
             deterministic=deterministic,
@@ -365,7 +193,7 @@ class RobertaModel(nn.Module):
         )
         pooled = None
         if self.add_pooling_layer:
-            pooled = RobertaPooler(cfg, rt, name="pooler")(y, cls_positions)
+            pooled = Pooler(cfg, rt, name="pooler")(y, cls_positions)
         return EncoderOutput(
             last_hidden_state=y,
             pooler_output=pooled,
