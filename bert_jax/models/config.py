@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from bert_jax import activations, hardware
 
@@ -44,13 +44,11 @@ HF_HOUSEKEEPING = frozenset(
 MAX_SIZE = 2**31 - 1
 
 
-def _fail(field: str, value: Any, why: str, owner: str = "BertConfig") -> None:
-    raise ValueError(f"{owner}.{field}={value!r}: {why}")
-
-
 class EncoderConfig:
-    """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`):
-    the head size, `replace`, and the checks of pad_token_id and label_names.
+    """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`,
+    `RobertaConfig`): the head size, `replace`, the field checks that fail naming the field
+    (`_check_fields`, and of pad_token_id and label_names), and the lookup of a named size
+    (`_preset_fields`).
 
     A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
     initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` and
@@ -68,6 +66,61 @@ class EncoderConfig:
         table has rows no token reads, RoBERTa's, says less)."""
         return self.max_position_embeddings
 
+    @classmethod
+    def _preset_fields(cls, presets: Mapping[str, Mapping[str, Any]], name: str, key: str = ""):
+        """The fields of the size `presets[name]` (any case; `key`, when given, is the name to
+        look up); an unknown name fails listing the known ones."""
+        table = {k.lower(): v for k, v in presets.items()}
+        fields = table.get(key or name.lower())
+        if fields is None:
+            raise ValueError(f"unknown {cls.__name__} preset {name!r}; known: {sorted(presets)}")
+        return dict(fields)
+
+    def _fail(self, field: str, value: Any, why: str) -> NoReturn:
+        raise ValueError(f"{type(self).__name__}.{field}={value!r}: {why}")
+
+    def _check_fields(
+        self,
+        sizes: tuple[str, ...] = (),
+        probabilities: tuple[str, ...] = (),
+        positive: tuple[str, ...] = (),
+        bools: tuple[str, ...] = (),
+        activations: tuple[str, ...] = (),
+        optional: tuple[str, ...] = (),
+    ) -> None:
+        """Fails naming the first field that is not: a positive integer at most `MAX_SIZE`
+        (`sizes`), a probability in [0, 1) (`probabilities`; those in `optional` may be None), a
+        positive number (`positive`), a bool (`bools`) or a name in `ACTIVATIONS`
+        (`activations`). A bool is no number here."""
+
+        def number(value) -> bool:
+            return not isinstance(value, bool) and isinstance(value, (int, float))
+
+        for name in sizes:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                self._fail(name, value, "must be a positive integer")
+            if value > MAX_SIZE:
+                self._fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
+        for name in probabilities:
+            value = getattr(self, name)
+            if value is None and name in optional:
+                continue
+            if not number(value) or not 0.0 <= value < 1.0:
+                self._fail(name, value, "must be a probability in [0, 1)")
+        for name in positive:
+            value = getattr(self, name)
+            if not number(value) or value <= 0:
+                self._fail(name, value, "must be a positive number")
+        for name in bools:
+            if not isinstance(getattr(self, name), bool):
+                self._fail(name, getattr(self, name), "must be a bool")
+        for name in activations:
+            if getattr(self, name) not in ACTIVATIONS:
+                self._fail(
+                    name, getattr(self, name), f"unknown activation; expected one of {ACTIVATIONS}"
+                )
+
     def replace(self, **changes: Any):
         """A copy with `changes` applied (validated again)."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
@@ -77,20 +130,17 @@ class EncoderConfig:
 
     def _check_ids_and_labels(self) -> None:
         """pad_token_id is in the vocabulary; label_names (made a tuple) number num_labels."""
-        owner = type(self).__name__
-        if not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            _fail(
-                "pad_token_id", self.pad_token_id, f"must be an id in [0, {self.vocab_size})", owner
-            )
+        pad, vocab_size = self.pad_token_id, self.vocab_size
+        if not isinstance(pad, int) or not 0 <= pad < vocab_size:
+            self._fail("pad_token_id", pad, f"must be an id in [0, {vocab_size})")
         if self.label_names is not None:
             if not isinstance(self.label_names, tuple):
                 object.__setattr__(self, "label_names", tuple(self.label_names))
             if len(self.label_names) != self.num_labels:
-                _fail(
+                self._fail(
                     "label_names",
                     self.label_names,
                     f"has {len(self.label_names)} names but num_labels={self.num_labels}",
-                    owner,
                 )
 
 

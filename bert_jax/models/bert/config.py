@@ -16,15 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import (
-    ACTIVATIONS,
-    HF_HOUSEKEEPING,
-    MAX_SIZE,
-    EncoderConfig,
-    _fail,
-    labels_from_hf,
-    labels_to_hf,
-)
+from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, labels_from_hf, labels_to_hf
 from bert_jax.paths import as_path
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
@@ -40,6 +32,18 @@ _ORIGINAL_FIELDS = (
     "num_hidden_layers",
     "type_vocab_size",
     "vocab_size",
+)
+# The fields that size the weights: positive integers (at most `MAX_SIZE`).
+_SIZES = (
+    "vocab_size",
+    "vocab_pad_multiple",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "num_labels",
 )
 
 
@@ -92,44 +96,23 @@ class BertConfig(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        for name in (
-            "vocab_size",
-            "vocab_pad_multiple",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-            "num_labels",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                _fail(name, value, "must be an integer")
-            if value <= 0:
-                _fail(name, value, "must be positive")
-            if value > MAX_SIZE:
-                _fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
+        self._check_fields(
+            sizes=_SIZES,
+            probabilities=(
+                "hidden_dropout_prob",
+                "attention_probs_dropout_prob",
+                "classifier_dropout",
+            ),
+            positive=("initializer_range", "layer_norm_eps"),
+            activations=("hidden_act",),
+            optional=("classifier_dropout",),  # None: hidden_dropout_prob
+        )
         if self.hidden_size % self.num_attention_heads:
-            _fail(
+            self._fail(
                 "hidden_size",
                 self.hidden_size,
                 f"not divisible by num_attention_heads={self.num_attention_heads}",
             )
-        if self.hidden_act not in ACTIVATIONS:
-            _fail(
-                "hidden_act", self.hidden_act, f"unknown activation; expected one of {ACTIVATIONS}"
-            )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is None and name == "classifier_dropout":
-                continue
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                _fail(name, value, "must be a probability in [0, 1)")
-        for name in ("initializer_range", "layer_norm_eps"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value <= 0:
-                _fail(name, value, "must be a positive number")
         self._check_ids_and_labels()
 
     # ---- derived sizes ----
@@ -151,10 +134,7 @@ class BertConfig(EncoderConfig):
         m = re.fullmatch(r"(?:bert-)?(?:(?:un)?cased_)?l-?(\d+)[_-]h-?(\d+)(?:[_-]a-?\d+)?", key)
         if m:
             key = f"l{m.group(1)}-h{m.group(2)}"
-        table = {k.lower(): v for k, v in PRESETS.items()}
-        if key not in table:
-            raise ValueError(f"unknown BertConfig preset {name!r}; known: {sorted(PRESETS)}")
-        return cls(**{**table[key], **overrides})
+        return cls(**{**cls._preset_fields(PRESETS, name, key), **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod

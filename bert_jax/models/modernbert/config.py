@@ -20,14 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import (
-    ACTIVATIONS,
-    HF_HOUSEKEEPING,
-    MAX_SIZE,
-    EncoderConfig,
-    labels_from_hf,
-    labels_to_hf,
-)
+from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, labels_from_hf, labels_to_hf
 from bert_jax.paths import as_path
 
 MODEL_TYPE = "modernbert"
@@ -55,10 +48,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                  num_hidden_layers=3, num_attention_heads=2, local_attention=64,
                  max_position_embeddings=128),
 }  # fmt: skip
-
-
-def _fail(field: str, value: Any, why: str) -> None:
-    raise ValueError(f"ModernBertConfig.{field}={value!r}: {why}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,48 +111,36 @@ class ModernBertConfig(EncoderConfig):
     label_names: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "max_position_embeddings",
-            "global_attn_every_n_layers",
-            "local_attention",
-            "num_labels",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                _fail(name, value, "must be a positive integer")
-            if value > MAX_SIZE:
-                _fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
+        self._check_fields(
+            sizes=(
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "max_position_embeddings",
+                "global_attn_every_n_layers",
+                "local_attention",
+                "num_labels",
+            ),
+            probabilities=(
+                "attention_dropout",
+                "embedding_dropout",
+                "mlp_dropout",
+                "classifier_dropout",
+            ),
+            positive=("initializer_range", "norm_eps", "global_rope_theta", "local_rope_theta"),
+            bools=("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"),
+            activations=("hidden_activation", "classifier_activation"),
+        )
         if self.hidden_size % self.num_attention_heads or self.head_dim % 2:
-            _fail(
+            self._fail(
                 "hidden_size",
                 self.hidden_size,
                 f"must split into {self.num_attention_heads} heads of an even size (RoPE pairs)",
             )
-        for name in ("hidden_activation", "classifier_activation"):
-            if getattr(self, name) not in ACTIVATIONS:
-                _fail(
-                    name, getattr(self, name), f"unknown activation; expected one of {ACTIVATIONS}"
-                )
-        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                _fail(name, value, "must be a probability in [0, 1)")
-            if not 0.0 <= value < 1.0:
-                _fail(name, value, "must be a probability in [0, 1)")
-        for name in ("initializer_range", "norm_eps", "global_rope_theta", "local_rope_theta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                _fail(name, value, "must be a positive number")
-        for name in ("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias"):
-            if not isinstance(getattr(self, name), bool):
-                _fail(name, getattr(self, name), "must be a bool")
         if self.classifier_pooling not in POOLINGS:
-            _fail("classifier_pooling", self.classifier_pooling, f"expected one of {POOLINGS}")
+            self._fail("classifier_pooling", self.classifier_pooling, f"expected one of {POOLINGS}")
         self._check_ids_and_labels()
 
     # ---- derived ----
@@ -194,9 +171,7 @@ class ModernBertConfig(EncoderConfig):
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModernBertConfig:
         """A named size (`PRESETS`): "base", "large" (the released models) or "tiny"."""
-        if name.lower() not in PRESETS:
-            raise ValueError(f"unknown ModernBertConfig preset {name!r}; known: {sorted(PRESETS)}")
-        return cls(**{**PRESETS[name.lower()], **overrides})
+        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod

@@ -23,14 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import (
-    ACTIVATIONS,
-    HF_HOUSEKEEPING,
-    MAX_SIZE,
-    EncoderConfig,
-    labels_from_hf,
-    labels_to_hf,
-)
+from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, labels_from_hf, labels_to_hf
 from bert_jax.paths import as_path
 
 _SIZES = (
@@ -115,32 +108,23 @@ class RobertaConfig(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        for name in _SIZES:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                self._fail(name, value, "must be a positive integer")
-            if value > MAX_SIZE:
-                self._fail(name, value, f"must be at most {MAX_SIZE} (sizes and ids are int32)")
+        self._check_fields(
+            sizes=_SIZES,
+            probabilities=(
+                "hidden_dropout_prob",
+                "attention_probs_dropout_prob",
+                "classifier_dropout",
+            ),
+            positive=("initializer_range", "layer_norm_eps"),
+            activations=("hidden_act",),
+            optional=("classifier_dropout",),  # None: hidden_dropout_prob
+        )
         if self.hidden_size % self.num_attention_heads:
             self._fail(
                 "hidden_size",
                 self.hidden_size,
                 f"not divisible by num_attention_heads={self.num_attention_heads}",
             )
-        if self.hidden_act not in ACTIVATIONS:
-            self._fail("hidden_act", self.hidden_act, f"unknown activation; expected {ACTIVATIONS}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is None and name == "classifier_dropout":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                self._fail(name, value, "must be a probability in [0, 1)")
-            if not 0.0 <= value < 1.0:
-                self._fail(name, value, "must be a probability in [0, 1)")
-        for name in ("initializer_range", "layer_norm_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                self._fail(name, value, "must be a positive number")
         self._check_ids_and_labels()
         if self.max_sequence_length < 1:
             self._fail(
@@ -149,9 +133,6 @@ class RobertaConfig(EncoderConfig):
                 f"leaves no position for a token: rows 0..{self.pad_token_id} (pad_token_id) are "
                 "never read, so it must be at least pad_token_id + 2",
             )
-
-    def _fail(self, field: str, value: Any, why: str) -> None:
-        raise ValueError(f"{type(self).__name__}.{field}={value!r}: {why}")
 
     # ---- derived sizes ----
     @property
@@ -174,11 +155,8 @@ class RobertaConfig(EncoderConfig):
     def preset(cls, name: str, **overrides: Any) -> RobertaConfig:
         """A named size (`PRESETS`): "base", "large" (the released models, their vocabulary
         `released_vocab_size`) or "tiny"."""
-        key = name.lower()
-        if key not in PRESETS:
-            raise ValueError(f"unknown {cls.__name__} preset {name!r}; known: {sorted(PRESETS)}")
-        released = {} if key == "tiny" else {"vocab_size": cls.released_vocab_size}
-        return cls(**{**released, **PRESETS[key], **overrides})
+        released = {} if name.lower() == "tiny" else {"vocab_size": cls.released_vocab_size}
+        return cls(**{**released, **cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod
