@@ -1,5 +1,5 @@
 """transformers' Flax checkpoints (flax_model.msgpack), against fixtures that transformers 4.57's
-FlaxBert classes wrote (tests/testdata/hf_flax/make_fixtures.py): every head loads exactly, what
+FlaxBert classes wrote (tests/testdata/make_hf_flax_fixtures.py bert): every head loads exactly, what
 bert_jax writes is the tree transformers wrote, and every bad input names its problem."""
 
 import importlib.util
@@ -17,17 +17,20 @@ from bert_jax import convert
 from bert_jax.checkpoints import detect, hf, hf_flax, table, verify
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "testdata" / "hf_flax"
-_spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
-make_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_fixtures)
-NAMES = (*make_fixtures.HEADS, make_fixtures.SHARDED)
+_spec = importlib.util.spec_from_file_location(
+    "make_hf_flax_fixtures", FIXTURES.parent / "make_hf_flax_fixtures.py"
+)
+_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_script)
+fixtures = _script.FAMILIES["bert"]
+NAMES = fixtures.names
 
 
 def outputs(loaded: bert_jax.Pretrained, head: str) -> dict[str, np.ndarray]:
     """bert_jax's outputs on the fixture inputs, named as the reference's."""
     out = loaded.model.apply(
         {"params": loaded.params},
-        **make_fixtures.inputs(head),
+        **fixtures.inputs(head),
         output_hidden_states=True,
         output_attentions=True,
     )
@@ -43,7 +46,7 @@ def assert_matches_reference(ours: dict, name: str, atol: float = 1e-5) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fixture_of_every_head_loads_exactly(name):
-    head = make_fixtures.head_of(name)
+    head = fixtures.head_of(name)
     assert detect.detect_format(str(FIXTURES / name)) == "hf_flax"
     loaded = bert_jax.from_pretrained(FIXTURES / name)  # the head from config.json
     assert loaded.head == head and loaded.tokenizer is None
@@ -53,10 +56,10 @@ def test_fixture_of_every_head_loads_exactly(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_what_bert_jax_writes_is_the_tree_transformers_wrote(tmp_path, name):
     """Same names, shapes, dtypes and values (and the same shards): FlaxBert*.from_pretrained
-    reads it as it read its own (make_fixtures.py `check` runs that with transformers 4.57)."""
-    head = make_fixtures.head_of(name)
+    reads it as it read its own (make_hf_flax_fixtures.py `check` runs that with transformers 4.57)."""
+    head = fixtures.head_of(name)
     config, params, _, _ = detect.load_any(str(FIXTURES / name), head)
-    shard = "8KB" if name == make_fixtures.SHARDED else None
+    shard = "8KB" if name == fixtures.sharded else None
     hf_flax.save_hf_flax(config, params, tmp_path, head, max_shard_size=shard)
     # Read as PyTorch names, which map one to one onto the Flax names (hf_flax.to_torch_names).
     theirs = hf.read_hf_state_dict(FIXTURES / name)
@@ -115,7 +118,7 @@ def test_dtype_scan_and_remat_are_honoured(tmp_path):
 
 def test_tokenizer_beside_the_weights_comes_along(tmp_path):
     shutil.copytree(FIXTURES / "BertModel", tmp_path / "m")
-    words = [f"w{i}" for i in range(make_fixtures.CONFIG["vocab_size"] - 5)]
+    words = [f"w{i}" for i in range(fixtures.config["vocab_size"] - 5)]
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     (tmp_path / "m" / "vocab.txt").write_text("\n".join(vocab) + "\n")
     loaded = bert_jax.from_pretrained(tmp_path / "m")
@@ -139,7 +142,7 @@ def test_bad_files_are_named(tmp_path):
     with pytest.raises(table.ConversionError, match="git lfs pull"):
         bert_jax.from_pretrained(broken)
     sharded = tmp_path / "sharded"
-    shutil.copytree(FIXTURES / make_fixtures.SHARDED, sharded)
+    shutil.copytree(FIXTURES / fixtures.sharded, sharded)
     (sharded / "flax_model-00002-of-00002.msgpack").unlink()
     with pytest.raises(FileNotFoundError, match="flax_model-00002-of-00002.msgpack"):
         bert_jax.from_pretrained(sharded)

@@ -287,20 +287,21 @@ def test_command_line_converts_and_verifies(tmp_path, capsys):
 
 
 _spec = __import__("importlib.util").util.spec_from_file_location(
-    "rb_fixtures", FIXTURES / "make_fixtures.py"
+    "make_hf_flax_fixtures", FIXTURES.parent / "make_hf_flax_fixtures.py"
 )
-make_fixtures = __import__("importlib.util").util.module_from_spec(_spec)
-_spec.loader.exec_module(make_fixtures)
+_script = __import__("importlib.util").util.module_from_spec(_spec)
+_spec.loader.exec_module(_script)
+fixtures = _script.FAMILIES["roberta"]
 
 
-@pytest.mark.parametrize("head", make_fixtures.HEADS)
+@pytest.mark.parametrize("head", fixtures.heads)
 def test_flax_msgpack_of_every_head_reads_and_writes_exactly(tmp_path, head):
     """transformers 4.57's FlaxRoberta*/FlaxXLMRoberta* checkpoint loads with every output within
     1e-5 of the one transformers computed, and what bert_jax writes back is the tree it wrote
-    (make_fixtures.py `check` loads it with transformers 4.57)."""
+    (make_hf_flax_fixtures.py `check` loads it with transformers 4.57)."""
     loaded = bert_jax.from_pretrained(FIXTURES / head)
     assert loaded.head == head and detect.detect_format(str(FIXTURES / head)) == "hf_flax"
-    out = loaded.model.apply({"params": loaded.params}, **make_fixtures.inputs(head),
+    out = loaded.model.apply({"params": loaded.params}, **fixtures.inputs(head),
                              output_hidden_states=True, output_attentions=True)  # fmt: skip
     ours, ref = verify.named_outputs(out), dict(np.load(FIXTURES / head / "outputs.npz"))
     assert set(ours) == set(ref)
