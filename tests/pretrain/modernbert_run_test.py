@@ -1,71 +1,13 @@
-"""ModernBERT through the pretraining job (`configs/pretrain.py:arch=modernbert`), as a user runs
-it: the default Shakespeare corpus, MLM only at 30% masking, packed rows, StableAdamW, WSD; the
-run leaves the unigram plateau and its export is transformers' ModernBertForMaskedLM."""
+"""ModernBERT's pretraining recipe (`configs/pretrain.py:arch=modernbert`): MLM only at 30% masking,
+packed rows, StableAdamW, WSD; its heads per objective. A run as a user runs it (leaving the
+unigram plateau, exporting transformers' ModernBertForMaskedLM): tests/pretrain/mlm_run_test.py."""
 
-import json
-import os
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
 from bert_jax.models import families
 from bert_jax.pretrain import run
 from bert_jax.training import objectives
 from tests.common import load_config_file
-from tests.model_card_test import card_metadata
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.mark.e2e  # about 67 s on 2 cores: out of the default suite (pytest -m e2e)
-def test_modernbert_pretraining_leaves_the_unigram_plateau(tmp_path):
-    workdir, steps = tmp_path / "run", 60
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "train.py"),
-        "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":arch=modernbert",
-        f"--workdir={workdir}",
-        f"--config.num_train_steps={steps}",
-        f"--config.eval_every_steps={steps}",
-        "--config.num_eval_steps=4",
-        "--config.log_every_steps=20",
-    ]
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
-    evals = {r["step"]: r for r in rows if "eval/mlm_accuracy" in r}
-    share = evals[0]["eval/commonest_token_share"]
-    assert 0.02 < share < 0.2
-    # The decoder bias starts at the data's log frequencies: step 0 guesses the commonest token.
-    assert abs(evals[0]["eval/mlm_accuracy"] - share) < 0.01
-    assert evals[steps]["eval/mlm_accuracy"] > share + 0.03, (share, evals)
-    assert "eval/nsp_accuracy" not in evals[steps]  # MLM only
-    config = json.loads((workdir / "hf" / "config.json").read_text())
-    assert config["model_type"] == "modernbert"
-    assert config["architectures"] == ["ModernBertForMaskedLM"]
-    meta = card_metadata(workdir / "hf")  # the Hub card names the family and its widget
-    assert meta["pipeline_tag"] == "fill-mask" and "modernbert" in meta["tags"]
-    assert (
-        "A ModernBERT model (ModernBertForMaskedLM)" in (workdir / "hf" / "README.md").read_text()
-    )
-
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
-    from bert_jax.checkpoints import hf
-
-    model, info = transformers.ModernBertForMaskedLM.from_pretrained(
-        workdir / "hf", output_loading_info=True
-    )
-    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
-    cfg, params = hf.load_pytorch(workdir / "hf", model="ModernBertForMaskedLM")[:2]
-    ids = np.random.RandomState(0).randint(5, cfg.vocab_size, (2, 40))
-    with torch.no_grad():
-        ref = model.eval()(torch.tensor(ids)).logits.numpy()
-    ours = families.get_model_class("ModernBertForMaskedLM")(cfg).apply({"params": params}, ids)
-    np.testing.assert_allclose(np.asarray(ours.logits), ref, atol=1e-4)
 
 
 def test_modernbert_config_is_the_recipe():
