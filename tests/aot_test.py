@@ -72,6 +72,29 @@ def test_compile_tiny_train_step_for_v5e_2x2():
     assert "MFU bound (not measured)" in proc.stdout and "fits" in proc.stdout
 
 
+def test_compile_embedding_grad_cache_step_for_v5e_2x2():
+    """The embedding job's GradCache step (2 chunks, dropout on, bfloat16) compiled by libtpu,
+    with no pairs file (--mode=compile reads no data). Its first pass, a forward with dropout and
+    no gradient, crashed libtpu's compiler (segmentation fault) before the attention
+    probabilities were formed behind an optimization barrier (`attention._softmax_attend`)."""
+    proc = run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "train.py"),
+            "--config=" + os.path.join(ROOT, "configs", "embed.py") + ":size=tiny",
+            "--mode=compile",
+            "--topology=v5e:2x2",
+            "--config.model.vocab_size=400",
+            "--config.num_microbatches=2",
+        ]
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["task"] == "embed" and report["num_microbatches"] == 2
+    assert report["dtype"] == "bfloat16" and report["batch"] == [8, 2, 32]
+    assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
+
+
 def test_compile_reports_a_step_that_does_not_fit():
     # 2M x 2048 float32 embeddings with Adam's two moments: 48 GiB over 4 chips of 16 GiB.
     proc = run(

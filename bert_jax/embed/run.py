@@ -59,11 +59,11 @@ BOOLEANS = {"true": True, "false": False}
 # --------------------------------------------------------------------------------------------
 # Settings
 # --------------------------------------------------------------------------------------------
-def check_config(config) -> list[int]:
+def check_config(config, reads_data: bool = True) -> list[int]:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown pooling or normalize, a scale <= 0,
-    Matryoshka dims that are not positive whole numbers, no train_file, a bad seed list.
-    Returns the seeds."""
+    Matryoshka dims that are not positive whole numbers, no train_file (unless the run
+    `reads_data`: --mode=compile does not), a bad seed list. Returns the seeds."""
     experiment.check_experiment_config(config)
     e = config.embed
     if e.pooling not in ("auto", *objectives.POOLINGS):
@@ -72,7 +72,7 @@ def check_config(config) -> list[int]:
         raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
     if not e.scale > 0:
         raise ValueError(f"embed.scale={e.scale!r}; expected a number > 0")
-    if not e.train_file:
+    if reads_data and not e.train_file:
         raise ValueError("set --config.embed.train_file (pairs: .jsonl, .csv or .tsv)")
     for key in ("num_epochs", "eval_batch_size"):
         if not isinstance(e[key], int) or e[key] < 1:
@@ -232,7 +232,7 @@ def train_and_evaluate(
     Returns:
       {"task": "embed", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    seeds = check_config(config)
+    seeds = check_config(config, reads_data=mode != "compile")
     if mode == "compile":
         return compile_for_topology(config, topology or config.topology, hlo_out)
     e = config.embed
