@@ -137,7 +137,12 @@ def roofline(report: dict, counts: tuple[float, float, float] | None = None) -> 
 def bound(by_name: dict, tpu: str) -> tuple[dict, str, dict] | None:
     """(roofline, how, report) of a recipe's phase 1: from its own unrolled compile, the
     24-layer unrolled one, or extrapolated from the two largest proxies (`--proxy_layers`);
-    None if none is recorded."""
+    None if none is recorded at the recipe's current global batch (a record of an earlier batch
+    does not count: `--bound` compiles it again)."""
+    from configs.pretrain import TPU_RECIPES
+
+    batch = [TPU_RECIPES[tpu][1], 128]
+    by_name = {name: r for name, r in by_name.items() if r.get("batch") == batch}
     recipe = by_name.get(recipe_name(tpu, 1))
     if recipe and not recipe["scan_layers"] and recipe.get("roofline"):
         return roofline(recipe), "the recipe (unrolled)", recipe

@@ -23,7 +23,8 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    `roberta_config`, docs/roberta.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
                    remat and micro-batches that fit it with headroom (phase 1: the slice's global
-                   batch, 1,024 today, the same tokens whatever the batch),
+                   batch, 1,536 on v5e-16, 4,096 on v5e-64, 2,048 on v5p-128, 1,024 on v4-32
+                   and v5p-8, the same tokens whatever the batch),
                    proven before renting it by
                      python train.py --config=configs/pretrain.py:size=large,phase=2,tpu=v5e-16 \
                        --mode=compile
@@ -58,19 +59,21 @@ from configs import common
 # state (mesh fsdp = all chips) and global_batch_size / N rows of the batch. Phase 1's batch is
 # the slice's: each step pays the weights' HBM traffic (gathers, gradient reductions, the
 # update: about 36 GB a chip, whatever the batch) once, so the compiled step's roofline MFU bound
-# rises with the rows a chip takes (benchmarks/RESULTS_tpu.md: 96 rows on v5e-16 would bound it
-# at about 0.77, 64 on v5e-64 at 0.67, 32 on v5p-128 at 0.71; a batch changes here only with its
-# compile on record). Phase 2 keeps only the matmul outputs for the backward pass (remat "dots")
-# except on v5p-128 (8 sequences a chip); phase 1 on v5e-16 fits unrolled, not scanned (the
-# scan's stacked buffers: 15.9 GiB at 64 rows a chip), and the other slices fit scanned.
+# rises with the rows a chip takes (benchmarks/RESULTS_tpu.md, issue 39): 96 rows on v5e-16
+# bound it at 0.765 (0.674 at 64), 64 on v5e-64 at 0.704 (0.31 at 16), 32 on v5p-128 at 0.773,
+# 64 on v4-32 at 0.850, 256 on v5p-8 at 1.000; a batch changes here only with its compile on
+# record. Phase 2 keeps only the matmul outputs for the backward pass (remat "dots") except on
+# v5p-128 (8 sequences a chip); phase 1 is unrolled on v5e-16 (scanned, the scan's stacked
+# buffers do not fit: 15.9 GiB at 64 rows a chip) and on v5e-64 (the same 64 rows a chip), and
+# scanned on the other slices.
 # benchmarks/RESULTS_tpu.md lists each entry's compiled HBM per chip (--mode=compile,
 # `python benchmarks/tpu_recipes.py`) and the bounds (`--bound`).
 TPU_RECIPES = {
     "v4-32": ("v4:2x2x4", 1024, {1: ("none", 1, True), 2: ("dots", 1, True)}),
-    "v5e-16": ("v5e:4x4", 1024, {1: ("none", 1, False), 2: ("dots", 1, True)}),
-    "v5e-64": ("v5e:8x8", 1024, {1: ("none", 1, True), 2: ("dots", 1, True)}),
+    "v5e-16": ("v5e:4x4", 1536, {1: ("none", 1, False), 2: ("dots", 1, True)}),
+    "v5e-64": ("v5e:8x8", 4096, {1: ("none", 1, False), 2: ("dots", 1, True)}),
     "v5p-8": ("v5p:2x2x1", 1024, {1: ("none", 1, True), 2: ("dots", 1, True)}),
-    "v5p-128": ("v5p:4x4x4", 1024, {1: ("none", 1, True), 2: ("none", 1, True)}),
+    "v5p-128": ("v5p:4x4x4", 2048, {1: ("none", 1, True), 2: ("none", 1, True)}),
 }
 # Phase 1 takes the original's 512 x 900k sequences (59B tokens) in fewer, larger steps: the
 # learning rate scaled by sqrt(batch / 512) from its 1e-4, the warmup kept at the share of the
@@ -80,7 +83,8 @@ PHASE1_SEQUENCES = 512 * 900_000
 
 def tpu_phase1_schedule(global_batch: int) -> tuple[int, int, float]:
     """(num_train_steps, warmup_steps, peak_learning_rate) of a TPU recipe's phase 1 at
-    `global_batch` rows of 128 tokens: 450k / 10k / 1.4e-4 at 1,024."""
+    `global_batch` rows of 128 tokens: 450k / 10k / 1.4e-4 at 1,024, 300k / 6,667 / 1.7e-4 at
+    1,536."""
     steps = PHASE1_SEQUENCES // global_batch
     lr = round(1e-4 * (global_batch / 512) ** 0.5, 5)
     return steps, round(10_000 * 1024 / global_batch), lr

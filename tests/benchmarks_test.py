@@ -274,6 +274,23 @@ def test_recorded_tpu_recipe_compiles_match_the_recipes_and_results():
             _check_recorded_recipe(by_name[f"recipe_{tpu}_p{phase}"], config, topology, results)
 
 
+def test_recorded_tpu_phase1_bounds_meet_the_targets_and_results_show_them():
+    """Every TPU recipe's phase-1 roofline MFU bound is on record at the recipe's current batch
+    (`benchmarks/tpu_recipes.py --bound`), is at least 0.60 (v5e-16's at least 0.75, issue 39),
+    and RESULTS_tpu.md shows its row; a record of another batch does not count."""
+    from benchmarks import tpu_recipes
+    from configs import pretrain
+
+    by_name, results = _recorded_tpu_compiles()
+    for tpu in pretrain.TPU_RECIPES:
+        result = tpu_recipes.bound(by_name, tpu)
+        assert result is not None, f"{tpu}: no phase-1 bound on record at its batch"
+        assert result[0]["mfu_bound"] >= (0.75 if tpu == "v5e-16" else 0.6), tpu
+        assert tpu_recipes.bound_row(tpu, result) in results, tpu
+    earlier = {name: dict(r, batch=[512, 128]) for name, r in by_name.items()}
+    assert tpu_recipes.bound(earlier, "v5e-16") is None
+
+
 def test_recorded_modernbert_tpu_recipe_compiles_match_the_recipes_and_results():
     """The same for ModernBERT's TPU recipes (`tpu_recipes.py --arch=modernbert`)."""
     from configs import pretrain
