@@ -159,3 +159,13 @@ def test_long_texts_are_cut_and_take_more_rows(bert_tokenizer):
     assert packed["input_ids"].shape == (20, L)  # 18 texts, 18 rows, rounded up to 4 x 5
     np.testing.assert_array_equal(np.sort(packed["text_index"][:, 0]), [-1, -1, *range(B * T)])
     assert packed["attention_mask"].sum() == full["attention_mask"].sum()
+
+
+def test_bad_packing_settings_are_refused(tmp_path):
+    from bert_jax.embed import run as embed_run
+    from tests.embed_test import embed_config
+
+    config = embed_config(tmp_path, **{"embed.max_segments": 0})
+    with pytest.raises(ValueError, match=r"config\.embed\.max_segments=0"):
+        embed_run.check_config(config)
+    assert embed_run.check_config(embed_config(tmp_path, **{"embed.pack": False})) == [0]
