@@ -16,7 +16,10 @@ texts cut to `--max_seq_length` tokens:
 
   sentence_transformers  `SentenceTransformerTrainer` (torch, CPU), its own data loading and
                          batch order for the seed
-  bert_jax               the embedding job's Experiment, batches and step (`bert_jax.embed.run`)
+  bert_jax               the embedding job's Experiment, batches and step (`bert_jax.embed.run`):
+                         the texts of a batch packed several to a row (`embed.pack`, the
+                         default), or with `--pack=0` padded to the 32-token bucket of the
+                         batch's longest text
 
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
 positive among all of them with `bert_jax.embed.retrieval.retrieval_scores` (equal to
@@ -87,6 +90,7 @@ def embed_config(args, train_file: str, dev_file: str, warmup_steps: int):
         c.optimizer.peak_learning_rate = args.lr
         c.optimizer.warmup_steps = warmup_steps
         c.optimizer.schedule = "linear"
+        c.embed.pack = bool(args.pack)
     return c
 
 
@@ -232,7 +236,8 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
             pairs.read_pairs(e.dev_file), start.tokenizer, start.max_seq_length
         )
         steps = run._train_batches(config, features, seed).steps_per_epoch * e.num_epochs
-        exp = run.build_experiment(config, start, steps)
+        texts = features["input_ids"].shape[1]
+        exp = run.build_experiment(config, start, steps, texts_per_pair=texts)
         params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
         _EXPERIMENT.update(exp=exp, features=features, dev=dev, params=params)
     exp, features, dev = _EXPERIMENT["exp"], _EXPERIMENT["features"], _EXPERIMENT["dev"]
@@ -283,6 +288,13 @@ def main(argv=None) -> int:
     parser.add_argument("--max_seq_length", type=int, default=64)
     parser.add_argument("--eval_batch", type=int, default=64)
     parser.add_argument("--peers", default="bert_jax,sentence_transformers")
+    parser.add_argument(
+        "--pack",
+        type=int,
+        default=1,
+        help="bert_jax: 1 packs texts several to a row (the job's "
+        "default), 0 pads each batch to its longest text as sentence-transformers does",
+    )
     parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -299,7 +311,7 @@ def main(argv=None) -> int:
         print(json.dumps({"train_pairs": num_pairs, "dev_pairs": len(dev_texts(dev_file)[0]),
                           "steps": num_steps, "warmup_steps": warmup_steps,
                           "batch": args.batch, "max_seq_length": args.max_seq_length,
-                          "lr": args.lr, "threads": args.threads}))  # fmt: skip
+                          "lr": args.lr, "threads": args.threads, "pack": args.pack}))  # fmt: skip
         rows: dict[str, list[dict]] = {p: [] for p in peers}
         if "sentence_transformers" in peers:
             start = st_score(st_model(args), dev_file, args.eval_batch)

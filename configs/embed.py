@@ -11,7 +11,10 @@ anchor's negatives); `num_microbatches` > 1 splits the batch into GradCache chun
 and gradients, one chunk's activations in memory). The run scores dev retrieval (each anchor's
 positive among every dev positive and negative: nDCG@10, MRR@10, Recall@1/10) at step 0 and at
 the end, writes `<workdir>/results.json` and exports `<workdir>/hf`, a sentence-transformers
-directory. docs/embeddings.md says which settings matter.
+directory. The texts of each batch are packed several to a row (`embed.pack`, at most
+`embed.max_segments` a row; the loss and gradients those of the padded batch, the encoder's work
+their tokens rather than [PAD]); `embed.pack=false` pads each batch to its longest text instead.
+docs/embeddings.md says which settings matter.
 
 Variants (`--config=configs/embed.py:init=...,size=...`):
 
@@ -71,6 +74,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.eval_batch_size = 64  # texts a step when embedding the dev set
     c.embed.max_train_examples = 0  # 0 = all; else the first this many pairs
     c.embed.max_eval_examples = 0
+    # Training batches: the texts of a batch (anchors, positives, hard negatives) packed several
+    # to a row of max_seq_length tokens, attention and pooling kept to each text, so the encoder
+    # runs on their tokens rather than on [PAD] (the loss is the padded batch's); at most
+    # max_segments texts a row (docs/embeddings.md).
+    c.embed.pack = True
+    c.embed.max_segments = 16
 
     # Used only without init_from: the architecture of a model trained from scratch
     # (vocab_size 0: the tokenizer's).

@@ -7,7 +7,8 @@ The model is the starting checkpoint's encoder (`init_from`, either family; or `
 from scratch), pooled as its sentence-transformers directory says (mean or CLS; CLS for a plain
 checkpoint, as `python -m bert_jax.inference embed`). It trains on `embed.train_file`'s pairs
 with the contrastive objective (`objectives.contrastive_objective`: in-batch negatives over the
-whole global batch, GradCache chunks with `num_microbatches` > 1, Matryoshka dims).
+whole global batch, GradCache chunks with `num_microbatches` > 1, Matryoshka dims), the texts
+of each batch packed several to a row with `embed.pack` (`packing`).
 
 For each seed of `embed.seeds` the run trains `embed.num_epochs` epochs in `<workdir>/seed_<s>`
 (the workdir itself for one seed), scores dev retrieval (`embed.evaluation`) at step 0, every
@@ -23,6 +24,7 @@ settings is refused while the workdir holds results or checkpoints).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 from typing import Any
 
@@ -37,7 +39,7 @@ from bert_jax.checkpoints.sentence_transformers import (
     save_sentence_transformer,
 )
 from bert_jax.data import batching, text_io
-from bert_jax.embed import evaluation, pairs
+from bert_jax.embed import evaluation, packing, pairs
 from bert_jax.models import families
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
@@ -74,7 +76,9 @@ def check_config(config, reads_data: bool = True) -> list[int]:
         raise ValueError(f"embed.scale={e.scale!r}; expected a number > 0")
     if reads_data and not e.train_file:
         raise ValueError("set --config.embed.train_file (pairs: .jsonl, .csv or .tsv)")
-    for key in ("num_epochs", "eval_batch_size"):
+    if e.pack not in (True, False, 0, 1):
+        raise ValueError(f"embed.pack={e.pack!r}; expected true or false (1 or 0)")
+    for key in ("num_epochs", "eval_batch_size", "max_segments"):
         if not isinstance(e[key], int) or e[key] < 1:
             raise ValueError(f"config.embed.{key}={e[key]!r}: expected an integer >= 1")
     matryoshka_dims(config)
@@ -170,14 +174,19 @@ def starting_point(config) -> Starting:
     return Starting(model_config, pooling, normalize, length, tokenizer)
 
 
-def build_experiment(config, start: Starting, num_train_steps: int, devices=None):
+def build_experiment(
+    config, start: Starting, num_train_steps: int, devices=None, texts_per_pair: int = 2
+):
     """The Experiment every seed trains in: the family's encoder with the contrastive objective
-    of the settings."""
+    of the settings (taking packed batches of `global_batch_size` pairs of `texts_per_pair`
+    texts with `embed.pack`)."""
+    packed = (config.global_batch_size, texts_per_pair) if config.embed.pack else None
     objective = objectives.contrastive_objective(
         start.pooling,
         config.embed.scale,
         config.embed.symmetric,
         matryoshka_dims(config, start.model_config.hidden_size),
+        packed_shape=packed,
     )
     head = families.head_in_family(start.model_config, "BertModel")
     return experiment.Experiment.build(
@@ -188,7 +197,9 @@ def build_experiment(config, start: Starting, num_train_steps: int, devices=None
 def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
     """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`) without data:
     a batch of `global_batch_size` pairs [B, 2, L] (L = max_seq_length, 128 by default) in
-    `num_microbatches` GradCache chunks; prints the report, returns the exit status."""
+    `num_microbatches` GradCache chunks; with `embed.pack`, its 2 B texts packed at the most rows
+    packing can take (one text a row: [2 B, L], the memory any packed step stays within). Prints
+    the report, returns the exit status."""
     if not config.init_from and not config.model.vocab_size:
         raise ValueError("--mode=compile without init_from needs --config.model.vocab_size")
     if config.init_from:
@@ -200,10 +211,19 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     start = Starting(model_config, pooling, True, length, None)
     exp = build_experiment(config, start, 1, aot.topology_devices(topology))
     rows = config.global_batch_size
-    batch = {
-        k: jax.ShapeDtypeStruct((rows, 2, length), jax.numpy.int32)
-        for k in ("input_ids", "token_type_ids", "attention_mask")
-    }
+    if config.embed.pack:
+        rows_packed, slots = 2 * rows, config.embed.max_segments
+        batch = {
+            k: jax.ShapeDtypeStruct((rows_packed, length), jax.numpy.int32)
+            for k in packing.TOKEN_KEYS
+        }
+        for k in ("cls_positions", "text_index"):
+            batch[k] = jax.ShapeDtypeStruct((rows_packed, slots), jax.numpy.int32)
+    else:
+        batch = {
+            k: jax.ShapeDtypeStruct((rows, 2, length), jax.numpy.int32)
+            for k in ("input_ids", "token_type_ids", "attention_mask")
+        }
     model_flops = flops.classification_step_flops(
         model_config, [length] * (2 * rows), 0, pooled=False
     )
@@ -252,7 +272,9 @@ def train_and_evaluate(
             f"training pairs of {e.train_file}: no training step"
         )
     steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
-    exp = build_experiment(config, start, steps_per_epoch * e.num_epochs)
+    exp = build_experiment(
+        config, start, steps_per_epoch * e.num_epochs, texts_per_pair=features["input_ids"].shape[1]
+    )
     if mode == "shardings":
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return {"task": "embed", "seeds": {}}
@@ -274,17 +296,34 @@ def train_and_evaluate(
     return results
 
 
-def _train_batches(config, features, seed: int, host_rows=None) -> batching.EpochIterator:
-    """One seed's batches: `num_epochs` epochs of shuffled global batches of pairs, each cut to
-    the 32-token bucket of its longest text (rows are not grouped by length: that would make the
-    in-batch negatives of a batch alike in length)."""
-    return batching.EpochIterator(
+def _train_batches(config, features, seed: int, mesh=None):
+    """One seed's batches: `num_epochs` epochs of shuffled global batches of pairs (rows are not
+    grouped by length: that would make the in-batch negatives of a batch alike in length), this
+    process's rows of them on `mesh` (None: all). With `embed.pack` each batch's texts are packed
+    several to a row (`packing.PackedBatches`: the row count a multiple of the mesh's
+    data-parallel devices x `num_microbatches`); else each is cut to the 32-token bucket of its
+    longest text."""
+    pack = config.embed.pack
+    batches = batching.EpochIterator(
         features,
         config.global_batch_size,
         num_epochs=config.embed.num_epochs,
         seed=seed,
-        bucket_boundaries=batching.length_buckets(features["input_ids"].shape[-1]),
-        host_rows=host_rows,
+        bucket_boundaries=None
+        if pack
+        else batching.length_buckets(features["input_ids"].shape[-1]),
+        host_rows=None
+        if pack or mesh is None
+        else sharding.host_batch_rows(mesh, config.global_batch_size),
+    )
+    if not pack:
+        return batches
+    return packing.PackedBatches(
+        batches,
+        max_segments=config.embed.max_segments,
+        row_multiple=config.num_microbatches
+        * (1 if mesh is None else sharding.data_parallel_size(mesh)),
+        host_rows=None if mesh is None else functools.partial(sharding.host_batch_rows, mesh),
     )
 
 
@@ -293,8 +332,7 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
     end, export `seed_dir/hf`, remove the training checkpoints. Returns the final and start_
     scores, or None when a signal stopped the run before its last step."""
     e = config.embed
-    host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
-    train_iter = _train_batches(config, features, seed, host_rows)
+    train_iter = _train_batches(config, features, seed, exp.mesh)
     num_steps = train_iter.steps_per_epoch * e.num_epochs
     ckpt = experiment.checkpointer(seed_dir, config)
     state0 = starting_state(exp, ckpt, train_iter, init_from=config.init_from, seed=seed)

@@ -237,6 +237,21 @@ def pool(hidden: jax.Array, attention_mask: jax.Array, pooling: str) -> jax.Arra
     return (hidden * mask).sum(-2) / jnp.maximum(mask.sum(-2), 1.0)
 
 
+def pool_segments(
+    hidden: jax.Array, segment_ids: jax.Array, cls_positions: jax.Array, pooling: str
+) -> jax.Array:
+    """`pool` of each text of packed rows: float32 [R, S, E] from hidden [R, L, E],
+    segment_ids [R, L] (slot s holds segment id s + 1, 0 padding) and cls_positions [R, S]
+    (each slot's first token)."""
+    hidden = hidden.astype(jnp.float32)
+    if pooling == "cls":
+        return jnp.take_along_axis(hidden, cls_positions[..., None], axis=1)
+    slots = jnp.arange(1, cls_positions.shape[1] + 1)
+    weights = (segment_ids[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [R, S, L]
+    total = jnp.einsum("rsl,rle->rse", weights, hidden)
+    return total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ContrastiveObjective(Objective):
     """An embedding model (the encoder, pooled) trained with in-batch negatives
@@ -244,7 +259,11 @@ class ContrastiveObjective(Objective):
     (`contrastive_objective`).
 
     Batch: input_ids, token_type_ids, attention_mask int32 [B, T, L]: text 0 of each row is the
-    anchor, text 1 its positive, texts 2.. its hard negatives (T = 2 + negatives per row).
+    anchor, text 1 its positive, texts 2.. its hard negatives (T = 2 + negatives per row). Or the
+    same texts packed several to a row (`bert_jax.embed.packing`: [R, L] rows with segment_ids,
+    position_ids, and cls_positions, text_index [R, S]), for an objective made with
+    `packed_shape=(B, T)`: each text is pooled from its own tokens (`embed` -> [R, S, E]) and put
+    back in its pair's place (`texts` -> [B, T, E]), so the loss is the unpacked batch's.
 
     Its loss couples every row of the batch, so it is not a sum over rows: k micro-batches are
     GradCache's chunks (`steps.loss_and_grads`), never separate losses. `embed` and
@@ -253,20 +272,45 @@ class ContrastiveObjective(Objective):
     Attributes:
       pooling: "mean" or "cls" (`pool`).
       scale, symmetric, dims: as `losses.in_batch_negatives_loss` takes them.
+      packed_shape: (B, T), the pairs of a packed batch and the texts of each; None: batches
+        are [B, T, L] only.
     """
 
     pooling: str = "mean"
     scale: float = 20.0
     symmetric: bool = False
     dims: tuple[int, ...] = ()
+    packed_shape: tuple[int, int] | None = None
 
     def embed(self, model, params, batch: Batch, rng, deterministic: bool) -> jax.Array:
-        """float32 [..., E] embeddings of texts [..., L] (any leading axes)."""
+        """float32 [..., E] embeddings of texts [..., L] (any leading axes); of packed rows
+        [R, L], the embeddings [R, S, E] of their slots (an empty slot's, which `texts` drops,
+        is meaningless)."""
+        if "segment_ids" in batch:
+            inputs = {k: batch[k] for k in MODEL_INPUTS[:5]}
+            hidden = apply_model(model, params, inputs, rng, deterministic).last_hidden_state
+            return pool_segments(hidden, batch["segment_ids"], batch["cls_positions"], self.pooling)
         lead, length = batch["input_ids"].shape[:-1], batch["input_ids"].shape[-1]
         flat = {k: batch[k].reshape(-1, length) for k in MODEL_INPUTS[:3] if k in batch}
         hidden = apply_model(model, params, flat, rng, deterministic).last_hidden_state
         pooled = pool(hidden, flat["attention_mask"], self.pooling)
         return pooled.reshape(*lead, pooled.shape[-1])
+
+    def texts(self, embeddings: jax.Array, batch: Batch) -> jax.Array:
+        """The embeddings [B, T, E] of the batch's pairs from what `embed` gave for the whole
+        batch: a packed batch's slots [R, S, E] put in their texts' places (`text_index`), an
+        unpacked batch's [B, T, E] as they are."""
+        if "text_index" not in batch:
+            return embeddings
+        if self.packed_shape is None:
+            raise ValueError("a packed batch needs the objective's packed_shape=(B, T)")
+        b, t = self.packed_shape
+        index = batch["text_index"].reshape(-1)
+        out = jnp.zeros((b * t, embeddings.shape[-1]), embeddings.dtype)
+        out = out.at[jnp.where(index < 0, b * t, index)].set(
+            embeddings.reshape(-1, embeddings.shape[-1]), mode="drop", unique_indices=True
+        )
+        return out.reshape(b, t, -1)
 
     def embedding_sums(self, embeddings: jax.Array) -> dict[str, jax.Array]:
         """The loss sums of the embeddings [B, T, E] of a whole batch (text 0 anchors, text 1
@@ -287,15 +331,19 @@ def contrastive_objective(
     scale: float = 20.0,
     symmetric: bool = False,
     dims: tuple[int, ...] = (),
+    packed_shape: tuple[int, int] | None = None,
 ) -> ContrastiveObjective:
     """The contrastive objective with these settings (see `ContrastiveObjective`)."""
     if pooling not in POOLINGS:
         raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
 
     def sums(model, params, batch, rng, deterministic):
-        return objective.embedding_sums(objective.embed(model, params, batch, rng, deterministic))
+        embeddings = objective.embed(model, params, batch, rng, deterministic)
+        return objective.embedding_sums(objective.texts(embeddings, batch))
 
     def counts(batch):
+        if "text_index" in batch:
+            return {"mnrl_count": jnp.float32(objective.packed_shape[0])}
         return {"mnrl_count": jnp.float32(batch["input_ids"].shape[0])}
 
     objective = ContrastiveObjective(
@@ -308,6 +356,7 @@ def contrastive_objective(
         scale=float(scale),
         symmetric=bool(symmetric),
         dims=tuple(int(d) for d in dims),
+        packed_shape=None if packed_shape is None else tuple(int(n) for n in packed_shape),
     )
     return objective
 

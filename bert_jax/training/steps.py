@@ -205,7 +205,8 @@ def merge_microbatches(parts: PyTree) -> PyTree:
 def chunked_embeddings(
     params, batch: Batch, rng, *, model, objective: ContrastiveObjective, num_chunks: int
 ) -> jax.Array:
-    """The embeddings [B, T, E] of a contrastive batch [B, T, L], computed `num_chunks` chunks
+    """The embeddings [B, T, E] of a contrastive batch [B, T, L] (of packed rows [R, L]: their
+    slots' [R, S, E], `ContrastiveObjective.embed`), computed `num_chunks` chunks
     of rows at a time (`split_microbatches`' rows), chunk i's dropout drawn from
     `fold_in(rng, i)` (None: dropout off). Differentiating through it is the uncached batch
     that `grad_cache_loss_and_grads` equals (its activations all kept at once)."""
@@ -234,7 +235,8 @@ def grad_cache_loss_and_grads(
     texts trains where one chunk fits.
 
     1. The embeddings of every chunk, no activations kept (`chunked_embeddings`).
-    2. The loss of the whole batch and its gradient with respect to the embeddings [B, T, E]:
+    2. The loss of the whole batch and its gradient with respect to the embeddings [B, T, E]
+       (packed rows: to their slots' [R, S, E], chunks being chunks of rows):
        every anchor still sees every document of the global batch.
     3. Per chunk: the forward pass again (the same dropout key as in 1, so the same masks) and
        its vector-Jacobian product with that chunk's embedding gradient, added up.
@@ -249,7 +251,7 @@ def grad_cache_loss_and_grads(
     )
 
     def embedding_loss(e):
-        sums = objective.embedding_sums(e)
+        sums = objective.embedding_sums(objective.texts(e, batch))
         loss = objective.loss(sums, counts)
         return (loss if loss_scale is None else loss * loss_scale), (loss, sums)
 
@@ -389,7 +391,7 @@ def eval_step(
         embeddings = chunked_embeddings(
             params, batch, None, model=model, objective=objective, num_chunks=num_microbatches
         )
-        sums = objective.embedding_sums(embeddings)
+        sums = objective.embedding_sums(objective.texts(embeddings, batch))
     elif num_microbatches == 1:
         sums = objective.sums(model, params, batch, None, True)
     else:

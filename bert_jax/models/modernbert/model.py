@@ -239,6 +239,7 @@ class ModernBertModel(nn.Module):
     config: ModernBertConfig
     runtime: RuntimeConfig = RuntimeConfig()
     add_pooling_layer: bool = False
+    token_types: ClassVar[bool] = False  # no token_type_ids (`objectives.apply_model`)
 
     @nn.compact
     def __call__(

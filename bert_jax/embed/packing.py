@@ -1,0 +1,123 @@
+"""Packed contrastive batches: the texts of a global batch of pairs (anchors, positives, hard
+negatives) several to a row of L tokens, so that the encoder works on their tokens rather than
+on [PAD] (short queries and passages fill a fraction of a padded row).
+
+    batches = PackedBatches(epoch_iterator, max_segments=S, row_multiple=m, host_rows=rows_of)
+
+A packed batch of B pairs of T texts (`pack_pairs`), every key led by the R rows, so the rows
+shard over the mesh's batch axes as any batch does:
+
+    input_ids, token_type_ids, attention_mask   int32 [R, L]   each text's tokens, [PAD] after
+    segment_ids                                 int32 [R, L]   0 padding, 1..S the text's slot
+    position_ids                                int32 [R, L]   0, 1, ... restarting at each text
+    cls_positions                               int32 [R, S]   where each slot's text begins
+    text_index                                  int32 [R, S]   b * T + t of the slot's text
+                                                               (pair b; t 0 anchor, 1 positive,
+                                                               2.. negatives), -1 empty slot
+
+The texts go into rows best-fit decreasing (`batching.pack`, fine-tuning's packer, at most S a
+row); a text never spans rows and texts longer than L were cut when featurized, so a batch
+always fits: at worst one text a row (R = B T), never a text dropped. R is then rounded up to a
+multiple of `row_step` (empty rows last), so a run compiles few shapes (at most
+`ROW_SIZES`) and the rows split evenly over the data-parallel devices and GradCache chunks.
+The packing is a function of the global batch alone: every host computes the same and feeds the
+rows `host_rows(R)` names (`sharding.host_batch_rows`), so all hosts agree on R at every step.
+The objective pools each slot from its own tokens and puts the slots back in [B, T] order
+(`objectives.ContrastiveObjective.texts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from bert_jax.data import batching
+
+ROW_SIZES = 16  # a run's row counts are multiples of about B T / ROW_SIZES: at most this many
+TOKEN_KEYS = ("input_ids", "token_type_ids", "attention_mask", "segment_ids", "position_ids")
+
+
+def row_step(num_texts: int, row_multiple: int = 1) -> int:
+    """The granularity of the row count for `num_texts` texts a batch: a multiple of
+    `row_multiple` (data-parallel devices x GradCache chunks) near num_texts / ROW_SIZES."""
+    if row_multiple < 1:
+        raise ValueError(f"row_multiple={row_multiple}: expected >= 1")
+    return row_multiple * max(1, -(-num_texts // (ROW_SIZES * row_multiple)))
+
+
+def pack_pairs(
+    batch: Mapping[str, np.ndarray], *, max_segments: int, row_multiple: int = 1
+) -> dict[str, np.ndarray]:
+    """Packs one global batch of pairs (keys and shapes in the module docstring).
+
+    Args:
+      batch: input_ids, token_type_ids, attention_mask int32 [B, T, L'] (`pairs.featurize_pairs`'
+        rows, L' <= L); other keys are ignored.
+      max_segments: S, the most texts in one row.
+      row_multiple: R is a multiple of `row_step(B T, row_multiple)`.
+
+    Returns:
+      The packed batch, rows of L' tokens.
+    """
+    ids = np.asarray(batch["input_ids"])
+    if ids.ndim != 3:
+        raise ValueError(f"expected pairs [B, T, L], got input_ids of shape {ids.shape}")
+    b, t, length = ids.shape
+    texts = {k: np.asarray(batch[k]).reshape(b * t, length) for k in TOKEN_KEYS[:3]}
+    texts["labels"] = np.arange(b * t, dtype=np.int32)  # text b * T + t
+    texts["example_weights"] = np.ones(b * t, np.float32)
+    packed, info = batching.pack(texts, max_segments=max_segments, max_seq_length=length)
+    step = row_step(b * t, row_multiple)
+    rows = -(-info.num_rows // step) * step
+    out = {k: packed[k] for k in (*TOKEN_KEYS, "cls_positions")}
+    out["text_index"] = np.where(packed["example_weights"] > 0, packed["labels"], -1)
+    empty = {k: -1 if k == "text_index" else 0 for k in out}
+    pad = [(0, rows - info.num_rows), (0, 0)]
+    return {k: np.pad(v.astype(np.int32), pad, constant_values=empty[k]) for k, v in out.items()}
+
+
+class PackedBatches:
+    """An `batching.EpochIterator` of whole global batches of pairs [B, T, L], packed
+    (`pack_pairs`), each host given its rows: the same steps, pairs and checkpointable position
+    as the iterator's.
+
+    Args:
+      batches: yields every row of each global batch (no host_rows, one shard).
+      max_segments, row_multiple: as `pack_pairs` takes them.
+      host_rows: R -> the rows of a packed batch of R rows this process feeds, in order
+        (`functools.partial(sharding.host_batch_rows, mesh)`); None: all of them.
+    """
+
+    def __init__(
+        self,
+        batches: batching.EpochIterator,
+        *,
+        max_segments: int,
+        row_multiple: int = 1,
+        host_rows: Callable[[int], np.ndarray] | None = None,
+    ):
+        self._batches, self._host_rows = batches, host_rows
+        self._max_segments, self._row_multiple = max_segments, row_multiple
+        self.steps_per_epoch = batches.steps_per_epoch
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        packed = pack_pairs(
+            next(self._batches), max_segments=self._max_segments, row_multiple=self._row_multiple
+        )
+        if self._host_rows is None:
+            return packed
+        mine = self._host_rows(len(packed["input_ids"]))
+        return {k: v[mine] for k, v in packed.items()}
+
+    def get_state(self) -> bytes:
+        return self._batches.get_state()
+
+    def set_state(self, state: bytes) -> None:
+        self._batches.set_state(state)
+
+    def start_prefetch(self) -> None:
+        """Part of grain's checkpoint protocol; batches are made on demand."""
