@@ -73,10 +73,11 @@ def test_compile_tiny_train_step_for_v5e_2x2():
 
 
 def test_compile_embedding_grad_cache_step_for_v5e_2x2():
-    """The embedding job's GradCache step (2 chunks, dropout on, bfloat16) compiled by libtpu,
-    with no pairs file (--mode=compile reads no data). Its first pass, a forward with dropout and
-    no gradient, crashed libtpu's compiler (segmentation fault) before the attention
-    probabilities were formed behind an optimization barrier (`attention._softmax_attend`)."""
+    """The embedding job's GradCache step (2 chunks of packed rows, dropout on, bfloat16)
+    compiled by libtpu, with no pairs file (--mode=compile reads no data). Its first pass, a
+    forward with dropout and no gradient, crashed libtpu's compiler (segmentation fault) before
+    the attention probabilities were formed behind an optimization barrier
+    (`attention._softmax_attend`)."""
     proc = run(
         [
             sys.executable,
@@ -91,7 +92,9 @@ def test_compile_embedding_grad_cache_step_for_v5e_2x2():
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["task"] == "embed" and report["num_microbatches"] == 2
-    assert report["dtype"] == "bfloat16" and report["batch"] == [8, 2, 32]
+    # Packed rows (embed.pack, the default): the step is lowered at its most rows, 2 x 8 texts
+    # of one row each, 32 tokens.
+    assert report["dtype"] == "bfloat16" and report["batch"] == [16, 32]
     assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
 
 
