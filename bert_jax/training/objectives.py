@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import losses
+from bert_jax.models.layers import first_tokens
 
 Batch = Mapping[str, jax.Array]
 MODEL_INPUTS = (
@@ -245,7 +246,7 @@ def pool_segments(
     (each slot's first token)."""
     hidden = hidden.astype(jnp.float32)
     if pooling == "cls":
-        return jnp.take_along_axis(hidden, cls_positions[..., None], axis=1)
+        return first_tokens(hidden, cls_positions)
     slots = jnp.arange(1, cls_positions.shape[1] + 1)
     weights = (segment_ids[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [R, S, L]
     total = jnp.einsum("rsl,rle->rse", weights, hidden)
