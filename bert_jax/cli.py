@@ -144,10 +144,10 @@ def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -
                 message, code = f"error: {e}", 1
         if message:
             _collect_quietly()
+            if leave_at_once:
+                _leave(code, message)
             sys.stdout.flush()
             print(message, file=sys.stderr)
-            if leave_at_once:
-                _leave(code)
         if interrupt is not None:
             interrupt.done()
             if interrupt.interrupted and code == 0:
@@ -161,18 +161,24 @@ def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -
             interrupt.done()
 
 
-def _leave(code: int) -> None:
-    """Flushes the logs and ends the process now, without the interpreter's shutdown, and
-    without a word more on stderr: work that the error abandoned in library threads (an Orbax
-    restore's TensorStore reads) fails there with tracebacks ("Event loop is closed") that would
-    follow, and drown, the error line.
+def _leave(code: int, message: str) -> None:
+    """Prints `message` as the last line on stderr and ends the process now, without the
+    interpreter's shutdown: work that the error abandoned in library threads (an Orbax restore's
+    TensorStore reads) fails there with tracebacks ("Event loop is closed") that would follow,
+    drown, or split the error line. Such a thread may be halfway through a line when the error
+    arrives (its "RuntimeError" printed, the rest not yet), so stderr goes to /dev/null for
+    everyone else first and the message follows an empty line on a copy of the descriptor.
     Checkpoint saves are already complete when an error reaches here (the loop waits for them)."""
     from absl import logging
 
     logging.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    terminal = os.dup(2)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # their threads may still be printing
+    data = f"\n{message}\n".encode(errors="replace")
+    while data:
+        data = data[os.write(terminal, data) :]
     os._exit(code)
 
 

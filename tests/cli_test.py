@@ -50,3 +50,41 @@ def test_the_data_build_command_reports_through_it(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         "error: --vocab_file is required (except with --default_corpus)"
     )
+
+
+def test_the_error_line_of_train_py_stands_alone_while_library_threads_print():
+    """train.py's end after a mistake (`cli.wrap`): a library thread halfway through a traceback
+    line (its "RuntimeError" written, the rest not yet), and still printing afterwards, neither
+    joins nor follows the error line (a CI run once read "RuntimeErrorerror: checkpoint 4 ...")."""
+    import subprocess
+    import sys
+
+    program = """
+import sys, threading, time
+from bert_jax import cli
+from bert_jax.checkpoints import table
+
+started = threading.Event()
+
+def library_thread():
+    sys.stderr.write("RuntimeError")  # no newline yet, as Python's C traceback printer leaves it
+    started.set()
+    time.sleep(0.5)  # the error arrives meanwhile
+    while True:
+        time.sleep(0.001)
+        sys.stderr.write(": Event loop is closed\\nTraceback (most recent call last):\\n")
+
+def main(argv):
+    threading.Thread(target=library_thread, daemon=True).start()
+    started.wait()
+    raise table.ConversionError("checkpoint 4 cannot be restored")
+
+cli.wrap(main)([])
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == "error: checkpoint 4 cannot be restored", proc.stderr[-2000:]
+    assert sum("error:" in line for line in lines) == 1, proc.stderr[-2000:]
