@@ -366,8 +366,8 @@ def test_bfloat16_compute_within_bf16_tolerance_of_float32():
     bf16 = M.BertForPreTraining(cfg, RuntimeConfig(dtype="bfloat16"))
     params = init_params(f32, KEY)
     batch = random_batch(cfg, batch=4, length=32)
-    a = f32.apply({"params": params}, **batch)
-    b = bf16.apply({"params": params}, **batch)
+    a = jax.jit(f32.apply)({"params": params}, **batch)
+    b = jax.jit(bf16.apply)({"params": params}, **batch)
     for x, y in (
         (a.prediction_logits, b.prediction_logits),
         (a.seq_relationship_logits, b.seq_relationship_logits),
@@ -401,7 +401,7 @@ def test_bfloat16_gradients_within_bf16_tolerance_of_float32():
             logp = jax.nn.log_softmax(out.prediction_logits)
             return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], -1))
 
-        return jax.grad(loss_fn)(params)
+        return jax.jit(jax.grad(loss_fn))(params)  # one compile, not one per operation
 
     params = nn.meta.unbox(init_params(M.BertForPreTraining(cfg), KEY))
     g32, g16 = grads("float32"), grads("bfloat16")
@@ -473,8 +473,9 @@ def test_fused_attention_path_equals_reference_at_real_positions():
         )
         return jnp.sum(out.prediction_logits * proj)
 
-    ga = jax.grad(loss)(stacked, M.BertForPreTraining(cfg, RuntimeConfig(scan_layers=True)))
-    gb = jax.grad(loss)(stacked, fused)
+    grad = jax.jit(jax.grad(loss), static_argnums=1)
+    ga = grad(stacked, M.BertForPreTraining(cfg, RuntimeConfig(scan_layers=True)))
+    gb = grad(stacked, fused)
     for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
 
