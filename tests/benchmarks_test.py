@@ -129,7 +129,7 @@ def test_finetune_peer_plans_the_same_batches_and_schedule_for_both_peers(capsys
         assert jax_row["batches"] == jax_row["steps"] > 0
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # trains both peers (about 20 s of the suite); the plan test above stays in it
 @pytest.mark.torch
 def test_finetune_peer_tiny_trains_both_peers_and_compares_them():
     """`finetune_peer.py --tiny`: both peers train the 1-layer model on the same batches, predict

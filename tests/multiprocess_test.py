@@ -26,6 +26,10 @@ STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4: the elastic runs resume from 
 # (data, fsdp, tensor): batch split over the hosts; fsdp and tensor inside each host; one model
 # axis across both hosts (every host holds every batch row); fsdp across both hosts.
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]
+# The default suite runs (2, 2, 2) (the batch split over the hosts, fsdp and tensor inside each)
+# and (1, 1, 8) (a model axis across the hosts); the other two are e2e (`pytest -m e2e`): about
+# two minutes of the suite's 2 cores, and their rows are checked by the host-rows test below.
+DEFAULT_SUITE_MESHES = [(2, 2, 2), (1, 1, 8)]
 EXPORT_ON = "--config.export_hf_at_end=True"  # the default (the tiny test overrides turn it off)
 
 
@@ -181,7 +185,11 @@ def two_process_run(tmp_path_factory, tiny_pretraining_build):
     return get
 
 
-@pytest.mark.parametrize("mesh", MESHES, ids=lambda m: "x".join(map(str, m)))
+@pytest.mark.parametrize(
+    "mesh",
+    [m if m in DEFAULT_SUITE_MESHES else pytest.param(m, marks=pytest.mark.e2e) for m in MESHES],
+    ids=lambda m: "x".join(map(str, m)),
+)
 def test_two_processes_equal_one(mesh, single, two_process_run):
     multi = two_process_run(mesh)
     assert_same_losses(multi, single)
