@@ -256,27 +256,37 @@ def test_regression_learns(tmp_path, vocab):
 
 def test_bfloat16_compute_reaches_the_float32_dev_metric(tmp_path, vocab):
     # bfloat16 matmuls and activations with float32 master weights (runtime.param_dtype) against
-    # float32 throughout, same seed and data. Tolerance 0.01 Pearson, a fifth of what a change of
-    # seed does: measured on this task, bfloat16 moved the dev Pearson of seeds 0, 1, 2 by 0.0009,
-    # 0.0003 and 0.0000 (float32: 0.897, 0.948, 0.947, a spread of 0.05 between seeds), so the
-    # mixed-precision path learns what float32 learns; a broken one (no learning, overflow) falls
-    # far outside it.
+    # float32 throughout, same seeds and data: the dev Pearson of the final models, averaged over
+    # seeds 0, 1, 2, within 0.01. One seed's final Pearson is too fragile for that: the last
+    # epochs stretch the predictions' scale (Pearson falls from ~0.98 to 0.83-0.95 while Spearman
+    # holds 0.97), and where it lands depends on the CPU's rounding (float32 alone: seed 0 gave
+    # 0.83, 0.84, 0.90 under XLA:CPU settings of the 2-core AMD EPYC, 0.84 on a CI machine, where
+    # bfloat16 moved that one seed by 0.0116). On the EPYC, with 8, 4 or 2 devices and LLVM -O0 or
+    # its default, bfloat16 moved single seeds by 0.0001-0.0031 and the 3-seed mean by
+    # 0.0002-0.0037 (float32 means 0.90-0.92; seeds spread 0.05-0.1), so the mixed-precision path
+    # learns what float32 learns; a broken one (no learning, overflow) falls far outside it.
     regression_files(tmp_path, np.random.default_rng(1))
     overrides = {
         "finetune.regression": True,
         "finetune.label_column": "score",
         "finetune.num_epochs": 6,
+        "finetune.seeds": "0,1,2",
+        # The final models' dev metrics only: no evaluation between epochs, no test predictions,
+        # nothing kept.
+        "eval_every_steps": 10_000,
+        "finetune.evaluate_test": False,
+        "finetune.keep": "none",
         "export_hf_at_end": False,
     }
     results = {}
     for dtype in ("float32", "bfloat16"):
         config = finetune_config("custom", tmp_path, vocab, **overrides, **{"runtime.dtype": dtype})
-        results[dtype] = finetune_run.train_and_evaluate(config, str(tmp_path / dtype))["mean"][
-            "pearson"
-        ]
-    assert results["float32"] > 0.7, results
-    assert results["bfloat16"] != results["float32"], "the bfloat16 run computed in float32"
-    assert abs(results["bfloat16"] - results["float32"]) <= 0.01, results
+        results[dtype] = finetune_run.train_and_evaluate(config, str(tmp_path / dtype))
+    per_seed = {d: [m["pearson"] for m in r["seeds"].values()] for d, r in results.items()}
+    mean = {d: r["mean"]["pearson"] for d, r in results.items()}
+    assert len(per_seed["bfloat16"]) == 3 and min(per_seed["float32"]) > 0.7, per_seed
+    assert all(b != f for b, f in zip(*per_seed.values())), "the bfloat16 run computed in float32"
+    assert abs(mean["bfloat16"] - mean["float32"]) <= 0.01, per_seed
 
 
 def conll_file(path, rng, n):
