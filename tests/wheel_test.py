@@ -5,6 +5,7 @@ own code (away from the checkout, so nothing is imported from it)."""
 import configparser
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -17,9 +18,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> pathlib.Path:
+    # Built from a copy of the sources: setuptools builds in the source tree's build/, and the
+    # suite's two workers may each build this module's wheel at once (one build's clean-up then
+    # removed the other's files: "error: [Errno 2] No such file or directory").
+    source = tmp_path_factory.mktemp("source") / "bert-jax"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "dist", "runs", "*.egg-info", "__pycache__", ".*_cache"
+        ),
+    )
     out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=600,
