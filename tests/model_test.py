@@ -382,7 +382,7 @@ def test_bfloat16_compute_within_bf16_tolerance_of_float32():
     p16 = init_params(both, KEY)
     leaf = jax.tree_util.tree_leaves(nn.meta.unbox(p16))[0]
     assert leaf.dtype == jnp.bfloat16
-    assert both.apply({"params": p16}, **batch).last_hidden_state.dtype == jnp.bfloat16
+    assert jax.jit(both.apply)({"params": p16}, **batch).last_hidden_state.dtype == jnp.bfloat16
 
 
 def test_bfloat16_gradients_within_bf16_tolerance_of_float32():

@@ -390,6 +390,9 @@ def test_multiple_choice_learns(tmp_path, vocab):
     assert results["mean"]["accuracy"] > 0.6, results  # chance is 0.25
 
 
+@pytest.mark.e2e  # two trainings (about 30 s of the suite); packed rows equal padded ones exactly
+# in the model tests (model_test, modernbert_test, roberta_test) and train in
+# test_token_classification_learns[True] and modernbert_test's classification
 def test_packed_classification_matches_padded_accuracy(tmp_path, vocab):
     sentiment_files(tmp_path)
     os.remove(tmp_path / "test.csv")
