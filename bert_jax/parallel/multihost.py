@@ -265,6 +265,12 @@ class _Guard:
                     "process %d %s: %s; ending process %d too (here: %s)",
                     process, record["kind"], record["error"], self.me, error,
                 )  # fmt: skip
+                # Read, as the watcher acknowledges: each of them waits (ACK_TIMEOUT_S) for that.
+                # (A SIGTERM of every process at once: the second to fail comes here, and the
+                # first, unacknowledged, lingered 10 s past its stop.)
+                for other in others:
+                    with contextlib.suppress(Exception):
+                        self.client.key_value_set(f"{_PREFIX}/ack/{other}/{self.me}", "")
                 self.leave(code if kind == "stopped" else 1, list(others))
             logging.error("process %d %s: %s; ending every process", self.me, kind, error)
             record = {"kind": kind, "error": error, "code": code}
