@@ -70,9 +70,9 @@ class _Left(Exception):
 
 def test_a_stop_of_every_process_at_once_ends_the_first_at_once_too(monkeypatch):
     """SIGTERM on both processes: process 0 publishes its stop first; process 1's main thread,
-    failing second, reads it and leaves. Process 0 waits for process 1 to read its record: process
-    1 must say so (acknowledge), or process 0 lingers ACK_TIMEOUT_S (10 s) past its stop, as a CI
-    run saw (both processes must end within TERM_GRACE_S + 5 s)."""
+    failing second, reads it and leaves without acknowledging it. Process 0, waiting for
+    acknowledgements, must take process 1's leaving for one, or it lingers ACK_TIMEOUT_S (10 s)
+    past its stop, as a full run saw (both processes must end within TERM_GRACE_S + 5 s)."""
 
     def leave_now(code):
         raise _Left(code)

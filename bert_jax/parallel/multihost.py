@@ -213,6 +213,11 @@ class _Guard:
         del frame
         raise Terminated(signum)
 
+    def processes(self, directory: str) -> set[int]:
+        """The other processes with a key in `directory` (keys end in the process index)."""
+        keys = (k for k, _ in self.client.key_value_dir_get(directory))
+        return {int(k.rsplit("/", 1)[1]) for k in keys} - {self.me}
+
     def records(self) -> dict[int, dict]:
         """Other processes' failure records (process -> record)."""
         out = {}
@@ -265,25 +270,21 @@ class _Guard:
                     "process %d %s: %s; ending process %d too (here: %s)",
                     process, record["kind"], record["error"], self.me, error,
                 )  # fmt: skip
-                # Read, as the watcher acknowledges: each of them waits (ACK_TIMEOUT_S) for that.
-                # (A SIGTERM of every process at once: the second to fail comes here, and the
-                # first, unacknowledged, lingered 10 s past its stop.)
-                for other in others:
-                    with contextlib.suppress(Exception):
-                        self.client.key_value_set(f"{_PREFIX}/ack/{other}/{self.me}", "")
                 self.leave(code if kind == "stopped" else 1, list(others))
             logging.error("process %d %s: %s; ending every process", self.me, kind, error)
             record = {"kind": kind, "error": error, "code": code}
             self.client.key_value_set(f"{_PREFIX}/failed/{self.me}", json.dumps(record))
-            deadline, failed = time.monotonic() + ACK_TIMEOUT_S, set()
+            deadline, gone = time.monotonic() + ACK_TIMEOUT_S, set()
             while time.monotonic() < deadline:
-                acks = self.client.key_value_dir_get(f"{_PREFIX}/ack/{self.me}/")
-                # A process that failed (or stopped) as well is on its way out too.
-                failed = set(self.records())
-                if len({int(k.rsplit("/", 1)[1]) for k, _ in acks} | failed) >= self.n - 1:
+                acks = self.processes(f"{_PREFIX}/ack/{self.me}/")
+                # A process that failed (or stopped) as well, or that is leaving, is on its way
+                # out too: it may never acknowledge (of two processes stopped at once, the second
+                # leaves on reading the first's record; the first waited 10 s for it).
+                gone = set(self.records()) | self.processes(f"{_PREFIX}/exiting/")
+                if len(acks | gone) >= self.n - 1:
                     break
                 time.sleep(0.05)
-            self.leave(code, sorted(failed))
+            self.leave(code, sorted(gone))
 
     def leave(self, code: int, failed: list[int]) -> None:
         """Exits; process 0 (which holds the coordination service, whose end aborts the others)
