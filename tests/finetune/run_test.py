@@ -271,11 +271,6 @@ def test_bfloat16_compute_reaches_the_float32_dev_metric(tmp_path, vocab):
         "finetune.label_column": "score",
         "finetune.num_epochs": 6,
         "finetune.seeds": "0,1,2",
-        # The final models' dev metrics only: no evaluation between epochs, no test predictions,
-        # nothing kept.
-        "eval_every_steps": 10_000,
-        "finetune.evaluate_test": False,
-        "finetune.keep": "none",
         "export_hf_at_end": False,
     }
     results = {}
