@@ -69,7 +69,7 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
         "compile_s": time.perf_counter() - start,
         "dtype": runtime.dtype,
         "cudnn_attention_calls": hlo.count('custom_call_target="__cudnn$fmha'),
-        "xla_bytes_accessed": aot._cost(compiled)[1],  # a loop body counted once
+        "xla_bytes_accessed": aot.cost_counts(compiled)[1],  # a loop body counted once
     }
 
 

@@ -110,8 +110,8 @@ def compile_bound(tpu: str, layers: int | None, extra: tuple[str, ...] = ()) -> 
 
 
 def roofline(report: dict, counts: tuple[float, float, float] | None = None) -> dict:
-    """The roofline of a report (`aot._roofline`): its own counts, or `counts` = (XLA FLOPs,
-    XLA bytes, model FLOPs) per device (extrapolated ones)."""
+    """The roofline of a report (`training.compile_report._roofline`): its own counts, or
+    `counts` = (XLA FLOPs, XLA bytes, model FLOPs) per device (extrapolated ones)."""
     from bert_jax import hardware
 
     chip = hardware.tpu_chip(report["device_kind"])

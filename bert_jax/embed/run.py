@@ -43,7 +43,7 @@ from bert_jax.embed import evaluation, packing, pairs
 from bert_jax.models import families
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
-from bert_jax.training import experiment, flops, loop, objectives, settings
+from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
@@ -227,9 +227,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     model_flops = flops.classification_step_flops(
         model_config, [length] * (2 * rows), 0, pooled=False
     )
-    report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
-    report.update(topology=topology, num_slices=1, task="embed")
-    return aot.print_report(report)
+    return compile_report.report_compiled_step(
+        exp, batch, model_flops=model_flops, topology=topology, task="embed", hlo_out=hlo_out
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from bert_jax.models.families import get_model_class
 from bert_jax.models.params import init_params
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
-from bert_jax.training import experiment, flops, loop, objectives, settings
+from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
@@ -164,9 +164,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     exp = experiment.Experiment.build(
         config, cfg, head, task.objective, 1, aot.topology_devices(topology)
     )
-    report = aot.compile_step(exp, batch, model_flops=model_flops, hlo_path=hlo_out)
-    report.update(topology=topology, num_slices=1, task=ft.name)
-    return aot.print_report(report)
+    return compile_report.report_compiled_step(
+        exp, batch, model_flops=model_flops, topology=topology, task=ft.name, hlo_out=hlo_out
+    )
 
 
 def task_head(cfg, objective: str) -> str:

@@ -29,7 +29,7 @@ from bert_jax.parallel import aot, multihost, preemption, sharding
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.pretrain.fill_mask_demo import fill_mask_demo
-from bert_jax.training import experiment, flops, loop, objectives
+from bert_jax.training import compile_report, experiment, flops, loop, objectives
 from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
@@ -78,15 +78,14 @@ def compile_for_topology(
 ):
     """Compiles the step for a TPU slice or GPUs on this machine and prints the report; returns
     the exit status (1 if it does not fit in memory)."""
-    cfg = exp.bert_config
-    report = aot.compile_step(
+    return compile_report.report_compiled_step(
         exp,
         pretraining_batch(config),
-        model_flops=model_step_flops(cfg, config),
-        hlo_path=hlo_out,
+        model_flops=model_step_flops(exp.bert_config, config),
+        topology=topology,
+        num_slices=num_slices,
+        hlo_out=hlo_out,
     )
-    report.update(topology=topology, num_slices=num_slices)
-    return aot.print_report(report)
 
 
 class HeldOutEvaluation:
