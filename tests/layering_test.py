@@ -55,7 +55,10 @@ FINETUNE_DATA = {
     "tasks",
 }
 HOST_SIDE = {"data", "pretrain.data", *(f"finetune.{m}" for m in FINETUNE_DATA)}
-FAMILIES = ("models.bert", "models.modernbert", "models.roberta")
+# The family folders: every package under models/ (`models.families` imports each one's rows).
+FAMILIES = tuple(
+    f"models.{p.parent.name}" for p in sorted((PACKAGE / "models").glob("*/__init__.py"))
+)
 # No framework at import time: the pretraining data leaves pull in no TensorFlow or torch; the
 # shared data modules and the fine-tuning data modules are host-side numpy.
 HEAVY = {"tensorflow", "tensorflow_datasets", "torch", "transformers"}
@@ -151,6 +154,15 @@ def test_import_graph():
             _layer(mod)
         problems += problems_of(mod, internal_imports(path))
     assert not problems, "\n".join(problems)
+
+
+def test_the_family_folders_are_the_registrys():
+    """The folders the rules know are those the registry collects rows from."""
+    from bert_jax.models import families
+
+    registered = {f.config_class.__module__.rsplit(".", 1)[0] for f in families.FAMILIES.values()}
+    assert {f"bert_jax.{f}" for f in FAMILIES} == registered
+    assert len(FAMILIES) >= 3
 
 
 def test_the_rules_catch_an_upward_import():

@@ -197,7 +197,7 @@ def test_config_round_trips_and_model_type_picks_the_family(tmp_path):
     assert (xlmr.model_type, xlmr.base_model) == ("xlm-roberta", "XLMRobertaModel")
     assert xlmr.head_for("BertForMaskedLM") == "XLMRobertaForMaskedLM"
     assert families.head_in_family(ROBERTA, "BertModel") == "RobertaModel"
-    with pytest.raises(ValueError, match="no ForNextSentencePrediction head"):
+    with pytest.raises(ValueError, match="xlm-roberta has no next_sentence head"):
         xlmr.head_for("BertForNextSentencePrediction")
     fields = families.model_fields(XLMR)
     assert fields["model_type"] == "xlm-roberta" and families.config_from_fields(fields) == XLMR

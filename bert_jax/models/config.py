@@ -3,18 +3,22 @@
 `RuntimeConfig` holds the knobs that change how the same weights are computed (dtypes, scan, remat,
 attention kernel) and never go into a checkpoint. `EncoderConfig` is the base of each family's
 architecture config (`models/<family>/config.py`): the head size, `replace`, the label and id
-checks; `labels_from_hf`/`labels_to_hf` and `HF_HOUSEKEEPING` serve every family's config.json.
+checks, and the reading and writing of Hugging Face `config.json` (`from_hf_dict`, `to_hf_dict`,
+`from_json_file`, `to_json_file`), driven by the family's class attributes (`hf_*`).
 All are frozen dataclasses: hashable, so modules can hold them and `jax.jit` can close over them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 from bert_jax import activations, hardware
+from bert_jax.paths import as_path
 
 # The names a config may use; the functions they stand for: `bert_jax.activations`.
 ACTIVATIONS = tuple(activations.ACTIVATIONS)
@@ -47,13 +51,39 @@ MAX_SIZE = 2**31 - 1
 class EncoderConfig:
     """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`,
     `RobertaConfig`): the head size, `replace`, the field checks that fail naming the field
-    (`_check_fields`, and of pad_token_id and label_names), and the lookup of a named size
-    (`_preset_fields`).
+    (`_check_fields`, and of pad_token_id and label_names), the lookup of a named size
+    (`_preset_fields`), and Hugging Face `config.json` both ways.
 
     A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
     initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` and
     `padded_vocab_size` as fields or properties: what the attention kernels, the shared layers
-    and conversion read."""
+    and conversion read.
+
+    config.json: its fields are config.json's keys (`hf_names` renames those spelled otherwise),
+    with transformers' class defaults, so a key a file lacks means what it means to
+    transformers; `num_labels` and `label_names` are its id2label. A family says what else its
+    config.json holds with the class attributes below, and overrides `_from_hf_fields` and
+    `_hf_derived` where a key is derived from the fields (ModernBERT's `layer_types`).
+
+    Attributes:
+      model_type: config.json's `model_type`, the family's registry key.
+      display_name: the family's name in messages ("RoBERTa").
+      hf_names: {field: config.json key} where the two differ.
+      hf_fixed: {config.json key: the one value bert_jax implements}: written, and on reading a
+        file holding another value raises (`position_embedding_type` "absolute").
+      hf_if_set: bert_jax's own fields, written only when they differ from their default
+        (`vocab_pad_multiple`: a Hugging Face export strips the padding and the field).
+      hf_housekeeping: keys that say nothing about the weights: read past in silence.
+      hf_derived: keys `_from_hf_fields` reads and `_hf_derived` writes (not fields).
+    """
+
+    model_type: ClassVar[str]
+    display_name: ClassVar[str]
+    hf_names: ClassVar[Mapping[str, str]] = {}
+    hf_fixed: ClassVar[Mapping[str, Any]] = {}
+    hf_if_set: ClassVar[tuple[str, ...]] = ()
+    hf_housekeeping: ClassVar[frozenset[str]] = HF_HOUSEKEEPING
+    hf_derived: ClassVar[tuple[str, ...]] = ()
 
     @property
     def head_dim(self) -> int:
@@ -142,6 +172,109 @@ class EncoderConfig:
                     self.label_names,
                     f"has {len(self.label_names)} names but num_labels={self.num_labels}",
                 )
+
+    def _check_special_ids(self, *names: str) -> None:
+        """The special-token ids `names` (config.json's bos/eos/cls/sep_token_id, kept for the
+        tokenizers and transformers, never read by the model) are non-negative integers."""
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+                self._fail(name, value, "must be a non-negative integer id")
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def _hf_fields(cls) -> dict[str, str]:
+        """{field: config.json key} of the fields config.json holds as they are."""
+        return {
+            f.name: cls.hf_names.get(f.name, f.name)
+            for f in dataclasses.fields(cls)
+            if f.name not in ("num_labels", "label_names")
+        }
+
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]):
+        """A config from the dict of a Hugging Face `config.json` of this model_type.
+
+        A key the file lacks (or holds as null) takes the field's default. Keys that change the
+        architecture in ways bert_jax does not implement (another `hf_fixed` value: relative
+        position embeddings; a decoder, cross-attention) raise; housekeeping keys are ignored;
+        any other unknown key is logged, never silently dropped.
+        """
+        d = dict(d)
+        if d.get("model_type", cls.model_type) != cls.model_type:
+            raise ValueError(
+                f"config.json has model_type={d['model_type']!r}, not {cls.model_type!r}"
+            )
+        for key, value in cls.hf_fixed.items():
+            if d.get(key) not in (None, value):
+                raise ValueError(f"config.json has {key}={d[key]!r}; only {value!r} is supported")
+        for flag in _ENCODER_ONLY:
+            if d.get(flag):
+                raise ValueError(f"config.json has {flag}=true; bert_jax implements the encoder")
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is None}
+        names = cls._hf_fields()
+        kwargs = {
+            field: d[key]
+            for field, key in names.items()
+            if key in d and (d[key] is not None or field in optional)
+        }
+        kwargs.update(labels_from_hf(d))
+        unknown = set(d) - set(names.values()) - cls.hf_housekeeping - set(cls.hf_derived)
+        unknown -= {*cls.hf_fixed, *_ENCODER_ONLY, "num_labels"}
+        if unknown:
+            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
+        return cls._from_hf_fields(d, kwargs)
+
+    @classmethod
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]):
+        """The config of the fields `kwargs` read from config.json `d` (a family with
+        `hf_derived` keys reads them here)."""
+        return cls(**kwargs)
+
+    def _hf_derived(self) -> dict[str, Any]:
+        """config.json's keys derived from the fields (`hf_derived`)."""
+        return {}
+
+    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
+        """The dict of a Hugging Face `config.json` for this config (`architecture`: the class
+        in its `architectures`)."""
+        d: dict[str, Any] = {"model_type": self.model_type}
+        if architecture:
+            d["architectures"] = [architecture]
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for field, key in self._hf_fields().items():
+            value = getattr(self, field)
+            if field not in self.hf_if_set or value != defaults[field]:
+                d[key] = value
+        d.update(self._hf_derived())
+        d.update(labels_to_hf(self.label_names, self.num_labels))
+        d.update(self.hf_fixed)
+        d["tie_word_embeddings"] = True  # every family's MLM decoder is its word embeddings
+        return d
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike):
+        """Reads a Hugging Face `config.json` (or the directory holding one), local or at a URL
+        (`etils.epath`)."""
+        path = as_path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        return cls.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
+
+    def to_json_file(self, path: str | os.PathLike, *, architecture: str | None = None) -> None:
+        """Writes a Hugging Face `config.json`."""
+        write_json(path, self.to_hf_dict(architecture))
+
+
+# config.json flags of a decoder, which bert_jax does not implement: true raises.
+_ENCODER_ONLY = ("is_decoder", "add_cross_attention")
+
+
+def write_json(path: str | os.PathLike, d: Mapping[str, Any]) -> None:
+    """Writes `d` as a config file: indented, keys sorted, a final newline."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(d, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def labels_from_hf(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,13 @@
-"""Model families: a checkpoint's names pick its architecture's config and model classes.
+"""Model families: the registry of every family's rows, and the lookups that read it.
 
-A family is one folder, `models/<family>/`: its config class (Hugging Face `config.json`
-fields) and its model module (its encoder and heads, named like transformers' classes, and the
-facts about its parameter tree the row below reads: layer names, starting-value paths), plus
-its row here, and its encoder's FLOPs (`flops.py`); its names in Hugging Face and TF checkpoints
-(`conversion.py`, the row's `conversion`).
-Attention kernels, blocks, heads' call, sharding rules, objectives, steps and the loop are
-shared, and read the family's row where they need a fact of it.
+A family is one folder, `models/<family>/`: its config class (an `EncoderConfig`: Hugging Face
+`config.json` fields), its model module (its encoder and heads, named like transformers'
+classes, each of a `Role`, and the facts about its parameter tree its row reads: layer names,
+starting-value paths), its encoder's FLOPs (`flops.py`) and its names in Hugging Face and TF
+checkpoints (`conversion.py`); its `__init__.py` builds its rows (`ROWS`, `models.family.Family`)
+from them. This module finds the folders (every subpackage of `bert_jax.models` with `ROWS`), so a
+new family edits nothing here. Attention kernels, blocks, heads' call, sharding rules,
+objectives, steps and the loop are shared, and read the family's row where they need a fact of it.
 
   model_type (config.json)   config             model module           head classes
   "bert"                     BertConfig         bert_jax.models.bert.model         Bert*
@@ -15,140 +16,49 @@ shared, and read the family's row where they need a fact of it.
   "xlm-roberta"              XLMRobertaConfig   bert_jax.models.roberta.model       XLMRoberta*
 
 Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
-(by `model_type`), `get_model_class` (by class name), `family_of` (by config).
+(by `model_type`), `get_model_class` (by class name), `family_of` (by config), `head_in_family`
+(a role, or a class name of any family, as a class of a config's family).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
-from collections.abc import Callable, Mapping
+import pkgutil
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 
-from bert_jax.models.bert import conversion as bert_conversion
-from bert_jax.models.bert import flops as bert_flops
-from bert_jax.models.bert import model
-from bert_jax.models.bert.config import BertConfig
-from bert_jax.models.conversion import FamilyConversion
-from bert_jax.models.modernbert import conversion as modernbert_conversion
-from bert_jax.models.modernbert import flops as modernbert_flops
-from bert_jax.models.modernbert import model as modernbert
-from bert_jax.models.modernbert.config import ModernBertConfig
-from bert_jax.models.roberta import conversion as roberta_conversion
-from bert_jax.models.roberta import flops as roberta_flops
-from bert_jax.models.roberta import model as roberta
-from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
+import bert_jax.models
+from bert_jax.models.config import EncoderConfig
+from bert_jax.models.family import Family, Role
 from bert_jax.paths import as_path
 
-ModelConfig = BertConfig | ModernBertConfig | RobertaConfig
+__all__ = ["FAMILIES", "EncoderConfig", "Family", "ModelConfig", "Role"]
+
+# Any family's config. (The name older code imports; every family's config is an EncoderConfig.)
+ModelConfig = EncoderConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class Family:
-    """One architecture: its `config.json` model_type, config class and model classes by name.
-
-    Attributes:
-      model_type: the `model_type` of its Hugging Face config.json.
-      config_class: its frozen config dataclass (`from_hf_dict`, `to_hf_dict`, `to_json_file`).
-      model_classes: {Hugging Face class name: Flax module class}, the encoder first.
-      encoder_name: the heads' encoder submodule: params[encoder_name] are the base model's.
-      layers_path: the keys from the base model's tree to the dict holding its layers.
-      layer_name: layer i's name there, `layer_name.format(i)`.
-      scanned_layer: the name of the one layer stacked on a leading axis under `scan_layers`;
-        None for a family whose layers are never scanned (`models.params.stack_layers`).
-      starting_paths: {role: parameter path in its heads' trees} of the parameters a scratch
-        pretraining run may start specially ("mlm_bias": the MLM decoder's output bias,
-        "position_embeddings": the position table); a role it lacks is absent.
-      encoder_flops: (config, real sequence lengths) -> the encoder's forward model FLOPs
-        (`models/<family>/flops.py`; `training.flops` adds the heads and the backward pass).
-      conversion: its names and layouts in Hugging Face and TF checkpoints
-        (`models/<family>/conversion.py`; `checkpoints.table` reads them).
-    """
-
-    model_type: str
-    config_class: type
-    model_classes: Mapping[str, type[nn.Module]]
-    encoder_name: str
-    layers_path: tuple[str, ...]
-    layer_name: str
-    scanned_layer: str | None
-    starting_paths: Mapping[str, tuple[str, ...]]
-    encoder_flops: Callable[[Any, Any], float]
-    conversion: FamilyConversion
-
-    @property
-    def base_model(self) -> str:
-        """The encoder's class name ("BertModel", "ModernBertModel")."""
-        return next(iter(self.model_classes))
-
-    def head_for(self, bert_head: str) -> str:
-        """This family's class for the role of the BERT head `bert_head` (objectives name BERT's:
-        "BertForMaskedLM" -> "ModernBertForMaskedLM"); a role it has no class for raises."""
-        name = self.base_model.removesuffix("Model") + bert_head.removeprefix("Bert")
-        if name not in self.model_classes:
-            raise ValueError(
-                f"{self.model_type} has no {bert_head.removeprefix('Bert')} head ({name}); "
-                f"its heads: {sorted(self.model_classes)}"
-            )
-        return name
+def _discover() -> dict[str, Family]:
+    """The rows of every family folder: each subpackage of `bert_jax.models` that declares
+    `ROWS`, in the order of the folders' names."""
+    rows: dict[str, Family] = {}
+    for info in sorted(pkgutil.iter_modules(bert_jax.models.__path__), key=lambda m: m.name):
+        if not info.ispkg:
+            continue
+        package = importlib.import_module(f"{bert_jax.models.__name__}.{info.name}")
+        for family in getattr(package, "ROWS", ()):
+            if family.model_type in rows:
+                raise ValueError(f"two families register model_type {family.model_type!r}")
+            rows[family.model_type] = family
+    return rows
 
 
-FAMILIES: dict[str, Family] = {
-    f.model_type: f
-    for f in (
-        Family(
-            "bert",
-            BertConfig,
-            model.MODEL_CLASSES,
-            model.ENCODER_NAME,
-            layers_path=model.LAYERS_PATH,
-            layer_name=model.LAYER_NAME,
-            scanned_layer=model.SCANNED_LAYER,
-            starting_paths=model.STARTING_PATHS,
-            encoder_flops=bert_flops.encoder_forward_flops,
-            conversion=bert_conversion.CONVERSION,
-        ),
-        Family(
-            "modernbert",
-            ModernBertConfig,
-            modernbert.MODEL_CLASSES,
-            modernbert.ENCODER_NAME,
-            layers_path=modernbert.LAYERS_PATH,
-            layer_name=modernbert.LAYER_NAME,
-            scanned_layer=modernbert.SCANNED_LAYER,
-            starting_paths=modernbert.STARTING_PATHS,
-            encoder_flops=modernbert_flops.encoder_forward_flops,
-            # No TF checkpoints (`tf_config_file` empty); its table rows keep the TF names they
-            # have always had (google-research/bert's), which nothing reads.
-            conversion=dataclasses.replace(
-                modernbert_conversion.CONVERSION, **bert_conversion.TF_NAMES
-            ),
-        ),
-        # One architecture, two model_types: XLM-RoBERTa's rows are RoBERTa's but its config
-        # class (a subclass, named by config.json's "xlm-roberta") and class names.
-        *(
-            Family(
-                config_class.model_type,
-                config_class,
-                classes,
-                roberta.ENCODER_NAME,
-                layers_path=roberta.LAYERS_PATH,
-                layer_name=roberta.LAYER_NAME,
-                scanned_layer=roberta.SCANNED_LAYER,
-                starting_paths=roberta.STARTING_PATHS,
-                encoder_flops=roberta_flops.encoder_forward_flops,
-                conversion=roberta_conversion.CONVERSION,
-            )
-            for config_class, classes in (
-                (RobertaConfig, roberta.MODEL_CLASSES),
-                (XLMRobertaConfig, roberta.XLM_MODEL_CLASSES),
-            )
-        ),
-    )
-}
+FAMILIES: dict[str, Family] = _discover()
 # The family of a config.json or an experiment's `model` block that names no model_type.
 DEFAULT_MODEL_TYPE = "bert"
 MODEL_CLASSES: dict[str, type[nn.Module]] = {
@@ -156,7 +66,7 @@ MODEL_CLASSES: dict[str, type[nn.Module]] = {
 }
 
 
-def family_of(config: ModelConfig) -> Family:
+def family_of(config: EncoderConfig) -> Family:
     """The family of a config instance: the row of its class's `model_type` (an XLMRobertaConfig
     is a RobertaConfig, and its family is XLM-RoBERTa's)."""
     family = FAMILIES.get(getattr(type(config), "model_type", None))
@@ -173,14 +83,32 @@ def family_of_model(name: str) -> Family:
     raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
 
 
-def head_in_family(config: ModelConfig, name: str) -> str:
-    """`name` if it is a class of `config`'s family, else the family's class for the role of
-    the BERT class `name` ("BertModel" for a ModernBERT config -> "ModernBertModel")."""
-    family = family_of(config)
-    if name in family.model_classes:
-        return name
-    family_of_model(name)  # an unknown name raises
-    return family.head_for(name)
+def role_of(head: Role | str) -> Role:
+    """The role `head` names: a `Role`, a role's value ("masked_lm"), or a class name of any
+    family, whose role is looked up in its family's table ("BertModel" -> Role.ENCODER).
+
+    Raises:
+      ValueError: `head` is no role and no class of any family (naming the known ones).
+    """
+    if isinstance(head, Role):
+        return head
+    if head in Role._value2member_map_:
+        return Role(head)
+    family = family_of_model(head)
+    return family.role_of(head)
+
+
+def head_in_family(config: EncoderConfig, head: Role | str) -> str:
+    """The class name of `config`'s family for `head`: a role, or a class name of any family
+    standing for its role ("BertModel" for a ModernBERT config -> "ModernBertModel"); a class of
+    the family is itself. A role the family lacks raises, naming the roles it has."""
+    return family_of(config).head_for(head)
+
+
+def check_head(head: Role | str) -> Role | str:
+    """`head` when it is a role or a class of some family; else raises naming the classes."""
+    role_of(head)
+    return head
 
 
 def get_model_class(name: str) -> type[nn.Module]:
@@ -188,7 +116,7 @@ def get_model_class(name: str) -> type[nn.Module]:
     return family_of_model(name).model_classes[name]
 
 
-def config_from_hf_dict(d: Mapping[str, Any]) -> ModelConfig:
+def config_from_hf_dict(d: Mapping[str, Any]) -> EncoderConfig:
     """The config of a Hugging Face `config.json` dict, of the family its `model_type` names
     (BERT when it names none)."""
     model_type = d.get("model_type", DEFAULT_MODEL_TYPE)
@@ -199,7 +127,7 @@ def config_from_hf_dict(d: Mapping[str, Any]) -> ModelConfig:
     return FAMILIES[model_type].config_class.from_hf_dict(d)
 
 
-def config_from_fields(fields: Mapping[str, Any]) -> ModelConfig:
+def config_from_fields(fields: Mapping[str, Any]) -> EncoderConfig:
     """The config of an experiment's `model` block: its family's config fields, plus
     `model_type` naming the family (BERT when absent)."""
     fields = dict(fields)
@@ -209,7 +137,7 @@ def config_from_fields(fields: Mapping[str, Any]) -> ModelConfig:
     return FAMILIES[model_type].config_class(**fields)
 
 
-def model_fields(config: ModelConfig) -> dict[str, Any]:
+def model_fields(config: EncoderConfig) -> dict[str, Any]:
     """The `model` block of an experiment config for `config` (`config_from_fields`'s input):
     its fields but label_names, and `model_type` for a family other than BERT."""
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "label_names"}
@@ -217,17 +145,17 @@ def model_fields(config: ModelConfig) -> dict[str, Any]:
     return fields if model_type == DEFAULT_MODEL_TYPE else {"model_type": model_type, **fields}
 
 
-def config_from_json_file(path: str | os.PathLike) -> ModelConfig:
+def config_from_json_file(path: str | os.PathLike) -> EncoderConfig:
     """Reads a `config.json` (or the directory holding one) of any family; a BERT directory may
-    hold google-research/bert's `bert_config.json` instead (`BertConfig.from_json_file`). Local
-    or at a URL (`etils.epath`)."""
+    hold google-research/bert's `bert_config.json` instead (the default family's
+    `from_json_file`: BERT's). Local or at a URL (`etils.epath`)."""
     path = as_path(path)
     file = path / "config.json" if path.is_dir() else path
     if file.exists():
         try:
             d = json.loads(file.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
-            d = None  # BertConfig names the error
+            d = None  # the default family's reader names the error
         if isinstance(d, dict) and d.get("model_type", DEFAULT_MODEL_TYPE) != DEFAULT_MODEL_TYPE:
             return config_from_hf_dict(d)
-    return BertConfig.from_json_file(path)
+    return FAMILIES[DEFAULT_MODEL_TYPE].config_class.from_json_file(path)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, labels_from_hf, labels_to_hf
+from bert_jax.models.config import EncoderConfig, write_json
 from bert_jax.paths import as_path
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
@@ -77,6 +76,8 @@ class BertConfig(EncoderConfig):
 
     model_type: ClassVar[str] = "bert"  # config.json's; the family's name
     display_name: ClassVar[str] = "BERT"
+    hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
+    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -135,65 +136,6 @@ class BertConfig(EncoderConfig):
         if m:
             key = f"l{m.group(1)}-h{m.group(2)}"
         return cls(**{**cls._preset_fields(PRESETS, name, key), **overrides})
-
-    # ---- Hugging Face config.json ----
-    @classmethod
-    def from_hf_dict(cls, d: Mapping[str, Any]) -> BertConfig:
-        """Builds a config from the dict of a Hugging Face BERT `config.json`.
-
-        Keys that change the architecture in ways this library does not implement (relative
-        position embeddings, a decoder, cross-attention) raise; housekeeping keys are ignored;
-        any other unknown key is logged, never silently dropped.
-        """
-        d = dict(d)
-        model_type = d.get("model_type", "bert")
-        if model_type != "bert":
-            raise ValueError(f"config.json has model_type={model_type!r}; only 'bert' is supported")
-        pos = d.get("position_embedding_type", "absolute")
-        if pos not in (None, "absolute"):
-            raise ValueError(
-                f"config.json has position_embedding_type={pos!r}; only 'absolute' is supported"
-            )
-        for flag in ("is_decoder", "add_cross_attention"):
-            if d.get(flag):
-                raise ValueError(
-                    f"config.json has {flag}=true; bert_jax implements the encoder only"
-                )
-        names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
-        kwargs = {k: d[k] for k in names if k in d and d[k] is not None}
-        if "classifier_dropout" in d:
-            kwargs["classifier_dropout"] = d["classifier_dropout"]
-        kwargs.update(labels_from_hf(d))
-        unknown = (
-            set(d)
-            - names
-            - HF_HOUSEKEEPING
-            - {
-                "position_embedding_type",
-                "is_decoder",
-                "add_cross_attention",
-                "num_labels",
-                "classifier_dropout",
-            }
-        )
-        if unknown:
-            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
-        return cls(**kwargs)
-
-    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
-        """The dict of a Hugging Face `config.json` for this config."""
-        d: dict[str, Any] = {"model_type": "bert"}
-        if architecture:
-            d["architectures"] = [architecture]
-        for f in dataclasses.fields(self):
-            if f.name not in ("num_labels", "label_names", "vocab_pad_multiple"):
-                d[f.name] = getattr(self, f.name)
-        if self.vocab_pad_multiple != 1:  # bert_jax's own (a Hugging Face export strips it)
-            d["vocab_pad_multiple"] = self.vocab_pad_multiple
-        d.update(labels_to_hf(self.label_names, self.num_labels))
-        d["position_embedding_type"] = "absolute"
-        d["tie_word_embeddings"] = True
-        return d
 
     # ---- google-research/bert bert_config.json ----
     @classmethod
@@ -255,10 +197,7 @@ class BertConfig(EncoderConfig):
 
     def to_json_file(self, path: str | os.PathLike, *, original: bool = False, architecture=None):
         """Writes HF `config.json`, or the original `bert_config.json` when `original=True`."""
-        d = self.to_original_dict() if original else self.to_hf_dict(architecture)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(d, f, indent=2, sort_keys=True)
-            f.write("\n")
+        write_json(path, self.to_original_dict() if original else self.to_hf_dict(architecture))
 
 
 def _miniatures() -> dict[str, dict[str, int]]:

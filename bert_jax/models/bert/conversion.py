@@ -9,28 +9,11 @@ from __future__ import annotations
 
 import re
 
-from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion, sized_by_config
-
-# The heads' parameters saved by google-research/bert's scripts under other names.
-TF_RENAMES = (
-    (r"^cls/predictions/bias$", "cls/predictions/output_bias"),
-    (r"^cls/seq_relationship/kernel$", "cls/seq_relationship/output_weights"),
-    (r"^cls/seq_relationship/bias$", "cls/seq_relationship/output_bias"),
-    (r"^classifier/kernel$", "output_weights"),  # run_classifier.py
-    (r"^classifier/bias$", "output_bias"),
-    (r"^qa_outputs/kernel$", "cls/squad/output_weights"),  # run_squad.py
-    (r"^qa_outputs/bias$", "cls/squad/output_bias"),
-    (r"/embedding$", ""),
-    (r"LayerNorm/scale$", "LayerNorm/gamma"),
-    (r"LayerNorm/bias$", "LayerNorm/beta"),
-)
-
-# How google-research/bert names a parameter in TF: `FamilyConversion.tf_key`.
-TF_NAMES = dict(
-    tf_prefix="bert/",
-    tf_top_level=("bert/", "cls/", "classifier/", "qa_outputs/"),
-    tf_renames=TF_RENAMES,
-    tf_out_weights=r"(^|/)(seq_relationship|classifier|qa_outputs)/kernel$",
+from bert_jax.models.conversion import (
+    LAYER_INDEX_RE,
+    TF_NAMES,
+    FamilyConversion,
+    sized_by_config,
 )
 
 CONVERSION = FamilyConversion(

@@ -30,6 +30,7 @@ from bert_jax.models import layers
 from bert_jax.models.attention import AttentionMask
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.family import Role
 from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
     Dropout,
@@ -361,16 +362,15 @@ class BertForQuestionAnswering(BertHead):
         )
 
 
-MODEL_CLASSES: dict[str, type[nn.Module]] = {
-    cls.__name__: cls
-    for cls in (
-        BertModel,
-        BertForPreTraining,
-        BertForMaskedLM,
-        BertForNextSentencePrediction,
-        BertForSequenceClassification,
-        BertForMultipleChoice,
-        BertForTokenClassification,
-        BertForQuestionAnswering,
-    )
+# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: BertModel,
+    Role.PRETRAINING: BertForPreTraining,
+    Role.MASKED_LM: BertForMaskedLM,
+    Role.NEXT_SENTENCE: BertForNextSentencePrediction,
+    Role.SEQUENCE_CLASSIFICATION: BertForSequenceClassification,
+    Role.MULTIPLE_CHOICE: BertForMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: BertForTokenClassification,
+    Role.QUESTION_ANSWERING: BertForQuestionAnswering,
 }
+MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

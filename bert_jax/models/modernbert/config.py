@@ -14,14 +14,10 @@ newer `layer_types`, `rope_parameters`) and written in both, so either reader re
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
-import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, labels_from_hf, labels_to_hf
-from bert_jax.paths import as_path
+from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig
 
 MODEL_TYPE = "modernbert"
 POOLINGS = ("cls", "mean")
@@ -35,7 +31,6 @@ _HOUSEKEEPING = HF_HOUSEKEEPING | {
     "repad_logits_with_grad",
     "initializer_cutoff_factor",
 }
-_DERIVED = ("layer_types", "rope_parameters", "num_labels")  # read here, not fields
 # Named sizes (`ModernBertConfig.preset`): the released answerdotai/ModernBERT-base and -large,
 # and "tiny", the CPU pretraining job's 3 layers x 128 (one global layer, two local ones) for its
 # own 8,192-piece vocabulary ([PAD] = 0) and 128-token rows (configs/pretrain.py, arch=modernbert).
@@ -67,6 +62,8 @@ class ModernBertConfig(EncoderConfig):
       norm_bias / attention_bias / mlp_bias / classifier_bias: whether those layers have biases
         (all False in the released models); `decoder_bias`: the MLM decoder's output bias.
       pad_token_id: id of [PAD].
+      bos_token_id / eos_token_id / cls_token_id / sep_token_id: ids of [CLS] and [SEP] under
+        transformers' names, for the tokenizer and transformers (the model reads none of them).
       global_attn_every_n_layers: layer i attends globally when i % this == 0, else locally.
       local_attention: the local window, in tokens: keys within local_attention // 2 positions of
         the query on either side.
@@ -82,6 +79,8 @@ class ModernBertConfig(EncoderConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "ModernBERT"
+    hf_housekeeping: ClassVar[frozenset[str]] = _HOUSEKEEPING
+    hf_derived: ClassVar[tuple[str, ...]] = ("layer_types", "rope_parameters")
     vocab_size: int = 50368
     hidden_size: int = 768
     intermediate_size: int = 1152
@@ -93,6 +92,10 @@ class ModernBertConfig(EncoderConfig):
     norm_eps: float = 1e-5
     norm_bias: bool = False
     pad_token_id: int = 50283
+    bos_token_id: int = 50281
+    eos_token_id: int = 50282
+    cls_token_id: int = 50281
+    sep_token_id: int = 50282
     global_attn_every_n_layers: int = 3
     local_attention: int = 128
     global_rope_theta: float = 160000.0
@@ -142,6 +145,7 @@ class ModernBertConfig(EncoderConfig):
         if self.classifier_pooling not in POOLINGS:
             self._fail("classifier_pooling", self.classifier_pooling, f"expected one of {POOLINGS}")
         self._check_ids_and_labels()
+        self._check_special_ids("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
 
     # ---- derived ----
     @property
@@ -175,18 +179,10 @@ class ModernBertConfig(EncoderConfig):
 
     # ---- Hugging Face config.json ----
     @classmethod
-    def from_hf_dict(cls, d: Mapping[str, Any]) -> ModernBertConfig:
-        """A config from the dict of a Hugging Face ModernBERT `config.json`.
-
-        `layer_types` must be ModernBERT's periodic pattern and `rope_parameters` plain
-        ("default") RoPE; anything else raises. Housekeeping keys are ignored and any other
-        unknown key is logged, never silently dropped.
-        """
-        d = dict(d)
-        if d.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise ValueError(f"config.json has model_type={d['model_type']!r}, not {MODEL_TYPE!r}")
-        names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
-        kwargs = {k: d[k] for k in names if d.get(k) is not None}
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> ModernBertConfig:
+        """The config of config.json `d`, whose `rope_parameters` and `layer_types` (when given)
+        say the thetas and the period too: they must be plain ("default") RoPE and ModernBERT's
+        periodic pattern, and agree with the fields; anything else raises."""
         for theta, kind in (("global_rope_theta", GLOBAL), ("local_rope_theta", LOCAL)):
             rope = (d.get("rope_parameters") or {}).get(kind) or {}
             if rope.get("rope_type", "default") != "default":
@@ -195,7 +191,7 @@ class ModernBertConfig(EncoderConfig):
                 kwargs.setdefault(theta, rope["rope_theta"])
                 if kwargs[theta] != rope["rope_theta"]:
                     raise ValueError(f"config.json: {theta} disagrees with rope_parameters")
-        config = cls(**kwargs, **labels_from_hf(d))
+        config = cls(**kwargs)
         types = d.get("layer_types")
         if types is not None and tuple(types) != config.layer_types:
             period = _period(types)
@@ -205,43 +201,17 @@ class ModernBertConfig(EncoderConfig):
                     "a global layer every global_attn_every_n_layers from layer 0"
                 )
             config = config.replace(global_attn_every_n_layers=period)
-        unknown = set(d) - names - set(_DERIVED) - _HOUSEKEEPING
-        unknown -= {"global_rope_theta", "local_rope_theta", "classifier_dropout"}
-        if unknown:
-            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
         return config
 
-    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
-        """The dict of a Hugging Face `config.json` for this config (both RoPE spellings)."""
-        d: dict[str, Any] = {"model_type": MODEL_TYPE}
-        if architecture:
-            d["architectures"] = [architecture]
-        for f in dataclasses.fields(self):
-            if f.name not in ("num_labels", "label_names"):
-                d[f.name] = getattr(self, f.name)
-        d["layer_types"] = list(self.layer_types)
-        d["rope_parameters"] = {
-            GLOBAL: {"rope_type": "default", "rope_theta": self.global_rope_theta},
-            LOCAL: {"rope_type": "default", "rope_theta": self.local_rope_theta},
+    def _hf_derived(self) -> dict[str, Any]:
+        """transformers' newer spelling of the pattern and the thetas, beside the original."""
+        return {
+            "layer_types": list(self.layer_types),
+            "rope_parameters": {
+                GLOBAL: {"rope_type": "default", "rope_theta": self.global_rope_theta},
+                LOCAL: {"rope_type": "default", "rope_theta": self.local_rope_theta},
+            },
         }
-        d.update(labels_to_hf(self.label_names, self.num_labels))
-        d["tie_word_embeddings"] = True
-        return d
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> ModernBertConfig:
-        """Reads a Hugging Face ModernBERT `config.json` (or the directory holding one), local or
-        at a URL (`etils.epath`)."""
-        path = as_path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        return cls.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
-
-    def to_json_file(self, path: str | os.PathLike, *, architecture: str | None = None):
-        """Writes a Hugging Face `config.json`."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_hf_dict(architecture), f, indent=2, sort_keys=True)
-            f.write("\n")
 
 
 def _period(types) -> int | None:

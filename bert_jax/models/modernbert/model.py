@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.family import Role
 from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
     Dropout,
@@ -445,14 +446,13 @@ class ModernBertForQuestionAnswering(ModernBertHead):
         )
 
 
-MODEL_CLASSES: dict[str, type[nn.Module]] = {
-    cls.__name__: cls
-    for cls in (
-        ModernBertModel,
-        ModernBertForMaskedLM,
-        ModernBertForSequenceClassification,
-        ModernBertForMultipleChoice,
-        ModernBertForTokenClassification,
-        ModernBertForQuestionAnswering,
-    )
+# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: ModernBertModel,
+    Role.MASKED_LM: ModernBertForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: ModernBertForSequenceClassification,
+    Role.MULTIPLE_CHOICE: ModernBertForMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: ModernBertForTokenClassification,
+    Role.QUESTION_ANSWERING: ModernBertForQuestionAnswering,
 }
+MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

@@ -1,5 +1,31 @@
 """RoBERTa and XLM-RoBERTa (Hugging Face `model_type` "roberta" and "xlm-roberta": one
 architecture, two registry rows): `config.py` holds RobertaConfig, XLMRobertaConfig and the size
-presets, `model.py` the encoder (RobertaModel), every Hugging Face task head, their XLMRoberta*
-names and the facts the rows (`models.families`) read; `conversion.py` their names in Hugging
-Face checkpoints (the same for both), `flops.py` the encoder's model FLOPs."""
+presets, `model.py` the encoder (RobertaModel), every Hugging Face task head (`ROLES`), their
+XLMRoberta* names (`XLM_ROLES`) and the facts about the parameter tree; `conversion.py` their
+names in Hugging Face checkpoints (the same for both), `flops.py` the encoder's model FLOPs.
+`ROWS` are the two registry rows, built from them (`models.families` collects them)."""
+
+from bert_jax.models.family import Family
+from bert_jax.models.roberta import conversion, flops, model
+from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
+
+# One architecture, two model_types: XLM-RoBERTa's row is RoBERTa's but for its config class (a
+# subclass, named by config.json's "xlm-roberta") and class names.
+ROWS = tuple(
+    Family(
+        config_class.model_type,
+        config_class,
+        roles,
+        model.ENCODER_NAME,
+        layers_path=model.LAYERS_PATH,
+        layer_name=model.LAYER_NAME,
+        scanned_layer=model.SCANNED_LAYER,
+        starting_paths=model.STARTING_PATHS,
+        encoder_flops=flops.encoder_forward_flops,
+        conversion=conversion.CONVERSION,
+    )
+    for config_class, roles in (
+        (RobertaConfig, model.ROLES),
+        (XLMRobertaConfig, model.XLM_ROLES),
+    )
+)

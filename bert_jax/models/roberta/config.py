@@ -17,14 +17,10 @@ key means), and `PRESETS` the released sizes.
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
-import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, labels_from_hf, labels_to_hf
-from bert_jax.paths import as_path
+from bert_jax.models.config import EncoderConfig
 
 _SIZES = (
     "vocab_size",
@@ -37,8 +33,6 @@ _SIZES = (
     "type_vocab_size",
     "num_labels",
 )
-# config.json keys read here that are not fields, or that must hold a value bert_jax implements.
-_CHECKED_KEYS = {"position_embedding_type", "is_decoder", "add_cross_attention", "num_labels"}
 _SIZE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 _LARGE = dict(
     hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
@@ -78,6 +72,8 @@ class RobertaConfig(EncoderConfig):
       layer_norm_eps: epsilon of every LayerNorm.
       pad_token_id: id of <pad>, and fairseq's `padding_idx`: the position table row of padding,
         real tokens' positions counted from pad_token_id + 1.
+      bos_token_id / eos_token_id: ids of <s> and </s>, for the tokenizer and transformers (the
+        model reads neither).
       classifier_dropout: dropout of the classification heads; None means hidden_dropout_prob.
       num_labels: output width of the sequence/token classification heads (1 means regression).
       label_names: optional names of the labels, written to config.json as id2label.
@@ -89,6 +85,8 @@ class RobertaConfig(EncoderConfig):
     model_type: ClassVar[str] = "roberta"  # config.json's; the family's name
     display_name: ClassVar[str] = "RoBERTa"
     released_vocab_size: ClassVar[int] = 50265  # the base and large presets'
+    hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
+    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
     vocab_size: int = 50265
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -102,6 +100,8 @@ class RobertaConfig(EncoderConfig):
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 1
+    bos_token_id: int = 0
+    eos_token_id: int = 2
     classifier_dropout: float | None = None
     num_labels: int = 2
     label_names: tuple[str, ...] | None = None
@@ -126,6 +126,7 @@ class RobertaConfig(EncoderConfig):
                 f"not divisible by num_attention_heads={self.num_attention_heads}",
             )
         self._check_ids_and_labels()
+        self._check_special_ids("bos_token_id", "eos_token_id")
         if self.max_sequence_length < 1:
             self._fail(
                 "max_position_embeddings",
@@ -157,67 +158,6 @@ class RobertaConfig(EncoderConfig):
         `released_vocab_size`) or "tiny"."""
         released = {} if name.lower() == "tiny" else {"vocab_size": cls.released_vocab_size}
         return cls(**{**released, **cls._preset_fields(PRESETS, name), **overrides})
-
-    # ---- Hugging Face config.json ----
-    @classmethod
-    def from_hf_dict(cls, d: Mapping[str, Any]) -> RobertaConfig:
-        """A config from the dict of a Hugging Face `config.json` of this model_type.
-
-        Relative position embeddings, a decoder and cross-attention (which bert_jax does not
-        implement) raise; housekeeping keys are ignored; any other unknown key is logged, never
-        silently dropped.
-        """
-        d = dict(d)
-        if d.get("model_type", cls.model_type) != cls.model_type:
-            raise ValueError(
-                f"config.json has model_type={d['model_type']!r}, not {cls.model_type!r}"
-            )
-        pos = d.get("position_embedding_type", "absolute")
-        if pos not in (None, "absolute"):
-            raise ValueError(
-                f"config.json has position_embedding_type={pos!r}; only 'absolute' is supported"
-            )
-        for flag in ("is_decoder", "add_cross_attention"):
-            if d.get(flag):
-                raise ValueError(f"config.json has {flag}=true; bert_jax implements the encoder")
-        names = {f.name for f in dataclasses.fields(cls)} - {"num_labels", "label_names"}
-        kwargs = {k: d[k] for k in names if d.get(k) is not None}
-        if "classifier_dropout" in d:
-            kwargs["classifier_dropout"] = d["classifier_dropout"]
-        unknown = set(d) - names - HF_HOUSEKEEPING - _CHECKED_KEYS
-        if unknown:
-            logging.warning("config.json keys not used by bert_jax: %s", sorted(unknown))
-        return cls(**kwargs, **labels_from_hf(d))
-
-    def to_hf_dict(self, architecture: str | None = None) -> dict[str, Any]:
-        """The dict of a Hugging Face `config.json` for this config."""
-        d: dict[str, Any] = {"model_type": self.model_type}
-        if architecture:
-            d["architectures"] = [architecture]
-        for f in dataclasses.fields(self):
-            if f.name not in ("num_labels", "label_names", "vocab_pad_multiple"):
-                d[f.name] = getattr(self, f.name)
-        if self.vocab_pad_multiple != 1:  # bert_jax's own (a Hugging Face export strips it)
-            d["vocab_pad_multiple"] = self.vocab_pad_multiple
-        d.update(labels_to_hf(self.label_names, self.num_labels))
-        d["position_embedding_type"] = "absolute"
-        d["tie_word_embeddings"] = True
-        return d
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> RobertaConfig:
-        """Reads a Hugging Face `config.json` (or the directory holding one), local or at a URL
-        (`etils.epath`)."""
-        path = as_path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        return cls.from_hf_dict(json.loads(path.read_text(encoding="utf-8")))
-
-    def to_json_file(self, path: str | os.PathLike, *, architecture: str | None = None):
-        """Writes a Hugging Face `config.json`."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_hf_dict(architecture), f, indent=2, sort_keys=True)
-            f.write("\n")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,7 @@ from bert_jax.activations import ACTIVATIONS
 from bert_jax.models import layers
 from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.family import Role
 from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
     Dropout,
@@ -342,17 +343,16 @@ class RobertaForQuestionAnswering(RobertaHead):
         )
 
 
-MODEL_CLASSES: dict[str, type[nn.Module]] = {
-    cls.__name__: cls
-    for cls in (
-        RobertaModel,
-        RobertaForMaskedLM,
-        RobertaForSequenceClassification,
-        RobertaForMultipleChoice,
-        RobertaForTokenClassification,
-        RobertaForQuestionAnswering,
-    )
+# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: RobertaModel,
+    Role.MASKED_LM: RobertaForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: RobertaForSequenceClassification,
+    Role.MULTIPLE_CHOICE: RobertaForMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: RobertaForTokenClassification,
+    Role.QUESTION_ANSWERING: RobertaForQuestionAnswering,
 }
+MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -382,14 +382,12 @@ class XLMRobertaForQuestionAnswering(RobertaForQuestionAnswering):
     """XLM-RoBERTa's extractive QA head: RobertaForQuestionAnswering's."""
 
 
-XLM_MODEL_CLASSES: dict[str, type[nn.Module]] = {
-    cls.__name__: cls
-    for cls in (
-        XLMRobertaModel,
-        XLMRobertaForMaskedLM,
-        XLMRobertaForSequenceClassification,
-        XLMRobertaForMultipleChoice,
-        XLMRobertaForTokenClassification,
-        XLMRobertaForQuestionAnswering,
-    )
+XLM_ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: XLMRobertaModel,
+    Role.MASKED_LM: XLMRobertaForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: XLMRobertaForSequenceClassification,
+    Role.MULTIPLE_CHOICE: XLMRobertaForMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: XLMRobertaForTokenClassification,
+    Role.QUESTION_ANSWERING: XLMRobertaForQuestionAnswering,
 }
+XLM_MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in XLM_ROLES.values()}
