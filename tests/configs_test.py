@@ -5,7 +5,7 @@ import pytest
 
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.families import get_model_class
+from bert_jax.models.families import family_of, get_model_class
 from bert_jax.models.params import count_params, init_params
 from bert_jax.training import objectives
 from tests.common import CONFIGS, load_config_file
@@ -60,7 +60,7 @@ def test_config_builds_its_model(name, variant):
         head = "BertModel"
         assert (config.init_from != "") == ("init=minilm" in variant)
     else:
-        head = objectives.get_objective(config.job).head
+        head = family_of(cfg).head_for(objectives.get_objective(config.job).role)
     model = get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
     assert count_params(params) > 0

@@ -9,7 +9,7 @@ import os
 
 from bert_jax.checkpoints import hf, hf_flax, native, run_params, table, tf
 from bert_jax.checkpoints.table import ConversionReport, flatten_params
-from bert_jax.models.families import config_from_json_file, head_in_family
+from bert_jax.models.families import Role, config_from_json_file, head_in_family
 from bert_jax.paths import as_path, missing_path_error
 
 
@@ -58,15 +58,16 @@ def _load_own(path, fmt: str, model: str | None, allow_new_heads: bool):
 
 def load_any(
     path: str | os.PathLike,
-    model: str | None,
+    model: Role | str | None,
     *,
     allow_new_heads: bool = False,
     hidden_act: str | None = None,
 ):
     """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
-    checkpoint path. A BERT class name as `model` stands for its role in the checkpoint's family
-    ("BertModel" loads a ModernBERT checkpoint's ModernBertModel). `hidden_act` is for TF
-    checkpoints only (`load_tf`): the other formats' config.json names the activation."""
+    checkpoint path. `model` is a `Role` or a class name, which stands for its role in the
+    checkpoint's family ("BertModel" loads a ModernBERT checkpoint's ModernBertModel).
+    `hidden_act` is for TF checkpoints only (`load_tf`): the other formats' config.json names
+    the activation."""
     fmt = detect_format(path)
     if hidden_act is not None and fmt != "tf":
         raise ValueError(

@@ -33,7 +33,7 @@ from bert_jax.checkpoints.table import (
     params_to_hf_state,
     write_hf_config,
 )
-from bert_jax.models.families import MODEL_CLASSES, ModelConfig, config_from_json_file, family_of
+from bert_jax.models.families import MODEL_CLASSES, EncoderConfig, config_from_json_file, family_of
 from bert_jax.paths import as_path, is_url, missing_path_error, prepare_out_dir, write_file_whole
 
 HF_WEIGHT_FILES = (
@@ -158,7 +158,7 @@ def _normalize_hf(state: Mapping[str, np.ndarray], report: ConversionReport) -> 
     return out
 
 
-def _hf_lookup(config: ModelConfig, state: Mapping[str, np.ndarray]):
+def _hf_lookup(config: EncoderConfig, state: Mapping[str, np.ndarray]):
     """The `assemble_params` lookup of a state dict: a rule's HF key with or without the encoder
     prefix, or its alias (both present: they must agree)."""
     conv = conversion_of(config)
@@ -212,7 +212,7 @@ def _check_tied_decoder(config, state, params, report: ConversionReport) -> None
 
 
 def hf_state_to_params(
-    config: ModelConfig,
+    config: EncoderConfig,
     state: Mapping[str, np.ndarray],
     model: str,
     *,
@@ -300,7 +300,7 @@ def load_pytorch(
 
 
 def save_pytorch(
-    config: ModelConfig,
+    config: EncoderConfig,
     params: PyTree,
     out_dir: str | os.PathLike,
     model: str = "BertForPreTraining",

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from bert_jax.checkpoints.table import PyTree, params_to_hf_state, write_hf_config
-from bert_jax.models.families import ModelConfig
+from bert_jax.models.families import EncoderConfig
 from bert_jax.paths import as_path, prepare_out_dir, write_bytes_whole, write_text_whole
 
 WEIGHTS_NAME = "flax_model.msgpack"
@@ -178,7 +178,7 @@ def parse_size(size: int | str | None) -> int | None:
 
 
 def save_hf_flax(
-    config: ModelConfig,
+    config: EncoderConfig,
     params: PyTree,
     out_dir: str | os.PathLike,
     model: str = "BertForPreTraining",

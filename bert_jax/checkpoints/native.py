@@ -20,7 +20,7 @@ from bert_jax.checkpoints.table import (
     check_params,
     unflatten_params,
 )
-from bert_jax.models.families import ModelConfig, config_from_json_file, family_of
+from bert_jax.models.families import EncoderConfig, config_from_json_file, family_of
 from bert_jax.parallel import multihost
 from bert_jax.paths import as_path, prepare_out_dir, write_file_whole
 
@@ -42,7 +42,7 @@ def _prepare(out_dir, overwrite: bool):
 
 def save_pretrained(
     out_dir: str | os.PathLike,
-    config: ModelConfig,
+    config: EncoderConfig,
     params: PyTree,
     model: str = "BertForPreTraining",
     *,
@@ -83,7 +83,7 @@ def save_pretrained(
 
 def load_pretrained(
     path: str | os.PathLike, *, scan_layers: bool = False
-) -> tuple[ModelConfig, PyTree, str]:
+) -> tuple[EncoderConfig, PyTree, str]:
     """Reads a `save_pretrained` directory: (config, params, model class name)."""
     import orbax.checkpoint as ocp
 

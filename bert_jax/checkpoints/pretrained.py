@@ -90,7 +90,7 @@ class Pretrained(NamedTuple):
 
     model: nn.Module
     params: PyTree
-    config: families.ModelConfig
+    config: families.EncoderConfig
     tokenizer: tokenization.WordPieceTokenizer | None
     head: str
 
@@ -122,7 +122,7 @@ def find_tokenizer(
 
 def load(
     source: str | os.PathLike,
-    head: str | None = None,
+    head: families.Role | str | None = None,
     *,
     allow_new_heads: bool = False,
     num_labels: int | None = None,
@@ -140,9 +140,10 @@ def load(
 
     Args:
       source: where the checkpoint is.
-      head: the head class of the result ("BertForMaskedLM"; a BERT name stands for its role in
-        the checkpoint's family, a "FlaxBert..." name for "Bert..."); None: the checkpoint's own
-        (config.json's `architectures`).
+      head: the head of the result: a `Role` (or its value, "masked_lm"), or a class name, which
+        stands for its role in the checkpoint's family ("BertForMaskedLM" gives a RoBERTa
+        checkpoint's RobertaForMaskedLM; transformers' "FlaxBert..." names are taken too); None:
+        the checkpoint's own (config.json's `architectures`).
       allow_new_heads: initialize head weights the checkpoint lacks (seed 0) instead of raising.
       num_labels: a new `head` with this many labels: the encoder (and pooler) from the
         checkpoint, the head's weights initialized (seed 0).
@@ -187,22 +188,27 @@ def _sentence_transformer_of(path: str, run: bool) -> SentenceTransformerSetting
     return read_sentence_transformer(folder) if folder.is_dir() else None
 
 
-def _canonical_head(head: str | None) -> str | None:
-    """`head` with a "FlaxBert" prefix dropped; an unknown name raises naming the known ones."""
+def _canonical_head(head: families.Role | str | None) -> families.Role | str | None:
+    """`head` as a role or a class name of some family: transformers' Flax class names
+    ("FlaxBertModel") are the class without the prefix; an unknown name raises naming the known
+    ones."""
     if head is None:
         return None
-    head = head[len("Flax") :] if head.startswith("FlaxBert") else head
-    families.get_model_class(head)
-    return head
+    if isinstance(head, str) and head not in families.MODEL_CLASSES:
+        flax_name = head.removeprefix("Flax")
+        head = flax_name if flax_name in families.MODEL_CLASSES else head
+    return families.check_head(head)
 
 
 def _run_into_targets(path: str, head: str, targets: PyTree) -> Loaded | None:
     """The newest checkpoint of the run at `path` read into `targets`' shardings; None when it is
     of another head or its parameters have other shapes (another layer layout)."""
     run = run_params.read_run_params(path, targets=targets)
-    if run is None or run.head != head:
+    if run is None:
         return None
     config = families.config_from_hf_dict(run.config)
+    if run.head != families.head_in_family(config, head):
+        return None
     logging.info("%s: the parameters of step %d, read into their shardings", path, run.step)
     return Loaded(config, run.params, run.head, None, families.family_of(config), placed=True)
 
@@ -210,7 +216,7 @@ def _run_into_targets(path: str, head: str, targets: PyTree) -> Loaded | None:
 def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loaded:
     """The host parameters of the checkpoint at `path` (local or a URL), as `load`'s record
     without the tokenizer."""
-    role = "BertModel" if num_labels is not None else head
+    role = families.Role.ENCODER if num_labels is not None else head
     if (as_path(path) / "checkpoints").is_dir():
         config, params, stored, _ = run_params.load_training_checkpoint(path)
         report = table.ConversionReport(loaded=list(traverse_util.flatten_dict(params, sep="/")))
@@ -227,6 +233,7 @@ def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loa
         if head is None:
             raise ValueError("num_labels needs the head, e.g. head='BertForSequenceClassification'")
         config = config.replace(num_labels=num_labels, label_names=None)
+        head = families.head_in_family(config, head)
         stored, (params, report) = head, _rehead(config, params, stored, head, True)
     return Loaded(config, params, stored, None, families.family_of(config), report=report)
 
@@ -258,7 +265,7 @@ def read_config(source: str | os.PathLike) -> Any:
 
 def from_pretrained(
     path: str | os.PathLike,
-    head: str | None = None,
+    head: families.Role | str | None = None,
     *,
     dtype: Any = "float32",
     param_dtype: Any = "float32",
@@ -274,8 +281,9 @@ def from_pretrained(
         else a download unless HF_HUB_OFFLINE=1) of a transformers directory (config.json +
         flax_model.msgpack, model.safetensors or pytorch_model.bin), a bert_jax export, a TF
         checkpoint, or a train.py run directory (its `export/`, else its newest checkpoint).
-      head: the head class, e.g. "BertForSequenceClassification" (a "FlaxBert..." name is taken
-        too); None: config.json's `architectures`; "BertModel" is the bare encoder.
+      head: the head class, e.g. "BertForSequenceClassification", or its `Role` (a class name
+        stands for its role in the checkpoint's family; a "FlaxBert..." name is taken too);
+        None: config.json's `architectures`; "BertModel" (Role.ENCODER) is the bare encoder.
       dtype: compute dtype of the module ("float32", "bfloat16", "float16" or a jnp dtype), as
         the `dtype` of transformers' Flax classes: LayerNorm and softmax stay float32.
       param_dtype: dtype the parameters are cast to and the module declares ("float32" or

@@ -31,7 +31,7 @@ from bert_jax.checkpoints.checkpointing import (
     saved_steps,
 )
 from bert_jax.checkpoints.table import ConversionError, check_params, unflatten_params
-from bert_jax.models.families import ModelConfig, config_from_hf_dict
+from bert_jax.models.families import EncoderConfig, config_from_hf_dict
 
 
 class RunCheckpointError(ValueError):
@@ -195,7 +195,7 @@ def _restore_params(state_path: str, restore_args) -> Any:
 
 def load_training_checkpoint(
     workdir: str | os.PathLike, step: int | None = None, *, scan_layers: bool = False
-) -> tuple[ModelConfig, Any, str, int]:
+) -> tuple[EncoderConfig, Any, str, int]:
     """Params of a `train.py` checkpoint: (config, params, model class name, step).
 
     Reads `<workdir>/checkpoints/<step>` (the newest when `step` is None) as host numpy arrays,

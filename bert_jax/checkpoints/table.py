@@ -26,7 +26,7 @@ from flax import traverse_util
 
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.conversion import FamilyConversion
-from bert_jax.models.families import ModelConfig, family_of, get_model_class
+from bert_jax.models.families import EncoderConfig, family_of, get_model_class
 from bert_jax.models.params import init_params, is_stacked, stack_layers, unstack_layers
 from bert_jax.paths import as_path, write_file_whole
 
@@ -65,7 +65,7 @@ class ConversionReport:
         return "\n".join(lines)
 
 
-def conversion_of(config: ModelConfig) -> FamilyConversion:
+def conversion_of(config: EncoderConfig) -> FamilyConversion:
     """The conversion facts of `config`'s family."""
     return family_of(config).conversion
 
@@ -137,7 +137,7 @@ def _kind(conv: FamilyConversion, key: str) -> str:
     return "table" if key.endswith("/embedding") else "vector"
 
 
-def parameter_table(config: ModelConfig, model: str) -> list[ParamRule]:
+def parameter_table(config: EncoderConfig, model: str) -> list[ParamRule]:
     """One rule per parameter of `model` (a head class name) under `config`, unstacked layout."""
     conv = conversion_of(config)
     rules = []
@@ -148,7 +148,7 @@ def parameter_table(config: ModelConfig, model: str) -> list[ParamRule]:
     return rules
 
 
-def expected_shapes(config: ModelConfig, model: str) -> dict[str, tuple[int, ...]]:
+def expected_shapes(config: EncoderConfig, model: str) -> dict[str, tuple[int, ...]]:
     """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating."""
     module = get_model_class(model)(config, RuntimeConfig())
     abstract = jax.eval_shape(lambda: init_params(module, jax.random.PRNGKey(0)))
@@ -184,7 +184,7 @@ def _fit_rows(x: np.ndarray, keep: int, rows: int) -> np.ndarray:
     return np.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
 
 
-def fit_vocab_rows(params: PyTree, config: ModelConfig) -> PyTree:
+def fit_vocab_rows(params: PyTree, config: EncoderConfig) -> PyTree:
     """Host `params` (unstacked) with the word embeddings and MLM bias cut to V rows and padded
     with zeros to `config.padded_vocab_size`: weights saved under another `vocab_pad_multiple`
     (a Hugging Face model has none) made to fit this config's model."""
@@ -197,7 +197,7 @@ def fit_vocab_rows(params: PyTree, config: ModelConfig) -> PyTree:
     return traverse_util.unflatten_dict(flat, sep="/")
 
 
-def unpadded_config(config: ModelConfig) -> ModelConfig:
+def unpadded_config(config: EncoderConfig) -> EncoderConfig:
     """`config` as another format stores it: no vocabulary padding (the tables have V rows);
     a family without `vocab_pad_multiple` is returned as it is."""
     if getattr(config, "vocab_pad_multiple", 1) != 1:
@@ -205,7 +205,7 @@ def unpadded_config(config: ModelConfig) -> ModelConfig:
     return config
 
 
-def write_hf_config(out_dir: os.PathLike, config: ModelConfig, model: str) -> None:
+def write_hf_config(out_dir: os.PathLike, config: EncoderConfig, model: str) -> None:
     """`out_dir/config.json` as other formats store it (no vocabulary padding: their tables have
     V rows), architectures=[model], written whole."""
     unpadded = unpadded_config(config)
@@ -214,7 +214,7 @@ def write_hf_config(out_dir: os.PathLike, config: ModelConfig, model: str) -> No
     )
 
 
-def check_params(config: ModelConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
+def check_params(config: EncoderConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
     """Flattens `params` and checks names and shapes against `model`; raises naming any mismatch."""
     flat = flatten_params(params)
     shapes = expected_shapes(config, model)
@@ -232,14 +232,14 @@ def check_params(config: ModelConfig, params: PyTree, model: str) -> dict[str, n
     return flat
 
 
-def params_to_hf_state(config: ModelConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
+def params_to_hf_state(config: EncoderConfig, params: PyTree, model: str) -> dict[str, np.ndarray]:
     """The Hugging Face state dict (as `save_pretrained` writes it: tied decoder omitted)."""
     flat = check_params(config, params, model)
     return {rule.hf_key: rule.to_hf(flat[rule.flax_key]) for rule in parameter_table(config, model)}
 
 
 def check_config_fits(
-    config: ModelConfig,
+    config: EncoderConfig,
     shapes: Mapping[str, Sequence[int]],
     config_path: str | os.PathLike,
     weights: str | os.PathLike,
@@ -321,7 +321,7 @@ def _refuse_missing(config, model, missing, unexpected, allow_new_heads: bool) -
 
 
 def assemble_params(
-    config: ModelConfig,
+    config: EncoderConfig,
     model: str,
     lookup: Lookup,
     source_keys: Sequence[str],

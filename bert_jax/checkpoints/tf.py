@@ -25,7 +25,13 @@ from bert_jax.checkpoints.table import (
     check_config_fits,
     parameter_table,
 )
-from bert_jax.models.families import FAMILIES, Family, ModelConfig, family_of_model
+from bert_jax.models.families import (
+    FAMILIES,
+    EncoderConfig,
+    Family,
+    Role,
+    family_of_model,
+)
 from bert_jax.paths import as_path, is_url
 
 TF_DATA_RE = re.compile(r"\.data-\d{5}-of-\d{5}$")
@@ -140,7 +146,7 @@ def _newest(path: epath.Path, prefixes: list[str], written: str | None) -> tuple
     )
 
 
-def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> ModelConfig:
+def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> EncoderConfig:
     """The family's config file, with `hidden_act` (if given) in place of its activation; the
     choice made for an ambiguous "gelu" goes to the report's notes (and the log)."""
     config = tf_family().config_class.from_json_file(config_path)
@@ -173,7 +179,7 @@ def _open_reader(ckpt: str, scratch: str):
         raise ConversionError(f"cannot read TF checkpoint {ckpt}: {e}") from e
 
 
-def _with_num_labels(config, model: str, names) -> ModelConfig:
+def _with_num_labels(config, model: str, names) -> EncoderConfig:
     """The config has no label count: a head whose TF weights include the family's
     `tf_num_labels_key` (run_classifier.py's output_weights, [N, E]) takes it from there."""
     key = tf_family().conversion.tf_num_labels_key
@@ -196,10 +202,13 @@ def _tf_lookup(reader, names):
     return lookup
 
 
-def _tf_head(model: str | None) -> str:
-    """`model`, or the head a TF checkpoint is read as by default; another family's refused."""
+def _tf_head(model: Role | str | None) -> str:
+    """`model` (a role: the TF family's class of it), or the head a TF checkpoint is read as by
+    default; another family's class refused."""
     family = tf_family()
     model = model or family.conversion.tf_default_head
+    if isinstance(model, Role) or model in Role._value2member_map_:
+        return family.head_for(model)
     if family_of_model(model) is not family:
         raise ValueError(
             f"{model}: TF checkpoints hold {family.config_class.display_name} models only "
@@ -210,7 +219,7 @@ def _tf_head(model: str | None) -> str:
 
 def load_tf(
     ckpt: str | os.PathLike,
-    model: str | None = None,
+    model: Role | str | None = None,
     *,
     config_path: str | os.PathLike | None = None,
     hidden_act: str | None = None,

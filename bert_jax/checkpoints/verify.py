@@ -11,11 +11,11 @@ import numpy as np
 
 from bert_jax.checkpoints.table import ConversionError, PyTree
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.families import ModelConfig, get_model_class
+from bert_jax.models.families import EncoderConfig, get_model_class
 
 
 def sample_inputs(
-    config: ModelConfig, model: str, batch: int = 2, seq_len: int = 16, seed: int = 0
+    config: EncoderConfig, model: str, batch: int = 2, seq_len: int = 16, seed: int = 0
 ) -> dict[str, np.ndarray]:
     """Random ids, token types (where the family has them) and a padding mask (later rows
     padded) for checking a model: int64 [batch, seq_len] ([batch, 3, seq_len] for a
@@ -83,7 +83,7 @@ def torch_outputs(torch_model, inputs) -> dict[str, np.ndarray]:
     return named
 
 
-def verify(config: ModelConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0):
+def verify(config: EncoderConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0):
     """Runs bert_jax and PyTorch (transformers, eager attention) on the same sample inputs.
 
     Returns {output name: max abs difference} over every output, hidden state and attention map.

@@ -188,7 +188,7 @@ def build_experiment(
         matryoshka_dims(config, start.model_config.hidden_size),
         packed_shape=packed,
     )
-    head = families.head_in_family(start.model_config, "BertModel")
+    head = families.head_in_family(start.model_config, objective.role)
     return experiment.Experiment.build(
         config, start.model_config, head, objective, num_train_steps, devices
     )

@@ -4,8 +4,8 @@ prediction files and an exported model.
     train_and_evaluate(config, workdir)     # train.py --config=configs/finetune.py:task=...
 
 Every task is a `FinetuneTask` of `tasks.TASKS` (reading, scoring); its objective decides the
-head (`objectives.get_objective(name).head`, in the model family of `init_from`: a ModernBERT
-checkpoint gets ModernBertForSequenceClassification, ...):
+head (the class of `objectives.get_objective(name).role` in the model family of `init_from`: a
+ModernBERT checkpoint gets ModernBertForSequenceClassification, ...):
 
     classification / regression   GLUE, custom CSV/TSV/JSONL, the Shakespeare genre task
     question_answering            SQuAD v1.1 / v2.0 (windows; official EM/F1)
@@ -50,7 +50,7 @@ from bert_jax.data import batching, text_io
 from bert_jax.finetune import evaluation, tasks
 from bert_jax.finetune.task import FinetuneTask, TaskData
 from bert_jax.models import families
-from bert_jax.models.families import get_model_class
+from bert_jax.models.families import Role, get_model_class
 from bert_jax.models.params import init_params
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
@@ -115,7 +115,7 @@ def starting_point(config, data: TaskData, tokenizer):
         # no pooler: it starts afresh, as transformers starts it, where the task's head reads it
         # (`graft` drops it elsewhere). Missing encoder weights are still refused.
         loaded = pretrained.load(
-            config.init_from, "BertModel", with_tokenizer=False, allow_new_heads=True
+            config.init_from, Role.ENCODER, with_tokenizer=False, allow_new_heads=True
         )
         if loaded.report is not None and loaded.report.newly_initialized:
             logging.info("init_from lacks %s: initialized", loaded.report.newly_initialized)
@@ -170,9 +170,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
 
 
 def task_head(cfg, objective: str) -> str:
-    """The head class of `objective` in `cfg`'s model family ("BertForSequenceClassification",
-    "ModernBertForSequenceClassification", ...)."""
-    return families.family_of(cfg).head_for(objectives.get_objective(objective).head)
+    """The head class of `objective`'s role in `cfg`'s model family
+    ("BertForSequenceClassification", "ModernBertForSequenceClassification", ...)."""
+    return families.family_of(cfg).head_for(objectives.get_objective(objective).role)
 
 
 def graft(cfg, head: str, encoder, seed: int):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.inference import batches, loading
-from bert_jax.models.families import ModelConfig
+from bert_jax.models.families import EncoderConfig
 
 POOLINGS = ("cls", "mean", "pooler")
 
@@ -118,7 +118,7 @@ def embed_step(
 
 
 def embedder(
-    config: ModelConfig,
+    config: EncoderConfig,
     params,
     *,
     pooling: str = "cls",
@@ -155,7 +155,7 @@ def embedder(
 
 
 def embed(
-    config: ModelConfig,
+    config: EncoderConfig,
     params,
     tokenizer,
     texts: Sequence[str],
@@ -200,7 +200,7 @@ def embed(
 
 
 def attention_map(
-    config: ModelConfig,
+    config: EncoderConfig,
     params,
     tokenizer,
     text: str,

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.inference import batches, loading
-from bert_jax.models.families import ModelConfig, family_of, get_model_class
+from bert_jax.models.families import ModelConfig, Role, family_of, get_model_class
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
@@ -35,7 +35,7 @@ def logits_step(params, batch, *, model: nn.Module):
 def classifier(config: ModelConfig, name: str) -> nn.Module:
     """The sequence classifier `name` of `config`'s family (what `logits_step` runs); raises
     ValueError, naming the head wanted, for any other head."""
-    wanted = family_of(config).head_for("BertForSequenceClassification")
+    wanted = family_of(config).head_for(Role.SEQUENCE_CLASSIFICATION)
     if name != wanted:
         raise ValueError(f"predict needs a sequence classifier ({wanted}), not {name}")
     return get_model_class(name)(config)

@@ -19,19 +19,20 @@ import numpy as np
 
 from bert_jax import tokenization
 from bert_jax.checkpoints import pretrained, table
-from bert_jax.models.families import ModelConfig, family_of, get_model_class
+from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_class
 
-# The masked LM's role, by BERT's class name (`Family.head_for` gives each family's class).
-MASKED_LM_ROLE = "BertForMaskedLM"
+# The head fill-mask loads where a checkpoint names none (`Family.head_for` gives each family's).
+MASKED_LM_ROLE = Role.MASKED_LM
 
 
-def load(path: str, model: str | None = None):
+def load(path: str, model: Role | str | None = None):
     """(config, params, model class name, tokenizer) for inference from any checkpoint path.
 
     Args:
       path: a Hugging Face directory, a bert_jax export, a TF checkpoint or a run directory.
-      model: the head to load it as; a BERT class name stands for its role in the checkpoint's
-        family ("BertModel": the bare encoder); None: the head it was saved with.
+      model: the head to load it as: a `Role`, or a class name standing for its role in the
+        checkpoint's family ("BertModel", Role.ENCODER: the bare encoder); None: the head it
+        was saved with.
 
     Raises:
       FileNotFoundError: no tokenizer (`tokenization.TOKENIZER_FILES`) beside the weights.
@@ -59,7 +60,7 @@ def load_embedder(path: str):
     return loaded.config, params, loaded.tokenizer, loaded.sentence_transformer
 
 
-def encoder(config: ModelConfig, params, *, pooled: bool = False) -> tuple[nn.Module, dict]:
+def encoder(config: EncoderConfig, params, *, pooled: bool = False) -> tuple[nn.Module, dict]:
     """The family's bare encoder (`Family.base_model`) and its parameters.
 
     Args:
@@ -73,7 +74,7 @@ def encoder(config: ModelConfig, params, *, pooled: bool = False) -> tuple[nn.Mo
 
 
 @functools.cache
-def _pooler_weights(config: ModelConfig) -> frozenset[str]:
+def _pooler_weights(config: EncoderConfig) -> frozenset[str]:
     """The top-level parameter names the encoder's pooling layer adds (none: no pooler layer)."""
     cls = get_model_class(family_of(config).base_model)
 
@@ -85,7 +86,7 @@ def _pooler_weights(config: ModelConfig) -> frozenset[str]:
     return frozenset(names(True) - names(False))
 
 
-def check_pooler(config: ModelConfig, encoder_params: dict) -> None:
+def check_pooler(config: EncoderConfig, encoder_params: dict) -> None:
     """Raises ValueError, naming the problem, unless the encoder has a pooler layer (learned
     weights over the first token) and `encoder_params` hold them."""
     family = family_of(config)
@@ -103,15 +104,15 @@ def check_pooler(config: ModelConfig, encoder_params: dict) -> None:
         )
 
 
-def masked_lm_heads(config: ModelConfig) -> list[str]:
+def masked_lm_heads(config: EncoderConfig) -> list[str]:
     """The heads of `config`'s family that predict masked tokens (class attribute `masked_lm`)."""
     classes = family_of(config).model_classes
     return sorted(name for name, cls in classes.items() if getattr(cls, "masked_lm", False))
 
 
-def masked_lm_model(config: ModelConfig, head: str | None = None) -> nn.Module:
-    """The masked-LM module `head` of `config`'s family (None: the family's MaskedLM head, the
-    role of BertForMaskedLM); raises ValueError for a head that predicts no masked tokens."""
+def masked_lm_model(config: EncoderConfig, head: str | None = None) -> nn.Module:
+    """The masked-LM module `head` of `config`'s family (None: its class of Role.MASKED_LM);
+    raises ValueError for a head that predicts no masked tokens."""
     family = family_of(config)
     head = head or family.head_for(MASKED_LM_ROLE)
     if head not in masked_lm_heads(config):

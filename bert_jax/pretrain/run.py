@@ -144,8 +144,8 @@ def train_and_evaluate(
     compiling = mode == "compile"
     topology = topology or config.topology
     devices = aot.topology_devices(topology, num_slices) if compiling else None
-    # The objective names BERT's head; the model family gives its own for the role.
-    head = families.family_of(bert_config).head_for(objectives.get_objective(config.job).head)
+    # The objective names a role; the model family gives its class of it.
+    head = families.family_of(bert_config).head_for(objectives.get_objective(config.job).role)
     exp = experiment.Experiment.build(
         config, bert_config, head, config.job, config.num_train_steps, devices
     )

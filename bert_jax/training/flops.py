@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from bert_jax.models.families import ModelConfig, family_of
+from bert_jax.models.families import EncoderConfig, family_of
 
 
 def pretraining_step_flops(
-    cfg: ModelConfig,
+    cfg: EncoderConfig,
     seq_lengths: np.ndarray,
     num_predictions: float,
     num_sequences: int | None = None,
@@ -51,7 +51,7 @@ def pretraining_step_flops(
 
 
 def classification_step_flops(
-    cfg: ModelConfig, seq_lengths: np.ndarray, num_outputs: int, *, pooled: bool = True
+    cfg: EncoderConfig, seq_lengths: np.ndarray, num_outputs: int, *, pooled: bool = True
 ) -> float:
     """Model FLOPs of one fine-tuning step: encoder + pooler + a small output layer per sequence
     (`pooled`) or per token (token classification / QA)."""
@@ -65,6 +65,6 @@ def classification_step_flops(
     return 3.0 * forward
 
 
-def padded_step_flops(cfg: ModelConfig, batch: int, seq_len: int, max_predictions: int) -> float:
+def padded_step_flops(cfg: EncoderConfig, batch: int, seq_len: int, max_predictions: int) -> float:
     """Pretraining FLOPs for a batch of full-length sequences (the benchmark's convention)."""
     return pretraining_step_flops(cfg, np.full(batch, seq_len), batch * max_predictions)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import losses
+from bert_jax.models.family import Role
 from bert_jax.models.layers import first_tokens
 
 Batch = Mapping[str, jax.Array]
@@ -54,9 +55,9 @@ class Objective:
 
     Attributes:
       name: the objective's name (a key of `OBJECTIVES`).
-      head: the BERT class name of the model it trains (`bert_jax.models.families.get_model_class`;
-        another family trains its own class of the role, `Family.head_for`), e.g.
-        "BertForPreTraining".
+      role: the role of the model it trains (`Role.PRETRAINING`); each family trains its class
+        of that role (`Family.head_for`: "BertForPreTraining"), and a family without one fails
+        naming the roles it has.
       sums: (model, params, batch, rng, deterministic) -> dict of float32 sums, whose keys ending
         in "_loss_sum" enter the loss, divided by the count of the same prefix.
       counts: batch -> dict of the denominators ({prefix}_count) over the whole batch.
@@ -64,10 +65,16 @@ class Objective:
     """
 
     name: str
-    head: str
+    role: Role
     sums: Callable[..., dict[str, jax.Array]]
     counts: Callable[[Batch], dict[str, jax.Array]]
     loss_weights: Mapping[str, float]
+
+    @property
+    def head(self) -> Role:
+        """`role` under its older name (code that passes it to `Family.head_for` or
+        `families.head_in_family` gets the family's class either way)."""
+        return self.role
 
     def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
         """The scalar loss: the weighted sum over prefixes of sums / counts."""
@@ -103,7 +110,7 @@ def _pretraining_sums(model, params, batch, rng, deterministic, nsp=True):
 
 
 def pretraining_objective(nsp: bool = True) -> Objective:
-    """MLM (+ NSP): head BertForPreTraining (or BertForMaskedLM when `nsp=False`).
+    """MLM (+ NSP): a head of Role.PRETRAINING (Role.MASKED_LM when `nsp=False`).
 
     Batch: `bert_jax.batch_layout.PRETRAINING_BATCH` (packed: `PACKED_PRETRAINING_BATCH`); the
     targets are masked_lm_positions, masked_lm_ids, masked_lm_weights [B, P] and
@@ -120,8 +127,8 @@ def pretraining_objective(nsp: bool = True) -> Objective:
         return _pretraining_sums(model, params, batch, rng, deterministic, nsp=nsp)
 
     weights = {"mlm": 1.0, "nsp": 1.0} if nsp else {"mlm": 1.0}
-    name, head = ("pretraining", "BertForPreTraining") if nsp else ("mlm", "BertForMaskedLM")
-    return Objective(name, head, sums, counts, weights)
+    name, role = ("pretraining", Role.PRETRAINING) if nsp else ("mlm", Role.MASKED_LM)
+    return Objective(name, role, sums, counts, weights)
 
 
 def _example_weights(batch, shape):
@@ -181,7 +188,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Targets: labels [B] int32 (or [B, S] packed), example_weights [B] (or [B, S]).
     "classification": Objective(
         "classification",
-        "BertForSequenceClassification",
+        Role.SEQUENCE_CLASSIFICATION,
         _classification_sums,
         _count_of("cls", lambda b: _example_weights(b, b["labels"].shape)),
         {"cls": 1.0},
@@ -189,7 +196,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Targets: labels [B] float32 (or [B, S] packed), example_weights.
     "regression": Objective(
         "regression",
-        "BertForSequenceClassification",
+        Role.SEQUENCE_CLASSIFICATION,
         _regression_sums,
         _count_of("reg", lambda b: _example_weights(b, b["labels"].shape)),
         {"reg": 1.0},
@@ -197,7 +204,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Targets: labels [B, L] int32, label_weights [B, L] (first sub-tokens), example_weights [B].
     "token_classification": Objective(
         "token_classification",
-        "BertForTokenClassification",
+        Role.TOKEN_CLASSIFICATION,
         _token_sums,
         _count_of("tok", _token_weights),
         {"tok": 1.0},
@@ -205,7 +212,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Targets: start_positions, end_positions [B] int32, example_weights [B].
     "question_answering": Objective(
         "question_answering",
-        "BertForQuestionAnswering",
+        Role.QUESTION_ANSWERING,
         _qa_sums,
         _count_of("qa", lambda b: _example_weights(b, b["start_positions"].shape)),
         {"qa": 1.0},
@@ -213,7 +220,7 @@ OBJECTIVES: dict[str, Objective] = {
     # Inputs [B, C, L]; targets: labels [B] int32, example_weights [B].
     "multiple_choice": Objective(
         "multiple_choice",
-        "BertForMultipleChoice",
+        Role.MULTIPLE_CHOICE,
         _classification_sums,
         _count_of("cls", lambda b: _example_weights(b, b["labels"].shape)),
         {"cls": 1.0},
@@ -349,7 +356,7 @@ def contrastive_objective(
 
     objective = ContrastiveObjective(
         name="contrastive",
-        head="BertModel",
+        role=Role.ENCODER,
         sums=sums,
         counts=counts,
         loss_weights={"mnrl": 1.0},

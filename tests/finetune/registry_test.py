@@ -11,6 +11,7 @@ import numpy as np
 
 from bert_jax.finetune import task as task_lib
 from bert_jax.finetune import tasks
+from bert_jax.models.families import Role
 from bert_jax.training import objectives
 from tests.common import load_config_file
 
@@ -70,7 +71,7 @@ def test_the_documented_example_task_loads_and_scores(tmp_path, tokenizer, monke
     task = tasks.get_task("paraphrase")
     data = task.load(ft, tokenizer)
     assert data.objective == "classification"
-    assert objectives.get_objective(data.objective).head == "BertForSequenceClassification"
+    assert objectives.get_objective(data.objective).role is Role.SEQUENCE_CLASSIFICATION
     assert data.train["input_ids"].shape == (6, 16) and [e.name for e in data.evals] == ["dev"]
     labels = np.array([1, 0] * 3)
     logits = np.stack([1 - labels, labels], axis=1).astype(np.float32)  # always right

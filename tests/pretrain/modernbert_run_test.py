@@ -43,12 +43,12 @@ def test_modernbert_config_is_the_recipe():
 
 def test_the_objectives_heads_in_each_family():
     modern = families.FAMILIES["modernbert"]
-    assert modern.head_for(objectives.get_objective("mlm").head) == "ModernBertForMaskedLM"
+    assert modern.head_for(objectives.get_objective("mlm").role) == "ModernBertForMaskedLM"
     assert families.FAMILIES["bert"].head_for("BertForPreTraining") == "BertForPreTraining"
     for name in ("classification", "token_classification", "question_answering"):
-        assert modern.head_for(objectives.get_objective(name).head).startswith("ModernBertFor")
-    with pytest.raises(ValueError, match="modernbert has no ForPreTraining head"):
-        modern.head_for(objectives.get_objective("pretraining").head)
+        assert modern.head_for(objectives.get_objective(name).role).startswith("ModernBertFor")
+    with pytest.raises(ValueError, match="modernbert has no pretraining head"):
+        modern.head_for(objectives.get_objective("pretraining").role)
 
 
 def test_a_position_table_start_is_refused_for_rope():

@@ -14,7 +14,7 @@ def test_roberta_config_is_the_recipe():
     c = module.get_config("arch=roberta")
     cfg = families.config_from_fields(c.model.to_dict())
     assert families.family_of(cfg).model_type == "roberta"
-    assert families.family_of(cfg).head_for(objectives.get_objective(c.job).head) == (
+    assert families.family_of(cfg).head_for(objectives.get_objective(c.job).role) == (
         "RobertaForMaskedLM"
     )
     assert c.job == "mlm" and c.data.masked_lm_prob == 0.15 and c.data.dynamic_masking
