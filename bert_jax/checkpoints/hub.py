@@ -5,9 +5,10 @@
 
 An existing path (or a TF checkpoint prefix) and a URL (`gs://...`) are returned as they are; a
 path always wins over a Hub id. Otherwise a valid repository id is looked up in the Hugging Face
-cache (`HF_HUB_CACHE`, read at each call, else huggingface_hub's default), then downloaded where
-downloads are allowed (not `HF_HUB_OFFLINE=1`): config, vocabulary and one kind of weights (the
-first of `HF_WEIGHT_FILES` the repository has), never its other formats.
+cache (`cache_dir`: huggingface_hub's rules, `HF_HUB_CACHE`, else `HF_HOME`/hub, else
+~/.cache/huggingface/hub, read at each call), then downloaded there where downloads are allowed
+(not `HF_HUB_OFFLINE=1`): config, vocabulary and one kind of weights (the first of
+`HF_WEIGHT_FILES` the repository has), never its other formats.
 """
 
 from __future__ import annotations
@@ -62,6 +63,30 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def cache_dir() -> str:
+    """The Hugging Face cache directory, found as huggingface_hub finds it
+    (`huggingface_hub.constants`): `HF_HUB_CACHE`, else the older `HUGGINGFACE_HUB_CACHE`, else
+    `hub` in `HF_HOME`, whose default is `$XDG_CACHE_HOME/huggingface` (~/.cache/huggingface).
+
+    Read from the environment at each call: huggingface_hub reads it once, when its `constants`
+    are first imported, so a variable set later (a test's, a notebook's) would go unseen there.
+    """
+    env = os.environ
+
+    def expand(path: str) -> str:
+        return os.path.expandvars(os.path.expanduser(path))
+
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    )
+    return expand(
+        env.get("HF_HUB_CACHE")
+        or env.get("HUGGINGFACE_HUB_CACHE")
+        or os.path.join(expand(home), "hub")
+    )
+
+
 def _snapshot(repo_id: str) -> str:
     """The snapshot directory of `repo_id`: from the cache, else downloaded (unless offline)."""
     try:
@@ -72,9 +97,9 @@ def _snapshot(repo_id: str) -> str:
             f"no checkpoint at {repo_id}: no such file or directory, and huggingface_hub (to read "
             "it as a Hub id) is not installed: pip install huggingface_hub"
         ) from e
-    cache = os.environ.get("HF_HUB_CACHE") or None
-    where = cache or huggingface_hub.constants.HF_HUB_CACHE
-    tried = f"no such file or directory, not in the Hugging Face cache {where}"
+    # Passed to every call, so that the cache looked in is the one the error names.
+    cache = cache_dir()
+    tried = f"no such file or directory, not in the Hugging Face cache {cache}"
     try:
         return huggingface_hub.snapshot_download(repo_id, cache_dir=cache, local_files_only=True)
     except (LocalEntryNotFoundError, OSError, ValueError):
