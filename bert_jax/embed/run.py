@@ -44,7 +44,7 @@ from bert_jax.models import families
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
-from bert_jax.training.start import starting_state
+from bert_jax.training.start import architecture, starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
 VIEW = MetricView(
@@ -141,16 +141,11 @@ def starting_point(config) -> Starting:
             )
     else:
         raise ValueError("set config.embed.tokenizer (no init_from to take the vocabulary from)")
-    st = None
+    model_config, st = architecture(config, tokenizer.vocab_size), None
     if source:
-        model_config = pretrained.read_config(source)
         folder = hub.resolve(source)
         if as_path(folder).is_dir():
             st = read_sentence_transformer(folder)
-    else:
-        fields = config.model.to_dict()
-        fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size
-        model_config = families.config_from_fields(fields)
     if model_config.vocab_size != tokenizer.vocab_size:
         raise ValueError(
             f"the model's vocab_size={model_config.vocab_size} differs from the tokenizer's "
@@ -200,12 +195,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     `num_microbatches` GradCache chunks; with `embed.pack`, its 2 B texts packed at the most rows
     packing can take (one text a row: [2 B, L], the memory any packed step stays within). Prints
     the report, returns the exit status."""
-    if not config.init_from and not config.model.vocab_size:
-        raise ValueError("--mode=compile without init_from needs --config.model.vocab_size")
-    if config.init_from:
-        model_config = pretrained.read_config(config.init_from)
-    else:
-        model_config = families.config_from_fields(config.model.to_dict())
+    model_config = architecture(config)
     pooling = "mean" if config.embed.pooling == "auto" else config.embed.pooling
     length = config.embed.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
     start = Starting(model_config, pooling, True, length, None)
@@ -278,22 +268,12 @@ def train_and_evaluate(
     if mode == "shardings":
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return {"task": "embed", "seeds": {}}
+
+    def one_seed(seed, seed_dir):
+        return train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
+
     record = settings.run_record(config, data_files, "embed")
-    results = settings.start_results(workdir, record, seeds)
-    for seed in seeds:
-        if str(seed) in results["seeds"]:
-            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
-            continue
-        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
-        with config.unlocked():
-            config.seed = seed
-        final = train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
-        if final is None:  # stopped by a signal: rerun to resume
-            return results
-        results["seeds"][str(seed)] = final
-        settings.write_results(results, workdir, announce=False)
-    settings.write_results(results, workdir)
-    return results
+    return settings.run_seeds(config, workdir, record, seeds, one_seed)
 
 
 def _train_batches(config, features, seed: int, mesh=None):

@@ -56,7 +56,7 @@ from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
-from bert_jax.training.start import starting_state
+from bert_jax.training.start import architecture, starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
 # What the console, the progress bar and the curves show of the metrics (the accuracy panel's
@@ -103,13 +103,8 @@ def starting_point(config, data: TaskData, tokenizer):
     """(config of the fine-tuned model, encoder params or None for random init). A ModernBERT
     init_from gives ModernBERT's config and its ModernBertModel params."""
     overrides = head_fields(data.objective, data.num_labels, data.label_names)
-    if not config.init_from:
-        fields = config.model.to_dict()
-        fields["vocab_size"] = fields["vocab_size"] or tokenizer.vocab_size  # 0: the tokenizer's
-        cfg = families.config_from_fields(fields).replace(**overrides)
-        encoder = None
-    elif config.finetune.random_init:  # init_from's architecture: its config, not its weights
-        cfg, encoder = pretrained.read_config(config.init_from).replace(**overrides), None
+    if not config.init_from or config.finetune.random_init:  # an architecture, not its weights
+        cfg, encoder = architecture(config, tokenizer.vocab_size).replace(**overrides), None
     else:
         # A masked-LM checkpoint (RoBERTa's and ModernBERT's exports, BERT's mlm_only ones) has
         # no pooler: it starts afresh, as transformers starts it, where the task's head reads it
@@ -142,16 +137,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
             f"task {ft.name!r} takes its labels from its data: --mode=compile compiles tasks "
             "whose head is known beforehand (GLUE, SQuAD, CoNLL-2003, SWAG, Shakespeare)"
         )
-    if config.init_from:
-        cfg = pretrained.read_config(config.init_from)
-    elif not config.model.vocab_size:
-        raise ValueError(
-            "--mode=compile without init_from needs the model's vocab_size: take a preset "
-            "(configs/finetune.py:task=...,model=base) or set --config.model.vocab_size"
-        )
-    else:
-        cfg = families.config_from_fields(config.model.to_dict())
-    cfg = cfg.replace(**head_fields(task.objective, task.num_labels))
+    cfg = architecture(config).replace(**head_fields(task.objective, task.num_labels))
     rows, length = config.global_batch_size, ft.max_seq_length
     batch = objectives.example_batch(task.objective, rows, length, task.num_labels)
     sequences = rows * (task.num_labels if task.objective == "multiple_choice" else 1)
@@ -261,27 +247,15 @@ def train_and_evaluate(
     if mode == "shardings":
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return {"task": ft.name, "seeds": {}}
-    results = settings.start_results(
-        workdir, settings.run_record(config, data_files, ft.name), seeds
-    )
-    for seed in seeds:
-        if str(seed) in results["seeds"]:
-            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
-            continue
-        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
-        with config.unlocked():
-            config.seed = seed
-        run = SeedRun(
+
+    def train_seed(seed, seed_dir):
+        return SeedRun(
             config=config, exp=exp, task=task, data=data, features=features, encoder=encoder,
             tokenizer=tokenizer, seed=seed, seed_dir=seed_dir,
-        )  # fmt: skip
-        final = run.train_and_evaluate()
-        if final is None:  # stopped by a signal: rerun to resume
-            return results
-        results["seeds"][str(seed)] = final
-        settings.write_results(results, workdir, announce=False)  # a crash in a later seed keeps it
-    settings.write_results(results, workdir)
-    return results
+        ).train_and_evaluate()  # fmt: skip
+
+    record = settings.run_record(config, data_files, ft.name)
+    return settings.run_seeds(config, workdir, record, seeds, train_seed)
 
 
 def build_experiment(config, bert_config, data: TaskData, features, first_seed: int):

@@ -3,8 +3,8 @@
 fields, and the size and SHA-256 of every data file read), and `results.json`, every finished
 seed's final metrics and their mean and std (`write_results`, rewritten as each seed finishes).
 
-    results = start_results(workdir, run_record(config, data_files, task), seeds)  # at the start
-    write_results(results, workdir)                                               # after a seed
+    results = run_seeds(config, workdir, run_record(config, data_files, task), seeds,
+                        train_seed)   # train_seed(seed, seed_dir) -> final metrics
 
 A rerun with the same settings and data skips the seeds results.json lists; one with other
 settings or data is refused, naming each difference (`record_differences`), while the workdir
@@ -14,12 +14,13 @@ holds finished seeds or training checkpoints (else it starts afresh).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax.paths import as_path, write_text_whole
 
@@ -121,6 +122,49 @@ def start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str
             logging.warning("%s: an earlier run of other settings finished nothing", workdir)
     if jax.process_index() == 0:
         _write_json(settings_path, record)
+    return results
+
+
+def run_seeds(
+    config,
+    workdir: str,
+    record: dict[str, Any],
+    seeds: list[int],
+    train_seed: Callable[[int, epath.Path], dict[str, float] | None],
+) -> dict[str, Any]:
+    """Trains every seed an earlier run in `workdir` did not finish, and writes results.json.
+
+    The seed loop of the jobs that train several seeds (fine-tuning, embeddings): the earlier
+    run's results are taken where its settings equal `record` (`start_results`), each seed
+    trains in `<workdir>/seed_<seed>` (in `workdir` itself when there is one seed) with
+    `config.seed` set to it, and results.json is rewritten after each seed (a crash in a later
+    one keeps it), then once more with the means announced.
+
+    Args:
+      config: the experiment config (its `seed` is set for each seed's run).
+      workdir: the run's directory.
+      record: this run's settings and data (`run_record`).
+      seeds: the seeds, in training order.
+      train_seed: (seed, its directory) -> its final metrics, or None when a signal stopped it.
+
+    Returns:
+      {"task", "seeds": {seed: final metrics}, "mean", "std"}, the earlier run's seeds included;
+      without the means where a signal stopped the run (rerun to resume).
+    """
+    results = start_results(workdir, record, seeds)
+    for seed in seeds:
+        if str(seed) in results["seeds"]:
+            logging.info("seed %d finished in an earlier run (results.json): skipped", seed)
+            continue
+        seed_dir = as_path(workdir) / f"seed_{seed}" if len(seeds) > 1 else as_path(workdir)
+        with config.unlocked():
+            config.seed = seed
+        final = train_seed(seed, seed_dir)
+        if final is None:  # stopped by a signal: rerun to resume
+            return results
+        results["seeds"][str(seed)] = final
+        write_results(results, workdir, announce=False)
+    write_results(results, workdir)
     return results
 
 

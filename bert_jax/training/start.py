@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from bert_jax.checkpoints import checkpointing, pretrained, table
+from bert_jax.models import families
 from bert_jax.models.params import stack_layers
 from bert_jax.training.experiment import Experiment
 
@@ -45,6 +46,30 @@ class Start:
     state: Any
     step: int
     source: str
+
+
+def architecture(config, vocab_size: int | None = None):
+    """The run's architecture: `config.init_from`'s (its config alone, `pretrained.read_config`:
+    a path, a URL or a Hub id) when the run starts from one, else the `model` block's
+    (`families.config_from_fields`, its family named by `model.model_type`).
+
+    Args:
+      config: the experiment config.
+      vocab_size: the tokenizer's size, taken where `model.vocab_size` is 0 (None: none known).
+
+    Raises:
+      ValueError: no init_from, `model.vocab_size` 0 and no `vocab_size` given.
+    """
+    if config.init_from:
+        return pretrained.read_config(config.init_from)
+    fields = config.model.to_dict()
+    fields["vocab_size"] = fields.get("vocab_size") or vocab_size
+    if not fields["vocab_size"]:
+        raise ValueError(
+            "the model's vocab_size is unknown without init_from or a tokenizer: take a preset "
+            "of the config or set --config.model.vocab_size"
+        )
+    return families.config_from_fields(fields)
 
 
 def starting_state(
