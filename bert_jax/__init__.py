@@ -1,40 +1,36 @@
-"""bert_jax: an exact BERT (and ModernBERT) in JAX/Flax.
+"""bert_jax: exact BERT-style encoders (BERT, ModernBERT, RoBERTa, XLM-RoBERTa) in JAX/Flax.
 
 import bert_jax
 model, params, config, tokenizer, head = bert_jax.from_pretrained(hf_dir, "BertForPreTraining")
 out = model.apply({"params": params}, input_ids)
-config, params = bert_jax.convert.load_pytorch(hf_dir, model="ModernBertForMaskedLM")
-out = bert_jax.ModernBertForMaskedLM(config).apply({"params": params}, input_ids)
+config, params = bert_jax.convert.load_pytorch(hf_dir, model="RobertaForMaskedLM")
+out = bert_jax.RobertaForMaskedLM(config).apply({"params": params}, input_ids)
+
+Every registered family's config class (`BertConfig`, `ModernBertConfig`, `RobertaConfig`,
+`XLMRobertaConfig`, ...) and model classes (`BertModel`, `ModernBertForMaskedLM`,
+`XLMRobertaForSequenceClassification`, ...) are attributes of this package, taken from the
+registry (`bert_jax.models.families`): a family added there is exported with no edit here.
 """
 
 # xla_flags first, before anything can start a JAX backend: importing it sets the project's XLA
 # flags (bert_jax/xla_flags.py).
 from bert_jax import losses, xla_flags  # noqa: F401
-from bert_jax.models.bert.config import PRESETS, BertConfig
-from bert_jax.models.bert.model import (
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForNextSentencePrediction,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-)
+from bert_jax.models import families
+from bert_jax.models.bert.config import PRESETS
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
-from bert_jax.models.modernbert.config import ModernBertConfig
-from bert_jax.models.modernbert.model import (
-    ModernBertForMaskedLM,
-    ModernBertForMultipleChoice,
-    ModernBertForQuestionAnswering,
-    ModernBertForSequenceClassification,
-    ModernBertForTokenClassification,
-    ModernBertModel,
-)
 from bert_jax.models.params import count_params, init_params
 
 __version__ = "0.1.0"
+
+# The registry's classes by name: each family's config class, then its encoder and heads. Names
+# are derived, not listed, so that the registry is the one list of what a family exports (static
+# analysis finds them under bert_jax.models.<family>).
+_REGISTERED = {
+    **{f.config_class.__name__: f.config_class for f in families.FAMILIES.values()},
+    **families.MODEL_CLASSES,
+}
+globals().update(_REGISTERED)
 
 
 # Imported on first use: importing `convert` here
@@ -59,22 +55,6 @@ def __getattr__(name: str):
 __all__ = [
     "PRESETS",
     "Pretrained",
-    "BertConfig",
-    "BertForMaskedLM",
-    "BertForMultipleChoice",
-    "BertForNextSentencePrediction",
-    "BertForPreTraining",
-    "BertForQuestionAnswering",
-    "BertForSequenceClassification",
-    "BertForTokenClassification",
-    "BertModel",
-    "ModernBertConfig",
-    "ModernBertForMaskedLM",
-    "ModernBertForMultipleChoice",
-    "ModernBertForQuestionAnswering",
-    "ModernBertForSequenceClassification",
-    "ModernBertForTokenClassification",
-    "ModernBertModel",
     "RuntimeConfig",
     "convert",
     "count_params",
@@ -82,4 +62,5 @@ __all__ = [
     "get_model_class",
     "init_params",
     "losses",
+    *sorted(_REGISTERED),
 ]

@@ -43,16 +43,19 @@ Command line: `python -m bert_jax.convert SRC DST [--to hf|hf_flax|bert_jax] [--
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from bert_jax.checkpoints import detect, hub, model_card, table, verify
+from bert_jax.checkpoints import detect, hub, model_card, pretrained, table, verify
 from bert_jax.checkpoints.detect import load_any
 from bert_jax.checkpoints.hf import load_pytorch, save_pytorch
 from bert_jax.checkpoints.hf_flax import save_hf_flax
 from bert_jax.checkpoints.native import load_pretrained, save_pretrained
 from bert_jax.checkpoints.run_params import load_training_checkpoint
+from bert_jax.checkpoints.sentence_transformers import save_modules
 from bert_jax.checkpoints.tf import load_tf
 
 # The functions README.md and docs/ name for users.
@@ -108,11 +111,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _convert(args) -> tuple:
-    """Reads SRC and writes DST as `args` say: (config, params, model, report, output format)."""
+    """Reads SRC and writes DST as `args` say: (config, params, model, report, output format).
+
+    SRC is read by the one loader (`pretrained.load`: every directory inference reads, a
+    finished run's `export/` too); its tokenizer and, for a sentence-transformers directory,
+    the modules' settings go to DST with the weights (`_write_beside`)."""
     args.src = hub.resolve(args.src)  # a Hub id: its snapshot directory
-    config, params, model, report = load_any(
-        args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act
-    )
+    loaded = pretrained.load(
+        args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act,
+        with_tokenizer=False,
+    )  # fmt: skip
+    config, params, model, report = loaded.config, loaded.params, loaded.head, loaded.report
     own = detect.detect_format(args.src) in ("bert_jax", "train")
     to = args.to or ("hf" if own else "bert_jax")
     if to == "hf":
@@ -124,7 +133,43 @@ def _convert(args) -> tuple:
         )  # fmt: skip
     else:
         save_pretrained(args.dst, config, params, model, overwrite=args.overwrite)
+    _write_beside(args.src, args.dst, to, loaded)
     return config, params, model, report, to
+
+
+def _write_beside(src, dst, to: str, loaded) -> None:
+    """The source's tokenizer (its own files, tokenizer_config.json too) and, where the source
+    was a sentence-transformers directory and the weights are its encoder's, the modules' files
+    (pooling, normalization, max_seq_length): an `hf` DST is then the sentence-transformers
+    directory `save_sentence_transformer` writes, a `bert_jax` DST keeps them for inference and
+    for converting back."""
+    config, st = loaded.config, loaded.sentence_transformer
+    if st is not None and (loaded.head != loaded.family.base_model or to == "hf_flax"):
+        st = None  # a head's weights, or Flax ones: no sentence-transformers directory
+    if st is not None:  # at most what the positions hold (a file may say 514 for RoBERTa's 512)
+        length = min(st.max_seq_length or config.max_sequence_length, config.max_sequence_length)
+        st = dataclasses.replace(st, max_seq_length=length, transformer_path="")
+    tokenizer = _source_tokenizer(src, loaded)
+    if tokenizer is not None:
+        tokenizer.save(
+            dst, model_max_length=st.max_seq_length if st else config.max_sequence_length
+        )
+    if st is not None:
+        save_modules(dst, config, st)
+
+
+def _source_tokenizer(src, loaded):
+    """The tokenizer beside the source's weights (`pretrained.find_tokenizer`, as the loader looks
+    for it), or None: none there, or one that does not fit the model (a warning says so; the
+    weights convert without it, as before tokenizers were carried)."""
+    st = loaded.sentence_transformer
+    if st is not None and st.transformer_path:  # an old directory: the encoder's own folder
+        src = os.path.join(src, st.transformer_path)
+    try:
+        return pretrained.find_tokenizer(src, loaded.config.vocab_size)
+    except ValueError as e:
+        print(f"warning: the tokenizer is not carried over: {e}", file=sys.stderr)
+        return None
 
 
 def _verify(args, config, params, model, to: str) -> int:

@@ -15,13 +15,14 @@ from bert_jax.paths import as_path, missing_path_error
 
 def detect_format(path: str | os.PathLike) -> str:
     """The format of the checkpoint at `path`: "hf" (PyTorch weights), "hf_flax" (only Flax
-    weights), "tf", "bert_jax" or "train" (a workdir)."""
+    weights), "tf", "bert_jax" or "train" (a workdir: its `checkpoints/`, or the `export/` a
+    finished run wrote, as a fine-tuning run keeps it once its checkpoints are removed)."""
     given, path = path, as_path(path)
     if path.is_dir():
         files = {p.name for p in path.iterdir()}
         if "config.json" in files and "params" in files:
             return "bert_jax"
-        if "checkpoints" in files and (path / "checkpoints").is_dir():
+        if any(d in files and (path / d).is_dir() for d in ("checkpoints", "export")):
             return "train"
         weights = files & set(hf.HF_WEIGHT_FILES)
         if "config.json" in files and weights:
@@ -40,8 +41,11 @@ def detect_format(path: str | os.PathLike) -> str:
 
 
 def _load_own(path, fmt: str, model: str | None, allow_new_heads: bool):
-    """`load_any` of bert_jax's format or a run: the stored head, or another of the family's
-    re-mapped through the Hugging Face names (new heads initialized when allowed)."""
+    """`load_any` of bert_jax's format or a run (its `export/` where it has one, as the loader
+    `pretrained.load` reads a run; else its newest checkpoint): the stored head, or another of
+    the family's re-mapped through the Hugging Face names (new heads initialized when allowed)."""
+    if fmt == "train" and (as_path(path) / "export").is_dir():
+        path, fmt = as_path(path) / "export", "bert_jax"
     if fmt == "bert_jax":
         config, params, stored = native.load_pretrained(path)
     else:

@@ -4,11 +4,15 @@
     save_sentence_transformer(out, config, params, tokenizer_dir=run / "hf", pooling="mean",
                               normalize=True, max_seq_length=128)
     settings = read_sentence_transformer(out)   # .pooling .normalize .max_seq_length, or None
+    save_modules(bert_jax_dir, config, settings)  # the modules' files beside other weights
 
-A directory holds the transformers model (config.json, model.safetensors, tokenizer files) and
-three modules that `modules.json` lists in order: the `Transformer` (the encoder, in the folder
-itself; `sentence_bert_config.json` gives its `max_seq_length`), the `Pooling` (`1_Pooling/
-config.json`: mean or CLS) and, where the model normalizes, `Normalize` (`2_Normalize`).
+A directory holds the transformers model (config.json, model.safetensors, the tokenizer's files
+as the tokenizer of any family writes them, `SubwordTokenizer.save`: its tokenizer_config.json
+names its own transformers class and special tokens) and three modules that `modules.json` lists
+in order: the `Transformer` (the encoder, in the folder itself; `sentence_bert_config.json` gives
+its `max_seq_length`), the `Pooling` (`1_Pooling/config.json`: mean or CLS) and, where the model
+normalizes, `Normalize` (`2_Normalize`). `save_modules` writes the modules' files alone, beside
+weights of another format (`python -m bert_jax.convert` keeps them in a bert_jax directory).
 
 Written in the format sentence-transformers has saved since version 2 and every later version
 (6.x too) reads, as do other readers of the Hub's embedders: module types
@@ -78,7 +82,7 @@ def save_sentence_transformer(
     config: ModelConfig,
     params: PyTree,
     *,
-    tokenizer_dir: str | os.PathLike | tokenization.WordPieceTokenizer,
+    tokenizer_dir: str | os.PathLike | tokenization.SubwordTokenizer,
     pooling: str,
     normalize: bool,
     max_seq_length: int,
@@ -97,11 +101,13 @@ def save_sentence_transformer(
       config: the model's architecture (either family).
       params: the bare encoder's parameters, or a head's that hold them (its pooler, where it
         has one, is saved too).
-      tokenizer_dir: a folder holding tokenizer.json or vocab.txt (e.g. a run's `hf/`, a
-        converted checkpoint), or the tokenizer itself.
+      tokenizer_dir: a folder holding a tokenizer of the model's family (e.g. a run's `hf/`, a
+        converted checkpoint: `tokenization.load_tokenizer`), or the tokenizer itself; saved
+        with its own tokenizer_config.json (`model_max_length`: `max_seq_length`).
       pooling: "mean" or "cls".
       normalize: scale the embeddings to unit length (a `Normalize` module).
-      max_seq_length: tokens kept per text, [CLS] and [SEP] included.
+      max_seq_length: tokens kept per text, the row's special tokens included; at most the
+        model's `max_sequence_length` (RoBERTa's 512 of its 514 positions).
       card: the README.md: its whole text (starting with the Hub's `---` header), or a body
         (how the model was trained, its scores) that follows the embedder's header, usage and
         architecture (`model_card.render_sentence_transformer`); None: no card.
@@ -110,7 +116,7 @@ def save_sentence_transformer(
       `directory` as a string.
 
     Raises:
-      ValueError: an unknown pooling, a max_seq_length outside [2, max_position_embeddings], or a
+      ValueError: an unknown pooling, a max_seq_length outside [2, max_sequence_length], or a
         tokenizer whose vocabulary is not the model's.
       FileNotFoundError: no tokenizer in `tokenizer_dir`.
     """
@@ -120,22 +126,9 @@ def save_sentence_transformer(
     encoder_params = params.get(family.encoder_name, params)
     out = prepare_out_dir(directory, [], overwrite=True)
     save_pytorch(config, encoder_params, out, family.base_model, overwrite=True)
-    tokenizer.save(out)
-    _write_json(out / "tokenizer_config.json", _tokenizer_config(tokenizer, max_seq_length))
-    modules = [("", "sentence_transformers.models.Transformer")]
-    modules.append((POOLING_DIR, "sentence_transformers.models.Pooling"))
-    if normalize:
-        modules.append((NORMALIZE_DIR, "sentence_transformers.models.Normalize"))
-    _write_json(
-        out / TRANSFORMER_CONFIG, {"max_seq_length": max_seq_length, "do_lower_case": False}
-    )
-    flags = {flag: mode == pooling for flag, mode in _POOLING_FLAGS.items()}
-    pooling_config = {"word_embedding_dimension": config.hidden_size, **flags}
-    _write_json(out / POOLING_DIR / "config.json", {**pooling_config, "include_prompt": True})
-    if normalize:
-        (out / NORMALIZE_DIR).mkdir(parents=True, exist_ok=True)  # the module has no settings
-    st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
-    _write_json(out / "config_sentence_transformers.json", st_config)
+    tokenizer.save(out, model_max_length=max_seq_length)
+    settings = SentenceTransformerSettings(pooling, normalize, max_seq_length)
+    _write_module_configs(out, config, settings)
     if card is not None:
         if not card.startswith("---"):  # a body: the embedder's header and usage go first
             card = model_card.render_sentence_transformer(
@@ -147,12 +140,55 @@ def save_sentence_transformer(
                 name=out.parent.name if out.name == "hf" else out.name,  # a run's W/hf: W
             )
         write_text_whole(out / model_card.CARD_NAME, card)
-    modules_json = [
+    _write_json(out / MODULES_FILE, _modules(normalize))  # last: a directory from now on
+    return os.fspath(out)
+
+
+def save_modules(
+    directory: str | os.PathLike, config: ModelConfig, settings: SentenceTransformerSettings
+) -> None:
+    """Writes the modules' files of a sentence-transformers directory (modules.json, the pooling,
+    normalization and max_seq_length) into `directory`, beside weights of another format (a
+    bert_jax export): `read_sentence_transformer` (and so the loader) reads them back, and
+    `save_sentence_transformer` of the weights restores the directory.
+
+    The encoder is the directory itself, whatever `settings.transformer_path` says (the weights
+    beside these files are the encoder's).
+
+    Raises:
+      ValueError: as `check_settings`.
+    """
+    check_settings(config, settings.pooling, settings.max_seq_length)
+    out = as_path(directory)
+    _write_module_configs(out, config, settings)
+    _write_json(out / MODULES_FILE, _modules(settings.normalize))
+
+
+def _write_module_configs(out, config: ModelConfig, settings: SentenceTransformerSettings) -> None:
+    """The Transformer's, Pooling's and Normalize's files, and the model's settings file."""
+    if settings.max_seq_length is not None:
+        transformer = {"max_seq_length": settings.max_seq_length, "do_lower_case": False}
+        _write_json(out / TRANSFORMER_CONFIG, transformer)
+    flags = {flag: mode == settings.pooling for flag, mode in _POOLING_FLAGS.items()}
+    pooling_config = {"word_embedding_dimension": config.hidden_size, **flags}
+    _write_json(out / POOLING_DIR / "config.json", {**pooling_config, "include_prompt": True})
+    if settings.normalize:
+        (out / NORMALIZE_DIR).mkdir(parents=True, exist_ok=True)  # the module has no settings
+    st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
+    _write_json(out / "config_sentence_transformers.json", st_config)
+
+
+def _modules(normalize: bool) -> list[dict]:
+    """modules.json: the Transformer (the directory itself), the Pooling and, where the model
+    normalizes, the Normalize module, in order."""
+    modules = [("", "sentence_transformers.models.Transformer")]
+    modules.append((POOLING_DIR, "sentence_transformers.models.Pooling"))
+    if normalize:
+        modules.append((NORMALIZE_DIR, "sentence_transformers.models.Normalize"))
+    return [
         {"idx": i, "name": str(i), "path": path, "type": kind}
         for i, (path, kind) in enumerate(modules)
     ]
-    _write_json(out / MODULES_FILE, modules_json)  # last: the directory is one from now on
-    return os.fspath(out)
 
 
 def check_settings(config: ModelConfig, pooling: str, max_seq_length: int | None) -> None:
@@ -160,38 +196,26 @@ def check_settings(config: ModelConfig, pooling: str, max_seq_length: int | None
     max_seq_length the model cannot take."""
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-    limit = config.max_position_embeddings
+    limit = config.max_sequence_length
     if max_seq_length is not None and not 2 <= max_seq_length <= limit:
         raise ValueError(
             f"max_seq_length={max_seq_length} is outside [2, {limit}] "
-            f"(the model's max_position_embeddings)"
+            f"(the model's max_sequence_length: the most tokens its positions hold)"
         )
 
 
-def _tokenizer(source, vocab_size: int) -> tokenization.WordPieceTokenizer:
+def _tokenizer(source, vocab_size: int) -> tokenization.SubwordTokenizer:
     """The tokenizer `source` is or holds, checked against the model's vocabulary size."""
-    if isinstance(source, tokenization.WordPieceTokenizer):
+    if isinstance(source, tokenization.SubwordTokenizer):
         tokenizer = source
     else:
-        tokenizer = tokenization.load_tokenizer(source)  # a folder's tokenizer.json / vocab.txt
+        tokenizer = tokenization.load_tokenizer(source)  # a folder's tokenizer files
     if tokenizer.vocab_size != vocab_size:
         raise ValueError(
             f"the tokenizer ({tokenizer.source}) has {tokenizer.vocab_size} tokens but the "
             f"model's vocab_size is {vocab_size}"
         )
     return tokenizer
-
-
-def _tokenizer_config(tokenizer: tokenization.WordPieceTokenizer, max_seq_length: int) -> dict:
-    """tokenizer_config.json: which transformers class reads tokenizer.json (a BERT WordPiece
-    tokenizer whatever the model's family), its special tokens and `max_seq_length`."""
-    specials = dict(zip(("pad", "unk", "cls", "sep", "mask"), tokenization.SPECIAL_TOKENS))
-    return {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": bool(tokenizer.lowercase),
-        "model_max_length": max_seq_length,
-        **{f"{name}_token": token for name, token in specials.items()},
-    }
 
 
 def _write_json(path, value) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import tempfile
 from typing import Any
 
 import jax
@@ -164,7 +163,7 @@ def starting_point(config) -> Starting:
         normalize = getattr(st, "normalize", None)
         normalize = True if normalize is None else bool(normalize)
     length = e.max_seq_length or getattr(st, "max_seq_length", None) or DEFAULT_MAX_SEQ_LENGTH
-    length = min(length, model_config.max_position_embeddings)
+    length = min(length, model_config.max_sequence_length)
     logging.info("pooling %s, normalize %s, max_seq_length %d", pooling, normalize, length)
     return Starting(model_config, pooling, normalize, length, tokenizer)
 
@@ -373,18 +372,16 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
     parameters; process 0 writes). Returns where it went."""
     host_params = multihost_utils.process_allgather(params, tiled=True)
     if jax.process_index() == 0:
-        with tempfile.TemporaryDirectory() as tokenizer_dir:
-            start.tokenizer.save(tokenizer_dir)
-            save_sentence_transformer(
-                directory,
-                exp.bert_config,
-                host_params,
-                tokenizer_dir=tokenizer_dir,
-                pooling=start.pooling,
-                normalize=start.normalize,
-                max_seq_length=start.max_seq_length,
-                card=card,
-            )
+        save_sentence_transformer(  # the tokenizer writes its own files (any family's)
+            directory,
+            exp.bert_config,
+            host_params,
+            tokenizer_dir=start.tokenizer,
+            pooling=start.pooling,
+            normalize=start.normalize,
+            max_seq_length=start.max_seq_length,
+            card=card,
+        )
     return f"{directory} (sentence-transformers)"
 
 

@@ -24,7 +24,13 @@ from bert_jax.inference.encoder import (
     embed_step,
     embedding_options,
 )
-from bert_jax.inference.heads import fill_mask, logits_step, predict, top_predictions
+from bert_jax.inference.heads import (
+    fill_mask,
+    logits_step,
+    predict,
+    token_text,
+    top_predictions,
+)
 from bert_jax.inference.loading import load, load_embedder, load_masked_lm
 
 __all__ = [
@@ -43,5 +49,6 @@ __all__ = [
     "logits_step",
     "predict",
     "read_texts",
+    "token_text",
     "top_predictions",
 ]

@@ -8,14 +8,17 @@
     python -m bert_jax.inference attention --model DIR --text "Fair is foul" --layer 2 --head 0 \\
         --output attention.png
     python -m bert_jax.inference fill-mask --model runs/pretrain_tiny "to be or not to [MASK] ..."
+    python -m bert_jax.inference fill-mask --model roberta-run "to be or not to <mask> ..."
 
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
 model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
 `attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
-`fill-mask` a masked-LM head. `embed` of a sentence-transformers directory (or a run whose `hf/`
-is one) pools, normalizes and truncates as it says, as `SentenceTransformer(DIR).encode` does;
-elsewhere the defaults are CLS pooling, no normalization, 128 tokens. A --pooling or
---normalize that differs from the directory's is used, with a warning.
+`fill-mask` a masked-LM head (the mask token is the tokenizer's own: [MASK], or RoBERTa's and
+XLM-R's <mask>; each guess is shown as the text it reads as, its token piece beside it). `embed`
+of a sentence-transformers directory (or a run whose `hf/` is one) pools, normalizes and
+truncates as it says, as `SentenceTransformer(DIR).encode` does; elsewhere the defaults are CLS
+pooling, no normalization, 128 tokens. A --pooling or --normalize that differs from the
+directory's is used, with a warning.
 
 `embed` and `predict` over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV or text
 files (a glob, a folder; local or gs://) in, one Parquet shard out per input shard, on one or
@@ -79,8 +82,17 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--text", required=True)
     a.add_argument("--layer", type=int, required=True)
     a.add_argument("--head", type=int, required=True)
-    f = sub.add_parser("fill-mask", help="the most probable tokens for each [MASK] of a text")
-    f.add_argument("texts", nargs="+", help='texts with "[MASK]" in them')
+    f = sub.add_parser(
+        "fill-mask",
+        help="the most probable tokens for each mask token of a text (the tokenizer's own: "
+        "[MASK] for BERT and ModernBERT, <mask> for RoBERTa and XLM-R)",
+    )
+    f.add_argument(
+        "texts",
+        nargs="+",
+        help="texts with the tokenizer's mask token in them ([MASK] or <mask>; [MASK] is read "
+        "as <mask> where the model's vocabulary has no [MASK])",
+    )
     f.add_argument("--top_k", type=int, default=5)
     f.add_argument("--json", action="store_true", help="print JSON lines, one per text")
     for s in (e, p, a, f):
@@ -209,7 +221,8 @@ def _run_predict(args: argparse.Namespace) -> None:
 
 
 def _run_fill_mask(args: argparse.Namespace) -> None:
-    """`fill-mask`: prints each text's top --top_k tokens per [MASK] (JSON lines with --json)."""
+    """`fill-mask`: prints each text's top --top_k tokens per mask, each as the text it reads
+    as, its piece beside it where that differs ("less (Ġless)"); JSON lines with --json."""
     config, params, head, tokenizer = load_masked_lm(args.model)
     results = fill_mask(config, params, tokenizer, args.texts, head=head, top_k=args.top_k)
     for text, masks in zip(args.texts, results):
@@ -218,8 +231,14 @@ def _run_fill_mask(args: argparse.Namespace) -> None:
             continue
         print(text)
         for j, candidates in enumerate(masks):
-            guesses = "  ".join(f"{c['token']} {c['score']:.3f}" for c in candidates)
-            print(f"  [MASK] {j + 1}: {guesses}")
+            guesses = "  ".join(f"{_guess(c)} {c['score']:.3f}" for c in candidates)
+            print(f"  {tokenizer.mask_token} {j + 1}: {guesses}")
+
+
+def _guess(candidate: dict) -> str:
+    """A fill-mask candidate as its text, with its token piece where that reads otherwise."""
+    text, piece = candidate["text"], candidate["token"]
+    return text if text == piece else f"{text} ({piece})"
 
 
 def _run_attention(args: argparse.Namespace) -> None:

@@ -101,7 +101,7 @@ class Job:
         (`encoder.embedding_options`).
       batch_size: rows per batch on this process (rounded up to a multiple of its devices).
       max_seq_length: tokens kept per row (longer rows are truncated, and counted); at most the
-        model's max_position_embeddings; None: a sentence-transformers directory's, else 128.
+        model's max_sequence_length; None: a sentence-transformers directory's, else 128.
       chunk_rows: rows read and tokenized at a time (length grouping happens within a chunk).
       progress: show a progress bar on process 0.
     """

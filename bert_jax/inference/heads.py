@@ -1,5 +1,6 @@
 """What a task head computes, for any model family: labels of a sequence classifier, and the
-tokens a masked-LM head puts at each [MASK]."""
+tokens a masked-LM head puts at each mask token (the tokenizer's own: BERT's "[MASK]", RoBERTa's
+and XLM-R's "<mask>")."""
 
 from __future__ import annotations
 
@@ -138,19 +139,43 @@ def top_predictions(
     return np.asarray(ids, np.int32), np.asarray(probs, np.float32)
 
 
-def _mask_positions(input_ids: np.ndarray, mask_id: int, texts) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's [MASK] positions, int32 [N, P] (P: the most [MASK]s of a row; a row with fewer
-    ends in zeros), and each row's count [N]; raises ValueError naming a text without one."""
-    is_mask = input_ids == mask_id
+# BERT's mask token, which texts for another family's fill-mask may use in place of its own.
+BERT_MASK = "[MASK]"
+
+
+def with_mask_token(texts: Sequence[str], tokenizer) -> list[str]:
+    """`texts` with BERT's "[MASK]" read as the tokenizer's own mask token ("<mask>") where that
+    is unambiguous: the tokenizer's token is not "[MASK]", "[MASK]" is no token of its vocabulary
+    and the text holds no token of its own; any other text is as given."""
+    own = tokenizer.mask_token
+    if own == BERT_MASK or tokenizer.token_to_id(BERT_MASK) is not None:
+        return list(texts)
+    return [t if own in t else t.replace(BERT_MASK, own) for t in texts]
+
+
+def _mask_positions(input_ids: np.ndarray, tokenizer, texts) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's mask token positions, int32 [N, P] (P: the most masks of a row; a row with
+    fewer ends in zeros), and each row's count [N]; raises ValueError naming a text without one
+    and the tokenizer's mask token."""
+    is_mask = input_ids == tokenizer.mask_id
     counts = is_mask.sum(1)
     if not counts.all():
         i = int(np.argmin(counts))
-        raise ValueError(f"text {i + 1} ({texts[i]!r}) has no [MASK] (or it was truncated)")
+        raise ValueError(
+            f"text {i + 1} ({texts[i]!r}) has no {tokenizer.mask_token} (or it was truncated)"
+        )
     positions = np.zeros((len(texts), int(counts.max())), np.int32)
     for i, row in enumerate(is_mask):
         where = np.flatnonzero(row)
         positions[i, : len(where)] = where
     return positions, counts
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    """What one token reads as in text ("less" for byte-level BPE's "Ġless", "world" for
+    Unigram's "▁world"): its decoding, stripped; the piece itself where that is empty (a special
+    token)."""
+    return tokenizer.decode([int(token_id)]).strip() or tokenizer.id_to_token(token_id)
 
 
 def fill_mask(
@@ -163,35 +188,43 @@ def fill_mask(
     top_k: int = 5,
     max_seq_length: int = 512,
 ) -> list[list[list[dict]]]:
-    """The most probable tokens for every [MASK] of every text.
+    """The most probable tokens for every mask token of every text.
 
     Args:
       config, params: a masked-LM checkpoint of any family (`load_masked_lm`).
-      tokenizer: its tokenizer; "[MASK]" in a text is its mask token.
-      texts: N texts, each with at least one [MASK].
+      tokenizer: its tokenizer; its `mask_token` ("[MASK]", "<mask>") in a text masks it there
+        ("[MASK]" stands for "<mask>" where that is unambiguous: `with_mask_token`).
+      texts: N texts, each with at least one mask token.
       head: the class `params` belong to (e.g. "BertForPreTraining"); None: the family's masked
         LM (BertForMaskedLM, ModernBertForMaskedLM).
-      top_k: candidates per [MASK].
+      top_k: candidates per mask.
       max_seq_length: longer texts are cut (to at most the model's `max_sequence_length`).
 
     Returns:
-      For each text, for each of its [MASK]s in order, `top_k` dicts {"token": str, "token_id":
-      int, "score": float probability}, most probable first (as transformers' fill-mask).
+      For each text, for each of its masks in order, `top_k` dicts {"token": the piece (str),
+      "text": what it reads as (`token_text`: "less" for "Ġless"), "token_id": int, "score":
+      float probability}, most probable first (as transformers' fill-mask).
     """
     if top_k < 1 or top_k > config.vocab_size:
         raise ValueError(f"top_k must be in [1, {config.vocab_size}], got {top_k}")
     model = loading.masked_lm_model(config, head)
+    texts = with_mask_token(texts, tokenizer)
     encoded = batches.features(
         tokenizer, texts, None, min(max_seq_length, config.max_sequence_length)
     )
     longest = int(encoded["attention_mask"].sum(1).max())
     encoded = {k: encoded[k][:, :longest] for k in batches.INPUT_COLUMNS}
-    positions, counts = _mask_positions(encoded["input_ids"], tokenizer.mask_id, texts)
+    positions, counts = _mask_positions(encoded["input_ids"], tokenizer, texts)
     ids, probs = top_predictions(model, params, encoded, positions, top_k)
     return [
         [
             [
-                {"token": tokenizer.id_to_token(t), "token_id": int(t), "score": float(p)}
+                {
+                    "token": tokenizer.id_to_token(t),
+                    "text": token_text(tokenizer, t),
+                    "token_id": int(t),
+                    "score": float(p),
+                }
                 for t, p in zip(ids[i, j], probs[i, j])
             ]
             for j in range(int(counts[i]))

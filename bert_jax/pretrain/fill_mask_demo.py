@@ -2,12 +2,15 @@
 model's top guesses there before and after training (`FillMaskDemo`).
 
 The lines come from a held-out pretraining batch (`masked_examples`); the guesses are the masked-LM
-head's (`inference.top_predictions`), so the demonstration runs for every model family.
+head's (`inference.top_predictions`), so the demonstration runs for every model family. Words,
+lines and guesses are read through the tokenizer (its continuation pieces, its decoding, its own
+mask token), so a byte-level BPE or Unigram vocabulary shows text ("less"), not pieces ("Ġless").
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Sequence
 
@@ -15,7 +18,7 @@ import jax
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.inference import top_predictions
+from bert_jax.inference import token_text, top_predictions
 
 
 def masked_examples(batch, tokenizer, num_examples: int = 4, context_tokens: int = 20):
@@ -27,13 +30,14 @@ def masked_examples(batch, tokenizer, num_examples: int = 4, context_tokens: int
     Args:
       batch: a host pretraining batch: input_ids, token_type_ids, masked_lm_positions,
         masked_lm_ids, masked_lm_weights ([B, L] and [B, P]).
-      tokenizer: the batch's WordPiece tokenizer.
+      tokenizer: the batch's tokenizer (any kind).
       num_examples: N, at most B.
       context_tokens: the window's length in tokens.
 
     Returns:
       (features {"input_ids", "token_type_ids", "attention_mask"} int32 [N, W + 2],
-       positions int32 [N, 1], texts with "[MASK]" [N], answers [N]).
+       positions int32 [N, 1], texts with the tokenizer's mask token [N], answers [N]: the
+       masked words as text).
     """
     ids = np.array(batch["input_ids"])
     rows = np.arange(ids.shape[0])[:, None]
@@ -42,25 +46,25 @@ def masked_examples(batch, tokenizer, num_examples: int = 4, context_tokens: int
         np.asarray(batch["masked_lm_ids"])[real]
     )
     special = {tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id, tokenizer.mask_id}
+    continues = tokenizer.continuation_mask()
     width = context_tokens + 2
     out_ids, positions, texts, answers = [], [], [], []
     for row, types in zip(ids, np.asarray(batch["token_type_ids"])):
-        words = [int(t) for t, s in zip(row, types) if s == 0 and int(t) not in special]
-        window = words[:context_tokens]
-        pieces = [tokenizer.id_to_token(t) for t in window]
+        window = [int(t) for t, s in zip(row, types) if s == 0 and int(t) not in special]
+        window = window[:context_tokens]
+        # Whole words: a token that starts a word, reads as letters and no piece continues.
         whole = [
             i
-            for i, p in enumerate(pieces)
-            if p.isalpha()
-            and not p.startswith("##")
-            and (i + 1 == len(pieces) or not pieces[i + 1].startswith("##"))
+            for i, t in enumerate(window)
+            if not continues[t]
+            and tokenizer.decode([t]).strip().isalpha()
+            and (i + 1 == len(window) or not continues[window[i + 1]])
         ]
         if len(window) < 6 or not whole:
             continue
         target = min(whole, key=lambda i: abs(i - len(window) / 2))
-        answers.append(pieces[target])
-        pieces[target] = tokenization.MASK
-        texts.append(_join_pieces(pieces))
+        answers.append(tokenizer.decode([window[target]]).strip())
+        texts.append(_masked_text(tokenizer, window, target))
         window[target] = tokenizer.mask_id
         row_ids = [tokenizer.cls_id, *window, tokenizer.sep_id]
         out_ids.append(row_ids + [tokenizer.pad_id] * (width - len(row_ids)))
@@ -78,21 +82,20 @@ def masked_examples(batch, tokenizer, num_examples: int = 4, context_tokens: int
     return features, np.array(positions, np.int32), texts, answers
 
 
-def _join_pieces(pieces: Sequence[str]) -> str:
-    """WordPiece strings back to text ("##" pieces glued to the word before)."""
-    text = ""
-    for p in pieces:
-        text += p[2:] if p.startswith("##") else (" " if text else "") + p
-    return text
+def _masked_text(tokenizer, ids: Sequence[int], target: int) -> str:
+    """The text of `ids` with the tokenizer's mask token in place of token `target`."""
+    before = tokenizer.decode(ids[:target]).strip()
+    after = tokenizer.decode(ids[target + 1 :]).strip()
+    return " ".join(part for part in (before, tokenizer.mask_token, after) if part)
 
 
 def format_predictions(texts, answers, columns, id_to_token) -> str:
     """Masked lines, each with every column's top predictions and their probabilities.
 
     Args:
-      texts: N lines with [MASK]; answers: N masked words (or None).
+      texts: N lines with the mask token; answers: N masked words (or None).
       columns: (title, ids [N, 1, K], probs [N, 1, K]) per column, e.g. before and after training.
-      id_to_token: token id -> string.
+      id_to_token: token id -> the string shown (`FillMaskDemo` shows `inference.token_text`).
     """
     lines = []
     for i, text in enumerate(texts):
@@ -111,9 +114,9 @@ class FillMaskDemo:
     Attributes:
       features: {"input_ids", "token_type_ids", "attention_mask"} int32 [N, W + 2].
       positions: int32 [N, 1], each line's masked position.
-      texts: the N lines, "[MASK]" in place of the word.
+      texts: the N lines, the tokenizer's mask token in place of the word.
       answers: the N masked words.
-      tokenizer: the lines' WordPiece tokenizer.
+      tokenizer: the lines' tokenizer (any kind).
       columns: (title, token ids int32 [N, 1, K], probabilities float32 [N, 1, K]), one per
         `predict` call, in order.
     """
@@ -122,7 +125,7 @@ class FillMaskDemo:
     positions: np.ndarray
     texts: list[str]
     answers: list[str]
-    tokenizer: tokenization.WordPieceTokenizer
+    tokenizer: tokenization.SubwordTokenizer
     columns: list[tuple[str, np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
 
     def predict(self, model, params, label: str) -> None:
@@ -132,7 +135,7 @@ class FillMaskDemo:
     def format(self) -> str:
         """A title line, then each line with every column's guesses (`format_predictions`)."""
         rows = format_predictions(
-            self.texts, self.answers, self.columns, self.tokenizer.id_to_token
+            self.texts, self.answers, self.columns, functools.partial(token_text, self.tokenizer)
         )
         return "Held-out lines with a word masked, and the model's top guesses:\n" + rows
 

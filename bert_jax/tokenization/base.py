@@ -56,6 +56,8 @@ class SubwordTokenizer:
     """
 
     kind = ""
+    # The transformers class that reads `save`'s files (tokenizer_config.json's tokenizer_class).
+    tokenizer_class = ""
     # (pad, unk, cls, sep, mask): the special tokens by role, in this order.
     special_tokens: tuple[str, str, str, str, str] = ("", "", "", "", "")
     separators_between_pairs = 1
@@ -158,6 +160,12 @@ class SubwordTokenizer:
         inverse = {i: t for t, i in self.tokenizer.get_vocab(with_added_tokens=True).items()}
         return [inverse[i] for i in range(self.vocab_size)]
 
+    @property
+    def mask_token(self) -> str:
+        """The mask token's string ("[MASK]" for BERT, "<mask>" for RoBERTa and XLM-R): where it
+        stands in a text, the text is masked there."""
+        return self.special_tokens[4]
+
     # ---- rows ----
     def num_special_tokens(self, pair: bool = False) -> int:
         """Special tokens in a row of one segment (2) or a pair (3 for BERT, 4 for RoBERTa)."""
@@ -212,16 +220,45 @@ class SubwordTokenizer:
         blob = json.dumps(parts, sort_keys=True, ensure_ascii=False).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def files(self) -> dict[str, str]:
-        """{file name: text} of what `save` writes (at least `tokenizer.json`)."""
-        return {"tokenizer.json": self.tokenizer.to_str(pretty=True)}
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """tokenizer_config.json: the transformers class that reads `tokenizer.json`
+        (`tokenizer_class`), the special tokens by role and, given one, `model_max_length` (the
+        most tokens a row may hold; transformers' `AutoTokenizer` truncates to it)."""
+        pad, unk, cls, sep, mask = self.special_tokens
+        config = {
+            "tokenizer_class": self.tokenizer_class,
+            **self._config_fields(),
+            "cls_token": cls,
+            "sep_token": sep,
+            "unk_token": unk,
+            "pad_token": pad,
+            "mask_token": mask,
+        }
+        if model_max_length is not None:
+            config["model_max_length"] = int(model_max_length)
+        return config
 
-    def save(self, directory: str | os.PathLike) -> None:
-        """Writes `files()` into `directory` (through `etils.epath`: a `gs://` directory stays a
-        URL), each whole under its name."""
+    def _config_fields(self) -> dict:
+        """The kind's own tokenizer_config.json fields (before the special tokens)."""
+        return {}
+
+    def files(self, model_max_length: int | None = None) -> dict[str, str]:
+        """{file name: text} of what `save` writes: `tokenizer.json`, `tokenizer_config.json`
+        (`tokenizer_config(model_max_length)`) and the kind's own vocabulary files."""
+        return {
+            "tokenizer.json": self.tokenizer.to_str(pretty=True),
+            "tokenizer_config.json": json.dumps(
+                self.tokenizer_config(model_max_length), indent=2, ensure_ascii=False
+            ),
+        }
+
+    def save(self, directory: str | os.PathLike, model_max_length: int | None = None) -> None:
+        """Writes `files(model_max_length)` into `directory` (through `etils.epath`: a `gs://`
+        directory stays a URL), each whole under its name: a directory `transformers.AutoTokenizer`
+        and `load_tokenizer` both read, its special tokens (padding too) named."""
         directory = epath.Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        for name, text in self.files().items():
+        for name, text in self.files(model_max_length).items():
             write_text_whole(directory / name, text)
 
     def __repr__(self) -> str:

@@ -43,6 +43,7 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
     """
 
     kind = "bpe"
+    tokenizer_class = "RobertaTokenizer"
     special_tokens = (PAD, UNK, BOS, EOS, MASK)
     separators_between_pairs = 2
     pair_token_types = False
@@ -88,31 +89,31 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
             [not t.startswith(WORD_START) and t not in specials for t in self.vocab], dtype=bool
         )
 
-    def files(self) -> dict[str, str]:
-        """`tokenizer.json`, RoBERTa's `vocab.json` and `merges.txt`, and a
-        `tokenizer_config.json` naming `RobertaTokenizer` (so `AutoTokenizer` picks it)."""
+    def _config_fields(self) -> dict:
+        """`RobertaTokenizer`'s own fields: <s> and </s> as bos/eos, the prefix space, offsets."""
+        return {
+            "add_prefix_space": self.add_prefix_space,
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "trim_offsets": True,
+        }
+
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """`SubwordTokenizer.tokenizer_config`, `<mask>` taking the space before it."""
+        return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
+
+    def files(self, model_max_length: int | None = None) -> dict[str, str]:
+        """`tokenizer.json`, a `tokenizer_config.json` naming `RobertaTokenizer` (so
+        `AutoTokenizer` picks it), and RoBERTa's `vocab.json` and `merges.txt`."""
         state = json.loads(self.tokenizer.to_str())
         vocab = state["model"]["vocab"]
         for added in state.get("added_tokens", []):
             vocab.setdefault(added["content"], added["id"])
         merges = [m if isinstance(m, str) else " ".join(m) for m in state["model"]["merges"]]
-        config = {
-            "tokenizer_class": "RobertaTokenizer",
-            "add_prefix_space": self.add_prefix_space,
-            "bos_token": BOS,
-            "eos_token": EOS,
-            "sep_token": EOS,
-            "cls_token": BOS,
-            "unk_token": UNK,
-            "pad_token": PAD,
-            "mask_token": MASK_TOKEN_CONFIG,
-            "trim_offsets": True,
-        }
         return {
-            "tokenizer.json": self.tokenizer.to_str(pretty=True),
+            **super().files(model_max_length),
             "vocab.json": json.dumps(vocab, ensure_ascii=False),
             "merges.txt": "#version: 0.2\n" + "".join(m + "\n" for m in merges),
-            "tokenizer_config.json": json.dumps(config, indent=2),
         }
 
 

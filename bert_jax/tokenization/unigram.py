@@ -45,6 +45,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
     """A `tokenizers.Tokenizer` with a Unigram model and XLM-R's special tokens."""
 
     kind = "unigram"
+    tokenizer_class = "XLMRobertaTokenizer"
     special_tokens = (PAD, UNK, BOS, EOS, MASK)
     separators_between_pairs = 2
     pair_token_types = False
@@ -71,22 +72,13 @@ class SentencePieceTokenizer(SubwordTokenizer):
             [not t.startswith(WORD_START) and t not in specials for t in self.vocab], dtype=bool
         )
 
-    def files(self) -> dict[str, str]:
-        """`tokenizer.json` and a `tokenizer_config.json` naming `XLMRobertaTokenizer`."""
-        config = {
-            "tokenizer_class": "XLMRobertaTokenizer",
-            "bos_token": BOS,
-            "eos_token": EOS,
-            "sep_token": EOS,
-            "cls_token": BOS,
-            "unk_token": UNK,
-            "pad_token": PAD,
-            "mask_token": MASK_TOKEN_CONFIG,
-        }
-        return {
-            "tokenizer.json": self.tokenizer.to_str(pretty=True),
-            "tokenizer_config.json": json.dumps(config, indent=2),
-        }
+    def _config_fields(self) -> dict:
+        """`XLMRobertaTokenizer`'s own fields: <s> and </s> as bos/eos."""
+        return {"bos_token": BOS, "eos_token": EOS}
+
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """`SubwordTokenizer.tokenizer_config`, `<mask>` taking the space before it."""
+        return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
 
 
 def xlm_roberta_tokenizer(

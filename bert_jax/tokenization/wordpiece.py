@@ -81,6 +81,7 @@ class WordPieceTokenizer(SubwordTokenizer):
     """
 
     kind = "wordpiece"
+    tokenizer_class = "BertTokenizer"
     special_tokens = SPECIAL_TOKENS
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
@@ -115,11 +116,15 @@ class WordPieceTokenizer(SubwordTokenizer):
         blob = json.dumps(parts, sort_keys=True, ensure_ascii=False).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def files(self) -> dict[str, str]:
-        """`tokenizer.json` (for `transformers.PreTrainedTokenizerFast`) and `vocab.txt`
-        (google-research/bert's)."""
+    def _config_fields(self) -> dict:
+        """`BertTokenizer`'s own field: whether it lower-cases (and strips accents) the text."""
+        return {"do_lower_case": bool(self.lowercase)}
+
+    def files(self, model_max_length: int | None = None) -> dict[str, str]:
+        """`tokenizer.json` (for `transformers.PreTrainedTokenizerFast`), a
+        `tokenizer_config.json` naming `BertTokenizer` and `vocab.txt` (google-research/bert's)."""
         return {
-            "tokenizer.json": self.tokenizer.to_str(pretty=True),
+            **super().files(model_max_length),
             "vocab.txt": "".join(t + "\n" for t in self.vocab),
         }
 

@@ -4,7 +4,8 @@
 
 writes `<workdir>/export` (bert_jax's format, `native.load_pretrained`) and `<workdir>/hf` (a
 Hugging Face `transformers` directory: config.json, model.safetensors and, given a tokenizer, its
-vocabulary; given the experiment config, README.md: the Hub's model card from the run's records).
+files with their tokenizer_config.json, which `transformers.AutoTokenizer` reads; given the
+experiment config, README.md: the Hub's model card from the run's records).
 Both jobs call it after their last step; the loop knows nothing of formats.
 """
 
@@ -45,7 +46,8 @@ def export(
       bert_config: the model's architecture.
       head: the head's class name ("BertForPreTraining", ...).
       hf: also write the transformers directory.
-      tokenizer: a `tokenization` tokenizer saved into `hf/` (None: no vocabulary there).
+      tokenizer: a `tokenization` tokenizer saved into `hf/` with its tokenizer_config.json
+        (`model_max_length`: the model's `max_sequence_length`); None: no tokenizer there.
       config: the experiment config: `hf/README.md` becomes the Hub's model card, from the run's
         records in `out_dir` (its metrics.jsonl) and the config's `model_card` block (None: no
         card).
@@ -62,8 +64,9 @@ def export(
     if hf:
         if jax.process_index() == 0:
             save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
-            if tokenizer is not None:
-                tokenizer.save(out / "hf")  # <out>/hf is then a complete transformers directory
+            if tokenizer is not None:  # <out>/hf is then a complete transformers directory:
+                # the tokenizer's files and its tokenizer_config.json (its class, its specials)
+                tokenizer.save(out / "hf", model_max_length=bert_config.max_sequence_length)
             if config is not None:
                 model_card.for_run(out / "hf", bert_config, head, config, out_dir)
         places["hf"] = f"{out / 'hf'} (transformers)"
