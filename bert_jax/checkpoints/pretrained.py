@@ -67,7 +67,7 @@ class Loaded(NamedTuple):
     config: Any
     params: PyTree
     head: str
-    tokenizer: tokenization.WordPieceTokenizer | None
+    tokenizer: tokenization.SubwordTokenizer | None
     family: families.Family
     placed: bool = False
     report: Any = None
@@ -91,13 +91,13 @@ class Pretrained(NamedTuple):
     model: nn.Module
     params: PyTree
     config: families.EncoderConfig
-    tokenizer: tokenization.WordPieceTokenizer | None
+    tokenizer: tokenization.SubwordTokenizer | None
     head: str
 
 
 def find_tokenizer(
     path: str | os.PathLike, vocab_size: int | None = None
-) -> tokenization.WordPieceTokenizer | None:
+) -> tokenization.SubwordTokenizer | None:
     """The tokenizer.json / vocab.txt in `path` (a directory, or beside a checkpoint file or TF
     prefix) or in its `hf/`, `data/` (a run directory), local, a URL or a Hub id (`hub.resolve`);
     None when there is none.

@@ -556,7 +556,7 @@ def encode_texts(
 
 def featurize(
     examples: Sequence[TextExample],
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     task: str | TextDataset,
     max_seq_length: int,
 ) -> tuple[dict[str, np.ndarray], FeatureStats]:

@@ -40,7 +40,7 @@ class RetrievalSet:
 
 
 def retrieval_set(
-    pairs: Pairs, tokenizer: tokenization.WordPieceTokenizer, max_seq_length: int
+    pairs: Pairs, tokenizer: tokenization.SubwordTokenizer, max_seq_length: int
 ) -> RetrievalSet:
     """The retrieval task of dev pairs: anchors as queries, every distinct positive and hard
     negative text as the corpus, anchor i's positive relevant to it."""

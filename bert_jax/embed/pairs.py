@@ -169,7 +169,7 @@ def read_pairs(path: str | os.PathLike, max_examples: int = 0) -> Pairs:
 
 
 def text_features(
-    tokenizer: tokenization.WordPieceTokenizer, texts: Sequence[str], max_seq_length: int
+    tokenizer: tokenization.SubwordTokenizer, texts: Sequence[str], max_seq_length: int
 ) -> dict[str, np.ndarray]:
     """[CLS] text [SEP] rows: input_ids, token_type_ids, attention_mask int32 [N, L] and
     example_weights float32 [N] (ones)."""
@@ -179,7 +179,7 @@ def text_features(
 
 
 def featurize_pairs(
-    pairs: Pairs, tokenizer: tokenization.WordPieceTokenizer, max_seq_length: int
+    pairs: Pairs, tokenizer: tokenization.SubwordTokenizer, max_seq_length: int
 ) -> dict[str, np.ndarray]:
     """The features of `pairs` (keys and shapes in the module docstring); logs the truncation."""
     columns = [pairs.anchors, pairs.positives]

@@ -121,7 +121,7 @@ class Starting:
     pooling: str
     normalize: bool
     max_seq_length: int
-    tokenizer: tokenization.WordPieceTokenizer
+    tokenizer: tokenization.SubwordTokenizer
 
 
 def starting_point(config) -> Starting:

@@ -216,7 +216,7 @@ class NerStats:
 
 
 def _word_pieces(
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     examples: Sequence[NerExample],
     stats: NerStats,
 ) -> list[list[list[int]]]:
@@ -237,7 +237,7 @@ def _word_pieces(
 
 def featurize(
     examples: Sequence[NerExample],
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     label_names: Sequence[str],
     max_seq_length: int,
     *,
@@ -336,7 +336,7 @@ def _row(
 
 
 def _pad_rows(
-    rows: Sequence[_Row], tokenizer: tokenization.WordPieceTokenizer, max_seq_length: int
+    rows: Sequence[_Row], tokenizer: tokenization.SubwordTokenizer, max_seq_length: int
 ) -> dict[str, np.ndarray]:
     """The feature arrays [N, L] (example_weights [N]): [CLS] row [SEP], then padding."""
     n = len(rows)

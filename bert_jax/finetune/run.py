@@ -72,7 +72,7 @@ VIEW = MetricView(
 # --------------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------------
-def find_tokenizer(config) -> tokenization.WordPieceTokenizer:
+def find_tokenizer(config) -> tokenization.SubwordTokenizer:
     """config.finetune.tokenizer, else the vocabulary beside init_from (or in its hf/, data/;
     `pretrained.find_tokenizer`: a path, a URL or a Hub id)."""
     if config.finetune.tokenizer:

@@ -444,11 +444,11 @@ def _without_lone_surrogates(text: str) -> str:
 
 
 def _context_tokens(
-    tokenizer: tokenization.WordPieceTokenizer, contexts: Sequence[str]
+    tokenizer: tokenization.SubwordTokenizer, contexts: Sequence[str]
 ) -> list[tuple[list[int], np.ndarray]]:
     """(token ids, int32 [T, 2] char offsets) of each context, from the fast tokenizer.
 
-    `WordPieceTokenizer.encode_batch` returns ids only, so this adapter calls the wrapped
+    `SubwordTokenizer.encode_batch` returns ids only, so this adapter calls the wrapped
     `tokenizers.Tokenizer` for the offsets.
     """
     encodings = tokenizer.tokenizer.encode_batch(
@@ -498,7 +498,7 @@ def _answer_tokens(offsets: np.ndarray, start_char: int, end_char: int) -> tuple
 
 def featurize(
     examples: Sequence[SquadExample],
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     *,
     max_seq_length: int = 384,
     doc_stride: int = 128,
@@ -560,7 +560,7 @@ def _example_rows(
     example: SquadExample,
     question: list[int],
     context: tuple[list[int], np.ndarray],
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     max_seq_length: int,
     doc_stride: int,
     stats: SquadStats,

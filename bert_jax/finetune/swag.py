@@ -178,7 +178,7 @@ def _label(path: str, line: int, row: list[str], index: dict[str, int], choices:
 
 def featurize(
     examples: Sequence[MultipleChoiceExample],
-    tokenizer: tokenization.WordPieceTokenizer,
+    tokenizer: tokenization.SubwordTokenizer,
     max_seq_length: int,
 ) -> tuple[dict[str, np.ndarray], text_io.FeatureStats]:
     """Multiple-choice features (keys in the module docstring).

@@ -58,7 +58,7 @@ class TaskData:
     dataset: Any = None
 
 
-Loader = Callable[[Any, tokenization.WordPieceTokenizer], TaskData]
+Loader = Callable[[Any, tokenization.SubwordTokenizer], TaskData]
 Scorer = Callable[[TaskData, EvalSet, Mapping[str, np.ndarray], Any, "str | None"], dict]
 
 

@@ -359,7 +359,7 @@ def build_pretraining_shards_beam(
       out_dir: the output directory, local (or mounted on every worker) or a URL that every
         worker can write (gs://..., through `etils.epath`); created; must hold nothing but this
         build's files.
-      tokenizer: a `tokenization.WordPieceTokenizer` (pickled to the workers); saved into
+      tokenizer: a `tokenization.SubwordTokenizer` (pickled to the workers); saved into
         `out_dir`.
       options: the example recipe; default `PretrainingOptions()`.
       num_shards: how many shards (a shard is made of whole documents: some may be empty).

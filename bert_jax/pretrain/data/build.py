@@ -198,7 +198,7 @@ def build_pretraining_shards(
       documents: lists of sentences, or a callable returning them (called only if work remains;
         pass a callable with `source_id` to skip reading a finished build's corpus).
       out_dir: the output directory (created; must hold nothing but this build's files).
-      tokenizer: a `tokenization.WordPieceTokenizer`; saved into `out_dir`.
+      tokenizer: a `tokenization.SubwordTokenizer`; saved into `out_dir`.
       options: the example recipe; default `PretrainingOptions()` (the original's flags).
       num_shards: how many shards (at most the number of documents).
       record_format: "array_record" (for grain) or "tfrecord" (the original's files).

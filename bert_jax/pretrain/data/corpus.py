@@ -1,6 +1,6 @@
 """Tokenized corpora: documents of token-id sentences, stored as three flat arrays.
 
-`tokenize_documents` encodes documents of sentence strings with a `WordPieceTokenizer` (in
+`tokenize_documents` encodes documents of sentence strings with any family's tokenizer (in
 batches, in parallel in Rust) into a `TokenizedCorpus`:
 
     tokens            int32 [T]    all token ids back to back
@@ -161,7 +161,7 @@ def tokenize_documents(
 
     Args:
       documents: lists of sentence strings.
-      tokenizer: a `tokenization.WordPieceTokenizer`.
+      tokenizer: a `tokenization.SubwordTokenizer`.
       batch_size: sentences per `encode_batch` call.
       progress: show a progress bar.
 

@@ -140,7 +140,7 @@ class VocabInfo:
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> VocabInfo:
-        """From a `tokenization.WordPieceTokenizer`."""
+        """From a `tokenization.SubwordTokenizer`."""
         return cls(
             vocab_size=tokenizer.vocab_size,
             cls_id=tokenizer.cls_id,

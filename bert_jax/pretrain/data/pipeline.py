@@ -32,7 +32,7 @@ Arguments of `make_pretraining_dataset` (and `make_pretraining_loader`):
   shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
   dynamic_masking: draw new masks each epoch; default: only if the records have none.
     Records with static masks are unmasked first, so original TFRecords can be re-masked.
-  tokenizer: for dynamic masking: a `WordPieceTokenizer` or a vocab.txt/tokenizer.json path;
+  tokenizer: for dynamic masking: a `tokenization.SubwordTokenizer` or a tokenizer file path;
     default: the build directory's tokenizer.json.
   masked_lm_prob: for dynamic masking; default the build's (or 0.15).
   whole_word_mask: for dynamic masking; default the build's (or False).
@@ -407,7 +407,7 @@ def _masking_spec(
     if vocab is None:
         raise ValueError(
             "dynamic masking needs the vocabulary: pass tokenizer= (a vocab.txt or "
-            "tokenizer.json path, or a WordPieceTokenizer)"
+            "tokenizer.json path, or a tokenizer)"
         )
     options = (info.metadata or {}).get("options", {})
     return masking.MaskingSpec(
