@@ -246,6 +246,21 @@ def test_convert_reads_a_finished_run_and_carries_the_tokenizer(exported, tmp_pa
     assert tokenizer.mask_token == exported.tokenizer.mask_token
 
 
+def test_a_run_of_several_seeds_names_its_seed_folders(exported, tmp_path, capsys):
+    """A multi-seed fine-tuning workdir holds one model per seed_<n>/: convert and inference
+    say which to name, in one error line, instead of "no recognizable checkpoint"."""
+    import shutil
+
+    run = tmp_path / "run"
+    for seed in (0, 1):
+        shutil.copytree(exported.run, run / f"seed_{seed}")
+    (run / "results.json").write_text("{}")
+    assert convert.main([str(run), str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert "run of 2 seeds" in error and str(run / "seed_1") in error, error
+    assert convert.main([str(run / "seed_1"), str(tmp_path / "out")]) == 0
+
+
 def test_convert_carries_a_sentence_transformer_both_ways(exported, tmp_path):
     """Bug: convert dropped the sentence-transformers modules (pooling, normalization) and the
     tokenizer: bert_jax's directory embedded otherwise, the one converted back did not load."""

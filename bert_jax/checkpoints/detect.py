@@ -31,6 +31,12 @@ def detect_format(path: str | os.PathLike) -> str:
             f.endswith(".index") for f in files
         ):
             return "tf"
+        seeds = sorted(f for f in files if f.startswith("seed_") and (path / f).is_dir())
+        if seeds:  # a run of several seeds keeps one model per seed
+            raise ValueError(
+                f"{path} is a run of {len(seeds)} seeds, one model each: name one of "
+                f"{', '.join(os.fspath(path / s) for s in seeds)}"
+            )
         raise ValueError(
             f"{path} holds no recognizable checkpoint (config.json + weights, config.json + "
             "params/, or bert_config.json + a TF checkpoint's *.index)"
