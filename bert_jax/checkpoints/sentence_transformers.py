@@ -32,7 +32,7 @@ from typing import Any
 from bert_jax import tokenization
 from bert_jax.checkpoints import model_card
 from bert_jax.checkpoints.hf import save_pytorch
-from bert_jax.models.families import ModelConfig, family_of
+from bert_jax.models.families import EncoderConfig, family_of
 from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
 
 PyTree = Any
@@ -79,7 +79,7 @@ class SentenceTransformerSettings:
 
 def save_sentence_transformer(
     directory: str | os.PathLike,
-    config: ModelConfig,
+    config: EncoderConfig,
     params: PyTree,
     *,
     tokenizer_dir: str | os.PathLike | tokenization.SubwordTokenizer,
@@ -145,7 +145,7 @@ def save_sentence_transformer(
 
 
 def save_modules(
-    directory: str | os.PathLike, config: ModelConfig, settings: SentenceTransformerSettings
+    directory: str | os.PathLike, config: EncoderConfig, settings: SentenceTransformerSettings
 ) -> None:
     """Writes the modules' files of a sentence-transformers directory (modules.json, the pooling,
     normalization and max_seq_length) into `directory`, beside weights of another format (a
@@ -164,7 +164,9 @@ def save_modules(
     _write_json(out / MODULES_FILE, _modules(settings.normalize))
 
 
-def _write_module_configs(out, config: ModelConfig, settings: SentenceTransformerSettings) -> None:
+def _write_module_configs(
+    out, config: EncoderConfig, settings: SentenceTransformerSettings
+) -> None:
     """The Transformer's, Pooling's and Normalize's files, and the model's settings file."""
     if settings.max_seq_length is not None:
         transformer = {"max_seq_length": settings.max_seq_length, "do_lower_case": False}
@@ -191,7 +193,7 @@ def _modules(normalize: bool) -> list[dict]:
     ]
 
 
-def check_settings(config: ModelConfig, pooling: str, max_seq_length: int | None) -> None:
+def check_settings(config: EncoderConfig, pooling: str, max_seq_length: int | None) -> None:
     """Raises ValueError, naming the value, for a pooling bert_jax does not compute or a
     max_seq_length the model cannot take."""
     if pooling not in POOLINGS:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.inference import batches, loading
-from bert_jax.models.families import ModelConfig, Role, family_of, get_model_class
+from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_class
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
@@ -33,7 +33,7 @@ def logits_step(params, batch, *, model: nn.Module):
     return out.logits.astype(jnp.float32)
 
 
-def classifier(config: ModelConfig, name: str) -> nn.Module:
+def classifier(config: EncoderConfig, name: str) -> nn.Module:
     """The sequence classifier `name` of `config`'s family (what `logits_step` runs); raises
     ValueError, naming the head wanted, for any other head."""
     wanted = family_of(config).head_for(Role.SEQUENCE_CLASSIFICATION)
@@ -42,7 +42,7 @@ def classifier(config: ModelConfig, name: str) -> nn.Module:
     return get_model_class(name)(config)
 
 
-def label_names(config: ModelConfig) -> tuple[str, ...]:
+def label_names(config: EncoderConfig) -> tuple[str, ...]:
     """The classifier's label names (its config's, else "0", "1", ...)."""
     return config.label_names or tuple(str(i) for i in range(config.num_labels))
 
@@ -54,7 +54,7 @@ def probabilities(logits: np.ndarray) -> np.ndarray:
 
 
 def predict(
-    config: ModelConfig,
+    config: EncoderConfig,
     params,
     name: str,
     tokenizer,
@@ -179,7 +179,7 @@ def token_text(tokenizer, token_id: int) -> str:
 
 
 def fill_mask(
-    config: ModelConfig,
+    config: EncoderConfig,
     params,
     tokenizer,
     texts: Sequence[str],

@@ -37,10 +37,7 @@ from bert_jax.models.config import EncoderConfig
 from bert_jax.models.family import Family, Role
 from bert_jax.paths import as_path
 
-__all__ = ["FAMILIES", "EncoderConfig", "Family", "ModelConfig", "Role"]
-
-# Any family's config. (The name older code imports; every family's config is an EncoderConfig.)
-ModelConfig = EncoderConfig
+__all__ = ["FAMILIES", "EncoderConfig", "Family", "Role"]
 
 
 def _discover() -> dict[str, Family]:
