@@ -1,0 +1,397 @@
+"""Every model family of the registry (`bert_jax.models.families.FAMILIES`) through every job and
+command, as users run them, on the family's fixture (tests/family_fixtures.py: a tiny model with
+its tokenizer, saved as transformers saves them). A family added to the registry is tested here
+with no test edited: it adds its row to `family_fixtures.FIXTURES`.
+
+  jobs        `train.py` (its main, in this process) for two steps from the fixture: pretraining
+              with the family's recipe (`configs/pretrain.py:arch=<model_type>`), fine-tuning of
+              each kind of task the registry has (`FINETUNING`), and the embedding job, whose
+              sentence-transformers export `SentenceTransformer` encodes as `python -m
+              bert_jax.inference embed` does
+  commands    `python -m bert_jax.inference` embed, predict, attention and fill-mask, each
+              output against the family's model applied directly to the saved weights
+  compile     `train.py --mode=compile` of fine-tuning for a GPU card and a TPU slice (-m e2e)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Callable
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import inference, tokenization
+from bert_jax.checkpoints import pretrained
+from bert_jax.data.text_io import encode_texts
+from bert_jax.finetune import tasks
+from bert_jax.inference.__main__ import main as inference_main
+from bert_jax.models import families
+from tests import family_fixtures
+from tests.embed_test import translated_pairs, write_jsonl, write_table
+from tests.finetune import run_test as finetune_data
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TEXTS = [
+    "When shall we three meet again in thunder, lightning, or in rain?",
+    "Fair is foul, and foul is fair.",
+    "Hover through the fog and filthy air.",
+]
+LABELS = ("comedy", "history", "tragedy")
+STEPS = 2
+
+
+@pytest.fixture(scope="module", params=list(families.FAMILIES))
+def fam(request, tmp_path_factory) -> family_fixtures.FamilyDir:
+    """The family's fixture directory: its masked LM and tokenizer."""
+    return family_fixtures.make_family_dir(request.param, tmp_path_factory.mktemp(request.param))
+
+
+@pytest.fixture(scope="module")
+def classifier(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
+    """The family's sequence classifier (3 named labels), randomly initialized and saved."""
+    config = fam.config.replace(num_labels=len(LABELS), label_names=LABELS)
+    head = family_fixtures.head_of(config, "classification")
+    out = tmp_path_factory.mktemp(f"{fam.model_type}_classifier")
+    params = family_fixtures.save_model(config, fam.tokenizer, head, out, seed=1)
+    return dataclasses.replace(fam, config=config, head=head, params=params, path=out)
+
+
+# --------------------------------------------------------------------------------------------
+# train.py's jobs
+# --------------------------------------------------------------------------------------------
+def train_py(config_arg: str, workdir, **overrides) -> None:
+    """`python train.py --config=configs/<config_arg> --workdir=<workdir> --config.K=V ...` in
+    this process: train.py's flags parsed, each override set on the parsed config as its
+    `--config.K=V` flag sets it (type-checked, the config locked), then train.py's main. No
+    persistent compilation cache: it would stay on for the rest of this process."""
+    import train
+
+    flags = train.FLAGS
+    config = f"--config={ROOT / 'configs' / config_arg}"
+    flags(["train.py", config, f"--workdir={workdir}", "--compilation_cache_dir=off"])
+    try:
+        for key, value in overrides.items():
+            node = flags.config
+            *path, last = key.split(".")
+            for name in path:
+                node = node[name]
+            node[last] = value
+        assert train.main([]) is None
+    finally:
+        flags.unparse_flags()
+
+
+def train_rows(workdir) -> dict[int, dict]:
+    """metrics.jsonl's training rows by step."""
+    rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    return {r["step"]: r for r in rows if "train/loss" in r}
+
+
+def check_export(fam, hf_dir, objective: str) -> None:
+    """`hf_dir` is a transformers directory of the family's head for `objective`, with the
+    fixture's tokenizer beside it, and `pretrained.load` reads it back."""
+    written = json.loads((pathlib.Path(hf_dir) / "config.json").read_text())
+    assert written["model_type"] == fam.model_type, written
+    assert written["architectures"] == [family_fixtures.head_of(fam.config, objective)], written
+    exported = tokenization.load_tokenizer(hf_dir)
+    assert type(exported) is type(fam.tokenizer)
+    assert exported.fingerprint() == fam.tokenizer.fingerprint()
+    loaded = pretrained.load(str(hf_dir))
+    assert type(loaded.config) is type(fam.config)
+
+
+def test_pretraining_with_the_familys_recipe(fam, tmp_path):
+    """`configs/pretrain.py:arch=<model_type>`, its data built with the fixture's tokenizer as
+    the recipe makes its examples (NSP pairs, full sentences, dynamic masking), two steps from
+    the fixture (init_from) with a held-out evaluation, exported as the recipe's head."""
+    from bert_jax.pretrain.data import build
+
+    recipe = family_fixtures.load_config("pretrain.py", f"arch={fam.model_type}")
+    options = build.PretrainingOptions(
+        max_seq_length=32,
+        max_predictions_per_seq=5,
+        masked_lm_prob=recipe.data.masked_lm_prob,
+        next_sentence_prediction=recipe.job != "mlm",
+        static_masking=not recipe.data.dynamic_masking,
+        dupe_factor=1,
+        full_sentences=recipe.data.get("full_sentences", False),
+    )
+    data = tmp_path / "data"
+    build.build_pretraining_shards(
+        family_fixtures.documents(), data, fam.tokenizer, options, num_shards=2, num_workers=1,
+        progress=False,
+    )  # fmt: skip
+    model = {f"model.{k}": v for k, v in families.model_fields(fam.config).items()}
+    train_py(
+        f"pretrain.py:arch={fam.model_type}",
+        tmp_path / "run",
+        init_from=str(fam.path),
+        **model,
+        **{"data.source": "records", "data.paths": str(data)},
+        **{"data.max_seq_length": 32, "data.max_predictions_per_seq": 5},
+        global_batch_size=8,
+        num_train_steps=STEPS,
+        eval_every_steps=STEPS,
+        num_eval_steps=1,
+        log_every_steps=1,
+        checkpoint_every_steps=STEPS,
+    )
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [r["step"] for r in rows if "eval/mlm_accuracy" in r] == [0, STEPS]
+    rows = train_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows.values())
+    check_export(fam, tmp_path / "run" / "hf", recipe.job)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneCase:
+    """A task of one kind (its objective): the task, the writer of its files into a directory,
+    and its settings."""
+
+    task: str
+    write: Callable[[pathlib.Path], None]
+    settings: dict
+
+
+def _squad(folder: pathlib.Path) -> None:
+    rng = np.random.default_rng(3)
+    finetune_data.squad_file(folder / "train-v1.1.json", rng, 16)
+    finetune_data.squad_file(folder / "dev-v1.1.json", rng, 8)
+
+
+def _conll(folder: pathlib.Path) -> None:
+    rng = np.random.default_rng(2)
+    finetune_data.conll_file(folder / "train.txt", rng, 16)
+    finetune_data.conll_file(folder / "valid.txt", rng, 8)
+
+
+# One task of each kind (the objectives of `tasks.TASKS`), on small files of its format.
+FINETUNING = {
+    "classification": FinetuneCase("custom", finetune_data.sentiment_files, {}),
+    "regression": FinetuneCase(
+        "custom",
+        lambda folder: finetune_data.regression_files(folder, np.random.default_rng(1)),
+        {"finetune.regression": True, "finetune.label_column": "score"},
+    ),
+    "token_classification": FinetuneCase("conll2003", _conll, {}),
+    "question_answering": FinetuneCase(
+        "squad1", _squad, {"finetune.doc_stride": 16, "finetune.max_query_length": 8}
+    ),
+    "multiple_choice": FinetuneCase(
+        "swag", lambda folder: finetune_data.swag_files(folder, np.random.default_rng(4)), {}
+    ),
+}
+
+
+def test_every_kind_of_task_is_fine_tuned_here():
+    kinds = {t.objective for t in tasks.TASKS.values() if t.objective}
+    assert kinds <= set(FINETUNING), f"add a task of each kind to FINETUNING: {kinds}"
+
+
+@pytest.mark.parametrize("objective", list(FINETUNING))
+def test_finetuning(fam, tmp_path, objective):
+    """Two steps of 8 rows from the fixture (its tokenizer found beside it), the evaluation and
+    the prediction files, exported as the family's head of the task's kind."""
+    case = FINETUNING[objective]
+    case.write(tmp_path)
+    train_py(
+        f"finetune.py:task={case.task}",
+        tmp_path / "run",
+        init_from=str(fam.path),
+        global_batch_size=8,
+        log_every_steps=1,
+        **{"finetune.data_dir": str(tmp_path), "finetune.max_seq_length": 32},
+        **{"finetune.num_epochs": 1, "finetune.max_train_examples": 8 * STEPS},
+        **{"finetune.max_eval_examples": 8},
+        **case.settings,
+    )
+    # A question's context may take two windows of 32 tokens: a step or two more.
+    rows = train_rows(tmp_path / "run")
+    assert sorted(rows) == list(range(1, len(rows) + 1)) and len(rows) >= STEPS
+    assert all(math.isfinite(r["train/loss"]) for r in rows.values())
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["mean"] and all(math.isfinite(v) for v in results["mean"].values()), results
+    assert any((tmp_path / "run" / "predictions").iterdir())
+    check_export(fam, tmp_path / "run" / "hf", objective)
+
+
+def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
+    """Two contrastive steps from the fixture, dev retrieval scored; the export's
+    `SentenceTransformer(DIR).encode` equals `python -m bert_jax.inference embed --model DIR`."""
+    st = pytest.importorskip("sentence_transformers")
+    rng = np.random.default_rng(0)
+    write_jsonl(tmp_path / "train.jsonl", translated_pairs(rng, 8 * STEPS))
+    dev = translated_pairs(rng, 8)
+    write_table(tmp_path / "dev.csv", ["anchor", "positive"], [[r["anchor"], r["positive"]] for r in dev])  # fmt: skip
+    workdir = tmp_path / "run"
+    train_py(
+        "embed.py:size=tiny",
+        workdir,
+        init_from=str(fam.path),
+        global_batch_size=8,
+        log_every_steps=1,
+        **{"embed.train_file": str(tmp_path / "train.jsonl")},
+        **{"embed.dev_file": str(tmp_path / "dev.csv"), "embed.max_seq_length": 32},
+    )
+    rows = train_rows(workdir)
+    assert sorted(rows) == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows.values())
+    assert json.loads((workdir / "results.json").read_text())["mean"]["ndcg@10"] >= 0
+    ours = _embed_command(workdir / "hf", tmp_path)
+    theirs = st.SentenceTransformer(str(workdir / "hf"), device="cpu").encode(TEXTS)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# python -m bert_jax.inference
+# --------------------------------------------------------------------------------------------
+def _texts_file(tmp_path) -> str:
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _embed_command(model_dir, tmp_path, *flags) -> np.ndarray:
+    out = tmp_path / "embeddings.npy"
+    argv = ["embed", "--model", str(model_dir), "--input", _texts_file(tmp_path)]
+    assert inference_main([*argv, "--output", str(out), *flags]) == 0
+    return np.load(out)
+
+
+def _ids(fam, text: str) -> np.ndarray:
+    """The token ids [1, n] of `text` alone, as the commands lay out a row of the family."""
+    features, _ = encode_texts(fam.tokenizer, [text], None, 64)
+    return features["input_ids"][:, : int(features["attention_mask"].sum())]
+
+
+def _apply(fam, head: str | None, text: str, **kwargs):
+    """The family's `head` (None: its encoder, on the head's encoder weights) applied to `text`."""
+    family = fam.family
+    if head is None:
+        model = families.get_model_class(family.base_model)(fam.config, add_pooling_layer=False)
+        params = fam.params[family.encoder_name]
+    else:
+        model, params = families.get_model_class(head)(fam.config), fam.params
+    return model.apply({"params": params}, _ids(fam, text), **kwargs)
+
+
+def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
+    """Mean and CLS pooling, and the hidden states of chosen layers, of the fixture's encoder."""
+    states = [_apply(fam, None, t, output_hidden_states=True).hidden_states for t in TEXTS]
+    mean = _embed_command(fam.path, tmp_path, "--pooling", "mean", "--batch_size", "2")
+    np.testing.assert_allclose(mean, [s[-1][0].mean(0) for s in states], atol=2e-5)
+    cls = _embed_command(fam.path, tmp_path, "--layers", "0,-1")
+    assert cls.shape == (len(TEXTS), 2, fam.config.hidden_size) and cls.dtype == np.float32
+    np.testing.assert_allclose(cls[:, 0], [s[0][0, 0] for s in states], atol=2e-5)
+    np.testing.assert_allclose(cls[:, 1], [s[-1][0, 0] for s in states], atol=2e-5)
+
+
+def test_predict_gives_the_classifier_labels(classifier, tmp_path):
+    out = tmp_path / "out.jsonl"
+    argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]
+    assert inference_main([*argv, "--output", str(out), "--batch_size", "2"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["text"] for r in rows] == TEXTS
+    for text, row in zip(TEXTS, rows, strict=True):
+        probs = np.asarray(jax.nn.softmax(_apply(classifier, classifier.head, text).logits[0]))
+        assert row["label"] == LABELS[int(np.argmax(probs))]
+        np.testing.assert_allclose([row["probabilities"][k] for k in LABELS], probs, atol=1e-5)
+
+
+def test_predict_refuses_a_model_without_a_classifier(fam, classifier, tmp_path, capsys):
+    argv = ["predict", "--model", str(fam.path), "--input", _texts_file(tmp_path)]
+    assert inference_main([*argv, "--output", str(tmp_path / "o.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"predict needs a sequence classifier ({classifier.head}), not {fam.head}" in err
+
+
+def test_attention_map_is_the_encoders(fam, tmp_path):
+    out = tmp_path / "map.png"
+    argv = ["attention", "--model", str(fam.path), "--text", TEXTS[0]]
+    assert inference_main([*argv, "--layer", "1", "--head", "2", "--output", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config, params, _, tokenizer = inference.load(str(fam.path))
+    probs = inference.attention_map(config, params, tokenizer, TEXTS[0], 1, 2, str(out))
+    expected = np.asarray(_apply(fam, None, TEXTS[0], output_attentions=True).attentions[1][0, 2])
+    assert probs.shape == expected.shape and probs.shape[0] > 8
+    np.testing.assert_allclose(probs, expected, atol=1e-6)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+
+
+def _queries(mask: str) -> list[str]:
+    """Two texts with `mask`: one, then two of them."""
+    return [f"fair is {mask}, and foul is fair", f"{mask} shall we three {mask} again"]
+
+
+@pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
+def test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, spelling):
+    """The texts spell the mask as the family's tokenizer does ("[MASK]", "<mask>"), or as the
+    command documents it for every family ("[MASK]")."""
+    own = fam.tokenizer.tokenizer.id_to_token(fam.tokenizer.mask_id)
+    queries = _queries(own if spelling == "own" else spelling)
+    argv = ["fill-mask", "--model", str(fam.path), "--json", "--top_k", "3"]
+    assert inference_main([*argv, *queries]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["text"] for r in rows] == queries and [len(r["masks"]) for r in rows] == [1, 2]
+    for text, row in zip(_queries(own), rows, strict=True):
+        probs = np.asarray(jax.nn.softmax(_apply(fam, fam.head, text).logits[0]))
+        positions = np.flatnonzero(_ids(fam, text)[0] == fam.tokenizer.mask_id)
+        for position, candidates in zip(positions, row["masks"], strict=True):
+            top = np.argsort(-probs[position])[:3]
+            assert [c["token_id"] for c in candidates] == top.tolist()
+            tokens = [fam.tokenizer.tokenizer.id_to_token(int(t)) for t in top]
+            assert [c["token"] for c in candidates] == tokens
+            np.testing.assert_allclose([c["score"] for c in candidates], probs[position, top], atol=1e-5)  # fmt: skip
+
+
+def test_fill_mask_refuses_a_model_without_a_masked_lm_head(fam, classifier, capsys):
+    directory = str(classifier.path)
+    assert inference_main(["fill-mask", "--model", directory, _queries("[MASK]")[0]]) == 1
+    err = capsys.readouterr().err
+    assert f"{directory} has no masked-LM head (it holds a {classifier.head})" in err
+    assert fam.head in err
+
+
+# --------------------------------------------------------------------------------------------
+# train.py --mode=compile, without the device
+# --------------------------------------------------------------------------------------------
+def _require_compiler(topology: str) -> None:
+    """Skips where the compiler for `topology` is absent (`make setup` installs both)."""
+    if not topology.startswith("gpu:"):
+        pytest.importorskip("libtpu", reason="needs the tpu extra (libtpu)")
+        return
+    from bert_jax.parallel import aot
+
+    plugin = os.path.join(aot.CUDA_COMPILE_DIR, "jax_plugins", "xla_cuda12")
+    if not (aot.cuda_plugin_installed() or os.path.isdir(plugin)):
+        pytest.skip("needs JAX's CUDA plugin (make setup installs it)")
+
+
+@pytest.mark.e2e  # a compile of 15-30 s in a process of its own for each family and target
+@pytest.mark.parametrize(
+    "topology, device_kind", [("gpu:h100", "NVIDIA H100 80GB HBM3"), ("v5e:2x2", "TPU v5 lite")]
+)
+def test_finetuning_compiles_without_the_device(fam, topology, device_kind):
+    """`train.py --mode=compile` of MRPC from the fixture: the family's classifier step, in
+    bfloat16, compiled for an H100 and for a TPU v5e 2x2 slice (its batch sharded over the
+    chips), fits."""
+    _require_compiler(topology)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), f"--config={ROOT}/configs/finetune.py:task=mrpc",
+         f"--config.init_from={fam.path}", "--config.finetune.max_seq_length=32",
+         "--mode=compile", f"--topology={topology}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["fits"] is True and report["device_kind"] == device_kind, report
+    assert (report["task"], report["batch"], report["dtype"]) == ("mrpc", [32, 32], "bfloat16")
+    assert report["model_flops_per_device"] > 0 and report["eval_hbm_gib"] > 0
