@@ -70,12 +70,6 @@ class Objective:
     counts: Callable[[Batch], dict[str, jax.Array]]
     loss_weights: Mapping[str, float]
 
-    @property
-    def head(self) -> Role:
-        """`role` under its older name (code that passes it to `Family.head_for` or
-        `families.head_in_family` gets the family's class either way)."""
-        return self.role
-
     def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
         """The scalar loss: the weighted sum over prefixes of sums / counts."""
         total = jnp.float32(0.0)
