@@ -21,6 +21,10 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   arch=roberta     RoBERTa with its paper's recipe (sizes tiny, base, large): MLM only, dynamic
                    masking, FULL-SENTENCES rows of 512 tokens, a byte-level BPE vocabulary;
                    `roberta_config`, docs/roberta.md
+  arch=xlm-roberta XLM-RoBERTa (sizes tiny, base, large): RoBERTa's recipe with XLM-R's paper's
+                   batch (8,192), updates (1.5M) and SentencePiece Unigram vocabulary (250,002
+                   ids); its paper gives no learning rate, so the rates are RoBERTa's;
+                   `roberta_config`, docs/roberta.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
                    remat and micro-batches that fit it with headroom (phase 1: the slice's global
                    batch, 1,536 on v5e-16, 4,096 on v5e-64, 2,048 on v5p-128, 1,024 on v4-32
@@ -52,6 +56,7 @@ import ml_collections
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import model_fields
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from configs import common
 
 # BERT-large on TPU slices: slice -> (topology, phase-1 global batch, {phase: (remat_policy,
@@ -106,7 +111,7 @@ GPU_RECIPES = {
 }
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
-ARCHS = ("bert", "modernbert", "roberta")
+ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -122,10 +127,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not ModernBERT's"
             )
         return modernbert_config(size, phase, tpu)
-    if variant["arch"] == "roberta":
+    if variant["arch"] in ROBERTA_ARCHS:
         if variant["gpu"]:
-            raise ValueError(f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not RoBERTa's")
-        return roberta_config(size, phase, tpu)
+            raise ValueError(
+                f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not {variant['arch']}'s"
+            )
+        return roberta_config(size, phase, tpu, arch=variant["arch"])
     if tpu and tpu not in TPU_RECIPES:
         raise ValueError(f"unknown TPU slice tpu={tpu!r}; known: {sorted(TPU_RECIPES)}")
     _check_gpu_variant(variant["gpu"], size, phase, tpu)
@@ -182,7 +189,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.max_segments = 4  # S, sequences per packed row (how many rows fill it: docs/data.md)
     # Default corpus: rows of whole sentences read contiguously across documents (RoBERTa's
     # FULL-SENTENCES; MLM only) instead of BERT's sentence pairs, and the vocabulary it is built
-    # with: "wordpiece" (BERT's) or "bpe" (RoBERTa's byte-level BPE, trained on the corpus).
+    # with: "wordpiece" (BERT's), "bpe" (RoBERTa's byte-level BPE) or "unigram" (XLM-R's), the
+    # latter two trained on the corpus.
     c.data.full_sentences = False
     c.data.vocab_kind = "wordpiece"
     c.data.seed = 0
@@ -363,10 +371,25 @@ ROBERTA_RECIPES = {
     "base": dict(lr=6e-4, warmup_steps=24_000, batch=8192, steps=500_000, length=512),
     "large": dict(lr=4e-4, warmup_steps=30_000, batch=8192, steps=500_000, length=512),
 }
+# XLM-RoBERTa's (Conneau et al. 2020, arXiv 1911.02116): the paper gives its batch (8,192
+# sequences, as RoBERTa's) and updates (1.5M) but no learning rate or warmup, so those are
+# RoBERTa's; tiny is RoBERTa's CPU job.
+XLM_ROBERTA_RECIPES = {
+    size: recipe if size == "tiny" else {**recipe, "batch": 8192, "steps": 1_500_000}
+    for size, recipe in ROBERTA_RECIPES.items()
+}
+# arch -> (config class, the default corpus's vocabulary kind, recipes by size).
+ROBERTA_ARCHS = {
+    "roberta": (RobertaConfig, "bpe", ROBERTA_RECIPES),
+    "xlm-roberta": (XLMRobertaConfig, "unigram", XLM_ROBERTA_RECIPES),
+}
 
 
-def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict:
-    """`arch=roberta`: RoBERTa pretrained as its paper does, through the same job.
+def roberta_config(
+    size: str, phase: int, tpu: str, arch: str = "roberta"
+) -> ml_collections.ConfigDict:
+    """`arch=roberta` and `arch=xlm-roberta`: RoBERTa pretrained as its paper does, through the
+    same job, and XLM-RoBERTa on the same recipe.
 
     MLM only (`RobertaForMaskedLM`) at 15% with dynamic masking (new masks every epoch), rows of
     whole sentences read contiguously across documents with a separator between them
@@ -375,23 +398,35 @@ def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict
     6e-4 after 24k warmup steps, large: 4e-4 after 30k, both 500k steps. size=tiny is the CPU job:
     2 layers x 128 on the Shakespeare corpus with its own 8,192-token byte-level BPE vocabulary,
     128-token rows, 32 a step, 400 steps (docs/roberta.md: its run and curve).
-    """
-    from bert_jax.models.roberta.config import RobertaConfig
 
-    if size not in ROBERTA_RECIPES:
-        raise ValueError(f"arch=roberta has sizes {sorted(ROBERTA_RECIPES)}, not {size!r}")
+    arch=xlm-roberta (`XLMRobertaForMaskedLM`, the xlm-roberta-{base,large} shapes with their
+    250,002-id vocabulary) takes from XLM-R's paper its batch, 8,192 sequences, its 1.5M updates
+    and its kind of vocabulary, SentencePiece Unigram (`data.vocab_kind="unigram"`); the paper
+    states no learning rate, warmup or optimizer settings for these models, so they are RoBERTa's
+    above (6e-4 / 24k base, 4e-4 / 30k large), as are the masking and the rows. Its multilingual
+    sampling of the training languages is no part of this job. size=tiny is RoBERTa's CPU job
+    with its own 8,192-piece Unigram vocabulary trained on the plays.
+    """
+    if arch not in ROBERTA_ARCHS:
+        raise ValueError(f"unknown arch={arch!r}; known: {sorted(ROBERTA_ARCHS)}")
+    config_class, vocab_kind, recipes = ROBERTA_ARCHS[arch]
+    if size not in recipes:
+        raise ValueError(f"arch={arch} has sizes {sorted(recipes)}, not {size!r}")
     if phase != 1:
-        raise ValueError("arch=roberta has one phase (512-token rows from the start)")
+        raise ValueError(f"arch={arch} has one phase (512-token rows from the start)")
     if tpu:
-        raise ValueError("arch=roberta has no TPU slice recipes; compile with --topology")
-    tiny, recipe = size == "tiny", ROBERTA_RECIPES[size]
+        raise ValueError(f"arch={arch} has no TPU slice recipes; compile with --topology")
+    tiny, recipe = size == "tiny", recipes[size]
     length = recipe["length"]
     c = get_config(f"size={'tiny' if tiny else 'base'},phase=1,mlm_only=1")
     c.unlock()
-    arch = RobertaConfig.preset(size, vocab_size=8192 if tiny else 50265)
+    # base and large: the released vocabulary (50,265 or 250,002); tiny: the corpus's own
+    model_config = config_class.preset(size, **({"vocab_size": 8192} if tiny else {}))
     if tiny:  # no dropout in a short CPU run, as the other tiny jobs
-        arch = arch.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    c.model = ml_collections.ConfigDict(model_fields(arch))
+        model_config = model_config.replace(
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+    c.model = ml_collections.ConfigDict(model_fields(model_config))
     c.model.vocab_pad_multiple = 128
     c.data.source = "default" if tiny else "records"
     c.data.max_seq_length = length
@@ -399,14 +434,14 @@ def roberta_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigDict
     c.data.max_predictions_per_seq = int(0.15 * length + 0.5) + 2  # 21 at 128, 79 at 512
     c.data.dynamic_masking = True
     c.data.full_sentences = True
-    c.data.vocab_kind = "bpe"
+    c.data.vocab_kind = vocab_kind
     c.data.pack_sequences = False  # FULL-SENTENCES rows are full already
 
     c.optimizer = common.optimizer(
         recipe["lr"], warmup_steps=recipe["warmup_steps"], b2=0.98, bias_correction=True
     )
     c.optimizer.schedule = "linear"
-    c.optimizer.clip_norm = 0.0  # the paper's "max gradient norm 0.0"
+    c.optimizer.clip_norm = 0.0  # RoBERTa's paper's "max gradient norm 0.0"
     c.global_batch_size = recipe["batch"]
     c.num_train_steps = recipe["steps"]
     c.mlm_bias_init = "unigram" if tiny else "zeros"

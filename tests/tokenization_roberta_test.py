@@ -135,6 +135,32 @@ def test_unigram_equals_xlm_roberta_tokenizer_fast(unigram_dir, play_lines):
     assert not cont[[0, 1, 2, 3, ours.mask_id]].any()
 
 
+@pytest.mark.torch
+def test_train_unigram_lays_out_xlm_r_and_loads_in_transformers(play_lines, tmp_path):
+    """A Unigram vocabulary trained on a few hundred lines: fairseq's ids, XLM-R's pipeline, and
+    a tokenizer.json that transformers' AutoTokenizer reads as XLM-R's and encodes alike."""
+    transformers = pytest.importorskip("transformers")
+    trained = tokenization.train_unigram(play_lines[:400], vocab_size=500)
+    assert isinstance(trained, tokenization.SentencePieceTokenizer) and trained.kind == "unigram"
+    assert trained.vocab_size == 500
+    assert trained.vocab[:4] == ["<s>", "<pad>", "</s>", "<unk>"] and trained.vocab[-1] == "<mask>"
+    assert (trained.cls_id, trained.pad_id, trained.sep_id, trained.unk_id) == (0, 1, 2, 3)
+    assert trained.mask_id == 499
+    assert unigram.WORD_START + "the" in trained.vocab  # pieces that start a word carry "▁"
+    trained.save(tmp_path)
+    ours = tokenization.load_tokenizer(tmp_path)
+    assert ours.fingerprint() == trained.fingerprint()
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    assert type(theirs).__name__ in ("XLMRobertaTokenizer", "XLMRobertaTokenizerFast")
+    texts = [*play_lines[400:420], *MASKED, "Unheard-of words: zounds, forsooth!"]
+    ids = theirs(texts)["input_ids"]
+    assert ids == [ours.build_inputs(ours.encode(t))[0] for t in texts]
+    assert ids == [trained.build_inputs(trained.encode(t))[0] for t in texts]
+    assert all(row[0] == 0 and row[-1] == 2 for row in ids)
+    assert theirs.convert_tokens_to_ids(["<s>", "<pad>", "</s>", "<unk>", "<mask>"]) == [
+        0, 1, 2, 3, 499]  # fmt: skip
+
+
 def test_bad_inputs_are_named(tmp_path, bpe_dir):
     # vocab.json without its merges.txt
     (tmp_path / "vocab.json").write_bytes((bpe_dir / "vocab.json").read_bytes())
@@ -166,3 +192,5 @@ def test_bad_inputs_are_named(tmp_path, bpe_dir):
             tokenization.load_tokenizer(tmp_path / "spm")
     with pytest.raises(ValueError, match="leaves no room for merges"):
         tokenization.train_byte_level_bpe(["a b"], vocab_size=200)
+    with pytest.raises(ValueError, match="cannot hold every character"):
+        tokenization.train_unigram(["abcdefghijklmnopqrstuvwxyz"], vocab_size=12)

@@ -12,8 +12,8 @@
 
 Token ids equal transformers' fast tokenizers' (`BertTokenizerFast`, `RobertaTokenizerFast`,
 `XLMRobertaTokenizerFast`) for the same files. Modules: `base` (what the kinds share), `wordpiece`,
-`bpe`, `unigram`. Training: `train_wordpiece` and `train_byte_level_bpe` (the commands
-`bert-jax-train-wordpiece`, `--kind=bpe` for the latter).
+`bpe`, `unigram`. Training: `train_wordpiece`, `train_byte_level_bpe` and `train_unigram` (the
+command `bert-jax-train-wordpiece`, `--kind=bpe` and `--kind=unigram` for the latter two).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from bert_jax.tokenization.unigram import (
     SENTENCEPIECE_MODEL,
     SentencePieceTokenizer,
     load_sentencepiece_model,
+    train_unigram,
 )
 from bert_jax.tokenization.unigram import from_tokenizer_json as unigram_from_tokenizer_json
 from bert_jax.tokenization.wordpiece import (
@@ -77,6 +78,7 @@ __all__ = [
     "load_tokenizer",
     "read_vocab_txt",
     "train_byte_level_bpe",
+    "train_unigram",
     "train_wordpiece",
 ]
 

@@ -13,6 +13,9 @@ all 0 (`base`).
 
 XLM-R's `sentencepiece.bpe.model` (despite its name a Unigram model) is read only where the
 `sentencepiece` package is installed (its protobuf schema); otherwise give the tokenizer.json.
+
+`train_unigram(texts, vocab_size)` learns a Unigram vocabulary (`tokenizers`' trainer, not
+SentencePiece's) laid out as XLM-R's, through the same pipeline.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Iterable
 
 import numpy as np
 from etils import epath
@@ -32,6 +36,7 @@ from tokenizers import (
     pre_tokenizers,
     processors,
 )
+from tokenizers import trainers as tokenizer_trainers
 
 from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer
 
@@ -96,12 +101,7 @@ def xlm_roberta_tokenizer(
     tokenizer = Tokenizer(models.Unigram(vocab, unk_id=3, byte_fallback=False))
     if precompiled_charsmap:
         tokenizer.normalizer = normalizers.Precompiled(precompiled_charsmap)
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always"),
-        ]
-    )
+    tokenizer.pre_tokenizer = _words()
     tokenizer.decoder = decoders.Metaspace(replacement=WORD_START, prepend_scheme="always")
     tokenizer.add_special_tokens(
         [AddedToken(t, special=True, normalized=False) for t in (BOS, PAD, EOS, UNK)]
@@ -113,6 +113,16 @@ def xlm_roberta_tokenizer(
         special_tokens=[(BOS, 0), (EOS, 2)],
     )
     return tokenizer
+
+
+def _words() -> pre_tokenizers.PreTokenizer:
+    """XLM-R's word split: on whitespace, "▁" before each word."""
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always"),
+        ]
+    )
 
 
 def fairseq_vocab(pieces: list[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -165,3 +175,49 @@ def load_sentencepiece_model(file: epath.Path) -> SentencePieceTokenizer:
         fairseq_vocab(pieces), proto.normalizer_spec.precompiled_charsmap
     )
     return SentencePieceTokenizer(tokenizer, source=path)
+
+
+def train_unigram(
+    texts: Iterable[str], vocab_size: int = 8192, *, show_progress: bool = False
+) -> SentencePieceTokenizer:
+    """Learns a Unigram vocabulary (XLM-R's kind) with `tokenizers`' Unigram trainer.
+
+    The trainer sees the words as XLM-R's pipeline splits them (whitespace, "▁" before each) and
+    orders its pieces as SentencePiece does (`<unk>`, `<s>`, `</s>`, then the pieces by
+    probability); `fairseq_vocab` then lays them out as XLM-R's: `<s>`=0, `<pad>`=1, `</s>`=2,
+    `<unk>`=3, the learned pieces, `<mask>` last (id `vocab_size - 1`). Cased, no normalization
+    (no precompiled character map: `tokenizers` cannot make one). Not exactly reproducible
+    across processes: on the plays two trainings learned the same pieces, but their scores
+    differed in the last digits (up to 1e-3 for the rarest characters) and pieces of equal score
+    came in another order, so ids can differ; keep the trained files (a build does).
+
+    Args:
+      texts: the training text, any number of strings (lines or documents).
+      vocab_size: the size of the vocabulary, special tokens included.
+      show_progress: the trainer's progress bar.
+
+    Returns:
+      The trained tokenizer (fewer pieces than `vocab_size` if the text has too few).
+    """
+    if vocab_size <= 5:
+        raise ValueError(f"vocab_size={vocab_size}: XLM-R's layout alone has 5 special tokens")
+    spm = Tokenizer(models.Unigram())
+    spm.pre_tokenizer = _words()
+    trainer = tokenizer_trainers.UnigramTrainer(
+        vocab_size=vocab_size - 2,  # fairseq's <pad> and <mask> come after
+        special_tokens=[UNK, BOS, EOS],  # SentencePiece's ids 0, 1, 2
+        unk_token=UNK,
+        show_progress=show_progress,
+    )
+    try:
+        spm.train_from_iterator(texts, trainer)
+    except Exception as e:  # the trainer raises a bare Exception
+        if "not large enough" not in str(e):
+            raise
+        raise ValueError(
+            f"vocab_size={vocab_size} cannot hold every character of the text; use a larger one"
+        ) from e
+    pieces = [tuple(p) for p in json.loads(spm.to_str())["model"]["vocab"]]
+    tokenizer = xlm_roberta_tokenizer(fairseq_vocab(pieces))
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    return SentencePieceTokenizer(tokenizer, source=f"<trained Unigram, {size} pieces>")

@@ -102,6 +102,12 @@ def test_train_wordpiece(tmp_path, capsys):
     assert (tok.vocab_size, tok.cls_id, tok.pad_id, tok.mask_id) == (400, 0, 1, 399)
     assert train_wordpiece.main([*bpe, "--vocab_size=400"]) == 1
     assert "already holds tokenizer.json, vocab.json, merges.txt" in capsys.readouterr().err
+    # XLM-R's kind: a tokenizer.json in fairseq's ids.
+    unigram = [f"--input_file={EXCERPT}", f"--output_dir={tmp_path / 'unigram'}", "--kind=unigram"]
+    assert train_wordpiece.main([*unigram, "--vocab_size=300"]) == 0
+    tok = tokenization.load_tokenizer(tmp_path / "unigram")
+    assert tok.kind == "unigram" and (tok.vocab_size, tok.cls_id, tok.pad_id) == (300, 0, 1)
+    assert tok.mask_id == 299
 
 
 def test_train_wordpiece_on_a_seeded_document_sample(tmp_path, caplog):

@@ -1,7 +1,8 @@
 """The MLM-only families through the pretraining job (`configs/pretrain.py:arch=...`), as a user
 runs it: the default Shakespeare corpus and the recipe's masking, rows and optimizer; the run
 leaves the unigram plateau and its export is transformers' masked LM (with, for RoBERTa, its
-byte-level BPE tokenizer). The recipes' configs are checked in `<arch>_run_test.py`."""
+byte-level BPE tokenizer, for XLM-R its Unigram one). The recipes' configs are checked in
+`<arch>_run_test.py` (XLM-R's in `roberta_run_test.py`)."""
 
 import json
 import os
@@ -17,22 +18,29 @@ from tests.model_card_test import card_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # arch -> (steps, timeout in seconds, the exported head, the family's display name). On 2 cores
-# ModernBERT's run takes about 67 s; RoBERTa's first builds the corpus's byte-level BPE (a minute).
+# ModernBERT's run takes about 67 s; RoBERTa's first builds the corpus's byte-level BPE (a minute),
+# XLM-R's its Unigram vocabulary (about 15 s) before its shards.
 RUNS = {
     "modernbert": (60, 900, "ModernBertForMaskedLM", "ModernBERT"),
     "roberta": (200, 1800, "RobertaForMaskedLM", "RoBERTa"),
+    "xlm-roberta": (200, 1800, "XLMRobertaForMaskedLM", "XLM-RoBERTa"),
+}
+# The tokenizer each family's default corpus is built with (none: random ids are compared).
+TOKENIZERS = {
+    "roberta": tokenization.ByteLevelBPETokenizer,
+    "xlm-roberta": tokenization.SentencePieceTokenizer,
 }
 
 
 def _inputs(arch: str, hf_dir, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """input_ids and attention_mask [B, L] to compare the export with transformers on: RoBERTa's
-    two padded sentences, tokenized by transformers as by bert_jax (checked), ModernBERT's random
-    ids."""
-    if arch != "roberta":
+    and XLM-R's two padded sentences, tokenized by transformers as by bert_jax (checked),
+    ModernBERT's random ids."""
+    if arch not in TOKENIZERS:
         ids = np.random.RandomState(0).randint(5, vocab_size, (2, 40))
         return ids, np.ones_like(ids)
     ours = tokenization.load_tokenizer(hf_dir)
-    assert isinstance(ours, tokenization.ByteLevelBPETokenizer) and ours.vocab_size == 8192
+    assert isinstance(ours, TOKENIZERS[arch]) and ours.vocab_size == 8192
     import transformers
 
     theirs = transformers.AutoTokenizer.from_pretrained(hf_dir)

