@@ -111,6 +111,7 @@ def test_tokenizer_saved_to_a_bucket(fake_bucket, tmp_path, bert_tokenizer):
     bert_tokenizer.save(f"{BUCKET}/run/hf")
     assert sorted(p.name for p in (root / "run" / "hf").iterdir()) == [
         "tokenizer.json",
+        "tokenizer_config.json",
         "vocab.txt",
     ]
     # And read back from the bucket: a directory, its tokenizer.json, its vocab.txt.

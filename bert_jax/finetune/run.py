@@ -137,7 +137,8 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
             f"task {ft.name!r} takes its labels from its data: --mode=compile compiles tasks "
             "whose head is known beforehand (GLUE, SQuAD, CoNLL-2003, SWAG, Shakespeare)"
         )
-    cfg = architecture(config).replace(**head_fields(task.objective, task.num_labels))
+    cfg = architecture(config, preset="configs/finetune.py:task=...,model=base")
+    cfg = cfg.replace(**head_fields(task.objective, task.num_labels))
     rows, length = config.global_batch_size, ft.max_seq_length
     batch = objectives.example_batch(task.objective, rows, length, task.num_labels)
     sequences = rows * (task.num_labels if task.objective == "multiple_choice" else 1)

@@ -48,7 +48,7 @@ class Start:
     source: str
 
 
-def architecture(config, vocab_size: int | None = None):
+def architecture(config, vocab_size: int | None = None, *, preset: str = ""):
     """The run's architecture: `config.init_from`'s (its config alone, `pretrained.read_config`:
     a path, a URL or a Hub id) when the run starts from one, else the `model` block's
     (`families.config_from_fields`, its family named by `model.model_type`).
@@ -56,6 +56,8 @@ def architecture(config, vocab_size: int | None = None):
     Args:
       config: the experiment config.
       vocab_size: the tokenizer's size, taken where `model.vocab_size` is 0 (None: none known).
+      preset: the config variant that sets an architecture, named in the error
+        ("configs/finetune.py:task=...,model=base"); "": the job has none.
 
     Raises:
       ValueError: no init_from, `model.vocab_size` 0 and no `vocab_size` given.
@@ -65,9 +67,10 @@ def architecture(config, vocab_size: int | None = None):
     fields = config.model.to_dict()
     fields["vocab_size"] = fields.get("vocab_size") or vocab_size
     if not fields["vocab_size"]:
+        take = f"take a preset ({preset}) or " if preset else ""
         raise ValueError(
-            "the model's vocab_size is unknown without init_from or a tokenizer: take a preset "
-            "of the config or set --config.model.vocab_size"
+            f"the model's vocab_size is unknown without init_from or a tokenizer: {take}set "
+            "--config.model.vocab_size"
         )
     return families.config_from_fields(fields)
 

@@ -38,6 +38,7 @@ def test_build_writes_shards_and_metadata(tmp_path, tiny_tokenizer):
         "pretrain-00001-of-00003.array_record",
         "pretrain-00002-of-00003.array_record",
         "tokenizer.json",
+        "tokenizer_config.json",
         "vocab.txt",
     ]
     counts = [records.count_records(out / s["path"]) for s in metadata["shards"]]
