@@ -65,6 +65,76 @@ def classifier(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
 
 
 # --------------------------------------------------------------------------------------------
+# Every head against transformers
+# --------------------------------------------------------------------------------------------
+# Full rows and right-padded ones (4 rows of 9 tokens: 2 x 2 as multiple-choice's choices).
+MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
+
+
+def _transformers_model(config, head: str, seed: int = 0):
+    """transformers' class `head` (the same name) on `config`'s config.json, eager attention,
+    every weight perturbed (norm scales and zero biases too, so none can hide)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields = {k: v for k, v in config.to_hf_dict(head).items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(config.model_type, **fields)
+    hf_config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, head)(hf_config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+@pytest.mark.torch
+def test_every_head_equals_transformers(fam):
+    """Each class of the family's row (`Family.roles`) on the fixture's odd config, converted
+    from transformers' class of the same name: logits, hidden states and attention maps within
+    1e-5 at real tokens, with no weight missing or unused."""
+    from bert_jax.checkpoints import hf, verify
+    from bert_jax.inference import loading
+
+    for role, cls in fam.family.roles.items():
+        head = cls.__name__
+        config = fam.config.replace(num_labels=2 if role == families.Role.QUESTION_ANSWERING else 3)
+        reference = _transformers_model(config, head)
+        rng = np.random.default_rng(0)
+        ids = np.where(
+            MASK == 1, rng.integers(5, config.vocab_size, MASK.shape), config.pad_token_id
+        )
+        types = (np.arange(9) >= 4).astype(np.int64) * MASK % getattr(config, "type_vocab_size", 1)
+        model = cls(config)
+        inputs = {
+            "input_ids": ids,
+            "attention_mask": MASK,
+            **loading.token_type_inputs(model, types),
+        }
+        choices = role == families.Role.MULTIPLE_CHOICE
+        if choices:  # [2, 2, L]: the rows paired as choices
+            inputs = {k: v.reshape(2, 2, 9) for k, v in inputs.items()}
+        state = {k: v.detach().numpy() for k, v in reference.state_dict().items()}
+        params, report = hf.hf_state_to_params(config, state, head)
+        assert not report.unused and not report.newly_initialized, (head, report.summary())
+        ours = jax.jit(
+            lambda p, x, model=model: model.apply(
+                {"params": p}, **x, output_hidden_states=True, output_attentions=True
+            )
+        )(params, inputs)
+        ours, theirs = verify.named_outputs(ours), verify.torch_outputs(reference, inputs)
+        assert set(ours) == set(theirs), (head, sorted(ours), sorted(theirs))
+        assert len(theirs) >= 1 + 3 + 2, (head, sorted(theirs))  # output, states, maps
+        real = MASK.astype(bool)
+        for name, value in theirs.items():
+            a = ours[name]
+            if a.ndim >= 2 and a.shape[:2] == MASK.shape:  # per token: its real ones
+                a, value = a[real], value[real]
+            elif a.ndim == 4 and a.shape[0] == MASK.shape[0]:  # attention maps: real queries
+                a, value = a.transpose(0, 2, 1, 3)[real], value.transpose(0, 2, 1, 3)[real]
+            np.testing.assert_allclose(a, value, atol=1e-5, err_msg=f"{head} {name}")
+
+
+# --------------------------------------------------------------------------------------------
 # train.py's jobs
 # --------------------------------------------------------------------------------------------
 def train_py(config_arg: str, workdir, **overrides) -> None:
@@ -75,6 +145,7 @@ def train_py(config_arg: str, workdir, **overrides) -> None:
     import train
 
     flags = train.FLAGS
+    was_parsed = flags.is_parsed()  # absl logs to stderr past a progress bar while unparsed
     config = f"--config={ROOT / 'configs' / config_arg}"
     flags(["train.py", config, f"--workdir={workdir}", "--compilation_cache_dir=off"])
     try:
@@ -86,7 +157,9 @@ def train_py(config_arg: str, workdir, **overrides) -> None:
             node[last] = value
         assert train.main([]) is None
     finally:
-        flags.unparse_flags()
+        flags.unparse_flags()  # the overrides' values go; the process's parsed state stays
+        if was_parsed:
+            flags.mark_as_parsed()
 
 
 def train_rows(workdir) -> dict[int, dict]:
@@ -196,7 +269,12 @@ def test_every_kind_of_task_is_fine_tuned_here():
     assert kinds <= set(FINETUNING), f"add a task of each kind to FINETUNING: {kinds}"
 
 
-@pytest.mark.parametrize("objective", list(FINETUNING))
+# Sequence classification for every family in the default suite; the other kinds with -m e2e
+# (each kind trains for BERT, ModernBERT and RoBERTa in tests/finetune/ by default).
+@pytest.mark.parametrize(
+    "objective",
+    [k if k == "classification" else pytest.param(k, marks=pytest.mark.e2e) for k in FINETUNING],
+)
 def test_finetuning(fam, tmp_path, objective):
     """Two steps of 8 rows from the fixture (its tokenizer found beside it), the evaluation and
     the prediction files, exported as the family's head of the task's kind."""
@@ -223,18 +301,35 @@ def test_finetuning(fam, tmp_path, objective):
     check_export(fam, tmp_path / "run" / "hf", objective)
 
 
+def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
+    """`python train.py --config=configs/<config_arg> --workdir=<workdir> --config.K=V ...` as a
+    user starts it: a process of its own, no HF_* variable, a fresh HOME (`commands_test`)."""
+    from tests.commands_test import clean_env
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "train.py"), f"--config={ROOT / 'configs' / config_arg}",
+           f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in overrides.items())]  # fmt: skip
+    proc = subprocess.run(
+        cmd, env=clean_env(home), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
-    """Two contrastive steps from the fixture, dev retrieval scored; the export's
-    `SentenceTransformer(DIR).encode` equals `python -m bert_jax.inference embed --model DIR`."""
+    """Two contrastive steps from the fixture, dev retrieval scored, the command run as a user
+    starts it; the export's `SentenceTransformer(DIR).encode` equals `python -m
+    bert_jax.inference embed --model DIR`."""
     st = pytest.importorskip("sentence_transformers")
     rng = np.random.default_rng(0)
     write_jsonl(tmp_path / "train.jsonl", translated_pairs(rng, 8 * STEPS))
     dev = translated_pairs(rng, 8)
     write_table(tmp_path / "dev.csv", ["anchor", "positive"], [[r["anchor"], r["positive"]] for r in dev])  # fmt: skip
     workdir = tmp_path / "run"
-    train_py(
+    train_py_command(
         "embed.py:size=tiny",
         workdir,
+        tmp_path,
         init_from=str(fam.path),
         global_batch_size=8,
         log_every_steps=1,

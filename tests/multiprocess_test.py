@@ -435,6 +435,7 @@ def fails_together(job: TwoProcesses, failed: int) -> float:
     return gap
 
 
+@pytest.mark.e2e  # 60-75 s of two processes; the one-process races: multihost_test
 def test_default_run_survives_failures_and_resumes(tmp_path):
     """The README's 2-process run with every default (the default corpus built once, export on),
     with an exception in process 1 at the data build, at step 3 and at the export: each ends both
@@ -463,6 +464,7 @@ def test_default_run_survives_failures_and_resumes(tmp_path):
     assert not (workdir / "data" / ".shared-by-all-processes").exists()
 
 
+@pytest.mark.e2e  # 60-75 s of two processes; the one-process races: multihost_test
 def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny_pretraining_build):
     """SIGKILL of process 1 mid-run ends process 0 (the coordination service misses its
     heartbeats); SIGTERM of both while process 1 waits at a barrier ends both at once (status

@@ -182,6 +182,26 @@ def test_summary_without_timing_leaves_the_throughput_out(tmp_path):
     w.close()
 
 
+def test_log_lines_print_above_the_bar_where_no_absl_app_parsed_the_flags(
+    tmp_path, capsys, monkeypatch
+):
+    """Outside an absl app (the inference command, a notebook) absl's handler wrote each line
+    straight to stderr, after the bar's text on its line, once its one pre-parsing warning had
+    gone: the console marks the flags parsed (their defaults)."""
+    from absl import flags
+    from absl import logging as absl_logging
+
+    monkeypatch.setattr(absl_logging, "_warn_preinit_stderr", False)  # said once per process
+    was_parsed = flags.FLAGS.is_parsed()
+    flags.FLAGS.unparse_flags()
+    try:
+        test_log_lines_print_above_the_progress_bar(tmp_path, capsys)
+    finally:
+        flags.FLAGS.unparse_flags()
+        if was_parsed:
+            flags.FLAGS.mark_as_parsed()
+
+
 def test_log_lines_print_above_the_progress_bar(tmp_path, capsys):
     summaries.configure_console()
     w = summaries.MetricWriter(str(tmp_path), total_steps=4, progress=True)

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 import jax
-from absl import logging
+from absl import flags, logging
 from etils import epath
 
 from bert_jax.paths import as_path, is_url, write_text_whole
@@ -453,6 +453,11 @@ def configure_console() -> None:
     import warnings
 
     logging.use_absl_handler()  # app.run does this too; a script without it gets it here
+    if not flags.FLAGS.is_parsed():
+        # Outside an absl app (python -m bert_jax.inference, a notebook, a test) nothing parsed
+        # absl's flags, and its handler then writes every line straight to stderr, across the
+        # progress bar: take their defaults (log to the handler's stream).
+        flags.FLAGS.mark_as_parsed()
     handler = logging.get_absl_handler()
     if not any(isinstance(f, _QuietLibraries) for f in handler.filters):
         handler.addFilter(_QuietLibraries())
