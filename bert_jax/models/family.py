@@ -75,6 +75,25 @@ class Family:
     encoder_flops: Callable[[Any, Any], float]
     conversion: FamilyConversion
 
+    @classmethod
+    def of(cls, config_class: type, model, flops, conversion: FamilyConversion, roles=None):
+        """The row of a family folder's modules: `config_class` (its `model_type` names the
+        row), `model` (the module holding `ROLES`, `ENCODER_NAME`, `LAYERS_PATH`, `LAYER_NAME`,
+        `SCANNED_LAYER` and `STARTING_PATHS`), `flops` (`encoder_forward_flops`) and its
+        `conversion`; `roles` in place of `model.ROLES` (XLM-RoBERTa's names of RoBERTa's)."""
+        return cls(
+            config_class.model_type,
+            config_class,
+            model.ROLES if roles is None else roles,
+            model.ENCODER_NAME,
+            layers_path=model.LAYERS_PATH,
+            layer_name=model.LAYER_NAME,
+            scanned_layer=model.SCANNED_LAYER,
+            starting_paths=model.STARTING_PATHS,
+            encoder_flops=flops.encoder_forward_flops,
+            conversion=conversion,
+        )
+
     def __post_init__(self):
         if next(iter(self.roles), None) is not Role.ENCODER:
             raise ValueError(f"{self.model_type}: its roles must start with Role.ENCODER")

@@ -8,17 +8,4 @@ from bert_jax.models.bert import conversion, flops, model
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.family import Family
 
-ROWS = (
-    Family(
-        "bert",
-        BertConfig,
-        model.ROLES,
-        model.ENCODER_NAME,
-        layers_path=model.LAYERS_PATH,
-        layer_name=model.LAYER_NAME,
-        scanned_layer=model.SCANNED_LAYER,
-        starting_paths=model.STARTING_PATHS,
-        encoder_flops=flops.encoder_forward_flops,
-        conversion=conversion.CONVERSION,
-    ),
-)
+ROWS = (Family.of(BertConfig, model, flops, conversion.CONVERSION),)

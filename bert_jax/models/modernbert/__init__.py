@@ -12,19 +12,10 @@ from bert_jax.models.family import Family
 from bert_jax.models.modernbert import conversion, flops, model
 from bert_jax.models.modernbert.config import ModernBertConfig
 
+# No TF checkpoints (`tf_config_file` empty); its table rows keep the TF names they have always
+# had (google-research/bert's), which nothing reads.
 ROWS = (
-    Family(
-        "modernbert",
-        ModernBertConfig,
-        model.ROLES,
-        model.ENCODER_NAME,
-        layers_path=model.LAYERS_PATH,
-        layer_name=model.LAYER_NAME,
-        scanned_layer=model.SCANNED_LAYER,
-        starting_paths=model.STARTING_PATHS,
-        encoder_flops=flops.encoder_forward_flops,
-        # No TF checkpoints (`tf_config_file` empty); its table rows keep the TF names they
-        # have always had (google-research/bert's), which nothing reads.
-        conversion=dataclasses.replace(conversion.CONVERSION, **TF_NAMES),
+    Family.of(
+        ModernBertConfig, model, flops, dataclasses.replace(conversion.CONVERSION, **TF_NAMES)
     ),
 )

@@ -11,21 +11,7 @@ from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 
 # One architecture, two model_types: XLM-RoBERTa's row is RoBERTa's but for its config class (a
 # subclass, named by config.json's "xlm-roberta") and class names.
-ROWS = tuple(
-    Family(
-        config_class.model_type,
-        config_class,
-        roles,
-        model.ENCODER_NAME,
-        layers_path=model.LAYERS_PATH,
-        layer_name=model.LAYER_NAME,
-        scanned_layer=model.SCANNED_LAYER,
-        starting_paths=model.STARTING_PATHS,
-        encoder_flops=flops.encoder_forward_flops,
-        conversion=conversion.CONVERSION,
-    )
-    for config_class, roles in (
-        (RobertaConfig, model.ROLES),
-        (XLMRobertaConfig, model.XLM_ROLES),
-    )
+ROWS = (
+    Family.of(RobertaConfig, model, flops, conversion.CONVERSION),
+    Family.of(XLMRobertaConfig, model, flops, conversion.CONVERSION, roles=model.XLM_ROLES),
 )
