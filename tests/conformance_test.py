@@ -71,22 +71,6 @@ def classifier(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
 MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 
 
-def _transformers_model(config, head: str, seed: int = 0):
-    """transformers' class `head` (the same name) on `config`'s config.json, eager attention,
-    every weight perturbed (norm scales and zero biases too, so none can hide)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    fields = {k: v for k, v in config.to_hf_dict(head).items() if k != "model_type"}
-    hf_config = transformers.AutoConfig.for_model(config.model_type, **fields)
-    hf_config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = getattr(transformers, head)(hf_config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model
-
-
 @pytest.mark.torch
 def test_every_head_equals_transformers(fam):
     """Each class of the family's row (`Family.roles`) on the fixture's odd config, converted
@@ -98,7 +82,7 @@ def test_every_head_equals_transformers(fam):
     for role, cls in fam.family.roles.items():
         head = cls.__name__
         config = fam.config.replace(num_labels=2 if role == families.Role.QUESTION_ANSWERING else 3)
-        reference = _transformers_model(config, head)
+        reference = family_fixtures.transformers_model(config, head)
         rng = np.random.default_rng(0)
         ids = np.where(
             MASK == 1, rng.integers(5, config.vocab_size, MASK.shape), config.pad_token_id

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import pytest
 from flax import linen as nn
 
 from bert_jax import convert, tokenization
@@ -193,3 +194,19 @@ def make_family_dir(model_type: str, out: pathlib.Path) -> FamilyDir:
     head = head_of(config, "mlm")
     params = save_model(config, tokenizer, head, out)
     return FamilyDir(model_type, config, tokenizer, head, params, out)
+
+
+def transformers_model(config, head: str, seed: int = 0):
+    """transformers' class `head` (the same name) on `config`'s config.json, eager attention,
+    every weight perturbed (norm scales and zero biases too, so none can hide)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields = {k: v for k, v in config.to_hf_dict(head).items() if k != "model_type"}
+    hf_config = transformers.AutoConfig.for_model(config.model_type, **fields)
+    hf_config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, head)(hf_config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model

@@ -9,7 +9,7 @@ import pytest
 from bert_jax import convert
 from bert_jax.checkpoints import detect, hf, native, table
 from bert_jax.models import families
-from bert_jax.models.modernbert.config import ModernBertConfig
+from tests import family_fixtures
 from tests.common import MODERN
 
 torch = pytest.importorskip("torch")
@@ -37,19 +37,7 @@ CASES = [
 ]
 
 
-def torch_model(cfg: ModernBertConfig, head: str, seed: int = 0):
-    """A random transformers model of `head` with eager attention, every weight perturbed (norm
-    scales and zero biases too)."""
-    hf_config = transformers.ModernBertConfig(
-        **{k: v for k, v in cfg.to_hf_dict(head).items() if k != "model_type"}
-    )
-    hf_config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = getattr(transformers, head)(hf_config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model
+torch_model = family_fixtures.transformers_model  # random, every weight perturbed
 
 
 def _state(model) -> dict[str, np.ndarray]:

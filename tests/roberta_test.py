@@ -20,6 +20,7 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import stack_layers
 from bert_jax.models.roberta import model as RB
 from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
+from tests import family_fixtures
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -51,21 +52,7 @@ CASES = [(t, f.base_model.removesuffix("Model") + task) for t in CONFIGS for f i
                       "ForTokenClassification", "ForQuestionAnswering")]  # fmt: skip
 
 
-def torch_model(cfg, head: str, seed: int = 0):
-    """A random transformers model of `head` with eager attention, every weight perturbed."""
-    cls = (
-        transformers.XLMRobertaConfig
-        if cfg.model_type == "xlm-roberta"
-        else transformers.RobertaConfig
-    )
-    hf_config = cls(**{k: v for k, v in cfg.to_hf_dict(head).items() if k != "model_type"})
-    hf_config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    model = getattr(transformers, head)(hf_config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return model
+torch_model = family_fixtures.transformers_model  # random, every weight perturbed
 
 
 def _inputs(cfg, head: str, seed: int = 0) -> dict[str, np.ndarray]:
