@@ -24,7 +24,7 @@ class Role(str, enum.Enum):
 
     The values are the names a config or a command line may give ("masked_lm"). A family has a
     class for some of them (`Family.roles`); a family with another kind of head adds its role
-    here (an ELECTRA's replaced-token-detection discriminator would be one).
+    here.
     """
 
     ENCODER = "encoder"  # the bare encoder: transformers' *Model
@@ -35,6 +35,10 @@ class Role(str, enum.Enum):
     TOKEN_CLASSIFICATION = "token_classification"  # *ForTokenClassification
     QUESTION_ANSWERING = "question_answering"  # *ForQuestionAnswering
     MULTIPLE_CHOICE = "multiple_choice"  # *ForMultipleChoice
+    # The discriminator of replaced-token detection (ELECTRA): one logit per token, "this token
+    # was replaced". ElectraForPreTraining; a family whose transformers classes have none
+    # (DeBERTa-v3) names its own class.
+    REPLACED_TOKEN_DETECTION = "replaced_token_detection"
 
     def __str__(self) -> str:
         return self.value
