@@ -92,6 +92,10 @@ def optimizer(
     # The original BERT optimizer has no bias correction; without it the first updates are ~3x
     # larger (docs/pretraining.md, "Earlier choices").
     c.bias_correction = bias_correction
+    # ELECTRA's layer-wise learning-rate decay for fine-tuning: layer i of n at
+    # rate x decay^(n + 1 - i), the embeddings at decay^(n + 2), the head at the full rate
+    # (0.8 ELECTRA-base, 0.9 large); 1.0: one rate for every parameter.
+    c.layerwise_lr_decay = 1.0
     return c
 
 

@@ -262,3 +262,36 @@ def test_weight_decay_mask_skips_modernbert_norms():
         "model/embeddings/tok_embeddings/embedding",
         "model/layers_1/attn/Wqkv/kernel",
     ]
+
+
+def test_layerwise_lr_decay_scales_each_layer_as_electra():
+    """ELECTRA's layer-wise decay: the update of layer i of n is AdamW's times
+    decay^(n + 1 - i), the embeddings' times decay^(n + 2), the heads' (pooler, classifier)
+    untouched; stacked layers (`scan_layers`) get the same factors slice by slice."""
+    params = nn.meta.unbox(init_params(M.BertForPreTraining(TINY), jax.random.PRNGKey(0)))
+    rng = np.random.default_rng(1)
+    grads = jax.tree_util.tree_map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), params)
+    plain = optimizer.make_optimizer("adamw", 1e-3, clip_norm=0.0)
+    decayed = optimizer.make_optimizer("adamw", 1e-3, clip_norm=0.0, layerwise_lr_decay=0.8)
+    want = traverse_util.flatten_dict(plain.update(grads, plain.init(params), params)[0], sep="/")
+    got = traverse_util.flatten_dict(
+        decayed.update(grads, decayed.init(params), params)[0], sep="/"
+    )
+    n = TINY.num_hidden_layers
+    factors = {
+        "bert/embeddings/word_embeddings/embedding": 0.8 ** (n + 2),
+        "bert/embeddings/LayerNorm/scale": 0.8 ** (n + 2),
+        "bert/encoder/layer_0/attention/self/query/kernel": 0.8 ** (n + 1),
+        f"bert/encoder/layer_{n - 1}/output/dense/kernel": 0.8**2,
+        "bert/pooler/dense/kernel": 1.0,
+        "cls/seq_relationship/kernel": 1.0,
+    }
+    for key, factor in factors.items():
+        np.testing.assert_allclose(got[key], factor * want[key], rtol=1e-6, err_msg=key)
+    stacked = stack_layers(params)
+    updates = decayed.update(stack_layers(grads), decayed.init(stacked), stacked)[0]
+    flat = traverse_util.flatten_dict(unstack_layers(updates), sep="/")
+    for key in got:
+        np.testing.assert_allclose(flat[key], got[key], rtol=1e-6, err_msg=key)
+    with pytest.raises(ValueError, match="layerwise_lr_decay=1.5"):
+        optimizer.make_optimizer("adamw", 1e-3, layerwise_lr_decay=1.5)

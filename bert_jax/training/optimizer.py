@@ -205,6 +205,52 @@ def scale_by_layerwise_trust_ratio(eps: float = 0.0) -> optax.GradientTransforma
     return optax.GradientTransformation(lambda params: optax.ScaleByTrustRatioState(), update_fn)
 
 
+# Parameters below the first layer (ELECTRA's depth 0): word, position and type tables, the
+# embeddings' projection and DeBERTa's relative-position table.
+_EMBEDDINGS = frozenset({"embeddings", "embeddings_project", "rel_embeddings"})
+
+
+def scale_by_layer_depth(decay: float) -> optax.GradientTransformation:
+    """ELECTRA's layer-wise learning-rate decay (Clark et al. 2020; google-research/electra's
+    `_get_layer_lrs`): each update times decay^(n + 2 - depth), depth 0 for the embeddings,
+    i + 1 for layer i of n and n + 2 (the full rate) for everything else, the task's head
+    among them. Applied after the learning rate, so the weight decay scales with it, as in
+    ELECTRA. Layers are found by name (`layer_3`, `layers_3`) or, stacked under `scan_layers`,
+    by their leading [n] axis (one factor per slice).
+    """
+    from bert_jax.models.conversion import LAYER_INDEX_RE
+
+    def keys(path):
+        return [str(getattr(k, "key", k)) for k in path]
+
+    def depth_of(path):
+        names = keys(path)
+        if _EMBEDDINGS & set(names):
+            return 0
+        found = LAYER_INDEX_RE.search("/" + "/".join(names) + "/")
+        return None if found is None else int(found.group(1)) + 1
+
+    def update_fn(updates, state, params=None):
+        del params
+        leaves = jax.tree_util.tree_leaves_with_path(updates)
+        stacked = [u.shape[0] for p, u in leaves if _is_stacked_layer(p)]
+        indexed = [depth_of(p) for p, _ in leaves if not _is_stacked_layer(p)]
+        n = max([*stacked, *(d for d in indexed if d)], default=0)
+
+        def scale(path, u):
+            if _is_stacked_layer(path):
+                factors = decay ** (n + 1 - jnp.arange(u.shape[0], dtype=jnp.float32))
+                return u * factors.reshape(-1, *([1] * (u.ndim - 1))).astype(u.dtype)
+            depth = depth_of(path)
+            return u if depth is None else u * jnp.asarray(decay ** (n + 2 - depth), u.dtype)
+
+        return jax.tree_util.tree_map_with_path(scale, updates), state
+
+    if not 0 < decay <= 1:
+        raise ValueError(f"layerwise_lr_decay={decay}: expected a factor in (0, 1]")
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
 def make_optimizer(
     name: str,
     learning_rate: float | optax.Schedule,
@@ -215,8 +261,10 @@ def make_optimizer(
     eps: float = 1e-6,
     clip_norm: float | None = 1.0,
     bias_correction: bool = False,
+    layerwise_lr_decay: float = 1.0,
 ) -> optax.GradientTransformation:
-    """The full update: global-norm clipping, then AdamW / LAMB / SGD with masked weight decay.
+    """The full update: global-norm clipping, then AdamW / LAMB / SGD with masked weight decay,
+    then (below 1) ELECTRA's layer-wise learning-rate decay (`scale_by_layer_depth`).
 
     Args:
       name: "adamw", "stable_adamw" (AdamW with StableAdamW's per-tensor update clipping;
@@ -226,6 +274,8 @@ def make_optimizer(
       b1, b2, eps: Adam/LAMB moments and epsilon (BERT: 0.9, 0.999, 1e-6).
       clip_norm: clip the gradient to this global norm first; None or 0 turns clipping off.
       bias_correction: AdamW / StableAdamW only; False as the original BERT optimizer.
+      layerwise_lr_decay: each layer's rate this much below the one above it (ELECTRA's 0.8 for
+        base, 0.9 for large); 1: one rate.
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; expected one of {OPTIMIZERS}")
@@ -251,6 +301,8 @@ def make_optimizer(
             optax.add_decayed_weights(weight_decay, mask=weight_decay_mask),
             optax.scale_by_learning_rate(learning_rate),
         ]
+    if layerwise_lr_decay != 1.0:
+        parts.append(scale_by_layer_depth(layerwise_lr_decay))
     return optax.chain(*parts)
 
 
@@ -279,5 +331,6 @@ def from_config(o, num_train_steps: int) -> tuple[optax.GradientTransformation, 
         eps=o.eps,
         clip_norm=o.clip_norm,
         bias_correction=o.bias_correction,
+        layerwise_lr_decay=o.get("layerwise_lr_decay", 1.0),
     )
     return tx, schedule
