@@ -116,6 +116,33 @@ def pretraining_losses(
     return out
 
 
+def replaced_token_losses(logits: Array, replaced: Array, weights: Array) -> dict[str, Array]:
+    """The discriminator's term of replaced-token detection, as sums: per-token binary
+    cross-entropy of "replaced" (ELECTRA's loss, averaged over the real tokens by the caller).
+
+    Args:
+      logits: [B, L] float "replaced" logits.
+      replaced: [B, L] bool, the tokens that differ from the original text.
+      weights: [B, L] float, 1 at real tokens, 0 at padding.
+
+    Returns:
+      dict with rtd_loss_sum, rtd_correct_sum (a logit's sign right), rtd_replaced_share_sum
+      (the replaced tokens) and rtd_score_hist (`score_histogram`: the AUC of "replaced").
+    """
+    logits, w = logits.astype(jnp.float32), weights.astype(jnp.float32)
+    labels = replaced.astype(jnp.float32)
+    bce = jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+    return {
+        "rtd_loss_sum": jnp.sum(bce * w),
+        "rtd_correct_sum": jnp.sum(((logits > 0) == replaced) * w),
+        "rtd_replaced_share_sum": jnp.sum(labels * w),
+        # softmax([0, x])[1] = sigmoid(x): the histogram of P(replaced)
+        "rtd_score_hist": score_histogram(
+            jnp.stack([jnp.zeros_like(logits), logits], -1), replaced, w
+        ),
+    }
+
+
 def in_batch_negatives_loss(
     anchors: Array,
     documents: Array,

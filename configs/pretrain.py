@@ -25,6 +25,12 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    batch (8,192), updates (1.5M) and SentencePiece Unigram vocabulary (250,002
                    ids); its paper gives no learning rate, so the rates are RoBERTa's;
                    `roberta_config`, docs/roberta.md
+  arch=electra     ELECTRA's replaced-token detection (sizes tiny, small, base, large): a
+                   generator fills the masks, the discriminator learns from every token;
+                   `rtd_config`, docs/electra.md
+  arch=deberta_v3  DeBERTa-v3 (sizes tiny, xsmall, small, base, large): replaced-token detection
+                   with gradient-disentangled embedding sharing (arch=deberta-v2, its
+                   model_type, is the same); `rtd_config`, docs/electra.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
                    remat and micro-batches that fit it with headroom (phase 1: the slice's global
                    batch, 1,536 on v5e-16, 4,096 on v5e-64, 2,048 on v5p-128, 1,024 on v4-32
@@ -53,6 +59,7 @@ import dataclasses
 
 import ml_collections
 
+from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import model_fields
 from bert_jax.models.modernbert.config import ModernBertConfig
@@ -111,7 +118,7 @@ GPU_RECIPES = {
 }
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
-ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta")
+ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "deberta_v3")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -127,6 +134,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not ModernBERT's"
             )
         return modernbert_config(size, phase, tpu)
+    if variant["arch"] in RTD_ARCHS:
+        if variant["gpu"]:
+            raise ValueError(
+                f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not {variant['arch']}'s"
+            )
+        return rtd_config(size, phase, tpu, arch=variant["arch"])
     if variant["arch"] in ROBERTA_ARCHS:
         if variant["gpu"]:
             raise ValueError(
@@ -446,6 +459,107 @@ def roberta_config(
     c.num_train_steps = recipe["steps"]
     c.mlm_bias_init = "unigram" if tiny else "zeros"
     c.position_embeddings_init = "sinusoid" if tiny else "normal"
+    if tiny:  # a few minutes on a CPU: evaluated every 100 steps on 20 held-out batches
+        c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
+    c.lock()
+    return c
+
+
+# Replaced-token detection's recipes by size: ELECTRA's (Clark et al. 2020, arXiv 2003.10555,
+# appendix tables 6-7: peak rate, global batch, steps, row length, mask rate and generator width,
+# the hidden size, FFN and heads scaled; 10k warmup, Adam eps 1e-6, weight decay 0.01) and
+# DeBERTa-v3's (He et al. 2021, arXiv 2111.09543: batch 8k, 500k steps, 10k warmup, betas
+# 0.9/0.98, a generator of the discriminator's width and half its depth, microsoft/DeBERTa's
+# experiments/language_model/rtd_*.json). tiny is this project's CPU job.
+ELECTRA_RECIPES = {
+    "tiny": dict(lr=2e-3, batch=32, steps=600, length=128, mask=0.15, width=0.25),
+    "small": dict(lr=5e-4, batch=128, steps=1_000_000, length=128, mask=0.15, width=0.25),
+    "base": dict(lr=2e-4, batch=256, steps=766_000, length=512, mask=0.15, width=1 / 3),
+    "large": dict(lr=2e-4, batch=2048, steps=400_000, length=512, mask=0.25, width=0.25),
+}
+DEBERTA_V3_RECIPES = {
+    "tiny": dict(lr=2e-3, batch=32, steps=600, length=128, mask=0.15, depth=0.5),
+    **{
+        size: dict(lr=3e-4 if size == "large" else 6e-4, batch=8192, steps=500_000,
+                   length=512, mask=0.15, depth=0.5)
+        for size in ("xsmall", "small", "base", "large")
+    },
+}  # fmt: skip
+# arch -> (model_type, the default corpus's vocabulary kind, the embeddings' sharing, recipes);
+# "deberta-v2" is DeBERTa-v3's model_type, the registry's name for it.
+RTD_ARCHS = {
+    "electra": ("electra", "wordpiece", "tied", ELECTRA_RECIPES),
+    "deberta_v3": ("deberta-v2", "deberta", "disentangled", DEBERTA_V3_RECIPES),
+    "deberta-v2": ("deberta-v2", "deberta", "disentangled", DEBERTA_V3_RECIPES),
+}
+
+
+def rtd_config(size: str, phase: int, tpu: str, arch: str = "electra") -> ml_collections.ConfigDict:
+    """`arch=electra` and `arch=deberta_v3` (or `deberta-v2`, its model_type): replaced-token
+    detection as ELECTRA pretrains (`job="rtd"`, `bert_jax.models.rtd`).
+
+    A generator (the family's masked LM) fills the masked positions with its samples and the
+    discriminator (ElectraForPreTraining; DebertaV2ForReplacedTokenDetection) learns from every
+    token which were replaced; loss = generator MLM + 50 x discriminator (`rtd.*`). Rows of
+    whole sentences across documents (`data.full_sentences`), dynamic masking, no NSP. ELECTRA:
+    sizes small, base, large with the paper's rates, batches, masks and generator widths, the
+    generator reading the discriminator's embeddings (`rtd.embedding_sharing="tied"`), AdamW
+    without bias correction as google-research/electra. DeBERTa-v3: sizes xsmall, small, base,
+    large, a generator of half the depth, gradient-disentangled embedding sharing, attention
+    on the exact xla kernel (its relative-position scores). size=tiny is the CPU job: 2 layers
+    x 128 on the Shakespeare corpus with its own 8,192-piece vocabulary, 128-token rows, 32 a
+    step, 600 steps (docs/electra.md: the runs and curves).
+    """
+    model_type, vocab_kind, sharing, recipes = RTD_ARCHS[arch]
+    if size not in recipes:
+        raise ValueError(f"arch={arch} has sizes {sorted(recipes)}, not {size!r}")
+    if phase != 1:
+        raise ValueError(f"arch={arch} has one phase")
+    if tpu:
+        raise ValueError(f"arch={arch} has no TPU slice recipes; compile with --topology")
+    tiny, recipe = size == "tiny", recipes[size]
+    length = recipe["length"]
+    c = get_config(f"size={'tiny' if tiny else 'base'},phase=1,mlm_only=1")
+    c.unlock()
+    c.job = "rtd"
+    config_class = families.FAMILIES[model_type].config_class
+    model_config = config_class.preset(size, **({"vocab_size": 8192} if tiny else {}))
+    if tiny:  # no dropout in a short CPU run, as the other tiny jobs
+        model_config = model_config.replace(
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+    elif model_type == "electra":  # the fused kernels have no attention dropout (see BERT's)
+        model_config = model_config.replace(attention_probs_dropout_prob=0.0)
+    c.model = ml_collections.ConfigDict(model_fields(model_config))
+    c.model.vocab_pad_multiple = 128
+    c.rtd = ml_collections.ConfigDict()
+    c.rtd.generator_width = recipe.get("width", 1.0)  # hidden, FFN and heads x this
+    c.rtd.generator_depth = recipe.get("depth", 1.0)  # layers x this
+    c.rtd.embedding_sharing = sharing  # "tied" | "disentangled" | "none" (models.rtd)
+    c.rtd.discriminator_weight = 50.0  # lambda: loss = MLM + lambda x discriminator
+    c.rtd.temperature = 1.0  # the generator's samples: softmax(logits / temperature)
+    if model_type == "deberta-v2":
+        c.runtime.attention = "xla"  # the relative-position score terms: the exact kernel
+    c.data.source = "default" if tiny else "records"
+    c.data.max_seq_length = length
+    c.data.masked_lm_prob = recipe["mask"]
+    c.data.max_predictions_per_seq = int(recipe["mask"] * length + 0.5) + 2
+    c.data.dynamic_masking = True
+    c.data.full_sentences = True
+    c.data.vocab_kind = vocab_kind
+    c.data.pack_sequences = False  # FULL-SENTENCES rows are full already
+
+    c.optimizer = common.optimizer(
+        recipe["lr"],
+        warmup_steps=-1 if tiny else 10_000,
+        b2=0.98 if model_type == "deberta-v2" else 0.999,
+        bias_correction=tiny or model_type == "deberta-v2",
+    )
+    c.optimizer.schedule = "linear"
+    c.global_batch_size = recipe["batch"]
+    c.num_train_steps = recipe["steps"]
+    c.mlm_bias_init = "unigram" if tiny else "zeros"
+    c.position_embeddings_init = "normal"
     if tiny:  # a few minutes on a CPU: evaluated every 100 steps on 20 held-out batches
         c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
     c.lock()

@@ -95,7 +95,7 @@ def ensure_default_corpus(config, workdir: str) -> str:
             max_seq_length=config.data.max_seq_length,
             max_predictions_per_seq=config.data.max_predictions_per_seq,
             masked_lm_prob=config.data.masked_lm_prob,
-            next_sentence_prediction=config.job != "mlm",
+            next_sentence_prediction=config.job == "pretraining",
             static_masking=not config.data.dynamic_masking,
             dupe_factor=5,
             full_sentences=config.data.get("full_sentences", False),

@@ -1,5 +1,5 @@
 """The pretraining job: MLM (+ NSP) on the config's corpus, as google-research/bert's
-run_pretraining.py.
+run_pretraining.py, or replaced-token detection (`job="rtd"`, ELECTRA's: `models.rtd`).
 
     train_and_evaluate(config, workdir)           # train.py --config=configs/pretrain.py:...
     train_and_evaluate(config, workdir, mode="compile", topology="v5e:4x4")
@@ -23,7 +23,7 @@ from absl import logging
 from bert_jax import tokenization
 from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.checkpoints import pretrained
-from bert_jax.models import families
+from bert_jax.models import families, rtd
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.parallel import aot, multihost, preemption, sharding
 from bert_jax.pretrain import inputs
@@ -34,7 +34,7 @@ from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
-JOBS = ("pretraining", "mlm")  # each trains the objective of its name
+JOBS = ("pretraining", "mlm", "rtd")  # each trains the objective of its name
 # What the console, the progress bar, the curves and the summary show of the metrics. Baselines:
 # held-out scores of a model that ignores its input (`_write_starting_point`).
 VIEW = MetricView(
@@ -48,6 +48,42 @@ VIEW = MetricView(
     curves_accuracy=("eval/nsp_auc",),
     curves_accuracy_title="accuracy (and held-out NSP AUC: 0.5 is chance)",
 )
+# Replaced-token detection: the generator's MLM accuracy and the discriminator's.
+RTD_VIEW = MetricView(
+    console=("eval/", "loss", "mlm_accuracy", "rtd_accuracy", "rtd_auc", "learning_rate"),
+    summary=(
+        "loss", "mlm_accuracy", "rtd_accuracy", "rtd_auc", "rtd_replaced_share", "mlm_loss",
+        "rtd_loss",
+    ),
+    progress=("train/loss", "train/mlm_accuracy", "eval/rtd_auc", "train/tokens_per_s"),
+    baselines={"eval/commonest_token_share": ("commonest token's share", "--")},
+    curves_accuracy=("eval/rtd_auc",),
+    curves_accuracy_title="accuracy (and held-out discriminator AUC: 0.5 is chance)",
+)  # fmt: skip
+
+
+def objective_of(config) -> str | objectives.Objective:
+    """The job's objective: its name, or replaced-token detection with the config's weight."""
+    if config.job == "rtd":
+        if "rtd" not in config:
+            raise ValueError(
+                "job='rtd' needs the config's rtd block (configs/pretrain.py:arch=electra)"
+            )
+        return objectives.rtd_objective(config.rtd.discriminator_weight)
+    return config.job
+
+
+def rtd_step_flops(exp: experiment.Experiment, lengths, predictions: float) -> float:
+    """Model FLOPs of a replaced-token-detection step: the generator's MLM step and the
+    discriminator's encoder and head (dense + output per token) over every token."""
+    disc, gen = exp.bert_config, exp.model.generator
+    e = disc.hidden_size
+    head = 3.0 * 2.0 * (e * e + e) * float(np.sum(lengths))
+    return (
+        flops.pretraining_step_flops(gen, lengths, predictions, nsp=False)
+        + flops.pretraining_step_flops(disc, lengths, 0.0, nsp=False)
+        + head
+    )
 
 
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
@@ -62,14 +98,16 @@ def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
     return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
 
 
-def model_step_flops(cfg, config) -> float:
+def model_step_flops(cfg, config, exp: experiment.Experiment | None = None) -> float:
     """Model FLOPs of one global pretraining step of the config if every slot held a real token
     and every prediction slot were used (full rows; the most the batch can need)."""
     batch = pretraining_batch(config)
     rows, length = batch["input_ids"].shape
     predictions = math.prod(batch["masked_lm_weights"].shape)
+    if exp is not None and config.job == "rtd":
+        return rtd_step_flops(exp, np.full(rows, length), predictions)
     return flops.pretraining_step_flops(
-        cfg, np.full(rows, length), predictions, nsp=config.job != "mlm"
+        cfg, np.full(rows, length), predictions, nsp=config.job == "pretraining"
     )
 
 
@@ -81,7 +119,7 @@ def compile_for_topology(
     return compile_report.report_compiled_step(
         exp,
         pretraining_batch(config),
-        model_flops=model_step_flops(exp.bert_config, config),
+        model_flops=model_step_flops(exp.bert_config, config, exp),
         topology=topology,
         num_slices=num_slices,
         hlo_out=hlo_out,
@@ -122,7 +160,12 @@ def step_flops_fn(exp: experiment.Experiment, job: str):
     def step_flops(host):
         lengths = packing.sequence_lengths(host)
         predictions = float(host["masked_lm_weights"].sum())
-        step = flops.pretraining_step_flops(exp.bert_config, lengths, predictions, nsp=job != "mlm")
+        if job == "rtd":
+            step = rtd_step_flops(exp, lengths, predictions)
+        else:
+            step = flops.pretraining_step_flops(
+                exp.bert_config, lengths, predictions, nsp=job == "pretraining"
+            )
         return step / sharding.host_batch_fraction(exp.mesh)
 
     return step_flops
@@ -145,9 +188,11 @@ def train_and_evaluate(
     topology = topology or config.topology
     devices = aot.topology_devices(topology, num_slices) if compiling else None
     # The objective names a role; the model family gives its class of it.
-    head = families.family_of(bert_config).head_for(objectives.get_objective(config.job).role)
+    objective = objective_of(config)
+    role = objectives.get_objective(config.job).role
+    head = families.family_of(bert_config).head_for(role)
     exp = experiment.Experiment.build(
-        config, bert_config, head, config.job, config.num_train_steps, devices
+        config, bert_config, head, objective, config.num_train_steps, devices
     )
     if compiling:
         return compile_for_topology(exp, config, topology, num_slices, hlo_out)
@@ -211,7 +256,16 @@ def check_vocabulary(config, tokenizer_path: str | None) -> None:
 
 def _train(config, workdir, exp, data, ckpt, start) -> None:
     """The Trainer's run from `start`, the export and the closing summary."""
-    writer = MetricWriter(workdir, config.num_train_steps, start.step, view=VIEW)
+    writer = MetricWriter(
+        workdir, config.num_train_steps, start.step, view=RTD_VIEW if config.job == "rtd" else VIEW
+    )
+    pair = isinstance(exp.model, rtd.ReplacedTokenDetection)
+    # The fill-mask demonstration and the export read each model's own parameters.
+    demo_model = exp.model.generator_model() if pair else exp.model
+
+    def demo_params(params):
+        return exp.model.split(params)[0] if pair else params
+
     evaluate = None
     if data.eval_batches:
         evaluate = HeldOutEvaluation(exp, data, config.num_eval_steps)
@@ -220,7 +274,7 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     if evaluate:
         demo = fill_mask_demo(evaluate.host_batches[0], data.tokenizer_path)
     if demo:
-        demo.predict(exp.model, start.state.params, f"step {start.step}")
+        demo.predict(demo_model, demo_params(start.state.params), f"step {start.step}")
     if evaluate and start.step == 0:
         _write_starting_point(writer, evaluate(start.state.params, 0), evaluate.host_batches)
     log_every, checkpoint_every = config.log_every_steps, config.checkpoint_every_steps
@@ -245,17 +299,36 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
         tokenizer = None
         if data.tokenizer_path and os.path.isfile(data.tokenizer_path):
             tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
-        places.update(
-            export(
-                state.params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config
-            )
-        )
+        if pair:
+            places.update(export_rtd(exp, state.params, workdir, tokenizer, config))
+        else:
+            places.update(
+                export(
+                    state.params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer,
+                    config=config,
+                )
+            )  # fmt: skip
     if jax.process_index() == 0:
         if demo:
-            demo.predict(exp.model, state.params, f"step {step}")
+            demo.predict(demo_model, demo_params(state.params), f"step {step}")
             print("\n" + demo.format())
         stopped_by = signal.Signals(preemption.stopped_by()).name if stopped else None
         print("\n" + writer.summary(step, places, timing=trainer.timer, stopped_by=stopped_by))
+
+
+def export_rtd(exp: experiment.Experiment, params, workdir: str, tokenizer, config) -> dict:
+    """Replaced-token detection's export: the discriminator as the run's model (`<workdir>/hf`,
+    the directory users fine-tune) and the generator, a masked LM for fill-mask, in
+    `<workdir>/generator` (its `hf/` and `export/`)."""
+    generator, discriminator = jax.jit(exp.model.split)(params)
+    places = export(
+        discriminator, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config
+    )
+    head = families.family_of(exp.bert_config).head_for(families.Role.MASKED_LM)
+    out = os.path.join(workdir, "generator")
+    gen = export(generator, out, exp.model.generator, head, tokenizer=tokenizer)
+    places["generator"] = gen["hf"].replace("(transformers)", "(transformers, fill-mask)")
+    return places
 
 
 # Scratch runs: how two parameters start (the first choice is BERT's). Set at step 0 in
@@ -281,7 +354,11 @@ def starting_values(config, bert_config, data) -> dict[tuple[str, ...], np.ndarr
     paths are the family's (`models.families.Family.starting_paths`)."""
     values = {}
     family = families.family_of(bert_config)
-    paths = family.starting_paths
+    paths = dict(family.starting_paths)
+    if config.job == "rtd":  # the generator's MLM bias; a tied position table in the discriminator
+        from bert_jax.models.rtd import starting_paths
+
+        paths = starting_paths(paths, config.rtd.embedding_sharing)
     if _starting_value(config, "mlm_bias_init") == "unigram":
         log_frequencies = data.target_log_frequencies(bert_config.vocab_size)
         values[paths["mlm_bias"]] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)

@@ -87,7 +87,12 @@ class Experiment:
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
         _warn_unaligned_vocabulary(bert_config, mesh)
         runtime, platform = _resolved_runtime(config, bert_config, mesh)
-        model = get_model_class(head)(bert_config, runtime)
+        if not isinstance(objective, objectives.Objective):
+            objective = objectives.get_objective(objective)
+        if objective.build_model is None:
+            model = get_model_class(head)(bert_config, runtime)
+        else:  # e.g. replaced-token detection's generator and discriminator
+            model = objective.build_model(config, bert_config, runtime, get_model_class(head))
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = optimizer.from_config(config.optimizer, num_train_steps)
         loss_scale = None
@@ -113,11 +118,7 @@ class Experiment:
             rules=rules,
             tx=tx,
             schedule=schedule,
-            objective=(
-                objective
-                if isinstance(objective, objectives.Objective)
-                else objectives.get_objective(objective)
-            ),
+            objective=objective,
             abstract_state=abstract_state,
             state_shardings=state_shardings,
             seed=config.seed,

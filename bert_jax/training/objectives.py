@@ -62,6 +62,9 @@ class Objective:
         in "_loss_sum" enter the loss, divided by the count of the same prefix.
       counts: batch -> dict of the denominators ({prefix}_count) over the whole batch.
       loss_weights: prefix -> weight in the loss (mean over each prefix, then summed).
+      build_model: (experiment config, model config, RuntimeConfig, head class) -> the module
+        it trains; None: the head class on the model config (one model). Replaced-token
+        detection's builds its generator and discriminator (`models.rtd`).
     """
 
     name: str
@@ -69,6 +72,7 @@ class Objective:
     sums: Callable[..., dict[str, jax.Array]]
     counts: Callable[[Batch], dict[str, jax.Array]]
     loss_weights: Mapping[str, float]
+    build_model: Callable[..., nn.Module] | None = None
 
     def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
         """The scalar loss: the weighted sum over prefixes of sums / counts."""
@@ -125,6 +129,70 @@ def pretraining_objective(nsp: bool = True) -> Objective:
     return Objective(name, role, sums, counts, weights)
 
 
+def rtd_objective(discriminator_weight: float = 50.0) -> Objective:
+    """Replaced-token detection (ELECTRA): the generator's MLM loss over the masked positions
+    plus `discriminator_weight` (ELECTRA's lambda, 50) times the discriminator's mean per-token
+    binary loss over every real token. Trains a `models.rtd.ReplacedTokenDetection` built from
+    the experiment config's `rtd` block (`build_model`); its class of Role.REPLACED_TOKEN_DETECTION
+    is the run's head (ElectraForPreTraining), the export's discriminator.
+
+    Batch: the MLM pretraining batch (`batch_layout.PRETRAINING_BATCH` or its packed layout):
+    masked_lm_positions, masked_lm_ids, masked_lm_weights [B, P]; next-sentence labels, if
+    any, are not read. Metrics: mlm_* (the generator), rtd_accuracy, rtd_auc (of "replaced"
+    over real tokens) and rtd_replaced_share (the share of real tokens replaced).
+    """
+
+    def counts(batch):
+        return {
+            "mlm_count": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)),
+            "rtd_count": jnp.sum(batch["attention_mask"].astype(jnp.float32)),
+        }
+
+    def sums(model, params, batch, rng, deterministic):
+        rng = jax.random.PRNGKey(0) if rng is None else rng  # evaluation: the same samples
+        dropout, sample = jax.random.split(rng)
+        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
+        if not model.token_types:
+            inputs.pop("token_type_ids", None)
+        out = model.apply(
+            {"params": params},
+            **inputs,
+            masked_positions=batch["masked_lm_positions"],
+            masked_lm_ids=batch["masked_lm_ids"],
+            masked_lm_weights=batch["masked_lm_weights"],
+            deterministic=deterministic,
+            rngs={"dropout": dropout, "sample": sample},
+        )
+        mlm = losses.weighted_cross_entropy(
+            out.generator_logits, batch["masked_lm_ids"], batch["masked_lm_weights"]
+        )
+        return {
+            "mlm_loss_sum": mlm["loss_sum"],
+            "mlm_correct_sum": mlm["correct_sum"],
+            **losses.replaced_token_losses(
+                out.discriminator_logits, out.replaced, batch["attention_mask"]
+            ),
+        }
+
+    def build_model(config, model_config, runtime, head_class):
+        from bert_jax.models import rtd
+
+        del head_class  # the discriminator's, which the pair builds itself
+        settings = config.rtd
+        return rtd.ReplacedTokenDetection(
+            model_config,
+            runtime,
+            generator=rtd.generator_config(
+                model_config, settings.generator_width, settings.generator_depth
+            ),
+            sharing=settings.embedding_sharing,
+            temperature=settings.temperature,
+        )
+
+    weights = {"mlm": 1.0, "rtd": float(discriminator_weight)}
+    return Objective("rtd", Role.REPLACED_TOKEN_DETECTION, sums, counts, weights, build_model)
+
+
 def _example_weights(batch, shape):
     if "example_weights" in batch:
         return batch["example_weights"].astype(jnp.float32)
@@ -179,6 +247,8 @@ def _count_of(prefix, weights_fn):
 OBJECTIVES: dict[str, Objective] = {
     "pretraining": pretraining_objective(nsp=True),
     "mlm": pretraining_objective(nsp=False),
+    # Replaced-token detection (generator + discriminator); targets: the MLM ones.
+    "rtd": rtd_objective(),
     # Targets: labels [B] int32 (or [B, S] packed), example_weights [B] (or [B, S]).
     "classification": Objective(
         "classification",
@@ -399,16 +469,21 @@ def summarize(sums: Mapping[str, Any]) -> dict[str, float]:
     """Host-side: turns accumulated sums and counts into means and accuracies.
 
     {prefix}_loss_sum / {prefix}_count -> {prefix}_loss; {prefix}_correct_sum -> {prefix}_accuracy;
+    {stem}_share_sum -> {stem}_share (a share of the prefix's count);
     {prefix}_score_hist ([2, bins] counts, `losses.score_histogram`) -> {prefix}_auc. Other keys
     (loss, grad_norm, learning_rate) pass through.
     """
     out = {}
     for key, value in sums.items():
-        if key.endswith(("_loss_sum", "_correct_sum", "_count", "_score_hist")):
+        if key.endswith(("_loss_sum", "_correct_sum", "_share_sum", "_count", "_score_hist")):
             continue
         out[key] = float(value)
     for key, value in sums.items():
-        for suffix, name in (("_loss_sum", "_loss"), ("_correct_sum", "_accuracy")):
+        for suffix, name in (
+            ("_loss_sum", "_loss"),
+            ("_correct_sum", "_accuracy"),
+            ("_share_sum", "_share"),
+        ):
             if key.endswith(suffix):
                 stem = key[: -len(suffix)]
                 prefix = stem.split("_")[0]
