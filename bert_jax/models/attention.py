@@ -18,6 +18,12 @@ positions are unspecified (they differ between kernels and nothing reads them). 
 (sliding-window) layer's `AttentionMask.window` is a band in the boolean mask for xla, cudnn and
 fused_xla, and splash's own `LocalMask` (whose all-masked blocks the kernel skips) on TPU.
 
+A score bias (`attend(..., bias=)`: a float32 term added to the scaled scores before the mask and
+the softmax, DeBERTa's relative-position scores) and a scale other than 1 / sqrt(D) are taken by
+xla and fused_xla. A config whose attention adds such a term says so (a true
+`attention_score_bias`); for it `auto` picks xla and cudnn and splash, which take no bias, are
+refused by `resolve_attention`, before anything compiles.
+
 Dimension legend: B batch, L length, H heads, D head size.
 """
 
@@ -43,6 +49,13 @@ SPLASH_BLOCKS = (512, 256, 128)  # block sizes tried, largest first; 128 lanes i
 # --------------------------------------------------------------------------------------------
 # Choosing
 # --------------------------------------------------------------------------------------------
+def takes_score_bias(cfg: EncoderConfig) -> bool:
+    """Whether the model's attention adds a score term of its own to the scaled scores (its
+    config's `attention_score_bias`: DeBERTa's relative positions), which only the xla and
+    fused_xla kernels take."""
+    return bool(getattr(cfg, "attention_score_bias", False))
+
+
 def cudnn_supports(cfg: EncoderConfig, dtype: str) -> bool:
     """Whether cuDNN's flash attention takes this model's heads in `dtype` (on a CUDA GPU)."""
     head = cfg.head_dim
@@ -87,9 +100,10 @@ def resolve_attention(
 def _choose(
     cfg: EncoderConfig, platform: str, dtype: str, dropping: bool, compute_capability: str | None
 ) -> str:
-    """What `auto` runs: xla when dropping attention probabilities (the only kernel that does),
-    cudnn on CUDA where it takes the heads and the card, splash on TPU, else xla."""
-    if dropping:
+    """What `auto` runs: xla when dropping attention probabilities (the only kernel that does) or
+    adding a score bias, cudnn on CUDA where it takes the heads and the card, splash on TPU, else
+    xla."""
+    if dropping or takes_score_bias(cfg):
         return "xla"
     if (
         platform == "cuda"
@@ -112,6 +126,12 @@ def _check_choice(
 ) -> None:
     """Raises a ValueError naming what to use instead when the kernel `choice` cannot run here."""
     prefix = f"RuntimeConfig.attention={choice!r}"
+    if choice in ("cudnn", "splash") and takes_score_bias(cfg):
+        raise ValueError(
+            f"{prefix} cannot add {cfg.display_name}'s relative-position scores to the attention "
+            "scores (the kernel takes no score bias); use attention='xla' (or 'auto', which picks "
+            "it, or 'fused_xla')"
+        )
     if choice != "xla" and dropping:
         raise ValueError(
             f"{prefix} cannot apply attention-probability dropout "
@@ -181,20 +201,26 @@ class AttentionMask:
       segment_ids: int [B, L] packed-sequence ids (0 = padding), or None for one sequence a row.
       window: a local layer's reach, static: a query at index i sees keys at indices within
         `window` of i on either side (and the rest of the mask); None = global.
+      mask_queries: static; True masks a padding query's whole row too (it attends no key, so
+        its probabilities are uniform), as transformers' DeBERTa does: only outputs at padding
+        change, to be transformers' there too.
     """
 
     tokens: Array
     segment_ids: Array | None = None
     window: int | None = flax.struct.field(pytree_node=False, default=None)
+    mask_queries: bool = flax.struct.field(pytree_node=False, default=False)
 
     def local(self, window: int | None) -> AttentionMask:
         """The same rows seen through a sliding window of `window` keys a side (None: global)."""
         return self.replace(window=window)
 
     def dense(self) -> Array:
-        """bool [B, 1, 1|L, L] ([B, 1, L, L] with a window), True = attend
-        (`attention_mask_to_bias_mask`, then the window's band)."""
+        """bool [B, 1, 1|L, L] ([B, 1, L, L] with a window or `mask_queries`), True = attend
+        (`attention_mask_to_bias_mask`, then the padding queries' rows, then the window's band)."""
         dense = attention_mask_to_bias_mask(self.tokens, self.segment_ids)
+        if self.mask_queries:
+            dense = dense & self.tokens.astype(bool)[:, None, :, None]
         if self.window is None:
             return dense
         index = jnp.arange(self.tokens.shape[1])
@@ -287,6 +313,8 @@ def xla_attention(
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
     return_probs: bool = False,
+    bias: Array | None = None,
+    scale: float | None = None,
 ) -> tuple[Array, Array | None]:
     """Reference scaled dot-product attention.
 
@@ -299,12 +327,19 @@ def xla_attention(
       mask: bool [B, 1, 1|L, L], True = attend.
       dropout_rate / dropout_rng: attention-probability dropout; none when the rng is None.
       return_probs: also return the float32 probabilities (before dropout).
+      bias: float32 [B|1, H|1, L, L] added to the scaled scores before the mask, or None.
+      scale: the scores' factor; None: 1 / sqrt(D).
 
     Returns:
       context [B, L, H, D] in v's dtype, and probabilities [B, H, L, L] float32 or None.
     """
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-    scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # [B, H, L, L]
+    if scale is None:
+        scores = scores / jnp.sqrt(jnp.float32(q.shape[-1]))  # [B, H, L, L]
+    else:
+        scores = scores * jnp.float32(scale)
+    if bias is not None:
+        scores = scores + bias.astype(jnp.float32)
     rng = dropout_rng if dropout_rate > 0.0 else None
     context = _softmax_attend(scores, mask, v, rng, float(dropout_rate))
     probs = None
@@ -323,7 +358,15 @@ def _pad_length(x: Array, length: int, value=0) -> Array:
     return jnp.pad(x, pad, constant_values=value)
 
 
-def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask, implementation: str):
+def fused_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    implementation: str,
+    bias: Array | None = None,
+    scale: float | None = None,
+):
     """`jax.nn.dot_product_attention` ("cudnn" or "fused_xla") with the whole boolean mask.
 
     cuDNN takes a mask as a bias of shape [B, 1, L, L] and, when training, an even length: odd
@@ -331,20 +374,26 @@ def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask, implement
 
     Args:
       q, k, v: [B, L, H, D]; mask: the rows' `AttentionMask`.
+      bias: float32 [B|1, H|1, L, L] added to the scaled scores (fused_xla only), or None.
+      scale: the scores' factor; None: 1 / sqrt(D).
 
     Returns:
       context [B, L, H, D] in q's dtype.
     """
     dense = mask.dense()  # [B, 1, 1|L, L]
     if implementation == "fused_xla":
-        return jax.nn.dot_product_attention(q, k, v, mask=dense, implementation="xla")
+        return jax.nn.dot_product_attention(
+            q, k, v, bias=bias, mask=dense, scale=scale, implementation="xla"
+        )
+    if bias is not None:
+        raise ValueError("cuDNN's attention here takes no score bias; use attention='xla'")
     batch, length = q.shape[:2]
     padded = length + length % 2
     dense = jnp.broadcast_to(dense, (batch, 1, length, length))
     if padded != length:
         q, k, v = (_pad_length(x, padded) for x in (q, k, v))
         dense = jnp.pad(dense, ((0, 0), (0, 0), (0, 1), (0, 1)))  # pad keys: never attended
-    out = jax.nn.dot_product_attention(q, k, v, mask=dense, implementation="cudnn")
+    out = jax.nn.dot_product_attention(q, k, v, mask=dense, scale=scale, implementation="cudnn")
     return out[:, :length]
 
 
@@ -393,7 +442,15 @@ def _dividing(axes, size: int, mesh):
     return axes if size % math.prod(mesh.shape[n] for n in names) == 0 else None
 
 
-def splash_attention(q: Array, k: Array, v: Array, mask: AttentionMask, *, interpret: bool):
+def splash_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    *,
+    interpret: bool,
+    scale: float | None = None,
+):
     """Pallas TPU splash attention with segment ids: padding and packed rows both become ids;
     a local layer's window becomes the kernel's static `LocalMask`.
 
@@ -405,13 +462,15 @@ def splash_attention(q: Array, k: Array, v: Array, mask: AttentionMask, *, inter
       q, k, v: [B, L, H, D] in the compute dtype.
       mask: the rows' `AttentionMask`.
       interpret: run the kernel in Pallas interpret mode (CPU tests).
+      scale: the scores' factor; None: 1 / sqrt(D).
 
     Returns:
       context [B, L, H, D] in q's dtype.
     """
     length = q.shape[1]
     padded = -(-length // 128) * 128
-    q = q * jnp.asarray(1.0 / math.sqrt(q.shape[-1]), q.dtype)  # splash does not scale
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    q = q * jnp.asarray(scale, q.dtype)  # splash does not scale
     q, k, v = (_pad_length(x, padded) for x in (q, k, v))
     ids = _pad_length(mask.ids(), padded)  # [B, Lp]
     local = functools.partial(_splash_shard, interpret=interpret, window=mask.window)
@@ -447,23 +506,33 @@ def attend(
     runtime: RuntimeConfig,
     dropout_rng: Array | None = None,
     output_attentions: bool = False,
+    bias: Array | None = None,
+    scale: float | None = None,
 ) -> tuple[Array, Array | None]:
     """Attention through the kernel `resolve_attention` picks here; what every family's layers call.
 
     Args:
-      q, k, v: [B, L, H, D] in the compute dtype (scaled by 1 / sqrt(D) here, not before).
+      q, k, v: [B, L, H, D] in the compute dtype (scaled by `scale` here, not before).
       mask: the rows' `AttentionMask` (a local layer's carries its window).
       config: the architecture (`BertConfig`, `ModernBertConfig`): its head size and
-        `attention_probs_dropout_prob`.
+        `attention_probs_dropout_prob`; `attention_score_bias` when it passes `bias`.
       runtime: the run-time config (dtype, `attention`).
       dropout_rng: attention-probability dropout's key when training with it, else None.
       output_attentions: also return the probabilities, which takes the xla path (it forms them).
+      bias: float32 [B|1, H|1, L, L] added to the scaled scores before the mask and the softmax
+        (DeBERTa's relative-position scores), or None; xla and fused_xla only.
+      scale: the scores' factor; None: 1 / sqrt(D).
 
     Returns:
       context [B, L, H, D] in v's dtype, and probabilities [B, H, L, L] float32 or None.
     """
     platform = hardware.current_platform()
     implementation = resolve_attention(runtime, config, platform, training=dropout_rng is not None)
+    if bias is not None and implementation not in ("xla", "fused_xla"):
+        raise ValueError(
+            f"a score bias takes attention='xla' or 'fused_xla', not {implementation!r}; "
+            "the config must say `attention_score_bias`"
+        )
     if implementation == "xla" or output_attentions:
         rate = config.attention_probs_dropout_prob if dropout_rng is not None else 0.0
         return xla_attention(
@@ -474,7 +543,9 @@ def attend(
             dropout_rate=rate,
             dropout_rng=dropout_rng,
             return_probs=output_attentions,
+            bias=bias,
+            scale=scale,
         )
     if implementation == "splash":
-        return splash_attention(q, k, v, mask, interpret=platform != "tpu"), None
-    return fused_attention(q, k, v, mask, implementation), None
+        return splash_attention(q, k, v, mask, interpret=platform != "tpu", scale=scale), None
+    return fused_attention(q, k, v, mask, implementation, bias=bias, scale=scale), None
