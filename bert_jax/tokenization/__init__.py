@@ -9,11 +9,15 @@
   bpe        vocab.json + merges.txt, or tokenizer.json  ByteLevelBPETokenizer   RoBERTa
   unigram    tokenizer.json (Unigram), or                SentencePieceTokenizer  XLM-RoBERTa
              sentencepiece.bpe.model (needs `sentencepiece`)
+  unigram    tokenizer.json (Unigram, [CLS] [SEP]), or   DebertaV2Tokenizer      DeBERTa-v2/v3
+             spm.model (needs `sentencepiece`)
 
 Token ids equal transformers' fast tokenizers' (`BertTokenizerFast`, `RobertaTokenizerFast`,
-`XLMRobertaTokenizerFast`) for the same files. Modules: `base` (what the kinds share), `wordpiece`,
-`bpe`, `unigram`. Training: `train_wordpiece`, `train_byte_level_bpe` and `train_unigram` (the
-command `bert-jax-train-wordpiece`, `--kind=bpe` and `--kind=unigram` for the latter two).
+`XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`) for the same files; a Unigram tokenizer.json is
+XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`). Modules: `base` (what the kinds
+share), `wordpiece`, `bpe`, `unigram`. Training: `train_wordpiece`, `train_byte_level_bpe` and
+`train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe` and `--kind=unigram` for the
+latter two; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays it out as DeBERTa-v3's).
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ from bert_jax.tokenization.bpe import (
     train_byte_level_bpe,
 )
 from bert_jax.tokenization.unigram import (
+    DEBERTA_SPM_MODEL,
     SENTENCEPIECE_MODEL,
+    DebertaV2Tokenizer,
     SentencePieceTokenizer,
     load_sentencepiece_model,
     train_unigram,
@@ -57,7 +63,13 @@ from bert_jax.tokenization.wordpiece import (
 )
 
 # The files a directory may hold a tokenizer in, in the order they are looked for.
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", SENTENCEPIECE_MODEL)
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    SENTENCEPIECE_MODEL,
+    DEBERTA_SPM_MODEL,
+)
 
 __all__ = [
     "CLS",
@@ -71,6 +83,7 @@ __all__ = [
     "TOKENIZER_FILES",
     "UNK",
     "ByteLevelBPETokenizer",
+    "DebertaV2Tokenizer",
     "MissingSpecialTokenError",
     "SentencePieceTokenizer",
     "SubwordTokenizer",
@@ -96,8 +109,9 @@ def load_tokenizer(
     Args:
       path: a `tokenizer.json` (WordPiece, byte-level BPE or Unigram), a BERT `vocab.txt` (one
         token a line, id = line number), RoBERTa's `vocab.json` (with `merges.txt` beside it),
-        XLM-R's `sentencepiece.bpe.model`, or a directory holding one (looked for in the order
-        of `TOKENIZER_FILES`); local or a URL (`gs://`, through `etils.epath`).
+        XLM-R's `sentencepiece.bpe.model`, DeBERTa's `spm.model`, or a directory holding one
+        (looked for in the order of `TOKENIZER_FILES`); local or a URL (`gs://`, through
+        `etils.epath`).
       lowercase: WordPiece only: lower-case the input (uncased models). None: keep what
         `tokenizer.json` says, or for a `vocab.txt` infer it (uncased iff no token has an
         upper-case letter; logged).
@@ -109,13 +123,14 @@ def load_tokenizer(
         docstring); a tokenizer.json saved from such a tokenizer keeps this pipeline.
 
     Returns:
-      The tokenizer: a `WordPieceTokenizer`, `ByteLevelBPETokenizer` or `SentencePieceTokenizer`.
+      The tokenizer: a `WordPieceTokenizer`, `ByteLevelBPETokenizer`, `SentencePieceTokenizer`
+      (XLM-R) or `DebertaV2Tokenizer`.
 
     Raises:
       FileNotFoundError: nothing usable at `path`.
       MissingSpecialTokenError: the vocabulary lacks a special token; the message names each.
       ValueError: the file is no tokenizer of these kinds, or WordPiece options for another kind.
-      ImportError: a `sentencepiece.bpe.model` without the `sentencepiece` package.
+      ImportError: a SentencePiece model file without the `sentencepiece` package.
     """
     file = _tokenizer_file(path)
     name = file.name
@@ -136,7 +151,7 @@ def load_tokenizer(
             return unigram_from_tokenizer_json(file)
         raise ValueError(
             f"{os.fspath(file)}: a {type(model).__name__} model; bert_jax reads WordPiece (BERT), "
-            "byte-level BPE (RoBERTa) and Unigram (XLM-R) tokenizers"
+            "byte-level BPE (RoBERTa) and Unigram (XLM-R, DeBERTa) tokenizers"
         )
     if name == "vocab.json":
         _refuse_wordpiece_options(file, wordpiece_options)

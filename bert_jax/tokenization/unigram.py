@@ -1,34 +1,46 @@
-"""XLM-RoBERTa's SentencePiece Unigram tokenizer on Hugging Face `tokenizers`.
+"""SentencePiece Unigram tokenizers on Hugging Face `tokenizers`: XLM-RoBERTa's and DeBERTa-v3's.
 
     tok = tokenization.load_tokenizer("xlm-roberta-base/")   # its tokenizer.json
     tok.tokenize("Hello world")     # -> ["▁Hello", "▁world"]   (▁: a word's leading space)
 
-The pipeline is transformers 5's `XLMRobertaTokenizerFast`'s, which keeps of a tokenizer.json
-only its vocabulary and SentencePiece's normalization (the precompiled NFKC-like character map),
-and around them splits on whitespace, puts "▁" before each word and takes the Unigram model's
-most likely segmentation.
-The ids are fairseq's: `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, SentencePiece's pieces from its id
-3 on shifted up by one, `<mask>` last. Rows: `<s> A </s>` and `<s> A </s></s> B </s>`, token types
-all 0 (`base`).
+Both families' tokenizers are a Unigram model over SentencePiece's pieces; they differ in where
+the special tokens sit, how the text is normalized and split, and how rows are laid out. A
+`Layout` holds those differences, and one pipeline (`unigram_tokenizer`) builds either, as
+transformers 5 builds them (keeping of a tokenizer.json only its vocabulary, and for XLM-R its
+precompiled character map):
 
-XLM-R's `sentencepiece.bpe.model` (despite its name a Unigram model) is read only where the
-`sentencepiece` package is installed (its protobuf schema); otherwise give the tokenizer.json.
+  XLM_R       ids: fairseq's <s>=0 <pad>=1 </s>=2 <unk>=3, SentencePiece's pieces from its id 3
+              on shifted up by one, <mask> last (transformers' `XLMRobertaTokenizerFast`);
+              text: SentencePiece's character map, a whitespace split, "▁" before each word;
+              rows: <s> A </s> and <s> A </s></s> B </s>, token types all 0.
+  DEBERTA_V3  ids: its spm.model's [PAD]=0 [CLS]=1 [SEP]=2 [UNK]=3, the pieces, [MASK] last
+              (transformers' `DebertaV2Tokenizer`); text: runs of whitespace and each \n \r \t
+              made one space, NFC, the trailing space stripped, "▁" before each word (no
+              character map); rows: [CLS] A [SEP] and [CLS] A [SEP] B [SEP], B's types 1.
 
-`train_unigram(texts, vocab_size)` learns a Unigram vocabulary (`tokenizers`' trainer, not
-SentencePiece's) laid out as XLM-R's, through the same pipeline.
+`SentencePieceTokenizer` is XLM-R's; `DebertaV2Tokenizer` DeBERTa-v2/v3's (its tokenizer_config.json
+`do_lower_case` and `split_by_punct`, both false in the released models, are honoured). A
+tokenizer.json's layout is told by its special tokens. SentencePiece model files
+(`sentencepiece.bpe.model`, DeBERTa's `spm.model`) are read only where the `sentencepiece`
+package is installed (its protobuf schema); otherwise give the tokenizer.json.
+
+`train_unigram(texts, vocab_size, layout=...)` learns a Unigram vocabulary (`tokenizers`' trainer,
+not SentencePiece's) laid out as either family's, through the same pipeline.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from etils import epath
 from tokenizers import (
     AddedToken,
+    Regex,
     Tokenizer,
     decoders,
     models,
@@ -42,21 +54,203 @@ from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer
 
 BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 WORD_START = "\u2581"  # "▁"
-SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
+SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"  # XLM-R's (despite its name a Unigram model)
+DEBERTA_SPM_MODEL = "spm.model"  # DeBERTa-v2/v3's
 _UNIGRAM = 1  # SentencePiece's TrainerSpec.model_type for Unigram
 
 
+Pieces = list[tuple[str, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How a family lays out a SentencePiece Unigram vocabulary, its text pipeline and its rows.
+
+    Attributes:
+      name: the family's name in messages ("XLM-R").
+      special_tokens: (pad, unk, cls, sep, mask), `SubwordTokenizer`'s order.
+      spm_specials: the special pieces a SentencePiece model holds first, in its id order (the
+        trainer's special tokens); `vocab_from_pieces` places the rest.
+      vocab_from_pieces: SentencePiece's pieces (piece, log probability) by id -> the layout's
+        vocabulary by id.
+      separators_between_pairs / pair_token_types: the rows (`SubwordTokenizer`).
+      mask_lstrip: the mask token takes the space before it (XLM-R's `<mask>`).
+      tokenizer_class: the transformers class that reads the saved files.
+      uses_charsmap: the normalizer is SentencePiece's precompiled character map (XLM-R); else
+        the layout's own normalization (`normalizer`).
+    """
+
+    name: str
+    special_tokens: tuple[str, str, str, str, str]
+    spm_specials: tuple[str, ...]
+    vocab_from_pieces: Callable[[Pieces], Pieces]
+    separators_between_pairs: int
+    pair_token_types: bool
+    mask_lstrip: bool
+    tokenizer_class: str
+    uses_charsmap: bool
+
+    @property
+    def unk(self) -> str:
+        return self.special_tokens[1]
+
+    @property
+    def cls(self) -> str:
+        return self.special_tokens[2]
+
+    @property
+    def sep(self) -> str:
+        return self.special_tokens[3]
+
+    @property
+    def mask(self) -> str:
+        return self.special_tokens[4]
+
+
+def fairseq_vocab(pieces: Pieces) -> Pieces:
+    """XLM-R's vocabulary from SentencePiece's pieces (`<unk>`, `<s>`, `</s>`, then the rest):
+    fairseq's `<s>`, `<pad>`, `</s>`, `<unk>`, the rest shifted up by one, `<mask>` last (as
+    transformers' `XLMRobertaConverter` lays them out)."""
+    return [(BOS, 0.0), (PAD, 0.0), (EOS, 0.0), (UNK, 0.0), *pieces[3:], (MASK, 0.0)]
+
+
+def deberta_vocab(pieces: Pieces) -> Pieces:
+    """DeBERTa's vocabulary from its spm.model's pieces ([PAD], [CLS], [SEP], [UNK], then the
+    rest): the pieces as they are, [MASK] after them (transformers adds it there)."""
+    pieces = [tuple(p) for p in pieces]
+    return pieces if any(p == "[MASK]" for p, _ in pieces) else [*pieces, ("[MASK]", 0.0)]
+
+
+XLM_R = Layout(
+    name="XLM-R",
+    special_tokens=(PAD, UNK, BOS, EOS, MASK),
+    spm_specials=(UNK, BOS, EOS),  # SentencePiece's ids 0, 1, 2
+    vocab_from_pieces=fairseq_vocab,
+    separators_between_pairs=2,
+    pair_token_types=False,
+    mask_lstrip=True,
+    tokenizer_class="XLMRobertaTokenizer",
+    uses_charsmap=True,
+)
+DEBERTA_V3 = Layout(
+    name="DeBERTa-v3",
+    special_tokens=("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    spm_specials=("[PAD]", "[CLS]", "[SEP]", "[UNK]"),  # its spm.model's ids 0..3
+    vocab_from_pieces=deberta_vocab,
+    separators_between_pairs=1,
+    pair_token_types=True,
+    mask_lstrip=False,
+    tokenizer_class="DebertaV2Tokenizer",
+    uses_charsmap=False,
+)
+LAYOUTS = (XLM_R, DEBERTA_V3)
+
+
+def _normalizer(
+    layout: Layout, charsmap: bytes | None, lowercase: bool
+) -> normalizers.Normalizer | None:
+    """XLM-R: the precompiled character map (None: no normalization). DeBERTa (transformers 5's
+    `DebertaV2Tokenizer`, which drops the map): optionally lower-cased, runs of whitespace and
+    each \\n, \\r, \\t made one space, NFC, the trailing space stripped."""
+    if layout.uses_charsmap:
+        return normalizers.Precompiled(charsmap) if charsmap else None
+    steps = [normalizers.Lowercase()] if lowercase else []
+    steps += [
+        normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "),
+        normalizers.NFC(),
+        normalizers.Strip(left=False, right=True),
+    ]
+    return normalizers.Sequence(steps)
+
+
+def _words(layout: Layout = XLM_R, split_by_punct: bool = False) -> pre_tokenizers.PreTokenizer:
+    """The word split: "▁" before each word, after a whitespace split (XLM-R) or, for DeBERTa,
+    optionally after isolating punctuation."""
+    metaspace = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always")
+    if layout.uses_charsmap:
+        return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), metaspace])
+    steps = [pre_tokenizers.Punctuation(behavior="isolated")] if split_by_punct else []
+    return pre_tokenizers.Sequence([*steps, metaspace])
+
+
+def unigram_tokenizer(
+    vocab: Pieces,
+    layout: Layout,
+    precompiled_charsmap: bytes | None = None,
+    *,
+    lowercase: bool = False,
+    split_by_punct: bool = False,
+) -> Tokenizer:
+    """The family's `tokenizers` pipeline over a Unigram vocabulary in its id order, built as
+    transformers 5 builds it (from a tokenizer.json too: it keeps only the file's vocabulary and,
+    for XLM-R, its character map).
+
+    Args:
+      vocab: (piece, log probability) by id, in the layout's order.
+      layout: `XLM_R` or `DEBERTA_V3`.
+      precompiled_charsmap: SentencePiece's normalization map (XLM-R; None: none).
+      lowercase / split_by_punct: DeBERTa's `do_lower_case` and `split_by_punct`.
+
+    Raises:
+      MissingSpecialTokenError (from the wrapping tokenizer class): a special token is missing.
+    """
+    ids = {piece: i for i, (piece, _) in reversed(list(enumerate(vocab)))}
+    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=ids.get(layout.unk, 0), byte_fallback=False))
+    normalizer = _normalizer(layout, precompiled_charsmap, lowercase)
+    if normalizer is not None:
+        tokenizer.normalizer = normalizer
+    tokenizer.pre_tokenizer = _words(layout, split_by_punct)
+    tokenizer.decoder = decoders.Metaspace(replacement=WORD_START, prepend_scheme="always")
+    specials = {*layout.spm_specials, *layout.special_tokens} - {layout.mask}
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t in sorted(specials, key=lambda t: ids.get(t, len(vocab)))  # by id
+        ]
+        + [AddedToken(layout.mask, lstrip=layout.mask_lstrip, special=True, normalized=False)]
+    )
+    cls, sep = layout.cls, layout.sep
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=_template_text(layout, pair=False),
+        pair=_template_text(layout, pair=True),
+        special_tokens=[(cls, ids.get(cls, 0)), (sep, ids.get(sep, 0))],
+    )
+    return tokenizer
+
+
+def _template_text(layout: Layout, pair: bool) -> str:
+    """`TemplateProcessing`'s spelling of a row: `cls:0 $A:0 sep:0`, and the pair."""
+    cls, sep, second = layout.cls, layout.sep, int(layout.pair_token_types)
+    if not pair:
+        return f"{cls}:0 $A:0 {sep}:0"
+    separators = " ".join([f"{sep}:0"] * layout.separators_between_pairs)
+    return f"{cls}:0 $A:0 {separators} $B:{second} {sep}:{second}"
+
+
+def xlm_roberta_tokenizer(vocab: Pieces, precompiled_charsmap: bytes | None = None) -> Tokenizer:
+    """XLM-R's pipeline (`unigram_tokenizer` with `XLM_R`): the precompiled character map,
+    whitespace split, "▁" before each word, `<unk>` = 3, `<mask>` taking the space before it.
+
+    Args:
+      vocab: (piece, log probability) by id: `<s>`, `<pad>`, `</s>`, `<unk>`, ..., `<mask>`.
+      precompiled_charsmap: SentencePiece's normalization map (None: no normalization).
+    """
+    return unigram_tokenizer(vocab, XLM_R, precompiled_charsmap)
+
+
 class SentencePieceTokenizer(SubwordTokenizer):
-    """A `tokenizers.Tokenizer` with a Unigram model and XLM-R's special tokens."""
+    """A `tokenizers.Tokenizer` with a Unigram model and a family's special tokens: XLM-R's
+    (`layout`; `DebertaV2Tokenizer` is DeBERTa's)."""
 
     kind = "unigram"
-    tokenizer_class = "XLMRobertaTokenizer"
-    special_tokens = (PAD, UNK, BOS, EOS, MASK)
-    separators_between_pairs = 2
-    pair_token_types = False
+    layout: Layout = XLM_R
+    tokenizer_class = XLM_R.tokenizer_class
+    special_tokens = XLM_R.special_tokens
+    separators_between_pairs = XLM_R.separators_between_pairs
+    pair_token_types = XLM_R.pair_token_types
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
-        """Wraps `tokenizer`, checking that it is Unigram with XLM-R's special tokens.
+        """Wraps `tokenizer`, checking that it is Unigram with the layout's special tokens.
 
         Raises:
           ValueError: the model is not Unigram, or the ids are not contiguous.
@@ -65,7 +259,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
         if not isinstance(tokenizer.model, models.Unigram):
             raise ValueError(
                 f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but "
-                "SentencePiece (XLM-R) needs a Unigram model"
+                f"SentencePiece ({self.layout.name}) needs a Unigram model"
             )
         super().__init__(tokenizer, source)
 
@@ -86,55 +280,79 @@ class SentencePieceTokenizer(SubwordTokenizer):
         return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
 
 
-def xlm_roberta_tokenizer(
-    vocab: list[tuple[str, float]], precompiled_charsmap: bytes | None = None
-) -> Tokenizer:
-    """XLM-R's `tokenizers` pipeline over a Unigram vocabulary in fairseq's id order, built as
-    transformers 5's `XLMRobertaTokenizerFast` builds it (from a tokenizer.json too: it keeps only
-    the file's vocabulary and character map): the precompiled character map, whitespace split,
-    "▁" before each word, `<unk>` = 3, `<mask>` taking the space before it.
+class DebertaV2Tokenizer(SentencePieceTokenizer):
+    """DeBERTa-v2/v3's SentencePiece tokenizer (`DEBERTA_V3`): [PAD]=0, [CLS]=1, [SEP]=2,
+    [UNK]=3, [MASK] last; rows `[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]`, B's token type 1;
+    equal to transformers' `DebertaV2Tokenizer` (its fast tokenizer) for the same vocabulary."""
 
-    Args:
-      vocab: (piece, log probability) by id: `<s>`, `<pad>`, `</s>`, `<unk>`, ..., `<mask>`.
-      precompiled_charsmap: SentencePiece's normalization map (None: no normalization).
-    """
-    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=3, byte_fallback=False))
-    if precompiled_charsmap:
-        tokenizer.normalizer = normalizers.Precompiled(precompiled_charsmap)
-    tokenizer.pre_tokenizer = _words()
-    tokenizer.decoder = decoders.Metaspace(replacement=WORD_START, prepend_scheme="always")
-    tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in (BOS, PAD, EOS, UNK)]
-        + [AddedToken(MASK, lstrip=True, special=True, normalized=False)]
-    )
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A {EOS}",
-        pair=f"{BOS} $A {EOS} {EOS} $B {EOS}",
-        special_tokens=[(BOS, 0), (EOS, 2)],
-    )
-    return tokenizer
+    layout = DEBERTA_V3
+    tokenizer_class = DEBERTA_V3.tokenizer_class
+    special_tokens = DEBERTA_V3.special_tokens
+    separators_between_pairs = DEBERTA_V3.separators_between_pairs
+    pair_token_types = DEBERTA_V3.pair_token_types
 
+    def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
+        super().__init__(tokenizer, source)
+        state = json.loads(tokenizer.to_str())
+        self.lowercase = "Lowercase" in json.dumps(state.get("normalizer"))
+        self.split_by_punct = "Punctuation" in json.dumps(state.get("pre_tokenizer"))
 
-def _words() -> pre_tokenizers.PreTokenizer:
-    """XLM-R's word split: on whitespace, "▁" before each word."""
-    return pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always"),
-        ]
-    )
+    def _config_fields(self) -> dict:
+        """`DebertaV2Tokenizer`'s own fields: [CLS] and [SEP] as bos/eos, its two options."""
+        return {
+            "bos_token": self.layout.cls,
+            "eos_token": self.layout.sep,
+            "do_lower_case": self.lowercase,
+            "split_by_punct": self.split_by_punct,
+        }
+
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """`SubwordTokenizer.tokenizer_config` ([MASK] as any special token)."""
+        return SubwordTokenizer.tokenizer_config(self, model_max_length)
 
 
-def fairseq_vocab(pieces: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """XLM-R's vocabulary from SentencePiece's pieces (`<unk>`, `<s>`, `</s>`, then the rest):
-    fairseq's `<s>`, `<pad>`, `</s>`, `<unk>`, the rest shifted up by one, `<mask>` last (as
-    transformers' `XLMRobertaConverter` lays them out)."""
-    return [(BOS, 0.0), (PAD, 0.0), (EOS, 0.0), (UNK, 0.0), *pieces[3:], (MASK, 0.0)]
+TOKENIZER_CLASSES: dict[str, type[SentencePieceTokenizer]] = {
+    XLM_R.name: SentencePieceTokenizer,
+    DEBERTA_V3.name: DebertaV2Tokenizer,
+}
+
+
+def layout_of(pieces: Sequence[str], source: str) -> Layout:
+    """The layout whose special tokens the vocabulary `pieces` holds (DeBERTa's [CLS] and
+    [SEP], else XLM-R's)."""
+    have = set(pieces)
+    for layout in (DEBERTA_V3, XLM_R):
+        if {layout.cls, layout.sep} <= have:
+            return layout
+    return XLM_R  # the wrapper then names what is missing
+
+
+def _options_beside(file: epath.Path) -> dict:
+    """DeBERTa's tokenizer_config.json options beside `file` (do_lower_case, split_by_punct)."""
+    config = file.parent / "tokenizer_config.json"
+    if not config.is_file():
+        return {}
+    try:
+        d = json.loads(config.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {}
+    return {
+        "lowercase": bool(d.get("do_lower_case", False)),
+        "split_by_punct": bool(d.get("split_by_punct", False)),
+    }
+
+
+def _wrap(vocab: Pieces, layout: Layout, charsmap, source: str, options: dict):
+    """The layout's tokenizer class around its pipeline over `vocab`."""
+    options = options if not layout.uses_charsmap else {}
+    tokenizer = unigram_tokenizer(vocab, layout, charsmap, **options)
+    return TOKENIZER_CLASSES[layout.name](tokenizer, source=source)
 
 
 def from_tokenizer_json(file: epath.Path) -> SentencePieceTokenizer:
-    """XLM-R's tokenizer from a Unigram tokenizer.json, read as transformers 5 reads it (its
-    vocabulary and precompiled character map; XLM-R's pipeline around them)."""
+    """XLM-R's or DeBERTa's tokenizer (told by its special tokens) from a Unigram tokenizer.json,
+    read as transformers 5 reads it: its vocabulary (and XLM-R's precompiled character map; for
+    DeBERTa the options of a tokenizer_config.json beside it), the family's pipeline around them."""
     state = json.loads(file.read_text(encoding="utf-8"))
     model = state.get("model") or {}
     vocab = [tuple(v) for v in model.get("vocab") or []]
@@ -145,11 +363,13 @@ def from_tokenizer_json(file: epath.Path) -> SentencePieceTokenizer:
     for part in [normalizer, *normalizer.get("normalizers", [])]:
         if part.get("type") == "Precompiled" and part.get("precompiled_charsmap"):
             charsmap = base64.b64decode(part["precompiled_charsmap"])
-    return SentencePieceTokenizer(xlm_roberta_tokenizer(vocab, charsmap), source=os.fspath(file))
+    layout = layout_of([p for p, _ in vocab], os.fspath(file))
+    return _wrap(vocab, layout, charsmap, os.fspath(file), _options_beside(file))
 
 
 def load_sentencepiece_model(file: epath.Path) -> SentencePieceTokenizer:
-    """XLM-R's tokenizer from its `sentencepiece.bpe.model` (a SentencePiece Unigram model).
+    """XLM-R's tokenizer from its `sentencepiece.bpe.model`, or DeBERTa's from its `spm.model`
+    (told by the pieces), both SentencePiece Unigram models.
 
     Raises:
       ImportError: the `sentencepiece` package (its protobuf schema) is not installed.
@@ -169,44 +389,57 @@ def load_sentencepiece_model(file: epath.Path) -> SentencePieceTokenizer:
     except Exception as e:
         raise ValueError(f"{path} is not a SentencePiece model: {e}") from e
     if proto.trainer_spec.model_type != _UNIGRAM or len(proto.pieces) < 4:
-        raise ValueError(f"{path} is not a SentencePiece Unigram model (XLM-R's kind)")
+        raise ValueError(f"{path} is not a SentencePiece Unigram model (XLM-R's or DeBERTa's)")
     pieces = [(p.piece, p.score) for p in proto.pieces]
-    tokenizer = xlm_roberta_tokenizer(
-        fairseq_vocab(pieces), proto.normalizer_spec.precompiled_charsmap
-    )
-    return SentencePieceTokenizer(tokenizer, source=path)
+    layout = layout_of([p for p, _ in pieces], path)
+    charsmap = proto.normalizer_spec.precompiled_charsmap
+    return _wrap(layout.vocab_from_pieces(pieces), layout, charsmap, path, _options_beside(file))
 
 
 def train_unigram(
-    texts: Iterable[str], vocab_size: int = 8192, *, show_progress: bool = False
+    texts: Iterable[str],
+    vocab_size: int = 8192,
+    *,
+    layout: Layout = XLM_R,
+    show_progress: bool = False,
 ) -> SentencePieceTokenizer:
-    """Learns a Unigram vocabulary (XLM-R's kind) with `tokenizers`' Unigram trainer.
+    """Learns a Unigram vocabulary (XLM-R's kind, or DeBERTa-v3's) with `tokenizers`' trainer.
 
-    The trainer sees the words as XLM-R's pipeline splits them (whitespace, "▁" before each) and
-    orders its pieces as SentencePiece does (`<unk>`, `<s>`, `</s>`, then the pieces by
-    probability); `fairseq_vocab` then lays them out as XLM-R's: `<s>`=0, `<pad>`=1, `</s>`=2,
-    `<unk>`=3, the learned pieces, `<mask>` last (id `vocab_size - 1`). Cased, no normalization
-    (no precompiled character map: `tokenizers` cannot make one). Not exactly reproducible
-    across processes: on the plays two trainings learned the same pieces, but their scores
-    differed in the last digits (up to 1e-3 for the rarest characters) and pieces of equal score
-    came in another order, so ids can differ; keep the trained files (a build does).
+    The texts are split as the layout's pipeline splits them (and for DeBERTa normalized) and the
+    pieces ordered as SentencePiece does (the layout's SentencePiece specials first, then the
+    pieces by probability); the layout then places them: XLM-R's `<s>`=0, `<pad>`=1, `</s>`=2,
+    `<unk>`=3, the learned pieces, `<mask>` last; DeBERTa's [PAD]=0, [CLS]=1, [SEP]=2, [UNK]=3,
+    the learned pieces, [MASK] last (id `vocab_size - 1` in both). Cased, no precompiled
+    character map (`tokenizers` cannot make one). Not exactly reproducible across processes: on
+    the plays two trainings learned the same pieces, but their scores differed in the last
+    digits (up to 1e-3 for the rarest characters) and pieces of equal score came in another
+    order, so ids can differ; keep the trained files (a build does).
 
     Args:
       texts: the training text, any number of strings (lines or documents).
       vocab_size: the size of the vocabulary, special tokens included.
+      layout: `XLM_R` (default) or `DEBERTA_V3`.
       show_progress: the trainer's progress bar.
 
     Returns:
-      The trained tokenizer (fewer pieces than `vocab_size` if the text has too few).
+      The trained tokenizer (fewer pieces than `vocab_size` if the text has too few): a
+      `SentencePieceTokenizer`, a `DebertaV2Tokenizer` for DeBERTa's layout.
     """
-    if vocab_size <= 5:
-        raise ValueError(f"vocab_size={vocab_size}: XLM-R's layout alone has 5 special tokens")
+    added = len(set(layout.special_tokens) - set(layout.spm_specials))  # placed after training
+    if vocab_size <= len(set(layout.special_tokens)):
+        raise ValueError(
+            f"vocab_size={vocab_size}: {layout.name}'s layout alone has "
+            f"{len(set(layout.special_tokens))} special tokens"
+        )
     spm = Tokenizer(models.Unigram())
-    spm.pre_tokenizer = _words()
+    normalizer = _normalizer(layout, None, lowercase=False)
+    if normalizer is not None:
+        spm.normalizer = normalizer
+    spm.pre_tokenizer = _words(layout)
     trainer = tokenizer_trainers.UnigramTrainer(
-        vocab_size=vocab_size - 2,  # fairseq's <pad> and <mask> come after
-        special_tokens=[UNK, BOS, EOS],  # SentencePiece's ids 0, 1, 2
-        unk_token=UNK,
+        vocab_size=vocab_size - added,  # the layout's own specials come after
+        special_tokens=list(layout.spm_specials),
+        unk_token=layout.unk,
         show_progress=show_progress,
     )
     try:
@@ -218,6 +451,6 @@ def train_unigram(
             f"vocab_size={vocab_size} cannot hold every character of the text; use a larger one"
         ) from e
     pieces = [tuple(p) for p in json.loads(spm.to_str())["model"]["vocab"]]
-    tokenizer = xlm_roberta_tokenizer(fairseq_vocab(pieces))
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    return SentencePieceTokenizer(tokenizer, source=f"<trained Unigram, {size} pieces>")
+    vocab = layout.vocab_from_pieces(pieces)
+    source = f"<trained Unigram ({layout.name}), {len(vocab)} pieces>"
+    return _wrap(vocab, layout, None, source, {})
