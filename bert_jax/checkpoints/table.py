@@ -143,7 +143,7 @@ def parameter_table(config: EncoderConfig, model: str) -> list[ParamRule]:
     rules = []
     for key, shape in expected_shapes(config, model).items():
         rows = config.vocab_size if conv.vocab_keys.search(key) else None
-        names = (hf_key(key), conv.tf_key(key), _kind(conv, key))
+        names = (hf_key(key), conv.tf_key(key, model), _kind(conv, key))
         rules.append(ParamRule(key, shape, *names, rows, conv.n_inputs(key)))
     return rules
 

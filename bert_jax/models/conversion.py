@@ -35,8 +35,8 @@ class FamilyConversion:
       layer_index: regex whose group 1 is a layer's index in a weight name of any format.
       sized_by_config: (weight name regex, config field, axis the field sizes), checked against
         a checkpoint's shapes before anything is built from its config.
-      tf_config_file: google-research/bert's config file name; "" for a family without TF
-        checkpoints.
+      tf_config_file: the config file read beside a TF checkpoint (google-research/bert's
+        bert_config.json); "" for a family without TF checkpoints.
       tf_prefix: prepended to a flax key lacking one of `tf_top_level` to make its TF name.
       tf_top_level: flax key prefixes that are TF names' first component already.
       tf_renames: (regex, replacement) applied in order to make a TF name.
@@ -44,6 +44,9 @@ class FamilyConversion:
       tf_num_labels_key: the TF weight whose first axis is the label count (bert_config.json
         has none).
       tf_default_head: the head a TF checkpoint is read as when none is named.
+      tf_head_renames: (head class name, ((regex, replacement), ...)) applied before
+        `tf_renames` to that head's names: a TF checkpoint holding several models, one under a
+        scope of its own (ELECTRA's generator, `generator/encoder/...`).
     """
 
     hf_prefix: str
@@ -63,15 +66,17 @@ class FamilyConversion:
     tf_out_weights: str = r"(?!)"  # matches nothing
     tf_num_labels_key: str = ""
     tf_default_head: str = ""
+    tf_head_renames: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     def n_inputs(self, flax_key: str) -> int:
         """Leading kernel axes that are inputs: 2 for projections out of the heads [H, D, E]."""
         return 2 if flax_key.endswith(self.two_input_kernels) else 1
 
-    def tf_key(self, flax_key: str) -> str:
-        """The TF checkpoint name of a flax key (of a family with TF checkpoints)."""
+    def tf_key(self, flax_key: str, model: str = "") -> str:
+        """The TF checkpoint name of a flax key (of a family with TF checkpoints) of the head
+        class `model` (its `tf_head_renames` first)."""
         key = flax_key if flax_key.startswith(self.tf_top_level) else self.tf_prefix + flax_key
-        for pattern, repl in self.tf_renames:
+        for pattern, repl in (*dict(self.tf_head_renames).get(model, ()), *self.tf_renames):
             key = re.sub(pattern, repl, key)
         return key
 
