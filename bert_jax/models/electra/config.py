@@ -1,0 +1,185 @@
+"""ELECTRA's architecture (`ElectraConfig`), with its Hugging Face `config.json` fields, and the
+released sizes.
+
+ELECTRA (Clark et al. 2020, arXiv 2003.10555) is BERT's encoder trained as a discriminator of
+replaced tokens, with a smaller generator (a masked LM) making the replacements. Its embeddings
+may be narrower than the layers (`embedding_size` M < `hidden_size` E: ELECTRA-small's 128 and
+256), projected to E by `embeddings_project`; the generator shares the discriminator's embedding
+tables, so the two have the same M and differ in their layers (google-research/electra's
+generator is a quarter to a third of the discriminator's width). One config describes one of
+them: a generator's config is its own (google/electra-base-generator's config.json, hidden 256,
+beside google/electra-base-discriminator's 768).
+
+`ElectraConfig` holds exactly what a checkpoint needs to be rebuilt, is frozen (hashable) and
+checks every field on construction; defaults are transformers' class defaults (ELECTRA-small's
+discriminator), `PRESETS` the released sizes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from bert_jax.models.config import ACTIVATIONS, EncoderConfig
+
+_SIZES = (
+    "vocab_size",
+    "vocab_pad_multiple",
+    "embedding_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "num_labels",
+)
+# How the multiple-choice head summarizes a sequence (transformers' ElectraSequenceSummary):
+# its first token's state, its last position's (a pad in a right-padded row, as transformers
+# reads it) or the mean over every position (padding included, as transformers computes it).
+SUMMARY_TYPES = ("first", "last", "mean")
+# The summary's activation: one of the layers' (`ACTIVATIONS`), tanh, or "" for none.
+SUMMARY_ACTIVATIONS = (*ACTIVATIONS, "tanh")
+
+# Named sizes (`ElectraConfig.preset`): google-research/electra's released discriminators
+# (google/electra-{small,base,large}-discriminator), and "tiny" for CPU runs, BERT's tiny layers
+# (2 x 128) under embeddings half as wide, so that `embeddings_project` is in every tiny model.
+PRESETS: dict[str, dict[str, int]] = {
+    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=12,
+                  num_attention_heads=4, intermediate_size=1024),
+    "base": dict(embedding_size=768, hidden_size=768, num_hidden_layers=12,
+                 num_attention_heads=12, intermediate_size=3072),
+    "large": dict(embedding_size=1024, hidden_size=1024, num_hidden_layers=24,
+                  num_attention_heads=16, intermediate_size=4096),
+    "tiny": dict(embedding_size=64, hidden_size=128, num_hidden_layers=2,
+                 num_attention_heads=2, intermediate_size=512),
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraConfig(EncoderConfig):
+    """The ELECTRA architecture (a discriminator or a generator), with Hugging Face `config.json`
+    field names.
+
+    Attributes:
+      vocab_size: V, rows of the word-embedding table (and columns of the generator's logits).
+      embedding_size: M, width of the embedding tables and of the generator head's output (the
+        tied decoder's input); projected to E by `embeddings_project` when it differs from E.
+      hidden_size: E, width of the residual stream.
+      num_hidden_layers: number of transformer layers.
+      num_attention_heads: H; head size D = E / H.
+      intermediate_size: F, width of the feed-forward layer.
+      hidden_act: the layers' and the discriminator head's activation; "gelu" is the exact erf
+        GELU (google-research/electra's too). The generator head's and the classification head's
+        activation is always the exact GELU, as in transformers.
+      hidden_dropout_prob: dropout on embeddings, on each sub-layer output and (unless
+        `classifier_dropout`) in the classification heads.
+      attention_probs_dropout_prob: dropout on the attention probabilities.
+      max_position_embeddings: rows of the position table; the longest sequence the model takes.
+      type_vocab_size: rows of the token-type (segment A/B) table.
+      initializer_range: stddev of the truncated-normal initializer.
+      layer_norm_eps: epsilon of every LayerNorm.
+      summary_type: how the multiple-choice head reads a sequence (`SUMMARY_TYPES`).
+      summary_use_proj: the multiple-choice head's summary has a dense layer E -> E.
+      summary_activation: the summary's activation (`SUMMARY_ACTIVATIONS`), "" for none (as
+        transformers 5 spells it; None, transformers 4's null, is taken as "").
+      summary_last_dropout: dropout after the summary's activation.
+      pad_token_id: id of [PAD].
+      classifier_dropout: dropout of the classification heads; None means hidden_dropout_prob.
+      num_labels: output width of the sequence/token classification heads (1 means regression).
+      label_names: optional names of the labels, written to config.json as id2label.
+      vocab_pad_multiple: the word-embedding table and the generator's output bias have
+        `padded_vocab_size` rows, V rounded up to this multiple (as BertConfig's: never looked
+        up, logits cut to V, stripped by every export; not written to a Hugging Face
+        config.json).
+    """
+
+    model_type: ClassVar[str] = "electra"  # config.json's; the family's name
+    display_name: ClassVar[str] = "ELECTRA"
+    hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
+    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
+    vocab_size: int = 30522
+    embedding_size: int = 128
+    hidden_size: int = 256
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 4
+    intermediate_size: int = 1024
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    summary_type: str = "first"
+    summary_use_proj: bool = True
+    summary_activation: str = "gelu"
+    summary_last_dropout: float = 0.1
+    pad_token_id: int = 0
+    classifier_dropout: float | None = None
+    num_labels: int = 2
+    label_names: tuple[str, ...] | None = None
+    vocab_pad_multiple: int = 1
+
+    def __post_init__(self):
+        self._check_fields(
+            sizes=_SIZES,
+            probabilities=(
+                "hidden_dropout_prob",
+                "attention_probs_dropout_prob",
+                "classifier_dropout",
+                "summary_last_dropout",
+            ),
+            positive=("initializer_range", "layer_norm_eps"),
+            bools=("summary_use_proj",),
+            activations=("hidden_act",),
+            optional=("classifier_dropout",),  # None: hidden_dropout_prob
+        )
+        if self.hidden_size % self.num_attention_heads:
+            self._fail(
+                "hidden_size",
+                self.hidden_size,
+                f"not divisible by num_attention_heads={self.num_attention_heads}",
+            )
+        if self.summary_type not in SUMMARY_TYPES:
+            self._fail(
+                "summary_type",
+                self.summary_type,
+                f"expected one of {SUMMARY_TYPES} (transformers' 'cls_index' and 'attn' are "
+                "not implemented)",
+            )
+        if self.summary_activation is None:  # transformers 4's "none"
+            object.__setattr__(self, "summary_activation", "")
+        if self.summary_activation and self.summary_activation not in SUMMARY_ACTIVATIONS:
+            self._fail(
+                "summary_activation",
+                self.summary_activation,
+                f"expected '' (none) or one of {SUMMARY_ACTIVATIONS}",
+            )
+        self._check_ids_and_labels()
+
+    # ---- derived sizes ----
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
+        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
+
+    @property
+    def projects_embeddings(self) -> bool:
+        """Whether the embeddings are projected to E (`embeddings_project`): M != E."""
+        return self.embedding_size != self.hidden_size
+
+    @classmethod
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> ElectraConfig:
+        """A null `summary_activation` in config.json (transformers 4's) is no activation, not
+        the field's default."""
+        if "summary_activation" in d and d["summary_activation"] is None:
+            kwargs["summary_activation"] = ""
+        return cls(**kwargs)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> ElectraConfig:
+        """A named size (`PRESETS`): "small", "base", "large" (the released discriminators,
+        vocabulary 30522) or "tiny"."""
+        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
