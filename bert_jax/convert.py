@@ -8,8 +8,10 @@ Formats:
     `bert_jax.models.families`), with or without the `model.` prefix.
   * google-research/bert TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` +
     `bert_config.json` (`checkpoints.tf.find_tf_checkpoint`; its "gelu" is erf unless told
-    otherwise, `checkpoints.tf.TF_GELU_NOTE`). TensorFlow is an optional extra, imported only
-    there.
+    otherwise, `checkpoints.tf.TF_GELU_NOTE`), and google-research/electra's (the discriminator,
+    or with `--model ElectraForMaskedLM` the generator), which come without a config file: the
+    Hugging Face config.json of the model read, beside them or given (`--config`). TensorFlow is
+    an optional extra, imported only there.
   * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
     or without the `bert` prefix (`bert_jax.checkpoints.hf_flax`).
   * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
@@ -100,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
         "the erf GELU (assumed, as google-research/bert's 2018 release and transformers) or the "
         "tanh form of google-research/bert's code since February 2019: pass gelu_new for that",
     )
+    parser.add_argument(
+        "--config",
+        help="TF checkpoints only: the model's config file, in place of the one beside the "
+        "checkpoint (bert_config.json; a Hugging Face config.json for google-research/electra's "
+        "checkpoints, which come without one: the discriminator's, or the generator's with "
+        "--model ElectraForMaskedLM)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace files in dst")
     parser.add_argument(
         "--verify",
@@ -119,7 +128,7 @@ def _convert(args) -> tuple:
     args.src = hub.resolve(args.src)  # a Hub id: its snapshot directory
     loaded = pretrained.load(
         args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act,
-        with_tokenizer=False,
+        tf_config=args.config, with_tokenizer=False,
     )  # fmt: skip
     config, params, model, report = loaded.config, loaded.params, loaded.head, loaded.report
     own = detect.detect_format(args.src) in ("bert_jax", "train")

@@ -72,17 +72,24 @@ def load_any(
     *,
     allow_new_heads: bool = False,
     hidden_act: str | None = None,
+    config_path: str | os.PathLike | None = None,
 ):
     """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
     checkpoint path. `model` is a `Role` or a class name, which stands for its role in the
     checkpoint's family ("BertModel" loads a ModernBERT checkpoint's ModernBertModel).
-    `hidden_act` is for TF checkpoints only (`load_tf`): the other formats' config.json names
-    the activation."""
+    `hidden_act` and `config_path` (the config file in place of the one beside the checkpoint)
+    are for TF checkpoints only (`load_tf`): the other formats' config.json names the
+    activation."""
     fmt = detect_format(path)
     if hidden_act is not None and fmt != "tf":
         raise ValueError(
             f"--hidden-act / hidden_act is for TF checkpoints (bert_config.json's ambiguous "
             f"'gelu'); {path} is a {fmt} checkpoint whose config.json names its activation"
+        )
+    if config_path is not None and fmt != "tf":
+        raise ValueError(
+            f"--config / config_path is for TF checkpoints (whose config file may be elsewhere); "
+            f"{path} is a {fmt} checkpoint with its own config.json"
         )
     if fmt in ("bert_jax", "train"):
         return _load_own(path, fmt, model, allow_new_heads)
@@ -92,8 +99,9 @@ def load_any(
             path, model, allow_new_heads=allow_new_heads, return_report=True
         )
         return config, params, model or hf.default_model(as_path(path) / "config.json", ""), report
-    model = model or tf.tf_family().conversion.tf_default_head
+    model = tf.tf_head(path, model, config_path=config_path)  # the config's family's class
     config, params, report = tf.load_tf(
-        path, model, allow_new_heads=allow_new_heads, hidden_act=hidden_act, return_report=True
-    )
+        path, model, config_path=config_path, allow_new_heads=allow_new_heads,
+        hidden_act=hidden_act, return_report=True,
+    )  # fmt: skip
     return config, params, model, report

@@ -127,6 +127,7 @@ def load(
     allow_new_heads: bool = False,
     num_labels: int | None = None,
     hidden_act: str | None = None,
+    tf_config: str | os.PathLike | None = None,
     targets: PyTree | None = None,
     with_tokenizer: bool = True,
 ) -> Loaded:
@@ -148,6 +149,8 @@ def load(
       num_labels: a new `head` with this many labels: the encoder (and pooler) from the
         checkpoint, the head's weights initialized (seed 0).
       hidden_act: TF checkpoints only, the activation in place of bert_config.json's.
+      tf_config: TF checkpoints only, the model's config file in place of the one beside the
+        checkpoint (`checkpoints.tf.load_tf`'s config_path).
       targets: `jax.ShapeDtypeStruct`s with `.sharding` of a run's parameters, or None.
       with_tokenizer: look for the tokenizer (checked against the model's vocabulary).
 
@@ -170,7 +173,7 @@ def load(
     if loaded is None:
         if (as_path(path) / "export").is_dir():  # a run's model as it wrote it at its end
             weights, run = os.fspath(as_path(path) / "export"), False
-        loaded = _read(weights, head, allow_new_heads, hidden_act, num_labels)
+        loaded = _read(weights, head, allow_new_heads, hidden_act, num_labels, tf_config)
         logging.info("%s from %s: %s", loaded.head, weights, loaded.report.summary())
     if with_tokenizer:
         vocab_size = loaded.config.vocab_size
@@ -213,7 +216,7 @@ def _run_into_targets(path: str, head: str, targets: PyTree) -> Loaded | None:
     return Loaded(config, run.params, run.head, None, families.family_of(config), placed=True)
 
 
-def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loaded:
+def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels, tf_config=None) -> Loaded:
     """The host parameters of the checkpoint at `path` (local or a URL), as `load`'s record
     without the tokenizer."""
     role = families.Role.ENCODER if num_labels is not None else head
@@ -227,7 +230,7 @@ def _read(path: str, head, allow_new_heads: bool, hidden_act, num_labels) -> Loa
     else:
         config, params, stored, report = detect.load_any(
             path, role, allow_new_heads=allow_new_heads or num_labels is not None,
-            hidden_act=hidden_act,
+            hidden_act=hidden_act, config_path=tf_config,
         )  # fmt: skip
     if num_labels is not None:
         if head is None:

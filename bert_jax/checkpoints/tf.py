@@ -1,7 +1,22 @@
-"""google-research/bert's TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` beside the
-family's `bert_config.json` (`FamilyConversion.tf_config_file`), read with TensorFlow (an
-optional extra, imported only here). Its "gelu" is the erf GELU unless told otherwise
-(`TF_GELU_NOTE`).
+"""TF checkpoints: google-research/bert's (`bert_model.ckpt.*` or `model.ckpt-N.*` beside
+`bert_config.json`) and google-research/electra's (both models of a pretraining run in one
+checkpoint), read with TensorFlow (an optional extra, imported only here).
+
+A checkpoint is read with the config file of the model it holds: `config_path`, else the file a
+family with TF checkpoints names (`FamilyConversion.tf_config_file`) beside the checkpoint, the
+first found in the registry's order; the config's family (its `model_type`: a bert_config.json
+has none and is BERT's) names the parameters. bert_config.json's "gelu" is the erf GELU unless
+told otherwise (`TF_GELU_NOTE`). google-research/electra's checkpoints come without a config
+file: they take the Hugging Face `config.json` of the model read (google/electra-base-
+discriminator's, or `ElectraConfig.preset("base").to_json_file(...)`), beside the checkpoint or
+given; ElectraForPreTraining (the discriminator) by default, ElectraForMaskedLM (the generator,
+`generator/...` reading the discriminator's embeddings) with the generator's config:
+
+    config, params = load_tf("electra_base/", config_path="discriminator/config.json")
+    config, params = load_tf("electra_base/", "ElectraForMaskedLM",
+                             config_path="generator/config.json")
+    python -m bert_jax.convert electra_base/ out/ --to hf --model ElectraForMaskedLM \
+        --config generator/config.json
 
 Paths go through `etils.epath`: a checkpoint at a URL (gs://...) is found there and its files
 copied to a local temporary folder for TensorFlow's reader.
@@ -30,7 +45,8 @@ from bert_jax.models.families import (
     EncoderConfig,
     Family,
     Role,
-    family_of_model,
+    config_from_json_file,
+    family_of,
 )
 from bert_jax.paths import as_path, is_url
 
@@ -46,9 +62,16 @@ TF_GELU_NOTE = (
 )
 
 
+def tf_families() -> list[Family]:
+    """The families with TF checkpoints (a `FamilyConversion.tf_config_file`), in the registry's
+    order (BERT's first)."""
+    return [f for f in FAMILIES.values() if f.conversion and f.conversion.tf_config_file]
+
+
 def tf_family() -> Family:
-    """The family whose checkpoints google-research/bert's TF code writes."""
-    return next(f for f in FAMILIES.values() if f.conversion and f.conversion.tf_config_file)
+    """The family whose checkpoints google-research/bert's TF code writes: the first with TF
+    checkpoints."""
+    return tf_families()[0]
 
 
 def is_tf_path(path: str | os.PathLike) -> bool:
@@ -146,10 +169,50 @@ def _newest(path: epath.Path, prefixes: list[str], written: str | None) -> tuple
     )
 
 
+def _tf_config_path(ckpt: str, model: Role | str | None, config_path) -> str | os.PathLike:
+    """`config_path`, else the config file beside the checkpoint prefix `ckpt`: the first
+    family's `tf_config_file` found there, `model`'s family first when it is a class name (a
+    class of another family then stands for its role in the checkpoint's), then the registry's
+    order.
+
+    Raises:
+      FileNotFoundError: none there, naming what was looked for and what to pass.
+    """
+    if config_path:
+        return config_path
+    folder = as_path(ckpt).parent
+    families = sorted(tf_families(), key=lambda f: model not in f.model_classes)  # stable
+    for family in families:
+        if (folder / family.conversion.tf_config_file).exists():
+            return os.fspath(folder / family.conversion.tf_config_file)
+    wanted = " or ".join(
+        f"{f.conversion.tf_config_file} ({f.config_class.display_name})" for f in families
+    )
+    raise FileNotFoundError(
+        f"no config file beside the TF checkpoint {ckpt}: looked for {wanted} in {folder}. Put "
+        "the model's there or pass config_path (--config); a checkpoint released without one "
+        "(google-research/electra's) takes the Hugging Face config.json of the model read"
+    )
+
+
+def _gelu_is_ambiguous(family: Family) -> bool:
+    """Whether the family's TF config file is google-research/bert's own bert_config.json, whose
+    "gelu" is ambiguous (`TF_GELU_NOTE`); a Hugging Face config.json (ELECTRA's) names the
+    activation as transformers computes it (google-research/electra's "gelu" is erf too)."""
+    return family.conversion.tf_config_file != "config.json"
+
+
 def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> EncoderConfig:
-    """The family's config file, with `hidden_act` (if given) in place of its activation; the
-    choice made for an ambiguous "gelu" goes to the report's notes (and the log)."""
-    config = tf_family().config_class.from_json_file(config_path)
+    """The config file of a family with TF checkpoints, with `hidden_act` (if given) in place of
+    its activation; the choice made for an ambiguous "gelu" goes to the report's notes (and the
+    log)."""
+    config = config_from_json_file(config_path)
+    family = family_of(config)
+    if family not in tf_families():
+        raise ValueError(
+            f"{config_path} is a {family.config_class.display_name} config; TF checkpoints hold "
+            f"{' or '.join(f.config_class.display_name for f in tf_families())} models"
+        )
     if hidden_act is not None:
         if hidden_act != config.hidden_act:
             report.notes.append(
@@ -157,7 +220,7 @@ def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -
                 f"{config.hidden_act!r}"
             )
         return config.replace(hidden_act=hidden_act)
-    if config.hidden_act == "gelu":
+    if config.hidden_act == "gelu" and _gelu_is_ambiguous(family):
         report.notes.append(TF_GELU_NOTE)
         logging.warning("%s", TF_GELU_NOTE)
     return config
@@ -182,8 +245,8 @@ def _open_reader(ckpt: str, scratch: str):
 def _with_num_labels(config, model: str, names) -> EncoderConfig:
     """The config has no label count: a head whose TF weights include the family's
     `tf_num_labels_key` (run_classifier.py's output_weights, [N, E]) takes it from there."""
-    key = tf_family().conversion.tf_num_labels_key
-    rules = parameter_table(config, model) if key in names else []
+    key = family_of(config).conversion.tf_num_labels_key
+    rules = parameter_table(config, model) if key and key in names else []
     # A classifier as wide as the label count (a multiple-choice head's is 1 wide).
     if any(r.tf_key == key and r.shape[-1] == config.num_labels for r in rules):
         return config.replace(num_labels=int(names[key][0]))
@@ -202,19 +265,35 @@ def _tf_lookup(reader, names):
     return lookup
 
 
-def _tf_head(model: Role | str | None) -> str:
-    """`model` (a role: the TF family's class of it), or the head a TF checkpoint is read as by
-    default; another family's class refused."""
-    family = tf_family()
-    model = model or family.conversion.tf_default_head
-    if isinstance(model, Role) or model in Role._value2member_map_:
-        return family.head_for(model)
-    if family_of_model(model) is not family:
-        raise ValueError(
-            f"{model}: TF checkpoints hold {family.config_class.display_name} models only "
-            f"(heads {sorted(family.model_classes)})"
-        )
-    return model
+def _own_layers(config: EncoderConfig, model: str, names):
+    """The checkpoint's {name: shape} but the layers of another model it holds (ELECTRA's
+    discriminator beside its generator): those whose scope is not `model`'s layers' scope, so
+    that the layer count is checked against `model`'s own."""
+    family = family_of(config)
+    conv, layer = family.conversion, family.layer_name.format(0)
+    scope = conv.tf_key("/".join((family.encoder_name, *family.layers_path, layer, "")), model)
+    scope = scope[: scope.index(layer)]  # "bert/encoder/", "generator/encoder/"
+    return {k: v for k, v in names.items() if not conv.layer_index.search(k) or k.startswith(scope)}
+
+
+def _tf_head(family: Family, model: Role | str | None) -> str:
+    """The family's class of `model` (a role, or a class name of any family standing for its
+    role), or the head its TF checkpoints are read as by default."""
+    return family.head_for(model or family.conversion.tf_default_head)
+
+
+def tf_head(
+    ckpt: str | os.PathLike,
+    model: Role | str | None = None,
+    *,
+    config_path: str | os.PathLike | None = None,
+) -> str:
+    """The head class `load_tf` reads the TF checkpoint `ckpt` as: `model` (a role, or a class
+    name standing for its role) in the family of the checkpoint's config file, else that family's
+    `tf_default_head` (BertForPreTraining, ElectraForPreTraining)."""
+    prefix, _ = find_tf_checkpoint(ckpt)
+    config = config_from_json_file(_tf_config_path(prefix, model, config_path))
+    return _tf_head(family_of(config), model)
 
 
 def load_tf(
@@ -229,7 +308,7 @@ def load_tf(
     seed: int = 0,
     return_report: bool = False,
 ):
-    """Loads a google-research/bert TF checkpoint.
+    """Loads a TF checkpoint of google-research/bert or google-research/electra.
 
     Needs TensorFlow (`pip install bert-jax[tf]`). Optimizer slots (adam_m/adam_v) and
     global_step are ignored and counted in the report.
@@ -238,9 +317,12 @@ def load_tf(
       ckpt: a prefix (`.../bert_model.ckpt`, `.../model.ckpt-1000`), its `.index` or `.data-*`
         file, or a folder (`find_tf_checkpoint`: its newest step unless TF's `checkpoint` file
         names one in it; the report's notes say which); local or a URL.
-      model: the head class (default: the family's `tf_default_head`, BertForPreTraining).
-      config_path: bert_config.json (default: beside the checkpoint).
-      hidden_act: the activation, overriding bert_config.json's. Its "gelu" is ambiguous
+      model: the head class, or a role (default: the family's `tf_default_head`,
+        BertForPreTraining, ElectraForPreTraining); a class name of another family stands for
+        its role in the checkpoint's.
+      config_path: the config file (default: beside the checkpoint: `_tf_config_path`,
+        bert_config.json or an ELECTRA config.json); its family names the weights.
+      hidden_act: the activation, overriding the config's. bert_config.json's "gelu" is ambiguous
         (`TF_GELU_NOTE`): erf is assumed and the report says so; "gelu_new" picks the tanh form
         of google-research/bert's code since February 2019.
       Others as `hf.load_pytorch`.
@@ -251,16 +333,15 @@ def load_tf(
         raise ImportError(
             "reading TF checkpoints needs TensorFlow: pip install 'bert-jax[tf]'"
         ) from e
-    model = _tf_head(model)
     ckpt, chosen = find_tf_checkpoint(ckpt)
     report = ConversionReport(notes=[chosen] if chosen else [])
-    config_file = tf_family().conversion.tf_config_file
-    config_path = config_path or os.fspath(as_path(ckpt).parent / config_file)
+    config_path = _tf_config_path(ckpt, model, config_path)
     config = _tf_config(config_path, hidden_act, report)
+    model = _tf_head(family_of(config), model)
     with tempfile.TemporaryDirectory(prefix="bert_jax_tf_") as scratch:
         reader = _open_reader(ckpt, scratch)
         names = reader.get_variable_to_shape_map()
-        check_config_fits(config, names, config_path, ckpt)
+        check_config_fits(config, _own_layers(config, model, names), config_path, ckpt)
         config = _with_num_labels(config, model, names)
         keys = [n for n in sorted(names) if not _TF_SKIP_RE.search(n)]
         report.ignored.extend(n for n in sorted(names) if _TF_SKIP_RE.search(n))
