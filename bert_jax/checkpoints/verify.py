@@ -28,7 +28,7 @@ def sample_inputs(
     mask = np.ones(shape, np.int64)
     for b in range(1, batch):
         mask[b, ..., seq_len - 1 - (3 * b) % max(1, seq_len // 2) :] = 0
-    if not hasattr(config, "type_vocab_size"):
+    if getattr(config, "type_vocab_size", 0) < 1:  # no token-type table
         return dict(input_ids=ids, attention_mask=mask)
     types = rng.integers(0, config.type_vocab_size, size=shape, dtype=np.int64)
     return dict(input_ids=ids, token_type_ids=types, attention_mask=mask)
