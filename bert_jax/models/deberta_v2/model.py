@@ -1,0 +1,657 @@
+"""DeBERTa-v2 and -v3 in Flax linen: the encoder, every Hugging Face task head and the v3
+replaced-token-detection discriminator.
+
+BERT's post-LayerNorm layers with disentangled self-attention: besides the content scores q.k,
+each query reads the keys' relative positions (content-to-position, `c2p`) and each key the
+query's (position-to-content, `p2c`), both from one table of relative-position embeddings
+(`encoder/rel_embeddings`, normalized once per forward under `norm_rel_ebd`) projected by each
+layer's own query and key projections (`share_att_key`). Distances beyond `position_buckets // 2`
+share log-spaced buckets (`make_log_bucket_position`); the scores are scaled by
+1 / sqrt(D (1 + number of position terms)). The position terms reach the shared kernels as a
+score bias (`models.attention.attend(..., bias=)`: xla and fused_xla; cudnn and splash are
+refused up front). Masking is transformers': a padding query's whole row is masked too and the
+embeddings are zeroed at padding, so every position, padding included, equals transformers'.
+
+Relative positions are the distances between row indices, as in transformers (position_ids feed
+only the absolute table of `position_biased_input`), so packed rows (`segment_ids`) equal the
+sequences alone. Submodule names mirror Hugging Face's state dict
+(`deberta/encoder/layer_3/attention/self/query_proj` is
+`deberta.encoder.layer.3.attention.self.query_proj`); the discriminator's head is DeBERTa's
+(microsoft/DeBERTa `LMMaskPredictionHead`, `mask_predictions.*` in the released v3 checkpoints).
+`scan_layers` stacks the layers (one `layer`), `remat_policy` rematerializes each.
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  R relative positions (2 x attention_span, the table's rows)
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            C choices (multiple choice)   N labels
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
+from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.deberta_v2.config import DebertaV2Config
+from bert_jax.models.family import Role
+from bert_jax.models.heads import Head, tied_logits
+from bert_jax.models.layers import (
+    DenseWeights,
+    Dropout,
+    Embed,
+    Intermediate,
+    ResidualOutput,
+    constrain,
+    dense,
+    encoder_inputs,
+    first_tokens,
+    gather_positions,
+    layer_norm,
+    zeros_init,
+)
+from bert_jax.models.outputs import (
+    ClassifierOutput,
+    EncoderOutput,
+    MaskedLMOutput,
+    QuestionAnsweringOutput,
+)
+
+Array = jax.Array
+
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule, where its layers sit and their names (one stacked `layer` under `scan_layers`), and
+# the parameters a pretraining run may start specially: the MLM bias of transformers' default
+# (`legacy`) head; no position table (DeBERTa-v3 has none).
+ENCODER_NAME = "deberta"
+LAYERS_PATH = ("encoder",)
+LAYER_NAME = "layer_{}"
+SCANNED_LAYER = "layer"
+STARTING_PATHS = {"mlm_bias": ("cls", "predictions", "bias")}
+
+
+def _layer_norm(cfg: DebertaV2Config, rt: RuntimeConfig, name: str = "LayerNorm") -> nn.LayerNorm:
+    return layer_norm(rt, cfg.layer_norm_eps, name)
+
+
+# --------------------------------------------------------------------------------------------
+# Relative positions
+# --------------------------------------------------------------------------------------------
+def make_log_bucket_position(
+    relative_pos: np.ndarray, bucket_size: int, max_position: int
+) -> np.ndarray:
+    """Distances beyond bucket_size // 2 mapped to log-spaced buckets (transformers'
+    `make_log_bucket_position`, in float32 as it computes them).
+
+    Args:
+      relative_pos: int distances (any shape).
+      bucket_size: `position_buckets`; mid = bucket_size // 2.
+      max_position: the distance the last bucket reaches (`relative_distance`).
+
+    Returns:
+      int32, the same shape: d where |d| <= mid, else sign(d) (mid + ceil(log(|d| / mid) /
+      log((max_position - 1) / mid) x (mid - 1))).
+    """
+    rel = np.asarray(relative_pos, np.int64)
+    mid = bucket_size // 2
+    abs_pos = np.where((rel < mid) & (rel > -mid), mid - 1, np.abs(rel))
+    ratio = abs_pos.astype(np.float32) / np.float32(mid)
+    span = np.log(np.float32((max_position - 1) / mid))
+    log_pos = np.ceil(np.log(ratio) / span * np.float32(mid - 1)) + np.float32(mid)
+    return np.where(abs_pos <= mid, rel, log_pos * np.sign(rel)).astype(np.int32)
+
+
+def relative_positions(cfg: DebertaV2Config, length: int) -> np.ndarray:
+    """int32 [L, L]: the (bucketed) distance i - j from query i to key j (transformers'
+    `build_relative_position`), static for a length."""
+    index = np.arange(length)
+    rel = index[:, None] - index[None, :]
+    if cfg.position_buckets > 0 and cfg.relative_distance > 0:
+        rel = make_log_bucket_position(rel, cfg.position_buckets, cfg.relative_distance)
+    return rel.astype(np.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings and layers
+# --------------------------------------------------------------------------------------------
+class DebertaV2Embeddings(nn.Module):
+    """Word (+ absolute position, + token-type) embeddings, `embed_proj` to E when the tables are
+    narrower, LayerNorm, zeroed at padding, dropout. Returns [B, L, E]."""
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, position_ids, attention_mask, *, deterministic):
+        cfg, rt = self.config, self.runtime
+
+        def embed(num, axes, name, one_hot=False):
+            return Embed(
+                num, cfg.embedding_width, axes, cfg.initializer_range, rt.dtype, rt.param_dtype,
+                one_hot, name=name,
+            )  # fmt: skip
+
+        x = embed(cfg.padded_vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
+        if cfg.position_biased_input:
+            x += embed(
+                cfg.max_position_embeddings, (None, "embed"), "position_embeddings", one_hot=True
+            )(position_ids)
+        if cfg.type_vocab_size > 0:
+            x += embed(cfg.type_vocab_size, (None, "embed"), "token_type_embeddings", one_hot=True)(
+                token_type_ids
+            )
+        if cfg.embedding_width != cfg.hidden_size:
+            x = dense(cfg, rt, cfg.hidden_size, (None,), ("embed",), "embed_proj", use_bias=False)(
+                x
+            )
+        x = _layer_norm(cfg, rt)(x)
+        x = x * attention_mask[..., None].astype(x.dtype)  # transformers zeroes padding
+        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        return constrain(x, "act_batch", "act_len", "act_embed")
+
+
+class DisentangledSelfAttention(nn.Module):
+    """`attention/self`: query_proj, key_proj, value_proj and disentangled attention.
+
+    `__call__(x [B, L, E], mask, rel_embeddings [R, E] or None, relative_pos [L, L] int or
+    None)` -> (context [B, L, H, D], probs [B, H, L, L] float32 or None).
+    """
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(
+        self, x, mask: AttentionMask, rel_embeddings, relative_pos, *, deterministic,
+        output_attentions,
+    ):  # fmt: skip
+        cfg, rt = self.config, self.runtime
+        heads = (cfg.num_attention_heads, cfg.head_dim)
+
+        def weights(name):
+            return DenseWeights(
+                heads, ("embed",), ("heads", "kv"), cfg.initializer_range, rt.param_dtype, name=name
+            )((cfg.hidden_size,))
+
+        # One matmul [E] x [E, 3, H, D] for the three projections, their weights apart.
+        qkv_weights = [weights(name) for name in ("query_proj", "key_proj", "value_proj")]
+        kernel = jnp.stack([w.astype(rt.dtype) for w, _ in qkv_weights], axis=1)  # [E, 3, H, D]
+        bias = jnp.stack([b.astype(rt.dtype) for _, b in qkv_weights], axis=0)  # [3, H, D]
+        qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
+        q, k, v = (
+            constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
+        )  # [B, L, H, D] each
+        # transformers divides by sqrt(D x scale_factor) computed in float32.
+        scale = np.sqrt(np.float32(cfg.head_dim) * np.float32(cfg.score_scale_factor))
+        score_bias = None
+        if cfg.attention_score_bias:
+            rel = Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
+            rel = rel.astype(rt.dtype)  # [R, E]
+            types = cfg.pos_att_type
+            if cfg.share_att_key:  # the layer's own query and key projections
+                query_w, key_w = qkv_weights[0], qkv_weights[1]
+            else:
+                query_w = weights("pos_query_proj") if "p2c" in types else None
+                key_w = weights("pos_key_proj") if "c2p" in types else None
+
+            def project(weights_and_bias):  # the table through a projection: [R, H, D]
+                w, b = weights_and_bias
+                return jnp.einsum("re,ehd->rhd", rel, w.astype(rt.dtype)) + b.astype(rt.dtype)
+
+            pos_query = project(query_w) if "p2c" in types else None
+            pos_key = project(key_w) if "c2p" in types else None
+            score_bias = self._position_scores(q, k, relative_pos, pos_query, pos_key, scale)
+        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
+        return attend(
+            q,
+            k,
+            v,
+            mask,
+            config=cfg,
+            runtime=rt,
+            dropout_rng=self.make_rng("dropout") if dropping else None,
+            output_attentions=output_attentions,
+            bias=score_bias,
+            scale=float(1.0 / scale),
+        )
+
+    def _position_scores(self, q, k, relative_pos, pos_query, pos_key, scale):
+        """The c2p and p2c terms, float32 [B, H, L, L], each divided by `scale`: q and k
+        [B, L, H, D] against the table's projections pos_key and pos_query [R, H, D]."""
+        cfg = self.config
+        span = cfg.attention_span
+        length = q.shape[1]
+        rows = jnp.arange(length)[:, None]
+        score = 0.0
+        if "c2p" in cfg.pos_att_type:
+            # query i against the key projection of its distance to key j
+            c2p = jnp.einsum(
+                "bqhd,rhd->bhqr", q, pos_key, preferred_element_type=jnp.float32
+            )  # [B, H, L, R]
+            index = jnp.clip(relative_pos + span, 0, 2 * span - 1)  # [L, L]
+            score = score + c2p[:, :, rows, index] / scale
+        if "p2c" in cfg.pos_att_type:
+            # key j against the query projection of its distance from query i: transformers
+            # gathers row j of [keys, R] at -bucket(j - i), then transposes to [queries, keys]
+            p2c = jnp.einsum(
+                "bkhd,rhd->bhkr", k, pos_query, preferred_element_type=jnp.float32
+            )  # [B, H, L(keys), R]
+            index = jnp.clip(-relative_pos + span, 0, 2 * span - 1)  # [L(keys), L(queries)]
+            score = score + jnp.swapaxes(p2c[:, :, rows, index], -1, -2) / scale
+        return score
+
+
+class DebertaV2Attention(nn.Module):
+    """Self-attention sub-layer (`attention/self` + `attention/output`): [B, L, E], probs."""
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, rel_embeddings, relative_pos, *, deterministic, output_attentions):
+        cfg, rt = self.config, self.runtime
+        context, probs = DisentangledSelfAttention(cfg, rt, name="self")(
+            x,
+            mask,
+            rel_embeddings,
+            relative_pos,
+            deterministic=deterministic,
+            output_attentions=output_attentions,
+        )
+        out = ResidualOutput(cfg, rt, from_heads=True, name="output")(
+            context, x, deterministic=deterministic
+        )
+        return out, probs
+
+
+class DebertaV2Layer(nn.Module):
+    """One post-LayerNorm layer: attention, then intermediate/output (BERT's).
+
+    The run mode lives in attributes so that `nn.scan` and `nn.remat` see only arrays.
+    `__call__(x [B, L, E], mask, rel_embeddings, relative_pos) -> (x', (x' or None, probs or
+    None))`, the (carry, output) shape `nn.scan` wants.
+    """
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+    deterministic: bool = True
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, rel_embeddings, relative_pos):
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        a, probs = DebertaV2Attention(cfg, rt, name="attention")(
+            x,
+            mask,
+            rel_embeddings,
+            relative_pos,
+            deterministic=det,
+            output_attentions=self.output_attentions,
+        )
+        h = Intermediate(cfg, rt, name="intermediate")(a)
+        y = ResidualOutput(cfg, rt, name="output")(h, a, deterministic=det)
+        y = constrain(y, "act_batch", "act_len", "act_embed")
+        return y, (y if self.output_hidden_states else None, probs)
+
+
+class DebertaV2Encoder(nn.Module):
+    """The relative-position table (`rel_embeddings` [R, E], and its `LayerNorm` under
+    norm_rel_ebd) and the layers: `layer_0 ... layer_{n-1}`, or one scanned `layer`.
+
+    `__call__(x [B, L, E], mask) -> (y [B, L, E], states, probs)`: states the n layers' outputs
+    with `output_hidden_states`, probs their attention probabilities [B, H, L, L] with
+    `output_attentions`, else None.
+    """
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic, output_hidden_states, output_attentions):
+        cfg, rt = self.config, self.runtime
+        rel_embeddings = relative_pos = None
+        if cfg.relative_attention:
+            rows = cfg.rel_embedding_rows
+            rel_embeddings = Embed(
+                rows, cfg.hidden_size, (None, "embed"), cfg.initializer_range, rt.dtype,
+                rt.param_dtype, name="rel_embeddings",
+            )(jnp.arange(rows))  # the whole table [R, E]  # fmt: skip
+            if cfg.norm_rel_ebd == "layer_norm":
+                rel_embeddings = _layer_norm(cfg, rt)(rel_embeddings)
+            relative_pos = jnp.asarray(relative_positions(cfg, x.shape[1]))
+        layer_cls = DebertaV2Layer
+        if rt.remat_policy != "none":
+            layer_cls = nn.remat(
+                layer_cls, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
+            )
+        kwargs = dict(
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        args = (mask, rel_embeddings, relative_pos)
+        if rt.scan_layers:
+            scanned = nn.scan(
+                layer_cls,
+                variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=nn.broadcast,
+                length=cfg.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )
+            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, *args)
+        else:
+            states, probs = [], []
+            for i in range(cfg.num_hidden_layers):
+                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, *args)
+                states.append(s)
+                probs.append(p)
+        states = tuple(states) if output_hidden_states else None
+        probs = tuple(probs) if output_attentions else None
+        return x, states, probs
+
+
+class DebertaV2Model(nn.Module):
+    """The DeBERTa-v2 encoder: embeddings and layers (no pooler: the classifiers' ContextPooler
+    is theirs, `pooler`).
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids: [B, L] int token types (read only when type_vocab_size > 0); zeros when
+        omitted.
+      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
+      position_ids: [B, L] int positions counted from 0 in each sequence, for the absolute table
+        (`position_biased_input`); 0..L-1 when omitted. Relative positions are row distances.
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's first token (pooling only).
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+
+    Returns:
+      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output, with `add_pooling_layer`, the
+      first token's state [B, E] ([B, S, E] at cls_positions; no parameters); hidden_states L+1
+      arrays [B, L, E]; attentions [B, H, L, L] float32.
+    """
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+    add_pooling_layer: bool = False
+    token_types: ClassVar[bool] = True  # read where the config has a token-type table
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        cfg, rt = self.config, self.runtime
+        token_type_ids, attention_mask, position_ids = encoder_inputs(
+            rt,
+            input_ids,
+            token_type_ids=token_type_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+        )
+        if cfg.position_biased_input and input_ids.shape[1] > cfg.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {input_ids.shape[1]} exceeds the {cfg.max_position_embeddings} "
+                f"positions of {cfg.display_name}'s absolute table (position_biased_input)"
+            )
+        x = DebertaV2Embeddings(cfg, rt, name="embeddings")(
+            input_ids, token_type_ids, position_ids, attention_mask, deterministic=deterministic
+        )
+        mask = AttentionMask(attention_mask.astype(bool), segment_ids, mask_queries=True)
+        y, states, probs = DebertaV2Encoder(cfg, rt, name="encoder")(
+            x,
+            mask,
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        pooled = first_tokens(y, cls_positions) if self.add_pooling_layer else None
+        return EncoderOutput(
+            last_hidden_state=y,
+            pooler_output=pooled,
+            hidden_states=(x, *states) if output_hidden_states else None,
+            attentions=probs,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Heads
+# --------------------------------------------------------------------------------------------
+class DebertaV2LMPredictionHead(nn.Module):
+    """The MLM head: dense (E -> the tables' width), `hidden_act`, LayerNorm, then logits against
+    the tied word embeddings plus `bias`. h [..., E], embedding [V', E'] -> float32 [..., V].
+
+    `legacy` (transformers' default, `cls/predictions`): the dense and LayerNorm sit under
+    `transform`; else (`lm_predictions/lm_head`, DeBERTa's own) directly in the head.
+    """
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h, embedding):
+        cfg, rt = self.config, self.runtime
+        h = _Transform(cfg, rt, name="transform")(h) if cfg.legacy else _transform(cfg, rt, h)
+        bias = self.param("bias", zeros_init(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
+        logits = tied_logits(h, embedding, rt.dtype) + bias.astype(jnp.float32)  # [..., V']
+        return logits[..., : cfg.vocab_size]  # the padding rows are no tokens
+
+
+def _transform(cfg: DebertaV2Config, rt: RuntimeConfig, h):
+    """LayerNorm(hidden_act(dense(h))), [..., E] -> [..., E'], its `dense` and `LayerNorm`
+    submodules of the module calling it."""
+    h = dense(cfg, rt, cfg.embedding_width, ("embed",), (None,), "dense")(h)
+    return _layer_norm(cfg, rt)(ACTIVATIONS[cfg.hidden_act](h))
+
+
+class _Transform(nn.Module):
+    """The legacy head's `transform`: `_transform`."""
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h):
+        return _transform(self.config, self.runtime, h)
+
+
+class _MLMHeads(nn.Module):
+    """`cls` (legacy) or `lm_predictions`: holds the prediction head, `predictions` or
+    `lm_head`."""
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h, embedding):
+        name = "predictions" if self.config.legacy else "lm_head"
+        return DebertaV2LMPredictionHead(self.config, self.runtime, name=name)(h, embedding)
+
+
+class ContextPooler(nn.Module):
+    """`pooler`: pooler_hidden_act(dense(dropout(first))), the first tokens' states [..., E] ->
+    [..., E] (transformers' ContextPooler)."""
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, first, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        h = Dropout(cfg.pooler_dropout)(first, deterministic=deterministic)
+        h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
+        return ACTIVATIONS[cfg.pooler_hidden_act](h)
+
+
+class DebertaV2Head(Head):
+    """A task head on top of `deberta` (a DebertaV2Model), with every head's call
+    (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids, segment_ids
+    [B, L] ([B, C, L] for multiple choice), cls_positions [B, S] (the heads reading the first
+    token), masked_positions [B, P] (the MLM head)."""
+
+    config: DebertaV2Config
+    pooled: ClassVar[bool] = False  # reads the first token's state (and takes cls_positions)
+    token_types: ClassVar[bool] = True  # read where the config has a token-type table
+
+    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
+        """The encoder's outputs: `deberta`, a DebertaV2Model (pooler_output the first tokens'
+        states when `pooled`)."""
+        model = DebertaV2Model(
+            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
+        )
+        return model(input_ids, **inputs, **kwargs)
+
+    def _linear(self, x, features: int, name: str):
+        """A dense output layer `name`: [..., E] -> float32 [..., features]."""
+        cfg, rt = self.config, self.runtime
+        return dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
+
+    def _classify(self, out, features: int, deterministic: bool):
+        """`pooler` (ContextPooler), dropout (`cls_dropout`), `classifier`: float32 [..., N]."""
+        cfg = self.config
+        pooled = ContextPooler(cfg, self.runtime, name="pooler")(
+            out.pooler_output, deterministic=deterministic
+        )
+        rate = cfg.hidden_dropout_prob if cfg.cls_dropout is None else cfg.cls_dropout
+        pooled = Dropout(rate)(pooled, deterministic=deterministic)
+        return self._linear(pooled, features, "classifier")
+
+
+class DebertaV2ForMaskedLM(DebertaV2Head):
+    """The MLM head on every token: logits [B, L, V] float32, or [B, P, V] at
+    `masked_positions` (P/L of the cost; equal to gathering the full logits). `cls.predictions`
+    (legacy, transformers' default) or `lm_predictions.lm_head`, by the config's `legacy`."""
+
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        h = out.last_hidden_state
+        if masked_positions is not None:
+            h = gather_positions(h, masked_positions)  # [B, P, E]
+        table = self.variables["params"][ENCODER_NAME]["embeddings"]["word_embeddings"]
+        name = "cls" if self.config.legacy else "lm_predictions"
+        logits = _MLMHeads(self.config, self.runtime, name=name)(h, table["embedding"])
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
+
+class DebertaV2ForSequenceClassification(DebertaV2Head):
+    """`pooler` (ContextPooler) on the first token, dropout, `classifier`: logits [B, N]
+    (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
+
+    pooled = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out, self.config.num_labels, deterministic)
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class DebertaV2ForMultipleChoice(DebertaV2Head):
+    """Inputs [B, C, L]; each choice is encoded, pooled (`pooler`), dropped out and scored by
+    `classifier`: logits [B, C]."""
+
+    pooled = True
+    choices = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._classify(out, 1, deterministic)  # [B*C, 1]
+        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
+
+
+class DebertaV2ForTokenClassification(DebertaV2Head):
+    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        h = Dropout(self.config.hidden_dropout_prob)(
+            out.last_hidden_state, deterministic=deterministic
+        )
+        logits = self._linear(h, self.config.num_labels, "classifier")
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class DebertaV2ForQuestionAnswering(DebertaV2Head):
+    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self._linear(out.last_hidden_state, 2, "qa_outputs")
+        return QuestionAnsweringOutput(
+            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
+        )
+
+
+class DebertaV2ForReplacedTokenDetection(DebertaV2Head):
+    """DeBERTa-v3's discriminator (microsoft/DeBERTa's `ReplacedTokenDetectionModel`; transformers
+    has no such class): `mask_predictions` adds the first token's state to every token's,
+    LayerNorm, dense, `hidden_act`, `classifier` -> one logit a token, "this token was replaced":
+    logits [B, L] float32. In packed rows (`segment_ids`, `cls_positions`) each token adds its own
+    sequence's first token."""
+
+    pooled = True
+
+    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
+        """The encoder's outputs, `pooler_output` the first state of each token's sequence
+        [B, L|1, E]."""
+        out = super().encode(input_ids, inputs, **kwargs)
+        first = out.pooler_output  # [B, E], or [B, S, E] at cls_positions
+        if first.ndim == 2:
+            return out.replace(pooler_output=first[:, None])
+        segments = inputs.get("segment_ids")
+        if segments is None:
+            raise ValueError(f"{type(self).__name__}: cls_positions need segment_ids")
+        index = jnp.clip(segments - 1, 0, first.shape[1] - 1)  # [B, L]: 1..S -> 0..S-1
+        return out.replace(pooler_output=gather_positions(first, index))
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        cfg, rt = self.config, self.runtime
+        logits = _MaskPredictionHead(cfg, rt, name="mask_predictions")(
+            out.last_hidden_state, out.pooler_output
+        )
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class _MaskPredictionHead(nn.Module):
+    """`mask_predictions` (DeBERTa's LMMaskPredictionHead): h [B, L, E], first [B, L|1, E] ->
+    classifier(hidden_act(dense(LayerNorm(first + h)))) float32 [B, L]."""
+
+    config: DebertaV2Config
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h, first):
+        cfg, rt = self.config, self.runtime
+        h = _layer_norm(cfg, rt)(first + h)
+        h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
+        h = ACTIVATIONS[cfg.hidden_act](h)
+        logits = dense(cfg, rt, 1, ("embed",), (None,), "classifier", out_dtype=jnp.float32)(h)
+        return logits[..., 0]
+
+
+# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: DebertaV2Model,
+    Role.MASKED_LM: DebertaV2ForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: DebertaV2ForSequenceClassification,
+    Role.MULTIPLE_CHOICE: DebertaV2ForMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: DebertaV2ForTokenClassification,
+    Role.QUESTION_ANSWERING: DebertaV2ForQuestionAnswering,
+    Role.REPLACED_TOKEN_DETECTION: DebertaV2ForReplacedTokenDetection,
+}
+MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}
