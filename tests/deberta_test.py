@@ -393,6 +393,23 @@ def test_tokenizer_equals_transformers_on_shakespeare(lines, tmp_path):
     assert not ours.continuation_mask()[[0, 1, 2, 3, 399]].any()
 
 
+def test_tokenizer_config_options_are_transformers(lines, tmp_path):
+    """do_lower_case and split_by_punct of a tokenizer_config.json beside the tokenizer.json are
+    read as transformers reads them (both false in the released models)."""
+    trained = tokenization.train_unigram(lines, vocab_size=300, layout=unigram.DEBERTA_V3)
+    trained.save(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert (config["do_lower_case"], config["split_by_punct"]) == (False, False)
+    config.update(do_lower_case=True, split_by_punct=True)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    ours = tokenization.load_tokenizer(tmp_path)
+    assert (ours.lowercase, ours.split_by_punct) == (True, True)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    texts = [line.upper() for line in lines[:40]] + ["Nay--'tis so;I say!"]
+    assert theirs(texts)["input_ids"] == [ours.build_inputs(ours.encode(t))[0] for t in texts]
+    assert ours.tokenizer_config()["do_lower_case"] is True
+
+
 def test_spm_model_reads_where_sentencepiece_is_installed(tmp_path):
     """DeBERTa's spm.model is found in a directory; without `sentencepiece` the error says what
     to do (give the tokenizer.json)."""

@@ -317,14 +317,15 @@ TOKENIZER_CLASSES: dict[str, type[SentencePieceTokenizer]] = {
 }
 
 
-def layout_of(pieces: Sequence[str], source: str) -> Layout:
-    """The layout whose special tokens the vocabulary `pieces` holds (DeBERTa's [CLS] and
-    [SEP], else XLM-R's)."""
+def layout_of(pieces: Sequence[str]) -> Layout:
+    """The layout whose special tokens the vocabulary `pieces` holds: XLM-R's where it has all of
+    them, else DeBERTa's where it has all of its own; failing both, the one whose row tokens it
+    has (the tokenizer class then names what is missing)."""
     have = set(pieces)
-    for layout in (DEBERTA_V3, XLM_R):
-        if {layout.cls, layout.sep} <= have:
+    for layout in (XLM_R, DEBERTA_V3):
+        if set(layout.special_tokens) <= have:
             return layout
-    return XLM_R  # the wrapper then names what is missing
+    return DEBERTA_V3 if {DEBERTA_V3.cls, DEBERTA_V3.sep} <= have else XLM_R
 
 
 def _options_beside(file: epath.Path) -> dict:
@@ -363,7 +364,7 @@ def from_tokenizer_json(file: epath.Path) -> SentencePieceTokenizer:
     for part in [normalizer, *normalizer.get("normalizers", [])]:
         if part.get("type") == "Precompiled" and part.get("precompiled_charsmap"):
             charsmap = base64.b64decode(part["precompiled_charsmap"])
-    layout = layout_of([p for p, _ in vocab], os.fspath(file))
+    layout = layout_of([p for p, _ in vocab])
     return _wrap(vocab, layout, charsmap, os.fspath(file), _options_beside(file))
 
 
@@ -391,7 +392,7 @@ def load_sentencepiece_model(file: epath.Path) -> SentencePieceTokenizer:
     if proto.trainer_spec.model_type != _UNIGRAM or len(proto.pieces) < 4:
         raise ValueError(f"{path} is not a SentencePiece Unigram model (XLM-R's or DeBERTa's)")
     pieces = [(p.piece, p.score) for p in proto.pieces]
-    layout = layout_of([p for p, _ in pieces], path)
+    layout = layout_of([p for p, _ in pieces])
     charsmap = proto.normalizer_spec.precompiled_charsmap
     return _wrap(layout.vocab_from_pieces(pieces), layout, charsmap, path, _options_beside(file))
 
