@@ -221,14 +221,22 @@ def test_scanned_and_rematerialized_layers_equal_the_loop():
 # Attention kernels
 # --------------------------------------------------------------------------------------------
 def test_fused_xla_takes_the_position_scores():
+    """fused_xla (jax.nn.dot_product_attention's bias) equals xla at real tokens; the masked LM
+    at masked_positions [B, P] is its full logits gathered there."""
     head = "DebertaV2ForMaskedLM"
     cfg = V3.replace(attention_probs_dropout_prob=0.0)
     params, inputs = random_params(cfg, head), _inputs(cfg, head)
     exact = jax.jit(DB.DebertaV2ForMaskedLM(cfg).apply)({"params": params}, **inputs).logits
     fused = DB.DebertaV2ForMaskedLM(cfg, RuntimeConfig(attention="fused_xla"))
-    logits = jax.jit(fused.apply)({"params": params}, **inputs).logits
+    positions = np.array([[0, 4], [1, 3], [8, 5], [6, 0]])
+    apply = jax.jit(fused.apply)
+    logits = apply({"params": params}, **inputs).logits
     real = MASK.astype(bool)
     np.testing.assert_allclose(np.asarray(logits)[real], np.asarray(exact)[real], atol=1e-5)
+    at = apply({"params": params}, **inputs, masked_positions=positions).logits
+    assert at.shape == (4, 2, cfg.vocab_size)
+    gathered = np.take_along_axis(np.asarray(logits), positions[..., None], axis=1)
+    np.testing.assert_allclose(at, gathered, atol=1e-5)
 
 
 def test_kernels_without_a_score_bias_are_refused_naming_the_family():
