@@ -472,7 +472,7 @@ def roberta_config(
 # 0.9/0.98, a generator of the discriminator's width and half its depth, microsoft/DeBERTa's
 # experiments/language_model/rtd_*.json). tiny is this project's CPU job.
 ELECTRA_RECIPES = {
-    "tiny": dict(lr=2e-3, batch=32, steps=600, length=128, mask=0.15, width=0.25),
+    "tiny": dict(lr=2e-3, batch=32, steps=600, length=128, mask=0.15, width=0.5),
     "small": dict(lr=5e-4, batch=128, steps=1_000_000, length=128, mask=0.15, width=0.25),
     "base": dict(lr=2e-4, batch=256, steps=766_000, length=512, mask=0.15, width=1 / 3),
     "large": dict(lr=2e-4, batch=2048, steps=400_000, length=512, mask=0.25, width=0.25),
@@ -558,8 +558,12 @@ def rtd_config(size: str, phase: int, tpu: str, arch: str = "electra") -> ml_col
     c.optimizer.schedule = "linear"
     c.global_batch_size = recipe["batch"]
     c.num_train_steps = recipe["steps"]
-    c.mlm_bias_init = "unigram" if tiny else "zeros"
-    c.position_embeddings_init = "normal"
+    # The generator's MLM bias from zeros: its first samples are spread over the vocabulary,
+    # easy replacements the discriminator learns on while the generator improves (from the
+    # unigram, its samples are the text's commonest tokens from the first step).
+    c.mlm_bias_init = "zeros"
+    # ELECTRA's tiny job: the position table from sinusoids, as BERT's (DeBERTa has none)
+    c.position_embeddings_init = "sinusoid" if tiny and model_type == "electra" else "normal"
     if tiny:  # a few minutes on a CPU: evaluated every 100 steps on 20 held-out batches
         c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
     c.lock()

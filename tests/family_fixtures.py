@@ -64,6 +64,12 @@ def sentencepiece_unigram(texts: Sequence[str]) -> tokenization.SubwordTokenizer
     return tokenization.SentencePieceTokenizer(unigram.xlm_roberta_tokenizer(vocab))
 
 
+def deberta_unigram(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
+    """DeBERTa-v3's kind: a Unigram model laid out as its spm.model ([PAD], [CLS], [SEP], [UNK],
+    the pieces, [MASK])."""
+    return tokenization.train_unigram(texts, vocab_size=VOCAB_SIZE, layout=unigram.DEBERTA_V3)
+
+
 @dataclasses.dataclass(frozen=True)
 class FamilyFixture:
     """A family's row: `fields` of its tiny config beyond `SIZES`, vocab_size and pad_token_id
@@ -75,6 +81,26 @@ class FamilyFixture:
 
 FIXTURES: dict[str, FamilyFixture] = {
     "bert": FamilyFixture(dict(type_vocab_size=3), wordpiece),
+    # DeBERTa-v3's settings, its 256 log buckets made 8 (distances past 4 share buckets, up to
+    # the 66 positions), a pooler activation other than the layers'.
+    "deberta-v2": FamilyFixture(
+        dict(
+            relative_attention=True,
+            max_relative_positions=-1,
+            position_buckets=8,
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+            pos_att_type=("p2c", "c2p"),
+            position_biased_input=False,
+            type_vocab_size=0,
+            layer_norm_eps=1e-7,
+            hidden_act="gelu_new",
+            pooler_hidden_act="gelu",
+        ),
+        deberta_unigram,
+    ),
+    # Embeddings narrower than the layers (24 < 32): `embeddings_project` in every model.
+    "electra": FamilyFixture(dict(embedding_size=24, type_vocab_size=3), wordpiece),
     # Layer 0 attends globally, layer 1 in a window of 4 keys (shorter than the rows); every
     # bias on (the released models have none, which would hide a swapped or missing one).
     "modernbert": FamilyFixture(

@@ -64,7 +64,8 @@ def test_every_family_counts_its_encoder_flops(model_type):
     )
     assert family.encoder_flops(cfg, a + 1) > one
     step = flops.pretraining_step_flops(cfg, a, num_predictions=3, nsp=False)
-    head = 3 * 2.0 * (cfg.hidden_size**2 + cfg.hidden_size * cfg.vocab_size)
+    e, d = cfg.hidden_size, getattr(cfg, "embedding_size", None) or cfg.hidden_size
+    head = 3 * 2.0 * (e * d + d * cfg.vocab_size)  # transform E -> D, decoder D -> V
     assert step == pytest.approx(3 * one + 3 * head)
 
 
@@ -75,18 +76,21 @@ def _layer_kernel_sizes(family, cfg) -> int:
     return sum(
         leaf.size
         for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]
-        if any(str(getattr(k, "key", "")).startswith("layer") for k in path)
+        if any(str(getattr(k, "key", "")).startswith(("layer", "embeddings_project")) for k in path)
         and getattr(path[-2], "key", None) == "kernel"
     )
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
 def test_every_family_counts_two_flops_a_weight_of_its_layers(model_type):
-    """A one-token sequence: 2 FLOPs per weight of every layer's matmuls (read from the model
-    itself) plus one (query, key) pair a layer (2 * 2E)."""
+    """A one-token sequence: 2 FLOPs per weight of every layer's matmuls and of ELECTRA's
+    embeddings projection (read from the model itself) plus one (query, key) pair a layer
+    (scores and context, 2 * 2E), and 2E more for each of DeBERTa's relative score terms (c2p,
+    p2c)."""
     family = FAMILIES[model_type]
     cfg = family.config_class.preset("tiny")
     weights = _layer_kernel_sizes(family, cfg)
-    attention = cfg.num_hidden_layers * 4 * cfg.hidden_size
+    terms = len(cfg.pos_att_type) if getattr(cfg, "relative_attention", False) else 0
+    attention = cfg.num_hidden_layers * (4 + 2 * terms) * cfg.hidden_size
     assert weights > 0
     assert family.encoder_flops(cfg, np.array([1])) == pytest.approx(2 * weights + attention)

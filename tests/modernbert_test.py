@@ -166,7 +166,7 @@ def test_config_refuses_layer_types_and_rope_it_does_not_implement():
     with pytest.raises(ValueError, match="RoPE"):
         ModernBertConfig.from_hf_dict({**d, "rope_parameters": rope})
     with pytest.raises(ValueError, match="model_type"):
-        families.config_from_hf_dict({**d, "model_type": "deberta-v2"})
+        families.config_from_hf_dict({**d, "model_type": "gpt2"})
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ Dimension legend: B batch, L sequence length, P predictions per row, V vocabular
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -54,19 +55,39 @@ def generator_config(config: EncoderConfig, width: float, depth: float) -> Encod
     """The generator's architecture: the discriminator's `config` with hidden size,
     feed-forward size and heads scaled by `width` (ELECTRA's "generator size": 1/4 for small
     and large, 1/3 for base) and layers by `depth` (DeBERTa-v3's: half the layers, full width).
-    The embeddings (vocabulary, positions, ELECTRA's `embedding_size`) are the discriminator's."""
+    The embeddings (vocabulary, positions, their width) are the discriminator's: a narrower
+    generator projects them (`embedding_size`, which ELECTRA and DeBERTa have)."""
     if not (0 < width <= 1 and 0 < depth <= 1):
         raise ValueError(f"generator width {width} and depth {depth} must be in (0, 1]")
     hidden = max(1, round(config.hidden_size * width))
     heads = max(1, round(config.num_attention_heads * width))
     while hidden % heads:
         heads -= 1
+    tables = {}
+    if hidden != config.hidden_size:
+        if not hasattr(config, "embedding_size"):
+            raise ValueError(
+                f"a generator narrower than the discriminator (width {width}) needs embeddings "
+                f"of their own width (embedding_size), which {config.model_type} has not"
+            )
+        tables["embedding_size"] = config.embedding_size or config.hidden_size
     return config.replace(
+        **tables,
         hidden_size=hidden,
         num_attention_heads=heads,
         intermediate_size=max(1, round(config.intermediate_size * width)),
         num_hidden_layers=max(1, round(config.num_hidden_layers * depth)),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _block_shapes(model: nn.Module, block: tuple[str, ...]) -> dict[str, tuple]:
+    """{entry: its parameters' shapes} of the subtree `block` of `model`'s parameters."""
+    shapes = jax.eval_shape(lambda: nn.meta.unbox(init_params(model, jax.random.PRNGKey(0))))
+    return {
+        name: tuple(x.shape for x in jax.tree_util.tree_leaves(sub))
+        for name, sub in _get(shapes, block).items()
+    }
 
 
 def _get(tree: dict, path: tuple[str, ...]):
@@ -76,13 +97,14 @@ def _get(tree: dict, path: tuple[str, ...]):
 
 
 def _replace(tree: dict, path: tuple[str, ...], value) -> dict:
-    """`tree` with the node at `path` set to `value` (None: removed); the input is unchanged."""
+    """`tree` with the node at `path` set to `value` (None: removed, and a dict it leaves empty
+    with it: a parameter tree has no empty nodes); the input is unchanged."""
     head, *rest = path
-    if not rest:
-        return (
-            {k: v for k, v in tree.items() if k != head} if value is None else {**tree, head: value}
-        )
-    return {**tree, head: _replace(tree[head], tuple(rest), value)}
+    if rest:
+        value = _replace(tree.get(head, {}), tuple(rest), value) or None
+    if value is None:
+        return {k: v for k, v in tree.items() if k != head}
+    return {**tree, head: value}
 
 
 def _boxed(x) -> bool:
@@ -152,22 +174,29 @@ class ReplacedTokenDetection(nn.Module):
         cls = families.get_model_class(self.family.head_for(Role.REPLACED_TOKEN_DETECTION))
         return cls(self.config, self.runtime, parent=None)
 
-    def shared_paths(self, tree: dict) -> list[tuple[str, ...]]:
-        """The shared subtrees' paths in a model's tree: the whole embeddings block ("tied"), the
-        word and absolute position tables ("disentangled"), none ("none")."""
-        embeddings = (self.family.encoder_name, "embeddings")
-        if self.sharing == "tied":
-            return [embeddings]
+    def shared_paths(self) -> list[tuple[str, ...]]:
+        """The shared subtrees' paths in either model's tree, those of the discriminator's
+        embeddings block of the same shapes in the generator's: every entry ("tied": ELECTRA's
+        tables and LayerNorm, read before its projection; a narrower DeBERTa generator's
+        projection and LayerNorm are its own), the word and absolute position tables
+        ("disentangled"), none ("none")."""
         if self.sharing == "none":
             return []
-        block = _get(tree, embeddings)
-        return [(*embeddings, t) for t in ("word_embeddings", "position_embeddings") if t in block]
+        block = (self.family.encoder_name, "embeddings")
+        ours = _block_shapes(self.discriminator_model(), block)
+        theirs = _block_shapes(self.generator_model(), block)
+        names = ("word_embeddings", "position_embeddings")
+        return [
+            (*block, name)
+            for name, shapes in ours.items()
+            if theirs.get(name) == shapes and (self.sharing == "tied" or name in names)
+        ]
 
     def split(self, params: PyTree) -> tuple[PyTree, PyTree]:
         """(generator's, discriminator's) parameters, each a whole tree of its class, from this
         module's {"generator", "discriminator"} (plain arrays; traced or not)."""
         gen, disc = params["generator"], params["discriminator"]
-        for path in self.shared_paths(disc):
+        for path in self.shared_paths():
             if self.sharing == "tied":
                 gen = _replace(gen, path, _get(disc, path))
             else:  # the difference on the generator's table, which its loss alone trains
@@ -179,7 +208,7 @@ class ReplacedTokenDetection(nn.Module):
         """This module's parameters from each model's whole tree (`split`'s inverse): "tied"
         keeps the discriminator's embeddings, "disentangled" stores its tables as differences
         from the generator's."""
-        for path in self.shared_paths(discriminator):
+        for path in self.shared_paths():
             if self.sharing == "tied":
                 generator = _replace(generator, path, None)
             else:
@@ -197,7 +226,7 @@ class ReplacedTokenDetection(nn.Module):
         if self.runtime.scan_layers:
             discriminator = stack_layers(discriminator)
         generator, _ = self.split(fresh)
-        for path in self.shared_paths(discriminator):
+        for path in self.shared_paths():
             generator = _replace(generator, path, _get(discriminator, path))
         return self.join(generator, discriminator)
 
@@ -208,7 +237,7 @@ class ReplacedTokenDetection(nn.Module):
         discriminator starts on the generator's tables)."""
         model = self.generator_model() if which == "generator" else self.discriminator_model()
         tree = init_params(model, rng, length)
-        for path in self.shared_paths(nn.meta.unbox(tree)):
+        for path in self.shared_paths():
             if self.sharing == "tied" and which == "generator":
                 tree = _replace(tree, path, None)
             elif self.sharing == "disentangled" and which == "discriminator":

