@@ -95,7 +95,11 @@ def test_every_head_equals_transformers(fam):
         ids = np.where(
             MASK == 1, rng.integers(5, config.vocab_size, MASK.shape), config.pad_token_id
         )
-        types = (np.arange(9) >= 4).astype(np.int64) * MASK % getattr(config, "type_vocab_size", 1)
+        types = (
+            (np.arange(9) >= 4).astype(np.int64)
+            * MASK
+            % max(1, getattr(config, "type_vocab_size", 1))
+        )
         model = cls(config)
         inputs = {
             "input_ids": ids,

@@ -219,6 +219,7 @@ def test_two_processes_equal_one(mesh, single, two_process_run):
     assert (multi / "hf" / "tokenizer.json").is_file()
 
 
+@pytest.mark.e2e  # about 45 s of three runs; resharding a checkpoint: checkpointing_test
 def test_elastic_resume_one_to_two_processes_and_back(
     single, two_process_run, tmp_path, tiny_pretraining_build
 ):
@@ -360,6 +361,7 @@ FINETUNE = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e  # about 45 s of two processes; the pretraining step: test_two_processes_equal_one
 def test_finetuning_on_two_processes_equals_one(tmp_path):
     from tests.finetune.run_test import sentiment_files, write_vocab
 

@@ -87,7 +87,13 @@ def test_generator_config_scales_width_and_depth():
         rtd.generator_config(config, 0, 1)
 
 
-@pytest.mark.parametrize("sharing", rtd.SHARINGS)
+# Each family with its recipe's sharing, and ELECTRA's shapes with the other two.
+CASES = [(t, SHARING.get(t, "none")) for t in RTD_FAMILIES] + [
+    ("electra", s) for s in rtd.SHARINGS if s != "tied"
+]
+
+
+@pytest.mark.parametrize("model_type, sharing", CASES)
 def test_the_pair_is_two_whole_models_sharing_their_embeddings(model_type, sharing):
     """`split` gives each model's whole tree (its class initializes the same keys and shapes),
     `join` is its inverse, and the shared tables are one: the generator's embeddings block is
@@ -182,7 +188,7 @@ def test_loss_is_mlm_plus_fifty_times_the_discriminators(model_type):
     np.testing.assert_array_equal(a["rtd_loss_sum"], c["rtd_loss_sum"])
 
 
-@pytest.mark.parametrize("sharing", ["tied", "disentangled"])
+@pytest.mark.parametrize("model_type, sharing", [c for c in CASES if c[1] != "none"])
 def test_the_discriminators_loss_reaches_the_generator_only_through_tied_embeddings(
     model_type, sharing
 ):

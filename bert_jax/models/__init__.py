@@ -10,6 +10,9 @@
                   __init__.py (`ROWS`)
   modernbert/     ModernBERT: the same four modules and its row
   roberta/        RoBERTa and XLM-RoBERTa: the same four modules and their two rows
+  electra/        ELECTRA (its discriminator and generator among the heads)
+  deberta_v2/     DeBERTa-v2/v3 (disentangled attention)
+  rtd.py          replaced-token detection's generator and discriminator as one module
   config.py       what every family's config shares (EncoderConfig: checks, config.json both
                   ways) and RuntimeConfig
   layers.py       the building blocks (Dense, Embed, Dropout, layer_norm, encoder_inputs)

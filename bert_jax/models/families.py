@@ -14,6 +14,8 @@ objectives, steps and the loop are shared, and read the family's row where they 
   "modernbert"               ModernBertConfig   bert_jax.models.modernbert.model    ModernBert*
   "roberta"                  RobertaConfig      bert_jax.models.roberta.model       Roberta*
   "xlm-roberta"              XLMRobertaConfig   bert_jax.models.roberta.model       XLMRoberta*
+  "electra"                  ElectraConfig      bert_jax.models.electra.model       Electra*
+  "deberta-v2"               DebertaV2Config    bert_jax.models.deberta_v2.model    DebertaV2*
 
 Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
 (by `model_type`), `get_model_class` (by class name), `family_of` (by config), `head_in_family`
