@@ -145,6 +145,7 @@ def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
     assert convert.main([str(workdir / "export"), str(tmp_path / "hf2"), "--verify"]) == 0
 
 
+@pytest.mark.e2e  # about 25 s; the resume at every moment: preemption_test; the signal: ctrl_c below
 def test_sigterm_then_resume_equals_straight_run(tmp_path, tiny_pretraining_build):
     """2N steps straight equal N steps, a SIGTERM, a resume and the rest, loss for loss.
 
