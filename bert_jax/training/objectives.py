@@ -36,11 +36,13 @@ MODEL_INPUTS = (
 )
 
 
-def apply_model(model: nn.Module, params, batch: Batch, rng, deterministic: bool, **extra):
+def apply_model(
+    model: nn.Module, params, batch: Batch, rng, deterministic: bool, rngs=None, **extra
+):
     """The model's outputs for the batch's model inputs (`MODEL_INPUTS` present in `batch`, less
     token_type_ids for a family without token types); dropout draws from `rng` unless
-    `deterministic`."""
-    rngs = None if deterministic else {"dropout": rng}
+    `deterministic`, and the model's other random streams from `rngs` (name -> key)."""
+    rngs = {**({} if deterministic else {"dropout": rng}), **(rngs or {})} or None
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     if not getattr(model, "token_types", True):
         inputs.pop("token_type_ids", None)
@@ -151,17 +153,16 @@ def rtd_objective(discriminator_weight: float = 50.0) -> Objective:
     def sums(model, params, batch, rng, deterministic):
         rng = jax.random.PRNGKey(0) if rng is None else rng  # evaluation: the same samples
         dropout, sample = jax.random.split(rng)
-        inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
-        if not model.token_types:
-            inputs.pop("token_type_ids", None)
-        out = model.apply(
-            {"params": params},
-            **inputs,
+        out = apply_model(
+            model,
+            params,
+            batch,
+            dropout,
+            deterministic,
+            rngs={"sample": sample},
             masked_positions=batch["masked_lm_positions"],
             masked_lm_ids=batch["masked_lm_ids"],
             masked_lm_weights=batch["masked_lm_weights"],
-            deterministic=deterministic,
-            rngs={"dropout": dropout, "sample": sample},
         )
         mlm = losses.weighted_cross_entropy(
             out.generator_logits, batch["masked_lm_ids"], batch["masked_lm_weights"]
