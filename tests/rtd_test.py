@@ -14,6 +14,7 @@ import pytest
 
 from bert_jax.models import families, rtd
 from bert_jax.models.family import Role
+from bert_jax.models.params import get_at
 from bert_jax.training import objectives
 from tests import family_fixtures
 
@@ -121,8 +122,8 @@ def test_the_pair_is_two_whole_models_sharing_their_embeddings(model_type, shari
         assert (encoder, "embeddings", "word_embeddings") in shared
     for path in shared:
         for a, b in zip(
-            jax.tree_util.tree_leaves(rtd._get(gen, path)),
-            jax.tree_util.tree_leaves(rtd._get(disc, path)),
+            jax.tree_util.tree_leaves(get_at(gen, path)),
+            jax.tree_util.tree_leaves(get_at(disc, path)),
         ):
             np.testing.assert_array_equal(a, b)
     rejoined = pair.join(gen, disc)
@@ -222,8 +223,8 @@ def test_start_from_a_checkpoint_reads_it_as_the_discriminator(model_type):
         np.testing.assert_allclose(a, b, atol=1e-6)
     for path in pair.shared_paths():
         for a, b in zip(
-            jax.tree_util.tree_leaves(rtd._get(gen, path)),
-            jax.tree_util.tree_leaves(rtd._get(loaded, path)),
+            jax.tree_util.tree_leaves(get_at(gen, path)),
+            jax.tree_util.tree_leaves(get_at(loaded, path)),
         ):
             np.testing.assert_allclose(a, b, atol=1e-6)
     fresh_gen, _ = pair.split(fresh)

@@ -64,11 +64,24 @@ def _layers_of(params: dict) -> tuple[Family, tuple[str, ...], dict]:
     )
 
 
-def _replaced(tree: dict, path: tuple[str, ...], value: dict) -> dict:
-    """`tree` with the dict at `path` replaced by `value` (the rest shared, not copied)."""
+def get_at(tree: dict, path: tuple[str, ...]):
+    """The node of a parameter tree at `path` (a tuple of keys)."""
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def replace_at(tree: dict, path: tuple[str, ...], value) -> dict:
+    """`tree` with the node at `path` set to `value` (the rest shared, not copied); None
+    removes it, and a dict it leaves empty with it (a parameter tree has no empty nodes)."""
     if not path:
         return value
-    return {**tree, path[0]: _replaced(tree[path[0]], path[1:], value)}
+    head, rest = path[0], path[1:]
+    if rest:
+        value = replace_at(tree.get(head, {}), rest, value) or None
+    if value is None:
+        return {k: v for k, v in tree.items() if k != head}
+    return {**tree, head: value}
 
 
 def is_stacked(params: dict) -> bool:
@@ -101,7 +114,7 @@ def stack_layers(params: dict) -> dict:
     names = [family.layer_name.format(i) for i in range(n)]
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(layers[n] for n in names))
     rest = {k: v for k, v in layers.items() if k not in names}
-    return _replaced(params, path, {**rest, family.scanned_layer: stacked})
+    return replace_at(params, path, {**rest, family.scanned_layer: stacked})
 
 
 def unstack_layers(params: dict) -> dict:
@@ -115,4 +128,4 @@ def unstack_layers(params: dict) -> dict:
     n = jax.tree_util.tree_leaves(stacked)[0].shape[0]
     for i in range(n):
         rest[family.layer_name.format(i)] = jax.tree_util.tree_map(lambda x, i=i: x[i], stacked)
-    return _replaced(params, path, rest)
+    return replace_at(params, path, rest)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from bert_jax.models import families
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 from bert_jax.models.family import Role
-from bert_jax.models.params import init_params, stack_layers
+from bert_jax.models.params import get_at, init_params, replace_at, stack_layers
 
 SHARINGS = ("tied", "disentangled", "none")
 PyTree = Any
@@ -86,25 +86,8 @@ def _block_shapes(model: nn.Module, block: tuple[str, ...]) -> dict[str, tuple]:
     shapes = jax.eval_shape(lambda: nn.meta.unbox(init_params(model, jax.random.PRNGKey(0))))
     return {
         name: tuple(x.shape for x in jax.tree_util.tree_leaves(sub))
-        for name, sub in _get(shapes, block).items()
+        for name, sub in get_at(shapes, block).items()
     }
-
-
-def _get(tree: dict, path: tuple[str, ...]):
-    for key in path:
-        tree = tree[key]
-    return tree
-
-
-def _replace(tree: dict, path: tuple[str, ...], value) -> dict:
-    """`tree` with the node at `path` set to `value` (None: removed, and a dict it leaves empty
-    with it: a parameter tree has no empty nodes); the input is unchanged."""
-    head, *rest = path
-    if rest:
-        value = _replace(tree.get(head, {}), tuple(rest), value) or None
-    if value is None:
-        return {k: v for k, v in tree.items() if k != head}
-    return {**tree, head: value}
 
 
 def _boxed(x) -> bool:
@@ -198,10 +181,12 @@ class ReplacedTokenDetection(nn.Module):
         gen, disc = params["generator"], params["discriminator"]
         for path in self.shared_paths():
             if self.sharing == "tied":
-                gen = _replace(gen, path, _get(disc, path))
+                gen = replace_at(gen, path, get_at(disc, path))
             else:  # the difference on the generator's table, which its loss alone trains
-                base = jax.tree_util.tree_map(jax.lax.stop_gradient, _get(gen, path))
-                disc = _replace(disc, path, jax.tree_util.tree_map(jnp.add, base, _get(disc, path)))
+                base = jax.tree_util.tree_map(jax.lax.stop_gradient, get_at(gen, path))
+                disc = replace_at(
+                    disc, path, jax.tree_util.tree_map(jnp.add, base, get_at(disc, path))
+                )
         return gen, disc
 
     def join(self, generator: PyTree, discriminator: PyTree) -> PyTree:
@@ -210,12 +195,12 @@ class ReplacedTokenDetection(nn.Module):
         from the generator's."""
         for path in self.shared_paths():
             if self.sharing == "tied":
-                generator = _replace(generator, path, None)
+                generator = replace_at(generator, path, None)
             else:
                 diff = jax.tree_util.tree_map(
-                    jnp.subtract, _get(discriminator, path), _get(generator, path)
+                    jnp.subtract, get_at(discriminator, path), get_at(generator, path)
                 )
-                discriminator = _replace(discriminator, path, diff)
+                discriminator = replace_at(discriminator, path, diff)
         return {"generator": generator, "discriminator": discriminator}
 
     def start_from(self, fresh: PyTree, discriminator: PyTree) -> PyTree:
@@ -227,7 +212,7 @@ class ReplacedTokenDetection(nn.Module):
             discriminator = stack_layers(discriminator)
         generator, _ = self.split(fresh)
         for path in self.shared_paths():
-            generator = _replace(generator, path, _get(discriminator, path))
+            generator = replace_at(generator, path, get_at(discriminator, path))
         return self.join(generator, discriminator)
 
     def _init(self, which: str, rng, length: int) -> PyTree:
@@ -239,10 +224,10 @@ class ReplacedTokenDetection(nn.Module):
         tree = init_params(model, rng, length)
         for path in self.shared_paths():
             if self.sharing == "tied" and which == "generator":
-                tree = _replace(tree, path, None)
+                tree = replace_at(tree, path, None)
             elif self.sharing == "disentangled" and which == "discriminator":
-                tree = _replace(
-                    tree, path, jax.tree_util.tree_map(_zeros, _get(tree, path), is_leaf=_boxed)
+                tree = replace_at(
+                    tree, path, jax.tree_util.tree_map(_zeros, get_at(tree, path), is_leaf=_boxed)
                 )
         return tree
 

@@ -15,7 +15,6 @@ inside it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +24,7 @@ import numpy as np
 
 from bert_jax.checkpoints import checkpointing, pretrained, table
 from bert_jax.models import families, rtd
-from bert_jax.models.params import init_params, stack_layers
+from bert_jax.models.params import get_at, init_params, replace_at, stack_layers
 from bert_jax.training.experiment import Experiment
 
 PyTree = Any
@@ -190,18 +189,13 @@ def _jit_init(exp: Experiment):
 
 def _with_param(tree: dict, path: ParamPath, value) -> dict:
     """`tree` with the leaf at `path` replaced by `value` (cast to its dtype)."""
-    old = functools.reduce(lambda node, key: node[key], path, tree)
+    old = get_at(tree, path)
     if tuple(value.shape) != tuple(old.shape):
         raise ValueError(
             f"starting value for {'/'.join(path)}: shape {tuple(value.shape)}, the parameter's "
             f"is {tuple(old.shape)}"
         )
-
-    def put(node: dict, keys: ParamPath) -> dict:
-        new = put(node[keys[0]], keys[1:]) if len(keys) > 1 else value.astype(old.dtype)
-        return {**node, keys[0]: new}
-
-    return put(tree, path)
+    return replace_at(tree, path, value.astype(old.dtype))
 
 
 def _init_from_params_fn(exp: Experiment):
