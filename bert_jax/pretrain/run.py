@@ -73,9 +73,15 @@ def objective_of(config) -> str | objectives.Objective:
     return config.job
 
 
-def rtd_step_flops(exp: experiment.Experiment, lengths, predictions: float) -> float:
-    """Model FLOPs of a replaced-token-detection step: the generator's MLM step and the
-    discriminator's encoder and head (dense + output per token) over every token."""
+def job_step_flops(exp: experiment.Experiment, job: str, lengths, predictions: float) -> float:
+    """Model FLOPs of one global step of `job` over sequences of the given real lengths with
+    `predictions` masked positions: BERT's step (NSP for "pretraining" only), or for "rtd" the
+    generator's MLM step plus the discriminator's encoder and head (dense + output per token)
+    over every token."""
+    if job != "rtd":
+        return flops.pretraining_step_flops(
+            exp.bert_config, lengths, predictions, nsp=job == "pretraining"
+        )
     disc, gen = exp.bert_config, exp.model.generator
     e = disc.hidden_size
     head = 3.0 * 2.0 * (e * e + e) * float(np.sum(lengths))
@@ -98,17 +104,13 @@ def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
     return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
 
 
-def model_step_flops(cfg, config, exp: experiment.Experiment | None = None) -> float:
+def model_step_flops(exp: experiment.Experiment, config) -> float:
     """Model FLOPs of one global pretraining step of the config if every slot held a real token
     and every prediction slot were used (full rows; the most the batch can need)."""
     batch = pretraining_batch(config)
     rows, length = batch["input_ids"].shape
     predictions = math.prod(batch["masked_lm_weights"].shape)
-    if exp is not None and config.job == "rtd":
-        return rtd_step_flops(exp, np.full(rows, length), predictions)
-    return flops.pretraining_step_flops(
-        cfg, np.full(rows, length), predictions, nsp=config.job == "pretraining"
-    )
+    return job_step_flops(exp, config.job, np.full(rows, length), predictions)
 
 
 def compile_for_topology(
@@ -119,7 +121,7 @@ def compile_for_topology(
     return compile_report.report_compiled_step(
         exp,
         pretraining_batch(config),
-        model_flops=model_step_flops(exp.bert_config, config, exp),
+        model_flops=model_step_flops(exp, config),
         topology=topology,
         num_slices=num_slices,
         hlo_out=hlo_out,
@@ -160,12 +162,7 @@ def step_flops_fn(exp: experiment.Experiment, job: str):
     def step_flops(host):
         lengths = packing.sequence_lengths(host)
         predictions = float(host["masked_lm_weights"].sum())
-        if job == "rtd":
-            step = rtd_step_flops(exp, lengths, predictions)
-        else:
-            step = flops.pretraining_step_flops(
-                exp.bert_config, lengths, predictions, nsp=job == "pretraining"
-            )
+        step = job_step_flops(exp, job, lengths, predictions)
         return step / sharding.host_batch_fraction(exp.mesh)
 
     return step_flops
@@ -356,9 +353,7 @@ def starting_values(config, bert_config, data) -> dict[tuple[str, ...], np.ndarr
     family = families.family_of(bert_config)
     paths = dict(family.starting_paths)
     if config.job == "rtd":  # the generator's MLM bias; a tied position table in the discriminator
-        from bert_jax.models.rtd import starting_paths
-
-        paths = starting_paths(paths, config.rtd.embedding_sharing)
+        paths = rtd.starting_paths(paths, config.rtd.embedding_sharing)
     if _starting_value(config, "mlm_bias_init") == "unigram":
         log_frequencies = data.target_log_frequencies(bert_config.vocab_size)
         values[paths["mlm_bias"]] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
