@@ -1,16 +1,18 @@
-"""Pretrain, fine-tune or train sentence embeddings with BERT on a device mesh.
+"""Pretrain, fine-tune, train sentence embeddings or rerankers with BERT on a device mesh.
 
     python train.py --config=configs/pretrain.py:size=tiny --workdir=runs/tiny
     python train.py --config=configs/pretrain.py:size=base --config.mesh.fsdp=8 --workdir=runs/base
     python train.py --config=configs/finetune.py:task=mrpc --config.init_from=DIR --workdir=runs/m
     python train.py --config=configs/embed.py:init=minilm --workdir=runs/e \
         --config.embed.train_file=pairs.jsonl --config.embed.dev_file=dev.jsonl
+    python train.py --config=configs/rerank.py:init=minilm --workdir=runs/r \
+        --config.rerank.train_file=pairs.jsonl --config.rerank.dev_file=dev.jsonl
 
-Flow: flags -> config -> `bert_jax.pretrain.run`, `bert_jax.finetune.run` or `bert_jax.embed.run`
-(by `config.job`): mesh -> data -> state (created sharded) -> loop. The loop saves Orbax
-checkpoints (state + data position) every `checkpoint_every_steps`, on SIGTERM/SIGINT and at the
-end, and resumes from the newest good one in --workdir. Metrics go to the console, TensorBoard and
-<workdir>/metrics.jsonl.
+Flow: flags -> config -> `bert_jax.pretrain.run`, `bert_jax.finetune.run`, `bert_jax.embed.run`
+or `bert_jax.rerank.run` (by `config.job`): mesh -> data -> state (created sharded) -> loop. The
+loop saves Orbax checkpoints (state + data position) every `checkpoint_every_steps`, on
+SIGTERM/SIGINT and at the end, and resumes from the newest good one in --workdir. Metrics go to
+the console, TensorBoard and <workdir>/metrics.jsonl.
 
 Exit status (`bert_jax.cli`): 0 done; 1 an error (a user's mistake prints one line, `error: ...`;
 a bug its traceback); 130 / 143 stopped by SIGINT (Ctrl-C) / SIGTERM (preemption), after saving a
@@ -45,6 +47,7 @@ from bert_jax.embed import run as embed_run
 from bert_jax.finetune import run as finetune_run
 from bert_jax.parallel import aot, compile_cache, multihost, preemption
 from bert_jax.pretrain import run as pretrain_run
+from bert_jax.rerank import run as rerank_run
 from bert_jax.training import experiment, run_lock, summaries
 from configs import pretrain as pretrain_recipes
 
@@ -118,6 +121,10 @@ def main(argv):
             )
         elif config.job == "embed":
             out = embed_run.train_and_evaluate(
+                config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
+            )
+        elif config.job == "rerank":
+            out = rerank_run.train_and_evaluate(
                 config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
             )
         else:

@@ -116,6 +116,12 @@ def pretraining_losses(
     return out
 
 
+def sigmoid_cross_entropy(logits: Array, labels: Array) -> Array:
+    """Elementwise binary cross-entropy of float `labels` in [0, 1] under sigmoid(`logits`), in
+    the stable form max(x, 0) - x y + log(1 + exp(-|x|)) (torch's BCEWithLogitsLoss)."""
+    return jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+
+
 def replaced_token_losses(logits: Array, replaced: Array, weights: Array) -> dict[str, Array]:
     """The discriminator's term of replaced-token detection, as sums: per-token binary
     cross-entropy of "replaced" (ELECTRA's loss, averaged over the real tokens by the caller).
@@ -131,7 +137,7 @@ def replaced_token_losses(logits: Array, replaced: Array, weights: Array) -> dic
     """
     logits, w = logits.astype(jnp.float32), weights.astype(jnp.float32)
     labels = replaced.astype(jnp.float32)
-    bce = jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+    bce = sigmoid_cross_entropy(logits, labels)
     return {
         "rtd_loss_sum": jnp.sum(bce * w),
         "rtd_correct_sum": jnp.sum(((logits > 0) == replaced) * w),
@@ -193,3 +199,77 @@ def in_batch_negatives_loss(
 def _unit(x: Array) -> Array:
     """Rows scaled to unit length (a zero row stays zero), as torch's F.normalize (eps 1e-12)."""
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# Rerankers (cross-encoders): one relevance logit per (query, passage) pair
+# --------------------------------------------------------------------------------------------
+def binary_cross_entropy(logits: Array, labels: Array, weights: Array | None = None):
+    """Pointwise binary cross-entropy on a relevance logit (sentence-transformers'
+    BinaryCrossEntropyLoss: `BCEWithLogitsLoss`, its mean = loss_sum / count).
+
+    Args:
+      logits: [B] float, one logit per pair.
+      labels: [B] float in [0, 1]: 0/1 relevance, or a soft score.
+      weights: [B] float, 0 for padded rows; ones when omitted.
+
+    Returns:
+      dict with loss_sum, correct_sum (the logit's sign agrees with label >= 0.5) and count,
+      float32 scalars.
+    """
+    x = logits.astype(jnp.float32)
+    y = labels.astype(jnp.float32)
+    w = jnp.ones(y.shape, jnp.float32) if weights is None else weights.astype(jnp.float32)
+    bce = sigmoid_cross_entropy(x, y)
+    correct = ((x > 0) == (y >= 0.5)).astype(jnp.float32)
+    return dict(loss_sum=jnp.sum(bce * w), correct_sum=jnp.sum(correct * w), count=jnp.sum(w))
+
+
+def listwise_softmax_loss(
+    logits: Array,
+    weights: Array | None = None,
+    *,
+    scale: float = 10.0,
+    activation: str = "sigmoid",
+):
+    """The positive's softmax cross-entropy among its group (sentence-transformers' cross-encoder
+    MultipleNegativesRankingLoss with `num_negatives=0`: the row's own hard negatives only):
+    each group's logits go through `activation`, are multiplied by `scale`, and the positive
+    (column 0) is the softmax's target.
+
+    Args:
+      logits: [B, G] float: column 0 the positive's logit, 1.. its G - 1 negatives'.
+      weights: [B] float, 0 for padded rows; ones when omitted.
+      scale: the multiplier before the softmax (10: sentence-transformers' default).
+      activation: "sigmoid" (the default there) or "identity".
+
+    Returns:
+      dict with loss_sum, correct_sum (the positive scores highest) and count.
+    """
+    x = logits.astype(jnp.float32)
+    if activation == "sigmoid":
+        x = jax.nn.sigmoid(x)
+    elif activation != "identity":
+        raise ValueError(f"activation={activation!r}; expected 'sigmoid' or 'identity'")
+    labels = jnp.zeros(x.shape[:1], jnp.int32)
+    return weighted_cross_entropy(scale * x, labels, weights)
+
+
+def margin_mse_loss(logits: Array, teacher_scores: Array, weights: Array | None = None):
+    """Margin-MSE distillation (sentence-transformers' cross-encoder MarginMSELoss): the squared
+    difference between the student's margins s(q, p) - s(q, n_k) and the teacher's t_p - t_k,
+    averaged over every (row, negative) as `nn.MSELoss` does.
+
+    Args:
+      logits: [B, G] float, the student's logits: column 0 the positive, 1.. the negatives.
+      teacher_scores: [B, G] float, the teacher's scores in the same columns.
+      weights: [B] float, 0 for padded rows; ones when omitted.
+
+    Returns:
+      dict with loss_sum (over B x (G - 1) margins) and count (the weighted margins).
+    """
+    s = logits.astype(jnp.float32)
+    t = teacher_scores.astype(jnp.float32)
+    err = ((s[:, :1] - s[:, 1:]) - (t[:, :1] - t[:, 1:])) ** 2  # [B, G - 1]
+    w = jnp.ones(s.shape[:1], jnp.float32) if weights is None else weights.astype(jnp.float32)
+    return dict(loss_sum=jnp.sum(err * w[:, None]), count=jnp.sum(w) * err.shape[1])

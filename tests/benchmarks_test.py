@@ -314,6 +314,25 @@ def test_gpu_suite_dry_run_plans_every_step_and_parses_their_flags(capsys):
     assert out.count("benchmarks/gpu_compile.py") == 3
 
 
+def test_retrieval_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, capsys):
+    """The loop's plan: stage 1 trains on what stage 0's model mined, stage 2 reranks the dev
+    top-k of stage 1's model; a dry run writes nothing."""
+    from benchmarks import retrieval_loop
+
+    out = tmp_path / "loop"
+    assert retrieval_loop.main(["--tiny", "--dry_run", f"--out={out}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert json.loads(lines[0])["pairs"] == 48
+    plan = dict(line.split(": ", 1) for line in lines[1:] if not line.startswith("#"))
+    assert list(plan) == ["pairs", "stage0", "mine", "stage1", "dev_top", "stage2"]
+    assert f"--model {out}/stage0/hf" in plan["mine"] and "--num_negatives 3" in plan["mine"]
+    assert f"train_file={out}/mined.jsonl" in plan["stage1"]
+    assert "configs/embed.py:init=minilm" in plan["stage1"]  # MiniLM again, not stage 0's model
+    assert f"--model {out}/stage1/hf" in plan["dev_top"]
+    assert f"dev_file={out}/rerank_dev/dev_top.jsonl" in plan["stage2"]
+    assert "rerank.loss=listwise" in plan["stage2"] and not out.exists()
+
+
 def test_gpu_suite_writes_measured_beside_predicted_between_its_markers(tmp_path):
     from benchmarks import gpu_suite
 

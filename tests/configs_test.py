@@ -29,6 +29,7 @@ VARIANTS = {
         "task=shakespeare,init=minilm,pack=1",
     ],
     "embed.py": ["size=tiny", "init=minilm"],
+    "rerank.py": ["size=tiny", "init=minilm"],
 }
 FINETUNE_HEADS = {
     "mrpc": "BertForSequenceClassification",
@@ -59,12 +60,15 @@ def test_config_builds_its_model(name, variant):
     elif config.job == "embed":
         head = "BertModel"
         assert (config.init_from != "") == ("init=minilm" in variant)
+    elif config.job == "rerank":
+        head = "BertForSequenceClassification"
+        assert (config.init_from != "") == ("init=minilm" in variant)
     else:
         head = family_of(cfg).head_for(objectives.get_objective(config.job).role)
     model = get_model_class(head)(cfg, runtime)
     params = jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(0)))
     assert count_params(params) > 0
-    data = config[config.job] if config.job in ("finetune", "embed") else config.data
+    data = config[config.job] if config.job in ("finetune", "embed", "rerank") else config.data
     assert data.max_seq_length <= cfg.max_position_embeddings
     assert config.global_batch_size % config.num_microbatches == 0
 

@@ -4,7 +4,7 @@
     <- models (families in folders; the shared blocks name no family)
     <- parallel (sharding multihost preemption aot)
     <- checkpoints (one module per format; `convert` is their command and public face)
-    <- training <- inference <- {pretrain, finetune} <- train.py
+    <- training <- inference <- {pretrain, finetune, embed} <- rerank <- train.py
 
 A module imports the leaves, any package of a lower layer and its own package; nothing imports
 train.py. The host-side data (`data`, `pretrain.data`, fine-tuning's readers) import only the
@@ -41,6 +41,7 @@ LAYERS = (
     ("training",),
     ("inference",),
     ("pretrain", "finetune", "embed"),
+    ("rerank",),  # reads the embedding job's pairs and retrieval conventions
 )
 DATA = {"text_io", "batching"}
 FINETUNE_DATA = {

@@ -234,8 +234,10 @@ def read_sentence_transformer(
       directory: a folder (local or a URL); a Hub id must be resolved first (`hub.resolve`).
 
     Returns:
-      Its settings, or None where `directory` is no sentence-transformers directory (it has no
-      modules.json, e.g. a plain transformers directory or a checkpoint file).
+      Its settings, or None where `directory` is no sentence-transformers embedder: it has no
+      modules.json (a plain transformers directory, a checkpoint file), or its modules.json
+      lists one Transformer module at its root (a CrossEncoder's: a transformers directory,
+      `checkpoints.cross_encoder`).
 
     Raises:
       ValueError: modules.json or a module's config is not valid JSON of the expected shape, a
@@ -250,6 +252,8 @@ def read_sentence_transformer(
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ValueError(f"{modules_file} is not a list of modules")
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    if kinds == ["Transformer"] and not modules[0].get("path"):
+        return None  # a CrossEncoder directory: read as the transformers directory it is
     supported = ["Transformer", "Pooling", "Normalize"]
     if kinds[:2] != supported[:2] or kinds[2:] not in ([], ["Normalize"]):
         raise ValueError(
@@ -260,7 +264,7 @@ def read_sentence_transformer(
     return SentenceTransformerSettings(
         pooling=_read_pooling(folder / str(modules[1].get("path", "")) / "config.json"),
         normalize=len(kinds) == 3,  # the folder may be absent: the module has no files
-        max_seq_length=_read_max_seq_length(
+        max_seq_length=read_max_seq_length(
             folder / transformer_path if transformer_path else folder
         ),
         transformer_path=transformer_path,
@@ -293,7 +297,7 @@ def _read_pooling(path) -> str:
     return modes[0]
 
 
-def _read_max_seq_length(folder) -> int | None:
+def read_max_seq_length(folder) -> int | None:
     """The Transformer module's max_seq_length: its sentence_bert_config.json (formats 2-5),
     else its tokenizer_config.json's model_max_length (format 6), else None."""
     for name in (TRANSFORMER_CONFIG, *_LEGACY_TRANSFORMER_CONFIGS):

@@ -58,12 +58,23 @@ def retrieval_set(
 def embed_texts(exp: experiment.Experiment, params, features, batch_size: int) -> np.ndarray:
     """Sentence embeddings float32 [N, E] of text features [N, L] (`Experiment.embed_fn`), in
     batches of `batch_size` rows of similar length over every data-parallel device and host."""
+    return batched_outputs(
+        exp, exp.embed_fn(), params, features, batch_size, "embed.eval_batch_size"
+    )
+
+
+def batched_outputs(
+    exp: experiment.Experiment, apply_fn, params, features, batch_size: int, setting: str
+) -> np.ndarray:
+    """`apply_fn(params, global batch)`'s outputs [N, ...] for feature rows [N, L], in batches
+    of `batch_size` rows of similar length over every data-parallel device and host (each host
+    feeds its rows; the outputs are gathered). `setting` names the batch size where it does not
+    split over the data-parallel devices. A batch's `example_weights` are not passed."""
     if batch_size % sharding.data_parallel_size(exp.mesh):
         raise ValueError(
-            f"embed.eval_batch_size={batch_size} does not split over the "
+            f"{setting}={batch_size} does not split over the "
             f"{sharding.data_parallel_size(exp.mesh)} data-parallel devices"
         )
-    embed = exp.embed_fn()
     rows = sharding.host_batch_rows(exp.mesh, batch_size)
     buckets = batching.length_buckets(features["input_ids"].shape[-1])
     outputs, indices = [], []
@@ -76,7 +87,7 @@ def embed_texts(exp: experiment.Experiment, params, features, batch_size: int) -
             return_indices=True,
         ):
             local = {k: v[rows] for k, v in batch.items() if k != "example_weights"}
-            out = embed(params, sharding.global_batch_from_local(local, exp.mesh))
+            out = apply_fn(params, sharding.global_batch_from_local(local, exp.mesh))
             outputs.append(jax.device_get(multihost_utils.process_allgather(out, tiled=True)))
             indices.append(idx)
     return batching.unbatch(outputs, indices, batching.num_rows(features))

@@ -42,9 +42,9 @@ from bert_jax.embed import evaluation, packing, pairs
 from bert_jax.models import families
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
-from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
-from bert_jax.training.start import architecture, starting_state
-from bert_jax.training.summaries import MetricView, MetricWriter
+from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
+from bert_jax.training.start import architecture
+from bert_jax.training.summaries import MetricView
 
 VIEW = MetricView(
     console=("eval/", "loss", "mnrl_accuracy", "learning_rate"),
@@ -307,64 +307,27 @@ def _train_batches(config, features, seed: int, mesh=None):
 
 
 def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs):
-    """One seed: train (resuming from its checkpoint), score dev retrieval at step 0 and at the
-    end, export `seed_dir/hf`, remove the training checkpoints. Returns the final and start_
+    """One seed (`seed_run.train_seed`): train, score dev retrieval at step 0 and at the end,
+    export `seed_dir/hf` as a sentence-transformers directory. Returns the final and start_
     scores, or None when a signal stopped the run before its last step."""
     e = config.embed
-    train_iter = _train_batches(config, features, seed, exp.mesh)
-    num_steps = train_iter.steps_per_epoch * e.num_epochs
-    ckpt = experiment.checkpointer(seed_dir, config)
-    state0 = starting_state(exp, ckpt, train_iter, init_from=config.init_from, seed=seed)
-    writer = MetricWriter(seed_dir, num_steps, state0.step, view=VIEW)
-    scores: dict[int, dict[str, float]] = {}
-
-    def evaluate(params, step):
-        scores[step] = (
-            {} if dev_set is None else evaluation.score(exp, params, dev_set, e.eval_batch_size)
-        )
-        return scores[step]
-
-    if state0.step == 0 and dev_set is not None:
-        writer.write(0, {f"eval/{k}": v for k, v in evaluate(state0.state.params, 0).items()})
-    hooks = [
-        loop.LogMetrics(
-            writer, every=(config.log_every_steps, config.checkpoint_every_steps), ckpt=ckpt
+    return seed_run.train_seed(
+        config,
+        exp,
+        _train_batches(config, features, seed, exp.mesh),
+        e.num_epochs,
+        seed,
+        seed_dir,
+        view=VIEW,
+        score_fn=None
+        if dev_set is None
+        else lambda params: evaluation.score(exp, params, dev_set, e.eval_batch_size),
+        card_fn=lambda num_steps, begin, end: model_card(
+            config, start, exp, num_steps, num_pairs, begin, end
         ),
-        loop.Evaluate(evaluate, writer, config.eval_every_steps, at_end=True),
-        loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), config.checkpoint_every_steps),
-    ]
-    trainer = loop.Trainer(
-        exp, hooks, num_train_steps=num_steps, stop_sync_every=config.log_every_steps
+        export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
+        init_from=config.init_from,
     )
-    state, step, stopped = trainer.run(state0.state, state0.step, train_iter)
-    ckpt.close()
-    if stopped or step < num_steps:
-        writer.close()
-        logging.warning("seed %d stopped at step %d of %d; rerun to resume", seed, step, num_steps)
-        return None
-    final = dict(scores.get(step, {}))
-    begin = {k[len("eval/") :]: v for k, v in _scores_at(writer, 0).items()}
-    final.update({f"start_{k}": v for k, v in begin.items()})
-    card = model_card(config, start, exp, num_steps, num_pairs, begin, scores.get(step, {}))
-    places = {"hf": export(state.params, seed_dir / "hf", exp, start, card)}
-    if jax.process_index() == 0 and as_path(ckpt.directory).exists():
-        as_path(ckpt.directory).rmtree()
-        places["checkpoints"] = "removed (results.json holds the scores)"
-    writer.close()
-    if jax.process_index() == 0:
-        print(f"\nseed {seed}: " + writer.summary(step, places, timing=trainer.timer))
-    return final
-
-
-def _scores_at(writer: MetricWriter, step: int) -> dict[str, float]:
-    """The eval/ metrics the writer holds at `step` (a resumed run's step 0 is in its history)."""
-    return {
-        k: v
-        for k, points in writer.history.items()
-        if k.startswith("eval/")
-        for s, v in points
-        if s == step
-    }
 
 
 def export(params, directory, exp, start: Starting, card: str) -> str:

@@ -7,8 +7,8 @@ maps, fill-mask. The command line is `python -m bert_jax.inference` (`__main__`)
 
 Modules: `loading` (checkpoints, and what each family's modules take, from the registry),
 `batches` (input files, encoding, batched runs in input order), `encoder` (embed,
-attention_map), `heads` (predict, fill_mask), `bulk` (embed/predict over a corpus of shards, on
-many processes, as a resumable job).
+attention_map), `heads` (predict, a cross-encoder's scores, fill_mask), `bulk`
+(embed/predict/rerank over a corpus of shards, on many processes, as a resumable job).
 """
 
 from bert_jax.inference.batches import (
@@ -31,10 +31,17 @@ from bert_jax.inference.heads import (
     token_text,
     top_predictions,
 )
-from bert_jax.inference.loading import load, load_embedder, load_masked_lm
+from bert_jax.inference.loading import (
+    CrossEncoder,
+    load,
+    load_cross_encoder,
+    load_embedder,
+    load_masked_lm,
+)
 
 __all__ = [
     "POOLINGS",
+    "CrossEncoder",
     "EmbeddingOptions",
     "PROGRESS_MIN_BATCHES",
     "attention_map",
@@ -44,6 +51,7 @@ __all__ = [
     "fill_mask",
     "inference_buckets",
     "load",
+    "load_cross_encoder",
     "load_embedder",
     "load_masked_lm",
     "logits_step",

@@ -1,10 +1,14 @@
-"""Using a trained model of any family: embeddings and predictions of a corpus, attention maps.
+"""Using a trained model of any family: embeddings, predictions and reranking scores of a
+corpus, attention maps.
 
     python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' --text_column=text \
         --id_column=id --output emb/
     python -m bert_jax.inference predict --model runs/genre --input 'docs/*.jsonl' --output preds/
     python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy --pooling mean
     python -m bert_jax.inference predict --model runs/genre --input lines.txt --output preds.jsonl
+    python -m bert_jax.inference rerank --model ce-dir --input 'in/*.parquet' --query_column=q \\
+        --text_column=p --id_column=id --output scores/
+    python -m bert_jax.inference rerank --model ce-dir --input pairs.txt --output scores.jsonl
     python -m bert_jax.inference attention --model DIR --text "Fair is foul" --layer 2 --head 0 \\
         --output attention.png
     python -m bert_jax.inference fill-mask --model runs/pretrain_tiny "to be or not to [MASK] ..."
@@ -13,20 +17,27 @@
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
 model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
 `attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
-`fill-mask` a masked-LM head (the mask token is the tokenizer's own: [MASK], or RoBERTa's and
-XLM-R's <mask>; each guess is shown as the text it reads as, its token piece beside it). `embed`
-of a sentence-transformers directory (or a run whose `hf/` is one) pools, normalizes and
-truncates as it says, as `SentenceTransformer(DIR).encode` does; elsewhere the defaults are CLS
-pooling, no normalization, 128 tokens. A --pooling or --normalize that differs from the
-directory's is used, with a warning.
+`rerank` a cross-encoder (a sequence classifier with one output, num_labels=1, such as a
+sentence-transformers CrossEncoder directory), `fill-mask` a masked-LM head (the mask token is the
+tokenizer's own: [MASK], or RoBERTa's and XLM-R's <mask>; each guess is shown as the text it reads
+as, its token piece beside it). `embed` of a sentence-transformers directory (or a run whose `hf/`
+is one) pools, normalizes and truncates as it says, as `SentenceTransformer(DIR).encode` does;
+elsewhere the defaults are CLS pooling, no normalization, 128 tokens. A --pooling or --normalize
+that differs from the directory's is used, with a warning. `rerank` writes each (query, passage)
+pair's `score` (float32), what `CrossEncoder(DIR).predict(pairs)` returns: the logit through the
+activation the directory names (config_sentence_transformers.json, or config.json's
+sentence_transformers block), sigmoid where it names none, as CrossEncoder does; up to the
+directory's max_seq_length (else the model's longest) tokens a pair.
 
-`embed` and `predict` over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV or text
-files (a glob, a folder; local or gs://) in, one Parquet shard out per input shard, on one or
-many processes (train.py's flags), resumable: `bert_jax.inference.bulk` says what the shards
-hold. With --output NAME.npy (embed) or NAME.jsonl (predict), one text file in, one file out:
-one text a line, in UTF-8 (a tab separates the two texts of a pair); output row i is input line
-i. A blank line before the last text is an error naming it (blank lines at the end are dropped),
-and so are bytes that are not UTF-8 (naming the line and byte offset).
+`embed`, `predict` and `rerank` over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV
+or text files (a glob, a folder; local or gs://) in, one Parquet shard out per input shard, on one
+or many processes (train.py's flags), resumable: `bert_jax.inference.bulk` says what the shards hold
+(rerank: `score`, float32, beside the id or file and row). With --output NAME.npy (embed) or
+NAME.jsonl (predict), one text file in, one file out: one text a line, in UTF-8 (a tab separates the
+two texts of a pair); output row i is input line i. rerank's file has a query, a tab and its passage
+on every line, and writes NAME.jsonl ({"query", "text", "score"}) or NAME.npy (float32 [N] scores).
+A blank line before the last text is an error naming it (blank lines at the end are dropped), and so
+are bytes that are not UTF-8 (naming the line and byte offset).
 """
 
 from __future__ import annotations
@@ -46,7 +57,9 @@ from bert_jax.inference import (
     embed,
     embedding_options,
     fill_mask,
+    heads,
     load,
+    load_cross_encoder,
     load_embedder,
     load_masked_lm,
     predict,
@@ -56,7 +69,7 @@ from bert_jax.parallel import compile_cache, multihost
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line: the subcommands embed, predict, attention and fill-mask."""
+    """The command line: the subcommands embed, predict, rerank, attention and fill-mask."""
     parser = argparse.ArgumentParser(
         prog="python -m bert_jax.inference",
         description=__doc__,
@@ -78,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2")
     p = sub.add_parser("predict", help="labels of a text file with a fine-tuned classifier")
+    r = sub.add_parser("rerank", help="scores of (query, passage) pairs with a cross-encoder")
     a = sub.add_parser("attention", help="a heat map PNG of one layer's head's attention")
     a.add_argument("--text", required=True)
     a.add_argument("--layer", type=int, required=True)
@@ -95,26 +109,35 @@ def _parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--top_k", type=int, default=5)
     f.add_argument("--json", action="store_true", help="print JSON lines, one per text")
-    for s in (e, p, a, f):
+    for s in (e, p, r, a, f):
         s.add_argument("--model", required=True, help="checkpoint or run directory")
-    for s in (e, p, a):
+    for s in (e, p, r, a):
         s.add_argument("--output", required=True)
-    for s in (e, p):
+    for s in (e, p, r):
         s.add_argument(
             "--input",
             required=True,
             help="a glob, folder or file of Parquet/Arrow/JSONL/CSV/text rows (local or gs://); "
-            "with --output *.npy / *.jsonl: one UTF-8 text file, one text a line",
+            "with --output *.npy / *.jsonl: one UTF-8 text file, one text (rerank: a query, a "
+            "tab, a passage) a line",
         )
         s.add_argument("--batch_size", type=int, default=64)
         s.add_argument(
             "--max_seq_length",
             type=int,
-            default=None if s is e else 128,
+            default=None if s is not p else 128,
             help="tokens kept per text"
-            + ("; default: a sentence-transformers directory's, else 128" if s is e else ""),
+            + {
+                e: "; default: a sentence-transformers directory's, else 128",
+                p: "",
+                r: " pair; default: the directory's, else the model's longest",
+            }[s],
         )
-        s.add_argument("--text_column", default="text", help="the text of each row")
+        s.add_argument(
+            "--text_column",
+            default="text",
+            help="the text of each row" + (" (the passage)" if s is r else ""),
+        )
         s.add_argument("--id_column", help="copied to the output rows (default: file and row)")
         s.add_argument("--no_progress", action="store_true", help="no progress bar")
         s.add_argument("--coordinator_address", help="host:port of process 0 (multi-process)")
@@ -126,12 +149,14 @@ def _parser() -> argparse.ArgumentParser:
             help="persistent XLA compilation cache, as train.py's: 'auto', a directory, or 'off'",
         )
     p.add_argument("--text_pair_column", help="each row's second text (a pair classifier)")
+    r.add_argument("--query_column", help="each row's query (needed with an --output folder)")
     return parser
 
 
 def _is_single_file(args: argparse.Namespace) -> bool:
-    """The one-text-file form: --output NAME.npy (embed) or NAME.jsonl (predict)."""
-    suffix = ".npy" if args.command == "embed" else ".jsonl"
+    """The one-text-file form: --output NAME.npy (embed), NAME.jsonl (predict) or either
+    (rerank)."""
+    suffix = {"embed": (".npy",), "predict": (".jsonl",)}.get(args.command, (".npy", ".jsonl"))
     if not args.output.endswith(suffix):
         return False
     if args.input.lower().endswith((".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")):
@@ -143,7 +168,7 @@ def _is_single_file(args: argparse.Namespace) -> bool:
 
 
 def _run_bulk(args: argparse.Namespace) -> None:
-    """`embed`/`predict` into an --output folder (`bulk`), on one process or many."""
+    """`embed`/`predict`/`rerank` into an --output folder (`bulk`), on one process or many."""
     multihost.initialize_job(args.coordinator_address, args.num_processes, args.process_id)
     compile_cache.enable_compilation_cache(args.compilation_cache_dir)
     layers = getattr(args, "layers", "")
@@ -154,6 +179,7 @@ def _run_bulk(args: argparse.Namespace) -> None:
         output=args.output,
         text_column=args.text_column,
         text_pair_column=getattr(args, "text_pair_column", None),
+        query_column=getattr(args, "query_column", None),
         id_column=args.id_column,
         pooling=getattr(args, "pooling", None),
         normalize=getattr(args, "normalize", None),
@@ -220,6 +246,49 @@ def _run_predict(args: argparse.Namespace) -> None:
     print(f"wrote {len(rows)} predictions to {args.output}")
 
 
+def _run_rerank(args: argparse.Namespace) -> None:
+    """`rerank`: writes each --input line's (query<TAB>passage) score to --output: a JSON line
+    {"query", "text", "score"} (.jsonl), or float32 [N] (.npy)."""
+    if not _is_single_file(args):
+        return _run_bulk(args)
+    if args.query_column:
+        raise ValueError(
+            f"--query_column is for tables; {args.input} is one text file: a query, a tab and "
+            "its passage on each line"
+        )
+    ce = load_cross_encoder(args.model)
+    heads.cross_encoder(ce.config, ce.head)  # one output, before reading the input
+    queries, passages = read_texts(args.input)
+    if passages is None:
+        line = next(i for i, q in enumerate(queries, start=1) if "\t" not in q)
+        raise ValueError(
+            f"{args.input}: line {line} has no tab; rerank reads a query, a tab and its "
+            "passage on every line"
+        )
+    rows = predict(
+        ce.config,
+        ce.params,
+        ce.head,
+        ce.tokenizer,
+        queries,
+        passages,
+        batch_size=args.batch_size,
+        max_seq_length=min(
+            args.max_seq_length or ce.max_seq_length or ce.config.max_sequence_length,
+            ce.config.max_sequence_length,
+        ),
+        activation=ce.activation,
+    )
+    scores = np.array([row["score"] for row in rows], np.float32)
+    if args.output.endswith(".npy"):
+        np.save(args.output, scores)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            for query, text, score in zip(queries, passages, scores):
+                f.write(json.dumps({"query": query, "text": text, "score": float(score)}) + "\n")
+    print(f"wrote {len(scores)} scores to {args.output}")
+
+
 def _run_fill_mask(args: argparse.Namespace) -> None:
     """`fill-mask`: prints each text's top --top_k tokens per mask, each as the text it reads
     as, its piece beside it where that differs ("less (Ġless)"); JSON lines with --json."""
@@ -251,6 +320,7 @@ def _run_attention(args: argparse.Namespace) -> None:
 _COMMANDS = {
     "embed": _run_embed,
     "predict": _run_predict,
+    "rerank": _run_rerank,
     "fill-mask": _run_fill_mask,
     "attention": _run_attention,
 }

@@ -1,9 +1,12 @@
-"""Inference over a corpus as a job: `embed` or `predict` over many input shards, on many hosts.
+"""Inference over a corpus as a job: `embed`, `predict` or `rerank` over many input shards, on
+many hosts.
 
     python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' \\
         --text_column=text --id_column=id --output emb/
     python -m bert_jax.inference predict --model runs/quality --input 'gs://b/docs/*.jsonl' \\
         --output gs://b/quality/
+    python -m bert_jax.inference rerank --model ce-dir --input 'pairs/*.parquet' \\
+        --query_column=q --text_column=p --id_column=id --output scores/
 
 Inputs: the files `data.tables` reads (Parquet, Arrow, JSONL, CSV/TSV, text: one row a line in
 the column "text"), as a glob, a folder or file names, local or on a bucket. Every input shard
@@ -16,6 +19,9 @@ suffix replaced), whose rows are the input's rows in order:
     label           predict: string, the most probable label
     probabilities   predict: float32 [num_labels], in the order of the file's metadata's
                     `label_names` (a regression writes `score`, float32, instead of both)
+    score           rerank: float32, the cross-encoder's score of (--query_column,
+                    --text_column): its logit through the activation the model's directory
+                    names (metadata `activation`), as `sentence_transformers.CrossEncoder.predict`
 
 The file's metadata (key "bert_jax") holds the job's settings. OUT/_job.json holds them too:
 a rerun with other settings (model, command, columns, pooling, layers, max_seq_length) stops
@@ -37,7 +43,8 @@ Batches: rows are read `chunk_rows` at a time (a background thread reads and tok
 chunk meanwhile) and run longest first, `batch_size` neighbours in length a batch, each padded to
 the next of `batches.inference_buckets`: padding costs little (one batch a chunk is filled up to
 `batch_size` rows) and each bucket compiles once. A row whose text is null, empty or not a
-string is an error naming the file, the row (and its id); nothing of that shard is written.
+string (a query or passage, for rerank) is an error naming the file, the row (and its id) and
+the column; nothing of that shard is written.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.parallel import multihost, sharding
 from bert_jax.training import run_lock
 
-COMMANDS = ("embed", "predict")
+COMMANDS = ("embed", "predict", "rerank")
 JOB_RECORD = "_job.json"  # "_": not a data file to `tables.expand_inputs`
 METADATA_KEY = b"bert_jax"
 # Settings that change what a row holds: a rerun must keep them (batch size and the processes
@@ -76,6 +83,7 @@ RECORDED = (
     "model",
     "text_column",
     "text_pair_column",
+    "query_column",
     "id_column",
     "pooling",
     "normalize",
@@ -89,19 +97,22 @@ class Job:
     """What to run over which files.
 
     Attributes:
-      command: "embed" (pooled hidden states) or "predict" (a sequence classifier's labels).
+      command: "embed" (pooled hidden states), "predict" (a sequence classifier's labels) or
+        "rerank" (a cross-encoder's scores of (query, text) pairs).
       model: the checkpoint (any family; `loading.load`).
       input: a glob, folder or file names (comma-separated), local or gs://.
       output: the output folder, local or gs://.
-      text_column: the text of each row ("text" for text files).
+      text_column: the text of each row ("text" for text files); rerank: the passage.
       text_pair_column: predict: each row's second text (pairs), or None.
+      query_column: rerank: each row's query, the pair's first text.
       id_column: the column identifying rows, copied to the output; None: file and row.
       pooling, normalize, layers: embed's (`encoder.embed`); pooling and normalize None: a
         sentence-transformers directory's, else CLS and not normalized
         (`encoder.embedding_options`).
       batch_size: rows per batch on this process (rounded up to a multiple of its devices).
       max_seq_length: tokens kept per row (longer rows are truncated, and counted); at most the
-        model's max_sequence_length; None: a sentence-transformers directory's, else 128.
+        model's max_sequence_length; None: a sentence-transformers directory's, else 128
+        (rerank: the directory's, else the model's max_sequence_length, as CrossEncoder).
       chunk_rows: rows read and tokenized at a time (length grouping happens within a chunk).
       progress: show a progress bar on process 0.
     """
@@ -112,6 +123,7 @@ class Job:
     output: str
     text_column: str = tables.TEXT_COLUMN
     text_pair_column: str | None = None
+    query_column: str | None = None
     id_column: str | None = None
     pooling: str | None = None
     normalize: bool | None = None
@@ -127,6 +139,32 @@ class Job:
         out["layers"] = None if self.layers is None else list(self.layers)
         out["model"] = os.fspath(paths.as_path(self.model))  # absolute: the same from anywhere
         return out
+
+    def text_columns(self) -> tuple[str, str | None]:
+        """The columns of each row's first and second text (None: single texts)."""
+        if self.command == "rerank":
+            return self.query_column, self.text_column
+        return self.text_column, self.text_pair_column
+
+    def check(self) -> None:
+        """Raises ValueError for a setting the command does not take, or a missing one."""
+        if self.command not in COMMANDS:
+            raise ValueError(f"command must be one of {COMMANDS}, got {self.command!r}")
+        if self.batch_size < 1 or self.chunk_rows < 1:
+            raise ValueError(
+                f"batch_size and chunk_rows must be >= 1: {self.batch_size}, {self.chunk_rows}"
+            )
+        if self.text_pair_column and self.command != "predict":
+            raise ValueError(
+                f"--text_pair_column is for predict; {self.command} takes "
+                + ("one text a row" if self.command == "embed" else "--query_column")
+            )
+        if (self.command == "rerank") != bool(self.query_column):
+            raise ValueError(
+                "rerank needs --query_column (and --text_column, the passage)"
+                if self.command == "rerank"
+                else f"--query_column is for rerank, not {self.command}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,9 +258,8 @@ class _Model:
     """The job's model on this process's devices: `run(texts, texts_b)` -> outputs, tokens."""
 
     def __init__(self, job: Job):
+        self.activation = None
         if job.command == "embed":
-            if job.text_pair_column:
-                raise ValueError("--text_pair_column is for predict; embed takes one text a row")
             config, params, self.tokenizer, settings = loading.load_embedder(job.model)
             options, warnings = encoder.embedding_options(
                 settings,
@@ -240,6 +277,13 @@ class _Model:
                 layers=job.layers,
             )
             wanted_length = options.max_seq_length
+        elif job.command == "rerank":
+            ce = loading.load_cross_encoder(job.model)
+            config, params, self.tokenizer = ce.config, ce.params, ce.tokenizer
+            model = heads.cross_encoder(config, ce.head)
+            step = functools.partial(heads.logits_step, model=model)
+            self.activation = ce.activation
+            wanted_length = job.max_seq_length or ce.max_seq_length or config.max_sequence_length
         else:
             config, params, head, self.tokenizer = loading.load(job.model)
             step = functools.partial(heads.logits_step, model=heads.classifier(config, head))
@@ -283,7 +327,7 @@ class _Model:
 
     def run(self, encoded: dict[str, np.ndarray]) -> np.ndarray:
         """The step's output for every row of `encoded`, in order: float32 [N, P, E] (embed) or
-        [N, num_labels] (predict logits).
+        [N, num_labels] (predict's and rerank's logits).
 
         The rows run longest first, B at a time, each batch cut to its bucket: neighbours in
         length share a batch, and only the last batch (the shortest rows) is filled up to B.
@@ -326,18 +370,15 @@ def _texts(path: str, first: int, values: list, column: str, ids: list | None) -
 
 def _chunks(job: Job, model: _Model, path: str) -> Iterator[tuple[int, list | None, dict]]:
     """(first row, ids or None, encoded features) of each chunk of one input file."""
-    columns = [job.text_column, job.text_pair_column, job.id_column]
-    columns = list(dict.fromkeys(c for c in columns if c))
+    column_a, column_b = job.text_columns()
+    columns = list(dict.fromkeys(c for c in (column_a, column_b, job.id_column) if c))
     for first, values in tables.iter_column_batches(path, columns, batch_rows=job.chunk_rows):
         ids = values.get(job.id_column) if job.id_column else None
         if ids is not None and None in ids:
             row = first + ids.index(None)
             raise ValueError(f"{path}: row {row} has no id (null) in column {job.id_column!r}")
-        texts = _texts(path, first, values[job.text_column], job.text_column, ids)
-        texts_b = None
-        if job.text_pair_column:
-            pair = values[job.text_pair_column]
-            texts_b = _texts(path, first, pair, job.text_pair_column, ids)
+        texts = _texts(path, first, values[column_a], column_a, ids)
+        texts_b = _texts(path, first, values[column_b], column_b, ids) if column_b else None
         yield first, ids, model.encode(texts, texts_b)
 
 
@@ -383,7 +424,10 @@ class _ShardWriter:
         meta = {**job.record(), "input": source}
         if job.command == "predict":
             meta["label_names"] = list(heads.label_names(model.config))
+        if job.command == "rerank":
+            meta["activation"] = model.activation
         self.metadata = {METADATA_KEY: json.dumps(meta).encode()}
+        self.activation = model.activation or "identity"  # predict's regression: the logit
         self.regression = model.config.num_labels == 1
         self.names = heads.label_names(model.config)
         self.schema: pa.Schema | None = None
@@ -408,7 +452,7 @@ class _ShardWriter:
             emb = out if self.job.layers is not None else out[:, 0]
             cols["embedding"] = _fixed_lists(np.asarray(emb, np.float32))
         elif self.regression:
-            cols["score"] = pa.array(out[:, 0].astype(np.float32))
+            cols["score"] = pa.array(heads.scores(out, self.activation))
         else:
             probs = heads.probabilities(out)
             cols["label"] = pa.array([self.names[i] for i in probs.argmax(-1)], pa.string())
@@ -502,12 +546,7 @@ def run(job: Job) -> Summary:
       ValueError: a bad setting or input row (naming the file and row), a rerun with other
         settings; FileNotFoundError: no input files.
     """
-    if job.command not in COMMANDS:
-        raise ValueError(f"command must be one of {COMMANDS}, got {job.command!r}")
-    if job.batch_size < 1 or job.chunk_rows < 1:
-        raise ValueError(
-            f"batch_size and chunk_rows must be >= 1: {job.batch_size}, {job.chunk_rows}"
-        )
+    job.check()
     model = _Model(job)  # errors in the model or settings before anything is written
     out_dir = paths.as_path(job.output)
     me, n = jax.process_index(), jax.process_count()

@@ -1,4 +1,6 @@
-"""What a task head computes, for any model family: labels of a sequence classifier, and the
+"""What a task head computes, for any model family: labels of a sequence classifier, scores
+of a cross-encoder (a one-output classifier over (query, passage) pairs, its logit through the
+activation its directory names, as `sentence_transformers.CrossEncoder.predict`), and the
 tokens a masked-LM head puts at each mask token (the tokenizer's own: BERT's "[MASK]", RoBERTa's
 and XLM-R's "<mask>")."""
 
@@ -33,13 +35,39 @@ def logits_step(params, batch, *, model: nn.Module):
     return out.logits.astype(jnp.float32)
 
 
-def classifier(config: EncoderConfig, name: str) -> nn.Module:
+def classifier(config: EncoderConfig, name: str, command: str = "predict") -> nn.Module:
     """The sequence classifier `name` of `config`'s family (what `logits_step` runs); raises
     ValueError, naming the head wanted, for any other head."""
     wanted = family_of(config).head_for(Role.SEQUENCE_CLASSIFICATION)
     if name != wanted:
-        raise ValueError(f"predict needs a sequence classifier ({wanted}), not {name}")
+        raise ValueError(f"{command} needs a sequence classifier ({wanted}), not {name}")
     return get_model_class(name)(config)
+
+
+def cross_encoder(config: EncoderConfig, name: str) -> nn.Module:
+    """The classifier `name` as a cross-encoder (one output: num_labels = 1); raises ValueError
+    for another head or another number of labels."""
+    model = classifier(config, name, "rerank")
+    if config.num_labels != 1:
+        raise ValueError(
+            f"rerank scores with a one-output model (num_labels=1, a cross-encoder); this "
+            f"{name} has num_labels={config.num_labels}: use `predict` for its labels"
+        )
+    return model
+
+
+# A one-output model's score from its logit (`cross_encoder.read_activation` reads which).
+ACTIVATIONS = {
+    "identity": lambda x: x,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+def scores(logits: np.ndarray, activation: str = "identity") -> np.ndarray:
+    """A one-output model's scores: float32 [N] from logits [N, 1], through `activation`."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    return ACTIVATIONS[activation](np.asarray(logits, np.float64)[:, 0]).astype(np.float32)
 
 
 def label_names(config: EncoderConfig) -> tuple[str, ...]:
@@ -65,6 +93,7 @@ def predict(
     max_seq_length: int = 128,
     bucket_lengths: bool = True,
     progress: bool | None = None,
+    activation: str = "identity",
 ) -> list[dict]:
     """Labels and probabilities of a sequence classification (or regression) model.
 
@@ -72,6 +101,8 @@ def predict(
       config, params, name: the classifier (its family's sequence classification head).
       tokenizer: its tokenizer; texts (and texts_b, pairs' second texts): N texts.
       Batching (`batch_size`, `max_seq_length`, `bucket_lengths`, `progress`) is as in `embed`.
+      activation: a regression's score from its logit (`ACTIVATIONS`; a cross-encoder's, from
+        `checkpoints.cross_encoder.read_activation`: "sigmoid" for most).
 
     Returns:
       N dicts: {"label": name, "probabilities": {name: float}}, or {"score": float} for a
@@ -89,7 +120,7 @@ def predict(
         desc="predict",
     )
     if config.num_labels == 1:
-        return [{"score": float(x[0])} for x in logits]
+        return [{"score": float(x)} for x in scores(logits, activation)]
     names = label_names(config)
     probs = probabilities(logits)
     return [

@@ -4,13 +4,16 @@ A command loads a checkpoint as it is stored (`load`: its head as the loader rep
 what it needs from the family's row in the registry (`models.families`): the bare encoder and
 where a head's parameters hold it (`encoder`), whether the encoder has a pooler layer
 (`check_pooler`), which heads predict masked tokens (`masked_lm_heads`), and whether a module
-reads token types (`token_type_inputs`). Nothing here names a family.
+reads token types (`token_type_inputs`). A cross-encoder (`load_cross_encoder`: a one-output
+sequence classifier, a sentence-transformers CrossEncoder directory among them) comes with the
+activation its scores take and its max_seq_length. Nothing here names a family.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -18,8 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.checkpoints import pretrained, table
+from bert_jax.checkpoints import cross_encoder, hub, pretrained, table
+from bert_jax.checkpoints.sentence_transformers import read_max_seq_length
 from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_class
+from bert_jax.paths import as_path
 
 # The head fill-mask loads where a checkpoint names none (`Family.head_for` gives each family's).
 MASKED_LM_ROLE = Role.MASKED_LM
@@ -58,6 +63,42 @@ def load_embedder(path: str):
         raise FileNotFoundError(f"no tokenizer.json or vocab.txt beside {path}")
     params = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float32), loaded.params)
     return loaded.config, params, loaded.tokenizer, loaded.sentence_transformer
+
+
+class CrossEncoder(NamedTuple):
+    """A cross-encoder for `rerank`: a sequence classifier whose one logit scores a pair.
+
+    Attributes:
+      config, params, head, tokenizer: as `load` returns them.
+      activation: what its scores take (`checkpoints.cross_encoder.read_activation`: "sigmoid"
+        or "identity").
+      max_seq_length: the directory's (sentence_bert_config.json, tokenizer_config.json's
+        model_max_length), or None.
+    """
+
+    config: EncoderConfig
+    params: Any
+    head: str
+    tokenizer: Any
+    activation: str
+    max_seq_length: int | None
+
+
+def load_cross_encoder(path: str) -> CrossEncoder:
+    """A cross-encoder from any checkpoint path (a transformers or sentence-transformers
+    CrossEncoder directory, a bert_jax export or run), with the activation and max_seq_length
+    `CrossEncoder(path)` reads. Whether its head is a one-output classifier is
+    `heads.cross_encoder`'s check.
+
+    Raises:
+      FileNotFoundError: no tokenizer beside the weights; ValueError: an unknown activation.
+    """
+    config, params, head, tokenizer = load(path)
+    folder = as_path(hub.resolve(path))
+    # What CrossEncoder truncates to: the directory's own length, where it names one.
+    max_seq_length = read_max_seq_length(folder) if folder.is_dir() else None
+    activation = cross_encoder.read_activation(folder)
+    return CrossEncoder(config, params, head, tokenizer, activation, max_seq_length)
 
 
 def encoder(config: EncoderConfig, params, *, pooled: bool = False) -> tuple[nn.Module, dict]:

@@ -434,6 +434,65 @@ def contrastive_objective(
     return objective
 
 
+# The reranker's losses (`rerank_objective`) and the listwise loss's activations.
+RERANK_LOSSES = ("bce", "listwise", "margin_mse")
+RERANK_ACTIVATIONS = ("sigmoid", "identity")
+
+
+def pair_logits(model, params, batch, rng, deterministic: bool) -> jax.Array:
+    """float32 [B, G]: the head's one logit for each pair of a [B, G, L] batch."""
+    b, g, length = batch["input_ids"].shape
+    flat = {k: batch[k].reshape(b * g, length) for k in MODEL_INPUTS if k in batch}
+    logits = apply_model(model, params, flat, rng, deterministic).logits  # [B G, 1]
+    return logits[:, 0].astype(jnp.float32).reshape(b, g)
+
+
+def rerank_objective(
+    loss: str = "bce", scale: float = 10.0, activation: str = "sigmoid"
+) -> Objective:
+    """The reranker's objective (`bert_jax.rerank`): a one-output sequence-classification head
+    scores each (query, passage) pair of a [B, G, L] batch (G = 1 pointwise; listwise the
+    positive, then its negatives), trained by `loss`:
+
+        bce         pointwise binary cross-entropy on the logit against `labels` [B]
+        listwise    the positive's softmax cross-entropy among its group; `scale` and
+                    `activation` are its (`losses.listwise_softmax_loss`)
+        margin_mse  distillation: the margins s(q, p) - s(q, n) against `teacher_scores` [B, G]
+
+    Batch: input_ids, token_type_ids, attention_mask int32 [B, G, L], example_weights float32
+    [B], and labels or teacher_scores. Metrics: rerank_loss, rerank_accuracy (bce: the logit's
+    sign right; listwise: the positive first)."""
+    if loss not in RERANK_LOSSES:
+        raise ValueError(f"rerank.loss={loss!r}; expected one of {RERANK_LOSSES}")
+    if activation not in RERANK_ACTIVATIONS:
+        raise ValueError(f"rerank.activation={activation!r}; expected one of {RERANK_ACTIVATIONS}")
+
+    def weights(batch):
+        return batch["example_weights"].astype(jnp.float32)
+
+    def sums(model, params, batch, rng, deterministic):
+        logits = pair_logits(model, params, batch, rng, deterministic)
+        if loss == "bce":
+            out = losses.binary_cross_entropy(logits[:, 0], batch["labels"], weights(batch))
+        elif loss == "listwise":
+            out = losses.listwise_softmax_loss(
+                logits, weights(batch), scale=scale, activation=activation
+            )
+        else:
+            out = losses.margin_mse_loss(logits, batch["teacher_scores"], weights(batch))
+        result = {"rerank_loss_sum": out["loss_sum"]}
+        if "correct_sum" in out:
+            result["rerank_correct_sum"] = out["correct_sum"]
+        return result
+
+    def counts(batch):
+        margins = batch["input_ids"].shape[1] - 1 if loss == "margin_mse" else 1
+        return {"rerank_count": jnp.sum(weights(batch)) * margins}
+
+    name = f"rerank_{loss}"
+    return Objective(name, Role.SEQUENCE_CLASSIFICATION, sums, counts, {"rerank": 1.0})
+
+
 def example_batch(
     name: str, rows: int, length: int, num_choices: int = 0
 ) -> dict[str, jax.ShapeDtypeStruct]:

@@ -1,0 +1,197 @@
+"""Hard negatives for the embedding job, mined by a model (`bert_jax.embed.mining`).
+
+    python -m bert_jax.embed.mine --model DIR --pairs train.jsonl --output mined.jsonl \\
+        [--corpus 'docs/*.parquet' --corpus_column text] --num_negatives 3 \\
+        [--range_min 0 --range_max 100] [--absolute_margin X] [--relative_margin 0.05] \\
+        [--max_score Z] [--min_score W] [--sampling_strategy top|random --seed 0] \\
+        [--batch_size 64 --max_seq_length 0] [--overwrite]
+
+In: --pairs, a pairs file as the embedding job reads it (`bert_jax.embed.pairs`: JSONL, CSV or
+TSV with `anchor` and `positive`; hard negatives already there are not read); --corpus, further
+candidate texts (Parquet, Arrow, JSONL, CSV/TSV or text files, a glob or folder, local or gs://;
+the texts of --corpus_column), searched together with the pairs' positives; --model, any
+checkpoint with its tokenizer, embedding as its sentence-transformers directory says.
+
+Out: --output (.jsonl, .csv or .tsv), written whole, one row per (anchor, positive) with the
+columns anchor, positive, negative_1 .. negative_K: a pairs file for `configs/embed.py`. Anchors
+with fewer than K negatives that pass the filters are left out (the count is logged). An
+existing --output is an error unless --overwrite.
+
+The options have sentence-transformers' `mine_hard_negatives` meanings (docs/mining.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from absl import logging
+
+from bert_jax import inference, paths
+from bert_jax.data import tables
+from bert_jax.embed import mining
+from bert_jax.embed import pairs as pairs_lib
+
+
+def text_embedder(
+    model_dir: str, *, batch_size: int = 64, max_seq_length: int = 0
+) -> Callable[[list[str]], np.ndarray]:
+    """texts -> float32 [N, E] embeddings of a checkpoint of any family, pooled and normalized
+    as its sentence-transformers directory says (`inference.embedding_options`).
+
+    Args:
+      model_dir: a checkpoint with its tokenizer; max_seq_length: tokens kept (0: the
+        directory's, else 128).
+
+    Raises:
+      FileNotFoundError: no such checkpoint, or no tokenizer beside it.
+    """
+    config, params, tokenizer, settings = inference.load_embedder(model_dir)
+    options, warnings = inference.embedding_options(settings, max_seq_length=max_seq_length)
+    for warning in warnings:
+        logging.warning("%s", warning)
+
+    def embed_fn(texts: list[str]) -> np.ndarray:
+        return inference.embed(
+            config,
+            params,
+            tokenizer,
+            texts,
+            pooling=options.pooling,
+            normalize=options.normalize,
+            batch_size=batch_size,
+            max_seq_length=options.max_seq_length,
+        )
+
+    return embed_fn
+
+
+def read_corpus(pattern: str, column: str) -> list[str]:
+    """The texts in `column` of the data files `pattern` names (`data.tables`), in file order.
+
+    Raises:
+      FileNotFoundError: the pattern matches nothing; ValueError: a missing column, a value that
+        is not a text (naming the file and row).
+    """
+    texts = []
+    for path in tables.expand_inputs(pattern):
+        for start, batch in tables.iter_column_batches(path, [column]):
+            for row, value in enumerate(batch[column], start=start):
+                if not isinstance(value, str):
+                    raise ValueError(
+                        f"{path}: row {row}: --corpus_column {column!r} holds {value!r:.60}, "
+                        "not a text"
+                    )
+                texts.append(value)
+    return texts
+
+
+def check_output(path: str, overwrite: bool) -> None:
+    """Raises unless `path` is a pairs file name (.jsonl/.csv/.tsv) that may be written."""
+    pairs_lib.format_of(path)
+    if paths.as_path(path).exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --overwrite to replace it")
+
+
+def write_mined(mined: mining.Mined, path: str, *, overwrite: bool = False) -> None:
+    """Writes the rows whole (`paths.write_text_whole`) as `pairs.read_pairs` reads them:
+    anchor, positive, negative_1 .. negative_K, in JSONL, CSV or TSV by the file's suffix."""
+    check_output(path, overwrite)
+    if not mined.anchors:
+        raise ValueError(
+            f"no anchor has {mined.negative_scores.shape[1]} negatives: nothing to write"
+        )
+    fmt = pairs_lib.format_of(path)
+    header = ["anchor", "positive"] + [f"negative_{i + 1}" for i in range(len(mined.negatives[0]))]
+    rows = [[a, p, *n] for a, p, n in zip(mined.anchors, mined.positives, mined.negatives)]
+    if fmt == "jsonl":
+        text = "".join(json.dumps(dict(zip(header, r)), ensure_ascii=False) + "\n" for r in rows)
+    elif fmt == "tsv":
+        bad = next((t for r in rows for t in r if any(c in t for c in "\t\n\r")), None)
+        if bad is not None:
+            raise ValueError(f"{path}: a text holds a tab or line break ({bad!r:.60}); use .jsonl")
+        text = "".join("\t".join(r) + "\n" for r in [header, *rows])
+    else:
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows([header, *rows])
+        text = out.getvalue()
+    paths.write_text_whole(path, text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bert_jax.embed.mine",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--model", required=True, help="checkpoint directory with its tokenizer")
+    add("--pairs", required=True, help="the anchor/positive pairs (.jsonl, .csv, .tsv)")
+    add("--output", required=True, help="the mined pairs file (.jsonl, .csv, .tsv)")
+    add("--corpus", default=None, help="further candidate texts: data files, a glob or folder")
+    add("--corpus_column", default=tables.TEXT_COLUMN, help="the text column of --corpus")
+    add("--num_negatives", type=int, default=3, help="negatives per anchor (K)")
+    add("--range_min", type=int, default=0, help="skip this many best candidates")
+    add("--range_max", type=int, default=None, help="consider this many best candidates")
+    add("--absolute_margin", type=float, default=None, help="keep score <= positive - X")
+    add("--relative_margin", type=float, default=None, help="keep score <= positive - |pos| Y")
+    add("--max_score", type=float, default=None, help="keep score <= Z")
+    add("--min_score", type=float, default=None, help="keep score >= W")
+    add("--sampling_strategy", choices=mining.STRATEGIES, default="top")
+    add("--seed", type=int, default=0, help="the random strategy's seed")
+    add(
+        "--exclude_anchor",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="never take an anchor's own text as its negative (sentence-transformers does)",
+    )
+    add("--batch_size", type=int, default=64, help="texts embedded per batch")
+    add("--max_seq_length", type=int, default=0, help="tokens per text; 0: the model's")
+    add("--overwrite", action="store_true", help="replace an existing --output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Mines --pairs into --output (module docstring); prints what it wrote."""
+    args = _parser().parse_args(argv)
+    options = mining.MiningOptions(
+        num_negatives=args.num_negatives,
+        range_min=args.range_min,
+        range_max=args.range_max,
+        max_score=args.max_score,
+        min_score=args.min_score,
+        absolute_margin=args.absolute_margin,
+        relative_margin=args.relative_margin,
+        sampling_strategy=args.sampling_strategy,
+        seed=args.seed,
+        exclude_anchor=args.exclude_anchor,
+    )
+    options.window_end(1)  # the flags' own mistakes, before any file is read
+    if args.batch_size < 1:
+        raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
+    check_output(args.output, args.overwrite)
+    pairs = pairs_lib.read_pairs(args.pairs)
+    corpus = None if args.corpus is None else read_corpus(args.corpus, args.corpus_column)
+    embed_fn = text_embedder(
+        args.model, batch_size=args.batch_size, max_seq_length=args.max_seq_length
+    )
+    mined = mining.mine(pairs, embed_fn, options, corpus)
+    write_mined(mined, args.output, overwrite=args.overwrite)
+    print(
+        f"wrote {len(mined.anchors)} rows ({options.num_negatives} negatives each) to "
+        f"{args.output}; {mined.num_dropped} of {mined.num_anchors} anchors dropped "
+        f"({mined.num_pairs_dropped} pairs) for lack of negatives"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    from bert_jax import cli  # a user's mistake: `error: <message>`, status 1; Ctrl-C: 130
+
+    sys.exit(cli.run(main))

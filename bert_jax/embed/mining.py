@@ -1,0 +1,372 @@
+"""Hard negatives mined by a model, as sentence-transformers' `mine_hard_negatives` mines them
+(its "n-tuple" output): for each anchor, the corpus texts the model ranks close to it that are not
+its positives.
+
+    from bert_jax.embed import mine as command, mining
+    embed_fn = command.text_embedder("model_dir")          # texts -> [N, E]
+    mined = mining.mine(pairs.read_pairs("train.jsonl"), embed_fn, mining.MiningOptions())
+    command.write_mined(mined, "mined.jsonl")   # anchor, positive, negative_1 .. negative_K
+
+The command, files in and out: `bert_jax.embed.mine`; docs/mining.md.
+
+Dimensions: Q queries (the distinct anchors), N corpus texts, E embedding width, k candidates
+per query, K = `num_negatives`.
+
+The steps, with sentence-transformers' semantics:
+
+1. Texts. The queries are the distinct anchors, in first appearance; an anchor's positives are
+   the distinct positives of its pairs. The corpus is the extra corpus (if any) followed by the
+   positives, each distinct text once.
+2. Search (`search`): each query's k = range_max + (the most texts any query excludes) corpus
+   texts of highest cosine similarity, exactly, on the local devices.
+3. Selection (`select`): the excluded candidates (the query's positives, and its own text where
+   the corpus holds it unless `exclude_anchor=False`) and those that fail a filter are set
+   aside: absolute_margin keeps a score <= p - margin, relative_margin a score <= p - |p| *
+   margin (p: the lowest score of the query's positives), max_score a score <= max_score,
+   min_score a score >= min_score. The rest are ranked by score, their ranks range_min ..
+   range_max - 1 kept, and K taken: the best ("top") or K at random, seeded, then ranked
+   ("random"). A query with fewer than K is dropped, with all its pairs.
+4. Rows: one per (anchor, distinct positive), grouped by anchor in first appearance.
+
+Where this differs from sentence-transformers: the anchor's own text is excluded (it would be
+the "hardest negative" whenever the corpus holds it); equal scores rank by corpus position; and
+"random" draws with numpy's generator rather than Python's `random`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bert_jax.embed import pairs as pairs_lib
+
+STRATEGIES = ("top", "random")
+_AXIS = "corpus"
+# The most [chunk, N / devices] float32 scores one device holds at once (64 MiB).
+_MAX_CHUNK_SCORES = 1 << 24
+
+
+class Candidates(NamedTuple):
+    """Each query's best corpus texts, best first.
+
+    Attributes:
+      scores: float32 [Q, k] cosine similarities, descending.
+      indices: int32 [Q, k] corpus rows; equal scores in ascending row order.
+    """
+
+    scores: np.ndarray
+    indices: np.ndarray
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """float32 rows divided by max(norm, 1e-12), as sentence-transformers' `cos_sim` does."""
+    x = np.asarray(x, np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _shard_top_k(queries, corpus, *, k: int, num_valid: int):
+    """One device: its [S, E] corpus rows' top min(k, S) for [C, E] queries, global indices."""
+    rows = corpus.shape[0]
+    scores = jnp.matmul(queries, corpus.T, precision=jax.lax.Precision.HIGHEST)  # [C, S]
+    index = jax.lax.axis_index(_AXIS) * rows + jnp.arange(rows, dtype=jnp.int32)  # [S]
+    scores = jnp.where(index < num_valid, scores, -jnp.inf)  # padding rows never win
+    top_scores, top = jax.lax.top_k(scores, min(k, rows))  # equal scores: lower index first
+    return top_scores, index[top]
+
+
+@functools.partial(jax.jit, static_argnames=("k", "num_valid", "mesh"))
+def _chunk_top_k(queries, corpus, *, k: int, num_valid: int, mesh: Mesh):
+    """[C, E] replicated queries against the [N', E] corpus sharded by rows: (float32 [C, k],
+    int32 [C, k]). Each device's candidates, concatenated in device (so row) order, are merged
+    by one more top_k, which keeps equal scores in ascending row order."""
+    local = jax.shard_map(
+        lambda q, c: _shard_top_k(q, c, k=k, num_valid=num_valid),
+        mesh=mesh,
+        in_specs=(P(), P(_AXIS, None)),
+        out_specs=(P(None, _AXIS), P(None, _AXIS)),
+    )
+    scores, index = local(queries, corpus)  # [C, D * min(k, S)]
+    top_scores, top = jax.lax.top_k(scores, k)
+    return top_scores, jnp.take_along_axis(index, top, axis=1)
+
+
+def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> Candidates:
+    """The exact top k of cosine similarity, the corpus sharded over the local devices.
+
+    The corpus is padded to a multiple of the device count with rows that are never chosen;
+    queries go in chunks of C (the last one padded) so that a device holds [C, N / devices]
+    scores at once, one compiled program for every chunk.
+
+    Args:
+      queries: float [Q, E].
+      corpus: float [N, E].
+      k: candidates per query, 1 <= k <= N.
+
+    Returns:
+      Candidates: scores float32 [Q, k] descending, indices int32 [Q, k] (equal scores in
+      ascending corpus order).
+    """
+    queries, corpus = _unit(queries), _unit(corpus)
+    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
+        raise ValueError(
+            f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"
+        )
+    (num_queries, width), num_docs = queries.shape, corpus.shape[0]
+    if not 1 <= k <= num_docs:
+        raise ValueError(f"k must be in [1, {num_docs}] (the corpus size), got {k}")
+    devices = jax.local_devices()
+    mesh = Mesh(np.array(devices), (_AXIS,))
+    rows = -(-num_docs // len(devices))  # S, rows per device
+    padded = np.zeros((rows * len(devices), width), np.float32)
+    padded[:num_docs] = corpus
+    corpus_on_mesh = jax.device_put(padded, NamedSharding(mesh, P(_AXIS, None)))
+    chunk = max(1, min(_MAX_CHUNK_SCORES // rows, 1 << max(num_queries - 1, 0).bit_length()))
+    replicated = NamedSharding(mesh, P())
+    scores = np.empty((num_queries, k), np.float32)
+    indices = np.empty((num_queries, k), np.int32)
+    for start in range(0, num_queries, chunk):
+        part = queries[start : start + chunk]
+        block = np.zeros((chunk, width), np.float32)
+        block[: len(part)] = part
+        s, i = _chunk_top_k(
+            jax.device_put(block, replicated), corpus_on_mesh, k=k, num_valid=num_docs, mesh=mesh
+        )
+        scores[start : start + len(part)] = np.asarray(s)[: len(part)]
+        indices[start : start + len(part)] = np.asarray(i)[: len(part)]
+    return Candidates(scores, indices)
+
+
+@dataclasses.dataclass(frozen=True)
+class MiningOptions:
+    """What `select` keeps (module docstring; each field is the command's flag of that name).
+
+    Attributes:
+      num_negatives: K, negatives per anchor (>= 1).
+      range_min, range_max: the ranks kept among the candidates that pass the filters, range_min
+        .. range_max - 1; range_max None: sentence-transformers' default, range_min + K + the most
+        positives of an anchor, or with a margin or max_score range_min + 10 K + that.
+      max_score, min_score, absolute_margin, relative_margin: the filters; None: off.
+      sampling_strategy: "top" (the best K) or "random" (K at random, seeded by `seed`).
+      exclude_anchor: never take the anchor's own text as its negative.
+    """
+
+    num_negatives: int = 3
+    range_min: int = 0
+    range_max: int | None = None
+    max_score: float | None = None
+    min_score: float | None = None
+    absolute_margin: float | None = None
+    relative_margin: float | None = None
+    sampling_strategy: str = "top"
+    seed: int = 0
+    exclude_anchor: bool = True
+
+    def window_end(self, max_positives: int) -> int:
+        """range_max, or its default for anchors of at most `max_positives` positives; checks
+        the options (ValueError naming the flag)."""
+        if self.num_negatives < 1:
+            raise ValueError(f"--num_negatives must be at least 1, got {self.num_negatives}")
+        if self.range_min < 0:
+            raise ValueError(f"--range_min must be >= 0, got {self.range_min}")
+        if self.sampling_strategy not in STRATEGIES:
+            raise ValueError(
+                f"--sampling_strategy must be one of {STRATEGIES}, got {self.sampling_strategy!r}"
+            )
+        end = self.range_max
+        if end is None:
+            filtered = (self.absolute_margin, self.relative_margin, self.max_score)
+            many = 10 if any(v is not None for v in filtered) else 1
+            end = self.range_min + many * self.num_negatives + max_positives
+        if self.range_min >= end:
+            raise ValueError(
+                f"--range_min ({self.range_min}) must be smaller than --range_max ({end})"
+            )
+        if self.num_negatives > end - self.range_min:
+            raise ValueError(
+                f"--num_negatives {self.num_negatives} does not fit in ranks {self.range_min}.."
+                f"{end - 1} (--range_min, --range_max)"
+            )
+        return end
+
+
+class Selection(NamedTuple):
+    """Each query's negatives (`select`).
+
+    Attributes:
+      indices: int32 [Q, K] corpus rows, best first; -1 in a row not found.
+      scores: float32 [Q, K] their cosine similarities; -inf in a row not found.
+      found: bool [Q], whether the query has K negatives.
+      skipped: {filter name: candidates it set aside}.
+    """
+
+    indices: np.ndarray
+    scores: np.ndarray
+    found: np.ndarray
+    skipped: dict[str, int]
+
+
+def select(
+    candidates: Candidates,
+    excluded: Sequence[Sequence[int]],
+    positive_scores: np.ndarray,
+    options: MiningOptions,
+    range_max: int,
+) -> Selection:
+    """Picks each query's negatives among its candidates (module docstring, step 3).
+
+    Args:
+      candidates: scores float32 [Q, k] descending and indices int32 [Q, k] (`search`).
+      excluded: Q lists of corpus rows never taken (the positives, the anchor's own text).
+      positive_scores: float32 [Q], the lowest score of each query's positives (the margins').
+      options: the filters, ranks, K and strategy; range_max: `options.window_end(...)`.
+    """
+    scores = np.array(candidates.scores, np.float32)  # [Q, k], a copy to mark
+    indices = np.asarray(candidates.indices)
+    num_queries, k = scores.shape[0], options.num_negatives
+    for q in range(num_queries):
+        scores[q, np.isin(indices[q], excluded[q])] = -np.inf
+    p = np.asarray(positive_scores, np.float32)[:, None]  # [Q, 1]
+    skipped = {}
+
+    def set_aside(name: str, out: np.ndarray) -> None:
+        out &= np.isfinite(scores)  # [Q, k]; count each candidate once, by its first filter
+        skipped[name] = int(out.sum())
+        scores[out] = -np.inf
+
+    # float32 thresholds, compared as sentence-transformers' torch code compares them.
+    o = options
+    if o.absolute_margin is not None:
+        set_aside("absolute_margin", scores + np.float32(o.absolute_margin) > p)
+    if o.relative_margin is not None:
+        set_aside("relative_margin", scores > p - np.abs(p) * np.float32(o.relative_margin))
+    if o.max_score is not None:
+        set_aside("max_score", scores > np.float32(o.max_score))
+    if o.min_score is not None:
+        set_aside("min_score", scores < np.float32(o.min_score))
+    # The survivors ranked (a stable sort keeps equal scores in corpus order), then the window.
+    order = np.argsort(-scores, axis=1, kind="stable")[:, options.range_min : range_max]
+    window_scores = np.take_along_axis(scores, order, axis=1)
+    window = np.take_along_axis(indices, order, axis=1)
+    if window.shape[1] < k:  # a corpus smaller than the window: the missing ranks are -inf
+        pad = ((0, 0), (0, k - window.shape[1]))
+        window_scores = np.pad(window_scores, pad, constant_values=-np.inf)
+        window = np.pad(window, pad, constant_values=-1)
+    num_valid = np.isfinite(window_scores).sum(axis=1)  # [Q]; the valid ranks come first
+    found = num_valid >= k
+    picks = np.broadcast_to(np.arange(k), (num_queries, k)).copy()  # [Q, K] window positions
+    if options.sampling_strategy == "random":
+        rng = np.random.default_rng(options.seed)
+        for q in np.flatnonzero(found):
+            picks[q] = np.sort(rng.choice(num_valid[q], size=k, replace=False))
+    chosen = np.where(found[:, None], np.take_along_axis(window, picks, axis=1), -1)
+    chosen_scores = np.where(
+        found[:, None], np.take_along_axis(window_scores, picks, axis=1), -np.inf
+    )
+    return Selection(chosen.astype(np.int32), chosen_scores.astype(np.float32), found, skipped)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mined:
+    """The mined rows (`mine`), R of them, and what was dropped.
+
+    Attributes:
+      anchors, positives: R texts each; negatives: R tuples of K texts, best first.
+      positive_scores: float32 [R]; negative_scores: float32 [R, K] (cosine similarities).
+      num_anchors: the distinct anchors; num_dropped: those with fewer than K negatives;
+      num_pairs_dropped: their (anchor, positive) pairs.
+      skipped: {filter name: candidates it set aside}.
+    """
+
+    anchors: list[str]
+    positives: list[str]
+    negatives: list[tuple[str, ...]]
+    positive_scores: np.ndarray
+    negative_scores: np.ndarray
+    num_anchors: int
+    num_dropped: int
+    num_pairs_dropped: int
+    skipped: dict[str, int]
+
+
+def mine(
+    pairs: pairs_lib.Pairs,
+    embed_fn: Callable[[list[str]], np.ndarray],
+    options: MiningOptions,
+    corpus: Sequence[str] | None = None,
+) -> Mined:
+    """Hard negatives for `pairs` (module docstring); the pairs' own negatives are not read.
+
+    Args:
+      pairs: the (anchor, positive) pairs.
+      embed_fn: texts -> float [len(texts), E] embeddings (`mine.text_embedder`).
+      options: what to keep.
+      corpus: further candidate texts (None: the positives alone).
+    """
+    queries = list(dict.fromkeys(pairs.anchors))
+    query_row = {text: i for i, text in enumerate(queries)}
+    texts = list(dict.fromkeys([*(corpus or ()), *pairs.positives]))
+    corpus_row = {text: i for i, text in enumerate(texts)}
+    positives: list[list[int]] = [[] for _ in queries]
+    num_pairs = np.zeros(len(queries), np.int64)  # sentence-transformers counts repeated pairs
+    for anchor, positive in zip(pairs.anchors, pairs.positives):
+        q, row = query_row[anchor], corpus_row[positive]
+        num_pairs[q] += 1
+        if row not in positives[q]:
+            positives[q].append(row)
+    excluded = [list(rows) for rows in positives]
+    if options.exclude_anchor:
+        for q, text in enumerate(queries):
+            if text in corpus_row and corpus_row[text] not in excluded[q]:
+                excluded[q].append(corpus_row[text])
+                num_pairs[q] += 1  # one more candidate to search past
+    range_max = options.window_end(int(max(n for n in num_pairs)))
+
+    embedded = list(dict.fromkeys([*texts, *queries]))  # a text both query and document once
+    embeddings = _unit(embed_fn(embedded))  # [T, E]
+    row_of = {text: i for i, text in enumerate(embedded)}
+    doc_emb = embeddings[: len(texts)]  # [N, E]: the corpus texts lead
+    query_emb = embeddings[[row_of[text] for text in queries]]  # [Q, E]
+    k = min(range_max + int(num_pairs.max()), len(texts))
+    candidates = search(query_emb, doc_emb, k)
+    pair_scores = [doc_emb[rows] @ query_emb[q] for q, rows in enumerate(positives)]
+    lowest = np.array([s.min() for s in pair_scores], np.float32)  # [Q]
+    chosen = select(candidates, excluded, lowest, options, range_max)
+
+    anchors, kept, negatives, positive_scores, negative_scores = [], [], [], [], []
+    for q in np.flatnonzero(chosen.found):
+        for row, score in zip(positives[q], pair_scores[q]):
+            anchors.append(queries[q])
+            kept.append(texts[row])
+            negatives.append(tuple(texts[i] for i in chosen.indices[q]))
+            positive_scores.append(score)
+            negative_scores.append(chosen.scores[q])
+    num_dropped = int((~chosen.found).sum())
+    pairs_dropped = sum(len(positives[q]) for q in np.flatnonzero(~chosen.found))
+    for name, count in chosen.skipped.items():
+        logging.info("%s set aside %d candidate negatives", name, count)
+    if num_dropped:
+        logging.warning(
+            "%d of %d anchors (%d pairs) dropped: fewer than %d negatives passed the filters "
+            "(consider --range_max, --range_min, the margins, --max_score, --min_score)",
+            *(num_dropped, len(queries), pairs_dropped, options.num_negatives),
+        )
+    return Mined(
+        anchors,
+        kept,
+        negatives,
+        np.asarray(positive_scores, np.float32).reshape(-1),
+        np.asarray(negative_scores, np.float32).reshape(-1, options.num_negatives),
+        len(queries),
+        num_dropped,
+        pairs_dropped,
+        chosen.skipped,
+    )

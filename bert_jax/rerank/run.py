@@ -1,0 +1,322 @@
+"""The reranker job: (query, passage) rows -> a cross-encoder from a checkpoint -> training per
+seed -> dev reranking scores and a sentence-transformers CrossEncoder directory.
+
+    train_and_evaluate(config, workdir)         # train.py --config=configs/rerank.py:...
+
+The model is the family's sequence-classification head with one output (`num_labels=1`) on the
+starting checkpoint's encoder (`init_from`, any family, any format `pretrained.load` reads; a
+reranker's own head is kept, another head is started afresh), or `config.model` from scratch.
+Each pair is laid out as the family's tokenizer lays out a sentence pair
+(`[CLS] query [SEP] passage [SEP]`). It trains on `rerank.train_file`'s rows
+(`bert_jax.rerank.data`) with `rerank.loss` (`training.objectives.rerank_objective`): binary
+cross-entropy on pointwise rows, the listwise softmax over a positive and its negatives, or
+margin-MSE distillation from teacher scores.
+
+For each seed of `rerank.seeds` the run trains `rerank.num_epochs` epochs in
+`<workdir>/seed_<s>` (the workdir itself for one seed), reranks the dev queries
+(`rerank.evaluation`: nDCG@10 and MRR@10, and the file order's as `base_`) at step 0, every
+`eval_every_steps` and at the end, exports the final model to `hf/` (`save_cross_encoder`) and
+removes its training checkpoints. `<workdir>/results.json` holds each finished seed's final
+scores and its starting model's (`start_ndcg@10`, ...), with mean and std; `<workdir>/settings.json`
+what decides them (`training.settings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax import tokenization
+from bert_jax.checkpoints import pretrained
+from bert_jax.checkpoints.cross_encoder import save_cross_encoder
+from bert_jax.data import batching, text_io
+from bert_jax.models import families
+from bert_jax.models.families import Role
+from bert_jax.parallel import sharding
+from bert_jax.rerank import data, evaluation
+from bert_jax.training import experiment, objectives, seed_run, settings
+from bert_jax.training.start import architecture
+from bert_jax.training.summaries import MetricView
+
+VIEW = MetricView(
+    console=("eval/", "loss", "rerank_accuracy", "learning_rate"),
+    summary=("loss", "rerank_accuracy", "ndcg@10", "mrr@10", "base_ndcg@10"),
+    progress=("train/loss", "eval/ndcg@10", "train/tokens_per_s"),
+    curves_accuracy=("eval/ndcg@10", "eval/mrr@10"),
+    curves_accuracy_title="dev nDCG@10 and MRR@10 of the reranked candidates",
+)
+DEFAULT_MAX_SEQ_LENGTH = 256  # pairs: a query and a passage
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+def check_config(config, reads_data: bool = True) -> list[int]:
+    """Refuses, before any data is read, settings that could only fail later: counts
+    (`experiment.check_experiment_config`), an unknown loss or activation, a scale <= 0, no
+    train_file, a bad seed list. Returns the seeds."""
+    experiment.check_experiment_config(config)
+    r = config.rerank
+    if r.loss not in objectives.RERANK_LOSSES:
+        raise ValueError(f"rerank.loss={r.loss!r}; expected one of {objectives.RERANK_LOSSES}")
+    if r.activation not in objectives.RERANK_ACTIVATIONS:
+        raise ValueError(
+            f"rerank.activation={r.activation!r}; expected one of {objectives.RERANK_ACTIVATIONS}"
+        )
+    if not r.scale > 0:
+        raise ValueError(f"rerank.scale={r.scale!r}; expected a number > 0")
+    if reads_data and not r.train_file:
+        raise ValueError("set --config.rerank.train_file (rows: .jsonl, .csv, .tsv or .parquet)")
+    for key in ("num_epochs", "eval_batch_size"):
+        if not isinstance(r[key], int) or r[key] < 1:
+            raise ValueError(f"config.rerank.{key}={r[key]!r}: expected an integer >= 1")
+    try:
+        seeds = [int(s) for s in str(r.seeds).split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"rerank.seeds={r.seeds!r}: expected distinct whole numbers, e.g. '0,1,2'")
+    return seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Starting:
+    """What the run starts from.
+
+    Attributes:
+      model_config: the reranker's architecture (any family's config, num_labels 1).
+      params: the starting head's host parameters (None: from scratch).
+      max_seq_length: tokens a pair keeps.
+      tokenizer: the vocabulary.
+    """
+
+    model_config: Any
+    params: Any
+    max_seq_length: int
+    tokenizer: tokenization.SubwordTokenizer
+
+
+def starting_point(config) -> Starting:
+    """The architecture, starting weights, pair length and tokenizer of the run.
+
+    With `init_from`: its encoder, and its one-output sequence-classification head where it is
+    a reranker already (else a new head, `pretrained.load(num_labels=1)`); the tokenizer beside
+    it unless `rerank.tokenizer` names one."""
+    r, source = config.rerank, config.init_from
+    if r.tokenizer:
+        tokenizer = tokenization.load_tokenizer(r.tokenizer)
+    elif source:
+        tokenizer = pretrained.find_tokenizer(source)
+        if tokenizer is None:
+            raise FileNotFoundError(
+                f"no tokenizer.json or vocab.txt in {source} (or its hf/, data/); set "
+                "config.rerank.tokenizer"
+            )
+    else:
+        raise ValueError("set config.rerank.tokenizer (no init_from to take the vocabulary from)")
+    params = None
+    if source:
+        read = pretrained.read_config(source)
+        head = families.family_of(read).head_for(Role.SEQUENCE_CLASSIFICATION)
+        reranker = read.num_labels == 1
+        loaded = pretrained.load(
+            source,
+            head,
+            allow_new_heads=True,
+            num_labels=None if reranker else 1,
+            with_tokenizer=False,
+        )
+        model_config, params = loaded.config, loaded.params
+        if loaded.report is not None and loaded.report.newly_initialized:
+            logging.info("init_from lacks %s: initialized", loaded.report.newly_initialized)
+    else:
+        model_config = architecture(config, tokenizer.vocab_size)
+    model_config = model_config.replace(num_labels=1, label_names=None)
+    if model_config.vocab_size != tokenizer.vocab_size:
+        raise ValueError(
+            f"the model's vocab_size={model_config.vocab_size} differs from the tokenizer's "
+            f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
+        )
+    length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
+    return Starting(model_config, params, length, tokenizer)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+def train_and_evaluate(
+    config,
+    workdir: str | None,
+    mode: str = "train",
+    topology: str | None = None,
+    hlo_out: str | None = None,
+) -> dict[str, Any] | int:
+    """Trains a reranker for every seed of `rerank.seeds` (mode "train") or prints the
+    shardings ("shardings"); "compile" is not offered yet.
+
+    Flow: settings checked -> starting point -> rows read and featurized -> one Experiment for
+    every seed -> per seed: state -> step-0 dev scores -> Trainer with hooks -> final dev
+    scores -> CrossEncoder export.
+
+    Returns:
+      {"task": "rerank", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
+    """
+    del hlo_out, topology
+    seeds = check_config(config, reads_data=mode != "compile")
+    if mode == "compile":
+        raise ValueError("--mode=compile is not implemented for job=rerank")
+    r = config.rerank
+    start = starting_point(config)
+    with text_io.record_reads() as data_files:
+        train = data.read_rows(r.train_file, r.max_train_examples)
+        dev = data.read_rows(r.dev_file, r.max_eval_examples) if r.dev_file else None
+    has_scores = train.teacher_scores is not None
+    data.check_rows(r.loss, train.layout, train.group_size, has_scores, train.path)
+    features = data.featurize(train, start.tokenizer, start.max_seq_length)
+    if r.loss != "margin_mse":
+        features.pop("teacher_scores", None)
+    dev_set = (
+        None
+        if dev is None
+        else evaluation.dev_set(data.dev_queries(dev), start.tokenizer, start.max_seq_length)
+    )
+    if len(train) < config.global_batch_size:
+        raise ValueError(
+            f"global_batch_size={config.global_batch_size} is more than the {len(train)} "
+            f"training rows of {r.train_file}: no training step"
+        )
+    steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
+    objective = objectives.rerank_objective(r.loss, r.scale, r.activation)
+    head = families.head_in_family(start.model_config, objective.role)
+    exp = experiment.Experiment.build(
+        config, start.model_config, head, objective, steps_per_epoch * r.num_epochs
+    )
+    if mode == "shardings":
+        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
+        return {"task": "rerank", "seeds": {}}
+
+    def one_seed(seed, seed_dir):
+        return train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
+
+    record = settings.run_record(config, data_files, "rerank")
+    return settings.run_seeds(config, workdir, record, seeds, one_seed)
+
+
+def _train_batches(config, features, seed: int, mesh=None) -> batching.EpochIterator:
+    """One seed's batches: `num_epochs` epochs of shuffled global batches of rows, each cut to
+    the 32-token bucket of its longest pair; this process's rows of them on `mesh` (None: all)."""
+    return batching.EpochIterator(
+        features,
+        config.global_batch_size,
+        num_epochs=config.rerank.num_epochs,
+        seed=seed,
+        bucket_boundaries=batching.length_buckets(features["input_ids"].shape[-1]),
+        host_rows=None
+        if mesh is None
+        else sharding.host_batch_rows(mesh, config.global_batch_size),
+    )
+
+
+def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows):
+    """One seed (`seed_run.train_seed`): train, rerank dev at step 0 and at the end, export
+    `seed_dir/hf` as a CrossEncoder directory. Returns the final and start_ scores, or None when
+    a signal stopped the run before its last step."""
+    r = config.rerank
+    return seed_run.train_seed(
+        config,
+        exp,
+        _train_batches(config, features, seed, exp.mesh),
+        r.num_epochs,
+        seed,
+        seed_dir,
+        view=VIEW,
+        score_fn=None
+        if dev_set is None
+        else lambda params: evaluation.score(exp, params, dev_set, r.eval_batch_size),
+        card_fn=lambda num_steps, begin, end: model_card(
+            config, exp, start, num_steps, num_rows, begin, end
+        ),
+        export_fn=lambda params, directory, card: export(
+            params, directory, exp, start, config, card
+        ),
+        init_params=start.params,
+    )
+
+
+def export(params, directory, exp, start: Starting, config, card: str) -> str:
+    """Writes the model as a CrossEncoder directory (every process gathers the parameters;
+    process 0 writes). Returns where it went."""
+    host_params = multihost_utils.process_allgather(params, tiled=True)
+    if jax.process_index() == 0:
+        save_cross_encoder(
+            directory,
+            exp.bert_config,
+            host_params,
+            tokenizer=start.tokenizer,
+            max_seq_length=start.max_seq_length,
+            activation="sigmoid",  # CrossEncoder's default for one output: scores in (0, 1)
+            card=card,
+        )
+    return f"{directory} (sentence-transformers CrossEncoder)"
+
+
+LOSS_NAMES = {
+    "bce": "BinaryCrossEntropyLoss: binary cross-entropy on the logit",
+    "listwise": "the positive's softmax cross-entropy among its negatives (MultipleNegativesRanking"
+    "Loss with the row's own negatives)",
+    "margin_mse": "MarginMSELoss: the margins s(q, p) - s(q, n) against the teacher's",
+}
+
+
+def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) -> str:
+    """README.md of the export (markdown): the usage, the data, loss, schedule, and the dev
+    reranking scores of the starting and the trained model."""
+    r, opt = config.rerank, config.optimizer
+    lines = [
+        "---",
+        "library_name: sentence-transformers",
+        "pipeline_tag: text-ranking",
+        "tags:",
+        "- sentence-transformers",
+        "- cross-encoder",
+        "- reranker",
+        "---",
+        "",
+        f"# A {exp.bert_config.display_name} reranker",
+        "",
+        "```python",
+        "from sentence_transformers import CrossEncoder",
+        "",
+        'model = CrossEncoder("path/to/this/folder")',
+        'scores = model.predict([("a query", "a passage"), ("a query", "another passage")])',
+        "```",
+        "",
+        "## Training",
+        "",
+        "Trained with bert_jax's reranker job (`train.py --config=configs/rerank.py`) from "
+        f"`{config.init_from or 'scratch'}` on {num_rows:,} rows of `{r.train_file}`:",
+        "",
+        f"- loss: {LOSS_NAMES[r.loss]}",
+        f"- max_seq_length: {start.max_seq_length} (a query and a passage)",
+        f"- {num_steps} steps ({r.num_epochs} epoch(s)) of {config.global_batch_size} rows, "
+        f"{opt.name} at peak learning rate {opt.peak_learning_rate:g}, {opt.schedule} schedule",
+    ]
+    if end:
+        lines += [
+            "",
+            f"Dev reranking (`{r.dev_file}`: each query's candidates in the file's order):",
+            "",
+            "| metric | file order | start | trained |",
+            "|---|---|---|---|",
+            *(
+                f"| {k} | {end.get('base_' + k, float('nan')):.4f} | "
+                f"{begin.get(k, float('nan')):.4f} | {v:.4f} |"
+                for k, v in end.items()
+                if not k.startswith("base_")
+            ),
+        ]
+    return "\n".join(lines) + "\n"

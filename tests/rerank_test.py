@@ -1,0 +1,323 @@
+"""The reranker job: its losses against sentence-transformers' CrossEncoder losses, its dev
+metrics against CrossEncoderRerankingEvaluator, its readers' errors, its CrossEncoder export for
+every registered family (`CrossEncoder(dir).predict` equals bert_jax's scores within 1e-5), and a
+tiny train.py run (a clean environment) that learns to rerank above the file order."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from types import SimpleNamespace
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+from bert_jax import losses, tokenization
+from bert_jax.checkpoints import pretrained
+from bert_jax.checkpoints.cross_encoder import read_activation, save_cross_encoder
+from bert_jax.models import families
+from bert_jax.models.families import Role
+from bert_jax.models.params import init_params
+from bert_jax.rerank import data, evaluation
+from bert_jax.training.objectives import pair_logits, rerank_objective
+from tests import family_fixtures
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LOGITS = np.array([[2.0, -1.0, 0.5], [-0.3, 0.7, 1.9], [0.0, -2.5, -0.1], [1.2, 1.1, -3.0]])
+TEACHER = np.array([[5.0, 1.0, 2.0], [3.0, 3.5, -1.0], [0.0, 0.0, 1.0], [9.0, 2.0, 4.0]])
+WORDS = "amber basil cedar delta ember fjord grove heron indigo juniper kelp lotus".split()
+
+
+# --------------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------------
+def test_losses_equal_sentence_transformers():
+    torch = pytest.importorskip("torch")
+    ce_losses = pytest.importorskip("sentence_transformers.cross_encoder.losses")
+    # Pointwise binary cross-entropy, soft labels too.
+    labels = np.array([1.0, 1.0, 0.3, 1.0])
+    out = losses.binary_cross_entropy(jnp.asarray(LOGITS[:, 0]), jnp.asarray(labels))
+    theirs = torch.nn.BCEWithLogitsLoss()(torch.tensor(LOGITS[:, 0]), torch.tensor(labels))
+    np.testing.assert_allclose(out["loss_sum"] / out["count"], theirs.item(), rtol=1e-6)
+    assert out["correct_sum"] == 3  # row 1 wrong; row 2 right: logit 0 is not > 0, 0.3 < 0.5
+    # Listwise: MultipleNegativesRankingLoss over each row's own negatives (calculate_loss takes
+    # the columns' logits [B] each: the positives, then each negative column).
+    for activation, fn in (("sigmoid", torch.nn.Sigmoid()), ("identity", None)):
+        this = SimpleNamespace(
+            activation_fn=fn, scale=10.0, cross_entropy_loss=torch.nn.CrossEntropyLoss()
+        )
+        columns = [torch.tensor(LOGITS[:, j]) for j in range(3)]
+        theirs = ce_losses.MultipleNegativesRankingLoss.calculate_loss(this, columns, 4)
+        out = losses.listwise_softmax_loss(jnp.asarray(LOGITS), scale=10.0, activation=activation)
+        np.testing.assert_allclose(out["loss_sum"] / out["count"], theirs.item(), rtol=1e-5)
+        assert out["correct_sum"] == 3  # row 1's positive is last
+    # Margin-MSE: their margins from teacher scores [B, 1 + K], MSE over B x K.
+    margins = TEACHER[:, :1] - TEACHER[:, 1:]
+    student = LOGITS[:, :1] - LOGITS[:, 1:]
+    theirs = torch.nn.MSELoss()(torch.tensor(student), torch.tensor(margins))
+    out = losses.margin_mse_loss(jnp.asarray(LOGITS), jnp.asarray(TEACHER))
+    np.testing.assert_allclose(out["loss_sum"] / out["count"], theirs.item(), rtol=1e-6)
+    assert out["count"] == 8
+    # Padded rows weigh nothing.
+    w = jnp.array([1.0, 1.0, 0.0, 0.0])
+    half = losses.margin_mse_loss(jnp.asarray(LOGITS), jnp.asarray(TEACHER), w)
+    part = losses.margin_mse_loss(jnp.asarray(LOGITS[:2]), jnp.asarray(TEACHER[:2]))
+    np.testing.assert_allclose(half["loss_sum"], part["loss_sum"], rtol=1e-6)
+
+
+@pytest.mark.e2e  # about 10 s of compiling on 2 busy cores
+def test_objective_scores_each_pair_of_a_group():
+    """The objective's loss is the loss of the head's logits of every (row, candidate)."""
+    config = families.FAMILIES["bert"].config_class(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=16, num_labels=1,
+    )  # fmt: skip
+    model = families.get_model_class("BertForSequenceClassification")(config)
+    params = nn.meta.unbox(init_params(model, jax.random.PRNGKey(0)))
+    ids = jax.random.randint(jax.random.PRNGKey(1), (3, 2, 7), 1, 99)
+    batch = {
+        "input_ids": ids,
+        "token_type_ids": jnp.zeros_like(ids),
+        "attention_mask": jnp.ones_like(ids),
+        "example_weights": jnp.ones(3),
+        "teacher_scores": jnp.asarray(TEACHER[:3, :2]),
+    }
+    objectives = {loss: rerank_objective(loss) for loss in ("listwise", "margin_mse")}
+
+    @jax.jit  # one compile: the objective's logits, the head's on one column, both losses
+    def outputs(p, b):
+        direct = model.apply({"params": p}, b["input_ids"][:, 1], deterministic=True).logits
+        values = {
+            k: o.loss(o.sums(model, p, b, None, True), o.counts(b)) for k, o in objectives.items()
+        }
+        return pair_logits(model, p, b, None, True), direct[:, 0], values
+
+    logits, direct, values = outputs(params, batch)
+    np.testing.assert_allclose(logits[:, 1], direct, atol=1e-6)
+    for loss, expected in (
+        ("listwise", losses.listwise_softmax_loss(logits)),
+        ("margin_mse", losses.margin_mse_loss(logits, batch["teacher_scores"])),
+    ):
+        np.testing.assert_allclose(
+            values[loss], expected["loss_sum"] / expected["count"], rtol=1e-5
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Dev metrics
+# --------------------------------------------------------------------------------------------
+def test_metrics_equal_cross_encoder_reranking_evaluator():
+    st_eval = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
+    rng = np.random.default_rng(0)
+    queries = []
+    for i in range(7):
+        n = int(rng.integers(3, 15))  # more than 10 candidates for some: @10 cuts
+        relevant = rng.random(n) < 0.3
+        if i == 5:
+            relevant[:] = False  # counts 0 in every mean
+        if i == 6:
+            relevant[:] = False
+            relevant[-1] = True  # past the baseline's top 10 for n > 10
+        queries.append(
+            data.DevQuery(f"q{i}", tuple(f"q{i} d{j}" for j in range(n)), tuple(relevant))
+        )
+    table = {(q.query, d): float(rng.normal()) for q in queries for d in q.candidates}
+    samples = [
+        {
+            "query": q.query,
+            "positive": [d for d, r in zip(q.candidates, q.relevant) if r],
+            "documents": list(q.candidates),
+        }
+        for q in queries
+    ]
+    model = mock.MagicMock()
+    model.predict.side_effect = lambda pairs, **_: np.array([table[tuple(p)] for p in pairs])
+    theirs = st_eval.CrossEncoderRerankingEvaluator(samples, write_csv=False)(model)
+    offsets, scores = [0], []
+    for q in queries:
+        order = evaluation.reranked_order(q)[0] if any(q.relevant) else []
+        scores += [table[(q.query, d)] for d in order]
+        offsets.append(len(scores))
+    ours = evaluation.rerank_scores(queries, np.array(scores), np.array(offsets))
+    assert set(ours) == {"ndcg@10", "mrr@10", "base_ndcg@10", "base_mrr@10"}
+    for key, value in ours.items():
+        np.testing.assert_allclose(value, theirs[key], atol=1e-12, err_msg=key)
+    assert 0 < ours["base_ndcg@10"] < 1 and ours["ndcg@10"] != ours["base_ndcg@10"]
+
+
+def test_ranking_metrics_by_hand():
+    ndcg, mrr = evaluation.ranking_metrics([False, True, False, True], np.array([4, 3, 2, 1.0]))
+    assert mrr == 0.5
+    ideal = 1 + 1 / np.log2(3)
+    np.testing.assert_allclose(ndcg, (1 / np.log2(3) + 1 / np.log2(5)) / ideal)
+    assert evaluation.ranking_metrics([False, False], np.array([1.0, 2.0])) == (0.0, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------------------------
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_rows_in_every_format(tmp_path):
+    pointwise = _write(
+        tmp_path / "p.tsv", "query\tpassage\tlabel\tother\nq1\tp1\t1\tx\nq1\tp2\t0\t\n"
+    )
+    rows = data.read_rows(pointwise)
+    assert rows.layout == "pointwise" and rows.candidates == [("p1",), ("p2",)]
+    np.testing.assert_array_equal(rows.labels, [1.0, 0.0])
+    listwise = _write(
+        tmp_path / "l.jsonl",
+        json.dumps({"anchor": "q", "positive": "p", "negative": ["n1", "n2"],
+                    "positive_score": 3, "negative_score": [1, 2.5]}) + "\n\n",
+    )  # fmt: skip
+    rows = data.read_rows(listwise)
+    assert rows.layout == "listwise" and rows.candidates == [("p", "n1", "n2")]
+    np.testing.assert_array_equal(rows.teacher_scores, [[3, 1, 2.5]])
+    csv = _write(tmp_path / "l.csv", 'query,negative_2,positive,negative_1\n"q, a",n2,p,n1\n')
+    assert data.read_rows(csv).candidates == [("p", "n1", "n2")]
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = pa.table({"query": ["q1", "q2"], "passage": ["a", "b"], "label": [0.5, 1.0]})
+    pq.write_table(table, tmp_path / "p.parquet")
+    rows = data.read_rows(str(tmp_path / "p.parquet"))
+    assert rows.queries == ["q1", "q2"] and rows.labels.tolist() == [0.5, 1.0]
+    queries = data.dev_queries(data.read_rows(pointwise))
+    assert queries == [data.DevQuery("q1", ("p1", "p2"), (True, False))]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("a.csv", "query,passage,label\nq,p,yes\n", r"a\.csv:2: column 'label' holds 'yes'"),
+        ("b.tsv", "query\tpassage\tlabel\nq\t \t1\n", r"b\.tsv:2: column 'passage' is empty"),
+        ("c.jsonl", '{"query": "q", "positive": "p", "negative": "n"}\n{"query": "q", '
+         '"positive": "p"}\n', r"c\.jsonl:2: 0 negative\(s\), but the first row has 1"),
+        ("d.jsonl", '{"query": "q", "passage": "p", "label": 1}\n{"query": 3, "passage": "p", '
+         '"label": 0}\n', r"d\.jsonl:2: column 'query' holds 3, not a text"),
+        ("e.csv", "question,passage,label\nq,p,1\n", r"e\.csv:2: no column 'query' or 'anchor'"),
+        ("f.jsonl", '{"query": "q", "positive": "p", "negative": "n", "positive_score": 1}\n',
+         r"f\.jsonl:1: column 'negative_score' is missing"),
+        ("g.csv", "query,passage,label\nq,p,1,2\n", r"g\.csv:2: 4 field\(s\), but the header has 3"),
+        ("h.txt", "q p 1\n", r"h\.txt: unknown rows format"),
+    ],
+)  # fmt: skip
+def test_bad_rows_name_file_line_and_column(tmp_path, name, text, message):
+    with pytest.raises(ValueError, match=message):
+        data.read_rows(_write(tmp_path / name, text))
+
+
+# --------------------------------------------------------------------------------------------
+# The CrossEncoder export, every family
+# --------------------------------------------------------------------------------------------
+PAIRS = [
+    ("Fair is foul, and foul is fair", "hover through the fog and filthy air"),
+    ("To be, or not to be", "that is the question"),
+    ("what is the answer", "O"),
+]
+
+
+@pytest.fixture(scope="module")
+def training_texts():
+    return family_fixtures.training_texts()
+
+
+# Two families in the default suite (a WordPiece and a BPE one, with and without token types);
+# every family of the registry with -m e2e (about 25 s on 2 busy cores).
+FAST = ("bert", "roberta")
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "model_type",
+    [m if m in FAST else pytest.param(m, marks=pytest.mark.e2e) for m in families.FAMILIES],
+)
+def test_cross_encoder_export_scores_as_bert_jax(model_type, training_texts, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    tokenizer = family_fixtures.fixture_of(model_type).train_tokenizer(training_texts)
+    config = family_fixtures.tiny_config(model_type, tokenizer, num_labels=1)
+    head = families.FAMILIES[model_type].head_for(Role.SEQUENCE_CLASSIFICATION)
+    model = families.get_model_class(head)(config)
+    params = nn.meta.unbox(init_params(model, jax.random.PRNGKey(7)))
+    rng = np.random.default_rng(1)  # every weight off its start (zero biases, unit norms)
+    params = jax.tree_util.tree_map(
+        lambda x: (np.asarray(x) + 0.05 * rng.standard_normal(x.shape)).astype(np.float32), params
+    )
+    out = save_cross_encoder(
+        tmp_path / "ce", config, params, tokenizer=tokenizer, max_seq_length=40
+    )
+    assert read_activation(out) == "sigmoid"
+    features = data.pair_features(tokenizer, *zip(*PAIRS), 40)
+    inputs = {k: v for k, v in features.items() if k != "token_type_ids" or model.token_types}
+    logits = model.apply({"params": params}, **inputs, deterministic=True).logits[:, 0]
+    ours = np.asarray(jax.nn.sigmoid(logits))
+    theirs = st.CrossEncoder(out, device="cpu").predict(PAIRS)
+    worst = float(np.abs(theirs - ours).max())
+    print(f"{model_type}: worst |CrossEncoder - bert_jax| = {worst:.2e}")
+    np.testing.assert_allclose(theirs, ours, atol=1e-5)
+    assert np.ptp(ours) > 1e-3  # the pairs score differently: a swapped input could not pass
+    loaded = pretrained.load(out)  # bert_jax's loader reads it back as the same head
+    assert loaded.head == head and loaded.config.num_labels == 1
+
+
+# --------------------------------------------------------------------------------------------
+# A tiny run through train.py
+# --------------------------------------------------------------------------------------------
+def _rows(rng, n, pointwise_dev=False):
+    """An easy task: relevant passages say words of WORDS' first half, the others of its second
+    half (a tiny model from scratch learns it in a few dozen steps; one that matches the query's
+    own words takes far longer). Training rows: a positive and a negative per query; dev rows:
+    a positive among 3 negatives in a random (first-stage) order."""
+    half = len(WORDS) // 2
+
+    def text(offset):
+        return " ".join(WORDS[i] for i in rng.choice(half, 3) + offset)
+
+    rows = []
+    for _ in range(n):
+        query = " ".join(WORDS[i] for i in rng.choice(len(WORDS), 2, replace=False))
+        candidates = [(text(0), 1.0)] + [
+            (text(half), 0.0) for _ in range(3 if pointwise_dev else 1)
+        ]
+        order = rng.permutation(len(candidates)) if pointwise_dev else range(len(candidates))
+        rows += [
+            {"query": query, "passage": candidates[i][0], "label": candidates[i][1]} for i in order
+        ]
+    return rows
+
+
+@pytest.mark.e2e
+def test_train_py_learns_to_rerank(tmp_path):
+    rng = np.random.default_rng(0)
+    tokenization.train_wordpiece([" ".join(WORDS)] * 3, vocab_size=60, min_frequency=1).save(
+        tmp_path / "vocab"
+    )
+    for name, rows in (("train", _rows(rng, 96)), ("dev", _rows(rng, 24, pointwise_dev=True))):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    home, workdir = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HOME=str(home), JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", ""))
+    cmd = [
+        sys.executable, "train.py", "--config=configs/rerank.py:size=tiny",
+        f"--workdir={workdir}", f"--config.rerank.train_file={tmp_path / 'train.jsonl'}",
+        f"--config.rerank.dev_file={tmp_path / 'dev.jsonl'}",
+        f"--config.rerank.tokenizer={tmp_path / 'vocab'}", "--config.rerank.num_epochs=3",
+        "--config.async_checkpointing=False", "--compilation_cache_dir=off",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seed = json.loads((workdir / "results.json").read_text())["seeds"]["0"]
+    assert seed["ndcg@10"] > seed["base_ndcg@10"] + 0.1 and seed["ndcg@10"] > 0.9, seed
+    assert seed["ndcg@10"] > seed["start_ndcg@10"], seed
+    assert json.loads((workdir / "settings.json").read_text())["task"] == "rerank"
+    assert read_activation(workdir / "hf") == "sigmoid" and not (workdir / "checkpoints").exists()
