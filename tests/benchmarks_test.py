@@ -333,6 +333,29 @@ def test_retrieval_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_pat
     assert "rerank.loss=listwise" in plan["stage2"] and not out.exists()
 
 
+def test_rerank_peer_dry_run_alternates_pinned_peers_on_one_plan(tmp_path, capsys):
+    """The reranker peer benchmark's plan: each (peer, seed) a process pinned to the same cores,
+    the peers alternating which goes first; both on the same steps and warmup; writes nothing."""
+    from benchmarks import rerank_peer
+
+    out = tmp_path / "rp"
+    assert rerank_peer.main(["--tiny", "--dry_run", f"--out={out}", "--seeds=0,1,2,3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    plan = json.loads(lines[0])
+    assert (plan["steps"], plan["warmup_steps"], plan["batch"]) == (6, 1, 8)
+    assert plan["optimizer"]["bias_correction"] and plan["optimizer"]["schedule"] == "linear"
+    runs = [line.split(": ", 1) for line in lines[1:] if " seed " in line.split(": ", 1)[0]]
+    assert [name for name, _ in runs] == [
+        "bert_jax seed 0", "sentence_transformers seed 0",
+        "sentence_transformers seed 1", "bert_jax seed 1",
+        "bert_jax seed 2", "sentence_transformers seed 2",
+        "sentence_transformers seed 3", "bert_jax seed 3",
+    ]  # fmt: skip
+    pins = {cmd.split(" /")[0] for _, cmd in runs}
+    assert len(pins) == 1 and pins.pop().startswith("taskset -c ")
+    assert not out.exists()
+
+
 def test_gpu_suite_writes_measured_beside_predicted_between_its_markers(tmp_path):
     from benchmarks import gpu_suite
 

@@ -321,3 +321,32 @@ def test_train_py_learns_to_rerank(tmp_path):
     assert seed["ndcg@10"] > seed["start_ndcg@10"], seed
     assert json.loads((workdir / "settings.json").read_text())["task"] == "rerank"
     assert read_activation(workdir / "hf") == "sigmoid" and not (workdir / "checkpoints").exists()
+
+
+def test_each_seed_draws_its_own_head_on_the_same_encoder(training_texts, tmp_path):
+    """A checkpoint that is no reranker (here a 3-label classifier) gives its encoder; each
+    seed's reranker head is new and drawn from that seed, as fine-tuning's heads are."""
+    from bert_jax import convert
+    from bert_jax.rerank import run as rerank_run
+    from configs import rerank as rerank_configs
+
+    tokenizer = family_fixtures.fixture_of("bert").train_tokenizer(training_texts)
+    config = family_fixtures.tiny_config("bert", tokenizer, num_labels=3)
+    head = "BertForSequenceClassification"
+    params = nn.meta.unbox(init_params(families.get_model_class(head)(config), jax.random.key(3)))
+    convert.save_pytorch(config, jax.device_get(params), tmp_path / "clf", head)
+    tokenizer.save(tmp_path / "clf")
+    run_config = rerank_configs.get_config("size=tiny")
+    run_config.init_from = str(tmp_path / "clf")
+    start = rerank_run.starting_point(run_config)
+    assert start.params is None and start.model_config.num_labels == 1
+    reranker = start.model_config
+    first, new = rerank_run.graft(reranker, head, start.encoder, 0)
+    second, _ = rerank_run.graft(reranker, head, start.encoder, 1)
+    assert new == ["classifier/..."] and first["classifier"]["kernel"].shape[-1] == 1
+    assert not np.allclose(first["classifier"]["kernel"], second["classifier"]["kernel"])
+    jax.tree_util.tree_map(np.testing.assert_array_equal, first["bert"], second["bert"])
+    np.testing.assert_allclose(
+        first["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+    )

@@ -38,25 +38,23 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
 from bert_jax import tokenization
-from bert_jax.checkpoints import pretrained, table
+from bert_jax.checkpoints import pretrained
 from bert_jax.data import batching, text_io
 from bert_jax.finetune import evaluation, tasks
 from bert_jax.finetune.task import FinetuneTask, TaskData
 from bert_jax.models import families
-from bert_jax.models.families import Role, get_model_class
-from bert_jax.models.params import init_params
+from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
-from bert_jax.training.start import architecture, starting_state
+from bert_jax.training.start import architecture, graft, starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
 # What the console, the progress bar and the curves show of the metrics (the accuracy panel's
@@ -160,30 +158,6 @@ def task_head(cfg, objective: str) -> str:
     """The head class of `objective`'s role in `cfg`'s model family
     ("BertForSequenceClassification", "ModernBertForSequenceClassification", ...)."""
     return families.family_of(cfg).head_for(objectives.get_objective(objective).role)
-
-
-def graft(cfg, head: str, encoder, seed: int):
-    """Head parameters: `encoder` (the family's base-model params) under the heads' encoder name
-    (`bert`, ModernBERT's `model`), new head weights (seeded).
-
-    Returns (params, names of the newly initialized weights).
-    """
-    params = jax.device_get(
-        jax.tree_util.tree_map(
-            np.asarray, init_params(get_model_class(head)(cfg), jax.random.PRNGKey(seed))
-        )
-    )
-    params = nn.meta.unbox(params)
-    name = families.family_of(cfg).encoder_name
-    base = dict(encoder)
-    if "pooler" not in params[name]:
-        base.pop("pooler", None)
-    elif "pooler" not in base:
-        base["pooler"] = params[name]["pooler"]
-    new = sorted(f"{k}/..." for k in params if k != name)
-    params = {**params, name: base}
-    table.check_params(cfg, params, head)
-    return params, new
 
 
 # --------------------------------------------------------------------------------------------

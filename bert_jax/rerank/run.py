@@ -39,7 +39,7 @@ from bert_jax.models.families import Role
 from bert_jax.parallel import sharding
 from bert_jax.rerank import data, evaluation
 from bert_jax.training import experiment, objectives, seed_run, settings
-from bert_jax.training.start import architecture
+from bert_jax.training.start import architecture, graft
 from bert_jax.training.summaries import MetricView
 
 VIEW = MetricView(
@@ -89,13 +89,16 @@ class Starting:
 
     Attributes:
       model_config: the reranker's architecture (any family's config, num_labels 1).
-      params: the starting head's host parameters (None: from scratch).
+      params: a reranker's own host parameters, head and all (None: see `encoder`).
+      encoder: the family's encoder's host parameters, under a new head drawn from each seed
+        (`training.start.graft`); None with `params` None: from scratch.
       max_seq_length: tokens a pair keeps.
       tokenizer: the vocabulary.
     """
 
     model_config: Any
     params: Any
+    encoder: Any
     max_seq_length: int
     tokenizer: tokenization.SubwordTokenizer
 
@@ -104,8 +107,8 @@ def starting_point(config) -> Starting:
     """The architecture, starting weights, pair length and tokenizer of the run.
 
     With `init_from`: its encoder, and its one-output sequence-classification head where it is
-    a reranker already (else a new head, `pretrained.load(num_labels=1)`); the tokenizer beside
-    it unless `rerank.tokenizer` names one."""
+    a reranker already (else a new one-output head, drawn from each seed's key); the tokenizer
+    beside it unless `rerank.tokenizer` names one."""
     r, source = config.rerank, config.init_from
     if r.tokenizer:
         tokenizer = tokenization.load_tokenizer(r.tokenizer)
@@ -118,19 +121,19 @@ def starting_point(config) -> Starting:
             )
     else:
         raise ValueError("set config.rerank.tokenizer (no init_from to take the vocabulary from)")
-    params = None
+    params = encoder = None
     if source:
         read = pretrained.read_config(source)
         head = families.family_of(read).head_for(Role.SEQUENCE_CLASSIFICATION)
         reranker = read.num_labels == 1
         loaded = pretrained.load(
             source,
-            head,
+            head if reranker else Role.ENCODER,
             allow_new_heads=True,
-            num_labels=None if reranker else 1,
             with_tokenizer=False,
         )
-        model_config, params = loaded.config, loaded.params
+        model_config = loaded.config
+        params, encoder = (loaded.params, None) if reranker else (None, loaded.params)
         if loaded.report is not None and loaded.report.newly_initialized:
             logging.info("init_from lacks %s: initialized", loaded.report.newly_initialized)
     else:
@@ -142,7 +145,7 @@ def starting_point(config) -> Starting:
             f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
         )
     length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
-    return Starting(model_config, params, length, tokenizer)
+    return Starting(model_config, params, encoder, length, tokenizer)
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,7 +246,9 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
         export_fn=lambda params, directory, card: export(
             params, directory, exp, start, config, card
         ),
-        init_params=start.params,
+        init_params=start.params
+        if start.encoder is None
+        else graft(exp.bert_config, exp.head, start.encoder, seed)[0],
     )
 
 

@@ -119,6 +119,30 @@ def starting_state(
     return Start(state, int(jax.device_get(state.step)), source)
 
 
+def graft(cfg, head: str, encoder, seed: int):
+    """Head parameters: `encoder` (the family's base-model params) under the heads' encoder name
+    (`bert`, ModernBERT's `model`), new head weights (seeded).
+
+    Returns (params, names of the newly initialized weights).
+    """
+    params = jax.device_get(
+        jax.tree_util.tree_map(
+            np.asarray, init_params(families.get_model_class(head)(cfg), jax.random.PRNGKey(seed))
+        )
+    )
+    params = nn.meta.unbox(params)
+    name = families.family_of(cfg).encoder_name
+    base = dict(encoder)
+    if "pooler" not in params[name]:
+        base.pop("pooler", None)
+    elif "pooler" not in base:
+        base["pooler"] = params[name]["pooler"]
+    new = sorted(f"{k}/..." for k in params if k != name)
+    params = {**params, name: base}
+    table.check_params(cfg, params, head)
+    return params, new
+
+
 def init_state(
     exp: Experiment,
     params: PyTree | None = None,
