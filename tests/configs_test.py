@@ -176,3 +176,21 @@ def test_every_gpu_pretraining_recipe_builds_as_its_compile_row():
     ]:
         with pytest.raises(ValueError, match=message):
             module.get_config(variant)
+
+
+@pytest.mark.parametrize("job", ["finetune", "embed", "rerank"])
+def test_a_bad_seed_list_names_the_jobs_setting(job):
+    """Each seeded job's check reads its seeds the one way (`settings.parse_seeds`)."""
+    import importlib
+
+    run = importlib.import_module(f"bert_jax.{job}.run")
+    config = load_config_file(f"{job}.py").get_config("task=custom" if job == "finetune" else "")
+
+    def check(seeds):
+        config[job].seeds = seeds
+        return run.check_config(config) if job == "finetune" else run.check_config(config, False)
+
+    for seeds in ("", "0,x", "1,1", " , "):
+        with pytest.raises(ValueError, match=rf"{job}\.seeds=.*distinct whole numbers"):
+            check(seeds)
+    assert check("2, 0,1") == [2, 0, 1]

@@ -81,13 +81,7 @@ def check_config(config, reads_data: bool = True) -> list[int]:
         if not isinstance(e[key], int) or e[key] < 1:
             raise ValueError(f"config.embed.{key}={e[key]!r}: expected an integer >= 1")
     matryoshka_dims(config)
-    try:
-        seeds = [int(s) for s in str(e.seeds).split(",") if s.strip()]
-    except ValueError:
-        seeds = []
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"embed.seeds={e.seeds!r}: expected distinct whole numbers, e.g. '0,1,2'")
-    return seeds
+    return settings.parse_seeds(e.seeds, "embed.seeds")
 
 
 def matryoshka_dims(config, hidden_size: int | None = None) -> tuple[int, ...]:

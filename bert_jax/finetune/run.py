@@ -281,15 +281,7 @@ def check_config(config) -> list[int]:
         raise ValueError(f"finetune.batching={ft.batching!r}; expected one of {list(BATCHING)}")
     if ft.keep not in KEEP:
         raise ValueError(f"finetune.keep={ft.keep!r}; expected one of {KEEP}")
-    try:
-        seeds = [int(s) for s in str(ft.seeds).split(",") if s.strip()]
-    except ValueError:
-        seeds = []
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(
-            f"finetune.seeds={ft.seeds!r}: expected distinct whole numbers, e.g. '0' or '0,1,2'"
-        )
-    return seeds
+    return settings.parse_seeds(ft.seeds, "finetune.seeds")
 
 
 def check_init_from(path: str) -> None:

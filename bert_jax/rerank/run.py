@@ -74,13 +74,7 @@ def check_config(config, reads_data: bool = True) -> list[int]:
     for key in ("num_epochs", "eval_batch_size"):
         if not isinstance(r[key], int) or r[key] < 1:
             raise ValueError(f"config.rerank.{key}={r[key]!r}: expected an integer >= 1")
-    try:
-        seeds = [int(s) for s in str(r.seeds).split(",") if s.strip()]
-    except ValueError:
-        seeds = []
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"rerank.seeds={r.seeds!r}: expected distinct whole numbers, e.g. '0,1,2'")
-    return seeds
+    return settings.parse_seeds(r.seeds, "rerank.seeds")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -125,6 +125,21 @@ def start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str
     return results
 
 
+def parse_seeds(value, name: str) -> list[int]:
+    """The seeds of a job's `<name>` setting ("0", "0,1,2"; a whole number alone too).
+
+    Raises:
+      ValueError: no seed, a seed that is no whole number, or one given twice; naming `name`.
+    """
+    try:
+        seeds = [int(s) for s in str(value).split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"{name}={value!r}: expected distinct whole numbers, e.g. '0' or '0,1,2'")
+    return seeds
+
+
 def run_seeds(
     config,
     workdir: str,
