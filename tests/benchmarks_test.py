@@ -73,6 +73,7 @@ def test_pretrain_step_prints_one_line_per_peer(capsys):
     assert rows[0]["xla_plan_bytes"] > 0  # the compiled step's buffers
 
 
+@pytest.mark.e2e  # the script's smoke run (XLA options against the default, compiled twice)
 def test_pretrain_step_measures_xla_options_against_the_default(capsys):
     from benchmarks import pretrain_step
 
@@ -98,6 +99,7 @@ def test_pretrain_step_reports_a_peer_that_cannot_run(capsys):
     assert rows[1]["what"] == "forward"
 
 
+@pytest.mark.e2e  # the script's smoke run (scan against unrolled: model_test checks the outputs)
 def test_scan_compile_compares_both_stacks(capsys):
     from benchmarks import scan_compile
 
