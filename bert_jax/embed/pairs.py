@@ -61,11 +61,12 @@ class Pairs:
         return len(self.anchors)
 
 
-def format_of(path: str) -> str:
-    """ "csv", "tsv" or "jsonl" by the file's extension; ValueError naming the known ones."""
-    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
+def format_of(path: str, formats: dict[str, str] = FORMATS, kind: str = "pairs") -> str:
+    """The format of a `kind` file by its extension (`formats`: extension -> name; "csv", "tsv"
+    or "jsonl" by default); ValueError naming the known ones."""
+    fmt = formats.get(os.path.splitext(path)[1].lower())
     if fmt is None:
-        raise ValueError(f"{path}: unknown pairs format; expected one of {sorted(FORMATS)}")
+        raise ValueError(f"{path}: unknown {kind} format; expected one of {sorted(formats)}")
     return fmt
 
 

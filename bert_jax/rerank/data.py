@@ -85,11 +85,8 @@ class RerankRows:
 
 
 def format_of(path: str) -> str:
-    """ "csv", "tsv", "jsonl" or "parquet" by the file's extension."""
-    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
-    if fmt is None:
-        raise ValueError(f"{path}: unknown rows format; expected one of {sorted(FORMATS)}")
-    return fmt
+    """ "csv", "tsv", "jsonl" or "parquet" by the file's extension (`pairs.format_of`)."""
+    return pairs.format_of(path, FORMATS, "rows")
 
 
 def _records(path: str) -> Iterator[tuple[str, dict]]:
