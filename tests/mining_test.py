@@ -404,3 +404,36 @@ def test_mistakes_name_the_flag_or_file(tiny_model, tmp_path, flags, error, mess
     with pytest.raises(error, match=message) as caught:
         command.main(_argv(tiny_model, tmp_path, *flags))
     assert cli.is_user_error(caught.value)  # so the command prints it as one `error:` line
+
+
+@pytest.mark.e2e
+@pytest.mark.multiprocess
+def test_two_processes_write_what_one_writes(tiny_model, tmp_path):
+    """2 processes x 4 devices (each embeds half the texts, in batches of other company) write
+    the bytes 1 process writes; process 1 writes nothing and says nothing of it."""
+    from tests.multiprocess_test import two_processes
+    from tests.train_test import env
+
+    # More texts than one batch, of several length buckets, and a share per process that ends
+    # mid-batch.
+    words = "to be or not that is the question fair foul and".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(2, 14))) for _ in range(61)]
+    rows = [{"anchor": f"{a} {i}", "positive": f"{b} {i}"} for i, (a, b) in
+            enumerate(zip(texts, texts[1:]))]  # fmt: skip
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = [sys.executable, "-m", "bert_jax.embed.mine", "--model", str(tiny_model / "model"),
+            "--pairs", str(tmp_path / "pairs.jsonl"), "--corpus", str(tiny_model / "corpus.csv"),
+            "--num_negatives", "3", "--batch_size", "4", "--max_seq_length", "32",
+            "--compilation_cache_dir", "off"]  # fmt: skip
+    one = subprocess.run([*argv, "--output", str(tmp_path / "one.jsonl")], env=env(4),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    out = two_processes(
+        lambda flags: [*argv, "--output", str(tmp_path / "two.jsonl"), *flags], tmp_path / "logs"
+    )
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert one.stdout.startswith("wrote 60 rows (3 negatives each)")
+    assert out[0][0].splitlines()[-1] == one.stdout.strip().replace("one.jsonl", "two.jsonl")
+    assert "wrote" not in out[1][0]  # only process 0 writes and says so (gloo logs to stdout)
+    assert len(pairs.read_pairs(tmp_path / "one.jsonl")) == 60

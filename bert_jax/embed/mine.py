@@ -4,7 +4,8 @@
         [--corpus 'docs/*.parquet' --corpus_column text] --num_negatives 3 \\
         [--range_min 0 --range_max 100] [--absolute_margin X] [--relative_margin 0.05] \\
         [--max_score Z] [--min_score W] [--sampling_strategy top|random --seed 0] \\
-        [--batch_size 64 --max_seq_length 0] [--overwrite]
+        [--batch_size 64 --max_seq_length 0] [--overwrite] \\
+        [--coordinator_address host:port --num_processes N --process_id i]
 
 In: --pairs, a pairs file as the embedding job reads it (`bert_jax.embed.pairs`: JSONL, CSV or
 TSV with `anchor` and `positive`; hard negatives already there are not read); --corpus, further
@@ -16,6 +17,12 @@ Out: --output (.jsonl, .csv or .tsv), written whole, one row per (anchor, positi
 columns anchor, positive, negative_1 .. negative_K: a pairs file for `configs/embed.py`. Anchors
 with fewer than K negatives that pass the filters are left out (the count is logged). An
 existing --output is an error unless --overwrite.
+
+Many processes (the flags of train.py, or a cluster's own discovery: TPU pods, SLURM, Open MPI):
+every process reads the pairs and the corpus, embeds its contiguous share of the texts and
+gathers the others' (so each holds the [T, E] embeddings), searches on its own devices, and
+process 0 writes --output. The batches hold the rows a 1-process run's would in other company,
+each at its own length bucket and the same batch size, so 2 processes write the file 1 writes.
 
 The options have sentence-transformers' `mine_hard_negatives` meanings (docs/mining.md).
 """
@@ -29,13 +36,16 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+import jax
 import numpy as np
 from absl import logging
+from jax.experimental import multihost_utils
 
 from bert_jax import inference, paths
 from bert_jax.data import tables
 from bert_jax.embed import mining
 from bert_jax.embed import pairs as pairs_lib
+from bert_jax.parallel import compile_cache, multihost
 
 
 def text_embedder(
@@ -56,7 +66,7 @@ def text_embedder(
     for warning in warnings:
         logging.warning("%s", warning)
 
-    def embed_fn(texts: list[str]) -> np.ndarray:
+    def embed_local(texts: list[str]) -> np.ndarray:
         return inference.embed(
             config,
             params,
@@ -67,6 +77,18 @@ def text_embedder(
             batch_size=batch_size,
             max_seq_length=options.max_seq_length,
         )
+
+    def embed_fn(texts: list[str]) -> np.ndarray:
+        count, me = jax.process_count(), jax.process_index()
+        if count == 1:
+            return embed_local(texts)
+        share = -(-len(texts) // count)  # texts per process; the last may hold fewer
+        own = texts[me * share : (me + 1) * share]
+        local = embed_local(own or texts[:1])[: len(own)]  # a process with none runs one
+        block = np.zeros((share, local.shape[1]), np.float32)
+        block[: len(own)] = local
+        gathered = np.asarray(multihost_utils.process_allgather(block))  # [count, share, E]
+        return gathered.reshape(count * share, -1)[: len(texts)]
 
     return embed_fn
 
@@ -154,6 +176,14 @@ def _parser() -> argparse.ArgumentParser:
     add("--batch_size", type=int, default=64, help="texts embedded per batch")
     add("--max_seq_length", type=int, default=0, help="tokens per text; 0: the model's")
     add("--overwrite", action="store_true", help="replace an existing --output")
+    add("--coordinator_address", help="host:port of process 0 (multi-process)")
+    add("--num_processes", type=int, help="processes in a multi-process run")
+    add("--process_id", type=int, help="this process's index in the run")
+    add(
+        "--compilation_cache_dir",
+        default="auto",
+        help="persistent XLA compilation cache, as train.py's: 'auto', a directory, or 'off'",
+    )
     return parser
 
 
@@ -176,13 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     check_output(args.output, args.overwrite)
-    pairs = pairs_lib.read_pairs(args.pairs)
-    corpus = None if args.corpus is None else read_corpus(args.corpus, args.corpus_column)
-    embed_fn = text_embedder(
-        args.model, batch_size=args.batch_size, max_seq_length=args.max_seq_length
-    )
-    mined = mining.mine(pairs, embed_fn, options, corpus)
-    write_mined(mined, args.output, overwrite=args.overwrite)
+    multihost.initialize_job(args.coordinator_address, args.num_processes, args.process_id)
+    compile_cache.enable_compilation_cache(args.compilation_cache_dir)
+    with multihost.guard():
+        pairs = pairs_lib.read_pairs(args.pairs)
+        corpus = None if args.corpus is None else read_corpus(args.corpus, args.corpus_column)
+        embed_fn = text_embedder(
+            args.model, batch_size=args.batch_size, max_seq_length=args.max_seq_length
+        )
+        mined = mining.mine(pairs, embed_fn, options, corpus)
+        if jax.process_index() == 0:
+            write_mined(mined, args.output, overwrite=args.overwrite)
+    if jax.process_index() > 0:
+        return 0
     print(
         f"wrote {len(mined.anchors)} rows ({options.num_negatives} negatives each) to "
         f"{args.output}; {mined.num_dropped} of {mined.num_anchors} anchors dropped "
