@@ -5,6 +5,7 @@ the same rows as sentence-transformers' `mine_hard_negatives` on fixed embedding
 e2e`, with all-MiniLM-L6-v2 on Shakespeare cue -> reply pairs); the command in a clean
 environment, and its mistakes as one `error:` line."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from bert_jax.embed import mine as command
 from bert_jax.embed import mining, pairs, retrieval
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.families import get_model_class
 from bert_jax.models.params import init_params
 
 INF = np.inf
@@ -282,6 +284,68 @@ def test_same_rows_as_sentence_transformers_on_fixed_embeddings(st_mine, options
         assert 0 < len(ours) and ours == theirs
 
 
+class _FixedCrossEncoder:
+    """The member of a CrossEncoder that `mine_hard_negatives` calls: a pair's score from a
+    table of fixed scores."""
+
+    def __init__(self, score):
+        self.score = score
+
+    def predict(self, pairs, convert_to_tensor=False, **kwargs):
+        import torch
+
+        scores = np.array([self.score(q, p) for q, p in pairs], np.float32)
+        return torch.from_numpy(scores) if convert_to_tensor else scores
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(num_negatives=2, relative_margin=0.05),
+        dict(num_negatives=3, absolute_margin=0.2, max_score=0.9, range_min=1),
+        dict(num_negatives=2, min_score=0.3),  # the cross-encoder widens range_max by itself
+    ],
+)
+def test_cross_encoder_rescoring_as_sentence_transformers(st_mine, options):
+    """A cross-encoder whose scores order the candidates otherwise than the embedder: the same
+    rows as sentence-transformers' `cross_encoder` (its scores decide the filters and ranks)."""
+    rng = np.random.default_rng(3)
+    anchors = [f"q{i}" for i in range(24)] + ["q5"]
+    positives = [f"p{i}" for i in range(24)] + ["p24"]
+    extra = [f"d{i}" for i in range(30)]
+    table = _embed_table(anchors + positives + extra, seed=4)
+    ce_table = {(a, t): float(v) for a in anchors for t, v in
+                zip(positives + extra, rng.uniform(0, 1, len(positives + extra)))}  # fmt: skip
+    score = lambda q, p: ce_table[(q, p)]  # noqa: E731
+    embed_fn = lambda texts: np.stack([table[t] for t in texts])  # noqa: E731
+    theirs = st_mine(anchors, positives, _FixedModel(table), corpus=extra,
+                     cross_encoder=_FixedCrossEncoder(score), **options)  # fmt: skip
+    data = pairs.Pairs(anchors, positives, [()] * len(anchors), "mem")
+    opts = mining.MiningOptions(**options, exclude_anchor=False, rescore=True)
+    calls = []
+
+    def rescore_fn(queries, passages):
+        calls.append(len(queries))
+        return np.array([score(q, p) for q, p in zip(queries, passages)], np.float32)
+
+    mined = mining.mine(data, embed_fn, opts, extra, rescore_fn)
+    ours = list(zip(mined.anchors, mined.positives, mined.negatives))
+    assert 0 < len(ours) and ours == theirs and len(calls) == 1
+    cosine = mining.mine(data, embed_fn, dataclasses.replace(opts, rescore=False), extra)
+    assert ours != list(zip(cosine.anchors, cosine.positives, cosine.negatives))
+    for a, n, s in zip(mined.anchors, mined.negatives, mined.negative_scores):
+        assert [score(a, t) for t in n] == pytest.approx(s.tolist())  # its scores are written
+
+
+def test_cross_encoder_needs_a_filter():
+    with pytest.raises(ValueError, match="--cross_encoder rescores the candidates for a filter"):
+        mining.MiningOptions(rescore=True).window_end(1)
+    data = pairs.Pairs(["a"], ["b"], [()], "mem")
+    with pytest.raises(ValueError, match="exactly when a rescore_fn"):
+        mining.mine(data, lambda t: np.ones((len(t), 2)), mining.MiningOptions(), None, len)
+
+
 @pytest.mark.e2e
 @pytest.mark.torch
 def test_minilm_shakespeare_negatives_as_sentence_transformers(st_mine, bert_vocab_dir):
@@ -327,6 +391,9 @@ def test_minilm_shakespeare_negatives_as_sentence_transformers(st_mine, bert_voc
     assert not any(a in negatives for a, negatives in zip(mined.anchors, mined.negatives))
 
 
+CE_HEAD = "BertForSequenceClassification"
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A random 2-layer BertModel directory with its tokenizer, and a pairs file."""
@@ -344,6 +411,19 @@ def tiny_model(tmp_path_factory):
     native.save_pretrained(out / "model", config, params, "BertModel")
     tok.save(out / "model")
     native.save_pretrained(out / "bare", config, params, "BertModel")  # no tokenizer
+    ce_config = dataclasses.replace(config, num_labels=1)
+    shapes = jax.eval_shape(lambda: nn.meta.unbox(init_params(
+        get_model_class(CE_HEAD)(ce_config), jax.random.PRNGKey(0))))  # fmt: skip
+
+    def draw(path, s):  # LayerNorm at its identity: pairs' scores then differ well beyond rounding
+        name = jax.tree_util.keystr(path)
+        if "LayerNorm" in name:
+            return np.full(s.shape, "scale" in name, s.dtype)
+        return rng.normal(0, 0.5, s.shape).astype(s.dtype)
+
+    ce_params = jax.tree_util.tree_map_with_path(draw, shapes)
+    native.save_pretrained(out / "ce", ce_config, ce_params, CE_HEAD)  # a one-output classifier
+    tok.save(out / "ce")
     rows = [
         {"anchor": f"{a} {i}", "positive": f"{b} {i}"}
         for i in range(5)
@@ -398,6 +478,12 @@ def test_a_bad_flag_is_one_error_line(tiny_model, tmp_path, capsys):
         (["--model", "{dir}/bare"], FileNotFoundError, "no tokenizer.json or vocab.txt beside"),
         (["--output", "{dir}/train.jsonl"], FileExistsError, "exists; pass --overwrite"),
         (["--output", "{dir}/out.txt"], ValueError, "out.txt: unknown pairs format"),
+        (["--cross_encoder", "{dir}/ce"], ValueError, "--cross_encoder rescores the candidates"),
+        (
+            ["--cross_encoder", "{dir}/model", "--max_score", "1"],
+            ValueError,
+            "needs a sequence classifier",
+        ),
     ],
 )
 def test_mistakes_name_the_flag_or_file(tiny_model, tmp_path, flags, error, message):
@@ -437,3 +523,26 @@ def test_two_processes_write_what_one_writes(tiny_model, tmp_path):
     assert out[0][0].splitlines()[-1] == one.stdout.strip().replace("one.jsonl", "two.jsonl")
     assert "wrote" not in out[1][0]  # only process 0 writes and says so (gloo logs to stdout)
     assert len(pairs.read_pairs(tmp_path / "one.jsonl")) == 60
+
+
+def test_cross_encoder_scores_filter_the_command(tiny_model, tmp_path):
+    """--cross_encoder with --relative_margin 0: every written negative scores at most its
+    positive by the cross-encoder, and the negatives rank by its scores (other negatives than
+    the embedder's cosine picks)."""
+    score = command.pair_scorer(str(tiny_model / "ce"), max_seq_length=32)
+    flags = ["--num_negatives", "2", "--relative_margin", "0", "--max_seq_length", "32"]
+    rows = {}
+    for name, extra in (("cosine", []), ("ce", ["--cross_encoder", str(tiny_model / "ce")])):
+        out = tmp_path / f"{name}.jsonl"
+        argv = _argv(tiny_model, tmp_path, *flags, *extra, "--output", str(out))
+        assert command.main(argv) == 0
+        mined = pairs.read_pairs(out)
+        anchors = [a for a, n in zip(mined.anchors, mined.negatives) for _ in n]
+        negatives = [t for n in mined.negatives for t in n]
+        positives = [p for p, n in zip(mined.positives, mined.negatives) for _ in n]
+        rows[name] = (score(anchors, negatives), score(anchors, positives))
+    negative, positive = rows["ce"]
+    assert len(negative) and np.all(negative <= positive)
+    assert np.all(negative[0::2] >= negative[1::2])  # each row's 2 negatives, best first
+    cosine_negative = rows["cosine"][0]
+    assert len(cosine_negative) != len(negative) or np.any(cosine_negative != negative)

@@ -4,6 +4,7 @@
         [--corpus 'docs/*.parquet' --corpus_column text] --num_negatives 3 \\
         [--range_min 0 --range_max 100] [--absolute_margin X] [--relative_margin 0.05] \\
         [--max_score Z] [--min_score W] [--sampling_strategy top|random --seed 0] \\
+        [--cross_encoder CE_DIR] \\
         [--batch_size 64 --max_seq_length 0] [--overwrite] \\
         [--coordinator_address host:port --num_processes N --process_id i]
 
@@ -11,7 +12,10 @@ In: --pairs, a pairs file as the embedding job reads it (`bert_jax.embed.pairs`:
 TSV with `anchor` and `positive`; hard negatives already there are not read); --corpus, further
 candidate texts (Parquet, Arrow, JSONL, CSV/TSV or text files, a glob or folder, local or gs://;
 the texts of --corpus_column), searched together with the pairs' positives; --model, any
-checkpoint with its tokenizer, embedding as its sentence-transformers directory says.
+checkpoint with its tokenizer, embedding as its sentence-transformers directory says;
+--cross_encoder, a one-output classifier (a sentence-transformers CrossEncoder directory, a
+reranker job's export) whose scores replace the cosine similarities for the filters, the ranks
+and the scores (it needs a margin, --max_score or --min_score).
 
 Out: --output (.jsonl, .csv or .tsv), written whole, one row per (anchor, positive) with the
 columns anchor, positive, negative_1 .. negative_K: a pairs file for `configs/embed.py`. Anchors
@@ -78,19 +82,55 @@ def text_embedder(
             max_seq_length=options.max_seq_length,
         )
 
-    def embed_fn(texts: list[str]) -> np.ndarray:
-        count, me = jax.process_count(), jax.process_index()
-        if count == 1:
-            return embed_local(texts)
-        share = -(-len(texts) // count)  # texts per process; the last may hold fewer
-        own = texts[me * share : (me + 1) * share]
-        local = embed_local(own or texts[:1])[: len(own)]  # a process with none runs one
-        block = np.zeros((share, local.shape[1]), np.float32)
-        block[: len(own)] = local
-        gathered = np.asarray(multihost_utils.process_allgather(block))  # [count, share, E]
-        return gathered.reshape(count * share, -1)[: len(texts)]
+    return lambda texts: shared(embed_local, texts)
 
-    return embed_fn
+
+def pair_scorer(
+    model_dir: str, *, batch_size: int = 64, max_seq_length: int = 0
+) -> Callable[[list[str], list[str]], np.ndarray]:
+    """(queries, passages) -> float32 [N] scores of a cross-encoder of any family, through its
+    activation, as `sentence_transformers.CrossEncoder.predict` scores them.
+
+    Args:
+      model_dir: a one-output classifier with its tokenizer (`inference.load_cross_encoder`);
+        max_seq_length: tokens a pair keeps (0: the directory's, else the model's positions).
+
+    Raises:
+      FileNotFoundError: no such checkpoint, or no tokenizer; ValueError: not one output.
+    """
+    ce = inference.load_cross_encoder(model_dir)
+    inference.heads.cross_encoder(ce.config, ce.head)  # one output, before any text is read
+    longest = ce.config.max_sequence_length
+    length = min(max_seq_length or ce.max_seq_length or longest, longest)
+
+    def score_local(pairs: list[tuple[str, str]]) -> np.ndarray:
+        rows = inference.predict(
+            *(ce.config, ce.params, ce.head, ce.tokenizer),
+            [q for q, _ in pairs],
+            [p for _, p in pairs],
+            batch_size=batch_size,
+            max_seq_length=length,
+            activation=ce.activation,
+        )
+        return np.array([row["score"] for row in rows], np.float32)
+
+    return lambda queries, passages: shared(score_local, list(zip(queries, passages)))
+
+
+def shared(fn: Callable[[list], np.ndarray], items: list) -> np.ndarray:
+    """`fn(items)`, float32 [N, ...], with the work split over the processes: each runs `fn` on
+    its contiguous share (batches of the rows a 1-process run's would hold) and gathers the
+    others' results, so every process returns the whole array."""
+    count, me = jax.process_count(), jax.process_index()
+    if count == 1:
+        return fn(items)
+    share = -(-len(items) // count)  # items per process; the last may hold fewer
+    own = items[me * share : (me + 1) * share]
+    local = np.asarray(fn(own or items[:1]), np.float32)[: len(own)]  # none: runs one, drops it
+    block = np.zeros((share, *local.shape[1:]), np.float32)
+    block[: len(own)] = local
+    gathered = np.asarray(multihost_utils.process_allgather(block))  # [count, share, ...]
+    return gathered.reshape(count * share, *local.shape[1:])[: len(items)]
 
 
 def read_corpus(pattern: str, column: str) -> list[str]:
@@ -173,7 +213,12 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="never take an anchor's own text as its negative (sentence-transformers does)",
     )
-    add("--batch_size", type=int, default=64, help="texts embedded per batch")
+    add(
+        "--cross_encoder",
+        default=None,
+        help="a cross-encoder whose scores of the candidates and positives the filters use",
+    )
+    add("--batch_size", type=int, default=64, help="texts (pairs) embedded (scored) per batch")
     add("--max_seq_length", type=int, default=0, help="tokens per text; 0: the model's")
     add("--overwrite", action="store_true", help="replace an existing --output")
     add("--coordinator_address", help="host:port of process 0 (multi-process)")
@@ -201,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampling_strategy=args.sampling_strategy,
         seed=args.seed,
         exclude_anchor=args.exclude_anchor,
+        rescore=args.cross_encoder is not None,
     )
     options.window_end(1)  # the flags' own mistakes, before any file is read
     if args.batch_size < 1:
@@ -214,7 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         embed_fn = text_embedder(
             args.model, batch_size=args.batch_size, max_seq_length=args.max_seq_length
         )
-        mined = mining.mine(pairs, embed_fn, options, corpus)
+        rescore_fn = None
+        if args.cross_encoder is not None:
+            rescore_fn = pair_scorer(
+                args.cross_encoder, batch_size=args.batch_size, max_seq_length=args.max_seq_length
+            )
+        mined = mining.mine(pairs, embed_fn, options, corpus, rescore_fn)
         if jax.process_index() == 0:
             write_mined(mined, args.output, overwrite=args.overwrite)
     if jax.process_index() > 0:

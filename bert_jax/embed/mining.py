@@ -19,14 +19,18 @@ The steps, with sentence-transformers' semantics:
    positives, each distinct text once.
 2. Search (`search`): each query's k = range_max + (the most texts any query excludes) corpus
    texts of highest cosine similarity, exactly, on the local devices.
-3. Selection (`select`): the excluded candidates (the query's positives, and its own text where
+3. Rescoring (optional, with a filter): a cross-encoder scores each query with each of its k
+   candidates and with its positives, and those scores replace the cosine similarities in
+   step 4 (sentence-transformers' `cross_encoder`: it drops the candidates a reader of both
+   texts finds as good as the positive, false negatives the embedder could not tell apart).
+4. Selection (`select`): the excluded candidates (the query's positives, and its own text where
    the corpus holds it unless `exclude_anchor=False`) and those that fail a filter are set
    aside: absolute_margin keeps a score <= p - margin, relative_margin a score <= p - |p| *
    margin (p: the lowest score of the query's positives), max_score a score <= max_score,
    min_score a score >= min_score. The rest are ranked by score, their ranks range_min ..
    range_max - 1 kept, and K taken: the best ("top") or K at random, seeded, then ranked
    ("random"). A query with fewer than K is dropped, with all its pairs.
-4. Rows: one per (anchor, distinct positive), grouped by anchor in first appearance.
+5. Rows: one per (anchor, distinct positive), grouped by anchor in first appearance.
 
 Where this differs from sentence-transformers: the anchor's own text is excluded (it would be
 the "hardest negative" whenever the corpus holds it); equal scores rank by corpus position; and
@@ -157,6 +161,8 @@ class MiningOptions:
       max_score, min_score, absolute_margin, relative_margin: the filters; None: off.
       sampling_strategy: "top" (the best K) or "random" (K at random, seeded by `seed`).
       exclude_anchor: never take the anchor's own text as its negative.
+      rescore: the candidates and positives are rescored by a cross-encoder (`mine`'s
+        `rescore_fn`) before the filters, which it needs: one of the margins or scores.
     """
 
     num_negatives: int = 3
@@ -169,6 +175,7 @@ class MiningOptions:
     sampling_strategy: str = "top"
     seed: int = 0
     exclude_anchor: bool = True
+    rescore: bool = False
 
     def window_end(self, max_positives: int) -> int:
         """range_max, or its default for anchors of at most `max_positives` positives; checks
@@ -181,9 +188,15 @@ class MiningOptions:
             raise ValueError(
                 f"--sampling_strategy must be one of {STRATEGIES}, got {self.sampling_strategy!r}"
             )
+        filters = (self.absolute_margin, self.relative_margin, self.max_score, self.min_score)
+        if self.rescore and all(v is None for v in filters):
+            raise ValueError(
+                "--cross_encoder rescores the candidates for a filter: give --absolute_margin, "
+                "--relative_margin, --max_score or --min_score (on the cross-encoder's scores)"
+            )
         end = self.range_max
         if end is None:
-            filtered = (self.absolute_margin, self.relative_margin, self.max_score)
+            filtered = filters[:3] + ((self.min_score,) if self.rescore else ())
             many = 10 if any(v is not None for v in filtered) else 1
             end = self.range_min + many * self.num_negatives + max_positives
         if self.range_min >= end:
@@ -274,13 +287,31 @@ def select(
     return Selection(chosen.astype(np.int32), chosen_scores.astype(np.float32), found, skipped)
 
 
+def _rescored(candidates, positives, queries, texts, rescore_fn):
+    """(Candidates with the cross-encoder's [Q, k] scores, the same indices; [Q] arrays of its
+    scores of each query's positives), all pairs scored in one call."""
+    num_queries, k = candidates.indices.shape
+    left = [queries[q] for q in range(num_queries) for _ in range(k)]
+    right = [texts[i] for i in candidates.indices.reshape(-1)]
+    for q, rows in enumerate(positives):
+        left += [queries[q]] * len(rows)
+        right += [texts[i] for i in rows]
+    scores = np.asarray(rescore_fn(left, right), np.float32).reshape(-1)
+    if scores.shape != (len(left),):
+        raise ValueError(f"rescore_fn gave {scores.shape[0]} scores for {len(left)} pairs")
+    ends = np.cumsum([num_queries * k] + [len(rows) for rows in positives])
+    pair_scores = np.split(scores, ends[:-1])[1:]  # each query's positives
+    return Candidates(scores[: ends[0]].reshape(num_queries, k), candidates.indices), pair_scores
+
+
 @dataclasses.dataclass(frozen=True)
 class Mined:
     """The mined rows (`mine`), R of them, and what was dropped.
 
     Attributes:
       anchors, positives: R texts each; negatives: R tuples of K texts, best first.
-      positive_scores: float32 [R]; negative_scores: float32 [R, K] (cosine similarities).
+      positive_scores: float32 [R]; negative_scores: float32 [R, K] (cosine similarities, or
+        the cross-encoder's scores where it rescored them).
       num_anchors: the distinct anchors; num_dropped: those with fewer than K negatives;
       num_pairs_dropped: their (anchor, positive) pairs.
       skipped: {filter name: candidates it set aside}.
@@ -302,6 +333,7 @@ def mine(
     embed_fn: Callable[[list[str]], np.ndarray],
     options: MiningOptions,
     corpus: Sequence[str] | None = None,
+    rescore_fn: Callable[[list[str], list[str]], np.ndarray] | None = None,
 ) -> Mined:
     """Hard negatives for `pairs` (module docstring); the pairs' own negatives are not read.
 
@@ -310,7 +342,12 @@ def mine(
       embed_fn: texts -> float [len(texts), E] embeddings (`mine.text_embedder`).
       options: what to keep.
       corpus: further candidate texts (None: the positives alone).
+      rescore_fn: (queries, passages) -> float [len(queries)] scores of each pair, a
+        cross-encoder's (`mine.pair_scorer`), given exactly when `options.rescore`; the
+        filters, ranks and the scores written are then its.
     """
+    if options.rescore != (rescore_fn is not None):
+        raise ValueError("options.rescore is set exactly when a rescore_fn is given")
     queries = list(dict.fromkeys(pairs.anchors))
     query_row = {text: i for i, text in enumerate(queries)}
     texts = list(dict.fromkeys([*(corpus or ()), *pairs.positives]))
@@ -338,6 +375,8 @@ def mine(
     k = min(range_max + int(num_pairs.max()), len(texts))
     candidates = search(query_emb, doc_emb, k)
     pair_scores = [doc_emb[rows] @ query_emb[q] for q, rows in enumerate(positives)]
+    if rescore_fn is not None:
+        candidates, pair_scores = _rescored(candidates, positives, queries, texts, rescore_fn)
     lowest = np.array([s.min() for s in pair_scores], np.float32)  # [Q]
     chosen = select(candidates, excluded, lowest, options, range_max)
 
