@@ -7,6 +7,7 @@ in a process of its own (`_script`). compile_records.py is the compile scripts' 
 """
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -513,3 +514,22 @@ def test_gpu_recipes_tiny_chooses_a_recipe_for_a_t4(tmp_path):
     assert r["batch"] == [32, 32] and r["num_microbatches"] == 1 and r["fits"]
     assert r["remat_policy"] == "none" and r["dtype"] == "float16"  # a T4 has no bfloat16
     assert gpu_recipes.table_row(r) in stdout
+
+
+def test_mining_peer_dry_run_mines_one_plan_pinned_and_comparable(tmp_path, capsys):
+    """The mining peer benchmark's plan: our command on sentence-transformers' semantics (the
+    anchor not excluded) and the same options, both peers pinned alike; writes nothing."""
+    from benchmarks import mining_peer
+
+    out = tmp_path / "mp"
+    assert mining_peer.main(["--dry_run", f"--out={out}", "--threads=1"]) == 0
+    plan = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert list(plan) == ["pairs", "bert_jax", "sentence_transformers"]
+    ours = plan["bert_jax"]
+    for flag in ("--no-exclude_anchor", "--num_negatives 3", "--relative_margin 0.05",
+                 f"--corpus {out}/corpus.jsonl", "--batch_size 64"):  # fmt: skip
+        assert flag in ours
+    assert "--worker" in plan["sentence_transformers"]
+    pins = {cmd.split(" /")[0] for cmd in plan.values()}
+    assert len(pins) == 1 and re.fullmatch(r"taskset -c \d+", pins.pop())
+    assert not out.exists()
