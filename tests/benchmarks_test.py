@@ -7,8 +7,8 @@ in a process of its own (`_script`). compile_records.py is the compile scripts' 
 """
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
