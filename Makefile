@@ -26,7 +26,7 @@ $(BIN)/python:
 define install
 	$(1)/bin/python -m pip install -q --upgrade pip
 	$(1)/bin/python -m pip install -q $(2) "torch==2.13.0"
-	$(1)/bin/python -m pip install -q $(2) -e ".[torch,tf,finetune,test,beam]"
+	$(1)/bin/python -m pip install -q $(2) -e ".[torch,tf,finetune,test,beam,retrieval]"
 	V=$$($(1)/bin/python -c 'import jax; print(jax.__version__)') && \
 	  $(1)/bin/python -m pip install -q $(2) "jax[tpu]==$$V" && \
 	  $(1)/bin/python -m pip install -q $(2) --no-deps --upgrade --target $(1)/cuda-compile \

@@ -546,3 +546,31 @@ def test_cross_encoder_scores_filter_the_command(tiny_model, tmp_path):
     assert np.all(negative[0::2] >= negative[1::2])  # each row's 2 negatives, best first
     cosine_negative = rows["cosine"][0]
     assert len(cosine_negative) != len(negative) or np.any(cosine_negative != negative)
+
+
+def test_faiss_search_equals_the_mesh_search():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(5)
+    queries, corpus = rng.normal(size=(37, 24)), rng.normal(size=(301, 24))
+    ours = mining.search(queries, corpus, 11)
+    theirs = mining.search_faiss(queries, corpus, 11, chunk=8)  # queries in 5 chunks
+    np.testing.assert_array_equal(theirs.indices, ours.indices)
+    np.testing.assert_allclose(theirs.scores, ours.scores, atol=1e-6)
+    with pytest.raises(ValueError, match=r"k must be in \[1, 301\]"):
+        mining.search_faiss(queries, corpus, 302)
+
+
+def test_command_with_faiss_writes_what_the_mesh_writes(tiny_model, tmp_path):
+    pytest.importorskip("faiss")
+    for search in ("mesh", "faiss"):
+        flags = ["--search", search, "--corpus", "{dir}/corpus.csv", "--max_seq_length", "16"]
+        argv = _argv(tiny_model, tmp_path, *flags, "--output", str(tmp_path / f"{search}.jsonl"))
+        assert command.main(argv) == 0
+    assert (tmp_path / "faiss.jsonl").read_text() == (tmp_path / "mesh.jsonl").read_text()
+
+
+def test_faiss_missing_is_named_before_any_file_is_read(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` raises ImportError
+    argv = _argv(tiny_model, tmp_path, "--search", "faiss", "--pairs", "missing.jsonl")
+    with pytest.raises(ImportError, match="pip install faiss-cpu"):
+        command.main(argv)

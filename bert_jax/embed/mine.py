@@ -4,7 +4,7 @@
         [--corpus 'docs/*.parquet' --corpus_column text] --num_negatives 3 \\
         [--range_min 0 --range_max 100] [--absolute_margin X] [--relative_margin 0.05] \\
         [--max_score Z] [--min_score W] [--sampling_strategy top|random --seed 0] \\
-        [--cross_encoder CE_DIR] \\
+        [--cross_encoder CE_DIR] [--search mesh|faiss] \\
         [--batch_size 64 --max_seq_length 0] [--overwrite] \\
         [--coordinator_address host:port --num_processes N --process_id i]
 
@@ -218,6 +218,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="a cross-encoder whose scores of the candidates and positives the filters use",
     )
+    add(
+        "--search",
+        choices=tuple(mining.SEARCHES),
+        default="mesh",
+        help="mesh: exact top-k on the devices; faiss: exact, on the host (a larger corpus)",
+    )
     add("--batch_size", type=int, default=64, help="texts (pairs) embedded (scored) per batch")
     add("--max_seq_length", type=int, default=0, help="tokens per text; 0: the model's")
     add("--overwrite", action="store_true", help="replace an existing --output")
@@ -252,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     check_output(args.output, args.overwrite)
+    if args.search == "faiss":
+        mining.faiss_module()  # installed, before any file is read
     multihost.initialize_job(args.coordinator_address, args.num_processes, args.process_id)
     compile_cache.enable_compilation_cache(args.compilation_cache_dir)
     with multihost.guard():
@@ -265,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rescore_fn = pair_scorer(
                 args.cross_encoder, batch_size=args.batch_size, max_seq_length=args.max_seq_length
             )
-        mined = mining.mine(pairs, embed_fn, options, corpus, rescore_fn)
+        search_fn = mining.SEARCHES[args.search]
+        mined = mining.mine(pairs, embed_fn, options, corpus, rescore_fn, search_fn)
         if jax.process_index() == 0:
             write_mined(mined, args.output, overwrite=args.overwrite)
     if jax.process_index() > 0:

@@ -18,7 +18,8 @@ The steps, with sentence-transformers' semantics:
    the distinct positives of its pairs. The corpus is the extra corpus (if any) followed by the
    positives, each distinct text once.
 2. Search (`search`): each query's k = range_max + (the most texts any query excludes) corpus
-   texts of highest cosine similarity, exactly, on the local devices.
+   texts of highest cosine similarity, exactly, on the local devices (or by faiss on the host,
+   `search_faiss`).
 3. Rescoring (optional, with a filter): a cross-encoder scores each query with each of its k
    candidates and with its positives, and those scores replace the cosine similarities in
    step 4 (sentence-transformers' `cross_encoder`: it drops the candidates a reader of both
@@ -147,6 +148,49 @@ def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> Candidates:
         scores[start : start + len(part)] = np.asarray(s)[: len(part)]
         indices[start : start + len(part)] = np.asarray(i)[: len(part)]
     return Candidates(scores, indices)
+
+
+def faiss_module():
+    """The faiss module; ImportError saying how to install it."""
+    try:
+        import faiss
+    except ImportError as e:
+        raise ImportError(
+            "--search faiss needs faiss: pip install faiss-cpu (or the project's `retrieval` extra)"
+        ) from e
+    return faiss
+
+
+def search_faiss(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 4096) -> Candidates:
+    """`search` by faiss on the host's CPU cores, for a corpus whose embeddings do not fit the
+    devices' memory: an exact inner-product index (`faiss.IndexFlatIP`) over the unit rows, the
+    queries `chunk` at a time. The same candidates as `search` (equal scores in corpus order)
+    except where scores tie at the k-th place (faiss keeps its own choice of them) or differ
+    in the last float32 bits (its sums run in another order).
+
+    Raises:
+      ImportError: faiss is not installed, saying how to install it.
+    """
+    faiss = faiss_module()
+    queries, corpus = _unit(queries), _unit(corpus)
+    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
+        raise ValueError(
+            f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"
+        )
+    if not 1 <= k <= corpus.shape[0]:
+        raise ValueError(f"k must be in [1, {corpus.shape[0]}] (the corpus size), got {k}")
+    index = faiss.IndexFlatIP(corpus.shape[1])
+    index.add(corpus)
+    scores = np.empty((queries.shape[0], k), np.float32)
+    indices = np.empty((queries.shape[0], k), np.int32)
+    for start in range(0, queries.shape[0], chunk):
+        s, i = index.search(queries[start : start + chunk], k)
+        scores[start : start + len(s)], indices[start : start + len(s)] = s, i
+    order = np.lexsort((indices, -scores), axis=1)  # equal scores in corpus order, as `search`
+    return Candidates(np.take_along_axis(scores, order, 1), np.take_along_axis(indices, order, 1))
+
+
+SEARCHES = {"mesh": search, "faiss": search_faiss}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,6 +378,7 @@ def mine(
     options: MiningOptions,
     corpus: Sequence[str] | None = None,
     rescore_fn: Callable[[list[str], list[str]], np.ndarray] | None = None,
+    search_fn: Callable[[np.ndarray, np.ndarray, int], Candidates] = search,
 ) -> Mined:
     """Hard negatives for `pairs` (module docstring); the pairs' own negatives are not read.
 
@@ -345,6 +390,9 @@ def mine(
       rescore_fn: (queries, passages) -> float [len(queries)] scores of each pair, a
         cross-encoder's (`mine.pair_scorer`), given exactly when `options.rescore`; the
         filters, ranks and the scores written are then its.
+      search_fn: (queries [Q, E], corpus [N, E], k) -> Candidates: `search` (exact, on the
+        devices) or `search_faiss` (exact, on the host's cores, for a corpus beyond the
+        devices' memory).
     """
     if options.rescore != (rescore_fn is not None):
         raise ValueError("options.rescore is set exactly when a rescore_fn is given")
@@ -373,7 +421,7 @@ def mine(
     doc_emb = embeddings[: len(texts)]  # [N, E]: the corpus texts lead
     query_emb = embeddings[[row_of[text] for text in queries]]  # [Q, E]
     k = min(range_max + int(num_pairs.max()), len(texts))
-    candidates = search(query_emb, doc_emb, k)
+    candidates = search_fn(query_emb, doc_emb, k)
     pair_scores = [doc_emb[rows] @ query_emb[q] for q, rows in enumerate(positives)]
     if rescore_fn is not None:
         candidates, pair_scores = _rescored(candidates, positives, queries, texts, rescore_fn)
