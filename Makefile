@@ -55,7 +55,7 @@ lint: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q
 
 # Resolve the newest versions into a fresh venv and write them as the lock (then run make test).
 lock:

@@ -231,6 +231,7 @@ def _norm(tree) -> float:
     )
 
 
+@pytest.mark.e2e  # 48 steps twice (about 20 s); the scale's mechanics are the tests above
 def test_float16_fine_tuning_tracks_float32():
     """48 steps of a tiny classifier from the same start on the same batches. Measured on XLA:CPU:
     the training losses differ by at most 1.8e-4 at any step (from 1.10 down to 0.024), the

@@ -44,7 +44,9 @@ def test_parameter_counts_base_and_large():
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("preset", ["tiny", "L4-H512", "L12-H256", "base", "large"])
+@pytest.mark.parametrize(
+    "preset", ["tiny", "L4-H512", "L12-H256", "base", pytest.param("large", marks=pytest.mark.e2e)]
+)
 def test_parameter_counts_equal_transformers(preset):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -101,7 +101,17 @@ def test_mesh_fallback_to_a_reshape_is_a_warning_that_names_the_reason(caplog, m
         sharding.make_mesh({"data": 8, "dcn": 2})
 
 
-@pytest.mark.parametrize("mesh_shape", [(8, 1, 1), (2, 2, 2), (1, 8, 1), (1, 1, 8)])
+# (2, 2, 2) shards every axis at once and (1, 1, 8) the tensor axis alone; the data and fsdp
+# axes alone are e2e (about 10 s each on 2 cores).
+@pytest.mark.parametrize(
+    "mesh_shape",
+    [
+        pytest.param((8, 1, 1), marks=pytest.mark.e2e),
+        (2, 2, 2),
+        pytest.param((1, 8, 1), marks=pytest.mark.e2e),
+        (1, 1, 8),
+    ],
+)
 def test_sharded_step_equals_single_device(mesh_shape):
     """With dropout on: the partitionable PRNG draws the same masks whatever the sharding."""
     assert jax.device_count() == 8

@@ -81,6 +81,9 @@ def test_xlm_roberta_config_is_the_recipe():
         module.get_config("size=base,arch=xlm-roberta,gpu=h100")
 
 
+# e2e (about 20 s): the recipe's run on XLM-R's Unigram tokenizer is conformance_test's
+# test_pretraining_with_the_familys_recipe[xlm-roberta]; this one starts from scratch.
+@pytest.mark.e2e
 def test_xlm_roberta_recipe_trains_from_scratch_on_a_unigram_vocabulary(tmp_path):
     """`arch=xlm-roberta,size=tiny` for three steps from scratch (no init_from: the recipe's
     starting values) on records of a Unigram vocabulary trained on the excerpt, exported as
