@@ -22,8 +22,9 @@ time recorded (start-up and compiles included), its output in `<out>/logs/<stage
             mined pairs: the same pairs less the dropped ones, each with its hard negatives;
             the same batch size and epochs (so fewer steps where mining dropped anchors)
   dev top-k `python -m bert_jax.inference embed` with stage 1's model embeds the dev cues and
-            replies; each cue's `--top_k` nearest replies (cosine, best first) become pointwise
-            rows (`query`, `passage`, `label` 1 for its own reply, else 0: docs/rerank.md)
+            replies; each cue's (the first `--rerank_dev`; 0: all) `--top_k` nearest replies
+            (cosine, best first) become pointwise rows (`query`, `passage`, `label` 1 for its
+            own reply, else 0: docs/rerank.md)
   stage 2   `train.py --config=configs/rerank.py:init=minilm`, the listwise loss on the mined
             pairs (the positive among its hard negatives), reranking the dev top-k: the job
             reports the reranked order's nDCG@10 and MRR@10 and the file's, the first stage's
@@ -77,6 +78,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--mine_flags",
         default=MINE_FLAGS,
         help="the mining command's selection flags (docs/mining.md)",
+    )
+    parser.add_argument(
+        "--rerank_dev",
+        type=int,
+        default=0,
+        help="dev cues whose top-k stage 2 reranks (the first N; 0: all --dev)",
     )
     parser.add_argument("--top_k", type=int, default=20, help="first-stage candidates reranked")
     parser.add_argument("--threads", type=int, default=2, help="cores the stages are pinned to")
@@ -219,21 +226,25 @@ def write_dev_texts(p: dict[str, str]) -> list[dict]:
     return dev
 
 
-def write_rerank_dev(dev: list[dict], emb_path: str, path: str, top_k: int) -> dict[str, float]:
-    """Each dev cue's `top_k` nearest dev replies by cosine (best first; equal scores by dev
-    order) as pointwise rows, label 1 for the cue's own reply. Returns the first stage's recall
-    at top_k (the share of cues whose reply the reranker can reach)."""
+def write_rerank_dev(
+    dev: list[dict], emb_path: str, path: str, top_k: int, num_cues: int = 0
+) -> dict[str, float]:
+    """Each of the first `num_cues` dev cues' (0: every cue's) `top_k` nearest dev replies (among
+    all of them) by cosine (best first; equal scores by dev order) as pointwise rows, label 1 for
+    the cue's own reply. Returns the first stage's recall at top_k (the share of those cues whose
+    reply the reranker can reach)."""
     emb = np.load(emb_path).astype(np.float32)
     emb /= np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
     cues, replies = emb[: len(dev)], emb[len(dev) :]
+    cues = cues[:num_cues] if num_cues else cues
     order = np.argsort(-(cues @ replies.T), axis=1, kind="stable")[:, :top_k]  # [Q, k]
     rows = [
         {"query": dev[q]["anchor"], "passage": dev[int(c)]["positive"], "label": int(c == q)}
-        for q in range(len(dev))
+        for q in range(len(cues))
         for c in order[q]
     ]
     _write_jsonl(rows, path)
-    found = (order == np.arange(len(dev))[:, None]).any(axis=1)
+    found = (order == np.arange(len(cues))[:, None]).any(axis=1)
     return {f"recall@{top_k}": float(found.mean()), "rows": len(rows)}
 
 
@@ -341,7 +352,7 @@ def main(argv=None) -> int:
 
     dev = write_dev_texts(p)
     wall = run_stage("dev_top", cmds["dev_top"], p["logs"])
-    first = write_rerank_dev(dev, p["dev_emb"], p["rerank_dev"], args.top_k)
+    first = write_rerank_dev(dev, p["dev_emb"], p["rerank_dev"], args.top_k, args.rerank_dev)
 
     wall2 = run_stage("stage2", cmds["stage2"], p["logs"])
     s2 = read_results(p["stage2"])
