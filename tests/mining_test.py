@@ -441,7 +441,8 @@ def test_command_in_a_clean_environment(tiny_model, tmp_path):
     argv = [sys.executable, "-m", "bert_jax.embed.mine", "--model", str(tiny_model / "model"),
             "--pairs", str(tiny_model / "train.jsonl"), "--output", str(out),
             "--corpus", str(tiny_model / "corpus.csv"), "--num_negatives", "2",
-            "--sampling_strategy", "random", "--max_seq_length", "16"]  # fmt: skip
+            "--sampling_strategy", "random", "--max_seq_length", "16",
+            "--cross_encoder", str(tiny_model / "ce"), "--max_score", "1"]  # fmt: skip
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=120, cwd=os.getcwd()
     )
