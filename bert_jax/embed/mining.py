@@ -104,6 +104,19 @@ def _chunk_top_k(queries, corpus, *, k: int, num_valid: int, mesh: Mesh):
     return top_scores, jnp.take_along_axis(index, top, axis=1)
 
 
+def _search_inputs(queries, corpus, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Both searches' inputs: the unit float32 rows of [Q, E] queries and an [N, E] corpus;
+    ValueError for other shapes or a k outside [1, N]."""
+    queries, corpus = _unit(queries), _unit(corpus)
+    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
+        raise ValueError(
+            f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"
+        )
+    if not 1 <= k <= corpus.shape[0]:
+        raise ValueError(f"k must be in [1, {corpus.shape[0]}] (the corpus size), got {k}")
+    return queries, corpus
+
+
 def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> Candidates:
     """The exact top k of cosine similarity, the corpus sharded over the local devices.
 
@@ -120,14 +133,8 @@ def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> Candidates:
       Candidates: scores float32 [Q, k] descending, indices int32 [Q, k] (equal scores in
       ascending corpus order).
     """
-    queries, corpus = _unit(queries), _unit(corpus)
-    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
-        raise ValueError(
-            f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"
-        )
+    queries, corpus = _search_inputs(queries, corpus, k)
     (num_queries, width), num_docs = queries.shape, corpus.shape[0]
-    if not 1 <= k <= num_docs:
-        raise ValueError(f"k must be in [1, {num_docs}] (the corpus size), got {k}")
     devices = jax.local_devices()
     mesh = Mesh(np.array(devices), (_AXIS,))
     rows = -(-num_docs // len(devices))  # S, rows per device
@@ -172,13 +179,7 @@ def search_faiss(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 4
       ImportError: faiss is not installed, saying how to install it.
     """
     faiss = faiss_module()
-    queries, corpus = _unit(queries), _unit(corpus)
-    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
-        raise ValueError(
-            f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"
-        )
-    if not 1 <= k <= corpus.shape[0]:
-        raise ValueError(f"k must be in [1, {corpus.shape[0]}] (the corpus size), got {k}")
+    queries, corpus = _search_inputs(queries, corpus, k)
     index = faiss.IndexFlatIP(corpus.shape[1])
     index.add(corpus)
     scores = np.empty((queries.shape[0], k), np.float32)
