@@ -100,8 +100,7 @@ def pair_scorer(
     """
     ce = inference.load_cross_encoder(model_dir)
     inference.heads.cross_encoder(ce.config, ce.head)  # one output, before any text is read
-    longest = ce.config.max_sequence_length
-    length = min(max_seq_length or ce.max_seq_length or longest, longest)
+    length = min(ce.pair_length(max_seq_length), ce.config.max_sequence_length)
 
     def score_local(pairs: list[tuple[str, str]]) -> np.ndarray:
         rows = inference.predict(

@@ -273,10 +273,7 @@ def _run_rerank(args: argparse.Namespace) -> None:
         queries,
         passages,
         batch_size=args.batch_size,
-        max_seq_length=min(
-            args.max_seq_length or ce.max_seq_length or ce.config.max_sequence_length,
-            ce.config.max_sequence_length,
-        ),
+        max_seq_length=min(ce.pair_length(args.max_seq_length), ce.config.max_sequence_length),
         activation=ce.activation,
     )
     scores = np.array([row["score"] for row in rows], np.float32)

@@ -283,7 +283,7 @@ class _Model:
             model = heads.cross_encoder(config, ce.head)
             step = functools.partial(heads.logits_step, model=model)
             self.activation = ce.activation
-            wanted_length = job.max_seq_length or ce.max_seq_length or config.max_sequence_length
+            wanted_length = ce.pair_length(job.max_seq_length)
         else:
             config, params, head, self.tokenizer = loading.load(job.model)
             step = functools.partial(heads.logits_step, model=heads.classifier(config, head))

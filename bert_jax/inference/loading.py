@@ -83,6 +83,11 @@ class CrossEncoder(NamedTuple):
     activation: str
     max_seq_length: int | None
 
+    def pair_length(self, given: int | None = 0) -> int:
+        """Tokens a pair keeps: `given`, else the directory's max_seq_length, else the model's
+        positions (what `CrossEncoder(path)` truncates to); not clipped to the positions."""
+        return given or self.max_seq_length or self.config.max_sequence_length
+
 
 def load_cross_encoder(path: str) -> CrossEncoder:
     """A cross-encoder from any checkpoint path (a transformers or sentence-transformers
