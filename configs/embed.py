@@ -13,7 +13,8 @@ positive among every dev positive and negative: nDCG@10, MRR@10, Recall@1/10) at
 the end, writes `<workdir>/results.json` and exports `<workdir>/hf`, a sentence-transformers
 directory. The texts of each batch are packed several to a row (`embed.pack`, at most
 `embed.max_segments` a row; the loss and gradients those of the padded batch, the encoder's work
-their tokens rather than [PAD]); `embed.pack=false` pads each batch to its longest text instead.
+their tokens rather than [PAD]), and so are the dev texts; `embed.pack=false` pads each batch to
+its longest text instead.
 docs/embeddings.md says which settings matter.
 
 Variants (`--config=configs/embed.py:init=...,size=...`):
@@ -77,7 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Training batches: the texts of a batch (anchors, positives, hard negatives) packed several
     # to a row of max_seq_length tokens, attention and pooling kept to each text, so the encoder
     # runs on their tokens rather than on [PAD] (the loss is the padded batch's); at most
-    # max_segments texts a row (docs/embeddings.md).
+    # max_segments texts a row (docs/embeddings.md). Dev retrieval packs its texts too.
     c.embed.pack = True
     c.embed.max_segments = 16
 

@@ -145,6 +145,12 @@ def test_embed_parquet_shards_then_rerun_skips_them(models, tmp_path, capsys):
     line = capsys.readouterr().out
     assert "embed: 0 rows" in line and "0 shard(s) written (4 done before, skipped)" in line
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.parquet")} == mtimes
+    # Packing changes no row beyond float rounding: not a setting a rerun must keep.
+    assert main([*argv, "--pooling=mean", "--no-pack"]) == 0
+    assert "4 done before, skipped" in capsys.readouterr().out
+    unpacked = embed_argv(tmp_path / "in", tmp_path / "unpacked", "--model", models.encoder)
+    assert main([*unpacked, "--id_column=id", "--pooling=mean", "--no-pack"]) == 0
+    check_rows(read_rows(tmp_path / "unpacked"), texts, models)
     # Other settings into the same folder: an error naming them; nothing rewritten.
     assert main([*argv, "--pooling=cls"]) == 1
     assert "pooling: 'mean' before, 'cls' now" in capsys.readouterr().err

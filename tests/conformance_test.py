@@ -390,6 +390,50 @@ def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
     np.testing.assert_allclose(cls[:, 1], [s[-1][0, 0] for s in states], atol=2e-5)
 
 
+def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
+    """`n` texts of 3 to 64 tokens (one truncated): most share packed rows of
+    `batches.ROW_TOKENS`, the longer get rows of their own length bucket, and a batch of 3 leaves
+    a last one part full."""
+    words = " ".join(TEXTS).split()
+    return [" ".join(words[i : i + 1 + (i * 4) % 13]) for i in range(n - 2)] + [
+        " ".join(words + words)[:150], " ".join(words)[:130]
+    ]  # fmt: skip
+
+
+def test_packed_rows_equal_one_text_a_row(fam, classifier):
+    """CLS (normalized), mean and the pooler where the family has one, chosen layers, and a
+    classifier's logits of pairs: the texts packed several to a row (the default) equal them
+    one a row within 1e-5, and a row length holds texts of at most its length
+    (`batches.row_groups`)."""
+    texts = _texts_of_two_row_lengths()
+    encoded = inference.batches.features(fam.tokenizer, texts, None, 64)
+    lengths = encoded["attention_mask"].sum(1)
+    groups = inference.batches.row_groups(lengths, inference.inference_buckets(64))
+    assert sorted(np.concatenate(list(groups.values()))) == list(range(9))
+    assert all(lengths[texts].max() <= length for length, texts in groups.items())
+    assert len(groups[inference.batches.ROW_TOKENS]) >= 4 and max(groups) == 64
+    model = (classifier.config, classifier.params, classifier.tokenizer)  # its pooler too
+    poolings = ["cls", "mean"] + ["pooler"] * (fam.model_type == "bert")  # others read [CLS]
+    for pooling in poolings:
+        kwargs = dict(
+            pooling=pooling,
+            layers=[0, -1] if pooling == "mean" else None,
+            normalize=pooling == "cls",
+            batch_size=3,
+            max_seq_length=64,
+        )
+        packed = inference.embed(*model, texts, **kwargs)
+        padded = inference.embed(*model, texts, pack=False, bucket_lengths=False, **kwargs)
+        np.testing.assert_allclose(packed, padded, atol=1e-5, err_msg=pooling)
+    head = (classifier.config, classifier.params, classifier.head, classifier.tokenizer)
+    kwargs = dict(batch_size=3, max_seq_length=64)
+    packed = inference.predict(*head, texts, texts[::-1], **kwargs)
+    padded = inference.predict(*head, texts, texts[::-1], pack=False, bucket_lengths=False, **kwargs)  # fmt: skip
+    for a, b in zip(packed, padded, strict=True):
+        assert a["label"] == b["label"]
+        np.testing.assert_allclose(list(a["probabilities"].values()), list(b["probabilities"].values()), atol=1e-5)  # fmt: skip
+
+
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
     argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]

@@ -169,3 +169,35 @@ def test_bad_packing_settings_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"config\.embed\.max_segments=0"):
         embed_run.check_config(config)
     assert embed_run.check_config(embed_config(tmp_path, **{"embed.pack": False})) == [0]
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_dev_embeddings_of_packed_texts_equal_padded_ones_over_the_devices(pooling):
+    """The embedding job's dev evaluation (`evaluation.embed_texts`) on a (4, 2, 1) mesh: texts
+    packed several to a row (rows a multiple of the 8 data-parallel devices) give the padded
+    texts' embeddings within 1e-5, in input order."""
+    from types import SimpleNamespace
+
+    from bert_jax.embed import evaluation
+    from bert_jax.parallel import sharding
+
+    model, params = encoder("roberta")
+    objective = objectives.contrastive_objective(pooling=pooling)
+    fn = jax.jit(functools.partial(steps.embed_step, model=model, objective=objective))
+    mesh = sharding.make_mesh({"data": 4, "fsdp": 2, "tensor": 1})
+    exp = SimpleNamespace(mesh=mesh, embed_fn=lambda: fn)
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(2, L + 1, size=37)
+    mask = (np.arange(L) < lengths[:, None]).astype(np.int32)
+    features = {
+        "input_ids": (rng.integers(2, 99, size=(37, L)) * mask).astype(np.int32),
+        "token_type_ids": np.zeros((37, L), np.int32),
+        "attention_mask": mask,
+        "example_weights": np.ones(37, np.float32),
+    }
+    packed = evaluation.embed_texts(exp, params, features, 16, max_segments=4)
+    padded = evaluation.embed_texts(exp, params, features, 16)
+    alone = fn(params, {k: v for k, v in features.items() if k != "example_weights"})
+    assert packed.shape == (37, E)
+    np.testing.assert_allclose(padded, alone, atol=1e-5)
+    np.testing.assert_allclose(packed, padded, atol=1e-5)

@@ -101,6 +101,10 @@ def test_embeddings_cls_mean_pooler_and_layers(tiny_classifier, tmp_path):
     layers = inference.embed(cfg, params, tok, TEXTS, pooling="mean", layers=[0, -1], batch_size=3)
     assert layers.shape == (4, 2, 32)
     np.testing.assert_allclose(layers[:, 1], np.load(tmp_path / "mean.npy"), atol=1e-5)
+    # --no-pack: one text a row, the same embeddings.
+    argv = ["embed", "--model", str(tiny_classifier), "--input", str(tmp_path / "in.txt")]
+    assert inference_main([*argv, "--output", str(tmp_path / "p.npy"), "--no-pack"]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "p.npy"), np.load(tmp_path / "cls.npy"), atol=1e-5)  # fmt: skip
     # Mean pooling is over the real tokens only: padding to another length changes nothing.
     alone = inference.embed(cfg, params, tok, TEXTS[:1], pooling="mean")
     np.testing.assert_allclose(alone[0], layers[0, 1], atol=1e-5)

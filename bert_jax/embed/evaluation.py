@@ -20,6 +20,7 @@ from bert_jax import tokenization
 from bert_jax.data import batching
 from bert_jax.embed import retrieval
 from bert_jax.embed.pairs import Pairs, text_features
+from bert_jax.inference import batches
 from bert_jax.parallel import sharding
 from bert_jax.training import experiment
 
@@ -55,49 +56,74 @@ def retrieval_set(
     )
 
 
-def embed_texts(exp: experiment.Experiment, params, features, batch_size: int) -> np.ndarray:
+def embed_texts(
+    exp: experiment.Experiment, params, features, batch_size: int, max_segments: int = 0
+) -> np.ndarray:
     """Sentence embeddings float32 [N, E] of text features [N, L] (`Experiment.embed_fn`), in
-    batches of `batch_size` rows of similar length over every data-parallel device and host."""
+    batches of about `batch_size` texts over every data-parallel device and host: packed
+    several to a row with `max_segments` > 0 (`inference.batches.run_batched`), else rows of
+    similar length."""
     return batched_outputs(
-        exp, exp.embed_fn(), params, features, batch_size, "embed.eval_batch_size"
+        exp,
+        exp.embed_fn(),
+        params,
+        features,
+        batch_size,
+        "embed.eval_batch_size",
+        max_segments=max_segments,
     )
 
 
 def batched_outputs(
-    exp: experiment.Experiment, apply_fn, params, features, batch_size: int, setting: str
+    exp: experiment.Experiment,
+    apply_fn,
+    params,
+    features,
+    batch_size: int,
+    setting: str,
+    *,
+    max_segments: int = 0,
 ) -> np.ndarray:
     """`apply_fn(params, global batch)`'s outputs [N, ...] for feature rows [N, L], in batches
     of `batch_size` rows of similar length over every data-parallel device and host (each host
-    feeds its rows; the outputs are gathered). `setting` names the batch size where it does not
-    split over the data-parallel devices. A batch's `example_weights` are not passed."""
-    if batch_size % sharding.data_parallel_size(exp.mesh):
+    feeds its rows; the outputs are gathered), or of packed rows holding about `batch_size`
+    texts with `max_segments` > 0 (`apply_fn` then gives [R, S, ...]). `setting` names the
+    batch size where it does not split over the data-parallel devices. A batch's
+    `example_weights` are not passed."""
+    shards = sharding.data_parallel_size(exp.mesh)
+    if batch_size % shards:
         raise ValueError(
-            f"{setting}={batch_size} does not split over the "
-            f"{sharding.data_parallel_size(exp.mesh)} data-parallel devices"
+            f"{setting}={batch_size} does not split over the {shards} data-parallel devices"
         )
-    rows = sharding.host_batch_rows(exp.mesh, batch_size)
-    buckets = batching.length_buckets(features["input_ids"].shape[-1])
-    outputs, indices = [], []
+
+    def apply(params, batch):
+        rows = sharding.host_batch_rows(exp.mesh, len(batch["input_ids"]))
+        local = {k: v[rows] for k, v in batch.items()}
+        out = apply_fn(params, sharding.global_batch_from_local(local, exp.mesh))
+        return jax.device_get(multihost_utils.process_allgather(out, tiled=True))
+
     with jax.set_mesh(exp.mesh):
-        for batch, idx in batching.batches(
+        return batches.run_batched(
+            apply,
+            params,
             features,
-            batch_size,
-            bucket_boundaries=buckets,
-            group_by_length=True,
-            return_indices=True,
-        ):
-            local = {k: v[rows] for k, v in batch.items() if k != "example_weights"}
-            out = apply_fn(params, sharding.global_batch_from_local(local, exp.mesh))
-            outputs.append(jax.device_get(multihost_utils.process_allgather(out, tiled=True)))
-            indices.append(idx)
-    return batching.unbatch(outputs, indices, batching.num_rows(features))
+            batch_size=batch_size,
+            buckets=batching.length_buckets(features["input_ids"].shape[-1]),
+            progress=False,
+            desc=setting,
+            max_segments=max_segments,
+            row_multiple=shards,
+        )
 
 
-def score(exp: experiment.Experiment, params, dev: RetrievalSet, batch_size: int):
+def score(
+    exp: experiment.Experiment, params, dev: RetrievalSet, batch_size: int, max_segments: int = 0
+):
     """The retrieval metrics of the model `params` on `dev` ({"ndcg@10", "mrr@10", "recall@1",
-    "recall@10"}: floats); FloatingPointError on a NaN embedding."""
-    queries = embed_texts(exp, params, dev.queries, batch_size)
-    corpus = embed_texts(exp, params, dev.corpus, batch_size)
+    "recall@10"}: floats), its texts packed with `max_segments` > 0 (`embed_texts`);
+    FloatingPointError on a NaN embedding."""
+    queries = embed_texts(exp, params, dev.queries, batch_size, max_segments)
+    corpus = embed_texts(exp, params, dev.corpus, batch_size, max_segments)
     if not (np.isfinite(queries).all() and np.isfinite(corpus).all()):
         raise FloatingPointError("the dev embeddings hold NaN or inf; stopping")
     return {

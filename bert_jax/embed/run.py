@@ -315,7 +315,9 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
         view=VIEW,
         score_fn=None
         if dev_set is None
-        else lambda params: evaluation.score(exp, params, dev_set, e.eval_batch_size),
+        else lambda params: evaluation.score(
+            exp, params, dev_set, e.eval_batch_size, e.max_segments if e.pack else 0
+        ),
         card_fn=lambda num_steps, begin, end: model_card(
             config, start, exp, num_steps, num_pairs, begin, end
         ),

@@ -1,8 +1,9 @@
 """Texts in, rows out: reading an input file, encoding it, and running a step over its batches.
 
 Every command reads one text a line (`read_texts`) and writes row i for line i: `run_batched`
-groups rows of similar length into batches padded to `inference_buckets` and puts each output
-back in input order.
+packs the texts several to a row (`batching.pack`, fine-tuning's packer: segment ids, positions
+restarting at each text) or groups rows of similar length into batches padded to
+`inference_buckets`, and puts each output back in input order.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from bert_jax.data.text_io import encode_texts
 
 PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)
 INPUT_COLUMNS = ("input_ids", "token_type_ids", "attention_mask")
+MAX_SEGMENTS = 16  # texts a packed row holds at most (the embedding job's embed.max_segments)
+ROW_TOKENS = 32  # short texts share packed rows of this many tokens (`row_groups`)
 
 
 def read_texts(path: str) -> tuple[list[str], list[str] | None]:
@@ -82,6 +85,37 @@ def inference_buckets(max_seq_length: int) -> tuple[int, ...]:
     return tuple(sorted(fine | set(batching.length_buckets(max_seq_length))))
 
 
+def pack_texts(
+    encoded: dict[str, np.ndarray], max_segments: int, row_length: int
+) -> tuple[dict[str, np.ndarray], batching.PackingInfo]:
+    """The texts of `features` packed several to a row of `row_length` tokens (`batching.pack`,
+    best-fit decreasing; every text at most `row_length` tokens).
+
+    Returns:
+      (input_ids, token_type_ids, attention_mask, segment_ids, position_ids int32 [R, L];
+      cls_positions int32 and example_weights float32 [R, S], where each text went).
+    """
+    texts = {k: encoded[k][:, :row_length] for k in INPUT_COLUMNS}
+    texts["example_weights"] = encoded["example_weights"]
+    texts["labels"] = np.zeros(len(texts["input_ids"]), np.int32)
+    packed, info = batching.pack(texts, max_segments=max_segments, max_seq_length=row_length)
+    packed.pop("labels")
+    return packed, info
+
+
+def row_groups(lengths: np.ndarray, buckets: Sequence[int]) -> dict[int, np.ndarray]:
+    """{row length: the texts packed into rows of it}: texts of at most ROW_TOKENS tokens share
+    rows of ROW_TOKENS; a longer text gets rows of its bucket (the next of `buckets`), and
+    shares one only with texts that fill the rest."""
+    bounds = np.array(sorted({*buckets, ROW_TOKENS}))
+    rows = np.maximum(bounds[np.searchsorted(bounds, lengths, side="left")], ROW_TOKENS)
+    return {int(r): np.flatnonzero(rows == r) for r in np.unique(rows)}
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
 def run_batched(
     step_fn,
     params,
@@ -92,14 +126,24 @@ def run_batched(
     progress: bool | None,
     desc: str,
     group_by_length: bool | None = None,
+    max_segments: int = 0,
+    row_multiple: int = 1,
 ) -> np.ndarray:
-    """`step_fn(params, batch)` -> [B, ...] over batches of the `features`, in input order.
+    """`step_fn(params, batch)`'s outputs over batches of the `features`, in input order: [N, ...].
 
-    Rows are grouped by length bucket (each batch padded to its bucket); `buckets=None` pads every
-    batch to the features' full length. `group_by_length=False` keeps the rows' order (rows already
-    sorted by length make batches of neighbours, each cut to its bucket). The parameters go to the
-    device once and enter every call as arguments, so each bucket compiles one program, whatever
-    the parameters hold.
+    Packed (`max_segments` > 0): the texts go several to a row (`pack_texts`), short texts into
+    rows of ROW_TOKENS, longer ones into rows of their bucket (`row_groups`: short rows, since
+    attention over a row costs its length per token); a batch is the rows of about `batch_size`
+    texts of one row length (a multiple of `row_multiple`). `step_fn` takes the packed keys and
+    returns [R, S, ...], one output a slot. Else one text a row: `step_fn` takes input_ids,
+    token_type_ids, attention_mask [B, L] and returns [B, ...]; rows are grouped by length
+    bucket (each batch padded to its bucket); `buckets=None` pads every batch to the features'
+    full length. `group_by_length=False` keeps the rows' order (rows already sorted by length
+    make batches of neighbours, each cut to its bucket).
+
+    The parameters go to the device once and enter every call as arguments, so each shape
+    compiles one program, whatever the parameters hold. The last batch is filled up to the
+    others' size (packed: of its part, up to a power of two of rows).
     """
     if batch_size <= 0:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
@@ -108,26 +152,54 @@ def run_batched(
         raise ValueError("no texts to run")
     params = jax.device_put(params)
     inputs = {k: encoded[k] for k in (*INPUT_COLUMNS, "example_weights")}
-    total = batching.num_batches(n, batch_size)
+    if not max_segments:
+        parts = [(np.arange(n), inputs, None, batch_size)]
+        if group_by_length is None:
+            group_by_length = buckets is not None  # similar lengths together: little padding
+    else:
+        width = inputs["input_ids"].shape[1]
+        lengths = batching.row_lengths(inputs)
+        parts = []
+        for row_length, texts in row_groups(lengths, buckets or (width,)).items():
+            packed, info = pack_texts(
+                {k: v[texts] for k, v in inputs.items()}, max_segments, min(row_length, width)
+            )
+            rows = -(-batch_size * info.num_rows // len(texts))  # the rows of ~batch_size texts
+            parts.append((texts, packed, info, _round_up(rows, row_multiple)))
+        buckets, group_by_length = None, False  # each part's rows are of one length
+    total = sum(batching.num_batches(batching.num_rows(p[1]), p[3]) for p in parts)
     show = total >= PROGRESS_MIN_BATCHES if progress is None else progress
     bar = tqdm.tqdm(total=n, disable=not show, desc=desc, unit="text")
-    outputs, indices, pending = [], [], None
-    for batch, idx in batching.batches(
-        inputs,
-        batch_size,
-        bucket_boundaries=buckets,
-        # similar lengths together: little padding
-        group_by_length=buckets is not None if group_by_length is None else group_by_length,
-        return_indices=True,
-    ):
-        batch.pop("example_weights")
-        out = step_fn(params, batch)  # dispatched asynchronously: the next batch is cut meanwhile
-        if pending is not None:
-            outputs.append(np.asarray(pending[0]))
-            bar.update(pending[1])
-        pending = (out, int(np.sum(idx >= 0)))
-        indices.append(idx)
-    outputs.append(np.asarray(pending[0]))
+    outputs = [[] for _ in parts]
+    indices = [[] for _ in parts]
+    pending = None
+    for part, (_, features, info, rows) in enumerate(parts):
+        for batch, idx in batching.batches(
+            features,
+            rows,
+            bucket_boundaries=buckets,
+            group_by_length=group_by_length,
+            return_indices=True,
+        ):
+            if info is not None:  # a part's last batch: a power of two of rows, not all
+                real = int(np.sum(idx >= 0))
+                keep = min(rows, _round_up(1 << (real - 1).bit_length(), row_multiple))
+                batch, idx = {k: v[:keep] for k, v in batch.items()}, idx[:keep]
+            texts = int(np.sum(batch.pop("example_weights") > 0))
+            out = step_fn(params, batch)  # dispatched asynchronously: the next is cut meanwhile
+            if pending is not None:
+                outputs[pending[2]].append(np.asarray(pending[0]))
+                bar.update(pending[1])
+            pending = (out, texts, part)
+            indices[part].append(idx)
+    outputs[pending[2]].append(np.asarray(pending[0]))
     bar.update(pending[1])
     bar.close()
-    return batching.unbatch(outputs, indices, n)
+    result = None
+    for (texts, features, info, _), outs, idx in zip(parts, outputs, indices):
+        out = batching.unbatch(outs, idx, batching.num_rows(features))
+        out = out if info is None else batching.unpack_examples(out, info)
+        if result is None:
+            result = np.zeros((n, *out.shape[1:]), out.dtype)
+        result[texts] = out
+    return result

@@ -113,7 +113,10 @@ class Job:
       max_seq_length: tokens kept per row (longer rows are truncated, and counted); at most the
         model's max_sequence_length; None: a sentence-transformers directory's, else 128
         (rerank: the directory's, else the model's max_sequence_length, as CrossEncoder).
-      chunk_rows: rows read and tokenized at a time (length grouping happens within a chunk).
+      chunk_rows: rows read and tokenized at a time (packing and length grouping happen within
+        a chunk).
+      pack: put the rows of a chunk several to a packed row (`batches.pack_texts`); the same
+        outputs within float32 rounding, so a rerun may change it.
       progress: show a progress bar on process 0.
     """
 
@@ -131,6 +134,7 @@ class Job:
     batch_size: int = 64
     max_seq_length: int | None = None
     chunk_rows: int = 4096
+    pack: bool = True
     progress: bool = True
 
     def record(self) -> dict:
@@ -329,9 +333,23 @@ class _Model:
         """The step's output for every row of `encoded`, in order: float32 [N, P, E] (embed) or
         [N, num_labels] (predict's and rerank's logits).
 
-        The rows run longest first, B at a time, each batch cut to its bucket: neighbours in
-        length share a batch, and only the last batch (the shortest rows) is filled up to B.
+        Packed (`Job.pack`): the chunk's rows go several to a packed row, and a batch is the
+        rows of about B texts, a multiple of the devices. Else the rows run longest first, B at a
+        time, each batch cut to its bucket: neighbours in length share a batch, and only the last
+        batch (the shortest rows) is filled up to B.
         """
+        if self.job.pack:
+            return batches.run_batched(
+                self.step,
+                self.params,
+                encoded,
+                batch_size=self.batch_size,
+                buckets=self.buckets,
+                progress=False,
+                desc=self.job.command,
+                max_segments=batches.MAX_SEGMENTS,
+                row_multiple=self.mesh.devices.size,
+            )
         order = np.argsort(-batching.row_lengths(encoded), kind="stable")
         out = batches.run_batched(
             self.step,

@@ -20,6 +20,7 @@ import numpy as np
 
 from bert_jax.inference import batches, loading
 from bert_jax.models.families import EncoderConfig
+from bert_jax.training.objectives import pool_segments
 
 POOLINGS = ("cls", "mean", "pooler")
 
@@ -85,32 +86,41 @@ def embed_step(
     layers: tuple[int, ...] | None,
     normalize: bool = False,
 ):
-    """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer).
+    """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer);
+    of packed rows, one a text slot: [R, S, P, E].
 
     Args:
       params: the encoder's parameters (an argument, never a constant of the program).
-      batch: input_ids, token_type_ids, attention_mask int32 [B, L].
+      batch: input_ids, token_type_ids, attention_mask int32 [B, L]; or packed rows
+        (`batches.pack_texts`: those [R, L] with segment_ids, position_ids [R, L] and
+        cls_positions [R, S]), each text pooled from its own tokens.
       model: the encoder (`loading.encoder`); pooling, layers and normalize as in `embed`.
     """
+    packed = "segment_ids" in batch
+    rows = {k: batch[k] for k in ("position_ids", "segment_ids", "cls_positions") if k in batch}
     out = model.apply(
         {"params": params},
         batch["input_ids"],
         attention_mask=batch["attention_mask"],
         output_hidden_states=layers is not None,
+        **rows,
         **loading.token_type_inputs(model, batch["token_type_ids"]),
     )
     states = [out.last_hidden_state] if layers is None else [out.hidden_states[i] for i in layers]
-    mask = batch["attention_mask"][..., None].astype(jnp.float32)  # [B, L, 1]
-    pooled = []
-    for h in states:
-        h = h.astype(jnp.float32)
-        if pooling == "cls":
-            pooled.append(h[:, 0])
-        elif pooling == "mean":
-            pooled.append((h * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0))
-        else:
-            pooled.append(out.pooler_output.astype(jnp.float32))
-    pooled = jnp.stack(pooled, axis=1)  # [B, P, E]
+    if pooling == "pooler":
+        pooled = [out.pooler_output.astype(jnp.float32)] * len(states)
+    elif packed:  # [R, S, E] a state
+        segments, starts = batch["segment_ids"], batch["cls_positions"]
+        pooled = [pool_segments(h, segments, starts, pooling) for h in states]
+    else:
+        mask = batch["attention_mask"][..., None].astype(jnp.float32)  # [B, L, 1]
+        pooled = [
+            h[:, 0].astype(jnp.float32)
+            if pooling == "cls"
+            else (h.astype(jnp.float32) * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0)
+            for h in states
+        ]
+    pooled = jnp.stack(pooled, axis=-2)  # [B, P, E] or [R, S, P, E]
     if normalize:  # as torch's F.normalize (sentence-transformers' Normalize): x / max(|x|, 1e-12)
         norm = jnp.linalg.norm(pooled, axis=-1, keepdims=True)
         pooled = pooled / jnp.maximum(norm, 1e-12)
@@ -166,6 +176,7 @@ def embed(
     batch_size: int = 64,
     max_seq_length: int = 128,
     bucket_lengths: bool = True,
+    pack: bool = True,
     progress: bool | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: [N, E] float32, or [N, len(layers), E] for per-layer embeddings.
@@ -183,6 +194,8 @@ def embed(
       bucket_lengths: batch texts of similar length, each batch padded to the next of
         `inference_buckets(max_seq_length)`; False pads every batch to max_seq_length (the
         results are the same).
+      pack: put the texts several to a row (`batches.pack_texts`), each pooled from its own
+        tokens: the same embeddings (within float32 rounding) from fewer padding tokens.
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
     step, params = embedder(config, params, pooling=pooling, normalize=normalize, layers=layers)
@@ -195,6 +208,7 @@ def embed(
         buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
         progress=progress,
         desc="embed",
+        max_segments=batches.MAX_SEGMENTS if pack else 0,
     )
     return result[:, 0] if layers is None else result
 

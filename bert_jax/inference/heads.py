@@ -20,16 +20,20 @@ from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_c
 
 @functools.partial(jax.jit, static_argnames=("model",))
 def logits_step(params, batch, *, model: nn.Module):
-    """Logits of one batch of a sequence classifier: float32 [B, num_labels].
+    """Logits of one batch of a sequence classifier: float32 [B, num_labels]; of packed rows,
+    one a text slot: [R, S, num_labels].
 
     Args:
       params: the classifier's parameters (an argument, never a constant of the program).
-      batch: input_ids, token_type_ids, attention_mask int32 [B, L].
+      batch: input_ids, token_type_ids, attention_mask int32 [B, L]; or packed rows
+        (`batches.pack_texts`: segment_ids, position_ids [R, L] and cls_positions [R, S] too).
     """
+    packed = {k: batch[k] for k in ("position_ids", "segment_ids", "cls_positions") if k in batch}
     out = model.apply(
         {"params": params},
         batch["input_ids"],
         attention_mask=batch["attention_mask"],
+        **packed,
         **loading.token_type_inputs(model, batch["token_type_ids"]),
     )
     return out.logits.astype(jnp.float32)
@@ -92,6 +96,7 @@ def predict(
     batch_size: int = 64,
     max_seq_length: int = 128,
     bucket_lengths: bool = True,
+    pack: bool = True,
     progress: bool | None = None,
     activation: str = "identity",
 ) -> list[dict]:
@@ -100,7 +105,8 @@ def predict(
     Args:
       config, params, name: the classifier (its family's sequence classification head).
       tokenizer: its tokenizer; texts (and texts_b, pairs' second texts): N texts.
-      Batching (`batch_size`, `max_seq_length`, `bucket_lengths`, `progress`) is as in `embed`.
+      Batching (`batch_size`, `max_seq_length`, `bucket_lengths`, `pack`, `progress`) is as in
+        `embed`.
       activation: a regression's score from its logit (`ACTIVATIONS`; a cross-encoder's, from
         `checkpoints.cross_encoder.read_activation`: "sigmoid" for most).
 
@@ -118,6 +124,7 @@ def predict(
         buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
         progress=progress,
         desc="predict",
+        max_segments=batches.MAX_SEGMENTS if pack else 0,
     )
     if config.num_labels == 1:
         return [{"score": float(x)} for x in scores(logits, activation)]
