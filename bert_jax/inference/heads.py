@@ -117,7 +117,7 @@ def predict(
     model = classifier(config, name)
     encoded = batches.features(tokenizer, texts, texts_b, max_seq_length)
     logits = batches.run_batched(
-        functools.partial(logits_step, model=model),
+        functools.partial(batches.tuned(logits_step, ("model",)), model=model),
         params,
         encoded,
         batch_size=batch_size,
