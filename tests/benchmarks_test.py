@@ -533,3 +533,22 @@ def test_mining_peer_dry_run_mines_one_plan_pinned_and_comparable(tmp_path, caps
     pins = {cmd.split(" /")[0] for cmd in plan.values()}
     assert len(pins) == 1 and re.fullmatch(r"taskset -c \d+", pins.pop())
     assert not out.exists()
+
+
+def test_embed_benchmark_texts_are_queries_or_passages_of_the_stated_lengths():
+    """`--texts=short` keeps sentences of 10-30 tokens, `--texts=long` joins a play's
+    consecutive sentences into passages of 128-256 tokens (here counted as words + 2)."""
+    import numpy as np
+
+    from benchmarks import embed
+
+    def words(texts):
+        return np.array([len(t.split()) + 2 for t in texts])
+
+    short = embed.corpus_texts("short", 50, words)
+    long = embed.corpus_texts("long", 20, words)
+    assert len(short) == 50 and all(10 <= n <= 30 for n in words(short))
+    assert len(long) == 20 and all(128 <= n <= 256 for n in words(long))
+    assert embed.corpus_texts("lines", 3, words) == embed.corpus_texts("lines", 5, words)[:3]
+    with pytest.raises(ValueError, match="the plays have"):
+        embed.corpus_texts("long", 10**6, words)

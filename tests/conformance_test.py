@@ -318,6 +318,16 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+# ELECTRA's and RoBERTa's runs with -m e2e, for the suite's time: XLM-R's runs RoBERTa's model
+# with the harder tokenizer, and exports_test loads every family's export in sentence-transformers.
+@pytest.mark.parametrize(
+    "fam",
+    [
+        pytest.param(f, marks=pytest.mark.e2e) if f in ("electra", "roberta") else f
+        for f in families.FAMILIES
+    ],  # fmt: skip
+    indirect=True,
+)
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
     """Two contrastive steps from the fixture, dev retrieval scored, the command run as a user
     starts it; the export's `SentenceTransformer(DIR).encode` equals `python -m

@@ -422,7 +422,8 @@ def test_bfloat16_mlm_logits_are_not_rounded_to_bfloat16():
     params = init_params(bf16, KEY)
     batch = random_batch(cfg, batch=4, length=32)
     positions = np.tile(np.arange(1, 6, dtype=np.int32), (4, 1))
-    logits = bf16.apply({"params": params}, **batch, masked_positions=positions).prediction_logits
+    apply = jax.jit(lambda p, b, m: bf16.apply({"params": p}, **b, masked_positions=m))
+    logits = apply(params, batch, positions).prediction_logits
     assert logits.dtype == jnp.float32
     # The decoder's products are summed in float32 (bias 0 at init): most logits need more than
     # bfloat16's 8 bits of mantissa. Rounded to bfloat16 first, every one would be representable.
