@@ -67,7 +67,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rerank.scale = 10.0
     c.rerank.num_epochs = 1
     c.rerank.seeds = "0"  # several: "0,1,2" (results.json: mean +- std)
-    c.rerank.eval_batch_size = 64  # pairs a step when scoring the dev candidates
+    c.rerank.eval_batch_size = 64  # pairs a step when scoring the dev candidates (packed)
     c.rerank.max_train_examples = 0  # 0 = all; else the first this many rows
     c.rerank.max_eval_examples = 0
 

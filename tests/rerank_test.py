@@ -3,6 +3,7 @@ metrics against CrossEncoderRerankingEvaluator, its readers' errors, its CrossEn
 every registered family (`CrossEncoder(dir).predict` equals bert_jax's scores within 1e-5), and a
 tiny train.py run (a clean environment) that learns to rerank above the file order."""
 
+import functools
 import json
 import os
 import pathlib
@@ -106,6 +107,41 @@ def test_objective_scores_each_pair_of_a_group():
         np.testing.assert_allclose(
             values[loss], expected["loss_sum"] / expected["count"], rtol=1e-5
         )
+
+
+def test_dev_pairs_packed_score_as_one_pair_a_row_over_the_devices():
+    """The dev candidates' logits (`evaluation.pair_logits`) on a (4, 2, 1) mesh: pairs packed
+    several to a row (the default) equal them one a row within 1e-5, in input order."""
+    from types import SimpleNamespace
+
+    from bert_jax.parallel import sharding
+    from bert_jax.rerank import evaluation
+    from bert_jax.training import steps
+
+    config = families.FAMILIES["roberta"].config_class(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=40, num_labels=1, pad_token_id=1,
+    )  # fmt: skip
+    model = families.get_model_class("RobertaForSequenceClassification")(config)
+    params = nn.meta.unbox(init_params(model, jax.random.PRNGKey(0)))
+    predict = jax.jit(functools.partial(steps.predict_step, model=model))
+    mesh = sharding.make_mesh({"data": 4, "fsdp": 2, "tensor": 1})
+    exp = SimpleNamespace(mesh=mesh, predict_fn=lambda: predict)
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(4, 25, size=29)
+    mask = (np.arange(24) < lengths[:, None]).astype(np.int32)
+    features = {
+        "input_ids": (rng.integers(3, 99, size=(29, 24)) * mask).astype(np.int32),
+        "token_type_ids": np.zeros_like(mask),  # RoBERTa's pairs: one token type
+        "attention_mask": mask,
+        "example_weights": np.ones(29, np.float32),
+    }
+    packed = evaluation.pair_logits(exp, params, features, 16)
+    padded = evaluation.pair_logits(exp, params, features, 16, max_segments=0)
+    direct = model.apply({"params": params}, features["input_ids"], attention_mask=mask).logits
+    assert packed.shape == (29,)
+    np.testing.assert_allclose(padded, direct[:, 0], atol=1e-5)
+    np.testing.assert_allclose(packed, padded, atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------
