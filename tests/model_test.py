@@ -201,8 +201,8 @@ def test_scan_layers_equals_unrolled(remat):
     )
     batch = random_batch(TINY)
     flags = dict(output_hidden_states=True, output_attentions=True)
-    a = module.apply({"params": params}, **batch, **flags)
-    b = scanned.apply({"params": stacked}, **batch, **flags)
+    a = jax.jit(lambda p, b: module.apply({"params": p}, **b, **flags))(params, batch)
+    b = jax.jit(lambda p, b: scanned.apply({"params": p}, **b, **flags))(stacked, batch)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_allclose(x, y, atol=1e-6)
     # Gradients agree as well (remat changes what is stored, never the result).
@@ -212,8 +212,9 @@ def test_scan_layers_equals_unrolled(remat):
     def loss(p, m):
         return jnp.sum(m.apply({"params": p}, **batch).last_hidden_state * proj)
 
-    ga = stack_layers(jax.grad(loss)(nn.meta.unbox(params), module))
-    gb = jax.grad(loss)(stacked, scanned)
+    grad = jax.jit(jax.grad(loss), static_argnums=1)
+    ga = stack_layers(grad(nn.meta.unbox(params), module))
+    gb = grad(stacked, scanned)
     for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-4)
     for x, y in zip(
@@ -456,8 +457,8 @@ def test_fused_attention_path_equals_reference_at_real_positions():
     stacked = stack_layers(params)
     batch = random_batch(cfg, batch=3, length=9)
     real = batch["attention_mask"].astype(bool)
-    a = ref.apply({"params": params}, **batch)
-    b = fused.apply({"params": stacked}, **batch)
+    a = jax.jit(ref.apply)({"params": params}, **batch)
+    b = jax.jit(fused.apply)({"params": stacked}, **batch)
     np.testing.assert_allclose(a.seq_relationship_logits, b.seq_relationship_logits, atol=1e-5)
     np.testing.assert_allclose(a.prediction_logits[real], b.prediction_logits[real], atol=1e-4)
     # Training (hidden dropout on, attention dropout off): same loss and gradients.

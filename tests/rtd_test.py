@@ -144,14 +144,16 @@ def test_corrupted_tokens_and_labels(model_type):
     pair = pair_of(model_type)
     params, b = params_of(pair), batch()
     inputs = {k: b[k] for k in ("input_ids", "attention_mask")}
-    out = pair.apply(
-        {"params": params},
-        **inputs,
-        masked_positions=b["masked_lm_positions"],
-        masked_lm_ids=b["masked_lm_ids"],
-        masked_lm_weights=b["masked_lm_weights"],
-        rngs={"sample": jax.random.PRNGKey(3)},
-    )
+    out = jax.jit(
+        lambda p, b: pair.apply(
+            {"params": p},
+            **inputs,
+            masked_positions=b["masked_lm_positions"],
+            masked_lm_ids=b["masked_lm_ids"],
+            masked_lm_weights=b["masked_lm_weights"],
+            rngs={"sample": jax.random.PRNGKey(3)},
+        )
+    )(params, b)
     assert out.generator_logits.shape == (B, P, V)
     assert out.discriminator_logits.shape == (B, L)
     sampled = np.asarray(out.sampled)
