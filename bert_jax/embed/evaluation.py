@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from bert_jax import tokenization
-from bert_jax.data import batching
 from bert_jax.embed import retrieval
 from bert_jax.embed.pairs import Pairs, text_features
 from bert_jax.inference import batches
-from bert_jax.parallel import sharding
 from bert_jax.training import experiment
 
 
@@ -63,8 +59,8 @@ def embed_texts(
     batches of about `batch_size` texts over every data-parallel device and host: packed
     several to a row with `max_segments` > 0 (`inference.batches.run_batched`), else rows of
     similar length."""
-    return batched_outputs(
-        exp,
+    return batches.run_on_mesh(
+        exp.mesh,
         exp.embed_fn(),
         params,
         features,
@@ -72,48 +68,6 @@ def embed_texts(
         "embed.eval_batch_size",
         max_segments=max_segments,
     )
-
-
-def batched_outputs(
-    exp: experiment.Experiment,
-    apply_fn,
-    params,
-    features,
-    batch_size: int,
-    setting: str,
-    *,
-    max_segments: int = 0,
-) -> np.ndarray:
-    """`apply_fn(params, global batch)`'s outputs [N, ...] for feature rows [N, L], in batches
-    of `batch_size` rows of similar length over every data-parallel device and host (each host
-    feeds its rows; the outputs are gathered), or of packed rows holding about `batch_size`
-    texts with `max_segments` > 0 (`apply_fn` then gives [R, S, ...]). `setting` names the
-    batch size where it does not split over the data-parallel devices. A batch's
-    `example_weights` are not passed."""
-    shards = sharding.data_parallel_size(exp.mesh)
-    if batch_size % shards:
-        raise ValueError(
-            f"{setting}={batch_size} does not split over the {shards} data-parallel devices"
-        )
-
-    def apply(params, batch):
-        rows = sharding.host_batch_rows(exp.mesh, len(batch["input_ids"]))
-        local = {k: v[rows] for k, v in batch.items()}
-        out = apply_fn(params, sharding.global_batch_from_local(local, exp.mesh))
-        return jax.device_get(multihost_utils.process_allgather(out, tiled=True))
-
-    with jax.set_mesh(exp.mesh):
-        return batches.run_batched(
-            apply,
-            params,
-            features,
-            batch_size=batch_size,
-            buckets=batching.length_buckets(features["input_ids"].shape[-1]),
-            progress=False,
-            desc=setting,
-            max_segments=max_segments,
-            row_multiple=shards,
-        )
 
 
 def score(

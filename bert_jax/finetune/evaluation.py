@@ -14,6 +14,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax.data import batching
 from bert_jax.finetune.task import EvalSet
+from bert_jax.inference import batches
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
 from bert_jax.training import experiment
@@ -78,8 +79,24 @@ def evaluate_splits(exp, params, task, data, ft, buckets, out_dir=None) -> dict[
 
 def score(exp, params, task, data, eval_set, ft, buckets, out_dir=None) -> dict[str, float]:
     """The task's metrics on `eval_set` (if labelled), writing its prediction files to out_dir
-    (process 0); stops on a NaN metric."""
-    outputs = predict_split(exp, params, eval_set, ft.eval_batch_size, buckets)
+    (process 0); stops on a NaN metric. With `ft.pack` a packable task's examples are packed
+    several to a row, as in training (`inference.batches.run_on_mesh`), else batched by length
+    (`predict_split`)."""
+    if ft.pack and task.packable:  # as training packs: several examples a row
+        predict = exp.predict_fn()
+        logits = batches.run_on_mesh(
+            exp.mesh,
+            lambda p, batch: predict(p, batch).logits,  # [R, S, ...], or [R, L, ...] a token
+            params,
+            eval_set.features,
+            ft.eval_batch_size,
+            "finetune.eval_batch_size",
+            max_segments=ft.max_segments,
+            per_token="label_weights" in eval_set.features,
+        )
+        outputs = {"logits": logits}
+    else:
+        outputs = predict_split(exp, params, eval_set, ft.eval_batch_size, buckets)
     write_dir = out_dir if out_dir is not None and jax.process_index() == 0 else None
     if write_dir is not None:
         as_path(write_dir).mkdir(parents=True, exist_ok=True)

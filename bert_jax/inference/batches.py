@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 import tqdm
+from jax.experimental import multihost_utils
 
 from bert_jax import xla_flags
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
+from bert_jax.parallel import sharding
 
 PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)
 INPUT_COLUMNS = ("input_ids", "token_type_ids", "attention_mask")
@@ -146,6 +148,7 @@ def run_batched(
     group_by_length: bool | None = None,
     max_segments: int = 0,
     row_multiple: int = 1,
+    per_token: bool = False,
 ) -> np.ndarray:
     """`step_fn(params, batch)`'s outputs over batches of the `features`, in input order: [N, ...].
 
@@ -153,11 +156,14 @@ def run_batched(
     rows of ROW_TOKENS, longer ones into rows of their bucket (`row_groups`: short rows, since
     attention over a row costs its length per token); a batch is the rows of about `batch_size`
     texts of one row length (a multiple of `row_multiple`). `step_fn` takes the packed keys and
-    returns [R, S, ...], one output a slot. Else one text a row: `step_fn` takes input_ids,
-    token_type_ids, attention_mask [B, L] and returns [B, ...]; rows are grouped by length
-    bucket (each batch padded to its bucket); `buckets=None` pads every batch to the features'
-    full length. `group_by_length=False` keeps the rows' order (rows already sorted by length
-    make batches of neighbours, each cut to its bucket).
+    returns [R, S, ...], one output a slot, or with `per_token` [R, L, ...], one a token (then
+    [N, L0, ...] come back, L0 the features' width, each text's tokens from position 0).
+
+    Else one text a row: `step_fn` takes input_ids, token_type_ids, attention_mask [B, L] and
+    returns [B, ...]; rows are grouped by length bucket (each batch padded to its bucket);
+    `buckets=None` pads every batch to the features' full length. `group_by_length=False` keeps
+    the rows' order (rows already sorted by length make batches of neighbours, each cut to its
+    bucket).
 
     The parameters go to the device once and enter every call as arguments, so each shape
     compiles one program, whatever the parameters hold. The last batch is filled up to the
@@ -216,8 +222,54 @@ def run_batched(
     result = None
     for (texts, features, info, _), outs, idx in zip(parts, outputs, indices):
         out = batching.unbatch(outs, idx, batching.num_rows(features))
-        out = out if info is None else batching.unpack_examples(out, info)
+        if info is not None and per_token:
+            out = batching.unpack_tokens(out, info, width=inputs["input_ids"].shape[1])
+        elif info is not None:
+            out = batching.unpack_examples(out, info)
         if result is None:
             result = np.zeros((n, *out.shape[1:]), out.dtype)
         result[texts] = out
     return result
+
+
+def run_on_mesh(
+    mesh,
+    apply_fn,
+    params,
+    features: dict[str, np.ndarray],
+    batch_size: int,
+    setting: str,
+    *,
+    max_segments: int = 0,
+    per_token: bool = False,
+) -> np.ndarray:
+    """`apply_fn(params, global batch)`'s outputs [N, ...] for feature rows [N, L] over every
+    data-parallel device and host of `mesh` (each host feeds its rows of each batch; the outputs
+    are gathered): `run_batched`'s batches, packed with `max_segments` > 0 (rows a multiple of
+    the data-parallel devices) or of similar lengths. `setting` names the batch size where it
+    does not split over the data-parallel devices."""
+    shards = sharding.data_parallel_size(mesh)
+    if batch_size % shards:
+        raise ValueError(
+            f"{setting}={batch_size} does not split over the {shards} data-parallel devices"
+        )
+
+    def apply(params, batch):
+        rows = sharding.host_batch_rows(mesh, len(batch["input_ids"]))
+        local = {k: v[rows] for k, v in batch.items()}
+        out = apply_fn(params, sharding.global_batch_from_local(local, mesh))
+        return jax.device_get(multihost_utils.process_allgather(out, tiled=True))
+
+    with jax.set_mesh(mesh):
+        return run_batched(
+            apply,
+            params,
+            features,
+            batch_size=batch_size,
+            buckets=batching.length_buckets(features["input_ids"].shape[-1]),
+            progress=False,
+            desc=setting,
+            max_segments=max_segments,
+            row_multiple=shards,
+            per_token=per_token,
+        )

@@ -26,8 +26,7 @@ import numpy as np
 
 from bert_jax import tokenization
 from bert_jax.embed import retrieval
-from bert_jax.embed.evaluation import batched_outputs
-from bert_jax.inference.batches import MAX_SEGMENTS
+from bert_jax.inference import batches
 from bert_jax.rerank.data import DevQuery, pair_features
 from bert_jax.training import experiment
 
@@ -118,15 +117,19 @@ def rerank_scores(queries: Sequence[DevQuery], pair_scores: np.ndarray, offsets)
 
 
 def pair_logits(
-    exp: experiment.Experiment, params, features, batch_size: int, max_segments: int = MAX_SEGMENTS
+    exp: experiment.Experiment,
+    params,
+    features,
+    batch_size: int,
+    max_segments: int = batches.MAX_SEGMENTS,
 ) -> np.ndarray:
     """The relevance logits float32 [N] of pair features [N, L] (with example_weights [N]:
     `Experiment.predict_fn`), in batches of about `batch_size` pairs over every data-parallel
-    device and host (`embed.evaluation.batched_outputs`): packed several to a row, or one a row
+    device and host (`inference.batches.run_on_mesh`): packed several to a row, or one a row
     with `max_segments=0`."""
     predict = exp.predict_fn()
-    logits = batched_outputs(
-        exp,
+    logits = batches.run_on_mesh(
+        exp.mesh,
         lambda p, batch: predict(p, batch).logits[..., 0],  # [B] or, packed, [R, S]
         params,
         features,
