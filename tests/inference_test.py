@@ -1,6 +1,7 @@
 """Embeddings, batch prediction and attention heat maps from saved models."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -277,3 +278,21 @@ def test_command_line_help_prints_no_warning(module):
     )
     assert "usage:" in proc.stdout
     assert "Warning" not in proc.stderr and "warn" not in proc.stderr.lower(), proc.stderr
+
+
+def test_packed_calls_of_any_density_compile_a_few_shapes(tiny_classifier):
+    """Calls whose texts pack more or less densely (bulk inference calls once a chunk) batch
+    rows in powers of two: a handful of programs over all of them, each reused."""
+    cfg, params, _, tok = inference.load(str(tiny_classifier))
+    rng = np.random.default_rng(0)
+    words = " ".join(TEXTS).split()
+    calls = [
+        [" ".join(rng.choice(words, size=rng.integers(1, k))) for _ in range(37)]
+        for k in (3, 5, 8, 13, 21, 4, 6, 9)
+    ]
+    with recorded_compiles() as compiles:
+        for texts in calls:
+            inference.embed(cfg, params["bert"], tok, texts, pooling="mean", batch_size=16)
+    shapes = [c[1] for c in compiles if c[0] == "jit(embed_step)"]
+    rows = {int(re.search(r"int32\[(\d+),\d+\]", s).group(1)) for s in shapes}  # [R, L] tokens
+    assert rows <= {1, 2, 4, 8, 16} and len(shapes) == len(set(shapes)) <= 12, shapes

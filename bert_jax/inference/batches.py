@@ -136,6 +136,11 @@ def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
 
+def _power_of_two(x: int) -> int:
+    """The least power of two >= x (x >= 1)."""
+    return 1 << (x - 1).bit_length()
+
+
 def run_batched(
     step_fn,
     params,
@@ -155,9 +160,10 @@ def run_batched(
     Packed (`max_segments` > 0): the texts go several to a row (`pack_texts`), short texts into
     rows of ROW_TOKENS, longer ones into rows of their bucket (`row_groups`: short rows, since
     attention over a row costs its length per token); a batch is the rows of about `batch_size`
-    texts of one row length (a multiple of `row_multiple`). `step_fn` takes the packed keys and
-    returns [R, S, ...], one output a slot, or with `per_token` [R, L, ...], one a token (then
-    [N, L0, ...] come back, L0 the features' width, each text's tokens from position 0).
+    texts of one row length (a power of two, then a multiple of `row_multiple`). `step_fn` takes
+    the packed keys and returns [R, S, ...], one output a slot, or with `per_token` [R, L, ...],
+    one a token (then [N, L0, ...] come back, L0 the features' width, each text's tokens from
+    position 0).
 
     Else one text a row: `step_fn` takes input_ids, token_type_ids, attention_mask [B, L] and
     returns [B, ...]; rows are grouped by length bucket (each batch padded to its bucket);
@@ -188,7 +194,9 @@ def run_batched(
             packed, info = pack_texts(
                 {k: v[texts] for k, v in inputs.items()}, max_segments, min(row_length, width)
             )
-            rows = -(-batch_size * info.num_rows // len(texts))  # the rows of ~batch_size texts
+            # The rows of about batch_size texts, a power of two (at most batch_size): few
+            # shapes however densely a call's texts pack (bulk inference calls once a chunk).
+            rows = min(_power_of_two(-(-batch_size * info.num_rows // len(texts))), batch_size)
             parts.append((texts, packed, info, _round_up(rows, row_multiple)))
         buckets, group_by_length = None, False  # each part's rows are of one length
     total = sum(batching.num_batches(batching.num_rows(p[1]), p[3]) for p in parts)
@@ -206,8 +214,7 @@ def run_batched(
             return_indices=True,
         ):
             if info is not None:  # a part's last batch: a power of two of rows, not all
-                real = int(np.sum(idx >= 0))
-                keep = min(rows, _round_up(1 << (real - 1).bit_length(), row_multiple))
+                keep = min(rows, _round_up(_power_of_two(int(np.sum(idx >= 0))), row_multiple))
                 batch, idx = {k: v[:keep] for k, v in batch.items()}, idx[:keep]
             texts = int(np.sum(batch.pop("example_weights") > 0))
             out = step_fn(params, batch)  # dispatched asynchronously: the next is cut meanwhile
