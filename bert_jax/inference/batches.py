@@ -180,7 +180,8 @@ def run_batched(
     n = batching.num_rows(encoded)
     if n == 0:
         raise ValueError("no texts to run")
-    params = jax.device_put(params)
+    # Host arrays go to the device once; placed ones (a mesh's, perhaps over many processes) stay.
+    params = jax.tree.map(lambda x: x if isinstance(x, jax.Array) else jax.device_put(x), params)
     inputs = {k: encoded[k] for k in (*INPUT_COLUMNS, "example_weights")}
     if not max_segments:
         parts = [(np.arange(n), inputs, None, batch_size)]
