@@ -33,7 +33,8 @@ def embed_cmd(workdir, data, *extra):
     ]
 
 
-@pytest.mark.e2e  # about 35 s of two processes; the 2-process step: multiprocess_test
+# In the default suite again (about 35 s): the only run of a job's dev scoring over two processes
+# (`inference.batches.run_on_mesh`, whose parameters span both processes' devices).
 def test_two_processes_train_as_one_device(tmp_path):
     rng = np.random.default_rng(0)
     tokenization.train_wordpiece([" ".join(WORDS)] * 3, vocab_size=100, min_frequency=1).save(
