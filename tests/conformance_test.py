@@ -444,6 +444,25 @@ def test_packed_rows_equal_one_text_a_row(fam, classifier):
         np.testing.assert_allclose(list(a["probabilities"].values()), list(b["probabilities"].values()), atol=1e-5)  # fmt: skip
 
 
+def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier):
+    """`embed` and `predict` at their default max_seq_length (128) on a model of fewer
+    positions: a longer text is cut to the model's `max_sequence_length`, as `fill_mask` and the
+    bulk job cut it, rather than failing inside the model."""
+    limit = fam.config.max_sequence_length
+    long = " ".join(" ".join(TEXTS).split() * 4)
+    whole = inference.batches.features(fam.tokenizer, [long], None, 512)["attention_mask"].sum()
+    assert whole > 128 > limit
+    ids = inference.batches.features(fam.tokenizer, [long], None, limit)["input_ids"]
+    family = fam.family
+    encoder = families.get_model_class(family.base_model)(fam.config, add_pooling_layer=False)
+    hidden = encoder.apply({"params": classifier.params[family.encoder_name]}, ids)
+    model = (classifier.config, classifier.params, classifier.tokenizer)
+    embedded = inference.embed(*model, [long, TEXTS[0]], pooling="mean")
+    np.testing.assert_allclose(embedded[0], hidden.last_hidden_state[0].mean(0), atol=2e-5)
+    rows = inference.predict(*model[:2], classifier.head, classifier.tokenizer, [long, TEXTS[0]])
+    assert [sorted(r["probabilities"]) for r in rows] == [sorted(LABELS)] * 2
+
+
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
     argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]

@@ -190,7 +190,8 @@ def embed(
       normalize: scale each embedding to unit L2 norm (sentence-transformers' Normalize).
       layers: hidden-state indices (0 = embeddings, -1 = last layer) to pool each of.
       batch_size: texts per batch (B).
-      max_seq_length: tokens kept per text (longer texts are truncated).
+      max_seq_length: tokens kept per text (longer texts are truncated), at most the model's
+        `max_sequence_length`.
       bucket_lengths: batch texts of similar length, each batch padded to the next of
         `inference_buckets(max_seq_length)`; False pads every batch to max_seq_length (the
         results are the same).
@@ -199,6 +200,7 @@ def embed(
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
     step, params = embedder(config, params, pooling=pooling, normalize=normalize, layers=layers)
+    max_seq_length = min(max_seq_length, config.max_sequence_length)  # the model's positions
     encoded = batches.features(tokenizer, texts, None, max_seq_length)
     result = batches.run_batched(
         step,

@@ -115,6 +115,7 @@ def predict(
       regression (num_labels = 1).
     """
     model = classifier(config, name)
+    max_seq_length = min(max_seq_length, config.max_sequence_length)  # the model's positions
     encoded = batches.features(tokenizer, texts, texts_b, max_seq_length)
     logits = batches.run_batched(
         functools.partial(batches.tuned(logits_step, ("model",)), model=model),
