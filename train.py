@@ -45,7 +45,7 @@ from ml_collections import config_flags
 from bert_jax import cli
 from bert_jax.embed import run as embed_run
 from bert_jax.finetune import run as finetune_run
-from bert_jax.parallel import aot, compile_cache, multihost, preemption
+from bert_jax.parallel import compile_cache, multihost, preemption
 from bert_jax.pretrain import run as pretrain_run
 from bert_jax.rerank import run as rerank_run
 from bert_jax.training import experiment, run_lock, summaries
@@ -90,7 +90,6 @@ def main(argv):
     del argv
     summaries.configure_console()
     config, workdir = FLAGS.config, FLAGS.workdir
-    aot.skip_absent_tpu_backend()
     if FLAGS.mode == "compile":
         if not (FLAGS.topology or config.topology):
             raise app.UsageError(

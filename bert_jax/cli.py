@@ -4,6 +4,10 @@
         sys.exit(cli.run(main))        # argparse commands: convert, inference, the data build
     app.run(cli.wrap(main))            # train.py (absl)
 
+JAX's platforms: on a machine with libtpu installed but no TPU chip, every command runs without
+libtpu's backend (`aot.skip_absent_tpu_backend`), which would otherwise print its errors about
+TPU metadata before the command's own output.
+
 Exit statuses of every command (train.py and each `python -m bert_jax.*`):
 
 * 0: done.
@@ -127,6 +131,9 @@ def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -
     signals. A SIGINT that never reached here as KeyboardInterrupt (a library turned it into
     another error) still makes the status 130. `leave_at_once`: after a user's mistake, end the
     process right after its line (`_leave`)."""
+    from bert_jax.parallel import aot  # imports JAX: here, not at the top, for `--help`'s speed
+
+    aot.skip_absent_tpu_backend()
     interrupt, message = None, None
     if threading.current_thread() is threading.main_thread():
         interrupt = _Interrupt()
