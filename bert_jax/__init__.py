@@ -20,8 +20,13 @@ from bert_jax.models.bert.config import PRESETS
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.models.params import count_params, init_params
+from bert_jax.parallel import aot
 
 __version__ = "0.1.0"
+
+# With libtpu installed and no TPU chip, JAX's platform search would start libtpu and print its
+# errors about TPU metadata before falling back: every command and `import bert_jax` skip it.
+aot.skip_absent_tpu_backend()
 
 # The registry's classes by name: each family's config class, then its encoder and heads. Names
 # are derived, not listed, so that the registry is the one list of what a family exports (static

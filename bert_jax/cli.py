@@ -4,10 +4,6 @@
         sys.exit(cli.run(main))        # argparse commands: convert, inference, the data build
     app.run(cli.wrap(main))            # train.py (absl)
 
-JAX's platforms: on a machine with libtpu installed but no TPU chip, every command runs without
-libtpu's backend (`aot.skip_absent_tpu_backend`), which would otherwise print its errors about
-TPU metadata before the command's own output.
-
 Exit statuses of every command (train.py and each `python -m bert_jax.*`):
 
 * 0: done.
@@ -40,6 +36,7 @@ import gc
 import os
 import signal
 import sys
+import textwrap
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -58,6 +55,8 @@ USER_ERROR_TYPES = (
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_PACKAGE_DIR)
 _OWN = (_PACKAGE_DIR + os.sep, os.path.join(_ROOT, "train.py"), os.path.join(_ROOT, "configs"))
+# Where absl's and ml_collections' flag parsing lives (their wrappers of a config's errors).
+_FLAG_LIBRARIES = tuple(os.sep + p + os.sep for p in ("absl", "ml_collections"))
 # Seconds after which a KeyboardInterrupt that was lost is raised again.
 _INTERRUPT_RETRY_S = 0.2
 
@@ -131,9 +130,6 @@ def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -
     signals. A SIGINT that never reached here as KeyboardInterrupt (a library turned it into
     another error) still makes the status 130. `leave_at_once`: after a user's mistake, end the
     process right after its line (`_leave`)."""
-    from bert_jax.parallel import aot  # imports JAX: here, not at the top, for `--help`'s speed
-
-    aot.skip_absent_tpu_backend()
     interrupt, message = None, None
     if threading.current_thread() is threading.main_thread():
         interrupt = _Interrupt()
@@ -213,17 +209,45 @@ def run(main: Callable[[Sequence[str] | None], int | None], argv=None) -> int:
 def parse_absl_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing (`app.run(..., flags_parser=cli.parse_absl_flags)`), where an unknown
     `--config.<key>` (ml_collections raises AttributeError or KeyError, with "Did you mean ...")
-    ends in `error: <message>` and status 1 too, not in a traceback."""
-    from absl import app
+    ends in `error: <message>` and status 1 too, not in a traceback; so does a user's mistake
+    that a config file's `get_config` raised while absl parsed the flags (a variant
+    `--config=configs/X.py:key=value` with an unknown key or value: `_config_mistake`)."""
+    from absl import flags
 
     try:
-        return app.parse_flags_with_usage(argv)
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        mistake = _config_mistake(e)
+        if mistake is not None:
+            print(f"error: {mistake}", file=sys.stderr)
+        else:  # as absl's `app.parse_flags_with_usage` reports it
+            text = str(e)
+            text = "\n" + textwrap.indent(text, "  ") if "\n" in text else " " + text
+            print(f"FATAL Flags parsing error:{text}", file=sys.stderr)
+            print("Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+        sys.exit(1)
     except (AttributeError, KeyError) as e:
         while isinstance(e.args[0] if e.args else None, BaseException):
             e = e.args[0]  # ml_collections wraps the KeyError that holds the message
         text = str(e.args[0]) if e.args else str(e)
         print(f"error: unknown config key {text}".replace("\n", "; "), file=sys.stderr)
         sys.exit(1)
+
+
+def _config_mistake(error: BaseException) -> BaseException | None:
+    """The user's mistake (`is_user_error`) behind absl's flag `error`, or None: absl wraps what
+    a flag's parser raised, and ml_collections what a config's `get_config` raised (their
+    exceptions' `__context__`); the first exception that neither raised is the one looked at."""
+    cause = error.__context__
+    while cause is not None and _raised_by(cause, _FLAG_LIBRARIES):
+        cause = cause.__context__
+    return cause if cause is not None and is_user_error(cause) else None
+
+
+def _raised_by(error: BaseException, packages: tuple[str, ...]) -> bool:
+    """Whether the innermost Python frame of `error`'s traceback is in one of `packages`."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and any(p in frames[-1].filename for p in packages)
 
 
 def wrap(main: Callable[[list[str]], int | None]) -> Callable[[list[str]], int]:
