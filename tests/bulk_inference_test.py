@@ -1,8 +1,10 @@
 """Bulk inference as a job (`python -m bert_jax.inference embed|predict --output FOLDER`): Parquet,
 JSONL and text shards in, one Parquet shard out per input, each row equal to the model applied
-directly; reruns skip finished shards; bad rows named by file and row; a bucket as the output;
-a failure (and, e2e, a SIGKILL) then a rerun equal to one run; 2 processes x 4 devices equal to
-1 process (e2e: the subprocesses take about a minute on 2 cores)."""
+directly; reruns skip finished shards, redo those whose input changed and compare the settings
+as used (a folder without finished shards takes new ones); bad rows named by file and row; a
+bucket as the output; a failure (and, e2e, a SIGKILL) then a rerun equal to one run, its
+progress bar ended before the error line; 2 processes x 4 devices equal to 1 process (e2e: the
+subprocesses take about a minute on 2 cores)."""
 
 import json
 import os
@@ -245,6 +247,73 @@ def test_a_failure_after_the_first_shard_then_a_rerun_equals_one_run(models, tmp
     check_rows(read_rows(tmp_path / "out"), texts, models)
 
 
+def test_a_changed_input_is_redone_and_the_unchanged_kept(models, tmp_path, capsys, caplog):
+    write_parquet(str(tmp_path / "in" / "part-0.parquet"), list(range(5)), make_texts(5, 0))
+    write_parquet(str(tmp_path / "in" / "part-1.parquet"), [10, 11, 12], make_texts(3, 1))
+    out = tmp_path / "out"
+    argv = embed_argv(tmp_path / "in", out, "--model", models.encoder, "--id_column=id")
+    argv.append("--pooling=mean")  # as check_rows computes them
+    assert main(argv) == 0
+    kept = (out / "part-1.parquet").stat().st_mtime_ns
+    # part-0 grows from 5 rows to 8 (new ids and texts); part-1 stays as it was.
+    texts = dict(zip(range(100, 108), make_texts(8, 7)))
+    write_parquet(str(tmp_path / "in" / "part-0.parquet"), list(texts), list(texts.values()))
+    capsys.readouterr()
+    caplog.clear()
+    assert main(argv) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [w.split(" changed since")[0] for w in warnings] == [
+        str(tmp_path / "in" / "part-0.parquet")
+    ]
+    assert "1 shard(s) written (1 done before, skipped)" in capsys.readouterr().out
+    assert (out / "part-1.parquet").stat().st_mtime_ns == kept
+    texts.update(zip([10, 11, 12], make_texts(3, 1)))
+    check_rows(read_rows(out), texts, models)
+    # Unchanged since: a third run redoes nothing.
+    assert main(argv) == 0
+    assert "0 shard(s) written (2 done before, skipped)" in capsys.readouterr().out
+
+
+def test_a_rerun_compares_the_effective_settings(models, tmp_path, capsys):
+    write_parquet(str(tmp_path / "in" / "part-0.parquet"), [0, 1, 2], make_texts(3, 0))
+    out = tmp_path / "out"
+    argv = embed_argv(tmp_path / "in", out, "--model", models.encoder)
+    assert main(argv) == 0
+    capsys.readouterr()
+    # The model's defaults spelled out (CLS, not normalized, 128 tokens cut to its 64
+    # positions): the same job, so it proceeds (and skips the shard).
+    assert main([*argv, "--pooling=cls", "--no-normalize", "--max_seq_length=64"]) == 0
+    assert "1 done before, skipped" in capsys.readouterr().out
+    record = json.loads((out / "_job.json").read_text())
+    assert (record["pooling"], record["normalize"], record["max_seq_length"]) == ("cls", False, 64)
+    # A setting that changes the rows: refused, naming it.
+    assert main([*argv, "--max_seq_length=16"]) == 1
+    assert "max_seq_length: 64 before, 16 now" in capsys.readouterr().err
+
+
+def test_a_rerun_after_a_job_that_wrote_nothing_may_change_its_settings(models, tmp_path, capsys):
+    write_parquet(str(tmp_path / "in" / "part-0.parquet"), [0, 1, 2], ["a b", None, "c"])
+    out = tmp_path / "out"
+    argv = embed_argv(tmp_path / "in", out, "--model", models.encoder, "--id_column=id")
+    # A bad column: an error before anything is written, so the corrected rerun proceeds.
+    assert main([*argv, "--text_column=body"]) == 1
+    assert "'body'" in capsys.readouterr().err
+    # A job that failed in its first shard (a null text) wrote no shard: other settings may
+    # follow it.
+    assert main(argv) == 1
+    assert "row 1 (id 1) has a null" in capsys.readouterr().err
+    assert not list(out.glob("*.parquet"))
+    write_parquet(str(tmp_path / "in" / "part-0.parquet"), [0, 1, 2], make_texts(3, 0))
+    assert main([*argv, "--pooling=mean"]) == 0
+    assert json.loads((out / "_job.json").read_text())["pooling"] == "mean"
+    # Finished shards in the folder: other settings are refused, and nothing is rewritten.
+    mtime = (out / "part-0.parquet").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main([*argv, "--pooling=cls"]) == 1
+    assert "pooling: 'mean' before, 'cls' now" in capsys.readouterr().err
+    assert (out / "part-0.parquet").stat().st_mtime_ns == mtime
+
+
 # Subprocesses (e2e): the multi-process job and a SIGKILL.
 
 
@@ -283,3 +352,20 @@ def test_two_processes_equal_one_and_a_kill_then_rerun_equals_one_run(models, tm
     assert main([*job, "--output", str(once)]) == 0  # the killed run's lock is taken over
     assert read_rows(once).keys() == read_rows(two).keys()
     check_rows(read_rows(once), texts, models)
+
+
+def test_a_failed_job_ends_its_progress_bar_before_the_error_line(models, tmp_path):
+    from tests.commands_test import clean_env
+
+    write_parquet(str(tmp_path / "in" / "part-0.parquet"), [0, 1, 2], make_texts(3, 0))
+    write_parquet(str(tmp_path / "in" / "part-1.parquet"), [10, 11], ["a b", None])
+    (tmp_path / "home").mkdir()
+    command = cli("embed", "--model", models.encoder, "--input", str(tmp_path / "in"),
+                  "--output", str(tmp_path / "out"), "--id_column=id", "--batch_size=8",
+                  "--compilation_cache_dir=off")  # fmt: skip
+    proc = subprocess.run(command, env=clean_env(tmp_path / "home"), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.replace("\r", "\n").splitlines() if line.strip()]
+    assert "embed" in proc.stderr and "rows" in proc.stderr  # the bar was shown
+    assert lines[-1].startswith("error: ") and "row 1 (id 11) has a null" in lines[-1], lines[-5:]

@@ -23,21 +23,30 @@ suffix replaced), whose rows are the input's rows in order:
                     --text_column): its logit through the activation the model's directory
                     names (metadata `activation`), as `sentence_transformers.CrossEncoder.predict`
 
-The file's metadata (key "bert_jax") holds the job's settings. OUT/_job.json holds them too:
-a rerun with other settings (model, command, columns, pooling, layers, max_seq_length) stops
-with an error naming them, rather than mixing two jobs' rows in one folder.
+The file's metadata (key "bert_jax") holds the job's settings, as the model resolves them
+(pooling, normalize and max_seq_length left unset are the model's own: the values used), and
+the size and SHA-256 of its input (`input_fingerprint`, as fine-tuning records its data files:
+`text_io.note_read`). OUT/_job.json holds the settings too, written once the columns (of the
+first input) and the model are checked: a rerun with other settings (model, command, columns,
+pooling, normalize, layers, max_seq_length) stops with an error naming them, rather than mix two
+jobs' rows in one folder; where the folder holds no finished shard (the earlier job failed
+before its first), nothing can be lost, and the rerun replaces the record and proceeds.
 
 Written whole: each output shard is streamed to a temporary file (beside it; a local one for a
-bucket) and renamed (copied) when complete, so a shard that exists is complete. A rerun after a
-kill skips the shards that exist and does the others: no row is written twice or lost. One job
+bucket) and renamed (copied) when complete, so a shard that exists is complete. A rerun skips
+the shards that exist and whose input is unchanged (its fingerprint equals the one the shard
+records; each input is read once more to hash it) and does the others: no row is written twice
+or lost, and a changed input's shard is written again, with a warning naming the file. One job
 at a time per output folder (`training.run_lock`, OUT/run.lock); temporary files a killed job
 left are removed when the next starts.
 
 Many processes: the flags of train.py (`--coordinator_address --num_processes --process_id`, or a
-cluster's own discovery: TPU pods, SLURM, Open MPI). Process 0 lists the shards not yet written
-and each process takes every n-th of them; each runs its shards on a mesh of its own devices
-(the batch split over them, the parameters replicated), so no process waits for another until
-the end. A failure anywhere ends every process (`parallel.multihost.guard`); finished shards stay.
+cluster's own discovery: TPU pods, SLURM, Open MPI). Process 0 lists the inputs and checks the
+settings; each process checks the inputs of every n-th finished shard, and of the shards to
+write (none yet, or an input changed) each takes every n-th. Each runs its shards on a mesh of
+its own devices (the batch split over them, the parameters replicated), so no process waits for
+another until the end. A failure anywhere ends every process (`parallel.multihost.guard`);
+finished shards stay.
 
 Batches: rows are read `chunk_rows` at a time (a background thread reads and tokenizes the next
 chunk meanwhile) and run longest first, `batch_size` neighbours in length a batch, each padded to
@@ -67,7 +76,7 @@ from absl import logging
 from jax.sharding import Mesh
 
 from bert_jax import paths
-from bert_jax.data import batching, tables
+from bert_jax.data import batching, tables, text_io
 from bert_jax.data.text_io import encode_texts
 from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.parallel import multihost, sharding
@@ -76,6 +85,7 @@ from bert_jax.training import run_lock
 COMMANDS = ("embed", "predict", "rerank")
 JOB_RECORD = "_job.json"  # "_": not a data file to `tables.expand_inputs`
 METADATA_KEY = b"bert_jax"
+FINGERPRINT = "input_fingerprint"  # the shard metadata's record of its input
 # Settings that change what a row holds: a rerun must keep them (batch size and the processes
 # may change: they change no row beyond float rounding).
 RECORDED = (
@@ -138,7 +148,8 @@ class Job:
     progress: bool = True
 
     def record(self) -> dict:
-        """The settings a rerun must keep (RECORDED), as JSON values."""
+        """The settings a rerun must keep (RECORDED), as given, as JSON values (`_Model.record`:
+        as used)."""
         out = {k: getattr(self, k) for k in RECORDED}
         out["layers"] = None if self.layers is None else list(self.layers)
         out["model"] = os.fspath(paths.as_path(self.model))  # absolute: the same from anywhere
@@ -229,21 +240,67 @@ def output_names(inputs: Sequence[str]) -> list[str]:
     return names
 
 
-def _check_record(out_dir, job: Job) -> None:
-    """Writes OUT/_job.json, or checks that an earlier run there had the same settings."""
+def _check_record(out_dir, record: dict) -> None:
+    """Writes OUT/_job.json (`record`: the settings as used), or checks that an earlier run
+    there had the same settings; one with other settings that finished no shard is replaced."""
     path = out_dir / JOB_RECORD
-    record = job.record()
     if path.exists():
         before = json.loads(path.read_text())
         changed = {k: (before.get(k), v) for k, v in record.items() if before.get(k) != v}
-        if changed:
-            diff = "; ".join(f"{k}: {a!r} before, {b!r} now" for k, (a, b) in changed.items())
+        if not changed:
+            return
+        diff = "; ".join(f"{k}: {a!r} before, {b!r} now" for k, (a, b) in changed.items())
+        if _has_shards(out_dir):
             raise ValueError(
                 f"{out_dir} holds the output of a job with other settings ({diff}); use "
                 "another --output, or remove that folder to start over"
             )
-        return
+        logging.warning("%s: the job there before (%s) finished no shard; replacing it", path, diff)
     paths.write_text_whole(path, json.dumps(record, indent=1) + "\n")
+
+
+def _has_shards(out_dir) -> bool:
+    """Whether `out_dir` holds a finished output shard (temporary files end in .tmp)."""
+    return any(
+        not name.startswith(".") and name.endswith(".parquet")
+        for _, _, files in out_dir.walk()
+        for name in files
+    )
+
+
+def _check_columns(job: Job, path: str) -> None:
+    """Raises ValueError naming `path` when it lacks a column the job reads (checked on one
+    input before anything is written: a corpus's files share their columns)."""
+    found = tables.column_names(path)
+    wanted = [c for c in (*job.text_columns(), job.id_column) if c]
+    missing = [c for c in wanted if c not in found]
+    if found and missing:  # found empty: a JSONL file without rows, written as such
+        raise ValueError(f"{path}: no column(s) {missing}; the columns are {found}")
+
+
+def _fingerprint(path: str) -> dict:
+    """An input file's identity, as fine-tuning records its data files: {"bytes": size,
+    "sha256": hex digest of the content} (`text_io.note_read`)."""
+    with text_io.record_reads() as reads:
+        text_io.note_read(path)
+    (identity,) = reads.values()
+    return identity
+
+
+def _input_change(source: str, target) -> str | None:
+    """Why the finished shard `target` no longer matches its input `source` (a sentence naming
+    the file), or None when it does."""
+    with target.open("rb") as f:
+        try:
+            metadata = pq.ParquetFile(f).schema_arrow.metadata or {}
+        except pa.ArrowException as e:
+            raise ValueError(f"{target}: not a readable Parquet file ({e}); remove it") from e
+    recorded = json.loads(metadata.get(METADATA_KEY, b"{}")).get(FINGERPRINT)
+    if recorded is None:
+        return f"{source}: its shard {target} records no fingerprint of it; writing it again"
+    if recorded != _fingerprint(source):
+        return f"{source} changed since its shard {target} was written; writing it again"
+    return None
 
 
 def _remove_partial_files(out_dir) -> None:
@@ -281,6 +338,7 @@ class _Model:
                 layers=job.layers,
             )
             wanted_length = options.max_seq_length
+            used = {"pooling": options.pooling, "normalize": options.normalize}
         elif job.command == "rerank":
             ce = loading.load_cross_encoder(job.model)
             config, params, self.tokenizer = ce.config, ce.params, ce.tokenizer
@@ -288,11 +346,13 @@ class _Model:
             step = functools.partial(batches.tuned(heads.logits_step, ("model",)), model=model)
             self.activation = ce.activation
             wanted_length = ce.pair_length(job.max_seq_length)
+            used = {}
         else:
             config, params, head, self.tokenizer = loading.load(job.model)
             model = heads.classifier(config, head)
             step = functools.partial(batches.tuned(heads.logits_step, ("model",)), model=model)
             wanted_length = job.max_seq_length or encoder.EmbeddingOptions().max_seq_length
+            used = {}
         self.config, self.job = config, job
         # A mesh of this process's own devices: rows are independent, so each process runs its
         # shards alone; the batch is split over the devices, the parameters replicated.
@@ -322,6 +382,12 @@ class _Model:
             )
         self.buckets = batches.inference_buckets(self.max_seq_length)
         self.truncated = 0
+        self.used = {**used, "max_seq_length": self.max_seq_length}
+
+    def record(self) -> dict:
+        """The settings a rerun must keep, as used: `Job.record` with the model's defaults in
+        place of the options left unset (a rerun that spells them out is the same job)."""
+        return {**self.job.record(), **self.used}
 
     def encode(self, texts: list[str], texts_b: list[str] | None) -> dict[str, np.ndarray]:
         """Token features of one chunk (`batches.features`' keys), on the reading thread."""
@@ -438,9 +504,9 @@ def _prefetched(items: Iterable, size: int = 2) -> Iterator:
 class _ShardWriter:
     """Output tables of one shard (module docstring's columns), with one schema throughout."""
 
-    def __init__(self, job: Job, model: _Model, source: str):
+    def __init__(self, job: Job, model: _Model, source: str, fingerprint: dict):
         self.job, self.source = job, source
-        meta = {**job.record(), "input": source}
+        meta = {**model.record(), "input": source, FINGERPRINT: fingerprint}
         if job.command == "predict":
             meta["label_names"] = list(heads.label_names(model.config))
         if job.command == "rerank":
@@ -505,7 +571,8 @@ def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable
     """Runs the model over `source`'s rows into the Parquet file `target`, written whole;
     returns (rows, tokens). `advance(rows)` is called after each chunk."""
     counts = [0, 0]
-    shard = _ShardWriter(job, model, source)
+    # Hashed before it is read: an input changed meanwhile differs from it on the next run.
+    shard = _ShardWriter(job, model, source, _fingerprint(source))
 
     def write(local_path: str) -> None:
         writer = None
@@ -538,21 +605,32 @@ def _known_rows(files: Sequence[str]) -> int | None:
     return None if not counts or None in counts else sum(counts)
 
 
-def _plan(job: Job, out_dir) -> tuple[list[tuple[str, str]], int]:
-    """Process 0's list of (input, output name) still to do, shared with every process, and
-    how many were done before."""
+def _plan(job: Job, model: _Model, out_dir) -> tuple[list[tuple[str, str]], int]:
+    """The (input, output name) pairs still to do, the same on every process, and how many
+    were done before: process 0 lists the inputs, checks the columns and settings and finds the
+    finished shards; the processes check those shards' inputs, every n-th each."""
     text = "[]"
-    skipped = 0
-    if jax.process_index() == 0:
-        _check_record(out_dir, job)
-        _remove_partial_files(out_dir)
+    me, num_processes = jax.process_index(), jax.process_count()
+    if me == 0:
         inputs = tables.expand_inputs(job.input)
         names = output_names(inputs)
-        todo = [(i, n) for i, n in zip(inputs, names) if not (out_dir / n).exists()]
-        skipped = len(inputs) - len(todo)
-        text = json.dumps({"todo": todo, "skipped": skipped})
-    shared = json.loads(multihost.broadcast("bulk_plan", text))
-    return [tuple(x) for x in shared["todo"]], shared["skipped"]
+        _check_columns(job, inputs[0])
+        _check_record(out_dir, model.record())  # the settings, once they are checked
+        _remove_partial_files(out_dir)
+        text = json.dumps([(i, n, (out_dir / n).exists()) for i, n in zip(inputs, names)])
+    shards = json.loads(multihost.broadcast("bulk_plan", text))
+    finished = [(i, n) for i, n, exists in shards if exists][me::num_processes]
+    mine = [(i, why) for i, n in finished if (why := _input_change(i, out_dir / n))]
+    changed = dict(
+        x
+        for part in multihost.all_gather("bulk_changed", json.dumps(mine))
+        for x in json.loads(part)
+    )
+    if me == 0:
+        for why in changed.values():
+            logging.warning("%s", why)
+    todo = [(i, n) for i, n, exists in shards if not exists or i in changed]
+    return todo, len(shards) - len(todo)
 
 
 def run(job: Job) -> Summary:
@@ -562,15 +640,16 @@ def run(job: Job) -> Summary:
       The whole job's `Summary` (every process's counts), the same on every process.
 
     Raises:
-      ValueError: a bad setting or input row (naming the file and row), a rerun with other
-        settings; FileNotFoundError: no input files.
+      ValueError: a bad setting, a missing column or a bad input row (naming the file and
+        row), a rerun with other settings over finished shards; FileNotFoundError: no input
+        files.
     """
     job.check()
     model = _Model(job)  # errors in the model or settings before anything is written
     out_dir = paths.as_path(job.output)
     me, n = jax.process_index(), jax.process_count()
     with run_lock.hold(out_dir, flag="--output"):
-        todo, skipped = _plan(job, out_dir)
+        todo, skipped = _plan(job, model, out_dir)
         mine = todo[me::n]
         logging.info(
             "process %d: %d of the %d shard(s) to write (%d done before)",
@@ -582,16 +661,16 @@ def run(job: Job) -> Summary:
         start = time.perf_counter()
         show = job.progress and me == 0
         total = _known_rows([source for source, _ in mine]) if show else None
-        bar = tqdm.tqdm(
-            total=total, unit=" rows", desc=job.command, disable=not show, dynamic_ncols=True
-        )
         rows = tokens = 0
-        for k, (source, name) in enumerate(mine):
-            bar.set_postfix_str(f"shard {k + 1}/{len(mine)}")
-            r, t = _write_shard(job, model, source, out_dir / name, bar.update)
-            rows, tokens = rows + r, tokens + t
-            logging.info("wrote %s (%d rows)", out_dir / name, r)
-        bar.close()
+        # Closed on an error too: the bar's last line comes before the command's `error: ...`.
+        with tqdm.tqdm(
+            total=total, unit=" rows", desc=job.command, disable=not show, dynamic_ncols=True
+        ) as bar:
+            for k, (source, name) in enumerate(mine):
+                bar.set_postfix_str(f"shard {k + 1}/{len(mine)}")
+                r, t = _write_shard(job, model, source, out_dir / name, bar.update)
+                rows, tokens = rows + r, tokens + t
+                logging.info("wrote %s (%d rows)", out_dir / name, r)
         mine_done = json.dumps([rows, tokens, len(mine)])
         counts = np.array([json.loads(x) for x in multihost.all_gather("bulk_end", mine_done)])
         seconds = time.perf_counter() - start
