@@ -20,6 +20,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.common import pyproject_table
 from tests.train_test import env as train_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -236,22 +237,10 @@ def test_train_py_init_from_a_hub_id(homes):
     assert any("train/loss" in r for r in rows)
 
 
-def declared_scripts(pyproject) -> list[str]:
-    """The names of pyproject.toml's `[project.scripts]` (read by line: no tomllib on 3.10)."""
-    names, inside = [], False
-    for line in open(pyproject, encoding="utf-8"):
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("["):
-            inside = line == "[project.scripts]"
-        elif inside and "=" in line:
-            names.append(line.split("=", 1)[0].strip().strip('"'))
-    return names
-
-
 def test_console_scripts_answer_help(tmp_path):
     """Every `[project.scripts]` entry of pyproject.toml is installed beside this Python and
     answers --help."""
-    scripts = declared_scripts(os.path.join(ROOT, "pyproject.toml"))
+    scripts = list(pyproject_table("project.scripts"))
     assert "bert-jax-convert" in scripts, scripts
     bin_dir = os.path.dirname(sys.executable)
     env = clean_env(tmp_path)

@@ -121,3 +121,17 @@ def recorded_compiles():
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def pyproject_table(name: str) -> dict[str, str]:
+    """The `key = value` lines of pyproject.toml's `[name]` table, as text (read by line: no
+    tomllib on Python 3.10), e.g. "project.scripts" -> {"bert-jax-convert": "bert_jax.convert:main"}."""
+    table, inside = {}, False
+    for line in open(CONFIGS.parent / "pyproject.toml", encoding="utf-8"):
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("["):
+            inside = line == f"[{name}]"
+        elif inside and "=" in line:
+            key, value = (part.strip().strip('"') for part in line.split("=", 1))
+            table[key] = value
+    return table
