@@ -552,3 +552,27 @@ def test_embed_benchmark_texts_are_queries_or_passages_of_the_stated_lengths():
     assert embed.corpus_texts("lines", 3, words) == embed.corpus_texts("lines", 5, words)[:3]
     with pytest.raises(ValueError, match="the plays have"):
         embed.corpus_texts("long", 10**6, words)
+
+
+def test_comment_share_counts_docstrings_and_comments_only():
+    """benchmarks/comment_share.py: docstrings (module, class, function) and `#` lines are prose;
+    code, strings that are not docstrings and blank lines are not."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import comment_share
+    finally:
+        sys.path.pop(0)
+    source = '''"""Module.
+
+Two lines."""
+
+# a comment
+X = "not a docstring"
+
+
+def f(a):
+    """One line."""
+
+    return a  # a trailing comment is code
+'''
+    assert comment_share.prose_lines(source) == (7, 4, 3)
