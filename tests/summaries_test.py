@@ -174,6 +174,25 @@ def test_summary_reports_throughput_metrics_and_places(tmp_path):
     assert f"TensorBoard: tensorboard --logdir {tmp_path / 'tensorboard'}" in text
 
 
+def test_the_final_evaluation_is_the_result_in_the_summary_and_after_the_bar(tmp_path):
+    """Fine-tuning scores its final model once more at the end ("final/..."): the summary and the
+    bar give those scores, labelled final, not the last evaluation during training."""
+    view = summaries.MetricView(
+        summary=("loss", "accuracy"),
+        progress=("train/loss", "eval/accuracy"),
+        final_title="final dev",
+    )
+    w = summaries.MetricWriter(str(tmp_path), total_steps=20, progress=True, view=view)
+    w.write(10, {"train/loss": 0.9, "eval/accuracy": 0.33})
+    w.write(20, {"train/loss": 0.7})
+    assert "held-out: accuracy 0.33" in w.summary(20)  # no final evaluation yet
+    w.write(20, {"final/accuracy": 0.38, "final/test_accuracy": 0.35})
+    text = w.summary(20)
+    assert w._console._bar.postfix == "train/loss=0.7 final/acc=0.38"
+    w.close()
+    assert "  final dev: accuracy 0.38\n" in text and "held-out" not in text, text
+
+
 def test_summary_without_timing_leaves_the_throughput_out(tmp_path):
     w = _pretraining_run(tmp_path)
     for timing in (None, SimpleNamespace(train_seconds=0.0, train_tokens=0.0)):

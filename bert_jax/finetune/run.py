@@ -64,6 +64,7 @@ VIEW = MetricView(
     summary=("loss", "accuracy"),
     progress=("train/loss", "eval/accuracy", "train/tokens_per_s"),
     curves_accuracy_title="accuracy (and held-out NSP AUC: 0.5 is chance)",
+    final_title="final dev",  # the final model's dev scores (results.json's)
 )
 
 

@@ -34,6 +34,8 @@ from bert_jax.paths import as_path, is_url, write_text_whole
 
 # A cleaned metric value: a float, or its text where it is not finite ("nan", "inf").
 Value = float | str
+# The group of the final model's held-out scores (`MetricView`).
+FINAL = "final/"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,11 @@ class MetricView:
     In `console` and `summary` a name ending in "/" matches a group ("eval/": every held-out
     metric) and any other name a metric's name after its group ("loss": "train/loss",
     "eval/loss", "final/loss").
+
+    A job that scores its final model once more at the end writes those scores as "final/..."
+    (fine-tuning's final dev metrics, results.json's): once written, they stand in the summary
+    and after the bar in place of the held-out ("eval/...") ones, the last evaluation during
+    training, which would otherwise read as the run's result.
 
     Attributes:
       console: the metrics of the log line printed at each write.
@@ -54,6 +61,7 @@ class MetricView:
         accuracies they are the floor of.
       curves_accuracy: full names drawn on the accuracy panel besides every "...accuracy".
       curves_accuracy_title: that panel's title.
+      final_title: the summary's title of the "final/..." metrics.
     """
 
     console: tuple[str, ...] = ()
@@ -62,6 +70,7 @@ class MetricView:
     baselines: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
     curves_accuracy: tuple[str, ...] = ()
     curves_accuracy_title: str = "accuracy"
+    final_title: str = "final"
 
 
 class Timing(Protocol):
@@ -184,7 +193,10 @@ class MetricWriter:
             n = timing.compiles
             lines[0] += f"; {n} compile{'s' if n > 1 else ''} (new batch shapes): "
             lines[0] += f"{timing.compile_s:.0f} s"
-        for prefix, title in (("eval/", "held-out"), ("train/", "train (last window)")):
+        groups = [("eval/", "held-out"), ("train/", "train (last window)")]
+        if any(k.startswith(FINAL) for k in self.latest):  # the result: not the last eval's
+            groups[0] = (FINAL, self.view.final_title)
+        for prefix, title in groups:
             keys = [
                 k
                 for k in self.latest
@@ -349,7 +361,9 @@ class ConsoleSink:
             self._stream = _LogAboveBar.install(self._bar)
 
     def write(self, step: int, metrics: Mapping[str, Value]) -> None:
-        self._shown.update({k: v for k, v in metrics.items() if k in self.view.progress})
+        self._shown.update(
+            {k: v for k, v in metrics.items() if _held_out_name(k) in self.view.progress}
+        )
         if self._bar is not None:
             self._bar.set_postfix_str(self._postfix(), refresh=False)
         shown = {k: v for k, v in metrics.items() if _matches(k, self.view.console)}
@@ -358,6 +372,8 @@ class ConsoleSink:
     def _postfix(self) -> str:
         parts = []
         for key in self.view.progress:
+            final = FINAL + _short(key) if key.startswith("eval/") else None
+            key = final if final in self._shown else key  # the final evaluation's, once there
             if key not in self._shown:
                 continue
             if _short(key).endswith("tokens_per_s"):
@@ -531,6 +547,12 @@ def plot_curves(
 def _matches(key: str, names: tuple[str, ...]) -> bool:
     """Whether `key` is one of `names` ("eval/": a group; "loss": a name after its group)."""
     return any(key.startswith(n) if n.endswith("/") else _short(key) == n for n in names)
+
+
+def _held_out_name(key: str) -> str:
+    """The "eval/..." name of a "final/..." metric (the same score of the final model); other
+    names as they are."""
+    return "eval/" + _short(key) if key.startswith(FINAL) else key
 
 
 def _short(key: str) -> str:

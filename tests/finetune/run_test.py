@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -102,10 +103,11 @@ def sentiment_files(folder, seed=0, length=(4, 10)):
             write_csv(folder / f"{split}.csv", rows, ["text", "label"])
 
 
-def test_classification_learns_and_writes_predictions(tmp_path, vocab):
+def test_classification_learns_and_writes_predictions(tmp_path, vocab, capsys):
     sentiment_files(tmp_path)  # its test file has no labels: predictions are written, no metric
     config = finetune_config("custom", tmp_path, vocab, **{"finetune.seeds": "0,1"})
     results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
+    assert_closing_lines_report_the_final_evaluation(capsys.readouterr(), tmp_path / "run")
     assert set(results["seeds"]) == {"0", "1"}
     assert results["mean"]["accuracy"] > 0.9, results
     assert (
@@ -128,6 +130,26 @@ def test_classification_learns_and_writes_predictions(tmp_path, vocab):
         assert meta["pipeline_tag"] == "text-classification" and "custom" in meta["tags"]
         final = {f"final/{k}": v for k, v in results["seeds"][str(seed)].items()}
         assert held_out_metrics(meta) == final
+
+
+def assert_closing_lines_report_the_final_evaluation(captured, workdir):
+    """Each seed's closing summary and its progress bar's last words give the final model's dev
+    scores, labelled final, as results.json holds them (not the last evaluation during
+    training), and name the kept model."""
+    saved = json.load(open(workdir / "results.json"))["seeds"]
+    bars = re.findall(r"(\S+/acc)=([^\s\]]+)", re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", captured.err))
+    for seed, metrics in saved.items():
+        summary = captured.out.split(f"seed {seed}: ", 1)[1].split("\n\n", 1)[0]
+        lines = {
+            k.strip(): v for k, _, v in (line.partition(": ") for line in summary.splitlines())
+        }
+        assert "held-out" not in lines, summary  # the last mid-run evaluation is not the result
+        shown = dict(part.rsplit(" ", 1) for part in lines["final dev"].split(", "))
+        assert float(shown["accuracy"]) == pytest.approx(metrics["accuracy"], rel=1e-3), summary
+        assert lines["kept"].startswith("the best model by dev f1: "), summary  # keep="best"
+    # The bar of the last seed closes on its final dev accuracy.
+    assert bars and bars[-1][0] == "final/acc", bars[-3:]
+    assert float(bars[-1][1]) == pytest.approx(saved[max(saved, key=int)]["accuracy"], rel=1e-3)
 
 
 def test_seeds_and_evaluations_compile_each_step_once_per_shape(tmp_path, vocab):
