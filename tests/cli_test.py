@@ -88,3 +88,41 @@ cli.wrap(main)([])
     lines = proc.stderr.splitlines()
     assert lines[-1] == "error: checkpoint 4 cannot be restored", proc.stderr[-2000:]
     assert sum("error:" in line for line in lines) == 1, proc.stderr[-2000:]
+
+
+def test_a_config_variant_mistake_of_train_py_is_one_line(tmp_path):
+    """train.py with a mistake that absl's flag parsing meets (a variant of `--config=X.py:...`
+    that the config's `get_config` refuses, an unknown `--config.<key>`): one `error:` line naming
+    it (and, for a variant, what it may be), status 1, no absl FATAL report or traceback; in a
+    clean environment (no HF_* variable, a fresh HOME)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.commands_test import ROOT, clean_env
+
+    # the flags -> what the error line names
+    mistakes = {
+        ("--config=configs/finetune.py:inti=minilm",): ("'inti'", "init=", "task="),  # a typo
+        ("--config=configs/finetune.py:init=nosuchmodel",): ("'nosuchmodel'", "init=minilm"),
+        ("--config=configs/finetune.py:init=minilm", "--config.foo=1"): ("'foo'",),
+    }
+    (tmp_path / "home").mkdir()
+    procs = {
+        flags: subprocess.Popen(
+            [sys.executable, "train.py", *flags, f"--workdir={tmp_path / 'run'}"],
+            env=clean_env(tmp_path / "home"),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for flags in mistakes
+    }
+    for flags, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert proc.returncode == 1 and len(lines) == 1, (flags, err[-3000:])
+        assert lines[0].startswith("error: "), (flags, err)
+        assert all(word in lines[0] for word in mistakes[flags]), (flags, err)
+    assert not os.path.exists(tmp_path / "run")

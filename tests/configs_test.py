@@ -88,6 +88,9 @@ def test_locked_configs_reject_unknown_keys_and_bad_variants():
         module.get_config("size=large,tpu=v5e-7")
     recipe = module.get_config("size=large,phase=2,tpu=v4-32")
     assert recipe.topology == "v4:2x2x4" and recipe.mesh.fsdp == -1 and recipe.mesh.data == 1
+    for name in ("finetune.py", "embed.py", "rerank.py"):  # init= names a known starting point
+        with pytest.raises(ValueError, match=r"init='nosuchmodel': expected init=minilm"):
+            load_config_file(name).get_config("init=nosuchmodel")
 
 
 def test_tpu_phase1_batches_take_the_original_tokens_per_slice():
