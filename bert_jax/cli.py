@@ -21,7 +21,8 @@ user), and the built-in types of bad input (`USER_ERROR_TYPES`: ValueError, the 
 existing file errors, FloatingPointError) when the project's own code raised them (its `raise`
 names the key, file or line). The same built-in types raised inside a library (numpy, JAX) are
 bugs here: they keep the traceback. To report a new kind of mistake, raise one of those types (or
-a subclass) with a message that names the key, file or line.
+a subclass) with a message that names the key, file or line. A storage service out of reach (a
+gs:// bucket without network or credentials: `paths.unreachable_storage`) is one too.
 
 Ctrl-C: Python raises KeyboardInterrupt wherever the main thread is, and where that is a garbage
 collector callback (JAX registers one) the exception is printed as "Exception ignored" and lost.
@@ -139,12 +140,15 @@ def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -
         except KeyboardInterrupt:
             code = None
         except Exception as e:  # noqa: BLE001  (sorted into mistakes and bugs)
+            from bert_jax.paths import unreachable_storage
+
+            mistake = unreachable_storage(e) or e  # a bucket out of reach: the user's to fix
             if interrupt is not None and interrupt.interrupted:
                 code = None
-            elif not is_user_error(e):
+            elif not is_user_error(mistake):
                 raise
             else:
-                message, code = f"error: {e}", 1
+                message, code = f"error: {mistake}", 1
         if message:
             _collect_quietly()
             if leave_at_once:

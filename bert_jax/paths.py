@@ -84,6 +84,66 @@ def prepare_out_dir(out_dir: str | os.PathLike, names: Sequence[str], overwrite:
     return out_dir
 
 
+class StorageUnreachableError(OSError):
+    """A URL's storage service (gs://...) could not be reached from here: no network, no
+    credentials, or no permission. A user's mistake (`bert_jax.cli`), not a bug."""
+
+
+# TensorFlow's errors (tf.io.gfile: epath's backend for gs:// where TensorFlow is installed) that
+# say its storage service could not be reached, not that the program or the path is wrong: a
+# request that found no server (FailedPrecondition, "libcurl code 6 meaning 'Could not resolve
+# hostname'"), credentials missing or refused (HTTP 401, 403: PermissionDenied), a service away
+# or too slow, and after tf.io.gfile's retries (GCS_RETRY_CONFIG_MAX_RETRIES, 10 by default,
+# minutes) a refused connection (Aborted, "All 10 retry attempts failed ...").
+_TF_ERRORS = "tensorflow.python.framework.errors_impl"
+_UNREACHABLE = (
+    "AbortedError",
+    "FailedPreconditionError",
+    "UnauthenticatedError",
+    "PermissionDeniedError",
+    "UnavailableError",
+    "DeadlineExceededError",
+)
+_URL = re.compile(r"\b(?!https?://)[a-z][\w+.-]*://[^\s'\"]+")
+
+
+def unreachable_storage(error: BaseException) -> StorageUnreachableError | None:
+    """`error` as the user's error "cannot reach gs://bucket/run: <reason>" when it is the storage
+    client's failure to reach a URL (`_UNREACHABLE`, its message naming the URL); None for any
+    other error, which stays what it is (a bug keeps its traceback)."""
+    while isinstance(error, OSError) and str(error) == str(error.__context__):
+        error = error.__context__  # epath's `OSError(str(tf_error)) from None`: the same error
+    kind, text = type(error), str(error)
+    if kind.__module__ != _TF_ERRORS or kind.__name__ not in _UNREACHABLE:
+        return None
+    if kind.__name__ == "FailedPreconditionError" and "libcurl code" not in text:
+        return None  # a request that reached the server, or no request: not the network
+    retries = re.match(r"All (\d+) retry attempts failed", text)
+    if kind.__name__ == "AbortedError" and not retries:
+        return None  # an operation that gave way to another: not the network
+    url = _URL.search(text)
+    if url is None:
+        return None
+    first = text.strip().splitlines()[0]
+    details = re.search(r"error details: (.+)", first)
+    status = re.search(r"HTTP response code (\d+)", first)
+    if details:
+        reason = details.group(1)
+    elif status:
+        said = re.search(r'"message":\s*"([^"]+)"', text)
+        reason = f"HTTP {status.group(1)}" + (f" ({said.group(1)})" if said else "")
+    else:
+        reason = first
+    if retries and int(retries.group(1)):
+        reason += f" (after {retries.group(1)} retries)"
+    if kind.__name__ in ("UnauthenticatedError", "PermissionDeniedError"):
+        reason += (
+            "; check the credentials (gcloud auth application-default login, or "
+            "GOOGLE_APPLICATION_CREDENTIALS) and the bucket's permissions"
+        )
+    return StorageUnreachableError(f"cannot reach {url.group(0).rstrip('.,;')}: {reason}")
+
+
 def missing_path_error(path: str | os.PathLike) -> FileNotFoundError:
     """The error for a checkpoint path that does not exist; when it reads like a Hugging Face Hub
     id ("bert-base-uncased", "org/name"), it says which loaders read Hub ids."""

