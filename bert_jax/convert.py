@@ -1,32 +1,18 @@
 """Lossless conversion between bert_jax parameters and other BERT checkpoint formats.
 
-Formats:
-  * Hugging Face PyTorch directories: `config.json` + `model.safetensors` or `pytorch_model.bin`,
-    sharded (`*.index.json`) or not, with or without the `bert.` prefix, old `gamma`/`beta`
-    LayerNorm names, the tied decoder and either spelling of the MLM output bias. ModernBERT
-    directories too (`model_type: "modernbert"` in config.json picks the family,
-    `bert_jax.models.families`), with or without the `model.` prefix.
-  * google-research/bert TF checkpoints: `bert_model.ckpt.*` or `model.ckpt-N.*` +
-    `bert_config.json` (`checkpoints.tf.find_tf_checkpoint`; its "gelu" is erf unless told
-    otherwise, `checkpoints.tf.TF_GELU_NOTE`), and google-research/electra's (the discriminator,
-    or with `--model ElectraForMaskedLM` the generator), which come without a config file: the
-    Hugging Face config.json of the model read, beside them or given (`--config`). TensorFlow is
-    an optional extra, imported only there.
-  * transformers' Flax classes (4.x): `config.json` + `flax_model.msgpack`, sharded or not, with
-    or without the `bert` prefix (`bert_jax.checkpoints.hf_flax`).
-  * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint.
-  * a `train.py` run directory (its newest checkpoint's parameters).
+Formats (what each accepts and refuses: docs/conversion.md), one module of
+`bert_jax.checkpoints` each (`detect` picks one, `verify` compares with PyTorch):
+  * Hugging Face PyTorch directories (`hf`), with or without the `bert.` (ModernBERT: `model.`)
+    prefix; the family by config.json's model_type (`bert_jax.models.families`).
+  * google-research/bert and google-research/electra TF checkpoints (`tf`; TensorFlow is an
+    optional extra, imported only there).
+  * transformers' Flax classes, 4.x (`hf_flax`).
+  * bert_jax's own directory: `config.json` + an Orbax `params/` checkpoint (`native`).
+  * a `train.py` run directory: its newest checkpoint's parameters (`run_params`).
 
-Each format is one module of `bert_jax.checkpoints` (`hf`, `hf_flax`, `tf`, `native`,
-`run_params`; `detect` picks one, `verify` compares with PyTorch); this module is their command
-and re-exports the functions users call. Paths are local or URLs (gs://...), read and written
-through `etils.epath`.
-
-One table (`bert_jax.checkpoints.table.parameter_table`) maps every bert_jax parameter to its
-Hugging Face and TF name and to the reshape/transpose between them; loading and saving both read
-it. Nothing is silent: a missing weight raises unless new task heads are asked for (and the
-report lists them), every unused source weight is listed, and a shape mismatch names the key and
-both shapes.
+This module is their command and re-exports the functions users call; paths are local or URLs
+(gs://...), through `etils.epath`. One table (`checkpoints.table.parameter_table`) maps every
+parameter to its Hugging Face and TF name and the reshape/transpose between them.
 
 Python API:
     config, params = load_pytorch(hf_dir, model="BertForPreTraining")

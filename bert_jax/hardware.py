@@ -2,19 +2,9 @@
 
 One home for hardware facts, read by the run-time config (which dtype "auto" means), the attention
 kernels (where cuDNN's flash attention runs), the loop (peak FLOP/s for MFU) and ahead-of-time
-compilation (a card's or a chip's memory, peaks and limits, deviceless):
-
-* platforms: `PLATFORMS`, `current_platform` and `compute_capability` of the devices in use;
-* NVIDIA compute capabilities: bfloat16 matrix units (`BFLOAT16_MIN_COMPUTE_CAPABILITY`), cuDNN's
-  flash attention (`CUDNN_MIN_COMPUTE_CAPABILITY`, `CUDNN_MAX_HEAD_DIM`), CUDA's per-SM limits
-  (`SM_LIMITS`);
-* cards and chips: `GPU_CARDS` (`GpuCard`), `TPU_CHIPS` (`TpuChip`), `TPU_GENERATIONS`, and
-  `PEAK_BF16_FLOPS` by `jax.Device.device_kind` (`peak_flops_per_device`);
-* CPUs: /proc/cpuinfo's flags and the bfloat16 matrix units among them (`BFLOAT16_MATRIX_FLAGS`,
-  `emulated_bfloat16_warning`).
-
-Peaks are dense (no sparsity) from the vendors' public data sheets; sizes in bytes unless a name
-says GiB, bandwidths in bytes/s unless it says GB/s.
+compilation (a card's or a chip's memory, peaks and limits, deviceless). Peaks are dense (no
+sparsity) from the vendors' public data sheets; sizes in bytes unless a name says GiB, bandwidths
+in bytes/s unless it says GB/s.
 """
 
 from __future__ import annotations
@@ -27,9 +17,7 @@ import jax
 
 GIB = 2**30
 
-# --------------------------------------------------------------------------------------------
-# Platforms
-# --------------------------------------------------------------------------------------------
+# ---- Platforms ----
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 
 
@@ -65,9 +53,7 @@ def compute_capability(mesh: jax.sharding.Mesh | None = None) -> str | None:
     return getattr(device, "compute_capability", None)
 
 
-# --------------------------------------------------------------------------------------------
-# NVIDIA compute capabilities
-# --------------------------------------------------------------------------------------------
+# ---- NVIDIA compute capabilities ----
 # bfloat16 matrix units (tensor cores): Ampere (8.0) and later. dtype "auto" computes in float16
 # below it (V100 7.0, T4 7.5), in bfloat16 from it on (A100 8.0 and later).
 BFLOAT16_MIN_COMPUTE_CAPABILITY = (8, 0)
@@ -126,9 +112,7 @@ SM_LIMITS = {
 }
 
 
-# --------------------------------------------------------------------------------------------
-# GPU cards
-# --------------------------------------------------------------------------------------------
+# ---- GPU cards ----
 class GpuCard(NamedTuple):
     """One NVIDIA card, from NVIDIA's public data sheets and CUDA's per-architecture limits.
 
@@ -235,9 +219,7 @@ def nvidia_gpu_attached() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
-# --------------------------------------------------------------------------------------------
-# TPU chips
-# --------------------------------------------------------------------------------------------
+# ---- TPU chips ----
 class TpuChip(NamedTuple):
     """One TPU chip (all its TensorCores) from Google Cloud's data sheets.
 
@@ -311,9 +293,7 @@ def peak_flops_per_device(device_kind: str) -> float | None:
     return None
 
 
-# --------------------------------------------------------------------------------------------
-# CPUs
-# --------------------------------------------------------------------------------------------
+# ---- CPUs ----
 # /proc/cpuinfo flags of the units that multiply bfloat16 matrices natively: Intel AMX, AVX-512 BF16
 # (Intel since Cooper Lake, AMD since Zen 4) and aarch64's BF16 extension (BFMMLA). Without one,
 # bfloat16 matmuls are emulated through float32 and run no faster than float32 ones.

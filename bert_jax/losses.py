@@ -201,9 +201,7 @@ def _unit(x: Array) -> Array:
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-# --------------------------------------------------------------------------------------------
-# Rerankers (cross-encoders): one relevance logit per (query, passage) pair
-# --------------------------------------------------------------------------------------------
+# ---- Rerankers (cross-encoders): one relevance logit per (query, passage) pair ----
 def binary_cross_entropy(logits: Array, labels: Array, weights: Array | None = None):
     """Pointwise binary cross-entropy on a relevance logit (sentence-transformers'
     BinaryCrossEntropyLoss: `BCEWithLogitsLoss`, its mean = loss_sum / count).

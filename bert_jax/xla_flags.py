@@ -8,12 +8,10 @@ that started one before importing bert_jax gets none of them, and `apply()` logs
 already named in the variable (set by the user) is never overridden; `BERT_JAX_XLA_FLAGS=0` in
 the environment applies none.
 
-Every flag here is kept only with a measurement that shows it helps and leaves results exact
-(equal to XLA's default within float rounding; the equivalence tests run with them): the CPU's in
-benchmarks/RESULTS.md (`benchmarks/cpu_options.py`, per CPU family: `hardware.cpu_family`), the
-TPU's in benchmarks/RESULTS_tpu.md (deviceless compiles of the recipes). Options that a config
-chooses per run (TPU windowed einsum: `RuntimeConfig.collective_matmul`) stay with the config and
-reach XLA per program (`RuntimeConfig.compiler_options`), not through here.
+A flag is added only with a measurement showing it faster and exact (equal to XLA's default
+within float rounding): benchmarks/RESULTS.md for the CPU, RESULTS_gpu.md, RESULTS_tpu.md. Options
+a config chooses per run (`RuntimeConfig.collective_matmul`) reach XLA per program
+(`RuntimeConfig.compiler_options`), not through here.
 """
 
 from __future__ import annotations
@@ -27,43 +25,22 @@ from bert_jax import hardware
 
 DISABLE_VARIABLE = "BERT_JAX_XLA_FLAGS"  # "0": apply none
 
-# --------------------------------------------------------------------------------------------
-# CPU (XLA:CPU, jaxlib 0.10.2): by `hardware.cpu_family`. XLA's defaults run the dots in
-# XNNPACK/YNNPACK; `benchmarks/cpu_options.py` measures every XLA:CPU option against them
-# (benchmarks/RESULTS.md, "XLA:CPU options per CPU family").
-# - AMD (EPYC): none. No option set that changes the program measured faster beyond the spread
-#   of those that leave it unchanged; with jaxlib 0.10.2 the oneDNN options change nothing there
-#   (YNNPACK or XLA's own dots keep every matmul).
-# - Intel with AVX-512 / AMX: none yet. oneDNN's matmul custom calls
-#   (`xla_cpu_experimental_onednn_custom_call`) ran the step 10-18% faster on a 2-core Xeon, but
-#   their exactness could not be checked on the project's AMD machine, where they never appear in
-#   the compiled program: `benchmarks/cpu_options.py` on an Intel machine checks both; add
-#   `"intel_avx512"` / `"intel_amx"` rows here once it finds them exact and faster.
-# --------------------------------------------------------------------------------------------
+# XLA:CPU flags by `hardware.cpu_family`: none yet on any family. Measurements and what an
+# Intel row still needs: benchmarks/RESULTS.md, "XLA:CPU options per CPU family".
 CPU_BY_FAMILY: dict[str, dict[str, str]] = {}
 
-# XLA:CPU options of the inference programs only (`inference_options`: the compile options of
-# `python -m bert_jax.inference`'s steps, never of training's), by CPU family.
-# - Intel with AMX (a 2-core Xeon): no YNNPACK fusions. The MiniLM encoder's forward ran
-#   1.03-1.40x faster with them off (32x32 1.03, 128x32 1.14, 64x64 1.16-1.18, 16x160 1.40;
-#   `benchmarks/cpu_options.py --what=embed`), exact at every shape; the base pretraining step ran
-#   0.97x and not exact within the script's rtol, so training keeps XLA's default.
+# XLA:CPU options of the inference programs only (`inference_options`), never training's, by
+# CPU family. Intel AMX without YNNPACK fusions: exact and faster for the encoder, slower and not
+# exact for the training step (benchmarks/RESULTS.md, "Packed inference against ...").
 CPU_INFERENCE_BY_FAMILY: dict[str, dict[str, str]] = {
     "intel_amx": {"xla_cpu_experimental_ynn_fusion_type": ""},
 }
 
-# --------------------------------------------------------------------------------------------
-# GPU (XLA:GPU through JAX's CUDA plugin, jaxlib 0.10.2): applied to XLA_FLAGS.
-#
-# Empty: no GPU was available to time a flag on, and a deviceless compile cannot (it is not
-# autotuned: benchmarks/RESULTS_gpu.md, section 6). The candidates below are those the JAX GPU
-# performance guide (docs.jax.dev, "GPU performance tips") and NVIDIA's JAX-Toolbox ("Tips for
-# High-Performance LLMs with JAX and XLA", the flags baked into its JAX image) give for H100s;
-# each goes into `GPU` once `benchmarks/pretrain_step.py` measures it faster on a card, with the
-# figures in RESULTS_gpu.md. The latency-hiding scheduler and the collective options matter only
-# where a step has collectives (gpu=h100x8: the data-parallel gradient all-reduce); one card's
-# step has none.
-# --------------------------------------------------------------------------------------------
+# XLA:GPU flags (XLA_FLAGS): none yet, as no card has timed one (benchmarks/RESULTS_gpu.md, "XLA
+# GPU flags"). The candidates come from JAX's "GPU performance tips" and NVIDIA JAX-Toolbox's
+# "Tips for High-Performance LLMs with JAX and XLA"; each moves into `GPU` once
+# `benchmarks/pretrain_step.py` measures it faster on a card. The collective ones matter only
+# where a step has collectives (gpu=h100x8's gradient all-reduce).
 GPU: dict[str, str] = {}
 
 GPU_CANDIDATES: dict[str, str] = {
@@ -79,10 +56,7 @@ GPU_CANDIDATES: dict[str, str] = {
     "xla_gpu_all_reduce_combine_threshold_bytes": str(2**30),
 }
 
-# --------------------------------------------------------------------------------------------
-# TPU (libtpu, LIBTPU_INIT_ARGS): none yet; no libtpu flag has been compiled against the recipes
-# (benchmarks/RESULTS_tpu.md). Windowed einsum is the config's (`collective_matmul`).
-# --------------------------------------------------------------------------------------------
+# libtpu flags (LIBTPU_INIT_ARGS): none yet; none has been compiled against the recipes.
 TPU: dict[str, str] = {}
 
 

@@ -9,28 +9,19 @@ A checkpoint step directory `<workdir>/checkpoints/<step>/` holds these items:
               of processes (or devices per process) starts from it: elastic resume
     meta      JSON: the model config (Hugging Face fields), the head class and the step
 
-Saves are asynchronous (training continues while the arrays are written) and atomic: Orbax writes
-to a temporary directory and renames it when complete, so an interrupted save is never mistaken
-for a checkpoint.
+Saves are asynchronous and atomic (Orbax renames a temporary directory when complete). Restoring
+never loses progress; every process must agree on each failure (docs/pretraining.md):
 
-Restoring never loses progress. Each failure is told apart, and every process must agree:
+1. corrupt or missing files on every process: the checkpoint is moved aside to
+   `<workdir>/checkpoints/corrupt-<step>` (kept) and the previous one tried. Orbax wraps
+   tensorstore's message in a generic one, so the whole `__cause__` chain is read;
+2. transient I/O errors: retried a few times, then the run stops;
+3. anything else: a `RestoreError` naming the cause; nothing is moved or deleted.
 
-1. corrupt or missing files (truncated or deleted arrays, undecodable JSON, a missing item) on
-   every process: the checkpoint is moved aside to `<workdir>/checkpoints/corrupt-<step>` (kept,
-   never deleted) and the previous one is tried. Orbax wraps tensorstore's message (OUT_OF_RANGE,
-   "Truncated Zstd-compressed stream") in a generic one, so the whole `__cause__` chain is read;
-2. transient I/O errors (timeouts, unavailable storage): retried a few times, then the run stops;
-3. anything else (a shape that does not match the config, processes that disagree, a checkpoint
-   of another number of processes without a shared data position): the run stops with a
-   `RestoreError` naming the cause, and nothing is moved or deleted.
-
-A run never starts from scratch while a checkpoint (even one set aside as corrupt) exists.
-
-Only a training run moves checkpoints: `checkpoints.run_params` (convert, inference, from_pretrained
-of a run directory) reads the parameters only, passes over a newest checkpoint whose parameters
-are damaged with a warning, and moves nothing. A
-save that fails (a full disk) raises `CheckpointSaveError` at the next `check`, `save`, `wait`
-or `close`, in one line (step, path, cause), after removing its temporary directory.
+A run never starts from scratch while a checkpoint (even one set aside) exists; only a training
+run moves checkpoints (`checkpoints.run_params` reads parameters only). A failed save raises
+`CheckpointSaveError` at the next `check`, `save`, `wait` or `close`, after removing its
+temporary directory.
 
 Leaf module: stores pytrees; knows nothing of the model.
 """

@@ -15,7 +15,7 @@ given; ElectraForPreTraining (the discriminator) by default, ElectraForMaskedLM 
     config, params = load_tf("electra_base/", config_path="discriminator/config.json")
     config, params = load_tf("electra_base/", "ElectraForMaskedLM",
                              config_path="generator/config.json")
-    python -m bert_jax.convert electra_base/ out/ --to hf --model ElectraForMaskedLM \
+    python -m bert_jax.convert electra_base/ out/ --to hf --model ElectraForMaskedLM \\
         --config generator/config.json
 
 Paths go through `etils.epath`: a checkpoint at a URL (gs://...) is found there and its files

@@ -7,28 +7,14 @@ of B rows; `pack` puts several short examples into each row first.
 
 Dimensions: N examples, R packed rows, B batch, L tokens, S examples per packed row, C choices.
 
-`batches(features, B, shuffle=..., seed=..., drop_remainder=...)` yields dicts with the same keys:
+`batches` yields dicts with the same keys, each batch's token axis cut to a length bucket, the
+last one completed by 0-weight fillers (docs/finetune_data.md, "Batches"). Token-axis keys:
+`input_ids`, `token_type_ids`, `attention_mask`, `segment_ids`, `position_ids`, `label_weights`,
+and `labels` when `label_weights` is present (token classification). Every other key is per row
+(or per packed slot) and is never cut.
 
-* Dynamic padding (`bucket_boundaries`, e.g. `length_buckets(128)` = (32, 64, 96, 128)): each
-  batch's token axis is cut to the smallest boundary that holds its longest row, so compute is
-  not spent on padding while only len(boundaries) shapes get compiled.
-* Length bucketing (`group_by_length=True`, needs `bucket_boundaries`): batches are drawn from
-  rows of the same bucket (rows left over in each bucket are batched together at the end of the
-  shuffle), so the rows of a batch have similar lengths.
-* Fillers: the last batch is completed to B rows by copies of a real row of that batch whose
-  weights (`example_weights`, and `label_weights` of token classification) are 0.0, so shapes
-  stay fixed and evaluation sees every example once. With `drop_remainder=True` the incomplete
-  last batch is dropped instead (and the count logged).
-* `return_indices=True` also yields the rows' indices into the features (-1 for fillers);
-  `unbatch` puts per-batch outputs back in feature order.
-
-Token-axis keys: `input_ids`, `token_type_ids`, `attention_mask`, `segment_ids`,
-`position_ids`, `label_weights`, and `labels` when `label_weights` is present (token
-classification). Every other key is per row (or per packed slot) and is never cut.
-
-`pack(features, max_segments=S)` packs sequence-classification rows ([CLS] A [SEP] (B [SEP])) or
-token-classification rows into rows of L tokens, best-fit decreasing (each example, longest
-first, goes into the open row it fills best; a row closes when full or holding S examples):
+`pack(features, max_segments=S)` packs sequence- or token-classification rows into rows of L
+tokens, best-fit decreasing (docs/finetune_data.md, "Packing"):
 
     input_ids, token_type_ids, attention_mask   int32   [R, L]   each example's tokens, in a row
     segment_ids                                 int32   [R, L]   0 = padding, 1..S = which example
@@ -42,8 +28,6 @@ first, goes into the open row it fills best; a row closes when full or holding S
 
 The model must keep attention within a segment (`segment_ids[q] == segment_ids[k] != 0`), take
 positions from `position_ids`, and read each example's output at `cls_positions`.
-`PackingInfo` says where each example went; `unpack_examples`/`unpack_tokens` map packed outputs
-back to one row per example.
 """
 
 from __future__ import annotations
@@ -160,11 +144,11 @@ def batches(
       shuffle: shuffle the rows (and, with `group_by_length`, the batches); use a new `seed`
         for each epoch.
       seed: the shuffle's seed.
-      drop_remainder: drop the last batch if it has fewer than B real rows (training); otherwise
-        (evaluation) it is completed with weight-0 fillers.
+      drop_remainder: drop (and log) the last batch if it has fewer than B real rows (training);
+        otherwise (evaluation) it is completed with weight-0 fillers.
       bucket_boundaries: token-axis sizes a batch may be cut to (dynamic padding); the features'
         own length L is always one of them. None keeps L.
-      group_by_length: draw each batch from one length bucket.
+      group_by_length: draw each batch from one length bucket (needs bucket_boundaries).
       return_indices: also yield int64 [B], each row's index into the features (-1 for fillers).
 
     Returns:
@@ -362,8 +346,7 @@ class EpochIterator:
         """Part of grain's checkpoint protocol; batches are made on demand."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Packing.
+# ---- Packing ----
 
 
 @dataclasses.dataclass

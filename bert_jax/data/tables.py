@@ -1,13 +1,6 @@
 """Rows of data files where users keep them: Parquet, Hugging Face `datasets` directories, JSONL,
 CSV/TSV and text, local or on a bucket (`gs://...`, every read through `etils.epath`).
 
-    expand_inputs(pattern)                  the data files of globs, directories or file names
-    split_files(directory, split)           the files of one split of a Hub/`datasets` folder
-    iter_column_batches(path, columns)      (first row, {column: values}) batches, streamed
-    iter_rows(path, columns)                (row, {column: value}) one row at a time
-    column_names(path), class_label_names(path)   a file's columns; `datasets`' label names
-    num_rows(path)                          a Parquet file's row count from its footer
-
 Formats, told by the file's name:
 
     .parquet        by row groups (`pyarrow.parquet.ParquetFile.iter_batches`), only `columns`

@@ -8,27 +8,15 @@
         [--batch_size 64 --max_seq_length 0] [--overwrite] \\
         [--coordinator_address host:port --num_processes N --process_id i]
 
-In: --pairs, a pairs file as the embedding job reads it (`bert_jax.embed.pairs`: JSONL, CSV or
-TSV with `anchor` and `positive`; hard negatives already there are not read); --corpus, further
-candidate texts (Parquet, Arrow, JSONL, CSV/TSV or text files, a glob or folder, local or gs://;
-the texts of --corpus_column), searched together with the pairs' positives; --model, any
-checkpoint with its tokenizer, embedding as its sentence-transformers directory says;
---cross_encoder, a one-output classifier (a sentence-transformers CrossEncoder directory, a
-reranker job's export) whose scores replace the cosine similarities for the filters, the ranks
-and the scores (it needs a margin, --max_score or --min_score).
+In: --pairs (JSONL, CSV or TSV with `anchor` and `positive`; their negatives are not read),
+--corpus (further candidate texts, searched with the pairs' positives), --model (any checkpoint
+with its tokenizer), --cross_encoder (a one-output classifier whose scores replace the cosine
+similarities; it needs a margin, --max_score or --min_score). Out: --output, written whole, one
+row per (anchor, positive) with anchor, positive, negative_1 .. negative_K: a pairs file for
+`configs/embed.py`; anchors with fewer than K negatives are left out (counted in the log).
 
-Out: --output (.jsonl, .csv or .tsv), written whole, one row per (anchor, positive) with the
-columns anchor, positive, negative_1 .. negative_K: a pairs file for `configs/embed.py`. Anchors
-with fewer than K negatives that pass the filters are left out (the count is logged). An
-existing --output is an error unless --overwrite.
-
-Many processes (the flags of train.py, or a cluster's own discovery: TPU pods, SLURM, Open MPI):
-every process reads the pairs and the corpus, embeds its contiguous share of the texts and
-gathers the others' (so each holds the [T, E] embeddings), searches on its own devices, and
-process 0 writes --output. The batches hold the rows a 1-process run's would in other company,
-each at its own length bucket and the same batch size, so 2 processes write the file 1 writes.
-
-The options have sentence-transformers' `mine_hard_negatives` meanings (docs/mining.md).
+The options have sentence-transformers' `mine_hard_negatives` meanings; details and many
+processes (process 0 writes the file one process writes): docs/mining.md.
 """
 
 from __future__ import annotations

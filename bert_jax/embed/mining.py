@@ -7,35 +7,24 @@ its positives.
     mined = mining.mine(pairs.read_pairs("train.jsonl"), embed_fn, mining.MiningOptions())
     command.write_mined(mined, "mined.jsonl")   # anchor, positive, negative_1 .. negative_K
 
-The command, files in and out: `bert_jax.embed.mine`; docs/mining.md.
+The command, files in and out, and the differences from sentence-transformers: docs/mining.md.
 
 Dimensions: Q queries (the distinct anchors), N corpus texts, E embedding width, k candidates
-per query, K = `num_negatives`.
+per query, K = `num_negatives`. The steps:
 
-The steps, with sentence-transformers' semantics:
-
-1. Texts. The queries are the distinct anchors, in first appearance; an anchor's positives are
-   the distinct positives of its pairs. The corpus is the extra corpus (if any) followed by the
-   positives, each distinct text once.
-2. Search (`search`): each query's k = range_max + (the most texts any query excludes) corpus
-   texts of highest cosine similarity, exactly, on the local devices (or by faiss on the host,
-   `search_faiss`).
-3. Rescoring (optional, with a filter): a cross-encoder scores each query with each of its k
-   candidates and with its positives, and those scores replace the cosine similarities in
-   step 4 (sentence-transformers' `cross_encoder`: it drops the candidates a reader of both
-   texts finds as good as the positive, false negatives the embedder could not tell apart).
-4. Selection (`select`): the excluded candidates (the query's positives, and its own text where
-   the corpus holds it unless `exclude_anchor=False`) and those that fail a filter are set
-   aside: absolute_margin keeps a score <= p - margin, relative_margin a score <= p - |p| *
-   margin (p: the lowest score of the query's positives), max_score a score <= max_score,
-   min_score a score >= min_score. The rest are ranked by score, their ranks range_min ..
-   range_max - 1 kept, and K taken: the best ("top") or K at random, seeded, then ranked
-   ("random"). A query with fewer than K is dropped, with all its pairs.
+1. Texts: the queries are the distinct anchors, in first appearance, each with its distinct
+   positives; the corpus is the extra corpus (if any), then the positives, each text once.
+2. Search (`search`, or `search_faiss` on the host): each query's k = range_max + (the most texts
+   any query excludes) corpus texts of highest cosine similarity, exactly.
+3. Rescoring (optional, with a filter): a cross-encoder's scores of each query with its
+   candidates and positives replace the cosine similarities.
+4. Selection (`select`): the query's positives, its own text (unless `exclude_anchor=False`) and
+   the candidates that fail a filter are set aside: absolute_margin keeps a score <= p - margin,
+   relative_margin a score <= p - |p| * margin (p: the lowest score of the query's positives),
+   max_score a score <= max_score, min_score a score >= min_score. Of the rest, ranked by score,
+   ranks range_min .. range_max - 1 are kept and K taken ("top", or "random": seeded, then
+   ranked). A query with fewer than K is dropped, with all its pairs.
 5. Rows: one per (anchor, distinct positive), grouped by anchor in first appearance.
-
-Where this differs from sentence-transformers: the anchor's own text is excluded (it would be
-the "hardest negative" whenever the corpus holds it); equal scores rank by corpus position; and
-"random" draws with numpy's generator rather than Python's `random`.
 """
 
 from __future__ import annotations
@@ -279,7 +268,7 @@ def select(
     options: MiningOptions,
     range_max: int,
 ) -> Selection:
-    """Picks each query's negatives among its candidates (module docstring, step 3).
+    """Picks each query's negatives among its candidates (module docstring, step 4).
 
     Args:
       candidates: scores float32 [Q, k] descending and indices int32 [Q, k] (`search`).

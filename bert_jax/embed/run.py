@@ -11,14 +11,9 @@ whole global batch, GradCache chunks with `num_microbatches` > 1, Matryoshka dim
 of each batch packed several to a row with `embed.pack` (`packing`).
 
 For each seed of `embed.seeds` the run trains `embed.num_epochs` epochs in `<workdir>/seed_<s>`
-(the workdir itself for one seed), scores dev retrieval (`embed.evaluation`) at step 0, every
-`eval_every_steps` and at the end (eval/ndcg@10, ... on the console, TensorBoard and
-metrics.jsonl), exports the final model to `hf/` (`save_sentence_transformer`: a
-sentence-transformers directory with a model card saying how it was trained) and removes its
-training checkpoints. `<workdir>/results.json` holds each finished seed's final scores and its
-starting model's (`start_ndcg@10`, ...), with mean and std; `<workdir>/settings.json` what decides
-them (`training.settings`: a rerun with the same settings skips finished seeds, one with other
-settings is refused while the workdir holds results or checkpoints).
+(the workdir itself for one seed), scores dev retrieval (`embed.evaluation`), exports the final
+model to `hf/` (`save_sentence_transformer`) and removes its training checkpoints; what it writes
+and when: docs/embeddings.md, "What the run does and writes".
 """
 
 from __future__ import annotations
@@ -57,9 +52,7 @@ DEFAULT_MAX_SEQ_LENGTH = 128  # a checkpoint that says none (sentence-transforme
 BOOLEANS = {"true": True, "false": False}
 
 
-# --------------------------------------------------------------------------------------------
-# Settings
-# --------------------------------------------------------------------------------------------
+# ---- Settings ----
 def check_config(config, reads_data: bool = True) -> list[int]:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown pooling or normalize, a scale <= 0,
@@ -215,9 +208,7 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The run
-# --------------------------------------------------------------------------------------------
+# ---- The run ----
 def train_and_evaluate(
     config,
     workdir: str | None,

@@ -1,42 +1,14 @@
 """GLUE: the dataset table, readers, the fine-tuning tasks and the submission file.
 
-Datasets are rows of `GLUE_DATASETS`, small frozen `text_io.TextDataset` entries:
+`GLUE_DATASETS` holds one frozen `text_io.TextDataset` per task (text keys, labels in id order,
+metrics; the table: docs/finetune_data.md, "GLUE"). Label strings are those of the GLUE TSV files,
+which a submission must contain; the first metric is the one the BERT paper reports.
 
-    task      text keys                 labels (id order)                      metrics
-    cola      sentence                  0, 1                                   matthews_corrcoef
-    sst2      sentence                  0, 1                                   accuracy
-    mrpc      sentence1, sentence2      0, 1                                   f1, accuracy
-    stsb      sentence1, sentence2      regression (num_labels=1)              spearman, pearson
-    qqp       question1, question2      0, 1                                   f1, accuracy
-    mnli      premise, hypothesis       contradiction, entailment, neutral     accuracy  (matched)
-    mnli_mismatched  (the same task; dev/test on the mismatched genres)        accuracy
-    qnli      question, sentence        entailment, not_entailment             accuracy
-    rte       sentence1, sentence2      entailment, not_entailment             accuracy
-    wnli      sentence1, sentence2      0, 1                                   accuracy
-    ax        premise, hypothesis       as mnli; test only (diagnostic)        matthews_corrcoef
-
-The label strings are those of the GLUE TSV files, which are also what the GLUE server expects in a
-submission. The first metric is the one the BERT paper reports (and the one to select on).
-
-Sources, each giving `TextExample(guid, texts, label)`:
-
-* `read_glue(task, glue_dir, split)`: the standard GLUE TSV files (`CoLA/train.tsv`,
-  `MNLI/dev_matched.tsv`, `diagnostic/diagnostic.tsv`, ...), each task's own columns, found by
-  the header names (CoLA's headerless train/dev by position). `read_glue_tsv(task, path)` reads
-  one file.
-* `read_glue_hub(task, data_dir, split)`: the Hub's Parquet files of `nyu-mll/glue` in a local
-  (or gs://) folder, one folder per configuration (`mrpc/train-00000-of-00001.parquet`,
-  `mnli/validation_matched-00000-of-00001.parquet`, `ax/test-...`): columns as tfds names them
-  (`sentence1`, `sentence2`, `label` as an int class id, `idx`), class ids mapped to the GLUE
-  files' labels through their names (the file's `datasets` metadata, else the Hub's names).
-  The fine-tuning tasks read this layout when `data_dir` holds no GLUE TSV files.
-* `read_glue_tfds(task, split, data_dir=...)`: tensorflow-datasets `glue/*` prepared in a local
-  `data_dir` (the optional `tf` extra).
-
-Their examples are featurized by `text_io.featurize` (the features are listed there) and batched
-by `batching`. `TASKS` are the fine-tuning tasks (`task.FinetuneTask`) of every dataset with a
-training set; `write_submission` writes the GLUE submission TSV (`index`, `prediction`) of a test
-split.
+Readers, each giving `TextExample(guid, texts, label)`: `read_glue`/`read_glue_tsv` (the GLUE TSV
+files), `read_glue_hub` (the Hub's Parquet of `nyu-mll/glue`, which the tasks read when
+`data_dir` holds no GLUE TSV files; class ids mapped to the TSV labels through their names) and
+`read_glue_tfds`. `text_io.featurize` makes the features; `TASKS` are the fine-tuning tasks of
+every dataset with a training set; `write_submission` writes a test split's submission TSV.
 
 Bad input raises with the file, line and column: a label outside the label set, a missing column,
 a short row, an empty file.
@@ -66,8 +38,7 @@ from bert_jax.data.text_io import (
 )
 from bert_jax.finetune import task as task_lib
 
-# ---------------------------------------------------------------------------------------------
-# The task table.
+# ---- The task table ----
 
 
 _BINARY = ("0", "1")
@@ -234,8 +205,7 @@ def get_dataset(task: str | TextDataset) -> TextDataset:
     return GLUE_DATASETS[key]
 
 
-# ---------------------------------------------------------------------------------------------
-# Examples and reading.
+# ---- Examples and reading ----
 
 
 def read_glue_tsv(
@@ -395,8 +365,8 @@ def read_glue_hub(
     task: str | TextDataset, data_dir: str | os.PathLike, split: str
 ) -> list[TextExample]:
     """Reads a split ("train", "dev" or "test") of a task from the Hub's Parquet layout of
-    `nyu-mll/glue` in `data_dir` (the module docstring). The guid is the row's `idx`; a test
-    split's labels (-1) read as None.
+    `nyu-mll/glue` in `data_dir` (docs/finetune_data.md, "The Hub's Parquet layout"). The guid
+    is the row's `idx`; a test split's labels (-1) read as None.
 
     Raises:
       FileNotFoundError: no files of the split.
@@ -503,16 +473,7 @@ def read_glue_tfds(
     return examples
 
 
-# ---------------------------------------------------------------------------------------------
-# Custom files: CSV, TSV, JSONL.
-
-
-# ---------------------------------------------------------------------------------------------
-# Featurization.
-
-
-# ---------------------------------------------------------------------------------------------
-# GLUE submission.
+# ---- GLUE submission ----
 
 
 def write_submission(
@@ -562,8 +523,7 @@ def write_submission(
     return os.fspath(path)
 
 
-# ---------------------------------------------------------------------------------------------
-# The fine-tuning tasks.
+# ---- The fine-tuning tasks ----
 
 
 def _load(name: str):

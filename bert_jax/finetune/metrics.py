@@ -1,22 +1,10 @@
-"""Evaluation metrics of the fine-tuning tasks, in plain numpy.
+"""Evaluation metrics of the fine-tuning tasks, in plain numpy (the table: docs/finetune_data.md,
+"Metrics").
 
 Each function takes host-side arrays (or lists) of one whole evaluation split, with the filler
-examples that pad the last batch already removed, and returns Python floats.
-
-* Classification: `accuracy`, `f1_score` (binary, or macro over classes), `matthews_corrcoef`
-  (CoLA), and `majority_class_accuracy` (the baseline every classifier must beat).
-* Regression: `pearson`, `spearman` (STS-B; ties get their average rank; NaN in, NaN out).
-* `compute(names, labels, predictions)`: the metrics a task lists by name, e.g. a
-  `text_io.TextDataset.metrics` tuple such as `("f1", "accuracy")`.
-* SQuAD: `normalize_answer`, `squad_exact`, `squad_f1` and `squad_evaluate`, equal to the official
-  evaluation scripts, v1.1 or v2.0 (`version=`): their normalization (lower case, drop ASCII
-  punctuation, drop the articles a/an/the, collapse whitespace), the maximum over the gold
-  answers, and in v2.0 the empty string as the only correct answer to an unanswerable question.
-* Named entities: `get_entities` and `entity_scores`, entity-level precision/recall/F1 equal to
-  seqeval's default (conlleval) mode, for IOB1, IOB2, IOE and IOBES tags alike.
-
-The results equal scikit-learn's, scipy's and seqeval's (see tests/finetune/metrics_test.py),
-which this module does not import.
+examples that pad the last batch already removed, and returns Python floats. The results equal
+scikit-learn's, scipy's, seqeval's and the official SQuAD scripts' (tests/finetune/metrics_test.py),
+none of which this module imports.
 """
 
 from __future__ import annotations
@@ -28,8 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-# ---------------------------------------------------------------------------------------------
-# Classification and regression.
+# ---- Classification and regression ----
 
 
 def _pair(labels, predictions) -> tuple[np.ndarray, np.ndarray]:
@@ -241,8 +228,7 @@ def compute(
     return {name: METRIC_FNS[name](labels, predictions) for name in names}
 
 
-# ---------------------------------------------------------------------------------------------
-# SQuAD.
+# ---- SQuAD ----
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -474,8 +460,7 @@ def _best_threshold(
     return 100.0 * best / len(raw_scores), threshold
 
 
-# ---------------------------------------------------------------------------------------------
-# Named entities.
+# ---- Named entities ----
 
 _BEGINS_AFTER_END = {"E", "S", "O"}  # An I or E tag after one of these starts a new entity.
 _ENDS_BEFORE_NEW = {"B", "S", "O"}  # A B or I tag followed by one of these ends its entity.
@@ -487,7 +472,8 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 
 def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-    """The entities of one tag sequence as (type, first index, last index), conlleval's rules.
+    """The entities of one tag sequence (IOB1, IOB2, IOE or IOBES) as (type, first index, last
+    index), conlleval's rules.
 
     An entity starts at a B or S tag, at an I or E tag that follows O, E or S, or where the type
     changes; it ends before such a start, after an E or S tag, and before an O. So IOB1 ("I-PER

@@ -1,21 +1,12 @@
 """Token classification (named entities) in the CoNLL-2003 format.
 
-Reading: `read_conll(path)` parses one word per line, whitespace-separated columns with the word
-first and the tag last (CoNLL-2003: `EU NNP B-NP B-ORG`); a blank line ends a sentence and
-`-DOCSTART-` lines (document breaks) are skipped. Tags may be IOB1 (the original CoNLL-2003
-files: I- starts an entity unless it follows one of the same type) or IOB2 (tfds `conll2003`:
-every entity starts with B-); `bert_jax.finetune.metrics.entity_scores` reads both, as seqeval.
-`read_conll_tfds` reads tfds `conll2003` from a local `data_dir`; `read_conll_hub(files)` the
-Hub's Parquet files of `conll2003` (columns tokens and ner_tags, class ids named by the files'
-`datasets` metadata, else `CONLL2003_LABELS`), which the task reads when `data_dir` holds no
-train.txt (`conll2003/train-*.parquet`, `train-*.parquet`, `data/train-*.parquet`).
-
-Features: each word is tokenized on its own (the fast tokenizer's pre-tokenized mode); its label
-goes on its first sub-token, and the other sub-tokens get weight 0, as in the BERT paper. A
-word the tokenizer turns into nothing (e.g. only a zero-width space) becomes [UNK] so it keeps a
-position (counted). A sentence longer than `max_seq_length - 2` tokens is, by default, split at
-word boundaries into several rows, so that every word is predicted (`long_sentences="split"`);
-`"truncate"` drops the words that do not fit instead. Both are counted.
+Readers: `read_conll` (one word per line, the word first and the tag last; blank lines end
+sentences, `-DOCSTART-` lines are skipped), `read_conll_tfds`, and `read_conll_hub` (the Hub's
+Parquet of `conll2003`, which the task reads when `data_dir` holds no train.txt). Tags may be IOB1
+or IOB2 (`metrics.entity_scores` reads both). Each word is tokenized on its own, its label on its
+first sub-token; a sentence longer than `max_seq_length - 2` tokens is split at word boundaries
+(`long_sentences="split"`) or cut ("truncate"), both counted (docs/finetune_data.md, "Named
+entities"):
 
     input_ids        int32   [N, L]   [CLS] sub-tokens [SEP], 0 ([PAD]) past the end
     token_type_ids   int32   [N, L]   0
@@ -408,8 +399,7 @@ def decode(
     return tags
 
 
-# ---------------------------------------------------------------------------------------------
-# The fine-tuning task.
+# ---- The fine-tuning task ----
 
 FILES = ("train.txt", "valid.txt", "test.txt")
 

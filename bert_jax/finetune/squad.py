@@ -1,53 +1,27 @@
 """SQuAD v1.1 and v2.0: reading, windowed features, and predictions from start/end logits.
 
-Reading: `read_squad(path)` parses the official JSON (`data[].paragraphs[].{context, qas[]}`,
-each qa with `id`, `question`, `answers[{text, answer_start}]` and, in v2.0, `is_impossible`)
-into `SquadExample`s, checking that every answer's text is found at its `answer_start` in the
-context. `read_squad_tfds` reads tfds `squad/v1.1` or `squad/v2.0` from a local `data_dir`;
-`read_squad_hub(files)` the Hub's Parquet files of `rajpurkar/squad` (`plain_text/train-*.parquet`,
-`plain_text/validation-*.parquet`) or `rajpurkar/squad_v2` (`squad_v2/...`): columns id, title,
-context, question, answers {text: [...], answer_start: [...]}; no answer means unanswerable. The
-tasks read that layout when `data_dir` holds no SQuAD JSON.
-
-Features, as google-research/bert's `run_squad.py`: the question is cut to `max_query_length`
-tokens; the context is cut into windows of `max_seq_length - len(question) - 3` tokens (4 for
-RoBERTa's `</s></s>` between the two), each starting `doc_stride` tokens after the previous one,
-so no context token is lost. Each window becomes one row [CLS] question [SEP] context-window
-[SEP], laid out as the tokenizer's family does (`tokenization.SubwordTokenizer.build_inputs`;
-RoBERTa's token types are all 0). Tokens come from the fast tokenizer
-with character offsets into the original context, so answers map back to the exact original text
-(casing, accents and punctuation included). A token is "max context" in the window where it has
-the most context on its nearer side (`run_squad._check_is_max_context`).
+Readers: `read_squad` (the official JSON), `read_squad_tfds`, `read_squad_hub` (the Hub's Parquet
+of `rajpurkar/squad` and `rajpurkar/squad_v2`, which the tasks read when `data_dir` holds no
+SQuAD JSON). Features as google-research/bert's `run_squad.py`: the context cut into windows of
+`max_seq_length - len(question) - 3` tokens (4 for RoBERTa's `</s></s>`), every `doc_stride`
+tokens, each row laid out by `tokenization.SubwordTokenizer.build_inputs` (RoBERTa's token types
+all 0):
 
     input_ids        int32   [F, L]   F windows (rows), L = max_seq_length
     token_type_ids   int32   [F, L]   0 for [CLS] question [SEP], 1 for the window and last [SEP]
     attention_mask   int32   [F, L]
-    start_positions  int32   [F]      the answer's first/last token in the row; 0 ([CLS]) when
-    end_positions    int32   [F]      the question is unanswerable or the answer is not wholly
-                                      inside this window
+    start_positions  int32   [F]      the first answer's first/last token in the row; 0 ([CLS])
+    end_positions    int32   [F]      when unanswerable or not wholly inside this window
     example_weights  float32 [F]      1.0 (`batching.batches` adds 0.0 fillers)
 
-Positions use each example's first answer. Next to the features, `featurize` returns one
-`SquadWindow` per row (host-side, not batched): its example, where the window's context tokens
-sit in the row, their character offsets and their max-context flags.
+beside one host-side `SquadWindow` per row (its example, the row's context tokens, their
+character offsets and max-context flags). `postprocess` maps logits back to the exact context
+text; `write_predictions` writes run_squad.py's files. Windows, postprocessing, bad input:
+docs/finetune_data.md, "SQuAD v1.1 / v2.0".
 
-Predictions: `postprocess(examples, windows, start_logits, end_logits)` takes the n best start and
-end positions among each window's context tokens, keeps spans with start <= end, length <=
-`max_answer_length` and a max-context start, ranks them by start + end logit, and maps the best
-back to the context through the offsets. For v2.0 the null answer scores
-`start_logits[0] + end_logits[0]` (the lowest over the example's windows); the prediction is ""
-when `null - best_span > null_score_diff_threshold`. `write_predictions` writes
-`predictions.json`, `nbest_predictions.json` and (v2.0) `null_odds.json`, as run_squad.py.
-`metrics.squad_evaluate(gold_answers(examples), predictions, version=...)` scores them as
-the official `evaluate-v1.1.py` or `evaluate-v2.0.py` does.
-
-Bad input raises with the file and JSON path (or is skipped and counted with
-`on_bad_answer="skip"`): an answer whose text is not at its offset, a missing field, a duplicate
-id. Long contexts are windowed and long questions truncated, both counted in `SquadStats`.
-
-This module is one task in stages, kept whole past the usual 600 lines: reading, features,
-predictions and the fine-tuning tasks (its sections, in that order) share `SquadExample`,
-`SquadWindow` and the character offsets that carry an answer from text to tokens and back.
+Kept whole past the usual 600 lines: reading, features, predictions and the tasks (its sections,
+in that order) share `SquadExample`, `SquadWindow` and the offsets that carry an answer from text
+to tokens and back.
 """
 
 from __future__ import annotations
@@ -152,8 +126,7 @@ class SquadStats:
         return d
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading.
+# ---- Reading ----
 
 
 def _field(obj, key: str, kind: type | tuple[type, ...], where: str):
@@ -387,8 +360,7 @@ def gold_answers(examples: Sequence[SquadExample]) -> dict[str, list[str]]:
     return {e.qas_id: [text for text, _ in e.answers] for e in examples}
 
 
-# ---------------------------------------------------------------------------------------------
-# Features.
+# ---- Features ----
 
 
 @dataclasses.dataclass(frozen=True)
@@ -662,8 +634,7 @@ def _feature_arrays(
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# Predictions.
+# ---- Predictions ----
 
 
 @dataclasses.dataclass
@@ -710,7 +681,9 @@ def postprocess(
     version_2_with_negative: bool = False,
     null_score_diff_threshold: float = 0.0,
 ) -> SquadPredictions:
-    """Answers from the start/end logits of every window (see the module docstring).
+    """Answers from the start/end logits of every window: spans with start <= end, length <=
+    `max_answer_length` and a max-context start, ranked by start + end logit, mapped back through
+    the offsets; for v2.0 the null score is the lowest `start_logits[0] + end_logits[0]`.
 
     Candidates are the `n_best_size` best starts and ends among each window's context tokens
     (run_squad.py ranks all positions, padding included, so what it finds depends on how much
@@ -887,8 +860,7 @@ def write_predictions(output_dir: str | os.PathLike, result: SquadPredictions) -
     return paths
 
 
-# ---------------------------------------------------------------------------------------------
-# The fine-tuning tasks.
+# ---- The fine-tuning tasks ----
 
 
 _FILES = {

@@ -1,14 +1,10 @@
 """Multiple choice in the SWAG format.
 
-SWAG's CSV files (`train.csv`, `val.csv`, `test.csv`) have a header with, among others,
-`sent1` (the context), `sent2` (the start of the next sentence), `ending0` .. `ending3` and,
-except in the test file, `label` (the index of the right ending). `read_swag(path)` reads any
-number of `ending<k>` columns (C choices) and checks the label. `read_swag_hub(files)` reads the
-Hub's Parquet files of `allenai/swag` (`regular/train-00000-of-00001.parquet`, the same columns,
-label an int, -1 in the test split), which the task reads when `data_dir` holds no train.csv.
-
-Each choice becomes one row [CLS] sent1 [SEP] sent2 ending_k [SEP], as the BERT paper's SWAG
-set-up (and Hugging Face's run_swag): the pair is truncated longest-first to `max_seq_length`.
+`read_swag` reads SWAG's CSV files (`sent1` the context, `sent2` the next sentence's start, any
+number of `ending<k>` columns: C choices, and `label` except in the test file); `read_swag_hub`
+the Hub's Parquet of `allenai/swag`, which the task reads when `data_dir` holds no train.csv
+(docs/finetune_data.md). Each choice is one row [CLS] sent1 [SEP] sent2 ending_k [SEP], as the
+BERT paper's SWAG set-up, truncated longest-first to `max_seq_length`:
 
     input_ids        int32   [N, C, L]
     token_type_ids   int32   [N, C, L]   0 for [CLS] sent1 [SEP], 1 for the ending and last [SEP]
@@ -18,8 +14,7 @@ set-up (and Hugging Face's run_swag): the pair is truncated longest-first to `ma
 
 Bad input raises with the file and line: a missing column, a label that is not a choice index,
 an empty file. Choices longer than `max_seq_length` are truncated and counted.
-
-tensorflow-datasets 4.9 has no `swag` builder, so there is no tfds reader; use the CSV files.
+tensorflow-datasets 4.9 has no `swag` builder, so there is no tfds reader.
 """
 
 from __future__ import annotations
@@ -212,8 +207,7 @@ def featurize(
     return features, stats
 
 
-# ---------------------------------------------------------------------------------------------
-# The fine-tuning task.
+# ---- The fine-tuning task ----
 
 FILES = ("train.csv", "val.csv", "test.csv")
 NUM_CHOICES = 4  # SWAG's endings (other files may have other counts: the data decides)

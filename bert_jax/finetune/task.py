@@ -87,9 +87,7 @@ class FinetuneTask:
     num_labels: int = 0
 
 
-# --------------------------------------------------------------------------------------------
-# Helpers shared by the tasks
-# --------------------------------------------------------------------------------------------
+# ---- Helpers shared by the tasks ----
 def split_file(ft, which: int, files: Sequence[str] = ("", "", "")) -> str:
     """The file of split `which` (0 train, 1 dev, 2 test): config.finetune's explicit
     train_file/dev_file/test_file, else the task's standard name in data_dir, else ""."""

@@ -1,7 +1,7 @@
 """Using a trained model of any family: embeddings, predictions and reranking scores of a
 corpus, attention maps.
 
-    python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' --text_column=text \
+    python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' --text_column=text \\
         --id_column=id --output emb/
     python -m bert_jax.inference predict --model runs/genre --input 'docs/*.jsonl' --output preds/
     python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy --pooling mean
@@ -15,29 +15,22 @@ corpus, attention maps.
     python -m bert_jax.inference fill-mask --model roberta-run "to be or not to <mask> ..."
 
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
-model family; the tokenizer (tokenizer.json / vocab.txt) is taken from beside it. `embed` and
-`attention` run the encoder of whatever head it holds; `predict` needs a sequence classifier,
-`rerank` a cross-encoder (a sequence classifier with one output, num_labels=1, such as a
-sentence-transformers CrossEncoder directory), `fill-mask` a masked-LM head (the mask token is the
-tokenizer's own: [MASK], or RoBERTa's and XLM-R's <mask>; each guess is shown as the text it reads
-as, its token piece beside it). `embed` of a sentence-transformers directory (or a run whose `hf/`
-is one) pools, normalizes and truncates as it says, as `SentenceTransformer(DIR).encode` does;
-elsewhere the defaults are CLS pooling, no normalization, 128 tokens. A --pooling or --normalize
-that differs from the directory's is used, with a warning. `rerank` writes each (query, passage)
-pair's `score` (float32), what `CrossEncoder(DIR).predict(pairs)` returns: the logit through the
-activation the directory names (config_sentence_transformers.json, or config.json's
-sentence_transformers block), sigmoid where it names none, as CrossEncoder does; up to the
-directory's max_seq_length (else the model's longest) tokens a pair.
+model family; the tokenizer is taken from beside it. `embed` and `attention` run the encoder of
+whatever head it holds; `predict` needs a sequence classifier, `rerank` a cross-encoder (one
+output, such as a sentence-transformers CrossEncoder directory), `fill-mask` a masked-LM head (the
+tokenizer's own mask token). `embed` of a sentence-transformers directory pools, normalizes and
+truncates as it says; elsewhere the defaults are CLS pooling, no normalization, 128 tokens.
+`rerank` writes each (query, passage) pair's `score` (float32), as `CrossEncoder(DIR).predict`:
+the logit through the directory's activation (sigmoid where it names none), up to its
+max_seq_length (else the model's longest) tokens a pair.
 
-`embed`, `predict` and `rerank` over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV
-or text files (a glob, a folder; local or gs://) in, one Parquet shard out per input shard, on one
-or many processes (train.py's flags), resumable: `bert_jax.inference.bulk` says what the shards hold
-(rerank: `score`, float32, beside the id or file and row). With --output NAME.npy (embed) or
-NAME.jsonl (predict), one text file in, one file out: one text a line, in UTF-8 (a tab separates the
-two texts of a pair); output row i is input line i. rerank's file has a query, a tab and its passage
-on every line, and writes NAME.jsonl ({"query", "text", "score"}) or NAME.npy (float32 [N] scores).
-A blank line before the last text is an error naming it (blank lines at the end are dropped), and so
-are bytes that are not UTF-8 (naming the line and byte offset).
+Over a corpus (an --output folder): Parquet, Arrow, JSONL, CSV/TSV or text files (a glob, a folder;
+local or gs://) in, one Parquet shard out per input shard, on one or many processes (train.py's
+flags), resumable (`bert_jax.inference.bulk`). With --output NAME.npy (embed) or NAME.jsonl, one
+UTF-8 text file in (one text a line; a tab separates a pair's texts, rerank's query and passage),
+one file out, row i for line i; rerank writes {"query", "text", "score"} lines or float32 [N]
+scores. A blank line before the last text, or bytes that are not UTF-8, are errors naming the line.
+More: docs/inference.md.
 """
 
 from __future__ import annotations

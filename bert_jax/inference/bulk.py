@@ -1,17 +1,15 @@
 """Inference over a corpus as a job: `embed`, `predict` or `rerank` over many input shards, on
-many hosts.
+many hosts (docs/inference.md).
 
     python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' \\
         --text_column=text --id_column=id --output emb/
-    python -m bert_jax.inference predict --model runs/quality --input 'gs://b/docs/*.jsonl' \\
-        --output gs://b/quality/
     python -m bert_jax.inference rerank --model ce-dir --input 'pairs/*.parquet' \\
         --query_column=q --text_column=p --id_column=id --output scores/
 
-Inputs: the files `data.tables` reads (Parquet, Arrow, JSONL, CSV/TSV, text: one row a line in
-the column "text"), as a glob, a folder or file names, local or on a bucket. Every input shard
-gives one output shard, `OUT/<its path under the inputs' common folder>.parquet` (the input's
-suffix replaced), whose rows are the input's rows in order:
+Inputs: what `data.tables` reads (a text file: one row a line in the column "text"), as a glob, a
+folder or file names, local or on a bucket. Each input shard gives one output shard,
+`OUT/<its path under the inputs' common folder>.parquet` (the input's suffix replaced), whose rows
+are the input's in order:
 
     <id column>     the input's --id_column, its name and values   (or, without --id_column:)
     file, row       string: the input file; int64: the row's index in it, from 0
@@ -19,41 +17,22 @@ suffix replaced), whose rows are the input's rows in order:
     label           predict: string, the most probable label
     probabilities   predict: float32 [num_labels], in the order of the file's metadata's
                     `label_names` (a regression writes `score`, float32, instead of both)
-    score           rerank: float32, the cross-encoder's score of (--query_column,
-                    --text_column): its logit through the activation the model's directory
-                    names (metadata `activation`), as `sentence_transformers.CrossEncoder.predict`
+    score           rerank: float32, the cross-encoder's logit through the activation the
+                    model's directory names (metadata `activation`), as `CrossEncoder.predict`
 
-The file's metadata (key "bert_jax") holds the job's settings, as the model resolves them
-(pooling, normalize and max_seq_length left unset are the model's own: the values used), and
-the size and SHA-256 of its input (`input_fingerprint`, as fine-tuning records its data files:
-`text_io.note_read`). OUT/_job.json holds the settings too, written once the columns (of the
-first input) and the model are checked: a rerun with other settings (model, command, columns,
-pooling, normalize, layers, max_seq_length) stops with an error naming them, rather than mix two
-jobs' rows in one folder; where the folder holds no finished shard (the earlier job failed
-before its first), nothing can be lost, and the rerun replaces the record and proceeds.
+The file's metadata (key "bert_jax") holds the job's settings as used and its input's size and
+SHA-256 (`input_fingerprint`). OUT/_job.json holds the settings once the first input's columns and
+the model are checked: a rerun with other settings stops naming them, unless no shard is finished.
+A shard is streamed to a temporary file and renamed when complete, so one that exists is whole; a
+rerun skips those whose input is unchanged (each input is read once more to hash it). One job per
+folder (OUT/run.lock); a killed job's temporary files are removed by the next.
 
-Written whole: each output shard is streamed to a temporary file (beside it; a local one for a
-bucket) and renamed (copied) when complete, so a shard that exists is complete. A rerun skips
-the shards that exist and whose input is unchanged (its fingerprint equals the one the shard
-records; each input is read once more to hash it) and does the others: no row is written twice
-or lost, and a changed input's shard is written again, with a warning naming the file. One job
-at a time per output folder (`training.run_lock`, OUT/run.lock); temporary files a killed job
-left are removed when the next starts.
-
-Many processes: the flags of train.py (`--coordinator_address --num_processes --process_id`, or a
-cluster's own discovery: TPU pods, SLURM, Open MPI). Process 0 lists the inputs and checks the
-settings; each process checks the inputs of every n-th finished shard, and of the shards to
-write (none yet, or an input changed) each takes every n-th. Each runs its shards on a mesh of
-its own devices (the batch split over them, the parameters replicated), so no process waits for
-another until the end. A failure anywhere ends every process (`parallel.multihost.guard`);
-finished shards stay.
-
-Batches: rows are read `chunk_rows` at a time (a background thread reads and tokenizes the next
-chunk meanwhile) and run longest first, `batch_size` neighbours in length a batch, each padded to
-the next of `batches.inference_buckets`: padding costs little (one batch a chunk is filled up to
-`batch_size` rows) and each bucket compiles once. A row whose text is null, empty or not a
-string (a query or passage, for rerank) is an error naming the file, the row (and its id) and
-the column; nothing of that shard is written.
+Many processes (train.py's flags): process 0 lists the inputs and checks the settings; each
+process checks every n-th finished shard's input, writes every n-th shard to do, on a mesh of its
+own devices, and waits for no other until the end. A failure anywhere ends every process
+(`parallel.multihost.guard`); finished shards stay. Rows are read `chunk_rows` at a time, the next
+chunk by a background thread. A null, empty or non-string text is an error naming the file, row,
+id and column; nothing of that shard is written.
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
 """Self-attention kernels, the masks they take, and the one function that chooses among them.
 
 Implementations (`RuntimeConfig.attention`):
-  xla        einsum + float32 softmax: the exact reference, with attention-probability dropout.
-             Any platform, dtype, head size and mask.
+  xla        einsum + float32 softmax: the exact reference, the only one with attention-probability
+             dropout. Any platform, dtype, head size and mask.
   cudnn      cuDNN flash attention via `jax.nn.dot_product_attention`: CUDA GPUs, bfloat16, head
-             size a multiple of 8 up to 128; no attention-probability dropout.
-  fused_xla  the same call lowered by XLA: any platform; no attention-probability dropout.
-  splash     Pallas splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`) with
-             segment ids: TPUs (on a CPU it runs in Pallas interpret mode, for tests); no
-             attention-probability dropout.
-  auto       `resolve_attention` picks: xla when training with attention-probability dropout,
-             else cudnn on CUDA (bfloat16, supported head size), splash on TPU, xla otherwise.
+             size a multiple of 8 up to 128.
+  fused_xla  the same call lowered by XLA: any platform.
+  splash     Pallas splash attention with segment ids: TPUs (Pallas interpret mode on a CPU).
+  auto       `resolve_attention` picks: xla when training with attention-probability dropout or
+             with a score bias, else cudnn on CUDA where it applies, splash on TPU, xla otherwise.
 
-Masks reach every kernel whole: cudnn and fused_xla take the boolean mask, splash takes segment
-ids. Left padding, holes and packed rows are all exact at real tokens; outputs at padding
-positions are unspecified (they differ between kernels and nothing reads them). A local
-(sliding-window) layer's `AttentionMask.window` is a band in the boolean mask for xla, cudnn and
-fused_xla, and splash's own `LocalMask` (whose all-masked blocks the kernel skips) on TPU.
-
-A score bias (`attend(..., bias=)`: a float32 term added to the scaled scores before the mask and
-the softmax, DeBERTa's relative-position scores) and a scale other than 1 / sqrt(D) are taken by
-xla and fused_xla. A config whose attention adds such a term says so (a true
-`attention_score_bias`); for it `auto` picks xla and cudnn and splash, which take no bias, are
-refused by `resolve_attention`, before anything compiles.
+Masks reach every kernel whole (cudnn and fused_xla: the boolean mask; splash: segment ids), so
+left padding, holes and packed rows are exact at real tokens; outputs at padding differ between
+kernels and nothing reads them. A local layer's `AttentionMask.window` is a band in the boolean
+mask, and splash's `LocalMask` on TPU. A score bias (`attend(..., bias=)`, DeBERTa's
+relative-position scores; configs with a true `attention_score_bias`) and a scale other than
+1 / sqrt(D) are taken by xla and fused_xla only.
 
 Dimension legend: B batch, L length, H heads, D head size.
 """
@@ -46,9 +39,7 @@ CUDNN_DTYPES = ("bfloat16",)  # float16 is refused by RuntimeConfig (no loss sca
 SPLASH_BLOCKS = (512, 256, 128)  # block sizes tried, largest first; 128 lanes is the least
 
 
-# --------------------------------------------------------------------------------------------
-# Choosing
-# --------------------------------------------------------------------------------------------
+# ---- Choosing ----
 def takes_score_bias(cfg: EncoderConfig) -> bool:
     """Whether the model's attention adds a score term of its own to the scaled scores (its
     config's `attention_score_bias`: DeBERTa's relative positions), which only the xla and
@@ -171,9 +162,7 @@ def _check_cudnn(
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Masks
-# --------------------------------------------------------------------------------------------
+# ---- Masks ----
 def attention_mask_to_bias_mask(attention_mask: Array, segment_ids: Array | None) -> Array:
     """The boolean key mask the xla and fused kernels receive.
 
@@ -234,9 +223,7 @@ class AttentionMask:
         return jnp.where(self.tokens, self.segment_ids.astype(jnp.int32), 0)
 
 
-# --------------------------------------------------------------------------------------------
-# xla: the exact reference
-# --------------------------------------------------------------------------------------------
+# ---- xla: the exact reference ----
 def dropout_keep(rng: Array, shape: tuple[int, ...], rate: float) -> Array:
     """bool `shape`, True with probability 1 - rate: raw 32-bit words against an integer
     threshold (exact to 2^-32, without turning every word into a float first)."""
@@ -258,12 +245,10 @@ def _softmax_attend(scores, mask, v, rng, rate):
     pass, in v's dtype (2 bytes a score in bfloat16; the float32 scores, a boolean mask per
     score and a dropped copy are not kept), and recomputes the dropout mask from `rng` there.
 
-    Run for a TPU with dropout but not differentiated (GradCache's first pass,
-    `training.steps.grad_cache_loss_and_grads`), the probabilities are formed apart, behind an
-    optimization barrier, as the differentiated pass forms them for its residuals: the same
-    numbers and the second pass's program. Without it libtpu's compiler (0.0.42) crashes
-    (segmentation fault) on the softmax, a bfloat16 dropout and the value matmul fused. Elsewhere
-    it would only add a pass over the probabilities (XLA's bytes +1.2% on an H100).
+    For a TPU with dropout, the probabilities sit behind an optimization barrier: undifferentiated
+    (GradCache's first pass) libtpu 0.0.42 otherwise crashes compiling the softmax, a bfloat16
+    dropout and the value matmul fused (benchmarks/RESULTS_tpu.md, "The libtpu crash GradCache
+    met"). Elsewhere it would only cost a pass over the probabilities.
     """
     probs = _probs(scores, mask, v.dtype)
     if rng is not None and hardware.current_platform() == "tpu":
@@ -348,9 +333,7 @@ def xla_attention(
     return context, probs
 
 
-# --------------------------------------------------------------------------------------------
-# Fused kernels
-# --------------------------------------------------------------------------------------------
+# ---- Fused kernels ----
 def _pad_length(x: Array, length: int, value=0) -> Array:
     """x [B, L, ...] padded with `value` along L to `length`."""
     pad = [(0, 0)] * x.ndim
@@ -493,9 +476,7 @@ def splash_attention(
     return local(q, k, v, ids)[:, :length]
 
 
-# --------------------------------------------------------------------------------------------
-# Dispatch
-# --------------------------------------------------------------------------------------------
+# ---- Dispatch ----
 def attend(
     q: Array,
     k: Array,

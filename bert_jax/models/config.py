@@ -1,10 +1,7 @@
 """What every family's config shares: run-time knobs (`RuntimeConfig`) and `EncoderConfig`.
 
-`RuntimeConfig` holds the knobs that change how the same weights are computed (dtypes, scan, remat,
-attention kernel) and never go into a checkpoint. `EncoderConfig` is the base of each family's
-architecture config (`models/<family>/config.py`): the head size, `replace`, the label and id
-checks, and the reading and writing of Hugging Face `config.json` (`from_hf_dict`, `to_hf_dict`,
-`from_json_file`, `to_json_file`), driven by the family's class attributes (`hf_*`).
+`RuntimeConfig` changes how the same weights are computed and never goes into a checkpoint;
+`EncoderConfig` is the base of each family's architecture config (`models/<family>/config.py`).
 All are frozen dataclasses: hashable, so modules can hold them and `jax.jit` can close over them.
 """
 
@@ -49,21 +46,17 @@ MAX_SIZE = 2**31 - 1
 
 
 class EncoderConfig:
-    """What every model family's config dataclass shares (`BertConfig`, `ModernBertConfig`,
-    `RobertaConfig`): the head size, `replace`, the field checks that fail naming the field
-    (`_check_fields`, and of pad_token_id and label_names), the lookup of a named size
-    (`_preset_fields`), and Hugging Face `config.json` both ways.
+    """What every model family's config dataclass shares: the head size, `replace`, field checks
+    that fail naming the field, named sizes (`_preset_fields`), and `config.json` both ways.
 
     A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
     initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` and
-    `padded_vocab_size` as fields or properties: what the attention kernels, the shared layers
-    and conversion read.
+    `padded_vocab_size` as fields or properties: what the shared layers and conversion read.
 
-    config.json: its fields are config.json's keys (`hf_names` renames those spelled otherwise),
-    with transformers' class defaults, so a key a file lacks means what it means to
-    transformers; `num_labels` and `label_names` are its id2label. A family says what else its
-    config.json holds with the class attributes below, and overrides `_from_hf_fields` and
-    `_hf_derived` where a key is derived from the fields (ModernBERT's `layer_types`).
+    Its fields are config.json's keys (`hf_names` renames the others), with transformers' class
+    defaults, so a missing key means what it means to transformers; `num_labels` and
+    `label_names` are its id2label. A family overrides `_from_hf_fields` and `_hf_derived` where a
+    key is derived from the fields (ModernBERT's `layer_types`).
 
     Attributes:
       model_type: config.json's `model_type`, the family's registry key.
@@ -305,44 +298,28 @@ class RuntimeConfig:
 
     Attributes:
       dtype: compute dtype of matmuls and activations: "float32", "bfloat16", "float16", or
-        "auto": bfloat16 on TPUs and on CUDA GPUs of compute capability 8.0 and later (A100, H100),
-        float16 on older CUDA GPUs (V100 7.0, T4 7.5, which have no bfloat16 matrix units),
-        float32 on CPUs; `resolved(platform, compute_capability=...)` makes it concrete, which the
-        trainer does once at start with its first device's compute capability. LayerNorm
-        statistics, attention scores, the softmax and its mask stay in float32 whatever this is.
-        "float16" trains with dynamic loss scaling (`loss_scale_init`, `loss_scale_period`; see
-        `training.steps.DynamicLossScale`): the loss is scaled before the backward pass, the
-        gradients unscaled in float32, and a step whose gradients overflow is skipped.
-        "bfloat16" on a CPU pays where the CPU multiplies bfloat16 matrices natively (AMX,
-        AVX-512 BF16: `hardware.BFLOAT16_MATRIX_FLAGS`); `resolved` warns where it does not.
+        "auto" (bfloat16 on TPUs and CUDA GPUs of compute capability >= 8.0, float16 on older
+        CUDA GPUs, float32 on CPUs; `resolved` makes it concrete once at start). LayerNorm
+        statistics, attention scores, the softmax and its mask stay float32. "float16" trains with
+        dynamic loss scaling (`training.steps.DynamicLossScale`). bfloat16 on a CPU: docs/python.md.
       param_dtype: storage dtype of the parameters: "float32" master weights (the default) or
-        "bfloat16"; never "float16" (its updates would round away; float16 compute keeps float32
-        master weights).
-      scan_layers: run the encoder as one `nn.scan` over a stacked layer axis. Compiles once per
-        layer instead of once per stack; the weights gain a leading "layers" axis.
+        "bfloat16"; never "float16" (updates would round away).
+      scan_layers: run the encoder as one `nn.scan` over a stacked layer axis: compiles one layer
+        instead of the stack; the weights gain a leading "layers" axis.
       remat_policy: what each layer keeps for the backward pass: "none" (everything), "dots"
         (matmul outputs), "dots_no_batch" (weight matmuls only), "full" (nothing; recompute).
-      attention: "xla" (einsum + float32 softmax: the exact reference, with attention dropout),
-        "cudnn" (cuDNN flash attention; CUDA GPUs, bfloat16, head size a multiple of 8 up to
-        128), "fused_xla" (the same call lowered by XLA, any device), "splash" (Pallas splash
-        attention on TPU, interpreted on CPU), or "auto": xla when training with
-        attention-probability dropout, else cudnn on CUDA where it applies, splash on TPU, xla
-        otherwise. Only xla has attention-probability dropout; the others refuse to train with
-        it. Every kernel receives the whole mask (left padding and holes included), and
-        `bert_jax.models.attention.resolve_attention` checks a choice for a platform.
-      collective_matmul: on TPU, let XLA split each sharded matmul into a ring of partial
-        matmuls overlapped with collective-permutes ("windowed einsum", XLA's default). Off by
-        default: for FSDP every step of the ring re-reads a whole operand and re-writes the
-        accumulator, and BERT-large's compiled train step on v5e:4x4 moves 1.3x the HBM bytes with
-        it (benchmarks/RESULTS_tpu.md); off, parameters are all-gathered (asynchronously, ahead of
-        their layer) and gradients reduce-scattered whole. No effect on other platforms.
-      dropout_rng: the generator of each step's dropout bits: "threefry" (JAX's default;
-        the same bits whatever the sharding or platform) or "rbg" (XLA's RngBitGenerator, the
-        Philox generator on GPUs and CPUs, as t5x and MaxText train with; keys still split and
-        fold in by threefry). Either is drawn from the run's threefry key folded with the step
-        (`training.steps.step_rng`), so a run repeats and resumes exactly under either; the
-        checkpointed state does not change. "rbg" draws other masks than "threefry" (a run
-        switched mid-way continues with other masks), and on another platform other ones again.
+      attention: "xla" (the exact reference, the only one with attention-probability dropout),
+        "cudnn", "fused_xla", "splash" or "auto"; what each needs: docs/python.md, and
+        `models.attention.resolve_attention` checks a choice for a platform.
+      collective_matmul: on TPU, XLA's windowed einsum (each sharded matmul a ring of partial
+        matmuls overlapped with collective-permutes). Off by default, as for FSDP it moves more
+        HBM bytes (benchmarks/RESULTS_tpu.md): parameters are then all-gathered ahead of their
+        layer and gradients reduce-scattered whole. No effect on other platforms.
+      dropout_rng: the generator of each step's dropout bits: "threefry" (the same bits whatever
+        the sharding or platform) or "rbg" (XLA's RngBitGenerator, as t5x and MaxText use). Both
+        start from the run's key folded with the step (`training.steps.step_rng`), so a run
+        repeats and resumes exactly either way; "rbg" draws other masks than "threefry", and
+        other ones again on another platform.
       loss_scale_init: float16 only: the loss scale of the first step (a power of 2).
       loss_scale_period: float16 only: the scale doubles after this many finite steps in a row.
     """

@@ -1,13 +1,9 @@
 """Model families: the registry of every family's rows, and the lookups that read it.
 
-A family is one folder, `models/<family>/`: its config class (an `EncoderConfig`: Hugging Face
-`config.json` fields), its model module (its encoder and heads, named like transformers'
-classes, each of a `Role`, and the facts about its parameter tree its row reads: layer names,
-starting-value paths), its encoder's FLOPs (`flops.py`) and its names in Hugging Face and TF
-checkpoints (`conversion.py`); its `__init__.py` builds its rows (`ROWS`, `models.family.Family`)
-from them. This module finds the folders (every subpackage of `bert_jax.models` with `ROWS`), so a
-new family edits nothing here. Attention kernels, blocks, heads' call, sharding rules,
-objectives, steps and the loop are shared, and read the family's row where they need a fact of it.
+A family is one folder, `models/<family>/` (what it holds: docs/architecture.md, "A model
+family"); its `__init__.py` builds its rows (`ROWS`, `models.family.Family`). This module finds
+the folders (every subpackage of `bert_jax.models` with `ROWS`), so a new family edits nothing
+here.
 
   model_type (config.json)   config             model module           head classes
   "bert"                     BertConfig         bert_jax.models.bert.model         Bert*

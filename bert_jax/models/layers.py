@@ -297,15 +297,12 @@ class Pooler(nn.Module):
         return jnp.tanh(dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(first))
 
 
-# --------------------------------------------------------------------------------------------
-# The post-LayerNorm layer stack: LN(x + attention(x)), then LN(a + W2 act(W1 a)), n times.
-#
+# ---- The post-LayerNorm layer stack: LN(x + attention(x)), then LN(a + W2 act(W1 a)), n times ----
 # The encoder of the families whose layers are google-research/bert's, under Hugging Face's
 # names (`encoder/layer_3/attention/self/query`, `.../attention/output/LayerNorm`,
 # `.../intermediate/dense`, `.../output/dense`). Its config reads, besides `EncoderConfig`'s
 # shared fields: num_hidden_layers, intermediate_size, hidden_act, hidden_dropout_prob,
 # attention_probs_dropout_prob and layer_norm_eps.
-# --------------------------------------------------------------------------------------------
 LAYER_NAME = "layer_{}"  # the stack's layers in the encoder's tree (`encoder.layer.N`)
 SCANNED_LAYER = "layer"  # the one stacked layer under `scan_layers`
 

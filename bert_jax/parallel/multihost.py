@@ -1,42 +1,26 @@
 """Multi-process runs that end together: waits with timeouts, and a failure on one process ends all.
 
-A multi-process job is only as alive as its slowest process: a process that raises while the
-others wait for it in a collective (a barrier, a data build, a checkpoint save, the step) would
-leave them waiting forever. This module makes every way a process can end reach the others:
+A process that raises while the others wait for it in a collective would leave them waiting
+forever. This module makes every way a process can end reach the others (what a user sees:
+docs/pod.md, "When a host fails"):
 
-* An exception (data build, restore, a step, evaluation, export, a save) is caught by `guard`
-  around the job: the process logs it (a user's mistake in one line, `bert_jax.cli`), publishes
-  "process i failed: <error>" in the key-value store of JAX's coordination service, waits up to
-  `ACK_TIMEOUT_S` for the others to read it, and exits with status 1. It never enters
-  `jax.distributed`'s shutdown barrier, which would wait for processes that are themselves
-  waiting for it.
-* Every process runs a watcher thread that reads those records every `POLL_INTERVAL_S`; on a
-  record from another process it logs "process i failed: <error>" and exits with status 1 at
-  once, whatever its main thread waits for (a barrier in Python, or a collective in C++).
-* A process that dies without a word (SIGKILL, a lost host) stops sending heartbeats: JAX's
-  coordination service declares it dead after `HEARTBEAT_TIMEOUT_S` and aborts every other
-  process with "The following tasks are unhealthy (stopped sending heartbeats): <i>" (exit status
-  134). When process 0 dies the service itself goes, and the others abort at once.
-* SIGTERM (or SIGINT) outside the training loop, where no checkpoint can be written (a barrier,
-  the data build, restore, export), raises `Terminated` in the main thread; a main thread blocked
-  in a collective is ended by the watcher after `TERM_GRACE_S`. Either way the stop is published
-  like a failure, so the other processes end too, and the status is 128 + the signal (143 for
-  SIGTERM). Checkpoints already saved are complete on disk (Orbax finalizes a step by renaming
-  it); a save that a failure interrupts is left unfinalized and never restored. Inside the loop,
-  SIGTERM is the loop's: it saves a checkpoint and stops (`bert_jax.parallel.preemption`).
+* An exception is caught by `guard` around the job: the process logs it (`bert_jax.cli`),
+  publishes "process i failed: <error>" in the key-value store of JAX's coordination service,
+  waits up to `ACK_TIMEOUT_S` for the others to read it, and exits with status 1. It never enters
+  `jax.distributed`'s shutdown barrier, which would wait for processes that wait for it.
+* A watcher thread in every process reads those records every `POLL_INTERVAL_S` and, on another
+  process's, logs it and exits with status 1 at once, whatever the main thread waits for.
+* A process that dies without a word stops sending heartbeats: the coordination service aborts
+  every other after `HEARTBEAT_TIMEOUT_S` (status 134); when process 0 dies, at once.
+* SIGTERM (or SIGINT) outside the training loop raises `Terminated` in the main thread; one
+  blocked in a collective is ended by the watcher after `TERM_GRACE_S`. The stop is published
+  like a failure; the status is 128 + the signal. Inside the loop SIGTERM is the loop's
+  (`bert_jax.parallel.preemption`).
 * Every barrier outside the compiled step (`barrier`, `all_gather`, `broadcast`) runs on the
-  key-value store with a timeout (`BARRIER_TIMEOUT_S` unless the caller gives one), and raises
-  `BarrierTimeoutError` naming the processes that never arrived.
+  key-value store with a timeout and raises `BarrierTimeoutError` naming the absent processes.
 
-The bound: every process of the job exits within `FAILURE_BOUND_S` (60 s) of a failure: within
-about a second of an exception's record (the failing process publishes it once its finally
-blocks, such as waiting for a checkpoint save in flight, have run), within `HEARTBEAT_TIMEOUT_S`
-plus a second or two of a silent death, and within `TERM_GRACE_S` of a SIGTERM outside the loop.
-Measured on 2 CPU processes of one machine: an exception in process 1 (data build, step, export)
-ended it at once and process 0 1.0 s later (process 0 holds the service, so it leaves last); a
-SIGKILL of process 1 ended process 0 11 to 16 s later; SIGTERM of both while process 1 waited at
-a barrier ended both within 1.1 s. (The tests put those faults at named points of a run from
-outside the job's code: tests/faults.py.)
+So every process exits within `FAILURE_BOUND_S` of a failure; tests/faults.py puts those faults
+at named points of a run.
 """
 
 from __future__ import annotations
@@ -74,7 +58,9 @@ TERM_GRACE_S = 5
 # Barriers outside the step wait this long by default (the default corpus's build and the end of
 # the job wait longer, see the callers).
 BARRIER_TIMEOUT_S = 600
-# Every process exits within this long of a failure anywhere (module docstring).
+# Every process exits within this long of a failure anywhere: about a second after an
+# exception's record, HEARTBEAT_TIMEOUT_S plus a second or two after a silent death,
+# TERM_GRACE_S after a SIGTERM outside the loop.
 FAILURE_BOUND_S = 60
 
 # Process 0 outlives the other exiting processes by this much (its end aborts them).

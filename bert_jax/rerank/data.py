@@ -1,25 +1,15 @@
 """Reranker training and dev rows: files with sentence-transformers' column names, read and
 featurized as (query, passage) pairs.
 
-Files (`read_rows`): JSONL (one object a line), CSV (standard quoting) or TSV (tab-separated, no
-quoting) with a header, or Parquet (`bert_jax.data.tables`). Two layouts, told by the columns:
-
-    pointwise   `query` (or `anchor`), `passage` (or `document`), `label`: a float, 0/1
-                relevance or a score in [0, 1] (binary cross-entropy's target)
-    listwise    `query` (or `anchor`), `positive`, hard negatives in `negative` and/or
-                `negative_1`, `negative_2`, ... (the embedding job's layout, `embed.pairs`; in
-                JSONL `negative` may be a list), every row as many as the first; with teacher
-                scores for margin-MSE distillation in `positive_score` and `<negative column>_score`
-                (a list beside a list)
-
-Other columns are ignored. A missing column, an empty or non-text value, a label that is no
-number, a row with another number of negatives raise ValueError naming the file, line (a
-Parquet file: row) and column.
+Files (`read_rows`): JSONL, CSV, TSV or Parquet with a header, in one of two layouts told by the
+columns (docs/rerank.md, "Data"): pointwise (`query`, `passage`, a float `label`) or listwise
+(`query`, `positive`, hard negatives in `negative` and/or `negative_1`, ...; teacher scores in
+`positive_score` and `<negative column>_score`). Other columns are ignored; a bad value raises
+ValueError naming the file, line (Parquet: row) and column.
 
 Features (`featurize`), one row per file row, G candidates each (pointwise 1; listwise the
 positive then the negatives), each pair laid out as the tokenizer's family lays out a sentence
-pair (`[CLS] query [SEP] passage [SEP]`, RoBERTa's `<s> q </s></s> p </s>`), truncated
-longest-first to L:
+pair, truncated longest-first to L:
 
     input_ids, token_type_ids, attention_mask   int32   [N, G, L]
     labels                                      float32 [N]       pointwise only

@@ -16,10 +16,8 @@ and `[UNK]` for unknown words or words longer than `max_input_chars_per_word`. T
 their special ids, as there.
 
 `load_tokenizer(path, match_original=True)` matches google-research/bert's `FullTokenizer` instead
-where that differs from `BertTokenizerFast` and can be matched with `tokenizers` components (kept in
-the saved tokenizer.json): words of up to 200 characters, literal "[MASK]" split like other text,
-only control and format characters dropped (private-use ones kept), a final capital sigma
-lower-cased to "ς", and U+2B820-U+2B91F treated as CJK. docs/data.md lists every difference.
+where that differs from `BertTokenizerFast` and `tokenizers` components can match it (docs/data.md,
+"Differences from google-research/bert's `FullTokenizer`").
 
 `train_wordpiece(texts, vocab_size)` learns a new vocabulary (the `bert-jax-train-wordpiece`
 command wraps it).
@@ -155,8 +153,7 @@ def _matches_original(tokenizer: Tokenizer) -> bool:
     return {"Regex": _CJK_MISSING_FROM_BERT_NORMALIZER} in patterns
 
 
-# ---------------------------------------------------------------------------------------------
-# Building and loading.
+# ---- Building and loading ----
 
 
 def _bert_pipeline(

@@ -60,9 +60,7 @@ def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Time
-# --------------------------------------------------------------------------------------------
+# ---- Time ----
 class Timer:
     """A run's time: compiles (a step whose batch shape is new: the first one, then each new
     length bucket), training seconds with the compiles and the hooks' host work left out, and the
@@ -163,9 +161,7 @@ class Timer:
         return out
 
 
-# --------------------------------------------------------------------------------------------
-# Hooks
-# --------------------------------------------------------------------------------------------
+# ---- Hooks ----
 @dataclasses.dataclass(frozen=True)
 class StepInfo:
     """What the loop hands its hooks after each step.
@@ -348,9 +344,7 @@ class SaveCheckpoint(Hook):
         self.ckpt.wait()
 
 
-# --------------------------------------------------------------------------------------------
-# The loop
-# --------------------------------------------------------------------------------------------
+# ---- The loop ----
 def _compiled_shapes(exp: Experiment) -> set:
     """The host batch shapes the Experiment's train step was compiled for: kept on the
     Experiment, whose compiled steps serve every seed of a fine-tuning run."""

@@ -173,9 +173,7 @@ class BertModel(nn.Module):
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Heads
-# --------------------------------------------------------------------------------------------
+# ---- Heads ----
 @flax.struct.dataclass
 class BertForPreTrainingOutput:
     """prediction_logits [B, L, V], or [B, P, V] at `masked_positions`;

@@ -18,7 +18,6 @@ sequences alone. Submodule names mirror Hugging Face's state dict
 (`deberta/encoder/layer_3/attention/self/query_proj` is
 `deberta.encoder.layer.3.attention.self.query_proj`); the discriminator's head is DeBERTa's
 (microsoft/DeBERTa `LMMaskPredictionHead`, `mask_predictions.*` in the released v3 checkpoints).
-`scan_layers` stacks the layers (one `layer`), `remat_policy` rematerializes each.
 
 Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
@@ -81,9 +80,7 @@ def _layer_norm(cfg: DebertaV2Config, rt: RuntimeConfig, name: str = "LayerNorm"
     return layer_norm(rt, cfg.layer_norm_eps, name)
 
 
-# --------------------------------------------------------------------------------------------
-# Relative positions
-# --------------------------------------------------------------------------------------------
+# ---- Relative positions ----
 def make_log_bucket_position(
     relative_pos: np.ndarray, bucket_size: int, max_position: int
 ) -> np.ndarray:
@@ -118,9 +115,7 @@ def relative_positions(cfg: DebertaV2Config, length: int) -> np.ndarray:
     return rel.astype(np.int32)
 
 
-# --------------------------------------------------------------------------------------------
-# Embeddings and layers
-# --------------------------------------------------------------------------------------------
+# ---- Embeddings and layers ----
 class DebertaV2Embeddings(nn.Module):
     """Word (+ absolute position, + token-type) embeddings, `embed_proj` to E when the tables are
     narrower, LayerNorm, zeroed at padding, dropout. Returns [B, L, E]."""
@@ -433,9 +428,7 @@ class DebertaV2Model(nn.Module):
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Heads
-# --------------------------------------------------------------------------------------------
+# ---- Heads ----
 class DebertaV2LMPredictionHead(nn.Module):
     """The MLM head: dense (E -> the tables' width), `hidden_act`, LayerNorm, then logits against
     the tied word embeddings plus `bias`. h [..., E], embedding [V', E'] -> float32 [..., V].

@@ -9,10 +9,7 @@ dense E -> M, GELU, LayerNorm, then the decoder tied to the word embeddings with
 a classification head on [CLS] of its own (dense, GELU, `out_proj`) and the multiple-choice
 head's sequence summary. Submodule names mirror Hugging Face's state dict
 (`electra/encoder/layer_3/attention/self/query` is `electra.encoder.layer.3.attention.self.query`),
-so conversion is a rename and a transpose. Built from the shared blocks (`models.layers`),
-attention kernels (`models.attention.attend`: xla, cudnn, splash), head call (`models.heads.Head`)
-and output records (`models.outputs`), under the logical axis names every family's parameters
-carry; `scan_layers` stacks the layers (one `layer`), `remat_policy` rematerializes each.
+so conversion is a rename and a transpose.
 
 Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
@@ -181,9 +178,7 @@ class ElectraModel(nn.Module):
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Heads
-# --------------------------------------------------------------------------------------------
+# ---- Heads ----
 class ElectraDiscriminatorPredictions(nn.Module):
     """`discriminator_predictions`: dense E -> E, `hidden_act`, `dense_prediction` E -> 1:
     [..., E] -> float32 logits [...] (one per token: "replaced")."""

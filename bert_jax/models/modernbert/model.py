@@ -5,9 +5,7 @@ rotary positions with a global and a local theta, GeGLU feed-forward layers, and
 alternates between global layers and local ones of a sliding window
 (`ModernBertConfig.global_attn_every_n_layers`, `local_attention`). Submodule names mirror Hugging
 Face's `ModernBertModel` state dict (`layers_3/attn/Wqkv` is `layers.3.attn.Wqkv`), so conversion
-is a rename and a transpose (`bert_jax.convert`). Built from the shared blocks (`models.layers`),
-attention kernels (`models.attention.attend`), head call (`models.heads.Head`) and output records
-(`models.outputs`), under the logical axis names every family's parameters carry.
+is a rename and a transpose (`bert_jax.convert`).
 
 Unpadding: rows may be padded on either side, or packed with several sequences a row
 (`segment_ids`, with `position_ids` restarting per sequence or not: rotary scores depend only on
@@ -65,9 +63,7 @@ SCANNED_LAYER = None
 STARTING_PATHS = {"mlm_bias": ("decoder", "bias")}
 
 
-# --------------------------------------------------------------------------------------------
-# Building blocks
-# --------------------------------------------------------------------------------------------
+# ---- Building blocks ----
 def _norm(cfg: ModernBertConfig, rt: RuntimeConfig, name: str) -> nn.LayerNorm:
     """LayerNorm over E, statistics in float32, with a bias only under `norm_bias`."""
     return layer_norm(rt, cfg.norm_eps, name, use_bias=cfg.norm_bias)
@@ -324,9 +320,7 @@ def pool(
     return (mean[:, 0] if cls_positions is None else mean).astype(sequence.dtype)
 
 
-# --------------------------------------------------------------------------------------------
-# Heads
-# --------------------------------------------------------------------------------------------
+# ---- Heads ----
 class ModernBertPredictionHead(nn.Module):
     """`head`: norm(act(dense(h))), [..., E] -> [..., E]."""
 

@@ -9,10 +9,7 @@ head on `<s>` of its own (dense, tanh, `out_proj`; no pooler), and no next-sente
 XLM-RoBERTa's classes are RoBERTa's under their own names (its checkpoints differ in vocabulary
 and `model_type` only). Submodule names mirror Hugging Face's state dict
 (`roberta/encoder/layer_3/attention/self/query` is `roberta.encoder.layer.3.attention.self.query`),
-so conversion is a rename and a transpose. Built from the shared blocks (`models.layers`),
-attention kernels (`models.attention.attend`: xla, cudnn, splash), head call (`models.heads.Head`)
-and output records (`models.outputs`), under the logical axis names every family's parameters
-carry; `scan_layers` stacks the layers (one `layer`), `remat_policy` rematerializes each.
+so conversion is a rename and a transpose.
 
 Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
@@ -203,9 +200,7 @@ class RobertaModel(nn.Module):
         )
 
 
-# --------------------------------------------------------------------------------------------
-# Heads
-# --------------------------------------------------------------------------------------------
+# ---- Heads ----
 class RobertaLMHead(nn.Module):
     """`lm_head`: LayerNorm(GELU(dense(h))) (the exact GELU whatever `hidden_act`, as in
     transformers), then logits against the tied word embeddings plus `bias`. h [..., E],
@@ -355,9 +350,7 @@ ROLES: dict[Role, type[nn.Module]] = {
 MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}
 
 
-# --------------------------------------------------------------------------------------------
-# XLM-RoBERTa: the same modules under transformers' XLMRoberta* names
-# --------------------------------------------------------------------------------------------
+# ---- XLM-RoBERTa: the same modules under transformers' XLMRoberta* names ----
 class XLMRobertaModel(RobertaModel):
     """XLM-RoBERTa's encoder: RobertaModel's (config an `XLMRobertaConfig`)."""
 

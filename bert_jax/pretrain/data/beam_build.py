@@ -6,39 +6,23 @@
                        "--temp_location=gs://..."])
 
 writes what `build.build_pretraining_shards(..., partition="hash")` writes for the same documents,
-seed and shard count, record for record: the same shard names, build.json, metadata.json,
-tokenizer files, temporary names and completion rule. The pipeline:
+seed and shard count, record for record. The pipeline:
 
-    read        documents: each text file whole on one worker (Beam's file systems, so local
-                paths, gs://, ...), each table file (Parquet, `datasets` .arrow, JSONL, CSV;
-                through etils.epath) streamed by row groups on one worker, one document a row,
-                tfds examples, or the Shakespeare plays
+    read        documents: each text file whole on one worker (Beam's file systems), each table
+                file streamed by row groups on one worker, one document a row, tfds examples,
+                or the Shakespeare plays
     tokenize    each document's sentences to token ids; empty sentences and documents dropped
     partition   (document_key % num_shards, document); GroupByKey
     write       per shard: examples.create_hashed_shard_instances on the shard's documents, with
                 the shard's seed, then build.write_shard (temporary name, rename)
 
 so a worker holds one shard's documents, never the corpus. The launcher checks the output
-directory and the plan first (a finished build returns at once, without running a pipeline),
-writes build.json and the tokenizer, runs the pipeline, and writes metadata.json last from the
-shards' statistics and the pipeline's counters.
+directory and the plan first (a finished build returns at once), writes build.json and the
+tokenizer, runs the pipeline, and writes metadata.json last from the shards' statistics and the
+pipeline's counters. Counters, unreadable files, memory per worker and the differences from the
+local build: docs/data.md, "Builds on many machines: Apache Beam".
 
-Counters (namespace "bert_jax", reported by the runner and kept in metadata.json):
-`source/*` (files, documents, sentences, replaced_utf8_sequences, empty_files, skipped_files,
-skipped_lines, ...), `corpus/*` (documents, sentences, tokens, empty_sentences, ...) and
-`shards/*` (instances, tokens). A file that cannot be decoded (it looks binary) is skipped and
-counted with its lines; a file that fails while being read keeps the documents read before the
-failure and is counted as skipped. Neither stops the build.
-
-Differences from the local build, by design: random next segments come from the shard, not the
-corpus (so the records differ from the default partition="shuffled" build); a file's last
-document ends with the file (no `--no-file_ends_document`); and the corpus is named by its file
-listing (paths and sizes), tfds name or package version rather than a hash of its text, so a
-finished build is recognised without reading the corpus. The output directory may be a URL
-(gs://...): shards are written locally and copied whole, JSON files written directly.
-
-Needs the `beam` extra (`pip install 'bert-jax[beam]'`; Dataflow and gs:// also need
-`apache-beam[gcp]`). Nothing else in the package imports this module.
+Needs the `beam` extra. Nothing else in the package imports this module.
 """
 
 from __future__ import annotations
@@ -75,8 +59,7 @@ NAMESPACE = "bert_jax"
 _FINGERPRINT_FILE = "corpus-fingerprint.json"
 
 
-# ---------------------------------------------------------------------------------------------
-# Sources: what to read, a name for it that needs no reading, and the documents.
+# ---- Sources: what to read, a name for it that needs no reading, and the documents ----
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,8 +257,7 @@ def _read_play(path: str):
         yield document
 
 
-# ---------------------------------------------------------------------------------------------
-# Tokenize, partition, write.
+# ---- Tokenize, partition, write ----
 
 
 class _Tokenize(beam.DoFn):
@@ -338,8 +320,7 @@ def _write_fingerprint(total: int, out_dir: str) -> None:
     build_dir.write_json(path, {"fingerprint": documents_fingerprint([total])})
 
 
-# ---------------------------------------------------------------------------------------------
-# The launcher.
+# ---- The launcher ----
 
 
 def build_pretraining_shards_beam(

@@ -10,28 +10,16 @@ writes into `out_dir`:
     metadata.json                               shard list, record counts, options, statistics
                                                 (written last: its presence means complete)
 
-(`build_dir`: those files and the rules below.)
+(`build_dir`: those files and their rules). A shard is written under a hidden temporary name and
+renamed when whole; a rerun with the same inputs reuses finished shards and builds only what is
+missing (a finished build returns at once), and a directory holding anything else is refused
+naming the difference (docs/data.md, "Files"). Shards are independent, so a pool of worker
+processes builds them, sharing the tokenized corpus through memory-mapped `.npy` files.
 
-The build is safe to interrupt and to run again:
-
-* each shard is written to a hidden temporary name and renamed when complete, so a shard file
-  under its final name is always whole;
-* a rerun with the same inputs and settings reuses the finished shards, deletes stale temporary
-  files and builds only what is missing; once `metadata.json` exists a rerun returns at once;
-* a directory holding anything else (other files, or a build with different settings) is
-  refused with an error naming the difference; nothing is overwritten.
-
-Shards are independent (see `examples.create_shard_instances`), so they are built by a pool of
-worker processes; the tokenized corpus is shared with them through memory-mapped `.npy` files.
-
-Two partitions of the documents into shards (`partition=`):
-
-* "shuffled" (the default): the corpus is shuffled and shard s takes documents s, s + S, ...;
-  random next segments come from the whole corpus (`examples.create_shard_instances`; with one
-  shard, google-research/bert's script exactly);
-* "hash": document d goes to shard `examples.document_key(d) % S` and random next segments come
-  from the same shard (`examples.create_hashed_shard_instances`), so a shard needs only its own
-  documents: what `beam_build` writes on many machines, written here on one, record for record.
+Two partitions of the documents into shards (`partition=`): "shuffled" (the default; random next
+segments from the whole corpus: `examples.create_shard_instances`, with one shard exactly
+google-research/bert's script) and "hash" (`examples.create_hashed_shard_instances`: what
+`beam_build` writes on many machines, written here on one, record for record).
 """
 
 from __future__ import annotations
@@ -64,8 +52,7 @@ from bert_jax.pretrain.data.sources import Document, SourceStats
 PARTITIONS = ("shuffled", "hash")
 
 
-# ---------------------------------------------------------------------------------------------
-# One shard.
+# ---- One shard ----
 
 
 def _write_shard(
@@ -150,8 +137,7 @@ def _worker_write_shard(corpus_dir: str, *args) -> dict:
     return _write_shard(TokenizedCorpus.load(corpus_dir), *args)
 
 
-# ---------------------------------------------------------------------------------------------
-# The build.
+# ---- The build ----
 
 
 def _check_local_build(out_dir: str, tokenizer, num_shards, record_format, partition) -> None:

@@ -63,8 +63,7 @@ def finished_shard_stats(out_dir: str, name: str) -> dict | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Files and checks.
+# ---- Files and checks ----
 
 
 def write_json(path: str, obj) -> None:
@@ -197,8 +196,7 @@ def read_metadata(path: str | os.PathLike) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-# ---------------------------------------------------------------------------------------------
-# A build's life: plan, start, finish.
+# ---- A build's life: plan, start, finish ----
 
 
 def build_plan(

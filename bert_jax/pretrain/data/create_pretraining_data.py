@@ -13,24 +13,9 @@ flags and seed (its defaults are spelled out; the file is `pretrain-00000-of-000
       --format=tfrecord --do_lower_case=true --max_seq_length=128 --max_predictions_per_seq=20 \
       --random_seed=12345 --dupe_factor=10 --masked_lm_prob=0.15 --short_seq_prob=0.1
 
-Input: `--input_file` (comma-separated files/globs; blank lines separate documents), or with
-`--text_column=text` Parquet files, Hugging Face `datasets` directories or JSONL/CSV, one document
-per row (`--input_file='corpus/*.parquet' --text_column=text`; local or gs://),
-`--tfds=NAME` (a tensorflow-datasets text dataset in `--tfds_data_dir`), or `--default_corpus`
-(Shakespeare, offline; without `--vocab_file` its own 8192-piece vocabulary is trained).
-`--format=tfrecord` writes the original's TFRecord files; `--masking=dynamic` leaves masking to
-the input pipeline; `--no-next_sentence_prediction` makes MLM-only examples. Rerunning the same
-command finishes an interrupted build and reuses its finished shards.
-
-`--runner=DirectRunner|DataflowRunner|FlinkRunner|SparkRunner` builds the same shards as an Apache
-Beam pipeline (`beam_build`; the `beam` extra), for corpora larger than one machine's memory; any
-other flag is passed to Beam as a pipeline option:
-
-    bert-jax-create-pretraining-data --runner=DataflowRunner --input_file='gs://b/corpus/*.txt' \
-      --vocab_file=vocab.txt --output_dir=/mnt/data/pretrain --num_shards=1024 \
-      --project=P --region=R --temp_location=gs://b/tmp
-
-It writes what the local build writes with `--partition=hash`, record for record.
+Inputs (text files, tables with `--text_column`, `--tfds`, `--default_corpus`), the Beam runners
+(`--runner=...`, any other flag passed to Beam) and more commands: docs/data.md, "Commands".
+Rerunning the same command finishes an interrupted build and reuses its finished shards.
 """
 
 from __future__ import annotations

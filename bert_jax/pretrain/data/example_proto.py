@@ -32,8 +32,7 @@ class ExampleDecodeError(ValueError):
     """A record is not a well-formed `tf.train.Example` or lacks an expected feature."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Encoding.
+# ---- Encoding ----
 
 
 def _varint(value: int) -> bytes:
@@ -142,8 +141,7 @@ def encode_example(features: Mapping[str, object]) -> bytes:
     return _field(1, body)
 
 
-# ---------------------------------------------------------------------------------------------
-# Decoding.
+# ---- Decoding ----
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:

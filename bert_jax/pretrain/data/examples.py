@@ -1,47 +1,11 @@
 """Pretraining examples from documents, with the semantics of google-research/bert.
 
-This follows `create_pretraining_data.py` step for step, and draws its random numbers from
+This follows `create_pretraining_data.py` step for step and draws its random numbers from
 Python's `random.Random` in the same order, so with one output shard, the same seed, vocab and
-input, it produces the same examples as the original script (a test checks this on a fixture the
-original wrote).
-
-For each document (a list of tokenized sentences):
-
-* `target_seq_length` is `max_seq_length - 3`, except with probability `short_seq_prob` a random
-  length in [2, max_seq_length - 3] (drawn once per document), so some examples are short like
-  fine-tuning inputs.
-* Sentences are gathered into a chunk until it reaches the target or the document ends. A random
-  number of the chunk's first sentences form segment A. With probability 0.5 (always if the chunk
-  is a single sentence) segment B is taken from a random other document, starting at a random
-  sentence, and the chunk's unused sentences are put back to be used next; otherwise B is the rest
-  of the chunk (the actual next text).
-* `truncate_seq_pair` cuts the longer segment, token by token, from the front or the back at
-  random, until A and B fit.
-* The example is `[CLS] A [SEP] B [SEP]` with token_type (segment) ids 0 for `[CLS] A [SEP]` and 1
-  for `B [SEP]`; next_sentence_label is 1 if B is random.
-* Masked LM (static masking): candidate positions are all but [CLS]/[SEP]/[PAD]; with whole-word
-  masking a "##" piece joins the candidate before it. Candidates are shuffled and taken in order
-  until `num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) *
-  masked_lm_prob)))` positions are chosen (a whole word that would overshoot is skipped). Each
-  chosen position becomes [MASK] with probability 0.8, stays itself with 0.1 and becomes a random
-  vocabulary id with 0.1. Positions are listed in increasing order.
-
-Shards. `create_shard_instances` splits the shuffled corpus into shards by position and draws
-random B segments from the whole corpus (the original's stream with one shard).
-`create_hashed_shard_instances` makes a shard from its own documents only: documents go to shard
-`document_key(d) % S` and random B segments come from the same shard, so a shard needs only its
-own documents in memory (the Beam build).
-
-With `next_sentence_prediction=False` (MLM only) the chunk up to `max_seq_length - 2` tokens forms
-a single segment `[CLS] A [SEP]` (all token_type ids 0, next_sentence_label 0). With
-`static_masking=False` no masks are drawn here; the input pipeline draws new ones every epoch.
-
-With `full_sentences=True` (RoBERTa's FULL-SENTENCES, MLM only) a shard's documents are read as
-one stream, in shuffled order (reshuffled for each `dupe_factor` pass): each example is
-`[CLS] S1 S2 ... [SEP]`, whole sentences taken contiguously until the next would pass
-`max_seq_length - 2` tokens, crossing document boundaries with an extra [SEP] between documents
-(`create_full_sentence_instances`). No short examples; a sentence longer than a row is cut into
-rows of its own.
+input, it makes the same examples as the original (a test checks this on records the original
+wrote). The recipe (segments, truncation, masking), MLM-only and dynamic masking:
+docs/data.md, "Example creation". `create_hashed_shard_instances` makes a shard from its own
+documents only, so a shard needs only its own documents in memory (the Beam build).
 """
 
 from __future__ import annotations
@@ -72,7 +36,8 @@ class PretrainingOptions:
         examples for MLM-only training.
       static_masking: choose masks now (the original); False leaves them to the input pipeline.
       random_seed: seed of example creation.
-      full_sentences: RoBERTa's FULL-SENTENCES rows (module docstring); needs
+      full_sentences: RoBERTa's FULL-SENTENCES rows (`create_full_sentence_instances` over a
+        shard's documents, reshuffled each `dupe_factor` pass; no short rows); needs
         next_sentence_prediction=False.
     """
 
@@ -263,7 +228,7 @@ def create_instances_from_document(
     vocab: VocabInfo,
     rng: random.Random,
 ) -> list[TrainingInstance]:
-    """Makes the examples of one document (see the module docstring for the recipe).
+    """Makes the examples of one document (the recipe: docs/data.md, "Example creation").
 
     Args:
       all_documents: every document (random B segments come from any of them); each is a

@@ -1,15 +1,7 @@
 """Dynamic masked-LM masking of whole batches, vectorized with numpy.
 
-`mask_batch` applies the original's masking rule (see `pretraining.create_masked_lm_predictions`)
-to a batch of unmasked examples at load time:
-
-* candidates are real tokens other than [CLS]/[SEP]/[PAD]; with whole-word masking a "##" piece
-  belongs to the word of the candidate before it;
-* `num_to_predict = min(P, max(1, round(num_tokens * masked_lm_prob)))` per example;
-* words are taken in a random order, skipping any whole word that would overshoot, until
-  `num_to_predict` positions are chosen;
-* each chosen position becomes [MASK] with probability 0.8, keeps its token with 0.1, and becomes
-  a uniformly random id in [0, V) with 0.1; positions are reported in increasing order.
+`mask_batch` applies the original's masking rule (`examples.create_masked_lm_predictions`;
+docs/data.md, "Example creation") to a batch of unmasked examples at load time.
 
 Random numbers are a counter-based hash (splitmix64) of (seed, example id, position, stream), not
 a sequential generator. An example's masks therefore depend only on the seed and its example id,

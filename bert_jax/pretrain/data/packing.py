@@ -7,21 +7,13 @@ into batches of packed rows. Each host batch then holds B rows (S = max_segments
 position_ids [B, L] beside the tokens, cls_positions, next_sentence_labels and
 next_sentence_weights [B, S], and the predictions in ROW coordinates, increasing.
 
-How (the packing itself is grain's):
-
-1. Upstream, the pipeline reads, decodes and masks this host's examples exactly as without
-   packing, so each example keeps the masks keyed on its stream position: packed or not, on any
-   number of hosts or workers, an example is masked the same way, and [CLS]/[SEP] are never
-   masked (they are not candidates of the per-sequence rule).
-2. `_ToSequences`, a grain FlatMap, cuts each example to its n real tokens and turns its
-   predictions into a per-token label (-1 = not predicted), so that they travel with their tokens.
-3. `grain.experimental.BestFitPackIterDataset` puts each sequence into the open row it fills
-   best (at most S a row), keeping `num_packing_bins` rows open, and records segment ids and
-   positions. On the plays best fit fills 0.1 to 0.5 points more of the slots than first fit.
-4. `batch(B, batch_fn=_Assemble)` stacks B rows and derives the rest: [CLS] positions (where a
-   segment's position is 0), per-sequence NSP labels (the packer lists them in segment order) and
-   the predictions in row coordinates. A last, short batch of a finite run is filled with empty
-   rows (all weights 0), so no example is dropped.
+How (the packing itself is grain's; docs/data.md, "Packing"): the pipeline masks examples as
+without packing (masks keyed on stream position, so the same on any number of hosts or workers);
+`_ToSequences` cuts each to its n real tokens, its predictions as per-token labels (-1: none);
+`grain.experimental.BestFitPackIterDataset` puts each into the open row it fills best (at most S
+a row, `num_packing_bins` rows open); `batch(B, batch_fn=_Assemble)` stacks B rows and derives
+[CLS] positions, per-sequence NSP labels and the predictions in row coordinates. A last, short
+batch of a finite run is filled with empty rows (all weights 0).
 
 No prediction is dropped. With masking probability p, a sequence of n tokens has
 `min(P, max(1, round(p * n)))` predictions, at most p * n + 1, so a row of at most L tokens and S

@@ -1,84 +1,16 @@
 """The pretraining input pipeline on grain: deterministic, host-sharded, checkpointable.
 
     loader = make_pretraining_loader("data/shakespeare", global_batch_size=256, seed=0)
-    batch = next(loader)       # dict of host-side numpy arrays, keys and shapes below
-    state = loader.get_state() # JSON-able; loader.set_state(state) resumes exactly there
+    batch = next(loader)        # dict of host-side numpy arrays
+    state = loader.get_state()  # JSON-able; loader.set_state(state) resumes exactly there
 
-`paths` are record files (ArrayRecord or TFRecord, or globs), or a directory made by
-`build.build_pretraining_shards`. Each batch holds this host's `B = global_batch_size /
-shard_count` examples, with the keys, shapes and dtypes of `bert_jax.batch_layout.PRETRAINING_BATCH`
-(input_ids, token_type_ids, attention_mask [B, L]; masked_lm_positions, masked_lm_ids,
-masked_lm_weights [B, P]; next_sentence_labels [B]).
-
-With `pack_sequences=True` each of the B rows holds several examples instead (see `packing` for
-the contract), as `batch_layout.PACKED_PRETRAINING_BATCH` declares: segment_ids and position_ids
-[B, L], cls_positions, next_sentence_labels and next_sentence_weights [B, S], and predictions in
-row coordinates [B, P_row].
-
-Arguments of `make_pretraining_dataset` (and `make_pretraining_loader`):
-
-  paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
-  batch_size: B, examples per batch on this host; or give
-  global_batch_size: examples per step over all hosts (B = global / shard_count).
-  seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
-  num_epochs: passes over the data; None repeats forever. The last partial global batch is
-    dropped, so every host yields the same number of batches.
-  shard_index: this host's part; default `jax.process_index()`.
-  shard_count: number of parts; default `jax.process_count()`.
-  host_rows: instead of shard_index/shard_count, the rows of each global batch this host
-    reads, in order (`sharding.host_batch_rows(mesh, global_batch_size)`): hosts that feed
-    the same batch shard (a model axis across hosts) then read the same rows. Needs
-    global_batch_size.
-  shuffle: shuffle globally (reshuffled every epoch); False reads in stored order.
-  dynamic_masking: draw new masks each epoch; default: only if the records have none.
-    Records with static masks are unmasked first, so original TFRecords can be re-masked.
-  tokenizer: for dynamic masking: a `tokenization.SubwordTokenizer` or a tokenizer file path;
-    default: the build directory's tokenizer.json.
-  masked_lm_prob: for dynamic masking; default the build's (or 0.15).
-  whole_word_mask: for dynamic masking; default the build's (or False).
-  worker_count: processes that read, decode and mask (0: in this process).
-  worker_buffer_size: batches each worker keeps ready.
-  read_threads: threads reading ahead in each process.
-  prefetch_batches: batches read ahead by those threads.
-  pack_sequences: pack several examples into each row (see `packing`): B rows of L tokens
-    with segment_ids, position_ids, cls_positions, per-sequence NSP labels and weights [B, S]
-    and predictions in row coordinates [B, P_row]. This host packs its own examples, so the
-    rows depend on shard_count (the examples and their masks do not).
-  max_segments: S, the most sequences in a packed row.
-  num_packing_bins: rows the packer keeps open; more pack tighter (see docs/data.md).
-
-How grain does the work (nothing of it is hand-written here):
-
-1. `MapDataset.range(N).shuffle(seed).repeat(num_epochs)`: a global shuffle of the record keys,
-   reshuffled every epoch, as one stream. Element g of the stream is (epoch g // N, a permutation).
-2. With a finite `num_epochs`, the stream is cut to a multiple of the global batch, so that every
-   host gets the same number of batches.
-3. `batch` groups the stream into global batches of G = B * shard_count keys, and host
-   `shard_index` keeps the contiguous slice [shard_index * B, (shard_index + 1) * B) of each: the
-   hosts' parts are disjoint and together hold every record exactly once per epoch, and the global
-   batch the hosts assemble (process 0's rows first) is row for row the one a single host reads.
-   With `host_rows` (from the mesh: `sharding.host_batch_rows`) a host keeps those rows instead;
-   hosts whose devices hold the same batch shard then read the same rows.
-   So a run's batches, and with a partitionable PRNG its dropout masks, do not depend on the
-   number of hosts.
-4. A map reads this host's B records in one batched read, decodes them and, with
-   dynamic masking, draws new masks (`masking.mask_batch`) keyed on each record's stream position
-   g: new masks every epoch, the same masks on a resumed run, independent of the number of hosts
-   and workers.
-5. `to_iter_dataset` reads ahead with threads; `mp_prefetch` runs all of the above in
-   `worker_count` processes. Batches are formed before the split across workers, so the batches
-   do not depend on `worker_count`.
-6. With packing, this process (after the workers) cuts the examples to their real lengths and
-   packs them with grain's best-fit packer (`packing`). Each host packs the examples of its own
-   slices: the hosts still read disjoint parts that together hold every record once per epoch,
-   and every example keeps its masks, but which examples share a row depends on the number of
-   hosts. (Packing the global stream identically on every host would need every example's length
-   on every host, that is every host reading every record.) With a finite `num_epochs` the hosts
-   can then also end some batches apart; training runs use `num_epochs=None`.
-
-The iterator's `get_state()`/`set_state()` save and restore the position (per host); with Orbax,
-save it next to the model with `grain.checkpoint.CheckpointSave(loader)` and restore it with
-`grain.checkpoint.CheckpointRestore(loader)` in `ocp.args.Composite`.
+Each batch holds this host's B = global_batch_size / shard_count examples with the keys, shapes
+and dtypes of `batch_layout.PRETRAINING_BATCH` (input_ids, token_type_ids, attention_mask [B, L];
+masked_lm_positions, masked_lm_ids, masked_lm_weights [B, P]; next_sentence_labels [B]); with
+`pack_sequences=True`, of `batch_layout.PACKED_PRETRAINING_BATCH` (segment_ids, position_ids
+[B, L]; cls_positions, next_sentence_labels, next_sentence_weights [B, S]; predictions [B, P_row]).
+How grain shuffles, splits the stream across hosts and workers, masks and packs, and checkpointing
+with Orbax: docs/data.md, "The input pipeline" and "Packing".
 """
 
 from __future__ import annotations
@@ -284,7 +216,33 @@ def make_pretraining_dataset(
     max_segments: int = 4,
     num_packing_bins: int = 128,
 ) -> grain.IterDataset:
-    """A grain dataset of pretraining batches (the module docstring: keys, shapes, arguments).
+    """A grain dataset of pretraining batches (keys and shapes in the module docstring).
+
+    Args:
+      paths: a build directory, or ArrayRecord/TFRecord files or globs (one format).
+      batch_size: B, examples per batch on this host; or give
+      global_batch_size: examples per step over all hosts (B = global / shard_count).
+      seed: seeds the shuffle and the dynamic masks, in [0, 2**32).
+      num_epochs: passes over the data; None repeats forever. The last partial global batch is
+        dropped, so every host yields the same number of batches.
+      shard_index, shard_count: this host's part and the number of parts; default
+        `jax.process_index()` and `jax.process_count()`.
+      host_rows: instead of shard_index/shard_count, the rows of each global batch this host
+        reads, in order (`sharding.host_batch_rows`); needs global_batch_size.
+      shuffle: shuffle globally, reshuffled every epoch; False reads in stored order.
+      dynamic_masking: draw new masks each epoch; default: only if the records have none.
+        Static masks are undone first, so original TFRecords can be re-masked.
+      tokenizer: for dynamic masking: a `tokenization.SubwordTokenizer` or a tokenizer file
+        path; default the build directory's tokenizer.json.
+      masked_lm_prob, whole_word_mask: for dynamic masking; default the build's (or 0.15, False).
+      worker_count: processes that read, decode and mask (0: in this process).
+      worker_buffer_size: batches each worker keeps ready.
+      read_threads, prefetch_batches: threads reading ahead in each process, and the batches
+        they read ahead.
+      pack_sequences: pack several examples into each row (see `packing`). Each host packs its
+        own examples, so the rows depend on shard_count (the examples and masks do not).
+      max_segments: S, the most sequences in a packed row.
+      num_packing_bins: rows the packer keeps open; more pack tighter (docs/data.md).
 
     Returns:
       A `grain.IterDataset` of batches; `make_pretraining_loader` iterates it.
@@ -328,8 +286,7 @@ def _read_ahead(
     worker_count: int,
     worker_buffer_size: int,
 ) -> grain.IterDataset:
-    """Step 5 of the module docstring: `ds` read ahead by threads, in `worker_count` processes
-    when > 0."""
+    """`ds` read ahead by threads, in `worker_count` processes when > 0."""
     iter_ds = ds.to_iter_dataset(
         grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=prefetch_batches)
     )
@@ -430,8 +387,8 @@ def _host_keys(
     global_batch: int,
     host_rows: np.ndarray,
 ) -> grain.MapDataset:
-    """Steps 1-3 of the module docstring: batches of (stream positions, record keys), int [B]
-    each, this host's rows of every global batch of the (shuffled, repeated) stream."""
+    """Batches of (stream positions, record keys), int [B] each: this host's rows of every global
+    batch of the (shuffled, repeated) stream, cut to whole global batches if num_epochs is set."""
     ds = grain.MapDataset.range(num_records)
     if shuffle:
         ds = ds.shuffle(seed=seed)

@@ -67,8 +67,7 @@ def _size(path: str) -> int:
     return epath.Path(path).stat().length
 
 
-# ---------------------------------------------------------------------------------------------
-# Writers.
+# ---- Writers ----
 
 
 class TFRecordWriter:
@@ -116,8 +115,7 @@ def open_writer(path: str | os.PathLike, record_format: str) -> TFRecordWriter |
     raise ValueError(f"unknown record format {record_format!r}; expected one of {RECORD_FORMATS}")
 
 
-# ---------------------------------------------------------------------------------------------
-# TFRecord reading.
+# ---- TFRecord reading ----
 
 
 def _tfrecord_index(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -278,8 +276,7 @@ class TFRecordDataSource:
         return f"TFRecordDataSource({len(self._paths)} files, {len(self)} records)"
 
 
-# ---------------------------------------------------------------------------------------------
-# Format detection and opening.
+# ---- Format detection and opening ----
 
 
 def detect_format(path: str | os.PathLike) -> str:

