@@ -101,6 +101,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_seq_length", type=int, default=96)
     parser.add_argument("--lr", type=float, default=0.0, help="0: configs/rerank.py's (2e-5)")
     parser.add_argument("--eval_batch", type=int, default=64)
+    parser.add_argument(
+        "--pack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bert_jax packs each batch's pairs several to a row (rerank.pack, the default)",
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peers", default=",".join(PEERS))
@@ -294,6 +300,7 @@ def settings(args, num_rows: int | None) -> dict:
         "warmup_steps": warmup,
         "batch": args.batch,
         "max_seq_length": args.max_seq_length,
+        "pack": args.pack,
         "eval_batch": args.eval_batch,
         "negatives": args.negatives,
         "num_negatives": args.num_negatives,
@@ -363,6 +370,7 @@ def _rerank_config(plan: dict, seed: int):
         c.rerank.eval_batch_size = plan["eval_batch"]
         c.rerank.num_epochs = math.ceil(plan["steps"] / plan["steps_per_epoch"])
         c.global_batch_size = plan["batch"]
+        c.rerank.pack = plan.get("pack", True)
         c.optimizer.peak_learning_rate = o["lr"]
         c.optimizer.warmup_steps = plan["warmup_steps"]
         c.seed = seed
@@ -377,7 +385,7 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     from bert_jax.models import families
     from bert_jax.parallel import sharding
     from bert_jax.rerank import data, evaluation, run
-    from bert_jax.training import experiment, objectives
+    from bert_jax.training import experiment
     from bert_jax.training.start import init_state
 
     config = _rerank_config(plan, seed)
@@ -390,7 +398,7 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     dev = evaluation.dev_set(
         data.dev_queries(data.read_rows(r.dev_file)), start.tokenizer, start.max_seq_length
     )
-    objective = objectives.rerank_objective(r.loss, r.scale, r.activation)
+    objective = run.rerank_objective(config, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(config, start.model_config, head, objective, plan["steps"])
     state = init_state(exp, start.params, seed=seed)

@@ -14,7 +14,7 @@ file's order, the first stage's) at step 0 and at the end: nDCG@10 and MRR@10, a
 order's as `base_ndcg@10`; it writes `<workdir>/results.json` and exports `<workdir>/hf`, a
 CrossEncoder directory (`CrossEncoder(dir).predict(pairs)`: the sigmoid of the logit).
 
-Expected: on tests/rerank_test.py's easy synthetic task (relevant passages say words of one
+Expected: on tests/rerank/rerank_test.py's easy synthetic task (relevant passages say words of one
 half of a 12-word vocabulary) the tiny model from scratch reaches dev nDCG@10 1.0 in 72 steps,
 from 0.76 at step 0, against 0.68 for the file's order. A real MS MARCO figure needs a GPU
 run: no GPU was available here.
@@ -60,6 +60,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rerank.seeds = "0"  # several: "0,1,2" (results.json: mean +- std)
     c.rerank.eval_batch_size = 64  # pairs a step when scoring the dev candidates (packed)
     c.rerank.max_train_examples = 0  # 0 = all; else the first this many rows
+    # Training batches: the pairs of a batch packed several to a row (at most max_segments a
+    # row; the loss that of the padded batch, the encoder's work on real tokens); false: each
+    # batch padded to the 32-token bucket of its longest pair.
+    c.rerank.pack = True
+    c.rerank.max_segments = 16
     c.rerank.max_eval_examples = 0
 
     # Used only without init_from: the architecture of a model trained from scratch

@@ -47,18 +47,24 @@ def row_step(num_texts: int, row_multiple: int = 1) -> int:
 
 
 def pack_pairs(
-    batch: Mapping[str, np.ndarray], *, max_segments: int, row_multiple: int = 1
+    batch: Mapping[str, np.ndarray],
+    *,
+    max_segments: int,
+    row_multiple: int = 1,
+    keep: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """Packs one global batch of pairs (keys and shapes in the module docstring).
 
     Args:
       batch: input_ids, token_type_ids, attention_mask int32 [B, T, L'] (`pairs.featurize_pairs`'
-        rows, L' <= L); other keys are ignored.
+        rows, or a reranker's groups of T pairs, L' <= L); other keys are ignored but `keep`.
       max_segments: S, the most texts in one row.
       row_multiple: R is a multiple of `row_step(B T, row_multiple)`.
+      keep: keys led by the B pairs (a reranker's labels [B], example_weights [B],
+        teacher_scores [B, T]), passed on as they are.
 
     Returns:
-      The packed batch, rows of L' tokens.
+      The packed batch, rows of L' tokens, and the `keep` keys.
     """
     ids = np.asarray(batch["input_ids"])
     if ids.ndim != 3:
@@ -74,7 +80,8 @@ def pack_pairs(
     out["text_index"] = np.where(packed["example_weights"] > 0, packed["labels"], -1)
     empty = {k: -1 if k == "text_index" else 0 for k in out}
     pad = [(0, rows - info.num_rows), (0, 0)]
-    return {k: np.pad(v.astype(np.int32), pad, constant_values=empty[k]) for k, v in out.items()}
+    out = {k: np.pad(v.astype(np.int32), pad, constant_values=empty[k]) for k, v in out.items()}
+    return out | {k: np.asarray(batch[k]) for k in keep}
 
 
 class PackedBatches:
@@ -84,9 +91,10 @@ class PackedBatches:
 
     Args:
       batches: yields every row of each global batch (no host_rows, one shard).
-      max_segments, row_multiple: as `pack_pairs` takes them.
+      max_segments, row_multiple, keep: as `pack_pairs` takes them.
       host_rows: R -> the rows of a packed batch of R rows this process feeds, in order
-        (`functools.partial(sharding.host_batch_rows, mesh)`); None: all of them.
+        (`functools.partial(sharding.host_batch_rows, mesh)`), and its share of the B pairs of
+        the `keep` keys; None: all of them.
     """
 
     def __init__(
@@ -96,8 +104,9 @@ class PackedBatches:
         max_segments: int,
         row_multiple: int = 1,
         host_rows: Callable[[int], np.ndarray] | None = None,
+        keep: tuple[str, ...] = (),
     ):
-        self._batches, self._host_rows = batches, host_rows
+        self._batches, self._host_rows, self._keep = batches, host_rows, keep
         self._max_segments, self._row_multiple = max_segments, row_multiple
         self.steps_per_epoch = batches.steps_per_epoch
 
@@ -106,12 +115,16 @@ class PackedBatches:
 
     def __next__(self) -> dict[str, np.ndarray]:
         packed = pack_pairs(
-            next(self._batches), max_segments=self._max_segments, row_multiple=self._row_multiple
+            next(self._batches),
+            max_segments=self._max_segments,
+            row_multiple=self._row_multiple,
+            keep=self._keep,
         )
         if self._host_rows is None:
             return packed
-        mine = self._host_rows(len(packed["input_ids"]))
-        return {k: v[mine] for k, v in packed.items()}
+        rows = self._host_rows(len(packed["input_ids"]))
+        pairs = self._host_rows(len(packed[self._keep[0]])) if self._keep else None
+        return {k: v[pairs if k in self._keep else rows] for k, v in packed.items()}
 
     def get_state(self) -> bytes:
         return self._batches.get_state()

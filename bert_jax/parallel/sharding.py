@@ -253,32 +253,27 @@ def global_batch_from_local(batch: PyTree, mesh: Mesh) -> PyTree:
 
     Args:
       batch: this process's rows, `host_batch_rows(mesh, G)` of every global batch in that
-        order (numpy arrays [R, ...], R = len(host_batch_rows(mesh, G))).
+        order (numpy arrays [R, ...], R = len(host_batch_rows(mesh, G))). Arrays may lead with
+        different counts (a packed batch's [R] rows and its [B] pairs), each split alike.
       mesh: the run's mesh.
 
     Returns:
       The same keys as global jax.Arrays [G, ...]. The global shape is always given to JAX, so
       hosts that share a batch shard (a model axis across hosts) add no rows.
     """
-    leaves = jax.tree_util.tree_leaves(batch)
-    if not leaves:
-        return batch
     num_local = len(host_batch_shards(mesh))
-    rows = np.shape(leaves[0])[0]
-    if rows % num_local:
-        raise ValueError(
-            f"this host's batch has {rows} rows, which do not split over the {num_local} batch "
-            f"shard(s) its devices hold in mesh {dict(mesh.shape)}"
-        )
-    global_rows = rows // num_local * data_parallel_size(mesh)
 
     def assemble(x):
-        if np.shape(x)[0] != rows:
-            raise ValueError(f"host batch arrays differ in rows: {np.shape(x)[0]} vs {rows}")
+        rows = np.shape(x)[0]
+        if rows % num_local:
+            raise ValueError(
+                f"this host's batch has {rows} rows, which do not split over the {num_local} "
+                f"batch shard(s) its devices hold in mesh {dict(mesh.shape)}"
+            )
         sharding = batch_sharding(mesh, np.ndim(x))
         if jax.process_count() == 1:
             return jax.device_put(x, sharding)
-        shape = (global_rows, *np.shape(x)[1:])
+        shape = (rows // num_local * data_parallel_size(mesh), *np.shape(x)[1:])
         return jax.make_array_from_process_local_data(sharding, x, shape)
 
     return jax.tree_util.tree_map(assemble, batch)
@@ -295,16 +290,23 @@ def check_host_batches(batch: PyTree, mesh: Mesh) -> None:
     """
     if jax.process_count() == 1:
         return
-    leaves = jax.tree_util.tree_leaves(batch)
-    rows = np.shape(leaves[0])[0]
+    groups = {}  # the arrays by their leading count (a packed batch's rows and its pairs)
+    for x in jax.tree_util.tree_leaves(batch):
+        groups.setdefault(np.shape(x)[0], []).append(x)
     num_local = len(host_batch_shards(mesh))
-    global_rows = rows // num_local * data_parallel_size(mesh)
+    for rows, leaves in sorted(groups.items()):
+        _check_host_rows(leaves, rows // num_local * data_parallel_size(mesh), mesh)
+
+
+def _check_host_rows(leaves: list, global_rows: int, mesh: Mesh) -> None:
+    """`check_host_batches` for arrays that lead with the same rows of a global batch."""
     mine = host_batch_rows(mesh, global_rows)
     digests = np.full((global_rows,), -1, np.int32)  # int32: what JAX gathers without x64
     for i, row in enumerate(mine):
         data = b"".join(np.ascontiguousarray(x[i]).tobytes() for x in leaves)
         digests[row] = zlib.crc32(data) & 0x7FFFFFFF
-    gathered = multihost.all_gather("host-batch-digests", json.dumps(digests.tolist()))
+    name = f"host-batch-digests-{global_rows}"
+    gathered = multihost.all_gather(name, json.dumps(digests.tolist()))
     everyone = np.asarray([json.loads(d) for d in gathered])  # [P, G]
     held = everyone >= 0
     missing = np.flatnonzero(~held.any(0))

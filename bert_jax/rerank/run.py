@@ -24,6 +24,7 @@ what decides them (`training.settings`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -34,6 +35,7 @@ from bert_jax import tokenization
 from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.cross_encoder import save_cross_encoder
 from bert_jax.data import batching, text_io
+from bert_jax.embed import packing
 from bert_jax.models import families
 from bert_jax.models.families import Role
 from bert_jax.parallel import sharding
@@ -50,6 +52,7 @@ VIEW = MetricView(
     curves_accuracy_title="dev nDCG@10 and MRR@10 of the reranked candidates",
 )
 DEFAULT_MAX_SEQ_LENGTH = 256  # pairs: a query and a passage
+PER_GROUP_KEYS = ("labels", "example_weights", "teacher_scores")  # [B] / [B, G] of a batch
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,9 +74,17 @@ def check_config(config, reads_data: bool = True) -> list[int]:
         raise ValueError(f"rerank.scale={r.scale!r}; expected a number > 0")
     if reads_data and not r.train_file:
         raise ValueError("set --config.rerank.train_file (rows: .jsonl, .csv, .tsv or .parquet)")
-    for key in ("num_epochs", "eval_batch_size"):
+    for key in ("num_epochs", "eval_batch_size", "max_segments"):
         if not isinstance(r[key], int) or r[key] < 1:
             raise ValueError(f"config.rerank.{key}={r[key]!r}: expected an integer >= 1")
+    if r.pack not in (True, False, 0, 1):
+        raise ValueError(f"rerank.pack={r.pack!r}; expected true or false (1 or 0)")
+    if r.pack and config.num_microbatches > 1:
+        raise ValueError(
+            f"rerank.pack packs a whole batch's pairs; num_microbatches="
+            f"{config.num_microbatches} would split its rows from its labels: set "
+            "num_microbatches=1 or rerank.pack=false"
+        )
     return settings.parse_seeds(r.seeds, "rerank.seeds")
 
 
@@ -187,7 +198,7 @@ def train_and_evaluate(
             f"training rows of {r.train_file}: no training step"
         )
     steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
-    objective = objectives.rerank_objective(r.loss, r.scale, r.activation)
+    objective = rerank_objective(config, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(
         config, start.model_config, head, objective, steps_per_epoch * r.num_epochs
@@ -203,18 +214,41 @@ def train_and_evaluate(
     return settings.run_seeds(config, workdir, record, seeds, one_seed)
 
 
-def _train_batches(config, features, seed: int, mesh=None) -> batching.EpochIterator:
-    """One seed's batches: `num_epochs` epochs of shuffled global batches of rows, each cut to
-    the 32-token bucket of its longest pair; this process's rows of them on `mesh` (None: all)."""
-    return batching.EpochIterator(
+def rerank_objective(config, group: int) -> objectives.Objective:
+    """The objective of `rerank.loss` for training batches of `global_batch_size` groups of
+    `group` pairs, packed with `rerank.pack` (`_train_batches`)."""
+    r = config.rerank
+    packed = (config.global_batch_size, group) if r.pack else None
+    return objectives.rerank_objective(r.loss, r.scale, r.activation, packed_shape=packed)
+
+
+def _train_batches(config, features, seed: int, mesh=None):
+    """One seed's batches: `num_epochs` epochs of shuffled global batches of rows, this
+    process's rows of them on `mesh` (None: all). With `rerank.pack` each batch's pairs are
+    packed several to a row (`packing.PackedBatches`, as the embedding job packs its texts; the
+    labels, weights and teacher scores stay [B]); else each batch is cut to the 32-token bucket
+    of its longest pair."""
+    pack = config.rerank.pack
+    batches = batching.EpochIterator(
         features,
         config.global_batch_size,
         num_epochs=config.rerank.num_epochs,
         seed=seed,
-        bucket_boundaries=batching.length_buckets(features["input_ids"].shape[-1]),
+        bucket_boundaries=None
+        if pack
+        else batching.length_buckets(features["input_ids"].shape[-1]),
         host_rows=None
-        if mesh is None
+        if pack or mesh is None
         else sharding.host_batch_rows(mesh, config.global_batch_size),
+    )
+    if not pack:
+        return batches
+    return packing.PackedBatches(
+        batches,
+        max_segments=config.rerank.max_segments,
+        row_multiple=1 if mesh is None else sharding.data_parallel_size(mesh),
+        host_rows=None if mesh is None else functools.partial(sharding.host_batch_rows, mesh),
+        keep=tuple(k for k in PER_GROUP_KEYS if k in features),
     )
 
 

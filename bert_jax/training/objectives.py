@@ -325,6 +325,20 @@ def pool_segments(
     return total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
 
 
+def unpack_slots(values: jax.Array, text_index: jax.Array, shape: tuple[int, int]) -> jax.Array:
+    """A packed batch's per-slot values [R, S, ...] put in their texts' places: [B, T, ...]
+    from text_index int32 [R, S] (text b * T + t, -1 an empty slot, dropped) and shape (B, T)
+    (`bert_jax.embed.packing`)."""
+    b, t = shape
+    index = text_index.reshape(-1)
+    rest = values.shape[2:]
+    out = jnp.zeros((b * t, *rest), values.dtype)
+    out = out.at[jnp.where(index < 0, b * t, index)].set(
+        values.reshape(-1, *rest), mode="drop", unique_indices=True
+    )
+    return out.reshape(b, t, *rest)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ContrastiveObjective(Objective):
     """An embedding model (the encoder, pooled) trained with in-batch negatives
@@ -377,13 +391,7 @@ class ContrastiveObjective(Objective):
             return embeddings
         if self.packed_shape is None:
             raise ValueError("a packed batch needs the objective's packed_shape=(B, T)")
-        b, t = self.packed_shape
-        index = batch["text_index"].reshape(-1)
-        out = jnp.zeros((b * t, embeddings.shape[-1]), embeddings.dtype)
-        out = out.at[jnp.where(index < 0, b * t, index)].set(
-            embeddings.reshape(-1, embeddings.shape[-1]), mode="drop", unique_indices=True
-        )
-        return out.reshape(b, t, -1)
+        return unpack_slots(embeddings, batch["text_index"], self.packed_shape)
 
     def embedding_sums(self, embeddings: jax.Array) -> dict[str, jax.Array]:
         """The loss sums of the embeddings [B, T, E] of a whole batch (text 0 anchors, text 1
@@ -439,8 +447,17 @@ RERANK_LOSSES = ("bce", "listwise", "margin_mse")
 RERANK_ACTIVATIONS = ("sigmoid", "identity")
 
 
-def pair_logits(model, params, batch, rng, deterministic: bool) -> jax.Array:
-    """float32 [B, G]: the head's one logit for each pair of a [B, G, L] batch."""
+def pair_logits(
+    model, params, batch, rng, deterministic: bool, packed_shape: tuple[int, int] | None = None
+) -> jax.Array:
+    """float32 [B, G]: the head's one logit for each pair of a [B, G, L] batch, or of the same
+    pairs packed several to a row (`bert_jax.embed.packing`, packed_shape (B, G)): each slot
+    classified at its own [CLS] ([R, S, 1]) and put back in its group's place."""
+    if "text_index" in batch:
+        if packed_shape is None:
+            raise ValueError("a packed batch needs the objective's packed_shape=(B, G)")
+        logits = apply_model(model, params, batch, rng, deterministic).logits  # [R, S, 1]
+        return unpack_slots(logits[..., 0].astype(jnp.float32), batch["text_index"], packed_shape)
     b, g, length = batch["input_ids"].shape
     flat = {k: batch[k].reshape(b * g, length) for k in MODEL_INPUTS if k in batch}
     logits = apply_model(model, params, flat, rng, deterministic).logits  # [B G, 1]
@@ -448,7 +465,10 @@ def pair_logits(model, params, batch, rng, deterministic: bool) -> jax.Array:
 
 
 def rerank_objective(
-    loss: str = "bce", scale: float = 10.0, activation: str = "sigmoid"
+    loss: str = "bce",
+    scale: float = 10.0,
+    activation: str = "sigmoid",
+    packed_shape: tuple[int, int] | None = None,
 ) -> Objective:
     """The reranker's objective (`bert_jax.rerank`): a one-output sequence-classification head
     scores each (query, passage) pair of a [B, G, L] batch (G = 1 pointwise; listwise the
@@ -460,8 +480,10 @@ def rerank_objective(
         margin_mse  distillation: the margins s(q, p) - s(q, n) against `teacher_scores` [B, G]
 
     Batch: input_ids, token_type_ids, attention_mask int32 [B, G, L], example_weights float32
-    [B], and labels or teacher_scores. Metrics: rerank_loss, rerank_accuracy (bce: the logit's
-    sign right; listwise: the positive first)."""
+    [B], and labels or teacher_scores; or, with `packed_shape` (B, G), the pairs packed several
+    to a row (`bert_jax.embed.packing`, its `keep`: the [B] keys as they are), the same loss.
+    Metrics: rerank_loss, rerank_accuracy (bce: the logit's sign right; listwise: the positive
+    first)."""
     if loss not in RERANK_LOSSES:
         raise ValueError(f"rerank.loss={loss!r}; expected one of {RERANK_LOSSES}")
     if activation not in RERANK_ACTIVATIONS:
@@ -471,7 +493,7 @@ def rerank_objective(
         return batch["example_weights"].astype(jnp.float32)
 
     def sums(model, params, batch, rng, deterministic):
-        logits = pair_logits(model, params, batch, rng, deterministic)
+        logits = pair_logits(model, params, batch, rng, deterministic, packed_shape)
         if loss == "bce":
             out = losses.binary_cross_entropy(logits[:, 0], batch["labels"], weights(batch))
         elif loss == "listwise":
@@ -485,8 +507,11 @@ def rerank_objective(
             result["rerank_correct_sum"] = out["correct_sum"]
         return result
 
+    group = None if packed_shape is None else packed_shape[1]
+
     def counts(batch):
-        margins = batch["input_ids"].shape[1] - 1 if loss == "margin_mse" else 1
+        size = group if "text_index" in batch else batch["input_ids"].shape[1]
+        margins = size - 1 if loss == "margin_mse" else 1
         return {"rerank_count": jnp.sum(weights(batch)) * margins}
 
     name = f"rerank_{loss}"

@@ -28,7 +28,7 @@ from bert_jax.rerank import data, evaluation
 from bert_jax.training.objectives import pair_logits, rerank_objective
 from tests import family_fixtures
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOGITS = np.array([[2.0, -1.0, 0.5], [-0.3, 0.7, 1.9], [0.0, -2.5, -0.1], [1.2, 1.1, -3.0]])
 TEACHER = np.array([[5.0, 1.0, 2.0], [3.0, 3.5, -1.0], [0.0, 0.0, 1.0], [9.0, 2.0, 4.0]])
 WORDS = "amber basil cedar delta ember fjord grove heron indigo juniper kelp lotus".split()
@@ -107,6 +107,94 @@ def test_objective_scores_each_pair_of_a_group():
         np.testing.assert_allclose(
             values[loss], expected["loss_sum"] / expected["count"], rtol=1e-5
         )
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_packed_pairs_train_as_the_padded_batch(family):
+    """No dropout: each loss's value and gradients on a batch's pairs packed several to a row
+    (`packing.pack_pairs` with `keep`, empty rows among them) equal the padded [B, G, L] batch's
+    within 1e-5: bce on single pairs, listwise and margin-MSE on groups of 3."""
+    from bert_jax.embed import packing
+    from tests.embed.embed_packing_test import B, L, assert_same, loss_and_grads, pair_batch
+
+    fields = dict(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=L + 8, num_labels=1,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    if family == "roberta":
+        fields.update(model_type="roberta", pad_token_id=1)
+    config = families.config_from_fields(fields)
+    model = families.get_model_class(families.head_in_family(config, Role.SEQUENCE_CLASSIFICATION))(
+        config
+    )
+    params = init_params(model, jax.random.PRNGKey(0))
+    groups = pair_batch(4)  # [B, 3, L]
+    singles = {k: v[:, :1] if v.ndim == 3 else v for k, v in groups.items()}
+    singles["labels"] = np.array([1, 0, 1, 1, 0, 0], np.float32)[:B]
+    groups["teacher_scores"] = np.asarray(TEACHER[np.arange(B) % 4], np.float32)
+    cases = [("bce", singles), ("listwise", groups), ("margin_mse", groups)]
+    keep = ("labels", "example_weights", "teacher_scores")
+
+    def both(params):
+        out = []
+        for loss, batch in cases:
+            g = batch["input_ids"].shape[1]
+            packed = packing.pack_pairs(
+                batch, max_segments=4, row_multiple=4, keep=tuple(k for k in keep if k in batch)
+            )
+            assert len(packed["input_ids"]) < B * g or g == 1
+            for objective, b in (
+                (rerank_objective(loss), batch),
+                (rerank_objective(loss, packed_shape=(B, g)), packed),
+            ):
+                loss_value, grads, sums = loss_and_grads(model, objective, params, b)
+                out.append((loss_value, grads, sums["rerank_count"]))
+        return out
+
+    out = jax.jit(both)(params)
+    for (padded, packed_out), (loss, _) in zip(zip(out[::2], out[1::2]), cases, strict=True):
+        assert_same(packed_out[:2], padded[:2])
+        assert packed_out[2] == padded[2], loss
+    assert len({round(float(o[0]), 4) for o in out[::2]}) == 3  # three different losses
+
+
+def test_packed_pairs_keep_each_hosts_labels():
+    """`PackedBatches(keep=...)`: two hosts feed the halves of the one-process packing, the
+    rows' halves and the [B] keys' halves (`host_rows` of B), step for step."""
+    from bert_jax.data import batching
+    from bert_jax.embed import packing
+    from tests.embed.embed_packing_test import pair_batch
+
+    features = {k: np.concatenate([v, v[::-1]]) for k, v in pair_batch(6).items()}  # 12 groups
+    features["labels"] = np.arange(12, dtype=np.float32)
+
+    def iterator(host=None):
+        host_rows = None if host is None else (lambda r: np.arange(r).reshape(2, -1)[host])
+        epochs = batching.EpochIterator(features, 6, num_epochs=1, seed=3)
+        return packing.PackedBatches(
+            epochs, max_segments=3, row_multiple=2, host_rows=host_rows,
+            keep=("labels", "example_weights"),
+        )  # fmt: skip
+
+    for whole, a, b in zip(iterator(), iterator(0), iterator(1), strict=True):
+        assert whole["labels"].shape == (6,) and a["labels"].shape == (3,)
+        for k in whole:
+            np.testing.assert_array_equal(np.concatenate([a[k], b[k]]), whole[k])
+
+
+def test_packing_with_microbatches_is_refused():
+    """rerank.pack packs a whole batch; micro-batches would split rows from their labels."""
+    from bert_jax.rerank import run as rerank_run
+    from tests.family_fixtures import load_config
+
+    config = load_config("rerank.py", "size=tiny")
+    config.rerank.train_file = "train.jsonl"
+    config.num_microbatches = 2
+    with pytest.raises(ValueError, match="num_microbatches=2"):
+        rerank_run.check_config(config)
+    config.rerank.pack = False
+    rerank_run.check_config(config)
 
 
 def test_dev_pairs_packed_score_as_one_pair_a_row_over_the_devices():
@@ -328,6 +416,51 @@ def _rows(rng, n, pointwise_dev=False):
             {"query": query, "passage": candidates[i][0], "label": candidates[i][1]} for i in order
         ]
     return rows
+
+
+def test_reranker_job_trains_packed_pairs_as_padded_ones(tmp_path):
+    """train.py's reranker job in this process on the suite's 8 devices: 4 steps of 8 listwise
+    rows (a positive and 2 negatives each; 24 pairs a step, packed several to a row, the labels
+    [8] beside the rows) without dropout log the losses of the same job with rerank.pack=false,
+    within 1e-4, and score and export as it does."""
+    from tests.conformance_test import train_py, train_rows
+
+    rng = np.random.default_rng(1)
+    tokenization.train_wordpiece([" ".join(WORDS)] * 3, vocab_size=60, min_frequency=1).save(
+        tmp_path / "vocab"
+    )
+    pointwise = _rows(rng, 32)
+    rows = [
+        {"query": p["query"], "positive": p["passage"], "negative": [n["passage"], m["passage"]]}
+        for p, n, m in zip(pointwise[::2], pointwise[1::2], pointwise[3::2] + pointwise[1:2])
+    ]
+    with open(tmp_path / "train.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows[:32])
+    with open(tmp_path / "dev.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in _rows(rng, 6, pointwise_dev=True))
+    losses_by_pack = {}
+    for pack in (True, False):
+        workdir = tmp_path / f"run_{pack}"
+        train_py(
+            "rerank.py:size=tiny",
+            workdir,
+            **{
+                "rerank.train_file": str(tmp_path / "train.jsonl"),
+                "rerank.dev_file": str(tmp_path / "dev.jsonl"),
+                "rerank.tokenizer": str(tmp_path / "vocab"),
+                "rerank.loss": "listwise",
+                "rerank.pack": pack,
+                "model.hidden_dropout_prob": 0.0,
+                "model.attention_probs_dropout_prob": 0.0,
+                "log_every_steps": 1,
+                "async_checkpointing": False,
+            },
+        )
+        losses_by_pack[pack] = [r["train/loss"] for _, r in sorted(train_rows(workdir).items())]
+        seed = json.loads((workdir / "results.json").read_text())["seeds"]["0"]
+        assert 0 < seed["ndcg@10"] <= 1 and (workdir / "hf" / "config.json").exists()
+    assert len(losses_by_pack[True]) == 4
+    np.testing.assert_allclose(losses_by_pack[True], losses_by_pack[False], rtol=1e-4)
 
 
 @pytest.mark.e2e
