@@ -23,7 +23,7 @@ texts cut to `--max_seq_length` tokens:
 
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
 positive among all of them with `bert_jax.embed.retrieval.retrieval_scores` (equal to
-sentence-transformers' InformationRetrievalEvaluator; tests/retrieval_test.py). The untrained
+sentence-transformers' InformationRetrievalEvaluator; tests/embed/retrieval_test.py). The untrained
 model is scored once by each peer ("start", the two must agree).
 
 The process is pinned to `--threads` cores (sched_setaffinity, before JAX or torch start) and

@@ -38,7 +38,7 @@ SHAPES = [
     ("base_finetune_128", ["--size=base", "--batch=32", "--seq=128"]),
 ]
 PEERS = ("bert_jax", "torch_eager", "torch_compile")
-TESTS = ["tests/loss_scale_test.py", "tests/attention_test.py"]
+TESTS = ["tests/training/loss_scale_test.py", "tests/models/attention_test.py"]
 
 
 def steps(card: str | None, out: str) -> list[tuple[str, list[str], dict[str, str]]]:

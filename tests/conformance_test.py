@@ -36,7 +36,7 @@ from bert_jax.finetune import tasks
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models import families
 from tests import family_fixtures
-from tests.embed_test import translated_pairs, write_jsonl, write_table
+from tests.embed.embed_test import translated_pairs, write_jsonl, write_table
 from tests.finetune import run_test as finetune_data
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

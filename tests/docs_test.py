@@ -390,8 +390,8 @@ CUT_PAIRS = 64  # the cue -> reply files are cut to this many rows after they ar
 SKIPPED = {
     "make ": "CI runs `make test`; `make pretrain` runs from a fresh clone before every stop",
     "DATA": "names a corpus of the user's",
-    "--mode=compile": "the TPU recipes' compiles are tests/aot_test.py's and benchmarks'",
-    "uncased_L-12_H-768_A-12": "no TF checkpoint of BERT-base here (tests/convert_tf_test.py)",
+    "--mode=compile": "the TPU recipes' compiles are tests/parallel/aot_test.py's and benchmarks'",
+    "uncased_L-12_H-768_A-12": "no TF checkpoint of BERT-base here (tests/checkpoints/convert_tf_test.py)",
 }
 
 
@@ -468,3 +468,23 @@ def test_readme_commands_run(tmp_path):
     for text, why in skipped:
         print(f"  {text}: {why}")
     assert len(ran) >= 10
+
+
+def test_tests_mirror_the_package():
+    """docs/development.md: each folder of tests/ (but testdata) is a package of bert_jax, and
+    no test of a package's module sits at the top when the package has its folder."""
+    tests = os.path.join(ROOT, "tests")
+    folders = {
+        name
+        for name in os.listdir(tests)
+        if os.path.isdir(os.path.join(tests, name)) and name not in ("testdata", "__pycache__")
+    }
+    packages = {
+        name
+        for name in os.listdir(os.path.join(ROOT, "bert_jax"))
+        if os.path.isfile(os.path.join(ROOT, "bert_jax", name, "__init__.py"))
+    }
+    assert folders <= packages, f"tests/ folders that are no package: {sorted(folders - packages)}"
+    top = [n for n in os.listdir(tests) if n.endswith("_test.py")]
+    misplaced = [n for n in top if n.split("_")[0] in folders and n.split("_")[0] != "cli"]
+    assert not misplaced, f"tests of a package with its folder, at the top: {misplaced}"

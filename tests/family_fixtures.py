@@ -137,7 +137,7 @@ def training_texts() -> list[str]:
     """The text every fixture tokenizer learns: the Shakespeare excerpt, the words of the
     jobs' generated test data and the fine-tuning test files' sentences (their words then have
     pieces of their own)."""
-    from tests.embed_test import WORDS as EMBED_WORDS
+    from tests.embed.embed_test import WORDS as EMBED_WORDS
     from tests.finetune.run_test import NAMES, WORDS
 
     lines = EXCERPT.read_text(encoding="utf-8").splitlines()

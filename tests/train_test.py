@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests import faults
+from tests.checkpoints.model_card_test import card_metadata, held_out_metrics
 from tests.conftest import TINY_DATA_OVERRIDES
-from tests.model_card_test import card_metadata, held_out_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

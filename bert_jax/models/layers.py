@@ -181,7 +181,7 @@ def layer_norm(
     would keep the input, its centred copy and the normalized values, each [..., E] in float32 (on
     BERT-large 128 x 128 in bfloat16, 9 GiB of the step's 32). Recomputing is the same arithmetic
     on the same input: the values are the plain LayerNorm's, the gradients too up to where XLA
-    rounds a float32 intermediate to bfloat16 (tests/residuals_test.py). float32 runs are as
+    rounds a float32 intermediate to bfloat16 (tests/models/residuals_test.py). float32 runs are as
     before.
     """
     cls = nn.LayerNorm

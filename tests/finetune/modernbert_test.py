@@ -51,7 +51,7 @@ def _run(config, tmp_path, head):
     return results["mean"]
 
 
-@pytest.mark.e2e  # about 25 s; packed rows equal padded: tests/modernbert_test.py
+@pytest.mark.e2e  # about 25 s; packed rows equal padded: tests/models/modernbert_test.py
 def test_classification_and_packed_rows(tmp_path, vocab, modernbert_dir):  # noqa: F811
     sentiment_files(tmp_path)
     for pack in (False, True):  # packed rows hold ~4 sentences: more epochs, as run_test's

@@ -18,8 +18,8 @@ import pytest
 
 from bert_jax import tokenization
 from bert_jax.finetune import run as finetune_run
+from tests.checkpoints.model_card_test import card_metadata, held_out_metrics
 from tests.common import recorded_compiles
-from tests.model_card_test import card_metadata, held_out_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORDS = (

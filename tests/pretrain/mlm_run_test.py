@@ -14,7 +14,7 @@ import pytest
 
 from bert_jax import tokenization
 from bert_jax.models import families
-from tests.model_card_test import card_metadata
+from tests.checkpoints.model_card_test import card_metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # arch -> (steps, timeout in seconds, the exported head, the family's display name). On 2 cores
