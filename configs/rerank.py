@@ -65,6 +65,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # batch padded to the 32-token bucket of its longest pair.
     c.rerank.pack = True
     c.rerank.max_segments = 16
+    c.rerank.compile_group = (
+        0  # --mode=compile: pairs a row; 0: 1 for bce, else 4 (a positive, 3 negatives)
+    )
     c.rerank.max_eval_examples = 0
 
     # Used only without init_from: the architecture of a model trained from scratch
@@ -101,7 +104,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.max_checkpoints_to_keep = 1
     c.async_checkpointing = True
     c.init_from = common.init_from(variant["init"])
-    c.topology = ""  # unused: --mode=compile is not offered for this job yet
+    c.topology = ""  # --mode=compile's target when --topology is not given (v5e:4x4, gpu:l4)
 
     if tiny:
         c.rerank.max_seq_length = 32

@@ -38,9 +38,9 @@ from bert_jax.data import batching, text_io
 from bert_jax.embed import packing
 from bert_jax.models import families
 from bert_jax.models.families import Role
-from bert_jax.parallel import sharding
+from bert_jax.parallel import aot, sharding
 from bert_jax.rerank import data, evaluation
-from bert_jax.training import experiment, objectives, seed_run, settings
+from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
 from bert_jax.training.start import architecture, graft
 from bert_jax.training.summaries import MetricView
 
@@ -77,6 +77,9 @@ def check_config(config, reads_data: bool = True) -> list[int]:
     for key in ("num_epochs", "eval_batch_size", "max_segments"):
         if not isinstance(r[key], int) or r[key] < 1:
             raise ValueError(f"config.rerank.{key}={r[key]!r}: expected an integer >= 1")
+    if not isinstance(r.compile_group, int) or r.compile_group < 0:
+        group = r.compile_group
+        raise ValueError(f"config.rerank.compile_group={group!r}: expected an integer >= 0")
     if r.pack not in (True, False, 0, 1):
         raise ValueError(f"rerank.pack={r.pack!r}; expected true or false (1 or 0)")
     if r.pack and config.num_microbatches > 1:
@@ -163,8 +166,9 @@ def train_and_evaluate(
     topology: str | None = None,
     hlo_out: str | None = None,
 ) -> dict[str, Any] | int:
-    """Trains a reranker for every seed of `rerank.seeds` (mode "train") or prints the
-    shardings ("shardings"); "compile" is not offered yet.
+    """Trains a reranker for every seed of `rerank.seeds` (mode "train"), prints the
+    shardings ("shardings") or compiles the step for `topology` ("compile", returning the exit
+    status).
 
     Flow: settings checked -> starting point -> rows read and featurized -> one Experiment for
     every seed -> per seed: state -> step-0 dev scores -> Trainer with hooks -> final dev
@@ -173,10 +177,9 @@ def train_and_evaluate(
     Returns:
       {"task": "rerank", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    del hlo_out, topology
     seeds = check_config(config, reads_data=mode != "compile")
     if mode == "compile":
-        raise ValueError("--mode=compile is not implemented for job=rerank")
+        return compile_for_topology(config, topology or config.topology, hlo_out)
     r = config.rerank
     start = starting_point(config)
     with text_io.record_reads() as data_files:
@@ -212,6 +215,52 @@ def train_and_evaluate(
 
     record = settings.run_record(config, data_files, "rerank")
     return settings.run_seeds(config, workdir, record, seeds, one_seed)
+
+
+def compile_batch(config, group: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of a training batch of `global_batch_size` rows of `group` pairs of
+    `length` tokens, as `_train_batches` makes it: with `rerank.pack`, at the most rows packing
+    can take (one pair a row: [B G, L], the memory any packed step stays within)."""
+    rows, r = config.global_batch_size, config.rerank
+    i32, f32 = jax.numpy.int32, jax.numpy.float32
+    if r.pack:
+        batch = {k: ((rows * group, length), i32) for k in packing.TOKEN_KEYS}
+        batch.update(cls_positions=((rows * group, r.max_segments), i32))
+        batch.update(text_index=((rows * group, r.max_segments), i32))
+    else:
+        tokens = ("input_ids", "token_type_ids", "attention_mask")
+        batch = {k: ((rows, group, length), i32) for k in tokens}
+    batch["example_weights"] = ((rows,), f32)
+    if r.loss == "bce":
+        batch["labels"] = ((rows,), f32)
+    elif r.loss == "margin_mse":
+        batch["teacher_scores"] = ((rows, group), f32)
+    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in batch.items()}
+
+
+def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
+    """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`) without data:
+    `global_batch_size` rows of `rerank.compile_group` pairs (`compile_batch`) of
+    max_seq_length tokens (256 by default). Prints the report, returns the exit status."""
+    r = config.rerank
+    model_config = architecture(config).replace(num_labels=1, label_names=None)
+    length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
+    group = r.compile_group or (1 if r.loss == "bce" else 4)
+    objective = rerank_objective(config, group)
+    head = families.head_in_family(model_config, objective.role)
+    exp = experiment.Experiment.build(
+        config, model_config, head, objective, 1, aot.topology_devices(topology)
+    )
+    pairs = config.global_batch_size * group
+    model_flops = flops.classification_step_flops(model_config, [length] * pairs, 1)
+    return compile_report.report_compiled_step(
+        exp,
+        compile_batch(config, group, length),
+        model_flops=model_flops,
+        topology=topology,
+        task="rerank",
+        hlo_out=hlo_out,
+    )
 
 
 def rerank_objective(config, group: int) -> objectives.Objective:

@@ -98,6 +98,27 @@ def test_compile_embedding_grad_cache_step_for_v5e_2x2():
     assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
 
 
+def test_compile_reranker_step_for_v5e_2x2():
+    """The reranker job's step (listwise rows of 4 pairs, packed, bfloat16) compiled by libtpu
+    with no rows file: lowered at the most rows packing can take, one pair a row."""
+    proc = run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "train.py"),
+            "--config=" + os.path.join(ROOT, "configs", "rerank.py") + ":size=tiny",
+            "--mode=compile",
+            "--topology=v5e:2x2",
+            "--config.model.vocab_size=400",
+            "--config.rerank.loss=listwise",
+        ]
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["task"] == "rerank" and report["dtype"] == "bfloat16"
+    assert report["batch"] == [8 * 4, 32]  # 8 rows of 4 pairs, 32 tokens (size=tiny)
+    assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
+
+
 def test_compile_reports_a_step_that_does_not_fit():
     # 2M x 2048 float32 embeddings with Adam's two moments: 48 GiB over 4 chips of 16 GiB.
     proc = run(
