@@ -49,6 +49,12 @@ LABELS = ("comedy", "history", "tragedy")
 STEPS = 2
 
 
+def families_with_e2e(*slow: str) -> list:
+    """Every registered family as an indirect `fam` parameter; those in `slow` run with -m e2e,
+    for the suite's time, where another family runs the same code (each use says which)."""
+    return [pytest.param(f, marks=pytest.mark.e2e) if f in slow else f for f in families.FAMILIES]
+
+
 @pytest.fixture(scope="module", params=list(families.FAMILIES))
 def fam(request, tmp_path_factory) -> family_fixtures.FamilyDir:
     """The family's fixture directory: its masked LM and tokenizer."""
@@ -183,6 +189,9 @@ def check_export(fam, hf_dir, objective: str) -> None:
     assert type(loaded.config) is type(fam.config)
 
 
+# ELECTRA's run with -m e2e, for the suite's time: DeBERTa-v3's runs the same replaced-token
+# detection job (rtd_test checks ELECTRA's tied embeddings in the loss).
+@pytest.mark.parametrize("fam", families_with_e2e("electra"), indirect=True)
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
     """`configs/pretrain.py:arch=<model_type>`, its data built with the fixture's tokenizer as
     the recipe makes its examples (NSP pairs, full sentences, dynamic masking), two steps from
@@ -320,14 +329,7 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 
 # ELECTRA's and RoBERTa's runs with -m e2e, for the suite's time: XLM-R's runs RoBERTa's model
 # with the harder tokenizer, and exports_test loads every family's export in sentence-transformers.
-@pytest.mark.parametrize(
-    "fam",
-    [
-        pytest.param(f, marks=pytest.mark.e2e) if f in ("electra", "roberta") else f
-        for f in families.FAMILIES
-    ],  # fmt: skip
-    indirect=True,
-)
+@pytest.mark.parametrize("fam", families_with_e2e("electra", "roberta"), indirect=True)
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
     """Two contrastive steps from the fixture, dev retrieval scored, the command run as a user
     starts it; the export's `SentenceTransformer(DIR).encode` equals `python -m
@@ -389,6 +391,8 @@ def _apply(fam, head: str | None, text: str, **kwargs):
     return model.apply({"params": params}, _ids(fam, text), **kwargs)
 
 
+# XLM-R's run with -m e2e here and below, for the suite's time: RoBERTa's runs the same model.
+@pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta"), indirect=True)
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
     """Mean and CLS pooling, and the hidden states of chosen layers, of the fixture's encoder."""
     states = [_apply(fam, None, t, output_hidden_states=True).hidden_states for t in TEXTS]
@@ -410,6 +414,7 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta"), indirect=True)
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
     """CLS (normalized), mean and the pooler where the family has one, chosen layers, and a
     classifier's logits of pairs: the texts packed several to a row (the default) equal them
