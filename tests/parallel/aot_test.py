@@ -22,14 +22,22 @@ SMALL = [
 ]
 
 
-def compile_cmd(*extra):
+def compile_cmd(*extra, config="pretrain.py"):
+    """train.py --mode=compile of configs/<config>'s size=tiny, with `extra` flags."""
     return [
         sys.executable,
         os.path.join(ROOT, "train.py"),
-        "--config=" + os.path.join(ROOT, "configs", "pretrain.py") + ":size=tiny",
+        "--config=" + os.path.join(ROOT, "configs", config) + ":size=tiny",
         "--mode=compile",
         *extra,
     ]
+
+
+def compiled_report(*extra, config: str) -> dict:
+    """The JSON report of a successful `compile_cmd(*extra, config=config)`."""
+    proc = run(compile_cmd(*extra, config=config))
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def run(cmd):
@@ -78,19 +86,12 @@ def test_compile_embedding_grad_cache_step_for_v5e_2x2():
     forward with dropout and no gradient, crashed libtpu's compiler (segmentation fault) before
     the attention probabilities were formed behind an optimization barrier
     (`attention._softmax_attend`)."""
-    proc = run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "train.py"),
-            "--config=" + os.path.join(ROOT, "configs", "embed.py") + ":size=tiny",
-            "--mode=compile",
-            "--topology=v5e:2x2",
-            "--config.model.vocab_size=400",
-            "--config.num_microbatches=2",
-        ]
+    report = compiled_report(
+        "--topology=v5e:2x2",
+        "--config.model.vocab_size=400",
+        "--config.num_microbatches=2",
+        config="embed.py",
     )
-    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["task"] == "embed" and report["num_microbatches"] == 2
     # Packed rows (embed.pack, the default): the step is lowered at its most rows, 2 x 8 texts
     # of one row each, 32 tokens.
@@ -101,19 +102,12 @@ def test_compile_embedding_grad_cache_step_for_v5e_2x2():
 def test_compile_reranker_step_for_v5e_2x2():
     """The reranker job's step (listwise rows of 4 pairs, packed, bfloat16) compiled by libtpu
     with no rows file: lowered at the most rows packing can take, one pair a row."""
-    proc = run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "train.py"),
-            "--config=" + os.path.join(ROOT, "configs", "rerank.py") + ":size=tiny",
-            "--mode=compile",
-            "--topology=v5e:2x2",
-            "--config.model.vocab_size=400",
-            "--config.rerank.loss=listwise",
-        ]
+    report = compiled_report(
+        "--topology=v5e:2x2",
+        "--config.model.vocab_size=400",
+        "--config.rerank.loss=listwise",
+        config="rerank.py",
     )
-    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["task"] == "rerank" and report["dtype"] == "bfloat16"
     assert report["batch"] == [8 * 4, 32]  # 8 rows of 4 pairs, 32 tokens (size=tiny)
     assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
