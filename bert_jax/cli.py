@@ -215,16 +215,21 @@ def parse_absl_flags(argv: list[str]) -> list[str]:
     `--config.<key>` (ml_collections raises AttributeError or KeyError, with "Did you mean ...")
     ends in `error: <message>` and status 1 too, not in a traceback; so does a user's mistake
     that a config file's `get_config` raised while absl parsed the flags (a variant
-    `--config=configs/X.py:key=value` with an unknown key or value: `_config_mistake`)."""
+    `--config=configs/X.py:key=value` with an unknown key or value: `_config_mistake`), a flag
+    value absl or ml_collections refuse (`--config.finetune.num_epochs=abc`, an unknown flag)
+    and a config file that does not load. A bug in a config file keeps absl's report with its
+    traceback."""
     from absl import flags
 
     try:
-        return flags.FLAGS(argv)
+        argv = flags.FLAGS(argv)
     except flags.Error as e:
         mistake = _config_mistake(e)
         if mistake is not None:
             print(f"error: {mistake}", file=sys.stderr)
-        else:  # as absl's `app.parse_flags_with_usage` reports it
+        elif _cause_outside_flag_libraries(e) is None:  # their own reading of the command line
+            print(f"error: {e}".replace("\n", "; "), file=sys.stderr)
+        else:  # a bug in a config file: as absl's `app.parse_flags_with_usage` reports it
             text = str(e)
             text = "\n" + textwrap.indent(text, "  ") if "\n" in text else " " + text
             print(f"FATAL Flags parsing error:{text}", file=sys.stderr)
@@ -236,16 +241,38 @@ def parse_absl_flags(argv: list[str]) -> list[str]:
         text = str(e.args[0]) if e.args else str(e)
         print(f"error: unknown config key {text}".replace("\n", "; "), file=sys.stderr)
         sys.exit(1)
+    _check_config_file_loaded(flags.FLAGS)
+    return argv
+
+
+def _check_config_file_loaded(values) -> None:
+    """ml_collections defers a config file it could not load (a path that does not exist) to
+    the first read of the flag's value: read it here, so the mistake is one `error:` line."""
+    if "config" not in values or not values["config"].present:
+        return
+    try:
+        getattr(values["config"].value, "lock", None)  # a failed load's placeholder raises
+    except OSError as e:
+        reason = [line.strip() for line in str(e).splitlines() if line.strip()][-1]
+        print(f"error: {values['config'].serialize()}: {reason}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _config_mistake(error: BaseException) -> BaseException | None:
     """The user's mistake (`is_user_error`) behind absl's flag `error`, or None: absl wraps what
     a flag's parser raised, and ml_collections what a config's `get_config` raised (their
     exceptions' `__context__`); the first exception that neither raised is the one looked at."""
+    cause = _cause_outside_flag_libraries(error)
+    return cause if cause is not None and is_user_error(cause) else None
+
+
+def _cause_outside_flag_libraries(error: BaseException) -> BaseException | None:
+    """The first exception behind `error` (its `__context__` chain) that neither absl nor
+    ml_collections raised; None when they raised every one (their own check of a flag)."""
     cause = error.__context__
     while cause is not None and _raised_by(cause, _FLAG_LIBRARIES):
         cause = cause.__context__
-    return cause if cause is not None and is_user_error(cause) else None
+    return cause
 
 
 def _raised_by(error: BaseException, packages: tuple[str, ...]) -> bool:

@@ -92,7 +92,8 @@ cli.wrap(main)([])
 
 def test_a_config_variant_mistake_of_train_py_is_one_line(tmp_path):
     """train.py with a mistake that absl's flag parsing meets (a variant of `--config=X.py:...`
-    that the config's `get_config` refuses, an unknown `--config.<key>`): one `error:` line naming
+    that the config's `get_config` refuses, an unknown `--config.<key>`, a value of the wrong
+    type, a config file that does not exist): one `error:` line naming
     it (and, for a variant, what it may be), status 1, no absl FATAL report or traceback; in a
     clean environment (no HF_* variable, a fresh HOME)."""
     import os
@@ -106,6 +107,12 @@ def test_a_config_variant_mistake_of_train_py_is_one_line(tmp_path):
         ("--config=configs/finetune.py:inti=minilm",): ("'inti'", "init=", "task="),  # a typo
         ("--config=configs/finetune.py:init=nosuchmodel",): ("'nosuchmodel'", "init=minilm"),
         ("--config=configs/finetune.py:init=minilm", "--config.foo=1"): ("'foo'",),
+        # a value of the wrong type for a key, and a config file that is not there
+        ("--config=configs/finetune.py:init=minilm", "--config.finetune.num_epochs=abc"): (
+            "--config.finetune.num_epochs",
+            "'abc'",
+        ),
+        ("--config=configs/nosuch.py",): ("configs/nosuch.py", "No such file"),
     }
     (tmp_path / "home").mkdir()
     procs = {
