@@ -287,6 +287,15 @@ def _schema(path: str):
             raise ValueError(f"{path}: not a readable Parquet/Arrow file: {e}") from e
 
 
+def check_columns(path: str, wanted: Sequence[str]) -> None:
+    """Raises ValueError naming `path`, the columns missing and those found, unless the file has
+    every column of `wanted` (a file without rows, which shows no columns, passes)."""
+    found = column_names(path)
+    error = _missing(path, wanted, found) if found else None
+    if error is not None:
+        raise error
+
+
 def _missing(path: str, wanted: Sequence[str], found: Sequence[str]) -> ValueError | None:
     missing = [c for c in wanted if c not in found]
     if not missing:

@@ -193,19 +193,25 @@ def open_text(path: str | os.PathLike) -> io.StringIO:
     return io.StringIO(text, newline="")
 
 
-def note_read(path: str | os.PathLike) -> None:
-    """Records a file read other than through `open_text` (a Parquet file streamed by
-    `bert_jax.data.tables`) inside `record_reads()`: its size and SHA-256, read in 8 MiB blocks."""
-    if _reads is None:
-        return
-    path = os.fspath(path)
+def file_identity(path: str | os.PathLike) -> dict:
+    """{"bytes": size, "sha256": hex digest of the content} of a local or gs:// file, read in
+    8 MiB blocks: what tells a rerun whether the file changed."""
     digest, size = hashlib.sha256(), 0
-    with epath.Path(path).open("rb") as f:
+    with epath.Path(os.fspath(path)).open("rb") as f:
         while block := f.read(8 << 20):
             digest.update(block)
             size += len(block)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def note_read(path: str | os.PathLike) -> None:
+    """Records a file read other than through `open_text` (a Parquet file streamed by
+    `bert_jax.data.tables`) inside `record_reads()`: its `file_identity`."""
+    if _reads is None:
+        return
+    path = os.fspath(path)
     key = path if "://" in path else os.path.abspath(path)
-    _reads[key] = {"bytes": size, "sha256": digest.hexdigest()}
+    _reads[key] = file_identity(path)
 
 
 # The files `open_text` read inside `record_reads()` (None outside it).

@@ -247,25 +247,6 @@ def _has_shards(out_dir) -> bool:
     )
 
 
-def _check_columns(job: Job, path: str) -> None:
-    """Raises ValueError naming `path` when it lacks a column the job reads (checked on one
-    input before anything is written: a corpus's files share their columns)."""
-    found = tables.column_names(path)
-    wanted = [c for c in (*job.text_columns(), job.id_column) if c]
-    missing = [c for c in wanted if c not in found]
-    if found and missing:  # found empty: a JSONL file without rows, written as such
-        raise ValueError(f"{path}: no column(s) {missing}; the columns are {found}")
-
-
-def _fingerprint(path: str) -> dict:
-    """An input file's identity, as fine-tuning records its data files: {"bytes": size,
-    "sha256": hex digest of the content} (`text_io.note_read`)."""
-    with text_io.record_reads() as reads:
-        text_io.note_read(path)
-    (identity,) = reads.values()
-    return identity
-
-
 def _input_change(source: str, target) -> str | None:
     """Why the finished shard `target` no longer matches its input `source` (a sentence naming
     the file), or None when it does."""
@@ -277,7 +258,7 @@ def _input_change(source: str, target) -> str | None:
     recorded = json.loads(metadata.get(METADATA_KEY, b"{}")).get(FINGERPRINT)
     if recorded is None:
         return f"{source}: its shard {target} records no fingerprint of it; writing it again"
-    if recorded != _fingerprint(source):
+    if recorded != text_io.file_identity(source):
         return f"{source} changed since its shard {target} was written; writing it again"
     return None
 
@@ -551,7 +532,7 @@ def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable
     returns (rows, tokens). `advance(rows)` is called after each chunk."""
     counts = [0, 0]
     # Hashed before it is read: an input changed meanwhile differs from it on the next run.
-    shard = _ShardWriter(job, model, source, _fingerprint(source))
+    shard = _ShardWriter(job, model, source, text_io.file_identity(source))
 
     def write(local_path: str) -> None:
         writer = None
@@ -593,7 +574,8 @@ def _plan(job: Job, model: _Model, out_dir) -> tuple[list[tuple[str, str]], int]
     if me == 0:
         inputs = tables.expand_inputs(job.input)
         names = output_names(inputs)
-        _check_columns(job, inputs[0])
+        # One input's columns, before anything is written: a corpus's files share them.
+        tables.check_columns(inputs[0], [c for c in (*job.text_columns(), job.id_column) if c])
         _check_record(out_dir, model.record())  # the settings, once they are checked
         _remove_partial_files(out_dir)
         text = json.dumps([(i, n, (out_dir / n).exists()) for i, n in zip(inputs, names)])
