@@ -130,6 +130,10 @@ def test_packed_sequences_train_evaluate_and_checkpoint(tmp_path, tiny_pretraini
     assert len(saved) == 1 and '"next_row"' in saved[0].read_text()  # the packer's position
 
 
+# With -m e2e, for the suite's time (about 16 s): the 2-process run in
+# tests/parallel/multiprocess_test.py loads its export in transformers the same way, and
+# tests/checkpoints/convert_test.py converts a bert_jax export with --verify.
+@pytest.mark.e2e
 @pytest.mark.torch
 def test_exported_model_loads_in_transformers(tmp_path, tiny_pretraining_build):
     transformers = pytest.importorskip("transformers")
