@@ -148,14 +148,14 @@ def test_every_head_equals_transformers(fam):
 def train_py(config_arg: str, workdir, **overrides) -> None:
     """`python train.py --config=configs/<config_arg> --workdir=<workdir> --config.K=V ...` in
     this process: train.py's flags parsed, each override set on the parsed config as its
-    `--config.K=V` flag sets it (type-checked, the config locked), then train.py's main. Its
-    persistent compilation cache is the suite's (conftest's JAX_COMPILATION_CACHE_DIR)."""
+    `--config.K=V` flag sets it (type-checked, the config locked), then train.py's main. No
+    persistent compilation cache: it would stay on for the rest of this process."""
     import train
 
     flags = train.FLAGS
     was_parsed = flags.is_parsed()  # absl logs to stderr past a progress bar while unparsed
     config = f"--config={ROOT / 'configs' / config_arg}"
-    flags(["train.py", config, f"--workdir={workdir}"])
+    flags(["train.py", config, f"--workdir={workdir}", "--compilation_cache_dir=off"])
     try:
         for key, value in overrides.items():
             node = flags.config
