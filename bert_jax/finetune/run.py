@@ -271,6 +271,16 @@ BATCHING = {
 KEEP = ("best", "last", "none")
 
 
+def batching_summary(ft) -> str:
+    """How the training batches were made, for the closing summary."""
+    if ft.pack:  # packed rows are shuffled into batches whatever `batching` says
+        return (
+            f"packed: up to {ft.max_segments} examples a row of {ft.max_seq_length} tokens, "
+            "rows shuffled into batches"
+        )
+    return f"{ft.batching}: {BATCHING[ft.batching]}"
+
+
 def check_config(config) -> list[int]:
     """Refuses, before any data is read, the settings that could only fail later (or train
     nothing): a count that is not a positive whole number (`experiment.check_experiment_config`:
@@ -375,7 +385,7 @@ class SeedRun:
             exp, state.params, self.task, self.data, ft, buckets, predictions_dir
         )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
-        places = {"batching": f"{ft.batching}: {BATCHING[ft.batching]}"}
+        places = {"batching": batching_summary(ft)}
         places.update(self._keep(state.params, step, final, as_path(ckpt.directory)))
         writer.close()
         if jax.process_index() == 0:

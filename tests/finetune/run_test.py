@@ -322,7 +322,7 @@ def conll_file(path, rng, n):
 
 
 @pytest.mark.parametrize("pack", [False, True])
-def test_token_classification_learns(tmp_path, vocab, pack):
+def test_token_classification_learns(tmp_path, vocab, pack, capsys):
     rng = np.random.default_rng(2)
     conll_file(tmp_path / "train.txt", rng, 200)
     conll_file(tmp_path / "valid.txt", rng, 48)
@@ -334,6 +334,10 @@ def test_token_classification_learns(tmp_path, vocab, pack):
     )
     results = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))
     assert results["mean"]["entity_f1"] > 0.8, results
+    batching = re.search(r"^  batching: (.*)$", capsys.readouterr().out, re.M).group(1)
+    assert batching.startswith(
+        "packed: up to 16 examples a row of 32 tokens" if pack else "bucketed"
+    )
     lines = open(tmp_path / "run" / "predictions" / "dev_predictions.txt").read().split("\n\n")
     assert len([b for b in lines if b.strip()]) == 48
 
