@@ -64,7 +64,9 @@ OWNED = ("data", "stage0", "mined.jsonl", "stage1", "rerank_dev", "stage2", "log
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="a folder for the data, runs and results")
-    parser.add_argument("--pairs", type=int, default=4096, help="training pairs (the first N)")
+    parser.add_argument(
+        "--pairs", type=int, default=4096, help="training pairs (the first N; 0: all)"
+    )
     parser.add_argument("--dev", type=int, default=0, help="dev pairs (the first N; 0: all)")
     parser.add_argument("--negatives", type=int, default=3, help="hard negatives per pair (K)")
     parser.add_argument("--epochs", type=int, default=1, help="epochs of every training stage")
@@ -89,6 +91,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--top_k", type=int, default=20, help="first-stage candidates reranked")
     parser.add_argument("--threads", type=int, default=2, help="cores the stages are pinned to")
     parser.add_argument(
+        "--no_rerank", action="store_true", help="stop after stage 1 and the paired comparison"
+    )
+    parser.add_argument(
         "--tiny",
         action="store_true",
         help="48 pairs, 32 dev pairs, batch 16, 32 tokens (rerank: batch 8, 64 tokens)",
@@ -112,6 +117,7 @@ def _paths(out: str) -> dict[str, str]:
         "mined": j("mined.jsonl"),
         "stage1": j("stage1"),
         "dev_texts": j("rerank_dev", "texts.txt"),
+        "dev_emb0": j("rerank_dev", "embeddings_stage0.npy"),
         "dev_emb": j("rerank_dev", "embeddings.npy"),
         "rerank_dev": j("rerank_dev", "dev_top.jsonl"),
         "stage2": j("stage2"),
@@ -131,6 +137,10 @@ def commands(args, p: dict[str, str]) -> dict[str, list[str]]:
                 f"--config.global_batch_size={args.batch}",
                 f"--config.optimizer.peak_learning_rate={args.lr}"]  # fmt: skip
 
+    def dev_embed(workdir: str, output: str) -> list[str]:
+        return [py, "-m", "bert_jax.inference", "embed", "--model", os.path.join(workdir, "hf"),
+                "--input", p["dev_texts"], "--output", output, "--no_progress"]  # fmt: skip
+
     return {
         "pairs": [py, "-m", "bert_jax.embed.shakespeare", "--out_dir", p["data"]],
         "stage0": embed(p["stage0"], p["train"]),
@@ -149,19 +159,8 @@ def commands(args, p: dict[str, str]) -> dict[str, list[str]]:
             *shlex.split(args.mine_flags),
         ],  # fmt: skip
         "stage1": embed(p["stage1"], p["mined"]),
-        "dev_top": [
-            py,
-            "-m",
-            "bert_jax.inference",
-            "embed",
-            "--model",
-            os.path.join(p["stage1"], "hf"),
-            "--input",
-            p["dev_texts"],
-            "--output",
-            p["dev_emb"],
-            "--no_progress",
-        ],  # fmt: skip
+        "dev_emb0": dev_embed(p["stage0"], p["dev_emb0"]),
+        "dev_top": dev_embed(p["stage1"], p["dev_emb"]),
         "stage2": [
             py,
             "train.py",
@@ -207,7 +206,8 @@ def _write_jsonl(rows: list[dict], path: str) -> None:
 
 def cut_pairs(p: dict[str, str], num_train: int, num_dev: int) -> tuple[int, int]:
     """Writes the loop's train and dev pairs (the splits' first N); returns their counts."""
-    train = _read_jsonl(os.path.join(p["data"], "train.jsonl"))[:num_train]
+    train = _read_jsonl(os.path.join(p["data"], "train.jsonl"))
+    train = train[:num_train] if num_train else train
     dev = _read_jsonl(os.path.join(p["data"], "dev.jsonl"))
     dev = dev[:num_dev] if num_dev else dev
     _write_jsonl(train, p["train"])
@@ -247,6 +247,35 @@ def write_rerank_dev(
     _write_jsonl(rows, path)
     found = (order == np.arange(len(cues))[:, None]).any(axis=1)
     return {f"recall@{top_k}": float(found.mean()), "rows": len(rows)}
+
+
+def reply_ranks(num_dev: int, emb_path: str) -> np.ndarray:
+    """[num_dev] each dev cue's own reply's rank (1 = first) among all dev replies by cosine;
+    an equal score ranks by dev order, as `write_rerank_dev` orders them."""
+    emb = np.load(emb_path).astype(np.float32)
+    emb /= np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+    scores = emb[:num_dev] @ emb[num_dev:].T  # [Q, Q]
+    own = np.diag(scores)[:, None]
+    before = np.tril(np.ones_like(scores, dtype=bool), k=-1)  # reply c < cue q in dev order
+    return 1 + (scores > own).sum(axis=1) + ((scores == own) & before).sum(axis=1)
+
+
+def paired(ranks0: np.ndarray, ranks1: np.ndarray) -> dict[str, float]:
+    """Stage 1 against stage 0 on the same dev cues: each cue's nDCG@10 (one relevant reply:
+    1 / log2(rank + 1) within the top 10, else 0) and MRR@10, the mean difference and its
+    standard error over cues, and how many cues each stage ranks better."""
+    ndcg = lambda r: np.where(r <= 10, 1.0 / np.log2(r + 1.0), 0.0)  # noqa: E731
+    mrr = lambda r: np.where(r <= 10, 1.0 / r, 0.0)  # noqa: E731
+    out = {"cues": int(len(ranks0))}
+    for name, f in (("ndcg@10", ndcg), ("mrr@10", mrr)):
+        d = f(ranks1) - f(ranks0)
+        out[f"stage0_{name}"] = float(f(ranks0).mean())
+        out[f"stage1_{name}"] = float(f(ranks1).mean())
+        out[f"diff_{name}"] = float(d.mean())
+        out[f"diff_{name}_se"] = float(d.std(ddof=1) / np.sqrt(len(d)))
+    out["cues_stage1_better"] = int((ranks1 < ranks0).sum())
+    out["cues_stage0_better"] = int((ranks0 < ranks1).sum())
+    return out
 
 
 def read_results(workdir: str) -> dict[str, float]:
@@ -307,13 +336,16 @@ def main(argv=None) -> int:
     if args.dry_run:
         print(json.dumps(settings))
         for name, cmd in cmds.items():
+            if name == "stage2" and args.no_rerank:
+                continue
             if name == "stage0":
                 print(f"# cut: the first {args.pairs} train pairs -> {p['train']}, the first "
                       f"{args.dev or 'all'} dev pairs -> {p['dev']}")  # fmt: skip
-            if name == "dev_top":
+            if name == "dev_emb0":
                 print(f"# dev cues and replies, one a line -> {p['dev_texts']}")
             print(f"{name}: cd {shlex.quote(ROOT)} && {shlex.join(cmd)}")
             if name == "dev_top":
+                print("# stage 1 against stage 0, paired over the dev cues (their replies' ranks)")
                 print(f"# each dev cue's top {args.top_k} replies, pointwise -> {p['rerank_dev']}")
         return 0
 
@@ -352,24 +384,33 @@ def main(argv=None) -> int:
     stages.append(_stage("1: + mined hard negatives", wall, s1, rows=num_mined, steps=steps))
 
     dev = write_dev_texts(p)
+    run_stage("dev_emb0", cmds["dev_emb0"], p["logs"])
     wall = run_stage("dev_top", cmds["dev_top"], p["logs"])
-    first = write_rerank_dev(dev, p["dev_emb"], p["rerank_dev"], args.top_k, args.rerank_dev)
+    diff = paired(reply_ranks(len(dev), p["dev_emb0"]), reply_ranks(len(dev), p["dev_emb"]))
+    print(json.dumps({"paired": diff}), flush=True)
 
-    wall2 = run_stage("stage2", cmds["stage2"], p["logs"])
-    s2 = read_results(p["stage2"])
-    stages.append(_stage(f"stage 1's top {args.top_k} (embed dev, first-stage order)", wall,
-                         s2, "base_", **first))  # fmt: skip
-    steps = num_mined // args.rerank_batch * args.epochs
-    stages.append(_stage(f"2: reranker (listwise) on the top {args.top_k}", wall2, s2,
-                         start_ndcg=s2.get("start_ndcg@10"), steps=steps))  # fmt: skip
+    s2 = None
+    if not args.no_rerank:
+        first = write_rerank_dev(dev, p["dev_emb"], p["rerank_dev"], args.top_k, args.rerank_dev)
+        wall2 = run_stage("stage2", cmds["stage2"], p["logs"])
+        s2 = read_results(p["stage2"])
+        stages.append(_stage(f"stage 1's top {args.top_k} (embed dev, first-stage order)",
+                             wall, s2, "base_", **first))  # fmt: skip
+        steps = num_mined // args.rerank_batch * args.epochs
+        stages.append(_stage(f"2: reranker (listwise) on the top {args.top_k}", wall2, s2,
+                             start_ndcg=s2.get("start_ndcg@10"), steps=steps))  # fmt: skip
 
     cpu = cpu_model()
     print()
     print(table(stages))
     total = sum(s["wall_s"] or 0 for s in stages)
     print(f"\nCPU: {cpu} ({args.threads} threads); all stages {total:.0f} s")
+    print(f"stage 1 - stage 0, paired over {diff['cues']} dev cues: nDCG@10 "
+          f"{diff['diff_ndcg@10']:+.4f} +- {diff['diff_ndcg@10_se']:.4f}, MRR@10 "
+          f"{diff['diff_mrr@10']:+.4f} +- {diff['diff_mrr@10_se']:.4f}; cues ranked better "
+          f"{diff['cues_stage1_better']} vs {diff['cues_stage0_better']}")  # fmt: skip
     record = {"settings": settings, "cpu": cpu, "stages": stages,
-              "results": {"stage0": s0, "stage1": s1, "stage2": s2}}  # fmt: skip
+              "results": {"stage0": s0, "stage1": s1, "stage2": s2}, "paired": diff}  # fmt: skip
     with open(os.path.join(out, "retrieval_loop.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
     print(f"wrote {os.path.join(out, 'retrieval_loop.json')}")

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REQUIRED = {"peer", "size", "batch", "seq", "what", "median_s", "tokens_per_s", "compile_s"}
@@ -382,13 +383,35 @@ def test_retrieval_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_pat
     lines = capsys.readouterr().out.splitlines()
     assert json.loads(lines[0])["pairs"] == 48
     plan = dict(line.split(": ", 1) for line in lines[1:] if not line.startswith("#"))
-    assert list(plan) == ["pairs", "stage0", "mine", "stage1", "dev_top", "stage2"]
+    assert list(plan) == ["pairs", "stage0", "mine", "stage1", "dev_emb0", "dev_top", "stage2"]
     assert f"--model {out}/stage0/hf" in plan["mine"] and "--num_negatives 3" in plan["mine"]
     assert f"train_file={out}/mined.jsonl" in plan["stage1"]
     assert "configs/embed.py:init=minilm" in plan["stage1"]  # MiniLM again, not stage 0's model
     assert f"--model {out}/stage1/hf" in plan["dev_top"]
     assert f"dev_file={out}/rerank_dev/dev_top.jsonl" in plan["stage2"]
     assert "rerank.loss=listwise" in plan["stage2"] and not out.exists()
+    assert f"--model {out}/stage0/hf" in plan["dev_emb0"]
+    assert retrieval_loop.main(["--tiny", "--dry_run", f"--out={out}", "--no_rerank"]) == 0
+    assert "stage2: " not in capsys.readouterr().out
+
+
+def test_retrieval_loop_pairs_the_stages_cue_by_cue(tmp_path):
+    """Each cue's own reply's rank among all replies (ties by dev order), and stage 1 against
+    stage 0 per cue: nDCG@10 and MRR@10 differences with their standard errors."""
+    from benchmarks import retrieval_loop
+
+    cues = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    replies = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]])  # reply 1 ties reply 0 for cue 1
+    np.save(tmp_path / "e.npy", np.concatenate([cues, replies]))
+    ranks = retrieval_loop.reply_ranks(3, str(tmp_path / "e.npy"))
+    assert ranks.tolist() == [1, 3, 1]  # cue 1: reply 2 (0.71) beats it, reply 0 ties it earlier
+    r0, r1 = np.array([1, 3, 12, 2]), np.array([2, 1, 1, 2])
+    d = retrieval_loop.paired(r0, r1)
+    per = np.array([1 / np.log2(3) - 1, 1 - 1 / np.log2(4), 1.0, 0.0])
+    assert d["diff_ndcg@10"] == pytest.approx(per.mean())
+    assert d["diff_ndcg@10_se"] == pytest.approx(per.std(ddof=1) / 2)
+    assert d["diff_mrr@10"] == pytest.approx(np.mean([-0.5, 1 - 1 / 3, 1.0, 0.0]))
+    assert (d["cues_stage1_better"], d["cues_stage0_better"], d["cues"]) == (2, 1, 4)
 
 
 def test_rerank_peer_dry_run_alternates_pinned_peers_on_one_plan(tmp_path, capsys):
