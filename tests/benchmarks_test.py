@@ -662,3 +662,24 @@ def f(a):
     return a  # a trailing comment is code
 '''
     assert comment_share.prose_lines(source) == (7, 4, 3)
+
+
+def test_gpu_compile_embed_packs_rows_into_cudnn_attention_deviceless():
+    """`gpu_compile.py --what=embed`: `inference embed`'s packed step compiled for an L4 without
+    it; in bfloat16 each layer's attention is one cuDNN call taking the packed rows' mask, in
+    float32 (what the command computes today) XLA's own attention."""
+    _cuda_compiler_or_skip()
+    from benchmarks import gpu_compile
+
+    base = ["--what=embed", "--card=l4", "--size=tiny", "--batch=4", "--seq=32", "--segments=4"]
+    rows = {
+        dtype: gpu_compile.compile_embed_plan(
+            "l4", gpu_compile.parse_args([*base, f"--dtype={dtype}"])
+        )
+        for dtype in ("bfloat16", "float32")
+    }
+    layers = 2  # the tiny preset
+    assert rows["bfloat16"]["cudnn_attention_calls"] == layers == rows["bfloat16"]["library_calls"]
+    assert rows["float32"]["cudnn_attention_calls"] == 0
+    assert rows["float32"]["xla_plan_bytes"] > rows["bfloat16"]["xla_plan_bytes"] > 0
+    assert all(r["kernels"] > 0 and r["copies"] == 0 for r in rows.values())
