@@ -666,18 +666,23 @@ def f(a):
 
 def test_gpu_compile_embed_packs_rows_into_cudnn_attention_deviceless():
     """`gpu_compile.py --what=embed`: `inference embed`'s packed step compiled for an L4 without
-    it; in bfloat16 each layer's attention is one cuDNN call taking the packed rows' mask, in
-    float32 (what the command computes today) XLA's own attention."""
+    it (in a process of its own, as every GPU compile: the plugin changes the process's JAX); in
+    bfloat16 each layer's attention is one cuDNN call taking the packed rows' mask, in float32
+    (what the command computes today) XLA's own attention."""
     _cuda_compiler_or_skip()
-    from benchmarks import gpu_compile
-
-    base = ["--what=embed", "--card=l4", "--size=tiny", "--batch=4", "--seq=32", "--segments=4"]
-    rows = {
-        dtype: gpu_compile.compile_embed_plan(
-            "l4", gpu_compile.parse_args([*base, f"--dtype={dtype}"])
-        )
-        for dtype in ("bfloat16", "float32")
-    }
+    code = """
+import json, sys
+from benchmarks import gpu_compile
+base = ["--what=embed", "--card=l4", "--size=tiny", "--batch=4", "--seq=32", "--segments=4"]
+for dtype in ("bfloat16", "float32"):
+    row = gpu_compile.compile_embed_plan("l4", gpu_compile.parse_args([*base, f"--dtype={dtype}"]))
+    print(json.dumps(row))
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["dtype"]: r for r in _json_lines(proc.stdout)}
     layers = 2  # the tiny preset
     assert rows["bfloat16"]["cudnn_attention_calls"] == layers == rows["bfloat16"]["library_calls"]
     assert rows["float32"]["cudnn_attention_calls"] == 0

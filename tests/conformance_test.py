@@ -282,9 +282,11 @@ def test_every_kind_of_task_is_fine_tuned_here():
     assert kinds <= set(FINETUNING), f"add a task of each kind to FINETUNING: {kinds}"
 
 
-# Sequence classification for every family in the default suite; the other kinds with -m e2e
-# (each kind trains for BERT in tests/finetune/run_test.py by default, and ModernBERT's token,
-# question-answering and multiple-choice heads in tests/finetune/modernbert_test.py).
+# Sequence classification for every family in the default suite but BERT; the other kinds, and
+# BERT's classification, with -m e2e (each kind trains for BERT in tests/finetune/run_test.py by
+# default, and ModernBERT's token, question-answering and multiple-choice heads in
+# tests/finetune/modernbert_test.py).
+@pytest.mark.parametrize("fam", families_with_e2e("bert"), indirect=True)
 @pytest.mark.parametrize(
     "objective",
     [k if k == "classification" else pytest.param(k, marks=pytest.mark.e2e) for k in FINETUNING],
@@ -473,6 +475,9 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
     assert [sorted(r["probabilities"]) for r in rows] == [sorted(LABELS)] * 2
 
 
+# BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
+# classifier through the same command.
+@pytest.mark.parametrize("fam", families_with_e2e("bert"), indirect=True)
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
     argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]
@@ -510,6 +515,9 @@ def _queries(mask: str) -> list[str]:
     return [f"fair is {mask}, and foul is fair", f"{mask} shall we three {mask} again"]
 
 
+# BERT's with -m e2e, for the suite's time: tests/inference/fill_mask_test.py checks a BERT's
+# fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's.
+@pytest.mark.parametrize("fam", families_with_e2e("bert"), indirect=True)
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
 def test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, spelling):
     """The texts spell the mask as the family's tokenizer does ("[MASK]", "<mask>"), or as the
