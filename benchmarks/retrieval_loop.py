@@ -5,6 +5,8 @@ the Shakespeare cue -> reply dev pairs.
     python benchmarks/retrieval_loop.py --out runs/loop --pairs 4096 --negatives 3 --threads 2
     python benchmarks/retrieval_loop.py --out /tmp/loop --tiny      # a few dozen pairs, minutes
     python benchmarks/retrieval_loop.py --out /tmp/loop --dry_run   # the commands only
+    python benchmarks/retrieval_loop.py --out runs/loop --overwrite --keep_stage0 \\
+        --mine_flags '--relative_margin 0.05 --range_max 13527'     # again from mining on
 
 The stages, each the project's own command in a process of its own (`sys.executable`), its wall
 time recorded (start-up and compiles included), its output in `<out>/logs/<stage>.log`:
@@ -100,6 +102,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--dry_run", action="store_true", help="print the commands only")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
+    parser.add_argument(
+        "--keep_stage0",
+        action="store_true",
+        help="with --overwrite: keep the earlier run's pairs and stage 0, rerun from mining on",
+    )
     args = parser.parse_args(argv)
     if args.tiny:
         args.pairs, args.dev, args.batch, args.max_seq_length = 48, 32, 16, 32
@@ -349,7 +356,14 @@ def main(argv=None) -> int:
                 print(f"# each dev cue's top {args.top_k} replies, pointwise -> {p['rerank_dev']}")
         return 0
 
-    earlier = [n for n in OWNED if os.path.exists(os.path.join(out, n))]
+    kept = ("data", "stage0", "logs") if args.keep_stage0 else ()
+    if kept and not (
+        args.overwrite and os.path.isfile(os.path.join(out, "stage0", "results.json"))
+    ):
+        print(f"error: --keep_stage0 needs --overwrite and a finished stage 0 in {out}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    earlier = [n for n in OWNED if os.path.exists(os.path.join(out, n)) and n not in kept]
     if earlier and not args.overwrite:
         print(f"error: {out} holds an earlier run ({', '.join(earlier)}); --overwrite replaces "
               "it", file=sys.stderr)  # fmt: skip
@@ -362,11 +376,15 @@ def main(argv=None) -> int:
     print(json.dumps(settings), flush=True)
 
     stages = []
-    wall = run_stage("pairs", cmds["pairs"], p["logs"])
-    num_train, num_dev = cut_pairs(p, args.pairs, args.dev)
-    stages.append(_stage("pairs (shakespeare)", wall, train_pairs=num_train, dev_pairs=num_dev))
-
-    wall = run_stage("stage0", cmds["stage0"], p["logs"])
+    if kept:  # the earlier run's pairs and stage 0 (its wall time is not this run's)
+        num_train, num_dev = len(_read_jsonl(p["train"])), len(_read_jsonl(p["dev"]))
+        stages.append(_stage("pairs (kept)", None, train_pairs=num_train, dev_pairs=num_dev))
+        wall = None
+    else:
+        wall = run_stage("pairs", cmds["pairs"], p["logs"])
+        num_train, num_dev = cut_pairs(p, args.pairs, args.dev)
+        stages.append(_stage("pairs (shakespeare)", wall, train_pairs=num_train, dev_pairs=num_dev))
+        wall = run_stage("stage0", cmds["stage0"], p["logs"])
     s0 = read_results(p["stage0"])
     stages.append(_stage("all-MiniLM-L6-v2, untrained", None, s0, "start_"))
     steps = num_train // args.batch * args.epochs

@@ -393,6 +393,10 @@ def test_retrieval_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_pat
     assert f"--model {out}/stage0/hf" in plan["dev_emb0"]
     assert retrieval_loop.main(["--tiny", "--dry_run", f"--out={out}", "--no_rerank"]) == 0
     assert "stage2: " not in capsys.readouterr().out
+    # Rerunning from mining on needs the earlier run's stage 0: refused before anything runs.
+    assert retrieval_loop.main(["--tiny", f"--out={out}", "--overwrite", "--keep_stage0"]) == 1
+    assert "--keep_stage0 needs --overwrite and a finished stage 0" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_retrieval_loop_pairs_the_stages_cue_by_cue(tmp_path):
