@@ -61,12 +61,21 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
     with jax.set_mesh(mesh):
         fn = experiment.compile_train_step(model, tx, objectives.get_objective("pretraining"))
         compiled = fn.lower(state, batch).compile()
+    return plan_figures(compiled, time.perf_counter() - start, runtime.dtype, args.hlo)[0]
+
+
+def plan_figures(compiled, compile_s: float, dtype: str, hlo_path: str) -> tuple[dict, str]:
+    """A compiled program's memory plan (bytes), compile seconds, cuDNN attention calls and the
+    bytes XLA counts it accessing (a loop body counted once); and its optimized HLO text, also
+    written to `hlo_path` where one is given."""
+    from bert_jax.parallel import aot
+
     m = compiled.memory_analysis()
     hlo = compiled.as_text()
-    if args.hlo:
-        with open(args.hlo, "w") as f:
+    if hlo_path:
+        with open(hlo_path, "w") as f:
             f.write(hlo)
-    return {
+    figures = {
         "xla_plan_bytes": int(
             m.argument_size_in_bytes
             + m.output_size_in_bytes
@@ -74,11 +83,12 @@ def compile_plan(card: str, cfg, batch: dict, args) -> dict:
             - m.alias_size_in_bytes
         ),
         "temp_bytes": int(m.temp_size_in_bytes),
-        "compile_s": time.perf_counter() - start,
-        "dtype": runtime.dtype,
+        "compile_s": compile_s,
+        "dtype": dtype,
         "cudnn_attention_calls": hlo.count('custom_call_target="__cudnn$fmha'),
-        "xla_bytes_accessed": aot.cost_counts(compiled)[1],  # a loop body counted once
+        "xla_bytes_accessed": aot.cost_counts(compiled)[1],
     }
+    return figures, hlo
 
 
 # all-MiniLM-L6-v2's shape (sentence-transformers' default model): `--size=minilm`.
@@ -128,23 +138,9 @@ def compile_embed_plan(card: str, args) -> dict:
             params, batch, model=model, pooling="mean", layers=None, normalize=True
         )
     compiled = lowered.compile()
-    m = compiled.memory_analysis()
-    hlo = compiled.as_text()
-    if args.hlo:
-        with open(args.hlo, "w") as f:
-            f.write(hlo)
+    figures, hlo = plan_figures(compiled, time.perf_counter() - start, runtime.dtype, args.hlo)
     return {
-        "xla_plan_bytes": int(
-            m.argument_size_in_bytes
-            + m.output_size_in_bytes
-            + m.temp_size_in_bytes
-            - m.alias_size_in_bytes
-        ),
-        "temp_bytes": int(m.temp_size_in_bytes),
-        "compile_s": time.perf_counter() - start,
-        "dtype": runtime.dtype,
-        "cudnn_attention_calls": hlo.count('custom_call_target="__cudnn$fmha'),
-        "xla_bytes_accessed": aot.cost_counts(compiled)[1],
+        **figures,
         "triton_gemm_fusions": hlo.count('"kind":"__triton'),
         "cublas_gemm_calls": hlo.count('custom_call_target="__cublas$gemm'),
         **hlo_counts(hlo),

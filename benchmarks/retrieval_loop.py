@@ -234,6 +234,14 @@ def write_dev_texts(p: dict[str, str]) -> list[dict]:
     return dev
 
 
+def cosines(num_dev: int, emb_path: str) -> np.ndarray:
+    """float32 [num_dev, num_dev]: each dev cue's cosine with each dev reply, from the embeddings
+    of `write_dev_texts`' file (the cues, then the replies)."""
+    emb = np.load(emb_path).astype(np.float32)
+    emb /= np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
+    return emb[:num_dev] @ emb[num_dev:].T
+
+
 def write_rerank_dev(
     dev: list[dict], emb_path: str, path: str, top_k: int, num_cues: int = 0
 ) -> dict[str, float]:
@@ -241,27 +249,23 @@ def write_rerank_dev(
     all of them) by cosine (best first; equal scores by dev order) as pointwise rows, label 1 for
     the cue's own reply. Returns the first stage's recall at top_k (the share of those cues whose
     reply the reranker can reach)."""
-    emb = np.load(emb_path).astype(np.float32)
-    emb /= np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
-    cues, replies = emb[: len(dev)], emb[len(dev) :]
-    cues = cues[:num_cues] if num_cues else cues
-    order = np.argsort(-(cues @ replies.T), axis=1, kind="stable")[:, :top_k]  # [Q, k]
+    scores = cosines(len(dev), emb_path)
+    scores = scores[:num_cues] if num_cues else scores
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :top_k]  # [Q, k]
     rows = [
         {"query": dev[q]["anchor"], "passage": dev[int(c)]["positive"], "label": int(c == q)}
-        for q in range(len(cues))
+        for q in range(len(scores))
         for c in order[q]
     ]
     _write_jsonl(rows, path)
-    found = (order == np.arange(len(cues))[:, None]).any(axis=1)
+    found = (order == np.arange(len(scores))[:, None]).any(axis=1)
     return {f"recall@{top_k}": float(found.mean()), "rows": len(rows)}
 
 
 def reply_ranks(num_dev: int, emb_path: str) -> np.ndarray:
     """[num_dev] each dev cue's own reply's rank (1 = first) among all dev replies by cosine;
     an equal score ranks by dev order, as `write_rerank_dev` orders them."""
-    emb = np.load(emb_path).astype(np.float32)
-    emb /= np.maximum(np.linalg.norm(emb, axis=-1, keepdims=True), 1e-12)
-    scores = emb[:num_dev] @ emb[num_dev:].T  # [Q, Q]
+    scores = cosines(num_dev, emb_path)  # [Q, Q]
     own = np.diag(scores)[:, None]
     before = np.tril(np.ones_like(scores, dtype=bool), k=-1)  # reply c < cue q in dev order
     return 1 + (scores > own).sum(axis=1) + ((scores == own) & before).sum(axis=1)
