@@ -88,6 +88,16 @@ def test_cudnn_attention_is_refused_on_a_t4():
     assert "not 7.5" in proc.stderr
 
 
+def test_the_pool_is_the_share_of_the_card_jax_is_told(monkeypatch):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    assert aot._gpu_memory_fraction() == 0.75
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    assert aot._gpu_memory_fraction() == 0.5
+
+
+# With -m e2e, for the suite's time (about 14 s): the share is read above, and a step that does
+# not fit ends the same way on a TPU slice (tests/parallel/aot_test.py).
+@pytest.mark.e2e
 def test_a_step_over_the_memory_pool_does_not_fit():
     proc, report = compile_report("gpu:t4", env={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.00001"})
     assert proc.returncode == 1, proc.stderr[-3000:]
