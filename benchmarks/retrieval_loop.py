@@ -357,7 +357,9 @@ def main(argv=None) -> int:
             print(f"{name}: cd {shlex.quote(ROOT)} && {shlex.join(cmd)}")
             if name == "dev_top":
                 print("# stage 1 against stage 0, paired over the dev cues (their replies' ranks)")
-                print(f"# each dev cue's top {args.top_k} replies, pointwise -> {p['rerank_dev']}")
+                if not args.no_rerank:
+                    top = f"# each dev cue's top {args.top_k} replies, pointwise -> "
+                    print(top + p["rerank_dev"])
         return 0
 
     kept = ("data", "stage0", "logs") if args.keep_stage0 else ()

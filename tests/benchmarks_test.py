@@ -392,7 +392,8 @@ def test_retrieval_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_pat
     assert "rerank.loss=listwise" in plan["stage2"] and not out.exists()
     assert f"--model {out}/stage0/hf" in plan["dev_emb0"]
     assert retrieval_loop.main(["--tiny", "--dry_run", f"--out={out}", "--no_rerank"]) == 0
-    assert "stage2: " not in capsys.readouterr().out
+    plain = capsys.readouterr().out
+    assert "stage2: " not in plain and "pointwise" not in plain and "dev_top: " in plain
     # Rerunning from mining on needs the earlier run's stage 0: refused before anything runs.
     assert retrieval_loop.main(["--tiny", f"--out={out}", "--overwrite", "--keep_stage0"]) == 1
     assert "--keep_stage0 needs --overwrite and a finished stage 0" in capsys.readouterr().err
@@ -675,18 +676,18 @@ def test_gpu_compile_embed_packs_rows_into_cudnn_attention_deviceless():
     (what the command computes today) XLA's own attention."""
     _cuda_compiler_or_skip()
     code = """
-import json, sys
 from benchmarks import gpu_compile
 base = ["--what=embed", "--card=l4", "--size=tiny", "--batch=4", "--seq=32", "--segments=4"]
-for dtype in ("bfloat16", "float32"):
-    row = gpu_compile.compile_embed_plan("l4", gpu_compile.parse_args([*base, f"--dtype={dtype}"]))
-    print(json.dumps(row))
+for dtype in ("bfloat16", "float32"):  # the script's main, twice in one process
+    assert gpu_compile.main([*base, f"--dtype={dtype}"]) == 0
 """
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["dtype"]: r for r in _json_lines(proc.stdout)}
+    assert all(r["what"] == "deviceless_compile_embed" and r["card"] == "l4" for r in rows.values())
+    assert all((r["rows"], r["seq"], r["segments"]) == (4, 32, 4) for r in rows.values())
     layers = 2  # the tiny preset
     assert rows["bfloat16"]["cudnn_attention_calls"] == layers == rows["bfloat16"]["library_calls"]
     assert rows["float32"]["cudnn_attention_calls"] == 0
