@@ -107,6 +107,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=True,
         help="bert_jax packs each batch's pairs several to a row (rerank.pack, the default)",
     )
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="a listwise rows file of your own (query/anchor, positive, negative_1 ..: the first "
+        "--pairs rows) in place of the Shakespeare rows",
+    )
+    parser.add_argument(
+        "--dev_rows",
+        default="",
+        help="with --rows: pointwise dev rows (query, passage, label), each query's candidates in "
+        "the first stage's order (the first --dev queries)",
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peers", default=",".join(PEERS))
@@ -249,10 +261,33 @@ def dev_rows(pairs: list[dict], num_candidates: int, rng: np.random.Generator):
     return rows, samples
 
 
+def own_rows(args, p: dict[str, str]) -> tuple[list[dict], list[dict], list[dict]]:
+    """--rows' first --pairs listwise rows, and --dev_rows' first --dev queries as (pointwise
+    rows, evaluator samples), candidates in the file's order."""
+    if not (args.rows and args.dev_rows):
+        raise SystemExit("error: --rows and --dev_rows go together")
+    rows = _read_jsonl(args.rows)[: args.pairs]
+    queries: dict[str, dict] = {}
+    for r in _read_jsonl(args.dev_rows):
+        sample = queries.setdefault(
+            r["query"], {"query": r["query"], "positive": [], "documents": []}
+        )
+        sample["documents"].append(r["passage"])
+        if float(r["label"]) > 0:
+            sample["positive"].append(r["passage"])
+    samples = list(queries.values())[: args.dev]
+    kept = {s["query"] for s in samples}
+    points = [r for r in _read_jsonl(args.dev_rows) if r["query"] in kept]
+    return rows, points, samples
+
+
 def build_data(args, p: dict[str, str]) -> dict:
     """Writes the train and dev files and the plan the workers read; returns the plan."""
     for key in ("data", "pairs_dir", "logs"):
         os.makedirs(p[key], exist_ok=True)
+    if args.rows or args.dev_rows:
+        rows, points, samples = own_rows(args, p)
+        return _write_plan(args, p, rows, points, samples, {})
     cmds = data_commands(args, p)
     walls = {"pairs": _run("pairs", cmds["pairs"], args, p["logs"])}
     train = _read_jsonl(os.path.join(p["pairs_dir"], "train.jsonl"))[: args.pairs]
@@ -265,10 +300,14 @@ def build_data(args, p: dict[str, str]) -> dict:
         rows = _read_jsonl(p["mined"])
     else:
         rows = random_negatives(train, args.num_negatives, rng)
+    points, samples = dev_rows(dev, args.dev_candidates, np.random.default_rng(DATA_SEED + 1))
+    return _write_plan(args, p, rows, points, samples, walls)
+
+
+def _write_plan(args, p, rows, points, samples, walls) -> dict:
     _write_jsonl(rows, p["train"])
     if len(rows) < args.batch:
         raise SystemExit(f"error: {len(rows)} training rows, fewer than --batch={args.batch}")
-    points, samples = dev_rows(dev, args.dev_candidates, np.random.default_rng(DATA_SEED + 1))
     _write_jsonl(points, p["dev"])
     with open(p["dev_samples"], "w", encoding="utf-8") as f:
         json.dump(samples, f, ensure_ascii=False)
@@ -401,7 +440,7 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     objective = run.rerank_objective(config, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(config, start.model_config, head, objective, plan["steps"])
-    state = init_state(exp, start.params, seed=seed)
+    state = init_state(exp, run.initial_params(exp, start, seed), seed=seed)
     load_s = time.perf_counter() - started
     started = time.perf_counter()
     begin = evaluation.score(exp, state.params, dev, r.eval_batch_size)

@@ -9,7 +9,8 @@ Data: JSONL, CSV, TSV or Parquet in sentence-transformers' columns (`bert_jax.re
 pointwise `query`, `passage`, `label` rows, or listwise `query`, `positive`, `negative` /
 `negative_1`, ... rows (with `positive_score`, `negative_score`, ... teacher scores for
 margin-MSE). `rerank.loss` picks the loss: "bce" (pointwise), "listwise" (the positive among its
-negatives) or "margin_mse" (distillation). The run reranks each dev query's candidates (in the
+negatives) or "margin_mse" (distillation); "auto", the default, takes the one the rows are laid
+out for (bce or listwise). The run reranks each dev query's candidates (in the
 file's order, the first stage's) at step 0 and at the end: nDCG@10 and MRR@10, and the file
 order's as `base_ndcg@10`; it writes `<workdir>/results.json` and exports `<workdir>/hf`, a
 CrossEncoder directory (`CrossEncoder(dir).predict(pairs)`: the sigmoid of the logit).
@@ -51,7 +52,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rerank.dev_file = ""  # rows reranked at step 0 and at the end ("" = none)
     c.rerank.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
     c.rerank.max_seq_length = 0  # tokens a (query, passage) pair keeps; 0 = 256
-    c.rerank.loss = "bce"  # "bce" (pointwise rows) | "listwise" | "margin_mse" (listwise rows)
+    # "auto": the loss the file's rows take (bce for pointwise, listwise for listwise rows), or
+    # "bce" (pointwise rows) | "listwise" | "margin_mse" (listwise rows with teacher scores).
+    c.rerank.loss = "auto"
     # The listwise loss's logits: through this activation ("sigmoid" | "identity"), times scale,
     # then the softmax (sentence-transformers' cross-encoder MultipleNegativesRankingLoss: 10).
     c.rerank.activation = "sigmoid"

@@ -279,6 +279,15 @@ def dev_queries(rows: RerankRows) -> list[DevQuery]:
     return [DevQuery(q, tuple(t), tuple(r)) for q, (t, r) in grouped.items()]
 
 
+def loss_for_rows(loss: str, rows: RerankRows) -> str:
+    """`rerank.loss`, with "auto" made the loss that reads `rows`' layout: "bce" for pointwise
+    rows (query, passage, label), "listwise" for a positive among its negatives (margin-MSE is
+    never guessed: teacher scores are a choice)."""
+    if loss != "auto":
+        return loss
+    return "bce" if rows.layout == "pointwise" else "listwise"
+
+
 def check_rows(loss: str, layout: str, group_size: int, has_teacher_scores: bool, path: str):
     """Refuses training rows the loss cannot read, naming the file and what it needs."""
     if loss == "bce" and layout != "pointwise":

@@ -23,6 +23,7 @@ what decides them (`training.settings`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from typing import Any
@@ -64,8 +65,9 @@ def check_config(config, reads_data: bool = True) -> list[int]:
     train_file, a bad seed list. Returns the seeds."""
     experiment.check_experiment_config(config)
     r = config.rerank
-    if r.loss not in objectives.RERANK_LOSSES:
-        raise ValueError(f"rerank.loss={r.loss!r}; expected one of {objectives.RERANK_LOSSES}")
+    if r.loss not in ("auto", *objectives.RERANK_LOSSES):
+        known = ("auto", *objectives.RERANK_LOSSES)
+        raise ValueError(f"rerank.loss={r.loss!r}; expected one of {known}")
     if r.activation not in objectives.RERANK_ACTIVATIONS:
         raise ValueError(
             f"rerank.activation={r.activation!r}; expected one of {objectives.RERANK_ACTIVATIONS}"
@@ -185,6 +187,8 @@ def train_and_evaluate(
     with text_io.record_reads() as data_files:
         train = data.read_rows(r.train_file, r.max_train_examples)
         dev = data.read_rows(r.dev_file, r.max_eval_examples) if r.dev_file else None
+    config = with_loss(config, data.loss_for_rows(r.loss, train), train.layout)
+    r = config.rerank
     has_scores = train.teacher_scores is not None
     data.check_rows(r.loss, train.layout, train.group_size, has_scores, train.path)
     features = data.featurize(train, start.tokenizer, start.max_seq_length)
@@ -217,6 +221,17 @@ def train_and_evaluate(
     return settings.run_seeds(config, workdir, record, seeds, one_seed)
 
 
+def with_loss(config, loss: str, layout: str):
+    """`config` with `rerank.loss` set to `loss` (what "auto" chose for `layout` rows: a copy,
+    said on one line), or `config` itself where it names that loss already."""
+    if config.rerank.loss == loss:
+        return config
+    logging.info("rerank.loss=auto: %s, the loss for %s rows", loss, layout)
+    config = copy.deepcopy(config)
+    config.rerank.loss = loss
+    return config
+
+
 def compile_batch(config, group: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes and dtypes of a training batch of `global_batch_size` rows of `group` pairs of
     `length` tokens, as `_train_batches` makes it: with `rerank.pack`, at the most rows packing
@@ -242,6 +257,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`) without data:
     `global_batch_size` rows of `rerank.compile_group` pairs (`compile_batch`) of
     max_seq_length tokens (256 by default). Prints the report, returns the exit status."""
+    if config.rerank.loss == "auto":  # no rows to tell: pointwise, unless groups are asked for
+        listwise = config.rerank.compile_group > 1
+        config = with_loss(config, "listwise" if listwise else "bce", "compiled")
     r = config.rerank
     model_config = architecture(config).replace(num_labels=1, label_names=None)
     length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
@@ -306,7 +324,7 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
     `seed_dir/hf` as a CrossEncoder directory. Returns the final and start_ scores, or None when
     a signal stopped the run before its last step."""
     r = config.rerank
-    return seed_run.train_seed(
+    scores = seed_run.train_seed(
         config,
         exp,
         _train_batches(config, features, seed, exp.mesh),
@@ -323,10 +341,36 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
         export_fn=lambda params, directory, card: export(
             params, directory, exp, start, config, card
         ),
-        init_params=start.params
-        if start.encoder is None
-        else graft(exp.bert_config, exp.head, start.encoder, seed)[0],
+        init_params=initial_params(exp, start, seed),
     )
+    warn_if_worse(scores, seed)
+    return scores
+
+
+def warn_if_worse(scores: dict[str, float] | None, seed: int) -> None:
+    """Says so when the trained reranker orders the dev candidates worse than the file's (the
+    first stage's) order: reranking with it would lower the ranking it is meant to raise."""
+    if not scores or "base_ndcg@10" not in scores:
+        return
+    mine, base = scores["ndcg@10"], scores["base_ndcg@10"]
+    if mine < base:
+        logging.warning(
+            "seed %d: the trained reranker orders the dev candidates worse than the first stage "
+            "did (nDCG@10 %.4f against the file order's %.4f): reranking with it would lower the "
+            "ranking; train more steps or at a higher learning rate (docs/rerank.md, 'A recipe "
+            "that learns')",
+            seed,
+            mine,
+            base,
+        )
+
+
+def initial_params(exp, start: Starting, seed: int):
+    """The host parameters a seed starts from: a reranker's own, or the encoder under a new head
+    drawn from `seed` (`training.start.graft`); None from scratch."""
+    if start.encoder is None:
+        return start.params
+    return graft(exp.bert_config, exp.head, start.encoder, seed)[0]
 
 
 def export(params, directory, exp, start: Starting, config, card: str) -> str:

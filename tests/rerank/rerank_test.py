@@ -519,3 +519,52 @@ def test_each_seed_draws_its_own_head_on_the_same_encoder(training_texts, tmp_pa
         first["bert"]["embeddings"]["word_embeddings"]["embedding"],
         params["bert"]["embeddings"]["word_embeddings"]["embedding"],
     )
+
+
+def test_listwise_rows_train_by_default_and_a_reranker_worse_than_its_first_stage_says_so(
+    tmp_path,
+):
+    """As a user starts it (train.py in a subprocess, no HF_* variable, a fresh HOME): listwise
+    rows with no `rerank.loss` train with the listwise loss (the default took bce and refused
+    them), said on one line; a reranker taught the opposite of the dev labels (its positives are
+    the dev set's negatives) orders dev worse than a first stage that put every positive first,
+    and the run says so on one W line (exit 0, the export written)."""
+    from tests.commands_test import clean_env
+
+    rng = np.random.default_rng(2)
+    tokenization.train_wordpiece([" ".join(WORDS)] * 3, vocab_size=60, min_frequency=1).save(
+        tmp_path / "vocab"
+    )
+    pointwise = _rows(rng, 64)
+    rows = [
+        {"query": p["query"], "positive": n["passage"], "negative_1": p["passage"]}
+        for p, n in zip(pointwise[::2], pointwise[1::2])
+    ]
+    dev = _rows(rng, 6, pointwise_dev=True)
+    dev = sorted(dev, key=lambda r: (r["query"], -r["label"]))  # the first stage: positive first
+    for name, records in (("train", rows), ("dev", dev)):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    home, workdir = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    cmd = [
+        sys.executable, "train.py", "--config=configs/rerank.py:size=tiny",
+        f"--workdir={workdir}", f"--config.rerank.train_file={tmp_path / 'train.jsonl'}",
+        f"--config.rerank.dev_file={tmp_path / 'dev.jsonl'}",
+        f"--config.rerank.tokenizer={tmp_path / 'vocab'}", "--config.rerank.num_epochs=2",
+        "--config.async_checkpointing=False", "--compilation_cache_dir=off",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=clean_env(home), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "rerank.loss=auto: listwise, the loss for listwise rows" in out
+    seed = json.loads((workdir / "results.json").read_text())["seeds"]["0"]
+    assert seed["base_ndcg@10"] == 1.0 and seed["ndcg@10"] < 1.0, seed
+    worse = [ln for ln in out.splitlines() if "orders the dev candidates worse" in ln]
+    assert len(worse) == 1 and f"{seed['ndcg@10']:.4f} against the file order's 1.0000" in worse[0]
+    assert (
+        json.loads((workdir / "settings.json").read_text())["config"]["rerank.loss"] == "listwise"
+    )
+    assert (workdir / "hf" / "config.json").exists()
