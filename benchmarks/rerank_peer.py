@@ -48,8 +48,8 @@ with the CPU's model name; writes `<out>/rerank_peer.json` (data in `<out>/data`
 `<out>/logs`).
 
 Settings that differ by construction (not matchable): the new head's starting weights (bert_jax's
-job draws it with seed 0 for every seed, `pretrained.load(allow_new_heads=True)`; torch draws it
-after `transformers.set_seed(seed)`), the batch order and dropout masks (each framework's own
+job draws it from each seed's key, `rerank.run.initial_params`; torch draws it after
+`transformers.set_seed(seed)`), the batch order and dropout masks (each framework's own
 generator), and the padding (bucketed rows vs each column's longest pair; the loss is the same).
 sentence-transformers 6.2's `MultipleNegativesRankingLoss(num_negatives=0)` raises
 (`torch.multinomial` of 0 samples), so its in-batch sampling is skipped by a subclass when
