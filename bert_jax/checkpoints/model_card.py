@@ -7,7 +7,8 @@ The card starts with the Hub's metadata header (YAML between `---` lines: licens
 pipeline_tag, tags, datasets, base_model, and a `model-index` holding the held-out metrics), then
 says what the model is, its held-out numbers, its architecture and how it was trained. Everything
 comes from the run's own records: `metrics.jsonl` (the last `final/*` metrics of a fine-tuning
-run, else the last `eval/*` row of pretraining), the experiment config, and the model's config.
+run, or its `kept/*` ones where it kept an earlier model, else the last `eval/*` row of
+pretraining), the experiment config, and the model's config.
 The header is written as JSON scalars inside YAML, which every YAML parser reads unchanged.
 """
 
@@ -54,7 +55,8 @@ class RunRecords:
     Attributes:
       experiment: the experiment config as a dict (`config.json` of the run), or None.
       metrics: held-out metrics of the last evaluation, {"eval/mlm_accuracy": 0.25, ...} or
-        {"final/accuracy": 0.9, ...} (fine-tuning's final dev and test scores).
+        {"final/accuracy": 0.9, ...} (fine-tuning's final dev and test scores), or
+        {"kept/accuracy": 0.9, ...} (those of an earlier model fine-tuning kept: the export).
       step: the training step they were measured at (None: no evaluation recorded).
     """
 
@@ -77,16 +79,20 @@ def read_run(run_dir: str | os.PathLike | None, experiment: Any = None) -> RunRe
             if candidate.is_file():
                 experiment = json.loads(candidate.read_text())
                 break
-    last_eval, final, step = {}, {}, None
+    last_eval, final, kept, step = {}, {}, {}, None
     log = folder / "metrics.jsonl"
     for line in log.read_text().splitlines() if log.is_file() else ():
         row = json.loads(line)
-        held_out = {k: v for k, v in row.items() if k.startswith(("eval/", "final/"))}
-        if any(k.startswith("final/") for k in held_out):
+        held_out = {k: v for k, v in row.items() if k.startswith(("eval/", "final/", "kept/"))}
+        if any(k.startswith("kept/") for k in held_out):  # the exported model, when not the final
+            kept, step = {k: v for k, v in held_out.items() if k.startswith("kept/")}, row["step"]
+        elif kept:
+            continue
+        elif any(k.startswith("final/") for k in held_out):
             final, step = held_out, row.get("step")
         elif held_out and not final:
             last_eval, step = held_out, row.get("step")
-    return RunRecords(experiment, final or last_eval, step)
+    return RunRecords(experiment, kept or final or last_eval, step)
 
 
 def _yaml(value: Any, indent: int = 0) -> list[str]:

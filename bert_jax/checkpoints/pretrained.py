@@ -15,7 +15,8 @@ through `etils.epath`), or a Hugging Face Hub id (`checkpoints.hub`: the cache, 
 download where one is allowed). An existing path always wins over a Hub id. `from_pretrained`
 adds the module, the dtypes and the layer layout: the result is a plain Flax module, its
 parameter dict and its config (docs/from_transformers_flax.md maps transformers' Flax calls).
-Beside them: `find_tokenizer` (the one vocabulary lookup) and `read_config` (the config alone).
+Beside them: `find_tokenizer` (the one vocabulary lookup), `read_config` (the config alone) and
+`read_head` (the head class it stores).
 """
 
 from __future__ import annotations
@@ -264,6 +265,21 @@ def read_config(source: str | os.PathLike) -> Any:
             raise FileNotFoundError(f"no training checkpoints in {root}")
         return families.config_from_hf_dict(checkpointing.read_meta(root, steps[-1])["config"])
     return families.config_from_json_file(path if path.is_dir() else path.parent)  # TF: beside
+
+
+def read_head(source: str | os.PathLike) -> str | None:
+    """The head class a checkpoint stores, without its weights: the first class config.json's
+    `architectures` names (a transformers or bert_jax directory, a run's `export/`), or a run's
+    newest checkpoint's record; None where none is named (a TF checkpoint)."""
+    path = as_path(hub.resolve(source))
+    if (path / "export").is_dir():
+        path = path / "export"
+    elif (path / "checkpoints").is_dir():
+        root = checkpointing.run_checkpoints(path)
+        steps = checkpointing.saved_steps(root)
+        return checkpointing.read_meta(root, steps[-1]).get("model") if steps else None
+    config_json = (path if path.is_dir() else path.parent) / "config.json"
+    return (hf.default_model(config_json, "") or None) if config_json.is_file() else None
 
 
 def from_pretrained(

@@ -376,18 +376,54 @@ def _json_value(value) -> str | None:
 def collect_label_names(
     path: str | os.PathLike, label_column: str = "label", *, fmt: str | None = None
 ) -> tuple[str, ...]:
-    """The distinct label strings of a custom file, sorted (numerically when all are integers).
+    """The distinct label strings of a custom file, sorted (numerically when all are integers),
+    each as `label_value` reads it (surrounding whitespace removed).
 
     Build the label set from the training file and pass it to `custom.custom_dataset`; dev/test
     files with another label then raise instead of silently shifting ids.
+
+    Raises:
+      ValueError: the file has no rows (`<file> has no examples`), or a row's label is blank or
+        null (naming the file and line: a blank is no class).
     """
     path = os.fspath(path)
-    records = _iter_records(path, _format_of(path, fmt), [label_column])
-    values = {record[label_column] for _, record in records}
-    values.discard(None)
+    fmt = _format_of(path, fmt)
+    values, rows = set(), 0
+    for line, record in _iter_records(path, fmt, [label_column]):
+        values.add(label_value(record[label_column], _where(path, fmt, line), label_column))
+        rows += 1
+    if not rows:
+        raise ValueError(f"{path} has no examples")
     if all(_is_int(v) for v in values):
         return tuple(sorted(values, key=int))
     return tuple(sorted(values))
+
+
+def label_value(value: str | None, where: str, column: str) -> str:
+    """A custom file's label as every split reads it: its string with surrounding whitespace
+    removed (" sports" is "sports", a CSV's space after the comma included).
+
+    Args:
+      value: the field as read (None: a JSON null, a Parquet null).
+      where: the file and line (or row) for the message, e.g. "train.csv:7".
+      column: the label column, for the message.
+
+    Raises:
+      ValueError: the label is blank or null, naming `where` and the way out.
+    """
+    if value is None or not value.strip():
+        what = "null" if value is None else f"blank ({value!r})"
+        raise ValueError(
+            f"{where}: {column}: the label is {what}; a labelled row needs one of the task's "
+            "labels: fill it in or drop the row"
+        )
+    return value.strip()
+
+
+def _where(path: str, fmt: str, line: int) -> str:
+    """Where a record is, for messages: "file:line" (CSV, TSV, JSONL) or "file: row N" (a table,
+    0-based)."""
+    return f"{path}: row {line}" if fmt == "table" else f"{path}:{line}"
 
 
 def _is_int(value: str) -> bool:
@@ -421,9 +457,10 @@ def read_records(
       The examples in file order.
 
     Raises:
-      ValueError: empty file, missing column, a row with the wrong number of fields, a label
-        outside `task.label_names` (or not a number, for regression); the message names the
-        file, line and column.
+      ValueError: empty file, missing column, a row with the wrong number of fields, a blank
+        or null label (labels are read by `label_value`: surrounding whitespace removed), a
+        label outside `task.label_names` (or not a number, for regression); the message names
+        the file, line and column.
     """
     path = os.fspath(path)
     fmt = _format_of(path, fmt)
@@ -441,13 +478,12 @@ def read_records(
             texts.append(record[key])
         label = None
         if labelled:
-            value = record[task.label_column]
-            if value is None:
-                raise ValueError(f"{path}:{line}: {task.label_column}: the label is null")
+            where = _where(path, fmt, line)
+            value = label_value(record[task.label_column], where, task.label_column)
             try:
                 label = task.label_id(value)
             except ValueError as e:
-                raise ValueError(f"{path}:{line}: {task.label_column}: {e}") from None
+                raise ValueError(f"{where}: {task.label_column}: {e}") from None
         guid = record[id_column] if id_column is not None else str(len(examples))
         examples.append(TextExample(str(guid), tuple(texts), label))
     if not examples:

@@ -4,8 +4,9 @@
       --config.finetune.train_file=train.csv --config.finetune.dev_file=dev.csv \
       --config.finetune.text_columns=question,answer --config.finetune.label_column=label
 
-Texts come from the 1 or 2 named columns; labels are collected from the training file (sorted), or
-read as floats with `regression=True`. A test file without the label column is predicted, not
+Texts come from the 1 or 2 named columns; labels are collected from the training file (sorted;
+surrounding whitespace removed, a blank label refused: `text_io.label_value`), or read as floats
+with `regression=True`. A test file without the label column is predicted, not
 scored; a dev file must have it (it is there to be scored).
 """
 
@@ -81,7 +82,15 @@ def load(ft, tokenizer):
     train_path = split_file(ft, 0, FILES)
     if not train_path:
         raise ValueError("task=custom needs config.finetune.train_file (or data_dir/train.csv)")
-    labels = None if ft.regression else text_io.collect_label_names(train_path, ft.label_column)
+    labels = None
+    if not ft.regression:
+        labels = text_io.collect_label_names(train_path, ft.label_column)
+        if len(labels) < 2:
+            raise ValueError(
+                f"{train_path}: every training example has the label {labels[0]!r} (column "
+                f"{ft.label_column!r}); a classifier needs at least 2 labels: add examples of "
+                "the others, or set finetune.regression=True for numeric scores"
+            )
     dataset = custom_dataset(
         "custom",
         columns,

@@ -18,10 +18,12 @@ every split, writes the dev (and test) predictions in the task's official format
 `finetune.keep` says: the best model by the task's selection metric on dev ("best", the
 default), the final one ("last"), or nothing ("none"), exported (bert_jax format, and a
 transformers directory with `export_hf_at_end`). A finished seed's training checkpoints are
-removed. `<workdir>/results.json` holds every finished seed's final dev metrics (and
-`test_<metric>` where the test set is labelled) and their mean and std, rewritten as each seed
-finishes. `<workdir>/settings.json`, written before training, holds what decides them: the
-config (but for bookkeeping fields such as the seeds) and the size and SHA-256 of every data file
+removed. `<workdir>/results.json` holds every finished seed's dev metrics (and `test_<metric>`
+where the test set is labelled) of the model it kept, under "models" which one that is and its
+step (an earlier model kept by "best" is scored again on every split, its predictions written
+over the final model's), and their mean and std, rewritten as each seed finishes.
+`<workdir>/settings.json`, written before training, holds what decides them: the config (but
+for bookkeeping fields such as the seeds) and the size and SHA-256 of every data file
 read. A rerun in the same workdir with the same settings and data skips the seeds results.json
 lists; one with other settings or data is refused, naming each difference, while the workdir
 holds finished seeds or training checkpoints (else it starts afresh). Both files are kept by
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -99,11 +101,19 @@ def head_fields(objective: str, num_labels: int, label_names=None) -> dict[str, 
 
 
 def starting_point(config, data: TaskData, tokenizer):
-    """(config of the fine-tuned model, encoder params or None for random init). A ModernBERT
-    init_from gives ModernBERT's config and its ModernBertModel params."""
+    """(config of the fine-tuned model, its starting params or None for random init). A ModernBERT
+    init_from gives ModernBERT's config and its ModernBertModel params.
+
+    The params are init_from's encoder (the task's head starts anew: `graft`), or, where init_from
+    holds this task's head with exactly its labels (a fine-tuned model trained on: the same head
+    class, `num_labels` and label names), that whole model, its trained head kept.
+    """
     overrides = head_fields(data.objective, data.num_labels, data.label_names)
     if not config.init_from or config.finetune.random_init:  # an architecture, not its weights
-        cfg, encoder = architecture(config, tokenizer.vocab_size).replace(**overrides), None
+        cfg, params = architecture(config, tokenizer.vocab_size).replace(**overrides), None
+    elif (head := _head_to_continue(config.init_from, data.objective, overrides)) is not None:
+        loaded = pretrained.load(config.init_from, head, with_tokenizer=False)
+        cfg, params = loaded.config.replace(**overrides), loaded.params
     else:
         # A masked-LM checkpoint (RoBERTa's and ModernBERT's exports, BERT's mlm_only ones) has
         # no pooler: it starts afresh, as transformers starts it, where the task's head reads it
@@ -113,13 +123,39 @@ def starting_point(config, data: TaskData, tokenizer):
         )
         if loaded.report is not None and loaded.report.newly_initialized:
             logging.info("init_from lacks %s: initialized", loaded.report.newly_initialized)
-        cfg, encoder = loaded.config.replace(**overrides), loaded.params
+        cfg, params = loaded.config.replace(**overrides), loaded.params
     if cfg.vocab_size != tokenizer.vocab_size:
         raise ValueError(
             f"the model's vocab_size={cfg.vocab_size} differs from the tokenizer's "
             f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
         )
-    return cfg, encoder
+    return cfg, params
+
+
+def _head_to_continue(init_from: str, objective: str, overrides: Mapping[str, Any]) -> str | None:
+    """The head class of init_from when it is this task's head with exactly its labels (its
+    trained head is kept), else None; says which, and why a head of other labels is not kept."""
+    source = pretrained.read_config(init_from)
+    head = task_head(source, objective)
+    if pretrained.read_head(init_from) != head:
+        return None
+    theirs = (source.num_labels, tuple(source.label_names or ()))
+    ours = (overrides["num_labels"], tuple(overrides["label_names"] or ()))
+    if theirs == ours:
+        logging.info(
+            "init_from holds a %s of this task's labels %s: its trained head is kept",
+            head,
+            list(ours[1]) or ours[0],
+        )
+        return head
+    logging.warning(
+        "init_from's %s has other labels (%s) than this task (%s): its head is not used, a new "
+        "one is trained",
+        head,
+        list(theirs[1]) or f"{theirs[0]} unnamed",
+        list(ours[1]) or f"{ours[0]} unnamed",
+    )
+    return None
 
 
 def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
@@ -332,6 +368,27 @@ def selection_metric(scores: Mapping[str, float]) -> str:
     return "f1" if "f1" in scores else next(iter(scores))
 
 
+# The metrics group of the kept model's scores in metrics.jsonl, at its step, where
+# `finetune.keep="best"` keeps an earlier model than the final one (the model card shows them).
+KEPT = "kept/"
+
+
+class Kept(NamedTuple):
+    """The model a seed keeps (`finetune.keep`).
+
+    Attributes:
+      params: its parameters.
+      step: the step it is from.
+      metrics: its final metrics over every split (results.json's; {} until scored).
+      model: which model it is: "best by dev <metric>" or "final".
+    """
+
+    params: Any
+    step: int
+    metrics: dict[str, float]
+    model: str
+
+
 @dataclasses.dataclass(kw_only=True)
 class SeedRun:
     """One seed's fine-tuning in `seed_dir`: train (resuming from its checkpoint), evaluate the
@@ -343,7 +400,7 @@ class SeedRun:
     task: FinetuneTask
     data: TaskData
     features: dict
-    encoder: Any  # BertModel params, or None for a random start
+    encoder: Any  # BertModel params (or the whole model's: `starting_point`), None: random
     tokenizer: Any
     seed: int
     seed_dir: Any
@@ -352,8 +409,10 @@ class SeedRun:
     best: tuple | None = None
     best_metric: str = ""  # the dev metric that picks it (`selection_metric`)
 
-    def train_and_evaluate(self) -> dict[str, float] | None:
-        """The final metrics, or None when a signal stopped the run before its last step."""
+    def train_and_evaluate(self) -> settings.SeedResult | None:
+        """The kept model's metrics on every split and which model it is (the final one's
+        unless `finetune.keep="best"` keeps an earlier one), or None when a signal stopped the
+        run before its last step."""
         config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
         buckets = _length_buckets(ft)
         host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
@@ -362,7 +421,8 @@ class SeedRun:
         params = None
         if self.encoder is not None:
             params, new = graft(exp.bert_config, exp.head, self.encoder, seed)
-            logging.info("newly initialized head weights: %s", new)
+            if new:
+                logging.info("newly initialized head weights: %s", new)
         ckpt = experiment.checkpointer(self.seed_dir, config)
         start = starting_state(exp, ckpt, train_iter, init_params=params, seed=seed)
         writer = MetricWriter(self.seed_dir, num_steps, start.step, view=VIEW)
@@ -385,30 +445,52 @@ class SeedRun:
             exp, state.params, self.task, self.data, ft, buckets, predictions_dir
         )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
+        kept = self._choose(state.params, step, final)
+        if kept.step != step:  # the kept model scored as the final one was, its predictions kept
+            kept = kept._replace(
+                metrics=evaluation.evaluate_splits(
+                    exp, kept.params, self.task, self.data, ft, buckets, predictions_dir
+                )
+            )
+            writer.write(kept.step, {f"{KEPT}{k}": v for k, v in kept.metrics.items()})
         places = {"batching": batching_summary(ft)}
-        places.update(self._keep(state.params, step, final, as_path(ckpt.directory)))
+        places.update(self._keep(kept, step, final, as_path(ckpt.directory)))
         writer.close()
         if jax.process_index() == 0:
             print(f"\nseed {seed}: " + writer.summary(step, places, timing=trainer.timer))
-        return final
+        model = {"model": kept.model, "step": kept.step, "last_step": step}
+        return settings.SeedResult(kept.metrics, model)
 
-    def _keep(self, params, step: int, final: Mapping[str, float], checkpoints) -> dict[str, str]:
-        """Exports the model `finetune.keep` names and removes the training checkpoints (the
-        seed is done: results.json holds its metrics). Returns the summary's lines about them."""
+    def _choose(self, params, step: int, final: Mapping[str, float]) -> Kept:
+        """The model `finetune.keep` keeps: the best of the dev evaluations by the selection
+        metric with keep="best" (the final one unless an earlier one scored higher), else the
+        final one (its metrics `final`; an earlier model's are scored by the caller)."""
+        metric = self.best_metric
+        if self.config.finetune.keep == "best" and self.best is not None:
+            value, best_step, best_params = self.best
+            if value > final[metric]:
+                return Kept(best_params, best_step, {}, f"best by dev {metric}")
+            return Kept(params, step, final, f"best by dev {metric}")
+        return Kept(params, step, final, "final")
+
+    def _keep(self, kept: Kept, step: int, final: Mapping[str, float], checkpoints):
+        """Exports the model `finetune.keep` names (`kept`) and removes the training
+        checkpoints (the seed is done: results.json holds its metrics). Returns the summary's
+        lines about them."""
         config, exp = self.config, self.exp
-        keep, kept, metric = config.finetune.keep, {}, self.best_metric
+        keep, places, metric = config.finetune.keep, {}, self.best_metric
         what = f"the final model (step {step})"
-        if keep == "best" and self.best is not None and self.best[0] > final[metric]:
-            value, best_step, params = self.best
+        if keep == "best" and kept.step != step:
             what = (
-                f"the best model by dev {metric}: step {best_step} ({value:.4f}; the final "
-                f"model's {final[metric]:.4f})"
+                f"the best model by dev {metric}: step {kept.step} "
+                f"({kept.metrics[metric]:.4f}; the final model's {final[metric]:.4f}), scored in "
+                "results.json"
             )
         elif keep == "best" and self.best is not None:
             what = f"the best model by dev {metric}: the final one (step {step})"
         if keep != "none":
             out = export(
-                params,
+                kept.params,
                 self.seed_dir,
                 exp.bert_config,
                 exp.head,
@@ -417,14 +499,14 @@ class SeedRun:
                 config=config,
             )
             sizes = ", ".join(f"{d}/ {_megabytes(self.seed_dir / d):,.1f} MB" for d in out)
-            kept["kept"] = f"{what}: {sizes}"
-            kept.update(out)
+            places["kept"] = f"{what}: {sizes}"
+            places.update(out)
         else:
-            kept["kept"] = "no model (finetune.keep=none)"
+            places["kept"] = "no model (finetune.keep=none)"
         if jax.process_index() == 0 and checkpoints.exists():
-            kept["kept"] += f"; training checkpoints ({_megabytes(checkpoints):,.1f} MB) removed"
+            places["kept"] += f"; training checkpoints ({_megabytes(checkpoints):,.1f} MB) removed"
             checkpoints.rmtree()
-        return kept
+        return places
 
     def _hooks(self, writer, ckpt, buckets, steps_per_epoch: int) -> list[loop.Hook]:
         """Metrics every log_every_steps and at every checkpoint, dev evaluations (every

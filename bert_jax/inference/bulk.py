@@ -15,8 +15,10 @@ are the input's in order:
     file, row       string: the input file; int64: the row's index in it, from 0
     embedding       embed: float32 [E] (list<float32>[E]); [P][E] with --layers
     label           predict: string, the most probable label
-    probabilities   predict: float32 [num_labels], in the order of the file's metadata's
-                    `label_names` (a regression writes `score`, float32, instead of both)
+    probabilities   predict: struct of one float32 field per label, named by the label
+                    (`{"neg": 0.1, "pos": 0.9}` per row, as the JSONL form writes it; fields
+                    in the order of the metadata's `label_names`); a regression writes
+                    `score`, float32, instead of both
     score           rerank: float32, the cross-encoder's logit through the activation the
                     model's directory names (metadata `activation`), as `CrossEncoder.predict`
 
@@ -501,7 +503,7 @@ class _ShardWriter:
         else:
             probs = heads.probabilities(out)
             cols["label"] = pa.array([self.names[i] for i in probs.argmax(-1)], pa.string())
-            cols["probabilities"] = _fixed_lists(probs)
+            cols["probabilities"] = _named_fields(probs, self.names)
         return cols
 
     def table(self, first: int, ids: list | None, out: np.ndarray) -> pa.Table:
@@ -517,6 +519,13 @@ class _ShardWriter:
         dims = (0, len(self.job.layers or [0]), width) if width else (0, len(self.names))
         ids = [] if self.job.id_column else None  # of type null: no row to tell its type
         return self.table(0, ids, np.zeros(dims, np.float32))
+
+
+def _named_fields(values: np.ndarray, names: Sequence[str]) -> pa.StructArray:
+    """float32 [N, K] -> a struct array of N rows, one float32 field per name (K names): a
+    file that says which probability is which label."""
+    fields = [pa.array(np.ascontiguousarray(values[:, k])) for k in range(len(names))]
+    return pa.StructArray.from_arrays(fields, names=list(names))
 
 
 def _fixed_lists(values: np.ndarray) -> pa.Array:

@@ -13,6 +13,7 @@ holds finished seeds or training checkpoints (else it starts afresh).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,7 +29,6 @@ from bert_jax.paths import as_path, write_text_whole
 # finished seeds (prefixes of the dotted names).
 BOOKKEEPING = (
     "finetune.seeds",
-    "finetune.keep",
     "embed.seeds",
     "seed",
     "log_every_steps",
@@ -39,6 +39,16 @@ BOOKKEEPING = (
     "model_card",
     "topology",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedResult:
+    """A finished seed as `run_seeds` records it: the metrics of the model it kept, and which
+    model that is (results.json's `models`), e.g. {"model": "best by dev f1", "step": 30,
+    "last_step": 45}. A job whose seeds keep their final model may return the metrics alone."""
+
+    metrics: dict[str, float]
+    model: dict[str, Any]
 
 
 def run_record(config, data_files: Mapping[str, dict], task: str) -> dict[str, Any]:
@@ -108,6 +118,8 @@ def start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str
         finished = sorted(earlier.get("seeds", {}), key=int)
         if not changes:
             results["seeds"] = earlier.get("seeds", {})
+            if "models" in earlier:
+                results["models"] = earlier["models"]
         elif finished or _checkpoint_dirs(workdir, seeds):
             checkpoints = _checkpoint_dirs(workdir, seeds)
             what = [f"finished seed(s) {', '.join(finished)} in {results_path}"] if finished else []
@@ -145,7 +157,7 @@ def run_seeds(
     workdir: str,
     record: dict[str, Any],
     seeds: list[int],
-    train_seed: Callable[[int, epath.Path], dict[str, float] | None],
+    train_seed: Callable[[int, epath.Path], dict[str, float] | SeedResult | None],
 ) -> dict[str, Any]:
     """Trains every seed an earlier run in `workdir` did not finish, and writes results.json.
 
@@ -160,11 +172,13 @@ def run_seeds(
       workdir: the run's directory.
       record: this run's settings and data (`run_record`).
       seeds: the seeds, in training order.
-      train_seed: (seed, its directory) -> its final metrics, or None when a signal stopped it.
+      train_seed: (seed, its directory) -> its final metrics (or a `SeedResult`: the kept
+        model's metrics and which model it is), or None when a signal stopped it.
 
     Returns:
-      {"task", "seeds": {seed: final metrics}, "mean", "std"}, the earlier run's seeds included;
-      without the means where a signal stopped the run (rerun to resume).
+      {"task", "seeds": {seed: metrics}, "mean", "std"} and, from `SeedResult`s, "models": {seed:
+      which model the metrics describe}; the earlier run's seeds included; without the means
+      where a signal stopped the run (rerun to resume).
     """
     results = start_results(workdir, record, seeds)
     for seed in seeds:
@@ -177,6 +191,9 @@ def run_seeds(
         final = train_seed(seed, seed_dir)
         if final is None:  # stopped by a signal: rerun to resume
             return results
+        if isinstance(final, SeedResult):
+            results.setdefault("models", {})[str(seed)] = final.model
+            final = final.metrics
         results["seeds"][str(seed)] = final
         write_results(results, workdir, announce=False)
     write_results(results, workdir)

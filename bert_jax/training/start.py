@@ -121,17 +121,21 @@ def starting_state(
 
 def graft(cfg, head: str, encoder, seed: int):
     """Head parameters: `encoder` (the family's base-model params) under the heads' encoder name
-    (`bert`, ModernBERT's `model`), new head weights (seeded).
+    (`bert`, ModernBERT's `model`), new head weights (seeded); or `encoder` itself where it is
+    already the whole model of `head` (a fine-tuned head trained on: nothing new).
 
     Returns (params, names of the newly initialized weights).
     """
+    name = families.family_of(cfg).encoder_name
+    if name in encoder:  # the head's own tree: {"bert": ..., "classifier": ...}
+        table.check_params(cfg, encoder, head)
+        return encoder, []
     params = jax.device_get(
         jax.tree_util.tree_map(
             np.asarray, init_params(families.get_model_class(head)(cfg), jax.random.PRNGKey(seed))
         )
     )
     params = nn.meta.unbox(params)
-    name = families.family_of(cfg).encoder_name
     base = dict(encoder)
     if "pooler" not in params[name]:
         base.pop("pooler", None)

@@ -1,6 +1,7 @@
 """GLUE and custom classification: the task table, each task's TSV layout, features, submission."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -336,6 +337,41 @@ def test_custom_regression_and_bad_custom_input(tmp_path):
         text_io.read_records(tmp_path / "data.txt", binary)
     with pytest.raises(ValueError, match="at least 2 label_names"):
         custom.custom_dataset("c", ("text",))
+
+
+def test_custom_labels_are_read_without_surrounding_spaces_and_never_blank(tmp_path):
+    """A label's surrounding whitespace is dropped in every split and format (" pos" is "pos");
+    a blank or null label, or a file of no rows, is an error naming the file and line (row)."""
+    from tests.data.hf_files import write_parquet
+
+    (tmp_path / "train.csv").write_text("text,label\na,pos\nb, neg\nc,pos \n")
+    names = text_io.collect_label_names(tmp_path / "train.csv")
+    assert names == ("neg", "pos")
+    task = custom.custom_dataset("c", ("text",), label_names=names)
+    (tmp_path / "dev.jsonl").write_text('{"text": "d", "label": " neg "}\n')
+    write_parquet({"text": ["e", "f"], "label": ["pos", "\tneg"]}, tmp_path / "test.parquet")
+    assert [e.label for e in text_io.read_records(tmp_path / "train.csv", task)] == [1, 0, 1]
+    assert [e.label for e in text_io.read_records(tmp_path / "dev.jsonl", task)] == [0]
+    assert [e.label for e in text_io.read_records(tmp_path / "test.parquet", task)] == [1, 0]
+    way_out = "a labelled row needs one of the task's labels: fill it in or drop the row"
+    (tmp_path / "blank.csv").write_text("text,label\na,pos\nb,  \n")
+    (tmp_path / "null.jsonl").write_text(
+        '{"text": "a", "label": "pos"}\n{"text": "b", "label": null}\n'
+    )
+    write_parquet({"text": ["a", "b"], "label": ["pos", None]}, tmp_path / "null.parquet")
+    for name, where, what in (
+        ("blank.csv", "blank.csv:3", "blank ('  ')"),
+        ("null.jsonl", "null.jsonl:2", "null"),
+        ("null.parquet", "null.parquet: row 1", "null"),
+    ):
+        message = f"{where}: label: the label is {what}; {way_out}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            text_io.collect_label_names(tmp_path / name)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            text_io.read_records(tmp_path / name, task)
+    (tmp_path / "header.csv").write_text("text,label\n")
+    with pytest.raises(ValueError, match=r"header\.csv has no examples$"):
+        text_io.collect_label_names(tmp_path / "header.csv")
 
 
 def test_write_submission(tmp_path):

@@ -175,6 +175,9 @@ def test_predict_jsonl_and_text_files_with_modernbert(models, tmp_path):
     for name in ("x.parquet", "y.parquet"):
         table = pq.read_table(out / name)
         assert table.column_names == ["file", "row", "label", "probabilities"]
+        # Each probability names its label, as the JSONL form does: a float32 field per label.
+        probabilities = table.schema.field("probabilities").type
+        assert [(f.name, f.type) for f in probabilities] == [(n, pa.float32()) for n in LABELS]
         meta = json.loads(table.schema.metadata[b"bert_jax"])
         assert meta["label_names"] == list(LABELS) and meta["command"] == "predict"
         rows = table.to_pylist()
@@ -184,8 +187,9 @@ def test_predict_jsonl_and_text_files_with_modernbert(models, tmp_path):
         }
         got.extend(rows)
     assert [r["label"] for r in got] == [e["label"] for e in expected]
+    assert [list(r["probabilities"]) for r in got] == [list(LABELS)] * len(texts)
     np.testing.assert_allclose(
-        [r["probabilities"] for r in got],
+        [[r["probabilities"][n] for n in LABELS] for r in got],
         [[e["probabilities"][n] for n in LABELS] for e in expected],
         atol=1e-5,
     )
