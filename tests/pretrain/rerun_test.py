@@ -91,13 +91,13 @@ def test_a_rerun_of_other_settings_is_refused_naming_each_change(objective, tmp_
     assert json.loads((workdir / "config.json").read_text())["global_batch_size"] == batch
 
 
-@pytest.mark.e2e  # about a minute on 2 cores: two steps of ELECTRA and its reruns
+@pytest.mark.e2e  # about a minute on 2 cores: two steps of ELECTRA, its reruns, fill-mask
 def test_an_electra_run_refuses_other_settings_and_a_finished_rerun_rewrites_nothing(
     tmp_path, tiny_pretraining_build
 ):
     """The issue's ELECTRA run, trained: a rerun with another learning rate and batch is
     refused, the same command again trains and rewrites nothing (no masked-word guesses, the
-    exports kept)."""
+    exports kept), and fill-mask on the run names its generator, which fills the masks."""
     workdir = tmp_path / "run"
     small = [f for f in TINY_DATA_OVERRIDES if "dropout" not in f and "export" not in f]
     flags = [
@@ -124,3 +124,9 @@ def test_an_electra_run_refuses_other_settings_and_a_finished_rerun_rewrites_not
         "rerun with --config.num_train_steps above 2 to train on, or use another --workdir"
     ]
     assert snapshot(workdir) == before
+
+    fill = [sys.executable, "-m", "bert_jax.inference", "fill-mask", "--model"]
+    proc = run_command([*fill, str(workdir), "to be or not to [MASK]"], env, ROOT)
+    assert f"fill-mask --model {workdir / 'generator' / 'hf'}" in error_line(proc)
+    proc = run_command([*fill, str(workdir / "generator" / "hf"), "to be [MASK]"], env, ROOT)
+    assert proc.returncode == 0 and "[MASK] 1:" in proc.stdout, proc.stderr[-3000:]
