@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 import pytest
 from flax import linen as nn
 
@@ -211,6 +212,18 @@ def save_model(config, tokenizer, head: str, out: pathlib.Path, seed: int = 0):
     convert.save_pytorch(config, params, out, head)
     tokenizer.save(out)
     return params
+
+
+def save_drawn_model(config, tokenizer, head: str, out: pathlib.Path, seed: int = 0) -> None:
+    """`head` of `config` saved to `out` with `tokenizer`, every weight drawn from N(0, 0.02) by
+    numpy in the shapes the model's init gives (traced, not run: a second, where `save_model`'s
+    initialization runs op by op), for tests that read the files but not their numbers."""
+    model = families.get_model_class(head)(config)
+    shapes = nn.meta.unbox(jax.eval_shape(lambda: init_params(model, jax.random.PRNGKey(seed))))
+    rng = np.random.default_rng(seed)
+    params = jax.tree_util.tree_map(lambda s: rng.normal(0, 0.02, s.shape).astype(s.dtype), shapes)
+    convert.save_pytorch(config, params, out, head)
+    tokenizer.save(out)
 
 
 def make_family_dir(model_type: str, out: pathlib.Path) -> FamilyDir:

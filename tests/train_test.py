@@ -241,10 +241,10 @@ def test_ctrl_c_while_train_py_builds_its_data_exits_130(tmp_path):
 def test_refused_restart_keeps_config_and_resume_keeps_one_row_per_step(
     tmp_path, tiny_pretraining_build
 ):
-    """A run that dies at step 6 (checkpoint 4), a restart with another model that its checkpoint
-    refuses (one `error:` line; config.json unchanged), and a resume: metrics.jsonl has each step
-    once (the dead run's row 5 gone) and TensorBoard is told to drop its events from
-    step 5 on."""
+    """A run that dies at step 6 (checkpoint 4), a restart with another model (refused by the
+    run's config.json, and without it by its checkpoint: one `error:` line each; config.json
+    unchanged, or not written), and a resume: metrics.jsonl has each step once (the dead run's
+    row 5 gone) and TensorBoard is told to drop its events from step 5 on."""
     workdir = tmp_path / "run"
     every = "--config.checkpoint_every_steps=4"
     dies = {faults.FAULT_ENV: "process=0,at=step:6"}
@@ -259,6 +259,14 @@ def test_refused_restart_keeps_config_and_resume_keeps_one_row_per_step(
 
     other = "--config.model.intermediate_size=41"
     proc = run(train_cmd(workdir, tiny_pretraining_build, every, other, steps=8), check=False)
+    assert _one_line_error(proc).endswith(
+        "model.intermediate_size: 37 -> 41. Use another --workdir for a new run, or rerun with "
+        "the earlier values: --config.model.intermediate_size=37"
+    )
+    assert (workdir / "config.json").read_text() == record
+    # Without the run's config.json (a copied checkpoint), its checkpoint refuses the model.
+    (workdir / "config.json").rename(workdir / "config.json.kept")
+    proc = run(train_cmd(workdir, tiny_pretraining_build, every, other, steps=8), check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     # One line, no traceback through the project's code (Orbax's reads, left running by the
     # failed restore, may print their own from their threads, and the line can then follow
@@ -266,7 +274,8 @@ def test_refused_restart_keeps_config_and_resume_keeps_one_row_per_step(
     lines = [line for line in proc.stderr.splitlines() if line.lstrip().startswith("error: ")]
     assert len(lines) == 1 and "cannot be restored" in lines[0], proc.stderr[-3000:]
     assert "bert_jax/" not in proc.stderr.split(lines[0])[1], proc.stderr[-3000:]
-    assert (workdir / "config.json").read_text() == record
+    assert not (workdir / "config.json").exists()
+    (workdir / "config.json.kept").rename(workdir / "config.json")
 
     proc = run(train_cmd(workdir, tiny_pretraining_build, every, steps=8))
     assert "restored checkpoint 4" in proc.stderr

@@ -23,6 +23,7 @@ import numpy as np
 from bert_jax import tokenization
 from bert_jax.checkpoints import cross_encoder, hub, pretrained, table
 from bert_jax.checkpoints.sentence_transformers import read_max_seq_length
+from bert_jax.models import rtd
 from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_class
 from bert_jax.paths import as_path
 
@@ -178,18 +179,44 @@ def load_masked_lm(path: str):
 
     Raises:
       ValueError: the checkpoint's head predicts no masked tokens (a sentence encoder, a
-        classifier), naming `path`, its head and the heads that would do.
+        classifier), naming `path`, its head and the heads that would do; for the discriminator
+        of a replaced-token detection run (ELECTRA, DeBERTa-v3), its run's generator directory
+        (`generator_of`), the masked LM that does.
     """
     try:
         config, params, head, tokenizer = load(path)
     except table.ConversionError:  # no head named, and weights beyond the bare encoder's
         config, params, head, tokenizer = load(path, MASKED_LM_ROLE)
     if head not in masked_lm_heads(config):
+        heads = " or ".join(masked_lm_heads(config))
+        detector = family_of(config).roles.get(Role.REPLACED_TOKEN_DETECTION)
+        if detector is not None and detector.__name__ == head:
+            generator = generator_of(path)
+            way_out = (
+                f"its run's generator is one: fill-mask --model {generator}"
+                if generator
+                else f"its run's generator is one, which a finished run exports to "
+                f"<workdir>/{rtd.GENERATOR_DIR}/hf: pass that directory"
+            )
+            raise ValueError(
+                f"{path} holds the discriminator of replaced-token detection ({head}), which "
+                f"predicts no tokens: fill-mask needs a masked LM ({heads}), and {way_out}"
+            )
         raise ValueError(
             f"{path} has no masked-LM head (it holds a {head}), so it cannot fill in [MASK]: "
-            f"fill-mask needs a {' or '.join(masked_lm_heads(config))} checkpoint"
+            f"fill-mask needs a {heads} checkpoint"
         )
     return config, params, head, tokenizer
+
+
+def generator_of(path: str) -> str | None:
+    """The generator export (a masked LM) of the replaced-token detection run that `path` is
+    (the run's directory) or lies in (its hf/ or export/): `<workdir>/generator/hf`, or None."""
+    run = as_path(path)
+    for candidate in (run / rtd.GENERATOR_DIR / "hf", run.parent / rtd.GENERATOR_DIR / "hf"):
+        if (candidate / "config.json").exists():
+            return str(candidate)
+    return None
 
 
 def token_type_inputs(model: nn.Module, token_type_ids) -> dict:

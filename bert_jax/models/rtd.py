@@ -35,6 +35,9 @@ from bert_jax.models.family import Role
 from bert_jax.models.params import get_at, init_params, replace_at, stack_layers
 
 SHARINGS = ("tied", "disentangled", "none")
+# Where a pretraining run exports its generator, a masked LM for fill-mask: <workdir>/generator
+# (its hf/ and export/); the run's own hf/ holds the discriminator.
+GENERATOR_DIR = "generator"
 PyTree = Any
 
 

@@ -4,10 +4,12 @@ run_pretraining.py, or replaced-token detection (`job="rtd"`, ELECTRA's: `models
     train_and_evaluate(config, workdir)           # train.py --config=configs/pretrain.py:...
     train_and_evaluate(config, workdir, mode="compile", topology="v5e:4x4")
 
-Flow: config -> Experiment (mesh, model, optimizer) -> inputs (shards built once) -> state
-(restored or fresh) -> Trainer with hooks (metrics, held-out evaluation, checkpoints) -> export
-and a summary. `mode="compile"` compiles the step for a TPU topology instead (`parallel.aot`);
-`mode="shardings"` prints every parameter's sharding.
+Flow: config (a rerun's compared with the run's config.json: `settings.check_resumed_run`) ->
+Experiment (mesh, model, optimizer) -> inputs (shards built once) -> state (restored or fresh) ->
+Trainer with hooks (metrics, held-out evaluation, checkpoints) -> export and a summary. A rerun
+of a finished run trains nothing and rewrites nothing (it exports only where the export is
+missing: `finished`). `mode="compile"` compiles the step for a TPU topology instead
+(`parallel.aot`); `mode="shardings"` prints every parameter's sharding.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from bert_jax.checkpoints import pretrained
 from bert_jax.models import families, rtd
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.parallel import aot, multihost, preemption, sharding
+from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
 from bert_jax.pretrain.data import packing
 from bert_jax.pretrain.fill_mask_demo import fill_mask_demo
-from bert_jax.training import compile_report, experiment, flops, loop, objectives
+from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
@@ -180,6 +183,8 @@ def train_and_evaluate(
     """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
     for key in _STARTING_VALUES:  # a bad choice stops the run before anything is built
         _starting_value(config, key)
+    if mode == "train":  # a rerun of other settings stops before anything is built or written
+        settings.check_resumed_run(config, workdir)
     bert_config = families.config_from_fields(config.model.to_dict())
     compiling = mode == "compile"
     topology = topology or config.topology
@@ -208,6 +213,10 @@ def train_and_evaluate(
         init_from=config.init_from,
         starting_values=lambda: starting_values(config, bert_config, data),
     )
+    if start.step >= config.num_train_steps:  # an earlier run finished: nothing to train
+        ckpt.close()
+        finished(config, workdir, exp, data, start.state.params, start.step)
+        return None
     # Only now: a config its checkpoint refuses (RestoreError) leaves the run's record alone.
     experiment.write_config(config, workdir)
     logging.info("config: %s", os.path.join(workdir, "config.json"))
@@ -291,26 +300,54 @@ def _train(config, workdir, exp, data, ckpt, start) -> None:
     writer.close()
     places = {"checkpoints": ckpt.directory}
     if step >= config.num_train_steps and config.export_hf_at_end:
-        # Every process has trained and saved (a barrier with a timeout, before the collectives).
-        multihost.barrier("export")
-        tokenizer = None
-        if data.tokenizer_path and os.path.isfile(data.tokenizer_path):
-            tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
-        if pair:
-            places.update(export_rtd(exp, state.params, workdir, tokenizer, config))
-        else:
-            places.update(
-                export(
-                    state.params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer,
-                    config=config,
-                )
-            )  # fmt: skip
+        places.update(export_run(config, workdir, exp, data, state.params))
     if jax.process_index() == 0:
         if demo:
             demo.predict(demo_model, demo_params(state.params), f"step {step}")
             print("\n" + demo.format())
         stopped_by = signal.Signals(preemption.stopped_by()).name if stopped else None
         print("\n" + writer.summary(step, places, timing=trainer.timer, stopped_by=stopped_by))
+
+
+def export_run(config, workdir: str, exp: experiment.Experiment, data, params) -> dict:
+    """The finished run's export (every process: a barrier, then the collective save):
+    `<workdir>/export` and `hf/` (`training.export`), and replaced-token detection's generator
+    (`export_rtd`). Returns label -> where it went, for the summary."""
+    # Every process has trained and saved (a barrier with a timeout, before the collectives).
+    multihost.barrier("export")
+    tokenizer = None
+    if data.tokenizer_path and os.path.isfile(data.tokenizer_path):
+        tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
+    if isinstance(exp.model, rtd.ReplacedTokenDetection):
+        return export_rtd(exp, params, workdir, tokenizer, config)
+    return export(params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config)
+
+
+def finished(config, workdir: str, exp: experiment.Experiment, data, params, step: int) -> None:
+    """A rerun of a run that reached `step` >= num_train_steps: nothing is trained and nothing
+    it wrote is rewritten (no metrics, no before-and-after guesses); the export alone is written
+    where its weights are missing and export_hf_at_end asks for them (a run stopped in its export,
+    or run without it). Prints one line saying which."""
+    hf_dirs = [as_path(workdir) / "hf"]  # and the generator's: the export writes it last
+    if isinstance(exp.model, rtd.ReplacedTokenDetection):
+        hf_dirs.append(as_path(workdir) / rtd.GENERATOR_DIR / "hf")
+    done = all((p / "model.safetensors").exists() for p in hf_dirs)
+    # Process 0's view decides (it alone writes hf/): every process takes the same path.
+    export_now = config.export_hf_at_end and multihost.broadcast("exported", str(done)) != "True"
+    past = (
+        f", past num_train_steps={config.num_train_steps}" if step > config.num_train_steps else ""
+    )
+    what = f"{workdir} finished at step {step}{past} in an earlier run (its checkpoint {step})"
+    more = f"rerun with --config.num_train_steps above {step} to train on, or use another --workdir"
+    if export_now:
+        written = ", ".join(export_run(config, workdir, exp, data, params).values())
+        if jax.process_index() == 0:
+            print(f"{what}: nothing to train; exported it ({written}); {more}")
+        return
+    if jax.process_index() == 0:
+        kept = [os.fspath(p) for p in hf_dirs if p.exists()]
+        kept = f"; its export is kept as it was ({', '.join(kept)})" if kept else ""
+        print(f"{what}: nothing to train{kept}; {more}")
 
 
 def export_rtd(exp: experiment.Experiment, params, workdir: str, tokenizer, config) -> dict:
@@ -322,7 +359,7 @@ def export_rtd(exp: experiment.Experiment, params, workdir: str, tokenizer, conf
         discriminator, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config
     )
     head = families.family_of(exp.bert_config).head_for(families.Role.MASKED_LM)
-    out = os.path.join(workdir, "generator")
+    out = os.path.join(workdir, rtd.GENERATOR_DIR)
     gen = export(generator, out, exp.model.generator, head, tokenizer=tokenizer)
     places["generator"] = gen["hf"].replace("(transformers)", "(transformers, fill-mask)")
     return places

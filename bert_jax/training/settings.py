@@ -9,12 +9,19 @@ seed's final metrics and their mean and std (`write_results`, rewritten as each 
 A rerun with the same settings and data skips the seeds results.json lists; one with other
 settings or data is refused, naming each difference (`record_differences`), while the workdir
 holds finished seeds or training checkpoints (else it starts afresh).
+
+The pretraining job trains one run, resumed from its checkpoints: a rerun is compared with the
+config.json the earlier run wrote (`check_resumed_run`), but for the fields a resumed run may
+change (`RESUMABLE`).
+
+    check_resumed_run(config, workdir)   # before anything is built or written
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,16 +58,37 @@ class SeedResult:
     model: dict[str, Any]
 
 
+# The pretraining job's fields a resumed run may change (one run, continued from its checkpoints):
+# BOOKKEEPING's cadences and exports (not `seed`: the checkpoint holds the run's random state, so
+# a new seed would be silently ignored), `num_train_steps` (train on past the end), the held-out
+# evaluation's cadence and size (no training step reads them), and the layout of the same steps on
+# the devices (the mesh and sharding rules: a run saved on N devices or hosts resumes on M).
+RESUMABLE = (
+    *(b for b in BOOKKEEPING if b != "seed" and not b.startswith(("finetune.", "embed."))),
+    "num_train_steps",
+    "eval_every_steps",
+    "num_eval_steps",
+    "mesh",
+    "sharding_rules",
+)
+
+
 def run_record(config, data_files: Mapping[str, dict], task: str) -> dict[str, Any]:
     """What decides a run's results, as settings.json keeps it: the task, every config field
     but the `BOOKKEEPING` ones ({dotted name: JSON value}), and the data files read ({absolute
     path: {"bytes", "sha256"}}: `text_io.record_reads`)."""
-    fields = {
-        k: v
-        for k, v in _flat(json.loads(config.to_json_best_effort())).items()
-        if not any(k == b or k.startswith(b + ".") for b in BOOKKEEPING)
-    }
+    fields = deciding_fields(json.loads(config.to_json_best_effort()), BOOKKEEPING)
     return {"task": task, "config": fields, "data": dict(data_files)}
+
+
+def deciding_fields(tree: Mapping[str, Any], bookkeeping: tuple[str, ...]) -> dict[str, Any]:
+    """A config's fields as {dotted name: JSON value} (`tree`: the config as JSON), but for those
+    under a name in `bookkeeping` (dotted names: a field or a block)."""
+    return {
+        k: v
+        for k, v in _flat(tree).items()
+        if not any(k == b or k.startswith(b + ".") for b in bookkeeping)
+    }
 
 
 def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -135,6 +163,66 @@ def start_results(workdir, record: dict[str, Any], seeds: list[int]) -> dict[str
     if jax.process_index() == 0:
         _write_json(settings_path, record)
     return results
+
+
+def check_resumed_run(config, workdir, resumable: tuple[str, ...] = RESUMABLE) -> None:
+    """Refuses a rerun that would resume a run of other settings (the pretraining job).
+
+    The earlier run's settings are its `<workdir>/config.json` (every run writes it before its
+    first step); they must equal this run's in every field but the `resumable` ones while the
+    workdir holds the run's training checkpoints (which the run would resume, taking the new
+    settings for its own). Without checkpoints the run starts afresh, as the other jobs do;
+    without config.json nothing can be compared (the checkpoint's own check still refuses
+    another model).
+
+    Args:
+      config: this run's experiment config.
+      workdir: the run's directory (a URL stays one).
+      resumable: dotted names of the fields (or blocks) a resumed run may change.
+
+    Raises:
+      ValueError: the settings differ, naming each changed field with its earlier and new values
+        and the ways out (another --workdir, or the earlier values as flags); nothing is written.
+    """
+    path = as_path(workdir) / "config.json"
+    if not path.exists():
+        return
+    checkpoints = _checkpoint_dirs(workdir, [])
+    try:
+        earlier = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        if not checkpoints:
+            return  # nothing to resume: the run starts afresh and writes its own
+        raise ValueError(
+            f"{path}, the settings of the run in {workdir}, is no JSON ({e}); use another "
+            f"--workdir, or remove {checkpoints[0]} to start afresh"
+        ) from None
+    old = deciding_fields(earlier, resumable)
+    new = deciding_fields(json.loads(config.to_json_best_effort()), resumable)
+    changes = record_differences({"config": old}, {"config": new, "data": {}})
+    if not changes:
+        return
+    if not checkpoints:
+        logging.warning("%s: an earlier run of other settings saved no checkpoint", workdir)
+        return
+    flags = [
+        f"--config.{k}={_flag_value(old[k])}" for k in sorted(old) if k in new and old[k] != new[k]
+    ]
+    earlier_values = f", or rerun with the earlier values: {' '.join(flags)}" if flags else ""
+    raise ValueError(
+        f"{workdir} holds a run (training checkpoints in {checkpoints[0]}) with other settings, "
+        f"which this run would resume and take for its own: {'; '.join(changes)}. Use another "
+        f"--workdir for a new run{earlier_values}"
+    )
+
+
+def _flag_value(value) -> str:
+    """A JSON config value as a `--config.<key>=` value the shell and ml_collections read back."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return shlex.quote(value)
+    return shlex.quote(json.dumps(value)) if isinstance(value, (list, dict)) else repr(value)
 
 
 def parse_seeds(value, name: str) -> list[int]:

@@ -15,6 +15,9 @@ import pytest
 
 from bert_jax.checkpoints import native, run_params
 from tests import faults
+from tests.commands_test import clean_env
+from tests.commands_test import run as run_command
+from tests.pretrain.rerun_test import snapshot
 from tests.train_test import ROOT, env, losses, run, train_cmd
 
 EVERY = ("--config.checkpoint_every_steps=5",)
@@ -154,6 +157,39 @@ j.JsonCheckpointHandler._save_fn = full
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+
+
+def test_a_rerun_of_a_finished_run_trains_nothing_and_rewrites_nothing(
+    finished_run, tiny_pretraining_build, tmp_path
+):
+    """The same command again, as a user reruns it (a clean environment): the run is finished,
+    so nothing trains and no file is rewritten; the export it lacks (it ran without one) is
+    written, and once there it is kept as it was, with no masked-word guesses printed."""
+    workdir = copy_run(finished_run, tmp_path / "run")
+    (tmp_path / "home").mkdir()
+    env = clean_env(tmp_path / "home")
+    export = "--config.export_hf_at_end=true"
+    cmd = train_cmd(workdir, tiny_pretraining_build, *EVERY, export, steps=15)
+    before = snapshot(workdir)
+    proc = run_command(cmd, env, ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    finished = f"{workdir} finished at step 15 in an earlier run (its checkpoint 15): "
+    more = "rerun with --config.num_train_steps above 15 to train on, or use another --workdir"
+    assert proc.stdout.strip().splitlines() == [
+        f"{finished}nothing to train; exported it ({workdir / 'export'} (bert_jax), "
+        f"{workdir / 'hf'} (transformers)); {more}"
+    ]
+    exported = snapshot(workdir)
+    assert {k: exported[k] for k in before} == before  # checkpoints, metrics, config.json
+    assert {k.split(os.sep)[0] for k in set(exported) - set(before)} == {"hf", "export"}
+    assert (workdir / "hf" / "model.safetensors").is_file()
+
+    proc = run_command(cmd, env, ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines() == [
+        f"{finished}nothing to train; its export is kept as it was ({workdir / 'hf'}); {more}"
+    ]
+    assert snapshot(workdir) == exported
 
 
 def test_full_disk_stops_the_run_with_one_line_and_leaves_no_tmp_dir(
