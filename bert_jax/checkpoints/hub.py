@@ -9,12 +9,25 @@ cache (`cache_dir`: huggingface_hub's rules, `HF_HUB_CACHE`, else `HF_HOME`/hub,
 ~/.cache/huggingface/hub, read at each call), then downloaded there where downloads are allowed
 (not `HF_HUB_OFFLINE=1`): config, vocabulary and one kind of weights (the first of
 `HF_WEIGHT_FILES` the repository has), never its other formats.
+
+Without a network the download is not tried: one request to the Hub (`hub_unreachable`, a few
+seconds at most, no retries) finds it out of reach, and the error says so at once, naming the
+cache looked in and the local ways in (a directory or run; the configs' `init=minilm`; the models
+installed as packages go into the cache with `python -m bert_jax.checkpoints.hub_cache`, which
+`make setup` runs). A name whose first part is a directory here (`runs/nope` beside `runs/`) is a
+mistyped path first: its error leads with "no such directory".
+
+huggingface_hub prints its warnings (a retried request) through its own stderr handler, and the
+root logger has one too once absl has logged (`logging.basicConfig`): every warning would print
+twice, so its logger does not pass them on to the root (`_one_handler`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import threading
 
 from bert_jax import tokenization
 from bert_jax.checkpoints.hf import HF_WEIGHT_FILES
@@ -30,6 +43,21 @@ CONFIG_FILES = (
     "tokenizer_config.json",
 )
 _REPO_ID_RE = re.compile(r"[\w.-]+(/[\w.-]+)?")
+# Seconds the one request that tells whether the Hub can be reached may take.
+PROBE_TIMEOUT_S = 3.0
+# The ways to a model that need no Hub, for errors.
+LOCAL_WAYS_IN = (
+    "give a local checkpoint directory or run instead (the configs' init=minilm is the "
+    "installed all-MiniLM-L6-v2)"
+)
+
+
+def _one_handler() -> None:
+    """Each huggingface_hub warning printed once (module docstring): by its own handler only."""
+    logging.getLogger("huggingface_hub").propagate = False
+
+
+_one_handler()
 
 
 def resolve(source: str | os.PathLike) -> str:
@@ -87,8 +115,33 @@ def cache_dir() -> str:
     )
 
 
+def hub_unreachable(timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the Hub (`HF_ENDPOINT`, default https://huggingface.co) cannot be reached, or None
+    when it answers: one HEAD request through huggingface_hub's HTTP client (its proxies and
+    certificates), no retries, given up after `timeout_s` (name resolution included)."""
+    from huggingface_hub.utils import get_session
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    outcome: list[str | None] = []
+
+    def probe():
+        try:
+            get_session().head(endpoint, timeout=timeout_s, follow_redirects=False)
+            outcome.append(None)  # any HTTP answer: the Hub is there
+        except Exception as e:  # noqa: BLE001 - DNS, connection, TLS, proxy errors of many types
+            outcome.append((str(e).strip().splitlines() or [type(e).__name__])[0])
+
+    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 0.5)
+    if not outcome:
+        return f"{endpoint} did not answer within {timeout_s:g} s"
+    return None if outcome[0] is None else f"{endpoint}: {outcome[0]}"
+
+
 def _snapshot(repo_id: str) -> str:
-    """The snapshot directory of `repo_id`: from the cache, else downloaded (unless offline)."""
+    """The snapshot directory of `repo_id`: from the cache, else downloaded (unless offline or
+    out of reach)."""
     try:
         import huggingface_hub
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -99,24 +152,53 @@ def _snapshot(repo_id: str) -> str:
         ) from e
     # Passed to every call, so that the cache looked in is the one the error names.
     cache = cache_dir()
-    tried = f"no such file or directory, not in the Hugging Face cache {cache}"
     try:
         return huggingface_hub.snapshot_download(repo_id, cache_dir=cache, local_files_only=True)
     except (LocalEntryNotFoundError, OSError, ValueError):
         pass
+    missing = _Missing(repo_id, cache)
     if offline():
-        raise FileNotFoundError(
-            f"no checkpoint at {repo_id}: {tried}, and HF_HUB_OFFLINE=1 forbids a download"
-        )
+        raise missing.error("HF_HUB_OFFLINE=1 forbids a download")
+    why = hub_unreachable()
+    if why is not None:
+        raise missing.error(f"the Hub is out of reach ({why})")
     try:
         return huggingface_hub.snapshot_download(
             repo_id, cache_dir=cache, allow_patterns=_wanted_files(repo_id)
         )
     except Exception as e:  # noqa: BLE001 - network, HTTP and repository errors of many types
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]  # one line
-        raise FileNotFoundError(
-            f"no checkpoint at {repo_id}: {tried}, and its download failed ({reason})"
-        ) from e
+        raise missing.error(f"its download failed ({reason})") from e
+
+
+class _Missing:
+    """The one-line error for a name that is no path and not in the cache (`error(why)`)."""
+
+    def __init__(self, repo_id: str, cache: str):
+        self.repo_id, self.cache = repo_id, cache
+        first = repo_id.split("/", 1)[0]
+        # `runs/nope` beside a `runs/` directory: a mistyped path, the Hub a possibility.
+        self.parent = first if "/" in repo_id and os.path.isdir(first) else None
+
+    def error(self, why: str) -> FileNotFoundError:
+        from bert_jax.checkpoints import hub_cache
+
+        name, cache = self.repo_id, self.cache
+        if self.parent is not None:
+            return FileNotFoundError(
+                f"no such directory {name} (./{self.parent}/ exists, but not {name} in it); "
+                f"were {name} a Hugging Face Hub id, it is not in the cache {cache}, and {why}"
+            )
+        ways_in = LOCAL_WAYS_IN
+        if hub_cache.installed_dir(name) is not None:  # installed, not yet in this cache
+            ways_in = (
+                f"its installed copy goes into the cache with `python -m "
+                f"bert_jax.checkpoints.hub_cache` (make setup runs it); or {ways_in}"
+            )
+        return FileNotFoundError(
+            f"no checkpoint at {name}: no such file or directory, not in the Hugging Face cache "
+            f"{cache}, and {why}; {ways_in}"
+        )
 
 
 def _wanted_files(repo_id: str) -> list[str]:

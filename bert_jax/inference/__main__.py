@@ -36,6 +36,7 @@ More: docs/inference.md.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -43,6 +44,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.inference import (
     POOLINGS,
     attention_map,
@@ -222,8 +224,15 @@ def _run_embed(args: argparse.Namespace) -> None:
         max_seq_length=options.max_seq_length,
         pack=args.pack,
     )
-    np.save(args.output, emb)
+    paths.write_bytes_whole(args.output, _npy_bytes(emb))
     print(f"wrote {emb.shape} embeddings to {args.output}")
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    """`array` as the bytes of a .npy file (`np.save`'s), to be written whole to a path or URL."""
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
 
 
 def _run_predict(args: argparse.Namespace) -> None:
@@ -243,9 +252,8 @@ def _run_predict(args: argparse.Namespace) -> None:
         max_seq_length=args.max_seq_length,
         pack=args.pack,
     )
-    with open(args.output, "w", encoding="utf-8") as f:
-        for text, row in zip(texts, rows):
-            f.write(json.dumps({"text": text, **row}) + "\n")
+    lines = (json.dumps({"text": text, **row}) + "\n" for text, row in zip(texts, rows))
+    paths.write_text_whole(args.output, "".join(lines))
     print(f"wrote {len(rows)} predictions to {args.output}")
 
 
@@ -282,11 +290,13 @@ def _run_rerank(args: argparse.Namespace) -> None:
     )
     scores = np.array([row["score"] for row in rows], np.float32)
     if args.output.endswith(".npy"):
-        np.save(args.output, scores)
+        paths.write_bytes_whole(args.output, _npy_bytes(scores))
     else:
-        with open(args.output, "w", encoding="utf-8") as f:
-            for query, text, score in zip(queries, passages, scores):
-                f.write(json.dumps({"query": query, "text": text, "score": float(score)}) + "\n")
+        lines = (
+            json.dumps({"query": query, "text": text, "score": float(score)}) + "\n"
+            for query, text, score in zip(queries, passages, scores)
+        )
+        paths.write_text_whole(args.output, "".join(lines))
     print(f"wrote {len(scores)} scores to {args.output}")
 
 

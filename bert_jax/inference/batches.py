@@ -20,6 +20,7 @@ from bert_jax import xla_flags
 from bert_jax.data import batching
 from bert_jax.data.text_io import encode_texts
 from bert_jax.parallel import sharding
+from bert_jax.paths import as_path
 
 PROGRESS_MIN_BATCHES = 20  # a progress bar from this many batches on (`progress=None`)
 INPUT_COLUMNS = ("input_ids", "token_type_ids", "attention_mask")
@@ -55,8 +56,7 @@ def read_texts(path: str) -> tuple[list[str], list[str] | None]:
     Raises:
       ValueError: a blank line, invalid UTF-8, or no text at all, naming `path` and the line.
     """
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = as_path(path).read_bytes()  # a local file or a URL (gs://...), as every input
     lines, offset = [], 0
     for number, chunk in enumerate(raw.split(b"\n"), start=1):
         try:

@@ -329,10 +329,11 @@ def guard(end_timeout_s: float = BARRIER_TIMEOUT_S) -> Iterator[None]:
     except BaseException as e:  # noqa: BLE001  (every way out must reach the other processes)
         if isinstance(e, SystemExit) and not e.code:
             raise
-        if cli.is_user_error(e):  # a user's mistake: its message; a bug: its traceback
-            logging.error("error: %s", e)
+        mistake = cli.users_mistake(e)  # a user's mistake: its message; a bug: its traceback
+        if mistake is not None:
+            logging.error("error: %s", mistake)
         else:
             logging.error("%s", "".join(traceback.format_exception(e)))
-        state.fail(_describe(e), 1)
+        state.fail(_describe(mistake or e), 1)
     finally:
         state.close()

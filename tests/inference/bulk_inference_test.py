@@ -358,6 +358,35 @@ def test_two_processes_equal_one_and_a_kill_then_rerun_equals_one_run(models, tm
     check_rows(read_rows(once), texts, models)
 
 
+@pytest.mark.e2e
+@pytest.mark.multiprocess
+def test_two_processes_that_cannot_reach_their_bucket_say_so_in_one_line_each(models, tmp_path):
+    """`embed --input gs://... --num_processes=2` where the bucket cannot be reached (every
+    request to a proxy at a closed port, as tests/paths_test.py's train.py case; the coordinator
+    on 127.0.0.1 bypasses it): status 1 on both processes, the failing one's "error: cannot
+    reach gs://..." line and each process's ending naming it; no traceback anywhere."""
+    import socket
+
+    from tests.parallel.multiprocess_test import TwoProcesses
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    proxies = {k: closed for k in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")}
+    extra = {**proxies, "no_proxy": "127.0.0.1,localhost", "NO_PROXY": "127.0.0.1,localhost"}
+    extra.update(NO_GCE_CHECK="true", GCS_RETRY_CONFIG_MAX_RETRIES="0")
+    job = ["embed", "--model", models.encoder, "--input", "gs://some-bucket/in/*.parquet"]
+    job += ["--output", str(tmp_path / "out"), *FLAGS]
+    two = TwoProcesses(lambda flags: cli(*job, *flags), tmp_path / "logs", extra_env=extra)
+    assert two.wait() == [1, 1], two.last_output()
+    said = "cannot reach gs://some-bucket/in: "
+    errors = [two.output(i)[1] for i in range(2)]
+    assert all("Traceback" not in err for err in errors), two.last_output()
+    assert any(f"error: {said}" in err for err in errors), two.last_output()
+    assert all(f"StorageUnreachableError: {said}" in err for err in errors), two.last_output()
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failed_job_ends_its_progress_bar_before_the_error_line(models, tmp_path):
     from tests.commands_test import clean_env
 

@@ -296,3 +296,24 @@ def test_packed_calls_of_any_density_compile_a_few_shapes(tiny_classifier):
     shapes = [c[1] for c in compiles if c[0] == "jit(embed_step)"]
     rows = {int(re.search(r"int32\[(\d+),\d+\]", s).group(1)) for s in shapes}  # [R, L] tokens
     assert rows <= {1, 2, 4, 8, 16} and len(shapes) == len(set(shapes)) <= 12, shapes
+
+
+def test_one_text_file_in_a_bucket_is_read_and_written_like_every_path(
+    tiny_classifier, fake_bucket, capsys
+):
+    """`inference embed|predict --input gs://.../in.txt --output gs://...` (the one-text-file
+    form) reads and writes through epath as the bulk form does; it read with `open()`, which
+    took the URL for a missing local file."""
+    root, seen = fake_bucket
+    (root / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    code, err = _embed_cli(tiny_classifier, "gs://bucket/in.txt", "gs://bucket/e.npy", capsys)
+    assert code == 0, err
+    assert "gs://bucket/in.txt" in seen and not (root.parent / "gs:").exists()
+    cfg, params, _, tok = inference.load(str(tiny_classifier), "BertModel")
+    np.testing.assert_allclose(
+        np.load(root / "e.npy"), inference.embed(cfg, params, tok, TEXTS), atol=1e-6
+    )
+    argv = ["predict", "--model", str(tiny_classifier), "--input", "gs://bucket/in.txt"]
+    assert inference_main([*argv, "--output", "gs://bucket/p.jsonl"]) == 0
+    rows = [json.loads(line) for line in (root / "p.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == TEXTS and all("label" in r for r in rows)

@@ -1,6 +1,8 @@
 """bert_jax.parallel.multihost in one process: the barriers, and tests/faults.py's fault hook
 (tests/parallel/multiprocess_test.py runs them on two processes, with faults injected)."""
 
+import json
+import logging
 import threading
 import time
 
@@ -103,3 +105,31 @@ def test_a_stop_of_every_process_at_once_ends_the_first_at_once_too(monkeypatch)
     assert left.value.args[0] == 143
     code, seconds = ended[0]
     assert code == 143 and seconds < multihost.ACK_TIMEOUT_S / 2, seconds
+
+
+def test_a_bucket_out_of_reach_under_the_guard_is_one_error_line(monkeypatch, caplog):
+    """A process of a multi-process job (`inference embed --num_processes=2`, `embed.mine`) that
+    cannot reach its gs:// bucket: `guard` logs "error: cannot reach gs://...", as a
+    single-process command prints it, not the storage client's traceback, and tells the other
+    processes that. (Two processes here are one process with the coordination store faked.)"""
+    tf_errors = pytest.importorskip("tensorflow").errors
+    from tests.paths_test import NO_HOST
+
+    def leave_now(code):
+        raise _Left(code)
+
+    store = _Store()
+    monkeypatch.setattr(multihost.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(multihost, "_client", lambda: store)
+    monkeypatch.setattr(multihost, "ACK_TIMEOUT_S", 0.1)  # nobody acknowledges here
+    monkeypatch.setattr(multihost, "_exit", leave_now)
+    with caplog.at_level(logging.ERROR), pytest.raises(_Left) as left:
+        with multihost.guard():
+            raise tf_errors.FailedPreconditionError(None, None, NO_HOST)
+    assert left.value.args[0] == 1
+    said = "cannot reach gs://some-bucket/run: Could not resolve host: www.googleapis.com"
+    logged = [r.getMessage() for r in caplog.records]
+    assert f"error: {said}" in logged, logged
+    assert not any("Traceback" in m for m in logged), logged
+    (record,) = [json.loads(v) for k, v in store.kv.items() if "/failed/" in k]
+    assert record["error"] == f"StorageUnreachableError: {said}"

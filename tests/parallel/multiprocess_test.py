@@ -52,16 +52,17 @@ class TwoProcesses:
     """Process 0 and 1 of a 2-process job (4 CPU devices each), their output in files.
 
     `make_cmd(process flags)` gives each command; `fault` (optional) is each process's
-    BERT_JAX_FAULT_INJECT (tests/faults.py, whose program then runs it). Every wait has a timeout
-    that kills both processes and fails the test with both processes' last output."""
+    BERT_JAX_FAULT_INJECT (tests/faults.py, whose program then runs it); `extra_env`, variables
+    both processes get. Every wait has a timeout that kills both processes and fails the test
+    with both processes' last output."""
 
-    def __init__(self, make_cmd, directory, fault=(None, None)):
+    def __init__(self, make_cmd, directory, fault=(None, None), extra_env=None):
         port = free_port()
         directory.mkdir(parents=True, exist_ok=True)
         self.logs = [directory / f"process{i}.{s}" for i in range(2) for s in ("out", "err")]
         self.procs = []
         for i in range(2):
-            e = env(4)
+            e = {**env(4), **(extra_env or {})}
             e.pop(faults.FAULT_ENV, None)
             cmd = make_cmd(
                 [

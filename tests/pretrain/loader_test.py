@@ -122,6 +122,7 @@ def test_a_hub_id_not_in_the_cache_is_downloaded_where_allowed(hub_cache, tmp_pa
     files = ["README.md", "config.json", "flax_model.msgpack", "model.safetensors", "vocab.txt"]
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo_id: files)
+    monkeypatch.setattr(hub, "hub_unreachable", lambda: None)  # the Hub answers its probe
     loaded = bert_jax.from_pretrained("org/elsewhere")
     assert_same(loaded.params, params)
     assert [c.get("local_files_only") for c in calls] == [True, None]
@@ -142,7 +143,19 @@ def test_a_hub_id_not_in_the_cache_is_downloaded_where_allowed(hub_cache, tmp_pa
     with pytest.raises(FileNotFoundError) as err:
         bert_jax.from_pretrained("org/elsewhere")
     assert str(err.value).startswith("no checkpoint at org/elsewhere: no such file or directory")
-    assert str(err.value).endswith("its download failed (Connection refused)")
+    assert "its download failed (Connection refused); give a local checkpoint" in str(err.value)
+
+    # The Hub out of reach (its one probe failed): said so, and no download is tried.
+    def no_download(repo_id, **kwargs):
+        if kwargs.get("local_files_only"):
+            return real(repo_id, **kwargs)
+        raise AssertionError("a download was tried with the Hub out of reach")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_download)
+    monkeypatch.setattr(hub, "hub_unreachable", lambda: "https://huggingface.co: no route")
+    with pytest.raises(FileNotFoundError) as err:
+        bert_jax.from_pretrained("org/elsewhere")
+    assert "and the Hub is out of reach (https://huggingface.co: no route); " in str(err.value)
 
 
 def test_finetuning_init_from_a_hub_id(hub_cache):
