@@ -160,9 +160,12 @@ def faiss_module():
 def search_faiss(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 4096) -> Candidates:
     """`search` by faiss on the host's CPU cores, for a corpus whose embeddings do not fit the
     devices' memory: an exact inner-product index (`faiss.IndexFlatIP`) over the unit rows, the
-    queries `chunk` at a time. The same candidates as `search` (equal scores in corpus order)
-    except where scores tie at the k-th place (faiss keeps its own choice of them) or differ
-    in the last float32 bits (its sums run in another order).
+    queries `chunk` at a time. faiss's candidates (2k + 8 of them, so that a run of equal
+    scores across the k-th place is held whole) are scored again on the host, one float32 dot
+    product each, and the top k kept with equal scores in corpus order, as `search` orders
+    them: faiss's blocked sums can give equal rows scores a bit apart, and its choice among
+    equal scores is its own. The same candidates as `search`, except where two scores differ
+    only in their last float32 bits (the sums run in another order).
 
     Raises:
       ImportError: faiss is not installed, saying how to install it.
@@ -171,13 +174,17 @@ def search_faiss(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 4
     queries, corpus = _search_inputs(queries, corpus, k)
     index = faiss.IndexFlatIP(corpus.shape[1])
     index.add(corpus)
+    wide = min(corpus.shape[0], 2 * k + 8)  # room for equal scores across the k-th place
     scores = np.empty((queries.shape[0], k), np.float32)
     indices = np.empty((queries.shape[0], k), np.int32)
     for start in range(0, queries.shape[0], chunk):
-        s, i = index.search(queries[start : start + chunk], k)
-        scores[start : start + len(s)], indices[start : start + len(s)] = s, i
-    order = np.lexsort((indices, -scores), axis=1)  # equal scores in corpus order, as `search`
-    return Candidates(np.take_along_axis(scores, order, 1), np.take_along_axis(indices, order, 1))
+        part = queries[start : start + chunk]
+        found = index.search(part, wide)[1]  # [C, wide]
+        s = np.einsum("qe,qke->qk", part, corpus[found]).astype(np.float32)
+        order = np.lexsort((found, -s), axis=1)[:, :k]  # equal scores in corpus order
+        scores[start : start + len(part)] = np.take_along_axis(s, order, 1)
+        indices[start : start + len(part)] = np.take_along_axis(found, order, 1)
+    return Candidates(scores, indices)
 
 
 SEARCHES = {"mesh": search, "faiss": search_faiss}
