@@ -261,12 +261,13 @@ def dev_rows(pairs: list[dict], num_candidates: int, rng: np.random.Generator):
     return rows, samples
 
 
-def own_rows(args, p: dict[str, str]) -> tuple[list[dict], list[dict], list[dict]]:
+def own_rows(args) -> tuple[list[dict], list[dict], list[dict]]:
     """--rows' first --pairs listwise rows, and --dev_rows' first --dev queries as (pointwise
     rows, evaluator samples), candidates in the file's order."""
     if not (args.rows and args.dev_rows):
         raise SystemExit("error: --rows and --dev_rows go together")
     rows = _read_jsonl(args.rows)[: args.pairs]
+    args.num_negatives = sum(1 for c in rows[0] if c.startswith("negative"))
     queries: dict[str, dict] = {}
     for r in _read_jsonl(args.dev_rows):
         sample = queries.setdefault(
@@ -286,7 +287,7 @@ def build_data(args, p: dict[str, str]) -> dict:
     for key in ("data", "pairs_dir", "logs"):
         os.makedirs(p[key], exist_ok=True)
     if args.rows or args.dev_rows:
-        rows, points, samples = own_rows(args, p)
+        rows, points, samples = own_rows(args)
         return _write_plan(args, p, rows, points, samples, {})
     cmds = data_commands(args, p)
     walls = {"pairs": _run("pairs", cmds["pairs"], args, p["logs"])}
@@ -341,7 +342,7 @@ def settings(args, num_rows: int | None) -> dict:
         "max_seq_length": args.max_seq_length,
         "pack": args.pack,
         "eval_batch": args.eval_batch,
-        "negatives": args.negatives,
+        "negatives": "given (--rows)" if args.rows else args.negatives,
         "num_negatives": args.num_negatives,
         "dev_candidates": args.dev_candidates,
         "threads": args.threads,

@@ -442,6 +442,38 @@ def test_rerank_peer_dry_run_alternates_pinned_peers_on_one_plan(tmp_path, capsy
     assert not out.exists()
 
 
+def test_rerank_peer_takes_rows_and_dev_rows_of_ones_own(tmp_path):
+    """--rows / --dev_rows: the first --pairs listwise rows as they are, and the first --dev
+    queries of a pointwise dev file as the evaluator's samples (candidates in file order)."""
+    from benchmarks import rerank_peer
+
+    rows = [{"query": f"q{i}", "positive": f"p{i}", "negative_1": "n", "negative_2": "m"}
+            for i in range(5)]  # fmt: skip
+    dev = [{"query": q, "passage": t, "label": float(t == "yes")}
+           for q in ("a", "b", "c") for t in ("no", "yes", "maybe")]  # fmt: skip
+    for name, records in (("rows", rows), ("dev", dev)):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    args = rerank_peer.parse_args(
+        [
+            "--out",
+            str(tmp_path / "out"),
+            f"--rows={tmp_path / 'rows.jsonl'}",
+            "--pairs=4",
+            f"--dev_rows={tmp_path / 'dev.jsonl'}",
+            "--dev=2",
+        ]  # fmt: skip
+    )
+    train, points, samples = rerank_peer.own_rows(args)
+    assert train == rows[:4] and args.num_negatives == 2
+    assert points == dev[:6]
+    assert samples == [
+        {"query": q, "positive": ["yes"], "documents": ["no", "yes", "maybe"]} for q in ("a", "b")
+    ]
+    with pytest.raises(SystemExit, match="--rows and --dev_rows go together"):
+        rerank_peer.own_rows(rerank_peer.parse_args(["--out", "x", "--rows=r.jsonl"]))
+
+
 def test_gpu_suite_writes_measured_beside_predicted_between_its_markers(tmp_path):
     from benchmarks import gpu_suite
 
