@@ -173,7 +173,9 @@ def _verify(args, config, params, model, to: str) -> int:
     if to != "hf" and detect.detect_format(args.src) != "hf":
         hf_dir = tempfile.mkdtemp(prefix="bert_jax_verify_")
         save_pytorch(config, params, hf_dir, model)
-    diffs = verify.verify(config, params, model, hf_dir)
+    checked = verify.verify(config, params, model, hf_dir)
+    print(f"verify: bert_jax's {model} against {checked.compared}")
+    diffs = checked.differences
     if to == "hf_flax":  # and what was written reads back as the same parameters
         diffs["reloaded flax_model.msgpack"] = table.max_difference(
             params, load_pytorch(args.dst, model)[1]
