@@ -79,7 +79,11 @@ def _parser() -> argparse.ArgumentParser:
         help="output format (default: the other one); hf_flax: flax_model.msgpack",
     )
     parser.add_argument("--max-shard-size", help="hf_flax: shard above this size, e.g. 10GB")
-    parser.add_argument("--model", help="head class, e.g. BertForPreTraining (default: source's)")
+    parser.add_argument(
+        "--model",
+        help="head class of the source's family, e.g. BertForPreTraining, or a role, e.g. "
+        "masked_lm or encoder (default: the source's head); another family's class is refused",
+    )
     parser.add_argument("--allow-new-heads", action="store_true", help="initialize missing heads")
     parser.add_argument(
         "--hidden-act",

@@ -565,6 +565,11 @@ def command(module: str, *argv, tmp_path) -> subprocess.CompletedProcess:
     )
 
 
+def other_family(fam) -> families.Family:
+    """A family of the registry other than `fam`'s (the first: BERT, or DeBERTa-v2 for BERT)."""
+    return next(f for f in families.FAMILIES.values() if f.model_type != fam.model_type)
+
+
 @pytest.fixture(scope="module")
 def pretraining_run(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
     """A run directory holding what the family's pretraining recipe (`configs/pretrain.py:
@@ -620,6 +625,42 @@ def test_convert_verifies_the_pretraining_export_both_ways(pretraining_run, tmp_
     loaded = pretrained.load(str(tmp_path / "back"))
     assert loaded.head == head
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, pretraining_run.params)
+
+
+# DeBERTa-v3's in the default stage (the class names cross the same way in every family,
+# `Family.head_for`; test_from_pretrained_refuses_a_head_of_another_family runs every family).
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+)
+def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
+    """`convert RUN OUT --model <another family's classifier>`: status 1, one `error:` line
+    naming the family and its own class for the head, nothing written."""
+    family = pretraining_run.family
+    theirs = other_family(pretraining_run).head_for(families.Role.SEQUENCE_CLASSIFICATION)
+    ours = family.head_for(families.Role.SEQUENCE_CLASSIFICATION)
+    argv = (pretraining_run.path, "out", "--model", theirs)
+    proc = command("bert_jax.convert", *argv, tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert sum(line.startswith("error:") for line in lines) == 1, proc.stderr
+    display = f"{family.config_class.display_name} ({family.model_type})"
+    assert f"{theirs} is a class of " in lines[-1] and f"this model is {display}" in lines[-1]
+    assert f"its sequence_classification head is {ours}; pass that" in lines[-1], lines[-1]
+    assert not (tmp_path / "out").exists()
+
+
+def test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path):
+    """`bert_jax.from_pretrained(DIR, head=<another family's class>)` raises ValueError naming the
+    family and its own class for the head (no weights read); a role stands for the family's."""
+    import bert_jax
+
+    other = other_family(fam)
+    for role in (families.Role.ENCODER, families.Role.SEQUENCE_CLASSIFICATION):
+        ours = fam.family.head_for(role)
+        with pytest.raises(ValueError, match=f"its {role.value} head is {ours}; pass that"):
+            bert_jax.from_pretrained(str(fam.path), head=other.head_for(role))
+    assert bert_jax.from_pretrained(str(fam.path), head="masked_lm").head == fam.head
 
 
 # --------------------------------------------------------------------------------------------

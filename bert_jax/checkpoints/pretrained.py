@@ -141,10 +141,10 @@ def load(
 
     Args:
       source: where the checkpoint is.
-      head: the head of the result: a `Role` (or its value, "masked_lm"), or a class name, which
-        stands for its role in the checkpoint's family ("BertForMaskedLM" gives a RoBERTa
-        checkpoint's RobertaForMaskedLM; transformers' "FlaxBert..." names are taken too); None:
-        the checkpoint's own (config.json's `architectures`).
+      head: the head of the result: a `Role` (or its value, "masked_lm": a RoBERTa checkpoint's
+        RobertaForMaskedLM), or a class name of the checkpoint's family (transformers'
+        "FlaxBert..." names are taken too); None: the checkpoint's own (config.json's
+        `architectures`).
       allow_new_heads: initialize head weights the checkpoint lacks (seed 0) instead of raising.
       num_labels: a new `head` with this many labels: the encoder (and pooler) from the
         checkpoint, the head's weights initialized (seed 0).
@@ -284,9 +284,10 @@ def from_pretrained(
         else a download unless HF_HUB_OFFLINE=1) of a transformers directory (config.json +
         flax_model.msgpack, model.safetensors or pytorch_model.bin), a bert_jax export, a TF
         checkpoint, or a train.py run directory (its `export/`, else its newest checkpoint).
-      head: the head class, e.g. "BertForSequenceClassification", or its `Role` (a class name
-        stands for its role in the checkpoint's family; a "FlaxBert..." name is taken too);
-        None: config.json's `architectures`; "BertModel" (Role.ENCODER) is the bare encoder.
+      head: the head class of the checkpoint's family, e.g. "BertForSequenceClassification"
+        (a "FlaxBert..." name is taken too; another family's class raises ValueError naming
+        this family's), or its `Role` (any family: "sequence_classification"); None:
+        config.json's `architectures`; Role.ENCODER ("encoder") is the bare encoder.
       dtype: compute dtype of the module ("float32", "bfloat16", "float16" or a jnp dtype), as
         the `dtype` of transformers' Flax classes: LayerNorm and softmax stay float32.
       param_dtype: dtype the parameters are cast to and the module declares ("float32" or

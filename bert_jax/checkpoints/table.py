@@ -149,8 +149,12 @@ def parameter_table(config: EncoderConfig, model: str) -> list[ParamRule]:
 
 
 def expected_shapes(config: EncoderConfig, model: str) -> dict[str, tuple[int, ...]]:
-    """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating."""
-    module = get_model_class(model)(config, RuntimeConfig())
+    """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating.
+
+    Raises:
+      ValueError: `model` is a class of another family than `config`'s (`Family.head_for`).
+    """
+    module = get_model_class(family_of(config).head_for(model))(config, RuntimeConfig())
     abstract = jax.eval_shape(lambda: init_params(module, jax.random.PRNGKey(0)))
     flat = traverse_util.flatten_dict(nn.meta.unbox(abstract), sep="/")
     return {k: tuple(v.shape) for k, v in flat.items()}
