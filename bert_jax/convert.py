@@ -117,9 +117,14 @@ def _convert(args) -> tuple:
     the modules' settings go to DST with the weights (`_write_beside`)."""
     args.src = hub.resolve(args.src)  # a Hub id: its snapshot directory
     loaded = pretrained.load(
-        args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act,
-        tf_config=args.config, with_tokenizer=False,
-    )  # fmt: skip
+        args.src,
+        args.model,
+        allow_new_heads=args.allow_new_heads,
+        hidden_act=args.hidden_act,
+        tf_config=args.config,
+        with_tokenizer=False,
+        log_report=False,
+    )  # fmt: skip  (the command prints the report)
     config, params, model, report = loaded.config, loaded.params, loaded.head, loaded.report
     own = detect.detect_format(args.src) in ("bert_jax", "train")
     to = args.to or ("hf" if own else "bert_jax")

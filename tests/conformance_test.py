@@ -650,6 +650,23 @@ def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+# DeBERTa-v3's in the default stage: the report is the same record for every family.
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+)
+def test_convert_lists_unused_weights_once(pretraining_run, tmp_path):
+    """`convert RUN OUT --model <the family's encoder>`: the pretraining head's weights are
+    listed as unused, each once (the report, not a warning besides it)."""
+    argv = (pretraining_run.path, "enc", "--model", pretraining_run.family.base_model)
+    proc = command("bert_jax.convert", *argv, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = proc.stdout + proc.stderr
+    head_keys = re.findall(r"^  (\S+)$", printed, re.M)  # the report's list
+    assert f"unused source weights ({len(head_keys)}):" in printed and head_keys, printed
+    assert all(printed.count(k) == 1 for k in head_keys), printed  # each printed once
+    assert "stored entries" not in printed, printed  # nothing skipped but buffers
+
+
 def test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path):
     """`bert_jax.from_pretrained(DIR, head=<another family's class>)` raises ValueError naming the
     family and its own class for the head (no weights read); a role stands for the family's."""
@@ -661,6 +678,32 @@ def test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path):
         with pytest.raises(ValueError, match=f"its {role.value} head is {ours}; pass that"):
             bert_jax.from_pretrained(str(fam.path), head=other.head_for(role))
     assert bert_jax.from_pretrained(str(fam.path), head="masked_lm").head == fam.head
+
+
+# BERT's in the default stage: every family reads config.json alike (`EncoderConfig.from_hf_dict`)
+# and the reranker job's export the same way (`checkpoints.cross_encoder`).
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "bert")), indirect=True
+)
+def test_rerank_reads_the_reranker_jobs_export_in_silence(fam, tmp_path):
+    """`python -m bert_jax.inference rerank --model DIR` on a CrossEncoder directory as the
+    reranker job exports it (`save_cross_encoder`: config.json's `sentence_transformers` block
+    among its keys): the scores, and no warning about config.json's keys or skipped entries."""
+    from bert_jax.checkpoints.cross_encoder import save_cross_encoder
+
+    config = fam.config.replace(num_labels=1, label_names=None)
+    head = fam.family.head_for(families.Role.SEQUENCE_CLASSIFICATION)
+    params = family_fixtures.random_params(config, head, seed=3)
+    model = tmp_path / "reranker"
+    save_cross_encoder(model, config, params, tokenizer=fam.tokenizer, max_seq_length=64)
+    assert "sentence_transformers" in json.loads((model / "config.json").read_text())
+    (tmp_path / "pairs.txt").write_text(f"{TEXTS[0]}\t{TEXTS[1]}\n{TEXTS[0]}\t{TEXTS[2]}\n")
+    argv = ["rerank", "--model", model, "--input", "pairs.txt", "--output", "scores.npy"]
+    proc = command("bert_jax.inference", *argv, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert np.load(tmp_path / "scores.npy").shape == (2,)
+    for said in ("not used by bert_jax", "sentence_transformers", "stored entries"):
+        assert said not in proc.stdout + proc.stderr, proc.stderr[-3000:]
 
 
 # --------------------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ def load(
     tf_config: str | os.PathLike | None = None,
     targets: PyTree | None = None,
     with_tokenizer: bool = True,
+    log_report: bool = True,
 ) -> Loaded:
     """Reads a checkpoint: a path, a URL or a Hub id (see the module's docstring).
 
@@ -153,13 +154,17 @@ def load(
         checkpoint (`checkpoints.tf.load_tf`'s config_path).
       targets: `jax.ShapeDtypeStruct`s with `.sharding` of a run's parameters, or None.
       with_tokenizer: look for the tokenizer (checked against the model's vocabulary).
+      log_report: log what was loaded once (`ConversionReport.log`: a warning where weights were
+        left unused or newly initialized, or a choice was noted); False for a caller that shows
+        the report itself (`bert_jax.convert`).
 
     Returns:
       A `Loaded` (config, params, head, tokenizer, family, placed, report,
       sentence_transformer).
 
     Raises:
-      ValueError: a sentence-transformers directory with modules bert_jax does not compute.
+      ValueError: a sentence-transformers directory with modules bert_jax does not compute; a
+        `head` of another family than the checkpoint's (naming the family's own class).
     """
     head = _canonical_head(head)
     path = weights = hub.resolve(source)
@@ -174,7 +179,8 @@ def load(
         if (as_path(path) / "export").is_dir():  # a run's model as it wrote it at its end
             weights, run = os.fspath(as_path(path) / "export"), False
         loaded = _read(weights, head, allow_new_heads, hidden_act, num_labels, tf_config)
-        logging.info("%s from %s: %s", loaded.head, weights, loaded.report.summary())
+        if log_report:
+            loaded.report.log(f"{loaded.head} from {weights}")
     if with_tokenizer:
         vocab_size = loaded.config.vocab_size
         tokenizer = find_tokenizer(path, vocab_size)

@@ -29,7 +29,6 @@ import re
 import tempfile
 
 import numpy as np
-from absl import logging
 from etils import epath
 
 from bert_jax.checkpoints.table import (
@@ -203,8 +202,8 @@ def _gelu_is_ambiguous(family: Family) -> bool:
 
 def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> EncoderConfig:
     """The config file of a family with TF checkpoints, with `hidden_act` (if given) in place of
-    its activation; the choice made for an ambiguous "gelu" goes to the report's notes (and the
-    log)."""
+    its activation; the choice made for an ambiguous "gelu" goes to the report's notes, which
+    the caller logs or prints once."""
     config = config_from_json_file(config_path)
     family = family_of(config)
     if family not in tf_families():
@@ -220,8 +219,7 @@ def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -
             )
         return config.replace(hidden_act=hidden_act)
     if config.hidden_act == "gelu" and _gelu_is_ambiguous(family):
-        report.notes.append(TF_GELU_NOTE)
-        logging.warning("%s", TF_GELU_NOTE)
+        report.notes.append(TF_GELU_NOTE)  # logged with the report (`ConversionReport.log`)
     return config
 
 
@@ -349,5 +347,5 @@ def load_tf(
             scan_layers=scan_layers, dtype=dtype, seed=seed, report=report,
         )  # fmt: skip
     if not return_report:  # a caller asking for the report logs it (once)
-        logging.info("loaded %s from %s: %s", model, ckpt, report.summary())
+        report.log(f"loaded {model} from {ckpt}")
     return (config, params, report) if return_report else (config, params)
