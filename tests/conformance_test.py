@@ -655,15 +655,18 @@ def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
     "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
 )
 def test_convert_lists_unused_weights_once(pretraining_run, tmp_path):
-    """`convert RUN OUT --model <the family's encoder>`: the pretraining head's weights are
-    listed as unused, each once (the report, not a warning besides it)."""
-    argv = (pretraining_run.path, "enc", "--model", pretraining_run.family.base_model)
+    """`convert RUN OUT --model <the family's encoder> --allow-new-heads` (a masked LM has no
+    pooler): the pretraining head's weights are listed as unused, and any new pooler's as newly
+    initialized, each once (the report, not a warning besides it)."""
+    family = pretraining_run.family
+    argv = (pretraining_run.path, "enc", "--model", family.base_model, "--allow-new-heads")
     proc = command("bert_jax.convert", *argv, tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = proc.stdout + proc.stderr
-    head_keys = re.findall(r"^  (\S+)$", printed, re.M)  # the report's list
-    assert f"unused source weights ({len(head_keys)}):" in printed and head_keys, printed
-    assert all(printed.count(k) == 1 for k in head_keys), printed  # each printed once
+    unused = re.search(r"^unused source weights \((\d+)\):\n((?:  \S+\n)+)", proc.stdout, re.M)
+    assert unused and len(unused[2].split()) == int(unused[1]), printed
+    listed = re.findall(r"^  (\S+)$", proc.stdout, re.M)  # the report's lists
+    assert all(printed.count(k) == 1 for k in listed), printed  # each printed once
     assert "stored entries" not in printed, printed  # nothing skipped but buffers
 
 
