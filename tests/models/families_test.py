@@ -120,6 +120,18 @@ def test_a_class_name_of_another_family_is_refused_naming_the_familys_own(model_
         family.head_for("BertForTranslation")
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", ROWS)
+def test_every_class_can_be_verified_against_pytorch(model_type):
+    """`convert --verify` checks every class of the family: against transformers' class of its
+    name, or, for a head transformers lacks, against the family's reference
+    (`FamilyConversion.reference_heads`), which only such a head has."""
+    transformers = pytest.importorskip("transformers")
+    family = families.FAMILIES[model_type]
+    lacking = {name for name in family.model_classes if not hasattr(transformers, name)}
+    assert lacking == {name for name, _ in family.conversion.reference_heads}, lacking
+
+
 def test_no_role_and_no_class_raises_naming_the_classes():
     with pytest.raises(ValueError, match="unknown model class 'masked-lm'; known: "):
         families.role_of("masked-lm")
