@@ -112,7 +112,7 @@ def bert_jax_peer(model_dir: str, batch: int, pack: bool = True):
     from bert_jax import inference
     from bert_jax.data.text_io import encode_texts
 
-    cfg, params, _, tokenizer = inference.load(model_dir, "BertModel")
+    cfg, params, _, tokenizer = inference.load(model_dir, "encoder")
 
     def embed(texts):
         out = inference.embed(

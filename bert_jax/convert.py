@@ -79,7 +79,11 @@ def _parser() -> argparse.ArgumentParser:
         help="output format (default: the other one); hf_flax: flax_model.msgpack",
     )
     parser.add_argument("--max-shard-size", help="hf_flax: shard above this size, e.g. 10GB")
-    parser.add_argument("--model", help="head class, e.g. BertForPreTraining (default: source's)")
+    parser.add_argument(
+        "--model",
+        help="head class of the source's family, e.g. BertForPreTraining, or a role, e.g. "
+        "masked_lm or encoder (default: the source's head); another family's class is refused",
+    )
     parser.add_argument("--allow-new-heads", action="store_true", help="initialize missing heads")
     parser.add_argument(
         "--hidden-act",
@@ -113,9 +117,14 @@ def _convert(args) -> tuple:
     the modules' settings go to DST with the weights (`_write_beside`)."""
     args.src = hub.resolve(args.src)  # a Hub id: its snapshot directory
     loaded = pretrained.load(
-        args.src, args.model, allow_new_heads=args.allow_new_heads, hidden_act=args.hidden_act,
-        tf_config=args.config, with_tokenizer=False,
-    )  # fmt: skip
+        args.src,
+        args.model,
+        allow_new_heads=args.allow_new_heads,
+        hidden_act=args.hidden_act,
+        tf_config=args.config,
+        with_tokenizer=False,
+        log_report=False,
+    )  # fmt: skip  (the command prints the report)
     config, params, model, report = loaded.config, loaded.params, loaded.head, loaded.report
     own = detect.detect_format(args.src) in ("bert_jax", "train")
     to = args.to or ("hf" if own else "bert_jax")
@@ -173,7 +182,9 @@ def _verify(args, config, params, model, to: str) -> int:
     if to != "hf" and detect.detect_format(args.src) != "hf":
         hf_dir = tempfile.mkdtemp(prefix="bert_jax_verify_")
         save_pytorch(config, params, hf_dir, model)
-    diffs = verify.verify(config, params, model, hf_dir)
+    checked = verify.verify(config, params, model, hf_dir)
+    print(f"verify: bert_jax's {model} against {checked.compared}")
+    diffs = checked.differences
     if to == "hf_flax":  # and what was written reads back as the same parameters
         diffs["reloaded flax_model.msgpack"] = table.max_difference(
             params, load_pytorch(args.dst, model)[1]

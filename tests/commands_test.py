@@ -142,6 +142,9 @@ def test_convert_command_reads_a_hub_id(homes, setting):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "TPU" not in proc.stderr, proc.stderr
     assert f"wrote bert_jax checkpoint to {out}" in proc.stdout
+    # Its stored position_ids buffer is computed from the config: nothing lost, nothing said.
+    assert proc.stdout.startswith("BertModel: loaded 103 weights\nwrote "), proc.stdout
+    assert "stored entries" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     config = json.loads((out / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"]) == (384, 6)
 
@@ -322,6 +325,7 @@ def test_train_py_init_from_a_hub_id(homes):
     proc = run(command, env, work, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "TPU" not in proc.stderr, proc.stderr
+    assert "stored entries" not in proc.stderr, proc.stderr[-3000:]  # its position_ids buffer
     modules = json.loads((work / "run" / "hf" / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules][:2] == ["Transformer", "Pooling"]
     rows = [json.loads(line) for line in open(work / "run" / "metrics.jsonl")]

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import inference, tokenization
+from bert_jax import convert, inference, tokenization
 from bert_jax.checkpoints import pretrained
 from bert_jax.data.text_io import encode_texts
 from bert_jax.finetune import tasks
@@ -547,6 +547,166 @@ def test_fill_mask_refuses_a_model_without_a_masked_lm_head(fam, classifier, cap
     err = capsys.readouterr().err
     assert f"{directory} has no masked-LM head (it holds a {classifier.head})" in err
     assert fam.head in err
+
+
+# --------------------------------------------------------------------------------------------
+# python -m bert_jax.convert and inference rerank on the jobs' exports, as users start them
+# --------------------------------------------------------------------------------------------
+def command(module: str, *argv, tmp_path) -> subprocess.CompletedProcess:
+    """`python -m <module> ARGV` as a user starts it: a process of its own, no HF_* variable, a
+    fresh HOME (`commands_test.clean_env`), run to its end."""
+    from tests.commands_test import clean_env
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    cmd = [sys.executable, "-m", module, *map(str, argv)]
+    return subprocess.run(
+        cmd, env=clean_env(home), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+
+
+def other_family(fam) -> families.Family:
+    """A family of the registry other than `fam`'s (the first: BERT, or DeBERTa-v2 for BERT)."""
+    return next(f for f in families.FAMILIES.values() if f.model_type != fam.model_type)
+
+
+@pytest.fixture(scope="module")
+def pretraining_run(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
+    """A run directory holding what the family's pretraining recipe (`configs/pretrain.py:
+    arch=<model_type>`) exports as the run's model, randomly initialized: `export/` in
+    bert_jax's format with the fixture's tokenizer (DeBERTa-v3's replaced-token detector,
+    ELECTRA's discriminator, BERT's pretraining heads, the others' masked LM)."""
+    recipe = family_fixtures.load_config("pretrain.py", f"arch={fam.model_type}")
+    head = family_fixtures.head_of(fam.config, recipe.job)
+    run = tmp_path_factory.mktemp(f"{fam.model_type}_pretraining_run")
+    params = family_fixtures.random_params(fam.config, head, seed=2)
+    convert.save_pretrained(run / "export", fam.config, params, head)
+    fam.tokenizer.save(run / "export")
+    return dataclasses.replace(fam, head=head, params=params, path=run)
+
+
+def _verified(proc: subprocess.CompletedProcess) -> float:
+    """The worst difference `--verify` printed, after checking the command ended well."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    worst = re.search(r"verify: worst max abs difference (\S+) over (\d+) outputs", proc.stdout)
+    assert worst and int(worst[2]) >= 1 + 3 + 2, proc.stdout  # logits, states, maps
+    return float(worst[1])
+
+
+# DeBERTa-v3's in the default stage: its replaced-token detector is the head transformers has no
+# class for. The others' heads are transformers' own classes, whose --verify the family's
+# convert tests run in this process (convert_test, roberta_test, electra_test, ...): -m e2e.
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+)
+def test_convert_verifies_the_pretraining_export_both_ways(pretraining_run, tmp_path, capsys):
+    """`python -m bert_jax.convert RUN OUT --to hf --verify` on the run's export, then OUT back
+    with --verify (`convert.main`): both compared with PyTorch (for a head transformers lacks:
+    its family's base model, and the head's logits computed from the written weights), within
+    1e-5."""
+    import transformers
+
+    run, head = pretraining_run.path, pretraining_run.head
+    proc = command("bert_jax.convert", run, "hf", "--to", "hf", "--verify", tmp_path=tmp_path)
+    assert _verified(proc) < 1e-5, proc.stdout
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert written["architectures"] == [head], written
+    compared = next(line for line in proc.stdout.splitlines() if line.startswith("verify: "))
+    if hasattr(transformers, head):
+        assert compared == f"verify: bert_jax's {head} against transformers' {head}", compared
+    else:
+        base = pretraining_run.family.base_model
+        assert f"against transformers' {base} (it has no {head}" in compared, compared
+    # Its hf/ back, in this process for the suite's time (the same comparison, from SRC).
+    assert convert.main([str(tmp_path / "hf"), str(tmp_path / "back"), "--verify"]) == 0
+    worst = re.search(r"verify: worst max abs difference (\S+)", capsys.readouterr().out)
+    assert worst and float(worst[1]) < 1e-5
+    loaded = pretrained.load(str(tmp_path / "back"))
+    assert loaded.head == head
+    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, pretraining_run.params)
+
+
+# DeBERTa-v3's in the default stage (the class names cross the same way in every family,
+# `Family.head_for`; test_from_pretrained_refuses_a_head_of_another_family runs every family).
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+)
+def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
+    """`convert RUN OUT --model <another family's classifier>`: status 1, one `error:` line
+    naming the family and its own class for the head, nothing written."""
+    family = pretraining_run.family
+    theirs = other_family(pretraining_run).head_for(families.Role.SEQUENCE_CLASSIFICATION)
+    ours = family.head_for(families.Role.SEQUENCE_CLASSIFICATION)
+    argv = (pretraining_run.path, "out", "--model", theirs)
+    proc = command("bert_jax.convert", *argv, tmp_path=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert sum(line.startswith("error:") for line in lines) == 1, proc.stderr
+    display = f"{family.config_class.display_name} ({family.model_type})"
+    assert f"{theirs} is a class of " in lines[-1] and f"this model is {display}" in lines[-1]
+    assert f"its sequence_classification head is {ours}; pass that" in lines[-1], lines[-1]
+    assert not (tmp_path / "out").exists()
+
+
+# DeBERTa-v3's in the default stage: the report is the same record for every family.
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+)
+def test_convert_lists_unused_weights_once(pretraining_run, tmp_path):
+    """`convert RUN OUT --model <the family's encoder> --allow-new-heads` (a masked LM has no
+    pooler): the pretraining head's weights are listed as unused, and any new pooler's as newly
+    initialized, each once (the report, not a warning besides it)."""
+    family = pretraining_run.family
+    argv = (pretraining_run.path, "enc", "--model", family.base_model, "--allow-new-heads")
+    proc = command("bert_jax.convert", *argv, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = proc.stdout + proc.stderr
+    unused = re.search(r"^unused source weights \((\d+)\):\n((?:  \S+\n)+)", proc.stdout, re.M)
+    assert unused and len(unused[2].split()) == int(unused[1]), printed
+    listed = re.findall(r"^  (\S+)$", proc.stdout, re.M)  # the report's lists
+    assert all(printed.count(k) == 1 for k in listed), printed  # each printed once
+    assert "stored entries" not in printed, printed  # nothing skipped but buffers
+
+
+def test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path):
+    """`bert_jax.from_pretrained(DIR, head=<another family's class>)` raises ValueError naming the
+    family and its own class for the head (no weights read); a role stands for the family's."""
+    import bert_jax
+
+    other = other_family(fam)
+    for role in (families.Role.ENCODER, families.Role.SEQUENCE_CLASSIFICATION):
+        ours = fam.family.head_for(role)
+        with pytest.raises(ValueError, match=f"its {role.value} head is {ours}; pass that"):
+            bert_jax.from_pretrained(str(fam.path), head=other.head_for(role))
+    assert bert_jax.from_pretrained(str(fam.path), head="masked_lm").head == fam.head
+
+
+# BERT's in the default stage: every family reads config.json alike (`EncoderConfig.from_hf_dict`)
+# and the reranker job's export the same way (`checkpoints.cross_encoder`).
+@pytest.mark.parametrize(
+    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "bert")), indirect=True
+)
+def test_rerank_reads_the_reranker_jobs_export_in_silence(fam, tmp_path):
+    """`python -m bert_jax.inference rerank --model DIR` on a CrossEncoder directory as the
+    reranker job exports it (`save_cross_encoder`: config.json's `sentence_transformers` block
+    among its keys): the scores, and no warning about config.json's keys or skipped entries."""
+    from bert_jax.checkpoints.cross_encoder import save_cross_encoder
+
+    config = fam.config.replace(num_labels=1, label_names=None)
+    head = fam.family.head_for(families.Role.SEQUENCE_CLASSIFICATION)
+    params = family_fixtures.random_params(config, head, seed=3)
+    model = tmp_path / "reranker"
+    save_cross_encoder(model, config, params, tokenizer=fam.tokenizer, max_seq_length=64)
+    assert "sentence_transformers" in json.loads((model / "config.json").read_text())
+    (tmp_path / "pairs.txt").write_text(f"{TEXTS[0]}\t{TEXTS[1]}\n{TEXTS[0]}\t{TEXTS[2]}\n")
+    argv = ["rerank", "--model", model, "--input", "pairs.txt", "--output", "scores.npy"]
+    proc = command("bert_jax.inference", *argv, tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert np.load(tmp_path / "scores.npy").shape == (2,)
+    for said in ("not used by bert_jax", "sentence_transformers", "stored entries"):
+        assert said not in proc.stdout + proc.stderr, proc.stderr[-3000:]
 
 
 # --------------------------------------------------------------------------------------------

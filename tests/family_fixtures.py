@@ -205,10 +205,15 @@ class FamilyDir:
         return families.FAMILIES[self.model_type]
 
 
+def random_params(config, head: str, seed: int = 0):
+    """The host parameters of a randomly initialized `head` of `config`."""
+    model = families.get_model_class(head)(config)
+    return jax.device_get(nn.meta.unbox(init_params(model, jax.random.PRNGKey(seed))))
+
+
 def save_model(config, tokenizer, head: str, out: pathlib.Path, seed: int = 0):
     """A randomly initialized `head` of `config`, saved to `out` with `tokenizer`; its params."""
-    model = families.get_model_class(head)(config)
-    params = jax.device_get(nn.meta.unbox(init_params(model, jax.random.PRNGKey(seed))))
+    params = random_params(config, head, seed)
     convert.save_pytorch(config, params, out, head)
     tokenizer.save(out)
     return params

@@ -75,8 +75,9 @@ def load_any(
     config_path: str | os.PathLike | None = None,
 ):
     """(config, params, model, report) from an HF (PyTorch or Flax), TF, bert_jax or train.py
-    checkpoint path. `model` is a `Role` or a class name, which stands for its role in the
-    checkpoint's family ("BertModel" loads a ModernBERT checkpoint's ModernBertModel).
+    checkpoint path. `model` is a `Role` (Role.ENCODER loads a ModernBERT checkpoint's
+    ModernBertModel) or a class name of the checkpoint's family; another family's class name
+    raises ValueError naming the family's own (`Family.head_for`).
     `hidden_act` and `config_path` (the config file in place of the one beside the checkpoint)
     are for TF checkpoints only (`load_tf`): the other formats' config.json names the
     activation."""

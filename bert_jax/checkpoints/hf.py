@@ -149,8 +149,8 @@ def _read_flax_file(path: epath.Path) -> dict[str, np.ndarray]:
 def _normalize_hf(state: Mapping[str, np.ndarray], report: ConversionReport) -> dict:
     out = {}
     for key, value in state.items():
-        if _BUFFER_RE.search(key):
-            report.ignored.append(key)
+        if _BUFFER_RE.search(key):  # computed from the config: nothing to carry
+            report.buffers.append(key)
             continue
         key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
         key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
@@ -236,6 +236,8 @@ def hf_state_to_params(
         report=report,
     )
     _check_tied_decoder(config, state, params, report)
+    if report.buffers:
+        logging.debug("stored buffers not read (the model computes them): %s", report.buffers)
     return params, report
 
 
@@ -295,7 +297,7 @@ def load_pytorch(
         seed=seed,
     )
     if not return_report:  # a caller asking for the report logs it (once)
-        logging.info("loaded %s from %s: %s", model, path, report.summary())
+        report.log(f"loaded {model} from {path}")
     return (config, params, report) if return_report else (config, params)
 
 

@@ -131,6 +131,7 @@ def load(
     tf_config: str | os.PathLike | None = None,
     targets: PyTree | None = None,
     with_tokenizer: bool = True,
+    log_report: bool = True,
 ) -> Loaded:
     """Reads a checkpoint: a path, a URL or a Hub id (see the module's docstring).
 
@@ -142,10 +143,10 @@ def load(
 
     Args:
       source: where the checkpoint is.
-      head: the head of the result: a `Role` (or its value, "masked_lm"), or a class name, which
-        stands for its role in the checkpoint's family ("BertForMaskedLM" gives a RoBERTa
-        checkpoint's RobertaForMaskedLM; transformers' "FlaxBert..." names are taken too); None:
-        the checkpoint's own (config.json's `architectures`).
+      head: the head of the result: a `Role` (or its value, "masked_lm": a RoBERTa checkpoint's
+        RobertaForMaskedLM), or a class name of the checkpoint's family (transformers'
+        "FlaxBert..." names are taken too); None: the checkpoint's own (config.json's
+        `architectures`).
       allow_new_heads: initialize head weights the checkpoint lacks (seed 0) instead of raising.
       num_labels: a new `head` with this many labels: the encoder (and pooler) from the
         checkpoint, the head's weights initialized (seed 0).
@@ -154,13 +155,17 @@ def load(
         checkpoint (`checkpoints.tf.load_tf`'s config_path).
       targets: `jax.ShapeDtypeStruct`s with `.sharding` of a run's parameters, or None.
       with_tokenizer: look for the tokenizer (checked against the model's vocabulary).
+      log_report: log what was loaded once (`ConversionReport.log`: a warning where weights were
+        left unused or newly initialized, or a choice was noted); False for a caller that shows
+        the report itself (`bert_jax.convert`).
 
     Returns:
       A `Loaded` (config, params, head, tokenizer, family, placed, report,
       sentence_transformer).
 
     Raises:
-      ValueError: a sentence-transformers directory with modules bert_jax does not compute.
+      ValueError: a sentence-transformers directory with modules bert_jax does not compute; a
+        `head` of another family than the checkpoint's (naming the family's own class).
     """
     head = _canonical_head(head)
     path = weights = hub.resolve(source)
@@ -175,7 +180,8 @@ def load(
         if (as_path(path) / "export").is_dir():  # a run's model as it wrote it at its end
             weights, run = os.fspath(as_path(path) / "export"), False
         loaded = _read(weights, head, allow_new_heads, hidden_act, num_labels, tf_config)
-        logging.info("%s from %s: %s", loaded.head, weights, loaded.report.summary())
+        if log_report:
+            loaded.report.log(f"{loaded.head} from {weights}")
     if with_tokenizer:
         vocab_size = loaded.config.vocab_size
         tokenizer = find_tokenizer(path, vocab_size)
@@ -300,9 +306,10 @@ def from_pretrained(
         else a download unless HF_HUB_OFFLINE=1) of a transformers directory (config.json +
         flax_model.msgpack, model.safetensors or pytorch_model.bin), a bert_jax export, a TF
         checkpoint, or a train.py run directory (its `export/`, else its newest checkpoint).
-      head: the head class, e.g. "BertForSequenceClassification", or its `Role` (a class name
-        stands for its role in the checkpoint's family; a "FlaxBert..." name is taken too);
-        None: config.json's `architectures`; "BertModel" (Role.ENCODER) is the bare encoder.
+      head: the head class of the checkpoint's family, e.g. "BertForSequenceClassification"
+        (a "FlaxBert..." name is taken too; another family's class raises ValueError naming
+        this family's), or its `Role` (any family: "sequence_classification"); None:
+        config.json's `architectures`; Role.ENCODER ("encoder") is the bare encoder.
       dtype: compute dtype of the module ("float32", "bfloat16", "float16" or a jnp dtype), as
         the `dtype` of transformers' Flax classes: LayerNorm and softmax stay float32.
       param_dtype: dtype the parameters are cast to and the module declares ("float32" or

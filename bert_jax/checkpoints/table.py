@@ -39,13 +39,31 @@ class ConversionError(ValueError):
 
 @dataclasses.dataclass
 class ConversionReport:
-    """What a load did: every target weight is either `loaded` or `newly_initialized`."""
+    """What a load did: every target weight is either `loaded` or `newly_initialized`.
+
+    Attributes:
+      loaded: the flax keys read from the checkpoint.
+      newly_initialized: the flax keys of head weights the checkpoint lacked, initialized.
+      unused: the checkpoint's weights the model has no place for (another head's).
+      ignored: stored training state that is not weights (TF optimizer slots, step counters):
+        not carried over, and the summary says so.
+      buffers: stored PyTorch buffers (`position_ids`, `token_type_ids`), which the model
+        computes from its config: nothing is lost, so the summary leaves them out.
+      notes: choices made while reading.
+    """
 
     loaded: list[str] = dataclasses.field(default_factory=list)
     newly_initialized: list[str] = dataclasses.field(default_factory=list)
     unused: list[str] = dataclasses.field(default_factory=list)
     ignored: list[str] = dataclasses.field(default_factory=list)
-    notes: list[str] = dataclasses.field(default_factory=list)  # choices made while reading
+    buffers: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """Whether weights were left unused or newly initialized, or a choice was made while
+        reading (`notes`): what a user should see."""
+        return bool(self.newly_initialized or self.unused or self.notes)
 
     def summary(self) -> str:
         lines = [f"loaded {len(self.loaded)} weights"]
@@ -59,10 +77,16 @@ class ConversionReport:
         if self.ignored:
             shown = ", ".join(self.ignored[:3]) + (", ..." if len(self.ignored) > 3 else "")
             lines.append(
-                f"skipped {len(self.ignored)} stored entries that are not weights ({shown}: "
-                "PyTorch buffers, TF optimizer slots or step counters); expected, nothing to do"
+                f"skipped {len(self.ignored)} stored entries of training state, not weights "
+                f"({shown}: optimizer slots or step counters); the converted model has none"
             )
         return "\n".join(lines)
+
+    def log(self, what: str) -> None:
+        """Logs `what: <summary>` once: a warning where weights were left unused or newly
+        initialized or a note says a choice (`changed`), else at info level."""
+        log = logging.warning if self.changed else logging.info
+        log("%s: %s", what, self.summary())
 
 
 def conversion_of(config: EncoderConfig) -> FamilyConversion:
@@ -149,8 +173,12 @@ def parameter_table(config: EncoderConfig, model: str) -> list[ParamRule]:
 
 
 def expected_shapes(config: EncoderConfig, model: str) -> dict[str, tuple[int, ...]]:
-    """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating."""
-    module = get_model_class(model)(config, RuntimeConfig())
+    """{"/"-joined path: shape} of every parameter of `model`, unstacked, without allocating.
+
+    Raises:
+      ValueError: `model` is a class of another family than `config`'s (`Family.head_for`).
+    """
+    module = get_model_class(family_of(config).head_for(model))(config, RuntimeConfig())
     abstract = jax.eval_shape(lambda: init_params(module, jax.random.PRNGKey(0)))
     flat = traverse_util.flatten_dict(nn.meta.unbox(abstract), sep="/")
     return {k: tuple(v.shape) for k, v in flat.items()}
@@ -344,9 +372,6 @@ def assemble_params(
         for key in missing:
             flat[key] = fresh[key]
         report.newly_initialized.extend(missing)
-        logging.warning("newly initialized weights: %s", missing)
-    report.unused.extend(unexpected)
-    if report.unused:
-        logging.warning("unused checkpoint weights: %s", report.unused)
+    report.unused.extend(unexpected)  # the caller logs or prints the report, once
     flat = {k: np.asarray(v, dtype=dtype) for k, v in flat.items()}
     return unflatten_params(flat, scan_layers)

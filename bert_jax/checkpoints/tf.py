@@ -29,7 +29,6 @@ import re
 import tempfile
 
 import numpy as np
-from absl import logging
 from etils import epath
 
 from bert_jax.checkpoints.table import (
@@ -172,8 +171,7 @@ def _newest(path: epath.Path, prefixes: list[str], written: str | None) -> tuple
 def _tf_config_path(ckpt: str, model: Role | str | None, config_path) -> str | os.PathLike:
     """`config_path`, else the config file beside the checkpoint prefix `ckpt`: the first
     family's `tf_config_file` found there, `model`'s family first when it is a class name (a
-    class of another family then stands for its role in the checkpoint's), then the registry's
-    order.
+    class of another family is then refused by `_tf_head`), then the registry's order.
 
     Raises:
       FileNotFoundError: none there, naming what was looked for and what to pass.
@@ -204,8 +202,8 @@ def _gelu_is_ambiguous(family: Family) -> bool:
 
 def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -> EncoderConfig:
     """The config file of a family with TF checkpoints, with `hidden_act` (if given) in place of
-    its activation; the choice made for an ambiguous "gelu" goes to the report's notes (and the
-    log)."""
+    its activation; the choice made for an ambiguous "gelu" goes to the report's notes, which
+    the caller logs or prints once."""
     config = config_from_json_file(config_path)
     family = family_of(config)
     if family not in tf_families():
@@ -221,8 +219,7 @@ def _tf_config(config_path: str | os.PathLike, hidden_act: str | None, report) -
             )
         return config.replace(hidden_act=hidden_act)
     if config.hidden_act == "gelu" and _gelu_is_ambiguous(family):
-        report.notes.append(TF_GELU_NOTE)
-        logging.warning("%s", TF_GELU_NOTE)
+        report.notes.append(TF_GELU_NOTE)  # logged with the report (`ConversionReport.log`)
     return config
 
 
@@ -277,8 +274,8 @@ def _own_layers(config: EncoderConfig, model: str, names):
 
 
 def _tf_head(family: Family, model: Role | str | None) -> str:
-    """The family's class of `model` (a role, or a class name of any family standing for its
-    role), or the head its TF checkpoints are read as by default."""
+    """The family's class of `model` (a role, or a class name of the family; another family's
+    is refused), or the head its TF checkpoints are read as by default."""
     return family.head_for(model or family.conversion.tf_default_head)
 
 
@@ -289,7 +286,7 @@ def tf_head(
     config_path: str | os.PathLike | None = None,
 ) -> str:
     """The head class `load_tf` reads the TF checkpoint `ckpt` as: `model` (a role, or a class
-    name standing for its role) in the family of the checkpoint's config file, else that family's
+    name of the family) in the family of the checkpoint's config file, else that family's
     `tf_default_head` (BertForPreTraining, ElectraForPreTraining)."""
     prefix, _ = find_tf_checkpoint(ckpt)
     config = config_from_json_file(_tf_config_path(prefix, model, config_path))
@@ -318,8 +315,8 @@ def load_tf(
         file, or a folder (`find_tf_checkpoint`: its newest step unless TF's `checkpoint` file
         names one in it; the report's notes say which); local or a URL.
       model: the head class, or a role (default: the family's `tf_default_head`,
-        BertForPreTraining, ElectraForPreTraining); a class name of another family stands for
-        its role in the checkpoint's.
+        BertForPreTraining, ElectraForPreTraining); a class name of another family is refused
+        (ValueError, naming the checkpoint's family's class for its role).
       config_path: the config file (default: beside the checkpoint: `_tf_config_path`,
         bert_config.json or an ELECTRA config.json); its family names the weights.
       hidden_act: the activation, overriding the config's. bert_config.json's "gelu" is ambiguous
@@ -350,5 +347,5 @@ def load_tf(
             scan_layers=scan_layers, dtype=dtype, seed=seed, report=report,
         )  # fmt: skip
     if not return_report:  # a caller asking for the report logs it (once)
-        logging.info("loaded %s from %s: %s", model, ckpt, report.summary())
+        report.log(f"loaded {model} from {ckpt}")
     return (config, params, report) if return_report else (config, params)

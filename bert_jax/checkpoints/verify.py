@@ -1,17 +1,36 @@
 """Checking a conversion against PyTorch: bert_jax and transformers run on the same sample
-inputs, every output, hidden state and attention map compared (`verify`). torch and
-transformers are imported inside the functions that need them.
+inputs, every output, hidden state and attention map compared (`verify`). A head transformers
+has no class for (DeBERTa-v3's replaced-token detector) is checked on what transformers can
+load: the family's base model, and the head's logits computed from the written weights by the
+family's reference (`FamilyConversion.reference_heads`). torch and transformers are imported
+inside the functions that need them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
+import jax
 import numpy as np
 
+from bert_jax.checkpoints.hf import read_hf_state_dict
 from bert_jax.checkpoints.table import ConversionError, PyTree
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.families import EncoderConfig, get_model_class
+from bert_jax.models.families import EncoderConfig, family_of, get_model_class
+
+
+class Verification(NamedTuple):
+    """What `verify` found.
+
+    Attributes:
+      differences: {output name: max abs difference between bert_jax and PyTorch}, float.
+      compared: what PyTorch ran, in words: "transformers' BertForMaskedLM", or for a head
+        transformers lacks, its family's base model and the head computed from the weights.
+    """
+
+    differences: dict[str, float]
+    compared: str
 
 
 def sample_inputs(
@@ -39,9 +58,11 @@ def jax_outputs(config, params, model, inputs) -> dict[str, np.ndarray]:
     `torch_outputs` names transformers'."""
     module = get_model_class(model)(config, RuntimeConfig())
     args = {k: np.asarray(v, np.int32) for k, v in inputs.items()}
-    out = module.apply(
-        {"params": params}, **args, output_hidden_states=True, output_attentions=True
-    )
+    out = jax.jit(  # one compile of the whole model, not one per operation: several times faster
+        lambda p, a: module.apply(
+            {"params": p}, **a, output_hidden_states=True, output_attentions=True
+        )
+    )(params, args)
     return named_outputs(out)
 
 
@@ -83,19 +104,57 @@ def torch_outputs(torch_model, inputs) -> dict[str, np.ndarray]:
     return named
 
 
-def verify(config: EncoderConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0):
+def verify(
+    config: EncoderConfig, params: PyTree, model: str, hf_dir: str, *, seed: int = 0
+) -> Verification:
     """Runs bert_jax and PyTorch (transformers, eager attention) on the same sample inputs.
 
-    Returns {output name: max abs difference} over every output, hidden state and attention map.
-    """
-    import transformers
+    `model` is transformers' class of that name loaded from `hf_dir`; for a head transformers
+    has no class for, its family's base model loaded from `hf_dir` (hidden states and attention
+    maps) with the head's logits computed from `hf_dir`'s weights by the family's reference
+    (`FamilyConversion.reference_heads`) on that model's last hidden state.
 
-    torch_model = (
-        getattr(transformers, model).from_pretrained(hf_dir, attn_implementation="eager").eval()
-    )
+    Returns:
+      A `Verification`: the max abs difference of every output, hidden state and attention map,
+      and what PyTorch ran.
+
+    Raises:
+      ConversionError: transformers lacks the class and the family names no reference for its
+        head (naming what can be checked instead), or the outputs differ in name.
+    """
     inputs = sample_inputs(config, model, seed=seed)
     ours = jax_outputs(config, params, model, inputs)
-    theirs = torch_outputs(torch_model, inputs)
+    theirs, compared = _reference_outputs(config, model, hf_dir, inputs)
     if set(ours) != set(theirs):
         raise ConversionError(f"outputs differ in name: {sorted(set(ours) ^ set(theirs))}")
-    return {k: float(np.max(np.abs(ours[k] - theirs[k]))) for k in sorted(ours)}
+    return Verification(
+        {k: float(np.max(np.abs(ours[k] - theirs[k]))) for k in sorted(ours)}, compared
+    )
+
+
+def _reference_outputs(config, model: str, hf_dir: str, inputs) -> tuple[dict, str]:
+    """PyTorch's outputs for `verify`, named as bert_jax's, and what ran (`Verification`)."""
+    import transformers
+
+    def load(name: str):
+        cls = getattr(transformers, name)
+        return cls.from_pretrained(hf_dir, attn_implementation="eager").eval()
+
+    if hasattr(transformers, model):
+        return torch_outputs(load(model), inputs), f"transformers' {model}"
+    family = family_of(config)
+    reference = dict(family.conversion.reference_heads).get(model)
+    if reference is None:
+        raise ConversionError(
+            f"transformers has no {model} and {family.config_class.display_name} names no "
+            f"reference for its head, so --verify cannot check it; convert without --verify, "
+            f"or with --model {family.base_model} to check the encoder"
+        )
+    theirs = torch_outputs(load(family.base_model), inputs)
+    last = theirs.pop("last_hidden_state")  # ours: hidden_states[-1]
+    theirs["logits"] = reference(read_hf_state_dict(hf_dir), last, config)
+    compared = (
+        f"transformers' {family.base_model} (it has no {model}: the head's weights are unused "
+        f"there) and the head's logits from the written weights by {reference.__name__}"
+    )
+    return theirs, compared

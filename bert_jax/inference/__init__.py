@@ -2,7 +2,7 @@
 maps, fill-mask. The command line is `python -m bert_jax.inference` (`__main__`).
 
     from bert_jax import inference
-    config, params, head, tokenizer = inference.load("path/to/model", "BertModel")
+    config, params, head, tokenizer = inference.load("path/to/model", "encoder")
     emb = inference.embed(config, params, tokenizer, ["Fair is foul"], pooling="mean")  # [1, E]
 
 Modules: `loading` (checkpoints, and what each family's modules take, from the registry),

@@ -36,9 +36,8 @@ def load(path: str, model: Role | str | None = None):
 
     Args:
       path: a Hugging Face directory, a bert_jax export, a TF checkpoint or a run directory.
-      model: the head to load it as: a `Role`, or a class name standing for its role in the
-        checkpoint's family ("BertModel", Role.ENCODER: the bare encoder); None: the head it
-        was saved with.
+      model: the head to load it as: a `Role` (Role.ENCODER: the bare encoder), or a class name
+        of the checkpoint's family; None: the head it was saved with.
 
     Raises:
       FileNotFoundError: no tokenizer (`tokenization.TOKENIZER_FILES`) beside the weights.

@@ -25,9 +25,12 @@ DROPOUT_RNGS = ("threefry", "rbg")  # RuntimeConfig.dropout_rng: jax.random key 
 DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
 COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling
 
-# Keys a Hugging Face config.json carries that say nothing about an encoder's weights.
+# Keys a Hugging Face config.json carries that say nothing about an encoder's weights
+# (`sentence_transformers`: a CrossEncoder's block, its scores' activation, which
+# `checkpoints.cross_encoder` reads).
 HF_HOUSEKEEPING = frozenset(
     """
+    sentence_transformers
     _name_or_path architectures transformers_version model_type torch_dtype dtype use_cache
     gradient_checkpointing output_hidden_states output_attentions return_dict torchscript
     chunk_size_feed_forward is_encoder_decoder problem_type bos_token_id eos_token_id sep_token_id

@@ -11,6 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+# A head transformers has no class for, computed from its Hugging Face weights (`FamilyConversion.
+# reference_heads`): (state dict {name: array}, the base model's last hidden state [B, L, E]
+# float32, the config) -> the head's logits as bert_jax's class returns them.
+ReferenceHead = Callable[[Mapping[str, np.ndarray], np.ndarray, Any], np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +56,10 @@ class FamilyConversion:
       tf_head_renames: (head class name, ((regex, replacement), ...)) applied before
         `tf_renames` to that head's names: a TF checkpoint holding several models, one under a
         scope of its own (ELECTRA's generator, `generator/encoder/...`).
+      reference_heads: (head class name, `ReferenceHead`) of each of the family's heads that
+        transformers has no class for (DeBERTa-v3's replaced-token detector): what `--verify`
+        compares that head's logits with, written from the original code (torch imported
+        inside), on transformers' base model of the family run on the same weights.
     """
 
     hf_prefix: str
@@ -67,6 +80,7 @@ class FamilyConversion:
     tf_num_labels_key: str = ""
     tf_default_head: str = ""
     tf_head_renames: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    reference_heads: tuple[tuple[str, ReferenceHead], ...] = ()
 
     def n_inputs(self, flax_key: str) -> int:
         """Leading kernel axes that are inputs: 2 for projections out of the heads [H, D, E]."""

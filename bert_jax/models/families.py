@@ -15,7 +15,7 @@ here.
 
 Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
 (by `model_type`), `get_model_class` (by class name), `family_of` (by config), `head_in_family`
-(a role, or a class name of any family, as a class of a config's family).
+(a role, or a class name of the config's family; another family's class name is refused).
 """
 
 from __future__ import annotations
@@ -94,9 +94,10 @@ def role_of(head: Role | str) -> Role:
 
 
 def head_in_family(config: EncoderConfig, head: Role | str) -> str:
-    """The class name of `config`'s family for `head`: a role, or a class name of any family
-    standing for its role ("BertModel" for a ModernBERT config -> "ModernBertModel"); a class of
-    the family is itself. A role the family lacks raises, naming the roles it has."""
+    """The class name of `config`'s family for `head`: a role (Role.ENCODER for a ModernBERT
+    config -> "ModernBertModel"), or a class of the family (itself). A class of another family
+    ("BertModel" for a ModernBERT config) raises, naming the family's own class for its role;
+    a role the family lacks raises, naming the roles it has (`Family.head_for`)."""
     return family_of(config).head_for(head)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import flax.linen as nn
 
@@ -120,22 +120,44 @@ class Family:
         """This family's class name for `role` (Role.MASKED_LM -> "ModernBertForMaskedLM").
 
         Args:
-          role: a `Role` or its value ("masked_lm"); a class name stands for its role in its
-            own family (`families.role_of`: "BertModel" is Role.ENCODER), so a class of this
-            family is itself.
+          role: a `Role`, its value ("masked_lm"), or a class name of this family (itself).
 
         Raises:
-          ValueError: the family has no class for the role, naming the roles it has; `role` is
-            no role and no class of any family.
+          ValueError: `role` is a class of another family (naming that family and this
+            family's class for the role: names never cross silently); the family has no class
+            for the role, naming the roles it has; `role` is no role and no class of any family.
         """
         if not isinstance(role, Role):
             if self.role_of(role) is not None:
                 return role
-            from bert_jax.models import families  # the registry: every family's classes
-
-            role = families.role_of(role)
+            if role not in Role._value2member_map_:
+                self._refuse_other_family(role)
+            role = Role(role)
         cls = self.roles.get(role)
         if cls is None:
-            have = ", ".join(f"{r.value} ({c.__name__})" for r, c in self.roles.items())
-            raise ValueError(f"{self.model_type} has no {role.value} head; its roles: {have}")
+            raise ValueError(
+                f"{self.model_type} has no {role.value} head; its roles: {self._roles_text()}"
+            )
         return cls.__name__
+
+    def _roles_text(self) -> str:
+        return ", ".join(f"{r.value} ({c.__name__})" for r, c in self.roles.items())
+
+    def _refuse_other_family(self, name: str) -> NoReturn:
+        """Raises for `name`, a class name this family lacks: another family's class (naming
+        that family and this one's class for its role), or no class of any family."""
+        from bert_jax.models import families  # the registry: every family's classes
+
+        other = families.family_of_model(name)  # raises for a name no family has
+        role = other.role_of(name)
+        ours = self.roles.get(role)
+        mine = f"{self.config_class.display_name} ({self.model_type})"
+        instead = (
+            f"its {role.value} head is {ours.__name__}; pass that, or the role {role.value!r}"
+            if ours is not None
+            else f"it has no {role.value} head; its roles: {self._roles_text()}"
+        )
+        raise ValueError(
+            f"{name} is a class of {other.config_class.display_name} ({other.model_type}), but "
+            f"this model is {mine}: {instead}"
+        )

@@ -290,7 +290,8 @@ def test_legacy_names_buffers_and_decoder_variants(tmp_path):
     config, params, report = hf.load_pytorch(
         tmp_path / "legacy", "BertForPreTraining", return_report=True
     )
-    assert report.ignored == ["bert.embeddings.position_ids"]
+    assert report.buffers == ["bert.embeddings.position_ids"] and not report.ignored
+    assert "position_ids" not in report.summary()  # computed from the config: nothing lost
     assert not report.unused
     np.testing.assert_array_equal(
         params["cls"]["predictions"]["bias"], reference["cls.predictions.bias"]

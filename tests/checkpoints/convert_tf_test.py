@@ -89,6 +89,8 @@ def test_load_original_tf_checkpoint(tmp_path, head):
     assert config == cfg.replace(num_labels=labels)
     assert not report.unused and not report.newly_initialized
     assert len(report.ignored) == 2 * len(variables) + 1  # adam_m, adam_v and global_step
+    # Training state left behind is said (the converted model has none); buffers are not.
+    assert f"skipped {len(report.ignored)} stored entries of training state" in report.summary()
     inputs = verify.sample_inputs(cfg, head)
     ours = verify.jax_outputs(cfg, params, head, inputs)
     theirs = verify.torch_outputs(torch_model, inputs)
@@ -203,6 +205,7 @@ def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
     code, out, err = _run_convert(folder, tmp_path / "erf", "--to", "hf", "--model", "BertModel")
     assert code == 0, err
     assert "erf is assumed" in out and "--hidden-act gelu_new" in out
+    assert (out + err).count("erf is assumed") == 1, err  # the report's note, said once
     assert json.loads((tmp_path / "erf" / "config.json").read_text())["hidden_act"] == "gelu"
     code, out, err = _run_convert(
         folder, tmp_path / "tanh", "--to", "hf", "--model", "BertModel", "--hidden-act", "gelu_new"

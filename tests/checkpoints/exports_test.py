@@ -108,7 +108,7 @@ class Exported:
         self.family = families.FAMILIES[model_type]
         self.tokenizer = TOKENIZERS.get(model_type, _wordpiece)(lines)
         self.config = _config(model_type, self.tokenizer)
-        self.head = self.family.head_for("BertForMaskedLM")
+        self.head = self.family.head_for(families.Role.MASKED_LM)
         self.model = families.get_model_class(self.head)(self.config)
         self.params = _random_params(self.model, seed=len(model_type))
         # The bare encoder (with its pooler, where the family has one): what an embedder holds.

@@ -51,8 +51,8 @@ class Saved:
         self.base = _config(family, self.tokenizer.vocab_size)
         self.config = self.base.replace(num_labels=3, label_names=LABELS)
         self.family = family_of(self.config)
-        self.classifier = self.family.head_for("BertForSequenceClassification")
-        self.masked_lm = self.family.head_for("BertForMaskedLM")
+        self.classifier = self.family.head_for("sequence_classification")
+        self.masked_lm = self.family.head_for("masked_lm")
         self.params, self.dirs = {}, {}
         for seed, head in enumerate((self.classifier, self.masked_lm)):
             config = self.config if head == self.classifier else self.base

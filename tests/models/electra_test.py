@@ -188,9 +188,9 @@ def test_config_presets_and_registry(tmp_path):
     assert (large.embedding_size, large.hidden_size, large.num_hidden_layers) == (1024, 1024, 24)
     electra = families.family_of(DISCRIMINATOR)
     assert electra.head_for(families.Role.REPLACED_TOKEN_DETECTION) == "ElectraForPreTraining"
-    assert electra.head_for("BertForMaskedLM") == "ElectraForMaskedLM"
+    assert electra.head_for(families.Role.MASKED_LM) == "ElectraForMaskedLM"
     with pytest.raises(ValueError, match="electra has no pretraining head"):
-        electra.head_for("BertForPreTraining")
+        electra.head_for(families.Role.PRETRAINING)
     for change, match in (
         (dict(hidden_size=30), "not divisible"),
         (dict(embedding_size=0), "embedding_size.*positive integer"),
@@ -333,9 +333,12 @@ def test_tf_checkpoint_reads_as_the_discriminator_and_as_the_generator(tmp_path,
     out = capsys.readouterr().out
     assert float(out.split("worst max abs difference ")[1].split()[0]) < 1e-5, out
     assert families.config_from_json_file(tmp_path / "gen") == GENERATOR
-    # The loader's head: the config's family's default, a class of another family by its role.
+    # The loader's head: the config's family's default, a role as the family's class; a class of
+    # another family is refused, naming the family's own.
     assert tf_checkpoints.tf_head(folder) == "ElectraForPreTraining"
-    assert tf_checkpoints.tf_head(folder, "BertForMaskedLM") == "ElectraForMaskedLM"
+    assert tf_checkpoints.tf_head(folder, "masked_lm") == "ElectraForMaskedLM"
+    with pytest.raises(ValueError, match="BertForMaskedLM is a class of BERT.*ElectraForMaskedLM"):
+        tf_checkpoints.tf_head(folder, "BertForMaskedLM")
     # Without the generator's config the discriminator's does not fit its layers: said so.
     with pytest.raises(table.ConversionError, match="generator/.* does not fit"):
         tf_checkpoints.load_tf(folder, "ElectraForMaskedLM")

@@ -6,6 +6,7 @@ Parametrized over `families.FAMILIES`, so a family added later is covered with n
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -90,17 +91,45 @@ def test_roberta_has_no_next_sentence_prediction():
 
 
 @pytest.mark.parametrize("model_type", ROWS)
-def test_a_class_name_of_another_family_stands_for_its_role(model_type):
+def test_a_class_name_of_another_family_is_refused_naming_the_familys_own(model_type):
+    """Names never cross in silence: another family's class (every class of every other family)
+    raises naming that family and this family's class for its role, or the roles it has; a role
+    stands for the family's class."""
     family = families.FAMILIES[model_type]
     config = tiny_config(model_type)
-    assert families.head_in_family(config, "BertModel") == family.base_model
-    assert family.head_for("BertModel") == family.base_model
-    for other in families.FAMILIES.values():  # every class of every family, by its role
+    assert families.head_in_family(config, Role.ENCODER) == family.base_model
+    assert family.head_for("encoder") == family.base_model
+    mine = f"{re.escape(family.config_class.display_name)} \\({model_type}\\)"
+    for other in families.FAMILIES.values():
+        if other is family:
+            continue
+        theirs = f"{re.escape(other.config_class.display_name)} \\({other.model_type}\\)"
         for role, cls in other.roles.items():
-            if role in family.roles:
-                assert family.head_for(cls.__name__) == family.roles[role].__name__
+            own = family.roles.get(role)
+            instead = (
+                f"its {role.value} head is {own.__name__}; pass that, or the role '{role.value}'"
+                if own
+                else f"it has no {role.value} head; its roles: encoder \\({family.base_model}\\)"
+            )
+            want = f"^{cls.__name__} is a class of {theirs}, but this model is {mine}: {instead}"
+            with pytest.raises(ValueError, match=want):
+                family.head_for(cls.__name__)
+            with pytest.raises(ValueError, match=want):
+                families.head_in_family(config, cls.__name__)
     with pytest.raises(ValueError, match="unknown model class 'BertForTranslation'"):
         family.head_for("BertForTranslation")
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", ROWS)
+def test_every_class_can_be_verified_against_pytorch(model_type):
+    """`convert --verify` checks every class of the family: against transformers' class of its
+    name, or, for a head transformers lacks, against the family's reference
+    (`FamilyConversion.reference_heads`), which only such a head has."""
+    transformers = pytest.importorskip("transformers")
+    family = families.FAMILIES[model_type]
+    lacking = {name for name in family.model_classes if not hasattr(transformers, name)}
+    assert lacking == {name for name, _ in family.conversion.reference_heads}, lacking
 
 
 def test_no_role_and_no_class_raises_naming_the_classes():

@@ -289,7 +289,7 @@ def test_starting_paths_name_parameters_of_the_pretraining_heads(model_type):
     tiny = dict(vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37)
     own = {"bert": TINY, "modernbert": MODERN}
     cfg = own.get(model_type) or family.config_class.preset("tiny", **tiny)
-    module = family.model_classes[family.head_for("BertForMaskedLM")](cfg)
+    module = family.model_classes[family.head_for(families.Role.MASKED_LM)](cfg)
     flat = traverse_util.flatten_dict(
         nn.meta.unbox(jax.eval_shape(lambda: init_params(module, KEY)))
     )

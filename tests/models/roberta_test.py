@@ -182,10 +182,10 @@ def test_config_round_trips_and_model_type_picks_the_family(tmp_path):
     assert RobertaConfig.preset("large").max_sequence_length == 512
     xlmr = families.family_of(XLMR)
     assert (xlmr.model_type, xlmr.base_model) == ("xlm-roberta", "XLMRobertaModel")
-    assert xlmr.head_for("BertForMaskedLM") == "XLMRobertaForMaskedLM"
-    assert families.head_in_family(ROBERTA, "BertModel") == "RobertaModel"
+    assert xlmr.head_for(families.Role.MASKED_LM) == "XLMRobertaForMaskedLM"
+    assert families.head_in_family(ROBERTA, families.Role.ENCODER) == "RobertaModel"
     with pytest.raises(ValueError, match="xlm-roberta has no next_sentence head"):
-        xlmr.head_for("BertForNextSentencePrediction")
+        xlmr.head_for(families.Role.NEXT_SENTENCE)
     fields = families.model_fields(XLMR)
     assert fields["model_type"] == "xlm-roberta" and families.config_from_fields(fields) == XLMR
 

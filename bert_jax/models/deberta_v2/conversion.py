@@ -8,10 +8,40 @@ the discriminator's "mask_predictions.classifier.weight"); no TF checkpoints. Re
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+
+import numpy as np
 
 from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion
 
 _TABLE = r"(\.weight|/embedding)?$"  # a table's name in either spelling
+
+
+def mask_predictions_logits(
+    state: Mapping[str, np.ndarray], last_hidden_state: np.ndarray, config
+) -> np.ndarray:
+    """DeBERTa-v3's replaced-token detection head as microsoft/DeBERTa computes it
+    (`LMMaskPredictionHead`, which transformers lacks), from the weights named
+    "mask_predictions.*": classifier(act(dense(LayerNorm(h[:, :1] + h)))) on the encoder's last
+    hidden state h float32 [B, L, E]; returns float32 logits [B, L], one a token."""
+    import torch
+    from transformers.activations import ACT2FN
+
+    w = {k: torch.tensor(np.asarray(state[f"mask_predictions.{k}"], np.float32))
+         for k in ("LayerNorm.weight", "LayerNorm.bias", "dense.weight", "dense.bias",
+                   "classifier.weight", "classifier.bias")}  # fmt: skip
+    h = torch.tensor(last_hidden_state)
+    with torch.no_grad():
+        x = torch.nn.functional.layer_norm(
+            h[:, :1] + h, (h.shape[-1],), w["LayerNorm.weight"], w["LayerNorm.bias"],
+            config.layer_norm_eps,
+        )  # fmt: skip
+        x = ACT2FN[config.hidden_act](
+            torch.nn.functional.linear(x, w["dense.weight"], w["dense.bias"])
+        )
+        logits = torch.nn.functional.linear(x, w["classifier.weight"], w["classifier.bias"])
+    return logits[..., 0].numpy()
+
 
 CONVERSION = FamilyConversion(
     hf_prefix="deberta.",
@@ -36,4 +66,5 @@ CONVERSION = FamilyConversion(
         ("token_type_embeddings" + _TABLE, "type_vocab_size", 0),
         ("rel_embeddings" + _TABLE, "rel_embedding_rows", 0),
     ),
+    reference_heads=(("DebertaV2ForReplacedTokenDetection", mask_predictions_logits),),
 )
