@@ -99,7 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--max_seq_length", type=int, default=96)
-    parser.add_argument("--lr", type=float, default=0.0, help="0: configs/rerank.py's (2e-5)")
+    parser.add_argument("--lr", type=float, default=0.0, help="0: configs/rerank.py's (1e-4)")
     parser.add_argument("--eval_batch", type=int, default=64)
     parser.add_argument(
         "--pack",
