@@ -254,6 +254,20 @@ def _rehead(config, params: PyTree, stored: str, head: str, allow_new_heads: boo
     return hf.hf_state_to_params(config, state, head, allow_new_heads=allow_new_heads)
 
 
+def _description(source: str | os.PathLike) -> tuple[Any, dict | None]:
+    """Where a checkpoint describes itself: (the directory or file beside its config.json,
+    None), or for a run without an export (its checkpoints' folder, its newest checkpoint's
+    record; {} where it has none yet)."""
+    path = as_path(hub.resolve(source))
+    if (path / "export").is_dir():
+        return path / "export", None
+    if (path / "checkpoints").is_dir():
+        root = checkpointing.run_checkpoints(path)
+        steps = checkpointing.saved_steps(root)
+        return root, checkpointing.read_meta(root, steps[-1]) if steps else {}
+    return path, None
+
+
 def read_config(source: str | os.PathLike) -> Any:
     """The model config of a checkpoint without its weights: config.json (or bert_config.json)
     beside them, a run's `export/` one or its newest checkpoint's record.
@@ -261,15 +275,11 @@ def read_config(source: str | os.PathLike) -> Any:
     Returns:
       The family's config (`BertConfig`, `ModernBertConfig`).
     """
-    path = as_path(hub.resolve(source))
-    if (path / "export").is_dir():
-        path = path / "export"
-    elif (path / "checkpoints").is_dir():
-        root = checkpointing.run_checkpoints(path)
-        steps = checkpointing.saved_steps(root)
-        if not steps:
-            raise FileNotFoundError(f"no training checkpoints in {root}")
-        return families.config_from_hf_dict(checkpointing.read_meta(root, steps[-1])["config"])
+    path, record = _description(source)
+    if record == {}:
+        raise FileNotFoundError(f"no training checkpoints in {path}")
+    if record is not None:
+        return families.config_from_hf_dict(record["config"])
     return families.config_from_json_file(path if path.is_dir() else path.parent)  # TF: beside
 
 
@@ -277,13 +287,9 @@ def read_head(source: str | os.PathLike) -> str | None:
     """The head class a checkpoint stores, without its weights: the first class config.json's
     `architectures` names (a transformers or bert_jax directory, a run's `export/`), or a run's
     newest checkpoint's record; None where none is named (a TF checkpoint)."""
-    path = as_path(hub.resolve(source))
-    if (path / "export").is_dir():
-        path = path / "export"
-    elif (path / "checkpoints").is_dir():
-        root = checkpointing.run_checkpoints(path)
-        steps = checkpointing.saved_steps(root)
-        return checkpointing.read_meta(root, steps[-1]).get("model") if steps else None
+    path, record = _description(source)
+    if record is not None:
+        return record.get("model")
     config_json = (path if path.is_dir() else path.parent) / "config.json"
     return (hf.default_model(config_json, "") or None) if config_json.is_file() else None
 
