@@ -2,7 +2,9 @@
 (`anchor`, `positive`, and optional hard negatives), read and featurized.
 
 Files (`read_pairs`): CSV (standard quoting) or TSV (tab-separated, no quoting) with a header, or
-JSONL (one object a line). Columns: `anchor` and `positive` (texts), and hard negatives in a
+JSONL (one object a line). Columns: `anchor` and `positive` (texts; or by the names other data
+sets give them, `query` / `question` and `passage` / `answer` / `document`: the first of
+`ANCHOR_COLUMNS` and of `POSITIVE_COLUMNS` present), and hard negatives in a
 column `negative` and/or columns `negative_1`, `negative_2`, ... (in that order); in JSONL
 `negative` may also be a list of texts. Every row has as many hard negatives as the first one
 (a batch is one array). Other columns are ignored. A missing column, an empty or non-text value,
@@ -35,6 +37,27 @@ from bert_jax.data import text_io
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 _NEGATIVE = re.compile(r"negative(?:_(\d+))?$")
+# The names a pair's two texts go by in the data sets people have: the first present is read.
+ANCHOR_COLUMNS = ("anchor", "query", "question")
+POSITIVE_COLUMNS = ("positive", "passage", "answer", "document")
+
+
+def pair_columns(columns: Sequence[str], where: str) -> tuple[str, str]:
+    """(anchor column, positive column) of a file or record with `columns`: the first of
+    ANCHOR_COLUMNS and of POSITIVE_COLUMNS present; ValueError naming what is missing and the
+    columns there are."""
+    anchor = next((c for c in ANCHOR_COLUMNS if c in columns), None)
+    positive = next((c for c in POSITIVE_COLUMNS if c in columns), None)
+    if anchor is None or positive is None:
+        missing = [
+            " or ".join(repr(c) for c in names)
+            for names, found in ((ANCHOR_COLUMNS, anchor), (POSITIVE_COLUMNS, positive))
+            if found is None
+        ]
+        raise ValueError(
+            f"{where}: missing column {' and '.join(missing)}; it has {sorted(columns)}"
+        )
+    return anchor, positive
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +120,7 @@ def _jsonl_rows(path: str, f) -> Iterator[tuple[str, str, str, tuple[str, ...]]]
             raise ValueError(f"{where}: not a JSON object: {e}") from None
         if not isinstance(record, dict):
             raise ValueError(f"{where}: expected a JSON object, got {record!r:.40}")
-        missing = [c for c in ("anchor", "positive") if c not in record]
-        if missing:
-            raise ValueError(
-                f"{where}: missing column(s) {missing}; the record has {sorted(record)}"
-            )
+        anchor_column, positive_column = pair_columns(list(record), where)
         negatives = []
         for column in sorted(
             (c for c in record if _negative_order(c) is not None), key=_negative_order
@@ -111,8 +130,9 @@ def _jsonl_rows(path: str, f) -> Iterator[tuple[str, str, str, tuple[str, ...]]]
                 negatives += [_text(v, where, f"{column}[{i}]") for i, v in enumerate(values)]
             else:
                 negatives.append(_text(values, where, column))
-        anchor = _text(record["anchor"], where, "anchor")
-        yield where, anchor, _text(record["positive"], where, "positive"), tuple(negatives)
+        anchor = _text(record[anchor_column], where, anchor_column)
+        positive = _text(record[positive_column], where, positive_column)
+        yield where, anchor, positive, tuple(negatives)
 
 
 def _table_rows(path: str, f, tsv: bool) -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
@@ -120,11 +140,9 @@ def _table_rows(path: str, f, tsv: bool) -> Iterator[tuple[str, str, str, tuple[
     _, header = next(rows, (0, None))
     if header is None:
         raise ValueError(f"{path} is empty")
-    missing = [c for c in ("anchor", "positive") if c not in header]
-    if missing:
-        raise ValueError(f"{path}: the header lacks the column(s) {missing}; it has {header}")
+    anchor, positive = pair_columns(header, f"{path}: the header")
     negatives = sorted((c for c in header if _negative_order(c) is not None), key=_negative_order)
-    index = {c: header.index(c) for c in ("anchor", "positive", *negatives)}
+    index = {c: header.index(c) for c in (anchor, positive, *negatives)}
     for line, row in rows:
         if not row or not any(field.strip() for field in row):
             continue
@@ -132,7 +150,7 @@ def _table_rows(path: str, f, tsv: bool) -> Iterator[tuple[str, str, str, tuple[
         if len(row) != len(header):
             raise ValueError(f"{where}: {len(row)} field(s), but the header has {len(header)}")
         texts = {c: _text(row[i], where, c) for c, i in index.items()}
-        yield where, texts["anchor"], texts["positive"], tuple(texts[c] for c in negatives)
+        yield where, texts[anchor], texts[positive], tuple(texts[c] for c in negatives)
 
 
 def read_pairs(path: str | os.PathLike, max_examples: int = 0) -> Pairs:

@@ -79,7 +79,9 @@ def test_bad_pairs_are_named(tmp_path, rows, message):
 
 def test_bad_tables_are_named(tmp_path):
     with pytest.raises(
-        ValueError, match=r"p\.csv: the header lacks the column\(s\) \['positive'\]"
+        ValueError,
+        match=r"p\.csv: the header: missing column 'positive' or 'passage' or 'answer' or "
+        r"'document'; it has \['anchor', 'text'\]",
     ):
         pairs.read_pairs(write_table(tmp_path / "p.csv", ["anchor", "text"], [["a", "b"]]))
     with pytest.raises(ValueError, match=r"p\.csv:3: column 'negative' is empty"):
@@ -92,6 +94,22 @@ def test_bad_tables_are_named(tmp_path):
         )
     with pytest.raises(ValueError, match=r"unknown pairs format"):
         pairs.read_pairs(tmp_path / "p.txt")
+
+
+def test_pairs_under_the_names_other_data_sets_give_them(tmp_path):
+    """query / question and passage / answer / document read as anchor and positive (the
+    retrieval sets' and QA sets' names), in JSONL and tables; anchor and positive win where a
+    file has both."""
+    rows = [{"query": "q1", "positive": "p1", "negative": "n1"}, {"query": "q2", "positive": "p2",
+            "negative": "n2"}]  # fmt: skip
+    read = pairs.read_pairs(write_jsonl(tmp_path / "p.jsonl", rows))
+    assert (read.anchors, read.positives, read.negatives) == (["q1", "q2"], ["p1", "p2"],
+                                                              [("n1",), ("n2",)])  # fmt: skip
+    table = write_table(tmp_path / "p.csv", ["answer", "question"], [["a1", "q1"]])
+    read = pairs.read_pairs(table)
+    assert (read.anchors, read.positives) == (["q1"], ["a1"])
+    both = write_jsonl(tmp_path / "b.jsonl", [{"query": "x", "anchor": "a", "positive": "p"}])
+    assert pairs.read_pairs(both).anchors == ["a"]
 
 
 def test_features_hold_anchor_positive_negatives(bert_tokenizer):
