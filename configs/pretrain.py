@@ -254,6 +254,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 200 if tiny else 5_000
     c.max_checkpoints_to_keep = 3
     c.async_checkpointing = True
+    # A rerun that resumes this workdir's run must keep its settings but for the cadences,
+    # num_train_steps and the mesh (bert_jax.training.settings.RESUMABLE), or these: dotted names,
+    # comma-separated, changed on purpose (e.g. "optimizer.peak_learning_rate" after a
+    # non-finite loss).
+    c.resume_changes = ""
     # "" = scratch; or a Hugging Face directory, TF checkpoint or bert_jax directory to start from.
     c.init_from = ""
     # The MLM decoder's output bias at step 0 (scratch runs): "zeros" (BERT) or "unigram", the log

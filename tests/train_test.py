@@ -322,12 +322,14 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_pre
             tiny_pretraining_build,
             "--config.checkpoint_every_steps=2",
             "--config.optimizer.peak_learning_rate=1e30",
+            "--config.resume_changes=optimizer.peak_learning_rate",  # a change on purpose
             no_clip,
             steps=12,
         ),
         check=False,
     )
     assert proc.returncode != 0 and "restored checkpoint 2" in proc.stderr
+    assert "with changes on purpose: optimizer.peak_learning_rate: 0.004 -> 1e+30" in proc.stderr
     assert "non-finite loss" in proc.stderr and "last good checkpoint is step" in proc.stderr
     steps = sorted(int(s) for s in os.listdir(workdir / "checkpoints") if s.isdigit())
     last_logged_finite = max(

@@ -178,7 +178,9 @@ def check_resumed_run(config, workdir, resumable: tuple[str, ...] = RESUMABLE) -
     Args:
       config: this run's experiment config.
       workdir: the run's directory (a URL stays one).
-      resumable: dotted names of the fields (or blocks) a resumed run may change.
+      resumable: dotted names of the fields (or blocks) a resumed run may change; the config's
+        `resume_changes` (comma-separated dotted names) adds those a user changes on purpose,
+        said on one W line.
 
     Raises:
       ValueError: the settings differ, naming each changed field with its earlier and new values
@@ -197,8 +199,18 @@ def check_resumed_run(config, workdir, resumable: tuple[str, ...] = RESUMABLE) -
             f"{path}, the settings of the run in {workdir}, is no JSON ({e}); use another "
             f"--workdir, or remove {checkpoints[0]} to start afresh"
         ) from None
+    chosen = tuple(k.strip() for k in str(config.get("resume_changes", "")).split(",") if k.strip())
+    resumable = (*resumable, "resume_changes", *chosen)
     old = deciding_fields(earlier, resumable)
     new = deciding_fields(json.loads(config.to_json_best_effort()), resumable)
+    if chosen and checkpoints:
+        taken = record_differences(
+            {"config": deciding_fields(earlier, resumable[: -len(chosen)])},
+            {"config": deciding_fields(json.loads(config.to_json_best_effort()),
+                                       resumable[: -len(chosen)]), "data": {}},
+        )  # fmt: skip
+        if taken:
+            logging.warning("resuming %s with changes on purpose: %s", workdir, "; ".join(taken))
     changes = record_differences({"config": old}, {"config": new, "data": {}})
     if not changes:
         return
@@ -209,10 +221,17 @@ def check_resumed_run(config, workdir, resumable: tuple[str, ...] = RESUMABLE) -
         f"--config.{k}={_flag_value(old[k])}" for k in sorted(old) if k in new and old[k] != new[k]
     ]
     earlier_values = f", or rerun with the earlier values: {' '.join(flags)}" if flags else ""
+    changed = ",".join(sorted(k for k in new if k in old and old[k] != new[k]))
+    on_purpose = (
+        f"; or, to resume it with these changes on purpose (a lower learning rate after a "
+        f"non-finite loss, say), add --config.resume_changes={changed}"
+        if changed
+        else ""
+    )
     raise ValueError(
         f"{workdir} holds a run (training checkpoints in {checkpoints[0]}) with other settings, "
         f"which this run would resume and take for its own: {'; '.join(changes)}. Use another "
-        f"--workdir for a new run{earlier_values}"
+        f"--workdir for a new run{earlier_values}{on_purpose}"
     )
 
 

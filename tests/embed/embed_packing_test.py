@@ -14,6 +14,7 @@ from bert_jax.data import batching
 from bert_jax.embed import packing, pairs
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.families import Role
 from bert_jax.models.params import init_params
 from bert_jax.training import objectives, steps
 
@@ -36,7 +37,7 @@ def encoder(family: str, dropout: float = 0.0):
         names = ("attention_dropout", "embedding_dropout", "mlp_dropout")
     fields.update(dict.fromkeys(names, dropout))
     cfg = families.config_from_fields(fields)
-    cls = families.get_model_class(families.head_in_family(cfg, "BertModel"))
+    cls = families.get_model_class(families.head_in_family(cfg, Role.ENCODER))
     model = cls(cfg, RuntimeConfig(dtype="float32", attention="xla"))
     return model, init_params(model, jax.random.PRNGKey(0))
 

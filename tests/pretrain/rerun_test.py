@@ -86,7 +86,8 @@ def test_a_rerun_of_other_settings_is_refused_naming_each_change(objective, tmp_
     assert f"optimizer.peak_learning_rate: {lr!r} -> 0.5" in line, line
     assert "Use another --workdir" in line, line
     assert f"--config.global_batch_size={batch} " in line, line
-    assert line.endswith(f"--config.optimizer.peak_learning_rate={lr!r}"), line
+    assert f"--config.optimizer.peak_learning_rate={lr!r}; or, to resume it with these " in line
+    assert line.endswith("--config.resume_changes=global_batch_size,optimizer.peak_learning_rate")
     assert snapshot(workdir) == before
     assert json.loads((workdir / "config.json").read_text())["global_batch_size"] == batch
 
