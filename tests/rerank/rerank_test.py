@@ -418,6 +418,8 @@ def _rows(rng, n, pointwise_dev=False):
     return rows
 
 
+@pytest.mark.e2e  # the default stage: the objective's packed == padded per loss (above) and a
+# packed listwise job run as users start it (test_listwise_rows_train_by_default_...)
 def test_reranker_job_trains_packed_pairs_as_padded_ones(tmp_path):
     """train.py's reranker job in this process on the suite's 8 devices: 4 steps of 8 listwise
     rows (a positive and 2 negatives each; 24 pairs a step, packed several to a row, the labels
