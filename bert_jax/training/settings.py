@@ -221,11 +221,11 @@ def check_resumed_run(config, workdir, resumable: tuple[str, ...] = RESUMABLE) -
         f"--config.{k}={_flag_value(old[k])}" for k in sorted(old) if k in new and old[k] != new[k]
     ]
     earlier_values = f", or rerun with the earlier values: {' '.join(flags)}" if flags else ""
-    changed = ",".join(sorted(k for k in new if k in old and old[k] != new[k]))
-    on_purpose = (
+    changed = sorted(k for k in new if k in old and old[k] != new[k])
+    on_purpose = (  # not for the model's shapes: its checkpoint would not fit them
         f"; or, to resume it with these changes on purpose (a lower learning rate after a "
-        f"non-finite loss, say), add --config.resume_changes={changed}"
-        if changed
+        f"non-finite loss, say), add --config.resume_changes={','.join(changed)}"
+        if changed and not any(k.startswith("model.") for k in changed)
         else ""
     )
     raise ValueError(
