@@ -523,6 +523,23 @@ def test_each_seed_draws_its_own_head_on_the_same_encoder(training_texts, tmp_pa
     )
 
 
+def _train_py_as_a_user(tmp_path, variant: str, *flags: str) -> subprocess.CompletedProcess:
+    """train.py's reranker job on `tmp_path`/train.jsonl into `tmp_path`/run, as a user starts
+    it: a process of its own, no HF_* variable, a fresh HOME (`commands_test.clean_env`)."""
+    from tests.commands_test import clean_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    cmd = [
+        sys.executable, "train.py", f"--config=configs/rerank.py:{variant}",
+        f"--workdir={tmp_path / 'run'}", f"--config.rerank.train_file={tmp_path / 'train.jsonl'}",
+        "--config.async_checkpointing=False", *flags,
+    ]  # fmt: skip
+    return subprocess.run(
+        cmd, cwd=ROOT, env=clean_env(home), capture_output=True, text=True, timeout=900
+    )
+
+
 def test_listwise_rows_train_by_default_and_a_reranker_worse_than_its_first_stage_says_so(
     tmp_path,
 ):
@@ -531,8 +548,6 @@ def test_listwise_rows_train_by_default_and_a_reranker_worse_than_its_first_stag
     them), said on one line; a reranker taught the opposite of the dev labels (its positives are
     the dev set's negatives) orders dev worse than a first stage that put every positive first,
     and the run says so on one W line (exit 0, the export written)."""
-    from tests.commands_test import clean_env
-
     rng = np.random.default_rng(2)
     tokenization.train_wordpiece([" ".join(WORDS)] * 3, vocab_size=60, min_frequency=1).save(
         tmp_path / "vocab"
@@ -547,18 +562,12 @@ def test_listwise_rows_train_by_default_and_a_reranker_worse_than_its_first_stag
     for name, records in (("train", rows), ("dev", dev)):
         with open(tmp_path / f"{name}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-    home, workdir = tmp_path / "home", tmp_path / "run"
-    home.mkdir()
-    cmd = [
-        sys.executable, "train.py", "--config=configs/rerank.py:size=tiny",
-        f"--workdir={workdir}", f"--config.rerank.train_file={tmp_path / 'train.jsonl'}",
-        f"--config.rerank.dev_file={tmp_path / 'dev.jsonl'}",
+    workdir = tmp_path / "run"
+    proc = _train_py_as_a_user(
+        tmp_path, "size=tiny", f"--config.rerank.dev_file={tmp_path / 'dev.jsonl'}",
         f"--config.rerank.tokenizer={tmp_path / 'vocab'}", "--config.rerank.num_epochs=2",
-        "--config.async_checkpointing=False", "--compilation_cache_dir=off",
-    ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env=clean_env(home), capture_output=True, text=True, timeout=600
-    )
+        "--compilation_cache_dir=off",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     assert "rerank.loss=auto: listwise, the loss for listwise rows" in out
@@ -578,8 +587,6 @@ def test_the_default_recipe_learns_from_minilm(tmp_path):
     environment), listwise rows of the easy task (a positive and 3 negatives each): in 16 steps
     at the default learning rate the loss leaves chance (ln 4), where the old default (2e-5)
     left it at 1.27."""
-    from tests.commands_test import clean_env
-
     rng = np.random.default_rng(3)
     pointwise = _rows(rng, 64)
     positives, negatives = pointwise[::2], pointwise[1::2]
@@ -591,17 +598,11 @@ def test_the_default_recipe_learns_from_minilm(tmp_path):
     ]  # fmt: skip
     with open(tmp_path / "train.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    home, workdir = tmp_path / "home", tmp_path / "run"
-    home.mkdir()
-    cmd = [
-        sys.executable, "train.py", "--config=configs/rerank.py:init=minilm",
-        f"--workdir={workdir}", f"--config.rerank.train_file={tmp_path / 'train.jsonl'}",
-        "--config.rerank.max_seq_length=32", "--config.global_batch_size=4",
-        "--config.log_every_steps=4", "--config.async_checkpointing=False",
-    ]  # fmt: skip
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env=clean_env(home), capture_output=True, text=True, timeout=900
-    )
+    workdir = tmp_path / "run"
+    proc = _train_py_as_a_user(
+        tmp_path, "init=minilm", "--config.rerank.max_seq_length=32",
+        "--config.global_batch_size=4", "--config.log_every_steps=4",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     from tests.conformance_test import train_rows
 
