@@ -113,6 +113,8 @@ def metric_rows(run_dir) -> list[dict]:
     return [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
 
 
+@pytest.mark.e2e  # not yet deterministic: one full run here saw dev accuracy tie at 10, 20, 30
+# steps, so the final model was the best and the premise failed; to make it so, then back
 def test_results_describe_the_kept_model_and_its_step(work):
     """keep=best keeps an early model (the dev labels are permuted: learning makes dev worse):
     results.json, the dev predictions and the model card give that model's scores and step, not
