@@ -199,18 +199,18 @@ def check_resumed_run(config, workdir, resumable: tuple[str, ...] = RESUMABLE) -
             f"{path}, the settings of the run in {workdir}, is no JSON ({e}); use another "
             f"--workdir, or remove {checkpoints[0]} to start afresh"
         ) from None
+    current = json.loads(config.to_json_best_effort())
     chosen = tuple(k.strip() for k in str(config.get("resume_changes", "")).split(",") if k.strip())
-    resumable = (*resumable, "resume_changes", *chosen)
-    old = deciding_fields(earlier, resumable)
-    new = deciding_fields(json.loads(config.to_json_best_effort()), resumable)
+    base = (*resumable, "resume_changes")
     if chosen and checkpoints:
         taken = record_differences(
-            {"config": deciding_fields(earlier, resumable[: -len(chosen)])},
-            {"config": deciding_fields(json.loads(config.to_json_best_effort()),
-                                       resumable[: -len(chosen)]), "data": {}},
-        )  # fmt: skip
+            {"config": deciding_fields(earlier, base)},
+            {"config": deciding_fields(current, base), "data": {}},
+        )
         if taken:
             logging.warning("resuming %s with changes on purpose: %s", workdir, "; ".join(taken))
+    old = deciding_fields(earlier, (*base, *chosen))
+    new = deciding_fields(current, (*base, *chosen))
     changes = record_differences({"config": old}, {"config": new, "data": {}})
     if not changes:
         return
