@@ -268,8 +268,9 @@ def own_rows(args) -> tuple[list[dict], list[dict], list[dict]]:
         raise SystemExit("error: --rows and --dev_rows go together")
     rows = _read_jsonl(args.rows)[: args.pairs]
     args.num_negatives = sum(1 for c in rows[0] if c.startswith("negative"))
+    dev = _read_jsonl(args.dev_rows)
     queries: dict[str, dict] = {}
-    for r in _read_jsonl(args.dev_rows):
+    for r in dev:
         sample = queries.setdefault(
             r["query"], {"query": r["query"], "positive": [], "documents": []}
         )
@@ -278,7 +279,7 @@ def own_rows(args) -> tuple[list[dict], list[dict], list[dict]]:
             sample["positive"].append(r["passage"])
     samples = list(queries.values())[: args.dev]
     kept = {s["query"] for s in samples}
-    points = [r for r in _read_jsonl(args.dev_rows) if r["query"] in kept]
+    points = [r for r in dev if r["query"] in kept]
     return rows, points, samples
 
 
