@@ -211,8 +211,12 @@ def _module_level_imports(path: pathlib.Path) -> list[str]:
     [("data", m) for m in sorted(DATA)] + [("finetune", m) for m in sorted(FINETUNE_DATA)],
 )
 def test_host_side_data_modules_use_no_framework_at_import(package, module):
-    for name in _module_level_imports(PACKAGE / package / f"{module}.py"):
-        assert name.split(".")[0] not in HOST_ONLY, f"{package}.{module} imports {name}"
+    path = PACKAGE / package / f"{module}.py"
+    files = [path] if path.exists() else sorted((PACKAGE / package / module).glob("*.py"))
+    assert files, f"{package}.{module}: no such module or package"
+    for file in files:
+        for name in _module_level_imports(file):
+            assert name.split(".")[0] not in HOST_ONLY, f"{package}.{module} imports {name}"
 
 
 def test_pretraining_data_pulls_in_no_tensorflow_or_torch():

@@ -212,9 +212,9 @@ def test_answer_split_across_windows(tokenizer):
     [(0, 5, 3), (1, 5, 3), (7, 1, 1), (50, 5, 3), (50, 24, 16), (333, 150, 128), (450, 300, 128)],
 )
 def test_max_context_equals_run_squad_rule(num_tokens, max_tokens, stride):
-    spans = squad._window_starts(num_tokens, max_tokens, stride)
+    spans = squad.features._window_starts(num_tokens, max_tokens, stride)
     assert spans[-1][0] + spans[-1][1] == num_tokens
-    flags = squad._max_context(spans)
+    flags = squad.features._max_context(spans)
     for i, (start, length) in enumerate(spans):
         expected = [_check_is_max_context(spans, i, start + k) for k in range(length)]
         assert flags[i].tolist() == expected, i
