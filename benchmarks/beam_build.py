@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import data_pipeline  # noqa: E402  (benchmarks/, beside this file)
 
-from bert_jax.pretrain.data import build, sources  # noqa: E402
+from bert_jax.pretrain.data import build, default_corpus, sources  # noqa: E402
 from bert_jax.pretrain.data.examples import PretrainingOptions  # noqa: E402
 
 NUM_SHARDS = 16
@@ -57,7 +57,7 @@ def _corpus(data_dir: str, plays: int = 0) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     documents = [
         play[i : i + SENTENCES_PER_DOCUMENT]
-        for play in sources.default_corpus_documents()[: plays or None]
+        for play in default_corpus.default_corpus_documents()[: plays or None]
         for i in range(0, len(play), SENTENCES_PER_DOCUMENT)
     ]
     for k, path in enumerate(paths):
@@ -81,7 +81,7 @@ def run_one(builder: str, workers: int, dupe_factor: int, data_dir: str, plays: 
     paths = _corpus(data_dir, plays)
     out = os.path.join(data_dir, f"out_{builder}_{workers}_{dupe_factor}")
     shutil.rmtree(out, ignore_errors=True)
-    tokenizer = sources.default_corpus_tokenizer()
+    tokenizer = default_corpus.default_corpus_tokenizer()
     options = PretrainingOptions(dupe_factor=dupe_factor)
     if builder == "beam":
         from bert_jax.pretrain.data import beam_build

@@ -49,9 +49,9 @@ def write_corpus(directory: str, num_rows: int, num_shards: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bert_jax.pretrain.data import sources
+    from bert_jax.pretrain.data import default_corpus
 
-    lines = [s for document in sources.default_corpus_documents() for s in document]
+    lines = [s for document in default_corpus.default_corpus_documents() for s in document]
     if num_rows > len(lines):
         raise ValueError(f"--rows={num_rows}: the plays have {len(lines)} sentences")
     bounds = np.linspace(0, num_rows, num_shards + 1).astype(int)

@@ -30,7 +30,7 @@ import psutil
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bert_jax.pretrain.data import build, pipeline, sources  # noqa: E402
+from bert_jax.pretrain.data import build, default_corpus, pipeline  # noqa: E402
 from bert_jax.pretrain.data.examples import PretrainingOptions  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def _shards(data_dir: str, seq_len: int, plays: int = 0) -> str:
     """Builds (once) dynamic-masking shards of the default corpus (or its first `plays` plays, at
     least 4: one a shard) at `seq_len` tokens."""
     out = os.path.join(data_dir, f"shakespeare_len{seq_len}" + (f"_plays{plays}" if plays else ""))
-    tokenizer = sources.default_corpus_tokenizer(os.path.join(data_dir, "vocab"))
+    tokenizer = default_corpus.default_corpus_tokenizer(os.path.join(data_dir, "vocab"))
     options = PretrainingOptions(
         max_seq_length=seq_len,
         max_predictions_per_seq=round(seq_len * 0.15),
@@ -60,7 +60,7 @@ def _shards(data_dir: str, seq_len: int, plays: int = 0) -> str:
     if not plays:
         build.build_default_corpus_shards(out, tokenizer, options, num_shards=4, progress=False)
     else:
-        documents = sources.default_corpus_documents()[:plays]
+        documents = default_corpus.default_corpus_documents()[:plays]
         build.build_pretraining_shards(
             documents, out, tokenizer, options, num_shards=4, progress=False
         )

@@ -83,9 +83,11 @@ SHORT_TOKENS, LONG_TOKENS = (10, 30), (128, 256)
 def corpus_texts(kind: str, num_lines: int, count_tokens) -> list[str]:
     """`num_lines` texts of the plays (`kind` as `--texts`); `count_tokens(texts)` -> int [N],
     each text's tokens with [CLS] and [SEP]."""
-    from bert_jax.pretrain.data import sources
+    from bert_jax.pretrain.data import default_corpus
 
-    documents = [[s.replace("\t", " ") for s in d] for d in sources.default_corpus_documents()]
+    documents = [
+        [s.replace("\t", " ") for s in d] for d in default_corpus.default_corpus_documents()
+    ]
     sentences = [s for d in documents for s in d]
     if kind == "lines":
         texts = sentences

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from bert_jax.pretrain.data import build, pipeline, sources  # noqa: E402
+from bert_jax.pretrain.data import build, default_corpus, pipeline  # noqa: E402
 from bert_jax.pretrain.data.examples import PretrainingOptions  # noqa: E402
 
 
@@ -41,12 +41,12 @@ def _shards(data_dir: str, short_seq_prob: float, plays: int = 0) -> str:
     out = os.path.join(
         data_dir, f"shakespeare_ssp{short_seq_prob}" + (f"_plays{plays}" if plays else "")
     )
-    tokenizer = sources.default_corpus_tokenizer(os.path.join(data_dir, "vocab"))
+    tokenizer = default_corpus.default_corpus_tokenizer(os.path.join(data_dir, "vocab"))
     options = PretrainingOptions(dupe_factor=5, static_masking=False, short_seq_prob=short_seq_prob)
     if not plays:
         build.build_default_corpus_shards(out, tokenizer, options, progress=False)
     else:
-        documents = sources.default_corpus_documents()[:plays]
+        documents = default_corpus.default_corpus_documents()[:plays]
         shards = min(plays, 8)
         build.build_pretraining_shards(
             documents, out, tokenizer, options, num_shards=shards, progress=False

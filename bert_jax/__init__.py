@@ -1,4 +1,4 @@
-"""bert_jax: exact BERT-style encoders (BERT, ModernBERT, RoBERTa, XLM-RoBERTa) in JAX/Flax.
+"""bert_jax: BERT-style encoders in JAX/Flax, exact to transformers (every registered family).
 
 import bert_jax
 model, params, config, tokenizer, head = bert_jax.from_pretrained(hf_dir, "BertForPreTraining")
@@ -10,6 +10,14 @@ Every registered family's config class (`BertConfig`, `ModernBertConfig`, `Rober
 `XLMRobertaConfig`, ...) and model classes (`BertModel`, `ModernBertForMaskedLM`,
 `XLMRobertaForSequenceClassification`, ...) are attributes of this package, taken from the
 registry (`bert_jax.models.families`): a family added there is exported with no edit here.
+
+What importing it sets, and nothing else (tests/xla_flags_test.py checks it):
+- the environment variables `XLA_FLAGS` and `LIBTPU_INIT_ARGS`, adding the project's flags for
+  this machine (`xla_flags.apply`; none where none is measured, none with
+  `BERT_JAX_XLA_FLAGS=0`, never one the user named);
+- JAX's `jax_platforms` option, only where libtpu is installed, no TPU chip is attached and
+  neither `JAX_PLATFORMS` nor the option is set: to the GPU and CPU, or the CPU alone, so that
+  JAX does not start libtpu without a chip (`parallel.aot.skip_absent_tpu_backend`).
 """
 
 # xla_flags first, before anything can start a JAX backend: importing it sets the project's XLA

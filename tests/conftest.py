@@ -40,10 +40,10 @@ TINY_DATA_OVERRIDES = [
 def tiny_pretraining_build(tmp_path_factory):
     """The directory of a finished small pretraining build (dynamic masking)."""
     from bert_jax import tokenization
-    from bert_jax.pretrain.data import build, sources
+    from bert_jax.pretrain.data import build, default_corpus
 
     out = tmp_path_factory.mktemp("pretraining_build")
-    documents = sources.default_corpus_documents()[:6]
+    documents = default_corpus.default_corpus_documents()[:6]
     tokenizer = tokenization.train_wordpiece(
         (s for d in documents for s in d), vocab_size=400, lowercase=True
     )

@@ -190,10 +190,10 @@ def test_tfrecord_shards_read_from_a_bucket(fake_bucket, tmp_path):
     import shutil
 
     from bert_jax import tokenization
-    from bert_jax.pretrain.data import build, pipeline, sources
+    from bert_jax.pretrain.data import build, default_corpus, pipeline
 
     root, seen = fake_bucket
-    documents = sources.default_corpus_documents()[:4]
+    documents = default_corpus.default_corpus_documents()[:4]
     tokenizer = tokenization.train_wordpiece(
         (s for d in documents for s in d), vocab_size=300, lowercase=True
     )

@@ -66,14 +66,15 @@ import bert_jax
 from bert_jax import convert, inference
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.pretrain.data import sources
+from bert_jax.pretrain.data import default_corpus
 
 assert bert_jax.__file__.startswith(sys.argv[1]), bert_jax.__file__  # the wheel's copy
-tokenizer = sources.default_corpus_tokenizer()
+tokenizer = default_corpus.default_corpus_tokenizer()
 assert tokenizer.vocab_size == 8192
 cfg = BertConfig.preset("tiny", vocab_size=8192)
 params = bert_jax.init_params(bert_jax.BertForMaskedLM(cfg), jax.random.PRNGKey(0))
 convert.save_pretrained("mlm", cfg, params, "BertForMaskedLM")
-pathlib.Path("mlm/vocab.txt").write_text(sources.DEFAULT_CORPUS_VOCAB.read_text())
+pathlib.Path("mlm/vocab.txt").write_text(default_corpus.DEFAULT_CORPUS_VOCAB.read_text())
 config, params, _, tok = inference.load("mlm")
 (answers,) = inference.fill_mask(config, params, tok, ["to be or not to [MASK]"], top_k=3)
 assert len(answers[0]) == 3, answers

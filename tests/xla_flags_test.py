@@ -98,3 +98,37 @@ def test_inference_steps_compile_with_this_machines_options(monkeypatch):
     assert "__ynn_fusion" in step.lower(x).compile().as_text()  # XLA's default
     assert "__ynn_fusion" not in tuned.lower(x).compile().as_text()
     assert float(jnp.abs(tuned(x) - step(x)).max()) < 1e-6
+
+
+IMPORT_CHANGES = """
+import json, os, jax
+env, options = dict(os.environ), dict(jax.config.values)
+import bert_jax
+print(json.dumps({
+    "env": sorted(k for k in {*env, *os.environ} if env.get(k) != os.environ.get(k)),
+    "options": sorted(k for k, v in jax.config.values.items() if options.get(k) != v),
+    "doc": bert_jax.__doc__,
+}))
+"""
+
+
+def test_import_bert_jax_sets_only_what_its_docstring_names(tmp_path):
+    """`import bert_jax` in a user's environment (no JAX_PLATFORMS, a fresh HOME) changes no
+    environment variable and no JAX option but those bert_jax/__init__.py documents."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.commands_test import clean_env
+
+    env = clean_env(tmp_path)
+    env.pop(xla_flags.DISABLE_VARIABLE, None)
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_CHANGES], env=env, capture_output=True, text=True, check=True
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    documented_env, documented_options = {"XLA_FLAGS", "LIBTPU_INIT_ARGS"}, {"jax_platforms"}
+    assert set(seen["env"]) <= documented_env, seen["env"]
+    assert set(seen["options"]) <= documented_options, seen["options"]
+    for name in documented_env | documented_options:
+        assert f"`{name}`" in seen["doc"], f"bert_jax's docstring does not name {name}"

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import EncoderConfig
 from bert_jax.models.families import family_of
 from bert_jax.paths import as_path
 
@@ -161,7 +161,7 @@ _ARCHITECTURE_FIELDS = (
 
 
 def render(
-    bert_config: BertConfig,
+    bert_config: EncoderConfig,
     head: str,
     records: RunRecords = RunRecords(),
     *,
@@ -206,7 +206,7 @@ def _model_index(name: str, pipeline: str, dataset: str, metrics: Mapping) -> li
     return [{"name": name, "results": [results]}]
 
 
-def _description(bert_config: BertConfig, head: str, records: RunRecords) -> list[str]:
+def _description(bert_config: EncoderConfig, head: str, records: RunRecords) -> list[str]:
     """The card's body lines: what it is, its metrics, architecture and training."""
     job = _get(records.experiment, "job")
     lines = [
@@ -237,7 +237,7 @@ def _description(bert_config: BertConfig, head: str, records: RunRecords) -> lis
 
 
 def render_sentence_transformer(
-    bert_config: BertConfig,
+    bert_config: EncoderConfig,
     body: str,
     *,
     pooling: str,
@@ -304,7 +304,7 @@ def _names(value: Any) -> list[str]:
     return [s.strip() for s in items if s.strip()]
 
 
-def for_run(out_dir, bert_config: BertConfig, head: str, config, run_dir) -> str:
+def for_run(out_dir, bert_config: EncoderConfig, head: str, config, run_dir) -> str:
     """The card of a job's export in `out_dir`, from the run directory's records and the
     experiment config's `model_card` block (license, datasets, language; defaults without it)."""
     options = config.get("model_card") or {}
@@ -331,7 +331,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--language", default="", help="comma-separated language codes")
 
 
-def write_from_flags(args: argparse.Namespace, bert_config: BertConfig, head: str, fmt: str):
+def write_from_flags(args: argparse.Namespace, bert_config: EncoderConfig, head: str, fmt: str):
     """The card of a converted checkpoint: the records of the run it came from when SRC is a
     train.py run directory or an export inside one (`<run>/export`, `<run>/hf`)."""
     src = as_path(args.src)

@@ -359,7 +359,8 @@ def train_wordpiece(
     numbered in sorted order, so the ids depend only on the set of pieces learned. That set is not
     quite deterministic: the trainer breaks ties between equally frequent merges in hash order, so
     two trainings can differ in a few rare pieces. Save the result and reuse it (the default
-    corpus's vocabulary ships with the package for this reason: `sources.DEFAULT_CORPUS_VOCAB`).
+    corpus's vocabulary ships with the package for this reason:
+    `pretrain.data.default_corpus.DEFAULT_CORPUS_VOCAB`).
 
     Args:
       texts: the training text, any number of strings (lines or documents).

@@ -28,7 +28,7 @@ from bert_jax.inference import fill_mask, loading
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models import families
 from bert_jax.models.params import init_params
-from bert_jax.pretrain.data import sources
+from bert_jax.pretrain.data import default_corpus, sources
 from bert_jax.pretrain.fill_mask_demo import masked_examples
 from bert_jax.tokenization import unigram
 from bert_jax.training import export as training_export
@@ -60,7 +60,12 @@ CONFIGS = {
 
 def _lines() -> list[str]:
     stats = sources.SourceStats()
-    return [s for s in sources.default_corpus_document(sources.default_corpus_files()[0], stats)]
+    return [
+        s
+        for s in default_corpus.default_corpus_document(
+            default_corpus.default_corpus_files()[0], stats
+        )
+    ]
 
 
 def _unigram(lines):

@@ -6,7 +6,14 @@ import sys
 
 import pytest
 
-from bert_jax.pretrain.data import build, build_dir, create_pretraining_data, records, sources
+from bert_jax.pretrain.data import (
+    build,
+    build_dir,
+    create_pretraining_data,
+    default_corpus,
+    records,
+    sources,
+)
 from bert_jax.pretrain.data.examples import PretrainingOptions
 from tests.pretrain.conftest import write_corpus
 
@@ -20,7 +27,7 @@ DIRECT = ["--runner=DirectRunner", "--direct_num_workers=1"]
 @pytest.fixture(scope="module")
 def plays(tmp_path_factory):
     """Seven plays, 120 sentences each, one sentence a line, in two files ending in blank lines."""
-    documents = [d[:120] for d in sources.default_corpus_documents()[:7]]
+    documents = [d[:120] for d in default_corpus.default_corpus_documents()[:7]]
     directory = tmp_path_factory.mktemp("plays")
     paths = []
     for k, part in enumerate((documents[:4], documents[4:])):
@@ -32,7 +39,7 @@ def plays(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return sources.default_corpus_tokenizer()
+    return default_corpus.default_corpus_tokenizer()
 
 
 def shard_records(out_dir, metadata):
@@ -74,7 +81,7 @@ def test_direct_runner_equals_local_build_nsp_static_masking(tmp_path, plays, to
 def test_cli_direct_runner_equals_local_cli_mlm_only_dynamic_masking(tmp_path, plays):
     common = [
         f"--input_file={','.join(plays)}",
-        f"--vocab_file={sources.DEFAULT_CORPUS_VOCAB}",
+        f"--vocab_file={default_corpus.DEFAULT_CORPUS_VOCAB}",
         "--do_lower_case=true",
         "--no-split_sentences",
         "--no-next_sentence_prediction",
@@ -191,7 +198,7 @@ def test_parquet_rows_on_a_bucket_build_the_records_of_the_same_text_files(
     from tests.data import hf_files
 
     root, _ = fake_bucket
-    documents = [d[:120] for d in sources.default_corpus_documents()[:7]]
+    documents = [d[:120] for d in default_corpus.default_corpus_documents()[:7]]
     for k, part in enumerate((documents[:4], documents[4:])):
         rows = ["\n\n".join(d) for d in part]  # Blank lines inside a row separate nothing.
         hf_files.write_parquet({"text": rows}, root / f"corpus/{k}.parquet", row_group_size=3)

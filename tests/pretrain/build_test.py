@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from bert_jax.pretrain.data import build, build_dir, records, sources
+from bert_jax.pretrain.data import build, build_dir, default_corpus, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 from tests.pretrain.conftest import EXCERPT
 
@@ -189,7 +189,7 @@ def test_default_corpus_build_for_the_main_job(tmp_path, monkeypatch):
     )
     assert metadata["num_records"] > 9000
     assert metadata["corpus"]["documents"] == 38
-    assert metadata["tokenizer"]["vocab_size"] == sources.DEFAULT_CORPUS_VOCAB_SIZE
+    assert metadata["tokenizer"]["vocab_size"] == default_corpus.DEFAULT_CORPUS_VOCAB_SIZE
     assert metadata["source"]["files"] == 38 and metadata["source"]["replaced_utf8_sequences"] == 0
     monkeypatch.setattr(sources, "default_corpus_documents", None)  # A rerun must not need it.
     assert (

@@ -214,17 +214,17 @@ def test_documented_command_writes_the_originals_records(tmp_path, bert_vocab_di
 def test_parquet_rows_build_the_records_of_the_same_text_files(tmp_path, capsys):
     """--input_file='corpus/*.parquet' --text_column=text: one document a row (blank lines in a
     row separate nothing), the records of the text files holding the same documents."""
-    from bert_jax.pretrain.data import sources
+    from bert_jax.pretrain.data import default_corpus
     from tests.data import hf_files
     from tests.pretrain.conftest import write_corpus
 
-    documents = [d[:40] for d in sources.default_corpus_documents()[:5]]
+    documents = [d[:40] for d in default_corpus.default_corpus_documents()[:5]]
     write_corpus(tmp_path / "plays.txt", documents)
     rows = ["\n\n".join(d[:3]) + "\n" + "\n".join(d[3:]) for d in documents]
     hf_files.write_parquet({"text": rows[:3]}, tmp_path / "corpus/a.parquet", row_group_size=2)
     hf_files.save_to_disk({"text": rows[3:] + [None]}, str(tmp_path / "corpus/saved"))
     common = [
-        f"--vocab_file={sources.DEFAULT_CORPUS_VOCAB}",
+        f"--vocab_file={default_corpus.DEFAULT_CORPUS_VOCAB}",
         "--do_lower_case=true",
         "--max_seq_length=32",
         "--max_predictions_per_seq=5",

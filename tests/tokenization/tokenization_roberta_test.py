@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bert_jax import tokenization
-from bert_jax.pretrain.data import sources
+from bert_jax.pretrain.data import default_corpus, sources
 from bert_jax.tokenization import unigram
 from tests.tokenization.tokenization_test import HARD_TEXTS
 
@@ -19,9 +19,9 @@ MASKED = ["To be or not to <mask>, that is the question.", "<mask> my lord!", "a
 
 @pytest.fixture(scope="module")
 def play_lines():
-    files = sources.default_corpus_files()[:2]
+    files = default_corpus.default_corpus_files()[:2]
     stats = sources.SourceStats()
-    return [s for f in files for s in sources.default_corpus_document(f, stats)]
+    return [s for f in files for s in default_corpus.default_corpus_document(f, stats)]
 
 
 @pytest.fixture(scope="module")

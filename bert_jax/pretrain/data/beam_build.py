@@ -46,7 +46,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax.data import tables
-from bert_jax.pretrain.data import build, build_dir, corpus, sources
+from bert_jax.pretrain.data import build, build_dir, corpus, default_corpus, sources
 from bert_jax.pretrain.data.examples import (
     PretrainingOptions,
     VocabInfo,
@@ -174,13 +174,13 @@ class Tfds:
 
 @dataclasses.dataclass(frozen=True)
 class DefaultCorpus:
-    """The Shakespeare plays of `sources.default_corpus_documents` (one element per play)."""
+    """The Shakespeare plays of `default_corpus.default_corpus_documents` (one element per play)."""
 
     def source_id(self) -> str:
-        return sources.default_corpus_version()
+        return default_corpus.default_corpus_version()
 
     def expand(self, pipeline):
-        paths = [str(p) for p in sources.default_corpus_files()]
+        paths = [str(p) for p in default_corpus.default_corpus_files()]
         return (
             pipeline
             | "Plays" >> beam.Create(paths, reshuffle=True)
@@ -251,7 +251,7 @@ def _tfds_document(example: dict, text_key: str, where: str):
 
 def _read_play(path: str):
     stats = sources.SourceStats()
-    document = sources.default_corpus_document(path, stats)
+    document = default_corpus.default_corpus_document(path, stats)
     _count("source", stats.to_dict())
     if document:
         yield document

@@ -420,7 +420,7 @@ def build_default_corpus_shards(
     progress: bool = True,
     tokenizer_kind: str = "wordpiece",
 ) -> dict:
-    """Builds the main job's data: the Shakespeare corpus (`sources.default_corpus_documents`).
+    """Builds the main job's data: the plays (`default_corpus.default_corpus_documents`).
 
     Idempotent: a finished build returns at once without reading the corpus; an interrupted one is
     finished. Without a tokenizer, the corpus's own 8192-piece WordPiece vocabulary is trained
@@ -428,34 +428,34 @@ def build_default_corpus_shards(
 
     Args:
       out_dir: the output directory.
-      tokenizer: a `tokenization` tokenizer; None uses `sources.default_corpus_tokenizer`.
+      tokenizer: a `tokenization` tokenizer; None uses `default_corpus.default_corpus_tokenizer`.
       options: default: 128 tokens, 20 predictions, dupe_factor 5, NSP on, dynamic masking (new
         masks each epoch suit a corpus this small).
       num_shards, record_format, num_workers, progress: as in `build_pretraining_shards`.
       tokenizer_kind: without a tokenizer, the corpus's own vocabulary of this kind:
         "wordpiece" (BERT's), "bpe" (RoBERTa's byte-level BPE) or "unigram" (XLM-R's;
-        `sources.default_corpus_tokenizer`).
+        `default_corpus.default_corpus_tokenizer`).
 
     Returns:
       The build's metadata.
     """
-    from bert_jax.pretrain.data import sources
+    from bert_jax.pretrain.data import default_corpus
 
     out_dir = os.fspath(out_dir)
     build_dir.check_output_dir(out_dir)
     if tokenizer is None:
-        tokenizer = sources.default_corpus_tokenizer(out_dir, kind=tokenizer_kind)
+        tokenizer = default_corpus.default_corpus_tokenizer(out_dir, kind=tokenizer_kind)
     options = options or PretrainingOptions(dupe_factor=5, static_masking=False)
     stats = SourceStats()
     return build_pretraining_shards(
-        lambda: sources.default_corpus_documents(stats),
+        lambda: default_corpus.default_corpus_documents(stats),
         out_dir,
         tokenizer,
         options,
         num_shards=num_shards,
         record_format=record_format,
         num_workers=num_workers,
-        source_id=sources.default_corpus_version(),
+        source_id=default_corpus.default_corpus_version(),
         source_stats=stats,
         progress=progress,
     )

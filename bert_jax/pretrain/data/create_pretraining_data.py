@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from absl import logging
 
 from bert_jax import cli, tokenization
-from bert_jax.pretrain.data import build, build_dir, records, sources
+from bert_jax.pretrain.data import build, build_dir, default_corpus, records, sources
 from bert_jax.pretrain.data.examples import PretrainingOptions
 
 
@@ -204,7 +204,7 @@ def _tokenizer(args: argparse.Namespace):
     elif args.original_tokenizer:
         raise ValueError("--original_tokenizer needs a --vocab_file")
     elif args.default_corpus:
-        return sources.default_corpus_tokenizer(args.output_dir)
+        return default_corpus.default_corpus_tokenizer(args.output_dir)
     else:
         raise ValueError("--vocab_file is required (except with --default_corpus)")
 
@@ -235,8 +235,8 @@ def _documents(args: argparse.Namespace, stats: sources.SourceStats) -> tuple[Ca
             stats=stats,
         )
     else:
-        documents = lambda: sources.default_corpus_documents(stats)
-        source_id = sources.default_corpus_version()
+        documents = lambda: default_corpus.default_corpus_documents(stats)
+        source_id = default_corpus.default_corpus_version()
     return documents, source_id
 
 

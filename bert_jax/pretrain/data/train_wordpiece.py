@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from absl import logging
 
 from bert_jax import cli, tokenization
-from bert_jax.pretrain.data import sources
+from bert_jax.pretrain.data import default_corpus, sources
 from bert_jax.pretrain.data.sources import Document
 
 
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
 def _documents(args: argparse.Namespace, stats: sources.SourceStats) -> Iterable[Document]:
     """The documents the flags name (counted into `stats`), or the seeded sample of them."""
     if args.default_corpus:
-        documents = sources.default_corpus_documents(stats)
+        documents = default_corpus.default_corpus_documents(stats)
     elif args.text_column:
         documents = sources.table_documents(
             args.input_file, args.text_column, split_sentences=False, stats=stats
