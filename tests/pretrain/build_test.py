@@ -191,7 +191,9 @@ def test_default_corpus_build_for_the_main_job(tmp_path, monkeypatch):
     assert metadata["corpus"]["documents"] == 38
     assert metadata["tokenizer"]["vocab_size"] == default_corpus.DEFAULT_CORPUS_VOCAB_SIZE
     assert metadata["source"]["files"] == 38 and metadata["source"]["replaced_utf8_sequences"] == 0
-    monkeypatch.setattr(sources, "default_corpus_documents", None)  # A rerun must not need it.
+    monkeypatch.setattr(
+        default_corpus, "default_corpus_documents", None
+    )  # A rerun must not need it.
     assert (
         build.build_default_corpus_shards(out, options=options, num_shards=2, progress=False)
         == metadata
