@@ -84,8 +84,8 @@ def bert_jax_worker(args) -> None:
     for name in ("first", "timed"):
         job = bulk.Job(
             "embed", args.model, os.path.join(args.corpus, "*.parquet"),
-            os.path.join(args.out, name), id_column="id", pooling="mean", batch_size=BATCH,
-            max_seq_length=MAX_SEQ_LENGTH, progress=False,
+            os.path.join(args.out, name), id_column="id", options={"pooling": "mean"},
+            batch_size=BATCH, max_seq_length=MAX_SEQ_LENGTH, progress=False,
         )  # fmt: skip
         cpu = time.process_time()
         passes.append(bulk.run(job))

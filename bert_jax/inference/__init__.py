@@ -7,8 +7,9 @@ maps, fill-mask. The command line is `python -m bert_jax.inference` (`__main__`)
 
 Modules: `loading` (checkpoints, and what each family's modules take, from the registry),
 `batches` (input files, encoding, batched runs in input order), `encoder` (embed,
-attention_map), `heads` (predict, a cross-encoder's scores, fill_mask), `bulk`
-(embed/predict/rerank over a corpus of shards, on many processes, as a resumable job).
+attention_map), `heads` (predict, a cross-encoder's scores, fill_mask), `commands` (the
+command line's commands, one module each, and their registry), `bulk` (any command's bulk form
+over a corpus of shards, on many processes, as a resumable job).
 """
 
 from bert_jax.inference.batches import (

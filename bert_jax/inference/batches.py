@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -183,60 +184,94 @@ def run_batched(
     # Host arrays go to the device once; placed ones (a mesh's, perhaps over many processes) stay.
     params = jax.tree.map(lambda x: x if isinstance(x, jax.Array) else jax.device_put(x), params)
     inputs = {k: encoded[k] for k in (*INPUT_COLUMNS, "example_weights")}
-    if not max_segments:
-        parts = [(np.arange(n), inputs, None, batch_size)]
+    if max_segments:
+        parts = _packed_parts(inputs, batch_size, buckets, max_segments, row_multiple)
+        buckets, group_by_length = None, False  # each part's rows are of one length
+    else:
+        parts = [_Part(np.arange(n), inputs, None, batch_size)]
         if group_by_length is None:
             group_by_length = buckets is not None  # similar lengths together: little padding
-    else:
-        width = inputs["input_ids"].shape[1]
-        lengths = batching.row_lengths(inputs)
-        parts = []
-        for row_length, texts in row_groups(lengths, buckets or (width,)).items():
-            packed, info = pack_texts(
-                {k: v[texts] for k, v in inputs.items()}, max_segments, min(row_length, width)
-            )
-            # The rows of about batch_size texts, a power of two (at most batch_size): few
-            # shapes however densely a call's texts pack (bulk inference calls once a chunk).
-            rows = min(_power_of_two(-(-batch_size * info.num_rows // len(texts))), batch_size)
-            parts.append((texts, packed, info, _round_up(rows, row_multiple)))
-        buckets, group_by_length = None, False  # each part's rows are of one length
-    total = sum(batching.num_batches(batching.num_rows(p[1]), p[3]) for p in parts)
+    total = sum(batching.num_batches(batching.num_rows(p.features), p.rows) for p in parts)
     show = total >= PROGRESS_MIN_BATCHES if progress is None else progress
     bar = tqdm.tqdm(total=n, disable=not show, desc=desc, unit="text")
     outputs = [[] for _ in parts]
     indices = [[] for _ in parts]
     pending = None
-    for part, (_, features, info, rows) in enumerate(parts):
+    for which, part in enumerate(parts):
         for batch, idx in batching.batches(
-            features,
-            rows,
+            part.features,
+            part.rows,
             bucket_boundaries=buckets,
             group_by_length=group_by_length,
             return_indices=True,
         ):
-            if info is not None:  # a part's last batch: a power of two of rows, not all
-                keep = min(rows, _round_up(_power_of_two(int(np.sum(idx >= 0))), row_multiple))
+            if part.info is not None:  # a part's last batch: a power of two of rows, not all
+                keep = _round_up(_power_of_two(int(np.sum(idx >= 0))), row_multiple)
+                keep = min(part.rows, keep)
                 batch, idx = {k: v[:keep] for k, v in batch.items()}, idx[:keep]
             texts = int(np.sum(batch.pop("example_weights") > 0))
             out = step_fn(params, batch)  # dispatched asynchronously: the next is cut meanwhile
             if pending is not None:
                 outputs[pending[2]].append(np.asarray(pending[0]))
                 bar.update(pending[1])
-            pending = (out, texts, part)
-            indices[part].append(idx)
+            pending = (out, texts, which)
+            indices[which].append(idx)
     outputs[pending[2]].append(np.asarray(pending[0]))
     bar.update(pending[1])
     bar.close()
+    width = inputs["input_ids"].shape[1] if per_token else None
+    return _in_input_order(parts, outputs, indices, n, width)
+
+
+class _Part(NamedTuple):
+    """Texts that `run_batched` batches together: which (indices [T]), their features (one text
+    a row, or packed), the packing (`batching.PackingInfo`, or None) and the rows a batch holds."""
+
+    texts: np.ndarray
+    features: dict[str, np.ndarray]
+    info: batching.PackingInfo | None
+    rows: int
+
+
+def _packed_parts(
+    inputs: dict[str, np.ndarray],
+    batch_size: int,
+    buckets: Sequence[int] | None,
+    max_segments: int,
+    row_multiple: int,
+) -> list[_Part]:
+    """The texts packed into rows of each length of `row_groups`, one part a length, each
+    batch the rows of about `batch_size` texts (a power of two, then a multiple of
+    `row_multiple`)."""
+    width = inputs["input_ids"].shape[1]
+    lengths = batching.row_lengths(inputs)
+    parts = []
+    for row_length, texts in row_groups(lengths, buckets or (width,)).items():
+        packed, info = pack_texts(
+            {k: v[texts] for k, v in inputs.items()}, max_segments, min(row_length, width)
+        )
+        # The rows of about batch_size texts, a power of two (at most batch_size): few shapes
+        # however densely a call's texts pack (bulk inference calls once a chunk).
+        rows = min(_power_of_two(-(-batch_size * info.num_rows // len(texts))), batch_size)
+        parts.append(_Part(texts, packed, info, _round_up(rows, row_multiple)))
+    return parts
+
+
+def _in_input_order(
+    parts: Sequence[_Part], outputs: list, indices: list, n: int, width: int | None
+) -> np.ndarray:
+    """Each part's batch outputs put back in input order, unpacked: [n, ...] (per token, with
+    `width` the features' length: [n, width, ...])."""
     result = None
-    for (texts, features, info, _), outs, idx in zip(parts, outputs, indices):
-        out = batching.unbatch(outs, idx, batching.num_rows(features))
-        if info is not None and per_token:
-            out = batching.unpack_tokens(out, info, width=inputs["input_ids"].shape[1])
-        elif info is not None:
-            out = batching.unpack_examples(out, info)
+    for part, outs, idx in zip(parts, outputs, indices):
+        out = batching.unbatch(outs, idx, batching.num_rows(part.features))
+        if part.info is not None and width is not None:
+            out = batching.unpack_tokens(out, part.info, width=width)
+        elif part.info is not None:
+            out = batching.unpack_examples(out, part.info)
         if result is None:
             result = np.zeros((n, *out.shape[1:]), out.dtype)
-        result[texts] = out
+        result[part.texts] = out
     return result
 
 

@@ -1,5 +1,7 @@
-"""Inference over a corpus as a job: `embed`, `predict` or `rerank` over many input shards, on
-many hosts (docs/inference.md).
+"""Inference over a corpus as a job: any registered command with a bulk form
+(`commands.BulkForm`) over many input shards, on many hosts (docs/inference.md). This module
+names no command: each one's settings, model, step and output columns are its own module's
+(`bert_jax.inference.commands`).
 
     python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' \\
         --text_column=text --id_column=id --output emb/
@@ -13,14 +15,8 @@ are the input's in order:
 
     <id column>     the input's --id_column, its name and values   (or, without --id_column:)
     file, row       string: the input file; int64: the row's index in it, from 0
-    embedding       embed: float32 [E] (list<float32>[E]); [P][E] with --layers
-    label           predict: string, the most probable label
-    probabilities   predict: struct of one float32 field per label, named by the label
-                    (`{"neg": 0.1, "pos": 0.9}` per row, as the JSONL form writes it; fields
-                    in the order of the metadata's `label_names`); a regression writes
-                    `score`, float32, instead of both
-    score           rerank: float32, the cross-encoder's logit through the activation the
-                    model's directory names (metadata `activation`), as `CrossEncoder.predict`
+    ...             the command's own columns (`Rows.columns`), as its module's docstring
+                    in `bert_jax.inference.commands` describes them
 
 The file's metadata (key "bert_jax") holds the job's settings as used and its input's size and
 SHA-256 (`input_fingerprint`). OUT/_job.json holds the settings once the first input's columns and
@@ -40,13 +36,13 @@ id and column; nothing of that shard is written.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -59,28 +55,17 @@ from jax.sharding import Mesh
 from bert_jax import paths
 from bert_jax.data import batching, tables, text_io
 from bert_jax.data.text_io import encode_texts
-from bert_jax.inference import batches, encoder, heads, loading
+from bert_jax.inference import batches, commands
 from bert_jax.parallel import multihost, sharding
 from bert_jax.training import run_lock
 
-COMMANDS = ("embed", "predict", "rerank")
 JOB_RECORD = "_job.json"  # "_": not a data file to `tables.expand_inputs`
 METADATA_KEY = b"bert_jax"
 FINGERPRINT = "input_fingerprint"  # the shard metadata's record of its input
-# Settings that change what a row holds: a rerun must keep them (batch size and the processes
-# may change: they change no row beyond float rounding).
-RECORDED = (
-    "command",
-    "model",
-    "text_column",
-    "text_pair_column",
-    "query_column",
-    "id_column",
-    "pooling",
-    "normalize",
-    "layers",
-    "max_seq_length",
-)
+# Settings of every command that change what a row holds, beside the command's own
+# (`BulkForm.settings`): a rerun must keep them (batch size and the processes may change: they
+# change no row beyond float rounding).
+RECORDED = ("command", "model", "text_column", "id_column")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,22 +73,18 @@ class Job:
     """What to run over which files.
 
     Attributes:
-      command: "embed" (pooled hidden states), "predict" (a sequence classifier's labels) or
-        "rerank" (a cross-encoder's scores of (query, text) pairs).
+      command: the name of a registered command with a bulk form (`commands.bulk_form`).
       model: the checkpoint (any family; `loading.load`).
       input: a glob, folder or file names (comma-separated), local or gs://.
       output: the output folder, local or gs://.
-      text_column: the text of each row ("text" for text files); rerank: the passage.
-      text_pair_column: predict: each row's second text (pairs), or None.
-      query_column: rerank: each row's query, the pair's first text.
+      text_column: the text of each row ("text" for text files; a pair's second text, as the
+        command's `BulkForm.text_columns` says).
       id_column: the column identifying rows, copied to the output; None: file and row.
-      pooling, normalize, layers: embed's (`encoder.embed`); pooling and normalize None: a
-        sentence-transformers directory's, else CLS and not normalized
-        (`encoder.embedding_options`).
+      options: the command's own settings by name (`BulkForm.settings`; one left out is None),
+        e.g. {"pooling": "mean"}.
       batch_size: rows per batch on this process (rounded up to a multiple of its devices).
       max_seq_length: tokens kept per row (longer rows are truncated, and counted); at most the
-        model's max_sequence_length; None: a sentence-transformers directory's, else 128
-        (rerank: the directory's, else the model's max_sequence_length, as CrossEncoder).
+        model's max_sequence_length; None: the command's default (its `BulkForm.load`).
       chunk_rows: rows read and tokenized at a time (packing and length grouping happen within
         a chunk).
       pack: put the rows of a chunk several to a packed row (`batches.pack_texts`); the same
@@ -116,51 +97,48 @@ class Job:
     input: str
     output: str
     text_column: str = tables.TEXT_COLUMN
-    text_pair_column: str | None = None
-    query_column: str | None = None
     id_column: str | None = None
-    pooling: str | None = None
-    normalize: bool | None = None
-    layers: tuple[int, ...] | None = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     batch_size: int = 64
     max_seq_length: int | None = None
     chunk_rows: int = 4096
     pack: bool = True
     progress: bool = True
 
+    @property
+    def form(self) -> commands.BulkForm:
+        """The command's bulk form; ValueError for a command without one."""
+        return commands.bulk_form(self.command)
+
     def record(self) -> dict:
-        """The settings a rerun must keep (RECORDED), as given, as JSON values (`_Model.record`:
-        as used)."""
+        """The settings a rerun must keep (RECORDED, the command's own, max_seq_length), as
+        given, as JSON values (`_Model.record`: as used)."""
         out = {k: getattr(self, k) for k in RECORDED}
-        out["layers"] = None if self.layers is None else list(self.layers)
         out["model"] = os.fspath(paths.as_path(self.model))  # absolute: the same from anywhere
+        for name in self.form.settings:
+            value = self.options.get(name)
+            out[name] = list(value) if isinstance(value, tuple) else value
+        out["max_seq_length"] = self.max_seq_length
         return out
 
     def text_columns(self) -> tuple[str, str | None]:
         """The columns of each row's first and second text (None: single texts)."""
-        if self.command == "rerank":
-            return self.query_column, self.text_column
-        return self.text_column, self.text_pair_column
+        return self.form.text_columns(self.text_column, self.options)
 
     def check(self) -> None:
         """Raises ValueError for a setting the command does not take, or a missing one."""
-        if self.command not in COMMANDS:
-            raise ValueError(f"command must be one of {COMMANDS}, got {self.command!r}")
+        form = self.form
         if self.batch_size < 1 or self.chunk_rows < 1:
             raise ValueError(
                 f"batch_size and chunk_rows must be >= 1: {self.batch_size}, {self.chunk_rows}"
             )
-        if self.text_pair_column and self.command != "predict":
+        unknown = [name for name in self.options if name not in form.settings]
+        if unknown:
             raise ValueError(
-                f"--text_pair_column is for predict; {self.command} takes "
-                + ("one text a row" if self.command == "embed" else "--query_column")
+                f"{self.command} takes no setting {unknown[0]!r}; its settings: "
+                + (", ".join(form.settings) or "none")
             )
-        if (self.command == "rerank") != bool(self.query_column):
-            raise ValueError(
-                "rerank needs --query_column (and --text_column, the passage)"
-                if self.command == "rerank"
-                else f"--query_column is for rerank, not {self.command}"
-            )
+        form.check(self.options)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,41 +259,9 @@ class _Model:
     """The job's model on this process's devices: `run(texts, texts_b)` -> outputs, tokens."""
 
     def __init__(self, job: Job):
-        self.activation = None
-        if job.command == "embed":
-            config, params, self.tokenizer, settings = loading.load_embedder(job.model)
-            options, warnings = encoder.embedding_options(
-                settings,
-                pooling=job.pooling,
-                normalize=job.normalize,
-                max_seq_length=job.max_seq_length,
-            )
-            for warning in warnings:
-                logging.warning("%s: %s", job.model, warning)
-            step, params = encoder.embedder(
-                config,
-                params,
-                pooling=options.pooling,
-                normalize=options.normalize,
-                layers=job.layers,
-            )
-            wanted_length = options.max_seq_length
-            used = {"pooling": options.pooling, "normalize": options.normalize}
-        elif job.command == "rerank":
-            ce = loading.load_cross_encoder(job.model)
-            config, params, self.tokenizer = ce.config, ce.params, ce.tokenizer
-            model = heads.cross_encoder(config, ce.head)
-            step = functools.partial(batches.tuned(heads.logits_step, ("model",)), model=model)
-            self.activation = ce.activation
-            wanted_length = ce.pair_length(job.max_seq_length)
-            used = {}
-        else:
-            config, params, head, self.tokenizer = loading.load(job.model)
-            model = heads.classifier(config, head)
-            step = functools.partial(batches.tuned(heads.logits_step, ("model",)), model=model)
-            wanted_length = job.max_seq_length or encoder.EmbeddingOptions().max_seq_length
-            used = {}
-        self.config, self.job = config, job
+        # The command's model, step and columns (`BulkForm.load`).
+        self.rows = job.form.load(job.model, job.options, job.max_seq_length)
+        self.config, self.tokenizer, self.job = self.rows.config, self.rows.tokenizer, job
         # A mesh of this process's own devices: rows are independent, so each process runs its
         # shards alone; the batch is split over the devices, the parameters replicated.
         devices = np.asarray(jax.local_devices()).reshape(-1, 1, 1)
@@ -329,13 +275,15 @@ class _Model:
                 self.batch_size,
                 num_devices,
             )
-        self.params = jax.device_put(params, sharding.replicated(self.mesh))
+        self.params = jax.device_put(self.rows.params, sharding.replicated(self.mesh))
+        step = self.rows.step
 
         def placed_step(params, batch):
             return step(params, jax.device_put(batch, sharding.batch_shardings(batch, self.mesh)))
 
         self.step = placed_step
-        self.max_seq_length = min(wanted_length, config.max_sequence_length)
+        wanted_length = self.rows.max_seq_length
+        self.max_seq_length = min(wanted_length, self.config.max_sequence_length)
         if self.max_seq_length < wanted_length:
             logging.info(
                 "max_seq_length %d -> %d: the longest row the model takes",
@@ -344,7 +292,7 @@ class _Model:
             )
         self.buckets = batches.inference_buckets(self.max_seq_length)
         self.truncated = 0
-        self.used = {**used, "max_seq_length": self.max_seq_length}
+        self.used = {**self.rows.used, "max_seq_length": self.max_seq_length}
 
     def record(self) -> dict:
         """The settings a rerun must keep, as used: `Job.record` with the model's defaults in
@@ -359,8 +307,8 @@ class _Model:
         return encoded
 
     def run(self, encoded: dict[str, np.ndarray]) -> np.ndarray:
-        """The step's output for every row of `encoded`, in order: float32 [N, P, E] (embed) or
-        [N, num_labels] (predict's and rerank's logits).
+        """The step's output for every row of `encoded`, in order: float32 [N, ...] (the
+        command's `Rows.step`: [N, P, E] pooled states, [N, num_labels] logits).
 
         Packed (`Job.pack`): the chunk's rows go several to a packed row, and a batch is the
         rows of about B texts, a multiple of the devices. Else the rows run longest first, B at a
@@ -467,16 +415,9 @@ class _ShardWriter:
     """Output tables of one shard (module docstring's columns), with one schema throughout."""
 
     def __init__(self, job: Job, model: _Model, source: str, fingerprint: dict):
-        self.job, self.source = job, source
-        meta = {**model.record(), "input": source, FINGERPRINT: fingerprint}
-        if job.command == "predict":
-            meta["label_names"] = list(heads.label_names(model.config))
-        if job.command == "rerank":
-            meta["activation"] = model.activation
+        self.job, self.source, self.rows = job, source, model.rows
+        meta = {**model.record(), "input": source, FINGERPRINT: fingerprint, **model.rows.metadata}
         self.metadata = {METADATA_KEY: json.dumps(meta).encode()}
-        self.activation = model.activation or "identity"  # predict's regression: the logit
-        self.regression = model.config.num_labels == 1
-        self.names = heads.label_names(model.config)
         self.schema: pa.Schema | None = None
 
     def columns(self, first: int, ids: list | None, out: np.ndarray) -> dict[str, pa.Array]:
@@ -495,16 +436,7 @@ class _ShardWriter:
                 "file": pa.array([self.source] * n, pa.string()),
                 "row": pa.array(np.arange(first, first + n, dtype=np.int64)),
             }
-        if self.job.command == "embed":
-            emb = out if self.job.layers is not None else out[:, 0]
-            cols["embedding"] = _fixed_lists(np.asarray(emb, np.float32))
-        elif self.regression:
-            cols["score"] = pa.array(heads.scores(out, self.activation))
-        else:
-            probs = heads.probabilities(out)
-            cols["label"] = pa.array([self.names[i] for i in probs.argmax(-1)], pa.string())
-            cols["probabilities"] = _named_fields(probs, self.names)
-        return cols
+        return {**cols, **self.rows.columns(out)}
 
     def table(self, first: int, ids: list | None, out: np.ndarray) -> pa.Table:
         cols = self.columns(first, ids, out)
@@ -513,27 +445,10 @@ class _ShardWriter:
             self.schema = pa.schema(fields, metadata=self.metadata)
         return pa.Table.from_arrays(list(cols.values()), schema=self.schema)
 
-    def empty_table(self, model: _Model) -> pa.Table:
+    def empty_table(self) -> pa.Table:
         """A table of no rows (an input file without rows still gets its output shard)."""
-        width = self.job.command == "embed" and model.config.hidden_size
-        dims = (0, len(self.job.layers or [0]), width) if width else (0, len(self.names))
         ids = [] if self.job.id_column else None  # of type null: no row to tell its type
-        return self.table(0, ids, np.zeros(dims, np.float32))
-
-
-def _named_fields(values: np.ndarray, names: Sequence[str]) -> pa.StructArray:
-    """float32 [N, K] -> a struct array of N rows, one float32 field per name (K names): a
-    file that says which probability is which label."""
-    fields = [pa.array(np.ascontiguousarray(values[:, k])) for k in range(len(names))]
-    return pa.StructArray.from_arrays(fields, names=list(names))
-
-
-def _fixed_lists(values: np.ndarray) -> pa.Array:
-    """float32 [N, d1, ...] -> a FixedSizeList array of N rows (nested for more axes)."""
-    flat = pa.array(values.reshape(-1))
-    for size in reversed(values.shape[1:]):
-        flat = pa.FixedSizeListArray.from_arrays(flat, size)
-    return flat
+        return self.table(0, ids, np.zeros((0, *self.rows.row_shape), np.float32))
 
 
 def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable) -> tuple:
@@ -555,7 +470,7 @@ def _write_shard(job: Job, model: _Model, source: str, target, advance: Callable
                 counts[1] += int(encoded["attention_mask"].sum())
                 advance(len(table))
             if writer is None:
-                table = shard.empty_table(model)
+                table = shard.empty_table()
                 writer = pq.ParquetWriter(local_path, table.schema)
                 writer.write_table(table)
         finally:

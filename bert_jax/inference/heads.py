@@ -7,7 +7,7 @@ and XLM-R's "<mask>")."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -37,6 +37,12 @@ def logits_step(params, batch, *, model: nn.Module):
         **loading.token_type_inputs(model, batch["token_type_ids"]),
     )
     return out.logits.astype(jnp.float32)
+
+
+def classifier_step(model: nn.Module) -> Callable:
+    """`logits_step` of `model` compiled with this machine's inference options
+    (`batches.tuned`): step(params, batch) -> float32 [B, num_labels]."""
+    return functools.partial(batches.tuned(logits_step, ("model",)), model=model)
 
 
 def classifier(config: EncoderConfig, name: str, command: str = "predict") -> nn.Module:
@@ -118,7 +124,7 @@ def predict(
     max_seq_length = min(max_seq_length, config.max_sequence_length)  # the model's positions
     encoded = batches.features(tokenizer, texts, texts_b, max_seq_length)
     logits = batches.run_batched(
-        functools.partial(batches.tuned(logits_step, ("model",)), model=model),
+        classifier_step(model),
         params,
         encoded,
         batch_size=batch_size,

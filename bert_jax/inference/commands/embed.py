@@ -1,0 +1,136 @@
+"""`embed`: sentence embeddings of the encoder of any checkpoint (`encoder.embed`), pooled,
+normalized and truncated as a sentence-transformers directory says unless the flags say
+otherwise; one text file into float32 [N, E] .npy, or a corpus into Parquet shards
+(`inference.bulk`) with the column
+
+    embedding       float32 [E] (list<float32>[E]); [P][E] with --layers
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from absl import logging
+
+from bert_jax import paths
+from bert_jax.inference import batches, encoder, loading
+from bert_jax.inference.commands import base
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pooling, --normalize, --layers, then the corpus flags."""
+    parser.add_argument(
+        "--pooling",
+        choices=encoder.POOLINGS,
+        default=None,
+        help="default: a sentence-transformers directory's, else cls",
+    )
+    parser.add_argument(
+        "--normalize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="unit-length embeddings; default: a sentence-transformers directory's, else no",
+    )
+    parser.add_argument(
+        "--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2"
+    )
+    base.add_corpus_arguments(
+        parser, max_seq_length_help="; default: a sentence-transformers directory's, else 128"
+    )
+
+
+def _layers(text: str) -> tuple[int, ...] | None:
+    """--layers "-1,-2" -> (-1, -2); "" -> None (the last layer alone)."""
+    return tuple(int(x) for x in text.split(",")) if text else None
+
+
+def run(args: argparse.Namespace) -> None:
+    """Writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
+    config, params, tokenizer, settings = loading.load_embedder(args.model)  # any head's encoder
+    options, warnings = encoder.embedding_options(
+        settings,
+        pooling=args.pooling,
+        normalize=args.normalize,
+        max_seq_length=args.max_seq_length,
+    )
+    for warning in warnings:
+        print(f"warning: {args.model}: {warning}", file=sys.stderr)
+    texts, _ = batches.read_texts(args.input)
+    emb = encoder.embed(
+        config,
+        params,
+        tokenizer,
+        texts,
+        pooling=options.pooling,
+        normalize=options.normalize,
+        layers=_layers(args.layers),
+        batch_size=args.batch_size,
+        max_seq_length=options.max_seq_length,
+        pack=args.pack,
+    )
+    paths.write_bytes_whole(args.output, base.npy_bytes(emb))
+    print(f"wrote {emb.shape} embeddings to {args.output}")
+
+
+def fixed_lists(values: np.ndarray) -> pa.Array:
+    """float32 [N, d1, ...] -> a FixedSizeList array of N rows (nested for more axes)."""
+    flat = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        flat = pa.FixedSizeListArray.from_arrays(flat, size)
+    return flat
+
+
+def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> base.Rows:
+    """The encoder of `model`'s checkpoint, pooling as `options` say (else as its
+    sentence-transformers directory does); each row's `embedding`."""
+    config, params, tokenizer, settings = loading.load_embedder(model)
+    used, warnings = encoder.embedding_options(
+        settings,
+        pooling=options.get("pooling"),
+        normalize=options.get("normalize"),
+        max_seq_length=max_seq_length,
+    )
+    for warning in warnings:
+        logging.warning("%s: %s", model, warning)
+    layers = options.get("layers")
+    step, params = encoder.embedder(
+        config, params, pooling=used.pooling, normalize=used.normalize, layers=layers
+    )
+
+    def columns(out: np.ndarray) -> dict[str, pa.Array]:
+        emb = out if layers is not None else out[:, 0]  # [N, P, E] or [N, E]
+        return {"embedding": fixed_lists(np.asarray(emb, np.float32))}
+
+    return base.Rows(
+        config,
+        params,
+        tokenizer,
+        step,
+        used.max_seq_length,
+        columns,
+        (len(layers or [0]), config.hidden_size),
+        used={"pooling": used.pooling, "normalize": used.normalize},
+    )
+
+
+COMMAND = base.Command(
+    "embed",
+    "embeddings of a text file into .npy",
+    add_arguments,
+    run,
+    base.BulkForm(
+        ("pooling", "normalize", "layers"),
+        load,
+        file_suffixes=(".npy",),
+        from_args=lambda args: {
+            "pooling": args.pooling,
+            "normalize": args.normalize,
+            "layers": _layers(args.layers),
+        },
+    ),
+)
