@@ -49,6 +49,7 @@ from bert_jax.models.outputs import (
     MaskedLMOutput,
     QuestionAnsweringOutput,
 )
+from bert_jax.models.rotary import rotary
 
 Array = jax.Array
 
@@ -72,26 +73,6 @@ def _norm(cfg: ModernBertConfig, rt: RuntimeConfig, name: str) -> nn.LayerNorm:
 def _out_stddev(cfg: ModernBertConfig) -> float:
     """ModernBERT's initializer for layers writing into the residual stream: range / sqrt(2n)."""
     return cfg.initializer_range / math.sqrt(2.0 * cfg.num_hidden_layers)
-
-
-def rotary(x: Array, positions: Array, theta: float) -> Array:
-    """Rotary position embedding (RoPE, rotate-half pairing) of queries or keys.
-
-    Args:
-      x: [B, L, H, D] queries or keys; D even.
-      positions: [B, L] int positions.
-      theta: the base of the frequencies (the layer's global or local theta).
-
-    Returns:
-      [B, L, H, D] in x's dtype, rotated in float32.
-    """
-    dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))  # [D/2]
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, L, 1, D]
-    xf = x.astype(jnp.float32)
-    half = jnp.concatenate([-xf[..., dim // 2 :], xf[..., : dim // 2]], axis=-1)
-    return (xf * jnp.cos(angles) + half * jnp.sin(angles)).astype(x.dtype)
 
 
 class ModernBertEmbeddings(nn.Module):
