@@ -6,7 +6,7 @@ each query reads the keys' relative positions (content-to-position, `c2p`) and e
 query's (position-to-content, `p2c`), both from one table of relative-position embeddings
 (`encoder/rel_embeddings`, normalized once per forward under `norm_rel_ebd`) projected by each
 layer's own query and key projections (`share_att_key`). Distances beyond `position_buckets // 2`
-share log-spaced buckets (`make_log_bucket_position`); the scores are scaled by
+share log-spaced buckets (`models.relative_position`); the scores are scaled by
 1 / sqrt(D (1 + number of position terms)). The position terms reach the shared kernels as a
 score bias (`models.attention.attend(..., bias=)`: xla and fused_xla; cudnn and splash are
 refused up front). Masking is transformers': a padding query's whole row is masked too and the
@@ -62,6 +62,7 @@ from bert_jax.models.outputs import (
     MaskedLMOutput,
     QuestionAnsweringOutput,
 )
+from bert_jax.models.relative_position import relative_positions
 
 Array = jax.Array
 
@@ -78,41 +79,6 @@ STARTING_PATHS = {"mlm_bias": ("cls", "predictions", "bias")}
 
 def _layer_norm(cfg: DebertaV2Config, rt: RuntimeConfig, name: str = "LayerNorm") -> nn.LayerNorm:
     return layer_norm(rt, cfg.layer_norm_eps, name)
-
-
-# ---- Relative positions ----
-def make_log_bucket_position(
-    relative_pos: np.ndarray, bucket_size: int, max_position: int
-) -> np.ndarray:
-    """Distances beyond bucket_size // 2 mapped to log-spaced buckets (transformers'
-    `make_log_bucket_position`, in float32 as it computes them).
-
-    Args:
-      relative_pos: int distances (any shape).
-      bucket_size: `position_buckets`; mid = bucket_size // 2.
-      max_position: the distance the last bucket reaches (`relative_distance`).
-
-    Returns:
-      int32, the same shape: d where |d| <= mid, else sign(d) (mid + ceil(log(|d| / mid) /
-      log((max_position - 1) / mid) x (mid - 1))).
-    """
-    rel = np.asarray(relative_pos, np.int64)
-    mid = bucket_size // 2
-    abs_pos = np.where((rel < mid) & (rel > -mid), mid - 1, np.abs(rel))
-    ratio = abs_pos.astype(np.float32) / np.float32(mid)
-    span = np.log(np.float32((max_position - 1) / mid))
-    log_pos = np.ceil(np.log(ratio) / span * np.float32(mid - 1)) + np.float32(mid)
-    return np.where(abs_pos <= mid, rel, log_pos * np.sign(rel)).astype(np.int32)
-
-
-def relative_positions(cfg: DebertaV2Config, length: int) -> np.ndarray:
-    """int32 [L, L]: the (bucketed) distance i - j from query i to key j (transformers'
-    `build_relative_position`), static for a length."""
-    index = np.arange(length)
-    rel = index[:, None] - index[None, :]
-    if cfg.position_buckets > 0 and cfg.relative_distance > 0:
-        rel = make_log_bucket_position(rel, cfg.position_buckets, cfg.relative_distance)
-    return rel.astype(np.int32)
 
 
 # ---- Embeddings and layers ----
@@ -321,7 +287,9 @@ class DebertaV2Encoder(nn.Module):
             )(jnp.arange(rows))  # the whole table [R, E]  # fmt: skip
             if cfg.norm_rel_ebd == "layer_norm":
                 rel_embeddings = _layer_norm(cfg, rt)(rel_embeddings)
-            relative_pos = jnp.asarray(relative_positions(cfg, x.shape[1]))
+            relative_pos = jnp.asarray(
+                relative_positions(x.shape[1], cfg.position_buckets, cfg.relative_distance)
+            )
         layer_cls = DebertaV2Layer
         if rt.remat_policy != "none":
             layer_cls = nn.remat(
