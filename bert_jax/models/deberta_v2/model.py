@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
+from bert_jax.activations import ACTIVATIONS
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.deberta_v2.config import DebertaV2Config
@@ -54,6 +54,7 @@ from bert_jax.models.layers import (
     first_tokens,
     gather_positions,
     layer_norm,
+    run_layers,
     zeros_init,
 )
 from bert_jax.models.outputs import (
@@ -290,36 +291,15 @@ class DebertaV2Encoder(nn.Module):
             relative_pos = jnp.asarray(
                 relative_positions(x.shape[1], cfg.position_buckets, cfg.relative_distance)
             )
-        layer_cls = DebertaV2Layer
-        if rt.remat_policy != "none":
-            layer_cls = nn.remat(
-                layer_cls, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
-            )
         kwargs = dict(
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
         )
-        args = (mask, rel_embeddings, relative_pos)
-        if rt.scan_layers:
-            scanned = nn.scan(
-                layer_cls,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=nn.broadcast,
-                length=cfg.num_hidden_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, *args)
-        else:
-            states, probs = [], []
-            for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, *args)
-                states.append(s)
-                probs.append(p)
-        states = tuple(states) if output_hidden_states else None
-        probs = tuple(probs) if output_attentions else None
-        return x, states, probs
+        return run_layers(
+            DebertaV2Layer, cfg, rt, kwargs, x, mask, rel_embeddings, relative_pos,
+            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER,
+        )  # fmt: skip
 
 
 class DebertaV2Model(nn.Module):
