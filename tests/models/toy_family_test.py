@@ -84,6 +84,7 @@ def test_packed_rows_equal_one_text_a_row(fam, classifier):
     conformance_test.test_packed_rows_equal_one_text_a_row(fam, classifier)
 
 
+@pytest.mark.e2e  # the same shared code cuts every family's texts (conformance_test, by default)
 def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier):
     conformance_test.test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
 
