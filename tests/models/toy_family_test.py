@@ -2,8 +2,9 @@
 SwiGLU, grouped-query attention, rotary positions), registered for these tests alone
 (`families.registered`), passes the checks of the suites that need no transformers twin, called
 as every registered family's are: its roles and names (families_test), config.json both ways,
-packed rows against one text a row and texts cut to its positions (conformance_test), the
-scanned stack against the unrolled one, and its parameter count and FLOPs."""
+packed rows against one text a row, its saved directories read back (the loader; the
+inference commands and texts cut to its positions with -m e2e) (conformance_test), the scanned stack against the unrolled one, and its
+parameter count and FLOPs."""
 
 import dataclasses
 
@@ -62,22 +63,23 @@ def test_config_json_round_trips(toy, tmp_path):
 
 @pytest.fixture(scope="module")
 def fam(toy, tmp_path_factory) -> family_fixtures.FamilyDir:
-    """The toy's masked LM on a WordPiece tokenizer of the fixtures' texts (not saved: the checks
-    below read the config, parameters and tokenizer)."""
+    """The toy's masked LM on a WordPiece tokenizer of the fixtures' texts, saved as the
+    suite saves every family's (a Hugging Face directory of its names)."""
     tokenizer = family_fixtures.wordpiece(family_fixtures.training_texts())
     config = toy_family.ToyConfig(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
     head = family_fixtures.head_of(config, "mlm")
-    params = family_fixtures.random_params(config, head)
     path = tmp_path_factory.mktemp("toy")
+    params = family_fixtures.save_model(config, tokenizer, head, path)
     return family_fixtures.FamilyDir(MODEL_TYPE, config, tokenizer, head, params, path)
 
 
 @pytest.fixture(scope="module")
-def classifier(fam) -> family_fixtures.FamilyDir:
+def classifier(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
     config = fam.config.replace(num_labels=3, label_names=conformance_test.LABELS)
     head = family_fixtures.head_of(config, "classification")
-    params = family_fixtures.random_params(config, head, seed=1)
-    return dataclasses.replace(fam, config=config, head=head, params=params)
+    path = tmp_path_factory.mktemp("toy_classifier")
+    params = family_fixtures.save_model(config, fam.tokenizer, head, path, seed=1)
+    return dataclasses.replace(fam, config=config, head=head, params=params, path=path)
 
 
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
@@ -87,6 +89,20 @@ def test_packed_rows_equal_one_text_a_row(fam, classifier):
 @pytest.mark.e2e  # the same shared code cuts every family's texts (conformance_test, by default)
 def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier):
     conformance_test.test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
+
+
+def test_the_loader_reads_its_directory_and_refuses_another_familys_head(fam, tmp_path):
+    conformance_test.test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path)
+
+
+@pytest.mark.e2e  # 40 s here; every family runs the same commands in conformance_test
+def test_the_inference_commands_read_its_directories(fam, classifier, tmp_path, capsys):
+    """`python -m bert_jax.inference` attention, fill-mask and predict (in this process, where
+    the row is registered) on its saved models, against the model applied directly."""
+    conformance_test.test_attention_map_is_the_encoders(fam, tmp_path)
+    capsys.readouterr()  # the map's "wrote" line: the next check reads the command's output
+    conformance_test.test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, "own")
+    conformance_test.test_predict_gives_the_classifier_labels(classifier, tmp_path)
 
 
 def test_scanned_layers_equal_unrolled(fam):
