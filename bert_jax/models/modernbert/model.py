@@ -42,6 +42,7 @@ from bert_jax.models.layers import (
     layer_norm,
     zeros_init,
 )
+from bert_jax.models.mlp import FeedForward
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.outputs import (
     ClassifierOutput,
@@ -139,34 +140,6 @@ class ModernBertAttention(nn.Module):
         return Dropout(cfg.attention_dropout)(out, deterministic=deterministic), probs
 
 
-class ModernBertMLP(nn.Module):
-    """`mlp`: GeGLU, Wo(dropout(act(x Wi_in) * (x Wi_gate))): [B, L, E] -> [B, L, E]."""
-
-    config: ModernBertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        # Wi [E, 2, F]: Hugging Face's Wi [2F, E], its first half the input, its second the gate.
-        h = dense(
-            cfg,
-            rt,
-            (2, cfg.intermediate_size),
-            ("embed",),
-            (None, "mlp"),
-            "Wi",
-            use_bias=cfg.mlp_bias,
-        )(x)  # fmt: skip  [B, L, 2, F]
-        h = ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]  # [B, L, F]
-        h = constrain(h, "act_batch", "act_len", "act_mlp")
-        h = Dropout(cfg.mlp_dropout)(h, deterministic=deterministic)
-        return dense(
-            cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "Wo",
-            use_bias=cfg.mlp_bias, stddev=_out_stddev(cfg),
-        )(h)  # fmt: skip
-
-
 class ModernBertEncoderLayer(nn.Module):
     """One pre-LayerNorm layer: x + attn(attn_norm(x)), then + mlp(mlp_norm(.)).
 
@@ -188,7 +161,13 @@ class ModernBertEncoderLayer(nn.Module):
             h, mask, positions, deterministic=det, output_attentions=self.output_attentions
         )
         x = x + a
-        x = x + ModernBertMLP(cfg, rt, name="mlp")(_norm(cfg, rt, "mlp_norm")(x), deterministic=det)
+        # `mlp`: GeGLU, Wo(dropout(act(x Wi_in) * (x Wi_gate))); Wi [E, 2, F] is Hugging Face's
+        # Wi [2F, E], its first half the input, its second the gate.
+        mlp = FeedForward(
+            cfg, rt, "fused_gated", cfg.hidden_activation, cfg.mlp_bias, cfg.mlp_dropout,
+            out_stddev=_out_stddev(cfg), name="mlp",
+        )  # fmt: skip
+        x = x + mlp(_norm(cfg, rt, "mlp_norm")(x), deterministic=det)
         return constrain(x, "act_batch", "act_len", "act_embed"), probs
 
 
