@@ -203,3 +203,35 @@ def test_pre_norm_layer_equals_llamas_decoder_layer_without_its_causal_mask(rope
     want = theirs(torch.from_numpy(x), _torch_mask(), position_embeddings=their_angles)
     want = want[0] if isinstance(want, tuple) else want
     np.testing.assert_allclose(np.asarray(out)[MASK], want.detach().numpy()[MASK], atol=1e-5)
+
+
+def test_pre_norm_layer_of_layer_norms_and_a_dense_mlp_equals_its_torch_composition():
+    """The other kinds: LayerNorm (with biases) and a dense GELU MLP, against torch's LayerNorm,
+    Llama's attention and two Linear layers composed as the pre-norm layer composes them."""
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+
+    cfg = CONFIG.replace(hidden_act="gelu")
+    hf = _llama_config(cfg)
+    e, f = cfg.hidden_size, cfg.intermediate_size
+    theirs = torch.nn.ModuleDict(
+        dict(
+            input_layernorm=torch.nn.LayerNorm(e, eps=cfg.norm_eps),
+            self_attn=LlamaAttention(hf, layer_idx=0),
+            post_attention_layernorm=torch.nn.LayerNorm(e, eps=cfg.norm_eps),
+            mlp=torch.nn.ModuleDict(
+                dict(up_proj=torch.nn.Linear(e, f), down_proj=torch.nn.Linear(f, e))
+            ),
+        )
+    )
+    _perturbed(theirs)
+    x, positions = _hidden(), np.tile(np.arange(9), (3, 1))
+    their_angles = LlamaRotaryEmbedding(hf)(torch.zeros(1), torch.from_numpy(positions))
+    layer = PreNormLayer(cfg, RuntimeConfig(), norm="layer_norm", mlp="dense")
+    mask, angles = AttentionMask(jnp.asarray(MASK)), rotary_angles(cfg, jnp.asarray(positions))
+    params = _params(theirs, layer.init(jax.random.PRNGKey(0), x, mask, angles)["params"])
+    out, _ = layer.apply({"params": params}, x, mask, angles)
+    t = torch.from_numpy(x)
+    t = t + theirs.self_attn(theirs.input_layernorm(t), their_angles, _torch_mask())[0]
+    h = torch.nn.functional.gelu(theirs.mlp.up_proj(theirs.post_attention_layernorm(t)))
+    want = (t + theirs.mlp.down_proj(h)).detach().numpy()
+    np.testing.assert_allclose(np.asarray(out)[MASK], want[MASK], atol=1e-5)
