@@ -13,19 +13,21 @@ here.
   "electra"                  ElectraConfig      bert_jax.models.electra.model       Electra*
   "deberta-v2"               DebertaV2Config    bert_jax.models.deberta_v2.model    DebertaV2*
 
-Jobs and conversion go through this module: `config_from_hf_dict` / `config_from_json_file`
+A test registers a family of its own for a `with` block (`registered`). Jobs and conversion go
+through this module: `config_from_hf_dict` / `config_from_json_file`
 (by `model_type`), `get_model_class` (by class name), `family_of` (by config), `head_in_family`
 (a role, or a class name of the config's family; another family's class name is refused).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
 import os
 import pkgutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -59,6 +61,29 @@ DEFAULT_MODEL_TYPE = "bert"
 MODEL_CLASSES: dict[str, type[nn.Module]] = {
     name: cls for f in FAMILIES.values() for name, cls in f.model_classes.items()
 }
+
+
+@contextlib.contextmanager
+def registered(*rows: Family) -> Iterator[None]:
+    """The registry with `rows` added for the `with` block, then as it was: a family defined
+    outside `bert_jax.models` (a test's, built from the shared blocks) is looked up like any
+    folder's meanwhile. A model_type or class name already registered raises."""
+    for family in rows:
+        if family.model_type in FAMILIES:
+            raise ValueError(f"model_type {family.model_type!r} is registered already")
+        clash = sorted(set(family.model_classes) & set(MODEL_CLASSES))
+        if clash:
+            raise ValueError(f"{family.model_type}: classes {clash} are registered already")
+    try:
+        for family in rows:
+            FAMILIES[family.model_type] = family
+            MODEL_CLASSES.update(family.model_classes)
+        yield
+    finally:
+        for family in rows:
+            FAMILIES.pop(family.model_type, None)
+            for name in family.model_classes:
+                MODEL_CLASSES.pop(name, None)
 
 
 def family_of(config: EncoderConfig) -> Family:

@@ -450,34 +450,58 @@ class PostLNEncoder(nn.Module):
         output_hidden_states: bool,
         output_attentions: bool,
     ):
-        cfg, rt = self.config, self.runtime
-        layer_cls = PostLNLayer
-        if rt.remat_policy != "none":
-            layer_cls = nn.remat(
-                PostLNLayer, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
-            )
         kwargs = dict(
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
         )
-        if rt.scan_layers:
-            scanned = nn.scan(
-                layer_cls,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=nn.broadcast,
-                length=cfg.num_hidden_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, mask)
-            # unstack [n, B, L, E] (and [n, B, H, L, L]) into n arrays
-        else:
-            states, probs = [], []
-            for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, mask)
-                states.append(s)
-                probs.append(p)
-        states = tuple(states) if output_hidden_states else None
-        probs = tuple(probs) if output_attentions else None
-        return x, states, probs
+        return run_layers(PostLNLayer, self.config, self.runtime, kwargs, x, mask)
+
+
+def run_layers(
+    layer_cls: type[nn.Module],
+    cfg: EncoderConfig,
+    rt: RuntimeConfig,
+    kwargs: dict,
+    x: Array,
+    *args,
+    layer_name: str = LAYER_NAME,
+    scanned_layer: str = SCANNED_LAYER,
+):
+    """`cfg.num_hidden_layers` layers of `layer_cls` over x [B, L, E], called inside an encoder's
+    compact `__call__`: `layer_name.format(i)` for i < n, or one scanned `scanned_layer` with
+    stacked weights under `rt.scan_layers`; each rematerialized under `rt.remat_policy`.
+
+    A layer is `layer_cls(cfg, rt, **kwargs)` (its run mode in attributes, so that `nn.scan` and
+    `nn.remat` see only arrays) and maps `(x, *args)` to `(x', (state or None, probs or None))`;
+    `args` are the same for every layer (the mask, rotary angles).
+
+    Returns:
+      (y [B, L, E], states, probs): the n layers' outputs [B, L, E] with
+      kwargs["output_hidden_states"], their probabilities [B, H, L, L] with
+      kwargs["output_attentions"], else None.
+    """
+    if rt.remat_policy != "none":
+        layer_cls = nn.remat(
+            layer_cls, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
+        )
+    if rt.scan_layers:
+        scanned = nn.scan(
+            layer_cls,
+            variable_axes={"params": 0},
+            split_rngs={"params": True, "dropout": True},
+            in_axes=nn.broadcast,
+            length=cfg.num_hidden_layers,
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )
+        x, (states, probs) = scanned(cfg, rt, name=scanned_layer, **kwargs)(x, *args)
+        # unstack [n, B, L, E] (and [n, B, H, L, L]) into n arrays
+    else:
+        states, probs = [], []
+        for i in range(cfg.num_hidden_layers):
+            x, (s, p) = layer_cls(cfg, rt, name=layer_name.format(i), **kwargs)(x, *args)
+            states.append(s)
+            probs.append(p)
+    states = tuple(states) if kwargs["output_hidden_states"] else None
+    probs = tuple(probs) if kwargs["output_attentions"] else None
+    return x, states, probs

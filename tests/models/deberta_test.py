@@ -28,6 +28,7 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.deberta_v2 import model as DB
 from bert_jax.models.deberta_v2.config import DebertaV2Config
 from bert_jax.models.params import stack_layers
+from bert_jax.models.relative_position import make_log_bucket_position, relative_positions
 from bert_jax.tokenization import unigram
 from tests import family_fixtures
 
@@ -105,14 +106,19 @@ def test_every_head_equals_transformers(config, head):
 
 
 def test_log_buckets_equal_transformers():
-    """DeBERTa-v3's 256 buckets up to 512 and the fixtures' small ones, distances to 5000."""
-    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+    """DeBERTa-v3's 256 buckets up to 512 and the fixtures' small ones, distances to 5000; the
+    [L, L] tables as transformers builds them (`build_relative_position`)."""
+    from transformers.models.deberta_v2 import modeling_deberta_v2 as theirs
 
     rel = np.arange(-5000, 5001)
     for buckets, reach in ((256, 512), (8, 20), (8, 66), (64, 1024)):
-        theirs = make_log_bucket_position(torch.tensor(rel), buckets, reach).long().numpy()
-        np.testing.assert_array_equal(DB.make_log_bucket_position(rel, buckets, reach), theirs)
-    assert set(DB.relative_positions(V3, LENGTH)[0]) == {0, -1, -2, -3, -4, -5, -6}  # 5.. -> 5, 6
+        want = theirs.make_log_bucket_position(torch.tensor(rel), buckets, reach).long().numpy()
+        np.testing.assert_array_equal(make_log_bucket_position(rel, buckets, reach), want)
+        rows = torch.zeros(1, 300, 1)
+        want = theirs.build_relative_position(rows, rows, buckets, reach)
+        np.testing.assert_array_equal(relative_positions(300, buckets, reach), want.numpy()[0])
+    table = relative_positions(LENGTH, V3.position_buckets, V3.relative_distance)
+    assert set(table[0]) == {0, -1, -2, -3, -4, -5, -6}  # 5.. -> 5, 6
 
 
 def _mask_predictions_in_torch(head_weights: dict, hidden, hidden_act: str):

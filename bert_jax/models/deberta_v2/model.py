@@ -6,7 +6,7 @@ each query reads the keys' relative positions (content-to-position, `c2p`) and e
 query's (position-to-content, `p2c`), both from one table of relative-position embeddings
 (`encoder/rel_embeddings`, normalized once per forward under `norm_rel_ebd`) projected by each
 layer's own query and key projections (`share_att_key`). Distances beyond `position_buckets // 2`
-share log-spaced buckets (`make_log_bucket_position`); the scores are scaled by
+share log-spaced buckets (`models.relative_position`); the scores are scaled by
 1 / sqrt(D (1 + number of position terms)). The position terms reach the shared kernels as a
 score bias (`models.attention.attend(..., bias=)`: xla and fused_xla; cudnn and splash are
 refused up front). Masking is transformers': a padding query's whole row is masked too and the
@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
+from bert_jax.activations import ACTIVATIONS
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.deberta_v2.config import DebertaV2Config
@@ -54,6 +54,7 @@ from bert_jax.models.layers import (
     first_tokens,
     gather_positions,
     layer_norm,
+    run_layers,
     zeros_init,
 )
 from bert_jax.models.outputs import (
@@ -62,6 +63,7 @@ from bert_jax.models.outputs import (
     MaskedLMOutput,
     QuestionAnsweringOutput,
 )
+from bert_jax.models.relative_position import relative_positions
 
 Array = jax.Array
 
@@ -78,41 +80,6 @@ STARTING_PATHS = {"mlm_bias": ("cls", "predictions", "bias")}
 
 def _layer_norm(cfg: DebertaV2Config, rt: RuntimeConfig, name: str = "LayerNorm") -> nn.LayerNorm:
     return layer_norm(rt, cfg.layer_norm_eps, name)
-
-
-# ---- Relative positions ----
-def make_log_bucket_position(
-    relative_pos: np.ndarray, bucket_size: int, max_position: int
-) -> np.ndarray:
-    """Distances beyond bucket_size // 2 mapped to log-spaced buckets (transformers'
-    `make_log_bucket_position`, in float32 as it computes them).
-
-    Args:
-      relative_pos: int distances (any shape).
-      bucket_size: `position_buckets`; mid = bucket_size // 2.
-      max_position: the distance the last bucket reaches (`relative_distance`).
-
-    Returns:
-      int32, the same shape: d where |d| <= mid, else sign(d) (mid + ceil(log(|d| / mid) /
-      log((max_position - 1) / mid) x (mid - 1))).
-    """
-    rel = np.asarray(relative_pos, np.int64)
-    mid = bucket_size // 2
-    abs_pos = np.where((rel < mid) & (rel > -mid), mid - 1, np.abs(rel))
-    ratio = abs_pos.astype(np.float32) / np.float32(mid)
-    span = np.log(np.float32((max_position - 1) / mid))
-    log_pos = np.ceil(np.log(ratio) / span * np.float32(mid - 1)) + np.float32(mid)
-    return np.where(abs_pos <= mid, rel, log_pos * np.sign(rel)).astype(np.int32)
-
-
-def relative_positions(cfg: DebertaV2Config, length: int) -> np.ndarray:
-    """int32 [L, L]: the (bucketed) distance i - j from query i to key j (transformers'
-    `build_relative_position`), static for a length."""
-    index = np.arange(length)
-    rel = index[:, None] - index[None, :]
-    if cfg.position_buckets > 0 and cfg.relative_distance > 0:
-        rel = make_log_bucket_position(rel, cfg.position_buckets, cfg.relative_distance)
-    return rel.astype(np.int32)
 
 
 # ---- Embeddings and layers ----
@@ -321,37 +288,18 @@ class DebertaV2Encoder(nn.Module):
             )(jnp.arange(rows))  # the whole table [R, E]  # fmt: skip
             if cfg.norm_rel_ebd == "layer_norm":
                 rel_embeddings = _layer_norm(cfg, rt)(rel_embeddings)
-            relative_pos = jnp.asarray(relative_positions(cfg, x.shape[1]))
-        layer_cls = DebertaV2Layer
-        if rt.remat_policy != "none":
-            layer_cls = nn.remat(
-                layer_cls, policy=REMAT_POLICIES[rt.remat_policy], prevent_cse=not rt.scan_layers
+            relative_pos = jnp.asarray(
+                relative_positions(x.shape[1], cfg.position_buckets, cfg.relative_distance)
             )
         kwargs = dict(
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
         )
-        args = (mask, rel_embeddings, relative_pos)
-        if rt.scan_layers:
-            scanned = nn.scan(
-                layer_cls,
-                variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=nn.broadcast,
-                length=cfg.num_hidden_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
-            )
-            x, (states, probs) = scanned(cfg, rt, name=SCANNED_LAYER, **kwargs)(x, *args)
-        else:
-            states, probs = [], []
-            for i in range(cfg.num_hidden_layers):
-                x, (s, p) = layer_cls(cfg, rt, name=LAYER_NAME.format(i), **kwargs)(x, *args)
-                states.append(s)
-                probs.append(p)
-        states = tuple(states) if output_hidden_states else None
-        probs = tuple(probs) if output_attentions else None
-        return x, states, probs
+        return run_layers(
+            DebertaV2Layer, cfg, rt, kwargs, x, mask, rel_embeddings, relative_pos,
+            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER,
+        )  # fmt: skip
 
 
 class DebertaV2Model(nn.Module):

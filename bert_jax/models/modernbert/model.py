@@ -42,6 +42,7 @@ from bert_jax.models.layers import (
     layer_norm,
     zeros_init,
 )
+from bert_jax.models.mlp import FeedForward
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.outputs import (
     ClassifierOutput,
@@ -49,6 +50,7 @@ from bert_jax.models.outputs import (
     MaskedLMOutput,
     QuestionAnsweringOutput,
 )
+from bert_jax.models.rotary import rotary
 
 Array = jax.Array
 
@@ -72,26 +74,6 @@ def _norm(cfg: ModernBertConfig, rt: RuntimeConfig, name: str) -> nn.LayerNorm:
 def _out_stddev(cfg: ModernBertConfig) -> float:
     """ModernBERT's initializer for layers writing into the residual stream: range / sqrt(2n)."""
     return cfg.initializer_range / math.sqrt(2.0 * cfg.num_hidden_layers)
-
-
-def rotary(x: Array, positions: Array, theta: float) -> Array:
-    """Rotary position embedding (RoPE, rotate-half pairing) of queries or keys.
-
-    Args:
-      x: [B, L, H, D] queries or keys; D even.
-      positions: [B, L] int positions.
-      theta: the base of the frequencies (the layer's global or local theta).
-
-    Returns:
-      [B, L, H, D] in x's dtype, rotated in float32.
-    """
-    dim = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))  # [D/2]
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [B, L, 1, D]
-    xf = x.astype(jnp.float32)
-    half = jnp.concatenate([-xf[..., dim // 2 :], xf[..., : dim // 2]], axis=-1)
-    return (xf * jnp.cos(angles) + half * jnp.sin(angles)).astype(x.dtype)
 
 
 class ModernBertEmbeddings(nn.Module):
@@ -158,34 +140,6 @@ class ModernBertAttention(nn.Module):
         return Dropout(cfg.attention_dropout)(out, deterministic=deterministic), probs
 
 
-class ModernBertMLP(nn.Module):
-    """`mlp`: GeGLU, Wo(dropout(act(x Wi_in) * (x Wi_gate))): [B, L, E] -> [B, L, E]."""
-
-    config: ModernBertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, x, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        # Wi [E, 2, F]: Hugging Face's Wi [2F, E], its first half the input, its second the gate.
-        h = dense(
-            cfg,
-            rt,
-            (2, cfg.intermediate_size),
-            ("embed",),
-            (None, "mlp"),
-            "Wi",
-            use_bias=cfg.mlp_bias,
-        )(x)  # fmt: skip  [B, L, 2, F]
-        h = ACTIVATIONS[cfg.hidden_activation](h[:, :, 0]) * h[:, :, 1]  # [B, L, F]
-        h = constrain(h, "act_batch", "act_len", "act_mlp")
-        h = Dropout(cfg.mlp_dropout)(h, deterministic=deterministic)
-        return dense(
-            cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), "Wo",
-            use_bias=cfg.mlp_bias, stddev=_out_stddev(cfg),
-        )(h)  # fmt: skip
-
-
 class ModernBertEncoderLayer(nn.Module):
     """One pre-LayerNorm layer: x + attn(attn_norm(x)), then + mlp(mlp_norm(.)).
 
@@ -207,7 +161,13 @@ class ModernBertEncoderLayer(nn.Module):
             h, mask, positions, deterministic=det, output_attentions=self.output_attentions
         )
         x = x + a
-        x = x + ModernBertMLP(cfg, rt, name="mlp")(_norm(cfg, rt, "mlp_norm")(x), deterministic=det)
+        # `mlp`: GeGLU, Wo(dropout(act(x Wi_in) * (x Wi_gate))); Wi [E, 2, F] is Hugging Face's
+        # Wi [2F, E], its first half the input, its second the gate.
+        mlp = FeedForward(
+            cfg, rt, "fused_gated", cfg.hidden_activation, cfg.mlp_bias, cfg.mlp_dropout,
+            out_stddev=_out_stddev(cfg), name="mlp",
+        )  # fmt: skip
+        x = x + mlp(_norm(cfg, rt, "mlp_norm")(x), deterministic=det)
         return constrain(x, "act_batch", "act_len", "act_embed"), probs
 
 

@@ -1,0 +1,180 @@
+"""Grouped-query attention with rotary positions, and the pre-norm layer stack built on it:
+x + attention(norm(x)), then + mlp(norm(.)), n times (Llama's layer, EuroBERT's, GTE's).
+
+The stack is parametrized by the norm's kind (`norms.NORMS`: RMSNorm or LayerNorm) and the
+feed-forward layer's (`mlp.MLP_KINDS`: gated, fused gated, dense); its parameter names are
+transformers' Llama's (`layer_3/input_layernorm`, `self_attn/q_proj`, `post_attention_layernorm`,
+`mlp/gate_proj`), so a family on it converts by a rename and a transpose.
+
+Its config reads, besides `EncoderConfig`'s shared fields (hidden_size, num_attention_heads,
+initializer_range, attention_probs_dropout_prob): num_hidden_layers, intermediate_size,
+num_key_value_heads (K), hidden_act, norm_eps, hidden_dropout_prob, attention_bias, mlp_bias,
+max_position_embeddings and `rope` (a `rotary.RopeParameters`, or None for no rotary positions),
+as fields or properties (a family maps its own config.json names onto them).
+
+Grouped-query attention: K key/value heads, each shared by H / K query heads (transformers'
+`repeat_kv`: query head h reads key/value head h // (H / K)). The keys and values are repeated to
+H heads before the kernel, so every kernel of `models.attention` takes them (xla, fused_xla,
+cudnn, splash) at the cost of the repeat; K = H is plain multi-head attention.
+
+Dimension legend:
+  B batch            L sequence length     E hidden size
+  H query heads      K key/value heads     D head size (E / H)    F intermediate size
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.models.config import EncoderConfig, RuntimeConfig
+from bert_jax.models.layers import Dropout, constrain, dense, run_layers
+from bert_jax.models.mlp import FeedForward
+from bert_jax.models.norms import make_norm
+from bert_jax.models.rotary import apply_rotary, rope_cos_sin
+
+Array = jax.Array
+
+
+def check_heads(cfg: EncoderConfig) -> None:
+    """Raises naming the fields when the K key/value heads do not divide the H query heads."""
+    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+    if isinstance(kv_heads, bool) or not isinstance(kv_heads, int) or kv_heads <= 0:
+        raise ValueError(f"num_key_value_heads={kv_heads!r}: must be a positive integer")
+    if heads % kv_heads:
+        raise ValueError(
+            f"num_key_value_heads={kv_heads} must divide num_attention_heads={heads} (each "
+            "key/value head serves a whole group of query heads)"
+        )
+
+
+def rotary_angles(cfg: EncoderConfig, positions: Array) -> tuple[Array, Array] | None:
+    """(cos, sin) float32 [B, L, D'] of the config's `rope` at positions [B, L] int, computed
+    once per forward for every layer; None without rotary positions."""
+    if cfg.rope is None:
+        return None
+    return rope_cos_sin(cfg.rope, positions, cfg.head_dim, cfg.max_position_embeddings)
+
+
+class GroupedQueryAttention(nn.Module):
+    """`self_attn`: q_proj [E, H, D], k_proj and v_proj [E, K, D], rotary positions on q and k,
+    attention through `models.attention.attend` (k and v repeated to H heads), o_proj.
+
+    `__call__(x [B, L, E], mask, angles (cos, sin) or None)` -> (out [B, L, E], probabilities
+    [B, H, L, L] float32 or None).
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask: AttentionMask, angles, *, deterministic, output_attentions):
+        cfg, rt = self.config, self.runtime
+        check_heads(cfg)
+        heads, kv_heads, head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+
+        def project(n, name):
+            return dense(
+                cfg, rt, (n, head_dim), ("embed",), ("heads", "kv"), name,
+                use_bias=cfg.attention_bias,
+            )(x)  # fmt: skip
+
+        q = project(heads, "q_proj")  # [B, L, H, D]
+        k, v = project(kv_heads, "k_proj"), project(kv_heads, "v_proj")  # [B, L, K, D]
+        if angles is not None:
+            q, k = apply_rotary(q, *angles), apply_rotary(k, *angles)
+        groups = heads // kv_heads
+        if groups > 1:  # key/value head j serves query heads j * groups ... (j + 1) * groups - 1
+            k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # [B, L, H, D]
+        q, k, v = (constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
+        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
+        context, probs = attend(
+            q,
+            k,
+            v,
+            mask,
+            config=cfg,
+            runtime=rt,
+            dropout_rng=self.make_rng("dropout") if dropping else None,
+            output_attentions=output_attentions,
+        )
+        out = dense(
+            cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "o_proj",
+            use_bias=cfg.attention_bias,
+        )(context)  # fmt: skip
+        return out, probs
+
+
+class PreNormLayer(nn.Module):
+    """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(.)), each sub-layer's output
+    dropped out (`hidden_dropout_prob`).
+
+    `__call__(x [B, L, E], mask, angles) -> (x', (x' or None, probs or None))`, the (carry,
+    output) shape `nn.scan` wants; the run mode and the kinds live in attributes.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    norm: str = "rms_norm"
+    mlp: str = "gated"
+    deterministic: bool = True
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, angles):
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        drop = Dropout(cfg.hidden_dropout_prob)
+        h = make_norm(self.norm, rt, cfg.norm_eps, "input_layernorm")(x)
+        a, probs = GroupedQueryAttention(cfg, rt, name="self_attn")(
+            h, mask, angles, deterministic=det, output_attentions=self.output_attentions
+        )
+        x = x + drop(a, deterministic=det)
+        h = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(x)
+        mlp = FeedForward(cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, name="mlp")
+        x = x + drop(mlp(h, deterministic=det), deterministic=det)
+        y = constrain(x, "act_batch", "act_len", "act_embed")
+        return y, (y if self.output_hidden_states else None, probs)
+
+
+class PreNormEncoder(nn.Module):
+    """The pre-norm layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked
+    weights (`layers.run_layers`), rotary angles computed once for all of them.
+
+    Attributes:
+      norm: the norms' kind (`norms.NORMS`).
+      mlp: the feed-forward layers' kind (`mlp.MLP_KINDS`).
+
+    `__call__(x [B, L, E], mask, positions [B, L] int) -> (y [B, L, E], states, probs)`: y the
+    last layer's output (before any final norm: the family's), states the n layers' outputs
+    [B, L, E] with `output_hidden_states`, probs their attention probabilities [B, H, L, L]
+    with `output_attentions`, else None.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    norm: str = "rms_norm"
+    mlp: str = "gated"
+
+    @nn.compact
+    def __call__(
+        self,
+        x,
+        mask: AttentionMask,
+        positions,
+        *,
+        deterministic: bool,
+        output_hidden_states: bool,
+        output_attentions: bool,
+    ):
+        kwargs = dict(
+            norm=self.norm,
+            mlp=self.mlp,
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        angles = rotary_angles(self.config, positions)
+        return run_layers(PreNormLayer, self.config, self.runtime, kwargs, x, mask, angles)
