@@ -35,6 +35,7 @@ from bert_jax.checkpoints.sentence_transformers import (
 from bert_jax.data import batching, text_io
 from bert_jax.embed import evaluation, packing, pairs
 from bert_jax.models import families
+from bert_jax.models.pooling import SENTENCE_POOLINGS
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
@@ -60,7 +61,7 @@ def check_config(config, reads_data: bool = True) -> list[int]:
     `reads_data`: --mode=compile does not), a bad seed list. Returns the seeds."""
     experiment.check_experiment_config(config)
     e = config.embed
-    if e.pooling not in ("auto", *objectives.POOLINGS):
+    if e.pooling not in ("auto", *SENTENCE_POOLINGS):
         raise ValueError(f"embed.pooling={e.pooling!r}; expected auto, mean or cls")
     if e.normalize not in ("auto", *BOOLEANS):
         raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
@@ -140,7 +141,7 @@ def starting_point(config) -> Starting:
     pooling = e.pooling
     if pooling == "auto":
         pooling = getattr(st, "pooling", None) or "cls"
-        if pooling not in objectives.POOLINGS:
+        if pooling not in SENTENCE_POOLINGS:
             raise ValueError(
                 f"{source} pools by {pooling!r}; the embedding job trains mean or cls pooling: "
                 "set --config.embed.pooling"

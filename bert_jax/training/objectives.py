@@ -23,7 +23,7 @@ import numpy as np
 
 from bert_jax import losses
 from bert_jax.models.family import Role
-from bert_jax.models.layers import first_tokens
+from bert_jax.models.pooling import SENTENCE_POOLINGS, check_pooling, pool, pool_segments
 
 Batch = Mapping[str, jax.Array]
 MODEL_INPUTS = (
@@ -296,35 +296,6 @@ OBJECTIVES: dict[str, Objective] = {
 # --------------------------------------------------------------------------------------------
 # Contrastive: sentence embeddings trained with in-batch negatives
 # --------------------------------------------------------------------------------------------
-POOLINGS = ("mean", "cls")
-
-
-def pool(hidden: jax.Array, attention_mask: jax.Array, pooling: str) -> jax.Array:
-    """Sentence embeddings from token states, as sentence-transformers' Pooling module: float32
-    [..., E] from hidden [..., L, E] and attention_mask [..., L] ("mean": over the real tokens;
-    "cls": the first token's state)."""
-    hidden = hidden.astype(jnp.float32)
-    if pooling == "cls":
-        return hidden[..., 0, :]
-    mask = attention_mask[..., None].astype(jnp.float32)
-    return (hidden * mask).sum(-2) / jnp.maximum(mask.sum(-2), 1.0)
-
-
-def pool_segments(
-    hidden: jax.Array, segment_ids: jax.Array, cls_positions: jax.Array, pooling: str
-) -> jax.Array:
-    """`pool` of each text of packed rows: float32 [R, S, E] from hidden [R, L, E],
-    segment_ids [R, L] (slot s holds segment id s + 1, 0 padding) and cls_positions [R, S]
-    (each slot's first token)."""
-    hidden = hidden.astype(jnp.float32)
-    if pooling == "cls":
-        return first_tokens(hidden, cls_positions)
-    slots = jnp.arange(1, cls_positions.shape[1] + 1)
-    weights = (segment_ids[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [R, S, L]
-    total = jnp.einsum("rsl,rle->rse", weights, hidden)
-    return total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
-
-
 def unpack_slots(values: jax.Array, text_index: jax.Array, shape: tuple[int, int]) -> jax.Array:
     """A packed batch's per-slot values [R, S, ...] put in their texts' places: [B, T, ...]
     from text_index int32 [R, S] (text b * T + t, -1 an empty slot, dropped) and shape (B, T)
@@ -415,8 +386,7 @@ def contrastive_objective(
     packed_shape: tuple[int, int] | None = None,
 ) -> ContrastiveObjective:
     """The contrastive objective with these settings (see `ContrastiveObjective`)."""
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+    check_pooling(pooling, SENTENCE_POOLINGS)
 
     def sums(model, params, batch, rng, deterministic):
         embeddings = objective.embed(model, params, batch, rng, deterministic)
