@@ -41,7 +41,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax.embed import pairs as pairs_lib
+from bert_jax.retrieval import pairs as pairs_lib
 
 STRATEGIES = ("top", "random")
 _AXIS = "corpus"

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import losses
+from bert_jax import batch_layout, losses
 from bert_jax.models.family import Role
 from bert_jax.models.pooling import SENTENCE_POOLINGS, check_pooling, pool, pool_segments
 
@@ -299,7 +299,7 @@ OBJECTIVES: dict[str, Objective] = {
 def unpack_slots(values: jax.Array, text_index: jax.Array, shape: tuple[int, int]) -> jax.Array:
     """A packed batch's per-slot values [R, S, ...] put in their texts' places: [B, T, ...]
     from text_index int32 [R, S] (text b * T + t, -1 an empty slot, dropped) and shape (B, T)
-    (`bert_jax.embed.packing`)."""
+    (`bert_jax.retrieval.packing`)."""
     b, t = shape
     index = text_index.reshape(-1)
     rest = values.shape[2:]
@@ -318,7 +318,7 @@ class ContrastiveObjective(Objective):
 
     Batch: input_ids, token_type_ids, attention_mask int32 [B, T, L]: text 0 of each row is the
     anchor, text 1 its positive, texts 2.. its hard negatives (T = 2 + negatives per row). Or the
-    same texts packed several to a row (`bert_jax.embed.packing`: [R, L] rows with segment_ids,
+    same texts packed several to a row (`bert_jax.retrieval.packing`: [R, L] rows with segment_ids,
     position_ids, and cls_positions, text_index [R, S]), for an objective made with
     `packed_shape=(B, T)`: each text is pooled from its own tokens (`embed` -> [R, S, E]) and put
     back in its pair's place (`texts` -> [B, T, E]), so the loss is the unpacked batch's.
@@ -421,7 +421,7 @@ def pair_logits(
     model, params, batch, rng, deterministic: bool, packed_shape: tuple[int, int] | None = None
 ) -> jax.Array:
     """float32 [B, G]: the head's one logit for each pair of a [B, G, L] batch, or of the same
-    pairs packed several to a row (`bert_jax.embed.packing`, packed_shape (B, G)): each slot
+    pairs packed several to a row (`bert_jax.retrieval.packing`, packed_shape (B, G)): each slot
     classified at its own [CLS] ([R, S, 1]) and put back in its group's place."""
     if "text_index" in batch:
         if packed_shape is None:
@@ -451,7 +451,7 @@ def rerank_objective(
 
     Batch: input_ids, token_type_ids, attention_mask int32 [B, G, L], example_weights float32
     [B], and labels or teacher_scores; or, with `packed_shape` (B, G), the pairs packed several
-    to a row (`bert_jax.embed.packing`, its `keep`: the [B] keys as they are), the same loss.
+    to a row (`bert_jax.retrieval.packing`, its `keep`: the [B] keys as they are), the same loss.
     Metrics: rerank_loss, rerank_accuracy (bce: the logit's sign right; listwise: the positive
     first)."""
     if loss not in RERANK_LOSSES:
@@ -491,27 +491,14 @@ def rerank_objective(
 def example_batch(
     name: str, rows: int, length: int, num_choices: int = 0
 ) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of a padded (unpacked) fine-tuning batch for objective `name`, as the
-    targets listed in `OBJECTIVES` describe them: what `--mode=compile` lowers the step with.
+    """Shapes and dtypes of a padded (unpacked) fine-tuning batch for objective `name`
+    (`batch_layout.finetune_layout`): what `--mode=compile` lowers the step with.
 
     Args:
       rows: B; length: L; num_choices: C of a multiple-choice batch ([B, C, L] inputs).
     """
-    i32, f32 = jnp.int32, jnp.float32
-    tokens = (rows, num_choices, length) if name == "multiple_choice" else (rows, length)
-    spec = {k: (tokens, i32) for k in ("input_ids", "token_type_ids", "attention_mask")}
-    spec["example_weights"] = ((rows,), f32)
-    if name in ("classification", "multiple_choice"):
-        spec["labels"] = ((rows,), i32)
-    elif name == "regression":
-        spec["labels"] = ((rows,), f32)
-    elif name == "token_classification":
-        spec.update(labels=((rows, length), i32), label_weights=((rows, length), f32))
-    elif name == "question_answering":
-        spec.update(start_positions=((rows,), i32), end_positions=((rows,), i32))
-    else:
-        raise ValueError(f"no fine-tuning batch for objective {name!r}")
-    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in spec.items()}
+    layout = batch_layout.finetune_layout(name)
+    return batch_layout.abstract_batch(layout, B=rows, L=length, C=num_choices)
 
 
 def get_objective(name: str) -> Objective:

