@@ -22,7 +22,7 @@ texts cut to `--max_seq_length` tokens:
                          batch's longest text
 
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
-positive among all of them with `bert_jax.embed.retrieval.retrieval_scores` (equal to
+positive among all of them with `bert_jax.retrieval.metrics.retrieval_scores` (equal to
 sentence-transformers' InformationRetrievalEvaluator; tests/embed/retrieval_test.py). The untrained
 model is scored once by each peer ("start", the two must agree).
 
@@ -130,7 +130,7 @@ def dev_texts(dev_file: str) -> tuple[list[str], list[str]]:
 
 def score(anchors: np.ndarray, positives: np.ndarray) -> dict[str, float]:
     """Retrieval of each anchor's positive (row i) among all dev positives."""
-    from bert_jax.embed.retrieval import retrieval_scores
+    from bert_jax.retrieval.metrics import retrieval_scores
 
     return retrieval_scores(anchors, positives, [{i} for i in range(len(anchors))])
 
@@ -222,8 +222,9 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
     import jax
 
     from bert_jax.checkpoints import pretrained
-    from bert_jax.embed import evaluation, pairs, run
+    from bert_jax.embed import evaluation, run
     from bert_jax.parallel import sharding
+    from bert_jax.retrieval import pairs
     from bert_jax.training.start import init_state
 
     e = config.embed

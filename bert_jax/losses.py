@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -63,7 +64,7 @@ NSP_SCORE_BINS = 256
 
 def score_histogram(logits: Array, labels: Array, weights: Array | None = None) -> Array:
     """Weighted counts of a binary classifier's P(label 1), by bin: float32 [2, NSP_SCORE_BINS],
-    row 0 for examples of label 0 and row 1 for label 1 (`objectives.summarize` turns them into
+    row 0 for examples of label 0 and row 1 for label 1 (`auc_from_histogram` turns them into
     the AUC).
 
     Args:
@@ -271,3 +272,15 @@ def margin_mse_loss(logits: Array, teacher_scores: Array, weights: Array | None 
     err = ((s[:, :1] - s[:, 1:]) - (t[:, :1] - t[:, 1:])) ** 2  # [B, G - 1]
     w = jnp.ones(s.shape[:1], jnp.float32) if weights is None else weights.astype(jnp.float32)
     return dict(loss_sum=jnp.sum(err * w[:, None]), count=jnp.sum(w) * err.shape[1])
+
+
+def auc_from_histogram(hist) -> float | None:
+    """The area under the ROC curve from binned scores [2, bins] (`score_histogram`; row 0:
+    negatives, row 1: positives), host-side: the chance that a positive scores above a negative,
+    ties counted half (0.5 for a classifier that ignores its input); None without both classes."""
+    negatives, positives = np.asarray(hist, np.float64)
+    pairs = negatives.sum() * positives.sum()
+    if pairs <= 0:
+        return None
+    below = np.cumsum(negatives) - negatives  # negatives in lower bins
+    return float(np.sum(positives * (below + 0.5 * negatives)) / pairs)

@@ -5,7 +5,7 @@ for sentence-transformers (`bert_jax.embed.run`).
       --config.embed.train_file=train.jsonl --config.embed.dev_file=dev.jsonl
 
 Data: JSONL, CSV or TSV with the columns `anchor`, `positive` and optional hard negatives
-(`negative`, `negative_1`, ...; `bert_jax.embed.pairs`). The loss is MultipleNegativesRankingLoss
+(`negative`, `negative_1`, ...; `retrieval.pairs`). The loss is MultipleNegativesRankingLoss
 over the whole global batch (every device's and host's positives and hard negatives are every
 anchor's negatives); `num_microbatches` > 1 splits the batch into GradCache chunks (the same loss
 and gradients, one chunk's activations in memory). The run scores dev retrieval (each anchor's
@@ -46,7 +46,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.job = "embed"
     c.embed = ml_collections.ConfigDict()
-    c.embed.train_file = ""  # pairs: .jsonl / .csv / .tsv (bert_jax.embed.pairs)
+    c.embed.train_file = ""  # pairs: .jsonl / .csv / .tsv (bert_jax.retrieval.pairs)
     c.embed.dev_file = ""  # pairs scored by retrieval at step 0 and at the end ("" = none)
     c.embed.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
     c.embed.max_seq_length = 0  # tokens a text keeps; 0 = the sentence-transformers dir's, else 128

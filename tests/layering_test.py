@@ -1,15 +1,16 @@
 """The import graph of bert_jax: packages are the layers, imported one way only.
 
-  leaves (paths activations tokenization losses batch_layout hardware cli)
+  leaves (paths activations tokenization losses batch_layout hardware cli data retrieval)
     <- models (families in folders; the shared blocks name no family)
     <- parallel (sharding multihost preemption aot)
     <- checkpoints (one module per format; `convert` is their command and public face)
-    <- training <- inference <- {pretrain, finetune, embed} <- rerank <- train.py
+    <- training <- inference <- the jobs {pretrain, finetune, embed, rerank} <- train.py
 
 A module imports the leaves, any package of a lower layer and its own package; nothing imports
-train.py. The host-side data (`data`, `pretrain.data`, fine-tuning's readers) import only the
-leaves and `data`. Inside `models`, only `families` (the registry) imports a family's folder, and
-no family imports another.
+train.py, and no job imports another job (what two jobs share lives below them: `retrieval`,
+`data`). The host-side data (`data`, `retrieval`, `pretrain.data`, fine-tuning's readers) import
+only the leaves and `data`. Inside `models`, only `families` (the registry) imports a family's
+folder, and no family imports another.
 """
 
 import ast
@@ -32,6 +33,7 @@ LEAVES = (
     "xla_flags",
     "cli",
     "data",
+    "retrieval",
 )
 # Layers, lowest first: a module imports the leaves and the packages of lower layers.
 LAYERS = (
@@ -40,10 +42,11 @@ LAYERS = (
     ("checkpoints", "convert"),
     ("training",),
     ("inference",),
-    ("pretrain", "finetune", "embed"),
-    ("rerank",),  # reads the embedding job's pairs and retrieval conventions
+    ("pretrain", "finetune", "embed", "rerank"),  # the jobs: none imports another
 )
-DATA = {"text_io", "batching"}
+JOBS = LAYERS[-1]
+DATA = {"text_io", "batching", "plays"}
+RETRIEVAL = {"records", "pairs", "metrics", "packing"}
 FINETUNE_DATA = {
     "glue",
     "custom",
@@ -55,7 +58,7 @@ FINETUNE_DATA = {
     "task",
     "tasks",
 }
-HOST_SIDE = {"data", "pretrain.data", *(f"finetune.{m}" for m in FINETUNE_DATA)}
+HOST_SIDE = {"data", "retrieval", "pretrain.data", *(f"finetune.{m}" for m in FINETUNE_DATA)}
 # The family folders: every package under models/ (`models.families` imports each one's rows).
 FAMILIES = tuple(
     f"models.{p.parent.name}" for p in sorted((PACKAGE / "models").glob("*/__init__.py"))
@@ -124,6 +127,9 @@ def problems_of(mod: str, imports: set[str]) -> list[str]:
             continue
         if mod == "__init__":
             continue  # the package's public face may name any layer
+        if top in JOBS and imported.split(".")[0] in JOBS and imported.split(".")[0] != top:
+            problems.append(f"{mod} may not import bert_jax.{imported} (another job)")
+            continue
         if _within(mod, HOST_SIDE) or (top == "data"):
             if not (_layer(imported) == -1 or _within(imported, ["data"])
                     or imported.split(".")[0] == top and _within(mod, ["pretrain.data"])
@@ -174,6 +180,10 @@ def test_the_rules_catch_an_upward_import():
     assert problems_of("data.text_io", {"models.config"})
     assert problems_of("pretrain.data.build", {"finetune.glue"})
     assert problems_of("inference", {"pretrain.run"})
+    assert problems_of("rerank.data", {"embed.pairs"})  # a job imports another job
+    assert problems_of("embed.shakespeare", {"finetune.shakespeare"})  # even its host-side data
+    assert problems_of("retrieval.pairs", {"training.steps"})
+    assert not problems_of("rerank.data", {"retrieval.records", "data.text_io"})
     assert problems_of("training.loop", {"<train.py>"})
     assert not problems_of("training.loop", {"checkpoints.checkpointing", "models.config", "paths"})
 
@@ -208,7 +218,9 @@ def _module_level_imports(path: pathlib.Path) -> list[str]:
 
 @pytest.mark.parametrize(
     "package,module",
-    [("data", m) for m in sorted(DATA)] + [("finetune", m) for m in sorted(FINETUNE_DATA)],
+    [("data", m) for m in sorted(DATA)]
+    + [("retrieval", m) for m in sorted(RETRIEVAL)]
+    + [("finetune", m) for m in sorted(FINETUNE_DATA)],
 )
 def test_host_side_data_modules_use_no_framework_at_import(package, module):
     path = PACKAGE / package / f"{module}.py"

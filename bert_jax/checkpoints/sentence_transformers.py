@@ -33,22 +33,18 @@ from bert_jax import tokenization
 from bert_jax.checkpoints import model_card
 from bert_jax.checkpoints.hf import save_pytorch
 from bert_jax.models.families import EncoderConfig, family_of
+from bert_jax.models.pooling import (
+    SENTENCE_POOLINGS,
+    check_pooling,
+    st_pooling_config,
+    st_pooling_modes,
+)
 from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
 
 PyTree = Any
-POOLINGS = ("mean", "cls")
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG = "sentence_bert_config.json"
 POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
-# The pooling flags of 1_Pooling/config.json (format 2-5) and the mode each stands for.
-_POOLING_FLAGS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
 # Names transformer modules' configs had before sentence_bert_config.json.
 _LEGACY_TRANSFORMER_CONFIGS = tuple(
     f"sentence_{m}_config.json"
@@ -171,9 +167,8 @@ def _write_module_configs(
     if settings.max_seq_length is not None:
         transformer = {"max_seq_length": settings.max_seq_length, "do_lower_case": False}
         _write_json(out / TRANSFORMER_CONFIG, transformer)
-    flags = {flag: mode == settings.pooling for flag, mode in _POOLING_FLAGS.items()}
-    pooling_config = {"word_embedding_dimension": config.hidden_size, **flags}
-    _write_json(out / POOLING_DIR / "config.json", {**pooling_config, "include_prompt": True})
+    pooling_config = st_pooling_config(settings.pooling, config.hidden_size)
+    _write_json(out / POOLING_DIR / "config.json", pooling_config)
     if settings.normalize:
         (out / NORMALIZE_DIR).mkdir(parents=True, exist_ok=True)  # the module has no settings
     st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
@@ -196,8 +191,7 @@ def _modules(normalize: bool) -> list[dict]:
 def check_settings(config: EncoderConfig, pooling: str, max_seq_length: int | None) -> None:
     """Raises ValueError, naming the value, for a pooling bert_jax does not compute or a
     max_seq_length the model cannot take."""
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    check_pooling(pooling)
     limit = config.max_sequence_length
     if max_seq_length is not None and not 2 <= max_seq_length <= limit:
         raise ValueError(
@@ -282,17 +276,10 @@ def _read_pooling(path) -> str:
     """The pooling mode of a Pooling module's config.json, either format."""
     if not path.is_file():
         raise ValueError(f"the Pooling module has no {path}")
-    config = _read_json(path)
-    mode = config.get("pooling_mode")
-    if (
-        mode is None
-    ):  # format 2-5: one flag per mode; none set means mean (as sentence-transformers)
-        modes = [m for flag, m in _POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
-    else:
-        modes = [mode] if isinstance(mode, str) else list(mode)
-    if len(modes) != 1 or modes[0] not in POOLINGS:
+    modes = st_pooling_modes(_read_json(path))
+    if len(modes) != 1 or modes[0] not in SENTENCE_POOLINGS:
         raise ValueError(
-            f"{path}: pooling {modes}; bert_jax computes one of {list(POOLINGS)} pooling"
+            f"{path}: pooling {modes}; bert_jax computes one of {list(SENTENCE_POOLINGS)} pooling"
         )
     return modes[0]
 

@@ -407,16 +407,23 @@ def _text_rows(path: str, columns: list[str]) -> Iterator[dict]:
         yield {TEXT_COLUMN: line}
 
 
+def json_object(line: str, where: str) -> dict:
+    """The object of one JSONL line; ValueError naming `where` ("path:line") where it holds
+    none (not JSON, or JSON of another kind)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not a JSON object: {e}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {record!r:.40}")
+    return record
+
+
 def _json_rows(path: str, columns: list[str]) -> Iterator[dict]:
     for number, line in _lines(path):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{number}: not a JSON object: {e}") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object, got {record!r:.40}")
+        record = json_object(line, f"{path}:{number}")
         error = _missing(f"{path}:{number}", columns, list(record))
         if error:
             raise error

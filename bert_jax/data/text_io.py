@@ -31,7 +31,6 @@ import csv
 import dataclasses
 import hashlib
 import io
-import json
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -330,12 +329,7 @@ def _iter_records(path: str, fmt: str, columns: Sequence[str]):
             for line, text in enumerate(f, start=1):
                 if not text.strip():
                     continue
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line}: not a JSON object: {e}") from None
-                if not isinstance(record, dict):
-                    raise ValueError(f"{path}:{line}: expected a JSON object, got {record!r:.40}")
+                record = tables.json_object(text, f"{path}:{line}")
                 missing = [c for c in columns if c not in record]
                 if missing:
                     raise ValueError(

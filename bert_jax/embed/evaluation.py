@@ -1,7 +1,7 @@
 """Dev retrieval, as the field measures embedders: each dev anchor is a query, the dev positives
 and hard negatives (each distinct text once) are the corpus, and the query's positive is its one
 relevant document; nDCG@10, MRR@10, Recall@1 and Recall@10 by cosine similarity
-(`bert_jax.embed.retrieval.retrieval_scores`, as sentence-transformers'
+(`bert_jax.retrieval.metrics.retrieval_scores`, as sentence-transformers'
 InformationRetrievalEvaluator computes them).
 
     dev = retrieval_set(pairs, tokenizer, max_seq_length)
@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.embed import retrieval
-from bert_jax.embed.pairs import Pairs, text_features
 from bert_jax.inference import batches
+from bert_jax.retrieval import metrics as retrieval
+from bert_jax.retrieval.pairs import Pairs, text_features
 from bert_jax.training import experiment
 
 

@@ -36,8 +36,9 @@ from jax.experimental import multihost_utils
 from bert_jax import inference, paths
 from bert_jax.data import tables
 from bert_jax.embed import mining
-from bert_jax.embed import pairs as pairs_lib
 from bert_jax.parallel import compile_cache, multihost
+from bert_jax.retrieval import pairs as pairs_lib
+from bert_jax.retrieval import records
 
 
 def text_embedder(
@@ -142,7 +143,7 @@ def read_corpus(pattern: str, column: str) -> list[str]:
 
 def check_output(path: str, overwrite: bool) -> None:
     """Raises unless `path` is a pairs file name (.jsonl/.csv/.tsv) that may be written."""
-    pairs_lib.format_of(path)
+    records.format_of(path)
     if paths.as_path(path).exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass --overwrite to replace it")
 
@@ -155,7 +156,7 @@ def write_mined(mined: mining.Mined, path: str, *, overwrite: bool = False) -> N
         raise ValueError(
             f"no anchor has {mined.negative_scores.shape[1]} negatives: nothing to write"
         )
-    fmt = pairs_lib.format_of(path)
+    fmt = records.format_of(path)
     header = ["anchor", "positive"] + [f"negative_{i + 1}" for i in range(len(mined.negatives[0]))]
     rows = [[a, p, *n] for a, p, n in zip(mined.anchors, mined.positives, mined.negatives)]
     if fmt == "jsonl":

@@ -41,7 +41,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax.embed import pairs as pairs_lib
+from bert_jax.retrieval import pairs as pairs_lib
 
 STRATEGIES = ("top", "random")
 _AXIS = "corpus"
@@ -393,6 +393,38 @@ def mine(
     """
     if options.rescore != (rescore_fn is not None):
         raise ValueError("options.rescore is set exactly when a rescore_fn is given")
+    index = _index_pairs(pairs, corpus, options.exclude_anchor)
+    range_max = options.window_end(int(max(n for n in index.num_pairs)))
+    query_emb, doc_emb = _embed_texts(embed_fn, index.queries, index.texts)
+    k = min(range_max + int(index.num_pairs.max()), len(index.texts))
+    candidates = search_fn(query_emb, doc_emb, k)
+    pair_scores = [doc_emb[rows] @ query_emb[q] for q, rows in enumerate(index.positives)]
+    if rescore_fn is not None:
+        candidates, pair_scores = _rescored(
+            candidates, index.positives, index.queries, index.texts, rescore_fn
+        )
+    lowest = np.array([s.min() for s in pair_scores], np.float32)  # [Q]
+    chosen = select(candidates, index.excluded, lowest, options, range_max)
+    return _mined(index, pair_scores, chosen, options.num_negatives)
+
+
+class _PairIndex(NamedTuple):
+    """The pairs by row: queries [Q] (distinct anchors), texts [N] (the corpus, then the
+    positives not in it), each query's positive rows and excluded rows (its positives, and its
+    own text where the anchor is excluded), and num_pairs int64 [Q] (its pairs, repeats counted
+    as sentence-transformers counts them, plus one for an excluded anchor)."""
+
+    queries: list[str]
+    texts: list[str]
+    positives: list[list[int]]
+    excluded: list[list[int]]
+    num_pairs: np.ndarray
+
+
+def _index_pairs(
+    pairs: pairs_lib.Pairs, corpus: Sequence[str] | None, exclude_anchor: bool
+) -> _PairIndex:
+    """The rows of the queries, the candidate texts and each query's positives (`_PairIndex`)."""
     queries = list(dict.fromkeys(pairs.anchors))
     query_row = {text: i for i, text in enumerate(queries)}
     texts = list(dict.fromkeys([*(corpus or ()), *pairs.positives]))
@@ -405,51 +437,53 @@ def mine(
         if row not in positives[q]:
             positives[q].append(row)
     excluded = [list(rows) for rows in positives]
-    if options.exclude_anchor:
+    if exclude_anchor:
         for q, text in enumerate(queries):
             if text in corpus_row and corpus_row[text] not in excluded[q]:
                 excluded[q].append(corpus_row[text])
                 num_pairs[q] += 1  # one more candidate to search past
-    range_max = options.window_end(int(max(n for n in num_pairs)))
+    return _PairIndex(queries, texts, positives, excluded, num_pairs)
 
-    embedded = list(dict.fromkeys([*texts, *queries]))  # a text both query and document once
-    embeddings = _unit(embed_fn(embedded))  # [T, E]
+
+def _embed_texts(
+    embed_fn: Callable[[list[str]], np.ndarray], queries: list[str], texts: list[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unit embeddings of the queries [Q, E] and the corpus texts [N, E], a text that is both
+    embedded once."""
+    embedded = list(dict.fromkeys([*texts, *queries]))
+    embeddings = _unit(embed_fn(embedded))  # [T, E]: the corpus texts lead
     row_of = {text: i for i, text in enumerate(embedded)}
-    doc_emb = embeddings[: len(texts)]  # [N, E]: the corpus texts lead
-    query_emb = embeddings[[row_of[text] for text in queries]]  # [Q, E]
-    k = min(range_max + int(num_pairs.max()), len(texts))
-    candidates = search_fn(query_emb, doc_emb, k)
-    pair_scores = [doc_emb[rows] @ query_emb[q] for q, rows in enumerate(positives)]
-    if rescore_fn is not None:
-        candidates, pair_scores = _rescored(candidates, positives, queries, texts, rescore_fn)
-    lowest = np.array([s.min() for s in pair_scores], np.float32)  # [Q]
-    chosen = select(candidates, excluded, lowest, options, range_max)
+    return embeddings[[row_of[text] for text in queries]], embeddings[: len(texts)]
 
+
+def _mined(index: _PairIndex, pair_scores, chosen, num_negatives: int) -> Mined:
+    """The mined rows of the queries `chosen` found negatives for (each of their pairs, with its
+    score and the negatives'), the dropped ones counted and logged."""
     anchors, kept, negatives, positive_scores, negative_scores = [], [], [], [], []
     for q in np.flatnonzero(chosen.found):
-        for row, score in zip(positives[q], pair_scores[q]):
-            anchors.append(queries[q])
-            kept.append(texts[row])
-            negatives.append(tuple(texts[i] for i in chosen.indices[q]))
+        for row, score in zip(index.positives[q], pair_scores[q]):
+            anchors.append(index.queries[q])
+            kept.append(index.texts[row])
+            negatives.append(tuple(index.texts[i] for i in chosen.indices[q]))
             positive_scores.append(score)
             negative_scores.append(chosen.scores[q])
     num_dropped = int((~chosen.found).sum())
-    pairs_dropped = sum(len(positives[q]) for q in np.flatnonzero(~chosen.found))
+    pairs_dropped = sum(len(index.positives[q]) for q in np.flatnonzero(~chosen.found))
     for name, count in chosen.skipped.items():
         logging.info("%s set aside %d candidate negatives", name, count)
     if num_dropped:
         logging.warning(
             "%d of %d anchors (%d pairs) dropped: fewer than %d negatives passed the filters "
             "(consider --range_max, --range_min, the margins, --max_score, --min_score)",
-            *(num_dropped, len(queries), pairs_dropped, options.num_negatives),
+            *(num_dropped, len(index.queries), pairs_dropped, num_negatives),
         )
     return Mined(
         anchors,
         kept,
         negatives,
         np.asarray(positive_scores, np.float32).reshape(-1),
-        np.asarray(negative_scores, np.float32).reshape(-1, options.num_negatives),
-        len(queries),
+        np.asarray(negative_scores, np.float32).reshape(-1, num_negatives),
+        len(index.queries),
         num_dropped,
         pairs_dropped,
         chosen.skipped,

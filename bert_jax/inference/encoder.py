@@ -20,9 +20,7 @@ import numpy as np
 
 from bert_jax.inference import batches, loading
 from bert_jax.models.families import EncoderConfig
-from bert_jax.training.objectives import pool_segments
-
-POOLINGS = ("cls", "mean", "pooler")
+from bert_jax.models.pooling import POOLINGS, check_pooling, pool, pool_segments
 
 
 class EmbeddingOptions(NamedTuple):
@@ -112,14 +110,8 @@ def embed_step(
     elif packed:  # [R, S, E] a state
         segments, starts = batch["segment_ids"], batch["cls_positions"]
         pooled = [pool_segments(h, segments, starts, pooling) for h in states]
-    else:
-        mask = batch["attention_mask"][..., None].astype(jnp.float32)  # [B, L, 1]
-        pooled = [
-            h[:, 0].astype(jnp.float32)
-            if pooling == "cls"
-            else (h.astype(jnp.float32) * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0)
-            for h in states
-        ]
+    else:  # [B, E] a state
+        pooled = [pool(h, batch["attention_mask"], pooling) for h in states]
     pooled = jnp.stack(pooled, axis=-2)  # [B, P, E] or [R, S, P, E]
     if normalize:  # as torch's F.normalize (sentence-transformers' Normalize): x / max(|x|, 1e-12)
         norm = jnp.linalg.norm(pooled, axis=-1, keepdims=True)
@@ -144,8 +136,7 @@ def embedder(
     Raises:
       ValueError: an unknown pooling, "pooler" without a pooler layer, a layer out of range.
     """
-    if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+    check_pooling(pooling, POOLINGS)
     model, params = loading.encoder(config, params, pooled=pooling == "pooler")
     if pooling == "pooler":
         loading.check_pooler(config, params)

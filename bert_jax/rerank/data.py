@@ -1,7 +1,8 @@
 """Reranker training and dev rows: files with sentence-transformers' column names, read and
 featurized as (query, passage) pairs.
 
-Files (`read_rows`): JSONL, CSV, TSV or Parquet with a header, in one of two layouts told by the
+Files (`read_rows`, through `retrieval.records`, as the embedding job's pairs): JSONL, CSV, TSV or
+Parquet with a header, in one of two layouts told by the
 columns (docs/rerank.md, "Data"): pointwise (`query`, `passage`, a float `label`) or listwise
 (`query`, `positive`, hard negatives in `negative` and/or `negative_1`, ...; teacher scores in
 `positive_score` and `<negative column>_score`). Other columns are ignored; a bad value raises
@@ -24,20 +25,20 @@ then its negatives).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from absl import logging
 
 from bert_jax import tokenization
-from bert_jax.data import tables, text_io
-from bert_jax.embed import pairs
+from bert_jax.data import text_io
+from bert_jax.retrieval import records
+from bert_jax.retrieval.records import negative_columns, number, text
 
 QUERY_COLUMNS = ("query", "anchor")  # the first present names the query
 PASSAGE_COLUMNS = ("passage", "document")
-FORMATS = {**pairs.FORMATS, ".parquet": "parquet"}
+FORMATS = records.PARQUET_FORMATS
 SCORE_SUFFIX = "_score"
 
 
@@ -74,81 +75,23 @@ class RerankRows:
         return len(self.queries)
 
 
-def format_of(path: str) -> str:
-    """ "csv", "tsv", "jsonl" or "parquet" by the file's extension (`pairs.format_of`)."""
-    return pairs.format_of(path, FORMATS, "rows")
-
-
-def _records(path: str) -> Iterator[tuple[str, dict]]:
-    """(where: "path:line" or "path: row r", {column: value}) of each non-blank row."""
-    fmt = format_of(path)
-    if fmt == "parquet":
-        if not os.path.isfile(path) and "://" not in path:
-            raise FileNotFoundError(f"no such file: {path}")
-        text_io.note_read(path)
-        for row, record in tables.iter_rows(path, tables.column_names(path)):
-            yield f"{path}: row {row + 1}", record
-        return
-    with text_io.open_text(path) as f:
-        if fmt == "jsonl":
-            for line, raw in enumerate(f, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    record = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{line}: not a JSON object: {e}") from None
-                if not isinstance(record, dict):
-                    raise ValueError(f"{path}:{line}: expected a JSON object, got {record!r:.40}")
-                yield f"{path}:{line}", record
-            return
-        rows = text_io.csv_rows(f, path, tsv=fmt == "tsv")
-        _, header = next(rows, (0, None))
-        if header is None:
-            raise ValueError(f"{path} is empty")
-        for line, row in rows:
-            if not row or not any(field.strip() for field in row):
-                continue
-            if len(row) != len(header):
-                raise ValueError(
-                    f"{path}:{line}: {len(row)} field(s), but the header has {len(header)}"
-                )
-            yield f"{path}:{line}", dict(zip(header, row))
-
-
 def _first(record: dict, names: Sequence[str], where: str) -> str:
     """The first of `names` the record has; ValueError naming them and the record's columns."""
-    for name in names:
-        if name in record:
-            return name
-    raise ValueError(f"{where}: no column {' or '.join(map(repr, names))}; it has {sorted(record)}")
-
-
-def _number(value, where: str, column: str) -> float:
-    if isinstance(value, bool) or value is None:
-        raise ValueError(f"{where}: column {column!r} holds {value!r}, not a number")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: column {column!r} holds {value!r:.60}, not a number") from None
-    if not np.isfinite(number):
-        raise ValueError(f"{where}: column {column!r} holds {value!r}, not a finite number")
-    return number
+    column = records.first_column(list(record), names)
+    if column is None:
+        raise ValueError(
+            f"{where}: no column {' or '.join(map(repr, names))}; it has {sorted(record)}"
+        )
+    return column
 
 
 def _listwise(record: dict, where: str) -> tuple[tuple[str, ...], list[float] | None]:
     """(positive, negatives...) of a listwise record and their teacher scores (None: none)."""
-    texts = [pairs._text(record["positive"], where, "positive")]
+    texts = [text(record["positive"], where, "positive")]
     scores = [record["positive_score"]] if "positive_score" in record else None
-    columns = sorted(
-        (c for c in record if pairs._negative_order(c) is not None), key=pairs._negative_order
-    )
-    for column in columns:
-        values, score = record[column], record.get(column + SCORE_SUFFIX)
-        if isinstance(values, list):
-            texts += [pairs._text(v, where, f"{column}[{i}]") for i, v in enumerate(values)]
-        else:
-            texts.append(pairs._text(values, where, column))
+    for column in negative_columns(list(record)):
+        score = record.get(column + SCORE_SUFFIX)
+        texts += records.texts(record[column], where, column)
         if scores is not None:
             if score is None:
                 raise ValueError(
@@ -159,7 +102,7 @@ def _listwise(record: dict, where: str) -> tuple[tuple[str, ...], list[float] | 
     if scores is not None:
         if len(scores) != len(texts):
             raise ValueError(f"{where}: {len(scores)} teacher score(s) for {len(texts)} candidates")
-        scores = [_number(s, where, "teacher score") for s in scores]
+        scores = [number(s, where, "teacher score") for s in scores]
     return tuple(texts), scores
 
 
@@ -178,7 +121,7 @@ def read_rows(path: str | os.PathLike, max_examples: int = 0) -> RerankRows:
     path = os.fspath(path)
     queries, candidates, labels, scores = [], [], [], []
     layout = None
-    for where, record in _records(path):
+    for where, record in records.records(path, FORMATS, "rows", max_rows=max_examples):
         query_column = _first(record, QUERY_COLUMNS, where)
         kind = "pointwise" if "label" in record else "listwise"
         if layout is not None and kind != layout:
@@ -187,29 +130,22 @@ def read_rows(path: str | os.PathLike, max_examples: int = 0) -> RerankRows:
                 "row has a `label` (pointwise) or none (listwise: positive and negatives)"
             )
         layout = kind
-        query = pairs._text(record[query_column], where, query_column)
+        query = text(record[query_column], where, query_column)
         if kind == "pointwise":
             column = _first(record, PASSAGE_COLUMNS, where)
-            texts, row_scores = (pairs._text(record[column], where, column),), None
-            labels.append(_number(record["label"], where, "label"))
+            texts, row_scores = (text(record[column], where, column),), None
+            labels.append(number(record["label"], where, "label"))
         else:
             _first(record, ("positive",), where)
             texts, row_scores = _listwise(record, where)
-            if candidates and len(texts) != len(candidates[0]):
-                raise ValueError(
-                    f"{where}: {len(texts) - 1} negative(s), but the first row has "
-                    f"{len(candidates[0]) - 1}: every row needs as many (a batch is one array)"
-                )
+            first = len(candidates[0]) - 1 if candidates else None
+            records.check_count(len(texts) - 1, first, where, "negative(s)")
             if candidates and (row_scores is None) != (not scores):
                 raise ValueError(f"{where}: teacher scores (positive_score, ...) in some rows only")
             if row_scores is not None:
                 scores.append(row_scores)
         queries.append(query)
         candidates.append(texts)
-        if max_examples and len(queries) == max_examples:
-            break
-    if not queries:
-        raise ValueError(f"{path} holds no rows")
     rows = RerankRows(
         queries,
         candidates,

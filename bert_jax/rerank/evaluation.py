@@ -10,7 +10,7 @@ The numbers equal the evaluator's given its `documents` (the file's order) and p
 conventions included: the candidates it reranks are the positives first, then the others in
 file order (`always_rerank_positives`), ranked by descending score as `np.argsort(scores)[::-1]`
 orders them; a query without a relevant candidate counts 0 in every mean (it is not left out,
-unlike retrieval's `embed.retrieval`); MRR@k is the reciprocal rank of the first relevant
+unlike retrieval's `retrieval.metrics`); MRR@k is the reciprocal rank of the first relevant
 candidate in the top k (0 when none is); nDCG@k is the DCG of the top k (gain 1 for a relevant
 candidate at rank r, discounted by log2(r + 1)) over that of the ideal order. Equal scores are
 ordered as above, where the evaluator's nDCG (sklearn's `ndcg_score`) averages over ties: only
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.embed import retrieval
 from bert_jax.inference import batches
 from bert_jax.rerank.data import DevQuery, pair_features
+from bert_jax.retrieval import metrics as retrieval
 from bert_jax.training import experiment
 
 K = retrieval.K  # nDCG@10 and MRR@10, the field's figures

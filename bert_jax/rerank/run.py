@@ -32,15 +32,15 @@ import jax
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import tokenization
+from bert_jax import batch_layout, tokenization
 from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.cross_encoder import save_cross_encoder
 from bert_jax.data import batching, text_io
-from bert_jax.embed import packing
 from bert_jax.models import families
 from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.rerank import data, evaluation
+from bert_jax.retrieval import packing
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
 from bert_jax.training.start import architecture, graft
 from bert_jax.training.summaries import MetricView
@@ -237,20 +237,9 @@ def compile_batch(config, group: int, length: int) -> dict[str, jax.ShapeDtypeSt
     `length` tokens, as `_train_batches` makes it: with `rerank.pack`, at the most rows packing
     can take (one pair a row: [B G, L], the memory any packed step stays within)."""
     rows, r = config.global_batch_size, config.rerank
-    i32, f32 = jax.numpy.int32, jax.numpy.float32
-    if r.pack:
-        batch = {k: ((rows * group, length), i32) for k in packing.TOKEN_KEYS}
-        batch.update(cls_positions=((rows * group, r.max_segments), i32))
-        batch.update(text_index=((rows * group, r.max_segments), i32))
-    else:
-        tokens = ("input_ids", "token_type_ids", "attention_mask")
-        batch = {k: ((rows, group, length), i32) for k in tokens}
-    batch["example_weights"] = ((rows,), f32)
-    if r.loss == "bce":
-        batch["labels"] = ((rows,), f32)
-    elif r.loss == "margin_mse":
-        batch["teacher_scores"] = ((rows, group), f32)
-    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in batch.items()}
+    layout = batch_layout.rerank_layout(r.loss, packed=bool(r.pack))
+    sizes = dict(B=rows, G=group, L=length, R=rows * group, S=r.max_segments)
+    return batch_layout.abstract_batch(layout, **sizes)
 
 
 def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:

@@ -87,7 +87,7 @@ class Experiment:
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
         _warn_unaligned_vocabulary(bert_config, mesh)
         runtime, platform = _resolved_runtime(config, bert_config, mesh)
-        if not isinstance(objective, objectives.Objective):
+        if isinstance(objective, str):
             objective = objectives.get_objective(objective)
         if objective.build_model is None:
             model = get_model_class(head)(bert_config, runtime)

@@ -32,14 +32,14 @@ from bert_jax import hardware
 from bert_jax.checkpoints import checkpointing
 from bert_jax.parallel import sharding
 from bert_jax.parallel.preemption import PreemptionWatcher
-from bert_jax.training import objectives
+from bert_jax.training import objective
 from bert_jax.training.experiment import Experiment
 from bert_jax.training.summaries import MetricWriter
 
 
 def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:
     """Metrics of several steps or batches: sums, counts and histograms are added, loss and
-    grad_norm averaged, the last learning rate and loss scale kept; then `objectives.summarize`
+    grad_norm averaged, the last learning rate and loss scale kept; then `objective.summarize`
     turns them into means (and AUCs). With float16's `skipped_steps` (a count over the window),
     loss and grad_norm are averaged over the applied steps (none applied: no loss, grad_norm)."""
     fetched = jax.device_get(window)
@@ -47,7 +47,7 @@ def reduce_metrics(window: list[Mapping[str, Any]]) -> dict[str, float]:
     for m in fetched:
         for k, v in m.items():
             total[k] = total.get(k, 0.0) + np.asarray(v, np.float64)  # scalars, or histograms
-    out = objectives.summarize(total)
+    out = objective.summarize(total)
     applied = len(fetched) - float(total.get("skipped_steps", 0.0))
     for k in ("loss", "grad_norm"):
         if k in total:

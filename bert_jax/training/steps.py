@@ -1,4 +1,5 @@
-"""Pure training and evaluation steps, for every objective (`bert_jax.training.objectives`).
+"""Pure training and evaluation steps, for every objective (the protocol of
+`bert_jax.training.objective`: a batch is split as `Objective.couples_rows` says).
 
 Nothing here is jitted: `training.experiment.compile_train_step` compiles the train step once,
 with explicit shardings and buffer donation; the evaluation and prediction steps are jitted by
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.models.params import init_params
-from bert_jax.training.objectives import Batch, ContrastiveObjective, Objective, apply_model
+from bert_jax.training.objective import Batch, CoupledObjective, Objective, apply_model
 
 PyTree = Any
 
@@ -144,10 +145,10 @@ def loss_and_grads(
     Counts come from the whole batch, so the result does not depend on `num_microbatches`. With
     `loss_scale` (float32 scalar), the backward pass starts from loss x loss_scale and the summed
     gradients are divided by it in float32 (an overflow stays inf or nan); the loss returned is
-    unscaled. A contrastive objective's micro-batches are GradCache's chunks
-    (`grad_cache_loss_and_grads`): its loss couples every row of the batch.
+    unscaled. An objective whose rows couple (`Objective.couples_rows`: in-batch negatives)
+    takes its micro-batches as GradCache's chunks (`grad_cache_loss_and_grads`).
     """
-    if isinstance(objective, ContrastiveObjective) and num_microbatches > 1:
+    if objective.couples_rows and num_microbatches > 1:
         return grad_cache_loss_and_grads(
             params,
             batch,
@@ -203,19 +204,20 @@ def merge_microbatches(parts: PyTree) -> PyTree:
 
 
 def chunked_embeddings(
-    params, batch: Batch, rng, *, model, objective: ContrastiveObjective, num_chunks: int
+    params, batch: Batch, rng, *, model, objective: CoupledObjective, num_chunks: int
 ) -> jax.Array:
-    """The embeddings [B, T, E] of a contrastive batch [B, T, L] (of packed rows [R, L]: their
-    slots' [R, S, E], `ContrastiveObjective.embed`), computed `num_chunks` chunks
-    of rows at a time (`split_microbatches`' rows), chunk i's dropout drawn from
-    `fold_in(rng, i)` (None: dropout off). Differentiating through it is the uncached batch
-    that `grad_cache_loss_and_grads` equals (its activations all kept at once)."""
+    """The row outputs of a batch whose rows couple (`CoupledObjective.row_outputs`: a
+    contrastive batch [B, T, L]'s embeddings [B, T, E]; of packed rows [R, L], their slots'
+    [R, S, E]), computed `num_chunks` chunks of rows at a time (`split_microbatches`' rows),
+    chunk i's dropout drawn from `fold_in(rng, i)` (None: dropout off). Differentiating through
+    it is the uncached batch that `grad_cache_loss_and_grads` equals (its activations all kept
+    at once)."""
     chunks = split_microbatches(batch, num_chunks)
 
     def one(xs):
         chunk, i = xs
         chunk_rng = None if rng is None else jax.random.fold_in(rng, i)
-        return objective.embed(model, params, chunk, chunk_rng, rng is None)
+        return objective.row_outputs(model, params, chunk, chunk_rng, rng is None)
 
     return merge_microbatches(jax.lax.map(one, (chunks, jnp.arange(num_chunks))))
 
@@ -226,13 +228,13 @@ def grad_cache_loss_and_grads(
     rng,
     *,
     model,
-    objective: ContrastiveObjective,
+    objective: CoupledObjective,
     num_chunks: int,
     loss_scale: jax.Array | None = None,
 ):
-    """GradCache (Gao et al. 2021): the contrastive loss of the whole batch and its gradient,
-    with the activations of one chunk of rows in memory at a time, so a batch of thousands of
-    texts trains where one chunk fits.
+    """GradCache (Gao et al. 2021): the loss of a whole batch whose rows couple (the contrastive
+    loss) and its gradient, with the activations of one chunk of rows in memory at a time, so a
+    batch of thousands of texts trains where one chunk fits.
 
     1. The embeddings of every chunk, no activations kept (`chunked_embeddings`).
     2. The loss of the whole batch and its gradient with respect to the embeddings [B, T, E]
@@ -251,7 +253,7 @@ def grad_cache_loss_and_grads(
     )
 
     def embedding_loss(e):
-        sums = objective.embedding_sums(objective.texts(e, batch))
+        sums = objective.batch_sums(e, batch)
         loss = objective.loss(sums, counts)
         return (loss if loss_scale is None else loss * loss_scale), (loss, sums)
 
@@ -260,7 +262,7 @@ def grad_cache_loss_and_grads(
     def body(acc, xs):
         chunk, i, chunk_grad = xs
         chunk_rng = jax.random.fold_in(rng, i)
-        _, vjp = jax.vjp(lambda p: objective.embed(model, p, chunk, chunk_rng, False), params)
+        _, vjp = jax.vjp(lambda p: objective.row_outputs(model, p, chunk, chunk_rng, False), params)
         return jax.tree_util.tree_map(jnp.add, acc, vjp(chunk_grad)[0]), None
 
     xs = (
@@ -387,11 +389,11 @@ def eval_step(
     parts as the train step takes them (the same rows a chip at a time, so an evaluation fits
     wherever the training step does); the sums do not depend on the split."""
     counts = objective.counts(batch)
-    if isinstance(objective, ContrastiveObjective):  # the loss couples every row: chunks embed
-        embeddings = chunked_embeddings(
+    if objective.couples_rows:  # the loss couples every row: chunks compute their outputs
+        outputs = chunked_embeddings(
             params, batch, None, model=model, objective=objective, num_chunks=num_microbatches
         )
-        sums = objective.embedding_sums(objective.texts(embeddings, batch))
+        sums = objective.batch_sums(outputs, batch)
     elif num_microbatches == 1:
         sums = objective.sums(model, params, batch, None, True)
     else:

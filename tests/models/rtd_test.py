@@ -16,6 +16,7 @@ from bert_jax.models import families, rtd
 from bert_jax.models.family import Role
 from bert_jax.models.params import get_at
 from bert_jax.training import objectives
+from bert_jax.training.objective import summarize
 from tests import family_fixtures
 
 RTD_FAMILIES = [t for t, f in families.FAMILIES.items() if Role.REPLACED_TOKEN_DETECTION in f.roles]
@@ -189,7 +190,7 @@ def test_loss_is_mlm_plus_fifty_times_the_discriminators(model_type):
         + 50.0 * sums["rtd_loss_sum"] / counts["rtd_count"]
     )
     np.testing.assert_allclose(objective.loss(sums, counts), want, rtol=1e-6)
-    metrics = objectives.summarize({**sums, **counts})
+    metrics = summarize({**sums, **counts})
     assert 0 < metrics["rtd_replaced_share"] < 1
     assert {"mlm_accuracy", "rtd_accuracy", "rtd_auc", "rtd_loss"} <= set(metrics)
     # evaluation (no rng) draws the same samples every time

@@ -114,7 +114,7 @@ def test_packed_pairs_train_as_the_padded_batch(family):
     """No dropout: each loss's value and gradients on a batch's pairs packed several to a row
     (`packing.pack_pairs` with `keep`, empty rows among them) equal the padded [B, G, L] batch's
     within 1e-5: bce on single pairs, listwise and margin-MSE on groups of 3."""
-    from bert_jax.embed import packing
+    from bert_jax.retrieval import packing
     from tests.embed.embed_packing_test import B, L, assert_same, loss_and_grads, pair_batch
 
     fields = dict(
@@ -163,7 +163,7 @@ def test_packed_pairs_keep_each_hosts_labels():
     """`PackedBatches(keep=...)`: two hosts feed the halves of the one-process packing, the
     rows' halves and the [B] keys' halves (`host_rows` of B), step for step."""
     from bert_jax.data import batching
-    from bert_jax.embed import packing
+    from bert_jax.retrieval import packing
     from tests.embed.embed_packing_test import pair_batch
 
     features = {k: np.concatenate([v, v[::-1]]) for k, v in pair_batch(6).items()}  # 12 groups

@@ -20,6 +20,7 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import init_params
 from bert_jax.parallel import sharding
 from bert_jax.training import experiment, loop, objectives, optimizer, start, steps
+from bert_jax.training.objective import summarize
 from bert_jax.training.summaries import MetricWriter
 from tests.training.steps_test import CFG, pretraining_batch
 
@@ -214,9 +215,7 @@ def _fine_tune(dtype, num_steps):
         state, metrics = step(state, _classification_batch(i))
         history.append(jax.device_get(metrics))
     evaluate = jax.jit(functools.partial(steps.eval_step, model=model, objective=objective))
-    held_out = objectives.summarize(
-        jax.device_get(evaluate(state.params, _classification_batch(99, n=96)))
-    )
+    held_out = summarize(jax.device_get(evaluate(state.params, _classification_batch(99, n=96))))
     return start, state, history, held_out
 
 

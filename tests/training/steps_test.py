@@ -15,6 +15,7 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.parallel import sharding
 from bert_jax.training import experiment, loop, objectives, optimizer, steps
+from bert_jax.training.objective import summarize
 
 CFG = BertConfig(
     vocab_size=101,
@@ -197,7 +198,7 @@ def test_overfitting_a_fixed_batch_drives_the_loss_near_zero():
         first = first if first is not None else float(metrics["loss"])
         assert np.isfinite(float(metrics["grad_norm"]))
     last = jax.device_get(metrics)
-    summary = objectives.summarize(last)
+    summary = summarize(last)
     assert first > 4.0 and float(last["loss"]) < 0.05, (first, float(last["loss"]))
     assert summary["mlm_accuracy"] == 1.0 and summary["nsp_accuracy"] == 1.0
     assert summary["nsp_auc"] == 1.0  # every random pair scores above every real one
@@ -232,7 +233,7 @@ def test_eval_step_and_summaries():
     )
     assert out["mlm_count"] == batch["masked_lm_weights"].sum()
     assert out["nsp_count"] == 16
-    summary = objectives.summarize(out)
+    summary = summarize(out)
     np.testing.assert_allclose(summary["mlm_loss"] + summary["nsp_loss"], out["loss"], rtol=1e-5)
     assert 0 <= summary["mlm_accuracy"] <= 1
     assert out["nsp_score_hist"].shape == (2, losses.NSP_SCORE_BINS)
@@ -326,9 +327,9 @@ def test_nsp_auc_from_binned_scores_matches_the_exact_auc():
     # A classifier that ignores its input scores 0.5; a perfect one 1; one class alone: no AUC.
     flat = np.zeros((2, losses.NSP_SCORE_BINS))
     flat[:, 100] = [30, 70]
-    assert objectives.auc_from_histogram(flat) == 0.5
+    assert losses.auc_from_histogram(flat) == 0.5
     flat[1] = np.roll(flat[1], 5)
-    assert objectives.auc_from_histogram(flat) == 1.0
+    assert losses.auc_from_histogram(flat) == 1.0
     flat[0] = 0
-    assert objectives.auc_from_histogram(flat) is None
-    assert "nsp_auc" not in objectives.summarize({"nsp_score_hist": flat})
+    assert losses.auc_from_histogram(flat) is None
+    assert "nsp_auc" not in summarize({"nsp_score_hist": flat})

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig
+from bert_jax.models.pooling import CLASSIFIER_POOLINGS as POOLINGS
 
 MODEL_TYPE = "modernbert"
-POOLINGS = ("cls", "mean")
 GLOBAL, LOCAL = "full_attention", "sliding_attention"  # transformers' `layer_types` words
 # config.json keys of transformers' ModernBertConfig that say nothing about the weights.
 _HOUSEKEEPING = HF_HOUSEKEEPING | {

