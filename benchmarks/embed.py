@@ -112,7 +112,7 @@ def corpus_texts(kind: str, num_lines: int, count_tokens) -> list[str]:
 def bert_jax_peer(model_dir: str, batch: int, pack: bool = True):
     """(embed(texts) -> [N, E] float32 unit vectors, texts -> real tokens of each, int [N])."""
     from bert_jax import inference
-    from bert_jax.data.text_io import encode_texts
+    from bert_jax.data.sentence_features import encode_texts
 
     cfg, params, _, tokenizer = inference.load(model_dir, "encoder")
 

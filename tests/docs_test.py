@@ -351,13 +351,13 @@ def test_architecture_size_limits_hold():
     """The limits docs/architecture.md states: its sentence names them and they hold."""
     text = open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8").read()
     match = re.search(
-        r"Every module is under ([\d,]+) lines but (.+?), and every function under (\d+) lines",
+        r"Every module is under ([\d,]+) lines(?: but (.+?))?, and every function under (\d+) lines",
         text,
         re.S,
     )
     assert match, "docs/architecture.md no longer states the size limits this test checks"
     module_limit, function_limit = int(match[1].replace(",", "")), int(match[3])
-    exceptions = set(re.findall(r"`([\w/]+\.py)`", match[2]))
+    exceptions = set(re.findall(r"`([\w/]+\.py)`", match[2] or ""))
     over, long = [], []
     for path in glob.glob(f"{ROOT}/bert_jax/**/*.py", recursive=True) + [f"{ROOT}/train.py"]:
         rel = os.path.relpath(path, f"{ROOT}/bert_jax")

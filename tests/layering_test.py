@@ -45,7 +45,7 @@ LAYERS = (
     ("pretrain", "finetune", "embed", "rerank"),  # the jobs: none imports another
 )
 JOBS = LAYERS[-1]
-DATA = {"text_io", "batching", "plays"}
+DATA = {"text_io", "sentence_features", "batching", "plays"}
 RETRIEVAL = {"records", "pairs", "metrics", "packing"}
 FINETUNE_DATA = {
     "glue",

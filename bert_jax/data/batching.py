@@ -448,8 +448,8 @@ def pack(
     """Packs sequence- or token-classification rows, several examples per row.
 
     Args:
-      features: unpacked features from `text_io.featurize`, `shakespeare` or `ner.featurize`
-        ([N, L0] token arrays, `labels` [N] or [N, L0], `example_weights` [N]).
+      features: unpacked features from `sentence_features.featurize`, `shakespeare` or
+        `ner.featurize` ([N, L0] token arrays, `labels` [N] or [N, L0], `example_weights` [N]).
       max_segments: S, the most examples in one row.
       max_seq_length: L, the packed row length (default L0). It must hold the longest example:
         featurize with a `max_seq_length` no larger, so truncation happens (and is counted)

@@ -7,8 +7,9 @@ which a submission must contain; the first metric is the one the BERT paper repo
 Readers, each giving `TextExample(guid, texts, label)`: `read_glue`/`read_glue_tsv` (the GLUE TSV
 files), `read_glue_hub` (the Hub's Parquet of `nyu-mll/glue`, which the tasks read when
 `data_dir` holds no GLUE TSV files; class ids mapped to the TSV labels through their names) and
-`read_glue_tfds`. `text_io.featurize` makes the features; `TASKS` are the fine-tuning tasks of
-every dataset with a training set; `write_submission` writes a test split's submission TSV.
+`read_glue_tfds`. `sentence_features.featurize` makes the features; `TASKS` are the fine-tuning
+tasks of every
+dataset with a training set; `write_submission` writes a test split's submission TSV.
 
 Bad input raises with the file, line and column: a label outside the label set, a missing column,
 a short row, an empty file.

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.data import tables, text_io
+from bert_jax.data import sentence_features, tables, text_io
 from bert_jax.finetune import metrics
 from bert_jax.finetune import task as task_lib
 
@@ -175,7 +175,7 @@ def featurize(
     examples: Sequence[MultipleChoiceExample],
     tokenizer: tokenization.SubwordTokenizer,
     max_seq_length: int,
-) -> tuple[dict[str, np.ndarray], text_io.FeatureStats]:
+) -> tuple[dict[str, np.ndarray], sentence_features.FeatureStats]:
     """Multiple-choice features (keys in the module docstring).
 
     Args:
@@ -197,7 +197,7 @@ def featurize(
             )
     firsts = [e.context for e in examples for _ in e.endings]
     seconds = [f"{e.start} {ending}".strip() for e in examples for ending in e.endings]
-    rows, stats = text_io.encode_texts(tokenizer, firsts, seconds, max_seq_length)
+    rows, stats = sentence_features.encode_texts(tokenizer, firsts, seconds, max_seq_length)
     n = len(examples)
     features = {k: v.reshape(n, num_choices, max_seq_length) for k, v in rows.items()}
     features["labels"] = np.array(

@@ -23,7 +23,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import tokenization
-from bert_jax.data import tables, text_io
+from bert_jax.data import sentence_features, tables, text_io
 from bert_jax.finetune import metrics
 
 
@@ -148,13 +148,13 @@ def sequence_data(splits: Mapping[str, list], dataset: text_io.TextDataset, ft, 
     """TaskData of a sequence classification/regression task from its read splits ("train",
     optional "dev" and "test" lists of `text_io.TextExample`)."""
     train = subsample(splits["train"], ft.max_train_examples, 0)
-    features, stats = text_io.featurize(train, tokenizer, dataset, ft.max_seq_length)
+    features, stats = sentence_features.featurize(train, tokenizer, dataset, ft.max_seq_length)
     stats.log()
     evals = []
     for split in ("dev", "test"):
         if split in splits and splits[split]:
             examples = subsample(splits[split], ft.max_eval_examples, 1)
-            f, s = text_io.featurize(examples, tokenizer, dataset, ft.max_seq_length)
+            f, s = sentence_features.featurize(examples, tokenizer, dataset, ft.max_seq_length)
             s.log()
             labelled = all(e.label is not None for e in examples)
             evals.append(EvalSet(split, f, examples, labelled))

@@ -19,7 +19,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax import xla_flags
 from bert_jax.data import batching
-from bert_jax.data.text_io import encode_texts
+from bert_jax.data.sentence_features import encode_texts
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
 

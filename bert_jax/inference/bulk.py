@@ -54,7 +54,7 @@ from jax.sharding import Mesh
 
 from bert_jax import paths
 from bert_jax.data import batching, tables, text_io
-from bert_jax.data.text_io import encode_texts
+from bert_jax.data.sentence_features import encode_texts
 from bert_jax.inference import batches, commands
 from bert_jax.parallel import multihost, sharding
 from bert_jax.training import run_lock

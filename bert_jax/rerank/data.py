@@ -32,7 +32,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import tokenization
-from bert_jax.data import text_io
+from bert_jax.data import sentence_features
 from bert_jax.retrieval import records
 from bert_jax.retrieval.records import negative_columns, number, text
 
@@ -165,7 +165,9 @@ def pair_features(
 ) -> dict[str, np.ndarray]:
     """(query, passage) pairs as the family lays out a sentence pair: input_ids,
     token_type_ids, attention_mask int32 [N, L]; logs the truncation."""
-    features, stats = text_io.encode_texts(tokenizer, list(queries), list(passages), max_seq_length)
+    features, stats = sentence_features.encode_texts(
+        tokenizer, list(queries), list(passages), max_seq_length
+    )
     stats.log("pairs")
     return features
 

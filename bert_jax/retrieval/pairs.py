@@ -31,7 +31,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import tokenization
-from bert_jax.data import text_io
+from bert_jax.data import sentence_features
 from bert_jax.retrieval import records
 
 # The names a pair's two texts go by in the data sets people have: the first present is read.
@@ -128,7 +128,7 @@ def text_features(
 ) -> dict[str, np.ndarray]:
     """[CLS] text [SEP] rows: input_ids, token_type_ids, attention_mask int32 [N, L] and
     example_weights float32 [N] (ones)."""
-    features, _ = text_io.encode_texts(tokenizer, list(texts), None, max_seq_length)
+    features, _ = sentence_features.encode_texts(tokenizer, list(texts), None, max_seq_length)
     features["example_weights"] = np.ones(len(texts), np.float32)
     return features
 
@@ -139,7 +139,7 @@ def featurize_pairs(
     """The features of `pairs` (keys and shapes in the module docstring); logs the truncation."""
     columns = [pairs.anchors, pairs.positives]
     columns += [[negs[k] for negs in pairs.negatives] for k in range(pairs.num_negatives)]
-    encoded, stats = text_io.encode_texts(
+    encoded, stats = sentence_features.encode_texts(
         tokenizer, [t for column in columns for t in column], None, max_seq_length
     )
     stats.log("texts")

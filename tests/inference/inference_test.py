@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax import inference, tokenization
 from bert_jax.checkpoints import native
-from bert_jax.data.text_io import encode_texts
+from bert_jax.data.sentence_features import encode_texts
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig

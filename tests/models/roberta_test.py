@@ -316,7 +316,7 @@ def test_inference_on_a_converted_directory_equals_transformers(tmp_path):
     converted with `python -m bert_jax.convert` (its tokenizer beside it, <pad> id 0 here), against
     transformers on the same token ids: mean-pooled states and label probabilities."""
     from bert_jax import tokenization
-    from bert_jax.data.text_io import encode_texts
+    from bert_jax.data.sentence_features import encode_texts
     from bert_jax.inference.__main__ import main
 
     tokenizer = tokenization.train_wordpiece(TEXTS * 3, vocab_size=150, min_frequency=1)
