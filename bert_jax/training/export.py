@@ -11,6 +11,7 @@ Both jobs call it after their last step; the loop knows nothing of formats.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -72,3 +73,14 @@ def export(
         places["hf"] = f"{out / 'hf'} (transformers)"
     logging.info("exported %s to %s", head, out_dir)
     return places
+
+
+def write_from_process_0(params: PyTree, write: Callable[[PyTree], None]) -> None:
+    """Gathers `params` to every host and calls `write(host_params)` on process 0 alone: the
+    way a job writes a format of its own (a sentence-transformers or CrossEncoder directory).
+    Every process must call this (the gather is a collective)."""
+    from jax.experimental import multihost_utils
+
+    host_params = multihost_utils.process_allgather(params, tiled=True)
+    if jax.process_index() == 0:
+        write(host_params)
