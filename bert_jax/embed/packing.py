@@ -139,30 +139,31 @@ class PackedBatches:
 def epoch_batches(
     features: Mapping[str, np.ndarray],
     global_batch_size: int,
-    *,
-    num_epochs: int,
+    block,
     seed: int,
-    pack: bool,
-    max_segments: int,
+    *,
     row_multiple: int = 1,
     host_rows: Callable[[int], np.ndarray] | None = None,
     keep: tuple[str, ...] = (),
 ):
     """One seed's batches of groups of texts (the embedding job's pairs, the reranker's rows):
-    `num_epochs` epochs of shuffled global batches, not grouped by length (that would make a
-    batch's in-batch negatives alike in length). With `pack` each batch's texts are packed
-    several to a row (`PackedBatches`: the row count a multiple of `row_multiple`, the `keep`
-    keys left [B]); else each is cut to the 32-token bucket of its longest text.
+    `block.num_epochs` epochs of shuffled global batches, not grouped by length (that would
+    make a batch's in-batch negatives alike in length). With `block.pack` each batch's texts are
+    packed several to a row (`PackedBatches`: at most `block.max_segments` a row, the row count a
+    multiple of `row_multiple`, the `keep` keys left [B]); else each is cut to the 32-token
+    bucket of its longest text.
 
     Args:
       features: input_ids, token_type_ids, attention_mask int32 [N, T, L] and per-group keys.
+      block: the job's config block (`num_epochs`, `pack`, `max_segments`).
       host_rows: R -> this process's rows of a batch of R rows, in order
         (`functools.partial(sharding.host_batch_rows, mesh)`); None: all of them.
     """
+    pack = block.pack
     batches = batching.EpochIterator(
         features,
         global_batch_size,
-        num_epochs=num_epochs,
+        num_epochs=block.num_epochs,
         seed=seed,
         bucket_boundaries=None
         if pack
@@ -173,7 +174,7 @@ def epoch_batches(
         return batches
     return PackedBatches(
         batches,
-        max_segments=max_segments,
+        max_segments=block.max_segments,
         row_multiple=row_multiple,
         host_rows=host_rows,
         keep=keep,

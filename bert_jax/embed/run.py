@@ -244,18 +244,12 @@ def _train_batches(config, features, seed: int, mesh=None):
     batches of pairs, this process's rows of them on `mesh` (None: all), packed with
     `embed.pack` (the row count a multiple of the mesh's data-parallel devices x
     `num_microbatches`)."""
-    e = config.embed
+    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
+    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
     return packing.epoch_batches(
-        features,
-        config.global_batch_size,
-        num_epochs=e.num_epochs,
-        seed=seed,
-        pack=e.pack,
-        max_segments=e.max_segments,
-        row_multiple=config.num_microbatches
-        * (1 if mesh is None else sharding.data_parallel_size(mesh)),
-        host_rows=None if mesh is None else functools.partial(sharding.host_batch_rows, mesh),
-    )
+        features, config.global_batch_size, config.embed, seed,
+        row_multiple=config.num_microbatches * dp, host_rows=host_rows,
+    )  # fmt: skip
 
 
 def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs):

@@ -271,18 +271,13 @@ def _train_batches(config, features, seed: int, mesh=None):
     batches of rows, this process's rows of them on `mesh` (None: all), packed with
     `rerank.pack` as the embedding job packs its texts (the labels, weights and teacher scores
     stay [B])."""
-    r = config.rerank
+    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
+    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
+    keep = tuple(k for k in PER_GROUP_KEYS if k in features)
     return packing.epoch_batches(
-        features,
-        config.global_batch_size,
-        num_epochs=r.num_epochs,
-        seed=seed,
-        pack=r.pack,
-        max_segments=r.max_segments,
-        row_multiple=1 if mesh is None else sharding.data_parallel_size(mesh),
-        host_rows=None if mesh is None else functools.partial(sharding.host_batch_rows, mesh),
-        keep=tuple(k for k in PER_GROUP_KEYS if k in features),
-    )
+        features, config.global_batch_size, config.rerank, seed,
+        row_multiple=dp, host_rows=host_rows, keep=keep,
+    )  # fmt: skip
 
 
 def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows):
