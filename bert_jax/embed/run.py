@@ -37,7 +37,7 @@ from bert_jax.models import families
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
-from bert_jax.training.export import write_from_process_0
+from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
 from bert_jax.training.start import architecture, job_tokenizer
 from bert_jax.training.summaries import MetricView
@@ -314,23 +314,13 @@ def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -
     ]
     if objective.dims:
         items.insert(1, f"Matryoshka dimensions: {', '.join(map(str, objective.dims))}")
-    lines = [
-        "## Training",
-        "",
-        "Trained with bert_jax's embedding job (`train.py --config=configs/embed.py`) from "
-        f"`{config.init_from or 'scratch'}` on {num_pairs:,} pairs of `{e.train_file}`:",
-        "",
-        *(f"- {item}" for item in items),
-    ]
+    dev = None
     if end:
-        lines += [
-            "",
-            f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):",
-            "",
-            "| metric | start | trained |",
-            "|---|---|---|",
-            *(f"| {k} | {begin.get(k, float('nan')):.4f} | {v:.4f} |" for k, v in end.items()),
-        ]
+        title = f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):"
+        rows = [(k, f"{begin.get(k, float('nan')):.4f}", f"{v:.4f}") for k, v in end.items()]
+        dev = (title, ("metric", "start", "trained"), rows)
+    data = f"{num_pairs:,} pairs of `{e.train_file}`"
+    lines = training_section("embedding job", config, data, items, dev)
     return "\n".join(lines) + "\n"
 
 

@@ -40,7 +40,7 @@ from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.rerank import data, evaluation
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
-from bert_jax.training.export import write_from_process_0
+from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
 from bert_jax.training.start import architecture, graft, job_tokenizer
 from bert_jax.training.summaries import MetricView
@@ -389,30 +389,25 @@ def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) ->
         'scores = model.predict([("a query", "a passage"), ("a query", "another passage")])',
         "```",
         "",
-        "## Training",
-        "",
-        "Trained with bert_jax's reranker job (`train.py --config=configs/rerank.py`) from "
-        f"`{config.init_from or 'scratch'}` on {num_rows:,} rows of `{r.train_file}`:",
-        "",
-        f"- loss: {LOSS_NAMES[r.loss]}",
-        f"- max_seq_length: {start.max_seq_length} (a query and a passage)",
-        f"- {num_steps} steps ({r.num_epochs} epoch(s)) of {config.global_batch_size} rows, "
+    ]
+    items = [
+        f"loss: {LOSS_NAMES[r.loss]}",
+        f"max_seq_length: {start.max_seq_length} (a query and a passage)",
+        f"{num_steps} steps ({r.num_epochs} epoch(s)) of {config.global_batch_size} rows, "
         f"{opt.name} at peak learning rate {opt.peak_learning_rate:g}, {opt.schedule} schedule",
     ]
+    dev = None
     if end:
-        lines += [
-            "",
-            f"Dev reranking (`{r.dev_file}`: each query's candidates in the file's order):",
-            "",
-            "| metric | file order | start | trained |",
-            "|---|---|---|---|",
-            *(
-                f"| {k} | {end.get('base_' + k, float('nan')):.4f} | "
-                f"{begin.get(k, float('nan')):.4f} | {v:.4f} |"
-                for k, v in end.items()
-                if not k.startswith("base_")
-            ),
-        ]
+        title = f"Dev reranking (`{r.dev_file}`: each query's candidates in the file's order):"
+        rows = [
+            (k, f"{end.get('base_' + k, float('nan')):.4f}", f"{begin.get(k, float('nan')):.4f}",
+             f"{v:.4f}")
+            for k, v in end.items()
+            if not k.startswith("base_")
+        ]  # fmt: skip
+        dev = (title, ("metric", "file order", "start", "trained"), rows)
+    data = f"{num_rows:,} rows of `{r.train_file}`"
+    lines += training_section("reranker job", config, data, items, dev)
     return "\n".join(lines) + "\n"
 
 
