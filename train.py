@@ -8,8 +8,9 @@
     python train.py --config=configs/rerank.py:init=minilm --workdir=runs/r \
         --config.rerank.train_file=pairs.jsonl --config.rerank.dev_file=dev.jsonl
 
-Flow: flags -> config -> `bert_jax.pretrain.run`, `bert_jax.finetune.run`, `bert_jax.embed.run`
-or `bert_jax.rerank.run` (by `config.job`): mesh -> data -> state (created sharded) -> loop. The
+Flow: flags -> config -> its job (`config.job`, looked up in `bert_jax.training.job`'s registry:
+`pretrain`, `finetune`, `embed`, `rerank`, or a job its config file registers) -> mesh -> data ->
+state (created sharded) -> loop. The
 loop saves Orbax checkpoints (state + data position) every `checkpoint_every_steps`, on
 SIGTERM/SIGINT and at the end, and resumes from the newest good one in --workdir. Metrics go to
 the console, TensorBoard and <workdir>/metrics.jsonl.
@@ -38,18 +39,14 @@ and a roofline bound on MFU, as a table and one JSON line (`bert_jax.parallel.ao
 from __future__ import annotations
 
 import contextlib
+import importlib
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from bert_jax import cli
-from bert_jax.embed import run as embed_run
-from bert_jax.finetune import run as finetune_run
 from bert_jax.parallel import compile_cache, multihost, preemption
-from bert_jax.pretrain import run as pretrain_run
-from bert_jax.rerank import run as rerank_run
-from bert_jax.training import experiment, run_lock, summaries
-from configs import pretrain as pretrain_recipes
+from bert_jax.training import experiment, job, run_lock, summaries
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
@@ -104,35 +101,24 @@ def main(argv):
     if FLAGS.mode == "train" and workdir is None:
         raise app.UsageError("--workdir is required to train")
     experiment.check_experiment_config(config)
+    the_job = job.get(config.job)  # an unknown job: one line naming the known ones
     # With several processes, an error on any of them ends all of them (parallel.multihost).
     # One run at a time in a workdir: the lock is taken before anything is written there.
     training = FLAGS.mode == "train"
     topology = FLAGS.topology or config.topology
     with multihost.guard(), run_lock.hold(workdir) if training else contextlib.nullcontext():
-        if config.job in pretrain_run.JOBS:
-            out = pretrain_run.train_and_evaluate(
-                config,
-                workdir,
-                mode=FLAGS.mode,
-                topology=FLAGS.topology,
-                num_slices=FLAGS.num_slices,
-                hlo_out=FLAGS.hlo_out,
-            )
-        elif config.job == "embed":
-            out = embed_run.train_and_evaluate(
-                config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
-            )
-        elif config.job == "rerank":
-            out = rerank_run.train_and_evaluate(
-                config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
-            )
-        else:
-            out = finetune_run.train_and_evaluate(
-                config, workdir, mode=FLAGS.mode, topology=FLAGS.topology, hlo_out=FLAGS.hlo_out
-            )
+        out = the_job.run(
+            config,
+            workdir,
+            mode=FLAGS.mode,
+            topology=FLAGS.topology,
+            num_slices=FLAGS.num_slices,
+            hlo_out=FLAGS.hlo_out,
+        )
     if FLAGS.mode == "compile":
-        if out == 1 and config.job in pretrain_run.JOBS:  # does not fit: name what does
-            logging.error("does not fit: %s", pretrain_recipes.fit_hint(config, topology))
+        if out == 1 and the_job.recipes:  # does not fit: name what does
+            recipes = importlib.import_module(the_job.recipes)
+            logging.error("does not fit: %s", recipes.fit_hint(config, topology))
         return out
     # Stopped by a signal before the end (a checkpoint saved): 128 + the signal, never 0.
     signum = preemption.stopped_by()

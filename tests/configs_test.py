@@ -183,15 +183,16 @@ def test_every_gpu_pretraining_recipe_builds_as_its_compile_row():
 
 @pytest.mark.parametrize("job", ["finetune", "embed", "rerank"])
 def test_a_bad_seed_list_names_the_jobs_setting(job):
-    """Each seeded job's check reads its seeds the one way (`settings.parse_seeds`)."""
-    import importlib
+    """Each seeded job's check (its registry entry's) reads its seeds the one way
+    (`settings.parse_seeds`), in its own block."""
+    from bert_jax.training import job as jobs
 
-    run = importlib.import_module(f"bert_jax.{job}.run")
+    registered = jobs.get(job)
     config = load_config_file(f"{job}.py").get_config("task=custom" if job == "finetune" else "")
 
     def check(seeds):
-        config[job].seeds = seeds
-        return run.check_config(config) if job == "finetune" else run.check_config(config, False)
+        config[registered.block].seeds = seeds
+        return registered.check(config, reads_data=False)
 
     for seeds in ("", "0,x", "1,1", " , "):
         with pytest.raises(ValueError, match=rf"{job}\.seeds=.*distinct whole numbers"):

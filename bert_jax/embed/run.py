@@ -22,17 +22,15 @@ import dataclasses
 import functools
 from typing import Any
 
-import jax
 from absl import logging
-from jax.experimental import multihost_utils
 
 from bert_jax import batch_layout, tokenization
-from bert_jax.checkpoints import hub, pretrained
+from bert_jax.checkpoints import hub
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     save_sentence_transformer,
 )
-from bert_jax.data import batching, text_io
+from bert_jax.data import batching
 from bert_jax.embed import evaluation
 from bert_jax.models import families
 from bert_jax.models.pooling import SENTENCE_POOLINGS
@@ -40,7 +38,9 @@ from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.retrieval import packing, pairs
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
-from bert_jax.training.start import architecture
+from bert_jax.training.export import training_section, write_from_process_0
+from bert_jax.training.job import Job, register
+from bert_jax.training.start import architecture, job_tokenizer
 from bert_jax.training.summaries import MetricView
 
 VIEW = MetricView(
@@ -118,17 +118,7 @@ def starting_point(config) -> Starting:
     where they say, else the starting sentence-transformers directory's, else CLS pooling (what
     `python -m bert_jax.inference embed` pools), normalized, 128 tokens."""
     e, source = config.embed, config.init_from
-    if e.tokenizer:
-        tokenizer = tokenization.load_tokenizer(e.tokenizer)
-    elif source:
-        tokenizer = pretrained.find_tokenizer(source)
-        if tokenizer is None:
-            raise FileNotFoundError(
-                f"no tokenizer.json or vocab.txt in {source} (or its hf/, data/); set "
-                "config.embed.tokenizer"
-            )
-    else:
-        raise ValueError("set config.embed.tokenizer (no init_from to take the vocabulary from)")
+    tokenizer = job_tokenizer(config, "embed")
     model_config, st = architecture(config, tokenizer.vocab_size), None
     if source:
         folder = hub.resolve(source)
@@ -177,8 +167,11 @@ def build_experiment(
     )
 
 
-def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
-    """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`) without data:
+def compile_for_topology(
+    config, topology: str, *, num_slices: int = 1, hlo_out: str | None = None
+) -> int:
+    """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`; one slice:
+    `num_slices` is not read) without data:
     a batch of `global_batch_size` pairs [B, 2, L] (L = max_seq_length, 128 by default) in
     `num_microbatches` GradCache chunks; with `embed.pack`, its 2 B texts packed at the most rows
     packing can take (one text a row: [2 B, L], the memory any packed step stays within). Prints
@@ -200,15 +193,9 @@ def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> i
 
 
 # ---- The run ----
-def train_and_evaluate(
-    config,
-    workdir: str | None,
-    mode: str = "train",
-    topology: str | None = None,
-    hlo_out: str | None = None,
-) -> dict[str, Any] | int:
-    """Trains an embedder for every seed of `embed.seeds` (mode "train"), prints the shardings
-    ("shardings") or compiles the step for `topology` ("compile", returning the exit status).
+def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict[str, Any]:
+    """Trains an embedder for every seed of `embed.seeds` (mode "train") or prints the
+    shardings ("shardings"; --mode=compile: `compile_for_topology`, through `JOB.run`).
 
     Flow: settings checked -> starting point (architecture, pooling, tokenizer) -> pairs read and
     featurized -> one Experiment for every seed -> per seed: state from init_from -> step-0 dev
@@ -217,82 +204,51 @@ def train_and_evaluate(
     Returns:
       {"task": "embed", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    seeds = check_config(config, reads_data=mode != "compile")
-    if mode == "compile":
-        return compile_for_topology(config, topology or config.topology, hlo_out)
+    seeds = check_config(config)
     e = config.embed
     start = starting_point(config)
-    with text_io.record_reads() as data_files:
-        train = pairs.read_pairs(e.train_file, e.max_train_examples)
-        dev = pairs.read_pairs(e.dev_file, e.max_eval_examples) if e.dev_file else None
+    train, dev, data_files = seed_run.read_train_dev(e, pairs.read_pairs)
     features = pairs.featurize_pairs(train, start.tokenizer, start.max_seq_length)
     dev_set = (
         None
         if dev is None
         else evaluation.retrieval_set(dev, start.tokenizer, start.max_seq_length)
     )
-    if batching.num_rows(features) < config.global_batch_size:
-        raise ValueError(
-            f"global_batch_size={config.global_batch_size} is more than the {len(train)} "
-            f"training pairs of {e.train_file}: no training step"
-        )
+    seed_run.check_batch(config, batching.num_rows(features), f"training pairs of {e.train_file}")
     steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
     exp = build_experiment(
         config, start, steps_per_epoch * e.num_epochs, texts_per_pair=features["input_ids"].shape[1]
     )
-    if mode == "shardings":
-        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
-        return {"task": "embed", "seeds": {}}
 
     def one_seed(seed, seed_dir):
         return train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
 
-    record = settings.run_record(config, data_files, "embed")
-    return settings.run_seeds(config, workdir, record, seeds, one_seed)
+    return seed_run.run_seeds(
+        config, workdir, exp, mode=mode, task="embed", data_files=data_files, seeds=seeds,
+        one_seed=one_seed,
+    )  # fmt: skip
 
 
 def _train_batches(config, features, seed: int, mesh=None):
-    """One seed's batches: `num_epochs` epochs of shuffled global batches of pairs (rows are not
-    grouped by length: that would make the in-batch negatives of a batch alike in length), this
-    process's rows of them on `mesh` (None: all). With `embed.pack` each batch's texts are packed
-    several to a row (`packing.PackedBatches`: the row count a multiple of the mesh's
-    data-parallel devices x `num_microbatches`); else each is cut to the 32-token bucket of its
-    longest text."""
-    pack = config.embed.pack
-    batches = batching.EpochIterator(
-        features,
-        config.global_batch_size,
-        num_epochs=config.embed.num_epochs,
-        seed=seed,
-        bucket_boundaries=None
-        if pack
-        else batching.length_buckets(features["input_ids"].shape[-1]),
-        host_rows=None
-        if pack or mesh is None
-        else sharding.host_batch_rows(mesh, config.global_batch_size),
-    )
-    if not pack:
-        return batches
-    return packing.PackedBatches(
-        batches,
-        max_segments=config.embed.max_segments,
-        row_multiple=config.num_microbatches
-        * (1 if mesh is None else sharding.data_parallel_size(mesh)),
-        host_rows=None if mesh is None else functools.partial(sharding.host_batch_rows, mesh),
-    )
+    """One seed's batches (`packing.epoch_batches`): `num_epochs` epochs of shuffled global
+    batches of pairs, this process's rows of them on `mesh` (None: all), packed with
+    `embed.pack` (the row count a multiple of the mesh's data-parallel devices x
+    `num_microbatches`)."""
+    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
+    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
+    return packing.epoch_batches(
+        features, config.global_batch_size, config.embed, seed,
+        row_multiple=config.num_microbatches * dp, host_rows=host_rows,
+    )  # fmt: skip
 
 
 def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs):
-    """One seed (`seed_run.train_seed`): train, score dev retrieval at step 0 and at the end,
-    export `seed_dir/hf` as a sentence-transformers directory. Returns the final and start_
-    scores, or None when a signal stopped the run before its last step."""
+    """One seed (`seed_run.train_seed`, `seed_run.export_plan`): train, score dev retrieval at
+    step 0 and at the end, export `seed_dir/hf` as a sentence-transformers directory. Returns the
+    final and start_ scores, or None when a signal stopped the run before its last step."""
     e = config.embed
-    return seed_run.train_seed(
+    plan = seed_run.export_plan(
         config,
-        exp,
-        _train_batches(config, features, seed, exp.mesh),
-        e.num_epochs,
-        seed,
         seed_dir,
         view=VIEW,
         score_fn=None
@@ -304,16 +260,19 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
             config, start, exp, num_steps, num_pairs, begin, end
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
-        init_from=config.init_from,
+    )
+    batches = _train_batches(config, features, seed, exp.mesh)
+    return seed_run.train_seed(
+        config, exp, batches, e.num_epochs, seed, seed_dir, plan, init_from=config.init_from
     )
 
 
 def export(params, directory, exp, start: Starting, card: str) -> str:
     """Writes the model as a sentence-transformers directory (every process gathers the
     parameters; process 0 writes). Returns where it went."""
-    host_params = multihost_utils.process_allgather(params, tiled=True)
-    if jax.process_index() == 0:
-        save_sentence_transformer(  # the tokenizer writes its own files (any family's)
+    write_from_process_0(
+        params,
+        lambda host_params: save_sentence_transformer(  # the tokenizer writes its own files
             directory,
             exp.bert_config,
             host_params,
@@ -322,7 +281,8 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
             normalize=start.normalize,
             max_seq_length=start.max_seq_length,
             card=card,
-        )
+        ),
+    )
     return f"{directory} (sentence-transformers)"
 
 
@@ -344,21 +304,14 @@ def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -
     ]
     if objective.dims:
         items.insert(1, f"Matryoshka dimensions: {', '.join(map(str, objective.dims))}")
-    lines = [
-        "## Training",
-        "",
-        "Trained with bert_jax's embedding job (`train.py --config=configs/embed.py`) from "
-        f"`{config.init_from or 'scratch'}` on {num_pairs:,} pairs of `{e.train_file}`:",
-        "",
-        *(f"- {item}" for item in items),
-    ]
+    dev = None
     if end:
-        lines += [
-            "",
-            f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):",
-            "",
-            "| metric | start | trained |",
-            "|---|---|---|",
-            *(f"| {k} | {begin.get(k, float('nan')):.4f} | {v:.4f} |" for k, v in end.items()),
-        ]
+        title = f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):"
+        rows = [(k, f"{begin.get(k, float('nan')):.4f}", f"{v:.4f}") for k, v in end.items()]
+        dev = (title, ("metric", "start", "trained"), rows)
+    data = f"{num_pairs:,} pairs of `{e.train_file}`"
+    lines = training_section("embedding job", config, data, items, dev)
     return "\n".join(lines) + "\n"
+
+
+JOB = register(Job(("embed",), "embed", check_config, train_and_evaluate, compile_for_topology))

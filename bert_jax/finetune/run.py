@@ -54,10 +54,11 @@ from bert_jax.models import families
 from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
-from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
+from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
 from bert_jax.training.export import export
-from bert_jax.training.start import architecture, graft, starting_state
-from bert_jax.training.summaries import MetricView, MetricWriter
+from bert_jax.training.job import Job, register
+from bert_jax.training.start import architecture, graft, job_tokenizer
+from bert_jax.training.summaries import MetricView
 
 # What the console, the progress bar and the curves show of the metrics (the accuracy panel's
 # title is the pretraining job's, as before).
@@ -76,18 +77,8 @@ VIEW = MetricView(
 def find_tokenizer(config) -> tokenization.SubwordTokenizer:
     """config.finetune.tokenizer, else the vocabulary beside init_from (or in its hf/, data/;
     `pretrained.find_tokenizer`: a path, a URL or a Hub id)."""
-    if config.finetune.tokenizer:
-        return tokenization.load_tokenizer(config.finetune.tokenizer)
-    base = config.init_from
-    if not base:
-        raise ValueError("set config.finetune.tokenizer (no init_from to take the vocabulary from)")
-    tokenizer = pretrained.find_tokenizer(base)
-    if tokenizer is None:
-        raise FileNotFoundError(
-            f"no tokenizer ({', '.join(tokenization.TOKENIZER_FILES)}) in {base} (or its hf/, "
-            "data/); set config.finetune.tokenizer"
-        )
-    return tokenizer
+    files = f"tokenizer ({', '.join(tokenization.TOKENIZER_FILES)})"
+    return job_tokenizer(config, "finetune", files)
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,9 +149,12 @@ def _head_to_continue(init_from: str, objective: str, overrides: Mapping[str, An
     return None
 
 
-def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
-    """Compiles the task's train and eval steps for `topology` (a TPU slice or GPUs, `parallel.aot`)
-    without reading its data, and prints the report; returns the exit status (1: does not fit).
+def compile_for_topology(
+    config, topology: str, *, num_slices: int = 1, hlo_out: str | None = None
+) -> int:
+    """Compiles the task's train and eval steps for `topology` (a TPU slice or GPUs, `parallel.aot`;
+    one slice: `num_slices` is not read) without reading its data, and prints the report; returns
+    the exit status (1: does not fit).
 
     The architecture is init_from's, else `config.model` (`configs/finetune.py:...,model=base`);
     the batch is `global_batch_size` rows of `max_seq_length` tokens, padded (`pack=0`).
@@ -220,16 +214,10 @@ def train_features(task: FinetuneTask, data: TaskData, ft) -> dict[str, np.ndarr
     return packed
 
 
-def train_and_evaluate(
-    config,
-    workdir: str | None,
-    mode: str = "train",
-    topology: str | None = None,
-    hlo_out: str | None = None,
-) -> dict[str, Any] | int:
+def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict[str, Any]:
     """Fine-tunes the task `config.finetune.name` for every seed of `config.finetune.seeds`
-    (mode "train"), prints the shardings ("shardings"), or compiles for `topology` ("compile":
-    `compile_for_topology`, whose exit status it returns).
+    (mode "train") or prints the shardings ("shardings"; --mode=compile:
+    `compile_for_topology`, through `JOB.run`).
 
     Flow: task data -> step count -> one Experiment for every seed (its compiled steps serve them
     all) -> per seed: starting state (the encoder with a new head) -> Trainer with hooks -> final
@@ -245,8 +233,6 @@ def train_and_evaluate(
       earlier run's seeds included.
     """
     seeds = check_config(config)
-    if mode == "compile":
-        return compile_for_topology(config, topology or config.topology, hlo_out)
     ft = config.finetune
     task = tasks.get_task(ft.name)
     check_init_from(config.init_from)
@@ -256,9 +242,6 @@ def train_and_evaluate(
     bert_config, encoder = starting_point(config, data, tokenizer)
     features = train_features(task, data, ft)
     exp = build_experiment(config, bert_config, data, features, seeds[0])
-    if mode == "shardings":
-        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
-        return {"task": ft.name, "seeds": {}}
 
     def train_seed(seed, seed_dir):
         return SeedRun(
@@ -266,8 +249,10 @@ def train_and_evaluate(
             tokenizer=tokenizer, seed=seed, seed_dir=seed_dir,
         ).train_and_evaluate()  # fmt: skip
 
-    record = settings.run_record(config, data_files, ft.name)
-    return settings.run_seeds(config, workdir, record, seeds, train_seed)
+    return seed_run.run_seeds(
+        config, workdir, exp, mode=mode, task=ft.name, data_files=data_files, seeds=seeds,
+        one_seed=train_seed,
+    )  # fmt: skip
 
 
 def build_experiment(config, bert_config, data: TaskData, features, first_seed: int):
@@ -277,11 +262,7 @@ def build_experiment(config, bert_config, data: TaskData, features, first_seed: 
     the data-parallel devices. Sets `config.seed` to `first_seed`, the Experiment's default (each
     seed's run passes its own)."""
     ft = config.finetune
-    if batching.num_rows(features) < config.global_batch_size:
-        raise ValueError(
-            f"global_batch_size={config.global_batch_size} is more than the "
-            f"{batching.num_rows(features)} training rows: no training step"
-        )
+    seed_run.check_batch(config, batching.num_rows(features), "training rows")
     steps_per_epoch = _train_batches(config, features, first_seed).steps_per_epoch  # every seed's
     with config.unlocked():
         config.seed = first_seed
@@ -317,11 +298,13 @@ def batching_summary(ft) -> str:
     return f"{ft.batching}: {BATCHING[ft.batching]}"
 
 
-def check_config(config) -> list[int]:
+def check_config(config, reads_data: bool = True) -> list[int]:
     """Refuses, before any data is read, the settings that could only fail later (or train
     nothing): a count that is not a positive whole number (`experiment.check_experiment_config`:
     batch sizes, epochs, ...), a seed list that is not distinct whole numbers, an unknown
-    `finetune.batching` or `finetune.keep`. Returns the seeds."""
+    `finetune.batching` or `finetune.keep` (the same with or without `reads_data`: the task's
+    files are checked as they are read). Returns the seeds."""
+    del reads_data
     experiment.check_experiment_config(config)
     ft = config.finetune
     if ft.batching not in BATCHING:
@@ -412,40 +395,42 @@ class SeedRun:
     def train_and_evaluate(self) -> settings.SeedResult | None:
         """The kept model's metrics on every split and which model it is (the final one's
         unless `finetune.keep="best"` keeps an earlier one), or None when a signal stopped the
-        run before its last step."""
+        run before its last step (`seed_run.train_seed`, with this seed's plan)."""
         config, exp, ft, seed = self.config, self.exp, self.config.finetune, self.seed
         buckets = _length_buckets(ft)
         host_rows = sharding.host_batch_rows(exp.mesh, config.global_batch_size)
         train_iter = _train_batches(config, self.features, seed, host_rows)
-        num_steps = train_iter.steps_per_epoch * ft.num_epochs
         params = None
         if self.encoder is not None:
             params, new = graft(exp.bert_config, exp.head, self.encoder, seed)
             if new:
                 logging.info("newly initialized head weights: %s", new)
-        ckpt = experiment.checkpointer(self.seed_dir, config)
-        start = starting_state(exp, ckpt, train_iter, init_params=params, seed=seed)
-        writer = MetricWriter(self.seed_dir, num_steps, start.step, view=VIEW)
-        trainer = loop.Trainer(
-            exp,
-            self._hooks(writer, ckpt, buckets, train_iter.steps_per_epoch),
-            num_train_steps=num_steps,
-            stop_sync_every=config.log_every_steps,
+        steps_per_epoch = train_iter.steps_per_epoch
+        plan = seed_run.SeedPlan(
+            VIEW,
+            lambda params, step, writer, checkpoints: self._finish(
+                params, step, writer, checkpoints, buckets
+            ),
+            evaluate=self._dev_evaluation(buckets),
+            eval_every=config.eval_every_steps or steps_per_epoch,
+            eval_at_end=False,  # the final evaluation scores the last step
+            checkpoint_every=min(config.checkpoint_every_steps, steps_per_epoch),  # each epoch
         )
-        state, step, stopped = trainer.run(start.state, start.step, train_iter)
-        ckpt.close()
-        if stopped or step < num_steps:
-            writer.close()
-            logging.warning(
-                "seed %d stopped at step %d of %d; rerun to resume", seed, step, num_steps
-            )
-            return None
+        return seed_run.train_seed(
+            config, exp, train_iter, ft.num_epochs, seed, self.seed_dir, plan, init_params=params
+        )
+
+    def _finish(self, params, step: int, writer, checkpoints, buckets):
+        """The final model scored on every split (its predictions written), the model
+        `finetune.keep` names kept and exported, the training checkpoints removed: the seed's
+        `SeedResult` and the summary's lines."""
+        exp, ft = self.exp, self.config.finetune
         predictions_dir = self.seed_dir / "predictions"
         final = evaluation.evaluate_splits(
-            exp, state.params, self.task, self.data, ft, buckets, predictions_dir
+            exp, params, self.task, self.data, ft, buckets, predictions_dir
         )
         writer.write(step, {f"final/{k}": v for k, v in final.items()})
-        kept = self._choose(state.params, step, final)
+        kept = self._choose(params, step, final)
         if kept.step != step:  # the kept model scored as the final one was, its predictions kept
             kept = kept._replace(
                 metrics=evaluation.evaluate_splits(
@@ -454,12 +439,9 @@ class SeedRun:
             )
             writer.write(kept.step, {f"{KEPT}{k}": v for k, v in kept.metrics.items()})
         places = {"batching": batching_summary(ft)}
-        places.update(self._keep(kept, step, final, as_path(ckpt.directory)))
-        writer.close()
-        if jax.process_index() == 0:
-            print(f"\nseed {seed}: " + writer.summary(step, places, timing=trainer.timer))
+        places.update(self._keep(kept, step, final, as_path(checkpoints)))
         model = {"model": kept.model, "step": kept.step, "last_step": step}
-        return settings.SeedResult(kept.metrics, model)
+        return settings.SeedResult(kept.metrics, model), places
 
     def _choose(self, params, step: int, final: Mapping[str, float]) -> Kept:
         """The model `finetune.keep` keeps: the best of the dev evaluations by the selection
@@ -508,28 +490,20 @@ class SeedRun:
             checkpoints.rmtree()
         return places
 
-    def _hooks(self, writer, ckpt, buckets, steps_per_epoch: int) -> list[loop.Hook]:
-        """Metrics every log_every_steps and at every checkpoint, dev evaluations (every
-        eval_every_steps, by default every epoch; not at the last step, which the final
-        evaluation scores), checkpoints (at least every epoch)."""
-        config, exp = self.config, self.exp
-        checkpoint_every = min(config.checkpoint_every_steps, steps_per_epoch)
-        hooks: list[loop.Hook] = [
-            loop.LogMetrics(writer, every=(config.log_every_steps, checkpoint_every), ckpt=ckpt)
-        ]
+    def _dev_evaluation(self, buckets):
+        """(params, step) -> the dev scores, remembering the best model for keep="best"; None
+        where the task has no labelled dev split."""
         dev = next((e for e in self.data.evals if e.name == "dev" and e.labelled), None)
-        if dev is not None:
-            task, data, ft = self.task, self.data, config.finetune
+        if dev is None:
+            return None
+        exp, task, data, ft = self.exp, self.task, self.data, self.config.finetune
 
-            def evaluate(params, step):
-                scores = evaluation.score(exp, params, task, data, dev, ft, buckets)
-                self._remember(params, step, scores)
-                return scores
+        def evaluate(params, step):
+            scores = evaluation.score(exp, params, task, data, dev, ft, buckets)
+            self._remember(params, step, scores)
+            return scores
 
-            every = config.eval_every_steps or steps_per_epoch
-            hooks.append(loop.Evaluate(evaluate, writer, every, at_end=False))
-        hooks.append(loop.SaveCheckpoint(ckpt, exp.checkpoint_meta(), checkpoint_every))
-        return hooks
+        return evaluate
 
     def _remember(self, params, step: int, scores: Mapping[str, float]) -> None:
         """keep="best": a copy of `params` when their dev selection metric is the best so far
@@ -550,3 +524,8 @@ def _megabytes(path) -> float:
     if path.is_file():
         return path.stat().length / 1e6
     return sum(_megabytes(p) for p in path.iterdir())
+
+
+JOB = register(
+    Job(("finetune",), "finetune", check_config, train_and_evaluate, compile_for_topology)
+)

@@ -2,14 +2,14 @@
 run_pretraining.py, or replaced-token detection (`job="rtd"`, ELECTRA's: `models.rtd`).
 
     train_and_evaluate(config, workdir)           # train.py --config=configs/pretrain.py:...
-    train_and_evaluate(config, workdir, mode="compile", topology="v5e:4x4")
+    compile_for_topology(config, "v5e:4x4")       # train.py --mode=compile --topology=v5e:4x4
 
 Flow: config (a rerun's compared with the run's config.json: `settings.check_resumed_run`) ->
 Experiment (mesh, model, optimizer) -> inputs (shards built once) -> state (restored or fresh) ->
 Trainer with hooks (metrics, held-out evaluation, checkpoints) -> export and a summary. A rerun
 of a finished run trains nothing and rewrites nothing (it exports only where the export is
-missing: `finished`). `mode="compile"` compiles the step for a TPU topology instead
-(`parallel.aot`); `mode="shardings"` prints every parameter's sharding.
+missing: `finished`). `compile_for_topology` compiles the step for a TPU slice or GPUs instead
+(`parallel.aot`; `--mode=compile`); `mode="shardings"` prints every parameter's sharding.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from bert_jax.pretrain.data import packing
 from bert_jax.pretrain.fill_mask_demo import fill_mask_demo
 from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
+from bert_jax.training.job import Job, register
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
@@ -117,10 +118,11 @@ def model_step_flops(exp: experiment.Experiment, config) -> float:
 
 
 def compile_for_topology(
-    exp: experiment.Experiment, config, topology: str, num_slices: int, hlo_out
-):
-    """Compiles the step for a TPU slice or GPUs on this machine and prints the report; returns
-    the exit status (1 if it does not fit in memory)."""
+    config, topology: str, *, num_slices: int = 1, hlo_out: str | None = None
+) -> int:
+    """Compiles the step for `num_slices` of a TPU slice or GPUs on this machine and prints the
+    report; returns the exit status (1 if it does not fit in memory)."""
+    exp = build_experiment(config, aot.topology_devices(topology, num_slices))
     return compile_report.report_compiled_step(
         exp,
         pretraining_batch(config),
@@ -128,6 +130,19 @@ def compile_for_topology(
         topology=topology,
         num_slices=num_slices,
         hlo_out=hlo_out,
+    )
+
+
+def build_experiment(config, devices=None) -> experiment.Experiment:
+    """The run's Experiment: the model of `config.model` with the family's head of the job's
+    objective (its role), on `devices` (None: this machine's)."""
+    bert_config = families.config_from_fields(config.model.to_dict())
+    # The objective names a role; the model family gives its class of it.
+    objective = objective_of(config)
+    role = objectives.get_objective(config.job).role
+    head = families.family_of(bert_config).head_for(role)
+    return experiment.Experiment.build(
+        config, bert_config, head, objective, config.num_train_steps, devices
     )
 
 
@@ -171,33 +186,22 @@ def step_flops_fn(exp: experiment.Experiment, job: str):
     return step_flops
 
 
-def train_and_evaluate(
-    config,
-    workdir: str | None,
-    *,
-    mode: str = "train",
-    topology: str | None = None,
-    num_slices: int = 1,
-    hlo_out: str | None = None,
-) -> int | None:
-    """Pretrains (mode "train"), prints the shardings, or compiles for `topology` ("compile")."""
-    for key in _STARTING_VALUES:  # a bad choice stops the run before anything is built
+def check_config(config, reads_data: bool = True) -> None:
+    """Refuses, before anything is built, a starting value the job does not know
+    (`_STARTING_VALUES`; the same with or without `reads_data`)."""
+    del reads_data
+    for key in _STARTING_VALUES:
         _starting_value(config, key)
+
+
+def train_and_evaluate(config, workdir: str | None, *, mode: str = "train") -> int | None:
+    """Pretrains (mode "train") or prints the shardings ("shardings"; --mode=compile:
+    `compile_for_topology`, through `JOB.run`)."""
+    check_config(config)  # a bad choice stops the run before anything is built
     if mode == "train":  # a rerun of other settings stops before anything is built or written
         settings.check_resumed_run(config, workdir)
-    bert_config = families.config_from_fields(config.model.to_dict())
-    compiling = mode == "compile"
-    topology = topology or config.topology
-    devices = aot.topology_devices(topology, num_slices) if compiling else None
-    # The objective names a role; the model family gives its class of it.
-    objective = objective_of(config)
-    role = objectives.get_objective(config.job).role
-    head = families.family_of(bert_config).head_for(role)
-    exp = experiment.Experiment.build(
-        config, bert_config, head, objective, config.num_train_steps, devices
-    )
-    if compiling:
-        return compile_for_topology(exp, config, topology, num_slices, hlo_out)
+    exp = build_experiment(config)
+    bert_config = exp.bert_config
     if mode == "shardings":
         print(f"mesh {dict(exp.mesh.shape)}; {exp.head} {bert_config}")
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
@@ -456,3 +460,9 @@ def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None
         counts = np.bincount(np.concatenate(labels), minlength=2)
         baselines["eval/nsp_majority_share"] = counts.max() / counts.sum()
     writer.write(0, {**{f"eval/{k}": v for k, v in metrics.items()}, **baselines})
+
+
+# `recipes`: configs/pretrain.py names the recipes that fit where a compiled step does not.
+JOB = register(
+    Job(JOBS, "data", check_config, train_and_evaluate, compile_for_topology, "configs.pretrain")
+)

@@ -30,19 +30,19 @@ from typing import Any
 
 import jax
 from absl import logging
-from jax.experimental import multihost_utils
 
 from bert_jax import batch_layout, tokenization
 from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.cross_encoder import save_cross_encoder
-from bert_jax.data import batching, text_io
 from bert_jax.models import families
 from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.rerank import data, evaluation
 from bert_jax.retrieval import packing
 from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
-from bert_jax.training.start import architecture, graft
+from bert_jax.training.export import training_section, write_from_process_0
+from bert_jax.training.job import Job, register
+from bert_jax.training.start import architecture, graft, job_tokenizer
 from bert_jax.training.summaries import MetricView
 
 VIEW = MetricView(
@@ -120,17 +120,7 @@ def starting_point(config) -> Starting:
     a reranker already (else a new one-output head, drawn from each seed's key); the tokenizer
     beside it unless `rerank.tokenizer` names one."""
     r, source = config.rerank, config.init_from
-    if r.tokenizer:
-        tokenizer = tokenization.load_tokenizer(r.tokenizer)
-    elif source:
-        tokenizer = pretrained.find_tokenizer(source)
-        if tokenizer is None:
-            raise FileNotFoundError(
-                f"no tokenizer.json or vocab.txt in {source} (or its hf/, data/); set "
-                "config.rerank.tokenizer"
-            )
-    else:
-        raise ValueError("set config.rerank.tokenizer (no init_from to take the vocabulary from)")
+    tokenizer = job_tokenizer(config, "rerank")
     params = encoder = None
     if source:
         read = pretrained.read_config(source)
@@ -161,16 +151,9 @@ def starting_point(config) -> Starting:
 # --------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------
-def train_and_evaluate(
-    config,
-    workdir: str | None,
-    mode: str = "train",
-    topology: str | None = None,
-    hlo_out: str | None = None,
-) -> dict[str, Any] | int:
-    """Trains a reranker for every seed of `rerank.seeds` (mode "train"), prints the
-    shardings ("shardings") or compiles the step for `topology` ("compile", returning the exit
-    status).
+def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict[str, Any]:
+    """Trains a reranker for every seed of `rerank.seeds` (mode "train") or prints the
+    shardings ("shardings"; --mode=compile: `compile_for_topology`, through `JOB.run`).
 
     Flow: settings checked -> starting point -> rows read and featurized -> one Experiment for
     every seed -> per seed: state -> step-0 dev scores -> Trainer with hooks -> final dev
@@ -179,14 +162,10 @@ def train_and_evaluate(
     Returns:
       {"task": "rerank", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    seeds = check_config(config, reads_data=mode != "compile")
-    if mode == "compile":
-        return compile_for_topology(config, topology or config.topology, hlo_out)
+    seeds = check_config(config)
     r = config.rerank
     start = starting_point(config)
-    with text_io.record_reads() as data_files:
-        train = data.read_rows(r.train_file, r.max_train_examples)
-        dev = data.read_rows(r.dev_file, r.max_eval_examples) if r.dev_file else None
+    train, dev, data_files = seed_run.read_train_dev(r, data.read_rows)
     config = with_loss(config, data.loss_for_rows(r.loss, train), train.layout)
     r = config.rerank
     has_scores = train.teacher_scores is not None
@@ -199,26 +178,21 @@ def train_and_evaluate(
         if dev is None
         else evaluation.dev_set(data.dev_queries(dev), start.tokenizer, start.max_seq_length)
     )
-    if len(train) < config.global_batch_size:
-        raise ValueError(
-            f"global_batch_size={config.global_batch_size} is more than the {len(train)} "
-            f"training rows of {r.train_file}: no training step"
-        )
+    seed_run.check_batch(config, len(train), f"training rows of {r.train_file}")
     steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
     objective = rerank_objective(config, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(
         config, start.model_config, head, objective, steps_per_epoch * r.num_epochs
     )
-    if mode == "shardings":
-        print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
-        return {"task": "rerank", "seeds": {}}
 
     def one_seed(seed, seed_dir):
         return train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
 
-    record = settings.run_record(config, data_files, "rerank")
-    return settings.run_seeds(config, workdir, record, seeds, one_seed)
+    return seed_run.run_seeds(
+        config, workdir, exp, mode=mode, task="rerank", data_files=data_files, seeds=seeds,
+        one_seed=one_seed,
+    )  # fmt: skip
 
 
 def with_loss(config, loss: str, layout: str):
@@ -242,8 +216,11 @@ def compile_batch(config, group: int, length: int) -> dict[str, jax.ShapeDtypeSt
     return batch_layout.abstract_batch(layout, **sizes)
 
 
-def compile_for_topology(config, topology: str, hlo_out: str | None = None) -> int:
-    """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`) without data:
+def compile_for_topology(
+    config, topology: str, *, num_slices: int = 1, hlo_out: str | None = None
+) -> int:
+    """Compiles the train step for `topology` (TPU slice or GPUs, `parallel.aot`; one slice:
+    `num_slices` is not read) without data:
     `global_batch_size` rows of `rerank.compile_group` pairs (`compile_batch`) of
     max_seq_length tokens (256 by default). Prints the report, returns the exit status."""
     if config.rerank.loss == "auto":  # no rows to tell: pointwise, unless groups are asked for
@@ -279,46 +256,26 @@ def rerank_objective(config, group: int) -> objectives.Objective:
 
 
 def _train_batches(config, features, seed: int, mesh=None):
-    """One seed's batches: `num_epochs` epochs of shuffled global batches of rows, this
-    process's rows of them on `mesh` (None: all). With `rerank.pack` each batch's pairs are
-    packed several to a row (`packing.PackedBatches`, as the embedding job packs its texts; the
-    labels, weights and teacher scores stay [B]); else each batch is cut to the 32-token bucket
-    of its longest pair."""
-    pack = config.rerank.pack
-    batches = batching.EpochIterator(
-        features,
-        config.global_batch_size,
-        num_epochs=config.rerank.num_epochs,
-        seed=seed,
-        bucket_boundaries=None
-        if pack
-        else batching.length_buckets(features["input_ids"].shape[-1]),
-        host_rows=None
-        if pack or mesh is None
-        else sharding.host_batch_rows(mesh, config.global_batch_size),
-    )
-    if not pack:
-        return batches
-    return packing.PackedBatches(
-        batches,
-        max_segments=config.rerank.max_segments,
-        row_multiple=1 if mesh is None else sharding.data_parallel_size(mesh),
-        host_rows=None if mesh is None else functools.partial(sharding.host_batch_rows, mesh),
-        keep=tuple(k for k in PER_GROUP_KEYS if k in features),
-    )
+    """One seed's batches (`packing.epoch_batches`): `num_epochs` epochs of shuffled global
+    batches of rows, this process's rows of them on `mesh` (None: all), packed with
+    `rerank.pack` as the embedding job packs its texts (the labels, weights and teacher scores
+    stay [B])."""
+    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
+    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
+    keep = tuple(k for k in PER_GROUP_KEYS if k in features)
+    return packing.epoch_batches(
+        features, config.global_batch_size, config.rerank, seed,
+        row_multiple=dp, host_rows=host_rows, keep=keep,
+    )  # fmt: skip
 
 
 def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows):
-    """One seed (`seed_run.train_seed`): train, rerank dev at step 0 and at the end, export
-    `seed_dir/hf` as a CrossEncoder directory. Returns the final and start_ scores, or None when
-    a signal stopped the run before its last step."""
+    """One seed (`seed_run.train_seed`, `seed_run.export_plan`): train, rerank dev at step 0 and
+    at the end, export `seed_dir/hf` as a CrossEncoder directory. Returns the final and start_
+    scores, or None when a signal stopped the run before its last step."""
     r = config.rerank
-    scores = seed_run.train_seed(
+    plan = seed_run.export_plan(
         config,
-        exp,
-        _train_batches(config, features, seed, exp.mesh),
-        r.num_epochs,
-        seed,
         seed_dir,
         view=VIEW,
         score_fn=None
@@ -330,6 +287,16 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
         export_fn=lambda params, directory, card: export(
             params, directory, exp, start, config, card
         ),
+    )
+    batches = _train_batches(config, features, seed, exp.mesh)
+    scores = seed_run.train_seed(
+        config,
+        exp,
+        batches,
+        r.num_epochs,
+        seed,
+        seed_dir,
+        plan,
         init_params=initial_params(exp, start, seed),
     )
     warn_if_worse(scores, seed)
@@ -365,9 +332,9 @@ def initial_params(exp, start: Starting, seed: int):
 def export(params, directory, exp, start: Starting, config, card: str) -> str:
     """Writes the model as a CrossEncoder directory (every process gathers the parameters;
     process 0 writes). Returns where it went."""
-    host_params = multihost_utils.process_allgather(params, tiled=True)
-    if jax.process_index() == 0:
-        save_cross_encoder(
+    write_from_process_0(
+        params,
+        lambda host_params: save_cross_encoder(
             directory,
             exp.bert_config,
             host_params,
@@ -375,7 +342,8 @@ def export(params, directory, exp, start: Starting, config, card: str) -> str:
             max_seq_length=start.max_seq_length,
             activation="sigmoid",  # CrossEncoder's default for one output: scores in (0, 1)
             card=card,
-        )
+        ),
+    )
     return f"{directory} (sentence-transformers CrossEncoder)"
 
 
@@ -410,28 +378,26 @@ def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) ->
         'scores = model.predict([("a query", "a passage"), ("a query", "another passage")])',
         "```",
         "",
-        "## Training",
-        "",
-        "Trained with bert_jax's reranker job (`train.py --config=configs/rerank.py`) from "
-        f"`{config.init_from or 'scratch'}` on {num_rows:,} rows of `{r.train_file}`:",
-        "",
-        f"- loss: {LOSS_NAMES[r.loss]}",
-        f"- max_seq_length: {start.max_seq_length} (a query and a passage)",
-        f"- {num_steps} steps ({r.num_epochs} epoch(s)) of {config.global_batch_size} rows, "
+    ]
+    items = [
+        f"loss: {LOSS_NAMES[r.loss]}",
+        f"max_seq_length: {start.max_seq_length} (a query and a passage)",
+        f"{num_steps} steps ({r.num_epochs} epoch(s)) of {config.global_batch_size} rows, "
         f"{opt.name} at peak learning rate {opt.peak_learning_rate:g}, {opt.schedule} schedule",
     ]
+    dev = None
     if end:
-        lines += [
-            "",
-            f"Dev reranking (`{r.dev_file}`: each query's candidates in the file's order):",
-            "",
-            "| metric | file order | start | trained |",
-            "|---|---|---|---|",
-            *(
-                f"| {k} | {end.get('base_' + k, float('nan')):.4f} | "
-                f"{begin.get(k, float('nan')):.4f} | {v:.4f} |"
-                for k, v in end.items()
-                if not k.startswith("base_")
-            ),
-        ]
+        title = f"Dev reranking (`{r.dev_file}`: each query's candidates in the file's order):"
+        rows = [
+            (k, f"{end.get('base_' + k, float('nan')):.4f}", f"{begin.get(k, float('nan')):.4f}",
+             f"{v:.4f}")
+            for k, v in end.items()
+            if not k.startswith("base_")
+        ]  # fmt: skip
+        dev = (title, ("metric", "file order", "start", "trained"), rows)
+    data = f"{num_rows:,} rows of `{r.train_file}`"
+    lines += training_section("reranker job", config, data, items, dev)
     return "\n".join(lines) + "\n"
+
+
+JOB = register(Job(("rerank",), "rerank", check_config, train_and_evaluate, compile_for_topology))

@@ -130,3 +130,48 @@ class PackedBatches:
 
     def start_prefetch(self) -> None:
         """Part of grain's checkpoint protocol; batches are made on demand."""
+
+
+def epoch_batches(
+    features: Mapping[str, np.ndarray],
+    global_batch_size: int,
+    block,
+    seed: int,
+    *,
+    row_multiple: int = 1,
+    host_rows: Callable[[int], np.ndarray] | None = None,
+    keep: tuple[str, ...] = (),
+):
+    """One seed's batches of groups of texts (the embedding job's pairs, the reranker's rows):
+    `block.num_epochs` epochs of shuffled global batches, not grouped by length (that would
+    make a batch's in-batch negatives alike in length). With `block.pack` each batch's texts are
+    packed several to a row (`PackedBatches`: at most `block.max_segments` a row, the row count a
+    multiple of `row_multiple`, the `keep` keys left [B]); else each is cut to the 32-token
+    bucket of its longest text.
+
+    Args:
+      features: input_ids, token_type_ids, attention_mask int32 [N, T, L] and per-group keys.
+      block: the job's config block (`num_epochs`, `pack`, `max_segments`).
+      host_rows: R -> this process's rows of a batch of R rows, in order
+        (`functools.partial(sharding.host_batch_rows, mesh)`); None: all of them.
+    """
+    pack = block.pack
+    batches = batching.EpochIterator(
+        features,
+        global_batch_size,
+        num_epochs=block.num_epochs,
+        seed=seed,
+        bucket_boundaries=None
+        if pack
+        else batching.length_buckets(features["input_ids"].shape[-1]),
+        host_rows=None if pack or host_rows is None else host_rows(global_batch_size),
+    )
+    if not pack:
+        return batches
+    return PackedBatches(
+        batches,
+        max_segments=block.max_segments,
+        row_multiple=row_multiple,
+        host_rows=host_rows,
+        keep=keep,
+    )

@@ -11,6 +11,7 @@ Both jobs call it after their last step; the loop knows nothing of formats.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -72,3 +73,48 @@ def export(
         places["hf"] = f"{out / 'hf'} (transformers)"
     logging.info("exported %s to %s", head, out_dir)
     return places
+
+
+def write_from_process_0(params: PyTree, write: Callable[[PyTree], None]) -> None:
+    """Gathers `params` to every host and calls `write(host_params)` on process 0 alone: the
+    way a job writes a format of its own (a sentence-transformers or CrossEncoder directory).
+    Every process must call this (the gather is a collective)."""
+    from jax.experimental import multihost_utils
+
+    host_params = multihost_utils.process_allgather(params, tiled=True)
+    if jax.process_index() == 0:
+        write(host_params)
+
+
+def training_section(
+    job: str,
+    config,
+    data: str,
+    items: list[str],
+    dev: tuple[str, tuple[str, ...], list[tuple[str, ...]]] | None = None,
+) -> list[str]:
+    """The "## Training" lines of a job's model card (markdown), where the job writes its own
+    card (the embedding and reranker jobs' exports).
+
+    Args:
+      job: the job's words and config file ("embedding job", ...: "configs/embed.py" follows
+        from `config.job`).
+      config: the experiment config (`job`, `init_from`).
+      data: what it trained on ("1,000 pairs of `train.jsonl`").
+      items: the list under it (loss, batch, schedule, ...).
+      dev: (its title, the table's column names, its rows of cells) of the dev scores; None:
+        no dev set.
+    """
+    lines = [
+        "## Training",
+        "",
+        f"Trained with bert_jax's {job} (`train.py --config=configs/{config.job}.py`) from "
+        f"`{config.init_from or 'scratch'}` on {data}:",
+        "",
+        *(f"- {item}" for item in items),
+    ]
+    if dev is not None:
+        title, columns, rows = dev
+        lines += ["", title, "", f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
+        lines += [f"| {' | '.join(row)} |" for row in rows]
+    return lines

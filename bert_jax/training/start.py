@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from bert_jax import tokenization
 from bert_jax.checkpoints import checkpointing, pretrained, table
 from bert_jax.models import families, rtd
 from bert_jax.models.params import get_at, init_params, replace_at, stack_layers
@@ -232,3 +233,27 @@ def _init_from_params_fn(exp: Experiment):
         ("init_from_params",),
         lambda: jax.jit(lambda r, p: exp.init_fn(r, params=p), out_shardings=exp.state_shardings),
     )
+
+
+def job_tokenizer(
+    config, block: str, files: str = "tokenizer.json or vocab.txt"
+) -> tokenization.SubwordTokenizer:
+    """The tokenizer of a job whose block (`config.<block>`) has a `tokenizer` setting: that
+    file, else the vocabulary beside `init_from` (or in its hf/, data/;
+    `pretrained.find_tokenizer`: a path, a URL or a Hub id).
+
+    Raises:
+      ValueError: neither is set; FileNotFoundError: init_from holds no tokenizer (`files`
+        names what was looked for); both naming the setting to set.
+    """
+    setting, source = config[block].tokenizer, config.init_from
+    if setting:
+        return tokenization.load_tokenizer(setting)
+    if not source:
+        raise ValueError(f"set config.{block}.tokenizer (no init_from to take the vocabulary from)")
+    tokenizer = pretrained.find_tokenizer(source)
+    if tokenizer is None:
+        raise FileNotFoundError(
+            f"no {files} in {source} (or its hf/, data/); set config.{block}.tokenizer"
+        )
+    return tokenizer
