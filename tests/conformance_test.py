@@ -11,6 +11,8 @@ with no test edited: it adds its row to `family_fixtures.FIXTURES`.
   commands    `python -m bert_jax.inference` embed, predict, attention and fill-mask, each
               output against the family's model applied directly to the saved weights
   compile     `train.py --mode=compile` of fine-tuning for a GPU card and a TPU slice (-m e2e)
+  layers      the stack scanned and rematerialized against the loop (or refused where the
+              family never scans); the texts packed several to a row against one a row
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ import numpy as np
 import pytest
 
 from bert_jax import convert, inference, tokenization
-from bert_jax.checkpoints import pretrained
+from bert_jax.checkpoints import pretrained, table
 from bert_jax.data.sentence_features import encode_texts
 from bert_jax.finetune import tasks
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models import families
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.params import stack_layers, unstack_layers
 from tests import family_fixtures
 from tests.embed.embed_test import translated_pairs, write_jsonl, write_table
 from tests.finetune import run_test as finetune_data
@@ -419,6 +423,41 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
     return [" ".join(words[i : i + 1 + (i * 4) % 13]) for i in range(n - 2)] + [
         " ".join(words + words)[:150], " ".join(words)[:130]
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta"), indirect=True)
+def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
+    """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
+    `remat_policy="full"`) gives the loop's multiple-choice logits and gradients within 1e-5,
+    where the family's row names a scanned layer; a family that never scans refuses it."""
+    head = family_fixtures.head_of(fam.config, "multiple_choice")
+    model_class = families.get_model_class(head)
+    if families.FAMILIES[fam.model_type].scanned_layer is None:
+        with pytest.raises(ValueError, match="scan_layers"):
+            model_class(fam.config, RuntimeConfig(scan_layers=True)).init(
+                jax.random.PRNGKey(0), np.ones((1, 2, 5), np.int32)
+            )
+        return
+    params = family_fixtures.random_params(fam.config, head, seed=2)
+    params = jax.tree_util.tree_map(  # biases and norm scales off their initial values too
+        lambda x: x + np.random.default_rng(x.size).normal(0, 0.1, x.shape).astype(x.dtype), params
+    )
+    ids = np.random.default_rng(0).integers(5, fam.config.vocab_size, MASK.shape)
+    inputs = dict(input_ids=ids, attention_mask=MASK)
+    if fam.config.type_vocab_size > 1:
+        inputs["token_type_ids"] = (np.arange(MASK.shape[1]) >= 5) * MASK
+    inputs = {k: v.reshape(2, 2, -1).astype(np.int32) for k, v in inputs.items()}
+
+    def loss_and_grad(runtime, p):
+        model = model_class(fam.config, runtime)
+        loss = lambda p: model.apply({"params": p}, **inputs).logits.sum()  # noqa: E731
+        return jax.jit(jax.value_and_grad(loss))(p)
+
+    loss, grad = loss_and_grad(RuntimeConfig(), params)
+    scanned = RuntimeConfig(scan_layers=True, remat_policy="full")
+    loss2, grad2 = loss_and_grad(scanned, stack_layers(params))
+    np.testing.assert_allclose(loss, loss2, rtol=1e-5)
+    assert table.max_difference(grad, unstack_layers(grad2)) < 1e-5
 
 
 @pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta"), indirect=True)

@@ -27,7 +27,6 @@ from bert_jax.models.attention import resolve_attention
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.deberta_v2 import model as DB
 from bert_jax.models.deberta_v2.config import DebertaV2Config
-from bert_jax.models.params import stack_layers
 from bert_jax.models.relative_position import make_log_bucket_position, relative_positions
 from bert_jax.tokenization import unigram
 from tests import family_fixtures
@@ -203,24 +202,6 @@ def test_packed_rows_equal_the_sequences_alone(head):
     else:
         np.testing.assert_allclose(out.logits[0, :5], ref.logits[0, :5], atol=1e-5)
         np.testing.assert_allclose(out.logits[0, 5:8], ref.logits[1, :3], atol=1e-5)
-
-
-def test_scanned_and_rematerialized_layers_equal_the_loop():
-    """scan_layers over the stacked tree and remat give the loop's logits and gradients."""
-    head = "DebertaV2ForMultipleChoice"
-    params = random_params(TYPED, head)
-    inputs = _inputs(TYPED, head)
-
-    def loss_and_grad(runtime, p):
-        model = DB.DebertaV2ForMultipleChoice(TYPED, runtime)
-        loss = lambda p: model.apply({"params": p}, **inputs).logits.sum()  # noqa: E731
-        return jax.jit(jax.value_and_grad(loss))(p)
-
-    loss, grad = loss_and_grad(RuntimeConfig(), params)
-    scanned = RuntimeConfig(scan_layers=True, remat_policy="full")
-    loss2, grad2 = loss_and_grad(scanned, stack_layers(params))
-    np.testing.assert_allclose(loss, loss2, rtol=1e-5)
-    assert table.max_difference(grad, grad2) < 1e-5
 
 
 # --------------------------------------------------------------------------------------------

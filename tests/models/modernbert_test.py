@@ -107,13 +107,6 @@ def test_splash_equals_xla_with_local_layers_and_packed_rows():
     np.testing.assert_allclose(np.where(real, a, 0), np.where(real, b, 0), atol=1e-5)
 
 
-def test_scan_layers_is_refused():
-    with pytest.raises(ValueError, match="scan_layers"):
-        MB.ModernBertModel(MODERN, RuntimeConfig(scan_layers=True)).init(
-            jax.random.PRNGKey(0), jnp.ones((1, 5), jnp.int32)
-        )
-
-
 # --------------------------------------------------------------------------------------------
 # config.json
 # --------------------------------------------------------------------------------------------

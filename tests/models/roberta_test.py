@@ -17,7 +17,6 @@ from bert_jax import convert
 from bert_jax.checkpoints import detect, hf, hf_flax, native, table, verify
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.params import stack_layers
 from bert_jax.models.roberta import model as RB
 from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from tests import family_fixtures
@@ -149,24 +148,6 @@ def test_other_kernels_equal_xla_on_packed_rows(attention):
     packed, alone = _packed_vs_alone(model, cfg, False, runtime_model=other)
     np.testing.assert_allclose(packed.logits[0, :5], alone.logits[0, :5], atol=1e-5)
     np.testing.assert_allclose(packed.logits[0, 5:8], alone.logits[1, :3], atol=1e-5)
-
-
-def test_scanned_and_rematerialized_layers_equal_the_loop():
-    """scan_layers over the stacked tree and remat give the loop's logits and gradients."""
-    head = "RobertaForMultipleChoice"
-    params = random_params(ROBERTA, head)
-    inputs = _inputs(ROBERTA, head)
-
-    def loss_and_grad(runtime, p):
-        model = RB.RobertaForMultipleChoice(ROBERTA, runtime)
-        loss = lambda p: model.apply({"params": p}, **inputs).logits.sum()  # noqa: E731
-        return jax.jit(jax.value_and_grad(loss))(p)
-
-    loss, grad = loss_and_grad(RuntimeConfig(), params)
-    scanned = RuntimeConfig(scan_layers=True, remat_policy="full")
-    loss2, grad2 = loss_and_grad(scanned, stack_layers(params))
-    np.testing.assert_allclose(loss, loss2, rtol=1e-5)
-    assert table.max_difference(grad, grad2) < 1e-5
 
 
 # --------------------------------------------------------------------------------------------
