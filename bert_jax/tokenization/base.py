@@ -41,6 +41,15 @@ class MissingSpecialTokenError(ValueError):
     """The vocabulary lacks one of its family's special tokens."""
 
 
+def require_model(tokenizer: Tokenizer, source: str, model_class: type, needed_by: str) -> None:
+    """Raises ValueError naming `source` unless `tokenizer.model` is a `model_class`."""
+    if not isinstance(tokenizer.model, model_class):
+        raise ValueError(
+            f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but "
+            f"{needed_by} needs a {model_class.__name__} model"
+        )
+
+
 class SubwordTokenizer:
     """A `tokenizers.Tokenizer` and its special tokens by role.
 
