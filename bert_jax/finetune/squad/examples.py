@@ -161,12 +161,9 @@ def read_squad(
         the message names the file and the JSON path (and the question id).
     """
     path = os.fspath(path)
-    if on_bad_answer not in ("raise", "skip"):
-        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
-    stats = stats if stats is not None else SquadStats()
+    reading = _Reading.start(on_bad_answer, stats)
     dataset = _load_json(path)
     examples: list[SquadExample] = []
-    seen: set[str] = set()
     for i, article in enumerate(_field(dataset, "data", list, path)):
         where_article = f"{path}: data[{i}]"
         title = article.get("title", "") if isinstance(article, dict) else ""
@@ -175,7 +172,7 @@ def read_squad(
             context = _field(paragraph, "context", str, where_paragraph)
             for k, qa in enumerate(_field(paragraph, "qas", list, where_paragraph)):
                 where = f"{where_paragraph}.qas[{k}]"
-                example = _read_qa(qa, context, title, where, on_bad_answer, stats, seen)
+                example = _read_qa(qa, context, title, where, reading)
                 if example is not None:
                     examples.append(example)
     if not examples:
@@ -197,9 +194,7 @@ def _read_qa(
     context: str,
     title: str,
     where: str,
-    on_bad_answer: str,
-    stats: SquadStats,
-    seen: set[str],
+    reading: _Reading,
 ) -> SquadExample | None:
     """One question of the JSON at `where` (checked and counted); None if it lost its answers."""
     qas_id = str(_field(qa, "id", (str, int), where))
@@ -215,38 +210,49 @@ def _read_qa(
                 _field(answer, "answer_start", int, where_answer),
             )
         )
-    return _make_example(
-        qas_id, question, context, answers, is_impossible, title, where, on_bad_answer, stats, seen
-    )
+    return reading.example(qas_id, question, context, answers, is_impossible, title, where)
 
 
-def _make_example(
-    qas_id: str,
-    question: str,
-    context: str,
-    answers: list[tuple[str, int]],
-    is_impossible: bool,
-    title: str,
-    where: str,
-    on_bad_answer: str,
-    stats: SquadStats,
-    seen: set[str],
-) -> SquadExample | None:
-    """Checks one question and counts it; None if it lost all of its answers."""
-    if qas_id in seen:
-        raise ValueError(f"{where}: duplicate question id {qas_id!r}")
-    seen.add(qas_id)
-    stats.questions += 1
-    if is_impossible:
-        stats.unanswerable += 1
-        answers = []  # v2.0 files list none; `plausible_answers` are not answers.
-    elif answers:
-        checked = _checked_answers(answers, context, where, on_bad_answer, stats)
-        if not checked:
-            stats.dropped_questions.append(qas_id)
-            return None
-        answers = checked
-    return SquadExample(qas_id, question, context, tuple(answers), is_impossible, title)
+@dataclasses.dataclass
+class _Reading:
+    """One split's reading: the bad-answer policy, the counts and the question ids seen."""
+
+    on_bad_answer: str
+    stats: SquadStats
+    seen: set[str] = dataclasses.field(default_factory=set)
+
+    @classmethod
+    def start(cls, on_bad_answer: str, stats: SquadStats | None) -> _Reading:
+        """Checks `on_bad_answer` ("raise" or "skip"); counts into `stats` or new ones."""
+        if on_bad_answer not in ("raise", "skip"):
+            raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
+        return cls(on_bad_answer, stats if stats is not None else SquadStats())
+
+    def example(
+        self,
+        qas_id: str,
+        question: str,
+        context: str,
+        answers: list[tuple[str, int]],
+        is_impossible: bool,
+        title: str,
+        where: str,
+    ) -> SquadExample | None:
+        """Checks one question and counts it; None if it lost all of its answers."""
+        if qas_id in self.seen:
+            raise ValueError(f"{where}: duplicate question id {qas_id!r}")
+        self.seen.add(qas_id)
+        self.stats.questions += 1
+        if is_impossible:
+            self.stats.unanswerable += 1
+            answers = []  # v2.0 files list none; `plausible_answers` are not answers.
+        elif answers:
+            checked = _checked_answers(answers, context, where, self.on_bad_answer, self.stats)
+            if not checked:
+                self.stats.dropped_questions.append(qas_id)
+                return None
+            answers = checked
+        return SquadExample(qas_id, question, context, tuple(answers), is_impossible, title)
 
 
 def read_squad_tfds(
@@ -262,16 +268,14 @@ def read_squad_tfds(
 
     Needs the optional `tf` extra; answers are checked as in `read_squad`.
     """
-    if on_bad_answer not in ("raise", "skip"):
-        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
-    stats = stats if stats is not None else SquadStats()
+    reading = _Reading.start(on_bad_answer, stats)
     builder = text_io.tfds_builder(name, data_dir, download)
-    examples, seen = [], set()
+    examples = []
     for record in text_io.tfds_records(builder, split):
         qas_id = text_io.as_str(record["id"])
         where = f"tfds:{name}/{split} (id {qas_id})"
         impossible = bool(record.get("is_impossible", False))
-        example = _record_example(record, impossible, where, on_bad_answer, stats, seen)
+        example = _record_example(record, impossible, where, reading)
         if example is not None:
             examples.append(example)
     if not examples:
@@ -288,10 +292,8 @@ def read_squad_hub(
     """Reads the Hub's Parquet files of one SQuAD split (`rajpurkar/squad` or `squad_v2`,
     local or gs://), streamed; a question with no answer is unanswerable (v2.0). Answers are
     checked as in `read_squad`; errors name the file, row and id."""
-    if on_bad_answer not in ("raise", "skip"):
-        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
-    stats = stats if stats is not None else SquadStats()
-    examples, seen = [], set()
+    reading = _Reading.start(on_bad_answer, stats)
+    examples = []
     for path in files:
         text_io.note_read(path)
         for row, record in tables.iter_rows(path, HUB_COLUMNS):
@@ -300,7 +302,7 @@ def read_squad_hub(
                 if record[key] is None:
                     raise ValueError(f"{where}: {key} is null")
             impossible = not record["answers"]["text"]
-            example = _record_example(record, impossible, where, on_bad_answer, stats, seen)
+            example = _record_example(record, impossible, where, reading)
             if example is not None:
                 examples.append(example)
     if not examples:
@@ -308,11 +310,11 @@ def read_squad_hub(
     return examples
 
 
-def _record_example(record, impossible, where, on_bad_answer, stats, seen) -> SquadExample | None:
+def _record_example(record, impossible, where, reading: _Reading) -> SquadExample | None:
     """One question from a tfds or Hub record (the same fields, bytes or str)."""
     texts = [text_io.as_str(t) for t in record["answers"]["text"]]
     starts = [int(s) for s in record["answers"]["answer_start"]]
-    return _make_example(
+    return reading.example(
         text_io.as_str(record["id"]),
         text_io.as_str(record["question"]),
         text_io.as_str(record["context"]),
@@ -320,9 +322,6 @@ def _record_example(record, impossible, where, on_bad_answer, stats, seen) -> Sq
         impossible,
         text_io.as_str(record.get("title") or ""),
         where,
-        on_bad_answer,
-        stats,
-        seen,
     )
 
 
