@@ -191,17 +191,18 @@ def embed(
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
     step, params = embedder(config, params, pooling=pooling, normalize=normalize, layers=layers)
-    max_seq_length = min(max_seq_length, config.max_sequence_length)  # the model's positions
-    encoded = batches.features(tokenizer, texts, None, max_seq_length)
-    result = batches.run_batched(
+    result = batches.run_texts(
         step,
         params,
-        encoded,
+        tokenizer,
+        texts,
+        None,
+        max_seq_length=min(max_seq_length, config.max_sequence_length),  # the model's positions
         batch_size=batch_size,
-        buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
+        bucket_lengths=bucket_lengths,
+        pack=pack,
         progress=progress,
         desc="embed",
-        max_segments=batches.MAX_SEGMENTS if pack else 0,
     )
     return result[:, 0] if layers is None else result
 
