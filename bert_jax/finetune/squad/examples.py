@@ -163,7 +163,6 @@ def read_squad(
     path = os.fspath(path)
     reading = _Reading.start(on_bad_answer, stats)
     dataset = _load_json(path)
-    examples: list[SquadExample] = []
     for i, article in enumerate(_field(dataset, "data", list, path)):
         where_article = f"{path}: data[{i}]"
         title = article.get("title", "") if isinstance(article, dict) else ""
@@ -172,12 +171,8 @@ def read_squad(
             context = _field(paragraph, "context", str, where_paragraph)
             for k, qa in enumerate(_field(paragraph, "qas", list, where_paragraph)):
                 where = f"{where_paragraph}.qas[{k}]"
-                example = _read_qa(qa, context, title, where, reading)
-                if example is not None:
-                    examples.append(example)
-    if not examples:
-        raise ValueError(f"{path} has no questions")
-    return examples
+                _read_qa(qa, context, title, where, reading)
+    return reading.examples_of(path)
 
 
 def _load_json(path: str):
@@ -195,8 +190,8 @@ def _read_qa(
     title: str,
     where: str,
     reading: _Reading,
-) -> SquadExample | None:
-    """One question of the JSON at `where` (checked and counted); None if it lost its answers."""
+) -> None:
+    """Reads one question of the JSON at `where` into `reading`."""
     qas_id = str(_field(qa, "id", (str, int), where))
     where = f"{where} (id {qas_id})"
     question = _field(qa, "question", str, where)
@@ -210,16 +205,17 @@ def _read_qa(
                 _field(answer, "answer_start", int, where_answer),
             )
         )
-    return reading.example(qas_id, question, context, answers, is_impossible, title, where)
+    reading.add(qas_id, question, context, answers, is_impossible, title, where)
 
 
 @dataclasses.dataclass
 class _Reading:
-    """One split's reading: the bad-answer policy, the counts and the question ids seen."""
+    """One split's reading: the bad-answer policy, the counts, the ids seen and the examples."""
 
     on_bad_answer: str
     stats: SquadStats
     seen: set[str] = dataclasses.field(default_factory=set)
+    examples: list[SquadExample] = dataclasses.field(default_factory=list)
 
     @classmethod
     def start(cls, on_bad_answer: str, stats: SquadStats | None) -> _Reading:
@@ -228,7 +224,7 @@ class _Reading:
             raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
         return cls(on_bad_answer, stats if stats is not None else SquadStats())
 
-    def example(
+    def add(
         self,
         qas_id: str,
         question: str,
@@ -237,8 +233,8 @@ class _Reading:
         is_impossible: bool,
         title: str,
         where: str,
-    ) -> SquadExample | None:
-        """Checks one question and counts it; None if it lost all of its answers."""
+    ) -> None:
+        """Checks one question, counts it and keeps it unless it lost all of its answers."""
         if qas_id in self.seen:
             raise ValueError(f"{where}: duplicate question id {qas_id!r}")
         self.seen.add(qas_id)
@@ -250,9 +246,17 @@ class _Reading:
             checked = _checked_answers(answers, context, where, self.on_bad_answer, self.stats)
             if not checked:
                 self.stats.dropped_questions.append(qas_id)
-                return None
+                return
             answers = checked
-        return SquadExample(qas_id, question, context, tuple(answers), is_impossible, title)
+        self.examples.append(
+            SquadExample(qas_id, question, context, tuple(answers), is_impossible, title)
+        )
+
+    def examples_of(self, source: str) -> list[SquadExample]:
+        """The questions kept, in reading order; ValueError naming `source` if there are none."""
+        if not self.examples:
+            raise ValueError(f"{source} has no questions")
+        return self.examples
 
 
 def read_squad_tfds(
@@ -270,17 +274,12 @@ def read_squad_tfds(
     """
     reading = _Reading.start(on_bad_answer, stats)
     builder = text_io.tfds_builder(name, data_dir, download)
-    examples = []
     for record in text_io.tfds_records(builder, split):
         qas_id = text_io.as_str(record["id"])
         where = f"tfds:{name}/{split} (id {qas_id})"
         impossible = bool(record.get("is_impossible", False))
-        example = _record_example(record, impossible, where, reading)
-        if example is not None:
-            examples.append(example)
-    if not examples:
-        raise ValueError(f"tfds:{name}/{split} has no questions")
-    return examples
+        _record_example(record, impossible, where, reading)
+    return reading.examples_of(f"tfds:{name}/{split}")
 
 
 HUB_COLUMNS = ("id", "title", "context", "question", "answers")
@@ -293,7 +292,6 @@ def read_squad_hub(
     local or gs://), streamed; a question with no answer is unanswerable (v2.0). Answers are
     checked as in `read_squad`; errors name the file, row and id."""
     reading = _Reading.start(on_bad_answer, stats)
-    examples = []
     for path in files:
         text_io.note_read(path)
         for row, record in tables.iter_rows(path, HUB_COLUMNS):
@@ -302,19 +300,15 @@ def read_squad_hub(
                 if record[key] is None:
                     raise ValueError(f"{where}: {key} is null")
             impossible = not record["answers"]["text"]
-            example = _record_example(record, impossible, where, reading)
-            if example is not None:
-                examples.append(example)
-    if not examples:
-        raise ValueError(f"{', '.join(files)} has no questions")
-    return examples
+            _record_example(record, impossible, where, reading)
+    return reading.examples_of(", ".join(files))
 
 
-def _record_example(record, impossible, where, reading: _Reading) -> SquadExample | None:
-    """One question from a tfds or Hub record (the same fields, bytes or str)."""
+def _record_example(record, impossible, where, reading: _Reading) -> None:
+    """Reads one question of a tfds or Hub record (the same fields, bytes or str) into `reading`."""
     texts = [text_io.as_str(t) for t in record["answers"]["text"]]
     starts = [int(s) for s in record["answers"]["answer_start"]]
-    return reading.example(
+    reading.add(
         text_io.as_str(record["id"]),
         text_io.as_str(record["question"]),
         text_io.as_str(record["context"]),
