@@ -99,6 +99,14 @@ class SubwordTokenizer:
             vocab[t] for t in self.special_tokens
         )
 
+    def check_model_vocab_size(self, vocab_size: int) -> None:
+        """Raises ValueError unless a model of `vocab_size` token ids reads this vocabulary."""
+        if vocab_size != self.vocab_size:
+            raise ValueError(
+                f"the model's vocab_size={vocab_size} differs from the tokenizer's "
+                f"{self.vocab_size} tokens; use the checkpoint's own vocabulary"
+            )
+
     # ---- encoding ----
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without the row's special tokens.
