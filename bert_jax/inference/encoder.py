@@ -74,6 +74,43 @@ def embedding_options(
     ), warnings
 
 
+class EmbeddingModel(NamedTuple):
+    """A checkpoint's encoder with the options to embed by (`load_for_embedding`).
+
+    Attributes:
+      config, params, tokenizer: as `loading.load_embedder` returns them.
+      options: the pooling, normalization and length to use (`embedding_options`).
+      warnings: what the user should be told about the options (given ones that override the
+        sentence-transformers directory's).
+    """
+
+    config: EncoderConfig
+    params: object
+    tokenizer: object
+    options: EmbeddingOptions
+    warnings: list[str]
+
+
+def load_for_embedding(
+    path: str,
+    *,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> EmbeddingModel:
+    """`loading.load_embedder(path)` and its `embedding_options` (the given ones, else the
+    sentence-transformers directory's, else the defaults).
+
+    Raises:
+      FileNotFoundError: no tokenizer.json or vocab.txt beside the weights.
+    """
+    config, params, tokenizer, settings = loading.load_embedder(path)
+    options, warnings = embedding_options(
+        settings, pooling=pooling, normalize=normalize, max_seq_length=max_seq_length
+    )
+    return EmbeddingModel(config, params, tokenizer, options, warnings)
+
+
 @functools.partial(jax.jit, static_argnames=("model", "pooling", "normalize", "layers"))
 def embed_step(
     params,
