@@ -54,16 +54,16 @@ def text_embedder(
     Raises:
       FileNotFoundError: no such checkpoint, or no tokenizer beside it.
     """
-    config, params, tokenizer, settings = inference.load_embedder(model_dir)
-    options, warnings = inference.embedding_options(settings, max_seq_length=max_seq_length)
-    for warning in warnings:
+    model = inference.load_for_embedding(model_dir, max_seq_length=max_seq_length)
+    options = model.options
+    for warning in model.warnings:
         logging.warning("%s", warning)
 
     def embed_local(texts: list[str]) -> np.ndarray:
         return inference.embed(
-            config,
-            params,
-            tokenizer,
+            model.config,
+            model.params,
+            model.tokenizer,
             texts,
             pooling=options.pooling,
             normalize=options.normalize,

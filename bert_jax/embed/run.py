@@ -124,11 +124,7 @@ def starting_point(config) -> Starting:
         folder = hub.resolve(source)
         if as_path(folder).is_dir():
             st = read_sentence_transformer(folder)
-    if model_config.vocab_size != tokenizer.vocab_size:
-        raise ValueError(
-            f"the model's vocab_size={model_config.vocab_size} differs from the tokenizer's "
-            f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
-        )
+    tokenizer.check_model_vocab_size(model_config.vocab_size)
     pooling = e.pooling
     if pooling == "auto":
         pooling = getattr(st, "pooling", None) or "cls"

@@ -45,138 +45,87 @@ from bert_jax.finetune import task as task_lib
 _BINARY = ("0", "1")
 _NLI3 = ("contradiction", "entailment", "neutral")  # run_classifier.py's MNLI order.
 _NLI2 = ("entailment", "not_entailment")
+_PAIR = ("sentence1", "sentence2")
+_NLI_PAIR = ("premise", "hypothesis")
+
+
+def _glue(
+    name: str,
+    glue_dir: str,
+    text_keys: tuple[str, ...],
+    num_labels: int,
+    metrics: tuple[str, ...],
+    label_names: tuple[str, ...] = (),
+    **fields,
+) -> TextDataset:
+    """A GLUE task: tfds "glue/<name>", submission "<glue_dir>.tsv" unless `fields` say."""
+    derived = dict(glue_dir=glue_dir, tfds_name=f"glue/{name}", submission_file=f"{glue_dir}.tsv")
+    return TextDataset(name, text_keys, num_labels, metrics, label_names, **(derived | fields))
+
+
+def _mnli(name: str, half: str, submission_tag: str) -> TextDataset:
+    """MNLI's "matched" or "mismatched" half: one train set, its own dev/test files and splits."""
+    return _glue(
+        name,
+        "MNLI",
+        _NLI_PAIR,
+        3,
+        ("accuracy",),
+        _NLI3,
+        text_columns=_PAIR,
+        label_column="gold_label",
+        dev_file=f"dev_{half}.tsv",
+        test_file=f"test_{half}.tsv",
+        tfds_name="glue/mnli",
+        tfds_dev_split=f"validation_{half}",
+        tfds_test_split=f"test_{half}",
+        submission_file=f"MNLI-{submission_tag}.tsv",
+    )
+
 
 GLUE_DATASETS: dict[str, TextDataset] = {
     t.name: t
     for t in [
-        TextDataset(
-            "cola",
-            ("sentence",),
-            2,
-            ("matthews_corrcoef",),
-            _BINARY,
-            headerless=((3,), 1),
-            glue_dir="CoLA",
-            tfds_name="glue/cola",
-            submission_file="CoLA.tsv",
+        _glue(
+            "cola", "CoLA", ("sentence",), 2, ("matthews_corrcoef",), _BINARY, headerless=((3,), 1)
         ),
-        TextDataset(
-            "sst2",
-            ("sentence",),
-            2,
-            ("accuracy",),
-            _BINARY,
-            glue_dir="SST-2",
-            tfds_name="glue/sst2",
-            submission_file="SST-2.tsv",
-        ),
-        TextDataset(
+        _glue("sst2", "SST-2", ("sentence",), 2, ("accuracy",), _BINARY),
+        _glue(
             "mrpc",
-            ("sentence1", "sentence2"),
+            "MRPC",
+            _PAIR,
             2,
             ("f1", "accuracy"),
             _BINARY,
             text_columns=("#1 String", "#2 String"),
             label_column="Quality",
-            glue_dir="MRPC",
-            tfds_name="glue/mrpc",
-            submission_file="MRPC.tsv",
         ),
-        TextDataset(
-            "stsb",
-            ("sentence1", "sentence2"),
-            1,
-            ("spearman", "pearson"),
-            label_column="score",
-            glue_dir="STS-B",
-            tfds_name="glue/stsb",
-            submission_file="STS-B.tsv",
-        ),
-        TextDataset(
+        _glue("stsb", "STS-B", _PAIR, 1, ("spearman", "pearson"), label_column="score"),
+        _glue(
             "qqp",
+            "QQP",
             ("question1", "question2"),
             2,
             ("f1", "accuracy"),
             _BINARY,
             label_column="is_duplicate",
-            glue_dir="QQP",
-            tfds_name="glue/qqp",
-            submission_file="QQP.tsv",
         ),
-        TextDataset(
-            "mnli",
-            ("premise", "hypothesis"),
-            3,
-            ("accuracy",),
-            _NLI3,
-            text_columns=("sentence1", "sentence2"),
-            label_column="gold_label",
-            glue_dir="MNLI",
-            dev_file="dev_matched.tsv",
-            test_file="test_matched.tsv",
-            tfds_name="glue/mnli",
-            tfds_dev_split="validation_matched",
-            tfds_test_split="test_matched",
-            submission_file="MNLI-m.tsv",
-        ),
-        TextDataset(
-            "mnli_mismatched",
-            ("premise", "hypothesis"),
-            3,
-            ("accuracy",),
-            _NLI3,
-            text_columns=("sentence1", "sentence2"),
-            label_column="gold_label",
-            glue_dir="MNLI",
-            dev_file="dev_mismatched.tsv",
-            test_file="test_mismatched.tsv",
-            tfds_name="glue/mnli",
-            tfds_dev_split="validation_mismatched",
-            tfds_test_split="test_mismatched",
-            submission_file="MNLI-mm.tsv",
-        ),
-        TextDataset(
-            "qnli",
-            ("question", "sentence"),
-            2,
-            ("accuracy",),
-            _NLI2,
-            glue_dir="QNLI",
-            tfds_name="glue/qnli",
-            submission_file="QNLI.tsv",
-        ),
-        TextDataset(
-            "rte",
-            ("sentence1", "sentence2"),
-            2,
-            ("accuracy",),
-            _NLI2,
-            glue_dir="RTE",
-            tfds_name="glue/rte",
-            submission_file="RTE.tsv",
-        ),
-        TextDataset(
-            "wnli",
-            ("sentence1", "sentence2"),
-            2,
-            ("accuracy",),
-            _BINARY,
-            glue_dir="WNLI",
-            tfds_name="glue/wnli",
-            submission_file="WNLI.tsv",
-        ),
-        TextDataset(
+        _mnli("mnli", "matched", "m"),
+        _mnli("mnli_mismatched", "mismatched", "mm"),
+        _glue("qnli", "QNLI", ("question", "sentence"), 2, ("accuracy",), _NLI2),
+        _glue("rte", "RTE", _PAIR, 2, ("accuracy",), _NLI2),
+        _glue("wnli", "WNLI", _PAIR, 2, ("accuracy",), _BINARY),
+        _glue(
             "ax",
-            ("premise", "hypothesis"),
+            "diagnostic",
+            _NLI_PAIR,
             3,
             ("matthews_corrcoef",),
             _NLI3,
-            text_columns=("sentence1", "sentence2"),
-            glue_dir="diagnostic",
+            text_columns=_PAIR,
             train_file="",
             dev_file="",
             test_file="diagnostic.tsv",
-            tfds_name="glue/ax",
             tfds_dev_split="",
             submission_file="AX.tsv",
         ),

@@ -411,13 +411,9 @@ def _load(ft, tokenizer):
     def read(which, split):
         if ft.source == "tfds":
             return read_conll_tfds(split, data_dir=ft.tfds_data_dir or None)
-        path = task_lib.split_file(ft, which, FILES)
-        if path.lower().endswith(".parquet"):
-            return read_conll_hub([path])
-        if path and os.path.exists(path):
-            return read_conll(path)
-        hub = task_lib.hub_split_files(ft.data_dir, split, ("conll2003",))
-        return read_conll_hub(hub) if hub else None
+        return task_lib.read_split(
+            ft, which, FILES, split, ("conll2003",), read_conll, read_conll_hub
+        )
 
     train = read(0, "train")
     if train is None:

@@ -115,11 +115,7 @@ def starting_point(config, data: TaskData, tokenizer):
         if loaded.report is not None and loaded.report.newly_initialized:
             logging.info("init_from lacks %s: initialized", loaded.report.newly_initialized)
         cfg, params = loaded.config.replace(**overrides), loaded.params
-    if cfg.vocab_size != tokenizer.vocab_size:
-        raise ValueError(
-            f"the model's vocab_size={cfg.vocab_size} differs from the tokenizer's "
-            f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
-        )
+    tokenizer.check_model_vocab_size(cfg.vocab_size)
     return cfg, params
 
 

@@ -236,13 +236,7 @@ def _load(ft, tokenizer):
 def _read(ft, which: int, hub_split: str) -> list[MultipleChoiceExample] | None:
     """A split's examples: its CSV (or an explicit .parquet file), else the Hub's `regular`
     configuration in data_dir; None if neither is there."""
-    path = task_lib.split_file(ft, which, FILES)
-    if path.lower().endswith(".parquet"):
-        return read_swag_hub([path])
-    if path and os.path.exists(path):
-        return read_swag(path)
-    hub = task_lib.hub_split_files(ft.data_dir, hub_split, ("regular",))
-    return read_swag_hub(hub) if hub else None
+    return task_lib.read_split(ft, which, FILES, hub_split, ("regular",), read_swag, read_swag_hub)
 
 
 def _score(data, eval_set, outputs, ft, out_dir):

@@ -113,6 +113,27 @@ def hub_split_files(data_dir: str, split: str, configs: Sequence[str] = ()) -> l
     return []
 
 
+def read_split(
+    ft,
+    which: int,
+    files: Sequence[str],
+    hub_split: str,
+    hub_configs: Sequence[str],
+    read_file: Callable[[str], list],
+    read_hub: Callable[[list[str]], list],
+) -> list | None:
+    """A split's examples: its file (`split_file`; an explicit .parquet file through `read_hub`,
+    else `read_file`), else the Hub's layout of `hub_split` in data_dir under the first of
+    `hub_configs` (`hub_split_files`); None if neither is there."""
+    path = split_file(ft, which, files)
+    if path.lower().endswith(".parquet"):
+        return read_hub([path])
+    if path and os.path.exists(path):
+        return read_file(path)
+    hub = hub_split_files(ft.data_dir, hub_split, hub_configs)
+    return read_hub(hub) if hub else None
+
+
 def file_columns(path: str) -> list[str]:
     """The column names of a CSV/TSV header (or the keys of the first JSONL record, or a
     Parquet/.arrow file's schema)."""

@@ -19,11 +19,13 @@ from bert_jax.inference.batches import (
 )
 from bert_jax.inference.encoder import (
     POOLINGS,
+    EmbeddingModel,
     EmbeddingOptions,
     attention_map,
     embed,
     embed_step,
     embedding_options,
+    load_for_embedding,
 )
 from bert_jax.inference.heads import (
     fill_mask,
@@ -43,6 +45,7 @@ from bert_jax.inference.loading import (
 __all__ = [
     "POOLINGS",
     "CrossEncoder",
+    "EmbeddingModel",
     "EmbeddingOptions",
     "PROGRESS_MIN_BATCHES",
     "attention_map",
@@ -53,6 +56,7 @@ __all__ = [
     "inference_buckets",
     "load",
     "load_cross_encoder",
+    "load_for_embedding",
     "load_embedder",
     "load_masked_lm",
     "logits_step",

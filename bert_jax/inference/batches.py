@@ -96,6 +96,45 @@ def features(tokenizer, texts, texts_b, max_seq_length: int) -> dict[str, np.nda
     return encoded
 
 
+def run_texts(
+    step_fn,
+    params,
+    tokenizer,
+    texts: Sequence[str],
+    texts_b: Sequence[str] | None,
+    *,
+    max_seq_length: int,
+    batch_size: int,
+    bucket_lengths: bool,
+    pack: bool,
+    progress: bool | None,
+    desc: str,
+) -> np.ndarray:
+    """`run_batched` over the `features` of `texts` (pairs with `texts_b`): [N, ...].
+
+    Args:
+      step_fn, params: as in `run_batched`.
+      tokenizer: the model's tokenizer; texts (and texts_b): N texts.
+      max_seq_length: tokens kept per text (the caller caps it at the model's positions).
+      batch_size: texts per batch.
+      bucket_lengths: pad each batch to the next of `inference_buckets(max_seq_length)`; False
+        pads every batch to max_seq_length.
+      pack: several texts to a row (`MAX_SEGMENTS` a row at most).
+      progress: show a progress bar; None: when there are enough batches.
+      desc: the progress bar's label.
+    """
+    return run_batched(
+        step_fn,
+        params,
+        features(tokenizer, texts, texts_b, max_seq_length),
+        batch_size=batch_size,
+        buckets=inference_buckets(max_seq_length) if bucket_lengths else None,
+        progress=progress,
+        desc=desc,
+        max_segments=MAX_SEGMENTS if pack else 0,
+    )
+
+
 def inference_buckets(max_seq_length: int) -> tuple[int, ...]:
     """Token-axis sizes a batch is padded to: every 8 tokens up to 64, then every 32.
 

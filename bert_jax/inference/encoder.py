@@ -74,6 +74,43 @@ def embedding_options(
     ), warnings
 
 
+class EmbeddingModel(NamedTuple):
+    """A checkpoint's encoder with the options to embed by (`load_for_embedding`).
+
+    Attributes:
+      config, params, tokenizer: as `loading.load_embedder` returns them.
+      options: the pooling, normalization and length to use (`embedding_options`).
+      warnings: what the user should be told about the options (given ones that override the
+        sentence-transformers directory's).
+    """
+
+    config: EncoderConfig
+    params: object
+    tokenizer: object
+    options: EmbeddingOptions
+    warnings: list[str]
+
+
+def load_for_embedding(
+    path: str,
+    *,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+) -> EmbeddingModel:
+    """`loading.load_embedder(path)` and its `embedding_options` (the given ones, else the
+    sentence-transformers directory's, else the defaults).
+
+    Raises:
+      FileNotFoundError: no tokenizer.json or vocab.txt beside the weights.
+    """
+    config, params, tokenizer, settings = loading.load_embedder(path)
+    options, warnings = embedding_options(
+        settings, pooling=pooling, normalize=normalize, max_seq_length=max_seq_length
+    )
+    return EmbeddingModel(config, params, tokenizer, options, warnings)
+
+
 @functools.partial(jax.jit, static_argnames=("model", "pooling", "normalize", "layers"))
 def embed_step(
     params,
@@ -191,17 +228,18 @@ def embed(
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
     """
     step, params = embedder(config, params, pooling=pooling, normalize=normalize, layers=layers)
-    max_seq_length = min(max_seq_length, config.max_sequence_length)  # the model's positions
-    encoded = batches.features(tokenizer, texts, None, max_seq_length)
-    result = batches.run_batched(
+    result = batches.run_texts(
         step,
         params,
-        encoded,
+        tokenizer,
+        texts,
+        None,
+        max_seq_length=min(max_seq_length, config.max_sequence_length),  # the model's positions
         batch_size=batch_size,
-        buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
+        bucket_lengths=bucket_lengths,
+        pack=pack,
         progress=progress,
         desc="embed",
-        max_segments=batches.MAX_SEGMENTS if pack else 0,
     )
     return result[:, 0] if layers is None else result
 

@@ -121,17 +121,18 @@ def predict(
       regression (num_labels = 1).
     """
     model = classifier(config, name)
-    max_seq_length = min(max_seq_length, config.max_sequence_length)  # the model's positions
-    encoded = batches.features(tokenizer, texts, texts_b, max_seq_length)
-    logits = batches.run_batched(
+    logits = batches.run_texts(
         classifier_step(model),
         params,
-        encoded,
+        tokenizer,
+        texts,
+        texts_b,
+        max_seq_length=min(max_seq_length, config.max_sequence_length),  # the model's positions
         batch_size=batch_size,
-        buckets=batches.inference_buckets(max_seq_length) if bucket_lengths else None,
+        bucket_lengths=bucket_lengths,
+        pack=pack,
         progress=progress,
         desc="predict",
-        max_segments=batches.MAX_SEGMENTS if pack else 0,
     )
     if config.num_labels == 1:
         return [{"score": float(x)} for x in scores(logits, activation)]

@@ -139,11 +139,7 @@ def starting_point(config) -> Starting:
     else:
         model_config = architecture(config, tokenizer.vocab_size)
     model_config = model_config.replace(num_labels=1, label_names=None)
-    if model_config.vocab_size != tokenizer.vocab_size:
-        raise ValueError(
-            f"the model's vocab_size={model_config.vocab_size} differs from the tokenizer's "
-            f"{tokenizer.vocab_size} tokens; use the checkpoint's own vocabulary"
-        )
+    tokenizer.check_model_vocab_size(model_config.vocab_size)
     length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
     return Starting(model_config, params, encoder, length, tokenizer)
 

@@ -41,6 +41,15 @@ class MissingSpecialTokenError(ValueError):
     """The vocabulary lacks one of its family's special tokens."""
 
 
+def require_model(tokenizer: Tokenizer, source: str, model_class: type, needed_by: str) -> None:
+    """Raises ValueError naming `source` unless `tokenizer.model` is a `model_class`."""
+    if not isinstance(tokenizer.model, model_class):
+        raise ValueError(
+            f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but "
+            f"{needed_by} needs a {model_class.__name__} model"
+        )
+
+
 class SubwordTokenizer:
     """A `tokenizers.Tokenizer` and its special tokens by role.
 
@@ -89,6 +98,14 @@ class SubwordTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             vocab[t] for t in self.special_tokens
         )
+
+    def check_model_vocab_size(self, vocab_size: int) -> None:
+        """Raises ValueError unless a model of `vocab_size` token ids reads this vocabulary."""
+        if vocab_size != self.vocab_size:
+            raise ValueError(
+                f"the model's vocab_size={vocab_size} differs from the tokenizer's "
+                f"{self.vocab_size} tokens; use the checkpoint's own vocabulary"
+            )
 
     # ---- encoding ----
     def encode(self, text: str) -> list[int]:

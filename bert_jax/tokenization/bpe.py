@@ -26,7 +26,7 @@ from etils import epath
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer
+from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer, require_model
 
 BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 # RoBERTa's ids (fairseq's dictionary): <s> <pad> </s> <unk> first, <mask> after the learned tokens.
@@ -55,11 +55,7 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
           ValueError: the model is not BPE or does not split bytes; the ids are not contiguous.
           MissingSpecialTokenError: a special token is missing; the message names each.
         """
-        if not isinstance(tokenizer.model, models.BPE):
-            raise ValueError(
-                f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but "
-                "byte-level BPE needs a BPE model"
-            )
+        require_model(tokenizer, source, models.BPE, "byte-level BPE")
         pre = json.loads(tokenizer.pre_tokenizer.__getstate__()) if tokenizer.pre_tokenizer else {}
         if pre.get("type") != "ByteLevel":
             raise ValueError(

@@ -50,7 +50,7 @@ from tokenizers import (
 )
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer
+from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer, require_model
 
 BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 WORD_START = "\u2581"  # "▁"
@@ -256,11 +256,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
           ValueError: the model is not Unigram, or the ids are not contiguous.
           MissingSpecialTokenError: a special token is missing; the message names each.
         """
-        if not isinstance(tokenizer.model, models.Unigram):
-            raise ValueError(
-                f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but "
-                f"SentencePiece ({self.layout.name}) needs a Unigram model"
-            )
+        require_model(tokenizer, source, models.Unigram, f"SentencePiece ({self.layout.name})")
         super().__init__(tokenizer, source)
 
     def continuation_mask(self) -> np.ndarray:

@@ -48,6 +48,7 @@ from bert_jax.tokenization.base import (
     MissingSpecialTokenError,
     SubwordTokenizer,
     read_tokenizer_json,
+    require_model,
 )
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -89,11 +90,7 @@ class WordPieceTokenizer(SubwordTokenizer):
           ValueError: the model is not WordPiece, or the ids are not contiguous.
           MissingSpecialTokenError: a special token is missing; the message names each.
         """
-        if not isinstance(tokenizer.model, models.WordPiece):
-            raise ValueError(
-                f"{source}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
-                "needs a WordPiece model"
-            )
+        require_model(tokenizer, source, models.WordPiece, "BERT")
         super().__init__(tokenizer, source)
         self.lowercase = _bert_normalizer_state(tokenizer).get("lowercase")
 

@@ -161,12 +161,8 @@ def read_squad(
         the message names the file and the JSON path (and the question id).
     """
     path = os.fspath(path)
-    if on_bad_answer not in ("raise", "skip"):
-        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
-    stats = stats if stats is not None else SquadStats()
+    reading = _Reading.start(on_bad_answer, stats)
     dataset = _load_json(path)
-    examples: list[SquadExample] = []
-    seen: set[str] = set()
     for i, article in enumerate(_field(dataset, "data", list, path)):
         where_article = f"{path}: data[{i}]"
         title = article.get("title", "") if isinstance(article, dict) else ""
@@ -175,12 +171,8 @@ def read_squad(
             context = _field(paragraph, "context", str, where_paragraph)
             for k, qa in enumerate(_field(paragraph, "qas", list, where_paragraph)):
                 where = f"{where_paragraph}.qas[{k}]"
-                example = _read_qa(qa, context, title, where, on_bad_answer, stats, seen)
-                if example is not None:
-                    examples.append(example)
-    if not examples:
-        raise ValueError(f"{path} has no questions")
-    return examples
+                _read_qa(qa, context, title, where, reading)
+    return reading.examples_of(path)
 
 
 def _load_json(path: str):
@@ -197,11 +189,9 @@ def _read_qa(
     context: str,
     title: str,
     where: str,
-    on_bad_answer: str,
-    stats: SquadStats,
-    seen: set[str],
-) -> SquadExample | None:
-    """One question of the JSON at `where` (checked and counted); None if it lost its answers."""
+    reading: _Reading,
+) -> None:
+    """Reads one question of the JSON at `where` into `reading`."""
     qas_id = str(_field(qa, "id", (str, int), where))
     where = f"{where} (id {qas_id})"
     question = _field(qa, "question", str, where)
@@ -215,38 +205,58 @@ def _read_qa(
                 _field(answer, "answer_start", int, where_answer),
             )
         )
-    return _make_example(
-        qas_id, question, context, answers, is_impossible, title, where, on_bad_answer, stats, seen
-    )
+    reading.add(qas_id, question, context, answers, is_impossible, title, where)
 
 
-def _make_example(
-    qas_id: str,
-    question: str,
-    context: str,
-    answers: list[tuple[str, int]],
-    is_impossible: bool,
-    title: str,
-    where: str,
-    on_bad_answer: str,
-    stats: SquadStats,
-    seen: set[str],
-) -> SquadExample | None:
-    """Checks one question and counts it; None if it lost all of its answers."""
-    if qas_id in seen:
-        raise ValueError(f"{where}: duplicate question id {qas_id!r}")
-    seen.add(qas_id)
-    stats.questions += 1
-    if is_impossible:
-        stats.unanswerable += 1
-        answers = []  # v2.0 files list none; `plausible_answers` are not answers.
-    elif answers:
-        checked = _checked_answers(answers, context, where, on_bad_answer, stats)
-        if not checked:
-            stats.dropped_questions.append(qas_id)
-            return None
-        answers = checked
-    return SquadExample(qas_id, question, context, tuple(answers), is_impossible, title)
+@dataclasses.dataclass
+class _Reading:
+    """One split's reading: the bad-answer policy, the counts, the ids seen and the examples."""
+
+    on_bad_answer: str
+    stats: SquadStats
+    seen: set[str] = dataclasses.field(default_factory=set)
+    examples: list[SquadExample] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def start(cls, on_bad_answer: str, stats: SquadStats | None) -> _Reading:
+        """Checks `on_bad_answer` ("raise" or "skip"); counts into `stats` or new ones."""
+        if on_bad_answer not in ("raise", "skip"):
+            raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
+        return cls(on_bad_answer, stats if stats is not None else SquadStats())
+
+    def add(
+        self,
+        qas_id: str,
+        question: str,
+        context: str,
+        answers: list[tuple[str, int]],
+        is_impossible: bool,
+        title: str,
+        where: str,
+    ) -> None:
+        """Checks one question, counts it and keeps it unless it lost all of its answers."""
+        if qas_id in self.seen:
+            raise ValueError(f"{where}: duplicate question id {qas_id!r}")
+        self.seen.add(qas_id)
+        self.stats.questions += 1
+        if is_impossible:
+            self.stats.unanswerable += 1
+            answers = []  # v2.0 files list none; `plausible_answers` are not answers.
+        elif answers:
+            checked = _checked_answers(answers, context, where, self.on_bad_answer, self.stats)
+            if not checked:
+                self.stats.dropped_questions.append(qas_id)
+                return
+            answers = checked
+        self.examples.append(
+            SquadExample(qas_id, question, context, tuple(answers), is_impossible, title)
+        )
+
+    def examples_of(self, source: str) -> list[SquadExample]:
+        """The questions kept, in reading order; ValueError naming `source` if there are none."""
+        if not self.examples:
+            raise ValueError(f"{source} has no questions")
+        return self.examples
 
 
 def read_squad_tfds(
@@ -262,21 +272,14 @@ def read_squad_tfds(
 
     Needs the optional `tf` extra; answers are checked as in `read_squad`.
     """
-    if on_bad_answer not in ("raise", "skip"):
-        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
-    stats = stats if stats is not None else SquadStats()
+    reading = _Reading.start(on_bad_answer, stats)
     builder = text_io.tfds_builder(name, data_dir, download)
-    examples, seen = [], set()
     for record in text_io.tfds_records(builder, split):
         qas_id = text_io.as_str(record["id"])
         where = f"tfds:{name}/{split} (id {qas_id})"
         impossible = bool(record.get("is_impossible", False))
-        example = _record_example(record, impossible, where, on_bad_answer, stats, seen)
-        if example is not None:
-            examples.append(example)
-    if not examples:
-        raise ValueError(f"tfds:{name}/{split} has no questions")
-    return examples
+        _record_example(record, impossible, where, reading)
+    return reading.examples_of(f"tfds:{name}/{split}")
 
 
 HUB_COLUMNS = ("id", "title", "context", "question", "answers")
@@ -288,10 +291,7 @@ def read_squad_hub(
     """Reads the Hub's Parquet files of one SQuAD split (`rajpurkar/squad` or `squad_v2`,
     local or gs://), streamed; a question with no answer is unanswerable (v2.0). Answers are
     checked as in `read_squad`; errors name the file, row and id."""
-    if on_bad_answer not in ("raise", "skip"):
-        raise ValueError(f"on_bad_answer must be 'raise' or 'skip', not {on_bad_answer!r}")
-    stats = stats if stats is not None else SquadStats()
-    examples, seen = [], set()
+    reading = _Reading.start(on_bad_answer, stats)
     for path in files:
         text_io.note_read(path)
         for row, record in tables.iter_rows(path, HUB_COLUMNS):
@@ -300,19 +300,15 @@ def read_squad_hub(
                 if record[key] is None:
                     raise ValueError(f"{where}: {key} is null")
             impossible = not record["answers"]["text"]
-            example = _record_example(record, impossible, where, on_bad_answer, stats, seen)
-            if example is not None:
-                examples.append(example)
-    if not examples:
-        raise ValueError(f"{', '.join(files)} has no questions")
-    return examples
+            _record_example(record, impossible, where, reading)
+    return reading.examples_of(", ".join(files))
 
 
-def _record_example(record, impossible, where, on_bad_answer, stats, seen) -> SquadExample | None:
-    """One question from a tfds or Hub record (the same fields, bytes or str)."""
+def _record_example(record, impossible, where, reading: _Reading) -> None:
+    """Reads one question of a tfds or Hub record (the same fields, bytes or str) into `reading`."""
     texts = [text_io.as_str(t) for t in record["answers"]["text"]]
     starts = [int(s) for s in record["answers"]["answer_start"]]
-    return _make_example(
+    reading.add(
         text_io.as_str(record["id"]),
         text_io.as_str(record["question"]),
         text_io.as_str(record["context"]),
@@ -320,9 +316,6 @@ def _record_example(record, impossible, where, on_bad_answer, stats, seen) -> Sq
         impossible,
         text_io.as_str(record.get("title") or ""),
         where,
-        on_bad_answer,
-        stats,
-        seen,
     )
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 from absl import logging
 
 from bert_jax import paths
-from bert_jax.inference import batches, encoder, loading
+from bert_jax.inference import batches, encoder
 from bert_jax.inference.commands import base
 
 
@@ -51,9 +51,8 @@ def _layers(text: str) -> tuple[int, ...] | None:
 
 def run(args: argparse.Namespace) -> None:
     """Writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
-    config, params, tokenizer, settings = loading.load_embedder(args.model)  # any head's encoder
-    options, warnings = encoder.embedding_options(
-        settings,
+    config, params, tokenizer, options, warnings = encoder.load_for_embedding(
+        args.model,  # any head's encoder
         pooling=args.pooling,
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
@@ -88,9 +87,8 @@ def fixed_lists(values: np.ndarray) -> pa.Array:
 def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> base.Rows:
     """The encoder of `model`'s checkpoint, pooling as `options` say (else as its
     sentence-transformers directory does); each row's `embedding`."""
-    config, params, tokenizer, settings = loading.load_embedder(model)
-    used, warnings = encoder.embedding_options(
-        settings,
+    config, params, tokenizer, used, warnings = encoder.load_for_embedding(
+        model,
         pooling=options.get("pooling"),
         normalize=options.get("normalize"),
         max_seq_length=max_seq_length,

@@ -88,16 +88,16 @@ class TextFiles:
         return sorted(found.items())
 
     def source_id(self) -> str:
-        listing = "".join(f"{p}\t{n}\n" for p, n in self.paths())
-        digest = hashlib.sha256(f"{self.split_sentences}\n{listing}".encode()).hexdigest()
-        return f"files:{digest[:16]}"
+        return _listing_id("files", (self.split_sentences,), self.paths())
 
     def expand(self, pipeline):
         paths = [p for p, _ in self.paths()]
-        return (
-            pipeline
-            | "Files" >> beam.Create(paths, reshuffle=True)
-            | "Read" >> beam.FlatMap(_read_text_file, split_sentences=self.split_sentences)
+        return _read_each(
+            pipeline,
+            ("Files", "Read"),
+            paths,
+            _read_text_file,
+            split_sentences=self.split_sentences,
         )
 
 
@@ -123,19 +123,17 @@ class TableFiles:
         return [(p, epath.Path(p).stat().length) for p in paths]
 
     def source_id(self) -> str:
-        listing = "".join(f"{p}\t{n}\n" for p, n in self.paths())
-        text = f"{self.text_column}\n{self.split_sentences}\n{listing}"
-        return f"tables:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        return _listing_id("tables", (self.text_column, self.split_sentences), self.paths())
 
     def expand(self, pipeline):
         paths = [p for p, _ in self.paths()]
-        return (
-            pipeline
-            | "Tables" >> beam.Create(paths, reshuffle=True)
-            | "ReadRows"
-            >> beam.FlatMap(
-                _read_table_file, self.text_column, split_sentences=self.split_sentences
-            )
+        return _read_each(
+            pipeline,
+            ("Tables", "ReadRows"),
+            paths,
+            _read_table_file,
+            self.text_column,
+            split_sentences=self.split_sentences,
         )
 
 
@@ -181,11 +179,26 @@ class DefaultCorpus:
 
     def expand(self, pipeline):
         paths = [str(p) for p in default_corpus.default_corpus_files()]
-        return (
-            pipeline
-            | "Plays" >> beam.Create(paths, reshuffle=True)
-            | "Read" >> beam.FlatMap(_read_play)
-        )
+        return _read_each(pipeline, ("Plays", "Read"), paths, _read_play)
+
+
+def _listing_id(kind: str, settings: tuple, paths: list[tuple[str, int]]) -> str:
+    """ "<kind>:<hash>" of the settings and the (path, size) listing: a new name when either
+    changes, with no file read."""
+    listing = "".join(f"{p}\t{n}\n" for p, n in paths)
+    text = "".join(f"{setting}\n" for setting in settings) + listing
+    return f"{kind}:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _read_each(pipeline, labels: tuple[str, str], paths: list[str], read_fn, *args, **kwargs):
+    """The documents `read_fn(path, *args, **kwargs)` gives of each path, the paths spread over
+    the workers; `labels` name the two steps."""
+    create, read = labels
+    return (
+        pipeline
+        | create >> beam.Create(paths, reshuffle=True)
+        | read >> beam.FlatMap(read_fn, *args, **kwargs)
+    )
 
 
 def _count(namespace: str, counts: dict) -> None:
