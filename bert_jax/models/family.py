@@ -66,6 +66,10 @@ class Family:
         (`models/<family>/flops.py`; `training.flops` adds the heads and the backward pass).
       conversion: its names and layouts in Hugging Face and TF checkpoints
         (`models/<family>/conversion.py`; `checkpoints.table` reads them).
+      family_of_class: the registry's lookup of the family of any family's class name (raising
+        for a name no family has), which `models.families` gives the rows it collects, so that
+        `head_for` can name another family's class as such; a row without it (a folder's own
+        `ROWS`, before the registry) refuses every name it lacks as unknown.
     """
 
     model_type: str
@@ -78,6 +82,9 @@ class Family:
     starting_paths: Mapping[str, tuple[str, ...]]
     encoder_flops: Callable[[Any, Any], float]
     conversion: FamilyConversion
+    family_of_class: Callable[[str], Family] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, config_class: type, model, flops, conversion: FamilyConversion, roles=None):
@@ -146,9 +153,12 @@ class Family:
     def _refuse_other_family(self, name: str) -> NoReturn:
         """Raises for `name`, a class name this family lacks: another family's class (naming
         that family and this one's class for its role), or no class of any family."""
-        from bert_jax.models import families  # the registry: every family's classes
-
-        other = families.family_of_model(name)  # raises for a name no family has
+        if self.family_of_class is None:
+            raise ValueError(
+                f"unknown model class {name!r} for {self.model_type}; its roles: "
+                f"{self._roles_text()}"
+            )
+        other = self.family_of_class(name)  # raises for a name no family has
         role = other.role_of(name)
         ours = self.roles.get(role)
         mine = f"{self.config_class.display_name} ({self.model_type})"

@@ -1,8 +1,18 @@
-"""The call every family's task heads share, and the tied MLM decoder's logits.
+"""The task heads every family shares, parametrized by names: the call, the tasks, the MLM head.
 
-A family's heads subclass `Head` once (its head base, which sets `encode`: the family's encoder
-under its name in the parameter tree, `Family.encoder_name`), then once per task (`head`: the
-task's layers on the encoder's outputs). Batches, objectives and steps call every head alike.
+A family's heads subclass `Head` once (its head base, which names its encoder: `encoder`, the
+class, and `encoder_name`, its submodule in the parameter tree, `Family.encoder_name`), then once
+per task: one of the task classes here (`SequenceClassification`, `MultipleChoice`,
+`TokenClassification`, `QuestionAnswering`) before the family's base, or a `head` of its own (the
+task's layers on the encoder's outputs). A task class calls the base's hooks (`classify`,
+`score_choices`, `classify_tokens`, `span_logits`), whose defaults are BERT's layers (dropout,
+then a dense output layer named `classifier` or `qa_outputs`); a family overrides the hooks where
+its layers differ. Batches, objectives and steps call every head alike.
+
+The MLM head (`MaskedLMHead`: a transform, then the decoder tied to the word embeddings with its
+own `bias`), the classification head on the first token (`ClassificationHead`: dense, activation,
+`out_proj`) and their parts take their submodule names as arguments, so each family's tree keeps
+its checkpoints' names.
 
 Dimension legend:
   B batch            L sequence length     E hidden size
@@ -19,10 +29,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.activations import ACTIVATIONS
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
-from bert_jax.models.outputs import EncoderOutput
+from bert_jax.models.layers import Dropout, dense, gather_positions, layer_norm, zeros_init
+from bert_jax.models.outputs import ClassifierOutput, EncoderOutput, QuestionAnsweringOutput
 
 Array = jax.Array
+# The heads' activations by name: the layers' (`hidden_act`) and tanh (transformers'
+# `get_activation` names, as RoBERTa's classifier and ELECTRA's sequence summary use them).
+HEAD_ACTIVATIONS = {**ACTIVATIONS, "tanh": jnp.tanh}
 
 
 class Head(nn.Module):
@@ -34,8 +49,9 @@ class Head(nn.Module):
       masked_positions: [B, P] positions to compute MLM logits at (MLM heads only);
       deterministic, output_hidden_states, output_attentions: as the encoder's.
 
-    Subclasses set the class flags and implement `encode` (a family's head base) and `head`
-    (each task), which returns the head's output record (`models.outputs`).
+    Subclasses set the class flags and the encoder (a family's head base: `encoder`,
+    `encoder_name`, or an `encode` of their own) and implement `head` (each task, or a task class
+    of this module), which returns the head's output record (`models.outputs`).
     """
 
     config: EncoderConfig
@@ -44,6 +60,10 @@ class Head(nn.Module):
     choices: ClassVar[bool] = False  # inputs are [B, C, L]: encode every choice
     masked_lm: ClassVar[bool] = False  # accepts masked_positions
     token_types: ClassVar[bool] = True  # reads token_type_ids (a family without them: False)
+    # The encoder's pooling layer: None builds it where the head is `pooled`, else as set.
+    pooler: ClassVar[bool | None] = None
+    encoder: ClassVar[type[nn.Module] | None] = None  # the family's encoder class
+    encoder_name: ClassVar[str] = ""  # its submodule's name (`Family.encoder_name`)
 
     @nn.compact
     def __call__(
@@ -94,12 +114,198 @@ class Head(nn.Module):
 
     def encode(self, input_ids: Array, inputs: dict, **kwargs) -> EncoderOutput:
         """The encoder's outputs (pooled when `pooled`) for input_ids [B', L] (B' = B * C with
-        choices) and the other [B', L] `inputs` by name; `kwargs` as the encoder's call."""
-        raise NotImplementedError(f"{type(self).__name__} sets no encoder")
+        choices) and the other [B', L] `inputs` by name; `kwargs` as the encoder's call: the
+        family's `encoder` under `encoder_name`, its pooling layer by `pooler`."""
+        if self.encoder is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no encoder")
+        pooler = self.pooled if self.pooler is None else self.pooler
+        model = self.encoder(
+            self.config, self.runtime, add_pooling_layer=pooler, name=self.encoder_name
+        )
+        return model(input_ids, **inputs, **kwargs)
 
     def head(self, out: EncoderOutput, *, deterministic, masked_positions, batch_shape):
         """The task's output record from the encoder's `out`; `batch_shape` is input_ids'."""
         raise NotImplementedError(f"{type(self).__name__} has no head")
+
+    # ---- What the heads read, and the hooks of the task classes (BERT's layers by default) ----
+    def word_embeddings(self, table: str = "word_embeddings") -> Array:
+        """The encoder's word-embedding table [V', E] (`embeddings/<table>`), for a tied decoder."""
+        tables = self.variables["params"][self.encoder_name]["embeddings"]
+        return nn.meta.unbox(tables[table]["embedding"])
+
+    def linear(self, x: Array, features: int, name: str, **kwargs) -> Array:
+        """A dense output layer `name`: [..., E] -> float32 [..., features]; `kwargs` as
+        `layers.dense`'s (`stddev`)."""
+        cfg, rt = self.config, self.runtime
+        # Accumulated in float32: a bfloat16 result would round every logit (and a regression
+        # output) to 8 bits of mantissa, and the predictions of a barely trained model to one value.
+        layer = dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32, **kwargs)
+        return layer(x)
+
+    def dropout_rate(self) -> float:
+        """The classifiers' dropout: `classifier_dropout`, else `hidden_dropout_prob`."""
+        return classifier_dropout(self.config)
+
+    def classify(self, pooled: Array, features: int, deterministic: bool) -> Array:
+        """The pooled states [..., E] -> float32 logits [..., features] (sequence classification,
+        and multiple choice's score): dropout, then `classifier`."""
+        pooled = Dropout(self.dropout_rate())(pooled, deterministic=deterministic)
+        return self.linear(pooled, features, "classifier")
+
+    def score_choices(self, pooled: Array, deterministic: bool) -> Array:
+        """Each choice's pooled states [B*C, E] -> float32 scores [B*C, 1]: `classify`'s."""
+        return self.classify(pooled, 1, deterministic)
+
+    def classify_tokens(self, h: Array, features: int, deterministic: bool) -> Array:
+        """Every token's states [B, L, E] -> float32 logits [B, L, features]: dropout, then
+        `classifier`."""
+        h = Dropout(self.dropout_rate())(h, deterministic=deterministic)
+        return self.linear(h, features, "classifier")
+
+    def span_logits(self, h: Array, deterministic: bool) -> Array:
+        """Every token's states [B, L, E] -> float32 [B, L, 2] start and end logits:
+        `qa_outputs`."""
+        return self.linear(h, 2, "qa_outputs")
+
+
+def classifier_dropout(config: EncoderConfig) -> float:
+    """A config's classifier dropout: `classifier_dropout`, else `hidden_dropout_prob`."""
+    rate = config.classifier_dropout
+    return config.hidden_dropout_prob if rate is None else rate
+
+
+def masked_states(out: EncoderOutput, masked_positions: Array | None) -> Array:
+    """The states an MLM head reads: [B, L, E], or [B, P, E] at `masked_positions` (P/L of the
+    head's cost; equal to gathering its full logits there)."""
+    h = out.last_hidden_state
+    return h if masked_positions is None else gather_positions(h, masked_positions)
+
+
+# ---- The task classes: each a task's `head` on the family's hooks ----
+# Plain mixins, listed before the family's head base (`class BertForQuestionAnswering(
+# QuestionAnswering, BertHead)`), so that their `head` and flags come first; `head` runs inside
+# `Head.__call__`, whose compact scope holds the submodules it makes.
+class SequenceClassification:
+    """The pooled states -> `classify`: logits [B, N] (N = 1: regression); [B, S, N] with packed
+    rows (`segment_ids`, `cls_positions` [B, S])."""
+
+    pooled: ClassVar[bool] = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self.classify(out.pooler_output, self.config.num_labels, deterministic)
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class MultipleChoice:
+    """Inputs [B, C, L]; each choice is encoded, pooled and scored (`score_choices`): logits
+    [B, C]."""
+
+    pooled: ClassVar[bool] = True
+    choices: ClassVar[bool] = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self.score_choices(out.pooler_output, deterministic)  # [B*C, 1]
+        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
+
+
+class TokenClassification:
+    """Per-token labels (NER): the sequence output -> `classify_tokens`: logits [B, L, N]."""
+
+    pooled: ClassVar[bool] = False
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self.classify_tokens(out.last_hidden_state, self.config.num_labels, deterministic)
+        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+
+
+class QuestionAnswering:
+    """Extractive QA: `span_logits` on every token: start_logits, end_logits [B, L]."""
+
+    pooled: ClassVar[bool] = False
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        logits = self.span_logits(out.last_hidden_state, deterministic)
+        return QuestionAnsweringOutput(
+            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
+        )
+
+
+# ---- Layers of the heads, named by their arguments ----
+def transform(cfg: EncoderConfig, rt: RuntimeConfig, h: Array, width: int, activation: str,
+              norm_name: str = "LayerNorm") -> Array:  # fmt: skip
+    """LayerNorm(activation(dense(h))), [..., E] -> [..., width]: submodules `dense` and
+    `norm_name` of the module calling it (epsilon `layer_norm_eps`)."""
+    h = dense(cfg, rt, width, ("embed",), (None,), "dense")(h)
+    return layer_norm(rt, cfg.layer_norm_eps, norm_name)(HEAD_ACTIVATIONS[activation](h))
+
+
+class Transform(nn.Module):
+    """`transform` as a module of its own (BERT's `cls/predictions/transform`, ELECTRA's
+    `generator_predictions`): [..., E] -> [..., width]."""
+
+    config: EncoderConfig
+    runtime: RuntimeConfig
+    width: int
+    activation: str
+    norm_name: str = "LayerNorm"
+
+    @nn.compact
+    def __call__(self, h):
+        return transform(self.config, self.runtime, h, self.width, self.activation, self.norm_name)
+
+
+class MaskedLMHead(nn.Module):
+    """An MLM head: the transform (`transform`; in a submodule `transform_name`, or in this
+    module where it is None; none where `width` is None), then logits against the tied word
+    embeddings plus this module's `bias` [V']. h [..., E], embedding [V', width] -> float32
+    logits [..., V] (the table's padding rows, `vocab_pad_multiple`, cut off).
+
+    BERT's `cls/predictions` (transform in `transform`), RoBERTa's `lm_head` (in place, GELU,
+    `layer_norm`), ELECTRA's `generator_lm_head` (no transform), DeBERTa's two spellings.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig
+    width: int | None = None
+    activation: str = "gelu"
+    norm_name: str = "LayerNorm"
+    transform_name: str | None = None
+
+    @nn.compact
+    def __call__(self, h, embedding):
+        cfg, rt = self.config, self.runtime
+        if self.width is not None:
+            args = (self.width, self.activation, self.norm_name)
+            if self.transform_name is None:
+                h = transform(cfg, rt, h, *args)
+            else:
+                h = Transform(cfg, rt, *args, name=self.transform_name)(h)
+        bias = self.param("bias", zeros_init(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
+        logits = tied_logits(h, embedding, rt.dtype)  # float32 [..., V']
+        return (logits + bias.astype(jnp.float32))[..., : cfg.vocab_size]
+
+
+class ClassificationHead(nn.Module):
+    """A classifier on the first token's states (RoBERTa's and ELECTRA's `classifier`): dropout
+    (`classifier_dropout`), `dense`, `activation`, dropout, `out_proj`: [..., E] -> float32
+    logits [..., N]."""
+
+    config: EncoderConfig
+    runtime: RuntimeConfig
+    activation: str
+
+    @nn.compact
+    def __call__(self, first, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        drop = Dropout(classifier_dropout(cfg))
+        h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(
+            drop(first, deterministic=deterministic)
+        )
+        h = drop(HEAD_ACTIVATIONS[self.activation](h), deterministic=deterministic)
+        return dense(
+            cfg, rt, cfg.num_labels, ("embed",), (None,), "out_proj", out_dtype=jnp.float32
+        )(h)
 
 
 def tied_logits(h: Array, table: Array, dtype) -> Array:

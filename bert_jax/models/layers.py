@@ -1,6 +1,6 @@
 """The building blocks every family's modules are made of: dense layers, embeddings, dropout,
-LayerNorm, activation sharding constraints, the checked encoder inputs and the [CLS] pooler; and
-the post-LayerNorm layer stack (`PostLNEncoder`) of the families whose layers are
+LayerNorm, activation sharding constraints, the checked encoder inputs and the [CLS] pooler; the
+post-LayerNorm layer stack (`PostLNEncoder`) of the families whose layers are
 google-research/bert's.
 
 Nothing here names a family: sizes come from the module's attributes or from the config's
@@ -242,6 +242,18 @@ class Embed(nn.Module):
         else:
             rows = jnp.take(table, ids, axis=0)
         return rows.astype(self.dtype)
+
+
+def embedding(
+    cfg: EncoderConfig, rt: RuntimeConfig, rows: int, width: int, name: str, *, word: bool = False
+) -> Embed:
+    """An `Embed` table `name` [rows, width] in the run's dtypes, initialized with stddev
+    `cfg.initializer_range`: the word table (`word`: its rows on the `vocab` axis, read by a
+    gather) or a small one (positions, token types: replicated rows, read by a one-hot matmul)."""
+    axes = ("vocab", "embed") if word else (None, "embed")
+    return Embed(
+        rows, width, axes, cfg.initializer_range, rt.dtype, rt.param_dtype, not word, name=name
+    )
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:

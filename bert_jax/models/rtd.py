@@ -280,14 +280,9 @@ class ReplacedTokenDetection(nn.Module):
             )
             .logits
         )  # [B, P, V]
-        scaled = jax.lax.stop_gradient(logits) / self.temperature  # no gradient through samples
-        sampled = jax.random.categorical(self.make_rng("sample"), scaled).astype(input_ids.dtype)
-        b, length = input_ids.shape
-        # The masked slots' positions; unused prediction slots point past the row (dropped).
-        at = jnp.where(masked_lm_weights > 0, masked_positions, length)
-        rows = jnp.arange(b)[:, None]
-        original = input_ids.at[rows, at].set(masked_lm_ids, mode="drop")
-        corrupted = input_ids.at[rows, at].set(sampled, mode="drop")
+        sampled, corrupted, original = self._corrupt(
+            input_ids, logits, masked_positions, masked_lm_ids, masked_lm_weights
+        )
         disc_logits = (
             self.discriminator_model()
             .apply(
@@ -300,3 +295,26 @@ class ReplacedTokenDetection(nn.Module):
             .logits
         )  # [B, L]
         return RTDOutput(logits, sampled, disc_logits, corrupted != original)
+
+    def _corrupt(self, input_ids, logits, masked_positions, masked_lm_ids, masked_lm_weights):
+        """The generator's samples at the masked slots and the rows they make.
+
+        Args:
+          input_ids: [B, L] int, the masked rows; logits: [B, P, V] float32, the generator's.
+          masked_positions, masked_lm_ids, masked_lm_weights: [B, P], the slots, their original
+            ids and weights (0: an unused slot).
+
+        Returns:
+          (sampled [B, P], corrupted [B, L], original [B, L]): one token drawn a slot (rng
+          "sample", at `temperature`, no gradient through the draw), the rows with the samples
+          in the used slots, and with the original ids there.
+        """
+        scaled = jax.lax.stop_gradient(logits) / self.temperature  # no gradient through samples
+        sampled = jax.random.categorical(self.make_rng("sample"), scaled).astype(input_ids.dtype)
+        b, length = input_ids.shape
+        # The masked slots' positions; unused prediction slots point past the row (dropped).
+        at = jnp.where(masked_lm_weights > 0, masked_positions, length)
+        rows = jnp.arange(b)[:, None]
+        original = input_ids.at[rows, at].set(masked_lm_ids, mode="drop")
+        corrupted = input_ids.at[rows, at].set(sampled, mode="drop")
+        return sampled, corrupted, original

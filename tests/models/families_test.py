@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from bert_jax.models import families
+from bert_jax.models import families, heads
 from bert_jax.models.family import Role
 from bert_jax.training import objectives
 
@@ -51,6 +51,29 @@ def test_every_role_is_a_class_of_the_family(model_type):
         assert family.role_of(cls.__name__) is role
         assert families.role_of(cls.__name__) is role  # the reverse lookup of the registry
         assert families.get_model_class(cls.__name__) is cls
+
+
+# The tasks every family has, each one shared class of `models.heads` on the family's hooks.
+SHARED_TASKS = {
+    Role.SEQUENCE_CLASSIFICATION: heads.SequenceClassification,
+    Role.MULTIPLE_CHOICE: heads.MultipleChoice,
+    Role.TOKEN_CLASSIFICATION: heads.TokenClassification,
+    Role.QUESTION_ANSWERING: heads.QuestionAnswering,
+}
+
+
+@pytest.mark.parametrize("model_type", ROWS)
+def test_task_heads_are_the_shared_ones(model_type):
+    """A family's classifiers and QA head are `models.heads`' task classes, never a copy: the
+    family states only its hooks (its layers where they differ from BERT's) on its head base."""
+    family = families.FAMILIES[model_type]
+    for role, task in SHARED_TASKS.items():
+        cls = family.roles[role]
+        assert issubclass(cls, task) and issubclass(cls, heads.Head), cls.__name__
+        own = [c for c in cls.__mro__ if "head" in vars(c) and c is not heads.Head]
+        assert own[0] is task, (
+            f"{cls.__name__}'s head is {own[0].__name__}'s, not {task.__name__}'s"
+        )
 
 
 def test_the_rows_are_every_family_folders():

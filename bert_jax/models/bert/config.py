@@ -32,18 +32,6 @@ _ORIGINAL_FIELDS = (
     "type_vocab_size",
     "vocab_size",
 )
-# The fields that size the weights: positive integers (at most `MAX_SIZE`).
-_SIZES = (
-    "vocab_size",
-    "vocab_pad_multiple",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "num_labels",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,30 +85,11 @@ class BertConfig(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        self._check_fields(
-            sizes=_SIZES,
-            probabilities=(
-                "hidden_dropout_prob",
-                "attention_probs_dropout_prob",
-                "classifier_dropout",
-            ),
-            positive=("initializer_range", "layer_norm_eps"),
-            activations=("hidden_act",),
+        self._check_layers(
+            probabilities=("classifier_dropout",),
             optional=("classifier_dropout",),  # None: hidden_dropout_prob
         )
-        if self.hidden_size % self.num_attention_heads:
-            self._fail(
-                "hidden_size",
-                self.hidden_size,
-                f"not divisible by num_attention_heads={self.num_attention_heads}",
-            )
         self._check_ids_and_labels()
-
-    # ---- derived sizes ----
-    @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
-        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
 
     # ---- presets ----
     @classmethod

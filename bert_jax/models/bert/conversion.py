@@ -7,26 +7,18 @@ row (`families.FAMILIES["bert"].conversion`).
 
 from __future__ import annotations
 
-import re
-
-from bert_jax.models.conversion import (
-    LAYER_INDEX_RE,
-    TF_NAMES,
-    FamilyConversion,
-    sized_by_config,
-)
+from bert_jax.models.conversion import TF_NAMES, FamilyConversion, encoder_names
 
 CONVERSION = FamilyConversion(
-    hf_prefix="bert.",
-    hf_roots=("embeddings.", "encoder.", "pooler."),
-    structural=r"^(bert/)?(embeddings|encoder)/",
+    **encoder_names(
+        "bert",
+        ("embeddings", "encoder"),
+        heads_roots=("pooler",),
+        mlm_biases=("cls/predictions/bias",),
+    ),
     tied_decoder="cls.predictions.decoder.weight",
-    word_embeddings="embeddings/word_embeddings/embedding",
     hf_aliases=(("cls.predictions.bias", "cls.predictions.decoder.bias"),),
     two_input_kernels=("attention/output/dense/kernel",),
-    vocab_keys=re.compile(r"(^|/)(embeddings/word_embeddings/embedding|predictions/bias)$"),
-    layer_index=LAYER_INDEX_RE,
-    sized_by_config=sized_by_config("word_embeddings"),
     tf_config_file="bert_config.json",
     **TF_NAMES,
     tf_num_labels_key="output_weights",

@@ -4,8 +4,9 @@ Post-LayerNorm layers, exact (erf) GELU by default, absolute learned positions, 
 [CLS], and an MLM decoder tied to the word embeddings with its own bias. Submodule names mirror
 Hugging Face's `BertModel` state dict (`encoder/layer_3/attention/self/query`), so conversion is a
 rename and a transpose. Built from the shared blocks (`models.layers`: the layers are its
-post-LayerNorm stack `PostLNEncoder`, the pooler its `Pooler`), attention kernels
-(`models.attention`), head call (`models.heads.Head`) and output records (`models.outputs`).
+post-LayerNorm stack `PostLNEncoder`, the pooler its `Pooler`), the encoder with its call and
+its embeddings (`models.encoder`), attention kernels (`models.attention`), the shared task heads
+(`models.heads`: BERT's classifiers are their defaults) and output records (`models.outputs`).
 
 Dimension legend:
   B batch            L sequence length     E hidden size (hidden_size)
@@ -25,31 +26,13 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.activations import ACTIVATIONS
-from bert_jax.models import layers
-from bert_jax.models.attention import AttentionMask
+from bert_jax.models import heads, layers
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
 from bert_jax.models.family import Role
-from bert_jax.models.heads import Head, tied_logits
-from bert_jax.models.layers import (
-    Dropout,
-    Embed,
-    Pooler,
-    PostLNEncoder,
-    constrain,
-    dense,
-    encoder_inputs,
-    gather_positions,
-    layer_norm,
-    zeros_init,
-)
-from bert_jax.models.outputs import (
-    ClassifierOutput,
-    EncoderOutput,
-    MaskedLMOutput,
-    QuestionAnsweringOutput,
-)
+from bert_jax.models.layers import Pooler, dense, gather_positions
+from bert_jax.models.outputs import ClassifierOutput, MaskedLMOutput
 
 Array = jax.Array
 
@@ -66,47 +49,9 @@ STARTING_PATHS = {
 }
 
 
-def _layer_norm(cfg: BertConfig, rt: RuntimeConfig, name: str = "LayerNorm") -> nn.LayerNorm:
-    """BERT's LayerNorm over E, with a bias, epsilon `layer_norm_eps`."""
-    return layer_norm(rt, cfg.layer_norm_eps, name)
-
-
-class BertEmbeddings(nn.Module):
-    """Word + position + token-type embeddings, LayerNorm, dropout. Returns [B, L, E]."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids, position_ids, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-
-        def embed(num, axes, name, one_hot=False):
-            return Embed(
-                num,
-                cfg.hidden_size,
-                axes,
-                cfg.initializer_range,
-                rt.dtype,
-                rt.param_dtype,
-                one_hot,
-                name=name,
-            )
-
-        x = embed(cfg.padded_vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
-        x += embed(
-            cfg.max_position_embeddings, (None, "embed"), "position_embeddings", one_hot=True
-        )(position_ids)
-        x += embed(cfg.type_vocab_size, (None, "embed"), "token_type_embeddings", one_hot=True)(
-            token_type_ids
-        )
-        x = _layer_norm(cfg, rt)(x)
-        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
-        return constrain(x, "act_batch", "act_len", "act_embed")
-
-
-class BertModel(nn.Module):
-    """The BERT encoder: embeddings, layers and (optionally) the pooler.
+class BertModel(EncoderModel):
+    """The BERT encoder: embeddings, layers (`models.layers.PostLNEncoder`) and (optionally) the
+    pooler (`models.encoder.EncoderModel`'s call).
 
     Call arguments:
       input_ids: [B, L] int token ids.
@@ -120,57 +65,20 @@ class BertModel(nn.Module):
     """
 
     config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    add_pooling_layer: bool = True
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EncoderOutput:
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        token_type_ids, attention_mask, position_ids = encoder_inputs(
-            rt,
-            input_ids,
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-        )
         seq_len = input_ids.shape[1]
         if seq_len > cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {seq_len} exceeds max_position_embeddings="
                 f"{cfg.max_position_embeddings}"
             )
-        x = BertEmbeddings(cfg, rt, name="embeddings")(
-            input_ids, token_type_ids, position_ids, deterministic=deterministic
-        )
-        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
-        y, states, probs = PostLNEncoder(cfg, rt, name="encoder")(
-            x,
-            mask,
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        pooled = None
-        if self.add_pooling_layer:
-            pooled = Pooler(cfg, rt, name="pooler")(y, cls_positions)
-        return EncoderOutput(
-            last_hidden_state=y,
-            pooler_output=pooled,
-            hidden_states=(x, *states) if output_hidden_states else None,
-            attentions=probs,
-        )
+        embeddings = LearnedEmbeddings(cfg, rt, positions_first=True, name="embeddings")
+        return embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic)
+
+    def pool(self, y, cls_positions):
+        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
 
 
 # ---- Heads ----
@@ -185,39 +93,10 @@ class BertForPreTrainingOutput:
     attentions: tuple[Array, ...] | None = None
 
 
-class TransformHead(nn.Module):
-    """`cls/predictions/transform`: LayerNorm(act(W h + b)), [..., E] -> [..., E]."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, h):
-        cfg, rt = self.config, self.runtime
-        h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
-        return _layer_norm(cfg, rt)(ACTIVATIONS[cfg.hidden_act](h))
-
-
-class BertLMPredictionHead(nn.Module):
-    """`cls/predictions`: dense + activation + LayerNorm, then logits against the tied word
-    embeddings plus an own output bias. h [..., E], embedding [V', E] (V' = the padded vocabulary,
-    `BertConfig.padded_vocab_size`) -> float32 logits [..., V]."""
-
-    config: BertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, h, embedding):
-        cfg, rt = self.config, self.runtime
-        t = TransformHead(cfg, rt, name="transform")(h)
-        bias = self.param("bias", zeros_init(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
-        logits = tied_logits(t, embedding, rt.dtype)  # float32 [..., V']
-        # The padding rows of the table (`vocab_pad_multiple`) are no tokens: cut them off.
-        return (logits + bias.astype(jnp.float32))[..., : cfg.vocab_size]
-
-
 class BertPreTrainingHeads(nn.Module):
-    """`cls`: the MLM head (`predictions`) and/or the NSP head (`seq_relationship`)."""
+    """`cls`: the MLM head (`predictions`: dense + `hidden_act` + LayerNorm in `transform`, then
+    the decoder tied to the word embeddings with its own bias, `models.heads.MaskedLMHead`)
+    and/or the NSP head (`seq_relationship`)."""
 
     config: BertConfig
     runtime: RuntimeConfig = RuntimeConfig()
@@ -232,46 +111,27 @@ class BertPreTrainingHeads(nn.Module):
             h = sequence_output
             if masked_positions is not None:
                 h = gather_positions(h, masked_positions)  # [B, P, E]
-            mlm_logits = BertLMPredictionHead(cfg, rt, name="predictions")(h, embedding)
+            predictions = heads.MaskedLMHead(
+                cfg, rt, cfg.hidden_size, cfg.hidden_act, transform_name="transform",
+                name="predictions",
+            )  # fmt: skip
+            mlm_logits = predictions(h, embedding)
         if self.nsp:
             nsp = dense(cfg, rt, 2, ("embed",), (None,), "seq_relationship")
             nsp_logits = nsp(pooled_output).astype(jnp.float32)
         return mlm_logits, nsp_logits
 
 
-def _word_embedding(module: nn.Module) -> Array:
-    """The word-embedding table [V', E] (V' = `padded_vocab_size`) of the module's `bert` child,
-    for the tied decoder."""
-    table = module.variables["params"][ENCODER_NAME]["embeddings"]["word_embeddings"]["embedding"]
-    return nn.meta.unbox(table)
-
-
-class BertHead(Head):
+class BertHead(heads.Head):
     """A task head on top of `bert` (a BertModel), with every head's call (`models.heads.Head`):
     input_ids, token_type_ids, attention_mask, position_ids, segment_ids [B, L] ([B, C, L] for
-    multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P] (MLM heads)."""
+    multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P] (MLM heads).
+    Its classifiers are the shared defaults: dropout (`classifier_dropout`, else
+    `hidden_dropout_prob`), then `classifier` (`qa_outputs` for spans)."""
 
     config: BertConfig
-
-    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
-        """The encoder's outputs (pooled when `pooled`): `bert`, a BertModel."""
-        model = BertModel(
-            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
-        )
-        return model(input_ids, **inputs, **kwargs)
-
-    def _dropout(self, x, deterministic):
-        """BERT's classifier dropout: `classifier_dropout`, else `hidden_dropout_prob`."""
-        cfg = self.config
-        rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
-        return Dropout(rate)(x, deterministic=deterministic)
-
-    def _linear(self, x, features: int, name: str):
-        """A dense output layer `name`: [..., E] -> float32 [..., features]."""
-        cfg, rt = self.config, self.runtime
-        # Accumulated in float32: a bfloat16 result would round every logit (and a regression
-        # output) to 8 bits of mantissa, and the predictions of a barely trained model to one value.
-        return dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
+    encoder = BertModel
+    encoder_name = ENCODER_NAME
 
 
 class BertForPreTraining(BertHead):
@@ -286,7 +146,7 @@ class BertForPreTraining(BertHead):
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
         mlm, nsp = BertPreTrainingHeads(self.config, self.runtime, name="cls")(
-            out.last_hidden_state, out.pooler_output, _word_embedding(self), masked_positions
+            out.last_hidden_state, out.pooler_output, self.word_embeddings(), masked_positions
         )
         return BertForPreTrainingOutput(mlm, nsp, out.hidden_states, out.attentions)
 
@@ -299,7 +159,7 @@ class BertForMaskedLM(BertHead):
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
         mlm, _ = BertPreTrainingHeads(self.config, self.runtime, nsp=False, name="cls")(
-            out.last_hidden_state, None, _word_embedding(self), masked_positions
+            out.last_hidden_state, None, self.word_embeddings(), masked_positions
         )
         return MaskedLMOutput(mlm, out.hidden_states, out.attentions)
 
@@ -314,50 +174,23 @@ class BertForNextSentencePrediction(BertHead):
         return ClassifierOutput(nsp, out.hidden_states, out.attentions)
 
 
-class BertForSequenceClassification(BertHead):
+class BertForSequenceClassification(heads.SequenceClassification, BertHead):
     """Pooled [CLS] -> dropout -> `classifier`: logits [B, N]; N = 1 is regression.
 
     With packed rows (`segment_ids`, `cls_positions` [B, S]) the logits are [B, S, N].
     """
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        pooled = self._dropout(out.pooler_output, deterministic)
-        logits = self._linear(pooled, self.config.num_labels, "classifier")
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
-
-class BertForMultipleChoice(BertHead):
+class BertForMultipleChoice(heads.MultipleChoice, BertHead):
     """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
 
-    choices = True
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        pooled = self._dropout(out.pooler_output, deterministic)
-        logits = self._linear(pooled, 1, "classifier")  # [B*C, 1]
-        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
-
-
-class BertForTokenClassification(BertHead):
+class BertForTokenClassification(heads.TokenClassification, BertHead):
     """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
 
-    pooled = False
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = self._dropout(out.last_hidden_state, deterministic)
-        logits = self._linear(h, self.config.num_labels, "classifier")
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
-
-
-class BertForQuestionAnswering(BertHead):
+class BertForQuestionAnswering(heads.QuestionAnswering, BertHead):
     """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-    pooled = False
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._linear(out.last_hidden_state, 2, "qa_outputs")
-        return QuestionAnsweringOutput(
-            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
-        )
 
 
 # The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.

@@ -27,18 +27,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import EncoderConfig
+from bert_jax.models.config import LAYER_SIZES, EncoderConfig
 
-_SIZES = (
-    "vocab_size",
-    "vocab_pad_multiple",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "num_labels",
-)
 POSITION_ATTENTION_TYPES = ("c2p", "p2c")  # content-to-position, position-to-content
 REL_EMBEDDING_NORMS = ("none", "layer_norm")
 # DeBERTa-v3's settings: relative attention only, log buckets, the table normalized and projected
@@ -161,25 +151,13 @@ class DebertaV2Config(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        self._check_fields(
-            sizes=_SIZES,
-            probabilities=(
-                "hidden_dropout_prob",
-                "attention_probs_dropout_prob",
-                "pooler_dropout",
-                "cls_dropout",
-            ),
-            positive=("initializer_range", "layer_norm_eps"),
+        self._check_layers(
+            sizes=tuple(s for s in LAYER_SIZES if s != "type_vocab_size"),  # 0: no table
+            probabilities=("pooler_dropout", "cls_dropout"),
             bools=("relative_attention", "position_biased_input", "legacy", "share_att_key"),
-            activations=("hidden_act", "pooler_hidden_act"),
+            activations=("pooler_hidden_act",),
             optional=("cls_dropout",),  # None: hidden_dropout_prob
         )
-        if self.hidden_size % self.num_attention_heads:
-            self._fail(
-                "hidden_size",
-                self.hidden_size,
-                f"not divisible by num_attention_heads={self.num_attention_heads}",
-            )
         for name in ("type_vocab_size", "conv_kernel_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -250,11 +228,6 @@ class DebertaV2Config(EncoderConfig):
         object.__setattr__(self, "norm_rel_ebd", "layer_norm" if "layer_norm" in parts else "none")
 
     # ---- derived sizes ----
-    @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
-        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
-
     @property
     def embedding_width(self) -> int:
         """Width of the embedding tables: `embedding_size`, else hidden_size."""

@@ -7,14 +7,11 @@ the discriminator's "mask_predictions.classifier.weight"); no TF checkpoints. Re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 import numpy as np
 
-from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion
-
-_TABLE = r"(\.weight|/embedding)?$"  # a table's name in either spelling
+from bert_jax.models.conversion import FamilyConversion, encoder_names
 
 
 def mask_predictions_logits(
@@ -44,27 +41,18 @@ def mask_predictions_logits(
 
 
 CONVERSION = FamilyConversion(
-    hf_prefix="deberta.",
-    hf_roots=("embeddings.", "encoder."),
-    structural=r"^(deberta/)?(embeddings|encoder)/",
+    **encoder_names(
+        "deberta",
+        ("embeddings", "encoder"),
+        mlm_biases=("cls/predictions/bias", "lm_predictions/lm_head/bias"),
+        width="embedding_width",
+        more_tables=(("rel_embeddings", "rel_embedding_rows", 0),),
+    ),
     # transformers' default (legacy) MLM head ties `cls.predictions.decoder` to the word
     # embeddings and its bias to `cls.predictions.bias`; DeBERTa's `lm_predictions.lm_head`
     # (legacy=False) has no decoder at all.
     tied_decoder="cls.predictions.decoder.weight",
-    word_embeddings="embeddings/word_embeddings/embedding",
     hf_aliases=(("cls.predictions.bias", "cls.predictions.decoder.bias"),),
     two_input_kernels=("attention/output/dense/kernel",),
-    vocab_keys=re.compile(
-        r"(^|/)embeddings/word_embeddings/embedding$|^cls/predictions/bias$"
-        r"|^lm_predictions/lm_head/bias$"
-    ),
-    layer_index=LAYER_INDEX_RE,
-    sized_by_config=(
-        ("word_embeddings" + _TABLE, "vocab_size", 0),
-        ("word_embeddings" + _TABLE, "embedding_width", -1),
-        ("position_embeddings" + _TABLE, "max_position_embeddings", 0),
-        ("token_type_embeddings" + _TABLE, "type_vocab_size", 0),
-        ("rel_embeddings" + _TABLE, "rel_embedding_rows", 0),
-    ),
     reference_heads=(("DebertaV2ForReplacedTokenDetection", mask_predictions_logits),),
 )

@@ -37,11 +37,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.activations import ACTIVATIONS
+from bert_jax.models import heads
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.deberta_v2.config import DebertaV2Config
+from bert_jax.models.encoder import EncoderModel
 from bert_jax.models.family import Role
-from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
     DenseWeights,
     Dropout,
@@ -50,18 +51,15 @@ from bert_jax.models.layers import (
     ResidualOutput,
     constrain,
     dense,
-    encoder_inputs,
-    first_tokens,
+    embedding,
     gather_positions,
     layer_norm,
     run_layers,
-    zeros_init,
 )
 from bert_jax.models.outputs import (
     ClassifierOutput,
     EncoderOutput,
     MaskedLMOutput,
-    QuestionAnsweringOutput,
 )
 from bert_jax.models.relative_position import relative_positions
 
@@ -94,21 +92,14 @@ class DebertaV2Embeddings(nn.Module):
     def __call__(self, input_ids, token_type_ids, position_ids, attention_mask, *, deterministic):
         cfg, rt = self.config, self.runtime
 
-        def embed(num, axes, name, one_hot=False):
-            return Embed(
-                num, cfg.embedding_width, axes, cfg.initializer_range, rt.dtype, rt.param_dtype,
-                one_hot, name=name,
-            )  # fmt: skip
+        def embed(rows, name, **word):
+            return embedding(cfg, rt, rows, cfg.embedding_width, name, **word)
 
-        x = embed(cfg.padded_vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
+        x = embed(cfg.padded_vocab_size, "word_embeddings", word=True)(input_ids)
         if cfg.position_biased_input:
-            x += embed(
-                cfg.max_position_embeddings, (None, "embed"), "position_embeddings", one_hot=True
-            )(position_ids)
+            x += embed(cfg.max_position_embeddings, "position_embeddings")(position_ids)
         if cfg.type_vocab_size > 0:
-            x += embed(cfg.type_vocab_size, (None, "embed"), "token_type_embeddings", one_hot=True)(
-                token_type_ids
-            )
+            x += embed(cfg.type_vocab_size, "token_type_embeddings")(token_type_ids)
         if cfg.embedding_width != cfg.hidden_size:
             x = dense(cfg, rt, cfg.hidden_size, (None,), ("embed",), "embed_proj", use_bias=False)(
                 x
@@ -302,7 +293,7 @@ class DebertaV2Encoder(nn.Module):
         )  # fmt: skip
 
 
-class DebertaV2Model(nn.Module):
+class DebertaV2Model(EncoderModel):
     """The DeBERTa-v2 encoder: embeddings and layers (no pooler: the classifiers' ContextPooler
     is theirs, `pooler`).
 
@@ -325,61 +316,31 @@ class DebertaV2Model(nn.Module):
     """
 
     config: DebertaV2Config
-    runtime: RuntimeConfig = RuntimeConfig()
     add_pooling_layer: bool = False
     token_types: ClassVar[bool] = True  # read where the config has a token-type table
+    mask_queries: ClassVar[bool] = True  # a padding query's row is masked too (transformers')
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EncoderOutput:
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        token_type_ids, attention_mask, position_ids = encoder_inputs(
-            rt,
-            input_ids,
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-        )
         if cfg.position_biased_input and input_ids.shape[1] > cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {input_ids.shape[1]} exceeds the {cfg.max_position_embeddings} "
                 f"positions of {cfg.display_name}'s absolute table (position_biased_input)"
             )
-        x = DebertaV2Embeddings(cfg, rt, name="embeddings")(
+        return DebertaV2Embeddings(cfg, rt, name="embeddings")(
             input_ids, token_type_ids, position_ids, attention_mask, deterministic=deterministic
         )
-        mask = AttentionMask(attention_mask.astype(bool), segment_ids, mask_queries=True)
-        y, states, probs = DebertaV2Encoder(cfg, rt, name="encoder")(
-            x,
-            mask,
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        pooled = first_tokens(y, cls_positions) if self.add_pooling_layer else None
-        return EncoderOutput(
-            last_hidden_state=y,
-            pooler_output=pooled,
-            hidden_states=(x, *states) if output_hidden_states else None,
-            attentions=probs,
-        )
+
+    def stack(self, x, mask, **kwargs):
+        return DebertaV2Encoder(self.config, self.runtime, name="encoder")(x, mask, **kwargs)
 
 
 # ---- Heads ----
-class DebertaV2LMPredictionHead(nn.Module):
-    """The MLM head: dense (E -> the tables' width), `hidden_act`, LayerNorm, then logits against
-    the tied word embeddings plus `bias`. h [..., E], embedding [V', E'] -> float32 [..., V].
+class _MLMHeads(nn.Module):
+    """`cls` (legacy) or `lm_predictions`: holds the MLM head (`models.heads.MaskedLMHead`:
+    dense E -> the tables' width, `hidden_act`, LayerNorm, then the decoder tied to the word
+    embeddings plus `bias`), `predictions` or `lm_head`. h [..., E], embedding [V', E'] ->
+    float32 [..., V].
 
     `legacy` (transformers' default, `cls/predictions`): the dense and LayerNorm sit under
     `transform`; else (`lm_predictions/lm_head`, DeBERTa's own) directly in the head.
@@ -390,42 +351,12 @@ class DebertaV2LMPredictionHead(nn.Module):
 
     @nn.compact
     def __call__(self, h, embedding):
-        cfg, rt = self.config, self.runtime
-        h = _Transform(cfg, rt, name="transform")(h) if cfg.legacy else _transform(cfg, rt, h)
-        bias = self.param("bias", zeros_init(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
-        logits = tied_logits(h, embedding, rt.dtype) + bias.astype(jnp.float32)  # [..., V']
-        return logits[..., : cfg.vocab_size]  # the padding rows are no tokens
-
-
-def _transform(cfg: DebertaV2Config, rt: RuntimeConfig, h):
-    """LayerNorm(hidden_act(dense(h))), [..., E] -> [..., E'], its `dense` and `LayerNorm`
-    submodules of the module calling it."""
-    h = dense(cfg, rt, cfg.embedding_width, ("embed",), (None,), "dense")(h)
-    return _layer_norm(cfg, rt)(ACTIVATIONS[cfg.hidden_act](h))
-
-
-class _Transform(nn.Module):
-    """The legacy head's `transform`: `_transform`."""
-
-    config: DebertaV2Config
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, h):
-        return _transform(self.config, self.runtime, h)
-
-
-class _MLMHeads(nn.Module):
-    """`cls` (legacy) or `lm_predictions`: holds the prediction head, `predictions` or
-    `lm_head`."""
-
-    config: DebertaV2Config
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, h, embedding):
-        name = "predictions" if self.config.legacy else "lm_head"
-        return DebertaV2LMPredictionHead(self.config, self.runtime, name=name)(h, embedding)
+        cfg, legacy = self.config, self.config.legacy
+        return heads.MaskedLMHead(
+            cfg, self.runtime, cfg.embedding_width, cfg.hidden_act,
+            transform_name="transform" if legacy else None,
+            name="predictions" if legacy else "lm_head",
+        )(h, embedding)  # fmt: skip
 
 
 class ContextPooler(nn.Module):
@@ -443,38 +374,32 @@ class ContextPooler(nn.Module):
         return ACTIVATIONS[cfg.pooler_hidden_act](h)
 
 
-class DebertaV2Head(Head):
+class DebertaV2Head(heads.Head):
     """A task head on top of `deberta` (a DebertaV2Model), with every head's call
     (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids, segment_ids
     [B, L] ([B, C, L] for multiple choice), cls_positions [B, S] (the heads reading the first
-    token), masked_positions [B, P] (the MLM head)."""
+    token), masked_positions [B, P] (the MLM head). Its own layers: the sequence classifier and
+    the multiple-choice score (`pooler`, a ContextPooler, then dropout `cls_dropout` and
+    `classifier`); the token classifier's dropout is `hidden_dropout_prob`."""
 
     config: DebertaV2Config
     pooled: ClassVar[bool] = False  # reads the first token's state (and takes cls_positions)
     token_types: ClassVar[bool] = True  # read where the config has a token-type table
+    encoder = DebertaV2Model
+    encoder_name = ENCODER_NAME
 
-    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
-        """The encoder's outputs: `deberta`, a DebertaV2Model (pooler_output the first tokens'
-        states when `pooled`)."""
-        model = DebertaV2Model(
-            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
-        )
-        return model(input_ids, **inputs, **kwargs)
+    def dropout_rate(self) -> float:
+        return self.config.hidden_dropout_prob
 
-    def _linear(self, x, features: int, name: str):
-        """A dense output layer `name`: [..., E] -> float32 [..., features]."""
-        cfg, rt = self.config, self.runtime
-        return dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
-
-    def _classify(self, out, features: int, deterministic: bool):
+    def classify(self, pooled, features: int, deterministic: bool):
         """`pooler` (ContextPooler), dropout (`cls_dropout`), `classifier`: float32 [..., N]."""
         cfg = self.config
         pooled = ContextPooler(cfg, self.runtime, name="pooler")(
-            out.pooler_output, deterministic=deterministic
+            pooled, deterministic=deterministic
         )
         rate = cfg.hidden_dropout_prob if cfg.cls_dropout is None else cfg.cls_dropout
         pooled = Dropout(rate)(pooled, deterministic=deterministic)
-        return self._linear(pooled, features, "classifier")
+        return self.linear(pooled, features, "classifier")
 
 
 class DebertaV2ForMaskedLM(DebertaV2Head):
@@ -485,57 +410,29 @@ class DebertaV2ForMaskedLM(DebertaV2Head):
     masked_lm = True
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = out.last_hidden_state
-        if masked_positions is not None:
-            h = gather_positions(h, masked_positions)  # [B, P, E]
-        table = self.variables["params"][ENCODER_NAME]["embeddings"]["word_embeddings"]
         name = "cls" if self.config.legacy else "lm_predictions"
-        logits = _MLMHeads(self.config, self.runtime, name=name)(h, table["embedding"])
+        logits = _MLMHeads(self.config, self.runtime, name=name)(
+            heads.masked_states(out, masked_positions), self.word_embeddings()
+        )
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class DebertaV2ForSequenceClassification(DebertaV2Head):
+class DebertaV2ForSequenceClassification(heads.SequenceClassification, DebertaV2Head):
     """`pooler` (ContextPooler) on the first token, dropout, `classifier`: logits [B, N]
     (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
-    pooled = True
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._classify(out, self.config.num_labels, deterministic)
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
-
-
-class DebertaV2ForMultipleChoice(DebertaV2Head):
+class DebertaV2ForMultipleChoice(heads.MultipleChoice, DebertaV2Head):
     """Inputs [B, C, L]; each choice is encoded, pooled (`pooler`), dropped out and scored by
     `classifier`: logits [B, C]."""
 
-    pooled = True
-    choices = True
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._classify(out, 1, deterministic)  # [B*C, 1]
-        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
-
-
-class DebertaV2ForTokenClassification(DebertaV2Head):
+class DebertaV2ForTokenClassification(heads.TokenClassification, DebertaV2Head):
     """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = Dropout(self.config.hidden_dropout_prob)(
-            out.last_hidden_state, deterministic=deterministic
-        )
-        logits = self._linear(h, self.config.num_labels, "classifier")
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
-
-class DebertaV2ForQuestionAnswering(DebertaV2Head):
+class DebertaV2ForQuestionAnswering(heads.QuestionAnswering, DebertaV2Head):
     """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._linear(out.last_hidden_state, 2, "qa_outputs")
-        return QuestionAnsweringOutput(
-            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
-        )
 
 
 class DebertaV2ForReplacedTokenDetection(DebertaV2Head):

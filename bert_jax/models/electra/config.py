@@ -21,20 +21,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import ACTIVATIONS, EncoderConfig
+from bert_jax.models.config import ACTIVATIONS, LAYER_SIZES, EncoderConfig
 
-_SIZES = (
-    "vocab_size",
-    "vocab_pad_multiple",
-    "embedding_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "num_labels",
-)
 # How the multiple-choice head summarizes a sequence (transformers' ElectraSequenceSummary):
 # its first token's state, its last position's (a pad in a right-padded row, as transformers
 # reads it) or the mean over every position (padding included, as transformers computes it).
@@ -123,25 +111,12 @@ class ElectraConfig(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        self._check_fields(
-            sizes=_SIZES,
-            probabilities=(
-                "hidden_dropout_prob",
-                "attention_probs_dropout_prob",
-                "classifier_dropout",
-                "summary_last_dropout",
-            ),
-            positive=("initializer_range", "layer_norm_eps"),
+        self._check_layers(
+            sizes=(*LAYER_SIZES[:2], "embedding_size", *LAYER_SIZES[2:]),
+            probabilities=("classifier_dropout", "summary_last_dropout"),
             bools=("summary_use_proj",),
-            activations=("hidden_act",),
             optional=("classifier_dropout",),  # None: hidden_dropout_prob
         )
-        if self.hidden_size % self.num_attention_heads:
-            self._fail(
-                "hidden_size",
-                self.hidden_size,
-                f"not divisible by num_attention_heads={self.num_attention_heads}",
-            )
         if self.summary_type not in SUMMARY_TYPES:
             self._fail(
                 "summary_type",
@@ -160,11 +135,6 @@ class ElectraConfig(EncoderConfig):
         self._check_ids_and_labels()
 
     # ---- derived sizes ----
-    @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
-        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
-
     @property
     def projects_embeddings(self) -> bool:
         """Whether the embeddings are projected to E (`embeddings_project`): M != E."""

@@ -14,28 +14,18 @@ google's checkpoints come without a config file; the TF import reads a Hugging F
 
 from __future__ import annotations
 
-import re
-
-from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion
-
-_SUFFIX = r"(\.weight|/embedding)?$"
+from bert_jax.models.conversion import FamilyConversion, encoder_names
 
 CONVERSION = FamilyConversion(
-    hf_prefix="electra.",
-    hf_roots=("embeddings.", "embeddings_project.", "encoder."),
-    structural=r"^(electra/)?(embeddings|embeddings_project|encoder)/",
-    tied_decoder="generator_lm_head.weight",
-    word_embeddings="embeddings/word_embeddings/embedding",
-    two_input_kernels=("attention/output/dense/kernel",),
-    vocab_keys=re.compile(r"(^|/)embeddings/word_embeddings/embedding$|^generator_lm_head/bias$"),
-    layer_index=LAYER_INDEX_RE,
     # The tables are M (`embedding_size`) wide, not E.
-    sized_by_config=(
-        ("word_embeddings" + _SUFFIX, "vocab_size", 0),
-        ("word_embeddings" + _SUFFIX, "embedding_size", -1),
-        ("position_embeddings" + _SUFFIX, "max_position_embeddings", 0),
-        ("token_type_embeddings" + _SUFFIX, "type_vocab_size", 0),
+    **encoder_names(
+        "electra",
+        ("embeddings", "embeddings_project", "encoder"),
+        mlm_biases=("generator_lm_head/bias",),
+        width="embedding_size",
     ),
+    tied_decoder="generator_lm_head.weight",
+    two_input_kernels=("attention/output/dense/kernel",),
     tf_config_file="config.json",
     tf_prefix="electra/",
     tf_top_level=(

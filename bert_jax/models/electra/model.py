@@ -28,30 +28,13 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS
-from bert_jax.models import layers
-from bert_jax.models.attention import AttentionMask
+from bert_jax.models import heads, layers
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.electra.config import ElectraConfig
+from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
 from bert_jax.models.family import Role
-from bert_jax.models.heads import Head, tied_logits
-from bert_jax.models.layers import (
-    Dropout,
-    Embed,
-    PostLNEncoder,
-    constrain,
-    dense,
-    encoder_inputs,
-    first_tokens,
-    gather_positions,
-    layer_norm,
-    zeros_init,
-)
-from bert_jax.models.outputs import (
-    ClassifierOutput,
-    EncoderOutput,
-    MaskedLMOutput,
-    QuestionAnsweringOutput,
-)
+from bert_jax.models.layers import Dropout, constrain, dense
+from bert_jax.models.outputs import ClassifierOutput, EncoderOutput, MaskedLMOutput
 
 Array = jax.Array
 
@@ -67,44 +50,9 @@ STARTING_PATHS = {
     "mlm_bias": ("generator_lm_head", "bias"),
     "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
 }
-# The summary's activations beyond the layers' (transformers' get_activation names).
-_SUMMARY_ACTIVATIONS = {**ACTIVATIONS, "tanh": jnp.tanh}
 
 
-def _layer_norm(cfg: ElectraConfig, rt: RuntimeConfig, name: str = "LayerNorm") -> nn.LayerNorm:
-    return layer_norm(rt, cfg.layer_norm_eps, name)
-
-
-class ElectraEmbeddings(nn.Module):
-    """Word + token-type + position embeddings, LayerNorm, dropout, all of width M.
-    Returns [B, L, M]."""
-
-    config: ElectraConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids, position_ids, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-
-        def embed(num, axes, name, one_hot=False):
-            return Embed(
-                num, cfg.embedding_size, axes, cfg.initializer_range, rt.dtype, rt.param_dtype,
-                one_hot, name=name,
-            )  # fmt: skip
-
-        x = embed(cfg.padded_vocab_size, ("vocab", "embed"), "word_embeddings")(input_ids)
-        x += embed(cfg.type_vocab_size, (None, "embed"), "token_type_embeddings", one_hot=True)(
-            token_type_ids
-        )
-        x += embed(
-            cfg.max_position_embeddings, (None, "embed"), "position_embeddings", one_hot=True
-        )(position_ids)
-        x = _layer_norm(cfg, rt)(x)
-        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
-        return constrain(x, "act_batch", "act_len", "act_embed")
-
-
-class ElectraModel(nn.Module):
+class ElectraModel(EncoderModel):
     """The ELECTRA encoder: embeddings (M wide), their projection to E where M != E, layers.
 
     Call arguments:
@@ -126,56 +74,21 @@ class ElectraModel(nn.Module):
     """
 
     config: ElectraConfig
-    runtime: RuntimeConfig = RuntimeConfig()
     add_pooling_layer: bool = False
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EncoderOutput:
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        token_type_ids, attention_mask, position_ids = encoder_inputs(
-            rt,
-            input_ids,
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-        )
         if input_ids.shape[1] > cfg.max_position_embeddings:
             raise ValueError(
                 f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings="
                 f"{cfg.max_position_embeddings}"
             )
-        x = ElectraEmbeddings(cfg, rt, name="embeddings")(
-            input_ids, token_type_ids, position_ids, deterministic=deterministic
-        )  # [B, L, M]
+        embeddings = LearnedEmbeddings(cfg, rt, cfg.embedding_size, name="embeddings")
+        x = embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic)  # M
         if cfg.projects_embeddings:
             project = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "embeddings_project")
             x = constrain(project(x), "act_batch", "act_len", "act_embed")  # [B, L, E]
-        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
-        y, states, probs = PostLNEncoder(cfg, rt, name="encoder")(
-            x,
-            mask,
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        return EncoderOutput(
-            last_hidden_state=y,
-            pooler_output=first_tokens(y, cls_positions) if self.add_pooling_layer else None,
-            hidden_states=(x, *states) if output_hidden_states else None,
-            attentions=probs,
-        )
+        return x
 
 
 # ---- Heads ----
@@ -195,55 +108,6 @@ class ElectraDiscriminatorPredictions(nn.Module):
         return logits(h)[..., 0]
 
 
-class ElectraGeneratorPredictions(nn.Module):
-    """`generator_predictions`: LayerNorm(GELU(dense h)), E -> M (the exact GELU whatever
-    `hidden_act`, as in transformers). [..., E] -> [..., M]."""
-
-    config: ElectraConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, h):
-        cfg, rt = self.config, self.runtime
-        h = dense(cfg, rt, cfg.embedding_size, ("embed",), (None,), "dense")(h)
-        return _layer_norm(cfg, rt)(ACTIVATIONS["gelu"](h))
-
-
-class ElectraTiedDecoder(nn.Module):
-    """`generator_lm_head`: logits against the tied word embeddings plus its own `bias`.
-    h [..., M], embedding [V', M] -> float32 logits [..., V]."""
-
-    config: ElectraConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, h, embedding):
-        cfg, rt = self.config, self.runtime
-        bias = self.param("bias", zeros_init(("vocab",)), (cfg.padded_vocab_size,), rt.param_dtype)
-        logits = tied_logits(h, embedding, rt.dtype) + bias.astype(jnp.float32)  # [..., V']
-        return logits[..., : cfg.vocab_size]  # the padding rows are no tokens
-
-
-class ElectraClassificationHead(nn.Module):
-    """`classifier`: dropout, dense, GELU (exact; BERT's pooler has tanh), dropout, `out_proj`
-    on the [CLS] states [..., E] -> float32 logits [..., N]."""
-
-    config: ElectraConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, first, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        drop = Dropout(_classifier_dropout(cfg))
-        h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(
-            drop(first, deterministic=deterministic)
-        )
-        h = drop(ACTIVATIONS["gelu"](h), deterministic=deterministic)
-        return dense(
-            cfg, rt, cfg.num_labels, ("embed",), (None,), "out_proj", out_dtype=jnp.float32
-        )(h)
-
-
 class ElectraSequenceSummary(nn.Module):
     """`sequence_summary` of the multiple-choice head, as ELECTRA's config sets transformers'
     SequenceSummary: the sequence's `summary_type` state [..., E] -> `summary` (dense E -> E,
@@ -258,42 +122,33 @@ class ElectraSequenceSummary(nn.Module):
         if cfg.summary_use_proj:
             h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "summary")(h)
         if cfg.summary_activation:  # "": none
-            h = _SUMMARY_ACTIVATIONS[cfg.summary_activation](h)
+            h = heads.HEAD_ACTIVATIONS[cfg.summary_activation](h)
         return Dropout(cfg.summary_last_dropout)(h, deterministic=deterministic)
 
 
-def _classifier_dropout(cfg: ElectraConfig) -> float:
-    """The classification heads' dropout: `classifier_dropout`, else `hidden_dropout_prob`."""
-    return cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
-
-
-def _word_embedding(module: nn.Module) -> Array:
-    """The word-embedding table [V', M] of the module's `electra` child, for the tied decoder."""
-    table = module.variables["params"][ENCODER_NAME]["embeddings"]["word_embeddings"]["embedding"]
-    return nn.meta.unbox(table)
-
-
-class ElectraHead(Head):
+class ElectraHead(heads.Head):
     """A task head on top of `electra` (an ElectraModel), with every head's call
     (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids, segment_ids
     [B, L] ([B, C, L] for multiple choice), cls_positions [B, S] (the heads reading [CLS]),
-    masked_positions [B, P] (the generator)."""
+    masked_positions [B, P] (the generator). Its own layers: the sequence classifier
+    (`classifier`: dense, GELU, `out_proj` on [CLS]) and the multiple-choice score
+    (`sequence_summary`, then `classifier`)."""
 
     config: ElectraConfig
     pooled: ClassVar[bool] = False  # reads [CLS]'s state (and takes cls_positions)
+    encoder = ElectraModel
+    encoder_name = ENCODER_NAME
 
-    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
-        """The encoder's outputs (pooler_output [CLS]'s state when `pooled`): `electra`, an
-        ElectraModel."""
-        model = ElectraModel(
-            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
-        )
-        return model(input_ids, **inputs, **kwargs)
+    def classify(self, pooled, features, deterministic):
+        """`classifier` (`models.heads.ClassificationHead`, the exact GELU; BERT's pooler has
+        tanh) on the [CLS] states."""
+        classify = heads.ClassificationHead(self.config, self.runtime, "gelu", name="classifier")
+        return classify(pooled, deterministic=deterministic)
 
-    def _linear(self, x, features: int, name: str):
-        """A dense output layer `name`: [..., E] -> float32 [..., features]."""
-        cfg, rt = self.config, self.runtime
-        return dense(cfg, rt, features, ("embed",), (None,), name, out_dtype=jnp.float32)(x)
+    def score_choices(self, pooled, deterministic):
+        """`sequence_summary` (ElectraSequenceSummary), then `classifier`: [B*C, 1]."""
+        summary = ElectraSequenceSummary(self.config, self.runtime, name="sequence_summary")
+        return self.linear(summary(pooled, deterministic=deterministic), 1, "classifier")
 
 
 class ElectraForPreTraining(ElectraHead):
@@ -316,32 +171,22 @@ class ElectraForMaskedLM(ElectraHead):
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
         cfg, rt = self.config, self.runtime
-        h = out.last_hidden_state
-        if masked_positions is not None:
-            h = gather_positions(h, masked_positions)  # [B, P, E]
-        h = ElectraGeneratorPredictions(cfg, rt, name="generator_predictions")(h)  # [..., M]
-        logits = ElectraTiedDecoder(cfg, rt, name="generator_lm_head")(h, _word_embedding(self))
+        h = heads.masked_states(out, masked_positions)  # [B, L|P, E]
+        # `generator_predictions`: LayerNorm(GELU(dense h)), E -> M (the exact GELU whatever
+        # `hidden_act`, as in transformers); `generator_lm_head`: the tied decoder and its bias.
+        h = heads.Transform(cfg, rt, cfg.embedding_size, "gelu", name="generator_predictions")(h)
+        logits = heads.MaskedLMHead(cfg, rt, name="generator_lm_head")(h, self.word_embeddings())
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class ElectraForSequenceClassification(ElectraHead):
-    """`classifier` (ElectraClassificationHead) on [CLS]: logits [B, N] (N = 1: regression);
+class ElectraForSequenceClassification(heads.SequenceClassification, ElectraHead):
+    """`classifier` (dense, GELU, `out_proj`) on [CLS]: logits [B, N] (N = 1: regression);
     [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
-    pooled = True
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        classify = ElectraClassificationHead(self.config, self.runtime, name="classifier")
-        logits = classify(out.pooler_output, deterministic=deterministic)
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
-
-
-class ElectraForMultipleChoice(ElectraHead):
+class ElectraForMultipleChoice(heads.MultipleChoice, ElectraHead):
     """Inputs [B, C, L]; each choice is encoded, summarized (`sequence_summary`) and scored by
     `classifier`: logits [B, C]."""
-
-    pooled = True
-    choices = True
 
     def encode(self, input_ids, inputs, *, cls_positions=None, **kwargs) -> EncoderOutput:
         """The encoder's outputs, `pooler_output` the sequence's state by `summary_type`
@@ -360,32 +205,13 @@ class ElectraForMultipleChoice(ElectraHead):
             out = out.replace(pooler_output=jnp.mean(h.astype(jnp.float32), axis=1).astype(h.dtype))
         return out
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        summary = ElectraSequenceSummary(self.config, self.runtime, name="sequence_summary")
-        pooled = summary(out.pooler_output, deterministic=deterministic)
-        logits = self._linear(pooled, 1, "classifier")  # [B*C, 1]
-        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
 
-
-class ElectraForTokenClassification(ElectraHead):
+class ElectraForTokenClassification(heads.TokenClassification, ElectraHead):
     """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = Dropout(_classifier_dropout(self.config))(
-            out.last_hidden_state, deterministic=deterministic
-        )
-        logits = self._linear(h, self.config.num_labels, "classifier")
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
-
-class ElectraForQuestionAnswering(ElectraHead):
+class ElectraForQuestionAnswering(heads.QuestionAnswering, ElectraHead):
     """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._linear(out.last_hidden_state, 2, "qa_outputs")
-        return QuestionAnsweringOutput(
-            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
-        )
 
 
 # The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.

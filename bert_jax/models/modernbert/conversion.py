@@ -5,18 +5,18 @@ through the family's row (`families.FAMILIES["modernbert"].conversion`).
 
 from __future__ import annotations
 
-import re
+from bert_jax.models.conversion import FamilyConversion, encoder_names
 
-from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion, sized_by_config
+_NAMES = encoder_names(
+    "model",
+    ("embeddings", "layers", "final_norm"),
+    word_table="tok_embeddings",
+    mlm_biases=("decoder/bias",),
+)
 
 CONVERSION = FamilyConversion(
-    hf_prefix="model.",
-    hf_roots=("embeddings.", "layers.", "final_norm."),
-    structural=r"^(model/)?(embeddings|layers_\d+|final_norm)/",
+    # Its layers are never stacked: each is `layers_<i>`.
+    **{**_NAMES, "structural": r"^(model/)?(embeddings|layers_\d+|final_norm)/"},
     tied_decoder="decoder.weight",
-    word_embeddings="embeddings/tok_embeddings/embedding",
     two_input_kernels=("attn/Wo/kernel",),
-    vocab_keys=re.compile(r"(^|/)embeddings/tok_embeddings/embedding$|^decoder/bias$"),
-    layer_index=LAYER_INDEX_RE,
-    sized_by_config=sized_by_config("tok_embeddings"),
 )

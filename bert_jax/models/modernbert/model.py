@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
+from bert_jax.models import heads
 from bert_jax.models.attention import AttentionMask, attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
-from bert_jax.models.heads import Head, tied_logits
 from bert_jax.models.layers import (
     Dropout,
     Embed,
@@ -45,10 +45,8 @@ from bert_jax.models.layers import (
 from bert_jax.models.mlp import FeedForward
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.outputs import (
-    ClassifierOutput,
     EncoderOutput,
     MaskedLMOutput,
-    QuestionAnsweringOutput,
 )
 from bert_jax.models.rotary import rotary
 
@@ -297,36 +295,39 @@ class ModernBertPredictionHead(nn.Module):
         return _norm(cfg, rt, "norm")(ACTIVATIONS[cfg.classifier_activation](h))
 
 
-class ModernBertHead(Head):
+class ModernBertHead(heads.Head):
     """A task head on top of `model` (a ModernBertModel), with every head's call
     (`models.heads.Head`): input_ids, attention_mask, position_ids, segment_ids [B, L]
     ([B, C, L] for multiple choice), cls_positions [B, S] (pooled heads), masked_positions [B, P]
     (the MLM head), deterministic, output_hidden_states, output_attentions, all by keyword.
-    token_type_ids must stay None: ModernBERT has no token types."""
+    token_type_ids must stay None: ModernBERT has no token types. Every classifier, spans'
+    included, is `head` (ModernBertPredictionHead), dropout, then `classifier`."""
 
     config: ModernBertConfig
     pooled: ClassVar[bool] = False  # reads `classifier_pooling`'s pooled state
     token_types: ClassVar[bool] = False
+    encoder = ModernBertModel
+    encoder_name = ENCODER_NAME
 
     def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
         """The encoder's outputs (pooled when `pooled`): `model`, a ModernBertModel."""
         inputs = dict(inputs)
         if inputs.pop("token_type_ids") is not None:
             raise ValueError(f"{type(self).__name__} takes no token_type_ids (ModernBERT has none)")
-        model = ModernBertModel(
-            self.config, self.runtime, add_pooling_layer=self.pooled, name=ENCODER_NAME
-        )
-        return model(input_ids, **inputs, **kwargs)
+        return super().encode(input_ids, inputs, **kwargs)
 
-    def _classify(self, h, features: int, deterministic: bool):
+    def classify(self, h, features: int, deterministic: bool):
         """head -> dropout -> `classifier` (with a bias): float32 logits [..., features]."""
         cfg, rt = self.config, self.runtime
         h = ModernBertPredictionHead(cfg, rt, name="head")(h)
         h = Dropout(cfg.classifier_dropout)(h, deterministic=deterministic)
-        return dense(
-            cfg, rt, features, ("embed",), (None,), "classifier", out_dtype=jnp.float32,
-            stddev=cfg.hidden_size**-0.5,
-        )(h)  # fmt: skip
+        return self.linear(h, features, "classifier", stddev=cfg.hidden_size**-0.5)
+
+    def classify_tokens(self, h, features: int, deterministic: bool):
+        return self.classify(h, features, deterministic)
+
+    def span_logits(self, h, deterministic: bool):
+        return self.classify(h, 2, deterministic)
 
 
 class ModernBertForMaskedLM(ModernBertHead):
@@ -337,12 +338,9 @@ class ModernBertForMaskedLM(ModernBertHead):
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
         cfg, rt = self.config, self.runtime
-        h = out.last_hidden_state
-        if masked_positions is not None:
-            h = gather_positions(h, masked_positions)  # [B, P, E]
+        h = heads.masked_states(out, masked_positions)  # [B, L|P, E]
         t = ModernBertPredictionHead(cfg, rt, name="head")(h)
-        table = self.variables["params"][ENCODER_NAME]["embeddings"]["tok_embeddings"]
-        logits = tied_logits(t, table["embedding"], rt.dtype)  # float32 [..., V']
+        logits = heads.tied_logits(t, self.word_embeddings("tok_embeddings"), rt.dtype)  # [..., V']
         if cfg.decoder_bias:
             logits += DecoderBias(cfg.vocab_size, rt.param_dtype, name="decoder")()
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
@@ -360,44 +358,21 @@ class DecoderBias(nn.Module):
         return bias.astype(jnp.float32)
 
 
-class ModernBertForSequenceClassification(ModernBertHead):
+class ModernBertForSequenceClassification(heads.SequenceClassification, ModernBertHead):
     """Pooled (`classifier_pooling`) -> head -> dropout -> `classifier`: logits [B, N]
     (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
-    pooled = True
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._classify(out.pooler_output, self.config.num_labels, deterministic)
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
-
-
-class ModernBertForMultipleChoice(ModernBertHead):
+class ModernBertForMultipleChoice(heads.MultipleChoice, ModernBertHead):
     """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
 
-    pooled = True
-    choices = True
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._classify(out.pooler_output, 1, deterministic)  # [B*C, 1]
-        return ClassifierOutput(logits.reshape(batch_shape[:2]), out.hidden_states, out.attentions)
-
-
-class ModernBertForTokenClassification(ModernBertHead):
+class ModernBertForTokenClassification(heads.TokenClassification, ModernBertHead):
     """Per-token labels: head -> dropout -> `classifier`: logits [B, L, N]."""
 
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._classify(out.last_hidden_state, self.config.num_labels, deterministic)
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
 
-
-class ModernBertForQuestionAnswering(ModernBertHead):
+class ModernBertForQuestionAnswering(heads.QuestionAnswering, ModernBertHead):
     """Extractive QA: head -> dropout -> `classifier` [.., 2]: start_logits, end_logits [B, L]."""
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        logits = self._classify(out.last_hidden_state, 2, deterministic)
-        return QuestionAnsweringOutput(
-            logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
-        )
 
 
 # The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.

@@ -22,17 +22,6 @@ from typing import Any, ClassVar
 
 from bert_jax.models.config import EncoderConfig
 
-_SIZES = (
-    "vocab_size",
-    "vocab_pad_multiple",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "num_labels",
-)
 _SIZE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 _LARGE = dict(
     hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
@@ -108,23 +97,10 @@ class RobertaConfig(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        self._check_fields(
-            sizes=_SIZES,
-            probabilities=(
-                "hidden_dropout_prob",
-                "attention_probs_dropout_prob",
-                "classifier_dropout",
-            ),
-            positive=("initializer_range", "layer_norm_eps"),
-            activations=("hidden_act",),
+        self._check_layers(
+            probabilities=("classifier_dropout",),
             optional=("classifier_dropout",),  # None: hidden_dropout_prob
         )
-        if self.hidden_size % self.num_attention_heads:
-            self._fail(
-                "hidden_size",
-                self.hidden_size,
-                f"not divisible by num_attention_heads={self.num_attention_heads}",
-            )
         self._check_ids_and_labels()
         self._check_special_ids("bos_token_id", "eos_token_id")
         if self.max_sequence_length < 1:
@@ -136,11 +112,6 @@ class RobertaConfig(EncoderConfig):
             )
 
     # ---- derived sizes ----
-    @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the word-embedding table: V rounded up to `vocab_pad_multiple`."""
-        return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
-
     @property
     def position_offset(self) -> int:
         """The position table's row of a sequence's first token: pad_token_id + 1."""

@@ -7,20 +7,17 @@ checkpoints. Read by `bert_jax.checkpoints` through the rows (`families.FAMILIES
 
 from __future__ import annotations
 
-import re
-
-from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion, sized_by_config
+from bert_jax.models.conversion import FamilyConversion, encoder_names
 
 CONVERSION = FamilyConversion(
-    hf_prefix="roberta.",
-    hf_roots=("embeddings.", "encoder.", "pooler."),
-    structural=r"^(roberta/)?(embeddings|encoder)/",
+    **encoder_names(
+        "roberta",
+        ("embeddings", "encoder"),
+        heads_roots=("pooler",),
+        mlm_biases=("lm_head/bias",),
+    ),
     tied_decoder="lm_head.decoder.weight",
-    word_embeddings="embeddings/word_embeddings/embedding",
     # The MLM bias is `lm_head.bias`, and transformers ties `lm_head.decoder.bias` to it.
     hf_aliases=(("lm_head.bias", "lm_head.decoder.bias"),),
     two_input_kernels=("attention/output/dense/kernel",),
-    vocab_keys=re.compile(r"(^|/)embeddings/word_embeddings/embedding$|^lm_head/bias$"),
-    layer_index=LAYER_INDEX_RE,
-    sized_by_config=sized_by_config("word_embeddings"),
 )

@@ -1,0 +1,151 @@
+"""The encoder with BERT's call, which the families of BERT's layers subclass (`EncoderModel`:
+embeddings, a layer stack, a pooler), and their learned absolute embeddings (`LearnedEmbeddings`).
+
+A family's encoder states only what is its own: its embeddings (`embed`), a stack of its own
+(`stack`; the shared post-LayerNorm `layers.PostLNEncoder` by default) and its pooler (`pool`;
+the first token's state by default). Parameter names are the checkpoints'
+(`embeddings/word_embeddings`, `encoder/layer_3/...`, `pooler/dense`).
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  S sequences packed in one row
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+
+from bert_jax.models.attention import AttentionMask
+from bert_jax.models.config import EncoderConfig, RuntimeConfig
+from bert_jax.models.layers import (
+    Dropout,
+    PostLNEncoder,
+    constrain,
+    embedding,
+    encoder_inputs,
+    first_tokens,
+    layer_norm,
+)
+from bert_jax.models.outputs import EncoderOutput
+
+
+class LearnedEmbeddings(nn.Module):
+    """`embeddings` of learned absolute positions (BERT's, RoBERTa's, ELECTRA's): the sum of the
+    `word_embeddings`, `token_type_embeddings` and `position_embeddings` tables, then LayerNorm
+    (epsilon `layer_norm_eps`) and dropout (`hidden_dropout_prob`).
+
+    Attributes:
+      width: the tables' width (None: hidden_size; ELECTRA's `embedding_size`).
+      positions_first: add the positions before the token types (BERT's order of the sum; the
+        others add the token types first, as transformers does).
+
+    Call: input_ids, token_type_ids, positions [B, L] int (positions: the table's rows) ->
+    [B, L, width].
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    width: int | None = None
+    positions_first: bool = False
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        width = cfg.hidden_size if self.width is None else self.width
+        tables = [
+            ("token_type_embeddings", cfg.type_vocab_size, token_type_ids),
+            ("position_embeddings", cfg.max_position_embeddings, positions),
+        ]
+        if self.positions_first:
+            tables.reverse()
+        x = embedding(cfg, rt, cfg.padded_vocab_size, width, "word_embeddings", word=True)(
+            input_ids
+        )
+        for name, rows, ids in tables:
+            x += embedding(cfg, rt, rows, width, name)(ids)
+        x = layer_norm(rt, cfg.layer_norm_eps, "LayerNorm")(x)
+        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        return constrain(x, "act_batch", "act_len", "act_embed")
+
+
+class EncoderModel(nn.Module):
+    """An encoder with BERT's call: `embed` (the family's embeddings), `stack` (its layers: the
+    shared post-LayerNorm stack `encoder` unless it has its own), and with `add_pooling_layer`
+    `pool` (the first token's state unless it has a pooler layer). A family's encoder subclasses
+    it and implements `embed`; its class docstring states its call's inputs.
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids, attention_mask, position_ids: [B, L] int, as the family's `embed` reads
+        them (defaults: zeros, ones, 0..L-1: positions count in each sequence).
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's first token (pooling only).
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+
+    Returns:
+      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E] at
+      cls_positions) with `add_pooling_layer`, else None; hidden_states L+1 arrays [B, L, E]
+      (the layers' input first); attentions [B, H, L, L] float32 per layer.
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    add_pooling_layer: bool = True
+    mask_queries: ClassVar[bool] = False  # `AttentionMask.mask_queries`: padding rows masked too
+    positions_from_ids: ClassVar[bool] = False  # omitted position_ids stay None (`embed` counts)
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        rt = self.runtime
+        token_type_ids, attention_mask = encoder_inputs(
+            rt, input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask
+        )
+        if position_ids is not None or not self.positions_from_ids:
+            (position_ids,) = encoder_inputs(rt, input_ids, position_ids=position_ids)
+        x = self.embed(
+            input_ids, token_type_ids, attention_mask, position_ids, deterministic=deterministic
+        )
+        mask = AttentionMask(
+            attention_mask.astype(bool), segment_ids, mask_queries=self.mask_queries
+        )
+        y, states, probs = self.stack(
+            x,
+            mask,
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        return EncoderOutput(
+            last_hidden_state=y,
+            pooler_output=self.pool(y, cls_positions) if self.add_pooling_layer else None,
+            hidden_states=(x, *states) if output_hidden_states else None,
+            attentions=probs,
+        )
+
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
+        """The layers' input [B, L, E] from the call's [B, L] inputs, checked and with their
+        defaults (`layers.encoder_inputs`; position_ids None where `positions_from_ids`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no embeddings")
+
+    def stack(self, x, mask: AttentionMask, **kwargs):
+        """The layers, `encoder` (`PostLNEncoder`): (y [B, L, E], states, probs)."""
+        return PostLNEncoder(self.config, self.runtime, name="encoder")(x, mask, **kwargs)
+
+    def pool(self, y, cls_positions):
+        """The pooled state [B, E] ([B, S, E]): the first tokens' (`first_tokens`)."""
+        return first_tokens(y, cls_positions)
