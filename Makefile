@@ -65,6 +65,7 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q -m e2e
 
 # Resolve the newest versions into a fresh venv and write them as the lock (then run make test).
 lock:
