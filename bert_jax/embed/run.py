@@ -314,4 +314,13 @@ def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -
     return "\n".join(lines) + "\n"
 
 
-JOB = register(Job(("embed",), "embed", check_config, train_and_evaluate, compile_for_topology))
+JOB = register(
+    Job(
+        ("embed",),
+        "embed",
+        check_config,
+        train_and_evaluate,
+        compile_for_topology,
+        bookkeeping=("embed.seeds",),  # a rerun may add seeds and keep the finished ones
+    )
+)

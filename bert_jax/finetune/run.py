@@ -527,5 +527,13 @@ def _megabytes(path) -> float:
 
 
 JOB = register(
-    Job(("finetune",), "finetune", check_config, train_and_evaluate, compile_for_topology)
+    Job(
+        ("finetune",),
+        "finetune",
+        check_config,
+        train_and_evaluate,
+        compile_for_topology,
+        minima={"finetune.num_epochs": 1, "finetune.eval_batch_size": 1},
+        bookkeeping=("finetune.seeds",),  # a rerun may add seeds and keep the finished ones
+    )
 )

@@ -73,7 +73,7 @@ def objective_of(config) -> str | objectives.Objective:
             raise ValueError(
                 "job='rtd' needs the config's rtd block (configs/pretrain.py:arch=electra)"
             )
-        return objectives.rtd_objective(config.rtd.discriminator_weight)
+        return objectives.rtd_objective(config.rtd.discriminator_weight, config.rtd)
     return config.job
 
 

@@ -400,4 +400,13 @@ def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) ->
     return "\n".join(lines) + "\n"
 
 
-JOB = register(Job(("rerank",), "rerank", check_config, train_and_evaluate, compile_for_topology))
+JOB = register(
+    Job(
+        ("rerank",),
+        "rerank",
+        check_config,
+        train_and_evaluate,
+        compile_for_topology,
+        bookkeeping=("rerank.seeds",),  # a rerun may add seeds and keep the finished ones
+    )
+)

@@ -34,7 +34,7 @@ from bert_jax.models.families import get_model_class
 from bert_jax.models.params import count_params
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
-from bert_jax.training import objectives, optimizer, steps
+from bert_jax.training import job, objectives, optimizer, steps
 
 PyTree = Any
 
@@ -266,8 +266,6 @@ _EXPERIMENT_MINIMA = {
     "num_eval_steps": 0,
     "checkpoint_every_steps": 0,  # 0: only at a stop and at the end
     "max_checkpoints_to_keep": 1,
-    "finetune.num_epochs": 1,
-    "finetune.eval_batch_size": 1,
 }
 _ABSENT = object()
 
@@ -284,14 +282,17 @@ def _lookup(config, dotted: str):
 
 def check_experiment_config(config) -> None:
     """Refuses an experiment config (`configs/*.py`, after the command line's overrides) whose
-    counts cannot run, naming the key: `global_batch_size=0`, `num_train_steps=-5`,
-    `finetune.num_epochs=0`, ... train.py checks every config before its job starts; the
-    fine-tuning job checks its own again (it is also called directly).
+    counts cannot run, naming the key: `global_batch_size=0`, `num_train_steps=-5`, or one of
+    the counts the job `config.job` declares its own (`Job.minima`: the fine-tuning job's
+    epochs, ...). train.py checks every config before its job starts; each job checks its own
+    again (a job is also called directly).
 
     Raises:
       ValueError: "config.<key>=<value>: expected an integer >= <least>".
     """
-    for key, least in _EXPERIMENT_MINIMA.items():
+    declared = job.declared(config)  # an unknown job: refused by name after the counts
+    minima = {**_EXPERIMENT_MINIMA, **(declared.minima if declared else {})}
+    for key, least in minima.items():
         value = _lookup(config, key)
         if value is _ABSENT:
             continue
