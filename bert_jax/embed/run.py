@@ -274,7 +274,7 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
         params,
         lambda host_params: save_sentence_transformer(  # the tokenizer writes its own files
             directory,
-            exp.bert_config,
+            exp.model_config,
             host_params,
             tokenizer_dir=start.tokenizer,
             pooling=start.pooling,

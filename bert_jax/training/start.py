@@ -179,7 +179,7 @@ def init_state(
         return init(rng, overrides)
     if placed:
         return _init_from_params_fn(exp)(rng, params)
-    params = table.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
+    params = table.fit_vocab_rows(params, exp.model_config)  # e.g. unpadded HF weights
     params = stack_layers(params) if exp.runtime.scan_layers else params
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
@@ -196,7 +196,7 @@ def _init_pair(exp: Experiment, init_from: str, seed: int | None):
     loaded = pretrained.load(init_from, exp.head, allow_new_heads=True, with_tokenizer=False)
     rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
     fresh = jax.device_get(nn.unbox(init_params(exp.model, jax.random.fold_in(rng, 1))))
-    params = exp.model.start_from(fresh, table.fit_vocab_rows(loaded.params, exp.bert_config))
+    params = exp.model.start_from(fresh, table.fit_vocab_rows(loaded.params, exp.model_config))
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
         exp.state_shardings.params,
