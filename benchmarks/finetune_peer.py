@@ -91,7 +91,7 @@ def _accuracy(logits, labels) -> float:
 _EXPERIMENTS: dict = {}  # steps -> the Experiment (its compiled steps serve every seed)
 
 
-def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
+def run_bert_jax(config, data, model_config, encoder, seed, schedule_fn):
     """(dev accuracy, clock) of bert_jax's fine-tuning step (the job's Experiment)."""
     del schedule_fn  # the Experiment builds the same schedule from config.optimizer
     import flax.linen as nn
@@ -108,15 +108,15 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
     if num_steps not in _EXPERIMENTS:  # one for every seed, as the fine-tuning job's
         _EXPERIMENTS[num_steps] = experiment.Experiment.build(
             config,
-            bert_config,
-            run.task_head(bert_config, data.objective),
+            model_config,
+            run.task_head(model_config, data.objective),
             data.objective,
             num_steps,
         )
     exp = _EXPERIMENTS[num_steps]
     params = None
     if encoder is not None:
-        params, _ = run.graft(bert_config, exp.head, encoder, seed)
+        params, _ = run.graft(model_config, exp.head, encoder, seed)
     state = init_state(exp, params, seed=seed)
     clock = _Clock()
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
@@ -133,7 +133,7 @@ def run_bert_jax(config, data, bert_config, encoder, seed, schedule_fn):
     return _accuracy(out["logits"], dev.features["labels"]), clock
 
 
-def run_torch(config, data, bert_config, encoder, seed, schedule_fn, threads):
+def run_torch(config, data, model_config, encoder, seed, schedule_fn, threads):
     """(dev accuracy, clock) of transformers' BertForSequenceClassification on the same batches."""
     import torch
     import transformers
@@ -148,7 +148,7 @@ def run_torch(config, data, bert_config, encoder, seed, schedule_fn, threads):
             c_init_path(), num_labels=data.num_labels
         )
     else:
-        hf = transformers.BertConfig(**bert_config.to_hf_dict("BertForSequenceClassification"))
+        hf = transformers.BertConfig(**model_config.to_hf_dict("BertForSequenceClassification"))
         model = transformers.BertForSequenceClassification(hf)
     decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     rest = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     config = _config(args)
     tokenizer = run.find_tokenizer(config)
     data = tasks.get_task("shakespeare").load(config.finetune, tokenizer)
-    bert_config, encoder = (
+    model_config, encoder = (
         (None, None) if args.dry_run else run.starting_point(config, data, tokenizer)
     )
     rows = {}
@@ -258,10 +258,10 @@ def main(argv=None) -> int:
                 print(json.dumps(_plan(peer, seed, batches, schedule, total)), flush=True)
                 continue
             if peer == "bert_jax":
-                acc, clock = run_bert_jax(config, data, bert_config, encoder, seed, schedule)
+                acc, clock = run_bert_jax(config, data, model_config, encoder, seed, schedule)
             else:
                 acc, clock = run_torch(
-                    config, data, bert_config, encoder, seed, schedule, args.threads
+                    config, data, model_config, encoder, seed, schedule, args.threads
                 )
             row = {
                 "peer": peer,

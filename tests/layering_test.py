@@ -17,6 +17,7 @@ circle), even inside a function.
 import ast
 import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -289,3 +290,74 @@ def test_pretraining_data_pulls_in_no_tensorflow_or_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+# The jobs' config blocks and names (`Job.block`, `Job.names`; pretraining's replaced-token
+# detection has its block `rtd`): what `training/` may not read or branch on.
+JOB_WORDS = ("finetune", "embed", "rerank", "rtd", "pretraining", "mlm")
+_DOTTED_BLOCK = re.compile(r"\b(" + "|".join(JOB_WORDS) + r")\.[a-z_]")
+
+
+def job_reads(source: str) -> list[str]:
+    """Where `source` reads a job's config: a string naming a key of a job's block
+    ("finetune.seeds"; docstrings may name them), `config.<block>` or `config["<block>"]`, and a
+    branch on `config.job` (reading it is the registry's lookup, `job.get(config.job)`)."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+    def of_config(node) -> bool:
+        return isinstance(node, ast.Name) and node.id in ("config", "cfg")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings and _DOTTED_BLOCK.search(node.value):
+                found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Attribute) and of_config(node.value):
+            if node.attr in JOB_WORDS:
+                found.append(f"line {node.lineno}: config.{node.attr}")
+        elif isinstance(node, ast.Subscript) and of_config(node.value):
+            key = node.slice
+            if isinstance(key, ast.Constant) and key.value in JOB_WORDS:
+                found.append(f"line {node.lineno}: config[{key.value!r}]")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if of_config(node.func.value) and node.func.attr == "get" and node.args:
+                key = node.args[0]
+                if isinstance(key, ast.Constant) and key.value in JOB_WORDS:
+                    found.append(f"line {node.lineno}: config.get({key.value!r})")
+        elif isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Attribute) and of_config(side.value) and side.attr == "job":
+                    found.append(f"line {node.lineno}: a branch on config.job")
+    return found
+
+
+def test_the_job_scan_catches_a_job_read():
+    source = '''
+def f(config):
+    """Docstrings may name finetune.seeds."""
+    if config.job == "rtd":
+        return config.rtd.temperature
+    return config.get("embed"), config["rerank"], "finetune.num_epochs"
+'''
+    assert len(job_reads(source)) == 5, job_reads(source)  # the branch, then the four reads
+    assert job_reads('"""finetune.seeds: a docstring"""\nx = config.seed\n') == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "training").rglob("*.py")),
+)
+def test_training_reads_no_jobs_config(path):
+    """What one job needs from the shared layer comes in through its Job record (`minima`,
+    `bookkeeping`) or its objective (`rtd_objective(weight, settings)`), never by `training/`
+    reading that job's block."""
+    found = job_reads((PACKAGE / path).read_text())
+    assert not found, f"bert_jax/{path} reads a job's config: {found}"

@@ -1,6 +1,6 @@
 """Model cards: the README.md a Hugging Face Hub repository shows, for every exported model.
 
-    model_card.for_run(run_dir / "hf", bert_config, head, config, run_dir)   # training.export
+    model_card.for_run(run_dir / "hf", model_config, head, config, run_dir)   # training.export
     python -m bert_jax.convert SRC DST --model-card --datasets wikipedia --license mit
 
 The card starts with the Hub's metadata header (YAML between `---` lines: license, library_name,
@@ -161,7 +161,7 @@ _ARCHITECTURE_FIELDS = (
 
 
 def render(
-    bert_config: EncoderConfig,
+    model_config: EncoderConfig,
     head: str,
     records: RunRecords = RunRecords(),
     *,
@@ -179,7 +179,7 @@ def render(
     if language:
         header["language"] = list(language)
     header["pipeline_tag"] = pipeline_tag(head)
-    family = bert_config.model_type
+    family = model_config.model_type
     header["tags"] = [family, "bert-jax", "jax", "flax", *([task_name] if task_name else [])]
     if datasets:
         header["datasets"] = list(datasets)
@@ -189,7 +189,7 @@ def render(
         dataset = datasets[0] if datasets else (task_name or "held-out data")
         header["model-index"] = _model_index(name, pipeline_tag(head), dataset, records.metrics)
     lines = ["---", *_yaml(header), "---", "", f"# {name}", ""]
-    lines += _description(bert_config, head, records)
+    lines += _description(model_config, head, records)
     return "\n".join(lines) + "\n"
 
 
@@ -206,11 +206,11 @@ def _model_index(name: str, pipeline: str, dataset: str, metrics: Mapping) -> li
     return [{"name": name, "results": [results]}]
 
 
-def _description(bert_config: EncoderConfig, head: str, records: RunRecords) -> list[str]:
+def _description(model_config: EncoderConfig, head: str, records: RunRecords) -> list[str]:
     """The card's body lines: what it is, its metrics, architecture and training."""
     job = _get(records.experiment, "job")
     lines = [
-        f"A {bert_config.display_name} model ({head}) trained with bert-jax (JAX/Flax), "
+        f"A {model_config.display_name} model ({head}) trained with bert-jax (JAX/Flax), "
         "exported as a "
         "transformers directory: `transformers.AutoModel.from_pretrained(DIR)` or "
         f'`bert_jax.from_pretrained(DIR, head="{head}")` loads it.'
@@ -220,7 +220,7 @@ def _description(bert_config: EncoderConfig, head: str, records: RunRecords) -> 
         where = f" at step {records.step}" if records.step is not None else ""
         lines += ["", f"## Held-out metrics{where}", "", "| metric | value |", "| --- | --- |"]
         lines += [f"| {k} | {float(v):.4f} |" for k, v in records.metrics.items()]
-    hf = bert_config.to_hf_dict(head)
+    hf = model_config.to_hf_dict(head)
     lines += ["", "## Architecture", "", "| field | value |", "| --- | --- |"]
     lines += [f"| {k} | {hf[k]} |" for k in _ARCHITECTURE_FIELDS if k in hf]
     if records.experiment:
@@ -237,7 +237,7 @@ def _description(bert_config: EncoderConfig, head: str, records: RunRecords) -> 
 
 
 def render_sentence_transformer(
-    bert_config: EncoderConfig,
+    model_config: EncoderConfig,
     body: str,
     *,
     pooling: str,
@@ -250,7 +250,7 @@ def render_sentence_transformer(
     """The card of a sentence-transformers directory: the Hub's header for an embedder
     (library_name sentence-transformers, pipeline_tag sentence-similarity), how to load it, how it
     embeds, its architecture, then `body` (markdown: how it was trained, its scores)."""
-    name = name or f"{bert_config.display_name} sentence embedder"
+    name = name or f"{model_config.display_name} sentence embedder"
     header: dict[str, Any] = {
         "license": license,
         "library_name": "sentence-transformers",
@@ -259,7 +259,7 @@ def render_sentence_transformer(
             "sentence-transformers",
             "sentence-similarity",
             "feature-extraction",
-            bert_config.model_type,
+            model_config.model_type,
             "bert-jax",
             "jax",
         ],
@@ -268,7 +268,7 @@ def render_sentence_transformer(
         header["base_model"] = base_model
     lines = ["---", *_yaml(header), "---", "", f"# {name}", ""]
     lines += [
-        f"A {bert_config.display_name} sentence embedder trained with bert-jax (JAX/Flax), "
+        f"A {model_config.display_name} sentence embedder trained with bert-jax (JAX/Flax), "
         "saved as a sentence-transformers directory:",
         "",
         "```python",
@@ -279,12 +279,12 @@ def render_sentence_transformer(
         "or `python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy` "
         "(the same embeddings).",
         "",
-        f"- embedding: {pooling} pooling of the last hidden states, {bert_config.hidden_size} "
+        f"- embedding: {pooling} pooling of the last hidden states, {model_config.hidden_size} "
         f"dimensions, {'normalized to unit length' if normalize else 'not normalized'}; cosine "
         "similarity",
         f"- max_seq_length: {max_seq_length} tokens (longer texts are truncated)",
     ]
-    hf = bert_config.to_hf_dict(family_of(bert_config).base_model)
+    hf = model_config.to_hf_dict(family_of(model_config).base_model)
     lines += ["", "## Architecture", "", "| field | value |", "| --- | --- |"]
     lines += [f"| {k} | {hf[k]} |" for k in _ARCHITECTURE_FIELDS if k in hf and k != "num_labels"]
     return "\n".join(lines) + "\n\n" + body.strip() + "\n"
@@ -304,13 +304,13 @@ def _names(value: Any) -> list[str]:
     return [s.strip() for s in items if s.strip()]
 
 
-def for_run(out_dir, bert_config: EncoderConfig, head: str, config, run_dir) -> str:
+def for_run(out_dir, model_config: EncoderConfig, head: str, config, run_dir) -> str:
     """The card of a job's export in `out_dir`, from the run directory's records and the
     experiment config's `model_card` block (license, datasets, language; defaults without it)."""
     options = config.get("model_card") or {}
     records = read_run(run_dir, config)
     text = render(
-        bert_config,
+        model_config,
         head,
         records,
         name=options.get("name") or os.path.basename(os.path.normpath(os.fspath(run_dir))),
@@ -331,7 +331,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--language", default="", help="comma-separated language codes")
 
 
-def write_from_flags(args: argparse.Namespace, bert_config: EncoderConfig, head: str, fmt: str):
+def write_from_flags(args: argparse.Namespace, model_config: EncoderConfig, head: str, fmt: str):
     """The card of a converted checkpoint: the records of the run it came from when SRC is a
     train.py run directory or an export inside one (`<run>/export`, `<run>/hf`)."""
     src = as_path(args.src)
@@ -339,7 +339,7 @@ def write_from_flags(args: argparse.Namespace, bert_config: EncoderConfig, head:
     if not (run_dir / "metrics.jsonl").is_file():
         run_dir = None
     text = render(
-        bert_config,
+        model_config,
         head,
         read_run(run_dir),
         name=as_path(args.dst).name,

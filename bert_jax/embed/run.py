@@ -270,7 +270,7 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
         params,
         lambda host_params: save_sentence_transformer(  # the tokenizer writes its own files
             directory,
-            exp.bert_config,
+            exp.model_config,
             host_params,
             tokenizer_dir=start.tokenizer,
             pooling=start.pooling,
@@ -310,4 +310,13 @@ def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -
     return "\n".join(lines) + "\n"
 
 
-JOB = register(Job(("embed",), "embed", check_config, train_and_evaluate, compile_for_topology))
+JOB = register(
+    Job(
+        ("embed",),
+        "embed",
+        check_config,
+        train_and_evaluate,
+        compile_for_topology,
+        bookkeeping=("embed.seeds",),  # a rerun may add seeds and keep the finished ones
+    )
+)

@@ -235,9 +235,9 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     tokenizer = find_tokenizer(config)
     with text_io.record_reads() as data_files:
         data = task.load(ft, tokenizer)
-    bert_config, encoder = starting_point(config, data, tokenizer)
+    model_config, encoder = starting_point(config, data, tokenizer)
     features = train_features(task, data, ft)
-    exp = build_experiment(config, bert_config, data, features, seeds[0])
+    exp = build_experiment(config, model_config, data, features, seeds[0])
 
     def train_seed(seed, seed_dir):
         return SeedRun(
@@ -251,9 +251,9 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     )  # fmt: skip
 
 
-def build_experiment(config, bert_config, data: TaskData, features, first_seed: int):
+def build_experiment(config, model_config, data: TaskData, features, first_seed: int):
     """The Experiment every seed of the run trains in (its compiled steps serve them all): the
-    task's head on `bert_config`, a schedule of `num_epochs` epochs of `features`' batches.
+    task's head on `model_config`, a schedule of `num_epochs` epochs of `features`' batches.
     Refuses a batch larger than the training rows and an eval batch that does not split over
     the data-parallel devices. Sets `config.seed` to `first_seed`, the Experiment's default (each
     seed's run passes its own)."""
@@ -264,8 +264,8 @@ def build_experiment(config, bert_config, data: TaskData, features, first_seed: 
         config.seed = first_seed
     exp = experiment.Experiment.build(
         config,
-        bert_config,
-        task_head(bert_config, data.objective),
+        model_config,
+        task_head(model_config, data.objective),
         data.objective,
         steps_per_epoch * ft.num_epochs,
     )
@@ -398,7 +398,7 @@ class SeedRun:
         train_iter = _train_batches(config, self.features, seed, host_rows)
         params = None
         if self.encoder is not None:
-            params, new = graft(exp.bert_config, exp.head, self.encoder, seed)
+            params, new = graft(exp.model_config, exp.head, self.encoder, seed)
             if new:
                 logging.info("newly initialized head weights: %s", new)
         steps_per_epoch = train_iter.steps_per_epoch
@@ -470,7 +470,7 @@ class SeedRun:
             out = export(
                 kept.params,
                 self.seed_dir,
-                exp.bert_config,
+                exp.model_config,
                 exp.head,
                 hf=config.export_hf_at_end,
                 tokenizer=self.tokenizer,
@@ -523,5 +523,13 @@ def _megabytes(path) -> float:
 
 
 JOB = register(
-    Job(("finetune",), "finetune", check_config, train_and_evaluate, compile_for_topology)
+    Job(
+        ("finetune",),
+        "finetune",
+        check_config,
+        train_and_evaluate,
+        compile_for_topology,
+        minima={"finetune.num_epochs": 1, "finetune.eval_batch_size": 1},
+        bookkeeping=("finetune.seeds",),  # a rerun may add seeds and keep the finished ones
+    )
 )

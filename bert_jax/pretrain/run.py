@@ -26,7 +26,7 @@ from bert_jax import tokenization
 from bert_jax.batch_layout import pretraining_shapes
 from bert_jax.checkpoints import pretrained
 from bert_jax.models import families, rtd
-from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.config import EncoderConfig
 from bert_jax.parallel import aot, multihost, preemption, sharding
 from bert_jax.paths import as_path
 from bert_jax.pretrain import inputs
@@ -73,7 +73,7 @@ def objective_of(config) -> str | objectives.Objective:
             raise ValueError(
                 "job='rtd' needs the config's rtd block (configs/pretrain.py:arch=electra)"
             )
-        return objectives.rtd_objective(config.rtd.discriminator_weight)
+        return objectives.rtd_objective(config.rtd.discriminator_weight, config.rtd)
     return config.job
 
 
@@ -84,9 +84,9 @@ def job_step_flops(exp: experiment.Experiment, job: str, lengths, predictions: f
     over every token."""
     if job != "rtd":
         return flops.pretraining_step_flops(
-            exp.bert_config, lengths, predictions, nsp=job == "pretraining"
+            exp.model_config, lengths, predictions, nsp=job == "pretraining"
         )
-    disc, gen = exp.bert_config, exp.model.generator
+    disc, gen = exp.model_config, exp.model.generator
     e = disc.hidden_size
     head = 3.0 * 2.0 * (e * e + e) * float(np.sum(lengths))
     return (
@@ -136,13 +136,13 @@ def compile_for_topology(
 def build_experiment(config, devices=None) -> experiment.Experiment:
     """The run's Experiment: the model of `config.model` with the family's head of the job's
     objective (its role), on `devices` (None: this machine's)."""
-    bert_config = families.config_from_fields(config.model.to_dict())
+    model_config = families.config_from_fields(config.model.to_dict())
     # The objective names a role; the model family gives its class of it.
     objective = objective_of(config)
     role = objectives.get_objective(config.job).role
-    head = families.family_of(bert_config).head_for(role)
+    head = families.family_of(model_config).head_for(role)
     return experiment.Experiment.build(
-        config, bert_config, head, objective, config.num_train_steps, devices
+        config, model_config, head, objective, config.num_train_steps, devices
     )
 
 
@@ -201,9 +201,9 @@ def train_and_evaluate(config, workdir: str | None, *, mode: str = "train") -> i
     if mode == "train":  # a rerun of other settings stops before anything is built or written
         settings.check_resumed_run(config, workdir)
     exp = build_experiment(config)
-    bert_config = exp.bert_config
+    model_config = exp.model_config
     if mode == "shardings":
-        print(f"mesh {dict(exp.mesh.shape)}; {exp.head} {bert_config}")
+        print(f"mesh {dict(exp.mesh.shape)}; {exp.head} {model_config}")
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return None
     logging.vlog(1, "config:\n%s", config)
@@ -215,7 +215,7 @@ def train_and_evaluate(config, workdir: str | None, *, mode: str = "train") -> i
         ckpt,
         data.train,
         init_from=config.init_from,
-        starting_values=lambda: starting_values(config, bert_config, data),
+        starting_values=lambda: starting_values(config, model_config, data),
     )
     if start.step >= config.num_train_steps:  # an earlier run finished: nothing to train
         ckpt.close()
@@ -324,7 +324,7 @@ def export_run(config, workdir: str, exp: experiment.Experiment, data, params) -
         tokenizer = tokenization.load_tokenizer(data.tokenizer_path)
     if isinstance(exp.model, rtd.ReplacedTokenDetection):
         return export_rtd(exp, params, workdir, tokenizer, config)
-    return export(params, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config)
+    return export(params, workdir, exp.model_config, exp.head, tokenizer=tokenizer, config=config)
 
 
 def finished(config, workdir: str, exp: experiment.Experiment, data, params, step: int) -> None:
@@ -360,9 +360,9 @@ def export_rtd(exp: experiment.Experiment, params, workdir: str, tokenizer, conf
     `<workdir>/generator` (its `hf/` and `export/`)."""
     generator, discriminator = jax.jit(exp.model.split)(params)
     places = export(
-        discriminator, workdir, exp.bert_config, exp.head, tokenizer=tokenizer, config=config
+        discriminator, workdir, exp.model_config, exp.head, tokenizer=tokenizer, config=config
     )
-    head = families.family_of(exp.bert_config).head_for(families.Role.MASKED_LM)
+    head = families.family_of(exp.model_config).head_for(families.Role.MASKED_LM)
     out = os.path.join(workdir, rtd.GENERATOR_DIR)
     gen = export(generator, out, exp.model.generator, head, tokenizer=tokenizer)
     places["generator"] = gen["hf"].replace("(transformers)", "(transformers, fill-mask)")
@@ -386,25 +386,25 @@ def _starting_value(config, key: str) -> str:
     return value
 
 
-def starting_values(config, bert_config, data) -> dict[tuple[str, ...], np.ndarray]:
+def starting_values(config, model_config, data) -> dict[tuple[str, ...], np.ndarray]:
     """A scratch run's special starting values (`training.start.starting_state` sets them inside
     the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices; the
     paths are the family's (`models.families.Family.starting_paths`)."""
     values = {}
-    family = families.family_of(bert_config)
+    family = families.family_of(model_config)
     paths = dict(family.starting_paths)
     if config.job == "rtd":  # the generator's MLM bias; a tied position table in the discriminator
         paths = rtd.starting_paths(paths, config.rtd.embedding_sharing)
     if _starting_value(config, "mlm_bias_init") == "unigram":
-        log_frequencies = data.target_log_frequencies(bert_config.vocab_size)
-        values[paths["mlm_bias"]] = mlm_bias(log_frequencies, bert_config.padded_vocab_size)
+        log_frequencies = data.target_log_frequencies(model_config.vocab_size)
+        values[paths["mlm_bias"]] = mlm_bias(log_frequencies, model_config.padded_vocab_size)
     if _starting_value(config, "position_embeddings_init") == "sinusoid":
         if "position_embeddings" not in paths:
             raise ValueError(
                 f"config.position_embeddings_init='sinusoid': {family.model_type} has no position "
                 "embeddings (no position table to start); use 'normal'"
             )
-        values[paths["position_embeddings"]] = position_sinusoids(bert_config)
+        values[paths["position_embeddings"]] = position_sinusoids(model_config)
     return values
 
 
@@ -431,16 +431,16 @@ def sinusoid_positions(num_positions: int, width: int, rms: float) -> np.ndarray
     return (table * (rms * np.sqrt(2.0))).astype(np.float32)
 
 
-def position_sinusoids(bert_config: BertConfig) -> np.ndarray:
+def position_sinusoids(model_config: EncoderConfig) -> np.ndarray:
     """[max_position_embeddings, E] float32 (E the embeddings' width: hidden_size, or ELECTRA's
     embedding_size): the position embeddings' starting table,
     sinusoids of RMS SINUSOID_SCALE x initializer_range (learned from there, as BERT's are):
     nearby positions start out alike, so attention can find a token's neighbours from the first
     steps (docs/pretraining.md)."""
-    rms = SINUSOID_SCALE * bert_config.initializer_range
+    rms = SINUSOID_SCALE * model_config.initializer_range
     logging.info("position embeddings: sinusoids (RMS %.3f)", rms)
-    width = getattr(bert_config, "embedding_size", None) or bert_config.hidden_size  # ELECTRA's
-    return sinusoid_positions(bert_config.max_position_embeddings, width, rms)
+    width = getattr(model_config, "embedding_size", None) or model_config.hidden_size  # ELECTRA's
+    return sinusoid_positions(model_config.max_position_embeddings, width, rms)
 
 
 def _write_starting_point(writer: MetricWriter, metrics, held_out: list) -> None:

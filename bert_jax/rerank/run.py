@@ -322,7 +322,7 @@ def initial_params(exp, start: Starting, seed: int):
     drawn from `seed` (`training.start.graft`); None from scratch."""
     if start.encoder is None:
         return start.params
-    return graft(exp.bert_config, exp.head, start.encoder, seed)[0]
+    return graft(exp.model_config, exp.head, start.encoder, seed)[0]
 
 
 def export(params, directory, exp, start: Starting, config, card: str) -> str:
@@ -332,7 +332,7 @@ def export(params, directory, exp, start: Starting, config, card: str) -> str:
         params,
         lambda host_params: save_cross_encoder(
             directory,
-            exp.bert_config,
+            exp.model_config,
             host_params,
             tokenizer=start.tokenizer,
             max_seq_length=start.max_seq_length,
@@ -365,7 +365,7 @@ def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) ->
         "- reranker",
         "---",
         "",
-        f"# A {exp.bert_config.display_name} reranker",
+        f"# A {exp.model_config.display_name} reranker",
         "",
         "```python",
         "from sentence_transformers import CrossEncoder",
@@ -396,4 +396,13 @@ def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) ->
     return "\n".join(lines) + "\n"
 
 
-JOB = register(Job(("rerank",), "rerank", check_config, train_and_evaluate, compile_for_topology))
+JOB = register(
+    Job(
+        ("rerank",),
+        "rerank",
+        check_config,
+        train_and_evaluate,
+        compile_for_topology,
+        bookkeeping=("rerank.seeds",),  # a rerun may add seeds and keep the finished ones
+    )
+)

@@ -2,7 +2,7 @@
 compiled steps, plus the run directory's config and checkpointer.
 
     steps_count = ...                       # from the data, before anything is built
-    exp = Experiment.build(config, bert_config, head, objective, num_train_steps)
+    exp = Experiment.build(config, model_config, head, objective, num_train_steps)
     start = bert_jax.training.start.starting_state(exp, ckpt, data, init_from=config.init_from)
 
 `Experiment` only builds: the starting state is `training.start`'s, the loop `training.loop`'s,
@@ -34,7 +34,7 @@ from bert_jax.models.families import get_model_class
 from bert_jax.models.params import count_params
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
-from bert_jax.training import objectives, optimizer, steps
+from bert_jax.training import job, objectives, optimizer, steps
 
 PyTree = Any
 
@@ -44,11 +44,11 @@ class Experiment:
     """What a run is, besides its data: model, mesh, rules, optimizer, schedule and the state's
     shardings, built once from a step count (`build`), and the run's compiled steps.
 
-    `bert_config` is the model's architecture (config.json, any family's); `head` its class name
+    `model_config` is the model's architecture (config.json, any family's); `head` its class name
     ("BertForPreTraining", ...); the experiment config (`configs/*.py`) is only read by `build`.
     """
 
-    bert_config: EncoderConfig
+    model_config: EncoderConfig
     runtime: RuntimeConfig
     head: str
     model: nn.Module
@@ -71,13 +71,13 @@ class Experiment:
     def build(
         cls,
         config,
-        bert_config: EncoderConfig,
+        model_config: EncoderConfig,
         head: str,
         objective: str | objectives.Objective,
         num_train_steps: int,
         devices: list | None = None,
     ) -> Experiment:
-        """Builds the run described by the experiment `config` for the model `bert_config` with
+        """Builds the run described by the experiment `config` for the model `model_config` with
         the head `head`, trained with `objective` (a name of `objectives.OBJECTIVES`, or an
         objective made with its settings: `objectives.contrastive_objective(...)`) for
         `num_train_steps` (the schedule's length).
@@ -85,14 +85,14 @@ class Experiment:
         `devices`: the mesh's devices (all of this run's by default; a TPU topology's or GPUs'
         compile-only devices for ahead-of-time compilation, `bert_jax.parallel.aot`)."""
         mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
-        _warn_unaligned_vocabulary(bert_config, mesh)
-        runtime, platform = _resolved_runtime(config, bert_config, mesh)
+        _warn_unaligned_vocabulary(model_config, mesh)
+        runtime, platform = _resolved_runtime(config, model_config, mesh)
         if isinstance(objective, str):
             objective = objectives.get_objective(objective)
         if objective.build_model is None:
-            model = get_model_class(head)(bert_config, runtime)
+            model = get_model_class(head)(model_config, runtime)
         else:  # e.g. replaced-token detection's generator and discriminator
-            model = objective.build_model(config, bert_config, runtime, get_model_class(head))
+            model = objective.build_model(config, model_config, runtime, get_model_class(head))
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
         tx, schedule = optimizer.from_config(config.optimizer, num_train_steps)
         loss_scale = None
@@ -110,7 +110,7 @@ class Experiment:
             dict(mesh.shape),
         )
         return cls(
-            bert_config=bert_config,
+            model_config=model_config,
             runtime=runtime,
             head=head,
             model=model,
@@ -151,7 +151,7 @@ class Experiment:
     def checkpoint_meta(self) -> dict[str, Any]:
         """What a checkpoint records beside the state: the model's config.json fields and head
         (what `init_from` and `convert` read back)."""
-        return {"config": self.bert_config.to_hf_dict(self.head), "model": self.head}
+        return {"config": self.model_config.to_hf_dict(self.head), "model": self.head}
 
     # ---- compiled steps ----
     def jit_train_step(self, batch_shardings: PyTree) -> Callable:
@@ -266,8 +266,6 @@ _EXPERIMENT_MINIMA = {
     "num_eval_steps": 0,
     "checkpoint_every_steps": 0,  # 0: only at a stop and at the end
     "max_checkpoints_to_keep": 1,
-    "finetune.num_epochs": 1,
-    "finetune.eval_batch_size": 1,
 }
 _ABSENT = object()
 
@@ -284,14 +282,17 @@ def _lookup(config, dotted: str):
 
 def check_experiment_config(config) -> None:
     """Refuses an experiment config (`configs/*.py`, after the command line's overrides) whose
-    counts cannot run, naming the key: `global_batch_size=0`, `num_train_steps=-5`,
-    `finetune.num_epochs=0`, ... train.py checks every config before its job starts; the
-    fine-tuning job checks its own again (it is also called directly).
+    counts cannot run, naming the key: `global_batch_size=0`, `num_train_steps=-5`, or one of
+    the counts the job `config.job` declares its own (`Job.minima`: the fine-tuning job's
+    epochs, ...). train.py checks every config before its job starts; each job checks its own
+    again (a job is also called directly).
 
     Raises:
       ValueError: "config.<key>=<value>: expected an integer >= <least>".
     """
-    for key, least in _EXPERIMENT_MINIMA.items():
+    declared = job.declared(config)  # an unknown job: refused by name after the counts
+    minima = {**_EXPERIMENT_MINIMA, **(declared.minima if declared else {})}
+    for key, least in minima.items():
         value = _lookup(config, key)
         if value is _ABSENT:
             continue

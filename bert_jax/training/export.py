@@ -1,6 +1,6 @@
 """The end of a run: its parameters written as a model others can load.
 
-    export(params, workdir, bert_config, head, tokenizer=tokenizer)
+    export(params, workdir, model_config, head, tokenizer=tokenizer)
 
 writes `<workdir>/export` (bert_jax's format, `native.load_pretrained`) and `<workdir>/hf` (a
 Hugging Face `transformers` directory: config.json, model.safetensors and, given a tokenizer, its
@@ -28,7 +28,7 @@ PyTree = Any
 def export(
     params: PyTree,
     out_dir: str,
-    bert_config: EncoderConfig,
+    model_config: EncoderConfig,
     head: str,
     *,
     hf: bool = True,
@@ -44,7 +44,7 @@ def export(
     Args:
       params: the model's parameters (global, possibly sharded, arrays).
       out_dir: the run (or seed) directory; a `gs://` URL stays one.
-      bert_config: the model's architecture.
+      model_config: the model's architecture.
       head: the head's class name ("BertForPreTraining", ...).
       hf: also write the transformers directory.
       tokenizer: a `tokenization` tokenizer saved into `hf/` with its tokenizer_config.json
@@ -60,16 +60,16 @@ def export(
 
     host_params = multihost_utils.process_allgather(params, tiled=True)
     out = as_path(out_dir)
-    native.save_pretrained(out / "export", bert_config, host_params, head, overwrite=True)
+    native.save_pretrained(out / "export", model_config, host_params, head, overwrite=True)
     places = {"export": f"{out / 'export'} (bert_jax)"}
     if hf:
         if jax.process_index() == 0:
-            save_pytorch(bert_config, host_params, out / "hf", head, overwrite=True)
+            save_pytorch(model_config, host_params, out / "hf", head, overwrite=True)
             if tokenizer is not None:  # <out>/hf is then a complete transformers directory:
                 # the tokenizer's files and its tokenizer_config.json (its class, its specials)
-                tokenizer.save(out / "hf", model_max_length=bert_config.max_sequence_length)
+                tokenizer.save(out / "hf", model_max_length=model_config.max_sequence_length)
             if config is not None:
-                model_card.for_run(out / "hf", bert_config, head, config, out_dir)
+                model_card.for_run(out / "hf", model_config, head, config, out_dir)
         places["hf"] = f"{out / 'hf'} (transformers)"
     logging.info("exported %s to %s", head, out_dir)
     return places

@@ -20,7 +20,7 @@ import dataclasses
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import bert_jax
@@ -48,6 +48,11 @@ class Job:
         status (1: does not fit).
       recipes: the module of the job's shipped configs whose `fit_hint(config, topology)` names
         the recipes that fit where a compiled step does not ("": none).
+      minima: its own counts the shared check refuses below their least value ({dotted key:
+        least}: {"finetune.num_epochs": 1}; `experiment.check_experiment_config`).
+      bookkeeping: its own config fields that change no seed's results (dotted names: a field
+        or a block, "embed.seeds"), beside `settings.BOOKKEEPING`: a rerun may change them and
+        still reuse the finished seeds.
     """
 
     names: tuple[str, ...]
@@ -56,6 +61,8 @@ class Job:
     train_and_evaluate: TrainFn
     compile: CompileFn
     recipes: str = ""
+    minima: Mapping[str, int] = dataclasses.field(default_factory=dict, hash=False)
+    bookkeeping: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -114,6 +121,13 @@ def known() -> list[str]:
     """Every job name `train.py` runs, sorted."""
     _discover()
     return sorted(_JOBS)
+
+
+def declared(config) -> Job | None:
+    """The job `config.job` names; None where the config names none or no such job is known
+    (`get` refuses it, naming the known ones)."""
+    _discover()
+    return _JOBS.get(config.get("job"))
 
 
 def get(name: str) -> Job:

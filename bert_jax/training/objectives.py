@@ -14,6 +14,9 @@ over rows (`RowwiseObjective`). Batches (host numpy, then global arrays): model 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -92,12 +95,17 @@ def pretraining_objective(nsp: bool = True) -> RowwiseObjective:
     return RowwiseObjective(name, role, sums, counts, weights, layout=layout)
 
 
-def rtd_objective(discriminator_weight: float = 50.0) -> RowwiseObjective:
+def rtd_objective(
+    discriminator_weight: float = 50.0, settings: Mapping[str, Any] | None = None
+) -> RowwiseObjective:
     """Replaced-token detection (ELECTRA): the generator's MLM loss over the masked positions
     plus `discriminator_weight` (ELECTRA's lambda, 50) times the discriminator's mean per-token
     binary loss over every real token. Trains a `models.rtd.ReplacedTokenDetection` built from
-    the experiment config's `rtd` block (`build_model`); its class of Role.REPLACED_TOKEN_DETECTION
-    is the run's head (ElectraForPreTraining), the export's discriminator.
+    `settings` (`build_model`: generator_width, generator_depth, embedding_sharing and
+    temperature, the pretraining job's block of them); its class of
+    Role.REPLACED_TOKEN_DETECTION is the run's head (ElectraForPreTraining), the export's
+    discriminator. Without `settings` (OBJECTIVES' entry) the objective computes its loss but
+    builds no model.
 
     Batch: the MLM pretraining batch (`batch_layout.PRETRAINING_BATCH` or its packed layout):
     masked_lm_positions, masked_lm_ids, masked_lm_weights [B, P]; next-sentence labels, if
@@ -139,16 +147,22 @@ def rtd_objective(discriminator_weight: float = 50.0) -> RowwiseObjective:
     def build_model(config, model_config, runtime, head_class):
         from bert_jax.models import rtd
 
-        del head_class  # the discriminator's, which the pair builds itself
-        settings = config.rtd
+        # The experiment config is not read (the settings came in above); the head class is
+        # the discriminator's, which the pair builds itself.
+        del config, head_class
+        if settings is None:
+            raise ValueError(
+                "the replaced-token detection objective builds its model from its settings: "
+                "rtd_objective(weight, settings) (the pretraining job passes its rtd block)"
+            )
         return rtd.ReplacedTokenDetection(
             model_config,
             runtime,
             generator=rtd.generator_config(
-                model_config, settings.generator_width, settings.generator_depth
+                model_config, settings["generator_width"], settings["generator_depth"]
             ),
-            sharing=settings.embedding_sharing,
-            temperature=settings.temperature,
+            sharing=settings["embedding_sharing"],
+            temperature=settings["temperature"],
         )
 
     weights = {"mlm": 1.0, "rtd": float(discriminator_weight)}

@@ -56,9 +56,11 @@ def rerank_objective(
     Metrics: rerank_loss, rerank_accuracy (bce: the logit's sign right; listwise: the positive
     first)."""
     if loss not in RERANK_LOSSES:
-        raise ValueError(f"rerank.loss={loss!r}; expected one of {RERANK_LOSSES}")
+        raise ValueError(f"rerank_objective: loss={loss!r}; expected one of {RERANK_LOSSES}")
     if activation not in RERANK_ACTIVATIONS:
-        raise ValueError(f"rerank.activation={activation!r}; expected one of {RERANK_ACTIVATIONS}")
+        raise ValueError(
+            f"rerank_objective: activation={activation!r}; expected one of {RERANK_ACTIVATIONS}"
+        )
 
     def weights(batch):
         return batch["example_weights"].astype(jnp.float32)

@@ -31,12 +31,12 @@ from absl import logging
 from etils import epath
 
 from bert_jax.paths import as_path, write_text_whole
+from bert_jax.training import job
 
 # Config fields that change no seed's results: a rerun may change them and still reuse the
-# finished seeds (prefixes of the dotted names).
+# finished seeds (prefixes of the dotted names). A job adds its own (`Job.bookkeeping`: its seed
+# list).
 BOOKKEEPING = (
-    "finetune.seeds",
-    "embed.seeds",
     "seed",
     "log_every_steps",
     "checkpoint_every_steps",
@@ -64,7 +64,7 @@ class SeedResult:
 # evaluation's cadence and size (no training step reads them), and the layout of the same steps on
 # the devices (the mesh and sharding rules: a run saved on N devices or hosts resumes on M).
 RESUMABLE = (
-    *(b for b in BOOKKEEPING if b != "seed" and not b.startswith(("finetune.", "embed."))),
+    *(b for b in BOOKKEEPING if b != "seed"),
     "num_train_steps",
     "eval_every_steps",
     "num_eval_steps",
@@ -75,9 +75,12 @@ RESUMABLE = (
 
 def run_record(config, data_files: Mapping[str, dict], task: str) -> dict[str, Any]:
     """What decides a run's results, as settings.json keeps it: the task, every config field
-    but the `BOOKKEEPING` ones ({dotted name: JSON value}), and the data files read ({absolute
-    path: {"bytes", "sha256"}}: `text_io.record_reads`)."""
-    fields = deciding_fields(json.loads(config.to_json_best_effort()), BOOKKEEPING)
+    but the `BOOKKEEPING` ones and those the job `config.job` declares (`Job.bookkeeping`)
+    ({dotted name: JSON value}), and the data files read ({absolute path: {"bytes",
+    "sha256"}}: `text_io.record_reads`)."""
+    declared = job.declared(config)
+    bookkeeping = BOOKKEEPING + (declared.bookkeeping if declared else ())
+    fields = deciding_fields(json.loads(config.to_json_best_effort()), bookkeeping)
     return {"task": task, "config": fields, "data": dict(data_files)}
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_jax import tokenization
 from bert_jax.checkpoints import checkpointing, pretrained, table
-from bert_jax.models import families, rtd
+from bert_jax.models import families
 from bert_jax.models.params import get_at, init_params, replace_at, stack_layers
 from bert_jax.training.experiment import Experiment
 
@@ -103,7 +103,7 @@ def starting_state(
         state, source = restored[1], "checkpoint"
     elif init_params is not None:
         state, source = init_state(exp, init_params, seed=seed), "params"
-    elif init_from and isinstance(exp.model, rtd.ReplacedTokenDetection):
+    elif init_from and hasattr(exp.model, "start_from"):  # a model of two (`_init_pair`)
         state, source = _init_pair(exp, init_from, seed), "init_from"
     elif init_from:
         loaded = pretrained.load(
@@ -179,7 +179,7 @@ def init_state(
         return init(rng, overrides)
     if placed:
         return _init_from_params_fn(exp)(rng, params)
-    params = table.fit_vocab_rows(params, exp.bert_config)  # e.g. unpadded HF weights
+    params = table.fit_vocab_rows(params, exp.model_config)  # e.g. unpadded HF weights
     params = stack_layers(params) if exp.runtime.scan_layers else params
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
@@ -189,13 +189,14 @@ def init_state(
 
 
 def _init_pair(exp: Experiment, init_from: str, seed: int | None):
-    """Replaced-token detection's state from `init_from`: the checkpoint read as the
-    discriminator (a head it lacks initialized), the generator fresh but for the shared
-    embeddings (`models.rtd.ReplacedTokenDetection.start_from`)."""
+    """The state of a model that starts from a checkpoint its own way (its `start_from`:
+    replaced-token detection's pair, `models.rtd.ReplacedTokenDetection`) from `init_from`: the
+    checkpoint read as the discriminator (a head it lacks initialized), the generator fresh but
+    for the shared embeddings."""
     loaded = pretrained.load(init_from, exp.head, allow_new_heads=True, with_tokenizer=False)
     rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
     fresh = jax.device_get(nn.unbox(init_params(exp.model, jax.random.fold_in(rng, 1))))
-    params = exp.model.start_from(fresh, table.fit_vocab_rows(loaded.params, exp.bert_config))
+    params = exp.model.start_from(fresh, table.fit_vocab_rows(loaded.params, exp.model_config))
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
         exp.state_shardings.params,

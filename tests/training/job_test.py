@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from bert_jax.training import job
+from bert_jax.training import job, settings
 from tests.commands_test import ROOT, clean_env
+from tests.family_fixtures import load_config
 
 TOY_CONFIG = os.path.join(ROOT, "tests", "training", "toy_job", "config.py")
 
@@ -71,3 +72,18 @@ def test_a_job_is_its_folder_plus_its_config_file(tmp_path):
     assert (workdir / "hf" / "model.safetensors").exists()
     assert 'pipeline_tag: "text-classification"' in (workdir / "hf" / "README.md").read_text()
     assert not (workdir / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "name,variant", [("finetune.py", "task=mrpc"), ("embed.py", ""), ("rerank.py", "")]
+)
+def test_a_rerun_that_adds_seeds_keeps_the_finished_ones(name, variant, tmp_path):
+    """A seeded job declares its seed list bookkeeping (`Job.bookkeeping`): a rerun in the same
+    workdir with more seeds reuses the finished one rather than refusing the workdir."""
+    config = load_config(name, variant)
+    block = job.get(config.job).block
+    settings.start_results(tmp_path, settings.run_record(config, {}, "t"), [0])
+    (tmp_path / "results.json").write_text(json.dumps({"task": "t", "seeds": {"0": {"a": 1.0}}}))
+    config[block].seeds = "0,1"
+    rerun = settings.start_results(tmp_path, settings.run_record(config, {}, "t"), [0, 1])
+    assert rerun["seeds"] == {"0": {"a": 1.0}}

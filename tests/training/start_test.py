@@ -23,8 +23,8 @@ def _experiment(mesh, model_name="BertForPreTraining"):
 
     config = _tiny_pretraining_config(mesh)
     task = "pretraining" if model_name == "BertForPreTraining" else "mlm"
-    bert_config = BertConfig(**config.model.to_dict())
-    return experiment.Experiment.build(config, bert_config, model_name, task, 10)
+    model_config = BertConfig(**config.model.to_dict())
+    return experiment.Experiment.build(config, model_config, model_name, task, 10)
 
 
 def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_path, monkeypatch):
@@ -45,7 +45,7 @@ def test_init_from_a_training_run_reads_the_parameters_into_their_shardings(tmp_
     ckpt.save(5, state, meta={**meta, "step": 5})
     ckpt.close()
     # The config alone (fine-tuning's random_init and --mode=compile): the checkpoint's record.
-    assert pretrained.read_config(tmp_path / "run") == source.bert_config
+    assert pretrained.read_config(tmp_path / "run") == source.model_config
 
     def no_host_path(*args, **kwargs):
         raise AssertionError("init_from went through the host conversion")
@@ -103,7 +103,7 @@ def test_init_from_a_hub_id_reads_the_cached_snapshot(tmp_path, monkeypatch):
     params = jax.device_get(start.init_state(source, seed=3).params)
     commit = "89abcdef" * 5
     repo = tmp_path / "cache" / "models--org--tiny"
-    convert.save_pytorch(source.bert_config, params, repo / "snapshots" / commit, source.head)
+    convert.save_pytorch(source.model_config, params, repo / "snapshots" / commit, source.head)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))

@@ -78,7 +78,7 @@ def compile_for_topology(config, topology: str, *, num_slices: int = 1, hlo_out=
     """The train step compiled for `topology` (`--mode=compile`): the job's compile entry."""
     exp = build_experiment(config, 1, aot.topology_devices(topology, num_slices))
     rows_, length = config.global_batch_size, config.toy.max_seq_length
-    model_flops = flops.classification_step_flops(exp.bert_config, [length] * rows_, 2)
+    model_flops = flops.classification_step_flops(exp.model_config, [length] * rows_, 2)
     return compile_report.report_compiled_step(
         exp,
         objectives.example_batch(OBJECTIVE, rows_, length),
@@ -106,7 +106,7 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     def one_seed(seed, seed_dir):
         def finish(params, step, writer, checkpoints):  # the last step's dev score is written
             del step
-            places = export(params, seed_dir, exp.bert_config, exp.head, config=config)
+            places = export(params, seed_dir, exp.model_config, exp.head, config=config)
             places.update(seed_run.remove_checkpoints(checkpoints))
             return {"accuracy": writer.latest["eval/accuracy"]}, places
 
