@@ -84,8 +84,10 @@ def registered(*rows: Family) -> Iterator[None]:
         if clash:
             raise ValueError(f"{family.model_type}: classes {clash} are registered already")
     try:
-        for family in rows:
-            FAMILIES[family.model_type] = family
+        for family in rows:  # knowing the other families' classes, as a folder's rows do
+            FAMILIES[family.model_type] = dataclasses.replace(
+                family, family_of_class=family_of_model
+            )
             MODEL_CLASSES.update(family.model_classes)
         yield
     finally:

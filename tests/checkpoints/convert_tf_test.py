@@ -137,6 +137,7 @@ def _embeddings(path):
     return hf.load_pytorch(path, "BertModel")[1]["embeddings"]["word_embeddings"]["embedding"]
 
 
+@pytest.mark.e2e
 def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
     """model.ckpt-N files as run_pretraining.py / run_classifier.py save them: the newest step is
     read (and named) without TF's `checkpoint` file, or when it names another machine's path;
@@ -191,6 +192,7 @@ def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
         tf_checkpoints.load_tf(folder, "BertModel")
 
 
+@pytest.mark.e2e
 def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
     """google-research/bert's `gelu` is the tanh form since February 2019: bert_config.json says
     "gelu" either way. The import says which it assumes (erf) and --hidden-act gelu_new picks

@@ -33,8 +33,9 @@ def embed_cmd(workdir, data, *extra):
     ]
 
 
-# In the default suite again (about 35 s): the only run of a job's dev scoring over two processes
-# (`inference.batches.run_on_mesh`, whose parameters span both processes' devices).
+# The only run of a job's dev scoring over two processes (`inference.batches.run_on_mesh`, whose
+# parameters span both processes' devices): in the e2e stage, which CI runs, for the default's time.
+@pytest.mark.e2e
 def test_two_processes_train_as_one_device(tmp_path):
     rng = np.random.default_rng(0)
     tokenization.train_wordpiece([" ".join(WORDS)] * 3, vocab_size=100, min_frequency=1).save(

@@ -77,6 +77,7 @@ def test_regression(tmp_path, vocab, modernbert_dir):  # noqa: F811
     assert _run(config, tmp_path, "ModernBertForSequenceClassification")["pearson"] > 0.7
 
 
+@pytest.mark.e2e
 def test_token_classification(tmp_path, vocab, modernbert_dir):  # noqa: F811
     rng = np.random.default_rng(2)
     conll_file(tmp_path / "train.txt", rng, 200)
@@ -85,6 +86,7 @@ def test_token_classification(tmp_path, vocab, modernbert_dir):  # noqa: F811
     assert _run(config, tmp_path, "ModernBertForTokenClassification")["entity_f1"] > 0.8
 
 
+@pytest.mark.e2e
 def test_question_answering(tmp_path, vocab, modernbert_dir):  # noqa: F811
     rng = np.random.default_rng(3)
     squad_file(tmp_path / "train-v1.1.json", rng, 240)
@@ -97,6 +99,7 @@ def test_question_answering(tmp_path, vocab, modernbert_dir):  # noqa: F811
     assert mean["exact"] > 50 and mean["f1"] > 50, mean
 
 
+@pytest.mark.e2e
 def test_multiple_choice(tmp_path, vocab, modernbert_dir):  # noqa: F811
     swag_files(tmp_path, np.random.default_rng(4))
     config = finetune_config(

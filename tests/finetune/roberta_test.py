@@ -36,6 +36,7 @@ def roberta_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.e2e
 def test_question_answering_reads_the_checkpoints_bpe_tokenizer(tmp_path, roberta_dir):
     rng = np.random.default_rng(3)
     squad_file(tmp_path / "train-v1.1.json", rng, 240)

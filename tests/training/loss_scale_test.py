@@ -292,6 +292,7 @@ def test_checkpoints_keep_the_scale_and_older_checkpoints_still_restore(tmp_path
     assert float(got.step) == 5
 
 
+@pytest.mark.e2e
 def test_a_float16_experiment_holds_a_replicated_scale_and_steps(tmp_path):
     from tests.training.start_test import _tiny_pretraining_config
 

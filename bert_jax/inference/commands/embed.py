@@ -20,13 +20,14 @@ from absl import logging
 from bert_jax import paths
 from bert_jax.inference import batches, encoder
 from bert_jax.inference.commands import base
+from bert_jax.models.pooling import POOLINGS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--pooling, --normalize, --layers, then the corpus flags."""
     parser.add_argument(
         "--pooling",
-        choices=encoder.POOLINGS,
+        choices=POOLINGS,
         default=None,
         help="default: a sentence-transformers directory's, else cls",
     )
