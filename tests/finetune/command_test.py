@@ -81,8 +81,10 @@ def write_rows(path, rows) -> None:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     """A folder with the vocabulary, train.csv (one label written " neg") and dev.csv (labels
-    permuted), and `run/`: the classifier trained on them with keep=best (30 steps), evaluating
-    every 10 steps."""
+    permuted), and `run/`: the classifier trained on them with keep=best (60 steps), evaluating
+    every 10 steps. It predicts one label (dev accuracy 1/3) until about step 20 and then learns
+    (dev accuracy 0); where it starts to learn depends on the CPU's rounding (one CI machine had
+    not by step 30), so it trains well past that."""
     work = tmp_path_factory.mktemp("finetune_command")
     write_vocab(work / "vocab")
     rng = np.random.default_rng(0)
@@ -100,7 +102,7 @@ def work(tmp_path_factory):
             "--config.finetune.tokenizer=vocab",
             "--config.finetune.train_file=train.csv",
             "--config.finetune.dev_file=dev.csv",
-            "--config.finetune.num_epochs=2",
+            "--config.finetune.num_epochs=4",
             "--config.eval_every_steps=10",
         ),
         work,
@@ -113,20 +115,18 @@ def metric_rows(run_dir) -> list[dict]:
     return [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
 
 
-@pytest.mark.e2e  # not yet deterministic: one full run here saw dev accuracy tie at 10, 20, 30
-# steps, so the final model was the best and the premise failed; to make it so, then back
 def test_results_describe_the_kept_model_and_its_step(work):
     """keep=best keeps an early model (the dev labels are permuted: learning makes dev worse):
     results.json, the dev predictions and the model card give that model's scores and step, not
     the final model's."""
     results = json.loads((work / "run" / "results.json").read_text())
     model = results["models"]["0"]
-    assert model["model"] == "best by dev accuracy" and model["last_step"] == 30, model
+    assert model["model"] == "best by dev accuracy" and model["last_step"] == 60, model
     rows = metric_rows(work / "run")
     evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
     final = next(r["final/accuracy"] for r in rows if "final/accuracy" in r)
     best_step = max(evals, key=lambda s: (evals[s], -s))
-    assert evals[best_step] > final and model["step"] == best_step < 30, (evals, final, model)
+    assert evals[best_step] > final and model["step"] == best_step < 60, (evals, final, model)
     kept = results["seeds"]["0"]["accuracy"]
     assert kept == pytest.approx(evals[best_step], abs=1e-6) and results["mean"]["accuracy"] == kept
     # The dev predictions are the kept model's.

@@ -102,11 +102,15 @@ class TwoProcesses:
 
     def wait_for(self, i: int, text: str, timeout: float = LAUNCH_TIMEOUT_S) -> None:
         """Waits until process i's stderr shows `text`."""
+        self.wait_until(lambda: text in self.output(i)[1], f"process {i} printed {text!r}", timeout)
+
+    def wait_until(self, condition, what: str, timeout: float = LAUNCH_TIMEOUT_S) -> None:
+        """Waits, both processes running, until `condition()` holds (`what` names it)."""
         deadline = time.monotonic() + timeout
-        while text not in self.output(i)[1]:
+        while not condition():
             self._poll()
             if any(t is not None for t in self.exited_at) or time.monotonic() > deadline:
-                self._fail(f"process {i} never printed {text!r}")
+                self._fail(f"never true while both processes ran: {what}")
             time.sleep(0.2)
 
     def wait(self, timeout: float = LAUNCH_TIMEOUT_S) -> list[int]:
@@ -483,6 +487,10 @@ def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny
 
     killed = job("kill", (None, "process=1,at=step:3,sleep=600"))
     killed.wait_for(1, "sleeping 600 s at step:3")
+    # Checkpoint 2 is saved in the background; on a loaded machine its commit can still be in
+    # flight when process 1 sleeps (a kill then leaves no complete checkpoint, rightly).
+    committed = lambda: (workdir / "checkpoints").is_dir() and checkpoints(workdir) == [2]  # noqa: E731
+    killed.wait_until(committed, "checkpoint 2 committed")
     killed.procs[1].kill()
     start = time.monotonic()
     assert killed.wait()[1] == -signal.SIGKILL
