@@ -6,7 +6,7 @@ dev retrieval scores and a sentence-transformers directory.
 The model is the starting checkpoint's encoder (`init_from`, either family; or `config.model`
 from scratch), pooled as its sentence-transformers directory says (mean or CLS; CLS for a plain
 checkpoint, as `python -m bert_jax.inference embed`). It trains on `embed.train_file`'s pairs
-with the contrastive objective (`objectives.contrastive_objective`: in-batch negatives over the
+with the contrastive objective (`contrastive.contrastive_objective`: in-batch negatives over the
 whole global batch, GradCache chunks with `num_microbatches` > 1, Matryoshka dims), the texts
 of each batch packed several to a row with `embed.pack` (`packing`).
 
@@ -37,7 +37,7 @@ from bert_jax.models.pooling import SENTENCE_POOLINGS
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.retrieval import packing, pairs
-from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
+from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run, settings
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
 from bert_jax.training.start import architecture, job_tokenizer
@@ -150,7 +150,7 @@ def build_experiment(
     of the settings (taking packed batches of `global_batch_size` pairs of `texts_per_pair`
     texts with `embed.pack`)."""
     packed = (config.global_batch_size, texts_per_pair) if config.embed.pack else None
-    objective = objectives.contrastive_objective(
+    objective = contrastive.contrastive_objective(
         start.pooling,
         config.embed.scale,
         config.embed.symmetric,

@@ -35,6 +35,7 @@ from bert_jax.pretrain.fill_mask_demo import fill_mask_demo
 from bert_jax.training import compile_report, experiment, flops, loop, objectives, settings
 from bert_jax.training.export import export
 from bert_jax.training.job import Job, register
+from bert_jax.training.objective import Objective
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
 
@@ -66,7 +67,7 @@ RTD_VIEW = MetricView(
 )  # fmt: skip
 
 
-def objective_of(config) -> str | objectives.Objective:
+def objective_of(config) -> str | Objective:
     """The job's objective: its name, or replaced-token detection with the config's weight."""
     if config.job == "rtd":
         if "rtd" not in config:

@@ -8,7 +8,7 @@ starting checkpoint's encoder (`init_from`, any family, any format `pretrained.l
 reranker's own head is kept, another head is started afresh), or `config.model` from scratch.
 Each pair is laid out as the family's tokenizer lays out a sentence pair
 (`[CLS] query [SEP] passage [SEP]`). It trains on `rerank.train_file`'s rows
-(`bert_jax.rerank.data`) with `rerank.loss` (`training.objectives.rerank_objective`): binary
+(`bert_jax.rerank.data`) with `rerank.loss` (`training.reranking.rerank_objective`): binary
 cross-entropy on pointwise rows, the listwise softmax over a positive and its negatives, or
 margin-MSE distillation from teacher scores.
 
@@ -39,9 +39,10 @@ from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.rerank import data, evaluation
 from bert_jax.retrieval import packing
-from bert_jax.training import compile_report, experiment, flops, objectives, seed_run, settings
+from bert_jax.training import compile_report, experiment, flops, reranking, seed_run, settings
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
+from bert_jax.training.objective import Objective
 from bert_jax.training.start import architecture, graft, job_tokenizer
 from bert_jax.training.summaries import MetricView
 
@@ -65,12 +66,12 @@ def check_config(config, reads_data: bool = True) -> list[int]:
     train_file, a bad seed list. Returns the seeds."""
     experiment.check_experiment_config(config)
     r = config.rerank
-    if r.loss not in ("auto", *objectives.RERANK_LOSSES):
-        known = ("auto", *objectives.RERANK_LOSSES)
+    if r.loss not in ("auto", *reranking.RERANK_LOSSES):
+        known = ("auto", *reranking.RERANK_LOSSES)
         raise ValueError(f"rerank.loss={r.loss!r}; expected one of {known}")
-    if r.activation not in objectives.RERANK_ACTIVATIONS:
+    if r.activation not in reranking.RERANK_ACTIVATIONS:
         raise ValueError(
-            f"rerank.activation={r.activation!r}; expected one of {objectives.RERANK_ACTIVATIONS}"
+            f"rerank.activation={r.activation!r}; expected one of {reranking.RERANK_ACTIVATIONS}"
         )
     if not r.scale > 0:
         raise ValueError(f"rerank.scale={r.scale!r}; expected a number > 0")
@@ -243,12 +244,12 @@ def compile_for_topology(
     )
 
 
-def rerank_objective(config, group: int) -> objectives.Objective:
+def rerank_objective(config, group: int) -> Objective:
     """The objective of `rerank.loss` for training batches of `global_batch_size` groups of
     `group` pairs, packed with `rerank.pack` (`_train_batches`)."""
     r = config.rerank
     packed = (config.global_batch_size, group) if r.pack else None
-    return objectives.rerank_objective(r.loss, r.scale, r.activation, packed_shape=packed)
+    return reranking.rerank_objective(r.loss, r.scale, r.activation, packed_shape=packed)
 
 
 def _train_batches(config, features, seed: int, mesh=None):

@@ -17,7 +17,7 @@ multiple of `row_step` (empty rows last), so a run compiles few shapes (at most
 The packing is a function of the global batch alone: every host computes the same and feeds the
 rows `host_rows(R)` names (`sharding.host_batch_rows`), so all hosts agree on R at every step.
 The objective pools each slot from its own tokens and puts the slots back in [B, T] order
-(`objectives.ContrastiveObjective.texts`).
+(`contrastive.ContrastiveObjective.texts`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from bert_jax.models.params import count_params
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
 from bert_jax.training import job, objectives, optimizer, steps
+from bert_jax.training.objective import Objective
 
 PyTree = Any
 
@@ -56,7 +57,7 @@ class Experiment:
     rules: list
     tx: optax.GradientTransformation
     schedule: Any
-    objective: objectives.Objective
+    objective: Objective
     abstract_state: PyTree  # the boxed abstract TrainState (logical axes)
     state_shardings: PyTree
     seed: int
@@ -73,13 +74,13 @@ class Experiment:
         config,
         model_config: EncoderConfig,
         head: str,
-        objective: str | objectives.Objective,
+        objective: str | Objective,
         num_train_steps: int,
         devices: list | None = None,
     ) -> Experiment:
         """Builds the run described by the experiment `config` for the model `model_config` with
         the head `head`, trained with `objective` (a name of `objectives.OBJECTIVES`, or an
-        objective made with its settings: `objectives.contrastive_objective(...)`) for
+        objective made with its settings: `contrastive.contrastive_objective(...)`) for
         `num_train_steps` (the schedule's length).
 
         `devices`: the mesh's devices (all of this run's by default; a TPU topology's or GPUs'
@@ -328,7 +329,7 @@ def checkpointer(workdir: str, config) -> checkpointing.Checkpointer:
 def compile_train_step(
     model: nn.Module,
     tx: optax.GradientTransformation,
-    objective: objectives.Objective,
+    objective: Objective,
     *,
     state_shardings: PyTree = None,
     batch_shardings: PyTree = None,

@@ -1,8 +1,9 @@
 """The objectives of every head, by name: how each kind of head is trained.
 
     objective = get_objective("classification")      # OBJECTIVES: the heads' objectives
-    objective = contrastive_objective("mean", ...)   # made with settings (`training.contrastive`)
-    objective = rerank_objective("listwise", ...)    # (`training.reranking`)
+
+Objectives made with settings live beside their own code: `training.contrastive` (sentence
+embeddings) and `training.reranking` (cross-encoders).
 
 Each declares the protocol of `training.objective` (loss and metrics as sums and counts, the
 batch it trains on, whether its rows couple across the batch); the heads' objectives are sums
@@ -22,29 +23,7 @@ import jax.numpy as jnp
 
 from bert_jax import batch_layout, losses
 from bert_jax.models.family import Role
-from bert_jax.training.contrastive import ContrastiveObjective, contrastive_objective
 from bert_jax.training.objective import Objective, RowwiseObjective, apply_model
-from bert_jax.training.reranking import (
-    RERANK_ACTIVATIONS,
-    RERANK_LOSSES,
-    pair_logits,
-    rerank_objective,
-)
-
-__all__ = [
-    "OBJECTIVES",
-    "RERANK_ACTIVATIONS",
-    "RERANK_LOSSES",
-    "ContrastiveObjective",
-    "Objective",
-    "contrastive_objective",
-    "example_batch",
-    "get_objective",
-    "pair_logits",
-    "pretraining_objective",
-    "rerank_objective",
-    "rtd_objective",
-]
 
 
 def _nsp_weights(batch):

@@ -15,7 +15,7 @@ from bert_jax.models.bert.model import BertModel
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import init_params
 from bert_jax.parallel import sharding
-from bert_jax.training import objectives, steps
+from bert_jax.training import contrastive, steps
 
 B, T, L, E = 8, 3, 7, 32  # pairs, texts a pair (anchor, positive, 1 hard negative), tokens, width
 
@@ -73,7 +73,7 @@ def test_loss_equals_sentence_transformers():
 def test_grad_cache_equals_the_uncached_batch():
     """GradCache in 4 chunks, dropout on: the loss and gradients of differentiating through the
     whole batch at once, the chunks' dropout keys the same (the two passes draw the same masks)."""
-    objective = objectives.contrastive_objective("mean", dims=(E, 16))
+    objective = contrastive.contrastive_objective("mean", dims=(E, 16))
     batch, rng = pair_batch(), jax.random.PRNGKey(3)
     model = tiny_model(dropout=0.1)
     params = init_params(model, jax.random.PRNGKey(0))
@@ -97,7 +97,7 @@ def test_the_negatives_are_the_global_batch():
     """The loss of a batch sharded over 8 data-parallel devices is the loss of the same batch on
     one device: no per-device loss (whose negatives would be a device's 1/8 of the batch)."""
     model = tiny_model(0.0)
-    objective = objectives.contrastive_objective("cls", scale=20.0)
+    objective = contrastive.contrastive_objective("cls", scale=20.0)
     params = init_params(model, jax.random.PRNGKey(0))
     batch = pair_batch()
     loss_fn = jax.jit(

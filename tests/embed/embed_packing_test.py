@@ -16,7 +16,7 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import Role
 from bert_jax.models.params import init_params
 from bert_jax.retrieval import packing, pairs
-from bert_jax.training import objectives, steps
+from bert_jax.training import contrastive, steps
 
 B, T, L, E = 6, 3, 12, 32  # pairs, texts a pair (anchor, positive, a hard negative), tokens, width
 TINY = dict(vocab_size=99, hidden_size=E, num_hidden_layers=2, num_attention_heads=4,
@@ -87,8 +87,8 @@ def test_packed_rows_train_as_the_padded_batch(family):
         out = []
         for pooling in ("mean", "cls"):
             kwargs = dict(pooling=pooling, dims=(E, 8), symmetric=pooling == "cls")
-            plain = objectives.contrastive_objective(**kwargs)
-            rows = objectives.contrastive_objective(**kwargs, packed_shape=(B, T))
+            plain = contrastive.contrastive_objective(**kwargs)
+            rows = contrastive.contrastive_objective(**kwargs, packed_shape=(B, T))
             for objective, b in ((plain, padded), (rows, packed)):
                 loss, grads, sums = loss_and_grads(model, objective, params, b)
                 out.append((loss, grads, sums["mnrl_count"]))
@@ -106,7 +106,7 @@ def test_grad_cache_over_packed_rows_equals_the_packed_batch():
     """Dropout on: GradCache over 2 chunks of packed rows gives the loss and gradients of
     differentiating through the whole packed batch (the same chunks' dropout keys)."""
     model, params = encoder("bert", dropout=0.1)
-    objective = objectives.contrastive_objective("mean", packed_shape=(B, T))
+    objective = contrastive.contrastive_objective("mean", packed_shape=(B, T))
     packed = packing.pack_pairs(pair_batch(2), max_segments=4, row_multiple=2)
     rng = jax.random.PRNGKey(5)
 
@@ -183,7 +183,7 @@ def test_dev_embeddings_of_packed_texts_equal_padded_ones_over_the_devices(pooli
     from bert_jax.parallel import sharding
 
     model, params = encoder("roberta")
-    objective = objectives.contrastive_objective(pooling=pooling)
+    objective = contrastive.contrastive_objective(pooling=pooling)
     fn = jax.jit(functools.partial(steps.embed_step, model=model, objective=objective))
     mesh = sharding.make_mesh({"data": 4, "fsdp": 2, "tensor": 1})
     exp = SimpleNamespace(mesh=mesh, embed_fn=lambda: fn)

@@ -25,7 +25,7 @@ from bert_jax.models import families
 from bert_jax.models.families import Role
 from bert_jax.models.params import init_params
 from bert_jax.rerank import data, evaluation
-from bert_jax.training.objectives import pair_logits, rerank_objective
+from bert_jax.training.reranking import pair_logits, rerank_objective
 from tests import family_fixtures
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax.models.family import Role
-from bert_jax.training import objectives, steps
+from bert_jax.training import contrastive, objectives, reranking, steps
 from bert_jax.training.objective import CoupledObjective, Objective
 
 STEPS = pathlib.Path(steps.__file__)
@@ -22,9 +22,9 @@ STEPS = pathlib.Path(steps.__file__)
 
 def every_objective():
     made = [
-        objectives.contrastive_objective("mean"),
-        objectives.contrastive_objective("cls", packed_shape=(3, 2)),
-        *(objectives.rerank_objective(loss) for loss in objectives.RERANK_LOSSES),
+        contrastive.contrastive_objective("mean"),
+        contrastive.contrastive_objective("cls", packed_shape=(3, 2)),
+        *(reranking.rerank_objective(loss) for loss in reranking.RERANK_LOSSES),
     ]
     return [*objectives.OBJECTIVES.values(), *made]
 

@@ -194,7 +194,7 @@ class ModernBertModel(nn.Module):
     config: ModernBertConfig
     runtime: RuntimeConfig = RuntimeConfig()
     add_pooling_layer: bool = False
-    token_types: ClassVar[bool] = False  # no token_type_ids (`objectives.apply_model`)
+    token_types: ClassVar[bool] = False  # no token_type_ids (`objective.apply_model`)
 
     @nn.compact
     def __call__(
