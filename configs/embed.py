@@ -49,7 +49,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.train_file = ""  # pairs: .jsonl / .csv / .tsv (bert_jax.retrieval.pairs)
     c.embed.dev_file = ""  # pairs scored by retrieval at step 0 and at the end ("" = none)
     c.embed.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
-    c.embed.max_seq_length = 0  # tokens a text keeps; 0 = the sentence-transformers dir's, else 128
     c.embed.pooling = "auto"  # "mean" | "cls"; "auto" = the starting checkpoint's (see above)
     # The export's Normalize module (unit-length embeddings: dot product = the cosine trained
     # with): "true" | "false"; "auto" = the starting sentence-transformers directory's, else true.
@@ -61,17 +60,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.scale = 20.0
     c.embed.symmetric = False
     c.embed.matryoshka_dims = ""
-    c.embed.num_epochs = 1
-    c.embed.seeds = "0"  # several: "0,1,2" (results.json: mean +- std)
-    c.embed.eval_batch_size = 64  # texts a step when embedding the dev set
     c.embed.max_train_examples = 0  # 0 = all; else the first this many pairs
     c.embed.max_eval_examples = 0
-    # Training batches: the texts of a batch (anchors, positives, hard negatives) packed several
-    # to a row of max_seq_length tokens, attention and pooling kept to each text, so the encoder
-    # runs on their tokens rather than on [PAD] (the loss is the padded batch's); at most
-    # max_segments texts a row (docs/embeddings.md). Dev retrieval packs its texts too.
-    c.embed.pack = True
-    c.embed.max_segments = 16
+    # The settings every text job has. A row is a text: max_seq_length 0 = the starting
+    # sentence-transformers directory's, else 128. Packing: the texts of a batch (anchors,
+    # positives, hard negatives) several to a row, the loss the padded batch's
+    # (docs/embeddings.md); dev retrieval packs its texts too.
+    common.text_job_block(c.embed, max_seq_length=0, num_epochs=1, pack=True)
 
     # Used only without init_from: the architecture of a model trained from scratch
     # (vocab_size 0: the tokenizer's).

@@ -104,16 +104,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.finetune.label_column = "label"  # custom
     c.finetune.regression = False  # custom
     c.finetune.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
-    c.finetune.max_seq_length = 384 if squad else 128
+    # The settings every text job has (seeds: "0,1,2,3,4" for results as mean +- std).
+    common.text_job_block(
+        c.finetune,
+        max_seq_length=384 if squad else 128,
+        num_epochs=2 if squad else 3,
+        pack=variant["pack"],
+    )
     c.finetune.doc_stride = 128  # SQuAD windows
     c.finetune.max_query_length = 64
     c.finetune.n_best_size = 20
     c.finetune.max_answer_length = 30
     c.finetune.null_score_diff_threshold = 0.0  # SQuAD v2.0
-    c.finetune.num_epochs = 2 if squad else 3
-    c.finetune.seeds = "0"  # several seeds: "0,1,2,3,4" (results as mean +- std)
-    c.finetune.pack = variant["pack"]
-    c.finetune.max_segments = 16  # packed examples per row at most
     c.finetune.bucket_lengths = True  # dynamic padding to multiples of 32 (few compiled shapes)
     # "bucketed": each batch from one length bucket (less padding, faster); "shuffled": rows
     # shuffled into batches as google-research/bert (docs/finetuning.md measures both).
@@ -122,7 +124,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # evaluations, exported), "last" (the final model, exported) or "none". Its training
     # checkpoints are removed either way (results.json holds its metrics).
     c.finetune.keep = "best"
-    c.finetune.eval_batch_size = 64
     c.finetune.max_train_examples = 0  # 0 = all; else a seeded subsample (quick runs)
     c.finetune.max_eval_examples = 0
     c.finetune.random_init = False  # True: init_from's architecture, random weights

@@ -51,7 +51,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rerank.train_file = ""  # rows: .jsonl / .csv / .tsv / .parquet (bert_jax.rerank.data)
     c.rerank.dev_file = ""  # rows reranked at step 0 and at the end ("" = none)
     c.rerank.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
-    c.rerank.max_seq_length = 0  # tokens a (query, passage) pair keeps; 0 = 256
     # "auto": the loss the file's rows take (bce for pointwise, listwise for listwise rows), or
     # "bce" (pointwise rows) | "listwise" | "margin_mse" (listwise rows with teacher scores).
     c.rerank.loss = "auto"
@@ -59,15 +58,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # then the softmax (sentence-transformers' cross-encoder MultipleNegativesRankingLoss: 10).
     c.rerank.activation = "sigmoid"
     c.rerank.scale = 10.0
-    c.rerank.num_epochs = 1
-    c.rerank.seeds = "0"  # several: "0,1,2" (results.json: mean +- std)
-    c.rerank.eval_batch_size = 64  # pairs a step when scoring the dev candidates (packed)
     c.rerank.max_train_examples = 0  # 0 = all; else the first this many rows
-    # Training batches: the pairs of a batch packed several to a row (at most max_segments a
-    # row; the loss that of the padded batch, the encoder's work on real tokens); false: each
-    # batch padded to the 32-token bucket of its longest pair.
-    c.rerank.pack = True
-    c.rerank.max_segments = 16
+    # The settings every text job has. A row is a (query, passage) pair: max_seq_length 0 = 256.
+    # Packing: the pairs of a batch several to a row, the loss the padded batch's; false: each
+    # batch padded to the 32-token bucket of its longest pair. Dev candidates are packed.
+    common.text_job_block(c.rerank, max_seq_length=0, num_epochs=1, pack=True)
     c.rerank.compile_group = (
         0  # --mode=compile: pairs a row; 0: 1 for bce, else 4 (a positive, 3 negatives)
     )

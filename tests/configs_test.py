@@ -197,4 +197,4 @@ def test_a_bad_seed_list_names_the_jobs_setting(job):
     for seeds in ("", "0,x", "1,1", " , "):
         with pytest.raises(ValueError, match=rf"{job}\.seeds=.*distinct whole numbers"):
             check(seeds)
-    assert check("2, 0,1") == [2, 0, 1]
+    assert check("2, 0,1").seeds == (2, 0, 1)

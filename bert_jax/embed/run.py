@@ -37,11 +37,12 @@ from bert_jax.models.pooling import SENTENCE_POOLINGS
 from bert_jax.parallel import aot, sharding
 from bert_jax.paths import as_path
 from bert_jax.retrieval import packing, pairs
-from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run, settings
+from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
 from bert_jax.training.start import architecture, job_tokenizer
 from bert_jax.training.summaries import MetricView
+from bert_jax.training.text_job import TextJob
 
 VIEW = MetricView(
     console=("eval/", "loss", "mnrl_accuracy", "learning_rate"),
@@ -55,11 +56,12 @@ BOOLEANS = {"true": True, "false": False}
 
 
 # ---- Settings ----
-def check_config(config, reads_data: bool = True) -> list[int]:
+def check_config(config, reads_data: bool = True) -> TextJob:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown pooling or normalize, a scale <= 0,
     Matryoshka dims that are not positive whole numbers, no train_file (unless the run
-    `reads_data`: --mode=compile does not), a bad seed list. Returns the seeds."""
+    `reads_data`: --mode=compile does not), the shared settings (`TextJob.parse`: epochs,
+    packing, seeds). Returns those, parsed."""
     experiment.check_experiment_config(config)
     e = config.embed
     if e.pooling not in ("auto", *SENTENCE_POOLINGS):
@@ -70,13 +72,9 @@ def check_config(config, reads_data: bool = True) -> list[int]:
         raise ValueError(f"embed.scale={e.scale!r}; expected a number > 0")
     if reads_data and not e.train_file:
         raise ValueError("set --config.embed.train_file (pairs: .jsonl, .csv or .tsv)")
-    if e.pack not in (True, False, 0, 1):
-        raise ValueError(f"embed.pack={e.pack!r}; expected true or false (1 or 0)")
-    for key in ("num_epochs", "eval_batch_size", "max_segments"):
-        if not isinstance(e[key], int) or e[key] < 1:
-            raise ValueError(f"config.embed.{key}={e[key]!r}: expected an integer >= 1")
+    block = TextJob.parse(config, "embed")
     matryoshka_dims(config)
-    return settings.parse_seeds(e.seeds, "embed.seeds")
+    return block
 
 
 def matryoshka_dims(config, hidden_size: int | None = None) -> tuple[int, ...]:
@@ -200,7 +198,7 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     Returns:
       {"task": "embed", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    seeds = check_config(config)
+    block = check_config(config)
     e = config.embed
     start = starting_point(config)
     train, dev, data_files = seed_run.read_train_dev(e, pairs.read_pairs)
@@ -211,21 +209,25 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
         else evaluation.retrieval_set(dev, start.tokenizer, start.max_seq_length)
     )
     seed_run.check_batch(config, batching.num_rows(features), f"training pairs of {e.train_file}")
-    steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
+    steps_per_epoch = _train_batches(config, block, features, block.seeds[0]).steps_per_epoch
     exp = build_experiment(
-        config, start, steps_per_epoch * e.num_epochs, texts_per_pair=features["input_ids"].shape[1]
+        config,
+        start,
+        steps_per_epoch * block.num_epochs,
+        texts_per_pair=features["input_ids"].shape[1],
     )
 
     def one_seed(seed, seed_dir):
-        return train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
+        return train_seed(config, block, exp, start, features, dev_set, seed, seed_dir, len(train))
 
+    seeds = list(block.seeds)
     return seed_run.run_seeds(
         config, workdir, exp, mode=mode, task="embed", data_files=data_files, seeds=seeds,
         one_seed=one_seed,
     )  # fmt: skip
 
 
-def _train_batches(config, features, seed: int, mesh=None):
+def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
     """One seed's batches (`packing.epoch_batches`): `num_epochs` epochs of shuffled global
     batches of pairs, this process's rows of them on `mesh` (None: all), packed with
     `embed.pack` (the row count a multiple of the mesh's data-parallel devices x
@@ -233,16 +235,17 @@ def _train_batches(config, features, seed: int, mesh=None):
     dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
     host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
     return packing.epoch_batches(
-        features, config.global_batch_size, config.embed, seed,
+        features, config.global_batch_size, block, seed,
         row_multiple=config.num_microbatches * dp, host_rows=host_rows,
     )  # fmt: skip
 
 
-def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs):
+def train_seed(
+    config, block: TextJob, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs
+):
     """One seed (`seed_run.train_seed`, `seed_run.export_plan`): train, score dev retrieval at
     step 0 and at the end, export `seed_dir/hf` as a sentence-transformers directory. Returns the
     final and start_ scores, or None when a signal stopped the run before its last step."""
-    e = config.embed
     plan = seed_run.export_plan(
         config,
         seed_dir,
@@ -250,16 +253,16 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
         score_fn=None
         if dev_set is None
         else lambda params: evaluation.score(
-            exp, params, dev_set, e.eval_batch_size, e.max_segments if e.pack else 0
+            exp, params, dev_set, block.eval_batch_size, block.max_segments if block.pack else 0
         ),
         card_fn=lambda num_steps, begin, end: model_card(
             config, start, exp, num_steps, num_pairs, begin, end
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
-    batches = _train_batches(config, features, seed, exp.mesh)
+    batches = _train_batches(config, block, features, seed, exp.mesh)
     return seed_run.train_seed(
-        config, exp, batches, e.num_epochs, seed, seed_dir, plan, init_from=config.init_from
+        config, exp, batches, block.num_epochs, seed, seed_dir, plan, init_from=config.init_from
     )
 
 

@@ -59,6 +59,7 @@ from bert_jax.training.export import export
 from bert_jax.training.job import Job, register
 from bert_jax.training.start import architecture, graft, job_tokenizer
 from bert_jax.training.summaries import MetricView
+from bert_jax.training.text_job import TextJob
 
 # What the console, the progress bar and the curves show of the metrics (the accuracy panel's
 # title is the pretraining job's, as before).
@@ -228,7 +229,7 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
       {"task", "seeds": {seed: final dev (and labelled test) metrics}, "mean", "std"}, the
       earlier run's seeds included.
     """
-    seeds = check_config(config)
+    seeds = list(check_config(config).seeds)
     ft = config.finetune
     task = tasks.get_task(ft.name)
     check_init_from(config.init_from)
@@ -294,12 +295,13 @@ def batching_summary(ft) -> str:
     return f"{ft.batching}: {BATCHING[ft.batching]}"
 
 
-def check_config(config, reads_data: bool = True) -> list[int]:
+def check_config(config, reads_data: bool = True) -> TextJob:
     """Refuses, before any data is read, the settings that could only fail later (or train
     nothing): a count that is not a positive whole number (`experiment.check_experiment_config`:
     batch sizes, epochs, ...), a seed list that is not distinct whole numbers, an unknown
     `finetune.batching` or `finetune.keep` (the same with or without `reads_data`: the task's
-    files are checked as they are read). Returns the seeds."""
+    files are checked as they are read), the shared settings (`TextJob.parse`: epochs, packing,
+    seeds). Returns those, parsed."""
     del reads_data
     experiment.check_experiment_config(config)
     ft = config.finetune
@@ -307,7 +309,7 @@ def check_config(config, reads_data: bool = True) -> list[int]:
         raise ValueError(f"finetune.batching={ft.batching!r}; expected one of {list(BATCHING)}")
     if ft.keep not in KEEP:
         raise ValueError(f"finetune.keep={ft.keep!r}; expected one of {KEEP}")
-    return settings.parse_seeds(ft.seeds, "finetune.seeds")
+    return TextJob.parse(config, "finetune", least_length=1)
 
 
 def check_init_from(path: str) -> None:

@@ -39,12 +39,13 @@ from bert_jax.models.families import Role
 from bert_jax.parallel import aot, sharding
 from bert_jax.rerank import data, evaluation
 from bert_jax.retrieval import packing
-from bert_jax.training import compile_report, experiment, flops, reranking, seed_run, settings
+from bert_jax.training import compile_report, experiment, flops, reranking, seed_run
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
 from bert_jax.training.objective import Objective
 from bert_jax.training.start import architecture, graft, job_tokenizer
 from bert_jax.training.summaries import MetricView
+from bert_jax.training.text_job import TextJob
 
 VIEW = MetricView(
     console=("eval/", "loss", "rerank_accuracy", "learning_rate"),
@@ -60,10 +61,11 @@ PER_GROUP_KEYS = ("labels", "example_weights", "teacher_scores")  # [B] / [B, G]
 # --------------------------------------------------------------------------------------------
 # Settings
 # --------------------------------------------------------------------------------------------
-def check_config(config, reads_data: bool = True) -> list[int]:
+def check_config(config, reads_data: bool = True) -> TextJob:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown loss or activation, a scale <= 0, no
-    train_file, a bad seed list. Returns the seeds."""
+    train_file, the shared settings (`TextJob.parse`: epochs, packing, seeds). Returns those,
+    parsed."""
     experiment.check_experiment_config(config)
     r = config.rerank
     if r.loss not in ("auto", *reranking.RERANK_LOSSES):
@@ -77,21 +79,17 @@ def check_config(config, reads_data: bool = True) -> list[int]:
         raise ValueError(f"rerank.scale={r.scale!r}; expected a number > 0")
     if reads_data and not r.train_file:
         raise ValueError("set --config.rerank.train_file (rows: .jsonl, .csv, .tsv or .parquet)")
-    for key in ("num_epochs", "eval_batch_size", "max_segments"):
-        if not isinstance(r[key], int) or r[key] < 1:
-            raise ValueError(f"config.rerank.{key}={r[key]!r}: expected an integer >= 1")
+    block = TextJob.parse(config, "rerank")
     if not isinstance(r.compile_group, int) or r.compile_group < 0:
         group = r.compile_group
         raise ValueError(f"config.rerank.compile_group={group!r}: expected an integer >= 0")
-    if r.pack not in (True, False, 0, 1):
-        raise ValueError(f"rerank.pack={r.pack!r}; expected true or false (1 or 0)")
-    if r.pack and config.num_microbatches > 1:
+    if block.pack and config.num_microbatches > 1:
         raise ValueError(
             f"rerank.pack packs a whole batch's pairs; num_microbatches="
             f"{config.num_microbatches} would split its rows from its labels: set "
             "num_microbatches=1 or rerank.pack=false"
         )
-    return settings.parse_seeds(r.seeds, "rerank.seeds")
+    return block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +157,7 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     Returns:
       {"task": "rerank", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    seeds = check_config(config)
+    block = check_config(config)
     r = config.rerank
     start = starting_point(config)
     train, dev, data_files = seed_run.read_train_dev(r, data.read_rows)
@@ -176,16 +174,17 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
         else evaluation.dev_set(data.dev_queries(dev), start.tokenizer, start.max_seq_length)
     )
     seed_run.check_batch(config, len(train), f"training rows of {r.train_file}")
-    steps_per_epoch = _train_batches(config, features, seeds[0]).steps_per_epoch
+    steps_per_epoch = _train_batches(config, block, features, block.seeds[0]).steps_per_epoch
     objective = rerank_objective(config, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(
-        config, start.model_config, head, objective, steps_per_epoch * r.num_epochs
+        config, start.model_config, head, objective, steps_per_epoch * block.num_epochs
     )
 
     def one_seed(seed, seed_dir):
-        return train_seed(config, exp, start, features, dev_set, seed, seed_dir, len(train))
+        return train_seed(config, block, exp, start, features, dev_set, seed, seed_dir, len(train))
 
+    seeds = list(block.seeds)
     return seed_run.run_seeds(
         config, workdir, exp, mode=mode, task="rerank", data_files=data_files, seeds=seeds,
         one_seed=one_seed,
@@ -252,7 +251,7 @@ def rerank_objective(config, group: int) -> Objective:
     return reranking.rerank_objective(r.loss, r.scale, r.activation, packed_shape=packed)
 
 
-def _train_batches(config, features, seed: int, mesh=None):
+def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
     """One seed's batches (`packing.epoch_batches`): `num_epochs` epochs of shuffled global
     batches of rows, this process's rows of them on `mesh` (None: all), packed with
     `rerank.pack` as the embedding job packs its texts (the labels, weights and teacher scores
@@ -261,23 +260,24 @@ def _train_batches(config, features, seed: int, mesh=None):
     host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
     keep = tuple(k for k in PER_GROUP_KEYS if k in features)
     return packing.epoch_batches(
-        features, config.global_batch_size, config.rerank, seed,
+        features, config.global_batch_size, block, seed,
         row_multiple=dp, host_rows=host_rows, keep=keep,
     )  # fmt: skip
 
 
-def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows):
+def train_seed(
+    config, block: TextJob, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows
+):
     """One seed (`seed_run.train_seed`, `seed_run.export_plan`): train, rerank dev at step 0 and
     at the end, export `seed_dir/hf` as a CrossEncoder directory. Returns the final and start_
     scores, or None when a signal stopped the run before its last step."""
-    r = config.rerank
     plan = seed_run.export_plan(
         config,
         seed_dir,
         view=VIEW,
         score_fn=None
         if dev_set is None
-        else lambda params: evaluation.score(exp, params, dev_set, r.eval_batch_size),
+        else lambda params: evaluation.score(exp, params, dev_set, block.eval_batch_size),
         card_fn=lambda num_steps, begin, end: model_card(
             config, exp, start, num_steps, num_rows, begin, end
         ),
@@ -285,12 +285,12 @@ def train_seed(config, exp, start: Starting, features, dev_set, seed, seed_dir, 
             params, directory, exp, start, config, card
         ),
     )
-    batches = _train_batches(config, features, seed, exp.mesh)
+    batches = _train_batches(config, block, features, seed, exp.mesh)
     scores = seed_run.train_seed(
         config,
         exp,
         batches,
-        r.num_epochs,
+        block.num_epochs,
         seed,
         seed_dir,
         plan,

@@ -151,7 +151,8 @@ def epoch_batches(
 
     Args:
       features: input_ids, token_type_ids, attention_mask int32 [N, T, L] and per-group keys.
-      block: the job's config block (`num_epochs`, `pack`, `max_segments`).
+      block: the job's shared settings (`num_epochs`, `pack`, `max_segments`: a
+        `training.text_job.TextJob`).
       host_rows: R -> this process's rows of a batch of R rows, in order
         (`functools.partial(sharding.host_batch_rows, mesh)`); None: all of them.
     """

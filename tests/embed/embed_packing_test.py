@@ -169,7 +169,7 @@ def test_bad_packing_settings_are_refused(tmp_path):
     config = embed_config(tmp_path, **{"embed.max_segments": 0})
     with pytest.raises(ValueError, match=r"config\.embed\.max_segments=0"):
         embed_run.check_config(config)
-    assert embed_run.check_config(embed_config(tmp_path, **{"embed.pack": False})) == [0]
+    assert embed_run.check_config(embed_config(tmp_path, **{"embed.pack": False})).seeds == (0,)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
