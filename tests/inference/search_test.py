@@ -237,11 +237,18 @@ def test_a_text_file_of_queries_has_line_numbers_for_ids(tmp_path):
         ("qrels_columns", ["--qrels", "{d}/corpus.jsonl"], "no columns 'query_id' and"),
         ("qrels_queries", ["--qrels", "{d}/other_qrels.jsonl"], "names no query of --queries"),
         ("missing_qrels", ["--qrels", "{d}/none.jsonl"], "--qrels: input pattern"),
+        ("no_ids", ["--corpus", "{d}/no_ids.parquet"], "no id column"),
+        ("two_files", ["--queries", "{d}/*qrels.jsonl"], "names 2 files; give one"),
+        ("faiss", ["--index", "faiss"], "--index faiss: a faiss search needs faiss: pip install"),
     ],
 )
-def test_each_bad_input_is_one_error_line(files, capsys, case, flags, message):
+def test_each_bad_input_is_one_error_line(files, capsys, monkeypatch, case, flags, message):
     d = files["root"]
     (d / "empty.jsonl").write_text("")
+    embedding = pa.FixedSizeListArray.from_arrays(pa.array([0.5, 1.0], pa.float32()), 2)
+    pq.write_table(pa.table({"embedding": embedding}), d / "no_ids.parquet")
+    if case == "faiss":
+        monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` raises ImportError
     write_jsonl(d / "other_qrels.jsonl", [{"query_id": "q9", "corpus_id": "bread"}])
     argv = {"--model": "unused", "--queries": files["queries"], "--corpus": files["corpus"]}
     argv["--output"] = str(d / "run.jsonl")

@@ -92,7 +92,7 @@ def _found(flag: str, pattern: str) -> list[str]:
 
 def read_queries(path: str) -> tuple[list, list[str]]:
     """(Q ids, Q texts) of --queries (module docstring); ValueError naming the file."""
-    (path,) = _found("--queries", path)
+    path = _one_file("--queries", path)
     if not path.lower().endswith(base.TABLE_SUFFIXES):
         texts, second = batches.read_texts(path)
         if second is not None:  # every line held a tab: a query's text, whole
@@ -163,39 +163,63 @@ def _embedding_rows(column: pa.Array, path: str) -> np.ndarray:
     return values.reshape(len(column), -1).astype(np.float32)
 
 
+def _embedded_shard(path: str) -> tuple[list, np.ndarray | None, dict]:
+    """(the ids, float32 [n, E] embeddings or None for no rows, the embed job's settings) of
+    one Parquet file: its id column is the one the job's metadata names, else `id`."""
+    try:
+        with paths.as_path(path).open("rb") as f:
+            shard = pq.ParquetFile(f)
+            meta = json.loads((shard.schema_arrow.metadata or {}).get(b"bert_jax", b"{}"))
+            id_column = meta.get("id_column", "id") if meta else "id"
+            if id_column not in shard.schema_arrow.names:
+                raise ValueError(
+                    f"--corpus {path}: no id column ({id_column or 'the embed job ran without'}"
+                    " --id_column); embed the corpus with --id_column naming its ids"
+                )
+            table = shard.read(columns=[id_column, "embedding"])
+    except pa.ArrowException as e:
+        raise ValueError(f"--corpus {path}: not a readable Parquet file: {e}") from None
+    if not table.num_rows:
+        return [], None, meta
+    rows = _embedding_rows(table.column("embedding").combine_chunks(), path)
+    return table.column(id_column).to_pylist(), rows, meta
+
+
 def _embedded_corpus(files: list[str], embedded: list[str]) -> Corpus:
     """The ids and float32 [N, E] embeddings of the embed job's shards (or any Parquet with
     an id and `embedding`), and the settings the job recorded ({} for other files)."""
-    if len(embedded) < len(files) or not all(f.endswith(".parquet") for f in files):
-        other = next(f for f in files if f not in embedded or not f.endswith(".parquet"))
-        raise ValueError(f"--corpus: {other} is not Parquet with an `embedding` column as the rest")
+    other = [f for f in files if f not in embedded and tables.num_rows(f) != 0]
+    if other or not all(f.endswith(".parquet") for f in embedded):
+        bad = (other or [f for f in embedded if not f.endswith(".parquet")])[0]
+        raise ValueError(f"--corpus: {bad} is not Parquet with an `embedding` column as the rest")
     settings, ids, rows = {}, [], []
-    for path in files:
-        with paths.as_path(path).open("rb") as f:
-            table = pq.read_table(f)
-        meta = json.loads((table.schema.metadata or {}).get(b"bert_jax", b"{}"))
+    for path in embedded:
+        shard_ids, shard_rows, meta = _embedded_shard(path)
         settings = settings or meta
-        id_column = meta.get("id_column", "id") if meta else "id"
-        if id_column not in table.column_names:
-            raise ValueError(
-                f"--corpus {path}: no id column ({id_column or 'the embed job ran without'} "
-                "--id_column); embed the corpus with --id_column naming its ids"
-            )
-        rows.append(_embedding_rows(table.column("embedding").combine_chunks(), path))
-        ids += table.column(id_column).to_pylist()
+        if shard_rows is not None:
+            ids += shard_ids
+            rows.append(shard_rows)
     if not ids:
         raise ValueError(f"--corpus {', '.join(files)} holds no document")
     if len({r.shape[1] for r in rows}) > 1:
         widths = sorted({r.shape[1] for r in rows})
         raise ValueError(f"--corpus: shards of embeddings of different widths {widths}")
     _check_ids(ids, f"--corpus {files[0]}{' ...' if len(files) > 1 else ''}")
-    return Corpus(ids, None, np.concatenate(rows).astype(np.float32), settings)
+    return Corpus(ids, None, np.concatenate(rows), settings)
+
+
+def _one_file(flag: str, pattern: str) -> str:
+    """The one file `pattern` names; FileNotFoundError or ValueError naming the flag."""
+    files = _found(flag, pattern)
+    if len(files) > 1:
+        raise ValueError(f"{flag} {pattern} names {len(files)} files; give one")
+    return files[0]
 
 
 def read_qrels(path: str) -> list[tuple[str, str, str]]:
     """--qrels: (kind "id" or "text", the query's id or text, the corpus id) of each relevant
     row (a `score` <= 0 is not relevant), ids as text; ValueError naming the file."""
-    (path,) = _found("--qrels", path)
+    path = _one_file("--qrels", path)
     found = tables.column_names(path)
     layout = next((c for c in QRELS_LAYOUTS if set(c) <= set(found)), None)
     if layout is None:
@@ -267,7 +291,10 @@ def _check(args: argparse.Namespace) -> None:
     if not args.output.endswith(OUTPUT_SUFFIXES):
         raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}")
     if args.index == "faiss":
-        search_lib.faiss_module()  # installed, before any file is read
+        try:
+            search_lib.faiss_module()  # installed, before any file is read
+        except ImportError as e:
+            raise ValueError(f"--index faiss: {e}") from None
 
 
 def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
@@ -318,13 +345,16 @@ def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarra
 def write_results(path: str, query_ids: list, ids: list[list], scores: np.ndarray) -> None:
     """--output: one row per query, {"query_id", "ids", "scores"} (.jsonl or .parquet)."""
     if path.endswith(".parquet"):
-        table = pa.table(
-            {
-                "query_id": query_ids,
-                "ids": ids,
-                "scores": pa.array(list(scores), pa.list_(pa.float32())),
-            }
-        )
+        try:
+            table = pa.table(
+                {
+                    "query_id": query_ids,
+                    "ids": ids,
+                    "scores": pa.array(list(scores), pa.list_(pa.float32())),
+                }
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise ValueError(f"--output {path}: ids of mixed types ({e}); write .jsonl") from None
 
         def write(local: str) -> None:
             pq.write_table(table, local)
