@@ -48,7 +48,7 @@ LAYERS = (
 )
 JOBS = LAYERS[-1]
 DATA = {"text_io", "sentence_features", "batching", "plays"}
-RETRIEVAL = {"records", "pairs", "metrics", "packing"}
+RETRIEVAL = {"records", "pairs", "metrics", "packing", "search"}
 FINETUNE_DATA = {
     "glue",
     "custom",

@@ -39,6 +39,7 @@ from bert_jax.embed import mining
 from bert_jax.parallel import compile_cache, multihost
 from bert_jax.retrieval import pairs as pairs_lib
 from bert_jax.retrieval import records
+from bert_jax.retrieval import search as search_lib
 
 
 def text_embedder(
@@ -208,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add(
         "--search",
-        choices=tuple(mining.SEARCHES),
+        choices=tuple(search_lib.SEARCHES),
         default="mesh",
         help="mesh: exact top-k on the devices; faiss: exact, on the host (a larger corpus)",
     )
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     check_output(args.output, args.overwrite)
     if args.search == "faiss":
-        mining.faiss_module()  # installed, before any file is read
+        search_lib.faiss_module()  # installed, before any file is read
     multihost.initialize_job(args.coordinator_address, args.num_processes, args.process_id)
     compile_cache.enable_compilation_cache(args.compilation_cache_dir)
     with multihost.guard():
@@ -261,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rescore_fn = pair_scorer(
                 args.cross_encoder, batch_size=args.batch_size, max_seq_length=args.max_seq_length
             )
-        search_fn = mining.SEARCHES[args.search]
+        search_fn = search_lib.SEARCHES[args.search]
         mined = mining.mine(pairs, embed_fn, options, corpus, rescore_fn, search_fn)
         if jax.process_index() == 0:
             write_mined(mined, args.output, overwrite=args.overwrite)

@@ -14,8 +14,9 @@ per query, K = `num_negatives`. The steps:
 
 1. Texts: the queries are the distinct anchors, in first appearance, each with its distinct
    positives; the corpus is the extra corpus (if any), then the positives, each text once.
-2. Search (`search`, or `search_faiss` on the host): each query's k = range_max + (the most texts
-   any query excludes) corpus texts of highest cosine similarity, exactly.
+2. Search (`retrieval.search`: on the devices, or by faiss on the host): each query's
+   k = range_max + (the most texts any query excludes) corpus texts of highest cosine
+   similarity, exactly.
 3. Rescoring (optional, with a filter): a cross-encoder's scores of each query with its
    candidates and positives replace the cosine similarities.
 4. Selection (`select`): the query's positives, its own text (unless `exclude_anchor=False`) and
@@ -30,164 +31,16 @@ per query, K = `num_negatives`. The steps:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from bert_jax.retrieval import pairs as pairs_lib
+from bert_jax.retrieval import search as search_lib
 
 STRATEGIES = ("top", "random")
-_AXIS = "corpus"
-# The most [chunk, N / devices] float32 scores one device holds at once (64 MiB).
-_MAX_CHUNK_SCORES = 1 << 24
-
-
-class Candidates(NamedTuple):
-    """Each query's best corpus texts, best first.
-
-    Attributes:
-      scores: float32 [Q, k] cosine similarities, descending.
-      indices: int32 [Q, k] corpus rows; equal scores in ascending row order.
-    """
-
-    scores: np.ndarray
-    indices: np.ndarray
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    """float32 rows divided by max(norm, 1e-12), as sentence-transformers' `cos_sim` does."""
-    x = np.asarray(x, np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
-def _shard_top_k(queries, corpus, *, k: int, num_valid: int):
-    """One device: its [S, E] corpus rows' top min(k, S) for [C, E] queries, global indices."""
-    rows = corpus.shape[0]
-    scores = jnp.matmul(queries, corpus.T, precision=jax.lax.Precision.HIGHEST)  # [C, S]
-    index = jax.lax.axis_index(_AXIS) * rows + jnp.arange(rows, dtype=jnp.int32)  # [S]
-    scores = jnp.where(index < num_valid, scores, -jnp.inf)  # padding rows never win
-    top_scores, top = jax.lax.top_k(scores, min(k, rows))  # equal scores: lower index first
-    return top_scores, index[top]
-
-
-@functools.partial(jax.jit, static_argnames=("k", "num_valid", "mesh"))
-def _chunk_top_k(queries, corpus, *, k: int, num_valid: int, mesh: Mesh):
-    """[C, E] replicated queries against the [N', E] corpus sharded by rows: (float32 [C, k],
-    int32 [C, k]). Each device's candidates, concatenated in device (so row) order, are merged
-    by one more top_k, which keeps equal scores in ascending row order."""
-    local = jax.shard_map(
-        lambda q, c: _shard_top_k(q, c, k=k, num_valid=num_valid),
-        mesh=mesh,
-        in_specs=(P(), P(_AXIS, None)),
-        out_specs=(P(None, _AXIS), P(None, _AXIS)),
-    )
-    scores, index = local(queries, corpus)  # [C, D * min(k, S)]
-    top_scores, top = jax.lax.top_k(scores, k)
-    return top_scores, jnp.take_along_axis(index, top, axis=1)
-
-
-def _search_inputs(queries, corpus, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Both searches' inputs: the unit float32 rows of [Q, E] queries and an [N, E] corpus;
-    ValueError for other shapes or a k outside [1, N]."""
-    queries, corpus = _unit(queries), _unit(corpus)
-    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
-        raise ValueError(
-            f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"
-        )
-    if not 1 <= k <= corpus.shape[0]:
-        raise ValueError(f"k must be in [1, {corpus.shape[0]}] (the corpus size), got {k}")
-    return queries, corpus
-
-
-def search(queries: np.ndarray, corpus: np.ndarray, k: int) -> Candidates:
-    """The exact top k of cosine similarity, the corpus sharded over the local devices.
-
-    The corpus is padded to a multiple of the device count with rows that are never chosen;
-    queries go in chunks of C (the last one padded) so that a device holds [C, N / devices]
-    scores at once, one compiled program for every chunk.
-
-    Args:
-      queries: float [Q, E].
-      corpus: float [N, E].
-      k: candidates per query, 1 <= k <= N.
-
-    Returns:
-      Candidates: scores float32 [Q, k] descending, indices int32 [Q, k] (equal scores in
-      ascending corpus order).
-    """
-    queries, corpus = _search_inputs(queries, corpus, k)
-    (num_queries, width), num_docs = queries.shape, corpus.shape[0]
-    devices = jax.local_devices()
-    mesh = Mesh(np.array(devices), (_AXIS,))
-    rows = -(-num_docs // len(devices))  # S, rows per device
-    padded = np.zeros((rows * len(devices), width), np.float32)
-    padded[:num_docs] = corpus
-    corpus_on_mesh = jax.device_put(padded, NamedSharding(mesh, P(_AXIS, None)))
-    chunk = max(1, min(_MAX_CHUNK_SCORES // rows, 1 << max(num_queries - 1, 0).bit_length()))
-    replicated = NamedSharding(mesh, P())
-    scores = np.empty((num_queries, k), np.float32)
-    indices = np.empty((num_queries, k), np.int32)
-    for start in range(0, num_queries, chunk):
-        part = queries[start : start + chunk]
-        block = np.zeros((chunk, width), np.float32)
-        block[: len(part)] = part
-        s, i = _chunk_top_k(
-            jax.device_put(block, replicated), corpus_on_mesh, k=k, num_valid=num_docs, mesh=mesh
-        )
-        scores[start : start + len(part)] = np.asarray(s)[: len(part)]
-        indices[start : start + len(part)] = np.asarray(i)[: len(part)]
-    return Candidates(scores, indices)
-
-
-def faiss_module():
-    """The faiss module; ImportError saying how to install it."""
-    try:
-        import faiss
-    except ImportError as e:
-        raise ImportError(
-            "--search faiss needs faiss: pip install faiss-cpu (or the project's `retrieval` extra)"
-        ) from e
-    return faiss
-
-
-def search_faiss(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 4096) -> Candidates:
-    """`search` by faiss on the host's CPU cores, for a corpus whose embeddings do not fit the
-    devices' memory: an exact inner-product index (`faiss.IndexFlatIP`) over the unit rows, the
-    queries `chunk` at a time. faiss's candidates (2k + 8 of them, so that a run of equal
-    scores across the k-th place is held whole) are scored again on the host, one float32 dot
-    product each, and the top k kept with equal scores in corpus order, as `search` orders
-    them: faiss's blocked sums can give equal rows scores a bit apart, and its choice among
-    equal scores is its own. The same candidates as `search`, except where two scores differ
-    only in their last float32 bits (the sums run in another order).
-
-    Raises:
-      ImportError: faiss is not installed, saying how to install it.
-    """
-    faiss = faiss_module()
-    queries, corpus = _search_inputs(queries, corpus, k)
-    index = faiss.IndexFlatIP(corpus.shape[1])
-    index.add(corpus)
-    wide = min(corpus.shape[0], 2 * k + 8)  # room for equal scores across the k-th place
-    scores = np.empty((queries.shape[0], k), np.float32)
-    indices = np.empty((queries.shape[0], k), np.int32)
-    for start in range(0, queries.shape[0], chunk):
-        part = queries[start : start + chunk]
-        found = index.search(part, wide)[1]  # [C, wide]
-        s = np.einsum("qe,qke->qk", part, corpus[found]).astype(np.float32)
-        order = np.lexsort((found, -s), axis=1)[:, :k]  # equal scores in corpus order
-        scores[start : start + len(part)] = np.take_along_axis(s, order, 1)
-        indices[start : start + len(part)] = np.take_along_axis(found, order, 1)
-    return Candidates(scores, indices)
-
-
-SEARCHES = {"mesh": search, "faiss": search_faiss}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +122,7 @@ class Selection(NamedTuple):
 
 
 def select(
-    candidates: Candidates,
+    candidates: search_lib.Candidates,
     excluded: Sequence[Sequence[int]],
     positive_scores: np.ndarray,
     options: MiningOptions,
@@ -278,7 +131,7 @@ def select(
     """Picks each query's negatives among its candidates (module docstring, step 4).
 
     Args:
-      candidates: scores float32 [Q, k] descending and indices int32 [Q, k] (`search`).
+      candidates: scores float32 [Q, k] descending and indices int32 [Q, k] (`retrieval.search`).
       excluded: Q lists of corpus rows never taken (the positives, the anchor's own text).
       positive_scores: float32 [Q], the lowest score of each query's positives (the margins').
       options: the filters, ranks, K and strategy; range_max: `options.window_end(...)`.
@@ -342,7 +195,9 @@ def _rescored(candidates, positives, queries, texts, rescore_fn):
         raise ValueError(f"rescore_fn gave {scores.shape[0]} scores for {len(left)} pairs")
     ends = np.cumsum([num_queries * k] + [len(rows) for rows in positives])
     pair_scores = np.split(scores, ends[:-1])[1:]  # each query's positives
-    return Candidates(scores[: ends[0]].reshape(num_queries, k), candidates.indices), pair_scores
+    return search_lib.Candidates(
+        scores[: ends[0]].reshape(num_queries, k), candidates.indices
+    ), pair_scores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,7 +230,7 @@ def mine(
     options: MiningOptions,
     corpus: Sequence[str] | None = None,
     rescore_fn: Callable[[list[str], list[str]], np.ndarray] | None = None,
-    search_fn: Callable[[np.ndarray, np.ndarray, int], Candidates] = search,
+    search_fn: Callable[[np.ndarray, np.ndarray, int], search_lib.Candidates] = search_lib.search,
 ) -> Mined:
     """Hard negatives for `pairs` (module docstring); the pairs' own negatives are not read.
 
@@ -387,9 +242,9 @@ def mine(
       rescore_fn: (queries, passages) -> float [len(queries)] scores of each pair, a
         cross-encoder's (`mine.pair_scorer`), given exactly when `options.rescore`; the
         filters, ranks and the scores written are then its.
-      search_fn: (queries [Q, E], corpus [N, E], k) -> Candidates: `search` (exact, on the
-        devices) or `search_faiss` (exact, on the host's cores, for a corpus beyond the
-        devices' memory).
+      search_fn: (queries [Q, E], corpus [N, E], k) -> Candidates: `retrieval.search.search`
+        (exact, on the devices) or `search_faiss` (exact, on the host's cores, for a corpus
+        beyond the devices' memory).
     """
     if options.rescore != (rescore_fn is not None):
         raise ValueError("options.rescore is set exactly when a rescore_fn is given")
@@ -451,7 +306,7 @@ def _embed_texts(
     """Unit embeddings of the queries [Q, E] and the corpus texts [N, E], a text that is both
     embedded once."""
     embedded = list(dict.fromkeys([*texts, *queries]))
-    embeddings = _unit(embed_fn(embedded))  # [T, E]: the corpus texts lead
+    embeddings = search_lib.unit(embed_fn(embedded))  # [T, E]: the corpus texts lead
     row_of = {text: i for i, text in enumerate(embedded)}
     return embeddings[[row_of[text] for text in queries]], embeddings[: len(texts)]
 

@@ -10,7 +10,9 @@ corpus position (its ascending corpus id); a query without relevant documents is
 every mean; MRR@k is the mean reciprocal rank of the first relevant document in the top k (0 when
 none is); Recall@k is the share of a query's relevant documents in its top k; nDCG@k divides the
 DCG of the top k (gain 1 for a relevant document at rank r, discounted by log2(r + 1)) by that of
-the ideal ranking. Host numpy: a dev set of thousands of pairs takes well under a second.
+the ideal ranking (of min(10, its relevant documents) hits). Host numpy: a dev set of thousands
+of pairs takes well under a second. `ranked_scores` scores lists ranked elsewhere (a search's
+top k, `python -m bert_jax.inference search --qrels`) the same way, Recall@100 among them.
 """
 
 from __future__ import annotations
@@ -88,14 +90,37 @@ def retrieval_scores(
         for j, (row, docs) in enumerate(zip(rows, ranked)):
             hits[start + j] = [int(d) in relevant[row] for d in docs]
     num_relevant = np.array([len(relevant[i]) for i in kept], np.float64)  # [Q']
-    discount = 1.0 / np.log2(np.arange(hits.shape[1]) + 2.0)  # rank r (from 0): 1 / log2(r + 2)
-    dcg = (hits * discount).sum(1)
-    ideal = np.array([discount[: min(int(n), K)].sum() for n in num_relevant])
-    found = hits.any(1)
-    reciprocal_rank = np.where(found, 1.0 / (hits.argmax(1) + 1.0), 0.0)  # of the first hit
-    return {
+    return ranked_scores(hits, num_relevant, recall_at=(1, K))
+
+
+def ranked_scores(
+    hits: np.ndarray, num_relevant: np.ndarray, recall_at: Sequence[int] = (1, K)
+) -> dict[str, float]:
+    """nDCG@10, MRR@10 and Recall@k of ranked lists, as the evaluator scores its top hits.
+
+    Args:
+      hits: bool [Q, R]: whether query q's document at rank r (from 0) is relevant; R, the
+        documents retrieved, at least max(10, recall_at) where the corpus holds that many.
+      num_relevant: [Q] counts >= 1: each query's relevant documents, retrieved or not (the
+        denominators of recall and the ideal DCG).
+      recall_at: the k of each Recall@k.
+
+    Returns:
+      {"ndcg@10", "mrr@10", "recall@<k>" for each k}: Python floats in [0, 1], means over the Q
+      queries.
+    """
+    hits = np.asarray(hits, bool)
+    num_relevant = np.asarray(num_relevant, np.float64)
+    top = hits[:, :K]  # [Q, min(R, 10)]
+    discount = 1.0 / np.log2(np.arange(K) + 2.0)  # rank r (from 0): 1 / log2(r + 2)
+    dcg = (top * discount[: top.shape[1]]).sum(1)
+    ideal = np.cumsum(discount)[np.minimum(num_relevant, K).astype(int) - 1]
+    found = top.any(1)
+    reciprocal_rank = np.where(found, 1.0 / (top.argmax(1) + 1.0), 0.0)  # of the first hit
+    scores = {
         "ndcg@10": float(np.mean(dcg / ideal)),
         "mrr@10": float(np.mean(reciprocal_rank)),
-        "recall@1": float(np.mean(hits[:, :1].sum(1) / num_relevant)),
-        "recall@10": float(np.mean(hits.sum(1) / num_relevant)),
     }
+    for k in recall_at:
+        scores[f"recall@{k}"] = float(np.mean(hits[:, :k].sum(1) / num_relevant))
+    return scores

@@ -1,9 +1,9 @@
-"""Hard-negative mining (bert_jax.embed.mining, the command bert_jax.embed.mine): the sharded
-exact search against numpy on 8 devices (ties, a corpus not divisible by 8, query chunks); the
-selection's filters, ranks, strategies and drops on hand-made scores; grouping and exclusions;
-the same rows as sentence-transformers' `mine_hard_negatives` on fixed embeddings (and, `-m
-e2e`, with all-MiniLM-L6-v2 on Shakespeare cue -> reply pairs); the command in a clean
-environment, and its mistakes as one `error:` line."""
+"""Hard-negative mining (bert_jax.embed.mining, the command bert_jax.embed.mine; the search it
+runs: tests/retrieval/search_test.py): the selection's filters, ranks, strategies and drops on
+hand-made scores; grouping and exclusions; the same rows as sentence-transformers'
+`mine_hard_negatives` on fixed embeddings (and, `-m e2e`, with all-MiniLM-L6-v2 on Shakespeare
+cue -> reply pairs); the command in a clean environment, and its mistakes as one `error:`
+line."""
 
 import dataclasses
 import json
@@ -25,52 +25,14 @@ from bert_jax.models.bert import model as M
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import get_model_class
 from bert_jax.models.params import init_params
-from bert_jax.retrieval import metrics as retrieval
 from bert_jax.retrieval import pairs
+from bert_jax.retrieval import search as search_lib
 
 INF = np.inf
 
 
-def _reference(queries, corpus, k):
-    scores = retrieval.cosine_scores(queries, corpus)
-    top = retrieval.top_k(scores, k)  # a stable sort: equal scores in corpus order
-    return np.take_along_axis(scores, top, axis=1), top
-
-
-def test_search_equals_numpy_on_8_devices_with_ties_and_padding(monkeypatch):
-    assert jax.local_device_count() == 8
-    rng = np.random.default_rng(0)
-
-    # Unit rows of four entries +-0.5 among 8: every score is a multiple of 1/4, so ties abound
-    # and are exact however the device sums.
-    def unit_rows(n):
-        x = np.zeros((n, 8), np.float32)
-        for row in x:
-            row[rng.choice(8, 4, replace=False)] = rng.choice([-0.5, 0.5], 4)
-        return x
-
-    queries, corpus = unit_rows(11), unit_rows(37)  # 37 rows: 5 per device, 3 padding rows
-    for k in (1, 6, 37):
-        scores, indices = mining.search(queries, corpus, k)
-        want_scores, want = _reference(queries, corpus, k)
-        assert scores.shape == indices.shape == (11, k) and indices.dtype == np.int32
-        np.testing.assert_array_equal(indices, want)
-        np.testing.assert_allclose(scores, want_scores, atol=1e-6)
-    assert len(set(np.round(_reference(queries, corpus, 37)[0][0], 3))) < 37  # ties were there
-    # Queries in chunks of 4 (the last one padded): one more program, the same answer.
-    monkeypatch.setattr(mining, "_MAX_CHUNK_SCORES", 4 * 5)
-    before = mining._chunk_top_k._cache_size()
-    scores, indices = mining.search(queries, corpus, 6)
-    np.testing.assert_array_equal(indices, _reference(queries, corpus, 6)[1])
-    assert mining._chunk_top_k._cache_size() == before + 1
-    mining.search(queries[::-1], corpus[::-1], 6)  # the same shapes: compiled already
-    assert mining._chunk_top_k._cache_size() == before + 1
-    with pytest.raises(ValueError, match="k must be in"):
-        mining.search(queries, corpus, 38)
-
-
 def _select(scores, indices, excluded=((),), positive=(0.75,), **options):
-    candidates = mining.Candidates(np.array(scores, np.float32), np.array(indices, np.int32))
+    candidates = search_lib.Candidates(np.array(scores, np.float32), np.array(indices, np.int32))
     opts = mining.MiningOptions(**{"num_negatives": 2, **options})
     end = opts.window_end(1)
     return mining.select(candidates, excluded, np.array(positive, np.float32), opts, end)
@@ -549,18 +511,6 @@ def test_cross_encoder_scores_filter_the_command(tiny_model, tmp_path):
     assert np.all(negative[0::2] >= negative[1::2])  # each row's 2 negatives, best first
     cosine_negative = rows["cosine"][0]
     assert len(cosine_negative) != len(negative) or np.any(cosine_negative != negative)
-
-
-def test_faiss_search_equals_the_mesh_search():
-    pytest.importorskip("faiss")
-    rng = np.random.default_rng(5)
-    queries, corpus = rng.normal(size=(37, 24)), rng.normal(size=(301, 24))
-    ours = mining.search(queries, corpus, 11)
-    theirs = mining.search_faiss(queries, corpus, 11, chunk=8)  # queries in 5 chunks
-    np.testing.assert_array_equal(theirs.indices, ours.indices)
-    np.testing.assert_allclose(theirs.scores, ours.scores, atol=1e-6)
-    with pytest.raises(ValueError, match=r"k must be in \[1, 301\]"):
-        mining.search_faiss(queries, corpus, 302)
 
 
 def test_command_with_faiss_writes_what_the_mesh_writes(tiny_model, tmp_path):

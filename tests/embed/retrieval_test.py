@@ -1,10 +1,11 @@
 """bert_jax.retrieval.metrics against sentence-transformers' InformationRetrievalEvaluator on the
-same embeddings: random ones, exact ties, and queries with 0-3 relevant documents."""
+same embeddings: random ones, exact ties, and queries with 0-3 relevant documents; ranked lists
+shorter than the relevant documents (`ranked_scores`)."""
 
 import numpy as np
 import pytest
 
-from bert_jax.retrieval.metrics import retrieval_scores
+from bert_jax.retrieval.metrics import ranked_scores, retrieval_scores
 
 
 def _theirs(queries: np.ndarray, corpus: np.ndarray, relevant) -> dict[str, float]:
@@ -75,3 +76,14 @@ def test_a_perfect_ranking_scores_one_and_bad_inputs_are_named():
         retrieval_scores(emb, emb, [set()] * 12)
     with pytest.raises(ValueError, match=r"\[Q, E\] and \[N, E\]"):
         retrieval_scores(emb, emb[:, :5], [{0}] * 12)
+
+
+def test_ranked_lists_shorter_than_the_relevant_documents():
+    """A query with 5 relevant documents, 3 retrieved (a corpus of 3, or relevant documents
+    outside it): its ideal DCG counts all 5 up to rank 10, as the evaluator's does."""
+    hits = np.array([[True, False, True], [False, False, False]])
+    scores = ranked_scores(hits, np.array([5, 1]), recall_at=(1, 100))
+    ideal = sum(1 / np.log2(r + 2) for r in range(5))
+    assert scores["ndcg@10"] == pytest.approx((1 + 1 / np.log2(4)) / ideal / 2)
+    assert scores["mrr@10"] == 0.5
+    assert scores["recall@1"] == pytest.approx(0.1) and scores["recall@100"] == pytest.approx(0.2)

@@ -1,0 +1,436 @@
+"""`search`: each query's k best corpus documents by the cosine similarity of a model's
+embeddings, found exactly (`retrieval.search`: on the devices, or by faiss on the host); with
+--qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers' InformationRetrievalEvaluator
+computes them (`retrieval.metrics.ranked_scores`).
+
+    python -m bert_jax.inference search --model sentence-transformers/all-MiniLM-L6-v2 \\
+        --queries dev.jsonl --corpus corpus.jsonl --qrels dev_qrels.jsonl --output run.jsonl
+    python -m bert_jax.inference search --model DIR --queries q.txt --corpus emb/ \\
+        --output run.parquet --top_k 100
+
+In:
+  --queries   JSONL/CSV/Parquet rows with `text` (or `query`) and an optional `id` (else the row
+              number from 0), or a text file, one query a line (ids: line numbers from 0).
+  --corpus    rows with `id` and `text`, embedded by --model as `inference embed` embeds them;
+              or Parquet rows with an id and `embedding` (float32 [E]): the folder (or shards)
+              `inference embed --input ... --id_column ID --output FOLDER` writes, whose
+              metadata names the id column, or any Parquet with `id` and `embedding`.
+  --qrels     JSONL/CSV/Parquet rows naming the relevant documents: `query_id` (or `query-id`)
+              and `corpus_id` (or `corpus-id`), or `query` (a query's text) and `id` (a corpus
+              id); an optional `score` <= 0 marks a row not relevant. Ids are compared as text.
+Out (--output):
+  .jsonl      one line per query: {"query_id", "ids": [k corpus ids, best first], "scores"}
+  .parquet    the same columns (scores float32)
+  with --qrels, OUTPUT's name with `.metrics.json` for its suffix: the scores, counts, settings.
+
+Equal scores rank by ascending corpus id (the evaluator's order; ids of mixed types: corpus
+order). Queries without a relevant document are left out of the means, as the evaluator leaves
+them; qrels of queries not in --queries are skipped, and qrels naming documents not in --corpus
+count as relevant documents never found (as there), each with a warning giving their number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bert_jax import paths
+from bert_jax.data import tables
+from bert_jax.inference import batches, encoder
+from bert_jax.inference.commands import base
+from bert_jax.models.pooling import POOLINGS
+from bert_jax.retrieval import metrics, records
+from bert_jax.retrieval import search as search_lib
+
+INDEXES = {"exact": "mesh", "faiss": "faiss"}  # --index -> `retrieval.search.SEARCHES`
+RECALL_AT = 100  # Recall@100, beside nDCG@10 and MRR@10
+OUTPUT_SUFFIXES = (".jsonl", ".parquet")
+TEXT_COLUMNS = ("text", "query")
+QRELS_LAYOUTS = (("query_id", "corpus_id"), ("query-id", "corpus-id"), ("query", "id"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --queries, --corpus, --output, --top_k, --qrels, --index, the embedding flags."""
+    base.add_model(parser)
+    add = parser.add_argument
+    add("--queries", required=True, help="JSONL/CSV/Parquet with text (id), or one query a line")
+    add("--corpus", required=True, help="rows with id and text, or `inference embed`'s Parquet")
+    add("--output", required=True, help="NAME.jsonl or NAME.parquet: each query's top k")
+    add("--top_k", type=int, default=10, help="documents written per query")
+    add("--qrels", help="relevance rows: nDCG@10, MRR@10, Recall@100 into NAME.metrics.json")
+    add("--index", choices=tuple(INDEXES), default="exact", help="faiss: on the host's cores")
+    add("--pooling", choices=POOLINGS, default=None, help="as `inference embed`'s")
+    add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
+    add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
+    add("--batch_size", type=int, default=64, help="texts embedded per batch")
+
+
+class Corpus(NamedTuple):
+    """The documents: N ids (as read) and their texts, or their embeddings float32 [N, E] with
+    the embed job's settings (None: a corpus of texts)."""
+
+    ids: list
+    texts: list[str] | None
+    embeddings: np.ndarray | None = None
+    settings: dict | None = None
+
+
+def _found(flag: str, pattern: str) -> list[str]:
+    """The files of `pattern`; FileNotFoundError naming the flag."""
+    try:
+        return tables.expand_inputs(pattern)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{flag}: {e}") from None
+
+
+def read_queries(path: str) -> tuple[list, list[str]]:
+    """(Q ids, Q texts) of --queries (module docstring); ValueError naming the file."""
+    path = _one_file("--queries", path)
+    if not path.lower().endswith(base.TABLE_SUFFIXES):
+        texts, second = batches.read_texts(path)
+        if second is not None:  # every line held a tab: a query's text, whole
+            texts = [f"{a}\t{b}" for a, b in zip(texts, second)]
+        return list(range(len(texts))), texts
+    found = tables.column_names(path)
+    text_column = records.first_column(found, TEXT_COLUMNS)
+    if text_column is None:
+        raise ValueError(
+            f"--queries {path}: no column 'text' (or 'query'); the columns are {found}"
+        )
+    id_column = "id" if "id" in found else None
+    ids, texts = [], []
+    for row, values in tables.iter_rows(path, [c for c in (id_column, text_column) if c]):
+        texts.append(records.text(values[text_column], f"{path}: row {row}", text_column))
+        ids.append(values[id_column] if id_column else row)
+    if not texts:
+        raise ValueError(f"--queries {path} holds no query")
+    _check_ids(ids, f"--queries {path}")
+    return ids, texts
+
+
+def _check_ids(ids: list, where: str) -> None:
+    """ValueError naming a null or repeated id."""
+    keys = [str(i) for i in ids]
+    if any(i is None for i in ids):
+        raise ValueError(f"{where}: row {ids.index(None)} has no id (null)")
+    if len(set(keys)) < len(keys):
+        seen = set()
+        repeated = next(k for k in keys if k in seen or seen.add(k))
+        raise ValueError(f"{where}: the id {repeated!r} is given to several rows")
+
+
+def read_corpus(pattern: str) -> Corpus:
+    """--corpus: texts with ids, or the embed job's Parquet (module docstring)."""
+    files = _found("--corpus", pattern)
+    embedded = [f for f in files if "embedding" in tables.column_names(f)]
+    if embedded:
+        return _embedded_corpus(files, embedded)
+    ids, texts = [], []
+    for path in files:
+        found = tables.column_names(path)
+        if found and not {"id", "text"} <= set(found):
+            raise ValueError(
+                f"--corpus {path}: no column 'id' and 'text' (or 'embedding': the Parquet "
+                f"`inference embed` writes); the columns are {found}"
+            )
+        for row, values in tables.iter_rows(path, ["id", "text"]):
+            ids.append(values["id"])
+            texts.append(records.text(values["text"], f"{path}: row {row}", "text"))
+    if not ids:
+        raise ValueError(f"--corpus {pattern} holds no document")
+    _check_ids(ids, f"--corpus {pattern}")
+    return Corpus(ids, texts)
+
+
+def _embedding_rows(column: pa.Array, path: str) -> np.ndarray:
+    """float32 [N, E] of an `embedding` column of N lists of E floats; ValueError otherwise."""
+    floats = pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type)
+    floats = floats and pa.types.is_floating(column.type.value_type)
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False) if floats else None
+    if not floats or column.null_count or len(set(lengths.tolist())) > 1:
+        raise ValueError(
+            f"--corpus {path}: `embedding` ({column.type}) is not one float32 [E] a row "
+            "(embed without --layers)"
+        )
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return values.reshape(len(column), -1).astype(np.float32)
+
+
+def _embedded_shard(path: str) -> tuple[list, np.ndarray | None, dict]:
+    """(the ids, float32 [n, E] embeddings or None for no rows, the embed job's settings) of
+    one Parquet file: its id column is the one the job's metadata names, else `id`."""
+    try:
+        with paths.as_path(path).open("rb") as f:
+            shard = pq.ParquetFile(f)
+            meta = json.loads((shard.schema_arrow.metadata or {}).get(b"bert_jax", b"{}"))
+            id_column = meta.get("id_column", "id") if meta else "id"
+            if id_column not in shard.schema_arrow.names:
+                raise ValueError(
+                    f"--corpus {path}: no id column ({id_column or 'the embed job ran without'}"
+                    " --id_column); embed the corpus with --id_column naming its ids"
+                )
+            table = shard.read(columns=[id_column, "embedding"])
+    except pa.ArrowException as e:
+        raise ValueError(f"--corpus {path}: not a readable Parquet file: {e}") from None
+    if not table.num_rows:
+        return [], None, meta
+    rows = _embedding_rows(table.column("embedding").combine_chunks(), path)
+    return table.column(id_column).to_pylist(), rows, meta
+
+
+def _embedded_corpus(files: list[str], embedded: list[str]) -> Corpus:
+    """The ids and float32 [N, E] embeddings of the embed job's shards (or any Parquet with
+    an id and `embedding`), and the settings the job recorded ({} for other files)."""
+    other = [f for f in files if f not in embedded and tables.num_rows(f) != 0]
+    if other or not all(f.endswith(".parquet") for f in embedded):
+        bad = (other or [f for f in embedded if not f.endswith(".parquet")])[0]
+        raise ValueError(f"--corpus: {bad} is not Parquet with an `embedding` column as the rest")
+    settings, ids, rows = {}, [], []
+    for path in embedded:
+        shard_ids, shard_rows, meta = _embedded_shard(path)
+        settings = settings or meta
+        if shard_rows is not None:
+            ids += shard_ids
+            rows.append(shard_rows)
+    if not ids:
+        raise ValueError(f"--corpus {', '.join(files)} holds no document")
+    if len({r.shape[1] for r in rows}) > 1:
+        widths = sorted({r.shape[1] for r in rows})
+        raise ValueError(f"--corpus: shards of embeddings of different widths {widths}")
+    _check_ids(ids, f"--corpus {files[0]}{' ...' if len(files) > 1 else ''}")
+    return Corpus(ids, None, np.concatenate(rows), settings)
+
+
+def _one_file(flag: str, pattern: str) -> str:
+    """The one file `pattern` names; FileNotFoundError or ValueError naming the flag."""
+    files = _found(flag, pattern)
+    if len(files) > 1:
+        raise ValueError(f"{flag} {pattern} names {len(files)} files; give one")
+    return files[0]
+
+
+def read_qrels(path: str) -> list[tuple[str, str, str]]:
+    """--qrels: (kind "id" or "text", the query's id or text, the corpus id) of each relevant
+    row (a `score` <= 0 is not relevant), ids as text; ValueError naming the file."""
+    path = _one_file("--qrels", path)
+    found = tables.column_names(path)
+    layout = next((c for c in QRELS_LAYOUTS if set(c) <= set(found)), None)
+    if layout is None:
+        names = " or ".join(f"{q!r} and {c!r}" for q, c in QRELS_LAYOUTS)
+        raise ValueError(f"--qrels {path}: no columns {names}; the columns are {found}")
+    kind = "text" if layout[0] == "query" else "id"
+    score = "score" if "score" in found else None
+    qrels = []
+    for row, values in tables.iter_rows(path, [*layout, *([score] if score else [])]):
+        where = f"{path}: row {row}"
+        if any(values[c] is None for c in layout):
+            raise ValueError(f"{where}: a null {layout[0]!r} or {layout[1]!r}")
+        if score is None or records.number(values[score], where, score) > 0:
+            qrels.append((kind, str(values[layout[0]]), str(values[layout[1]])))
+    if not qrels:
+        raise ValueError(f"--qrels {path} holds no relevant row")
+    return qrels
+
+
+def relevant_sets(qrels, query_ids: list, query_texts: list[str], corpus_ids: list):
+    """Each query's relevant corpus ids (as text; Q sets, empty for a query without one), and
+    the warnings: qrels of queries not in --queries (skipped), of documents not in --corpus
+    (counted as relevant, never found, as the evaluator counts them).
+
+    Raises:
+      ValueError: no query of --queries has a relevant document.
+    """
+    by_key = {"id": {}, "text": {}}
+    for q, (qid, text) in enumerate(zip(query_ids, query_texts)):
+        by_key["id"].setdefault(str(qid), []).append(q)
+        by_key["text"].setdefault(text, []).append(q)
+    known = {str(i) for i in corpus_ids}
+    relevant = [set() for _ in query_ids]
+    unknown_queries, unknown_docs = 0, set()
+    for kind, key, doc in qrels:
+        rows = by_key[kind].get(key)
+        if rows is None:
+            unknown_queries += 1
+            continue
+        for q in rows:
+            relevant[q].add(doc)
+        if doc not in known:
+            unknown_docs.add(doc)
+    warnings = []
+    if unknown_queries:
+        warnings.append(f"{unknown_queries} qrels row(s) name a query not in --queries: skipped")
+    if unknown_docs:
+        warnings.append(
+            f"{len(unknown_docs)} relevant document(s) not in --corpus: counted as never found"
+        )
+    if not any(relevant):
+        raise ValueError("--qrels names no query of --queries (by id or by text)")
+    return relevant, warnings
+
+
+def _id_order(ids: list) -> np.ndarray:
+    """int [N]: the rows in ascending id (numbers as numbers, texts as texts; mixed: as given)."""
+    if all(isinstance(i, int) for i in ids) or all(isinstance(i, str) for i in ids):
+        return np.array(sorted(range(len(ids)), key=ids.__getitem__), np.int64)
+    return np.arange(len(ids))
+
+
+def _check(args: argparse.Namespace) -> None:
+    """The flags' own mistakes, before any file is read (ValueError naming the flag)."""
+    if args.top_k < 1:
+        raise ValueError(f"--top_k must be at least 1, got {args.top_k}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
+    if not args.output.endswith(OUTPUT_SUFFIXES):
+        raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}")
+    if args.index == "faiss":
+        try:
+            search_lib.faiss_module()  # installed, before any file is read
+        except ImportError as e:
+            raise ValueError(f"--index faiss: {e}") from None
+
+
+def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
+    """float32 [Q, E] query and [N, E] corpus embeddings of --model (the corpus's as read where
+    it holds them), embedded as `inference embed` embeds; warns of settings that differ."""
+    model = encoder.load_for_embedding(
+        args.model,
+        pooling=args.pooling,
+        normalize=args.normalize,
+        max_seq_length=args.max_seq_length,
+    )
+    warnings = list(model.warnings)
+    if corpus.settings:
+        length = min(model.options.max_seq_length, model.config.max_sequence_length)
+        used = {"model": str(paths.as_path(args.model)), **model.options._asdict()}
+        used["max_seq_length"] = length  # as the embed job records it
+        for name, value in used.items():
+            if name in corpus.settings and corpus.settings[name] != value:
+                warnings.append(
+                    f"the corpus was embedded with {name}={corpus.settings[name]!r}, the "
+                    f"queries are embedded with {name}={value!r}"
+                )
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return encoder.embed(
+            model.config,
+            model.params,
+            model.tokenizer,
+            texts,
+            pooling=model.options.pooling,
+            normalize=model.options.normalize,
+            batch_size=args.batch_size,
+            max_seq_length=model.options.max_seq_length,
+        )
+
+    docs = corpus.embeddings if corpus.texts is None else embed(corpus.texts)
+    queries = embed(query_texts)
+    if queries.shape[1] != docs.shape[1]:
+        raise ValueError(
+            f"--corpus holds embeddings of width {docs.shape[1]}; --model {args.model} embeds "
+            f"to {queries.shape[1]}"
+        )
+    return queries, docs
+
+
+def write_results(path: str, query_ids: list, ids: list[list], scores: np.ndarray) -> None:
+    """--output: one row per query, {"query_id", "ids", "scores"} (.jsonl or .parquet)."""
+    if path.endswith(".parquet"):
+        try:
+            table = pa.table(
+                {
+                    "query_id": query_ids,
+                    "ids": ids,
+                    "scores": pa.array(list(scores), pa.list_(pa.float32())),
+                }
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise ValueError(f"--output {path}: ids of mixed types ({e}); write .jsonl") from None
+
+        def write(local: str) -> None:
+            pq.write_table(table, local)
+
+        paths.write_file_whole(path, write)
+        return
+    lines = (
+        json.dumps({"query_id": q, "ids": i, "scores": [float(x) for x in s]}) + "\n"
+        for q, i, s in zip(query_ids, ids, scores)
+    )
+    paths.write_text_whole(path, "".join(lines))
+
+
+def metrics_path(output: str) -> str:
+    """OUTPUT's name with `.metrics.json` for its suffix (run.jsonl -> run.metrics.json)."""
+    return output.rsplit(".", 1)[0] + ".metrics.json"
+
+
+def run(args: argparse.Namespace) -> None:
+    """Searches --corpus for each of --queries; writes --output (and, with --qrels, the scores)."""
+    _check(args)
+    query_ids, query_texts = read_queries(args.queries)
+    corpus = read_corpus(args.corpus)
+    relevant = None
+    if args.qrels is not None:
+        relevant, warnings = relevant_sets(
+            read_qrels(args.qrels), query_ids, query_texts, corpus.ids
+        )
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    queries, docs = _embeddings(args, query_texts, corpus)
+    order = _id_order(corpus.ids)  # equal scores in ascending id, as the evaluator ranks them
+    doc_ids = [corpus.ids[i] for i in order]
+    k = min(max(args.top_k, RECALL_AT if relevant else 0), len(doc_ids))
+    found = search_lib.SEARCHES[INDEXES[args.index]](queries, docs[order], k)
+    top = min(args.top_k, k)
+    ids = [[doc_ids[i] for i in row[:top]] for row in found.indices]
+    write_results(args.output, query_ids, ids, found.scores[:, :top])
+    print(
+        f"wrote the top {top} of {len(doc_ids)} documents for {len(query_ids)} queries to "
+        f"{args.output}"
+    )
+    if relevant is not None:
+        ranked = [[str(doc_ids[i]) for i in row] for row in found.indices]
+        _report(args, relevant, ranked, len(doc_ids))
+
+
+def _report(args, relevant: list[set[str]], ranked: list[list[str]], corpus_size: int) -> None:
+    """Prints and writes nDCG@10, MRR@10 and Recall@100 of the queries with relevant documents
+    (`ranked`: each query's retrieved ids, as text, best first)."""
+    kept = [q for q, docs in enumerate(relevant) if docs]
+    hits = np.array([[d in relevant[q] for d in ranked[q]] for q in kept], bool)
+    counts = np.array([len(relevant[q]) for q in kept])
+    scores = metrics.ranked_scores(hits, counts, recall_at=(RECALL_AT,))
+    record = {
+        **scores,
+        "num_queries": len(kept),
+        "num_queries_without_relevant": len(relevant) - len(kept),
+        "corpus_size": corpus_size,
+        "model": args.model,
+        "index": args.index,
+        "queries": args.queries,
+        "corpus": args.corpus,
+        "qrels": args.qrels,
+    }
+    paths.write_text_whole(metrics_path(args.output), json.dumps(record, indent=2) + "\n")
+    print(
+        f"nDCG@10 {scores['ndcg@10']:.4f}  MRR@10 {scores['mrr@10']:.4f}  "
+        f"Recall@100 {scores[f'recall@{RECALL_AT}']:.4f}  ({len(kept)} queries with relevant "
+        f"documents; {metrics_path(args.output)})"
+    )
+
+
+COMMAND = base.Command(
+    "search",
+    "each query's top k corpus documents; with --qrels nDCG@10, MRR@10, Recall@100",
+    add_arguments,
+    run,
+)
