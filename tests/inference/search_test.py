@@ -4,8 +4,9 @@ clean environment, the same top 10 as a brute-force numpy search of the model's 
 InformationRetrievalEvaluator on those embeddings, qrels in the layout of the Debian package
 set (`query`, `id`); a corpus of embeddings (Parquet with `id` and `embedding`, 150 random
 documents: a Recall@100 below 1) scored as the evaluator scores it, faiss's search equal to the
-exact one; the bulk embed job's output as the corpus equal to the corpus of texts; each bad
-input one `error:` line."""
+exact one; the bulk embed job's output as the corpus equal to the corpus of texts; --rerank
+reordering each query's first documents by `CrossEncoder.predict`'s scores; each bad input one
+`error:` line."""
 
 import json
 import subprocess
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bert_jax import tokenization
 from bert_jax.inference import encoder
 from bert_jax.inference.__main__ import main
 from bert_jax.inference.commands import search
@@ -217,6 +219,36 @@ def test_the_bulk_embed_output_as_the_corpus(minilm, files, tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err  # the job's settings are the queries'
 
 
+@pytest.mark.torch
+def test_rerank_reorders_the_first_documents_by_the_cross_encoders_scores(minilm, files, tmp_path):
+    """A tiny random cross-encoder (transformers' layout, its own WordPiece vocabulary) reorders
+    each query's first 6 documents: the order and scores of `CrossEncoder(dir).predict` on those
+    pairs; the documents after them keep their place (Recall@100 unchanged)."""
+    st = pytest.importorskip("sentence_transformers")
+    from tests.inference.rerank_inference_test import save_classifier
+
+    texts = [*DOCS.values(), *(q["query"] for q in QUERIES)]
+    words = [w.strip(".,'").lower() for t in texts for w in t.split()]
+    tokenizer = tokenization.train_wordpiece([" ".join(words)] * 3, 200, min_frequency=1)
+    ce_dir = save_classifier(tmp_path / "ce", tokenizer, 1)
+    argv = ["search", "--model", minilm, "--queries", files["queries"], "--corpus", files["corpus"]]
+    argv += ["--qrels", files["qrels"]]
+    assert main([*argv, "--top_k", "6", "--output", str(tmp_path / "first.jsonl")]) == 0
+    reranked = [*argv, "--rerank", ce_dir, "--rerank_top", "6", "--top_k", "6"]
+    assert main([*reranked, "--output", str(tmp_path / "second.jsonl")]) == 0
+    first, second = read_run(tmp_path / "first.jsonl"), read_run(tmp_path / "second.jsonl")
+    cross_encoder = st.CrossEncoder(ce_dir, device="cpu")
+    for q, (a, b) in enumerate(zip(first, second)):
+        theirs = cross_encoder.predict([(QUERIES[q]["query"], DOCS[d]) for d in a["ids"]])
+        order = np.argsort(-theirs, kind="stable")
+        assert b["ids"] == [a["ids"][i] for i in order], q
+        np.testing.assert_allclose(b["scores"], theirs[order], atol=1e-5)
+    assert any(a["ids"] != b["ids"] for a, b in zip(first, second))
+    scores = [json.loads((tmp_path / f"{n}.metrics.json").read_text()) for n in ("first", "second")]
+    assert scores[0]["recall@100"] == scores[1]["recall@100"]
+    assert scores[1]["rerank"] == ce_dir and scores[1]["rerank_top"] == 6
+
+
 def test_a_text_file_of_queries_has_line_numbers_for_ids(tmp_path):
     (tmp_path / "q.txt").write_text("first query\nsecond\tquery with a tab\n\n")
     assert search.read_queries(str(tmp_path / "q.txt")) == (
@@ -240,6 +272,8 @@ def test_a_text_file_of_queries_has_line_numbers_for_ids(tmp_path):
         ("no_ids", ["--corpus", "{d}/no_ids.parquet"], "no id column"),
         ("two_files", ["--queries", "{d}/*qrels.jsonl"], "names 2 files; give one"),
         ("faiss", ["--index", "faiss"], "--index faiss: a faiss search needs faiss: pip install"),
+        ("rerank_top", ["--rerank", "ce", "--top_k", "30"], "--top_k=30 beyond --rerank_top=20"),
+        ("rerank_texts", ["--rerank", "ce", "--corpus", "{d}/emb.parquet"], "embeddings only"),
     ],
 )
 def test_each_bad_input_is_one_error_line(files, capsys, monkeypatch, case, flags, message):
@@ -247,6 +281,7 @@ def test_each_bad_input_is_one_error_line(files, capsys, monkeypatch, case, flag
     (d / "empty.jsonl").write_text("")
     embedding = pa.FixedSizeListArray.from_arrays(pa.array([0.5, 1.0], pa.float32()), 2)
     pq.write_table(pa.table({"embedding": embedding}), d / "no_ids.parquet")
+    pq.write_table(pa.table({"id": ["a"], "embedding": embedding}), d / "emb.parquet")
     if case == "faiss":
         monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` raises ImportError
     write_jsonl(d / "other_qrels.jsonl", [{"query_id": "q9", "corpus_id": "bread"}])

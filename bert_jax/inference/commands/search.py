@@ -7,6 +7,8 @@ computes them (`retrieval.metrics.ranked_scores`).
         --queries dev.jsonl --corpus corpus.jsonl --qrels dev_qrels.jsonl --output run.jsonl
     python -m bert_jax.inference search --model DIR --queries q.txt --corpus emb/ \\
         --output run.parquet --top_k 100
+    python -m bert_jax.inference search --model DIR --queries dev.jsonl --corpus corpus.jsonl \\
+        --rerank runs/rerank/hf --rerank_top 20 --qrels dev_qrels.jsonl --output run.jsonl
 
 In:
   --queries   JSONL/CSV/Parquet rows with `text` (or `query`) and an optional `id` (else the row
@@ -18,6 +20,11 @@ In:
   --qrels     JSONL/CSV/Parquet rows naming the relevant documents: `query_id` (or `query-id`)
               and `corpus_id` (or `corpus-id`), or `query` (a query's text) and `id` (a corpus
               id); an optional `score` <= 0 marks a row not relevant. Ids are compared as text.
+With --rerank, a cross-encoder (a CrossEncoder directory, a reranker job's export, a Hub id)
+scores each query with its first --rerank_top documents and reorders them by that score
+(descending; equal scores keep the first stage's order); the documents after them keep their
+place, so Recall@100 counts the same documents. The scores written are the cross-encoder's
+(--top_k at most --rerank_top: one scale a list), and --corpus must hold the texts.
 Out (--output):
   .jsonl      one line per query: {"query_id", "ids": [k corpus ids, best first], "scores"}
   .parquet    the same columns (scores float32)
@@ -43,7 +50,7 @@ import pyarrow.parquet as pq
 
 from bert_jax import paths
 from bert_jax.data import tables
-from bert_jax.inference import batches, encoder
+from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.inference.commands import base
 from bert_jax.models.pooling import POOLINGS
 from bert_jax.retrieval import metrics, records
@@ -69,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--pooling", choices=POOLINGS, default=None, help="as `inference embed`'s")
     add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
     add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
-    add("--batch_size", type=int, default=64, help="texts embedded per batch")
+    add("--batch_size", type=int, default=64, help="texts (or pairs) a batch")
+    add("--rerank", help="a cross-encoder reordering each query's first --rerank_top documents")
+    add("--rerank_top", type=int, default=20, help="documents a query the cross-encoder reorders")
 
 
 class Corpus(NamedTuple):
@@ -288,6 +297,11 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--top_k must be at least 1, got {args.top_k}")
     if args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
+    if args.rerank and not 1 <= args.top_k <= args.rerank_top:
+        raise ValueError(
+            f"--top_k={args.top_k} beyond --rerank_top={args.rerank_top}: the scores written are "
+            "the cross-encoder's, which scores the first --rerank_top documents only"
+        )
     if not args.output.endswith(OUTPUT_SUFFIXES):
         raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}")
     if args.index == "faiss":
@@ -385,11 +399,18 @@ def run(args: argparse.Namespace) -> None:
         )
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
+    cross_encoder = _cross_encoder(args, corpus)
     queries, docs = _embeddings(args, query_texts, corpus)
     order = _id_order(corpus.ids)  # equal scores in ascending id, as the evaluator ranks them
     doc_ids = [corpus.ids[i] for i in order]
-    k = min(max(args.top_k, RECALL_AT if relevant else 0), len(doc_ids))
+    k = min(
+        max(args.top_k, args.rerank_top if cross_encoder else 0, RECALL_AT if relevant else 0),
+        len(doc_ids),
+    )
     found = search_lib.SEARCHES[INDEXES[args.index]](queries, docs[order], k)
+    if cross_encoder is not None:
+        texts = [corpus.texts[i] for i in order]
+        found = _reranked(cross_encoder, args, query_texts, texts, found)
     top = min(args.top_k, k)
     ids = [[doc_ids[i] for i in row[:top]] for row in found.indices]
     write_results(args.output, query_ids, ids, found.scores[:, :top])
@@ -400,6 +421,47 @@ def run(args: argparse.Namespace) -> None:
     if relevant is not None:
         ranked = [[str(doc_ids[i]) for i in row] for row in found.indices]
         _report(args, relevant, ranked, len(doc_ids))
+
+
+def _cross_encoder(args, corpus: Corpus) -> loading.CrossEncoder | None:
+    """--rerank's cross-encoder (None without it), loaded and checked before any embedding;
+    ValueError where the corpus holds no texts for it to read."""
+    if not args.rerank:
+        return None
+    if corpus.texts is None:
+        raise ValueError(
+            f"--rerank scores (query, document) texts; --corpus {args.corpus} holds embeddings "
+            "only: give the corpus file of texts (it is embedded first)"
+        )
+    cross_encoder = loading.load_cross_encoder(args.rerank)
+    heads.cross_encoder(cross_encoder.config, cross_encoder.head)  # one output
+    return cross_encoder
+
+
+def _reranked(ce, args, query_texts, doc_texts, found: search_lib.Candidates):
+    """`found` (indices int [Q, k] into `doc_texts`) with each row's first K = --rerank_top
+    reordered by the cross-encoder's scores of (query, document), descending (equal scores in
+    the first stage's order), the rest in place; scores float32 [Q, K], the cross-encoder's."""
+    num_queries, k = found.indices.shape
+    top = min(args.rerank_top, k)
+    rows = heads.predict(
+        ce.config,
+        ce.params,
+        ce.head,
+        ce.tokenizer,
+        [q for q in query_texts for _ in range(top)],
+        [doc_texts[i] for row in found.indices for i in row[:top]],
+        batch_size=args.batch_size,
+        max_seq_length=min(ce.pair_length(None), ce.config.max_sequence_length),
+        activation=ce.activation,
+    )
+    scores = np.array([row["score"] for row in rows], np.float32).reshape(num_queries, top)
+    reorder = np.argsort(-scores, axis=1, kind="stable")
+    first = np.take_along_axis(found.indices[:, :top], reorder, axis=1)
+    return found._replace(
+        indices=np.concatenate([first, found.indices[:, top:]], axis=1),
+        scores=np.take_along_axis(scores, reorder, axis=1),
+    )
 
 
 def _report(args, relevant: list[set[str]], ranked: list[list[str]], corpus_size: int) -> None:
@@ -419,6 +481,8 @@ def _report(args, relevant: list[set[str]], ranked: list[list[str]], corpus_size
         "queries": args.queries,
         "corpus": args.corpus,
         "qrels": args.qrels,
+        "rerank": args.rerank,
+        "rerank_top": args.rerank_top if args.rerank else None,
     }
     paths.write_text_whole(metrics_path(args.output), json.dumps(record, indent=2) + "\n")
     print(
