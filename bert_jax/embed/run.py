@@ -19,7 +19,6 @@ and when: docs/embeddings.md, "What the run does and writes".
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 from absl import logging
@@ -34,9 +33,9 @@ from bert_jax.data import batching
 from bert_jax.embed import evaluation
 from bert_jax.models import families
 from bert_jax.models.pooling import SENTENCE_POOLINGS
-from bert_jax.parallel import aot, sharding
+from bert_jax.parallel import aot
 from bert_jax.paths import as_path
-from bert_jax.retrieval import packing, pairs
+from bert_jax.retrieval import pairs
 from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
@@ -209,7 +208,9 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
         else evaluation.retrieval_set(dev, start.tokenizer, start.max_seq_length)
     )
     seed_run.check_batch(config, batching.num_rows(features), f"training pairs of {e.train_file}")
-    steps_per_epoch = _train_batches(config, block, features, block.seeds[0]).steps_per_epoch
+    steps_per_epoch = seed_run.group_batches(
+        config, block, features, block.seeds[0]
+    ).steps_per_epoch
     exp = build_experiment(
         config,
         start,
@@ -224,19 +225,6 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     return seed_run.run_seeds(
         config, workdir, exp, mode=mode, task="embed", data_files=data_files, seeds=seeds,
         one_seed=one_seed,
-    )  # fmt: skip
-
-
-def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
-    """One seed's batches (`packing.epoch_batches`): `num_epochs` epochs of shuffled global
-    batches of pairs, this process's rows of them on `mesh` (None: all), packed with
-    `embed.pack` (the row count a multiple of the mesh's data-parallel devices x
-    `num_microbatches`)."""
-    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
-    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
-    return packing.epoch_batches(
-        features, config.global_batch_size, block, seed,
-        row_multiple=config.num_microbatches * dp, host_rows=host_rows,
     )  # fmt: skip
 
 
@@ -260,7 +248,7 @@ def train_seed(
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
-    batches = _train_batches(config, block, features, seed, exp.mesh)
+    batches = seed_run.group_batches(config, block, features, seed, exp.mesh)
     return seed_run.train_seed(
         config, exp, batches, block.num_epochs, seed, seed_dir, plan, init_from=config.init_from
     )

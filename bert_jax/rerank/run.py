@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 from typing import Any
 
 import jax
@@ -36,9 +35,8 @@ from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.cross_encoder import save_cross_encoder
 from bert_jax.models import families
 from bert_jax.models.families import Role
-from bert_jax.parallel import aot, sharding
+from bert_jax.parallel import aot
 from bert_jax.rerank import data, evaluation
-from bert_jax.retrieval import packing
 from bert_jax.training import compile_report, experiment, flops, reranking, seed_run
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
@@ -252,17 +250,10 @@ def rerank_objective(config, group: int) -> Objective:
 
 
 def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
-    """One seed's batches (`packing.epoch_batches`): `num_epochs` epochs of shuffled global
-    batches of rows, this process's rows of them on `mesh` (None: all), packed with
-    `rerank.pack` as the embedding job packs its texts (the labels, weights and teacher scores
-    stay [B])."""
-    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
-    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
+    """One seed's batches (`seed_run.group_batches`), packed with `rerank.pack` as the embedding
+    job packs its texts (the labels, weights and teacher scores stay [B])."""
     keep = tuple(k for k in PER_GROUP_KEYS if k in features)
-    return packing.epoch_batches(
-        features, config.global_batch_size, block, seed,
-        row_multiple=dp, host_rows=host_rows, keep=keep,
-    )  # fmt: skip
+    return seed_run.group_batches(config, block, features, seed, mesh, keep)
 
 
 def train_seed(

@@ -17,6 +17,7 @@ scores and their cadence, what a finished seed keeps and writes) is the job's `S
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,6 +27,7 @@ from absl import logging
 from bert_jax.data import text_io
 from bert_jax.parallel import sharding
 from bert_jax.paths import as_path
+from bert_jax.retrieval import packing
 from bert_jax.training import experiment, loop, settings
 from bert_jax.training.start import starting_state
 from bert_jax.training.summaries import MetricView, MetricWriter
@@ -236,3 +238,17 @@ def _scores_at(writer: MetricWriter, step: int) -> Mapping[str, float]:
         for s, v in points
         if s == step
     }
+
+
+def group_batches(config, block, features, seed: int, mesh=None, keep: tuple[str, ...] = ()):
+    """One seed's batches of groups of texts (the embedding job's pairs, the reranker's rows;
+    `retrieval.packing.epoch_batches`): `block.num_epochs` epochs of shuffled global batches
+    (`block`: the job's `training.text_job.TextJob`), this process's rows of them on `mesh`
+    (None: all), packed with `block.pack` (the row count a multiple of the mesh's data-parallel
+    devices x `num_microbatches`; the `keep` keys stay [B])."""
+    dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
+    host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
+    return packing.epoch_batches(
+        features, config.global_batch_size, block, seed,
+        row_multiple=config.num_microbatches * dp, host_rows=host_rows, keep=keep,
+    )  # fmt: skip
