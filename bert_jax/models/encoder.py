@@ -20,6 +20,8 @@ import flax.linen as nn
 from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 from bert_jax.models.layers import (
+    LAYER_NAME,
+    SCANNED_LAYER,
     Dropout,
     PostLNEncoder,
     constrain,
@@ -29,6 +31,18 @@ from bert_jax.models.layers import (
     layer_norm,
 )
 from bert_jax.models.outputs import EncoderOutput
+
+# Where `EncoderModel`'s default stack (`stack`: `PostLNEncoder`, named "encoder") keeps its
+# layers in the encoder's tree, and their names: a family row's `layers_path`, `layer_name` and
+# `scanned_layer` (`encoder/layer_3`; one stacked `encoder/layer` under `scan_layers`).
+POST_LN_LAYERS = (("encoder",), LAYER_NAME, SCANNED_LAYER)
+
+
+def starting_paths(encoder_name: str, mlm_bias: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """A family row's `starting_paths` when its encoder (the heads' submodule `encoder_name`)
+    has `LearnedEmbeddings`: its MLM head's bias at `mlm_bias` and the position table."""
+    position_table = (encoder_name, "embeddings", "position_embeddings", "embedding")
+    return {"mlm_bias": mlm_bias, "position_embeddings": position_table}
 
 
 class LearnedEmbeddings(nn.Module):
