@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
-from bert_jax.models.attention import AttentionMask, attend, dropout
+from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng, dropout
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
@@ -348,7 +348,6 @@ class SelfAttention(nn.Module):
         q, k, v = (
             constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
         )  # [B, L, H, D] each
-        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
         return attend(
             q,
             k,
@@ -356,7 +355,7 @@ class SelfAttention(nn.Module):
             mask,
             config=cfg,
             runtime=rt,
-            dropout_rng=self.make_rng("dropout") if dropping else None,
+            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
             output_attentions=output_attentions,
         )
 
