@@ -56,7 +56,8 @@ class LearnedEmbeddings(nn.Module):
         others add the token types first, as transformers does).
 
     Call: input_ids, token_type_ids, positions [B, L] int (positions: the table's rows) ->
-    [B, L, width].
+    [B, L, width]; a row longer than the config's `max_sequence_length` raises, naming the
+    table's size.
     """
 
     config: EncoderConfig
@@ -67,6 +68,14 @@ class LearnedEmbeddings(nn.Module):
     @nn.compact
     def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool):
         cfg, rt = self.config, self.runtime
+        if input_ids.shape[-1] > cfg.max_sequence_length:
+            skipped = cfg.max_position_embeddings - cfg.max_sequence_length  # RoBERTa's offset
+            unread = f", its rows 0..{skipped - 1} unused" if skipped else ""
+            raise ValueError(
+                f"sequence length {input_ids.shape[-1]} exceeds the {cfg.max_sequence_length} "
+                f"positions of {cfg.display_name}'s table (max_position_embeddings="
+                f"{cfg.max_position_embeddings}{unread})"
+            )
         width = cfg.hidden_size if self.width is None else self.width
         tables = [
             ("token_type_embeddings", cfg.type_vocab_size, token_type_ids),

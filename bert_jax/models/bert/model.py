@@ -63,12 +63,6 @@ class BertModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        seq_len = input_ids.shape[1]
-        if seq_len > cfg.max_position_embeddings:
-            raise ValueError(
-                f"sequence length {seq_len} exceeds max_position_embeddings="
-                f"{cfg.max_position_embeddings}"
-            )
         embeddings = LearnedEmbeddings(cfg, rt, positions_first=True, name="embeddings")
         return embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic)
 

@@ -73,11 +73,6 @@ class ElectraModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        if input_ids.shape[1] > cfg.max_position_embeddings:
-            raise ValueError(
-                f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings="
-                f"{cfg.max_position_embeddings}"
-            )
         embeddings = LearnedEmbeddings(cfg, rt, cfg.embedding_size, name="embeddings")
         x = embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic)  # M
         if cfg.projects_embeddings:

@@ -91,12 +91,6 @@ class RobertaModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        if input_ids.shape[1] > cfg.max_sequence_length:
-            raise ValueError(
-                f"sequence length {input_ids.shape[1]} exceeds the {cfg.max_sequence_length} "
-                f"positions of {cfg.display_name}'s table (max_position_embeddings="
-                f"{cfg.max_position_embeddings}, its rows 0..{cfg.pad_token_id} unused)"
-            )
         positions = position_index(cfg, input_ids, position_ids)  # the table's rows
         embeddings = LearnedEmbeddings(cfg, rt, name="embeddings")
         return embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
