@@ -477,6 +477,16 @@ def splash_attention(
 
 
 # ---- Dispatch ----
+def attention_dropout_rng(
+    module: nn.Module, config: EncoderConfig, deterministic: bool
+) -> Array | None:
+    """`attend`'s dropout_rng for a layer's call: `module`'s "dropout" key when training
+    (`deterministic` False) with a nonzero `attention_probs_dropout_prob`, else None."""
+    if deterministic or config.attention_probs_dropout_prob <= 0.0:
+        return None
+    return module.make_rng("dropout")
+
+
 def attend(
     q: Array,
     k: Array,

@@ -46,7 +46,7 @@ HF_HOUSEKEEPING = frozenset(
 # The largest size or count a model config may hold: token ids, positions and array sizes are
 # int32 on the device; a larger value (a typo, or a stranger's config.json) is refused up front.
 MAX_SIZE = 2**31 - 1
-# The fields that size the weights of a family of BERT's layers (`EncoderConfig._check_layers`):
+# The fields that size the weights of a family of BERT's layers (`PostLNConfig._check_layers`):
 # positive integers, at most `MAX_SIZE`.
 LAYER_SIZES = (
     "vocab_size",
@@ -68,7 +68,7 @@ class EncoderConfig:
     A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
     initializer_range, num_labels and label_names, `attention_probs_dropout_prob` as a field or
     property, and `vocab_pad_multiple` (or its own `padded_vocab_size`): what the shared layers
-    and conversion read. A family of BERT's layers checks its fields with `_check_layers`.
+    and conversion read. A family of BERT's layers derives from `PostLNConfig`.
 
     Its fields are config.json's keys (`hf_names` renames the others), with transformers' class
     defaults, so a missing key means what it means to transformers; `num_labels` and
@@ -166,33 +166,6 @@ class EncoderConfig:
                 self._fail(
                     name, getattr(self, name), f"unknown activation; expected one of {ACTIVATIONS}"
                 )
-
-    def _check_layers(
-        self,
-        sizes: tuple[str, ...] = LAYER_SIZES,
-        probabilities: tuple[str, ...] = (),
-        bools: tuple[str, ...] = (),
-        activations: tuple[str, ...] = (),
-        optional: tuple[str, ...] = (),
-    ) -> None:
-        """The checks of a family of BERT's layers (`_check_fields`), then the heads': `sizes`;
-        hidden_dropout_prob, attention_probs_dropout_prob and `probabilities` (those in
-        `optional` may be None); initializer_range and layer_norm_eps positive; hidden_act and
-        `activations` known; `bools`; hidden_size split into num_attention_heads heads."""
-        self._check_fields(
-            sizes=sizes,
-            probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob", *probabilities),
-            positive=("initializer_range", "layer_norm_eps"),
-            bools=bools,
-            activations=("hidden_act", *activations),
-            optional=optional,
-        )
-        if self.hidden_size % self.num_attention_heads:
-            self._fail(
-                "hidden_size",
-                self.hidden_size,
-                f"not divisible by num_attention_heads={self.num_attention_heads}",
-            )
 
     def replace(self, **changes: Any):
         """A copy with `changes` applied (validated again)."""
@@ -307,6 +280,84 @@ class EncoderConfig:
     def to_json_file(self, path: str | os.PathLike, *, architecture: str | None = None) -> None:
         """Writes a Hugging Face `config.json`."""
         write_json(path, self.to_hf_dict(architecture))
+
+
+@dataclasses.dataclass(frozen=True)
+class PostLNConfig(EncoderConfig):
+    """The fields of a family of BERT's post-LayerNorm layers (BERT, RoBERTa, ELECTRA,
+    DeBERTa-v2), with transformers' BertConfig defaults, and their checks (`_check_layers`).
+
+    A family's config derives from it, restates the defaults its transformers class changes (a
+    restated field keeps its place) and adds its own fields, which follow these.
+
+    Attributes:
+      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
+      hidden_size: E, width of the residual stream.
+      num_hidden_layers: number of transformer layers.
+      num_attention_heads: H; head size D = E / H.
+      intermediate_size: F, width of the feed-forward layer.
+      hidden_act: feed-forward activation; "gelu" is the exact erf GELU of the original.
+      hidden_dropout_prob: dropout on embeddings and on each sub-layer output.
+      attention_probs_dropout_prob: dropout on the attention probabilities.
+      max_position_embeddings: rows of the position table; the longest sequence the model takes.
+      type_vocab_size: rows of the token-type (segment A/B) table.
+      initializer_range: stddev of the truncated-normal initializer.
+      layer_norm_eps: epsilon of every LayerNorm.
+      pad_token_id: id of [PAD].
+      num_labels: output width of the sequence/token classification heads (1 means regression).
+      label_names: optional names of the labels, written to config.json as id2label.
+      vocab_pad_multiple: the word-embedding table and the MLM decoder's bias have
+        `padded_vocab_size` rows, V rounded up to this multiple (128 fills the TPU's matrix
+        unit; 128 x the tensor axis also splits evenly over it). The extra rows are never looked
+        up and their logits are cut off, so outputs are [..., V] whatever this is. Conversion and
+        the Hugging Face export strip them (round trips are exact); not written to a Hugging
+        Face config.json.
+    """
+
+    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    num_labels: int = 2
+    label_names: tuple[str, ...] | None = None
+    vocab_pad_multiple: int = 1
+
+    def _check_layers(
+        self,
+        sizes: tuple[str, ...] = LAYER_SIZES,
+        probabilities: tuple[str, ...] = (),
+        bools: tuple[str, ...] = (),
+        activations: tuple[str, ...] = (),
+        optional: tuple[str, ...] = (),
+    ) -> None:
+        """The checks of a family of BERT's layers (`_check_fields`), then the heads': `sizes`;
+        hidden_dropout_prob, attention_probs_dropout_prob and `probabilities` (those in
+        `optional` may be None); initializer_range and layer_norm_eps positive; hidden_act and
+        `activations` known; `bools`; hidden_size split into num_attention_heads heads."""
+        self._check_fields(
+            sizes=sizes,
+            probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob", *probabilities),
+            positive=("initializer_range", "layer_norm_eps"),
+            bools=bools,
+            activations=("hidden_act", *activations),
+            optional=optional,
+        )
+        if self.hidden_size % self.num_attention_heads:
+            self._fail(
+                "hidden_size",
+                self.hidden_size,
+                f"not divisible by num_attention_heads={self.num_attention_heads}",
+            )
 
 
 # config.json flags of a decoder, which bert_jax does not implement: true raises.

@@ -20,6 +20,8 @@ import flax.linen as nn
 from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 from bert_jax.models.layers import (
+    LAYER_NAME,
+    SCANNED_LAYER,
     Dropout,
     PostLNEncoder,
     constrain,
@@ -29,6 +31,18 @@ from bert_jax.models.layers import (
     layer_norm,
 )
 from bert_jax.models.outputs import EncoderOutput
+
+# Where `EncoderModel`'s default stack (`stack`: `PostLNEncoder`, named "encoder") keeps its
+# layers in the encoder's tree, and their names: a family row's `layers_path`, `layer_name` and
+# `scanned_layer` (`encoder/layer_3`; one stacked `encoder/layer` under `scan_layers`).
+POST_LN_LAYERS = (("encoder",), LAYER_NAME, SCANNED_LAYER)
+
+
+def starting_paths(encoder_name: str, mlm_bias: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """A family row's `starting_paths` when its encoder (the heads' submodule `encoder_name`)
+    has `LearnedEmbeddings`: its MLM head's bias at `mlm_bias` and the position table."""
+    position_table = (encoder_name, "embeddings", "position_embeddings", "embedding")
+    return {"mlm_bias": mlm_bias, "position_embeddings": position_table}
 
 
 class LearnedEmbeddings(nn.Module):
@@ -42,7 +56,8 @@ class LearnedEmbeddings(nn.Module):
         others add the token types first, as transformers does).
 
     Call: input_ids, token_type_ids, positions [B, L] int (positions: the table's rows) ->
-    [B, L, width].
+    [B, L, width]; a row longer than the config's `max_sequence_length` raises, naming the
+    table's size.
     """
 
     config: EncoderConfig
@@ -53,6 +68,14 @@ class LearnedEmbeddings(nn.Module):
     @nn.compact
     def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool):
         cfg, rt = self.config, self.runtime
+        if input_ids.shape[-1] > cfg.max_sequence_length:
+            skipped = cfg.max_position_embeddings - cfg.max_sequence_length  # RoBERTa's offset
+            unread = f", its rows 0..{skipped - 1} unused" if skipped else ""
+            raise ValueError(
+                f"sequence length {input_ids.shape[-1]} exceeds the {cfg.max_sequence_length} "
+                f"positions of {cfg.display_name}'s table (max_position_embeddings="
+                f"{cfg.max_position_embeddings}{unread})"
+            )
         width = cfg.hidden_size if self.width is None else self.width
         tables = [
             ("token_type_embeddings", cfg.type_vocab_size, token_type_ids),

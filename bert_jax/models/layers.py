@@ -25,9 +25,10 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
-from bert_jax.models.attention import AttentionMask, attend, dropout
+from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng, dropout
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
@@ -348,7 +349,6 @@ class SelfAttention(nn.Module):
         q, k, v = (
             constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
         )  # [B, L, H, D] each
-        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
         return attend(
             q,
             k,
@@ -356,7 +356,7 @@ class SelfAttention(nn.Module):
             mask,
             config=cfg,
             runtime=rt,
-            dropout_rng=self.make_rng("dropout") if dropping else None,
+            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
             output_attentions=output_attentions,
         )
 
@@ -468,6 +468,17 @@ class PostLNEncoder(nn.Module):
             output_attentions=output_attentions,
         )
         return run_layers(PostLNLayer, self.config, self.runtime, kwargs, x, mask)
+
+
+def post_ln_layer_flops(cfg: EncoderConfig, seq_lengths: np.ndarray) -> float:
+    """Forward model FLOPs of one `PostLNLayer` for sequences of the given real lengths n (any
+    shape), counted as `bert_jax.training.flops` says (2 per multiply-add, padding counts
+    nothing): per real token the Q, K, V and output projections 4 * 2E^2 and the feed-forward
+    layer (E -> F -> E) 2 * 2EF; attention scores and context 2 * 2E per (query, key) pair, every
+    pair of a sequence's n real tokens (n^2, bidirectional, no causal halving)."""
+    n = np.asarray(seq_lengths, np.float64)
+    e, f = cfg.hidden_size, cfg.intermediate_size
+    return 2.0 * (4 * e * e + 2 * e * f) * n.sum() + 2.0 * 2.0 * e * (n**2).sum()
 
 
 def run_layers(

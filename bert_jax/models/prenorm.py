@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 from bert_jax.models.layers import Dropout, constrain, dense, run_layers
 from bert_jax.models.mlp import FeedForward
@@ -89,7 +89,6 @@ class GroupedQueryAttention(nn.Module):
         if groups > 1:  # key/value head j serves query heads j * groups ... (j + 1) * groups - 1
             k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # [B, L, H, D]
         q, k, v = (constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
-        dropping = not deterministic and cfg.attention_probs_dropout_prob > 0.0
         context, probs = attend(
             q,
             k,
@@ -97,7 +96,7 @@ class GroupedQueryAttention(nn.Module):
             mask,
             config=cfg,
             runtime=rt,
-            dropout_rng=self.make_rng("dropout") if dropping else None,
+            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
             output_attentions=output_attentions,
         )
         out = dense(

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import EncoderConfig, write_json
+from bert_jax.models.config import PostLNConfig, write_json
 from bert_jax.paths import as_path
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
@@ -35,54 +35,18 @@ _ORIGINAL_FIELDS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig(EncoderConfig):
-    """The BERT architecture, with Hugging Face `config.json` field names.
+class BertConfig(PostLNConfig):
+    """The BERT architecture, with Hugging Face `config.json` field names: the fields of
+    `models.config.PostLNConfig` (transformers' BertConfig defaults are its own) and
 
     Attributes:
-      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
-      hidden_size: E, width of the residual stream.
-      num_hidden_layers: number of transformer layers.
-      num_attention_heads: H; head size D = E / H.
-      intermediate_size: F, width of the feed-forward layer.
-      hidden_act: feed-forward activation; "gelu" is the exact erf GELU of the original.
-      hidden_dropout_prob: dropout on embeddings and on each sub-layer output.
-      attention_probs_dropout_prob: dropout on the attention probabilities.
-      max_position_embeddings: rows of the position table; the longest sequence the model takes.
-      type_vocab_size: rows of the token-type (segment A/B) table.
-      initializer_range: stddev of the truncated-normal initializer.
-      layer_norm_eps: epsilon of every LayerNorm.
-      pad_token_id: id of [PAD].
       classifier_dropout: dropout before classification heads; None means hidden_dropout_prob.
-      num_labels: output width of the sequence/token classification heads (1 means regression).
-      label_names: optional names of the labels, written to config.json as id2label.
-      vocab_pad_multiple: the word-embedding table and the MLM decoder have `padded_vocab_size`
-        rows, V rounded up to this multiple (128 fills the TPU's matrix unit; 128 x the tensor
-        axis also splits evenly over it). The extra rows are never looked up and their logits
-        are cut off, so outputs are [..., V] whatever this is. Conversion and the Hugging Face
-        export strip them (round trips are exact); not written to a Hugging Face config.json.
     """
 
     model_type: ClassVar[str] = "bert"  # config.json's; the family's name
     display_name: ClassVar[str] = "BERT"
     hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
-    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
     classifier_dropout: float | None = None
-    num_labels: int = 2
-    label_names: tuple[str, ...] | None = None
-    vocab_pad_multiple: int = 1
 
     def __post_init__(self):
         self._check_layers(

@@ -26,10 +26,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import heads, layers
+from bert_jax.models import heads
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
+from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
 from bert_jax.models.family import Role
 from bert_jax.models.layers import Pooler, dense, gather_positions
 from bert_jax.models.outputs import ClassifierOutput, MaskedLMOutput
@@ -40,13 +40,8 @@ Array = jax.Array
 # submodule, where its layers sit in the encoder's tree and their names (one stacked `layer`
 # under `scan_layers`), and the parameters a pretraining run may start specially.
 ENCODER_NAME = "bert"
-LAYERS_PATH = ("encoder",)
-LAYER_NAME = layers.LAYER_NAME  # `layer_0 ...`: the shared post-LayerNorm stack's names
-SCANNED_LAYER = layers.SCANNED_LAYER
-STARTING_PATHS = {
-    "mlm_bias": ("cls", "predictions", "bias"),
-    "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
-}
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = POST_LN_LAYERS  # `encoder/layer_0 ...`
+STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("cls", "predictions", "bias"))
 
 
 class BertModel(EncoderModel):
@@ -68,12 +63,6 @@ class BertModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        seq_len = input_ids.shape[1]
-        if seq_len > cfg.max_position_embeddings:
-            raise ValueError(
-                f"sequence length {seq_len} exceeds max_position_embeddings="
-                f"{cfg.max_position_embeddings}"
-            )
         embeddings = LearnedEmbeddings(cfg, rt, positions_first=True, name="embeddings")
         return embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic)
 

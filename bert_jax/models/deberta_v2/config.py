@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import LAYER_SIZES, EncoderConfig
+from bert_jax.models.config import LAYER_SIZES, PostLNConfig
 
 POSITION_ATTENTION_TYPES = ("c2p", "p2c")  # content-to-position, position-to-content
 REL_EMBEDDING_NORMS = ("none", "layer_norm")
@@ -63,30 +63,23 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class DebertaV2Config(EncoderConfig):
-    """The DeBERTa-v2/v3 architecture, with Hugging Face `config.json` field names.
+class DebertaV2Config(PostLNConfig):
+    """The DeBERTa-v2/v3 architecture, with Hugging Face `config.json` field names: the fields of
+    `models.config.PostLNConfig` (under transformers' DebertaV2Config defaults) and DeBERTa's
+    own.
 
     Attributes:
-      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
-      hidden_size: E, width of the residual stream.
-      num_hidden_layers: number of transformer layers.
-      num_attention_heads: H; head size D = E / H.
-      intermediate_size: F, width of the feed-forward layer.
       hidden_act: activation of the feed-forward layer, the MLM head's transform and the
         replaced-token-detection head; "gelu" is the exact erf GELU.
       hidden_dropout_prob: dropout on the embeddings, each sub-layer's output, the
         relative-position table (per layer) and (unless `cls_dropout`) before the classifiers.
-      attention_probs_dropout_prob: dropout on the attention probabilities.
       max_position_embeddings: rows of the absolute position table (with `position_biased_input`)
         and the relative span when `max_relative_positions` < 1; the longest row the jobs make.
       type_vocab_size: rows of the token-type table; 0: none (DeBERTa-v3), token types unread.
-      initializer_range: stddev of the truncated-normal initializer.
-      layer_norm_eps: epsilon of every LayerNorm.
       relative_attention: disentangled attention over relative positions (the `rel_embeddings`
         table); False: content scores only.
       max_relative_positions: the largest distance the buckets resolve (< 1:
         max_position_embeddings).
-      pad_token_id: id of [PAD].
       position_biased_input: add absolute position embeddings to the word embeddings.
       pos_att_type: the position terms of each score, a subset of ("c2p", "p2c") (config.json
         may spell it "p2c|c2p"); each also widens the scale to 1 / sqrt(D (1 + #terms)).
@@ -108,11 +101,6 @@ class DebertaV2Config(EncoderConfig):
         when it differs; None: hidden_size.
       cls_dropout: dropout before the sequence classifier and multiple-choice scorer; None:
         hidden_dropout_prob.
-      num_labels: output width of the sequence/token classification heads (1 means regression).
-      label_names: optional names of the labels, written to config.json as id2label.
-      vocab_pad_multiple: the word-embedding table and the MLM bias have `padded_vocab_size`
-        rows, V rounded up to this multiple (never looked up, logits cut to V, stripped by every
-        export; not written to a Hugging Face config.json).
     """
 
     model_type: ClassVar[str] = "deberta-v2"  # config.json's; the family's name
@@ -125,16 +113,10 @@ class DebertaV2Config(EncoderConfig):
     num_hidden_layers: int = 24
     num_attention_heads: int = 24
     intermediate_size: int = 6144
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
     type_vocab_size: int = 0
-    initializer_range: float = 0.02
     layer_norm_eps: float = 1e-7
     relative_attention: bool = False
     max_relative_positions: int = -1
-    pad_token_id: int = 0
     position_biased_input: bool = True
     pos_att_type: tuple[str, ...] = ()
     pooler_dropout: float = 0.0
@@ -146,9 +128,6 @@ class DebertaV2Config(EncoderConfig):
     conv_kernel_size: int = 0
     embedding_size: int | None = None
     cls_dropout: float | None = None
-    num_labels: int = 2
-    label_names: tuple[str, ...] | None = None
-    vocab_pad_multiple: int = 1
 
     def __post_init__(self):
         self._check_layers(

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import ACTIVATIONS, LAYER_SIZES, EncoderConfig
+from bert_jax.models.config import ACTIVATIONS, LAYER_SIZES, PostLNConfig
 
 # How the multiple-choice head summarizes a sequence (transformers' ElectraSequenceSummary):
 # its first token's state, its last position's (a pad in a right-padded row, as transformers
@@ -46,69 +46,42 @@ PRESETS: dict[str, dict[str, int]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class ElectraConfig(EncoderConfig):
+class ElectraConfig(PostLNConfig):
     """The ELECTRA architecture (a discriminator or a generator), with Hugging Face `config.json`
-    field names.
+    field names: the fields of `models.config.PostLNConfig` (transformers' ElectraConfig
+    defaults are ELECTRA-small's layers) and ELECTRA's own.
 
     Attributes:
-      vocab_size: V, rows of the word-embedding table (and columns of the generator's logits).
+      vocab_size: V, rows of the word-embedding table (and columns of the generator's logits);
+        with `vocab_pad_multiple`, the table and the generator's output bias have
+        `padded_vocab_size` rows.
       embedding_size: M, width of the embedding tables and of the generator head's output (the
         tied decoder's input); projected to E by `embeddings_project` when it differs from E.
-      hidden_size: E, width of the residual stream.
-      num_hidden_layers: number of transformer layers.
-      num_attention_heads: H; head size D = E / H.
-      intermediate_size: F, width of the feed-forward layer.
       hidden_act: the layers' and the discriminator head's activation; "gelu" is the exact erf
         GELU (google-research/electra's too). The generator head's and the classification head's
         activation is always the exact GELU, as in transformers.
-      hidden_dropout_prob: dropout on embeddings, on each sub-layer output and (unless
-        `classifier_dropout`) in the classification heads.
-      attention_probs_dropout_prob: dropout on the attention probabilities.
-      max_position_embeddings: rows of the position table; the longest sequence the model takes.
-      type_vocab_size: rows of the token-type (segment A/B) table.
-      initializer_range: stddev of the truncated-normal initializer.
-      layer_norm_eps: epsilon of every LayerNorm.
+      hidden_dropout_prob: as PostLNConfig's, and (unless `classifier_dropout`) in the
+        classification heads.
       summary_type: how the multiple-choice head reads a sequence (`SUMMARY_TYPES`).
       summary_use_proj: the multiple-choice head's summary has a dense layer E -> E.
       summary_activation: the summary's activation (`SUMMARY_ACTIVATIONS`), "" for none (as
         transformers 5 spells it; None, transformers 4's null, is taken as "").
       summary_last_dropout: dropout after the summary's activation.
-      pad_token_id: id of [PAD].
       classifier_dropout: dropout of the classification heads; None means hidden_dropout_prob.
-      num_labels: output width of the sequence/token classification heads (1 means regression).
-      label_names: optional names of the labels, written to config.json as id2label.
-      vocab_pad_multiple: the word-embedding table and the generator's output bias have
-        `padded_vocab_size` rows, V rounded up to this multiple (as BertConfig's: never looked
-        up, logits cut to V, stripped by every export; not written to a Hugging Face
-        config.json).
     """
 
     model_type: ClassVar[str] = "electra"  # config.json's; the family's name
     display_name: ClassVar[str] = "ELECTRA"
     hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
-    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
-    vocab_size: int = 30522
-    embedding_size: int = 128
     hidden_size: int = 256
-    num_hidden_layers: int = 12
     num_attention_heads: int = 4
     intermediate_size: int = 1024
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
+    embedding_size: int = 128
     summary_type: str = "first"
     summary_use_proj: bool = True
     summary_activation: str = "gelu"
     summary_last_dropout: float = 0.1
-    pad_token_id: int = 0
     classifier_dropout: float | None = None
-    num_labels: int = 2
-    label_names: tuple[str, ...] | None = None
-    vocab_pad_multiple: int = 1
 
     def __post_init__(self):
         self._check_layers(

@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS
-from bert_jax.models import heads, layers
+from bert_jax.models import heads
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.electra.config import ElectraConfig
-from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
+from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
 from bert_jax.models.family import Role
 from bert_jax.models.layers import Dropout, constrain, dense
 from bert_jax.models.outputs import ClassifierOutput, EncoderOutput, MaskedLMOutput
@@ -43,13 +43,8 @@ Array = jax.Array
 # its layers sit and their names (one stacked `layer` under `scan_layers`), and the parameters a
 # pretraining run may start specially (the generator's output bias, the position table).
 ENCODER_NAME = "electra"
-LAYERS_PATH = ("encoder",)
-LAYER_NAME = layers.LAYER_NAME  # `layer_0 ...`: the shared post-LayerNorm stack's names
-SCANNED_LAYER = layers.SCANNED_LAYER
-STARTING_PATHS = {
-    "mlm_bias": ("generator_lm_head", "bias"),
-    "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
-}
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = POST_LN_LAYERS  # `encoder/layer_0 ...`
+STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("generator_lm_head", "bias"))
 
 
 class ElectraModel(EncoderModel):
@@ -78,11 +73,6 @@ class ElectraModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        if input_ids.shape[1] > cfg.max_position_embeddings:
-            raise ValueError(
-                f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings="
-                f"{cfg.max_position_embeddings}"
-            )
         embeddings = LearnedEmbeddings(cfg, rt, cfg.embedding_size, name="embeddings")
         x = embeddings(input_ids, token_type_ids, position_ids, deterministic=deterministic)  # M
         if cfg.projects_embeddings:

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask, attend
+from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.layers import (
@@ -120,7 +120,6 @@ class ModernBertAttention(nn.Module):
         theta = cfg.global_rope_theta if self.is_global else cfg.local_rope_theta
         q, k = rotary(q, positions, theta), rotary(k, positions, theta)
         q, k, v = (constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
-        dropping = not deterministic and cfg.attention_dropout > 0.0
         context, probs = attend(
             q,
             k,
@@ -128,7 +127,7 @@ class ModernBertAttention(nn.Module):
             mask if self.is_global else mask.local(cfg.window),
             config=cfg,
             runtime=rt,
-            dropout_rng=self.make_rng("dropout") if dropping else None,
+            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
             output_attentions=output_attentions,
         )
         out = dense(

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import EncoderConfig
+from bert_jax.models.config import PostLNConfig
 
 _SIZE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 _LARGE = dict(
@@ -40,61 +40,35 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class RobertaConfig(EncoderConfig):
-    """The RoBERTa architecture, with Hugging Face `config.json` field names.
+class RobertaConfig(PostLNConfig):
+    """The RoBERTa architecture, with Hugging Face `config.json` field names: the fields of
+    `models.config.PostLNConfig` (transformers' RobertaConfig changes two defaults: vocab_size,
+    pad_token_id) and RoBERTa's own.
 
     Attributes:
-      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
-      hidden_size: E, width of the residual stream.
-      num_hidden_layers: number of transformer layers.
-      num_attention_heads: H; head size D = E / H.
-      intermediate_size: F, width of the feed-forward layer.
-      hidden_act: feed-forward activation; "gelu" is the exact erf GELU. (The MLM head's
-        activation is always the exact GELU, as in transformers.)
-      hidden_dropout_prob: dropout on embeddings, on each sub-layer output and (unless
-        `classifier_dropout`) in the classification heads.
-      attention_probs_dropout_prob: dropout on the attention probabilities.
+      hidden_act: as PostLNConfig's; the MLM head's activation is always the exact GELU, as in
+        transformers.
+      hidden_dropout_prob: as PostLNConfig's, and (unless `classifier_dropout`) in the
+        classification heads.
       max_position_embeddings: rows of the position table, padding_idx + 1 of them never read by
         a real token: sequences hold at most `max_sequence_length` tokens.
       type_vocab_size: rows of the token-type table (1 in the released models).
-      initializer_range: stddev of the truncated-normal initializer.
-      layer_norm_eps: epsilon of every LayerNorm.
       pad_token_id: id of <pad>, and fairseq's `padding_idx`: the position table row of padding,
         real tokens' positions counted from pad_token_id + 1.
       bos_token_id / eos_token_id: ids of <s> and </s>, for the tokenizer and transformers (the
         model reads neither).
       classifier_dropout: dropout of the classification heads; None means hidden_dropout_prob.
-      num_labels: output width of the sequence/token classification heads (1 means regression).
-      label_names: optional names of the labels, written to config.json as id2label.
-      vocab_pad_multiple: the word-embedding table and the MLM bias have `padded_vocab_size`
-        rows, V rounded up to this multiple (as BertConfig's: never looked up, logits cut to V,
-        stripped by every export; not written to a Hugging Face config.json).
     """
 
     model_type: ClassVar[str] = "roberta"  # config.json's; the family's name
     display_name: ClassVar[str] = "RoBERTa"
     released_vocab_size: ClassVar[int] = 50265  # the base and large presets'
     hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
-    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
     vocab_size: int = 50265
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
     pad_token_id: int = 1
     bos_token_id: int = 0
     eos_token_id: int = 2
     classifier_dropout: float | None = None
-    num_labels: int = 2
-    label_names: tuple[str, ...] | None = None
-    vocab_pad_multiple: int = 1
 
     def __post_init__(self):
         self._check_layers(

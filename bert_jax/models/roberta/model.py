@@ -26,8 +26,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import heads, layers
-from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
+from bert_jax.models import heads
+from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
 from bert_jax.models.family import Role
 from bert_jax.models.layers import Dropout, Pooler, first_tokens
 from bert_jax.models.outputs import EncoderOutput, MaskedLMOutput
@@ -40,13 +40,8 @@ Array = jax.Array
 # (one stacked `layer` under `scan_layers`), and the parameters a pretraining run may start
 # specially.
 ENCODER_NAME = "roberta"
-LAYERS_PATH = ("encoder",)
-LAYER_NAME = layers.LAYER_NAME  # `layer_0 ...`: the shared post-LayerNorm stack's names
-SCANNED_LAYER = layers.SCANNED_LAYER
-STARTING_PATHS = {
-    "mlm_bias": ("lm_head", "bias"),
-    "position_embeddings": (ENCODER_NAME, "embeddings", "position_embeddings", "embedding"),
-}
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = POST_LN_LAYERS  # `encoder/layer_0 ...`
+STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("lm_head", "bias"))
 
 
 def position_index(cfg: RobertaConfig, input_ids: Array, position_ids: Array | None) -> Array:
@@ -96,12 +91,6 @@ class RobertaModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        if input_ids.shape[1] > cfg.max_sequence_length:
-            raise ValueError(
-                f"sequence length {input_ids.shape[1]} exceeds the {cfg.max_sequence_length} "
-                f"positions of {cfg.display_name}'s table (max_position_embeddings="
-                f"{cfg.max_position_embeddings}, its rows 0..{cfg.pad_token_id} unused)"
-            )
         positions = position_index(cfg, input_ids, position_ids)  # the table's rows
         embeddings = LearnedEmbeddings(cfg, rt, name="embeddings")
         return embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
