@@ -1,8 +1,8 @@
 """`search --index bm25` and `fuse`: BM25's top k equal to bm25s's own ranking of the same
 corpus (ids and scores, equal scores in ascending id); BM25 as the first stage of --rerank;
-reciprocal rank fusion of two hand-made runs equal to a hand computation; the fused run's scores
-with qrels equal to `retrieval.metrics.ranked_scores` of the fused lists; each bad input one
-`error:` line."""
+reciprocal rank fusion of two hand-made runs equal to a hand computation (ids matched as text);
+the fused run's scores with qrels equal to `retrieval.metrics.ranked_scores` of the fused lists;
+each bad input one `error:` line."""
 
 import json
 import sys
@@ -116,6 +116,17 @@ def test_fuse_equals_a_hand_computation(tmp_path):
             np.testing.assert_allclose(got["scores"], hand, rtol=1e-6)
 
 
+def test_fuse_matches_ids_as_text(tmp_path):
+    """`2` in one run and `"2"` in the other are one document, written as the first run has it."""
+    write_jsonl(tmp_path / "a.jsonl", [{"query_id": 0, "ids": [1, 2]}])
+    write_jsonl(tmp_path / "b.jsonl", [{"query_id": "0", "ids": ["2", "3"]}])
+    argv = ["fuse", "--runs", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert main([*argv, "--output", str(tmp_path / "fused.jsonl")]) == 0
+    (row,) = read_run(tmp_path / "fused.jsonl")
+    assert row["query_id"] == 0 and row["ids"] == [2, 1, "3"]
+    np.testing.assert_allclose(row["scores"], [1 / 62 + 1 / 61, 1 / 61, 1 / 62], rtol=1e-12)
+
+
 def test_fuse_with_qrels_scores_as_ranked_scores(files, tmp_path):
     """BM25's run and a hand-made one (every document, in reverse id order) of the search
     tests' queries, fused; qrels by query text, one naming a document of no run."""
@@ -147,6 +158,11 @@ def test_fuse_with_qrels_scores_as_ranked_scores(files, tmp_path):
         ("queries", ["--runs", "{d}/a.jsonl", "{d}/c.jsonl"], "c.jsonl lacks 1 query id(s) of"),
         ("k", ["--k", "0"], "--k must be at least 1, got 0"),
         ("qrels_alone", ["--qrels", "{d}/a.jsonl"], "--qrels and --queries go together"),
+        (
+            "other_queries",
+            ["--queries", "{d}/three.txt", "--qrels", "{d}/fuse_qrels.jsonl"],
+            "a.jsonl lacks 1 query id(s) of --queries",
+        ),
         ("columns", ["--runs", "{d}/a.jsonl", "{d}/bad.jsonl"], "no columns 'query_id' and 'ids'"),
         ("bm25_embeddings", ["--index", "bm25", "--corpus", "{d}/emb.parquet"], "embeddings only"),
         ("bm25s", ["--index", "bm25"], "--index bm25: a BM25 index needs bm25s: pip install bm25s"),
@@ -158,6 +174,8 @@ def test_each_bad_input_is_one_error_line(files, capsys, monkeypatch, case, flag
     write_jsonl(d / "a.jsonl", [{"query_id": 0, "ids": ["x"]}, {"query_id": 1, "ids": ["y"]}])
     write_jsonl(d / "c.jsonl", [{"query_id": 0, "ids": ["x"]}])
     write_jsonl(d / "bad.jsonl", [{"query": 0, "ids": ["x"]}])
+    (d / "three.txt").write_text("first\nsecond\nthird\n")  # query ids 0, 1, 2
+    write_jsonl(d / "fuse_qrels.jsonl", [{"query_id": 0, "corpus_id": "x"}])
     embedding = pa.FixedSizeListArray.from_arrays(pa.array([0.5, 1.0], pa.float32()), 2)
     pq.write_table(pa.table({"id": ["a"], "embedding": embedding}), d / "emb.parquet")
     if case == "bm25s":
