@@ -48,7 +48,7 @@ LAYERS = (
 )
 JOBS = LAYERS[-1]
 DATA = {"text_io", "sentence_features", "batching", "plays"}
-RETRIEVAL = {"records", "pairs", "metrics", "packing", "search"}
+RETRIEVAL = {"records", "pairs", "metrics", "packing", "search", "lexical", "fusion"}
 FINETUNE_DATA = {
     "glue",
     "custom",

@@ -1,5 +1,5 @@
 """Using a trained model of any family: embeddings, predictions and reranking scores of a
-corpus, attention maps, search.
+corpus, attention maps, search, fusion of searches.
 
     python -m bert_jax.inference embed --model DIR --input 'corpus/*.parquet' --text_column=text \\
         --id_column=id --output emb/
@@ -15,6 +15,9 @@ corpus, attention maps, search.
     python -m bert_jax.inference fill-mask --model roberta-run "to be or not to <mask> ..."
     python -m bert_jax.inference search --model DIR --queries dev.jsonl --corpus corpus.jsonl \\
         --qrels dev_qrels.jsonl --output run.jsonl
+    python -m bert_jax.inference search --index bm25 --queries dev.jsonl --corpus corpus.jsonl \\
+        --output bm25.jsonl --top_k 100
+    python -m bert_jax.inference fuse --runs bm25.jsonl run.jsonl --output fused.jsonl
 
 `--model` is a Hugging Face directory, a bert_jax export, a train.py or fine-tuning workdir, of any
 model family; the tokenizer is taken from beside it. `embed` and `attention` run the encoder of
@@ -32,8 +35,9 @@ flags), resumable (`bert_jax.inference.bulk`). With --output NAME.npy (embed) or
 UTF-8 text file in (one text a line; a tab separates a pair's texts, rerank's query and passage),
 one file out, row i for line i; rerank writes {"query", "text", "score"} lines or float32 [N]
 scores. A blank line before the last text, or bytes that are not UTF-8, are errors naming the line.
-`search` writes each query's top k corpus ids and scores (exact cosine search; with --qrels,
-nDCG@10, MRR@10 and Recall@100 as sentence-transformers' evaluator). More: docs/inference.md.
+`search` writes each query's top k corpus ids and scores (exact cosine search, or BM25 with
+--index bm25; with --qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers'
+evaluator); `fuse` combines such runs by reciprocal rank fusion. More: docs/inference.md.
 """
 
 from __future__ import annotations

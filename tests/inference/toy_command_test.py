@@ -79,7 +79,7 @@ def expected_norms(model: str, texts, layer: int) -> np.ndarray:
 
 def test_the_toy_command_is_on_the_command_line():
     usage = _parser().format_help()
-    assert "{embed,predict,rerank,attention,fill-mask,search,norm}" in usage
+    assert "{embed,predict,rerank,attention,fill-mask,search,fuse,norm}" in usage
     assert "the norm of each text's [CLS] state" in usage
 
 

@@ -5,7 +5,15 @@ that runs over a corpus, its bulk row function); adding one is its module and it
 The command line lists them in this order.
 """
 
-from bert_jax.inference.commands import attention, embed, fill_mask, predict, rerank, search
+from bert_jax.inference.commands import (
+    attention,
+    embed,
+    fill_mask,
+    fuse,
+    predict,
+    rerank,
+    search,
+)
 from bert_jax.inference.commands.base import BulkForm, Command, Rows
 
 COMMANDS: dict[str, Command] = {
@@ -17,6 +25,7 @@ COMMANDS: dict[str, Command] = {
         attention.COMMAND,
         fill_mask.COMMAND,
         search.COMMAND,
+        fuse.COMMAND,
     )
 }
 

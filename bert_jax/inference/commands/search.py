@@ -1,7 +1,8 @@
 """`search`: each query's k best corpus documents by the cosine similarity of a model's
-embeddings, found exactly (`retrieval.search`: on the devices, or by faiss on the host); with
---qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers' InformationRetrievalEvaluator
-computes them (`retrieval.metrics.ranked_scores`).
+embeddings, found exactly (`retrieval.search`: on the devices, or by faiss on the host), or by
+BM25 over the texts (--index bm25: `retrieval.lexical`, bm25s's defaults; --model not read);
+with --qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers'
+InformationRetrievalEvaluator computes them (`retrieval.metrics.ranked_scores`).
 
     python -m bert_jax.inference search --model sentence-transformers/all-MiniLM-L6-v2 \\
         --queries dev.jsonl --corpus corpus.jsonl --qrels dev_qrels.jsonl --output run.jsonl
@@ -9,11 +10,14 @@ computes them (`retrieval.metrics.ranked_scores`).
         --output run.parquet --top_k 100
     python -m bert_jax.inference search --model DIR --queries dev.jsonl --corpus corpus.jsonl \\
         --rerank runs/rerank/hf --rerank_top 20 --qrels dev_qrels.jsonl --output run.jsonl
+    python -m bert_jax.inference search --index bm25 --queries dev.jsonl --corpus corpus.jsonl \\
+        --qrels dev_qrels.jsonl --output bm25.jsonl --top_k 100
 
 In:
   --queries   JSONL/CSV/Parquet rows with `text` (or `query`) and an optional `id` (else the row
               number from 0), or a text file, one query a line (ids: line numbers from 0).
-  --corpus    rows with `id` and `text`, embedded by --model as `inference embed` embeds them;
+  --corpus    rows with `id` and `text`, embedded by --model as `inference embed` embeds them
+              (--index bm25: indexed by their words);
               or Parquet rows with an id and `embedding` (float32 [E]): the folder (or shards)
               `inference embed --input ... --id_column ID --output FOLDER` writes, whose
               metadata names the id column, or any Parquet with `id` and `embedding`.
@@ -53,10 +57,11 @@ from bert_jax.data import tables
 from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.inference.commands import base
 from bert_jax.models.pooling import POOLINGS
-from bert_jax.retrieval import metrics, records
+from bert_jax.retrieval import lexical, metrics, records
 from bert_jax.retrieval import search as search_lib
 
 INDEXES = {"exact": "mesh", "faiss": "faiss"}  # --index -> `retrieval.search.SEARCHES`
+LEXICAL = "bm25"  # --index bm25: `retrieval.lexical`, over the corpus's texts, no model
 RECALL_AT = 100  # Recall@100, beside nDCG@10 and MRR@10
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
 TEXT_COLUMNS = ("text", "query")
@@ -65,14 +70,14 @@ QRELS_LAYOUTS = (("query_id", "corpus_id"), ("query-id", "corpus-id"), ("query",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """--model, --queries, --corpus, --output, --top_k, --qrels, --index, the embedding flags."""
-    base.add_model(parser)
     add = parser.add_argument
+    add("--model", help="checkpoint or run directory (embeds; not read by --index bm25)")
     add("--queries", required=True, help="JSONL/CSV/Parquet with text (id), or one query a line")
     add("--corpus", required=True, help="rows with id and text, or `inference embed`'s Parquet")
     add("--output", required=True, help="NAME.jsonl or NAME.parquet: each query's top k")
     add("--top_k", type=int, default=10, help="documents written per query")
     add("--qrels", help="relevance rows: nDCG@10, MRR@10, Recall@100 into NAME.metrics.json")
-    add("--index", choices=tuple(INDEXES), default="exact", help="faiss: on the host's cores")
+    add("--index", choices=(*INDEXES, LEXICAL), default="exact", help="faiss: on the host's cores")
     add("--pooling", choices=POOLINGS, default=None, help="as `inference embed`'s")
     add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
     add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
@@ -101,7 +106,7 @@ def _found(flag: str, pattern: str) -> list[str]:
 
 def read_queries(path: str) -> tuple[list, list[str]]:
     """(Q ids, Q texts) of --queries (module docstring); ValueError naming the file."""
-    path = _one_file("--queries", path)
+    path = one_file("--queries", path)
     if not path.lower().endswith(base.TABLE_SUFFIXES):
         texts, second = batches.read_texts(path)
         if second is not None:  # every line held a tab: a query's text, whole
@@ -217,7 +222,7 @@ def _embedded_corpus(files: list[str], embedded: list[str]) -> Corpus:
     return Corpus(ids, None, np.concatenate(rows), settings)
 
 
-def _one_file(flag: str, pattern: str) -> str:
+def one_file(flag: str, pattern: str) -> str:
     """The one file `pattern` names; FileNotFoundError or ValueError naming the flag."""
     files = _found(flag, pattern)
     if len(files) > 1:
@@ -228,7 +233,7 @@ def _one_file(flag: str, pattern: str) -> str:
 def read_qrels(path: str) -> list[tuple[str, str, str]]:
     """--qrels: (kind "id" or "text", the query's id or text, the corpus id) of each relevant
     row (a `score` <= 0 is not relevant), ids as text; ValueError naming the file."""
-    path = _one_file("--qrels", path)
+    path = one_file("--qrels", path)
     found = tables.column_names(path)
     layout = next((c for c in QRELS_LAYOUTS if set(c) <= set(found)), None)
     if layout is None:
@@ -248,10 +253,10 @@ def read_qrels(path: str) -> list[tuple[str, str, str]]:
     return qrels
 
 
-def relevant_sets(qrels, query_ids: list, query_texts: list[str], corpus_ids: list):
+def relevant_sets(qrels, query_ids: list, query_texts: list[str], corpus_ids: list | None):
     """Each query's relevant corpus ids (as text; Q sets, empty for a query without one), and
     the warnings: qrels of queries not in --queries (skipped), of documents not in --corpus
-    (counted as relevant, never found, as the evaluator counts them).
+    (counted as relevant, never found, as the evaluator counts them; None: no corpus to check).
 
     Raises:
       ValueError: no query of --queries has a relevant document.
@@ -260,7 +265,7 @@ def relevant_sets(qrels, query_ids: list, query_texts: list[str], corpus_ids: li
     for q, (qid, text) in enumerate(zip(query_ids, query_texts)):
         by_key["id"].setdefault(str(qid), []).append(q)
         by_key["text"].setdefault(text, []).append(q)
-    known = {str(i) for i in corpus_ids}
+    known = None if corpus_ids is None else {str(i) for i in corpus_ids}
     relevant = [set() for _ in query_ids]
     unknown_queries, unknown_docs = 0, set()
     for kind, key, doc in qrels:
@@ -270,7 +275,7 @@ def relevant_sets(qrels, query_ids: list, query_texts: list[str], corpus_ids: li
             continue
         for q in rows:
             relevant[q].add(doc)
-        if doc not in known:
+        if known is not None and doc not in known:
             unknown_docs.add(doc)
     warnings = []
     if unknown_queries:
@@ -304,11 +309,14 @@ def _check(args: argparse.Namespace) -> None:
         )
     if not args.output.endswith(OUTPUT_SUFFIXES):
         raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}")
-    if args.index == "faiss":
-        try:
-            search_lib.faiss_module()  # installed, before any file is read
-        except ImportError as e:
-            raise ValueError(f"--index faiss: {e}") from None
+    if args.model is None and args.index != LEXICAL:
+        raise ValueError(f"--model is required: --index {args.index} ranks by its embeddings")
+    library = {"faiss": search_lib.faiss_module, LEXICAL: lexical.bm25s_module}.get(args.index)
+    try:
+        if library is not None:
+            library()  # the index's library installed, before any file is read
+    except ImportError as e:
+        raise ValueError(f"--index {args.index}: {e}") from None
 
 
 def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
@@ -392,6 +400,11 @@ def run(args: argparse.Namespace) -> None:
     _check(args)
     query_ids, query_texts = read_queries(args.queries)
     corpus = read_corpus(args.corpus)
+    if args.index == LEXICAL and corpus.texts is None:
+        raise ValueError(
+            f"--index bm25 ranks the corpus's texts; --corpus {args.corpus} holds embeddings "
+            "only: give the corpus file of texts"
+        )
     relevant = None
     if args.qrels is not None:
         relevant, warnings = relevant_sets(
@@ -400,14 +413,17 @@ def run(args: argparse.Namespace) -> None:
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
     cross_encoder = _cross_encoder(args, corpus)
-    queries, docs = _embeddings(args, query_texts, corpus)
     order = _id_order(corpus.ids)  # equal scores in ascending id, as the evaluator ranks them
     doc_ids = [corpus.ids[i] for i in order]
     k = min(
         max(args.top_k, args.rerank_top if cross_encoder else 0, RECALL_AT if relevant else 0),
         len(doc_ids),
     )
-    found = search_lib.SEARCHES[INDEXES[args.index]](queries, docs[order], k)
+    if args.index == LEXICAL:
+        found = lexical.search_bm25(query_texts, [corpus.texts[i] for i in order], k)
+    else:
+        queries, docs = _embeddings(args, query_texts, corpus)
+        found = search_lib.SEARCHES[INDEXES[args.index]](queries, docs[order], k)
     if cross_encoder is not None:
         texts = [corpus.texts[i] for i in order]
         found = _reranked(cross_encoder, args, query_texts, texts, found)
@@ -420,7 +436,10 @@ def run(args: argparse.Namespace) -> None:
     )
     if relevant is not None:
         ranked = [[str(doc_ids[i]) for i in row] for row in found.indices]
-        _report(args, relevant, ranked, len(doc_ids))
+        settings = {"corpus_size": len(doc_ids), "model": args.model, "index": args.index}
+        settings.update(queries=args.queries, corpus=args.corpus, qrels=args.qrels)
+        settings.update(rerank=args.rerank, rerank_top=args.rerank_top if args.rerank else None)
+        report(args.output, relevant, ranked, settings)
 
 
 def _cross_encoder(args, corpus: Corpus) -> loading.CrossEncoder | None:
@@ -464,31 +483,33 @@ def _reranked(ce, args, query_texts, doc_texts, found: search_lib.Candidates):
     )
 
 
-def _report(args, relevant: list[set[str]], ranked: list[list[str]], corpus_size: int) -> None:
-    """Prints and writes nDCG@10, MRR@10 and Recall@100 of the queries with relevant documents
-    (`ranked`: each query's retrieved ids, as text, best first)."""
+def run_scores(relevant: list[set[str]], ranked: list[list[str]]) -> dict:
+    """nDCG@10, MRR@10 and Recall@100 (`metrics.ranked_scores`) of the queries with relevant
+    documents, and their counts (`ranked`: each query's retrieved ids, as text, best first;
+    lists may differ in length)."""
     kept = [q for q, docs in enumerate(relevant) if docs]
-    hits = np.array([[d in relevant[q] for d in ranked[q]] for q in kept], bool)
+    depth = max([len(ranked[q]) for q in kept] + [1])
+    hits = np.zeros((len(kept), depth), bool)
+    for row, q in enumerate(kept):
+        hits[row, : len(ranked[q])] = [d in relevant[q] for d in ranked[q]]
     counts = np.array([len(relevant[q]) for q in kept])
     scores = metrics.ranked_scores(hits, counts, recall_at=(RECALL_AT,))
-    record = {
+    return {
         **scores,
         "num_queries": len(kept),
         "num_queries_without_relevant": len(relevant) - len(kept),
-        "corpus_size": corpus_size,
-        "model": args.model,
-        "index": args.index,
-        "queries": args.queries,
-        "corpus": args.corpus,
-        "qrels": args.qrels,
-        "rerank": args.rerank,
-        "rerank_top": args.rerank_top if args.rerank else None,
     }
-    paths.write_text_whole(metrics_path(args.output), json.dumps(record, indent=2) + "\n")
+
+
+def report(output: str, relevant: list[set[str]], ranked: list[list[str]], settings: dict) -> None:
+    """Prints and writes (`metrics_path(output)`) `run_scores` and the run's `settings`."""
+    scores = run_scores(relevant, ranked)
+    record = {**scores, **settings}
+    paths.write_text_whole(metrics_path(output), json.dumps(record, indent=2) + "\n")
     print(
         f"nDCG@10 {scores['ndcg@10']:.4f}  MRR@10 {scores['mrr@10']:.4f}  "
-        f"Recall@100 {scores[f'recall@{RECALL_AT}']:.4f}  ({len(kept)} queries with relevant "
-        f"documents; {metrics_path(args.output)})"
+        f"Recall@100 {scores[f'recall@{RECALL_AT}']:.4f}  ({scores['num_queries']} queries with "
+        f"relevant documents; {metrics_path(output)})"
     )
 
 
