@@ -6,9 +6,12 @@ no quoting) with a header, or JSONL (one object a line). Columns: `anchor` and `
 or by the names other data sets give them, `query` / `question` and `passage` / `answer` /
 `document`: the first of `ANCHOR_COLUMNS` and of `POSITIVE_COLUMNS` present), and hard negatives
 in a column `negative` and/or columns `negative_1`, `negative_2`, ... (in that order); in JSONL
-`negative` may also be a list of texts. Every row has as many hard negatives as the first one
-(a batch is one array). Other columns are ignored. A missing column, an empty or non-text value,
-a row with another number of negatives raise ValueError naming the file, line and column.
+`negative` may also be a list of texts. A file that names none of these columns is read by
+position, as sentence-transformers reads a data set: the first column the anchor, the second
+the positive, each further one a hard negative (logged, naming the columns). Every row has as
+many hard negatives as the first one (a batch is one array). Other columns are ignored. A
+missing column (one of the two named, the other not), an empty or non-text value, a row with
+another number of negatives raise ValueError naming the file, line and column.
 
 Features (`featurize_pairs`), one row per pair, T = 2 + hard negatives per pair, each text
 encoded alone as [CLS] text [SEP] (truncated to L):
@@ -57,6 +60,27 @@ def pair_columns(columns: Sequence[str], where: str) -> tuple[str, str]:
     return anchor, positive
 
 
+def by_position(columns: Sequence[str]) -> tuple[str, str, list[str]] | None:
+    """(anchor, positive, hard-negative columns) of `columns` read by position, as
+    sentence-transformers reads a data set's columns: where none of them is named as a pair's
+    text or a hard negative and there are at least two; else None (read by name)."""
+    named = {*ANCHOR_COLUMNS, *POSITIVE_COLUMNS}
+    if len(columns) < 2 or any(
+        c in named or records.negative_order(c) is not None for c in columns
+    ):
+        return None
+    return columns[0], columns[1], list(columns[2:])
+
+
+def _log_by_position(path: str, columns: tuple[str, str, list[str]]) -> None:
+    anchor, positive, negatives = columns
+    logging.warning(
+        "%s: no column is named as a pair's text (%s / %s); read by position, as "
+        "sentence-transformers reads a data set: anchor %r, positive %r, hard negatives %s",
+        path, "/".join(ANCHOR_COLUMNS), "/".join(POSITIVE_COLUMNS), anchor, positive, negatives,
+    )  # fmt: skip
+
+
 @dataclasses.dataclass(frozen=True)
 class Pairs:
     """The pairs of one file, in file order.
@@ -82,11 +106,16 @@ class Pairs:
 
 
 def pair_of(record: dict, where: str) -> tuple[str, str, tuple[str, ...]]:
-    """(anchor, positive, hard negatives) of one record (`records.records`); in JSONL the
-    column `negative` may hold a list of texts."""
-    anchor_column, positive_column = pair_columns(list(record), where)
+    """(anchor, positive, hard negatives) of one record (`records.records`), by name or by
+    position (`by_position`); in JSONL the column `negative` may hold a list of texts."""
+    positional = by_position(list(record))
+    if positional is None:
+        anchor_column, positive_column = pair_columns(list(record), where)
+        negative_columns = records.negative_columns(list(record))
+    else:
+        anchor_column, positive_column, negative_columns = positional
     negatives = []
-    for column in records.negative_columns(list(record)):
+    for column in negative_columns:
         negatives += records.texts(record[column], where, column, lists=column == "negative")
     anchor = records.text(record[anchor_column], where, anchor_column)
     positive = records.text(record[positive_column], where, positive_column)
@@ -108,10 +137,13 @@ def read_pairs(path: str | os.PathLike, max_examples: int = 0) -> Pairs:
     anchors, positives, negatives = [], [], []
 
     def check_header(header):
-        pair_columns(header, f"{path}: the header")
+        if by_position(header) is None:
+            pair_columns(header, f"{path}: the header")
 
     rows = records.records(path, check_header=check_header, max_rows=max_examples)
     for where, record in rows:
+        if not anchors and by_position(list(record)):
+            _log_by_position(path, by_position(list(record)))
         anchor, positive, negs = pair_of(record, where)
         first = len(negatives[0]) if negatives else None
         records.check_count(len(negs), first, where, "hard negative(s)")

@@ -53,6 +53,28 @@ def test_pairs_files_in_every_format(tmp_path):
     assert pairs.read_pairs(plain).num_negatives == 0
 
 
+def test_a_file_that_names_no_pair_column_is_read_by_position(tmp_path, caplog):
+    """As sentence-transformers reads a data set: the first column the anchor, the second the
+    positive, the rest hard negatives, with a warning naming them; a file that names one of
+    the two keeps the error naming the other (above)."""
+    table = write_table(
+        tmp_path / "p.csv", ["q", "d", "n"], [["a1", "p1", "n1"], ["a2", "p2", "n2"]]
+    )
+    jsonl = write_jsonl(
+        tmp_path / "p.jsonl", [{"title": "a1", "body": "p1"}, {"title": "a2", "body": "p2"}]
+    )
+    with caplog.at_level("WARNING"):
+        read = pairs.read_pairs(table)
+    assert (read.anchors, read.positives, read.negatives) == (
+        ["a1", "a2"], ["p1", "p2"], [("n1",), ("n2",)]
+    )  # fmt: skip
+    assert "read by position" in caplog.text and "anchor 'q', positive 'd'" in caplog.text
+    read = pairs.read_pairs(jsonl)
+    assert (read.anchors, read.positives, read.num_negatives) == (["a1", "a2"], ["p1", "p2"], 0)
+    with pytest.raises(ValueError, match=r"p\.jsonl:1: column 'n' holds 3, not a text"):
+        pairs.read_pairs(write_jsonl(tmp_path / "p.jsonl", [{"a": "x", "b": "y", "n": 3}]))
+
+
 @pytest.mark.parametrize(
     "rows, message",
     [
