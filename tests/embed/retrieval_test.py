@@ -8,8 +8,17 @@ import pytest
 from bert_jax.retrieval.metrics import ranked_scores, retrieval_scores
 
 
-def _theirs(queries: np.ndarray, corpus: np.ndarray, relevant) -> dict[str, float]:
-    """The evaluator's cosine metrics for these embeddings (ids are row numbers)."""
+def evaluator_metrics(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    relevant,
+    corpus_ids=None,
+    recall_at=(1, 10),
+    chunk_size: int = 7,
+) -> dict[str, float]:
+    """sentence-transformers' InformationRetrievalEvaluator's cosine nDCG@10, MRR@10 and
+    Recall@k (`recall_at`) on these embeddings: query ids are row numbers, corpus ids
+    `corpus_ids` (default row numbers), `relevant` {query row: set of corpus ids}."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("sentence_transformers")
     from sentence_transformers.evaluation import InformationRetrievalEvaluator
@@ -19,22 +28,20 @@ def _theirs(queries: np.ndarray, corpus: np.ndarray, relevant) -> dict[str, floa
         def encode_query(self, sentences, **kwargs):
             return torch.from_numpy(queries[[int(s) for s in sentences]])
 
+    corpus_ids = range(len(corpus)) if corpus_ids is None else corpus_ids
     evaluator = InformationRetrievalEvaluator(
         queries={i: str(i) for i in range(len(queries))},
-        corpus={i: str(i) for i in range(len(corpus))},
-        relevant_docs={i: set(docs) for i, docs in enumerate(relevant)},
+        corpus={c: str(c) for c in corpus_ids},
+        relevant_docs=relevant,
         score_functions={"cosine": cos_sim},
-        corpus_chunk_size=7,  # several chunks: ties across chunk boundaries too
+        precision_recall_at_k=list(recall_at),
+        corpus_chunk_size=chunk_size,  # several chunks: ties across chunk boundaries too
         show_progress_bar=False,
     )
     scores = evaluator.compute_all_metrics(Embedded(), corpus_embeddings=torch.from_numpy(corpus))
     cosine = scores["cosine"]
-    return {
-        "ndcg@10": cosine["ndcg@k"][10],
-        "mrr@10": cosine["mrr@k"][10],
-        "recall@1": cosine["recall@k"][1],
-        "recall@10": cosine["recall@k"][10],
-    }
+    recalls = {f"recall@{k}": cosine["recall@k"][k] for k in recall_at}
+    return {"ndcg@10": cosine["ndcg@k"][10], "mrr@10": cosine["mrr@k"][10], **recalls}
 
 
 def _relevant(rng, num_queries: int, num_docs: int) -> list[set[int]]:
@@ -58,7 +65,7 @@ def test_scores_equal_information_retrieval_evaluator(ties):
     relevant = _relevant(rng, len(queries), len(corpus))
     ours = retrieval_scores(queries, corpus, relevant)
     assert list(ours) == ["ndcg@10", "mrr@10", "recall@1", "recall@10"]
-    theirs = _theirs(queries, corpus, relevant)
+    theirs = evaluator_metrics(queries, corpus, dict(enumerate(relevant)))
     for key, value in theirs.items():
         assert ours[key] == pytest.approx(value, abs=1e-12), key
     assert 0.0 < ours["ndcg@10"] < 1.0

@@ -23,6 +23,7 @@ from bert_jax.inference.__main__ import main
 from bert_jax.inference.commands import search
 from bert_jax.retrieval import metrics as retrieval
 from tests.commands_test import ROOT, clean_env
+from tests.embed.retrieval_test import evaluator_metrics
 
 DOCS = {
     "apple-pie": "A recipe for apple pie with cinnamon and a buttery crust.",
@@ -98,28 +99,8 @@ def embedded(minilm):
 
 def evaluator_scores(queries, corpus, corpus_ids, relevant) -> dict[str, float]:
     """sentence-transformers' InformationRetrievalEvaluator on these embeddings (query ids:
-    row numbers; relevant: {row: set of corpus ids})."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("sentence_transformers")
-    from sentence_transformers.evaluation import InformationRetrievalEvaluator
-    from sentence_transformers.util import cos_sim
-
-    class Embedded:  # the evaluator encodes the queries through the model it is given
-        def encode_query(self, sentences, **kwargs):
-            return torch.from_numpy(queries[[int(s) for s in sentences]])
-
-    evaluator = InformationRetrievalEvaluator(
-        queries={i: str(i) for i in range(len(queries))},
-        corpus={c: c for c in corpus_ids},
-        relevant_docs=relevant,
-        score_functions={"cosine": cos_sim},
-        precision_recall_at_k=[100],
-        corpus_chunk_size=40,
-    )
-    out = evaluator.compute_all_metrics(Embedded(), corpus_embeddings=torch.from_numpy(corpus))
-    cosine = out["cosine"]
-    return {"ndcg@10": cosine["ndcg@k"][10], "mrr@10": cosine["mrr@k"][10],
-            "recall@100": cosine["recall@k"][100]}  # fmt: skip
+    row numbers; relevant: {row: set of corpus ids}): nDCG@10, MRR@10, Recall@100."""
+    return evaluator_metrics(queries, corpus, relevant, corpus_ids, (100,), chunk_size=40)
 
 
 def read_run(path) -> list[dict]:
