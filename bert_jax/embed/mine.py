@@ -56,21 +56,11 @@ def text_embedder(
       FileNotFoundError: no such checkpoint, or no tokenizer beside it.
     """
     model = inference.load_for_embedding(model_dir, max_seq_length=max_seq_length)
-    options = model.options
     for warning in model.warnings:
         logging.warning("%s", warning)
 
     def embed_local(texts: list[str]) -> np.ndarray:
-        return inference.embed(
-            model.config,
-            model.params,
-            model.tokenizer,
-            texts,
-            pooling=options.pooling,
-            normalize=options.normalize,
-            batch_size=batch_size,
-            max_seq_length=options.max_seq_length,
-        )
+        return model.embed(texts, batch_size=batch_size)
 
     return lambda texts: shared(embed_local, texts)
 

@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 from absl import logging
 
+from bert_jax.retrieval import metrics
 from bert_jax.retrieval import pairs as pairs_lib
 from bert_jax.retrieval import search as search_lib
 
@@ -306,7 +307,7 @@ def _embed_texts(
     """Unit embeddings of the queries [Q, E] and the corpus texts [N, E], a text that is both
     embedded once."""
     embedded = list(dict.fromkeys([*texts, *queries]))
-    embeddings = search_lib.unit(embed_fn(embedded))  # [T, E]: the corpus texts lead
+    embeddings = metrics.unit(embed_fn(embedded))  # [T, E]: the corpus texts lead
     row_of = {text: i for i, text in enumerate(embedded)}
     return embeddings[[row_of[text] for text in queries]], embeddings[: len(texts)]
 

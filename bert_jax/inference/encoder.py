@@ -90,6 +90,20 @@ class EmbeddingModel(NamedTuple):
     options: EmbeddingOptions
     warnings: list[str]
 
+    def embed(self, texts: Sequence[str], **kwargs) -> np.ndarray:
+        """`embed` of `texts` with this model's pooling, normalization and length; `kwargs`:
+        embed's other arguments (batch_size, layers, pack, ...)."""
+        return embed(
+            self.config,
+            self.params,
+            self.tokenizer,
+            texts,
+            pooling=self.options.pooling,
+            normalize=self.options.normalize,
+            max_seq_length=self.options.max_seq_length,
+            **kwargs,
+        )
+
 
 def load_for_embedding(
     path: str,

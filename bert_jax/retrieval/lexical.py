@@ -19,6 +19,7 @@ import logging
 
 import numpy as np
 
+from bert_jax.retrieval import metrics
 from bert_jax.retrieval.search import Candidates
 
 STOPWORDS = "en"  # bm25s's English list, as its documentation's examples tokenize
@@ -46,7 +47,6 @@ def search_bm25(queries: list[str], corpus: list[str], k: int, chunk: int = 256)
     index.index(bm25s.tokenize(corpus, stopwords=STOPWORDS, show_progress=False),
                 show_progress=False)  # fmt: skip
     words = bm25s.tokenize(queries, stopwords=STOPWORDS, return_ids=False, show_progress=False)
-    k = min(k, len(corpus))
     scores, indices = [], []
     for start in range(0, len(queries), chunk):
         rows = np.stack(
@@ -55,8 +55,7 @@ def search_bm25(queries: list[str], corpus: list[str], k: int, chunk: int = 256)
                 for w in words[start : start + chunk]
             ]
         ).astype(np.float32)  # [C, N]
-        # A stable sort of the negated scores keeps equal scores in row order.
-        top = np.argsort(-rows, axis=1, kind="stable")[:, :k]
+        top = metrics.top_k(rows, k)  # equal scores in ascending row order
         indices.append(top.astype(np.int32))
         scores.append(np.take_along_axis(rows, top, axis=1))
     return Candidates(np.concatenate(scores), np.concatenate(indices))

@@ -26,6 +26,12 @@ K = 10  # nDCG@10, MRR@10 and Recall@10, the field's figures (and Recall@1)
 _QUERY_CHUNK = 512
 
 
+def unit(x: np.ndarray) -> np.ndarray:
+    """float32 rows divided by max(norm, 1e-12), as sentence-transformers' `cos_sim` does."""
+    x = np.asarray(x, np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
 def cosine_scores(queries: np.ndarray, corpus: np.ndarray) -> np.ndarray:
     """float32 [Q, N] cosine similarities of [Q, E] queries with [N, E] documents, computed as
     sentence-transformers' `cos_sim` does (each row divided by max(norm, 1e-12), then a product).
@@ -33,11 +39,8 @@ def cosine_scores(queries: np.ndarray, corpus: np.ndarray) -> np.ndarray:
     The product is summed in float64, then rounded: equal documents score exactly alike, as the
     evaluator's torch product gives them (a float32 BLAS product may give equal rows scores an
     ulp apart, by their position in its blocks, on some CPUs, which reorders ties)."""
-    q = np.asarray(queries, np.float32)
-    c = np.asarray(corpus, np.float32)
-    q = q / np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), 1e-12)
-    c = c / np.maximum(np.linalg.norm(c, axis=-1, keepdims=True), 1e-12)
-    return (q.astype(np.float64) @ c.T.astype(np.float64)).astype(np.float32)
+    q, c = unit(queries).astype(np.float64), unit(corpus).astype(np.float64)
+    return (q @ c.T).astype(np.float32)
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:

@@ -142,8 +142,8 @@ def read_pairs(path: str | os.PathLike, max_examples: int = 0) -> Pairs:
 
     rows = records.records(path, check_header=check_header, max_rows=max_examples)
     for where, record in rows:
-        if not anchors and by_position(list(record)):
-            _log_by_position(path, by_position(list(record)))
+        if not anchors and (positional := by_position(list(record))):
+            _log_by_position(path, positional)
         anchor, positive, negs = pair_of(record, where)
         first = len(negatives[0]) if negatives else None
         records.check_count(len(negs), first, where, "hard negative(s)")

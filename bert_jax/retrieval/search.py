@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bert_jax.retrieval import metrics
+
 _AXIS = "corpus"
 # The most [C, S] float32 scores one device holds at once (64 MiB).
 _MAX_CHUNK_SCORES = 1 << 24
@@ -34,12 +36,6 @@ class Candidates(NamedTuple):
 
     scores: np.ndarray
     indices: np.ndarray
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    """float32 rows divided by max(norm, 1e-12), as sentence-transformers' `cos_sim` does."""
-    x = np.asarray(x, np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def _shard_top_k(queries, corpus, *, k: int, num_valid: int):
@@ -86,7 +82,7 @@ def chunk_program():
 def _search_inputs(queries, corpus, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Both searches' inputs: the unit float32 rows of [Q, E] queries and an [N, E] corpus;
     ValueError for other shapes or a k outside [1, N]."""
-    queries, corpus = unit(queries), unit(corpus)
+    queries, corpus = metrics.unit(queries), metrics.unit(corpus)
     if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
         raise ValueError(
             f"embeddings must be [Q, E] and [N, E]; got {queries.shape}, {corpus.shape}"

@@ -86,15 +86,7 @@ def files(tmp_path_factory):
 def embedded(minilm):
     """float32 query [5, 384] and corpus [15, 384] embeddings, as `inference embed` makes them."""
     model = encoder.load_for_embedding(minilm)
-    opts = model.options
-
-    def embed(texts):
-        return encoder.embed(
-            model.config, model.params, model.tokenizer, texts, pooling=opts.pooling,
-            normalize=opts.normalize, max_seq_length=opts.max_seq_length,
-        )  # fmt: skip
-
-    return embed([q["query"] for q in QUERIES]), embed(list(DOCS.values()))
+    return model.embed([q["query"] for q in QUERIES]), model.embed(list(DOCS.values()))
 
 
 def evaluator_scores(queries, corpus, corpus_ids, relevant) -> dict[str, float]:

@@ -52,26 +52,17 @@ def _layers(text: str) -> tuple[int, ...] | None:
 
 def run(args: argparse.Namespace) -> None:
     """Writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
-    config, params, tokenizer, options, warnings = encoder.load_for_embedding(
+    model = encoder.load_for_embedding(
         args.model,  # any head's encoder
         pooling=args.pooling,
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
     )
-    for warning in warnings:
+    for warning in model.warnings:
         print(f"warning: {args.model}: {warning}", file=sys.stderr)
     texts, _ = batches.read_texts(args.input)
-    emb = encoder.embed(
-        config,
-        params,
-        tokenizer,
-        texts,
-        pooling=options.pooling,
-        normalize=options.normalize,
-        layers=_layers(args.layers),
-        batch_size=args.batch_size,
-        max_seq_length=options.max_seq_length,
-        pack=args.pack,
+    emb = model.embed(
+        texts, layers=_layers(args.layers), batch_size=args.batch_size, pack=args.pack
     )
     paths.write_bytes_whole(args.output, base.npy_bytes(emb))
     print(f"wrote {emb.shape} embeddings to {args.output}")

@@ -302,7 +302,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--top_k must be at least 1, got {args.top_k}")
     if args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
-    if args.rerank and not 1 <= args.top_k <= args.rerank_top:
+    if args.rerank and args.top_k > args.rerank_top:
         raise ValueError(
             f"--top_k={args.top_k} beyond --rerank_top={args.rerank_top}: the scores written are "
             "the cross-encoder's, which scores the first --rerank_top documents only"
@@ -341,21 +341,10 @@ def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarra
                 )
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-
-    def embed(texts: list[str]) -> np.ndarray:
-        return encoder.embed(
-            model.config,
-            model.params,
-            model.tokenizer,
-            texts,
-            pooling=model.options.pooling,
-            normalize=model.options.normalize,
-            batch_size=args.batch_size,
-            max_seq_length=model.options.max_seq_length,
-        )
-
-    docs = corpus.embeddings if corpus.texts is None else embed(corpus.texts)
-    queries = embed(query_texts)
+    docs = corpus.embeddings
+    if corpus.texts is not None:
+        docs = model.embed(corpus.texts, batch_size=args.batch_size)
+    queries = model.embed(query_texts, batch_size=args.batch_size)
     if queries.shape[1] != docs.shape[1]:
         raise ValueError(
             f"--corpus holds embeddings of width {docs.shape[1]}; --model {args.model} embeds "
@@ -400,11 +389,12 @@ def run(args: argparse.Namespace) -> None:
     _check(args)
     query_ids, query_texts = read_queries(args.queries)
     corpus = read_corpus(args.corpus)
-    if args.index == LEXICAL and corpus.texts is None:
-        raise ValueError(
-            f"--index bm25 ranks the corpus's texts; --corpus {args.corpus} holds embeddings "
-            "only: give the corpus file of texts"
-        )
+    for flag, reads in ((f"--index {LEXICAL}", args.index == LEXICAL), ("--rerank", args.rerank)):
+        if reads and corpus.texts is None:
+            raise ValueError(
+                f"{flag} reads the corpus's texts; --corpus {args.corpus} holds embeddings "
+                "only: give the corpus file of texts"
+            )
     relevant = None
     if args.qrels is not None:
         relevant, warnings = relevant_sets(
@@ -412,21 +402,21 @@ def run(args: argparse.Namespace) -> None:
         )
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
-    cross_encoder = _cross_encoder(args, corpus)
+    cross_encoder = _cross_encoder(args)
     order = _id_order(corpus.ids)  # equal scores in ascending id, as the evaluator ranks them
     doc_ids = [corpus.ids[i] for i in order]
+    doc_texts = None if corpus.texts is None else [corpus.texts[i] for i in order]
     k = min(
         max(args.top_k, args.rerank_top if cross_encoder else 0, RECALL_AT if relevant else 0),
         len(doc_ids),
     )
     if args.index == LEXICAL:
-        found = lexical.search_bm25(query_texts, [corpus.texts[i] for i in order], k)
+        found = lexical.search_bm25(query_texts, doc_texts, k)
     else:
         queries, docs = _embeddings(args, query_texts, corpus)
         found = search_lib.SEARCHES[INDEXES[args.index]](queries, docs[order], k)
     if cross_encoder is not None:
-        texts = [corpus.texts[i] for i in order]
-        found = _reranked(cross_encoder, args, query_texts, texts, found)
+        found = _reranked(cross_encoder, args, query_texts, doc_texts, found)
     top = min(args.top_k, k)
     ids = [[doc_ids[i] for i in row[:top]] for row in found.indices]
     write_results(args.output, query_ids, ids, found.scores[:, :top])
@@ -442,16 +432,10 @@ def run(args: argparse.Namespace) -> None:
         report(args.output, relevant, ranked, settings)
 
 
-def _cross_encoder(args, corpus: Corpus) -> loading.CrossEncoder | None:
-    """--rerank's cross-encoder (None without it), loaded and checked before any embedding;
-    ValueError where the corpus holds no texts for it to read."""
+def _cross_encoder(args) -> loading.CrossEncoder | None:
+    """--rerank's cross-encoder (None without it), loaded and checked before any embedding."""
     if not args.rerank:
         return None
-    if corpus.texts is None:
-        raise ValueError(
-            f"--rerank scores (query, document) texts; --corpus {args.corpus} holds embeddings "
-            "only: give the corpus file of texts (it is embedded first)"
-        )
     cross_encoder = loading.load_cross_encoder(args.rerank)
     heads.cross_encoder(cross_encoder.config, cross_encoder.head)  # one output
     return cross_encoder
@@ -475,7 +459,7 @@ def _reranked(ce, args, query_texts, doc_texts, found: search_lib.Candidates):
         activation=ce.activation,
     )
     scores = np.array([row["score"] for row in rows], np.float32).reshape(num_queries, top)
-    reorder = np.argsort(-scores, axis=1, kind="stable")
+    reorder = metrics.top_k(scores, top)  # equal scores keep the first stage's order
     first = np.take_along_axis(found.indices[:, :top], reorder, axis=1)
     return found._replace(
         indices=np.concatenate([first, found.indices[:, top:]], axis=1),
