@@ -316,6 +316,10 @@ def test_rows_in_every_format(tmp_path):
     assert rows.queries == ["q1", "q2"] and rows.labels.tolist() == [0.5, 1.0]
     queries = data.dev_queries(data.read_rows(pointwise))
     assert queries == [data.DevQuery("q1", ("p1", "p2"), (True, False))]
+    # The embedding job's names (retrieval.pairs): question/answer rows as query/passage ones.
+    qa = _write(tmp_path / "qa.csv", "question,answer,label\nq1,p1,1\n")
+    rows = data.read_rows(qa)
+    assert (rows.queries, rows.candidates, rows.labels.tolist()) == (["q1"], [("p1",)], [1.0])
 
 
 @pytest.mark.parametrize(
@@ -327,7 +331,7 @@ def test_rows_in_every_format(tmp_path):
          '"positive": "p"}\n', r"c\.jsonl:2: 0 negative\(s\), but the first row has 1"),
         ("d.jsonl", '{"query": "q", "passage": "p", "label": 1}\n{"query": 3, "passage": "p", '
          '"label": 0}\n', r"d\.jsonl:2: column 'query' holds 3, not a text"),
-        ("e.csv", "question,passage,label\nq,p,1\n", r"e\.csv:2: no column 'query' or 'anchor'"),
+        ("e.csv", "prompt,passage,label\nq,p,1\n", r"e\.csv:2: no column 'anchor' or 'query' or 'question'"),
         ("f.jsonl", '{"query": "q", "positive": "p", "negative": "n", "positive_score": 1}\n',
          r"f\.jsonl:1: column 'negative_score' is missing"),
         ("g.csv", "query,passage,label\nq,p,1,2\n", r"g\.csv:2: 4 field\(s\), but the header has 3"),
