@@ -1,0 +1,111 @@
+"""The NomicBERT architecture (`NomicBertConfig`), with its Hugging Face `config.json` fields.
+
+NomicBERT (Nussbaum et al. 2024, arXiv 2402.01613; nomic-ai/nomic-embed-text-v1 and -v1.5):
+BERT's post-LayerNorm layers with rotary positions in place of the position table, a SwiGLU
+feed-forward layer, and no biases in the attention or feed-forward projections. The fields are
+transformers' `NomicBertConfig`'s with its defaults (those of nomic-embed-text-v1.5), BERT's
+(`models.config.PostLNConfig`) where they are shared.
+
+`rope_parameters` is transformers' dict (any `rotary.ROPE_TYPES` type; theta 1000 when absent,
+or the older top-level `rope_theta`), held as a `rotary.RopeParameters` in the field `rope`.
+`head_dim` is written to config.json as transformers writes it, and read only to check that it
+is hidden_size / num_attention_heads (the only head size bert_jax builds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from bert_jax.models.config import PostLNConfig
+from bert_jax.models.rotary import RopeParameters
+
+MODEL_TYPE = "nomic_bert"
+DEFAULT_THETA = 1000.0  # transformers' `NomicBertConfig.default_theta`
+# Named sizes (`NomicBertConfig.preset`): "base" is nomic-embed-text-v1.5 (and -v1); "tiny" the
+# CPU pretraining job's 2 layers x 128 for an 8,192-piece vocabulary.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "tiny": dict(vocab_size=8192, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=256, max_position_embeddings=128),
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class NomicBertConfig(PostLNConfig):
+    """The NomicBERT architecture, with Hugging Face `config.json` field names.
+
+    Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
+    V 30528, silu, no dropout, 2048 positions):
+      hidden_act: the SwiGLU gate's activation (`mlp/gate_proj`); "silu" in the released models.
+      max_position_embeddings: the length the model was trained for (no table: rotary
+        positions; the dynamic RoPE grows its theta past it).
+      type_vocab_size: rows of the token-type table (at least 1: every token reads row 0 when
+        no token types are given).
+      classifier_dropout: dropout before the classifiers; None: hidden_dropout_prob.
+      bos_token_id / eos_token_id: kept for transformers and the tokenizer (the model reads
+        neither).
+      rope: the rotary variant (config.json's `rope_parameters`); default RoPE of theta 1000.
+    """
+
+    model_type: ClassVar[str] = MODEL_TYPE
+    display_name: ClassVar[str] = "NomicBERT"
+    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
+    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
+    # What the shared stack reads (`models.prenorm`): plain multi-head attention without biases.
+    attention_bias: ClassVar[bool] = False
+    mlp_bias: ClassVar[bool] = False
+    vocab_size: int = 30528
+    hidden_act: str = "silu"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    max_position_embeddings: int = 2048
+    classifier_dropout: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
+
+    def __post_init__(self):
+        if isinstance(self.rope, Mapping):
+            object.__setattr__(self, "rope", RopeParameters.from_hf(self.rope, DEFAULT_THETA))
+        if not isinstance(self.rope, RopeParameters):
+            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
+        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
+            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
+        self._check_layers(probabilities=("classifier_dropout",), optional=("classifier_dropout",))
+        if self.head_dim % 2:
+            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
+        self._check_ids_and_labels()
+        for name in ("bos_token_id", "eos_token_id"):
+            if getattr(self, name) is not None:
+                self._check_special_ids(name)
+
+    # The names the shared stack reads (`models.prenorm`).
+    norm_eps = property(lambda self: self.layer_norm_eps)
+    num_key_value_heads = property(lambda self: self.num_attention_heads)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> NomicBertConfig:
+        """A named size (`PRESETS`): "base" (nomic-embed-text-v1.5) or "tiny"."""
+        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> NomicBertConfig:
+        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
+        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
+        theta = d.get("rope_theta") or DEFAULT_THETA
+        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
+        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
+        head_dim = d.get("head_dim")
+        if head_dim is not None and head_dim != config.head_dim:
+            raise ValueError(
+                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
+                f"num_attention_heads = {config.head_dim}"
+            )
+        return config
+
+    def _hf_derived(self) -> dict[str, Any]:
+        """transformers' `rope_parameters` dict and `head_dim`."""
+        return {"rope_parameters": self.rope.to_hf(), "head_dim": self.head_dim}

@@ -1,0 +1,233 @@
+"""NomicBERT against transformers: every head within 1e-5 (eager attention, float32) on full,
+right-padded and left-padded rows with two token types, under each rotary variant of
+`rope_parameters`; config.json both ways; conversion both ways (through `bert_jax.convert`) with
+no missing or unused weight; packed rows against the sequences alone."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import convert
+from bert_jax.checkpoints import detect, hf, native, table, verify
+from bert_jax.models import families
+from bert_jax.models.nomic_bert import model as NB
+from bert_jax.models.nomic_bert.config import NomicBertConfig
+from bert_jax.models.rotary import RopeParameters
+from tests import family_fixtures
+
+LENGTH = 9
+# Odd sizes, three token types, a theta of its own; no dropout and eps 1e-12 as released.
+NOMIC = NomicBertConfig(
+    vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    intermediate_size=37, max_position_embeddings=64, type_vocab_size=3, num_labels=3,
+    rope=RopeParameters(rope_theta=77.0),
+)  # fmt: skip
+# Each rotary variant; 6 positions trained, so that dynamic, yarn and llama3 scale the 9.
+ROPES = {
+    "default": dict(rope_type="default", rope_theta=1000.0),
+    "linear": dict(rope_type="linear", rope_theta=500.0, factor=2.0),
+    "dynamic": dict(rope_type="dynamic", rope_theta=500.0, factor=2.0),
+    "yarn": dict(rope_type="yarn", rope_theta=500.0, factor=4.0, original_max_position_embeddings=6),
+    "llama3": dict(rope_type="llama3", rope_theta=500.0, factor=8.0, low_freq_factor=1.0,
+                   high_freq_factor=4.0, original_max_position_embeddings=6),
+}  # fmt: skip
+# Full, right-padded, left-padded.
+MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [0] * 3 + [1] * 6])
+HEADS = ("NomicBertModel", "NomicBertForMaskedLM", "NomicBertForSequenceClassification",
+         "NomicBertForTokenClassification")  # fmt: skip
+
+
+def _inputs(cfg, head: str, seed: int = 0) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(seed).integers(1, cfg.vocab_size, MASK.shape)
+    ids[MASK == 0] = cfg.pad_token_id
+    types = (np.arange(LENGTH) >= 4).astype(np.int64) + (np.arange(LENGTH) >= 7)
+    return dict(input_ids=ids, attention_mask=MASK, token_type_ids=types[None].repeat(3, 0) * MASK)
+
+
+def _compare(cfg, head: str) -> None:
+    torch_model = family_fixtures.transformers_model(cfg, head)
+    inputs = _inputs(cfg, head)
+    state = {k: v.detach().numpy() for k, v in torch_model.state_dict().items()}
+    params, report = hf.hf_state_to_params(cfg, state, head)
+    assert not report.unused and not report.newly_initialized, report.summary()
+    model = families.get_model_class(head)(cfg)
+    ours = jax.jit(
+        lambda p, x: model.apply(
+            {"params": p}, **x, output_hidden_states=True, output_attentions=True
+        )
+    )(params, inputs)
+    ours, theirs = verify.named_outputs(ours), verify.torch_outputs(torch_model, inputs)
+    assert set(ours) == set(theirs) and len(theirs) >= 1 + 3 + 2  # output, states, maps
+    for name, value in theirs.items():
+        np.testing.assert_allclose(ours[name], value, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("head", HEADS)
+def test_every_head_equals_transformers(head):
+    """Logits, hidden states and attention maps within 1e-5 at every position (the classifier
+    reads position 0, a pad when left padded, as transformers' does)."""
+    pytest.importorskip("transformers")
+    _compare(NOMIC, head)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("rope", list(ROPES))
+def test_every_rope_variant_equals_transformers(rope):
+    pytest.importorskip("transformers")
+    cfg = NOMIC.replace(rope=RopeParameters(**ROPES[rope]), max_position_embeddings=6)
+    _compare(cfg, "NomicBertForMaskedLM")
+
+
+def test_packed_rows_equal_the_sequences_alone():
+    """Two sequences packed in one row (segment_ids, positions restarting) give the logits each
+    has alone in a right-padded row."""
+    model = NB.NomicBertForTokenClassification(NOMIC)
+    params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 5), jnp.int32))["params"]
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(1, NOMIC.vocab_size, 5), rng.integers(1, NOMIC.vocab_size, 3)
+    packed = np.zeros((1, LENGTH), np.int32)
+    packed[0, :8] = np.concatenate([a, b])
+    segments = np.array([[1, 1, 1, 1, 1, 2, 2, 2, 0]])
+    positions = np.array([[0, 1, 2, 3, 4, 0, 1, 2, 0]])
+    alone = np.zeros((2, LENGTH), np.int32)
+    alone[0, :5], alone[1, :3] = a, b
+    mask = (np.arange(LENGTH) < np.array([[5], [3]])).astype(np.int32)
+    one = model.apply(
+        {"params": params}, packed, attention_mask=segments > 0, position_ids=positions,
+        segment_ids=segments,
+    ).logits  # fmt: skip
+    two = model.apply({"params": params}, alone, attention_mask=mask).logits
+    np.testing.assert_allclose(one[0, :5], two[0, :5], atol=1e-5)
+    np.testing.assert_allclose(one[0, 5:8], two[1, :3], atol=1e-5)
+
+
+def test_scanned_layers_equal_unrolled():
+    from bert_jax.models.config import RuntimeConfig
+    from bert_jax.models.params import stack_layers
+
+    model = NB.NomicBertForMaskedLM(NOMIC)
+    params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 5), jnp.int32))["params"]
+    scanned = NB.NomicBertForMaskedLM(NOMIC, RuntimeConfig(scan_layers=True))
+    ids = np.random.default_rng(0).integers(1, NOMIC.vocab_size, (2, LENGTH))
+    a = model.apply({"params": params}, ids).logits
+    b = scanned.apply({"params": stack_layers(nn_unbox(params))}, ids).logits
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def nn_unbox(params):
+    import flax.linen as nn
+
+    return nn.meta.unbox(params)
+
+
+# --------------------------------------------------------------------------------------------
+# config.json
+# --------------------------------------------------------------------------------------------
+def test_config_round_trips_through_config_json(tmp_path):
+    for cfg in (NOMIC, NOMIC.replace(rope=RopeParameters(**ROPES["yarn"])), NomicBertConfig()):
+        cfg.to_json_file(tmp_path / "config.json", architecture="NomicBertModel")
+        assert families.config_from_json_file(tmp_path) == cfg
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["rope_parameters"] == {"rope_type": "default", "rope_theta": 1000.0}
+    assert written["head_dim"] == 64 and written["model_type"] == "nomic_bert"
+    # transformers' defaults (nomic-embed-text-v1.5's sizes) when config.json names nothing.
+    assert families.config_from_hf_dict({"model_type": "nomic_bert"}) == NomicBertConfig()
+    older = {"model_type": "nomic_bert", "rope_theta": 500.0, "rope_scaling": {"type": "linear", "factor": 2.0}}  # fmt: skip
+    assert NomicBertConfig.from_hf_dict(older).rope == RopeParameters("linear", 500.0, factor=2.0)
+    assert families.family_of(NOMIC).base_model == "NomicBertModel"
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(hidden_size=30), "not divisible"),
+        (dict(hidden_size=24, num_attention_heads=8), "even size"),
+        (dict(type_vocab_size=0), "positive integer"),
+        (dict(classifier_dropout=1.0), "probability"),
+        (dict(pad_token_id=99), "pad_token_id"),
+        (dict(rope={"rope_type": "default", "partial_rotary_factor": 0.5}), "partial_rotary"),
+        (dict(rope=3), "RopeParameters"),
+    ],
+)
+def test_config_checks_its_fields(change, match):
+    with pytest.raises(ValueError, match=f"NomicBertConfig.*{match}"):
+        NOMIC.replace(**change)
+
+
+def test_config_refuses_what_it_does_not_implement():
+    d = NOMIC.to_hf_dict()
+    for bad, match in (
+        ({"head_dim": 16}, "head_dim"),
+        ({"rope_parameters": {"rope_type": "longrope"}}, "rope_type"),
+        ({"is_decoder": True}, "is_decoder"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            NomicBertConfig.from_hf_dict({**d, **bad})
+
+
+def test_flops_count_the_projections_swiglu_and_pairs():
+    e, f, n = NOMIC.hidden_size, NOMIC.intermediate_size, np.array([9, 4])
+    expected = 2 * (2 * (4 * e * e + 3 * e * f) * 13 + 4 * e * (81 + 16))
+    assert families.family_of(NOMIC).encoder_flops(NOMIC, n) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Conversion both ways
+# --------------------------------------------------------------------------------------------
+@pytest.mark.torch
+def test_round_trip_through_transformers_with_no_missing_keys(tmp_path):
+    """bert_jax -> convert.save_pytorch -> transformers loads it with no missing, unexpected or
+    mismatched key -> save_pretrained -> convert.load_pytorch gives the same parameters back; a
+    classifier takes the masked LM's encoder and initializes only its own weights."""
+    transformers = pytest.importorskip("transformers")
+    head = "NomicBertForMaskedLM"
+    params = NB.NomicBertForMaskedLM(NOMIC).init(
+        jax.random.PRNGKey(3), jnp.ones((1, 5), jnp.int32)
+    )["params"]
+    convert.save_pytorch(NOMIC, params, tmp_path / "ours", head)
+    theirs, info = transformers.NomicBertForMaskedLM.from_pretrained(
+        tmp_path / "ours", output_loading_info=True
+    )
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    theirs.save_pretrained(tmp_path / "theirs")
+    config, back, report = convert.load_pytorch(tmp_path / "theirs", None, return_report=True)
+    assert config == NOMIC and not report.unused and not report.newly_initialized
+    assert table.max_difference(params, back) == 0.0
+    _, _, report = convert.load_pytorch(
+        tmp_path / "theirs", "NomicBertForSequenceClassification", allow_new_heads=True,
+        return_report=True,
+    )  # fmt: skip
+    assert sorted(report.newly_initialized) == [
+        f"{m}/{p}" for m in ("classifier", "nomic_bert/pooler/dense") for p in ("bias", "kernel")
+    ]
+    assert sorted(report.unused) == sorted(
+        f"cls.predictions.{k}"
+        for k in ("bias", "transform.dense.bias", "transform.dense.weight",
+                  "transform.layer_norm.bias", "transform.layer_norm.weight")
+    )  # fmt: skip
+
+
+@pytest.mark.torch
+def test_command_line_converts_and_verifies(tmp_path, capsys):
+    """`python -m bert_jax.convert HF_DIR OUT --verify` and back: model_type picks the family,
+    architectures the head. transformers saves a model it built in the original release's names
+    (the fused `attn.Wqkv`), which are read as its own."""
+    pytest.importorskip("transformers")
+    head = "NomicBertForSequenceClassification"
+    family_fixtures.transformers_model(NOMIC, head).save_pretrained(tmp_path / "hf")
+    saved = hf.read_hf_state_dict(tmp_path / "hf")
+    assert "nomic_bert.encoder.layers.1.attn.Wqkv.weight" in saved, sorted(saved)
+    assert convert.main([str(tmp_path / "hf"), str(tmp_path / "jax"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"{head}: loaded 30 weights" in out, out
+    assert "newly initialized" not in out and "unused" not in out, out
+    assert float(out.split("worst max abs difference ")[1].split()[0]) < 1e-5, out
+    config, _, model = native.load_pretrained(tmp_path / "jax")
+    assert (config, model) == (NOMIC, head)
+    assert convert.main([str(tmp_path / "jax"), str(tmp_path / "back")]) == 0
+    assert detect.detect_format(str(tmp_path / "back")) == "hf"
+    assert families.config_from_json_file(tmp_path / "back") == NOMIC
