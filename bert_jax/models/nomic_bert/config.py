@@ -67,8 +67,12 @@ class NomicBertConfig(PostLNConfig):
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
 
     def __post_init__(self):
-        if isinstance(self.rope, Mapping):
-            object.__setattr__(self, "rope", RopeParameters.from_hf(self.rope, DEFAULT_THETA))
+        rope = self.rope
+        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
+            rope = rope.to_dict()
+        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
+            rope = {k: v for k, v in rope.items() if v is not None}
+            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, DEFAULT_THETA))
         if not isinstance(self.rope, RopeParameters):
             self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
         if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
