@@ -148,6 +148,56 @@ def test_config_round_trips_through_config_json(tmp_path):
     assert families.family_of(NOMIC).base_model == "NomicBertModel"
 
 
+# nomic-ai/nomic-embed-text-v1.5's config.json, as its own code wrote it (the weights' keys only).
+ORIGINAL = dict(
+    model_type="nomic_bert", activation_function="swiglu", n_embd=768, n_head=12, n_inner=3072,
+    n_layer=12, n_positions=8192, max_trained_positions=2048, layer_norm_epsilon=1e-12,
+    qkv_proj_bias=False, mlp_fc1_bias=False, mlp_fc2_bias=False, prenorm=False,
+    rotary_emb_base=1000, rotary_emb_fraction=1.0, rotary_emb_interleaved=False,
+    rotary_scaling_factor=None, type_vocab_size=2, vocab_size=30528, causal=False,
+    use_flash_attn=True, fused_bias_fc=True, auto_map={"AutoModel": "x"},
+)  # fmt: skip
+
+
+def test_the_original_config_json_is_read():
+    """The original release's keys name the same fields (its sizes are transformers' defaults);
+    a setting transformers' NomicBert does not implement raises naming the key."""
+    assert families.config_from_hf_dict(ORIGINAL) == NomicBertConfig()
+    small = {**ORIGINAL, "n_embd": 32, "n_head": 4, "n_inner": 37, "rotary_emb_base": 77}
+    assert NomicBertConfig.from_hf_dict(small) == NomicBertConfig(
+        hidden_size=32, num_attention_heads=4, intermediate_size=37, rope=dict(rope_theta=77.0)
+    )
+    for key, value in (("prenorm", True), ("qkv_proj_bias", True), ("rotary_scaling_factor", 2),
+                       ("rotary_emb_fraction", 0.5), ("activation_function", "gelu")):  # fmt: skip
+        with pytest.raises(ValueError, match=key):
+            NomicBertConfig.from_hf_dict({**ORIGINAL, key: value})
+
+
+def test_the_original_weight_names_are_read():
+    """A state dict in the original release's names (no `nomic_bert.` prefix, fused `Wqkv`
+    [3E, E], `emb_ln`, `fc11`/`fc12`/`fc2`, `norm1`/`norm2`) loads as transformers 5's."""
+    state = table.params_to_hf_state(NOMIC, _params("NomicBertModel"), "NomicBertModel")
+    original = {}
+    for key, value in state.items():
+        for new, old in (("embeddings.LayerNorm.", "emb_ln."), ("layers.", "encoder.layers."),
+                         ("self_attn.o_proj", "attn.out_proj"), ("mlp.up_proj", "mlp.fc11"),
+                         ("mlp.gate_proj", "mlp.fc12"), ("mlp.down_proj", "mlp.fc2"),
+                         ("post_attention_layernorm", "norm1"), ("post_mlp_layernorm", "norm2")):  # fmt: skip
+            key = key.replace(new, old)
+        original[key] = value
+    for i in range(NOMIC.num_hidden_layers):
+        parts = [original.pop(f"encoder.layers.{i}.self_attn.{p}_proj.weight") for p in "qkv"]
+        original[f"encoder.layers.{i}.attn.Wqkv.weight"] = np.concatenate(parts)
+    params, report = hf.hf_state_to_params(NOMIC, original, "NomicBertModel")
+    assert not report.unused and not report.newly_initialized, report.summary()
+    assert table.max_difference(params, _params("NomicBertModel")) == 0.0
+
+
+def _params(head: str):
+    model = families.get_model_class(head)(NOMIC)
+    return nn.meta.unbox(model.init(jax.random.PRNGKey(5), jnp.ones((1, 5), jnp.int32)))["params"]
+
+
 @pytest.mark.parametrize(
     "change, match",
     [

@@ -32,6 +32,43 @@ PRESETS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+# The original release's config.json keys (its own code's, nomic-ai/nomic-embed-text-v1.5's),
+# which transformers 5 reads past: those that name a field here, and those whose only value
+# bert_jax (and transformers' NomicBert) implements, None meaning absent.
+LEGACY_NAMES = {
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size",
+    "layer_norm_epsilon": "layer_norm_eps",
+    "resid_pdrop": "hidden_dropout_prob",
+    "attn_pdrop": "attention_probs_dropout_prob",
+    "rotary_emb_base": "rope_theta",
+}
+LEGACY_FIXED = {  # the values bert_jax implements (None: the key may be absent)
+    "prenorm": (False,),
+    "qkv_proj_bias": (False,),
+    "mlp_fc1_bias": (False,),
+    "mlp_fc2_bias": (False,),
+    "rotary_emb_fraction": (1.0,),
+    "rotary_emb_interleaved": (False,),
+    "rotary_scaling_factor": (None,),  # the original's dynamic NTK scaling: must be null
+    "activation_function": ("swiglu",),
+    "num_experts": (None, 0),  # nomic-embed-text-v2-moe's mixture of experts
+}
+# Keys of the original config.json that say nothing about the weights here.
+_LEGACY_HOUSEKEEPING = frozenset(
+    """
+    auto_map n_positions max_trained_positions embd_pdrop summary_first_dropout
+    scale_attn_weights scale_attn_by_inverse_layer_idx reorder_and_upcast_attn causal
+    dense_seq_output fused_bias_fc fused_dropout_add_ln pad_vocab_size_multiple
+    use_flash_attn use_rms_norm use_xentropy mlp_fc1_bias mlp_fc2_bias qkv_proj_bias prenorm
+    rotary_emb_fraction rotary_emb_interleaved rotary_scaling_factor activation_function
+    rotary_emb_scale_base
+    """.split()
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class NomicBertConfig(PostLNConfig):
     """The NomicBERT architecture, with Hugging Face `config.json` field names.
@@ -95,6 +132,24 @@ class NomicBertConfig(PostLNConfig):
         return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- Hugging Face config.json ----
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> NomicBertConfig:
+        """A config from a Hugging Face `config.json` dict in transformers 5's spelling or the
+        original release's (`LEGACY_NAMES`, read where transformers' key is absent; a
+        `LEGACY_FIXED` key of another value raises, naming it)."""
+        d = dict(d)
+        for key, allowed in LEGACY_FIXED.items():
+            if d.get(key) is not None and d[key] not in allowed:
+                raise ValueError(
+                    f"config.json has {key}={d[key]!r}; bert_jax's NomicBERT (as transformers') "
+                    f"implements {key}={allowed[-1]!r} only"
+                )
+        for old, new in LEGACY_NAMES.items():
+            value = d.pop(old, None)
+            if value is not None and d.get(new) is None:
+                d[new] = value
+        return super().from_hf_dict({k: v for k, v in d.items() if k not in _LEGACY_HOUSEKEEPING})
+
     @classmethod
     def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> NomicBertConfig:
         """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
