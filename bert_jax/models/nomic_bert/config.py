@@ -9,7 +9,8 @@ transformers' `NomicBertConfig`'s with its defaults (those of nomic-embed-text-v
 `rope_parameters` is transformers' dict (any `rotary.ROPE_TYPES` type; theta 1000 when absent,
 or the older top-level `rope_theta`), held as a `rotary.RopeParameters` in the field `rope`.
 `head_dim` is written to config.json as transformers writes it, and read only to check that it
-is hidden_size / num_attention_heads (the only head size bert_jax builds).
+is hidden_size / num_attention_heads (the only head size bert_jax builds). The original
+release's config.json (its own code's `n_embd`, `n_layer`, ...) is read too (`from_hf_dict`).
 """
 
 from __future__ import annotations
