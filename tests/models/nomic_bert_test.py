@@ -288,3 +288,19 @@ def test_command_line_converts_and_verifies(tmp_path, capsys):
     assert convert.main([str(tmp_path / "jax"), str(tmp_path / "back")]) == 0
     assert detect.detect_format(str(tmp_path / "back")) == "hf"
     assert families.config_from_json_file(tmp_path / "back") == NOMIC
+
+
+def test_layerwise_lr_decay_finds_the_layers():
+    """ELECTRA's layer-wise decay reads NomicBERT's layer indices (`layers/<i>`): the
+    embeddings decay^(n+2), layer i decay^(n+1-i), the head the full rate."""
+    from bert_jax.training.optimizer import scale_by_layer_depth
+
+    params = _params("NomicBertForMaskedLM")
+    ones = jax.tree_util.tree_map(jnp.ones_like, params)
+    tx = scale_by_layer_depth(0.5)
+    scaled, _ = tx.update(ones, tx.init(params), params)
+    flat = table.flatten_params(scaled)
+    assert flat["nomic_bert/embeddings/LayerNorm/scale"][0] == 0.5**4
+    assert flat["nomic_bert/layers/0/mlp/up_proj/kernel"][0, 0] == 0.5**3
+    assert flat["nomic_bert/layers/1/self_attn/o_proj/kernel"][0, 0, 0] == 0.5**2
+    assert flat["cls/predictions/bias"][0] == 1.0
