@@ -46,12 +46,13 @@ def _layers_path(params: dict, family: Family) -> tuple[str, ...] | None:
 
 
 def _layers_of(params: dict) -> tuple[Family, tuple[str, ...], dict]:
-    """The family whose layers the tree holds, the keys down to them and the dict holding them;
-    where two families' layers sit alike (ModernBERT's and EuroBERT's `model/layers_<i>`), the
-    one whose word-embedding table the tree holds."""
+    """The family whose layers the tree holds, the keys down to them and the dict holding them.
+    Where several families' names fit, the deepest layers' (a toy family's `model/layers/
+    layer_<i>` are no scanned EuroBERT `model/layers`), then the family whose word-embedding
+    table the tree holds (ModernBERT's and EuroBERT's layers are both `model/layers_<i>`)."""
     found = [(f, p) for f in FAMILIES.values() if (p := _layers_path(params, f)) is not None]
     if len(found) > 1:
-        found = [(f, p) for f, p in found if _has_word_table(params, f)] or found
+        found.sort(key=lambda fp: (-len(fp[1]), not _has_word_table(params, fp[0])))
     if found:
         family, path = found[0]
         return family, path, get_at(params, path)

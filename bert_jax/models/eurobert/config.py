@@ -29,7 +29,10 @@ CLASSIFIER_POOLINGS = ("bos", "mean", "late")
 # config.json keys of transformers' EuroBertConfig (and of the first releases' remote code) that
 # say nothing about the weights.
 _HOUSEKEEPING = HF_HOUSEKEEPING | {"pretraining_tp", "auto_map", "hidden_dropout"}
-# Named sizes (`EuroBertConfig.preset`): the released EuroBERT/EuroBERT-210m, -610m and -2.1B.
+# Named sizes (`EuroBertConfig.preset`): the released EuroBERT/EuroBERT-210m, -610m and -2.1B,
+# and "tiny", the CPU pretraining job's 2 layers x 128 (4 query heads on 2 key/value heads) for
+# its own 8,192-piece vocabulary ([PAD] = 0) and 128-token rows (configs/pretrain.py,
+# arch=eurobert).
 PRESETS: dict[str, dict[str, Any]] = {
     "210m": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
                  num_attention_heads=12, num_key_value_heads=12),
@@ -37,6 +40,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                  num_attention_heads=18, num_key_value_heads=6),
     "2.1b": dict(hidden_size=2304, intermediate_size=6144, num_hidden_layers=32,
                  num_attention_heads=18, num_key_value_heads=6),
+    "tiny": dict(vocab_size=8192, pad_token_id=0, hidden_size=128, intermediate_size=256,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 max_position_embeddings=128),
 }  # fmt: skip
 _RELEASED = dict(rope_parameters=RopeParameters(rope_theta=250000.0), tie_word_embeddings=False)
 
@@ -105,6 +111,8 @@ class EuroBertConfig(EncoderConfig):
         if self.num_key_value_heads is None:  # as transformers fills it
             object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
         rope = self.rope_parameters
+        if hasattr(rope, "to_dict"):  # an experiment config's block (ml_collections)
+            rope = {k: v for k, v in rope.to_dict().items() if v is not None}
         if not isinstance(rope, RopeParameters):  # None or transformers' dict
             object.__setattr__(self, "rope_parameters", RopeParameters.from_hf(rope))
         self._check_fields(
@@ -166,7 +174,7 @@ class EuroBertConfig(EncoderConfig):
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> EuroBertConfig:
-        """A named size (`PRESETS`: "210m", "610m", "2.1b"), as released."""
+        """A named size (`PRESETS`): "210m", "610m", "2.1b" as released, or "tiny"."""
         return cls(**{**_RELEASED, **cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- Hugging Face config.json ----

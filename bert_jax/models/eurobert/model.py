@@ -18,7 +18,8 @@ Dimension legend:
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+from typing import ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -39,7 +40,7 @@ from bert_jax.models.layers import (
     zeros_init,
 )
 from bert_jax.models.norms import RMSNorm
-from bert_jax.models.outputs import ClassifierOutput, EncoderOutput, MaskedLMOutput
+from bert_jax.models.outputs import EncoderOutput, MaskedLMOutput
 from bert_jax.models.prenorm import PreNormLayer, rotary_angles
 
 Array = jax.Array
@@ -145,13 +146,25 @@ def weighted_mean(weights: Array, x: Array) -> Array:
 
 
 # ---- Heads ----
+class Pooled(NamedTuple):
+    """What a pooled head's `classify` reads (the encoder's `pooler_output` there): the final
+    states [B, L, E], each sequence's pooling weights [B, S, L] (`pooling_weights`), and whether
+    the rows are packed (logits [B, S, N]) or not ([B, N])."""
+
+    states: Array
+    weights: Array
+    packed: bool
+
+
 class EuroBertHead(heads.Head):
     """A task head on top of `model` (a EuroBertModel), with every head's call
     (`models.heads.Head`). token_type_ids must stay None: EuroBERT has none. No dropout before
-    the classifiers (transformers' EuroBERT has none)."""
+    the classifiers (transformers' EuroBERT has none). A pooled head pools itself, by
+    `classifier_pooling`: the encoder hands it every state and the weights (`Pooled`)."""
 
     config: EuroBertConfig
     token_types: ClassVar[bool] = False
+    pooler: ClassVar[bool] = False  # the encoder pools nothing: `classify` does
     encoder = EuroBertModel
     encoder_name = ENCODER_NAME
 
@@ -159,9 +172,37 @@ class EuroBertHead(heads.Head):
         inputs = dict(inputs)
         if inputs.pop("token_type_ids") is not None:
             raise ValueError(f"{type(self).__name__} takes no token_type_ids (EuroBERT has none)")
-        return super().encode(input_ids, inputs, **kwargs)
+        out = super().encode(input_ids, inputs, **kwargs)
+        if not self.pooled:
+            return out
+        mask = inputs["attention_mask"]
+        mask = jnp.ones_like(input_ids) if mask is None else mask
+        starts = kwargs["cls_positions"]
+        weights = pooling_weights(
+            self.config.classifier_pooling, mask, inputs["segment_ids"], starts
+        )
+        pooled = Pooled(out.last_hidden_state, weights, starts is not None)
+        return dataclasses.replace(out, pooler_output=pooled)
+
+    def classify(self, pooled: Pooled, features: int, deterministic: bool):
+        """`dense`, GELU, `classifier` on the states pooled by `classifier_pooling` ("bos",
+        "mean"), or on every token's state with the logits then averaged over the sequence's
+        real tokens ("late"): float32 logits [B, features] ([B, S, features] packed)."""
+        cfg, rt = self.config, self.runtime
+
+        def layers(h):
+            h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
+            return self.linear(ACTIVATIONS["gelu"](h), features, "classifier")
+
+        if cfg.classifier_pooling == "late":
+            logits = weighted_mean(pooled.weights, layers(pooled.states))  # [B, S, N]
+        else:
+            h = weighted_mean(pooled.weights, pooled.states).astype(rt.dtype)  # [B, S, E]
+            logits = layers(h)
+        return logits if pooled.packed else logits[:, 0]
 
     def classify_tokens(self, h, features: int, deterministic: bool):
+        """`classifier` on every token's state: float32 logits [B, L, features]."""
         return self.linear(h, features, "classifier")
 
 
@@ -201,40 +242,9 @@ class TiedBias(nn.Module):
         return bias.astype(jnp.float32)
 
 
-class EuroBertForSequenceClassification(EuroBertHead):
-    """`dense`, GELU, `classifier` on the states pooled by `classifier_pooling` ("bos",
-    "mean"), or on every token's state with the logits then averaged over the real tokens
-    ("late"): logits [B, N] (N = 1: regression); [B, S, N] with packed rows (`segment_ids`,
-    `cls_positions` [B, S])."""
-
-    pooled = True  # takes cls_positions
-    pooler = False  # the encoder pools nothing: the head does
-
-    def encode(self, input_ids, inputs, **kwargs):
-        """The encoder's outputs and the pooling weights [B, S, L] (`pooling_weights`)."""
-        out = super().encode(input_ids, inputs, **kwargs)
-        mask = inputs["attention_mask"]
-        mask = jnp.ones_like(input_ids) if mask is None else mask
-        weights = pooling_weights(
-            self.config.classifier_pooling, mask, inputs["segment_ids"], kwargs["cls_positions"]
-        )
-        return out, (weights, kwargs["cls_positions"] is not None)
-
-    def head(self, out_and_weights, *, deterministic, masked_positions, batch_shape):
-        cfg, rt = self.config, self.runtime
-        out, (weights, packed) = out_and_weights
-
-        def classify(h):
-            h = dense(cfg, rt, cfg.hidden_size, ("embed",), (None,), "dense")(h)
-            return self.linear(ACTIVATIONS["gelu"](h), cfg.num_labels, "classifier")
-
-        if cfg.classifier_pooling == "late":
-            logits = weighted_mean(weights, classify(out.last_hidden_state))  # [B, S, N]
-        else:
-            pooled = weighted_mean(weights, out.last_hidden_state).astype(rt.dtype)  # [B, S, E]
-            logits = classify(pooled)
-        logits = logits if packed else logits[:, 0]
-        return ClassifierOutput(logits, out.hidden_states, out.attentions)
+class EuroBertForSequenceClassification(heads.SequenceClassification, EuroBertHead):
+    """`classify` on the states pooled by `classifier_pooling`: logits [B, N] (N = 1:
+    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
 
 class EuroBertForTokenClassification(heads.TokenClassification, EuroBertHead):
