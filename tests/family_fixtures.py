@@ -105,13 +105,13 @@ FIXTURES: dict[str, FamilyFixture] = {
         ),
         deberta_unigram,
     ),
-    # 4 query heads on 2 key/value heads, heads of 10 (not 32 / 4), an untied MLM head, late
+    # 4 query heads on 2 key/value heads, heads of 16 (not 32 / 4), an untied MLM head, late
     # pooling (tests/models/eurobert_test.py has the rotary variants); Llama-3's kind of
     # byte-level BPE.
     "eurobert": FamilyFixture(
         dict(
             num_key_value_heads=2,
-            head_size=10,
+            head_size=16,
             rope_parameters=dict(rope_theta=500.0),
             rms_norm_eps=1e-6,
         ),
