@@ -70,7 +70,8 @@ class Llama3BPETokenizer(SubwordTokenizer):
         """Wraps `tokenizer`, checking that it is BPE with a byte-level step and Llama-3's
         special tokens (`MissingSpecialTokenError` names each missing one)."""
         require_model(tokenizer, source, models.BPE, "Llama-3's byte-level BPE")
-        if "ByteLevel" not in (tokenizer.pre_tokenizer.__getstate__().decode() or ""):
+        pre = tokenizer.pre_tokenizer
+        if pre is None or "ByteLevel" not in pre.__getstate__().decode():
             raise ValueError(f"{source}: the BPE model's pre-tokenizer has no ByteLevel step")
         super().__init__(tokenizer, source)
         self._words: Tokenizer | None = None
