@@ -49,6 +49,11 @@ def byte_level_bpe(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
     return tokenization.train_byte_level_bpe(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
 
 
+def llama3_bpe(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
+    """EuroBERT's kind: byte-level BPE split as Llama-3's, its special tokens last."""
+    return tokenization.train_llama3_bpe(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
+
+
 def sentencepiece_unigram(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
     """XLM-R's kind: a Unigram model trained as SentencePiece orders it, in fairseq's ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -99,6 +104,18 @@ FIXTURES: dict[str, FamilyFixture] = {
             pooler_hidden_act="gelu",
         ),
         deberta_unigram,
+    ),
+    # 4 query heads on 2 key/value heads, heads of 16 (not 32 / 4), an untied MLM head, late
+    # pooling (tests/models/eurobert_test.py has the rotary variants); Llama-3's kind of
+    # byte-level BPE.
+    "eurobert": FamilyFixture(
+        dict(
+            num_key_value_heads=2,
+            head_size=16,
+            rope_parameters=dict(rope_theta=500.0),
+            rms_norm_eps=1e-6,
+        ),
+        llama3_bpe,
     ),
     # Embeddings narrower than the layers (24 < 32): `embeddings_project` in every model.
     "electra": FamilyFixture(dict(embedding_size=24, type_vocab_size=3), wordpiece),
@@ -183,6 +200,11 @@ def tiny_config(model_type: str, tokenizer: tokenization.SubwordTokenizer, **fie
         pad_token_id=tokenizer.pad_id,
         **fields,
     )
+
+
+def objective_role(objective: str) -> families.Role:
+    """The role of the head `objective` trains (a family may lack it: EuroBERT's QA)."""
+    return objectives.get_objective(objective).role
 
 
 def head_of(config, objective: str) -> str:

@@ -7,6 +7,7 @@
   kind       files                                       class                   family
   wordpiece  vocab.txt, or tokenizer.json (WordPiece)    WordPieceTokenizer      BERT, ModernBERT
   bpe        vocab.json + merges.txt, or tokenizer.json  ByteLevelBPETokenizer   RoBERTa
+  bpe        tokenizer.json (<|begin_of_text|> ...)      Llama3BPETokenizer      EuroBERT
   unigram    tokenizer.json (Unigram), or                SentencePieceTokenizer  XLM-RoBERTa
              sentencepiece.bpe.model (needs `sentencepiece`)
   unigram    tokenizer.json (Unigram, [CLS] [SEP]), or   DebertaV2Tokenizer      DeBERTa-v2/v3
@@ -14,10 +15,12 @@
 
 Token ids equal transformers' fast tokenizers' (`BertTokenizerFast`, `RobertaTokenizerFast`,
 `XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`) for the same files; a Unigram tokenizer.json is
-XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`). Modules: `base` (what the kinds
-share), `wordpiece`, `bpe`, `unigram`. Training: `train_wordpiece`, `train_byte_level_bpe` and
-`train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe` and `--kind=unigram` for the
-latter two; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays it out as DeBERTa-v3's).
+XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`), a BPE one RoBERTa's or
+Llama-3's (EuroBERT's: `llama3.is_llama3`). Modules: `base` (what the kinds share), `wordpiece`,
+`bpe`, `llama3`, `unigram`. Training: `train_wordpiece`, `train_byte_level_bpe`,
+`train_llama3_bpe` and `train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe` and
+`--kind=unigram` for RoBERTa's and XLM-R's; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays
+it out as DeBERTa-v3's).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 from etils import epath
 from tokenizers import models
 
+from bert_jax.tokenization import llama3
 from bert_jax.tokenization.base import (
     MissingSpecialTokenError,
     SubwordTokenizer,
@@ -37,6 +41,7 @@ from bert_jax.tokenization.bpe import (
     load_vocab_and_merges,
     train_byte_level_bpe,
 )
+from bert_jax.tokenization.llama3 import Llama3BPETokenizer, train_llama3_bpe
 from bert_jax.tokenization.unigram import (
     DEBERTA_SPM_MODEL,
     SENTENCEPIECE_MODEL,
@@ -84,6 +89,7 @@ __all__ = [
     "UNK",
     "ByteLevelBPETokenizer",
     "DebertaV2Tokenizer",
+    "Llama3BPETokenizer",
     "MissingSpecialTokenError",
     "SentencePieceTokenizer",
     "SubwordTokenizer",
@@ -91,6 +97,7 @@ __all__ = [
     "load_tokenizer",
     "read_vocab_txt",
     "train_byte_level_bpe",
+    "train_llama3_bpe",
     "train_unigram",
     "train_wordpiece",
 ]
@@ -146,7 +153,10 @@ def load_tokenizer(
             return load_wordpiece(file, **wordpiece_options)
         _refuse_wordpiece_options(file, wordpiece_options)
         if isinstance(model, models.BPE):
-            return ByteLevelBPETokenizer(read_tokenizer_json(file), source=os.fspath(file))
+            tokenizer = read_tokenizer_json(file)
+            if llama3.is_llama3(tokenizer):  # EuroBERT's
+                return Llama3BPETokenizer(tokenizer, source=os.fspath(file))
+            return ByteLevelBPETokenizer(tokenizer, source=os.fspath(file))
         if isinstance(model, models.Unigram):
             return unigram_from_tokenizer_json(file)
         raise ValueError(
