@@ -16,6 +16,7 @@ from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     save_sentence_transformer,
 )
+from bert_jax.inference import encoder
 from bert_jax.inference.__main__ import main
 from bert_jax.inference.commands import search
 from bert_jax.models.bert.config import BertConfig
@@ -23,8 +24,10 @@ from bert_jax.models.bert.model import BertForMaskedLM
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import init_params
 from bert_jax.models.pooling import splade_pool, splade_pool_segments
+from bert_jax.parallel import sharding
 from bert_jax.retrieval import metrics as retrieval
 from bert_jax.training import splade, steps
+from tests import family_fixtures
 from tests.embed.contrastive_test import B, L, T, pair_batch
 from tests.embed.embed_test import WORDS, embed_config, pair_files  # noqa: F401 (a fixture)
 
@@ -119,6 +122,23 @@ def test_grad_cache_equals_the_uncached_batch():
     assert batch["input_ids"].shape == (B, T, L)
 
 
+def test_the_negatives_and_flops_are_the_global_batchs():
+    """The loss of a batch sharded over 8 data-parallel devices is the loss of the same batch on
+    one device: the negatives and the FLOPS means are the whole global batch's."""
+    model = tiny_mlm(0.0)
+    objective = splade.splade_objective(query_weight=0.1, document_weight=0.1)
+    params = init_params(model, jax.random.PRNGKey(0))
+    batch = pair_batch()
+    loss_fn = jax.jit(
+        lambda p, b: objective.loss(objective.sums(model, p, b, None, True), objective.counts(b))
+    )
+    one = loss_fn(params, batch)
+    mesh = sharding.make_mesh({"data": 8, "fsdp": 1, "tensor": 1})
+    with jax.set_mesh(mesh):
+        sharded = loss_fn(params, sharding.global_batch_from_local(batch, mesh))
+    np.testing.assert_allclose(sharded, one, rtol=1e-6)
+
+
 @pytest.mark.torch
 def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_path):
     """A SparseEncoder directory of a random tiny masked LM: `SparseEncoder(DIR).encode` equals
@@ -209,3 +229,22 @@ def test_bad_splade_settings_are_refused_before_any_data(pair_files):  # noqa: F
         config = embed_config(pair_files, **{"embed.pooling": "splade", key: value})
         with pytest.raises(ValueError, match=message):
             embed_run.train_and_evaluate(config, "unused")
+
+
+@pytest.mark.e2e  # 10-40 s a family on 2 cores
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(family_fixtures.FIXTURES))
+def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_path):
+    """Each family's random tiny masked LM, saved as a SparseEncoder directory: `encode` equals
+    bert_jax's SPLADE vectors of it within 1e-5."""
+    st = pytest.importorskip("sentence_transformers")
+    fam = family_fixtures.make_family_dir(model_type, tmp_path / "mlm")
+    out = tmp_path / "sparse"
+    save_sentence_transformer(
+        out, fam.config, fam.params, tokenizer_dir=fam.tokenizer, pooling="splade",
+        normalize=False, max_seq_length=32,
+    )  # fmt: skip
+    texts = ["fair is foul and foul is fair", "the tempest", "is it"]
+    ours = encoder.load_for_embedding(str(out)).embed(texts)
+    theirs = st.SparseEncoder(str(out), device="cpu").encode(texts, convert_to_tensor=True)
+    np.testing.assert_allclose(ours, theirs.to_dense().numpy(), atol=1e-5)
