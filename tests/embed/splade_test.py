@@ -16,6 +16,7 @@ from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     save_sentence_transformer,
 )
+from bert_jax.embed import mine
 from bert_jax.inference import encoder
 from bert_jax.inference.__main__ import main
 from bert_jax.inference.commands import search
@@ -122,6 +123,7 @@ def test_grad_cache_equals_the_uncached_batch():
     assert batch["input_ids"].shape == (B, T, L)
 
 
+@pytest.mark.e2e  # 3-17 s on 2 cores (two compiles); the contrastive test checks the path
 def test_the_negatives_and_flops_are_the_global_batchs():
     """The loss of a batch sharded over 8 data-parallel devices is the loss of the same batch on
     one device: the negatives and the FLOPS means are the whole global batch's."""
@@ -158,6 +160,8 @@ def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_p
     modules = json.loads((hf / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling"]
     assert read_sentence_transformer(hf).pooling == "splade"
+    with pytest.raises(ValueError, match="is a SPLADE model; mining searches dense embeddings"):
+        mine.text_embedder(str(hf))
 
     texts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(12)]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
