@@ -141,12 +141,8 @@ def test_the_negatives_and_flops_are_the_global_batchs():
     np.testing.assert_allclose(sharded, one, rtol=1e-6)
 
 
-@pytest.mark.torch
-def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_path):
-    """A SparseEncoder directory of a random tiny masked LM: `SparseEncoder(DIR).encode` equals
-    `inference embed --sparse` within 1e-5 (dense [N, V] .npy); `search --index sparse` finds the
-    top 10 of numpy's dot products of those vectors, and scores that ranking."""
-    st = pytest.importorskip("sentence_transformers")
+def tiny_export(tmp_path):
+    """A random tiny masked LM saved as a SparseEncoder directory: (its path, its tokenizer)."""
     tokenizer = tokenization.train_wordpiece(
         [" ".join([*WORDS, "is", "it"])] * 3, vocab_size=120, min_frequency=1
     )
@@ -157,6 +153,17 @@ def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_p
         hf, model.config, params, tokenizer_dir=tokenizer, pooling="splade", normalize=False,
         max_seq_length=16,
     )  # fmt: skip
+    return hf, tokenizer
+
+
+@pytest.mark.torch
+def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_path):
+    """A SparseEncoder directory of a random tiny masked LM: `SparseEncoder(DIR).encode` equals
+    `inference embed --sparse` within 1e-5 (dense [N, V] .npy); `search --index sparse` finds the
+    top 10 of numpy's dot products of those vectors, and scores that ranking; mining refuses the
+    model."""
+    st = pytest.importorskip("sentence_transformers")
+    hf, tokenizer = tiny_export(tmp_path)
     modules = json.loads((hf / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling"]
     assert read_sentence_transformer(hf).pooling == "splade"
@@ -193,6 +200,29 @@ def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_p
     want_metrics = search.run_scores(relevant, ranked)
     for key in ("ndcg@10", "mrr@10", "recall@100"):
         assert metrics[key] == pytest.approx(want_metrics[key])
+
+
+@pytest.mark.e2e  # 10 s on 2 cores: the bulk job
+def test_the_bulk_jobs_sparse_corpus_searches_as_its_texts(tmp_path):
+    """`embed --sparse` over a corpus into Parquet (`embedding`: list<float32>[V]) and `search
+    --index sparse` over it: the same ranking and scores as over the corpus's texts."""
+    hf, _ = tiny_export(tmp_path)
+    texts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(12)]
+    (tmp_path / "q.txt").write_text("\n".join(texts[:4]) + "\n")
+    docs = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    main(["embed", "--sparse", "--model", str(hf), "--input", str(tmp_path / "corpus.jsonl"),
+          "--text_column=text", "--id_column=id", "--output", str(tmp_path / "emb")])  # fmt: skip
+    runs = []
+    for corpus in ("emb", "corpus.jsonl"):
+        out = tmp_path / f"{corpus}.run.jsonl"
+        main(["search", "--index", "sparse", "--model", str(hf), "--queries", str(tmp_path / "q.txt"),
+              "--corpus", str(tmp_path / corpus), "--output", str(out)])  # fmt: skip
+        runs.append([json.loads(line) for line in out.read_text().splitlines()])
+    assert [r["ids"] for r in runs[0]] == [r["ids"] for r in runs[1]]
+    np.testing.assert_allclose(
+        [r["scores"] for r in runs[0]], [r["scores"] for r in runs[1]], atol=1e-5
+    )
 
 
 @pytest.mark.e2e
