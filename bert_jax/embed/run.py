@@ -148,7 +148,7 @@ def starting_point(config) -> Starting:
         pooling = getattr(st, "pooling", None) or "cls"
         if pooling not in SENTENCE_POOLINGS + SPARSE_POOLINGS:
             raise ValueError(
-                f"{source} pools by {pooling!r}; the embedding job trains mean or cls pooling: "
+                f"{source} pools by {pooling!r}; the embedding job trains mean, cls or splade: "
                 "set --config.embed.pooling"
             )
     normalize = BOOLEANS.get(e.normalize)
@@ -167,8 +167,9 @@ def build_experiment(
     config, start: Starting, num_train_steps: int, devices=None, texts_per_pair: int = 2
 ):
     """The Experiment every seed trains in: the family's encoder with the contrastive objective
-    of the settings (taking packed batches of `global_batch_size` pairs of `texts_per_pair`
-    texts with `embed.pack`)."""
+    of the settings, or its masked-LM model with the SPLADE objective (pooling "splade"),
+    taking packed batches of `global_batch_size` pairs of `texts_per_pair` texts with
+    `embed.pack`."""
     e = config.embed
     packed = (config.global_batch_size, texts_per_pair) if e.pack else None
     if start.pooling in SPARSE_POOLINGS:

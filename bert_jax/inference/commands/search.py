@@ -332,7 +332,8 @@ def _check(args: argparse.Namespace) -> None:
 
 def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
     """float32 [Q, E] query and [N, E] corpus embeddings of --model (the corpus's as read where
-    it holds them), embedded as `inference embed` embeds; warns of settings that differ."""
+    it holds them), embedded as `inference embed` embeds (--index sparse: SPLADE vectors [Q, V]
+    and [N, V] as sparse matrices, `_sparse_vectors`); warns of settings that differ."""
     sparse = args.index == SPARSE
     model = encoder.load_for_embedding(
         args.model,
@@ -452,11 +453,10 @@ def run(args: argparse.Namespace) -> None:
         found = lexical.search_bm25(query_texts, doc_texts, k)
     else:
         queries, docs = _embeddings(args, query_texts, corpus)
-        search_fn = (
-            search_lib.search_sparse
-            if args.index == SPARSE
-            else (search_lib.SEARCHES[INDEXES[args.index]])
-        )
+        if args.index == SPARSE:
+            search_fn = search_lib.search_sparse
+        else:
+            search_fn = search_lib.SEARCHES[INDEXES[args.index]]
         found = search_fn(queries, docs[order], k)
     if cross_encoder is not None:
         found = _reranked(cross_encoder, args, query_texts, doc_texts, found)
