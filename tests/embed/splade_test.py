@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import losses, tokenization
+from bert_jax import convert, losses, tokenization
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     save_sentence_transformer,
@@ -160,8 +160,8 @@ def tiny_export(tmp_path):
 def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_path):
     """A SparseEncoder directory of a random tiny masked LM: `SparseEncoder(DIR).encode` equals
     `inference embed --sparse` within 1e-5 (dense [N, V] .npy); `search --index sparse` finds the
-    top 10 of numpy's dot products of those vectors, and scores that ranking; mining refuses the
-    model."""
+    top 10 of numpy's dot products of those vectors, and scores that ranking; converted to
+    bert_jax's format it embeds alike; mining refuses the model."""
     st = pytest.importorskip("sentence_transformers")
     hf, tokenizer = tiny_export(tmp_path)
     modules = json.loads((hf / "modules.json").read_text())
@@ -179,6 +179,12 @@ def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_p
     theirs = st.SparseEncoder(str(hf), device="cpu").encode(texts, convert_to_tensor=True)
     np.testing.assert_allclose(ours, theirs.to_dense().numpy(), atol=1e-5)
     assert ours.shape == (len(texts), tokenizer.vocab_size) and (ours >= 0).all()
+    # Converted to bert_jax's format, it keeps its modules: `embed` gives the same vectors.
+    assert convert.main([str(hf), str(tmp_path / "native"), "--to", "bert_jax"]) == 0
+    assert read_sentence_transformer(tmp_path / "native").pooling == "splade"
+    main(["embed", "--model", str(tmp_path / "native"), "--input", str(tmp_path / "texts.txt"),
+          "--output", str(tmp_path / "native.npy")])  # fmt: skip
+    np.testing.assert_array_equal(np.load(tmp_path / "native.npy"), ours)
 
     docs = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
     (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
