@@ -211,8 +211,10 @@ def compile_for_topology(
     rows, slots = config.global_batch_size, config.embed.max_segments
     layout = batch_layout.contrastive_layout(packed=bool(config.embed.pack))
     batch = batch_layout.abstract_batch(layout, B=rows, T=2, L=length, R=2 * rows, S=slots)
+    # A SPLADE model's masked-LM logits: V outputs a token (the head's transform aside).
+    outputs = model_config.vocab_size if pooling in SPARSE_POOLINGS else 0
     model_flops = flops.classification_step_flops(
-        model_config, [length] * (2 * rows), 0, pooled=False
+        model_config, [length] * (2 * rows), outputs, pooled=False
     )
     return compile_report.report_compiled_step(
         exp, batch, model_flops=model_flops, topology=topology, task="embed", hlo_out=hlo_out
