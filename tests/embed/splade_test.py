@@ -279,6 +279,8 @@ def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_
     bert_jax's SPLADE vectors of it within 1e-5."""
     st = pytest.importorskip("sentence_transformers")
     fam = family_fixtures.make_family_dir(model_type, tmp_path / "mlm")
+    if not hasattr(pytest.importorskip("transformers"), fam.head):
+        pytest.skip(f"transformers has no {fam.head} (its code is the checkpoint's own)")
     out = tmp_path / "sparse"
     save_sentence_transformer(
         out, fam.config, fam.params, tokenizer_dir=fam.tokenizer, pooling="splade",
