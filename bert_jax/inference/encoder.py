@@ -167,8 +167,9 @@ def embed_step(
     if pooling == "splade":  # the masked-LM logits [B, L, V] (or [R, L, V]), max-pooled
         if packed:
             slots = batch["cls_positions"].shape[1]
-            return splade_pool_segments(out.logits, batch["segment_ids"], slots)[..., None, :]
-        return splade_pool(out.logits, batch["attention_mask"])[..., None, :]
+            logits = out.logits.astype(jnp.float32)
+            return splade_pool_segments(logits, batch["segment_ids"], slots)[..., None, :]
+        return splade_pool(out.logits.astype(jnp.float32), batch["attention_mask"])[..., None, :]
     states = [out.last_hidden_state] if layers is None else [out.hidden_states[i] for i in layers]
     if pooling == "pooler":
         pooled = [out.pooler_output.astype(jnp.float32)] * len(states)
@@ -177,7 +178,7 @@ def embed_step(
         pooled = [pool_segments(h, segments, starts, pooling) for h in states]
     else:  # [B, E] a state
         pooled = [pool(h, batch["attention_mask"], pooling) for h in states]
-    pooled = jnp.stack(pooled, axis=-2)  # [B, P, E] or [R, S, P, E]
+    pooled = jnp.stack(pooled, axis=-2).astype(jnp.float32)  # [B, P, E] or [R, S, P, E]
     if normalize:  # as torch's F.normalize (sentence-transformers' Normalize): x / max(|x|, 1e-12)
         norm = jnp.linalg.norm(pooled, axis=-1, keepdims=True)
         pooled = pooled / jnp.maximum(norm, 1e-12)
@@ -191,9 +192,10 @@ def embedder(
     pooling: str = "cls",
     normalize: bool = False,
     layers: Sequence[int] | None = None,
+    dtype: str | None = None,
 ) -> tuple[Callable, dict]:
-    """`embed_step` for `pooling`, `normalize` and `layers` (as in `embed`), and the encoder's
-    parameters.
+    """`embed_step` for `pooling`, `normalize` and `layers` (as in `embed`), computing in
+    `dtype` (`loading.runtime`; None: float32), and the encoder's parameters.
 
     Returns:
       (step(params, batch) -> float32 [B, P, E], the encoder's params).
@@ -204,9 +206,9 @@ def embedder(
     """
     check_pooling(pooling, POOLINGS + SPARSE_POOLINGS)
     if pooling in SPARSE_POOLINGS:
-        model, params = _splade_model(config, params, layers, normalize)
+        model, params = _splade_model(config, params, layers, normalize, dtype)
     else:
-        model, params = loading.encoder(config, params, pooled=pooling == "pooler")
+        model, params = loading.encoder(config, params, pooled=pooling == "pooler", dtype=dtype)
     if pooling == "pooler":
         loading.check_pooler(config, params)
     if layers is not None:
@@ -224,7 +226,7 @@ def embedder(
     return step, params
 
 
-def _splade_model(config: EncoderConfig, params, layers, normalize: bool):
+def _splade_model(config: EncoderConfig, params, layers, normalize: bool, dtype: str | None):
     """The family's masked-LM model and `params` (which must hold its head), for SPLADE."""
     if layers is not None or normalize:
         raise ValueError("SPLADE vectors (--sparse) take neither --layers nor --normalize")
@@ -234,7 +236,7 @@ def _splade_model(config: EncoderConfig, params, layers, normalize: bool):
             "SPLADE vectors (--sparse) pool the masked-LM head's logits; this checkpoint is the "
             f"bare encoder: give one with a masked-LM head ({family.head_for(Role.MASKED_LM)})"
         )
-    return loading.masked_lm_model(config), params
+    return loading.masked_lm_model(config, dtype=dtype), params
 
 
 def embed(
@@ -251,6 +253,7 @@ def embed(
     bucket_lengths: bool = True,
     pack: bool = True,
     progress: bool | None = None,
+    dtype: str | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: [N, E] float32, or [N, len(layers), E] for per-layer embeddings.
 
@@ -273,8 +276,12 @@ def embed(
       pack: put the texts several to a row (`batches.pack_texts`), each pooled from its own
         tokens: the same embeddings (within float32 rounding) from fewer padding tokens.
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
+      dtype: the compute dtype: None or "float32", or "bfloat16" (`loading.runtime`; the
+        embeddings float32 either way).
     """
-    step, params = embedder(config, params, pooling=pooling, normalize=normalize, layers=layers)
+    step, params = embedder(
+        config, params, pooling=pooling, normalize=normalize, layers=layers, dtype=dtype
+    )
     result = batches.run_texts(
         step,
         params,

@@ -45,19 +45,22 @@ def classifier_step(model: nn.Module) -> Callable:
     return functools.partial(batches.tuned(logits_step, ("model",)), model=model)
 
 
-def classifier(config: EncoderConfig, name: str, command: str = "predict") -> nn.Module:
-    """The sequence classifier `name` of `config`'s family (what `logits_step` runs); raises
-    ValueError, naming the head wanted, for any other head."""
+def classifier(
+    config: EncoderConfig, name: str, command: str = "predict", dtype: str | None = None
+) -> nn.Module:
+    """The sequence classifier `name` of `config`'s family (what `logits_step` runs), computing
+    in `dtype` (`loading.runtime`); raises ValueError, naming the head wanted, for any other
+    head."""
     wanted = family_of(config).head_for(Role.SEQUENCE_CLASSIFICATION)
     if name != wanted:
         raise ValueError(f"{command} needs a sequence classifier ({wanted}), not {name}")
-    return get_model_class(name)(config)
+    return get_model_class(name)(config, loading.runtime(dtype))
 
 
-def cross_encoder(config: EncoderConfig, name: str) -> nn.Module:
+def cross_encoder(config: EncoderConfig, name: str, dtype: str | None = None) -> nn.Module:
     """The classifier `name` as a cross-encoder (one output: num_labels = 1); raises ValueError
     for another head or another number of labels."""
-    model = classifier(config, name, "rerank")
+    model = classifier(config, name, "rerank", dtype)
     if config.num_labels != 1:
         raise ValueError(
             f"rerank scores with a one-output model (num_labels=1, a cross-encoder); this "
@@ -105,6 +108,7 @@ def predict(
     pack: bool = True,
     progress: bool | None = None,
     activation: str = "identity",
+    dtype: str | None = None,
 ) -> list[dict]:
     """Labels and probabilities of a sequence classification (or regression) model.
 
@@ -115,12 +119,13 @@ def predict(
         `embed`.
       activation: a regression's score from its logit (`ACTIVATIONS`; a cross-encoder's, from
         `checkpoints.cross_encoder.read_activation`: "sigmoid" for most).
+      dtype: the compute dtype (`loading.runtime`; None: float32).
 
     Returns:
       N dicts: {"label": name, "probabilities": {name: float}}, or {"score": float} for a
       regression (num_labels = 1).
     """
-    model = classifier(config, name)
+    model = classifier(config, name, dtype=dtype)
     logits = batches.run_texts(
         classifier_step(model),
         params,

@@ -24,6 +24,7 @@ from bert_jax import tokenization
 from bert_jax.checkpoints import cross_encoder, hub, pretrained, table
 from bert_jax.checkpoints.sentence_transformers import read_max_seq_length
 from bert_jax.models import rtd
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_class
 from bert_jax.paths import as_path
 
@@ -106,16 +107,33 @@ def load_cross_encoder(path: str) -> CrossEncoder:
     return CrossEncoder(config, params, head, tokenizer, activation, max_seq_length)
 
 
-def encoder(config: EncoderConfig, params, *, pooled: bool = False) -> tuple[nn.Module, dict]:
+# The compute dtypes of the commands' --dtype: float32 (exact to transformers) or bfloat16.
+DTYPES = ("float32", "bfloat16")
+
+
+def runtime(dtype: str | None = None) -> RuntimeConfig:
+    """How a command computes: float32 (None too), or bfloat16 matmuls and activations with
+    float32 weights, LayerNorm statistics, softmax, pooling and outputs (`RuntimeConfig`; the
+    accuracy it costs: docs/inference.md). ValueError naming the dtypes for another; a warning
+    where a CPU emulates bfloat16 (`RuntimeConfig.resolved`)."""
+    if dtype not in (None, *DTYPES):
+        raise ValueError(f"--dtype {dtype!r}: expected one of {DTYPES}")
+    return RuntimeConfig(dtype=dtype or "float32").resolved(jax.default_backend())
+
+
+def encoder(
+    config: EncoderConfig, params, *, pooled: bool = False, dtype: str | None = None
+) -> tuple[nn.Module, dict]:
     """The family's bare encoder (`Family.base_model`) and its parameters.
 
     Args:
       config: the checkpoint's config (any family).
       params: the encoder's parameters, or a head's (holding them at `Family.encoder_name`).
       pooled: build the encoder with its pooling layer (`add_pooling_layer`).
+      dtype: the compute dtype (`runtime`; None: float32).
     """
     family = family_of(config)
-    model = get_model_class(family.base_model)(config, add_pooling_layer=pooled)
+    model = get_model_class(family.base_model)(config, runtime(dtype), add_pooling_layer=pooled)
     return model, params.get(family.encoder_name, params)
 
 
@@ -156,16 +174,19 @@ def masked_lm_heads(config: EncoderConfig) -> list[str]:
     return sorted(name for name, cls in classes.items() if getattr(cls, "masked_lm", False))
 
 
-def masked_lm_model(config: EncoderConfig, head: str | None = None) -> nn.Module:
-    """The masked-LM module `head` of `config`'s family (None: its class of Role.MASKED_LM);
-    raises ValueError for a head that predicts no masked tokens."""
+def masked_lm_model(
+    config: EncoderConfig, head: str | None = None, dtype: str | None = None
+) -> nn.Module:
+    """The masked-LM module `head` of `config`'s family (None: its class of Role.MASKED_LM),
+    computing in `dtype` (`runtime`); raises ValueError for a head that predicts no masked
+    tokens."""
     family = family_of(config)
     head = head or family.head_for(MASKED_LM_ROLE)
     if head not in masked_lm_heads(config):
         raise ValueError(
             f"{head} has no masked-LM head; fill-mask needs one of {masked_lm_heads(config)}"
         )
-    return family.model_classes[head](config)
+    return family.model_classes[head](config, runtime(dtype))
 
 
 def load_masked_lm(path: str):

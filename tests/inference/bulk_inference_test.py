@@ -293,6 +293,11 @@ def test_a_rerun_compares_the_effective_settings(models, tmp_path, capsys):
     # A setting that changes the rows: refused, naming it.
     assert main([*argv, "--max_seq_length=16"]) == 1
     assert "max_seq_length: 64 before, 16 now" in capsys.readouterr().err
+    # float32 spelled out is the default (recorded as unset); bfloat16 changes the rows.
+    assert main([*argv, "--dtype=float32"]) == 0 and record["dtype"] is None
+    capsys.readouterr()
+    assert main([*argv, "--dtype=bfloat16"]) == 1
+    assert "dtype: None before, 'bfloat16' now" in capsys.readouterr().err
 
 
 def test_a_rerun_after_a_job_that_wrote_nothing_may_change_its_settings(models, tmp_path, capsys):

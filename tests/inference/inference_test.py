@@ -111,6 +111,33 @@ def test_embeddings_cls_mean_pooler_and_layers(tiny_classifier, tmp_path):
     np.testing.assert_allclose(alone[0], layers[0, 1], atol=1e-5)
 
 
+def test_bfloat16_compute_is_close_to_float32_and_float32_out(tiny_classifier, tmp_path, capsys):
+    """--dtype bfloat16: matmuls and activations in bfloat16 (a different result, so the flag
+    reaches the model), float32 embeddings and probabilities within bfloat16's rounding of the
+    float32 ones; another dtype is refused naming the choices."""
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS))
+    got = {}
+    for dtype in ("float32", "bfloat16"):
+        for command, out in (("embed", f"{dtype}.npy"), ("predict", f"{dtype}.jsonl")):
+            argv = [command, "--model", str(tiny_classifier), "--input", str(tmp_path / "in.txt")]
+            assert inference_main([*argv, "--output", str(tmp_path / out), f"--dtype={dtype}"]) == 0
+        rows = [json.loads(line) for line in (tmp_path / f"{dtype}.jsonl").read_text().splitlines()]
+        probs = np.array(
+            [[r["probabilities"][k] for k in ("comedy", "history", "tragedy")] for r in rows]
+        )
+        got[dtype] = np.load(tmp_path / f"{dtype}.npy"), probs
+    (f32, p32), (b16, p16) = got["float32"], got["bfloat16"]
+    assert b16.dtype == np.float32 and b16.shape == f32.shape
+    assert 0 < np.abs(b16 - f32).max() < 0.05 * np.abs(f32).max()
+    cosine = (b16 * f32).sum(-1) / np.linalg.norm(b16, axis=-1) / np.linalg.norm(f32, axis=-1)
+    assert cosine.min() > 0.999
+    assert 0 < np.abs(p16 - p32).max() < 0.02
+    argv = ["embed", "--model", str(tiny_classifier), "--input", str(tmp_path / "in.txt")]
+    with pytest.raises(SystemExit):
+        inference_main([*argv, "--output", str(tmp_path / "x.npy"), "--dtype=float16"])
+    assert "--dtype: expected one of float32, bfloat16" in capsys.readouterr().err
+
+
 def test_parameters_are_arguments_not_constants_of_the_program(tiny_classifier):
     cfg, params, _, _ = inference.load(str(tiny_classifier), "BertModel")
     batch = {

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from bert_jax.inference import loading
 from bert_jax.models.families import EncoderConfig
 
 PyTree = Any
@@ -119,6 +120,26 @@ def add_model(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="checkpoint or run directory")
 
 
+def dtype_flag(value: str) -> str | None:
+    """--dtype's value: None for float32 (the default, recorded as if left unset), else
+    "bfloat16" (`loading.DTYPES`); argparse's error naming the choices for another."""
+    if value not in loading.DTYPES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(loading.DTYPES)}")
+    return None if value == "float32" else value
+
+
+def add_dtype(parser: argparse.ArgumentParser) -> None:
+    """--dtype: the compute dtype of the model (`loading.runtime`)."""
+    parser.add_argument(
+        "--dtype",
+        type=dtype_flag,
+        default=None,
+        metavar="{float32,bfloat16}",
+        help="float32 (the default: exact), or bfloat16 matmuls for GPUs and TPUs "
+        "(docs/inference.md: what it costs)",
+    )
+
+
 def add_corpus_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -154,6 +175,7 @@ def add_corpus_arguments(
         help="texts several to a row, each read from its own tokens (the same outputs "
         "within float32 rounding, from fewer padding tokens); --no-pack: one a row",
     )
+    add_dtype(parser)
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
     parser.add_argument("--coordinator_address", help="host:port of process 0 (multi-process)")
     parser.add_argument("--num_processes", type=int, help="processes in a multi-process run")

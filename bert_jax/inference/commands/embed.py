@@ -83,7 +83,11 @@ def run(args: argparse.Namespace) -> None:
         print(f"warning: {args.model}: {warning}", file=sys.stderr)
     texts, _ = batches.read_texts(args.input)
     emb = model.embed(
-        texts, layers=_layers(args.layers), batch_size=args.batch_size, pack=args.pack
+        texts,
+        layers=_layers(args.layers),
+        batch_size=args.batch_size,
+        pack=args.pack,
+        dtype=args.dtype,
     )
     paths.write_bytes_whole(args.output, base.npy_bytes(emb))
     print(f"wrote {emb.shape} embeddings to {args.output}")
@@ -110,7 +114,12 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
         logging.warning("%s: %s", model, warning)
     layers = options.get("layers")
     step, params = encoder.embedder(
-        config, params, pooling=used.pooling, normalize=used.normalize, layers=layers
+        config,
+        params,
+        pooling=used.pooling,
+        normalize=used.normalize,
+        layers=layers,
+        dtype=options.get("dtype"),
     )
 
     def columns(out: np.ndarray) -> dict[str, pa.Array]:
@@ -135,13 +144,14 @@ COMMAND = base.Command(
     add_arguments,
     run,
     base.BulkForm(
-        ("pooling", "normalize", "layers"),
+        ("pooling", "normalize", "layers", "dtype"),
         load,
         file_suffixes=(".npy",),
         from_args=lambda args: {
             "pooling": pooling_flag(args),
             "normalize": args.normalize,
             "layers": _layers(args.layers),
+            "dtype": args.dtype,
         },
     ),
 )

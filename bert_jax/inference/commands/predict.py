@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         max_seq_length=args.max_seq_length,
         pack=args.pack,
+        dtype=args.dtype,
     )
     lines = (json.dumps({"text": text, **row}) + "\n" for text, row in zip(texts, rows))
     paths.write_text_whole(args.output, "".join(lines))
@@ -76,7 +77,7 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
         config,
         params,
         tokenizer,
-        heads.classifier_step(heads.classifier(config, head)),
+        heads.classifier_step(heads.classifier(config, head, dtype=options.get("dtype"))),
         max_seq_length or encoder.EmbeddingOptions().max_seq_length,
         columns,
         (len(names),),
@@ -90,7 +91,7 @@ COMMAND = base.Command(
     add_arguments,
     run,
     base.BulkForm(
-        ("text_pair_column",),
+        ("text_pair_column", "dtype"),
         load,
         file_suffixes=(".jsonl",),
         text_columns=lambda text_column, options: (text_column, options.get("text_pair_column")),

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> None:
         max_seq_length=min(ce.pair_length(args.max_seq_length), ce.config.max_sequence_length),
         pack=args.pack,
         activation=ce.activation,
+        dtype=args.dtype,
     )
     scores = np.array([row["score"] for row in rows], np.float32)
     if args.output.endswith(".npy"):
@@ -77,7 +78,7 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
     """The cross-encoder at `model` (one output); each pair's `score`, the activation in each
     shard's metadata."""
     ce = loading.load_cross_encoder(model)
-    step = heads.classifier_step(heads.cross_encoder(ce.config, ce.head))
+    step = heads.classifier_step(heads.cross_encoder(ce.config, ce.head, options.get("dtype")))
 
     def columns(logits: np.ndarray) -> dict[str, pa.Array]:
         return {"score": pa.array(heads.scores(logits, ce.activation))}
@@ -106,7 +107,7 @@ COMMAND = base.Command(
     add_arguments,
     run,
     base.BulkForm(
-        ("query_column",),
+        ("query_column", "dtype"),
         load,
         file_suffixes=(".npy", ".jsonl"),
         text_columns=lambda text_column, options: (options["query_column"], text_column),

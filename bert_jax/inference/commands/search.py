@@ -95,6 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--batch_size", type=int, default=64, help="texts (or pairs) a batch")
     add("--rerank", help="a cross-encoder reordering each query's first --rerank_top documents")
     add("--rerank_top", type=int, default=20, help="documents a query the cross-encoder reorders")
+    base.add_dtype(parser)  # the embedder's and the cross-encoder's
 
 
 class Corpus(NamedTuple):
@@ -360,9 +361,9 @@ def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarra
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     embed = (
-        (lambda texts: _sparse_vectors(model, texts, args.batch_size))
+        (lambda texts: _sparse_vectors(model, texts, args.batch_size, args.dtype))
         if sparse
-        else (lambda texts: model.embed(texts, batch_size=args.batch_size))
+        else (lambda texts: model.embed(texts, batch_size=args.batch_size, dtype=args.dtype))
     )
     docs = corpus.embeddings
     if corpus.texts is not None:
@@ -378,11 +379,14 @@ def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarra
     return queries, docs
 
 
-def _sparse_vectors(model: encoder.EmbeddingModel, texts: list[str], batch_size: int):
+def _sparse_vectors(model: encoder.EmbeddingModel, texts: list[str], batch_size: int, dtype):
     """SPLADE vectors [N, V] of `texts` as one sparse matrix (`search_lib.as_sparse`), embedded
-    SPARSE_CHUNK texts at a time, so that the dense [N, V] vectors are never held at once."""
+    SPARSE_CHUNK texts at a time (computing in `dtype`), so that the dense [N, V] vectors are
+    never held at once."""
     parts = [
-        search_lib.as_sparse(model.embed(texts[i : i + SPARSE_CHUNK], batch_size=batch_size))
+        search_lib.as_sparse(
+            model.embed(texts[i : i + SPARSE_CHUNK], batch_size=batch_size, dtype=dtype)
+        )
         for i in range(0, len(texts), SPARSE_CHUNK)
     ]
     if not isinstance(parts[0], np.ndarray):
@@ -470,6 +474,7 @@ def run(args: argparse.Namespace) -> None:
     if relevant is not None:
         ranked = [[str(doc_ids[i]) for i in row] for row in found.indices]
         settings = {"corpus_size": len(doc_ids), "model": args.model, "index": args.index}
+        settings["dtype"] = None if args.index == LEXICAL else args.dtype or "float32"
         settings.update(queries=args.queries, corpus=args.corpus, qrels=args.qrels)
         settings.update(rerank=args.rerank, rerank_top=args.rerank_top if args.rerank else None)
         report(args.output, relevant, ranked, settings)
@@ -500,6 +505,7 @@ def _reranked(ce, args, query_texts, doc_texts, found: search_lib.Candidates):
         batch_size=args.batch_size,
         max_seq_length=min(ce.pair_length(None), ce.config.max_sequence_length),
         activation=ce.activation,
+        dtype=args.dtype,
     )
     scores = np.array([row["score"] for row in rows], np.float32).reshape(num_queries, top)
     reorder = metrics.top_k(scores, top)  # equal scores keep the first stage's order
