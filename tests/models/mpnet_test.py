@@ -239,3 +239,25 @@ def test_command_line_converts_and_verifies(tmp_path, capsys):
     assert convert.main([str(tmp_path / "jax"), str(tmp_path / "back")]) == 0
     assert detect.detect_format(str(tmp_path / "back")) == "hf"
     assert families.config_from_json_file(tmp_path / "back") == MPNET
+
+
+# --------------------------------------------------------------------------------------------
+# The tokenizer
+# --------------------------------------------------------------------------------------------
+def test_tokenizer_rows_equal_transformers_from_either_file(tmp_path):
+    """The fixture's MPNet WordPiece, saved: transformers' AutoTokenizer reads it as
+    MPNetTokenizer, and `load_tokenizer` (tokenizer.json or vocab.txt) lays out the same rows
+    (`<s> A </s></s> B </s>`, <mask> and [UNK] inside)."""
+    from bert_jax import tokenization
+
+    tokenizer = family_fixtures.mpnet_wordpiece(family_fixtures.training_texts())
+    assert (tokenizer.cls_id, tokenizer.pad_id, tokenizer.sep_id, tokenizer.unk_id) == (0, 1, 2, 3)
+    tokenizer.save(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert type(theirs).__name__ == "MPNetTokenizer" and theirs.pad_token_id == 1
+    for path in (tmp_path, tmp_path / "vocab.txt"):
+        ours = tokenization.load_tokenizer(path)
+        assert isinstance(ours, tokenization.MPNetTokenizer)
+        for a, b in (("Fair is foul, and <mask> is fair!", "Who? zzqx"), ("Ünï 中文 text", None)):
+            row, types = ours.build_inputs(ours.encode(a), None if b is None else ours.encode(b))
+            assert row == theirs(a, b)["input_ids"] and not any(types)
