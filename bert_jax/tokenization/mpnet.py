@@ -125,7 +125,7 @@ def load_mpnet(
     if path.endswith(".json"):
         tokenizer = read_tokenizer_json(file)
         if lowercase is not None or strip_accents is not None:
-            current = WordPieceTokenizer(tokenizer, path).lowercase if lowercase is None else None
+            current = MPNetTokenizer(tokenizer, path).lowercase if lowercase is None else None
             tokenizer.normalizer = normalizers.BertNormalizer(
                 clean_text=True,
                 handle_chinese_chars=True,

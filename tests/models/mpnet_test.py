@@ -261,3 +261,14 @@ def test_tokenizer_rows_equal_transformers_from_either_file(tmp_path):
         for a, b in (("Fair is foul, and <mask> is fair!", "Who? zzqx"), ("Ünï 中文 text", None)):
             row, types = ours.build_inputs(ours.encode(a), None if b is None else ours.encode(b))
             assert row == theirs(a, b)["input_ids"] and not any(types)
+
+
+def test_tokenizer_options_apply_and_bert_only_ones_are_refused(tmp_path):
+    from bert_jax import tokenization
+
+    family_fixtures.mpnet_wordpiece(family_fixtures.training_texts()).save(tmp_path)
+    cased = tokenization.load_tokenizer(tmp_path, lowercase=False)
+    assert isinstance(cased, tokenization.MPNetTokenizer) and cased.lowercase is False
+    assert tokenization.load_tokenizer(tmp_path, strip_accents=True).lowercase is True
+    with pytest.raises(ValueError, match="match_original applies to BERT's only"):
+        tokenization.load_tokenizer(tmp_path / "vocab.txt", match_original=True)

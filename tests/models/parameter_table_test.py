@@ -25,6 +25,7 @@ from bert_jax.models.deberta_v2.config import DebertaV2Config
 from bert_jax.models.electra.config import ElectraConfig
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.params import stack_layers
 from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 
@@ -45,6 +46,7 @@ CONFIGS = {
     "xlm-roberta": XLMRobertaConfig(**_SIZES, num_labels=3, type_vocab_size=1),
     "electra": ElectraConfig(**_SIZES, num_labels=3, embedding_size=24),
     "deberta-v2": DebertaV2Config(**_SIZES, num_labels=3, position_buckets=8),
+    "mpnet": MPNetConfig(**_SIZES, num_labels=3),
 }
 # the families whose layers `scan_layers` stacks
 SCANNED = {t for t, f in FAMILIES.items() if f.scanned_layer is not None}

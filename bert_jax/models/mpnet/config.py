@@ -146,6 +146,12 @@ class MPNetConfig(EncoderConfig):
         return self.max_position_embeddings - self.position_offset
 
     @property
+    def type_vocab_size(self) -> int:
+        """0: MPNet has no token-type table (what DeBERTa's type_vocab_size=0 says, for the code
+        that asks; not a config.json key)."""
+        return 0
+
+    @property
     def classifier_dropout(self) -> None:
         """MPNet's classifiers drop out at hidden_dropout_prob (no field of their own)."""
         return None
