@@ -188,7 +188,7 @@ def test_config_round_trips_and_model_type_picks_the_family(tmp_path):
         (dict(max_position_embeddings=2), "at least 3"),
         (dict(hidden_size=30), "not divisible"),
         (dict(relative_attention_num_buckets=16), "relative_attention_num_buckets"),
-        (dict(pad_token_id=0), "pad_token_id"),
+        (dict(pad_token_id=99), "pad_token_id"),
         (dict(hidden_dropout_prob=1.0), "probability"),
     ],
 )

@@ -60,7 +60,9 @@ class MPNetConfig(EncoderConfig):
       layer_norm_eps: epsilon of every LayerNorm.
       relative_attention_num_buckets: rows of the relative-position bias table (per head); the
         distances fill its first 32 (`NUM_BUCKETS`), so it is at least that.
-      pad_token_id: id of <pad>; 1, transformers' padding_idx of the position table.
+      pad_token_id: id of <pad> (1 in the released models). The position table counts from
+        padding_idx 1 whatever this says, and omitted positions count over the ids other than 1,
+        as transformers does.
       bos_token_id / eos_token_id: ids of <s> and </s>, for the tokenizer and transformers (the
         model reads neither).
       num_labels: output width of the sequence/token classification heads (1 means regression).
@@ -111,13 +113,6 @@ class MPNetConfig(EncoderConfig):
             )
         self._check_ids_and_labels()
         self._check_special_ids("bos_token_id", "eos_token_id")
-        if self.pad_token_id != PADDING_IDX:
-            self._fail(
-                "pad_token_id",
-                self.pad_token_id,
-                f"MPNet's position table counts from padding_idx {PADDING_IDX} whatever "
-                f"pad_token_id says (as transformers does); its <pad> must be id {PADDING_IDX}",
-            )
         if self.relative_attention_num_buckets < NUM_BUCKETS:
             self._fail(
                 "relative_attention_num_buckets",
