@@ -142,7 +142,8 @@ def default_corpus_tokenizer(
         made = "mpnet" if isinstance(tokenizer, tokenization.MPNetTokenizer) else made
         if tokenizer.vocab_size != vocab_size or (made or tokenizer.kind) != kind:
             raise ValueError(
-                f"{cache_dir} holds a {tokenizer.vocab_size}-token {tokenizer.kind} vocabulary, "
+                f"{cache_dir} holds a {tokenizer.vocab_size}-token {made or tokenizer.kind} "
+                "vocabulary, "
                 f"not a {vocab_size}-token {kind} one; use another directory"
             )
         return tokenizer
