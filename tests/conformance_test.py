@@ -430,7 +430,9 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta"), indirect=True)
+# MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
+# layers against the loop (XLM-R's: see above).
+@pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta", "mpnet"), indirect=True)
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
     `remat_policy="full"`) gives the loop's multiple-choice logits and gradients within 1e-5,
@@ -520,8 +522,8 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
 
 
 # BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
-# classifier through the same command.
-@pytest.mark.parametrize("fam", families_with_e2e("bert"), indirect=True)
+# classifier through the same command; MPNet's, whose classifier is RoBERTa's.
+@pytest.mark.parametrize("fam", families_with_e2e("bert", "mpnet"), indirect=True)
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
     argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]
