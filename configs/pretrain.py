@@ -31,6 +31,8 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   arch=deberta_v3  DeBERTa-v3 (sizes tiny, xsmall, small, base, large): replaced-token detection
                    with gradient-disentangled embedding sharing (arch=deberta-v2, its
                    model_type, is the same); `rtd_config`, docs/electra.md
+  arch=nomic_bert  NomicBERT's masked LM (size tiny): MLM only at 30% masking, packed rows;
+                   `nomic_bert_config`, docs/nomic_bert.md
   arch=mpnet       MPNet (sizes tiny, base): RoBERTa's recipe on MPNet's encoder and WordPiece
                    vocabulary, the masked LM alone (no permuted LM); `roberta_config`,
                    docs/mpnet.md
@@ -67,6 +69,7 @@ from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.families import model_fields
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
+from bert_jax.models.nomic_bert.config import NomicBertConfig
 from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from configs import common
 
@@ -122,16 +125,8 @@ GPU_RECIPES = {
 }
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
-ARCHS = (
-    "bert",
-    "modernbert",
-    "roberta",
-    "xlm-roberta",
-    "electra",
-    "deberta-v2",
-    "deberta_v3",
-    "mpnet",
-)
+ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "deberta_v3",
+         "nomic_bert", "mpnet")  # fmt: skip
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -147,6 +142,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                 f"gpu={variant['gpu']!r}: the GPU recipes are BERT's, not ModernBERT's"
             )
         return modernbert_config(size, phase, tpu)
+    if variant["arch"] == "nomic_bert":
+        if variant["gpu"] or tpu or phase != 1:
+            raise ValueError("arch=nomic_bert has one recipe: size=tiny, phase 1, no gpu or tpu")
+        return nomic_bert_config(size)
     if variant["arch"] in RTD_ARCHS:
         if variant["gpu"]:
             raise ValueError(
@@ -391,6 +390,31 @@ def modernbert_config(size: str, phase: int, tpu: str) -> ml_collections.ConfigD
         c.topology, by_size_phase = MODERNBERT_TPU_RECIPES[tpu]
         c.runtime.remat_policy, c.num_microbatches = by_size_phase[size, phase]
         c.mesh.data, c.mesh.fsdp = 1, -1
+    c.lock()
+    return c
+
+
+def nomic_bert_config(size: str) -> ml_collections.ConfigDict:
+    """`arch=nomic_bert`: NomicBERT's masked LM (`NomicBertForMaskedLM`) through the same job,
+    MLM only at 30% masking as the Nomic Embed report's nomic-bert-2048, dynamic masking, packed
+    rows. size=tiny only, the CPU job: 2 layers x 128 (SwiGLU, rotary positions) on the
+    Shakespeare corpus with its 8,192-piece WordPiece vocabulary, 128-token rows, BERT's tiny
+    optimizer settings.
+    """
+    if size != "tiny":
+        raise ValueError(f"arch=nomic_bert has the size tiny only, not {size!r}")
+    c = get_config("size=tiny,phase=1,mlm_only=1")
+    c.unlock()
+    arch = NomicBertConfig.preset("tiny")
+    c.model = ml_collections.ConfigDict(model_fields(arch))
+    c.data.max_seq_length = 128
+    c.data.masked_lm_prob = 0.3
+    c.data.max_predictions_per_seq = int(0.3 * 128 + 0.5) + 2
+    c.data.dynamic_masking = True
+    c.data.pack_sequences = True
+    c.data.max_segments = 4
+    c.mlm_bias_init = "unigram"
+    c.position_embeddings_init = "normal"  # RoPE: no position table
     c.lock()
     return c
 

@@ -725,3 +725,109 @@ for dtype in ("bfloat16", "float32"):  # the script's main, twice in one process
     assert rows["float32"]["cudnn_attention_calls"] == 0
     assert rows["float32"]["xla_plan_bytes"] > rows["bfloat16"]["xla_plan_bytes"] > 0
     assert all(r["kernels"] > 0 and r["copies"] == 0 for r in rows.values())
+
+
+SLICE = os.path.join(os.path.dirname(__file__), "testdata", "debian_slice")
+
+
+def test_debian_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, capsys):
+    """The Debian loop's plan: every first stage searched against the set's corpus with its
+    qrels; stage 1 trains on what stage 0's model mined, from all-MiniLM-L6-v2 again, once a
+    seed; the reranker trains on the mined pairs. A dry run writes nothing; a folder that lacks
+    the set's files and an earlier run are refused before anything runs."""
+    from benchmarks import debian_loop
+
+    out = tmp_path / "loop"
+    assert debian_loop.main(["--tiny", "--dry_run", f"--data={SLICE}", f"--out={out}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert json.loads(lines[0])["pairs"] == 64
+    plan = dict(line.split(": ", 1) for line in lines[1:])
+    assert list(plan) == ["bm25", "minilm", "stage0", "search_stage0", "mine", "stage1",
+                          "search_stage1_seed0", "search_stage1_seed1", "stage2", "fusion",
+                          "rerank"]  # fmt: skip
+    for name in ("bm25", "minilm", "search_stage0", "search_stage1_seed1", "rerank"):
+        assert f"--corpus {SLICE}/corpus.jsonl --qrels {SLICE}/dev_qrels.jsonl" in plan[name]
+    assert f"--model {out}/runs/stage0/hf" in plan["mine"] and "--num_negatives 3" in plan["mine"]
+    assert f"train_file={out}/mined.jsonl" in plan["stage1"] and "seeds=0,1" in plan["stage1"]
+    assert "configs/embed.py:init=minilm" in plan["stage1"]  # MiniLM again, not stage 0's model
+    assert f"--model {out}/runs/stage1/seed_1/hf" in plan["search_stage1_seed1"]
+    assert (
+        "rerank.loss=listwise" in plan["stage2"]
+        and f"--rerank {out}/runs/stage2/hf" in plan["rerank"]
+    )
+    assert not out.exists()
+    assert debian_loop.main(["--tiny", f"--data={tmp_path}", f"--out={out}"]) == 1
+    assert (
+        "lacks ['train.jsonl', 'dev.jsonl', 'dev_qrels.jsonl', 'corpus.jsonl']"
+        in capsys.readouterr().err
+    )
+    (out / "runs").mkdir(parents=True)
+    assert debian_loop.main(["--tiny", f"--data={SLICE}", f"--out={out}"]) == 1
+    assert "holds an earlier run (runs); --overwrite replaces it" in capsys.readouterr().err
+
+
+def test_debian_loop_pairs_runs_query_by_query(tmp_path):
+    """Each query's nDCG@10 and MRR@10 from a search run's ids and the qrels (two relevant
+    documents for one query, none found for another), and b - a with its standard error."""
+    from benchmarks import debian_loop
+
+    p = {
+        "qrels": str(tmp_path / "qrels.jsonl"),
+        "dev": str(tmp_path / "dev.jsonl"),
+        "search": str(tmp_path),
+    }
+    rows = [
+        {"query": "a", "id": 1},
+        {"query": "a", "id": 2},
+        {"query": "b", "id": 3},
+        {"query": "c", "id": 4},
+    ]
+    debian_loop._write_jsonl(rows, p["qrels"])
+    debian_loop._write_jsonl([{"query": q} for q in "abc"], p["dev"])
+    run = [
+        {"query_id": 0, "ids": [9, 2, 1]},
+        {"query_id": 1, "ids": [3]},
+        {"query_id": 2, "ids": [5] * 10 + [4]},
+    ]
+    debian_loop._write_jsonl(run, str(tmp_path / "r.jsonl"))
+    got = debian_loop.per_query(p, "r")
+    ideal = 1 + 1 / np.log2(3)
+    assert got[0] == pytest.approx([(1 / np.log2(3) + 1 / np.log2(4)) / ideal, 0.5])
+    assert got[1].tolist() == [1.0, 1.0] and got[2].tolist() == [0.0, 0.0]  # the 11th counts not
+    d = debian_loop.paired(np.zeros((3, 2)), got)
+    assert d["ndcg@10"] == pytest.approx(got[:, 0].mean())
+    assert d["ndcg@10_se"] == pytest.approx(got[:, 0].std(ddof=1) / np.sqrt(3))
+
+
+@pytest.mark.e2e  # the loop's tiny run on the shipped slice: eleven processes, about five minutes
+def test_debian_loop_tiny_run_scores_every_stage(tmp_path):
+    """benchmarks/debian_loop.py --tiny on the slice a clone ships (tests/testdata/debian_slice),
+    in a clean environment: every stage scored, each run's per-query scores averaging to what
+    the search command reported."""
+    from benchmarks import debian_loop
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env["HOME"] = str(tmp_path / "home")
+    out = tmp_path / "loop"
+    cmd = [sys.executable, "benchmarks/debian_loop.py", "--tiny", f"--data={SLICE}", f"--out={out}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stages = json.loads((out / "debian_loop.json").read_text())["stages"]
+    runs = [s["run"] for s in stages]
+    assert runs == [
+        "bm25",
+        "minilm",
+        "stage0",
+        "stage1_seed0",
+        "stage1_seed1",
+        "stage1",
+        "fusion",
+        "rerank",
+    ]
+    p = debian_loop._paths(str(out), SLICE)
+    for s in stages:
+        assert 0 <= s["ndcg@10"] <= 1 and 0 <= s["mrr@10"] <= 1
+        if s["run"] != "stage1":
+            scores = debian_loop.per_query(p, s["run"]).mean(axis=0)
+            assert scores == pytest.approx([s["ndcg@10"], s["mrr@10"]], abs=1e-9)
+    assert "| reranker over" in proc.stdout

@@ -126,6 +126,8 @@ FIXTURES: dict[str, FamilyFixture] = {
     "mpnet": FamilyFixture(
         dict(layer_norm_eps=1e-5, relative_attention_num_buckets=37), mpnet_wordpiece
     ),
+    # Three token types and a rotary theta of its own (the released model's is 1000).
+    "nomic_bert": FamilyFixture(dict(type_vocab_size=3, rope=dict(rope_theta=77.0)), wordpiece),
     # As released: one token type, LayerNorm eps 1e-5.
     "roberta": FamilyFixture(dict(type_vocab_size=1, layer_norm_eps=1e-5), byte_level_bpe),
     "xlm-roberta": FamilyFixture(

@@ -224,6 +224,9 @@ def hf_state_to_params(
     """Maps a Hugging Face state dict onto `model`'s parameter tree. Returns (params, report)."""
     report = ConversionReport()
     state = _normalize_hf(state, report)
+    legacy = conversion_of(config).hf_legacy
+    if legacy is not None:
+        state = legacy(state)
     params = assemble_params(
         config,
         model,

@@ -60,6 +60,10 @@ class FamilyConversion:
         transformers has no class for (DeBERTa-v3's replaced-token detector): what `--verify`
         compares that head's logits with, written from the original code (torch imported
         inside), on transformers' base model of the family run on the same weights.
+      hf_legacy: the family's older state-dict spelling rewritten to the names it reads
+        ({HF key: array} -> {HF key: array}, other keys kept), applied to every state dict
+        read (NomicBERT's original `encoder.layers.0.attn.Wqkv`, which transformers still
+        writes, split into q, k and v); None: one spelling.
     """
 
     hf_prefix: str
@@ -81,6 +85,7 @@ class FamilyConversion:
     tf_default_head: str = ""
     tf_head_renames: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     reference_heads: tuple[tuple[str, ReferenceHead], ...] = ()
+    hf_legacy: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]] | None = None
 
     def n_inputs(self, flax_key: str) -> int:
         """Leading kernel axes that are inputs: 2 for projections out of the heads [H, D, E]."""
@@ -96,8 +101,8 @@ class FamilyConversion:
 
 
 # A layer's index in any spelling: HF "encoder.layer.3." / "layers.3.", TF and flax
-# "encoder/layer_3/" / "layers_3/".
-LAYER_INDEX_RE = re.compile(r"(?:^|[./])layers?[._](\d+)[./]")
+# "encoder/layer_3/" / "layers_3/" / "layers/3/" (NomicBERT's).
+LAYER_INDEX_RE = re.compile(r"(?:^|[./])layers?[._/](\d+)[./]")
 
 
 def sized_by_config(

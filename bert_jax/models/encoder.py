@@ -120,6 +120,8 @@ class EncoderModel(nn.Module):
     add_pooling_layer: bool = True
     mask_queries: ClassVar[bool] = False  # `AttentionMask.mask_queries`: padding rows masked too
     positions_from_ids: ClassVar[bool] = False  # omitted position_ids stay None (`embed` counts)
+    # `stack` takes the positions [B, L] too (`positions=`): rotary layers (NomicBERT's).
+    stack_reads_positions: ClassVar[bool] = False
 
     @nn.compact
     def __call__(
@@ -150,6 +152,7 @@ class EncoderModel(nn.Module):
         y, states, probs = self.stack(
             x,
             mask,
+            **({"positions": position_ids} if self.stack_reads_positions else {}),
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,

@@ -1,5 +1,8 @@
 """Grouped-query attention with rotary positions, and the pre-norm layer stack built on it:
-x + attention(norm(x)), then + mlp(norm(.)), n times (Llama's layer, EuroBERT's, GTE's).
+x + attention(norm(x)), then + mlp(norm(.)), n times (Llama's layer, EuroBERT's), or with
+`post_norm` the same sub-layers normed after each residual sum: norm(x + attention(x)), then
+norm(. + mlp(.)) (NomicBERT's and GTE's layers, `post_attention_layernorm` and
+`post_mlp_layernorm`).
 
 The stack is parametrized by the norm's kind (`norms.NORMS`: RMSNorm or LayerNorm) and the
 feed-forward layer's (`mlp.MLP_KINDS`: gated, fused gated, dense); its parameter names are
@@ -30,7 +33,7 @@ import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
-from bert_jax.models.layers import Dropout, constrain, dense, run_layers
+from bert_jax.models.layers import LAYER_NAME, SCANNED_LAYER, Dropout, constrain, dense, run_layers
 from bert_jax.models.mlp import FeedForward
 from bert_jax.models.norms import make_norm
 from bert_jax.models.rotary import apply_rotary, rope_cos_sin
@@ -108,7 +111,8 @@ class GroupedQueryAttention(nn.Module):
 
 class PreNormLayer(nn.Module):
     """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(.)), each sub-layer's output
-    dropped out (`hidden_dropout_prob`).
+    dropped out (`hidden_dropout_prob`); with `post_norm`, norm(x + attn(x)), then
+    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`).
 
     `__call__(x [B, L, E], mask, angles) -> (x', (x' or None, probs or None))`, the (carry,
     output) shape `nn.scan` wants; the run mode and the kinds live in attributes.
@@ -118,6 +122,7 @@ class PreNormLayer(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
     norm: str = "rms_norm"
     mlp: str = "gated"
+    post_norm: bool = False
     deterministic: bool = True
     output_hidden_states: bool = False
     output_attentions: bool = False
@@ -126,6 +131,8 @@ class PreNormLayer(nn.Module):
     def __call__(self, x, mask, angles):
         cfg, rt, det = self.config, self.runtime, self.deterministic
         drop = Dropout(cfg.hidden_dropout_prob)
+        if self.post_norm:
+            return self._post_norm(x, mask, angles, drop)
         h = make_norm(self.norm, rt, cfg.norm_eps, "input_layernorm")(x)
         a, probs = GroupedQueryAttention(cfg, rt, name="self_attn")(
             h, mask, angles, deterministic=det, output_attentions=self.output_attentions
@@ -137,6 +144,22 @@ class PreNormLayer(nn.Module):
         y = constrain(x, "act_batch", "act_len", "act_embed")
         return y, (y if self.output_hidden_states else None, probs)
 
+    def _post_norm(self, x, mask, angles, drop):
+        """The post-norm order of the same sub-layers (called inside `__call__`'s scope)."""
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        a, probs = GroupedQueryAttention(cfg, rt, name="self_attn")(
+            x, mask, angles, deterministic=det, output_attentions=self.output_attentions
+        )
+        x = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(
+            x + drop(a, deterministic=det)
+        )
+        mlp = FeedForward(cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, name="mlp")
+        x = make_norm(self.norm, rt, cfg.norm_eps, "post_mlp_layernorm")(
+            x + drop(mlp(x, deterministic=det), deterministic=det)
+        )
+        y = constrain(x, "act_batch", "act_len", "act_embed")
+        return y, (y if self.output_hidden_states else None, probs)
+
 
 class PreNormEncoder(nn.Module):
     """The pre-norm layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked
@@ -145,6 +168,8 @@ class PreNormEncoder(nn.Module):
     Attributes:
       norm: the norms' kind (`norms.NORMS`).
       mlp: the feed-forward layers' kind (`mlp.MLP_KINDS`).
+      post_norm: each sub-layer normed after its residual sum (`PreNormLayer`).
+      layer_name / scanned_layer: the layers' names (`layers.run_layers`).
 
     `__call__(x [B, L, E], mask, positions [B, L] int) -> (y [B, L, E], states, probs)`: y the
     last layer's output (before any final norm: the family's), states the n layers' outputs
@@ -156,6 +181,9 @@ class PreNormEncoder(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
     norm: str = "rms_norm"
     mlp: str = "gated"
+    post_norm: bool = False
+    layer_name: str = LAYER_NAME
+    scanned_layer: str = SCANNED_LAYER
 
     @nn.compact
     def __call__(
@@ -171,9 +199,13 @@ class PreNormEncoder(nn.Module):
         kwargs = dict(
             norm=self.norm,
             mlp=self.mlp,
+            post_norm=self.post_norm,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
         )
         angles = rotary_angles(self.config, positions)
-        return run_layers(PreNormLayer, self.config, self.runtime, kwargs, x, mask, angles)
+        return run_layers(
+            PreNormLayer, self.config, self.runtime, kwargs, x, mask, angles,
+            layer_name=self.layer_name, scanned_layer=self.scanned_layer,
+        )  # fmt: skip

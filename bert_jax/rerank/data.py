@@ -33,11 +33,14 @@ from absl import logging
 
 from bert_jax import tokenization
 from bert_jax.data import sentence_features
-from bert_jax.retrieval import records
+from bert_jax.retrieval import pairs, records
 from bert_jax.retrieval.records import negative_columns, number, text
 
-QUERY_COLUMNS = ("query", "anchor")  # the first present names the query
-PASSAGE_COLUMNS = ("passage", "document")
+# The query's column is the embedding job's anchor (the first of these present); a pointwise
+# row's passage one of the positive's names (`retrieval.pairs`) but `positive`, which marks a
+# listwise row.
+QUERY_COLUMNS = pairs.ANCHOR_COLUMNS
+PASSAGE_COLUMNS = tuple(c for c in pairs.POSITIVE_COLUMNS if c != "positive")
 FORMATS = records.PARQUET_FORMATS
 SCORE_SUFFIX = "_score"
 

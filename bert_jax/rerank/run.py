@@ -59,11 +59,39 @@ PER_GROUP_KEYS = ("labels", "example_weights", "teacher_scores")  # [B] / [B, G]
 # --------------------------------------------------------------------------------------------
 # Settings
 # --------------------------------------------------------------------------------------------
-def check_config(config, reads_data: bool = True) -> TextJob:
+@dataclasses.dataclass(frozen=True)
+class RerankSettings(TextJob):
+    """The job's block (`config.rerank`), typed and checked once (`check_config`): the
+    settings every text job has (`TextJob`: seeds, epochs, length, packing), and its own.
+
+    Attributes:
+      train_file, dev_file: the rows files (`bert_jax.rerank.data`; dev "" = none).
+      max_train_examples, max_eval_examples: the first this many rows of each (0: all).
+      loss: "auto" (the rows' layout chooses: `with_loss`), "bce", "listwise" or "margin_mse".
+      activation, scale: the listwise loss's logits (`training.reranking.rerank_objective`).
+      compile_group: --mode=compile's pairs a row (0: 1 for bce, else 4).
+    """
+
+    train_file: str
+    dev_file: str
+    max_train_examples: int
+    max_eval_examples: int
+    loss: str
+    activation: str
+    scale: float
+    compile_group: int
+
+    def pair_length(self, model_config) -> int:
+        """Tokens a pair keeps: max_seq_length (0: `DEFAULT_MAX_SEQ_LENGTH`), within the
+        model's positions."""
+        return min(self.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
+
+
+def check_config(config, reads_data: bool = True) -> RerankSettings:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown loss or activation, a scale <= 0, no
-    train_file, the shared settings (`TextJob.parse`: epochs, packing, seeds). Returns those,
-    parsed."""
+    train_file, the shared settings (`TextJob.parse`: epochs, packing, seeds). Returns the
+    block, parsed."""
     experiment.check_experiment_config(config)
     r = config.rerank
     if r.loss not in ("auto", *reranking.RERANK_LOSSES):
@@ -73,7 +101,7 @@ def check_config(config, reads_data: bool = True) -> TextJob:
         raise ValueError(
             f"rerank.activation={r.activation!r}; expected one of {reranking.RERANK_ACTIVATIONS}"
         )
-    if not r.scale > 0:
+    if isinstance(r.scale, bool) or not isinstance(r.scale, (int, float)) or not r.scale > 0:
         raise ValueError(f"rerank.scale={r.scale!r}; expected a number > 0")
     if reads_data and not r.train_file:
         raise ValueError("set --config.rerank.train_file (rows: .jsonl, .csv, .tsv or .parquet)")
@@ -81,13 +109,20 @@ def check_config(config, reads_data: bool = True) -> TextJob:
     if not isinstance(r.compile_group, int) or r.compile_group < 0:
         group = r.compile_group
         raise ValueError(f"config.rerank.compile_group={group!r}: expected an integer >= 0")
+    for key in ("max_train_examples", "max_eval_examples"):
+        if isinstance(r[key], bool) or not isinstance(r[key], int) or r[key] < 0:
+            raise ValueError(f"config.rerank.{key}={r[key]!r}: expected an integer >= 0")
     if block.pack and config.num_microbatches > 1:
         raise ValueError(
             f"rerank.pack packs a whole batch's pairs; num_microbatches="
             f"{config.num_microbatches} would split its rows from its labels: set "
             "num_microbatches=1 or rerank.pack=false"
         )
-    return block
+    return RerankSettings(
+        **dataclasses.asdict(block), train_file=r.train_file, dev_file=r.dev_file,
+        max_train_examples=r.max_train_examples, max_eval_examples=r.max_eval_examples,
+        loss=r.loss, activation=r.activation, scale=float(r.scale), compile_group=r.compile_group,
+    )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,13 +145,13 @@ class Starting:
     tokenizer: tokenization.SubwordTokenizer
 
 
-def starting_point(config) -> Starting:
+def starting_point(config, rr: RerankSettings) -> Starting:
     """The architecture, starting weights, pair length and tokenizer of the run.
 
     With `init_from`: its encoder, and its one-output sequence-classification head where it is
     a reranker already (else a new one-output head, drawn from each seed's key); the tokenizer
     beside it unless `rerank.tokenizer` names one."""
-    r, source = config.rerank, config.init_from
+    source = config.init_from
     tokenizer = job_tokenizer(config, "rerank")
     params = encoder = None
     if source:
@@ -137,8 +172,7 @@ def starting_point(config) -> Starting:
         model_config = architecture(config, tokenizer.vocab_size)
     model_config = model_config.replace(num_labels=1, label_names=None)
     tokenizer.check_model_vocab_size(model_config.vocab_size)
-    length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
-    return Starting(model_config, params, encoder, length, tokenizer)
+    return Starting(model_config, params, encoder, rr.pair_length(model_config), tokenizer)
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,58 +189,59 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     Returns:
       {"task": "rerank", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    block = check_config(config)
-    r = config.rerank
-    start = starting_point(config)
-    train, dev, data_files = seed_run.read_train_dev(r, data.read_rows)
-    config = with_loss(config, data.loss_for_rows(r.loss, train), train.layout)
-    r = config.rerank
+    rr = check_config(config)
+    start = starting_point(config, rr)
+    train, dev, data_files = seed_run.read_train_dev(rr, data.read_rows)
+    config, rr = with_loss(config, rr, data.loss_for_rows(rr.loss, train), train.layout)
     has_scores = train.teacher_scores is not None
-    data.check_rows(r.loss, train.layout, train.group_size, has_scores, train.path)
+    data.check_rows(rr.loss, train.layout, train.group_size, has_scores, train.path)
     features = data.featurize(train, start.tokenizer, start.max_seq_length)
-    if r.loss != "margin_mse":
+    if rr.loss != "margin_mse":
         features.pop("teacher_scores", None)
     dev_set = (
         None
         if dev is None
         else evaluation.dev_set(data.dev_queries(dev), start.tokenizer, start.max_seq_length)
     )
-    seed_run.check_batch(config, len(train), f"training rows of {r.train_file}")
-    steps_per_epoch = _train_batches(config, block, features, block.seeds[0]).steps_per_epoch
-    objective = rerank_objective(config, features["input_ids"].shape[1])
+    seed_run.check_batch(config, len(train), f"training rows of {rr.train_file}")
+    steps_per_epoch = _train_batches(config, rr, features, rr.seeds[0]).steps_per_epoch
+    objective = rerank_objective(config, rr, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(
-        config, start.model_config, head, objective, steps_per_epoch * block.num_epochs
+        config, start.model_config, head, objective, steps_per_epoch * rr.num_epochs
     )
 
     def one_seed(seed, seed_dir):
-        return train_seed(config, block, exp, start, features, dev_set, seed, seed_dir, len(train))
+        return train_seed(config, rr, exp, start, features, dev_set, seed, seed_dir, len(train))
 
-    seeds = list(block.seeds)
+    seeds = list(rr.seeds)
     return seed_run.run_seeds(
         config, workdir, exp, mode=mode, task="rerank", data_files=data_files, seeds=seeds,
         one_seed=one_seed,
     )  # fmt: skip
 
 
-def with_loss(config, loss: str, layout: str):
-    """`config` with `rerank.loss` set to `loss` (what "auto" chose for `layout` rows: a copy,
-    said on one line), or `config` itself where it names that loss already."""
-    if config.rerank.loss == loss:
-        return config
+def with_loss(config, rr: RerankSettings, loss: str, layout: str):
+    """(config, rr) with `rerank.loss` set to `loss` (what "auto" chose for `layout` rows:
+    copies, said on one line; the config's is what settings.json records), or both as they
+    are where they name that loss already."""
+    if rr.loss == loss:
+        return config, rr
     logging.info("rerank.loss=auto: %s, the loss for %s rows", loss, layout)
     config = copy.deepcopy(config)
     config.rerank.loss = loss
-    return config
+    return config, dataclasses.replace(rr, loss=loss)
 
 
-def compile_batch(config, group: int, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+def compile_batch(
+    config, rr: RerankSettings, group: int, length: int
+) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes and dtypes of a training batch of `global_batch_size` rows of `group` pairs of
     `length` tokens, as `_train_batches` makes it: with `rerank.pack`, at the most rows packing
     can take (one pair a row: [B G, L], the memory any packed step stays within)."""
-    rows, r = config.global_batch_size, config.rerank
-    layout = batch_layout.rerank_layout(r.loss, packed=bool(r.pack))
-    sizes = dict(B=rows, G=group, L=length, R=rows * group, S=r.max_segments)
+    rows = config.global_batch_size
+    layout = batch_layout.rerank_layout(rr.loss, packed=rr.pack)
+    sizes = dict(B=rows, G=group, L=length, R=rows * group, S=rr.max_segments)
     return batch_layout.abstract_batch(layout, **sizes)
 
 
@@ -217,14 +252,14 @@ def compile_for_topology(
     `num_slices` is not read) without data:
     `global_batch_size` rows of `rerank.compile_group` pairs (`compile_batch`) of
     max_seq_length tokens (256 by default). Prints the report, returns the exit status."""
-    if config.rerank.loss == "auto":  # no rows to tell: pointwise, unless groups are asked for
-        listwise = config.rerank.compile_group > 1
-        config = with_loss(config, "listwise" if listwise else "bce", "compiled")
-    r = config.rerank
+    rr = check_config(config, reads_data=False)
+    if rr.loss == "auto":  # no rows to tell: pointwise, unless groups are asked for
+        loss = "listwise" if rr.compile_group > 1 else "bce"
+        config, rr = with_loss(config, rr, loss, "compiled")
     model_config = architecture(config).replace(num_labels=1, label_names=None)
-    length = min(r.max_seq_length or DEFAULT_MAX_SEQ_LENGTH, model_config.max_sequence_length)
-    group = r.compile_group or (1 if r.loss == "bce" else 4)
-    objective = rerank_objective(config, group)
+    length = rr.pair_length(model_config)
+    group = rr.compile_group or (1 if rr.loss == "bce" else 4)
+    objective = rerank_objective(config, rr, group)
     head = families.head_in_family(model_config, objective.role)
     exp = experiment.Experiment.build(
         config, model_config, head, objective, 1, aot.topology_devices(topology)
@@ -233,7 +268,7 @@ def compile_for_topology(
     model_flops = flops.classification_step_flops(model_config, [length] * pairs, 1)
     return compile_report.report_compiled_step(
         exp,
-        compile_batch(config, group, length),
+        compile_batch(config, rr, group, length),
         model_flops=model_flops,
         topology=topology,
         task="rerank",
@@ -241,12 +276,11 @@ def compile_for_topology(
     )
 
 
-def rerank_objective(config, group: int) -> Objective:
+def rerank_objective(config, rr: RerankSettings, group: int) -> Objective:
     """The objective of `rerank.loss` for training batches of `global_batch_size` groups of
     `group` pairs, packed with `rerank.pack` (`_train_batches`)."""
-    r = config.rerank
-    packed = (config.global_batch_size, group) if r.pack else None
-    return reranking.rerank_objective(r.loss, r.scale, r.activation, packed_shape=packed)
+    packed = (config.global_batch_size, group) if rr.pack else None
+    return reranking.rerank_objective(rr.loss, rr.scale, rr.activation, packed_shape=packed)
 
 
 def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
@@ -257,7 +291,7 @@ def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
 
 
 def train_seed(
-    config, block: TextJob, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows
+    config, rr: RerankSettings, exp, start: Starting, features, dev_set, seed, seed_dir, num_rows
 ):
     """One seed (`seed_run.train_seed`, `seed_run.export_plan`): train, rerank dev at step 0 and
     at the end, export `seed_dir/hf` as a CrossEncoder directory. Returns the final and start_
@@ -268,20 +302,18 @@ def train_seed(
         view=VIEW,
         score_fn=None
         if dev_set is None
-        else lambda params: evaluation.score(exp, params, dev_set, block.eval_batch_size),
+        else lambda params: evaluation.score(exp, params, dev_set, rr.eval_batch_size),
         card_fn=lambda num_steps, begin, end: model_card(
-            config, exp, start, num_steps, num_rows, begin, end
+            config, rr, exp, start, num_steps, num_rows, begin, end
         ),
-        export_fn=lambda params, directory, card: export(
-            params, directory, exp, start, config, card
-        ),
+        export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
-    batches = _train_batches(config, block, features, seed, exp.mesh)
+    batches = _train_batches(config, rr, features, seed, exp.mesh)
     scores = seed_run.train_seed(
         config,
         exp,
         batches,
-        block.num_epochs,
+        rr.num_epochs,
         seed,
         seed_dir,
         plan,
@@ -317,7 +349,7 @@ def initial_params(exp, start: Starting, seed: int):
     return graft(exp.model_config, exp.head, start.encoder, seed)[0]
 
 
-def export(params, directory, exp, start: Starting, config, card: str) -> str:
+def export(params, directory, exp, start: Starting, card: str) -> str:
     """Writes the model as a CrossEncoder directory (every process gathers the parameters;
     process 0 writes). Returns where it went."""
     write_from_process_0(
@@ -343,10 +375,12 @@ LOSS_NAMES = {
 }
 
 
-def model_card(config, exp, start: Starting, num_steps, num_rows, begin, end) -> str:
+def model_card(
+    config, rr: RerankSettings, exp, start: Starting, num_steps, num_rows, begin, end
+) -> str:
     """README.md of the export (markdown): the usage, the data, loss, schedule, and the dev
     reranking scores of the starting and the trained model."""
-    r, opt = config.rerank, config.optimizer
+    r, opt = rr, config.optimizer
     lines = [
         "---",
         "library_name: sentence-transformers",

@@ -197,6 +197,36 @@ def test_packing_with_microbatches_is_refused():
     rerank_run.check_config(config)
 
 
+def test_the_block_is_parsed_once_into_typed_settings():
+    """check_config hands the run a typed record of `config.rerank` (extending the shared
+    text-job settings), and refuses a value out of range naming its key."""
+    from bert_jax.rerank import run as rerank_run
+    from tests.family_fixtures import load_config
+
+    config = load_config("rerank.py", "size=tiny")
+    config.rerank.train_file, config.rerank.max_train_examples = "train.jsonl", 7
+    config.rerank.seeds, config.rerank.scale = "0,1", 20
+    rr = rerank_run.check_config(config)
+    assert (rr.train_file, rr.dev_file, rr.max_train_examples, rr.loss) == (
+        "train.jsonl",
+        "",
+        7,
+        "auto",
+    )
+    assert (rr.scale, rr.seeds, rr.key) == (20.0, (0, 1), "rerank")
+    config.rerank.max_seq_length = 0
+    assert rerank_run.check_config(config).pair_length(SimpleNamespace(max_sequence_length=9)) == 9
+    for key, value, message in [
+        ("scale", 0.0, r"rerank.scale=0.0; expected a number > 0"),
+        ("max_eval_examples", -1, r"config.rerank.max_eval_examples=-1: expected an integer >= 0"),
+    ]:
+        bad = load_config("rerank.py", "size=tiny")
+        bad.rerank.train_file = "train.jsonl"
+        bad.rerank[key] = value
+        with pytest.raises(ValueError, match=message):
+            rerank_run.check_config(bad)
+
+
 def test_dev_pairs_packed_score_as_one_pair_a_row_over_the_devices():
     """The dev candidates' logits (`evaluation.pair_logits`) on a (4, 2, 1) mesh: pairs packed
     several to a row (the default) equal them one a row within 1e-5, in input order."""
@@ -316,6 +346,10 @@ def test_rows_in_every_format(tmp_path):
     assert rows.queries == ["q1", "q2"] and rows.labels.tolist() == [0.5, 1.0]
     queries = data.dev_queries(data.read_rows(pointwise))
     assert queries == [data.DevQuery("q1", ("p1", "p2"), (True, False))]
+    # The embedding job's names (retrieval.pairs): question/answer rows as query/passage ones.
+    qa = _write(tmp_path / "qa.csv", "question,answer,label\nq1,p1,1\n")
+    rows = data.read_rows(qa)
+    assert (rows.queries, rows.candidates, rows.labels.tolist()) == (["q1"], [("p1",)], [1.0])
 
 
 @pytest.mark.parametrize(
@@ -327,7 +361,7 @@ def test_rows_in_every_format(tmp_path):
          '"positive": "p"}\n', r"c\.jsonl:2: 0 negative\(s\), but the first row has 1"),
         ("d.jsonl", '{"query": "q", "passage": "p", "label": 1}\n{"query": 3, "passage": "p", '
          '"label": 0}\n', r"d\.jsonl:2: column 'query' holds 3, not a text"),
-        ("e.csv", "question,passage,label\nq,p,1\n", r"e\.csv:2: no column 'query' or 'anchor'"),
+        ("e.csv", "prompt,passage,label\nq,p,1\n", r"e\.csv:2: no column 'anchor' or 'query' or 'question'"),
         ("f.jsonl", '{"query": "q", "positive": "p", "negative": "n", "positive_score": 1}\n',
          r"f\.jsonl:1: column 'negative_score' is missing"),
         ("g.csv", "query,passage,label\nq,p,1,2\n", r"g\.csv:2: 4 field\(s\), but the header has 3"),
@@ -509,7 +543,7 @@ def test_each_seed_draws_its_own_head_on_the_same_encoder(training_texts, tmp_pa
     tokenizer.save(tmp_path / "clf")
     run_config = rerank_configs.get_config("size=tiny")
     run_config.init_from = str(tmp_path / "clf")
-    start = rerank_run.starting_point(run_config)
+    start = rerank_run.starting_point(run_config, rerank_run.check_config(run_config, False))
     assert start.params is None and start.model_config.num_labels == 1
     reranker = start.model_config
     first, new = rerank_run.graft(reranker, head, start.encoder, 0)

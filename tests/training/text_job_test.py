@@ -2,6 +2,7 @@
 check: the same keys, the same refusals naming the key, for the fine-tuning, embedding and
 reranking jobs alike (their seed lists: tests/configs_test.py)."""
 
+import dataclasses
 import importlib
 
 import ml_collections
@@ -30,8 +31,11 @@ def test_each_text_job_check_returns_its_block_parsed(name):
     config, block = text_job_config(name)
     config[block].seeds = "2,0"
     config[block].pack = False
+    # The check's record: the shared settings, or the job's typed block that extends them.
     parsed = job.get(name).check(config, reads_data=False)
-    assert parsed == TextJob.parse(config, block)
+    assert isinstance(parsed, TextJob)
+    shared = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(TextJob)}
+    assert TextJob(**shared) == TextJob.parse(config, block)
     assert parsed.key == block and parsed.seeds == (2, 0) and parsed.pack is False
     assert parsed.num_epochs == config[block].num_epochs >= 1
 

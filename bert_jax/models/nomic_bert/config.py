@@ -1,0 +1,171 @@
+"""The NomicBERT architecture (`NomicBertConfig`), with its Hugging Face `config.json` fields.
+
+NomicBERT (Nussbaum et al. 2024, arXiv 2402.01613; nomic-ai/nomic-embed-text-v1 and -v1.5):
+BERT's post-LayerNorm layers with rotary positions in place of the position table, a SwiGLU
+feed-forward layer, and no biases in the attention or feed-forward projections. The fields are
+transformers' `NomicBertConfig`'s with its defaults (those of nomic-embed-text-v1.5), BERT's
+(`models.config.PostLNConfig`) where they are shared.
+
+`rope_parameters` is transformers' dict (any `rotary.ROPE_TYPES` type; theta 1000 when absent,
+or the older top-level `rope_theta`), held as a `rotary.RopeParameters` in the field `rope`.
+`head_dim` is written to config.json as transformers writes it, and read only to check that it
+is hidden_size / num_attention_heads (the only head size bert_jax builds). The original
+release's config.json (its own code's `n_embd`, `n_layer`, ...) is read too (`from_hf_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from bert_jax.models.config import PostLNConfig
+from bert_jax.models.rotary import RopeParameters
+
+MODEL_TYPE = "nomic_bert"
+DEFAULT_THETA = 1000.0  # transformers' `NomicBertConfig.default_theta`
+# Named sizes (`NomicBertConfig.preset`): "base" is nomic-embed-text-v1.5 (and -v1); "tiny" the
+# CPU pretraining job's 2 layers x 128 for an 8,192-piece vocabulary.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "tiny": dict(vocab_size=8192, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=256, max_position_embeddings=128),
+}  # fmt: skip
+
+
+# The original release's config.json keys (its own code's, nomic-ai/nomic-embed-text-v1.5's),
+# which transformers 5 reads past: those that name a field here, and those whose only value
+# bert_jax (and transformers' NomicBert) implements, None meaning absent.
+LEGACY_NAMES = {
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size",
+    "layer_norm_epsilon": "layer_norm_eps",
+    "resid_pdrop": "hidden_dropout_prob",
+    "attn_pdrop": "attention_probs_dropout_prob",
+    "rotary_emb_base": "rope_theta",
+}
+LEGACY_FIXED = {  # the values bert_jax implements (None: the key may be absent)
+    "prenorm": (False,),
+    "qkv_proj_bias": (False,),
+    "mlp_fc1_bias": (False,),
+    "mlp_fc2_bias": (False,),
+    "rotary_emb_fraction": (1.0,),
+    "rotary_emb_interleaved": (False,),
+    "rotary_scaling_factor": (None,),  # the original's dynamic NTK scaling: must be null
+    "activation_function": ("swiglu",),
+    "num_experts": (None, 0),  # nomic-embed-text-v2-moe's mixture of experts
+}
+# Keys of the original config.json that say nothing about the weights here.
+_LEGACY_HOUSEKEEPING = frozenset(
+    """
+    auto_map n_positions max_trained_positions embd_pdrop summary_first_dropout
+    scale_attn_weights scale_attn_by_inverse_layer_idx reorder_and_upcast_attn causal
+    dense_seq_output fused_bias_fc fused_dropout_add_ln pad_vocab_size_multiple
+    use_flash_attn use_rms_norm use_xentropy mlp_fc1_bias mlp_fc2_bias qkv_proj_bias prenorm
+    rotary_emb_fraction rotary_emb_interleaved rotary_scaling_factor activation_function
+    rotary_emb_scale_base
+    """.split()
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class NomicBertConfig(PostLNConfig):
+    """The NomicBERT architecture, with Hugging Face `config.json` field names.
+
+    Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
+    V 30528, silu, no dropout, 2048 positions):
+      hidden_act: the SwiGLU gate's activation (`mlp/gate_proj`); "silu" in the released models.
+      max_position_embeddings: the length the model was trained for (no table: rotary
+        positions; the dynamic RoPE grows its theta past it).
+      type_vocab_size: rows of the token-type table (at least 1: every token reads row 0 when
+        no token types are given).
+      classifier_dropout: dropout before the classifiers; None: hidden_dropout_prob.
+      bos_token_id / eos_token_id: kept for transformers and the tokenizer (the model reads
+        neither).
+      rope: the rotary variant (config.json's `rope_parameters`); default RoPE of theta 1000.
+    """
+
+    model_type: ClassVar[str] = MODEL_TYPE
+    display_name: ClassVar[str] = "NomicBERT"
+    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
+    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
+    # What the shared stack reads (`models.prenorm`): plain multi-head attention without biases.
+    attention_bias: ClassVar[bool] = False
+    mlp_bias: ClassVar[bool] = False
+    vocab_size: int = 30528
+    hidden_act: str = "silu"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    max_position_embeddings: int = 2048
+    classifier_dropout: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
+
+    def __post_init__(self):
+        rope = self.rope
+        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
+            rope = rope.to_dict()
+        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
+            rope = {k: v for k, v in rope.items() if v is not None}
+            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, DEFAULT_THETA))
+        if not isinstance(self.rope, RopeParameters):
+            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
+        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
+            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
+        self._check_layers(probabilities=("classifier_dropout",), optional=("classifier_dropout",))
+        if self.head_dim % 2:
+            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
+        self._check_ids_and_labels()
+        for name in ("bos_token_id", "eos_token_id"):
+            if getattr(self, name) is not None:
+                self._check_special_ids(name)
+
+    # The names the shared stack reads (`models.prenorm`).
+    norm_eps = property(lambda self: self.layer_norm_eps)
+    num_key_value_heads = property(lambda self: self.num_attention_heads)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> NomicBertConfig:
+        """A named size (`PRESETS`): "base" (nomic-embed-text-v1.5) or "tiny"."""
+        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def from_hf_dict(cls, d: Mapping[str, Any]) -> NomicBertConfig:
+        """A config from a Hugging Face `config.json` dict in transformers 5's spelling or the
+        original release's (`LEGACY_NAMES`, read where transformers' key is absent; a
+        `LEGACY_FIXED` key of another value raises, naming it)."""
+        d = dict(d)
+        for key, allowed in LEGACY_FIXED.items():
+            if d.get(key) is not None and d[key] not in allowed:
+                raise ValueError(
+                    f"config.json has {key}={d[key]!r}; bert_jax's NomicBERT (as transformers') "
+                    f"implements {key}={allowed[-1]!r} only"
+                )
+        for old, new in LEGACY_NAMES.items():
+            value = d.pop(old, None)
+            if value is not None and d.get(new) is None:
+                d[new] = value
+        return super().from_hf_dict({k: v for k, v in d.items() if k not in _LEGACY_HOUSEKEEPING})
+
+    @classmethod
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> NomicBertConfig:
+        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
+        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
+        theta = d.get("rope_theta") or DEFAULT_THETA
+        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
+        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
+        head_dim = d.get("head_dim")
+        if head_dim is not None and head_dim != config.head_dim:
+            raise ValueError(
+                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
+                f"num_attention_heads = {config.head_dim}"
+            )
+        return config
+
+    def _hf_derived(self) -> dict[str, Any]:
+        """transformers' `rope_parameters` dict and `head_dim`."""
+        return {"rope_parameters": self.rope.to_hf(), "head_dim": self.head_dim}

@@ -1,0 +1,162 @@
+"""NomicBERT in Flax linen (Nussbaum et al. 2024, arXiv 2402.01613) and every Hugging Face head
+transformers has for it (`NomicBertModel`, `NomicBertForMaskedLM`,
+`NomicBertForSequenceClassification`, `NomicBertForTokenClassification`).
+
+The encoder is BERT's call (`models.encoder.EncoderModel`): word and token-type embeddings, then
+LayerNorm (no position table), then post-LayerNorm layers with rotary positions of any
+`rope_parameters` and a SwiGLU feed-forward layer, no biases in either: the shared stack of
+`models.prenorm` with `post_norm` (LayerNorm, `mlp.FeedForward`'s "gated" kind). Submodule names
+mirror transformers' state dict (`nomic_bert/layers/3/self_attn/q_proj` is
+`nomic_bert.layers.3.self_attn.q_proj`), so conversion is a rename and a transpose
+(`bert_jax.convert`; the original checkpoints' fused `attn.Wqkv` is split by `conversion.py`).
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            N labels
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+
+from bert_jax.models import heads
+from bert_jax.models.attention import AttentionMask
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import EncoderModel
+from bert_jax.models.family import Role
+from bert_jax.models.layers import Dropout, Pooler, constrain, embedding, layer_norm
+from bert_jax.models.nomic_bert.config import NomicBertConfig
+from bert_jax.models.outputs import MaskedLMOutput
+from bert_jax.models.prenorm import PreNormEncoder
+
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule, where its layers sit in the encoder's tree (`layers/0 ...`; one stacked
+# `layers/layer` under `scan_layers`) and the MLM bias a pretraining run may start specially
+# (no position table: rotary positions).
+ENCODER_NAME = "nomic_bert"
+LAYERS_PATH = ("layers",)
+LAYER_NAME = "{}"
+SCANNED_LAYER = "layer"
+STARTING_PATHS = {"mlm_bias": ("cls", "predictions", "bias")}
+
+
+class NomicBertEmbeddings(nn.Module):
+    """`embeddings`: `word_embeddings` + `token_type_embeddings`, LayerNorm (`layer_norm_eps`),
+    dropout (`hidden_dropout_prob`). ids [B, L] int -> [B, L, E]."""
+
+    config: NomicBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        x = embedding(
+            cfg, rt, cfg.padded_vocab_size, cfg.hidden_size, "word_embeddings", word=True
+        )(input_ids)
+        x += embedding(cfg, rt, cfg.type_vocab_size, cfg.hidden_size, "token_type_embeddings")(
+            token_type_ids
+        )
+        x = layer_norm(rt, cfg.layer_norm_eps, "LayerNorm")(x)
+        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        return constrain(x, "act_batch", "act_len", "act_embed")
+
+
+class NomicBertModel(EncoderModel):
+    """The NomicBERT encoder: embeddings, the post-norm rotary layers (`layers`) and
+    (optionally) the pooler (`pooler`: tanh(dense(first token))).
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids: [B, L] int segment ids; zeros when omitted.
+      attention_mask: [B, L] 1 for real tokens, 0 for padding; ones when omitted.
+      position_ids: [B, L] int positions of the rotary angles; 0..L-1 when omitted.
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's first token (pooler).
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+    """
+
+    config: NomicBertConfig
+    add_pooling_layer: bool = False  # transformers' NomicBertModel has none unless asked
+    stack_reads_positions: ClassVar[bool] = True
+
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
+        embeddings = NomicBertEmbeddings(self.config, self.runtime, name="embeddings")
+        return embeddings(input_ids, token_type_ids, deterministic=deterministic)
+
+    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
+        layers = PreNormEncoder(
+            self.config, self.runtime, "layer_norm", "gated", post_norm=True,
+            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER, name="layers",
+        )  # fmt: skip
+        return layers(x, mask, positions, **kwargs)
+
+    def pool(self, y, cls_positions):
+        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
+
+
+# ---- Heads ----
+class NomicBertOnlyMLMHead(nn.Module):
+    """`cls`: `predictions` (`models.heads.MaskedLMHead`: dense + `hidden_act` + `layer_norm` in
+    `transform`, then the decoder tied to the word embeddings with its own `bias`).
+    h [..., E], embedding [V', E] -> float32 logits [..., V]."""
+
+    config: NomicBertConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h, embedding_table):
+        cfg = self.config
+        predictions = heads.MaskedLMHead(
+            cfg, self.runtime, cfg.hidden_size, cfg.hidden_act, norm_name="layer_norm",
+            transform_name="transform", name="predictions",
+        )  # fmt: skip
+        return predictions(h, embedding_table)
+
+
+class NomicBertHead(heads.Head):
+    """A task head on top of `nomic_bert` (a NomicBertModel), with every head's call
+    (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids,
+    segment_ids [B, L], cls_positions [B, S] (pooled heads), masked_positions [B, P] (MLM).
+    Its classifiers are the shared defaults: dropout (`classifier_dropout`, else
+    `hidden_dropout_prob`), then `classifier`."""
+
+    config: NomicBertConfig
+    encoder = NomicBertModel
+    encoder_name = ENCODER_NAME
+
+
+class NomicBertForMaskedLM(NomicBertHead):
+    """Masked LM (no pooler): logits [B, L, V] float32, or [B, P, V] at `masked_positions`."""
+
+    pooled = False
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        h = heads.masked_states(out, masked_positions)
+        logits = NomicBertOnlyMLMHead(self.config, self.runtime, name="cls")(
+            h, self.word_embeddings()
+        )
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
+
+class NomicBertForSequenceClassification(heads.SequenceClassification, NomicBertHead):
+    """Pooled first token (`pooler`) -> dropout -> `classifier`: logits [B, N] ([B, S, N]
+    packed); N = 1 is regression."""
+
+
+class NomicBertForTokenClassification(heads.TokenClassification, NomicBertHead):
+    """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
+
+
+# The class of each role (`models.family.Role`), the encoder first.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: NomicBertModel,
+    Role.MASKED_LM: NomicBertForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: NomicBertForSequenceClassification,
+    Role.TOKEN_CLASSIFICATION: NomicBertForTokenClassification,
+}
