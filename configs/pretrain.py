@@ -33,6 +33,8 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    model_type, is the same); `rtd_config`, docs/electra.md
   arch=nomic_bert  NomicBERT's masked LM (size tiny): MLM only at 30% masking, packed rows;
                    `nomic_bert_config`, docs/nomic_bert.md
+  arch=eurobert    EuroBERT (size tiny, the CPU job): MLM only at EuroBERT's 50% masking, packed
+                   rows; `eurobert_config`, docs/eurobert.md
   arch=mpnet       MPNet (sizes tiny, base): RoBERTa's recipe on MPNet's encoder and WordPiece
                    vocabulary, the masked LM alone (no permuted LM); `roberta_config`,
                    docs/mpnet.md
@@ -66,6 +68,7 @@ import ml_collections
 
 from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import model_fields
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
@@ -126,7 +129,7 @@ GPU_RECIPES = {
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
 ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "deberta_v3",
-         "nomic_bert", "mpnet")  # fmt: skip
+         "nomic_bert", "eurobert", "mpnet")  # fmt: skip
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -146,6 +149,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if variant["gpu"] or tpu or phase != 1:
             raise ValueError("arch=nomic_bert has one recipe: size=tiny, phase 1, no gpu or tpu")
         return nomic_bert_config(size)
+    if variant["arch"] == "eurobert":
+        if variant["gpu"] or tpu or size != "tiny" or phase != 1:
+            raise ValueError("arch=eurobert has one recipe: size=tiny, phase=1 (the CPU job)")
+        return eurobert_config()
     if variant["arch"] in RTD_ARCHS:
         if variant["gpu"]:
             raise ValueError(
@@ -414,6 +421,26 @@ def nomic_bert_config(size: str) -> ml_collections.ConfigDict:
     c.data.pack_sequences = True
     c.data.max_segments = 4
     c.mlm_bias_init = "unigram"
+    c.position_embeddings_init = "normal"  # RoPE: no position table
+    c.lock()
+    return c
+
+
+def eurobert_config() -> ml_collections.ConfigDict:
+    """`arch=eurobert`, size=tiny: EuroBERT's 2 layers x 128 (4 query heads on 2 key/value heads)
+    pretrained on the Shakespeare corpus with its 8,192-piece WordPiece vocabulary (the default
+    corpus's; the model reads ids only), MLM only at EuroBERT's 50% masking (Boizard et al. 2025),
+    128-token packed rows, the tiny job's optimizer. The released sizes' recipes are not written
+    here."""
+    c = get_config("size=tiny,phase=1,mlm_only=1")
+    c.unlock()
+    c.model = ml_collections.ConfigDict(model_fields(EuroBertConfig.preset("tiny")))
+    c.data.max_seq_length = 128
+    c.data.masked_lm_prob = 0.5
+    c.data.max_predictions_per_seq = 66  # half of 128, and 2 to spare
+    c.data.pack_sequences = True
+    c.data.max_segments = 4
+    c.mlm_bias_init = "zeros"  # its MLM head has no bias
     c.position_embeddings_init = "normal"  # RoPE: no position table
     c.lock()
     return c

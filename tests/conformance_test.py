@@ -39,7 +39,6 @@ from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.params import stack_layers, unstack_layers
-from bert_jax.training import objectives
 from tests import family_fixtures
 from tests.embed.embed_test import translated_pairs, write_jsonl, write_table
 from tests.finetune import run_test as finetune_data
@@ -54,6 +53,10 @@ LABELS = ("comedy", "history", "tragedy")
 STEPS = 2
 
 
+# EuroBERT's slow rows (its pretraining, fine-tuning, embedding, packing, scan, predict and
+# fill-mask runs: 215 s of its 275 s on 2 cores) run with -m e2e: ModernBERT runs the same rotary,
+# packed, no-token-type code by default, tests/models/toy_family_test.py the pre-norm stack
+# scanned, and tests/models/eurobert_test.py its packed rows.
 def families_with_e2e(*slow: str) -> list:
     """Every registered family as an indirect `fam` parameter; those in `slow` run with -m e2e,
     for the suite's time, where another family runs the same code (each use says which)."""
@@ -83,7 +86,10 @@ def classifier(fam, tmp_path_factory) -> family_fixtures.FamilyDir:
 MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 
 
+# The families whose own tests (tests/models/<family>_test.py) hold every head to transformers
+# on more variants than here run with -m e2e, for the suite's time.
 @pytest.mark.torch
+@pytest.mark.parametrize("fam", families_with_e2e("nomic_bert", "eurobert", "mpnet"), indirect=True)
 def test_every_head_equals_transformers(fam):
     """Each class of the family's row (`Family.roles`) on the fixture's odd config, converted
     from transformers' class of the same name: logits, hidden states and attention maps within
@@ -199,7 +205,9 @@ def check_export(fam, hf_dir, objective: str) -> None:
 # `make pretrain` runs BERT's recipe in tests/pretrain/main_job_test.py, and XLM-R's runs
 # RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("electra", "bert", "roberta", "nomic_bert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e("electra", "bert", "roberta", "nomic_bert", "eurobert", "mpnet"),
+    indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
     """`configs/pretrain.py:arch=<model_type>`, its data built with the fixture's tokenizer as
@@ -293,7 +301,9 @@ def test_every_kind_of_task_is_fine_tuned_here():
 # BERT's classification, with -m e2e (each kind trains for BERT in tests/finetune/run_test.py by
 # default, and ModernBERT's token, question-answering and multiple-choice heads in
 # tests/finetune/modernbert_test.py); MPNet's too, its classifier being RoBERTa's.
-@pytest.mark.parametrize("fam", families_with_e2e("bert", "nomic_bert", "mpnet"), indirect=True)
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 @pytest.mark.parametrize(
     "objective",
     [k if k == "classification" else pytest.param(k, marks=pytest.mark.e2e) for k in FINETUNING],
@@ -301,7 +311,7 @@ def test_every_kind_of_task_is_fine_tuned_here():
 def test_finetuning(fam, tmp_path, objective):
     """Two steps of 8 rows from the fixture (its tokenizer found beside it), the evaluation and
     the prediction files, exported as the family's head of the task's kind."""
-    if objectives.get_objective(objective).role not in fam.family.roles:
+    if family_fixtures.objective_role(objective) not in fam.family.roles:
         pytest.skip(f"{fam.model_type} has no head for {objective} (transformers has none)")
     case = FINETUNING[objective]
     case.write(tmp_path)
@@ -345,7 +355,9 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 # model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and export, and
 # exports_test loads every family's export in sentence-transformers (MPNet's too).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("electra", "roberta", "bert", "nomic_bert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e("electra", "roberta", "bert", "nomic_bert", "eurobert", "mpnet"),
+    indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
     """Two contrastive steps from the fixture, dev retrieval scored, the command run as a user
@@ -412,7 +424,9 @@ def _apply(fam, head: str | None, text: str, **kwargs):
 # MPNet's too (tests/models/mpnet_test.py checks its packed rows against rows alone).
 # BERT's too, here: tests/inference/inference_test.py checks its embed command the same way.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "bert", "nomic_bert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e("xlm-roberta", "bert", "nomic_bert", "eurobert", "mpnet"),
+    indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
     """Mean and CLS pooling, and the hidden states of chosen layers, of the fixture's encoder."""
@@ -437,14 +451,16 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
 
 # MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
 # layers against the loop (XLM-R's: see above).
-@pytest.mark.parametrize("fam", families_with_e2e("xlm-roberta", "mpnet"), indirect=True)
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
     `remat_policy="full"`) gives the loop's multiple-choice logits and gradients within 1e-5,
-    where the family's row names a scanned layer; a family that never scans refuses it."""
-    if families.Role.MULTIPLE_CHOICE not in fam.family.roles:  # NomicBERT's: its own test
-        pytest.skip(f"{fam.model_type} has no multiple-choice head (transformers has none)")
-    head = family_fixtures.head_of(fam.config, "multiple_choice")
+    where the family's row names a scanned layer; a family that never scans refuses it. A
+    family without a multiple-choice head (EuroBERT) is checked on its sequence classifier."""
+    choices = families.Role.MULTIPLE_CHOICE in fam.family.roles
+    head = family_fixtures.head_of(fam.config, "multiple_choice" if choices else "classification")
     model_class = families.get_model_class(head)
     if families.FAMILIES[fam.model_type].scanned_layer is None:
         with pytest.raises(ValueError, match="scan_layers"):
@@ -458,9 +474,10 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     )
     ids = np.random.default_rng(0).integers(5, fam.config.vocab_size, MASK.shape)
     inputs = dict(input_ids=ids, attention_mask=MASK)
-    if fam.config.type_vocab_size > 1:
+    if getattr(fam.config, "type_vocab_size", 0) > 1:
         inputs["token_type_ids"] = (np.arange(MASK.shape[1]) >= 5) * MASK
-    inputs = {k: v.reshape(2, 2, -1).astype(np.int32) for k, v in inputs.items()}
+    inputs = {k: v.reshape(2, 2, -1) if choices else v for k, v in inputs.items()}
+    inputs = {k: v.astype(np.int32) for k, v in inputs.items()}
 
     def loss_and_grad(runtime, p):
         model = model_class(fam.config, runtime)
@@ -475,7 +492,7 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
 
 
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "mpnet"), indirect=True
+    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert", "mpnet"), indirect=True
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
     """CLS (normalized), mean and the pooler where the family has one, chosen layers, and a
@@ -532,7 +549,9 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
 
 # BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
 # classifier through the same command; MPNet's, whose classifier is RoBERTa's.
-@pytest.mark.parametrize("fam", families_with_e2e("bert", "mpnet"), indirect=True)
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
     argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]
@@ -573,7 +592,9 @@ def _queries(mask: str) -> list[str]:
 # BERT's with -m e2e, for the suite's time: tests/inference/fill_mask_test.py checks a BERT's
 # fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's;
 # MPNet's, whose <mask> and MLM head are RoBERTa's.
-@pytest.mark.parametrize("fam", families_with_e2e("bert", "nomic_bert", "mpnet"), indirect=True)
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
 def test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, spelling):
     """The texts spell the mask as the family's tokenizer does ("[MASK]", "<mask>"), or as the

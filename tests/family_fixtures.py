@@ -49,6 +49,11 @@ def byte_level_bpe(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
     return tokenization.train_byte_level_bpe(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
 
 
+def llama3_bpe(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
+    """EuroBERT's kind: byte-level BPE split as Llama-3's, its special tokens last."""
+    return tokenization.train_llama3_bpe(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
+
+
 def mpnet_wordpiece(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
     """MPNet's kind: WordPiece with <s>=0 <pad>=1 </s>=2 [UNK]=3, the pieces, <mask> last."""
     return tokenization.train_mpnet_wordpiece(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
@@ -104,6 +109,18 @@ FIXTURES: dict[str, FamilyFixture] = {
             pooler_hidden_act="gelu",
         ),
         deberta_unigram,
+    ),
+    # 4 query heads on 2 key/value heads, heads of 16 (not 32 / 4), an untied MLM head, late
+    # pooling (tests/models/eurobert_test.py has the rotary variants); Llama-3's kind of
+    # byte-level BPE.
+    "eurobert": FamilyFixture(
+        dict(
+            num_key_value_heads=2,
+            head_size=16,
+            rope_parameters=dict(rope_theta=500.0),
+            rms_norm_eps=1e-6,
+        ),
+        llama3_bpe,
     ),
     # Embeddings narrower than the layers (24 < 32): `embeddings_project` in every model.
     "electra": FamilyFixture(dict(embedding_size=24, type_vocab_size=3), wordpiece),
@@ -192,6 +209,11 @@ def tiny_config(model_type: str, tokenizer: tokenization.SubwordTokenizer, **fie
         pad_token_id=tokenizer.pad_id,
         **fields,
     )
+
+
+def objective_role(objective: str) -> families.Role:
+    """The role of the head `objective` trains (a family may lack it: EuroBERT's QA)."""
+    return objectives.get_objective(objective).role
 
 
 def head_of(config, objective: str) -> str:

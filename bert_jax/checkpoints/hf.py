@@ -194,10 +194,11 @@ def _hf_lookup(config: EncoderConfig, state: Mapping[str, np.ndarray]):
 
 
 def _check_tied_decoder(config, state, params, report: ConversionReport) -> None:
-    """An explicit tied decoder weight must equal the word embeddings (it is not a parameter)."""
+    """An explicit tied decoder weight must equal the word embeddings (it is not a parameter).
+    A config that unties it (EuroBERT's `tie_word_embeddings=False`) reads it as a parameter."""
     conv = conversion_of(config)
     key = conv.tied_decoder
-    if key not in state:
+    if key not in state or not getattr(config, "tie_word_embeddings", True):
         return
     flat = flatten_params(params)
     emb_key = next(k for k in flat if k.endswith(conv.word_embeddings))

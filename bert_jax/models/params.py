@@ -46,14 +46,16 @@ def _layers_path(params: dict, family: Family) -> tuple[str, ...] | None:
 
 
 def _layers_of(params: dict) -> tuple[Family, tuple[str, ...], dict]:
-    """The family whose layers the tree holds, the keys down to them and the dict holding them."""
-    for family in FAMILIES.values():
-        path = _layers_path(params, family)
-        if path is not None:
-            node = params
-            for key in path:
-                node = node[key]
-            return family, path, node
+    """The family whose layers the tree holds, the keys down to them and the dict holding them.
+    Where several families' names fit, the deepest layers' (a toy family's `model/layers/
+    layer_<i>` are no scanned EuroBERT `model/layers`), then the family whose word-embedding
+    table the tree holds (ModernBERT's and EuroBERT's layers are both `model/layers_<i>`)."""
+    found = [(f, p) for f in FAMILIES.values() if (p := _layers_path(params, f)) is not None]
+    if len(found) > 1:
+        found.sort(key=lambda fp: (-len(fp[1]), not _has_word_table(params, fp[0])))
+    if found:
+        family, path = found[0]
+        return family, path, get_at(params, path)
     where = ", ".join(
         f"{f.model_type}: {'/'.join((f'[{f.encoder_name}]', *f.layers_path, f.layer_name))}"
         for f in FAMILIES.values()
@@ -62,6 +64,16 @@ def _layers_of(params: dict) -> tuple[Family, tuple[str, ...], dict]:
         f"parameter tree holds the layers of no known family ({where}); "
         f"its top-level names: {sorted(params)}"
     )
+
+
+def _has_word_table(params: dict, family: Family) -> bool:
+    """Whether the tree (a head's or its encoder's) holds `family`'s word-embedding table."""
+    tree = params.get(family.encoder_name, params)
+    for key in family.conversion.word_embeddings.split("/"):
+        if not isinstance(tree, dict) or key not in tree:
+            return False
+        tree = tree[key]
+    return True
 
 
 def get_at(tree: dict, path: tuple[str, ...]):

@@ -7,6 +7,7 @@
   kind       files                                       class                   family
   wordpiece  vocab.txt, or tokenizer.json (WordPiece)    WordPieceTokenizer      BERT, ModernBERT
   bpe        vocab.json + merges.txt, or tokenizer.json  ByteLevelBPETokenizer   RoBERTa
+  bpe        tokenizer.json (<|begin_of_text|> ...)      Llama3BPETokenizer      EuroBERT
   unigram    tokenizer.json (Unigram), or                SentencePieceTokenizer  XLM-RoBERTa
              sentencepiece.bpe.model (needs `sentencepiece`)
   unigram    tokenizer.json (Unigram, [CLS] [SEP]), or   DebertaV2Tokenizer      DeBERTa-v2/v3
@@ -16,12 +17,13 @@
 
 Token ids equal transformers' fast tokenizers' (`BertTokenizerFast`, `RobertaTokenizerFast`,
 `XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`, `MPNetTokenizer`) for the same files; a Unigram
-tokenizer.json is XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`), a WordPiece
-one BERT's or MPNet's (`mpnet.is_mpnet_vocab`). Modules: `base` (what the kinds share),
-`wordpiece`, `mpnet`, `bpe`, `unigram`. Training: `train_wordpiece`, `train_mpnet_wordpiece`,
-`train_byte_level_bpe` and `train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe`
-and `--kind=unigram` for the latter two; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays it
-out as DeBERTa-v3's).
+tokenizer.json is XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`), a BPE one
+RoBERTa's or Llama-3's (EuroBERT's: `llama3.is_llama3`), a WordPiece one BERT's or MPNet's
+(`mpnet.is_mpnet_vocab`). Modules: `base` (what the kinds share), `wordpiece`, `mpnet`, `bpe`,
+`llama3`, `unigram`. Training: `train_wordpiece`, `train_mpnet_wordpiece`, `train_byte_level_bpe`,
+`train_llama3_bpe` and `train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe` and
+`--kind=unigram` for RoBERTa's and XLM-R's; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays
+it out as DeBERTa-v3's).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import os
 from etils import epath
 from tokenizers import models
 
+from bert_jax.tokenization import llama3
 from bert_jax.tokenization.base import (
     MissingSpecialTokenError,
     SubwordTokenizer,
@@ -41,6 +44,7 @@ from bert_jax.tokenization.bpe import (
     load_vocab_and_merges,
     train_byte_level_bpe,
 )
+from bert_jax.tokenization.llama3 import Llama3BPETokenizer, train_llama3_bpe
 from bert_jax.tokenization.mpnet import (
     MPNetTokenizer,
     is_mpnet_vocab,
@@ -94,6 +98,7 @@ __all__ = [
     "UNK",
     "ByteLevelBPETokenizer",
     "DebertaV2Tokenizer",
+    "Llama3BPETokenizer",
     "MPNetTokenizer",
     "MissingSpecialTokenError",
     "SentencePieceTokenizer",
@@ -102,6 +107,7 @@ __all__ = [
     "load_tokenizer",
     "read_vocab_txt",
     "train_byte_level_bpe",
+    "train_llama3_bpe",
     "train_mpnet_wordpiece",
     "train_unigram",
     "train_wordpiece",
@@ -161,7 +167,9 @@ def load_tokenizer(
             return load_wordpiece(file, **wordpiece_options)
         _refuse_wordpiece_options(file, wordpiece_options)
         if isinstance(model, models.BPE):
-            return ByteLevelBPETokenizer(read_tokenizer_json(file), source=os.fspath(file))
+            if llama3.is_llama3(tokenizer):  # EuroBERT's
+                return Llama3BPETokenizer(tokenizer, source=os.fspath(file))
+            return ByteLevelBPETokenizer(tokenizer, source=os.fspath(file))
         if isinstance(model, models.Unigram):
             return unigram_from_tokenizer_json(file)
         raise ValueError(

@@ -23,6 +23,7 @@ from bert_jax.checkpoints import table
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.deberta_v2.config import DebertaV2Config
 from bert_jax.models.electra.config import ElectraConfig
+from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
@@ -49,6 +50,7 @@ CONFIGS = {
     "deberta-v2": DebertaV2Config(**_SIZES, num_labels=3, position_buckets=8),
     "mpnet": MPNetConfig(**_SIZES, num_labels=3),
     "nomic_bert": NomicBertConfig(**_SIZES, num_labels=3, type_vocab_size=3),
+    "eurobert": EuroBertConfig(**_SIZES, num_labels=3, pad_token_id=0, num_key_value_heads=2),
 }
 # the families whose layers `scan_layers` stacks
 SCANNED = {t for t, f in FAMILIES.items() if f.scanned_layer is not None}
