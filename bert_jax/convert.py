@@ -45,6 +45,8 @@ from bert_jax.checkpoints.native import load_pretrained, save_pretrained
 from bert_jax.checkpoints.run_params import load_training_checkpoint
 from bert_jax.checkpoints.sentence_transformers import save_modules
 from bert_jax.checkpoints.tf import load_tf
+from bert_jax.models.family import Role
+from bert_jax.models.pooling import SPARSE_POOLINGS
 
 # The functions README.md and docs/ name for users.
 __all__ = [
@@ -143,12 +145,15 @@ def _convert(args) -> tuple:
 
 def _write_beside(src, dst, to: str, loaded) -> None:
     """The source's tokenizer (its own files, tokenizer_config.json too) and, where the source
-    was a sentence-transformers directory and the weights are its encoder's, the modules' files
-    (pooling, normalization, max_seq_length): an `hf` DST is then the sentence-transformers
-    directory `save_sentence_transformer` writes, a `bert_jax` DST keeps them for inference and
-    for converting back."""
+    was a sentence-transformers directory and the weights are its encoder's (a SparseEncoder's:
+    its masked LM's), the modules' files (pooling, normalization, max_seq_length): an `hf` DST
+    is then the sentence-transformers directory `save_sentence_transformer` writes, a `bert_jax`
+    DST keeps them for inference and for converting back."""
     config, st = loaded.config, loaded.sentence_transformer
-    if st is not None and (loaded.head != loaded.family.base_model or to == "hf_flax"):
+    own = loaded.family.base_model
+    if st is not None and st.pooling in SPARSE_POOLINGS:
+        own = loaded.family.head_for(Role.MASKED_LM)
+    if st is not None and (loaded.head != own or to == "hf_flax"):
         st = None  # a head's weights, or Flax ones: no sentence-transformers directory
     if st is not None:  # at most what the positions hold (a file may say 514 for RoBERTa's 512)
         length = min(st.max_seq_length or config.max_sequence_length, config.max_sequence_length)

@@ -157,6 +157,7 @@ def in_batch_negatives_loss(
     scale: float = 20.0,
     symmetric: bool = False,
     dims: tuple[int, ...] = (),
+    similarity: str = "cosine",
 ):
     """The in-batch negatives softmax loss (InfoNCE; sentence-transformers'
     MultipleNegativesRankingLoss): anchor i's positive is document i, every other document of
@@ -175,6 +176,8 @@ def in_batch_negatives_loss(
         (MultipleNegativesSymmetricRankingLoss); the two losses are averaged.
       dims: Matryoshka prefix sizes: the loss on the first d embedding dimensions for each d,
         added up (sentence-transformers' MatryoshkaLoss, weights 1); () is the full size only.
+      similarity: "cosine", or "dot" (the plain dot product: SPLADE's vectors, as
+        sentence-transformers' SparseMultipleNegativesRankingLoss scores them, scale 1).
 
     Returns:
       dict with loss_sum (B x the loss: the mean over anchors, summed over `dims`), correct_sum
@@ -184,8 +187,10 @@ def in_batch_negatives_loss(
     labels = jnp.arange(num_anchors)
     total, correct = jnp.float32(0.0), None
     for dim in dims or (anchors.shape[-1],):
-        a = _unit(anchors[:, :dim].astype(jnp.float32))
-        d = _unit(documents[:, :dim].astype(jnp.float32))
+        a = anchors[:, :dim].astype(jnp.float32)
+        d = documents[:, :dim].astype(jnp.float32)
+        if similarity == "cosine":
+            a, d = _unit(a), _unit(d)
         scores = scale * (a @ d.T)  # [B, D]
         forward = weighted_cross_entropy(scores, labels)
         loss = forward["loss_sum"]
@@ -195,6 +200,21 @@ def in_batch_negatives_loss(
         total += loss
         correct = forward["correct_sum"] if correct is None else correct
     return dict(loss_sum=total, correct_sum=correct, count=jnp.float32(num_anchors))
+
+
+def flops_loss(embeddings: Array) -> Array:
+    """The FLOPS regularizer of sparse vectors (sentence-transformers' FlopsLoss, no
+    threshold): the sum over the vocabulary of the squared mean activation, which is small
+    when few entries are nonzero in few texts (a sparse index's work per query).
+
+    Args:
+      embeddings: [N, V] float vectors (>= 0) of N texts of a batch (its queries, or its
+        documents).
+
+    Returns:
+      float32 scalar: sum_v (mean_n embeddings[n, v])^2.
+    """
+    return jnp.sum(jnp.mean(embeddings.astype(jnp.float32), axis=0) ** 2)
 
 
 def _unit(x: Array) -> Array:

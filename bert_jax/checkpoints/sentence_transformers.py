@@ -11,8 +11,13 @@ as the tokenizer of any family writes them, `SubwordTokenizer.save`: its tokeniz
 names its own transformers class and special tokens) and three modules that `modules.json` lists
 in order: the `Transformer` (the encoder, in the folder itself; `sentence_bert_config.json` gives
 its `max_seq_length`), the `Pooling` (`1_Pooling/config.json`: mean or CLS) and, where the model
-normalizes, `Normalize` (`2_Normalize`). `save_modules` writes the modules' files alone, beside
-weights of another format (`python -m bert_jax.convert` keeps them in a bert_jax directory).
+normalizes, `Normalize` (`2_Normalize`). A SPLADE model (`pooling="splade"`) is a
+`SparseEncoder` directory: the masked-LM model (the family's `Role.MASKED_LM` class, whose
+logits it pools) as an `MLMTransformer`, then `SpladePooling` (`1_SpladePooling/config.json`:
+max pooling of log(1 + relu(logits))), config_sentence_transformers.json's `model_type`
+"SparseEncoder"; `SparseEncoder(DIR)` loads it. `save_modules` writes the modules' files
+alone, beside weights of another format (`python -m bert_jax.convert` keeps them in a bert_jax
+directory).
 
 Written in the format sentence-transformers has saved since version 2 and every later version
 (6.x too) reads, as do other readers of the Hub's embedders: module types
@@ -32,12 +37,14 @@ from typing import Any
 from bert_jax import tokenization
 from bert_jax.checkpoints import model_card
 from bert_jax.checkpoints.hf import save_pytorch
-from bert_jax.models.families import EncoderConfig, family_of
+from bert_jax.models.families import EncoderConfig, Role, family_of
 from bert_jax.models.pooling import (
     SENTENCE_POOLINGS,
+    SPARSE_POOLINGS,
     check_pooling,
     st_pooling_config,
     st_pooling_modes,
+    st_splade_pooling_config,
 )
 from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
 
@@ -45,6 +52,12 @@ PyTree = Any
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG = "sentence_bert_config.json"
 POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
+SPLADE_POOLING_DIR = "1_SpladePooling"
+# A SparseEncoder's modules, as every sentence-transformers version since 5 reads them.
+SPARSE_MODULES = {
+    "MLMTransformer": "sentence_transformers.sparse_encoder.models.MLMTransformer",
+    "SpladePooling": "sentence_transformers.sparse_encoder.models.SpladePooling",
+}
 # Names transformer modules' configs had before sentence_bert_config.json.
 _LEGACY_TRANSFORMER_CONFIGS = tuple(
     f"sentence_{m}_config.json"
@@ -59,7 +72,8 @@ class SentenceTransformerSettings:
     """How a sentence-transformers directory turns the encoder's outputs into embeddings.
 
     Attributes:
-      pooling: "mean" (over the real tokens) or "cls" (the first token's hidden state).
+      pooling: "mean" (over the real tokens), "cls" (the first token's hidden state) or
+        "splade" (a SparseEncoder's: the masked-LM logits, `models.pooling.splade_pool`).
       normalize: whether the embeddings are scaled to unit L2 norm (a `Normalize` module).
       max_seq_length: tokens kept per text (longer texts are truncated), or None where the
         directory states none.
@@ -96,12 +110,12 @@ def save_sentence_transformer(
       directory: the folder to write (local or a URL); made if absent.
       config: the model's architecture (either family).
       params: the bare encoder's parameters, or a head's that hold them (its pooler, where it
-        has one, is saved too).
+        has one, is saved too); with pooling "splade", the masked-LM model's (its head too).
       tokenizer_dir: a folder holding a tokenizer of the model's family (e.g. a run's `hf/`, a
         converted checkpoint: `tokenization.load_tokenizer`), or the tokenizer itself; saved
         with its own tokenizer_config.json (`model_max_length`: `max_seq_length`).
-      pooling: "mean" or "cls".
-      normalize: scale the embeddings to unit length (a `Normalize` module).
+      pooling: "mean" or "cls"; "splade": a SparseEncoder directory.
+      normalize: scale the embeddings to unit length (a `Normalize` module; False for splade).
       max_seq_length: tokens kept per text, the row's special tokens included; at most the
         model's `max_sequence_length` (RoBERTa's 512 of its 514 positions).
       card: the README.md: its whole text (starting with the Hub's `---` header), or a body
@@ -117,11 +131,16 @@ def save_sentence_transformer(
       FileNotFoundError: no tokenizer in `tokenizer_dir`.
     """
     check_settings(config, pooling, max_seq_length)
+    if pooling in SPARSE_POOLINGS and normalize:
+        raise ValueError("normalize=True: a SPLADE model's vectors are not normalized")
     tokenizer = _tokenizer(tokenizer_dir, config.vocab_size)
     family = family_of(config)
-    encoder_params = params.get(family.encoder_name, params)
     out = prepare_out_dir(directory, [], overwrite=True)
-    save_pytorch(config, encoder_params, out, family.base_model, overwrite=True)
+    if pooling in SPARSE_POOLINGS:  # the whole masked-LM model: its logits are pooled
+        save_pytorch(config, params, out, family.head_for(Role.MASKED_LM), overwrite=True)
+    else:
+        encoder_params = params.get(family.encoder_name, params)
+        save_pytorch(config, encoder_params, out, family.base_model, overwrite=True)
     tokenizer.save(out, model_max_length=max_seq_length)
     settings = SentenceTransformerSettings(pooling, normalize, max_seq_length)
     _write_module_configs(out, config, settings)
@@ -136,7 +155,7 @@ def save_sentence_transformer(
                 name=out.parent.name if out.name == "hf" else out.name,  # a run's W/hf: W
             )
         write_text_whole(out / model_card.CARD_NAME, card)
-    _write_json(out / MODULES_FILE, _modules(normalize))  # last: a directory from now on
+    _write_json(out / MODULES_FILE, _modules(settings))  # last: a directory from now on
     return os.fspath(out)
 
 
@@ -157,7 +176,7 @@ def save_modules(
     check_settings(config, settings.pooling, settings.max_seq_length)
     out = as_path(directory)
     _write_module_configs(out, config, settings)
-    _write_json(out / MODULES_FILE, _modules(settings.normalize))
+    _write_json(out / MODULES_FILE, _modules(settings))
 
 
 def _write_module_configs(
@@ -167,20 +186,30 @@ def _write_module_configs(
     if settings.max_seq_length is not None:
         transformer = {"max_seq_length": settings.max_seq_length, "do_lower_case": False}
         _write_json(out / TRANSFORMER_CONFIG, transformer)
-    pooling_config = st_pooling_config(settings.pooling, config.hidden_size)
-    _write_json(out / POOLING_DIR / "config.json", pooling_config)
+    st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
+    if settings.pooling in SPARSE_POOLINGS:
+        pooling_config = st_splade_pooling_config(config.vocab_size)
+        _write_json(out / SPLADE_POOLING_DIR / "config.json", pooling_config)
+        st_config.update(model_type="SparseEncoder", similarity_fn_name="dot")
+    else:
+        pooling_config = st_pooling_config(settings.pooling, config.hidden_size)
+        _write_json(out / POOLING_DIR / "config.json", pooling_config)
     if settings.normalize:
         (out / NORMALIZE_DIR).mkdir(parents=True, exist_ok=True)  # the module has no settings
-    st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
     _write_json(out / "config_sentence_transformers.json", st_config)
 
 
-def _modules(normalize: bool) -> list[dict]:
+def _modules(settings: SentenceTransformerSettings) -> list[dict]:
     """modules.json: the Transformer (the directory itself), the Pooling and, where the model
-    normalizes, the Normalize module, in order."""
-    modules = [("", "sentence_transformers.models.Transformer")]
-    modules.append((POOLING_DIR, "sentence_transformers.models.Pooling"))
-    if normalize:
+    normalizes, the Normalize module, in order; a SparseEncoder's MLMTransformer and
+    SpladePooling."""
+    if settings.pooling in SPARSE_POOLINGS:
+        modules = [("", SPARSE_MODULES["MLMTransformer"])]
+        modules.append((SPLADE_POOLING_DIR, SPARSE_MODULES["SpladePooling"]))
+    else:
+        modules = [("", "sentence_transformers.models.Transformer")]
+        modules.append((POOLING_DIR, "sentence_transformers.models.Pooling"))
+    if settings.normalize:
         modules.append((NORMALIZE_DIR, "sentence_transformers.models.Normalize"))
     return [
         {"idx": i, "name": str(i), "path": path, "type": kind}
@@ -191,7 +220,7 @@ def _modules(normalize: bool) -> list[dict]:
 def check_settings(config: EncoderConfig, pooling: str, max_seq_length: int | None) -> None:
     """Raises ValueError, naming the value, for a pooling bert_jax does not compute or a
     max_seq_length the model cannot take."""
-    check_pooling(pooling)
+    check_pooling(pooling, SENTENCE_POOLINGS + SPARSE_POOLINGS)
     limit = config.max_sequence_length
     if max_seq_length is not None and not 2 <= max_seq_length <= limit:
         raise ValueError(
@@ -248,6 +277,8 @@ def read_sentence_transformer(
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     if kinds == ["Transformer"] and not modules[0].get("path"):
         return None  # a CrossEncoder directory: read as the transformers directory it is
+    if kinds == list(SPARSE_MODULES):
+        return _read_sparse_encoder(folder, modules)
     supported = ["Transformer", "Pooling", "Normalize"]
     if kinds[:2] != supported[:2] or kinds[2:] not in ([], ["Normalize"]):
         raise ValueError(
@@ -263,6 +294,22 @@ def read_sentence_transformer(
         ),
         transformer_path=transformer_path,
     )
+
+
+def _read_sparse_encoder(folder, modules: list[dict]) -> SentenceTransformerSettings:
+    """A SparseEncoder directory's settings (MLMTransformer, SpladePooling); ValueError naming
+    a SpladePooling that is not max pooling of log(1 + relu(logits)), which bert_jax computes."""
+    path = folder / str(modules[1].get("path", "")) / "config.json"
+    config = _read_json(path) if path.is_file() else {}
+    strategy = config.get("pooling_strategy", "max")
+    activation = config.get("activation_function", "relu")
+    if (strategy, activation) != ("max", "relu"):
+        raise ValueError(
+            f"{path}: SpladePooling {strategy} with {activation}; bert_jax computes max with relu"
+        )
+    transformer_path = str(modules[0].get("path", ""))
+    length = read_max_seq_length(folder / transformer_path if transformer_path else folder)
+    return SentenceTransformerSettings("splade", False, length, transformer_path)
 
 
 def _read_json(path) -> Any:

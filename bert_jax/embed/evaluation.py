@@ -1,7 +1,7 @@
 """Dev retrieval, as the field measures embedders: each dev anchor is a query, the dev positives
 and hard negatives (each distinct text once) are the corpus, and the query's positive is its one
-relevant document; nDCG@10, MRR@10, Recall@1 and Recall@10 by cosine similarity
-(`bert_jax.retrieval.metrics.retrieval_scores`, as sentence-transformers'
+relevant document; nDCG@10, MRR@10, Recall@1 and Recall@10 by cosine similarity (a SPLADE
+model's: dot product; `bert_jax.retrieval.metrics.retrieval_scores`, as sentence-transformers'
 InformationRetrievalEvaluator computes them).
 
     dev = retrieval_set(pairs, tokenizer, max_seq_length)
@@ -80,6 +80,6 @@ def score(
     corpus = embed_texts(exp, params, dev.corpus, batch_size, max_segments)
     if not (np.isfinite(queries).all() and np.isfinite(corpus).all()):
         raise FloatingPointError("the dev embeddings hold NaN or inf; stopping")
-    return {
-        k: float(v) for k, v in retrieval.retrieval_scores(queries, corpus, dev.relevant).items()
-    }
+    similarity = exp.objective.similarity  # SPLADE's vectors: "dot"
+    found = retrieval.retrieval_scores(queries, corpus, dev.relevant, similarity=similarity)
+    return {k: float(v) for k, v in found.items()}

@@ -54,8 +54,14 @@ def text_embedder(
 
     Raises:
       FileNotFoundError: no such checkpoint, or no tokenizer beside it.
+      ValueError: a SPLADE model (a SparseEncoder directory): mining searches dense embeddings.
     """
     model = inference.load_for_embedding(model_dir, max_seq_length=max_seq_length)
+    if model.options.pooling == "splade":
+        raise ValueError(
+            f"{model_dir} is a SPLADE model; mining searches dense embeddings by cosine: mine "
+            "with a dense embedder (the SPLADE job reads the negatives it writes)"
+        )
     for warning in model.warnings:
         logging.warning("%s", warning)
 

@@ -10,6 +10,12 @@ with the contrastive objective (`contrastive.contrastive_objective`: in-batch ne
 whole global batch, GradCache chunks with `num_microbatches` > 1, Matryoshka dims), the texts
 of each batch packed several to a row with `embed.pack` (`packing`).
 
+With `embed.pooling=splade` (`configs/embed.py:model=splade`) the same run trains a SPLADE
+model: the family's masked-LM head, its logits max-pooled to sparse vectors over the vocabulary
+(`models.pooling.splade_pool`), with the SPLADE objective (`training.splade`: in-batch and hard
+negatives by dot product, FLOPS regularization of queries and documents), scored by dot product
+on dev and exported as a sentence-transformers SparseEncoder directory.
+
 For each seed of `embed.seeds` the run trains `embed.num_epochs` epochs in `<workdir>/seed_<s>`
 (the workdir itself for one seed), scores dev retrieval (`embed.evaluation`), exports the final
 model to `hf/` (`save_sentence_transformer`) and removes its training checkpoints; what it writes
@@ -32,11 +38,11 @@ from bert_jax.checkpoints.sentence_transformers import (
 from bert_jax.data import batching
 from bert_jax.embed import evaluation
 from bert_jax.models import families
-from bert_jax.models.pooling import SENTENCE_POOLINGS
+from bert_jax.models.pooling import SENTENCE_POOLINGS, SPARSE_POOLINGS
 from bert_jax.parallel import aot
 from bert_jax.paths import as_path
 from bert_jax.retrieval import pairs
-from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run
+from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run, splade
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
 from bert_jax.training.start import architecture, job_tokenizer
@@ -58,13 +64,16 @@ BOOLEANS = {"true": True, "false": False}
 def check_config(config, reads_data: bool = True) -> TextJob:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown pooling or normalize, a scale <= 0,
-    Matryoshka dims that are not positive whole numbers, no train_file (unless the run
+    Matryoshka dims that are not positive whole numbers, SPLADE with normalize=true,
+    Matryoshka dims or a negative regularizer weight, no train_file (unless the run
     `reads_data`: --mode=compile does not), the shared settings (`TextJob.parse`: epochs,
     packing, seeds). Returns those, parsed."""
     experiment.check_experiment_config(config)
     e = config.embed
-    if e.pooling not in ("auto", *SENTENCE_POOLINGS):
-        raise ValueError(f"embed.pooling={e.pooling!r}; expected auto, mean or cls")
+    if e.pooling not in ("auto", *SENTENCE_POOLINGS, *SPARSE_POOLINGS):
+        raise ValueError(f"embed.pooling={e.pooling!r}; expected auto, mean, cls or splade")
+    if e.pooling in SPARSE_POOLINGS:
+        _check_splade(e)
     if e.normalize not in ("auto", *BOOLEANS):
         raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
     if not e.scale > 0:
@@ -74,6 +83,17 @@ def check_config(config, reads_data: bool = True) -> TextJob:
     block = TextJob.parse(config, "embed")
     matryoshka_dims(config)
     return block
+
+
+def _check_splade(e) -> None:
+    """The settings a SPLADE run (`embed.pooling=splade`) cannot take."""
+    if e.normalize == "true":
+        raise ValueError("embed.normalize=true: SPLADE vectors are not normalized; set auto")
+    if str(e.matryoshka_dims).strip():
+        raise ValueError("embed.matryoshka_dims: SPLADE vectors have no Matryoshka prefixes")
+    for name in ("query_regularizer_weight", "document_regularizer_weight"):
+        if not e[name] >= 0:
+            raise ValueError(f"embed.{name}={e[name]!r}; expected a number >= 0")
 
 
 def matryoshka_dims(config, hidden_size: int | None = None) -> tuple[int, ...]:
@@ -98,7 +118,8 @@ class Starting:
 
     Attributes:
       model_config: the encoder's architecture (any family's config).
-      pooling: "mean" or "cls"; normalize: the export's Normalize module.
+      pooling: "mean" or "cls", or "splade" (a SPLADE model); normalize: the export's
+        Normalize module (never for splade).
       max_seq_length: tokens a text keeps.
       tokenizer: the vocabulary.
     """
@@ -125,13 +146,15 @@ def starting_point(config) -> Starting:
     pooling = e.pooling
     if pooling == "auto":
         pooling = getattr(st, "pooling", None) or "cls"
-        if pooling not in SENTENCE_POOLINGS:
+        if pooling not in SENTENCE_POOLINGS + SPARSE_POOLINGS:
             raise ValueError(
-                f"{source} pools by {pooling!r}; the embedding job trains mean or cls pooling: "
+                f"{source} pools by {pooling!r}; the embedding job trains mean, cls or splade: "
                 "set --config.embed.pooling"
             )
     normalize = BOOLEANS.get(e.normalize)
-    if normalize is None:
+    if pooling in SPARSE_POOLINGS:
+        normalize = False
+    elif normalize is None:
         normalize = getattr(st, "normalize", None)
         normalize = True if normalize is None else bool(normalize)
     length = e.max_seq_length or getattr(st, "max_seq_length", None) or DEFAULT_MAX_SEQ_LENGTH
@@ -144,16 +167,27 @@ def build_experiment(
     config, start: Starting, num_train_steps: int, devices=None, texts_per_pair: int = 2
 ):
     """The Experiment every seed trains in: the family's encoder with the contrastive objective
-    of the settings (taking packed batches of `global_batch_size` pairs of `texts_per_pair`
-    texts with `embed.pack`)."""
-    packed = (config.global_batch_size, texts_per_pair) if config.embed.pack else None
-    objective = contrastive.contrastive_objective(
-        start.pooling,
-        config.embed.scale,
-        config.embed.symmetric,
-        matryoshka_dims(config, start.model_config.hidden_size),
-        packed_shape=packed,
-    )
+    of the settings, or its masked-LM model with the SPLADE objective (pooling "splade"),
+    taking packed batches of `global_batch_size` pairs of `texts_per_pair` texts with
+    `embed.pack`."""
+    e = config.embed
+    packed = (config.global_batch_size, texts_per_pair) if e.pack else None
+    if start.pooling in SPARSE_POOLINGS:
+        objective = splade.splade_objective(
+            e.query_regularizer_weight,
+            e.document_regularizer_weight,
+            e.scale,
+            e.symmetric,
+            packed_shape=packed,
+        )
+    else:
+        objective = contrastive.contrastive_objective(
+            start.pooling,
+            e.scale,
+            e.symmetric,
+            matryoshka_dims(config, start.model_config.hidden_size),
+            packed_shape=packed,
+        )
     head = families.head_in_family(start.model_config, objective.role)
     return experiment.Experiment.build(
         config, start.model_config, head, objective, num_train_steps, devices
@@ -177,8 +211,10 @@ def compile_for_topology(
     rows, slots = config.global_batch_size, config.embed.max_segments
     layout = batch_layout.contrastive_layout(packed=bool(config.embed.pack))
     batch = batch_layout.abstract_batch(layout, B=rows, T=2, L=length, R=2 * rows, S=slots)
+    # A SPLADE model's masked-LM logits: V outputs a token (the head's transform aside).
+    outputs = model_config.vocab_size if pooling in SPARSE_POOLINGS else 0
     model_flops = flops.classification_step_flops(
-        model_config, [length] * (2 * rows), 0, pooled=False
+        model_config, [length] * (2 * rows), outputs, pooled=False
     )
     return compile_report.report_compiled_step(
         exp, batch, model_flops=model_flops, topology=topology, task="embed", hlo_out=hlo_out
@@ -255,8 +291,8 @@ def train_seed(
 
 
 def export(params, directory, exp, start: Starting, card: str) -> str:
-    """Writes the model as a sentence-transformers directory (every process gathers the
-    parameters; process 0 writes). Returns where it went."""
+    """Writes the model as a sentence-transformers directory (a SparseEncoder's for splade;
+    every process gathers the parameters; process 0 writes). Returns where it went."""
     write_from_process_0(
         params,
         lambda host_params: save_sentence_transformer(  # the tokenizer writes its own files
@@ -270,7 +306,8 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
             card=card,
         ),
     )
-    return f"{directory} (sentence-transformers)"
+    kind = "SparseEncoder" if start.pooling in SPARSE_POOLINGS else "SentenceTransformer"
+    return f"{directory} (sentence-transformers {kind})"
 
 
 def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -> str:
@@ -278,9 +315,16 @@ def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -
     schedule, and the dev scores of the starting and the trained model."""
     e, objective, opt = config.embed, exp.objective, config.optimizer
     loss = f"MultipleNegatives{'Symmetric' if objective.symmetric else ''}RankingLoss"
+    similarity = "cosine similarity"
+    if start.pooling in SPARSE_POOLINGS:
+        loss = (
+            f"SpladeLoss(Sparse{loss}, query_regularizer_weight={objective.query_weight:g}, "
+            f"document_regularizer_weight={objective.document_weight:g}: FLOPS)"
+        )
+        similarity = "dot product"
     chunks = config.num_microbatches
     items = [
-        f"loss: in-batch negatives softmax ({loss}), cosine similarity x {objective.scale:g}; "
+        f"loss: in-batch negatives softmax ({loss}), {similarity} x {objective.scale:g}; "
         "the negatives of each anchor: every other positive and hard negative of the global "
         f"batch of {config.global_batch_size} pairs"
         + (f" (GradCache, {chunks} chunks)" if chunks > 1 else ""),

@@ -19,8 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.inference import batches, loading
-from bert_jax.models.families import EncoderConfig
-from bert_jax.models.pooling import POOLINGS, check_pooling, pool, pool_segments
+from bert_jax.models.families import EncoderConfig, Role, family_of
+from bert_jax.models.pooling import (
+    POOLINGS,
+    SPARSE_POOLINGS,
+    check_pooling,
+    pool,
+    pool_segments,
+    splade_pool,
+    splade_pool_segments,
+)
 
 
 class EmbeddingOptions(NamedTuple):
@@ -136,7 +144,8 @@ def embed_step(
     normalize: bool = False,
 ):
     """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer);
-    of packed rows, one a text slot: [R, S, P, E].
+    of packed rows, one a text slot: [R, S, P, E]. With pooling "splade" (`model` a masked-LM
+    head), SPLADE vectors of the logits: [B, 1, V] or [R, S, 1, V].
 
     Args:
       params: the encoder's parameters (an argument, never a constant of the program).
@@ -155,6 +164,11 @@ def embed_step(
         **rows,
         **loading.token_type_inputs(model, batch["token_type_ids"]),
     )
+    if pooling == "splade":  # the masked-LM logits [B, L, V] (or [R, L, V]), max-pooled
+        if packed:
+            slots = batch["cls_positions"].shape[1]
+            return splade_pool_segments(out.logits, batch["segment_ids"], slots)[..., None, :]
+        return splade_pool(out.logits, batch["attention_mask"])[..., None, :]
     states = [out.last_hidden_state] if layers is None else [out.hidden_states[i] for i in layers]
     if pooling == "pooler":
         pooled = [out.pooler_output.astype(jnp.float32)] * len(states)
@@ -185,10 +199,14 @@ def embedder(
       (step(params, batch) -> float32 [B, P, E], the encoder's params).
 
     Raises:
-      ValueError: an unknown pooling, "pooler" without a pooler layer, a layer out of range.
+      ValueError: an unknown pooling, "pooler" without a pooler layer, a layer out of range,
+        "splade" with layers or normalization, or for a checkpoint without a masked-LM head.
     """
-    check_pooling(pooling, POOLINGS)
-    model, params = loading.encoder(config, params, pooled=pooling == "pooler")
+    check_pooling(pooling, POOLINGS + SPARSE_POOLINGS)
+    if pooling in SPARSE_POOLINGS:
+        model, params = _splade_model(config, params, layers, normalize)
+    else:
+        model, params = loading.encoder(config, params, pooled=pooling == "pooler")
     if pooling == "pooler":
         loading.check_pooler(config, params)
     if layers is not None:
@@ -204,6 +222,19 @@ def embedder(
         layers=None if layers is None else tuple(int(i) for i in layers),
     )
     return step, params
+
+
+def _splade_model(config: EncoderConfig, params, layers, normalize: bool):
+    """The family's masked-LM model and `params` (which must hold its head), for SPLADE."""
+    if layers is not None or normalize:
+        raise ValueError("SPLADE vectors (--sparse) take neither --layers nor --normalize")
+    family = family_of(config)
+    if family.encoder_name not in params:
+        raise ValueError(
+            "SPLADE vectors (--sparse) pool the masked-LM head's logits; this checkpoint is the "
+            f"bare encoder: give one with a masked-LM head ({family.head_for(Role.MASKED_LM)})"
+        )
+    return loading.masked_lm_model(config), params
 
 
 def embed(
@@ -228,7 +259,9 @@ def embed(
       tokenizer: its tokenizer; texts: N texts.
       pooling: "cls" (the first token's hidden state), "mean" (mean over real tokens, as
         sentence-transformers does), or "pooler" (the output of the encoder's pooler layer,
-        a tanh layer over the first token; an error for a family or checkpoint without one).
+        a tanh layer over the first token; an error for a family or checkpoint without one);
+        "splade": SPLADE vectors [N, V] of a masked-LM checkpoint (`models.pooling.splade_pool`,
+        what sentence-transformers' SparseEncoder computes).
       normalize: scale each embedding to unit L2 norm (sentence-transformers' Normalize).
       layers: hidden-state indices (0 = embeddings, -1 = last layer) to pool each of.
       batch_size: texts per batch (B).

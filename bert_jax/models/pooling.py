@@ -9,6 +9,8 @@ module (`1_Pooling/config.json`: one flag per mode in formats 2-5, `pooling_mode
     "mean"    the mean of the text's real tokens' states         pooling_mode_mean_tokens
     "cls"     the text's first token's state ([CLS], <s>)        pooling_mode_cls_token
     "pooler"  the encoder's pooler layer (tanh(W h_cls + b))     (none: not exportable)
+    "splade"  max over the text's real tokens of log(1 + relu(   SpladePooling (max, relu) after
+              the masked-LM logits)): a sparse [V] vector        an MLMTransformer (a SparseEncoder)
 
 Who takes which:
   SENTENCE_POOLINGS  the embedding job trains them (the contrastive objective), and
@@ -19,7 +21,12 @@ Who takes which:
   CLASSIFIER_POOLINGS ModernBERT's `classifier_pooling` (its classifier heads' input, computed in
                      its model: "cls" is the first *real* token there, as transformers reads it).
 
-`pool` and `pool_segments` compute "mean" and "cls" (the pooler is a layer of the model).
+  SPARSE_POOLINGS    the SPLADE model (`training.splade`, `inference embed --sparse`): pooled
+                     from the logits of any family's masked-LM head (`Role.MASKED_LM`), not from
+                     the hidden states, so that a text is a weight per vocabulary entry.
+
+`pool` and `pool_segments` compute "mean" and "cls" (the pooler is a layer of the model);
+`splade_pool` and `splade_pool_segments` compute "splade".
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 SENTENCE_POOLINGS = ("mean", "cls")
+SPARSE_POOLINGS = ("splade",)
 POOLINGS = ("cls", "mean", "pooler")
 CLASSIFIER_POOLINGS = ("cls", "mean")
 # sentence-transformers' Pooling flags (formats 2-5) and the mode each stands for; bert_jax
@@ -87,6 +95,58 @@ def pool_segments(
     weights = (segment_ids[:, None, :] == slots[None, :, None]).astype(jnp.float32)  # [R, S, L]
     total = jnp.einsum("rsl,rle->rse", weights, hidden)
     return total / jnp.maximum(weights.sum(-1, keepdims=True), 1.0)
+
+
+def splade_activation(logits: jax.Array) -> jax.Array:
+    """log(1 + relu(logits)), float32, of any shape: each token's weight for each vocabulary
+    entry (SPLADE's log saturation: >= 0, growing slowly with the logit)."""
+    return jnp.log1p(jax.nn.relu(logits.astype(jnp.float32)))
+
+
+def splade_pool(logits: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    """SPLADE vectors as sentence-transformers' SpladePooling (max, relu) computes them: the
+    maximum over a text's real tokens of `splade_activation` of its masked-LM logits.
+
+    Args:
+      logits: masked-LM logits [..., L, V] (any float dtype).
+      attention_mask: int [..., L], 1 for a real token (a padding token's weights are 0, the
+        least any weight can be).
+
+    Returns:
+      float32 [..., V], every entry >= 0 (mostly 0 in a trained model).
+    """
+    mask = attention_mask[..., None].astype(jnp.float32)
+    return (splade_activation(logits) * mask).max(axis=-2)
+
+
+def splade_pool_segments(logits: jax.Array, segment_ids: jax.Array, num_slots: int) -> jax.Array:
+    """`splade_pool` of each text of packed rows, from its own tokens.
+
+    Args:
+      logits: masked-LM logits [R, L, V].
+      segment_ids: int [R, L]: slot s holds segment id s + 1, 0 padding.
+      num_slots: S, the slots a row.
+
+    Returns:
+      float32 [R, S, V] (an empty slot's vector is 0).
+    """
+    rows, length, vocab = logits.shape
+    weights = splade_activation(logits).reshape(rows * length, vocab)
+    # Token (r, l) of slot s goes to segment r * S + s; padding to the dropped segment R * S.
+    slot = segment_ids.astype(jnp.int32) - 1
+    segment = jnp.where(slot >= 0, jnp.arange(rows)[:, None] * num_slots + slot, rows * num_slots)
+    pooled = jax.ops.segment_max(weights, segment.reshape(-1), num_segments=rows * num_slots + 1)
+    return jnp.maximum(pooled[:-1], 0.0).reshape(rows, num_slots, vocab)  # empty: -inf -> 0
+
+
+def st_splade_pooling_config(vocab_size: int) -> dict:
+    """The `SpladePooling` module's config.json: max pooling of log(1 + relu(logits)) over the
+    vocabulary's `vocab_size` entries."""
+    return {
+        "pooling_strategy": "max",
+        "activation_function": "relu",
+        "word_embedding_dimension": vocab_size,
+    }
 
 
 def st_pooling_config(pooling: str, hidden_size: int) -> dict:

@@ -43,6 +43,12 @@ def cosine_scores(queries: np.ndarray, corpus: np.ndarray) -> np.ndarray:
     return (q @ c.T).astype(np.float32)
 
 
+def dot_scores(queries: np.ndarray, corpus: np.ndarray) -> np.ndarray:
+    """float32 [Q, N] dot products of [Q, E] queries with [N, E] documents, summed in float64
+    (as `cosine_scores`, so that equal documents score alike)."""
+    return (np.asarray(queries, np.float64) @ np.asarray(corpus, np.float64).T).astype(np.float32)
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """int [Q, min(k, N)]: each row's k best columns by descending score, equal scores in
     ascending column order (the evaluator's order)."""
@@ -55,8 +61,10 @@ def retrieval_scores(
     query_embeddings: np.ndarray,
     corpus_embeddings: np.ndarray,
     relevant: Sequence[set[int]],
+    similarity: str = "cosine",
 ) -> dict[str, float]:
-    """nDCG@k, MRR@k and Recall@k of ranking the corpus for each query by cosine similarity.
+    """nDCG@k, MRR@k and Recall@k of ranking the corpus for each query by cosine similarity
+    (`similarity="dot"`: by dot product, SPLADE's vectors').
 
     Args:
       query_embeddings: float [Q, E], one row per query (e.g. the dev anchors).
@@ -87,13 +95,14 @@ def retrieval_scores(
             raise ValueError(
                 f"query {i}: relevant documents {bad[:5]} outside the corpus of {num_docs}"
             )
+    score_fn = {"cosine": cosine_scores, "dot": dot_scores}[similarity]
     kept = [i for i, docs in enumerate(relevant) if docs]  # the evaluator drops the others
     if not kept:
         raise ValueError("no query has a relevant document")
     hits = np.zeros((len(kept), min(K, num_docs)), bool)  # [Q', k]: ranked doc relevant?
     for start in range(0, len(kept), _QUERY_CHUNK):
         rows = kept[start : start + _QUERY_CHUNK]
-        ranked = top_k(cosine_scores(queries[rows], corpus), K)
+        ranked = top_k(score_fn(queries[rows], corpus), K)
         for j, (row, docs) in enumerate(zip(rows, ranked)):
             hits[start + j] = [int(d) in relevant[row] for d in docs]
     num_relevant = np.array([len(relevant[i]) for i in kept], np.float64)  # [Q']

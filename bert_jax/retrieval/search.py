@@ -1,7 +1,8 @@
 """Exact top-k search by cosine similarity: each query's k nearest corpus rows, on the local
 devices (`search`: the corpus sharded by rows over a mesh) or on the host's cores (`search_faiss`:
 faiss's exact inner-product index, for a corpus beyond the devices' memory). Both give the same
-candidates, equal scores in ascending corpus row order.
+candidates, equal scores in ascending corpus row order. SPLADE vectors are searched by their dot
+product as sparse matrices (`search_sparse`: scipy.sparse where installed, else numpy).
 
     from bert_jax.retrieval import search
     candidates = search.search(query_emb, corpus_emb, k=10)   # Candidates(scores, indices)
@@ -178,5 +179,54 @@ def search_faiss(queries: np.ndarray, corpus: np.ndarray, k: int, chunk: int = 4
     return Candidates(scores, indices)
 
 
+def as_sparse(vectors):
+    """float32 [N, V] vectors as a scipy.sparse CSR matrix (as they are where they are one);
+    a dense numpy array where scipy is not installed."""
+    try:
+        from scipy import sparse
+    except ImportError:
+        return np.asarray(vectors, np.float32)
+    if sparse.issparse(vectors):
+        return sparse.csr_matrix(vectors, dtype=np.float32)
+    return sparse.csr_matrix(np.asarray(vectors, np.float32))
+
+
+def search_sparse(queries, corpus, k: int, chunk: int = 1024) -> Candidates:
+    """The exact top k of the dot product of sparse vectors (SPLADE's: `inference embed
+    --sparse`), as sparse matrix products on the host, `chunk` queries at a time.
+
+    Args:
+      queries: [Q, V] vectors, a numpy array or a scipy.sparse matrix (`as_sparse`).
+      corpus: [N, V] vectors, the same kinds.
+      k: candidates a query, in [1, N].
+
+    Returns:
+      Candidates: float32 dot products [Q, k], descending, equal scores in ascending row
+      order (the products summed in float64, then rounded, as `metrics.cosine_scores`).
+
+    Raises:
+      ValueError: widths that differ, or k outside [1, N].
+    """
+    queries, corpus = as_sparse(queries), as_sparse(corpus)
+    if queries.ndim != 2 or corpus.ndim != 2 or queries.shape[1] != corpus.shape[1]:
+        raise ValueError(
+            f"vectors must be [Q, V] and [N, V]; got {queries.shape} and {corpus.shape}"
+        )
+    if not 1 <= k <= corpus.shape[0]:
+        raise ValueError(f"k={k} outside [1, {corpus.shape[0]}] (the corpus rows)")
+    corpus_t = corpus.T.astype(np.float64)
+    scores = np.empty((queries.shape[0], k), np.float32)
+    indices = np.empty((queries.shape[0], k), np.int32)
+    for start in range(0, queries.shape[0], chunk):
+        product = queries[start : start + chunk].astype(np.float64) @ corpus_t  # [C, N]
+        dense = np.asarray(product.toarray() if hasattr(product, "toarray") else product)
+        dense = dense.astype(np.float32)
+        top = metrics.top_k(dense, k)
+        scores[start : start + len(top)] = np.take_along_axis(dense, top, 1)
+        indices[start : start + len(top)] = top
+    return Candidates(scores, indices)
+
+
 # The searches by the name the commands give them (`--search` of mining, `--index` of search).
+# Dense embeddings only: `search_sparse` (dot products of sparse vectors) is search's own.
 SEARCHES = {"mesh": search, "faiss": search_faiss}

@@ -60,6 +60,7 @@ class ContrastiveObjective:
     role: ClassVar[Role] = Role.ENCODER
     build_model: ClassVar[Callable[..., nn.Module] | None] = None
     loss_weights: ClassVar[Mapping[str, float]] = {"mnrl": 1.0}
+    similarity: ClassVar[str] = "cosine"  # how its embeddings are compared (dev retrieval)
 
     pooling: str = "mean"
     scale: float = 20.0

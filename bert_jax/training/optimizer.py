@@ -174,8 +174,14 @@ _SCANNED_LAYERS = frozenset(f.scanned_layer for f in FAMILIES.values() if f.scan
 
 
 def _is_stacked_layer(path) -> bool:
-    """Whether a parameter path lies in the stacked layer of a scanned model (`scan_layers`)."""
-    return any(getattr(k, "key", None) in _SCANNED_LAYERS for k in path)
+    """Whether a parameter path lies in the stacked layer of a scanned model (`scan_layers`):
+    a key that is a family's stacked layer's name, not followed by a layer's index (EuroBERT
+    stacks `model/layers`, where NomicBERT's unstacked layers are `layers/<i>`)."""
+    keys = [str(getattr(k, "key", k)) for k in path]
+    return any(
+        key in _SCANNED_LAYERS and not (i + 1 < len(keys) and keys[i + 1].isdigit())
+        for i, key in enumerate(keys)
+    )
 
 
 def scale_by_layerwise_trust_ratio(eps: float = 0.0) -> optax.GradientTransformation:

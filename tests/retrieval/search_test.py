@@ -58,3 +58,26 @@ def test_faiss_search_equals_the_mesh_search():
     np.testing.assert_allclose(theirs.scores, ours.scores, atol=1e-6)
     with pytest.raises(ValueError, match=r"k must be in \[1, 301\]"):
         search.search_faiss(queries, corpus, 302)
+
+
+def test_sparse_search_ranks_by_dot_product_with_or_without_scipy(monkeypatch):
+    """SPLADE vectors (>= 0, mostly 0; weights of quarters, so that ties are exact): the top k of
+    their dot products, equal scores in corpus order, from a scipy.sparse matrix, a dense array,
+    and without scipy (numpy), in query chunks."""
+    rng = np.random.default_rng(2)
+    queries, corpus = (
+        (rng.integers(0, 4, size=(n, 50)) * (rng.random((n, 50)) < 0.1) / 4).astype(np.float32)
+        for n in (9, 23)
+    )
+    dots = queries.astype(np.float64) @ corpus.T.astype(np.float64)
+    want = retrieval.top_k(dots, 5)
+    sparse = pytest.importorskip("scipy.sparse")
+    for q, c in ((queries, corpus), (sparse.csr_matrix(queries), sparse.csr_matrix(corpus))):
+        found = search.search_sparse(q, c, 5, chunk=4)
+        np.testing.assert_array_equal(found.indices, want)
+        np.testing.assert_allclose(found.scores, np.take_along_axis(dots, want, 1), rtol=1e-6)
+    monkeypatch.setitem(__import__("sys").modules, "scipy", None)  # scipy absent: numpy
+    assert isinstance(search.as_sparse(queries), np.ndarray)
+    np.testing.assert_array_equal(search.search_sparse(queries, corpus, 5).indices, want)
+    with pytest.raises(ValueError, match=r"k=24 outside \[1, 23\]"):
+        search.search_sparse(queries, corpus, 24)

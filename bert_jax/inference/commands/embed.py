@@ -4,6 +4,11 @@ otherwise; one text file into float32 [N, E] .npy, or a corpus into Parquet shar
 (`inference.bulk`) with the column
 
     embedding       float32 [E] (list<float32>[E]); [P][E] with --layers
+
+`--sparse`: SPLADE vectors of a checkpoint with a masked-LM head (a SparseEncoder directory's
+default): float32 [N, V], one weight per vocabulary entry (mostly 0), written dense, as
+`SparseEncoder(DIR).encode(texts).to_dense()` gives them; in Parquet, the same in `embedding`
+(list<float32>[V]). `search --index sparse` searches them as sparse matrices.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2"
     )
+    parser.add_argument(
+        "--sparse",
+        action="store_true",
+        help="SPLADE vectors [N, V] of the masked-LM head's logits (a SparseEncoder's default)",
+    )
     base.add_corpus_arguments(
         parser, max_seq_length_help="; default: a sentence-transformers directory's, else 128"
     )
@@ -50,11 +60,22 @@ def _layers(text: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in text.split(",")) if text else None
 
 
+def pooling_flag(args: argparse.Namespace) -> str | None:
+    """The pooling the flags ask for: "splade" with --sparse (ValueError with --pooling too),
+    else --pooling (None: the directory's)."""
+    if getattr(args, "sparse", False):
+        if args.pooling is not None:
+            raise ValueError("--sparse pools the masked-LM logits; give it without --pooling")
+        return "splade"
+    return args.pooling
+
+
 def run(args: argparse.Namespace) -> None:
-    """Writes the --input lines' float32 [N, E] (or [N, len(layers), E]) embeddings."""
+    """Writes the --input lines' float32 [N, E] (or [N, len(layers), E]; with --sparse
+    [N, V]) embeddings."""
     model = encoder.load_for_embedding(
         args.model,  # any head's encoder
-        pooling=args.pooling,
+        pooling=pooling_flag(args),
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
     )
@@ -103,7 +124,7 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
         step,
         used.max_seq_length,
         columns,
-        (len(layers or [0]), config.hidden_size),
+        (len(layers or [0]), config.vocab_size if used.pooling == "splade" else config.hidden_size),
         used={"pooling": used.pooling, "normalize": used.normalize},
     )
 
@@ -118,7 +139,7 @@ COMMAND = base.Command(
         load,
         file_suffixes=(".npy",),
         from_args=lambda args: {
-            "pooling": args.pooling,
+            "pooling": pooling_flag(args),
             "normalize": args.normalize,
             "layers": _layers(args.layers),
         },

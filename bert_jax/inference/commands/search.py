@@ -1,7 +1,9 @@
 """`search`: each query's k best corpus documents by the cosine similarity of a model's
-embeddings, found exactly (`retrieval.search`: on the devices, or by faiss on the host), or by
-BM25 over the texts (--index bm25: `retrieval.lexical`, bm25s's defaults; --model not read);
-with --qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers'
+embeddings, found exactly (`retrieval.search`: on the devices, or by faiss on the host), by the
+dot product of a SPLADE model's sparse vectors (--index sparse: `retrieval.search.search_sparse`,
+sparse matrix products on the host; the model's masked-LM head pooled as `inference embed
+--sparse` pools it), or by BM25 over the texts (--index bm25: `retrieval.lexical`, bm25s's
+defaults; --model not read); with --qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers'
 InformationRetrievalEvaluator computes them (`retrieval.metrics.ranked_scores`).
 
     python -m bert_jax.inference search --model sentence-transformers/all-MiniLM-L6-v2 \\
@@ -12,6 +14,8 @@ InformationRetrievalEvaluator computes them (`retrieval.metrics.ranked_scores`).
         --rerank runs/rerank/hf --rerank_top 20 --qrels dev_qrels.jsonl --output run.jsonl
     python -m bert_jax.inference search --index bm25 --queries dev.jsonl --corpus corpus.jsonl \\
         --qrels dev_qrels.jsonl --output bm25.jsonl --top_k 100
+    python -m bert_jax.inference search --index sparse --model runs/splade/hf \\
+        --queries dev.jsonl --corpus corpus.jsonl --qrels dev_qrels.jsonl --output splade.jsonl
 
 In:
   --queries   JSONL/CSV/Parquet rows with `text` (or `query`) and an optional `id` (else the row
@@ -62,6 +66,8 @@ from bert_jax.retrieval import search as search_lib
 
 INDEXES = {"exact": "mesh", "faiss": "faiss"}  # --index -> `retrieval.search.SEARCHES`
 LEXICAL = "bm25"  # --index bm25: `retrieval.lexical`, over the corpus's texts, no model
+SPARSE = "sparse"  # --index sparse: SPLADE vectors' dot products (`search_lib.search_sparse`)
+SPARSE_CHUNK = 1024  # texts embedded, then kept as a sparse matrix, at a time
 RECALL_AT = 100  # Recall@100, beside nDCG@10 and MRR@10
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
 TEXT_COLUMNS = ("text", "query")
@@ -77,7 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--output", required=True, help="NAME.jsonl or NAME.parquet: each query's top k")
     add("--top_k", type=int, default=10, help="documents written per query")
     add("--qrels", help="relevance rows: nDCG@10, MRR@10, Recall@100 into NAME.metrics.json")
-    add("--index", choices=(*INDEXES, LEXICAL), default="exact", help="faiss: on the host's cores")
+    add(
+        "--index",
+        choices=(*INDEXES, LEXICAL, SPARSE),
+        default="exact",
+        help="faiss: on the host's cores; sparse: a SPLADE model's vectors",
+    )
     add("--pooling", choices=POOLINGS, default=None, help="as `inference embed`'s")
     add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
     add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
@@ -321,13 +332,20 @@ def _check(args: argparse.Namespace) -> None:
 
 def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
     """float32 [Q, E] query and [N, E] corpus embeddings of --model (the corpus's as read where
-    it holds them), embedded as `inference embed` embeds; warns of settings that differ."""
+    it holds them), embedded as `inference embed` embeds (--index sparse: SPLADE vectors [Q, V]
+    and [N, V] as sparse matrices, `_sparse_vectors`); warns of settings that differ."""
+    sparse = args.index == SPARSE
     model = encoder.load_for_embedding(
         args.model,
-        pooling=args.pooling,
+        pooling="splade" if sparse and args.pooling is None else args.pooling,
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
     )
+    if sparse != (model.options.pooling == "splade"):
+        raise ValueError(
+            f"--index {args.index} with {model.options.pooling} pooling: a SPLADE model's sparse "
+            f"vectors are searched by --index {SPARSE}, dense embeddings by the others"
+        )
     warnings = list(model.warnings)
     if corpus.settings:
         length = min(model.options.max_seq_length, model.config.max_sequence_length)
@@ -341,16 +359,37 @@ def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarra
                 )
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    embed = (
+        (lambda texts: _sparse_vectors(model, texts, args.batch_size))
+        if sparse
+        else (lambda texts: model.embed(texts, batch_size=args.batch_size))
+    )
     docs = corpus.embeddings
     if corpus.texts is not None:
-        docs = model.embed(corpus.texts, batch_size=args.batch_size)
-    queries = model.embed(query_texts, batch_size=args.batch_size)
+        docs = embed(corpus.texts)
+    elif sparse:
+        docs = search_lib.as_sparse(docs)
+    queries = embed(query_texts)
     if queries.shape[1] != docs.shape[1]:
         raise ValueError(
             f"--corpus holds embeddings of width {docs.shape[1]}; --model {args.model} embeds "
             f"to {queries.shape[1]}"
         )
     return queries, docs
+
+
+def _sparse_vectors(model: encoder.EmbeddingModel, texts: list[str], batch_size: int):
+    """SPLADE vectors [N, V] of `texts` as one sparse matrix (`search_lib.as_sparse`), embedded
+    SPARSE_CHUNK texts at a time, so that the dense [N, V] vectors are never held at once."""
+    parts = [
+        search_lib.as_sparse(model.embed(texts[i : i + SPARSE_CHUNK], batch_size=batch_size))
+        for i in range(0, len(texts), SPARSE_CHUNK)
+    ]
+    if not isinstance(parts[0], np.ndarray):
+        from scipy import sparse
+
+        return sparse.vstack(parts, format="csr")
+    return np.concatenate(parts)
 
 
 def write_results(path: str, query_ids: list, ids: list[list], scores: np.ndarray) -> None:
@@ -414,7 +453,11 @@ def run(args: argparse.Namespace) -> None:
         found = lexical.search_bm25(query_texts, doc_texts, k)
     else:
         queries, docs = _embeddings(args, query_texts, corpus)
-        found = search_lib.SEARCHES[INDEXES[args.index]](queries, docs[order], k)
+        if args.index == SPARSE:
+            search_fn = search_lib.search_sparse
+        else:
+            search_fn = search_lib.SEARCHES[INDEXES[args.index]]
+        found = search_fn(queries, docs[order], k)
     if cross_encoder is not None:
         found = _reranked(cross_encoder, args, query_texts, doc_texts, found)
     top = min(args.top_k, k)

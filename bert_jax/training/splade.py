@@ -1,0 +1,130 @@
+"""The SPLADE objective: sparse text vectors over the vocabulary, trained with in-batch (and
+mined hard) negatives and FLOPS regularization.
+
+    objective = splade_objective(query_weight=5e-5, document_weight=3e-5, packed_shape=(B, T))
+
+Dimensions: B pairs, T texts a pair (anchor, positive, hard negatives), L tokens, V vocabulary,
+R packed rows, S slots a row.
+
+The model is the family's masked-LM head (`Role.MASKED_LM`); a text's vector is the maximum
+over its real tokens of log(1 + relu(logits)) (`models.pooling.splade_pool`). The loss is
+sentence-transformers' SpladeLoss around SparseMultipleNegativesRankingLoss, on the whole
+global batch as the contrastive objective computes it (`training.contrastive`: the same batches,
+packing, GradCache chunks and mesh):
+
+    loss = mnrl + query_weight * flops(anchors) + document_weight * flops(documents)
+
+mnrl: the in-batch negatives softmax over dot products x `scale` (1, as
+SparseMultipleNegativesRankingLoss); flops(X) = sum_v (mean_n X[n, v])^2 (`losses.flops_loss`,
+FlopsLoss) over the batch's anchors [B, V] and over its documents [(T - 1) B, V] (positives and
+hard negatives together, as SpladeLoss concatenates them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from bert_jax import losses
+from bert_jax.models.family import Role
+from bert_jax.models.pooling import splade_pool, splade_pool_segments
+from bert_jax.training.contrastive import ContrastiveObjective
+from bert_jax.training.objective import MODEL_INPUTS, Batch, apply_model, weighted_loss
+
+# sentence-transformers' SPLADE recipes (SpladeLoss around SparseMultipleNegativesRankingLoss).
+QUERY_WEIGHT, DOCUMENT_WEIGHT, SCALE = 5e-5, 3e-5, 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpladeObjective(ContrastiveObjective):
+    """A SPLADE model (the masked-LM head, `splade_pool`ed) trained with in-batch negatives
+    scored by dot product and FLOPS regularization of queries and documents.
+
+    Batches as `ContrastiveObjective` takes them ([B, T, L], or packed rows with
+    `packed_shape=(B, T)`); `embed` gives float32 [..., V] vectors ([R, S, V] of packed rows).
+
+    Attributes:
+      scale: the dot products are multiplied by this before the softmax (1).
+      symmetric, packed_shape: as `ContrastiveObjective`'s (its pooling and dims are not read).
+      query_weight, document_weight: the FLOPS terms' weights (SpladeLoss's
+        query_regularizer_weight, document_regularizer_weight); 0 turns one off.
+    """
+
+    name: ClassVar[str] = "splade"
+    role: ClassVar[Role] = Role.MASKED_LM
+    similarity: ClassVar[str] = "dot"
+
+    pooling: str = "splade"
+    scale: float = SCALE
+    query_weight: float = QUERY_WEIGHT
+    document_weight: float = DOCUMENT_WEIGHT
+
+    def embed(self, model, params, batch: Batch, rng, deterministic: bool) -> jax.Array:
+        """float32 [..., V] SPLADE vectors of texts [..., L] (any leading axes); of packed rows
+        [R, L], the vectors [R, S, V] of their slots (an empty slot's is 0)."""
+        if "segment_ids" in batch:
+            inputs = {k: batch[k] for k in MODEL_INPUTS[:5] if k in batch}
+            logits = apply_model(model, params, inputs, rng, deterministic).logits  # [R, L, V]
+            return splade_pool_segments(
+                logits, batch["segment_ids"], batch["cls_positions"].shape[1]
+            )
+        lead, length = batch["input_ids"].shape[:-1], batch["input_ids"].shape[-1]
+        flat = {k: batch[k].reshape(-1, length) for k in MODEL_INPUTS[:3] if k in batch}
+        logits = apply_model(model, params, flat, rng, deterministic).logits  # [N, L, V]
+        pooled = splade_pool(logits, flat["attention_mask"])
+        return pooled.reshape(*lead, pooled.shape[-1])
+
+    def embedding_sums(self, embeddings: jax.Array) -> dict[str, jax.Array]:
+        """The loss sums of the vectors [B, T, V] of a whole batch (text 0 anchors, text 1
+        positives, the rest hard negatives): each term's value x B (its count), and the share
+        of the vocabulary active (> 0) in an anchor and in a document, x B."""
+        num_pairs, vocab = embeddings.shape[0], embeddings.shape[-1]
+        anchors = embeddings[:, 0]
+        documents = jnp.swapaxes(embeddings[:, 1:], 0, 1).reshape(-1, vocab)  # positives first
+        out = losses.in_batch_negatives_loss(
+            anchors, documents, scale=self.scale, symmetric=self.symmetric, similarity="dot"
+        )
+        active = lambda x: jnp.mean((x > 0).astype(jnp.float32)) * num_pairs  # noqa: E731
+        return {
+            "mnrl_loss_sum": out["loss_sum"],
+            "mnrl_correct_sum": out["correct_sum"],
+            "qflops_loss_sum": losses.flops_loss(anchors) * num_pairs,
+            "dflops_loss_sum": losses.flops_loss(documents) * num_pairs,
+            "mnrl_query_active_share_sum": active(anchors),
+            "mnrl_document_active_share_sum": active(documents),
+        }
+
+    def counts(self, batch: Batch) -> dict[str, jax.Array]:
+        """The anchors of the batch, the count of every term."""
+        count = super().counts(batch)["mnrl_count"]
+        return {"mnrl_count": count, "qflops_count": count, "dflops_count": count}
+
+    def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
+        """mnrl + query_weight x flops(anchors) + document_weight x flops(documents)."""
+        weights = {"mnrl": 1.0, "qflops": self.query_weight, "dflops": self.document_weight}
+        return weighted_loss(weights, sums, counts)
+
+
+def splade_objective(
+    query_weight: float = QUERY_WEIGHT,
+    document_weight: float = DOCUMENT_WEIGHT,
+    scale: float = SCALE,
+    symmetric: bool = False,
+    packed_shape: tuple[int, int] | None = None,
+) -> SpladeObjective:
+    """The SPLADE objective with these settings (see `SpladeObjective`); ValueError naming a
+    negative weight."""
+    for name, weight in (("query_weight", query_weight), ("document_weight", document_weight)):
+        if not weight >= 0:
+            raise ValueError(f"{name}={weight!r}; expected a number >= 0")
+    return SpladeObjective(
+        query_weight=float(query_weight),
+        document_weight=float(document_weight),
+        scale=float(scale),
+        symmetric=bool(symmetric),
+        packed_shape=None if packed_shape is None else tuple(int(n) for n in packed_shape),
+    )

@@ -1,0 +1,292 @@
+"""SPLADE: the pooling (packed texts as unpacked), the objective's loss against
+sentence-transformers' SpladeLoss (SparseMultipleNegativesRankingLoss plus FLOPS) on the same
+vectors, GradCache against the uncached batch; a tiny run of the embedding job as a SPLADE model,
+its SparseEncoder export's `encode` against `inference embed --sparse`, and `inference search
+--index sparse` against a brute-force numpy search with the evaluator's scores."""
+
+import functools
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import convert, losses, tokenization
+from bert_jax.checkpoints.sentence_transformers import (
+    read_sentence_transformer,
+    save_sentence_transformer,
+)
+from bert_jax.embed import mine
+from bert_jax.inference import encoder
+from bert_jax.inference.__main__ import main
+from bert_jax.inference.commands import search
+from bert_jax.models.bert.config import BertConfig
+from bert_jax.models.bert.model import BertForMaskedLM
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.params import init_params
+from bert_jax.models.pooling import splade_pool, splade_pool_segments
+from bert_jax.parallel import sharding
+from bert_jax.retrieval import metrics as retrieval
+from bert_jax.training import splade, steps
+from tests import family_fixtures
+from tests.embed.contrastive_test import B, L, T, pair_batch
+from tests.embed.embed_test import WORDS, embed_config, pair_files  # noqa: F401 (a fixture)
+
+V = 99
+
+
+def tiny_mlm(dropout=0.1, vocab_size=V):
+    cfg = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=16,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
+    return BertForMaskedLM(cfg, RuntimeConfig(dtype="float32", attention="xla"))
+
+
+def test_pooling_is_the_max_of_log_saturated_logits_over_real_tokens():
+    """[B, L, V] logits -> [B, V]: max over the real tokens of log(1 + relu(x)); packed rows give
+    each text the vector of its own tokens."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 5, 11)).astype(np.float32)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], np.int32)
+    want = np.stack([np.log1p(np.maximum(x[: m.sum()], 0)).max(0) for x, m in zip(logits, mask)])
+    np.testing.assert_allclose(splade_pool(logits, mask), want, rtol=1e-6)
+    # The three texts packed in one row of 3 slots (the last slot of a second row empty).
+    packed = np.concatenate([x[: m.sum()] for x, m in zip(logits, mask)])[None]  # [1, 9, V]
+    rows = np.concatenate([packed, np.zeros_like(packed)])
+    segments = np.array([[1, 1, 1, 2, 2, 2, 2, 2, 3], [0] * 9], np.int32)
+    got = splade_pool_segments(rows, segments, 3)
+    np.testing.assert_allclose(got[0], want, rtol=1e-6)
+    assert got.shape == (2, 3, 11) and not np.asarray(got[1]).any()
+
+
+@pytest.mark.torch
+def test_loss_equals_sentence_transformers_splade_loss():
+    """The objective's loss of fixed vectors [B, T, V] (anchor, positive, hard negative) equals
+    SpladeLoss's: SparseMultipleNegativesRankingLoss (dot product, its scale 1) plus each FLOPS
+    regularizer x its weight (weights large enough to count)."""
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("sentence_transformers.sparse_encoder.losses")
+    rng = np.random.default_rng(1)
+    vectors = np.maximum(rng.normal(size=(5, 3, 40)), 0).astype(np.float32)  # >= 0, many 0
+    qw, dw = 0.3, 0.2
+    loss = st.SpladeLoss(
+        None,
+        st.SparseMultipleNegativesRankingLoss(None),
+        document_regularizer_weight=dw,
+        query_regularizer_weight=qw,
+    )
+    columns = [torch.from_numpy(vectors[:, t]) for t in range(3)]
+    expected = float(loss.loss.compute_loss_from_embeddings(columns, None))
+    expected += dw * float(
+        loss.document_regularizer.compute_loss_from_embeddings(torch.cat(columns[1:]))
+    )
+    expected += qw * float(loss.query_regularizer.compute_loss_from_embeddings(columns[0]))
+    objective = splade.splade_objective(query_weight=qw, document_weight=dw)
+    sums = objective.embedding_sums(vectors)
+    counts = {k: np.float32(5) for k in ("mnrl_count", "qflops_count", "dflops_count")}
+    np.testing.assert_allclose(float(objective.loss(sums, counts)), expected, rtol=1e-5)
+    assert float(sums["dflops_loss_sum"]) > 0 and objective.scale == 1.0
+    flops = float(losses.flops_loss(vectors[:, 0]))
+    np.testing.assert_allclose(flops, (vectors[:, 0].mean(0) ** 2).sum(), rtol=1e-6)
+
+
+@pytest.mark.e2e  # 17 s on 2 cores, mostly compiling the two programs
+def test_grad_cache_equals_the_uncached_batch():
+    """GradCache in 4 chunks, dropout on: the loss and gradients of the whole batch at once."""
+    objective = splade.splade_objective(query_weight=0.01, document_weight=0.02)
+    batch, rng = pair_batch(), jax.random.PRNGKey(3)
+    model = tiny_mlm(dropout=0.1)
+    params = init_params(model, jax.random.PRNGKey(0))
+
+    def uncached(p):
+        e = steps.chunked_embeddings(p, batch, rng, model=model, objective=objective, num_chunks=4)
+        return objective.loss(objective.embedding_sums(e), objective.counts(batch))
+
+    cached = functools.partial(
+        steps.loss_and_grads, model=model, objective=objective, num_microbatches=4
+    )
+    loss, grads, sums = jax.jit(cached)(params, batch, rng)
+    want_loss, want_grads = jax.jit(jax.value_and_grad(uncached))(params)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    wants = jax.tree_util.tree_leaves(want_grads)
+    scale = max(float(np.abs(w).max()) for w in wants)  # some leaves' gradients are ~0
+    for got, want in zip(jax.tree_util.tree_leaves(grads), wants):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * scale)
+    assert sums["mnrl_count"] == B and sums["dflops_loss_sum"] > 0
+    assert batch["input_ids"].shape == (B, T, L)
+
+
+@pytest.mark.e2e  # 3-17 s on 2 cores (two compiles); the contrastive test checks the path
+def test_the_negatives_and_flops_are_the_global_batchs():
+    """The loss of a batch sharded over 8 data-parallel devices is the loss of the same batch on
+    one device: the negatives and the FLOPS means are the whole global batch's."""
+    model = tiny_mlm(0.0)
+    objective = splade.splade_objective(query_weight=0.1, document_weight=0.1)
+    params = init_params(model, jax.random.PRNGKey(0))
+    batch = pair_batch()
+    loss_fn = jax.jit(
+        lambda p, b: objective.loss(objective.sums(model, p, b, None, True), objective.counts(b))
+    )
+    one = loss_fn(params, batch)
+    mesh = sharding.make_mesh({"data": 8, "fsdp": 1, "tensor": 1})
+    with jax.set_mesh(mesh):
+        sharded = loss_fn(params, sharding.global_batch_from_local(batch, mesh))
+    np.testing.assert_allclose(sharded, one, rtol=1e-6)
+
+
+def tiny_export(tmp_path):
+    """A random tiny masked LM saved as a SparseEncoder directory: (its path, its tokenizer)."""
+    tokenizer = tokenization.train_wordpiece(
+        [" ".join([*WORDS, "is", "it"])] * 3, vocab_size=120, min_frequency=1
+    )
+    model = tiny_mlm(vocab_size=tokenizer.vocab_size)
+    params = init_params(model, jax.random.PRNGKey(0))
+    hf = tmp_path / "hf"
+    save_sentence_transformer(
+        hf, model.config, params, tokenizer_dir=tokenizer, pooling="splade", normalize=False,
+        max_seq_length=16,
+    )  # fmt: skip
+    return hf, tokenizer
+
+
+@pytest.mark.torch
+def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_path):
+    """A SparseEncoder directory of a random tiny masked LM: `SparseEncoder(DIR).encode` equals
+    `inference embed --sparse` within 1e-5 (dense [N, V] .npy); `search --index sparse` finds the
+    top 10 of numpy's dot products of those vectors, and scores that ranking; converted to
+    bert_jax's format it embeds alike; mining refuses the model."""
+    st = pytest.importorskip("sentence_transformers")
+    hf, tokenizer = tiny_export(tmp_path)
+    modules = json.loads((hf / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling"]
+    assert read_sentence_transformer(hf).pooling == "splade"
+    with pytest.raises(ValueError, match="is a SPLADE model; mining searches dense embeddings"):
+        mine.text_embedder(str(hf))
+
+    texts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(12)]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    out = tmp_path / "sparse.npy"
+    main(["embed", "--sparse", "--model", str(hf), "--input", str(tmp_path / "texts.txt"),
+          "--output", str(out)])  # fmt: skip
+    ours = np.load(out)
+    theirs = st.SparseEncoder(str(hf), device="cpu").encode(texts, convert_to_tensor=True)
+    np.testing.assert_allclose(ours, theirs.to_dense().numpy(), atol=1e-5)
+    assert ours.shape == (len(texts), tokenizer.vocab_size) and (ours >= 0).all()
+    # Converted to bert_jax's format, it keeps its modules: `embed` gives the same vectors.
+    assert convert.main([str(hf), str(tmp_path / "native"), "--to", "bert_jax"]) == 0
+    assert read_sentence_transformer(tmp_path / "native").pooling == "splade"
+    main(["embed", "--model", str(tmp_path / "native"), "--input", str(tmp_path / "texts.txt"),
+          "--output", str(tmp_path / "native.npy")])  # fmt: skip
+    np.testing.assert_array_equal(np.load(tmp_path / "native.npy"), ours)
+
+    docs = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    qrels = [{"query_id": 0, "corpus_id": "d1"}, {"query_id": 1, "corpus_id": "d1"}]
+    (tmp_path / "qrels.jsonl").write_text("".join(json.dumps(q) + "\n" for q in qrels))
+    run = tmp_path / "run.jsonl"
+    main(["search", "--index", "sparse", "--model", str(hf), "--queries", str(tmp_path / "texts.txt"),
+          "--corpus", str(tmp_path / "corpus.jsonl"), "--qrels", str(tmp_path / "qrels.jsonl"),
+          "--output", str(run)])  # fmt: skip
+    found = [json.loads(line) for line in run.read_text().splitlines()]
+    dots = ours.astype(np.float64) @ ours.T.astype(np.float64)
+    want = retrieval.top_k(dots, 10)
+    assert [r["ids"] for r in found] == [[f"d{i}" for i in row] for row in want]
+    got_scores = np.array([r["scores"] for r in found])
+    np.testing.assert_allclose(got_scores, np.take_along_axis(dots, want, 1), rtol=1e-5)
+    relevant = [{"d1"}, {"d1"}] + [set()] * (len(texts) - 2)
+    ranked = [[f"d{i}" for i in row] for row in retrieval.top_k(dots, 100)]
+    metrics = json.loads((tmp_path / "run.metrics.json").read_text())
+    want_metrics = search.run_scores(relevant, ranked)
+    for key in ("ndcg@10", "mrr@10", "recall@100"):
+        assert metrics[key] == pytest.approx(want_metrics[key])
+
+
+@pytest.mark.e2e  # 10 s on 2 cores: the bulk job
+def test_the_bulk_jobs_sparse_corpus_searches_as_its_texts(tmp_path):
+    """`embed --sparse` over a corpus into Parquet (`embedding`: list<float32>[V]) and `search
+    --index sparse` over it: the same ranking and scores as over the corpus's texts."""
+    hf, _ = tiny_export(tmp_path)
+    texts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(12)]
+    (tmp_path / "q.txt").write_text("\n".join(texts[:4]) + "\n")
+    docs = [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    main(["embed", "--sparse", "--model", str(hf), "--input", str(tmp_path / "corpus.jsonl"),
+          "--text_column=text", "--id_column=id", "--output", str(tmp_path / "emb")])  # fmt: skip
+    runs = []
+    for corpus in ("emb", "corpus.jsonl"):
+        out = tmp_path / f"{corpus}.run.jsonl"
+        main(["search", "--index", "sparse", "--model", str(hf), "--queries", str(tmp_path / "q.txt"),
+              "--corpus", str(tmp_path / corpus), "--output", str(out)])  # fmt: skip
+        runs.append([json.loads(line) for line in out.read_text().splitlines()])
+    assert [r["ids"] for r in runs[0]] == [r["ids"] for r in runs[1]]
+    np.testing.assert_allclose(
+        [r["scores"] for r in runs[0]], [r["scores"] for r in runs[1]], atol=1e-5
+    )
+
+
+@pytest.mark.e2e
+@pytest.mark.torch
+def test_the_job_trains_a_splade_model(pair_files):  # noqa: F811
+    """A tiny SPLADE run of the embedding job (model=splade's settings: the MLM head, dot
+    product x 1, FLOPS): dev scores by dot product at the start and the end, a SparseEncoder
+    export with its card, whose `encode` equals `inference embed --sparse`."""
+    st = pytest.importorskip("sentence_transformers")
+    from bert_jax.embed import run as embed_run
+
+    workdir = pair_files / "run"
+    settings = {"embed.pooling": "splade", "embed.scale": 1.0, "embed.num_epochs": 1}
+    results = embed_run.train_and_evaluate(embed_config(pair_files, **settings), str(workdir))
+    assert 0 <= results["seeds"]["0"]["ndcg@10"] <= 1
+    assert "start_ndcg@10" in results["seeds"]["0"]
+    hf = workdir / "hf"
+    modules = json.loads((hf / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling"]
+    assert "SpladeLoss" in (hf / "README.md").read_text()
+    texts = ["fair is foul", "foul is fair and it is", "is it", "the"]
+    (pair_files / "texts.txt").write_text("\n".join(texts) + "\n")
+    out = pair_files / "sparse.npy"
+    main(["embed", "--sparse", "--model", str(hf), "--input", str(pair_files / "texts.txt"),
+          "--output", str(out)])  # fmt: skip
+    theirs = st.SparseEncoder(str(hf), device="cpu").encode(texts, convert_to_tensor=True)
+    np.testing.assert_allclose(np.load(out), theirs.to_dense().numpy(), atol=1e-5)
+
+
+def test_bad_splade_settings_are_refused_before_any_data(pair_files):  # noqa: F811
+    from bert_jax.embed import run as embed_run
+
+    for key, value, message in (
+        ("embed.normalize", "true", r"embed\.normalize=true: SPLADE"),
+        ("embed.matryoshka_dims", "16", r"embed\.matryoshka_dims: SPLADE"),
+        ("embed.query_regularizer_weight", -1.0, r"embed\.query_regularizer_weight=-1\.0"),
+    ):
+        config = embed_config(pair_files, **{"embed.pooling": "splade", key: value})
+        with pytest.raises(ValueError, match=message):
+            embed_run.train_and_evaluate(config, "unused")
+
+
+@pytest.mark.e2e  # 10-40 s a family on 2 cores
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(family_fixtures.FIXTURES))
+def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_path):
+    """Each family's random tiny masked LM, saved as a SparseEncoder directory: `encode` equals
+    bert_jax's SPLADE vectors of it within 1e-5."""
+    st = pytest.importorskip("sentence_transformers")
+    fam = family_fixtures.make_family_dir(model_type, tmp_path / "mlm")
+    if not hasattr(pytest.importorskip("transformers"), fam.head):
+        pytest.skip(f"transformers has no {fam.head} (its code is the checkpoint's own)")
+    out = tmp_path / "sparse"
+    save_sentence_transformer(
+        out, fam.config, fam.params, tokenizer_dir=fam.tokenizer, pooling="splade",
+        normalize=False, max_seq_length=32,
+    )  # fmt: skip
+    texts = ["fair is foul and foul is fair", "the tempest", "is it"]
+    ours = encoder.load_for_embedding(str(out)).embed(texts)
+    theirs = st.SparseEncoder(str(out), device="cpu").encode(texts, convert_to_tensor=True)
+    np.testing.assert_allclose(ours, theirs.to_dense().numpy(), atol=1e-5)
