@@ -203,9 +203,11 @@ def check_export(fam, hf_dir, objective: str) -> None:
 # ELECTRA's, BERT's and RoBERTa's runs with -m e2e, for the suite's time: DeBERTa-v3's runs the
 # same replaced-token detection job (rtd_test checks ELECTRA's tied embeddings in the loss),
 # `make pretrain` runs BERT's recipe in tests/pretrain/main_job_test.py, and XLM-R's runs
-# RoBERTa's model with the harder tokenizer.
+# RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("electra", "bert", "roberta", "nomic_bert", "eurobert"), indirect=True
+    "fam",
+    families_with_e2e("electra", "bert", "roberta", "nomic_bert", "eurobert", "mpnet"),
+    indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
     """`configs/pretrain.py:arch=<model_type>`, its data built with the fixture's tokenizer as
@@ -298,8 +300,10 @@ def test_every_kind_of_task_is_fine_tuned_here():
 # Sequence classification for every family in the default suite but BERT; the other kinds, and
 # BERT's classification, with -m e2e (each kind trains for BERT in tests/finetune/run_test.py by
 # default, and ModernBERT's token, question-answering and multiple-choice heads in
-# tests/finetune/modernbert_test.py).
-@pytest.mark.parametrize("fam", families_with_e2e("bert", "nomic_bert", "eurobert"), indirect=True)
+# tests/finetune/modernbert_test.py); MPNet's too, its classifier being RoBERTa's.
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 @pytest.mark.parametrize(
     "objective",
     [k if k == "classification" else pytest.param(k, marks=pytest.mark.e2e) for k in FINETUNING],
@@ -349,9 +353,11 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 
 # ELECTRA's, RoBERTa's and BERT's runs with -m e2e, for the suite's time: XLM-R's runs RoBERTa's
 # model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and export, and
-# exports_test loads every family's export in sentence-transformers.
+# exports_test loads every family's export in sentence-transformers (MPNet's too).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("electra", "roberta", "bert", "nomic_bert", "eurobert"), indirect=True
+    "fam",
+    families_with_e2e("electra", "roberta", "bert", "nomic_bert", "eurobert", "mpnet"),
+    indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
     """Two contrastive steps from the fixture, dev retrieval scored, the command run as a user
@@ -414,10 +420,13 @@ def _apply(fam, head: str | None, text: str, **kwargs):
     return model.apply({"params": params}, _ids(fam, text), **kwargs)
 
 
-# XLM-R's run with -m e2e here and below, for the suite's time: RoBERTa's runs the same model.
+# XLM-R's run with -m e2e here and below, for the suite's time: RoBERTa's runs the same model;
+# MPNet's too (tests/models/mpnet_test.py checks its packed rows against rows alone).
 # BERT's too, here: tests/inference/inference_test.py checks its embed command the same way.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "bert", "nomic_bert", "eurobert"), indirect=True
+    "fam",
+    families_with_e2e("xlm-roberta", "bert", "nomic_bert", "eurobert", "mpnet"),
+    indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
     """Mean and CLS pooling, and the hidden states of chosen layers, of the fixture's encoder."""
@@ -440,8 +449,10 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
     ]  # fmt: skip
 
 
+# MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
+# layers against the loop (XLM-R's: see above).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert"), indirect=True
+    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert", "mpnet"), indirect=True
 )
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
@@ -481,7 +492,7 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
 
 
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert"), indirect=True
+    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert", "mpnet"), indirect=True
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
     """CLS (normalized), mean and the pooler where the family has one, chosen layers, and a
@@ -537,8 +548,10 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
 
 
 # BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
-# classifier through the same command.
-@pytest.mark.parametrize("fam", families_with_e2e("bert", "nomic_bert", "eurobert"), indirect=True)
+# classifier through the same command; MPNet's, whose classifier is RoBERTa's.
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
     argv = ["predict", "--model", str(classifier.path), "--input", _texts_file(tmp_path)]
@@ -577,8 +590,11 @@ def _queries(mask: str) -> list[str]:
 
 
 # BERT's with -m e2e, for the suite's time: tests/inference/fill_mask_test.py checks a BERT's
-# fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's.
-@pytest.mark.parametrize("fam", families_with_e2e("bert", "nomic_bert", "eurobert"), indirect=True)
+# fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's;
+# MPNet's, whose <mask> and MLM head are RoBERTa's.
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+)
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
 def test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, spelling):
     """The texts spell the mask as the family's tokenizer does ("[MASK]", "<mask>"), or as the

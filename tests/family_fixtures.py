@@ -54,6 +54,11 @@ def llama3_bpe(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
     return tokenization.train_llama3_bpe(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
 
 
+def mpnet_wordpiece(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
+    """MPNet's kind: WordPiece with <s>=0 <pad>=1 </s>=2 [UNK]=3, the pieces, <mask> last."""
+    return tokenization.train_mpnet_wordpiece(texts, vocab_size=VOCAB_SIZE, min_frequency=1)
+
+
 def sentencepiece_unigram(texts: Sequence[str]) -> tokenization.SubwordTokenizer:
     """XLM-R's kind: a Unigram model trained as SentencePiece orders it, in fairseq's ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -133,6 +138,10 @@ FIXTURES: dict[str, FamilyFixture] = {
             classifier_bias=True,
         ),
         wordpiece,
+    ),
+    # LayerNorm eps 1e-5 as released; a bias table with more rows than the 32 buckets read.
+    "mpnet": FamilyFixture(
+        dict(layer_norm_eps=1e-5, relative_attention_num_buckets=37), mpnet_wordpiece
     ),
     # Three token types and a rotary theta of its own (the released model's is 1000).
     "nomic_bert": FamilyFixture(dict(type_vocab_size=3, rope=dict(rope_theta=77.0)), wordpiece),

@@ -46,14 +46,16 @@ def starting_paths(encoder_name: str, mlm_bias: tuple[str, ...]) -> dict[str, tu
 
 
 class LearnedEmbeddings(nn.Module):
-    """`embeddings` of learned absolute positions (BERT's, RoBERTa's, ELECTRA's): the sum of the
-    `word_embeddings`, `token_type_embeddings` and `position_embeddings` tables, then LayerNorm
-    (epsilon `layer_norm_eps`) and dropout (`hidden_dropout_prob`).
+    """`embeddings` of learned absolute positions (BERT's, RoBERTa's, ELECTRA's, MPNet's): the
+    sum of the `word_embeddings`, `token_type_embeddings` and `position_embeddings` tables, then
+    LayerNorm (epsilon `layer_norm_eps`) and dropout (`hidden_dropout_prob`).
 
     Attributes:
       width: the tables' width (None: hidden_size; ELECTRA's `embedding_size`).
       positions_first: add the positions before the token types (BERT's order of the sum; the
         others add the token types first, as transformers does).
+      token_types: whether there is a `token_type_embeddings` table (MPNet has none; its
+        token_type_ids are then not read).
 
     Call: input_ids, token_type_ids, positions [B, L] int (positions: the table's rows) ->
     [B, L, width]; a row longer than the config's `max_sequence_length` raises, naming the
@@ -64,6 +66,7 @@ class LearnedEmbeddings(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
     width: int | None = None
     positions_first: bool = False
+    token_types: bool = True
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool):
@@ -77,12 +80,10 @@ class LearnedEmbeddings(nn.Module):
                 f"{cfg.max_position_embeddings}{unread})"
             )
         width = cfg.hidden_size if self.width is None else self.width
-        tables = [
-            ("token_type_embeddings", cfg.type_vocab_size, token_type_ids),
-            ("position_embeddings", cfg.max_position_embeddings, positions),
-        ]
-        if self.positions_first:
-            tables.reverse()
+        tables = [("position_embeddings", cfg.max_position_embeddings, positions)]
+        if self.token_types:
+            token_types = ("token_type_embeddings", cfg.type_vocab_size, token_type_ids)
+            tables.insert(len(tables) if self.positions_first else 0, token_types)
         x = embedding(cfg, rt, cfg.padded_vocab_size, width, "word_embeddings", word=True)(
             input_ids
         )

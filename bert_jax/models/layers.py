@@ -320,6 +320,30 @@ LAYER_NAME = "layer_{}"  # the stack's layers in the encoder's tree (`encoder.la
 SCANNED_LAYER = "layer"  # the one stacked layer under `scan_layers`
 
 
+def qkv_heads(
+    cfg: EncoderConfig, rt: RuntimeConfig, x: Array, names=("query", "key", "value")
+) -> tuple[Array, Array, Array]:
+    """The query, key and value projections of x [B, L, E], each [B, L, H, D] in the compute
+    dtype, their `DenseWeights` submodules `names` of the compact module calling it.
+
+    The three run as one matmul [E] x [E, 3, H, D] (a third of the launches and one wide GEMM);
+    their weights stay separate parameters, named as in the checkpoints.
+    """
+    heads = (cfg.num_attention_heads, cfg.head_dim)
+    weights = [
+        DenseWeights(
+            heads, ("embed",), ("heads", "kv"), cfg.initializer_range, rt.param_dtype, name=name
+        )((cfg.hidden_size,))
+        for name in names
+    ]
+    kernel = jnp.stack([w.astype(rt.dtype) for w, _ in weights], axis=1)  # [E, 3, H, D]
+    bias = jnp.stack([b.astype(rt.dtype) for _, b in weights], axis=0)  # [3, H, D]
+    qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
+    return tuple(
+        constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
+    )
+
+
 class SelfAttention(nn.Module):
     """Query/key/value projections and attention. Returns context [B, L, H, D] and probs or None.
 
@@ -333,22 +357,7 @@ class SelfAttention(nn.Module):
     @nn.compact
     def __call__(self, x, mask: AttentionMask, *, deterministic: bool, output_attentions: bool):
         cfg, rt = self.config, self.runtime
-        heads = (cfg.num_attention_heads, cfg.head_dim)
-
-        # The three projections run as one matmul [E] x [E, 3, H, D] (a third of the launches and
-        # one wide GEMM); their weights stay separate parameters, named as in the checkpoints.
-        weights = [
-            DenseWeights(
-                heads, ("embed",), ("heads", "kv"), cfg.initializer_range, rt.param_dtype, name=name
-            )((cfg.hidden_size,))
-            for name in ("query", "key", "value")
-        ]
-        kernel = jnp.stack([w.astype(rt.dtype) for w, _ in weights], axis=1)  # [E, 3, H, D]
-        bias = jnp.stack([b.astype(rt.dtype) for _, b in weights], axis=0)  # [3, H, D]
-        qkv = jax.lax.dot_general(x.astype(rt.dtype), kernel, (((2,), (0,)), ((), ()))) + bias
-        q, k, v = (
-            constrain(qkv[:, :, i], "act_batch", "act_len", "act_heads", None) for i in range(3)
-        )  # [B, L, H, D] each
+        q, k, v = qkv_heads(cfg, rt, x)
         return attend(
             q,
             k,

@@ -12,12 +12,15 @@
              sentencepiece.bpe.model (needs `sentencepiece`)
   unigram    tokenizer.json (Unigram, [CLS] [SEP]), or   DebertaV2Tokenizer      DeBERTa-v2/v3
              spm.model (needs `sentencepiece`)
+  wordpiece  tokenizer.json or vocab.txt (WordPiece,     MPNetTokenizer          MPNet
+             <s> </s> <pad> <mask>)
 
 Token ids equal transformers' fast tokenizers' (`BertTokenizerFast`, `RobertaTokenizerFast`,
-`XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`) for the same files; a Unigram tokenizer.json is
-XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`), a BPE one RoBERTa's or
-Llama-3's (EuroBERT's: `llama3.is_llama3`). Modules: `base` (what the kinds share), `wordpiece`,
-`bpe`, `llama3`, `unigram`. Training: `train_wordpiece`, `train_byte_level_bpe`,
+`XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`, `MPNetTokenizer`) for the same files; a Unigram
+tokenizer.json is XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`), a BPE one
+RoBERTa's or Llama-3's (EuroBERT's: `llama3.is_llama3`), a WordPiece one BERT's or MPNet's
+(`mpnet.is_mpnet_vocab`). Modules: `base` (what the kinds share), `wordpiece`, `mpnet`, `bpe`,
+`llama3`, `unigram`. Training: `train_wordpiece`, `train_mpnet_wordpiece`, `train_byte_level_bpe`,
 `train_llama3_bpe` and `train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe` and
 `--kind=unigram` for RoBERTa's and XLM-R's; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays
 it out as DeBERTa-v3's).
@@ -42,6 +45,12 @@ from bert_jax.tokenization.bpe import (
     train_byte_level_bpe,
 )
 from bert_jax.tokenization.llama3 import Llama3BPETokenizer, train_llama3_bpe
+from bert_jax.tokenization.mpnet import (
+    MPNetTokenizer,
+    is_mpnet_vocab,
+    load_mpnet,
+    train_mpnet_wordpiece,
+)
 from bert_jax.tokenization.unigram import (
     DEBERTA_SPM_MODEL,
     SENTENCEPIECE_MODEL,
@@ -90,6 +99,7 @@ __all__ = [
     "ByteLevelBPETokenizer",
     "DebertaV2Tokenizer",
     "Llama3BPETokenizer",
+    "MPNetTokenizer",
     "MissingSpecialTokenError",
     "SentencePieceTokenizer",
     "SubwordTokenizer",
@@ -98,6 +108,7 @@ __all__ = [
     "read_vocab_txt",
     "train_byte_level_bpe",
     "train_llama3_bpe",
+    "train_mpnet_wordpiece",
     "train_unigram",
     "train_wordpiece",
 ]
@@ -130,8 +141,8 @@ def load_tokenizer(
         docstring); a tokenizer.json saved from such a tokenizer keeps this pipeline.
 
     Returns:
-      The tokenizer: a `WordPieceTokenizer`, `ByteLevelBPETokenizer`, `SentencePieceTokenizer`
-      (XLM-R) or `DebertaV2Tokenizer`.
+      The tokenizer: a `WordPieceTokenizer`, `MPNetTokenizer`, `ByteLevelBPETokenizer`,
+      `SentencePieceTokenizer` (XLM-R) or `DebertaV2Tokenizer`.
 
     Raises:
       FileNotFoundError: nothing usable at `path`.
@@ -148,12 +159,14 @@ def load_tokenizer(
         match_original=match_original,
     )
     if name.endswith(".json") and name != "vocab.json":
-        model = read_tokenizer_json(file).model
+        tokenizer = read_tokenizer_json(file)
+        model = tokenizer.model
         if isinstance(model, models.WordPiece):
+            if is_mpnet_vocab(tokenizer.get_vocab(with_added_tokens=True)):
+                return load_mpnet(file, **wordpiece_options)
             return load_wordpiece(file, **wordpiece_options)
         _refuse_wordpiece_options(file, wordpiece_options)
         if isinstance(model, models.BPE):
-            tokenizer = read_tokenizer_json(file)
             if llama3.is_llama3(tokenizer):  # EuroBERT's
                 return Llama3BPETokenizer(tokenizer, source=os.fspath(file))
             return ByteLevelBPETokenizer(tokenizer, source=os.fspath(file))
@@ -169,6 +182,8 @@ def load_tokenizer(
     if name.endswith(".model"):
         _refuse_wordpiece_options(file, wordpiece_options)
         return load_sentencepiece_model(file)
+    if is_mpnet_vocab(read_vocab_txt(file)):
+        return load_mpnet(file, **wordpiece_options)
     return load_wordpiece(file, **wordpiece_options)
 
 

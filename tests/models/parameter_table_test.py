@@ -26,6 +26,7 @@ from bert_jax.models.electra.config import ElectraConfig
 from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.modernbert.config import ModernBertConfig
+from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.nomic_bert.config import NomicBertConfig
 from bert_jax.models.params import stack_layers
 from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
@@ -47,6 +48,7 @@ CONFIGS = {
     "xlm-roberta": XLMRobertaConfig(**_SIZES, num_labels=3, type_vocab_size=1),
     "electra": ElectraConfig(**_SIZES, num_labels=3, embedding_size=24),
     "deberta-v2": DebertaV2Config(**_SIZES, num_labels=3, position_buckets=8),
+    "mpnet": MPNetConfig(**_SIZES, num_labels=3),
     "nomic_bert": NomicBertConfig(**_SIZES, num_labels=3, type_vocab_size=3),
     "eurobert": EuroBertConfig(**_SIZES, num_labels=3, pad_token_id=0, num_key_value_heads=2),
 }

@@ -88,6 +88,17 @@ def test_default_corpus_tokenizer_is_cached(tmp_path):
         default_corpus.default_corpus_tokenizer(tmp_path)
 
 
+def test_default_corpus_mpnet_vocabulary_is_cached_as_its_kind(tmp_path):
+    from bert_jax import tokenization
+
+    tok = default_corpus.default_corpus_tokenizer(tmp_path, vocab_size=1000, kind="mpnet")
+    assert isinstance(tok, tokenization.MPNetTokenizer) and (tok.cls_id, tok.pad_id) == (0, 1)
+    again = default_corpus.default_corpus_tokenizer(tmp_path, vocab_size=1000, kind="mpnet")
+    assert again.fingerprint() == tok.fingerprint()
+    with pytest.raises(ValueError, match="1000-token mpnet vocabulary, not a 1000-token wordpiece"):
+        default_corpus.default_corpus_tokenizer(tmp_path, vocab_size=1000)
+
+
 def test_default_corpus_vocabulary_is_shipped_and_is_what_training_learns():
     shipped = default_corpus.default_corpus_tokenizer()
     assert shipped.vocab == default_corpus.DEFAULT_CORPUS_VOCAB.read_text().splitlines()

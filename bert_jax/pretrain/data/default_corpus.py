@@ -106,8 +106,8 @@ def default_corpus_version() -> str:
 
 
 # The kinds of vocabulary `default_corpus_tokenizer` makes: BERT's (and ELECTRA's), RoBERTa's,
-# XLM-R's and DeBERTa-v3's.
-TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "deberta")
+# XLM-R's, DeBERTa-v3's and MPNet's.
+TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram", "deberta", "mpnet")
 
 
 def default_corpus_tokenizer(
@@ -116,7 +116,8 @@ def default_corpus_tokenizer(
     kind: str = "wordpiece",
 ) -> tokenization.SubwordTokenizer:
     """The default corpus's vocabulary: uncased WordPiece (BERT's kind), cased byte-level BPE
-    (RoBERTa's) or cased Unigram (XLM-R's, or DeBERTa-v3's ids and rows: "deberta").
+    (RoBERTa's), cased Unigram (XLM-R's, or DeBERTa-v3's ids and rows: "deberta") or uncased
+    WordPiece with MPNet's special tokens and rows ("mpnet").
 
     The default WordPiece size is the shipped `DEFAULT_CORPUS_VOCAB`, so every run sees the same
     ids; other sizes, byte-level BPE (whose training is reproducible: the same files in every
@@ -138,9 +139,11 @@ def default_corpus_tokenizer(
     if cache_dir is not None and os.path.isfile(os.path.join(cache_dir, "tokenizer.json")):
         tokenizer = tokenization.load_tokenizer(cache_dir)
         made = "deberta" if isinstance(tokenizer, tokenization.DebertaV2Tokenizer) else None
+        made = "mpnet" if isinstance(tokenizer, tokenization.MPNetTokenizer) else made
         if tokenizer.vocab_size != vocab_size or (made or tokenizer.kind) != kind:
             raise ValueError(
-                f"{cache_dir} holds a {tokenizer.vocab_size}-token {tokenizer.kind} vocabulary, "
+                f"{cache_dir} holds a {tokenizer.vocab_size}-token {made or tokenizer.kind} "
+                "vocabulary, "
                 f"not a {vocab_size}-token {kind} one; use another directory"
             )
         return tokenizer
@@ -160,6 +163,7 @@ def default_corpus_tokenizer(
             "bpe": "byte-level BPE",
             "unigram": "Unigram",
             "deberta": "DeBERTa-v3 Unigram",
+            "mpnet": "MPNet WordPiece",
         }[kind]
         logging.info("wrote the %d-token %s vocabulary into %s", vocab_size, name, cache_dir)
     return tokenizer
@@ -171,7 +175,8 @@ def train_default_corpus_tokenizer(
     """Trains a vocabulary of `vocab_size` tokens on the default corpus: uncased WordPiece (not
     exactly reproducible, see `DEFAULT_CORPUS_VOCAB`; `default_corpus_tokenizer()` is), cased
     byte-level BPE (RoBERTa's kind, `tokenization.train_byte_level_bpe`) or cased Unigram (XLM-R's
-    kind, `tokenization.train_unigram`)."""
+    kind, `tokenization.train_unigram`; DeBERTa-v3's ids: "deberta") or uncased MPNet WordPiece
+    ("mpnet", `tokenization.train_mpnet_wordpiece`)."""
     texts: Iterable[str] = (s for document in default_corpus_documents() for s in document)
     if kind == "bpe":
         return tokenization.train_byte_level_bpe(texts, vocab_size=vocab_size)
@@ -181,4 +186,6 @@ def train_default_corpus_tokenizer(
         from bert_jax.tokenization import unigram
 
         return tokenization.train_unigram(texts, vocab_size=vocab_size, layout=unigram.DEBERTA_V3)
+    if kind == "mpnet":
+        return tokenization.train_mpnet_wordpiece(texts, vocab_size=vocab_size)
     return tokenization.train_wordpiece(texts, vocab_size=vocab_size, lowercase=True)

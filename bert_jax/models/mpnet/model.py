@@ -1,0 +1,298 @@
+"""MPNet in Flax linen: the encoder and every Hugging Face task head.
+
+BERT's post-LayerNorm layers (the shared `Intermediate` and `ResidualOutput`) with MPNet's
+differences, which are what this file holds: embeddings of words and positions only (no token
+types; positions counted from padding_idx + 1 over each row's real tokens, as RoBERTa's), and
+self-attention (`attention/attn`: `q`, `k`, `v`, `o`, then `attention/LayerNorm`) whose scores
+take a learned relative-position bias, computed once per forward from T5's bidirectional buckets
+(`models.relative_position.t5_relative_position_buckets`) and the encoder's table
+`encoder/relative_attention_bias` [buckets, H], and shared by every layer. The bias reaches the
+shared kernels as a score bias (`models.attention.attend(..., bias=)`: xla and fused_xla).
+Distances are between row indices, as in transformers, so packed rows (`segment_ids`) equal the
+sequences alone. The heads are RoBERTa's: `lm_head` (dense, GELU, `layer_norm`, the decoder tied
+to the word embeddings plus `bias`), a classifier on <s> (dense, tanh, `out_proj`), the pooler
+only for multiple choice. Submodule names mirror Hugging Face's state dict
+(`mpnet/encoder/layer_3/attention/attn/q` is `mpnet.encoder.layer.3.attention.attn.q`).
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  R relative-position buckets (relative_attention_num_buckets)
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            C choices (multiple choice)   N labels
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.models import heads
+from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
+from bert_jax.models.family import Role
+from bert_jax.models.layers import (
+    Dropout,
+    Embed,
+    Intermediate,
+    Pooler,
+    ResidualOutput,
+    constrain,
+    dense,
+    first_tokens,
+    layer_norm,
+    qkv_heads,
+    run_layers,
+)
+from bert_jax.models.mpnet.config import MAX_DISTANCE, NUM_BUCKETS, PADDING_IDX, MPNetConfig
+from bert_jax.models.outputs import EncoderOutput, MaskedLMOutput
+from bert_jax.models.relative_position import t5_relative_position_buckets
+
+Array = jax.Array
+
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule, where its layers sit and their names (one stacked `layer` under `scan_layers`), and
+# the parameters a pretraining run may start specially.
+ENCODER_NAME = "mpnet"
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = POST_LN_LAYERS  # `encoder/layer_0 ...`
+STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("lm_head", "bias"))
+
+
+def position_index(cfg: MPNetConfig, input_ids: Array, position_ids: Array | None) -> Array:
+    """The position table's rows [B, L] int32.
+
+    Args:
+      input_ids: [B, L] token ids.
+      position_ids: [B, L] positions counted from 0 in each sequence, or None.
+
+    Returns:
+      position_ids + padding_idx + 1; for None, transformers' `create_position_ids_from_input_ids`:
+      padding_idx + the count of non-pad ids up to and including each token, padding_idx at pad
+      ids (either side of a row, and holes).
+    """
+    if position_ids is not None:
+        return position_ids.astype(jnp.int32) + cfg.position_offset
+    real = (input_ids != PADDING_IDX).astype(jnp.int32)
+    return jnp.cumsum(real, axis=1) * real + PADDING_IDX
+
+
+# ---- Layers ----
+class MPNetSelfAttention(nn.Module):
+    """`attention/attn`: q, k, v, attention with the position bias, and `o`.
+
+    `__call__(x [B, L, E], mask, position_bias float32 [1, H, L, L])` -> (o(context) [B, L, E],
+    probs [B, H, L, L] float32 or None).
+    """
+
+    config: MPNetConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask: AttentionMask, position_bias, *, deterministic, output_attentions):
+        cfg, rt = self.config, self.runtime
+        q, k, v = qkv_heads(cfg, rt, x, ("q", "k", "v"))  # [B, L, H, D] each
+        context, probs = attend(
+            q,
+            k,
+            v,
+            mask,
+            config=cfg,
+            runtime=rt,
+            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
+            output_attentions=output_attentions,
+            bias=position_bias,
+        )
+        out = dense(cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "o")(context)
+        return out, probs
+
+
+class MPNetAttention(nn.Module):
+    """The attention sub-layer: LayerNorm(x + dropout(attn(x))), [B, L, E], probs."""
+
+    config: MPNetConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, position_bias, *, deterministic, output_attentions):
+        cfg, rt = self.config, self.runtime
+        out, probs = MPNetSelfAttention(cfg, rt, name="attn")(
+            x, mask, position_bias, deterministic=deterministic,
+            output_attentions=output_attentions,
+        )  # fmt: skip
+        out = Dropout(cfg.hidden_dropout_prob)(out, deterministic=deterministic)
+        return layer_norm(rt, cfg.layer_norm_eps)(out + x), probs
+
+
+class MPNetLayer(nn.Module):
+    """One post-LayerNorm layer: attention, then intermediate/output (BERT's).
+
+    The run mode lives in attributes so that `nn.scan` and `nn.remat` see only arrays.
+    `__call__(x [B, L, E], mask, position_bias) -> (x', (x' or None, probs or None))`, the
+    (carry, output) shape `nn.scan` wants.
+    """
+
+    config: MPNetConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    deterministic: bool = True
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, position_bias):
+        cfg, rt, det = self.config, self.runtime, self.deterministic
+        a, probs = MPNetAttention(cfg, rt, name="attention")(
+            x, mask, position_bias, deterministic=det, output_attentions=self.output_attentions
+        )
+        h = Intermediate(cfg, rt, name="intermediate")(a)
+        y = ResidualOutput(cfg, rt, name="output")(h, a, deterministic=det)
+        y = constrain(y, "act_batch", "act_len", "act_embed")
+        return y, (y if self.output_hidden_states else None, probs)
+
+
+class MPNetEncoder(nn.Module):
+    """The relative-position bias (`relative_attention_bias` [R, H], read once) and the
+    layers: `layer_0 ... layer_{n-1}`, or one scanned `layer`.
+
+    `__call__(x [B, L, E], mask) -> (y [B, L, E], states, probs)`: states the n layers' outputs
+    with `output_hidden_states`, probs their attention probabilities [B, H, L, L] with
+    `output_attentions`, else None.
+    """
+
+    config: MPNetConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, x, mask, *, deterministic, output_hidden_states, output_attentions):
+        cfg, rt = self.config, self.runtime
+        buckets = t5_relative_position_buckets(x.shape[1], NUM_BUCKETS, MAX_DISTANCE)  # [L, L]
+        table = Embed(
+            cfg.relative_attention_num_buckets, cfg.num_attention_heads, (None, "heads"),
+            cfg.initializer_range, "float32", rt.param_dtype, name="relative_attention_bias",
+        )  # fmt: skip
+        position_bias = jnp.transpose(table(jnp.asarray(buckets)), (2, 0, 1))[None]  # [1, H, L, L]
+        kwargs = dict(
+            deterministic=deterministic,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        return run_layers(MPNetLayer, cfg, rt, kwargs, x, mask, position_bias)
+
+
+class MPNetModel(EncoderModel):
+    """The MPNet encoder: embeddings, layers and (optionally) the pooler.
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids: not read (MPNet has no token types; the jobs pass none).
+      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
+      position_ids: [B, L] int positions counted from 0 in each sequence (the table row read is
+        this + padding_idx + 1); None: counted over the non-pad ids of each row, as transformers
+        does. Unlike transformers' own argument, these are positions, not table rows.
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's <s> for the pooler.
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+
+    Returns:
+      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E]) with
+      `add_pooling_layer`; hidden_states L+1 arrays [B, L, E]; attentions [B, H, L, L] float32.
+    """
+
+    config: MPNetConfig
+    token_types: ClassVar[bool] = False  # no token-type table
+    positions_from_ids: ClassVar[bool] = True  # omitted position_ids: counted over the ids
+
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
+        cfg, rt = self.config, self.runtime
+        positions = position_index(cfg, input_ids, position_ids)  # the table's rows
+        embeddings = LearnedEmbeddings(cfg, rt, token_types=False, name="embeddings")
+        return embeddings(input_ids, None, positions, deterministic=deterministic)
+
+    def stack(self, x, mask: AttentionMask, **kwargs):
+        return MPNetEncoder(self.config, self.runtime, name="encoder")(x, mask, **kwargs)
+
+    def pool(self, y, cls_positions):
+        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
+
+
+# ---- Heads ----
+class MPNetHead(heads.Head):
+    """A task head on top of `mpnet` (an MPNetModel), with every head's call
+    (`models.heads.Head`; token_type_ids are not read). Its own layers: the sequence classifier
+    (`classifier`: dense, tanh, `out_proj` on <s>, no pooler) and the multiple-choice score (the
+    encoder's pooler, dropout `hidden_dropout_prob`, `classifier`)."""
+
+    config: MPNetConfig
+    pooled: ClassVar[bool] = False  # reads <s>'s state (and takes cls_positions)
+    pooler: ClassVar[bool] = False  # its encoder has the pooler layer
+    token_types: ClassVar[bool] = False  # the pipelines pass none (no table)
+    encoder = MPNetModel
+    encoder_name = ENCODER_NAME
+
+    def classify(self, pooled, features, deterministic):
+        """`classifier` (`models.heads.ClassificationHead`, tanh) on the <s> states."""
+        classify = heads.ClassificationHead(self.config, self.runtime, "tanh", name="classifier")
+        return classify(pooled, deterministic=deterministic)
+
+    def score_choices(self, pooled, deterministic):
+        """The pooler's output, dropout (`hidden_dropout_prob`), `classifier`: [B*C, 1]."""
+        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        return self.linear(pooled, 1, "classifier")
+
+
+class MPNetForMaskedLM(MPNetHead):
+    """`lm_head`: LayerNorm(GELU(dense(h))) (the exact GELU whatever `hidden_act`, as in
+    transformers; `layer_norm`), then the decoder tied to the word embeddings plus `bias`, on
+    every token: logits [B, L, V] float32, or [B, P, V] at `masked_positions`."""
+
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        cfg = self.config
+        lm_head = heads.MaskedLMHead(
+            cfg, self.runtime, cfg.hidden_size, "gelu", "layer_norm", name="lm_head"
+        )
+        logits = lm_head(heads.masked_states(out, masked_positions), self.word_embeddings())
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
+
+class MPNetForSequenceClassification(heads.SequenceClassification, MPNetHead):
+    """`classifier` (dense, tanh, `out_proj`) on <s>: logits [B, N] (N = 1: regression);
+    [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
+
+    def encode(self, input_ids, inputs, *, cls_positions=None, **kwargs) -> EncoderOutput:
+        """The encoder's outputs, `pooler_output` the <s> states [B, E] ([B, S, E]): the
+        classification head's input (MPNet's classifier has no pooler layer)."""
+        out = super().encode(input_ids, inputs, **kwargs)
+        return out.replace(pooler_output=first_tokens(out.last_hidden_state, cls_positions))
+
+
+class MPNetForMultipleChoice(heads.MultipleChoice, MPNetHead):
+    """Inputs [B, C, L]; each choice is encoded, pooled (the encoder's pooler), dropped out
+    (`hidden_dropout_prob`) and scored by `classifier`: logits [B, C]."""
+
+    pooler = True
+
+
+class MPNetForTokenClassification(heads.TokenClassification, MPNetHead):
+    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
+
+
+class MPNetForQuestionAnswering(heads.QuestionAnswering, MPNetHead):
+    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
+
+
+# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: MPNetModel,
+    Role.MASKED_LM: MPNetForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: MPNetForSequenceClassification,
+    Role.MULTIPLE_CHOICE: MPNetForMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: MPNetForTokenClassification,
+    Role.QUESTION_ANSWERING: MPNetForQuestionAnswering,
+}
+MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

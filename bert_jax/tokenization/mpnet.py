@@ -1,0 +1,175 @@
+"""MPNet's tokenizer: BERT's WordPiece pipeline with fairseq's special tokens and RoBERTa's rows.
+
+    tok = tokenization.load_tokenizer("all-mpnet-base-v2/")   # tokenizer.json or vocab.txt
+    tok.cls_id, tok.sep_id, tok.pad_id, tok.unk_id, tok.mask_id   # <s> </s> <pad> [UNK] <mask>
+
+The pipeline is `transformers.MPNetTokenizer`'s: `BertNormalizer` (lower-casing in the released
+models), `BertPreTokenizer` and greedy WordPiece with "##" pieces and `[UNK]`, as BERT's
+(`wordpiece`); the special tokens are fairseq's `<s>`, `<pad>`, `</s>` (with `[UNK]` the
+unknown token and `<mask>` taking the space before it), and rows are RoBERTa's: `<s> A </s>` and
+`<s> A </s></s> B </s>`, token types all 0 (`base`). A WordPiece vocabulary holding `<s>`,
+`</s>`, `<pad>` and `<mask>` is MPNet's (`is_mpnet_vocab`; the released one also holds BERT's
+[CLS] and [SEP], which it never uses).
+
+`train_mpnet_wordpiece(texts, vocab_size)` learns a vocabulary laid out as the released one:
+`<s>`=0, `<pad>`=1 (the position table's padding_idx), `</s>`=2, `[UNK]`=3, the learned pieces,
+`<mask>` last.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+from absl import logging
+from etils import epath
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
+from tokenizers import trainers as tokenizer_trainers
+
+from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, read_tokenizer_json
+from bert_jax.tokenization.wordpiece import (
+    CONTINUATION_PREFIX,
+    MAX_INPUT_CHARS_PER_WORD,
+    WordPieceTokenizer,
+    read_vocab_txt,
+)
+
+BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "[UNK]", "<mask>"
+# The released ids of the first four (<s> <pad> </s> first, as fairseq's dictionary); <mask> last.
+LEADING_SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)
+# What makes a WordPiece vocabulary MPNet's.
+MPNET_MARKERS = (BOS, EOS, PAD, MASK)
+
+
+def is_mpnet_vocab(vocab: Mapping[str, int]) -> bool:
+    """Whether a WordPiece vocabulary (token -> id) is MPNet's: holding <s>, </s>, <pad>, <mask>."""
+    return all(t in vocab for t in MPNET_MARKERS)
+
+
+class MPNetTokenizer(WordPieceTokenizer):
+    """A `tokenizers.Tokenizer` with a WordPiece model and MPNet's special tokens and rows."""
+
+    tokenizer_class = "MPNetTokenizer"
+    special_tokens = (PAD, UNK, BOS, EOS, MASK)
+    separators_between_pairs = 2
+    pair_token_types = False
+
+    def _config_fields(self) -> dict:
+        """`MPNetTokenizer`'s own fields: lower-casing, and <s> and </s> as bos/eos."""
+        return {**super()._config_fields(), "bos_token": BOS, "eos_token": EOS}
+
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """`SubwordTokenizer.tokenizer_config`, `<mask>` taking the space before it."""
+        return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
+
+    def __repr__(self) -> str:
+        return (
+            f"MPNetTokenizer({self.source!r}, vocab_size={self.vocab_size}, "
+            f"lowercase={self.lowercase})"
+        )
+
+
+def _mpnet_pipeline(tokenizer: Tokenizer, lowercase: bool, strip_accents: bool | None):
+    """Sets MPNet's normalizer, pre-tokenizer, decoder, special tokens and `RobertaProcessing`."""
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t in LEADING_SPECIAL_TOKENS
+            if t in vocab
+        ]
+        + [AddedToken(MASK, lstrip=True, special=True, normalized=False)]
+    )
+    tokenizer.post_processor = processors.RobertaProcessing(
+        (EOS, vocab[EOS]), (BOS, vocab[BOS]), trim_offsets=True, add_prefix_space=False
+    )
+    return tokenizer
+
+
+def _wordpiece_model(vocab: dict[str, int], max_input_chars_per_word: int | None = None):
+    return models.WordPiece(
+        vocab,
+        unk_token=UNK,
+        max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+    )
+
+
+def load_mpnet(
+    file: epath.Path,
+    lowercase: bool | None = None,
+    *,
+    strip_accents: bool | None = None,
+    max_input_chars_per_word: int | None = None,
+    match_original: bool = False,
+) -> MPNetTokenizer:
+    """MPNet's tokenizer from a WordPiece `tokenizer.json` or a `vocab.txt` holding its special
+    tokens (`tokenization.load_tokenizer` documents the arguments; `match_original`, which is
+    google-research/bert's, is refused)."""
+    path = os.fspath(file)
+    if match_original:
+        raise ValueError(f"{path} is MPNet's vocabulary; match_original applies to BERT's only")
+    if path.endswith(".json"):
+        tokenizer = read_tokenizer_json(file)
+        if lowercase is not None or strip_accents is not None:
+            current = MPNetTokenizer(tokenizer, path).lowercase if lowercase is None else None
+            tokenizer.normalizer = normalizers.BertNormalizer(
+                clean_text=True,
+                handle_chinese_chars=True,
+                strip_accents=strip_accents,
+                lowercase=bool(current if lowercase is None else lowercase),
+            )
+    else:
+        vocab = read_vocab_txt(path)
+        if lowercase is None:
+            lowercase = all(t == t.lower() for t in vocab if not t.startswith(("[", "<")))
+            logging.info("%s: inferred lowercase=%s from the vocabulary", path, lowercase)
+        tokenizer = _mpnet_pipeline(Tokenizer(_wordpiece_model(vocab)), lowercase, strip_accents)
+    if max_input_chars_per_word is not None:
+        tokenizer.model.max_input_chars_per_word = max_input_chars_per_word
+    return MPNetTokenizer(tokenizer, source=path)
+
+
+def train_mpnet_wordpiece(
+    texts: Iterable[str],
+    vocab_size: int = 8192,
+    *,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+) -> MPNetTokenizer:
+    """Learns a WordPiece vocabulary laid out as MPNet's (the module docstring): `texts` any
+    strings, `vocab_size` counting the special tokens; the other arguments as
+    `wordpiece.train_wordpiece`'s."""
+    specials = [*LEADING_SPECIAL_TOKENS, MASK]
+    if vocab_size <= len(specials):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the special tokens")
+    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = tokenizer_trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        limit_alphabet=limit_alphabet,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    rest = sorted(t for t in tokenizer.get_vocab(with_added_tokens=True) if t not in specials)
+    vocab = {t: i for i, t in enumerate([*LEADING_SPECIAL_TOKENS, *rest, MASK])}
+    canonical = _mpnet_pipeline(Tokenizer(_wordpiece_model(vocab)), lowercase, None)
+    return MPNetTokenizer(canonical, source=f"<trained MPNet WordPiece, {len(vocab)} tokens>")
