@@ -831,3 +831,17 @@ def test_debian_loop_tiny_run_scores_every_stage(tmp_path):
             scores = debian_loop.per_query(p, s["run"]).mean(axis=0)
             assert scores == pytest.approx([s["ndcg@10"], s["mrr@10"]], abs=1e-9)
     assert "| reranker over" in proc.stdout
+
+
+@pytest.mark.e2e  # both dtypes' embeddings of the slice (about 40 s)
+def test_inference_dtype_measures_bfloat16_against_float32(capsys):
+    """benchmarks/inference_dtype.py on the shipped slice: bfloat16 embeddings close to but not
+    equal to float32's, and both dtypes' search scored."""
+    from benchmarks import inference_dtype
+
+    assert inference_dtype.main([f"--data={SLICE}", "--queries=24", "--documents=200"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (record["queries"], record["documents"]) == (24, 200)
+    assert 0.999 < record["cosine_min"] < 1.0 and 0.9 <= record["top10_kept"] <= 1.0
+    for key in ("ndcg@10_float32", "ndcg@10_bfloat16", "mrr@10_float32", "mrr@10_bfloat16"):
+        assert 0.5 < record[key] <= 1.0
