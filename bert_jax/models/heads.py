@@ -31,8 +31,20 @@ import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
-from bert_jax.models.layers import Dropout, dense, gather_positions, layer_norm, zeros_init
-from bert_jax.models.outputs import ClassifierOutput, EncoderOutput, QuestionAnsweringOutput
+from bert_jax.models.layers import (
+    Dropout,
+    dense,
+    first_tokens,
+    gather_positions,
+    layer_norm,
+    zeros_init,
+)
+from bert_jax.models.outputs import (
+    ClassifierOutput,
+    EncoderOutput,
+    MaskedLMOutput,
+    QuestionAnsweringOutput,
+)
 
 Array = jax.Array
 # The heads' activations by name: the layers' (`hidden_act`) and tanh (transformers'
@@ -229,6 +241,53 @@ class QuestionAnswering:
         return QuestionAnsweringOutput(
             logits[..., 0], logits[..., 1], out.hidden_states, out.attentions
         )
+
+
+# ---- RoBERTa's head layout, which MPNet took: mixins of a family's head base and heads ----
+class FirstTokenHooks:
+    """Hooks of a head base whose classifier reads <s> with no pooler layer (listed before
+    `Head`): `classify` is `classifier` (`ClassificationHead`: dense, tanh, `out_proj`) on the
+    <s> states; the multiple-choice score the encoder's pooler, dropout (`hidden_dropout_prob`)
+    and `classifier`."""
+
+    pooled: ClassVar[bool] = False  # reads <s>'s state (and takes cls_positions)
+    pooler: ClassVar[bool] = False  # its encoder has the pooler layer
+
+    def classify(self, pooled, features, deterministic):
+        """`classifier` (`ClassificationHead`, tanh) on the <s> states."""
+        classify = ClassificationHead(self.config, self.runtime, "tanh", name="classifier")
+        return classify(pooled, deterministic=deterministic)
+
+    def score_choices(self, pooled, deterministic):
+        """The pooler's output, dropout (`hidden_dropout_prob`), `classifier`: [B*C, 1]."""
+        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        return self.linear(pooled, 1, "classifier")
+
+
+class FirstTokenSequenceClassification(SequenceClassification):
+    """`SequenceClassification` of the <s> states [B, E] ([B, S, E] packed): the head's input in
+    place of a pooler layer's output."""
+
+    def encode(self, input_ids, inputs, *, cls_positions=None, **kwargs) -> EncoderOutput:
+        out = super().encode(input_ids, inputs, **kwargs)
+        return out.replace(pooler_output=first_tokens(out.last_hidden_state, cls_positions))
+
+
+class LayerNormMaskedLM:
+    """The masked LM: `lm_head` = LayerNorm(GELU(dense(h))) (the exact GELU whatever
+    `hidden_act`, as in transformers; `layer_norm`), then the decoder tied to the word embeddings
+    plus `bias`, on every token: logits [B, L, V] float32, or [B, P, V] at `masked_positions`
+    (P/L of the cost; equal to gathering the full logits)."""
+
+    masked_lm: ClassVar[bool] = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        cfg = self.config
+        lm_head = MaskedLMHead(
+            cfg, self.runtime, cfg.hidden_size, "gelu", "layer_norm", name="lm_head"
+        )
+        logits = lm_head(masked_states(out, masked_positions), self.word_embeddings())
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
 # ---- Layers of the heads, named by their arguments ----

@@ -43,13 +43,11 @@ from bert_jax.models.layers import (
     ResidualOutput,
     constrain,
     dense,
-    first_tokens,
     layer_norm,
     qkv_heads,
     run_layers,
 )
 from bert_jax.models.mpnet.config import MAX_DISTANCE, NUM_BUCKETS, PADDING_IDX, MPNetConfig
-from bert_jax.models.outputs import EncoderOutput, MaskedLMOutput
 from bert_jax.models.relative_position import t5_relative_position_buckets
 
 Array = jax.Array
@@ -220,55 +218,26 @@ class MPNetModel(EncoderModel):
 
 
 # ---- Heads ----
-class MPNetHead(heads.Head):
+class MPNetHead(heads.FirstTokenHooks, heads.Head):
     """A task head on top of `mpnet` (an MPNetModel), with every head's call
     (`models.heads.Head`; token_type_ids are not read). Its own layers: the sequence classifier
     (`classifier`: dense, tanh, `out_proj` on <s>, no pooler) and the multiple-choice score (the
     encoder's pooler, dropout `hidden_dropout_prob`, `classifier`)."""
 
     config: MPNetConfig
-    pooled: ClassVar[bool] = False  # reads <s>'s state (and takes cls_positions)
-    pooler: ClassVar[bool] = False  # its encoder has the pooler layer
     token_types: ClassVar[bool] = False  # the pipelines pass none (no table)
     encoder = MPNetModel
     encoder_name = ENCODER_NAME
 
-    def classify(self, pooled, features, deterministic):
-        """`classifier` (`models.heads.ClassificationHead`, tanh) on the <s> states."""
-        classify = heads.ClassificationHead(self.config, self.runtime, "tanh", name="classifier")
-        return classify(pooled, deterministic=deterministic)
 
-    def score_choices(self, pooled, deterministic):
-        """The pooler's output, dropout (`hidden_dropout_prob`), `classifier`: [B*C, 1]."""
-        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
-        return self.linear(pooled, 1, "classifier")
+class MPNetForMaskedLM(heads.LayerNormMaskedLM, MPNetHead):
+    """`lm_head` on every token (`models.heads.LayerNormMaskedLM`): logits [B, L, V] float32,
+    or [B, P, V] at `masked_positions`."""
 
 
-class MPNetForMaskedLM(MPNetHead):
-    """`lm_head`: LayerNorm(GELU(dense(h))) (the exact GELU whatever `hidden_act`, as in
-    transformers; `layer_norm`), then the decoder tied to the word embeddings plus `bias`, on
-    every token: logits [B, L, V] float32, or [B, P, V] at `masked_positions`."""
-
-    masked_lm = True
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        cfg = self.config
-        lm_head = heads.MaskedLMHead(
-            cfg, self.runtime, cfg.hidden_size, "gelu", "layer_norm", name="lm_head"
-        )
-        logits = lm_head(heads.masked_states(out, masked_positions), self.word_embeddings())
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
-
-
-class MPNetForSequenceClassification(heads.SequenceClassification, MPNetHead):
-    """`classifier` (dense, tanh, `out_proj`) on <s>: logits [B, N] (N = 1: regression);
-    [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-    def encode(self, input_ids, inputs, *, cls_positions=None, **kwargs) -> EncoderOutput:
-        """The encoder's outputs, `pooler_output` the <s> states [B, E] ([B, S, E]): the
-        classification head's input (MPNet's classifier has no pooler layer)."""
-        out = super().encode(input_ids, inputs, **kwargs)
-        return out.replace(pooler_output=first_tokens(out.last_hidden_state, cls_positions))
+class MPNetForSequenceClassification(heads.FirstTokenSequenceClassification, MPNetHead):
+    """`classifier` (dense, tanh, `out_proj`) on <s>, no pooler layer: logits [B, N] (N = 1:
+    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
 
 class MPNetForMultipleChoice(heads.MultipleChoice, MPNetHead):

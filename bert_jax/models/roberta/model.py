@@ -29,8 +29,7 @@ import jax.numpy as jnp
 from bert_jax.models import heads
 from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
 from bert_jax.models.family import Role
-from bert_jax.models.layers import Dropout, Pooler, first_tokens
-from bert_jax.models.outputs import EncoderOutput, MaskedLMOutput
+from bert_jax.models.layers import Pooler
 from bert_jax.models.roberta.config import RobertaConfig
 
 Array = jax.Array
@@ -100,7 +99,7 @@ class RobertaModel(EncoderModel):
 
 
 # ---- Heads ----
-class RobertaHead(heads.Head):
+class RobertaHead(heads.FirstTokenHooks, heads.Head):
     """A task head on top of `roberta` (a RobertaModel), with every head's call
     (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids, segment_ids
     [B, L] ([B, C, L] for multiple choice), cls_positions [B, S] (the heads reading <s>),
@@ -109,49 +108,19 @@ class RobertaHead(heads.Head):
     encoder's pooler, dropout `hidden_dropout_prob`, `classifier`)."""
 
     config: RobertaConfig
-    pooled: ClassVar[bool] = False  # reads <s>'s state (and takes cls_positions)
-    pooler: ClassVar[bool] = False  # its encoder has the pooler layer
     token_types: ClassVar[bool] = False  # the pipelines pass none (RobertaModel's call)
     encoder = RobertaModel
     encoder_name = ENCODER_NAME
 
-    def classify(self, pooled, features, deterministic):
-        """`classifier` (`models.heads.ClassificationHead`, tanh) on the <s> states."""
-        classify = heads.ClassificationHead(self.config, self.runtime, "tanh", name="classifier")
-        return classify(pooled, deterministic=deterministic)
 
-    def score_choices(self, pooled, deterministic):
-        """The pooler's output, dropout (`hidden_dropout_prob`), `classifier`: [B*C, 1]."""
-        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
-        return self.linear(pooled, 1, "classifier")
+class RobertaForMaskedLM(heads.LayerNormMaskedLM, RobertaHead):
+    """`lm_head` on every token (`models.heads.LayerNormMaskedLM`): logits [B, L, V] float32,
+    or [B, P, V] at `masked_positions`."""
 
 
-class RobertaForMaskedLM(RobertaHead):
-    """`lm_head`: LayerNorm(GELU(dense(h))) (the exact GELU whatever `hidden_act`, as in
-    transformers; `layer_norm`), then the decoder tied to the word embeddings plus `bias`, on
-    every token: logits [B, L, V] float32, or [B, P, V] at `masked_positions` (P/L of the cost;
-    equal to gathering the full logits)."""
-
-    masked_lm = True
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        cfg = self.config
-        lm_head = heads.MaskedLMHead(
-            cfg, self.runtime, cfg.hidden_size, "gelu", "layer_norm", name="lm_head"
-        )
-        logits = lm_head(heads.masked_states(out, masked_positions), self.word_embeddings())
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
-
-
-class RobertaForSequenceClassification(heads.SequenceClassification, RobertaHead):
-    """`classifier` (dense, tanh, `out_proj`) on <s>: logits [B, N] (N = 1: regression);
-    [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-    def encode(self, input_ids, inputs, *, cls_positions=None, **kwargs) -> EncoderOutput:
-        """The encoder's outputs, `pooler_output` the <s> states [B, E] ([B, S, E]): the
-        classification head's input (RoBERTa's classifier has no pooler layer)."""
-        out = super().encode(input_ids, inputs, **kwargs)
-        return out.replace(pooler_output=first_tokens(out.last_hidden_state, cls_positions))
+class RobertaForSequenceClassification(heads.FirstTokenSequenceClassification, RobertaHead):
+    """`classifier` (dense, tanh, `out_proj`) on <s>, no pooler layer: logits [B, N] (N = 1:
+    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
 
 
 class RobertaForMultipleChoice(heads.MultipleChoice, RobertaHead):
