@@ -20,6 +20,9 @@ Who takes which:
                      and the pooler layer, for a family and checkpoint that have one.
   CLASSIFIER_POOLINGS ModernBERT's `classifier_pooling` (its classifier heads' input, computed in
                      its model: "cls" is the first *real* token there, as transformers reads it).
+  EUROBERT_CLASSIFIER_POOLINGS  EuroBERT's (transformers' EuroBertForSequenceClassification):
+                     "bos" the first token's state, "mean" the real tokens' mean, "late" every
+                     token classified, then the logits averaged over the real tokens.
 
   SPARSE_POOLINGS    the SPLADE model (`training.splade`, `inference embed --sparse`): pooled
                      from the logits of any family's masked-LM head (`Role.MASKED_LM`), not from
@@ -38,6 +41,7 @@ SENTENCE_POOLINGS = ("mean", "cls")
 SPARSE_POOLINGS = ("splade",)
 POOLINGS = ("cls", "mean", "pooler")
 CLASSIFIER_POOLINGS = ("cls", "mean")
+EUROBERT_CLASSIFIER_POOLINGS = ("bos", "mean", "late")
 # sentence-transformers' Pooling flags (formats 2-5) and the mode each stands for; bert_jax
 # computes those of SENTENCE_POOLINGS, the others are read only to name them in an error.
 ST_POOLING_FLAGS = {

@@ -18,14 +18,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig
+from bert_jax.models.pooling import EUROBERT_CLASSIFIER_POOLINGS as CLASSIFIER_POOLINGS
 from bert_jax.models.prenorm import check_heads
 from bert_jax.models.rotary import RopeParameters
 
 MODEL_TYPE = "eurobert"
-# How the sequence classifier reads the states (transformers' EuroBertForSequenceClassification):
-# "bos" the first token's state, "mean" the mean of the real tokens' states, "late" every token
-# classified, then the logits averaged over the real tokens.
-CLASSIFIER_POOLINGS = ("bos", "mean", "late")
 # config.json keys of transformers' EuroBertConfig (and of the first releases' remote code) that
 # say nothing about the weights.
 _HOUSEKEEPING = HF_HOUSEKEEPING | {"pretraining_tp", "auto_map", "hidden_dropout"}
