@@ -43,9 +43,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import retrieval_loop  # noqa: E402  (run_stage, cpu_model)
+from bert_jax.checkpoints import hub  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+# all-MiniLM-L6-v2 from its installed package (as configs/embed.py:init=minilm starts from it),
+# so that the loop reads no Hugging Face cache; its Hub id where the package is absent.
+MINILM = str(
+    hub.installed_dir("sentence-transformers/all-MiniLM-L6-v2")
+    or "sentence-transformers/all-MiniLM-L6-v2"
+)
 MINE_FLAGS = "--relative_margin 0.05 --range_max 100"
 SET_FILES = ("train.jsonl", "dev.jsonl", "dev_qrels.jsonl", "corpus.jsonl")
 OWNED = ("data", "runs", "search", "logs", "mined.jsonl", "debian_loop.json")

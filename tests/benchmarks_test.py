@@ -807,7 +807,7 @@ def test_debian_loop_tiny_run_scores_every_stage(tmp_path):
     from benchmarks import debian_loop
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    # HOME kept: the loop names all-MiniLM-L6-v2 by its Hub id, which `make setup` caches there.
+    env["HOME"] = str(tmp_path / "home")  # nothing cached: the loop reads the installed MiniLM
     out = tmp_path / "loop"
     cmd = [sys.executable, "benchmarks/debian_loop.py", "--tiny", f"--data={SLICE}", f"--out={out}"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
