@@ -37,6 +37,8 @@ class FeedForward(nn.Module):
       activation: the name of the activation (`bert_jax.activations.ACTIVATIONS`): "silu"
         makes a gated layer SwiGLU, "gelu" GeGLU.
       use_bias: whether the projections have biases (Llama's `mlp_bias`).
+      out_bias: whether the output projection has one; None: `use_bias` (GTE's gate and up
+        projections have none, its down projection one).
       dropout: dropout on the activated [B, L, F] (ModernBERT's `mlp_dropout`).
       names: the projections' parameter names; None: `MLP_NAMES[kind]`.
       out_stddev: the output projection's initializer stddev; None: initializer_range.
@@ -47,6 +49,7 @@ class FeedForward(nn.Module):
     kind: str = "gated"
     activation: str = "silu"
     use_bias: bool = False
+    out_bias: bool | None = None
     dropout: float = 0.0
     names: tuple[str, ...] | None = None
     out_stddev: float | None = None
@@ -76,6 +79,7 @@ class FeedForward(nn.Module):
         h = Dropout(self.dropout)(h, deterministic=deterministic)
         out = dense(
             cfg, rt, cfg.hidden_size, ("mlp",), ("embed",), names[-1],
-            use_bias=self.use_bias, stddev=self.out_stddev,
+            use_bias=self.use_bias if self.out_bias is None else self.out_bias,
+            stddev=self.out_stddev,
         )  # fmt: skip
         return out(h)

@@ -13,7 +13,9 @@ Its config reads, besides `EncoderConfig`'s shared fields (hidden_size, num_atte
 initializer_range, attention_probs_dropout_prob): num_hidden_layers, intermediate_size,
 num_key_value_heads (K), hidden_act, norm_eps, hidden_dropout_prob, attention_bias, mlp_bias,
 max_position_embeddings and `rope` (a `rotary.RopeParameters`, or None for no rotary positions),
-as fields or properties (a family maps its own config.json names onto them).
+as fields or properties (a family maps its own config.json names onto them); and where a family
+has them, `mlp_out_bias` (the MLP's down projection's bias alone; absent: `mlp_bias`) and
+`mlp_dropout` (dropout on the MLP's activated [B, L, F]; absent: none), GTE's.
 
 Grouped-query attention: K key/value heads, each shared by H / K query heads (transformers'
 `repeat_kv`: query head h reads key/value head h // (H / K)). The keys and values are repeated to
@@ -139,8 +141,7 @@ class PreNormLayer(nn.Module):
         )
         x = x + drop(a, deterministic=det)
         h = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(x)
-        mlp = FeedForward(cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, name="mlp")
-        x = x + drop(mlp(h, deterministic=det), deterministic=det)
+        x = x + drop(self._feed_forward()(h, deterministic=det), deterministic=det)
         y = constrain(x, "act_batch", "act_len", "act_embed")
         return y, (y if self.output_hidden_states else None, probs)
 
@@ -153,12 +154,21 @@ class PreNormLayer(nn.Module):
         x = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(
             x + drop(a, deterministic=det)
         )
-        mlp = FeedForward(cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, name="mlp")
         x = make_norm(self.norm, rt, cfg.norm_eps, "post_mlp_layernorm")(
-            x + drop(mlp(x, deterministic=det), deterministic=det)
+            x + drop(self._feed_forward()(x, deterministic=det), deterministic=det)
         )
         y = constrain(x, "act_batch", "act_len", "act_embed")
         return y, (y if self.output_hidden_states else None, probs)
+
+    def _feed_forward(self) -> FeedForward:
+        """`mlp` of the layer's kind (called inside `__call__`'s scope): the config's
+        `mlp_bias`, and where it has them `mlp_out_bias` and `mlp_dropout`."""
+        cfg = self.config
+        return FeedForward(
+            cfg, self.runtime, self.mlp, cfg.hidden_act, cfg.mlp_bias,
+            out_bias=getattr(cfg, "mlp_out_bias", None),
+            dropout=getattr(cfg, "mlp_dropout", 0.0), name="mlp",
+        )  # fmt: skip
 
 
 class PreNormEncoder(nn.Module):

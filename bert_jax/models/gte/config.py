@@ -1,0 +1,130 @@
+"""The GTE architecture (`GteConfig`), with its Hugging Face `config.json` fields.
+
+GTE (Zhang et al. 2024, arXiv 2407.19669; Alibaba-NLP's gte-multilingual-base and
+gte-base-en-v1.5, transformers' `Gte*` classes): BERT's post-LayerNorm layers with rotary
+positions in place of the position table, a gated feed-forward layer (GeGLU with the released
+"gelu": no biases on its gate and up projections, one on its down projection), biases on the
+attention projections, and a token-type table that may be absent (`type_vocab_size` 0:
+gte-base-en-v1.5). The fields are transformers' `GteConfig`'s with its defaults (those of
+gte-multilingual-base), BERT's (`models.config.PostLNConfig`) where they are shared.
+
+`rope_parameters` is transformers' dict (any `rotary.ROPE_TYPES` type; theta 160000 when absent,
+or the older top-level `rope_theta` and `rope_scaling`), held as a `rotary.RopeParameters` in
+the field `rope`. A `head_dim` in config.json is read only to check that it is hidden_size /
+num_attention_heads (the only head size bert_jax builds); transformers writes none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from bert_jax.models.config import LAYER_SIZES, PostLNConfig
+from bert_jax.models.rotary import RopeParameters
+
+MODEL_TYPE = "gte"
+DEFAULT_THETA = 160_000.0  # transformers' `GteConfig.default_theta`
+# Named sizes (`GteConfig.preset`): "base" is gte-multilingual-base (transformers' defaults);
+# "tiny" the CPU pretraining job's 2 layers x 128 for an 8,192-piece vocabulary, no token types
+# (as gte-base-en-v1.5), pad id 0 (WordPiece's [PAD]).
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "tiny": dict(vocab_size=8192, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=256, max_position_embeddings=128, type_vocab_size=0,
+                 pad_token_id=0),
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class GteConfig(PostLNConfig):
+    """The GTE architecture, with Hugging Face `config.json` field names.
+
+    Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
+    V 250048, no attention dropout, 8192 positions, one token type, pad id 1):
+      hidden_act: the gated feed-forward layer's activation (`mlp/gate_proj`); "gelu" (GeGLU)
+        in the released models.
+      max_position_embeddings: the length the model was trained for (no table: rotary
+        positions; the dynamic RoPE grows its theta past it).
+      type_vocab_size: rows of the token-type table; 0: no table (token_type_ids are not read).
+      classifier_dropout: dropout before the classifiers; None: hidden_dropout_prob.
+      bos_token_id / eos_token_id: kept for transformers and the tokenizer (the model reads
+        neither).
+      rope: the rotary variant (config.json's `rope_parameters`); default RoPE of theta 160000.
+    """
+
+    model_type: ClassVar[str] = MODEL_TYPE
+    display_name: ClassVar[str] = "GTE"
+    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
+    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
+    # What the shared stack reads (`models.prenorm`): plain multi-head attention with biases; a
+    # gated MLP whose gate and up projections have no bias, its down projection one, and dropout
+    # (hidden_dropout_prob) on the activated [B, L, F].
+    attention_bias: ClassVar[bool] = True
+    mlp_bias: ClassVar[bool] = False
+    mlp_out_bias: ClassVar[bool] = True
+    vocab_size: int = 250048
+    attention_probs_dropout_prob: float = 0.0
+    max_position_embeddings: int = 8192
+    type_vocab_size: int = 1
+    pad_token_id: int = 1
+    classifier_dropout: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
+
+    def __post_init__(self):
+        rope = self.rope
+        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
+            rope = rope.to_dict()
+        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
+            rope = {k: v for k, v in rope.items() if v is not None}
+            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, DEFAULT_THETA))
+        if not isinstance(self.rope, RopeParameters):
+            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
+        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
+            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
+        types = self.type_vocab_size
+        if isinstance(types, bool) or not isinstance(types, int) or types < 0:
+            self._fail("type_vocab_size", types, "must be a non-negative integer (0: no table)")
+        self._check_layers(
+            sizes=tuple(s for s in LAYER_SIZES if s != "type_vocab_size"),
+            probabilities=("classifier_dropout",),
+            optional=("classifier_dropout",),
+        )
+        if self.head_dim % 2:
+            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
+        self._check_ids_and_labels()
+        for name in ("bos_token_id", "eos_token_id"):
+            if getattr(self, name) is not None:
+                self._check_special_ids(name)
+
+    # The names the shared stack reads (`models.prenorm`).
+    norm_eps = property(lambda self: self.layer_norm_eps)
+    num_key_value_heads = property(lambda self: self.num_attention_heads)
+    mlp_dropout = property(lambda self: self.hidden_dropout_prob)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> GteConfig:
+        """A named size (`PRESETS`): "base" (gte-multilingual-base) or "tiny"."""
+        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
+
+    # ---- Hugging Face config.json ----
+    @classmethod
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> GteConfig:
+        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
+        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
+        theta = d.get("rope_theta") or DEFAULT_THETA
+        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
+        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
+        head_dim = d.get("head_dim")
+        if head_dim is not None and head_dim != config.head_dim:
+            raise ValueError(
+                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
+                f"num_attention_heads = {config.head_dim}"
+            )
+        return config
+
+    def _hf_derived(self) -> dict[str, Any]:
+        """transformers' `rope_parameters` dict."""
+        return {"rope_parameters": self.rope.to_hf()}

@@ -1,0 +1,163 @@
+"""GTE in Flax linen (Zhang et al. 2024, arXiv 2407.19669) and every Hugging Face head
+transformers has for it (`GteModel`, `GteForMaskedLM`, `GteForSequenceClassification`,
+`GteForTokenClassification`).
+
+The encoder is BERT's call (`models.encoder.EncoderModel`): word embeddings and (where
+`type_vocab_size` > 0) token-type embeddings, then LayerNorm (no position table), then
+post-LayerNorm layers with rotary positions of any `rope_parameters` and a gated feed-forward
+layer: the shared stack of `models.prenorm` with `post_norm` (LayerNorm, `mlp.FeedForward`'s
+"gated" kind; biases on the attention projections and the down projection only, dropout on the
+activated features, as the config says). Submodule names mirror transformers' state dict
+(`gte/layers/3/self_attn/q_proj` is `gte.layers.3.self_attn.q_proj`), so conversion is a rename
+and a transpose (`bert_jax.convert`; the fused names transformers saves are split by
+`conversion.py`).
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            N labels
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+
+from bert_jax.models import heads
+from bert_jax.models.attention import AttentionMask
+from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import EncoderModel
+from bert_jax.models.family import Role
+from bert_jax.models.gte.config import GteConfig
+from bert_jax.models.layers import Dropout, Pooler, constrain, embedding, layer_norm
+from bert_jax.models.outputs import MaskedLMOutput
+from bert_jax.models.prenorm import PreNormEncoder
+
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule, where its layers sit in the encoder's tree (`layers/0 ...`; one stacked
+# `layers/layer` under `scan_layers`) and the MLM bias a pretraining run may start specially
+# (no position table: rotary positions).
+ENCODER_NAME = "gte"
+LAYERS_PATH = ("layers",)
+LAYER_NAME = "{}"
+SCANNED_LAYER = "layer"
+STARTING_PATHS = {"mlm_bias": ("lm_head", "decoder", "bias")}
+
+
+class GteEmbeddings(nn.Module):
+    """`embeddings`: `word_embeddings` (+ `token_type_embeddings` where type_vocab_size > 0),
+    LayerNorm (`layer_norm_eps`), dropout (`hidden_dropout_prob`). ids [B, L] int -> [B, L, E];
+    token_type_ids are not read without a table (as transformers')."""
+
+    config: GteConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, *, deterministic: bool):
+        cfg, rt = self.config, self.runtime
+        x = embedding(
+            cfg, rt, cfg.padded_vocab_size, cfg.hidden_size, "word_embeddings", word=True
+        )(input_ids)
+        if cfg.type_vocab_size:
+            x += embedding(cfg, rt, cfg.type_vocab_size, cfg.hidden_size, "token_type_embeddings")(
+                token_type_ids
+            )
+        x = layer_norm(rt, cfg.layer_norm_eps, "LayerNorm")(x)
+        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+        return constrain(x, "act_batch", "act_len", "act_embed")
+
+
+class GteModel(EncoderModel):
+    """The GTE encoder: embeddings, the post-norm rotary layers (`layers`) and (optionally) the
+    pooler (`pooler`: tanh(dense(first token))).
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids: [B, L] int segment ids (read where the config has a table); zeros when
+        omitted.
+      attention_mask: [B, L] 1 for real tokens, 0 for padding; ones when omitted.
+      position_ids: [B, L] int positions of the rotary angles; 0..L-1 when omitted.
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's first token (pooler).
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+    """
+
+    config: GteConfig
+    add_pooling_layer: bool = False  # transformers' GteModel has none unless asked
+    stack_reads_positions: ClassVar[bool] = True
+
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
+        embeddings = GteEmbeddings(self.config, self.runtime, name="embeddings")
+        return embeddings(input_ids, token_type_ids, deterministic=deterministic)
+
+    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
+        layers = PreNormEncoder(
+            self.config, self.runtime, "layer_norm", "gated", post_norm=True,
+            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER, name="layers",
+        )  # fmt: skip
+        return layers(x, mask, positions, **kwargs)
+
+    def pool(self, y, cls_positions):
+        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
+
+
+# ---- Heads ----
+class GteLMHead(nn.Module):
+    """`lm_head`: LayerNorm(GELU(`dense`(h))) (`layer_norm`; the exact GELU whatever
+    `hidden_act`, as transformers'), then `decoder`: logits against the tied word embeddings
+    plus its `bias` (`models.heads.MaskedLMHead`). h [..., E], embedding [V', E] -> float32
+    logits [..., V]."""
+
+    config: GteConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+
+    @nn.compact
+    def __call__(self, h, embedding_table):
+        cfg, rt = self.config, self.runtime
+        h = heads.transform(cfg, rt, h, cfg.hidden_size, "gelu", norm_name="layer_norm")
+        return heads.MaskedLMHead(cfg, rt, name="decoder")(h, embedding_table)
+
+
+class GteHead(heads.Head):
+    """A task head on top of `gte` (a GteModel), with every head's call (`models.heads.Head`):
+    input_ids, token_type_ids, attention_mask, position_ids, segment_ids [B, L], cls_positions
+    [B, S] (pooled heads), masked_positions [B, P] (MLM). Its classifiers are the shared
+    defaults: dropout (`classifier_dropout`, else `hidden_dropout_prob`), then `classifier`."""
+
+    config: GteConfig
+    token_types: ClassVar[bool] = True  # read where the config has a token-type table
+    encoder = GteModel
+    encoder_name = ENCODER_NAME
+
+
+class GteForMaskedLM(GteHead):
+    """Masked LM (no pooler): logits [B, L, V] float32, or [B, P, V] at `masked_positions`."""
+
+    pooled = False
+    masked_lm = True
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        h = heads.masked_states(out, masked_positions)
+        logits = GteLMHead(self.config, self.runtime, name="lm_head")(h, self.word_embeddings())
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
+
+class GteForSequenceClassification(heads.SequenceClassification, GteHead):
+    """Pooled first token (`pooler`) -> dropout -> `classifier`: logits [B, N] ([B, S, N]
+    packed); N = 1 is regression."""
+
+
+class GteForTokenClassification(heads.TokenClassification, GteHead):
+    """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
+
+
+# The class of each role (`models.family.Role`), the encoder first.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: GteModel,
+    Role.MASKED_LM: GteForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: GteForSequenceClassification,
+    Role.TOKEN_CLASSIFICATION: GteForTokenClassification,
+}
