@@ -33,6 +33,8 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
                    model_type, is the same); `rtd_config`, docs/electra.md
   arch=nomic_bert  NomicBERT's masked LM (size tiny): MLM only at 30% masking, packed rows;
                    `nomic_bert_config`, docs/nomic_bert.md
+  arch=gte         GTE's masked LM (size tiny): NomicBERT's tiny recipe on GTE's encoder;
+                   `gte_config`, docs/gte.md
   arch=eurobert    EuroBERT (size tiny, the CPU job): MLM only at EuroBERT's 50% masking, packed
                    rows; `eurobert_config`, docs/eurobert.md
   arch=mpnet       MPNet (sizes tiny, base): RoBERTa's recipe on MPNet's encoder and WordPiece
@@ -70,6 +72,7 @@ from bert_jax.models import families
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import model_fields
+from bert_jax.models.gte.config import GteConfig
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.nomic_bert.config import NomicBertConfig
@@ -129,7 +132,7 @@ GPU_RECIPES = {
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
 ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "deberta_v3",
-         "nomic_bert", "eurobert", "mpnet")  # fmt: skip
+         "nomic_bert", "gte", "eurobert", "mpnet")  # fmt: skip
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -149,6 +152,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         if variant["gpu"] or tpu or phase != 1:
             raise ValueError("arch=nomic_bert has one recipe: size=tiny, phase 1, no gpu or tpu")
         return nomic_bert_config(size)
+    if variant["arch"] == "gte":
+        if variant["gpu"] or tpu or phase != 1:
+            raise ValueError("arch=gte has one recipe: size=tiny, phase 1, no gpu or tpu")
+        return gte_config(size)
     if variant["arch"] == "eurobert":
         if variant["gpu"] or tpu or size != "tiny" or phase != 1:
             raise ValueError("arch=eurobert has one recipe: size=tiny, phase=1 (the CPU job)")
@@ -422,6 +429,22 @@ def nomic_bert_config(size: str) -> ml_collections.ConfigDict:
     c.data.max_segments = 4
     c.mlm_bias_init = "unigram"
     c.position_embeddings_init = "normal"  # RoPE: no position table
+    c.lock()
+    return c
+
+
+def gte_config(size: str) -> ml_collections.ConfigDict:
+    """`arch=gte`: GTE's masked LM (`GteForMaskedLM`) on NomicBERT's tiny recipe
+    (`nomic_bert_config`: MLM only at 30% masking, dynamic masking, packed 128-token rows, the
+    Shakespeare corpus's 8,192-piece WordPiece vocabulary, BERT's tiny optimizer settings), the
+    model `GteConfig.preset("tiny")`: 2 layers x 128, GeGLU, rotary positions, no token types.
+    size=tiny only; the mGTE report's recipe (its long-context stages) is not written here.
+    """
+    if size != "tiny":
+        raise ValueError(f"arch=gte has the size tiny only, not {size!r}")
+    c = nomic_bert_config(size)
+    c.unlock()
+    c.model = ml_collections.ConfigDict(model_fields(GteConfig.preset("tiny")))
     c.lock()
     return c
 

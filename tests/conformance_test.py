@@ -89,7 +89,9 @@ MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 # The families whose own tests (tests/models/<family>_test.py) hold every head to transformers
 # on more variants than here run with -m e2e, for the suite's time.
 @pytest.mark.torch
-@pytest.mark.parametrize("fam", families_with_e2e("nomic_bert", "eurobert", "mpnet"), indirect=True)
+@pytest.mark.parametrize(
+    "fam", families_with_e2e("nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
+)
 def test_every_head_equals_transformers(fam):
     """Each class of the family's row (`Family.roles`) on the fixture's odd config, converted
     from transformers' class of the same name: logits, hidden states and attention maps within
@@ -206,7 +208,7 @@ def check_export(fam, hf_dir, objective: str) -> None:
 # RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("electra", "bert", "roberta", "nomic_bert", "eurobert", "mpnet"),
+    families_with_e2e("electra", "bert", "roberta", "nomic_bert", "gte", "eurobert", "mpnet"),
     indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
@@ -300,7 +302,9 @@ def test_every_kind_of_task_is_fine_tuned_here():
 # Sequence classification for every family in the default suite but BERT; the other kinds, and
 # BERT's classification, with -m e2e (each kind trains for BERT in tests/finetune/run_test.py by
 # default, and ModernBERT's token, question-answering and multiple-choice heads in
-# tests/finetune/modernbert_test.py); MPNet's too, its classifier being RoBERTa's.
+# tests/finetune/modernbert_test.py); MPNet's too, its classifier being RoBERTa's. GTE's by
+# default: the one post-norm rotary family (prenorm.py's stack) whose job runs there, its other
+# rows with -m e2e (tests/models/gte_test.py holds its heads to transformers and its packed rows).
 @pytest.mark.parametrize(
     "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
 )
@@ -356,7 +360,7 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 # exports_test loads every family's export in sentence-transformers (MPNet's too).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("electra", "roberta", "bert", "nomic_bert", "eurobert", "mpnet"),
+    families_with_e2e("electra", "roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet"),
     indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
@@ -425,7 +429,7 @@ def _apply(fam, head: str | None, text: str, **kwargs):
 # BERT's too, here: tests/inference/inference_test.py checks its embed command the same way.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("xlm-roberta", "bert", "nomic_bert", "eurobert", "mpnet"),
+    families_with_e2e("xlm-roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet"),
     indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
@@ -452,7 +456,7 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
 # MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
 # layers against the loop (XLM-R's: see above).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert", "mpnet"), indirect=True
+    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
 )
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
@@ -492,7 +496,7 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
 
 
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "eurobert", "mpnet"), indirect=True
+    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
     """CLS (normalized), mean and the pooler where the family has one, chosen layers, and a
@@ -550,7 +554,7 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
 # BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
 # classifier through the same command; MPNet's, whose classifier is RoBERTa's.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+    "fam", families_with_e2e("bert", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
 )
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
@@ -593,7 +597,7 @@ def _queries(mask: str) -> list[str]:
 # fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's;
 # MPNet's, whose <mask> and MLM head are RoBERTa's.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+    "fam", families_with_e2e("bert", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
 )
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
 def test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, spelling):

@@ -139,6 +139,9 @@ FIXTURES: dict[str, FamilyFixture] = {
         ),
         wordpiece,
     ),
+    # gte-base-en-v1.5's layout: WordPiece, no token-type table; a rotary theta of its own
+    # (tests/models/gte_test.py has token types and the scaled variants).
+    "gte": FamilyFixture(dict(type_vocab_size=0, rope=dict(rope_theta=77.0)), wordpiece),
     # LayerNorm eps 1e-5 as released; a bias table with more rows than the 32 buckets read.
     "mpnet": FamilyFixture(
         dict(layer_norm_eps=1e-5, relative_attention_num_buckets=37), mpnet_wordpiece

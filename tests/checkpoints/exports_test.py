@@ -167,7 +167,7 @@ def lines():
 
 # The families added last run with -m e2e, for the suite's time (about a minute each on 2 cores):
 # the conformance suite's e2e stage also exports their embedding job to sentence-transformers.
-E2E_FAMILIES = ("nomic_bert", "eurobert", "mpnet")
+E2E_FAMILIES = ("nomic_bert", "gte", "eurobert", "mpnet")
 
 
 @pytest.fixture(

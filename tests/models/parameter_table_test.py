@@ -25,6 +25,7 @@ from bert_jax.models.deberta_v2.config import DebertaV2Config
 from bert_jax.models.electra.config import ElectraConfig
 from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import FAMILIES
+from bert_jax.models.gte.config import GteConfig
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.nomic_bert.config import NomicBertConfig
@@ -50,6 +51,7 @@ CONFIGS = {
     "deberta-v2": DebertaV2Config(**_SIZES, num_labels=3, position_buckets=8),
     "mpnet": MPNetConfig(**_SIZES, num_labels=3),
     "nomic_bert": NomicBertConfig(**_SIZES, num_labels=3, type_vocab_size=3),
+    "gte": GteConfig(**_SIZES, num_labels=3, type_vocab_size=2),
     "eurobert": EuroBertConfig(**_SIZES, num_labels=3, pad_token_id=0, num_key_value_heads=2),
 }
 # the families whose layers `scan_layers` stacks

@@ -27,12 +27,12 @@ MODEL_TYPE = "gte"
 DEFAULT_THETA = 160_000.0  # transformers' `GteConfig.default_theta`
 # Named sizes (`GteConfig.preset`): "base" is gte-multilingual-base (transformers' defaults);
 # "tiny" the CPU pretraining job's 2 layers x 128 for an 8,192-piece vocabulary, no token types
-# (as gte-base-en-v1.5), pad id 0 (WordPiece's [PAD]).
+# (as gte-base-en-v1.5), pad id 0 (WordPiece's [PAD]), no dropout (as every tiny job here).
 PRESETS: dict[str, dict[str, Any]] = {
     "base": {},
     "tiny": dict(vocab_size=8192, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=256, max_position_embeddings=128, type_vocab_size=0,
-                 pad_token_id=0),
+                 pad_token_id=0, hidden_dropout_prob=0.0),
 }  # fmt: skip
 
 
