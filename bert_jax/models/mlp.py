@@ -37,11 +37,11 @@ class FeedForward(nn.Module):
       activation: the name of the activation (`bert_jax.activations.ACTIVATIONS`): "silu"
         makes a gated layer SwiGLU, "gelu" GeGLU.
       use_bias: whether the projections have biases (Llama's `mlp_bias`).
-      out_bias: whether the output projection has one; None: `use_bias` (GTE's gate and up
-        projections have none, its down projection one).
       dropout: dropout on the activated [B, L, F] (ModernBERT's `mlp_dropout`).
       names: the projections' parameter names; None: `MLP_NAMES[kind]`.
       out_stddev: the output projection's initializer stddev; None: initializer_range.
+      out_bias: whether the output projection has a bias; None: `use_bias` (GTE's gate and up
+        projections have none, its down projection one).
     """
 
     config: EncoderConfig
@@ -49,10 +49,10 @@ class FeedForward(nn.Module):
     kind: str = "gated"
     activation: str = "silu"
     use_bias: bool = False
-    out_bias: bool | None = None
     dropout: float = 0.0
     names: tuple[str, ...] | None = None
     out_stddev: float | None = None
+    out_bias: bool | None = None  # last: the others are passed by position
 
     @nn.compact
     def __call__(self, x, *, deterministic: bool = True):
