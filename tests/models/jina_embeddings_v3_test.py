@@ -1,10 +1,12 @@
 """Jina-embeddings-v3 against transformers: every head within 1e-5 (eager attention, float32)
 on full, right-padded and left-padded rows with two token types, under rotary variants of
 `rope_parameters`; config.json both ways; conversion both ways (through `bert_jax.convert`)
-with no missing or unused weight. Tiny configs only: the default stage's time is short."""
+with no missing or unused weight; packed rows against the sequences alone, and the scanned,
+rematerialized stack against the loop. Tiny configs only: the default stage's time is short."""
 
 import json
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,8 +15,10 @@ import pytest
 from bert_jax import convert
 from bert_jax.checkpoints import hf, table, verify
 from bert_jax.models import families
+from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.jina_embeddings_v3 import model as JM
 from bert_jax.models.jina_embeddings_v3.config import JinaEmbeddingsV3Config
+from bert_jax.models.params import stack_layers, unstack_layers
 from bert_jax.models.rotary import RopeParameters
 from tests import family_fixtures
 
@@ -76,6 +80,52 @@ def test_rope_variants_equal_transformers(rope):
     pytest.importorskip("transformers")
     cfg = JINA.replace(rope=RopeParameters(**ROPES[rope]), max_position_embeddings=6)
     _compare(cfg, "JinaEmbeddingsV3Model")
+
+
+def test_packed_rows_equal_the_sequences_alone():
+    """Two sequences packed in one row (segment_ids, positions restarting) give the logits each
+    has alone in a right-padded row."""
+    model = JM.JinaEmbeddingsV3ForTokenClassification(JINA)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 5), jnp.int32))["params"]
+    apply = jax.jit(model.apply)  # one compile each, where op by op takes seconds
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(3, JINA.vocab_size, 5), rng.integers(3, JINA.vocab_size, 3)
+    packed = np.full((1, LENGTH), JINA.pad_token_id, np.int32)
+    packed[0, :8] = np.concatenate([a, b])
+    segments = np.array([[1, 1, 1, 1, 1, 2, 2, 2, 0]])
+    positions = np.array([[0, 1, 2, 3, 4, 0, 1, 2, 0]])
+    alone = np.full((2, LENGTH), JINA.pad_token_id, np.int32)
+    alone[0, :5], alone[1, :3] = a, b
+    mask = (np.arange(LENGTH) < np.array([[5], [3]])).astype(np.int32)
+    one = apply(
+        {"params": params}, packed, attention_mask=segments > 0, position_ids=positions,
+        segment_ids=segments,
+    ).logits  # fmt: skip
+    two = apply({"params": params}, alone, attention_mask=mask).logits
+    np.testing.assert_allclose(one[0, :5], two[0, :5], atol=1e-5)
+    np.testing.assert_allclose(one[0, 5:8], two[1, :3], atol=1e-5)
+
+
+def test_scanned_and_rematerialized_layers_equal_the_loop():
+    """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
+    `remat_policy="full"`) gives the loop's logits and gradients within 1e-5."""
+    model = JM.JinaEmbeddingsV3ForSequenceClassification(JINA)
+    params = nn.meta.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 5), jnp.int32)))
+    ids = np.random.default_rng(0).integers(3, JINA.vocab_size, MASK.shape)
+    inputs = dict(input_ids=ids, attention_mask=MASK)
+
+    def loss_and_grad(runtime, p):
+        model = JM.JinaEmbeddingsV3ForSequenceClassification(JINA, runtime)
+        loss = lambda p: model.apply(p, **inputs).logits.sum()  # noqa: E731
+        return jax.jit(jax.value_and_grad(loss))(p)
+
+    loss, grad = loss_and_grad(RuntimeConfig(), params)
+    scanned = RuntimeConfig(scan_layers=True, remat_policy="full")
+    stacked = {"params": stack_layers(params["params"])}
+    assert "layer" in stacked["params"]["roberta"]["layers"]
+    loss2, grad2 = loss_and_grad(scanned, stacked)
+    np.testing.assert_allclose(loss, loss2, rtol=1e-5)
+    assert table.max_difference(grad["params"], unstack_layers(grad2["params"])) < 1e-5
 
 
 # --------------------------------------------------------------------------------------------
