@@ -112,7 +112,8 @@ class GroupedQueryAttention(nn.Module):
 class PreNormLayer(nn.Module):
     """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(.)), each sub-layer's output
     dropped out (`hidden_dropout_prob`); with `post_norm`, norm(x + attn(x)), then
-    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`).
+    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`). `mlp_names`:
+    the feed-forward projections' names (None: `mlp.MLP_NAMES` of the kind).
 
     `__call__(x [B, L, E], mask, angles) -> (x', (x' or None, probs or None))`, the (carry,
     output) shape `nn.scan` wants; the run mode and the kinds live in attributes.
@@ -123,6 +124,7 @@ class PreNormLayer(nn.Module):
     norm: str = "rms_norm"
     mlp: str = "gated"
     post_norm: bool = False
+    mlp_names: tuple[str, ...] | None = None
     deterministic: bool = True
     output_hidden_states: bool = False
     output_attentions: bool = False
@@ -139,7 +141,9 @@ class PreNormLayer(nn.Module):
         )
         x = x + drop(a, deterministic=det)
         h = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(x)
-        mlp = FeedForward(cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, name="mlp")
+        mlp = FeedForward(
+            cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, names=self.mlp_names, name="mlp"
+        )
         x = x + drop(mlp(h, deterministic=det), deterministic=det)
         y = constrain(x, "act_batch", "act_len", "act_embed")
         return y, (y if self.output_hidden_states else None, probs)
@@ -153,7 +157,9 @@ class PreNormLayer(nn.Module):
         x = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(
             x + drop(a, deterministic=det)
         )
-        mlp = FeedForward(cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, name="mlp")
+        mlp = FeedForward(
+            cfg, rt, self.mlp, cfg.hidden_act, cfg.mlp_bias, names=self.mlp_names, name="mlp"
+        )
         x = make_norm(self.norm, rt, cfg.norm_eps, "post_mlp_layernorm")(
             x + drop(mlp(x, deterministic=det), deterministic=det)
         )
@@ -169,6 +175,7 @@ class PreNormEncoder(nn.Module):
       norm: the norms' kind (`norms.NORMS`).
       mlp: the feed-forward layers' kind (`mlp.MLP_KINDS`).
       post_norm: each sub-layer normed after its residual sum (`PreNormLayer`).
+      mlp_names: the feed-forward projections' names; None: the kind's (`mlp.MLP_NAMES`).
       layer_name / scanned_layer: the layers' names (`layers.run_layers`).
 
     `__call__(x [B, L, E], mask, positions [B, L] int) -> (y [B, L, E], states, probs)`: y the
@@ -182,6 +189,7 @@ class PreNormEncoder(nn.Module):
     norm: str = "rms_norm"
     mlp: str = "gated"
     post_norm: bool = False
+    mlp_names: tuple[str, ...] | None = None
     layer_name: str = LAYER_NAME
     scanned_layer: str = SCANNED_LAYER
 
@@ -200,6 +208,7 @@ class PreNormEncoder(nn.Module):
             norm=self.norm,
             mlp=self.mlp,
             post_norm=self.post_norm,
+            mlp_names=self.mlp_names,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
