@@ -28,6 +28,10 @@ Scores are nDCG@10, MRR@10 and Recall@100 as sentence-transformers' InformationR
 error (stage 1 against stage 0 averaged over seeds: each query's mean over the seeds). Prints one
 JSON line per stage, then a markdown table with the CPU's model name; writes everything to
 `<out>/debian_loop.json`. It tunes nothing. The processes are pinned to `--threads` cores.
+
+Each finished stage is recorded in `<out>/progress.json` (the settings, each stage's wall time):
+`--resume` continues a stopped run from the first stage not finished (the same settings only;
+a stopped training stage resumes from its own checkpoints); `--overwrite` starts it again.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ MINILM = str(
 )
 MINE_FLAGS = "--relative_margin 0.05 --range_max 100"
 SET_FILES = ("train.jsonl", "dev.jsonl", "dev_qrels.jsonl", "corpus.jsonl")
-OWNED = ("data", "runs", "search", "logs", "mined.jsonl", "debian_loop.json")
+OWNED = ("data", "runs", "search", "logs", "mined.jsonl", "debian_loop.json", "progress.json")
+PROGRESS = "progress.json"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,6 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--tiny", action="store_true", help="64 pairs, 2 seeds, batch 16, 32 tokens")
     add("--dry_run", action="store_true", help="print the commands only")
     add("--overwrite", action="store_true", help="replace an earlier run in --out")
+    add("--resume", action="store_true", help="continue a stopped run in --out (same settings)")
     args = parser.parse_args(argv)
     if args.tiny:
         args.pairs, args.seeds, args.batch, args.max_seq_length = 64, 2, 16, 32
@@ -235,18 +241,42 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _prepare(args, out: str) -> int | None:
-    """Checks --out (an earlier run is replaced only with --overwrite) and clears it; an exit
-    status where it must stop."""
+def _prepare(args, out: str, settings: dict) -> tuple[int | None, dict[str, float]]:
+    """Checks --out: an earlier run is replaced only with --overwrite, continued only with
+    --resume (of the same settings). Returns (an exit status where it must stop, the stages
+    already finished: name -> wall seconds)."""
     earlier = [n for n in OWNED if os.path.exists(os.path.join(out, n))]
+    if earlier and args.resume:
+        try:
+            with open(os.path.join(out, PROGRESS), encoding="utf-8") as f:
+                progress = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            print(f"error: --resume: {out} holds no readable {PROGRESS} ({e})", file=sys.stderr)
+            return 1, {}
+        changed = {k: (progress["settings"].get(k), v) for k, v in settings.items()
+                   if progress["settings"].get(k) != v}  # fmt: skip
+        if changed:
+            said = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            print(f"error: --resume: the run in {out} has other settings ({said}); "
+                  "--overwrite starts again", file=sys.stderr)  # fmt: skip
+            return 1, {}
+        return None, dict(progress["done"])
     if earlier and not args.overwrite:
         print(f"error: {out} holds an earlier run ({', '.join(earlier)}); --overwrite replaces "
-              "it", file=sys.stderr)  # fmt: skip
-        return 1
+              "it, --resume continues it", file=sys.stderr)  # fmt: skip
+        return 1, {}
     for name in earlier:
         target = os.path.join(out, name)
         shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
-    return None
+    return None, {}
+
+
+def _record(out: str, settings: dict, done: dict[str, float]) -> None:
+    """`<out>/progress.json`: the settings and the finished stages' wall times, written whole."""
+    path = os.path.join(out, PROGRESS)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"settings": settings, "done": done}, f, indent=2)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv=None) -> int:
@@ -254,7 +284,10 @@ def main(argv=None) -> int:
     out = os.path.abspath(args.out)
     p = _paths(out, os.path.abspath(args.data))
     cmds = commands(args, p)
-    settings = {k: v for k, v in vars(args).items() if k not in ("dry_run", "overwrite")}
+    settings = {
+        k: v for k, v in vars(args).items() if k not in ("dry_run", "overwrite", "resume", "out")
+    }
+    settings["data"] = os.path.abspath(args.data)  # however it is spelled
     if args.dry_run:
         print(json.dumps(settings))
         for name, cmd in cmds.items():
@@ -262,7 +295,7 @@ def main(argv=None) -> int:
         print(f"fusion: {shlex.join(fuse_command(p, '<best dense run>'))}")
         print(f"rerank: {shlex.join(rerank_command(args, p, '<best dense model>'))}")
         return 0
-    status = _prepare(args, out)
+    status, done = _prepare(args, out, settings)
     if status is not None:
         return status
     try:
@@ -274,7 +307,9 @@ def main(argv=None) -> int:
         os.makedirs(p[folder], exist_ok=True)
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.threads]))
     print(json.dumps({**settings, "train_pairs": num_train, "dev_queries": num_dev}), flush=True)
-    rows = run_stages(args, p, cmds)
+    if done:
+        print(f"resuming: {', '.join(done)} finished", flush=True)
+    rows = run_stages(args, p, cmds, done, lambda: _record(out, settings, done))
     record = {"settings": settings, "cpu": retrieval_loop.cpu_model(), "stages": rows}
     with open(os.path.join(out, "debian_loop.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2)
@@ -283,12 +318,17 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_stages(args, p: dict[str, str], cmds: dict[str, list[str]]) -> list[dict]:
-    """Runs every stage in order; a row for each scored one (module docstring)."""
-    rows, walls, scores = [], {}, {}
+def run_stages(args, p: dict[str, str], cmds: dict[str, list[str]], done=None, record=None):
+    """Runs every stage in order, but those `done` holds (name -> wall seconds: each finished
+    one is added, then `record()` called); a row for each scored one (module docstring)."""
+    rows, walls, scores, done = [], {}, {}, {} if done is None else done
 
     def run(name: str, cmd: list[str]) -> None:
-        walls[name] = retrieval_loop.run_stage(name, cmd, p["logs"])
+        if name not in done:
+            done[name] = retrieval_loop.run_stage(name, cmd, p["logs"])
+            if record is not None:
+                record()
+        walls[name] = done[name]
         if name.startswith("search_") or name in ("bm25", "minilm", "fusion", "rerank"):
             scores[name.removeprefix("search_")] = per_query(p, name.removeprefix("search_"))
 

@@ -80,6 +80,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.document_regularizer_weight = 3e-5
     c.embed.max_train_examples = 0  # 0 = all; else the first this many pairs
     c.embed.max_eval_examples = 0
+    # Prompts put before each anchor (a query) and each positive and hard negative (a document)
+    # in training and dev scoring, and saved as the export's "query" / "document" prompts
+    # (encode_query / encode_document put them): "auto" = the starting sentence-transformers
+    # directory's (none where it has none), "" = none, else the text ("search_query: ").
+    c.embed.query_prompt = "auto"
+    c.embed.document_prompt = "auto"
     # The settings every text job has. A row is a text: max_seq_length 0 = the starting
     # sentence-transformers directory's, else 128. Packing: the texts of a batch (anchors,
     # positives, hard negatives) several to a row, the loss the padded batch's

@@ -40,6 +40,9 @@ Variants (`--config=configs/pretrain.py:size=...,phase=...`):
   arch=mpnet       MPNet (sizes tiny, base): RoBERTa's recipe on MPNet's encoder and WordPiece
                    vocabulary, the masked LM alone (no permuted LM); `roberta_config`,
                    docs/mpnet.md
+  arch=jina_embeddings_v3  Jina-embeddings-v3's masked LM (size tiny): RoBERTa's CPU job on its
+                   encoder (rotary positions) with a Unigram vocabulary; `roberta_config`,
+                   docs/jina_embeddings_v3.md
   tpu=SLICE        BERT-large on a TPU slice (v4-32, v5e-16, v5e-64, v5p-8, v5p-128): the mesh,
                    remat and micro-batches that fit it with headroom (phase 1: the slice's global
                    batch, 1,536 on v5e-16, 4,096 on v5e-64, 2,048 on v5p-128, 1,024 on v4-32
@@ -73,6 +76,7 @@ from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import model_fields
 from bert_jax.models.gte.config import GteConfig
+from bert_jax.models.jina_embeddings_v3.config import JinaEmbeddingsV3Config
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.nomic_bert.config import NomicBertConfig
@@ -132,7 +136,7 @@ GPU_RECIPES = {
 
 VARIANT = {"size": "tiny", "phase": 1, "mlm_only": False, "tpu": "", "gpu": "", "arch": "bert"}
 ARCHS = ("bert", "modernbert", "roberta", "xlm-roberta", "electra", "deberta-v2", "deberta_v3",
-         "nomic_bert", "gte", "eurobert", "mpnet")  # fmt: skip
+         "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3")  # fmt: skip
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -486,11 +490,16 @@ XLM_ROBERTA_RECIPES = {
 # MPNet's (Song et al. 2020, arXiv 2004.09297): RoBERTa's base recipe (8,192 sequences of 512
 # tokens, 500k steps, 6e-4 after 24k warmup steps), in its one released size; tiny is RoBERTa's.
 MPNET_RECIPES = {size: ROBERTA_RECIPES[size] for size in ("tiny", "base")}
+# Jina-embeddings-v3's: RoBERTa's CPU job only. Its report (Sturua et al. 2024) starts from
+# XLM-RoBERTa's weights and trains it on with rotary positions; that continued run is not
+# reproduced here, so there is no full-size recipe.
+JINA_RECIPES = {"tiny": ROBERTA_RECIPES["tiny"]}
 # arch -> (config class, the default corpus's vocabulary kind, recipes by size).
 ROBERTA_ARCHS = {
     "roberta": (RobertaConfig, "bpe", ROBERTA_RECIPES),
     "xlm-roberta": (XLMRobertaConfig, "unigram", XLM_ROBERTA_RECIPES),
     "mpnet": (MPNetConfig, "mpnet", MPNET_RECIPES),
+    "jina_embeddings_v3": (JinaEmbeddingsV3Config, "unigram", JINA_RECIPES),
 }
 
 
@@ -520,6 +529,9 @@ def roberta_config(
     base recipe, as MPNet's paper does, but trains the masked LM alone: the paper's objective
     also predicts permuted tokens, which this job does not implement. size=tiny is RoBERTa's CPU
     job with its own 8,192-piece MPNet WordPiece vocabulary.
+
+    arch=jina_embeddings_v3 (`JinaEmbeddingsV3ForMaskedLM`) has size=tiny only: RoBERTa's CPU job
+    on Jina-embeddings-v3's encoder (rotary positions, no table) with XLM-R's kind of vocabulary.
     """
     if arch not in ROBERTA_ARCHS:
         raise ValueError(f"unknown arch={arch!r}; known: {sorted(ROBERTA_ARCHS)}")
@@ -559,7 +571,8 @@ def roberta_config(
     c.global_batch_size = recipe["batch"]
     c.num_train_steps = recipe["steps"]
     c.mlm_bias_init = "unigram" if tiny else "zeros"
-    c.position_embeddings_init = "sinusoid" if tiny else "normal"
+    table = "position_embeddings" in families.FAMILIES[config_class.model_type].starting_paths
+    c.position_embeddings_init = "sinusoid" if tiny and table else "normal"  # RoPE: no table
     if tiny:  # a few minutes on a CPU: evaluated every 100 steps on 20 held-out batches
         c.eval_every_steps, c.num_eval_steps, c.checkpoint_every_steps = 100, 20, 100
     c.lock()

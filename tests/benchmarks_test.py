@@ -845,3 +845,52 @@ def test_inference_dtype_measures_bfloat16_against_float32(capsys):
     assert 0.999 < record["cosine_min"] < 1.0 and 0.9 <= record["top10_kept"] <= 1.0
     for key in ("ndcg@10_float32", "ndcg@10_bfloat16", "mrr@10_float32", "mrr@10_bfloat16"):
         assert 0.5 < record[key] <= 1.0
+
+
+def test_debian_loop_resumes_from_the_first_stage_not_finished(tmp_path, monkeypatch, capsys):
+    """--resume reruns only the stages progress.json does not hold (each finished one recorded
+    as it ends), keeping the finished ones' wall times; other settings are refused naming them,
+    as is an earlier run without --resume or --overwrite."""
+    from benchmarks import debian_loop
+
+    args = debian_loop.parse_args(["--tiny", f"--data={SLICE}", "--out=x"])
+    p = debian_loop._paths(str(tmp_path), SLICE)
+    for folder in ("search", "logs"):
+        os.makedirs(p[folder])
+    p["dev"] = str(tmp_path / "dev.jsonl")
+    queries = [json.loads(line)["query"] for line in open(f"{SLICE}/dev.jsonl")]
+    debian_loop._write_jsonl([{"query": q} for q in queries], p["dev"])
+    runs = ["bm25", "minilm", "stage0", "stage1_seed0", "stage1_seed1", "fusion", "rerank"]
+    for i, name in enumerate(runs):  # each search's output, as the stages would leave it
+        ids = [[str(i + q) for q in range(10)] for _ in queries]
+        debian_loop._write_jsonl(
+            [{"query_id": q, "ids": r} for q, r in enumerate(ids)], f"{p['search']}/{name}.jsonl"
+        )
+        metrics = {"ndcg@10": i / 10, "mrr@10": 0.0, "recall@100": 0.0}
+        (tmp_path / "search" / f"{name}.metrics.json").write_text(json.dumps(metrics))
+    cmds = debian_loop.commands(args, p)
+    stages = [*cmds, "fusion", "rerank"]
+    ran = []
+
+    def fake_stage(name, cmd, logs):
+        ran.append(name)
+        return 7.0
+
+    monkeypatch.setattr(debian_loop.retrieval_loop, "run_stage", fake_stage)
+    done = {name: 1.0 for name in stages if name != "rerank"}
+    recorded = []
+    rows = debian_loop.run_stages(args, p, cmds, done, lambda: recorded.append(dict(done)))
+    assert ran == ["rerank"] and recorded[-1]["rerank"] == 7.0  # only the one not finished
+    assert [r["wall_s"] for r in rows][:3] == [1.0, 1.0, 1.0] and rows[-1]["wall_s"] == 8.0
+
+    out = tmp_path / "loop"
+    out.mkdir()
+    settings = {"pairs": 64, "seeds": 2}
+    debian_loop._record(str(out), settings, {"bm25": 3.0})
+    args.resume = True
+    assert debian_loop._prepare(args, str(out), settings) == (None, {"bm25": 3.0})
+    status, _ = debian_loop._prepare(args, str(out), {**settings, "pairs": 128})
+    assert status == 1 and "other settings (pairs: 64 -> 128)" in capsys.readouterr().err
+    args.resume = False
+    assert debian_loop._prepare(args, str(out), settings)[0] == 1
+    assert "--overwrite replaces it, --resume continues it" in capsys.readouterr().err

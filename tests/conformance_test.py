@@ -57,6 +57,10 @@ STEPS = 2
 # fill-mask runs: 215 s of its 275 s on 2 cores) run with -m e2e: ModernBERT runs the same rotary,
 # packed, no-token-type code by default, tests/models/toy_family_test.py the pre-norm stack
 # scanned, and tests/models/eurobert_test.py its packed rows.
+# Jina-embeddings-v3's slow rows (103 s of its 118 s on 2 cores) run with -m e2e too: XLM-R's
+# runs the same tokenizer and heads by default, ModernBERT's rotary positions, and
+# tests/models/jina_embeddings_v3_test.py every head against transformers, its packed rows and
+# its scanned layers.
 def families_with_e2e(*slow: str) -> list:
     """Every registered family as an indirect `fam` parameter; those in `slow` run with -m e2e,
     for the suite's time, where another family runs the same code (each use says which)."""
@@ -90,7 +94,9 @@ MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 # on more variants than here run with -m e2e, for the suite's time.
 @pytest.mark.torch
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"),
+    indirect=True,
 )
 def test_every_head_equals_transformers(fam):
     """Each class of the family's row (`Family.roles`) on the fixture's odd config, converted
@@ -208,7 +214,9 @@ def check_export(fam, hf_dir, objective: str) -> None:
 # RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("electra", "bert", "roberta", "nomic_bert", "gte", "eurobert", "mpnet"),
+    families_with_e2e(
+        "electra", "bert", "roberta", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+    ),
     indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
@@ -306,7 +314,9 @@ def test_every_kind_of_task_is_fine_tuned_here():
 # default: the one post-norm rotary family (prenorm.py's stack) whose job runs there, its other
 # rows with -m e2e (tests/models/gte_test.py holds its heads to transformers and its packed rows).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3"),
+    indirect=True,
 )
 @pytest.mark.parametrize(
     "objective",
@@ -360,7 +370,9 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 # exports_test loads every family's export in sentence-transformers (MPNet's too).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("electra", "roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet"),
+    families_with_e2e(
+        "electra", "roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+    ),
     indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
@@ -429,7 +441,9 @@ def _apply(fam, head: str | None, text: str, **kwargs):
 # BERT's too, here: tests/inference/inference_test.py checks its embed command the same way.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("xlm-roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet"),
+    families_with_e2e(
+        "xlm-roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+    ),
     indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
@@ -456,7 +470,11 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
 # MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
 # layers against the loop (XLM-R's: see above).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e(
+        "xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+    ),
+    indirect=True,
 )
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     """The stack scanned over the stacked tree and rematerialized (`scan_layers`,
@@ -496,7 +514,11 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
 
 
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e(
+        "xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+    ),
+    indirect=True,
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
     """CLS (normalized), mean and the pooler where the family has one, chosen layers, and a
@@ -597,7 +619,9 @@ def _queries(mask: str) -> list[str]:
 # fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's;
 # MPNet's, whose <mask> and MLM head are RoBERTa's.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("bert", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
+    "fam",
+    families_with_e2e("bert", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"),
+    indirect=True,
 )
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
 def test_fill_mask_gives_the_masked_lm_top_tokens(fam, capsys, spelling):

@@ -124,6 +124,12 @@ FIXTURES: dict[str, FamilyFixture] = {
     ),
     # Embeddings narrower than the layers (24 < 32): `embeddings_project` in every model.
     "electra": FamilyFixture(dict(embedding_size=24, type_vocab_size=3), wordpiece),
+    # Two token types and a rotary theta of its own (the released model's: one, 20,000);
+    # XLM-R's kind of tokenizer.
+    "jina_embeddings_v3": FamilyFixture(
+        dict(type_vocab_size=2, layer_norm_eps=1e-5, rope=dict(rope_theta=77.0)),
+        sentencepiece_unigram,
+    ),
     # Layer 0 attends globally, layer 1 in a window of 4 keys (shorter than the rows); every
     # bias on (the released models have none, which would hide a swapped or missing one).
     "modernbert": FamilyFixture(

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from bert_jax import tokenization
@@ -79,12 +80,17 @@ class SentenceTransformerSettings:
         directory states none.
       transformer_path: the encoder's folder inside the directory ("" for the directory itself,
         as every sentence-transformers version since 2 writes it).
+      prompts: texts put before a text to embed, by name (config_sentence_transformers.json's
+        `prompts`, e.g. {"query": "search_query: "}); `default_prompt_name`: the one used where
+        none is named (None: no prompt).
     """
 
     pooling: str
     normalize: bool
     max_seq_length: int | None = None
     transformer_path: str = ""
+    prompts: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    default_prompt_name: str | None = None
 
 
 def save_sentence_transformer(
@@ -96,6 +102,8 @@ def save_sentence_transformer(
     pooling: str,
     normalize: bool,
     max_seq_length: int,
+    prompts: Mapping[str, str] | None = None,
+    default_prompt_name: str | None = None,
     card: str | None = None,
 ) -> str:
     """Writes a sentence-transformers directory of the encoder in `params`.
@@ -118,6 +126,8 @@ def save_sentence_transformer(
       normalize: scale the embeddings to unit length (a `Normalize` module; False for splade).
       max_seq_length: tokens kept per text, the row's special tokens included; at most the
         model's `max_sequence_length` (RoBERTa's 512 of its 514 positions).
+      prompts, default_prompt_name: the model's prompts by name and the one used where none is
+        named (`SentenceTransformerSettings`); `encode(prompt_name=...)` reads them.
       card: the README.md: its whole text (starting with the Hub's `---` header), or a body
         (how the model was trained, its scores) that follows the embedder's header, usage and
         architecture (`model_card.render_sentence_transformer`); None: no card.
@@ -126,11 +136,16 @@ def save_sentence_transformer(
       `directory` as a string.
 
     Raises:
-      ValueError: an unknown pooling, a max_seq_length outside [2, max_sequence_length], or a
-        tokenizer whose vocabulary is not the model's.
+      ValueError: an unknown pooling, a max_seq_length outside [2, max_sequence_length], a
+        default_prompt_name not among the prompts, or a tokenizer whose vocabulary is not the
+        model's.
       FileNotFoundError: no tokenizer in `tokenizer_dir`.
     """
+    settings = SentenceTransformerSettings(
+        pooling, normalize, max_seq_length, "", dict(prompts or {}), default_prompt_name
+    )
     check_settings(config, pooling, max_seq_length)
+    check_prompts(settings.prompts, default_prompt_name, "the settings")
     if pooling in SPARSE_POOLINGS and normalize:
         raise ValueError("normalize=True: a SPLADE model's vectors are not normalized")
     tokenizer = _tokenizer(tokenizer_dir, config.vocab_size)
@@ -142,7 +157,6 @@ def save_sentence_transformer(
         encoder_params = params.get(family.encoder_name, params)
         save_pytorch(config, encoder_params, out, family.base_model, overwrite=True)
     tokenizer.save(out, model_max_length=max_seq_length)
-    settings = SentenceTransformerSettings(pooling, normalize, max_seq_length)
     _write_module_configs(out, config, settings)
     if card is not None:
         if not card.startswith("---"):  # a body: the embedder's header and usage go first
@@ -174,6 +188,7 @@ def save_modules(
       ValueError: as `check_settings`.
     """
     check_settings(config, settings.pooling, settings.max_seq_length)
+    check_prompts(settings.prompts, settings.default_prompt_name, "the settings")
     out = as_path(directory)
     _write_module_configs(out, config, settings)
     _write_json(out / MODULES_FILE, _modules(settings))
@@ -186,7 +201,11 @@ def _write_module_configs(
     if settings.max_seq_length is not None:
         transformer = {"max_seq_length": settings.max_seq_length, "do_lower_case": False}
         _write_json(out / TRANSFORMER_CONFIG, transformer)
-    st_config = {"prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
+    st_config = {
+        "prompts": dict(settings.prompts),
+        "default_prompt_name": settings.default_prompt_name,
+        "similarity_fn_name": "cosine",
+    }
     if settings.pooling in SPARSE_POOLINGS:
         pooling_config = st_splade_pooling_config(config.vocab_size)
         _write_json(out / SPLADE_POOLING_DIR / "config.json", pooling_config)
@@ -293,6 +312,7 @@ def read_sentence_transformer(
             folder / transformer_path if transformer_path else folder
         ),
         transformer_path=transformer_path,
+        **read_prompts(folder),
     )
 
 
@@ -309,7 +329,68 @@ def _read_sparse_encoder(folder, modules: list[dict]) -> SentenceTransformerSett
         )
     transformer_path = str(modules[0].get("path", ""))
     length = read_max_seq_length(folder / transformer_path if transformer_path else folder)
-    return SentenceTransformerSettings("splade", False, length, transformer_path)
+    return SentenceTransformerSettings(
+        "splade", False, length, transformer_path, **read_prompts(folder)
+    )
+
+
+def read_prompts(folder) -> dict[str, Any]:
+    """config_sentence_transformers.json's `prompts` and `default_prompt_name` (none where the
+    file is absent), as `SentenceTransformerSettings` fields; ValueError naming the file for
+    prompts that are not texts by name or a default that is not among them."""
+    path = folder / "config_sentence_transformers.json"
+    config = _read_json(path) if path.is_file() else {}
+    prompts = config.get("prompts") or {}
+    if not isinstance(prompts, dict):
+        raise ValueError(f"{path}: prompts is {prompts!r}; expected texts by name")
+    prompts = {name: "" if text is None else text for name, text in prompts.items()}
+    default = config.get("default_prompt_name")
+    check_prompts(prompts, default, str(path))
+    return {"prompts": prompts, "default_prompt_name": default}
+
+
+def resolve_prompt(
+    settings, prompt_name: str | None = None, prompt: str | None = None, task: str | None = None
+) -> str:
+    """The prompt `SentenceTransformer.encode` puts before each text: `prompt` where given, else
+    the directory's prompt named `prompt_name`, else (for `task` "query" or "document", as
+    `encode_query` / `encode_document` choose) its "query" prompt or its first of "document",
+    "passage" and "corpus", else its `default_prompt_name`'s, else none ("").
+
+    Args:
+      settings: a `SentenceTransformerSettings` or None (a directory without prompts).
+
+    Raises:
+      ValueError: `prompt_name` not among the directory's prompts (naming them).
+    """
+    prompts = dict(settings.prompts) if settings is not None else {}
+    if prompt is not None:
+        return prompt
+    if prompt_name is None and task is not None:
+        names = ("query",) if task == "query" else ("document", "passage", "corpus")
+        prompt_name = next((n for n in names if n in prompts), None)
+    if prompt_name is not None:
+        if prompt_name not in prompts:
+            raise ValueError(
+                f"--prompt_name {prompt_name!r}: the model's prompts are {sorted(prompts)} "
+                "(config_sentence_transformers.json)"
+            )
+        return prompts[prompt_name]
+    default = settings.default_prompt_name if settings is not None else None
+    return prompts.get(default, "") if default is not None else ""
+
+
+def check_prompts(prompts: Mapping[str, str], default_prompt_name: str | None, where: str) -> None:
+    """ValueError, naming `where`, for a prompt that is not a text or a default_prompt_name that
+    is not one of `prompts`' names."""
+    bad = {name: text for name, text in prompts.items() if not isinstance(text, str)}
+    if bad:
+        raise ValueError(f"{where}: prompts {bad} are not texts")
+    if default_prompt_name is not None and default_prompt_name not in prompts:
+        raise ValueError(
+            f"{where}: default_prompt_name {default_prompt_name!r} is not one of the prompts "
+            f"{sorted(prompts)}"
+        )
 
 
 def _read_json(path) -> Any:
@@ -323,7 +404,13 @@ def _read_pooling(path) -> str:
     """The pooling mode of a Pooling module's config.json, either format."""
     if not path.is_file():
         raise ValueError(f"the Pooling module has no {path}")
-    modes = st_pooling_modes(_read_json(path))
+    config = _read_json(path)
+    if config.get("include_prompt", True) is False:
+        raise ValueError(
+            f"{path}: include_prompt false leaves the prompt's tokens out of the pooling; "
+            "bert_jax pools every token of the text, its prompt too"
+        )
+    modes = st_pooling_modes(config)
     if len(modes) != 1 or modes[0] not in SENTENCE_POOLINGS:
         raise ValueError(
             f"{path}: pooling {modes}; bert_jax computes one of {list(SENTENCE_POOLINGS)} pooling"

@@ -25,6 +25,7 @@ and when: docs/embeddings.md, "What the run does and writes".
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
@@ -33,6 +34,7 @@ from bert_jax import batch_layout, tokenization
 from bert_jax.checkpoints import hub
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
+    resolve_prompt,
     save_sentence_transformer,
 )
 from bert_jax.data import batching
@@ -42,6 +44,7 @@ from bert_jax.models.pooling import SENTENCE_POOLINGS, SPARSE_POOLINGS
 from bert_jax.parallel import aot
 from bert_jax.paths import as_path
 from bert_jax.retrieval import pairs
+from bert_jax.retrieval.pairs import Pairs
 from bert_jax.training import compile_report, contrastive, experiment, flops, seed_run, splade
 from bert_jax.training.export import training_section, write_from_process_0
 from bert_jax.training.job import Job, register
@@ -122,6 +125,9 @@ class Starting:
         Normalize module (never for splade).
       max_seq_length: tokens a text keeps.
       tokenizer: the vocabulary.
+      query_prompt, document_prompt: put before each anchor, and each positive and negative.
+      prompts, default_prompt_name: the export's (the starting directory's, with the query and
+        document prompts where they differ from its own).
     """
 
     model_config: Any
@@ -129,6 +135,21 @@ class Starting:
     normalize: bool
     max_seq_length: int
     tokenizer: tokenization.SubwordTokenizer
+    query_prompt: str = ""
+    document_prompt: str = ""
+    prompts: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    default_prompt_name: str | None = None
+
+    def prompted(self, texts: Pairs) -> Pairs:
+        """`texts` with the query prompt before each anchor and the document prompt before each
+        positive and hard negative."""
+        q, d = self.query_prompt, self.document_prompt
+        return dataclasses.replace(
+            texts,
+            anchors=[q + t for t in texts.anchors],
+            positives=[d + t for t in texts.positives],
+            negatives=[tuple(d + t for t in negs) for negs in texts.negatives],
+        )
 
 
 def starting_point(config) -> Starting:
@@ -160,7 +181,24 @@ def starting_point(config) -> Starting:
     length = e.max_seq_length or getattr(st, "max_seq_length", None) or DEFAULT_MAX_SEQ_LENGTH
     length = min(length, model_config.max_sequence_length)
     logging.info("pooling %s, normalize %s, max_seq_length %d", pooling, normalize, length)
-    return Starting(model_config, pooling, normalize, length, tokenizer)
+    return Starting(model_config, pooling, normalize, length, tokenizer, **_prompts(e, st))
+
+
+def _prompts(e, st) -> dict[str, Any]:
+    """The run's query and document prompts (`embed.query_prompt`, `embed.document_prompt`;
+    "auto": the ones the starting directory `st`'s encode_query / encode_document use) and the
+    export's prompts, as `Starting` fields."""
+    prompts = dict(getattr(st, "prompts", {}))
+    chosen = {}
+    for task, key in (("query", "query_prompt"), ("document", "document_prompt")):
+        own = resolve_prompt(st, task=task)
+        chosen[key] = own if e[key] == "auto" else e[key]
+        if chosen[key] != own:
+            prompts[task] = chosen[key]
+    if any(chosen.values()):
+        logging.info("prompts: query %r, document %r", *chosen.values())
+    default = getattr(st, "default_prompt_name", None)
+    return {**chosen, "prompts": prompts, "default_prompt_name": default}
 
 
 def build_experiment(
@@ -237,11 +275,11 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     e = config.embed
     start = starting_point(config)
     train, dev, data_files = seed_run.read_train_dev(e, pairs.read_pairs)
-    features = pairs.featurize_pairs(train, start.tokenizer, start.max_seq_length)
+    features = pairs.featurize_pairs(start.prompted(train), start.tokenizer, start.max_seq_length)
     dev_set = (
         None
         if dev is None
-        else evaluation.retrieval_set(dev, start.tokenizer, start.max_seq_length)
+        else evaluation.retrieval_set(start.prompted(dev), start.tokenizer, start.max_seq_length)
     )
     seed_run.check_batch(config, batching.num_rows(features), f"training pairs of {e.train_file}")
     steps_per_epoch = seed_run.group_batches(
@@ -303,6 +341,8 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
             pooling=start.pooling,
             normalize=start.normalize,
             max_seq_length=start.max_seq_length,
+            prompts=start.prompts,
+            default_prompt_name=start.default_prompt_name,
             card=card,
         ),
     )
@@ -335,6 +375,9 @@ def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -
     ]
     if objective.dims:
         items.insert(1, f"Matryoshka dimensions: {', '.join(map(str, objective.dims))}")
+    if start.query_prompt or start.document_prompt:
+        items.insert(1, f"prompts: {start.query_prompt!r} before each query (anchor), "
+                        f"{start.document_prompt!r} before each document")  # fmt: skip
     dev = None
     if end:
         title = f"Dev retrieval (`{e.dev_file}`: each anchor's positive among every dev document):"

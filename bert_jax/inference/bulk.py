@@ -301,6 +301,8 @@ class _Model:
 
     def encode(self, texts: list[str], texts_b: list[str] | None) -> dict[str, np.ndarray]:
         """Token features of one chunk (`batches.features`' keys), on the reading thread."""
+        if self.rows.prompt:
+            texts = [self.rows.prompt + text for text in texts]
         encoded, stats = encode_texts(self.tokenizer, texts, texts_b, self.max_seq_length)
         self.truncated += stats.truncated
         encoded["example_weights"] = np.ones(len(texts), np.float32)

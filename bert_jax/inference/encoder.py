@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.checkpoints.sentence_transformers import resolve_prompt
 from bert_jax.inference import batches, loading
 from bert_jax.models.families import EncoderConfig, Role, family_of
 from bert_jax.models.pooling import (
@@ -32,11 +33,20 @@ from bert_jax.models.pooling import (
 
 
 class EmbeddingOptions(NamedTuple):
-    """How `embed` turns the encoder's outputs into sentence embeddings."""
+    """How `embed` turns the encoder's outputs into sentence embeddings.
+
+    Attributes:
+      pooling, normalize, max_seq_length: as `embed` takes them.
+      prompt: the text put before each text (a sentence-transformers prompt; "" none).
+      truncate_dim: the embedding's first dimensions kept (Matryoshka), after normalization, as
+        `SentenceTransformer.encode(truncate_dim=...)` keeps them; None: all.
+    """
 
     pooling: str = "cls"
     normalize: bool = False
     max_seq_length: int = 128
+    prompt: str = ""
+    truncate_dim: int | None = None
 
 
 def embedding_options(
@@ -45,10 +55,15 @@ def embedding_options(
     pooling: str | None = None,
     normalize: bool | None = None,
     max_seq_length: int | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    task: str | None = None,
+    truncate_dim: int | None = None,
 ) -> tuple[EmbeddingOptions, list[str]]:
     """The options of an embedding run: each one given, else the sentence-transformers
     directory's (`settings`, a `SentenceTransformerSettings` or None), else the default
-    (`EmbeddingOptions()`: CLS pooling, not normalized, 128 tokens).
+    (`EmbeddingOptions()`: CLS pooling, not normalized, 128 tokens); the prompt as
+    `resolve_prompt` chooses it; `truncate_dim` as given.
 
     A given pooling or normalization that differs from the directory's is used, with a warning:
     the embeddings are then not the ones the model was trained to produce (a probe of another
@@ -59,11 +74,14 @@ def embedding_options(
       (the options, the warnings to show the user).
     """
     default = EmbeddingOptions()
+    text = resolve_prompt(settings, prompt_name, prompt, task)
     if settings is None:
         return EmbeddingOptions(
             pooling or default.pooling,
             default.normalize if normalize is None else normalize,
             max_seq_length or default.max_seq_length,
+            text,
+            truncate_dim,
         ), []
     warnings = []
     for name, given, own in (
@@ -79,6 +97,8 @@ def embedding_options(
         settings.pooling if pooling is None else pooling,
         settings.normalize if normalize is None else normalize,
         max_seq_length or settings.max_seq_length or default.max_seq_length,
+        text,
+        truncate_dim,
     ), warnings
 
 
@@ -87,9 +107,12 @@ class EmbeddingModel(NamedTuple):
 
     Attributes:
       config, params, tokenizer: as `loading.load_embedder` returns them.
-      options: the pooling, normalization and length to use (`embedding_options`).
+      options: the pooling, normalization, length, prompt and dimensions to use
+        (`embedding_options`).
       warnings: what the user should be told about the options (given ones that override the
         sentence-transformers directory's).
+      settings: the sentence-transformers directory's (None: none), whose prompts `for_task`
+        chooses from.
     """
 
     config: EncoderConfig
@@ -97,20 +120,20 @@ class EmbeddingModel(NamedTuple):
     tokenizer: object
     options: EmbeddingOptions
     warnings: list[str]
+    settings: object = None
 
     def embed(self, texts: Sequence[str], **kwargs) -> np.ndarray:
-        """`embed` of `texts` with this model's pooling, normalization and length; `kwargs`:
-        embed's other arguments (batch_size, layers, pack, ...)."""
+        """`embed` of `texts` with this model's options (pooling, normalization, length,
+        prompt, dimensions); `kwargs`: embed's other arguments (batch_size, layers, pack, ...)."""
         return embed(
-            self.config,
-            self.params,
-            self.tokenizer,
-            texts,
-            pooling=self.options.pooling,
-            normalize=self.options.normalize,
-            max_seq_length=self.options.max_seq_length,
-            **kwargs,
+            self.config, self.params, self.tokenizer, texts, **self.options._asdict(), **kwargs
         )
+
+    def for_task(self, task: str) -> EmbeddingModel:
+        """This model with the prompt `SentenceTransformer.encode_query` (`task` "query") or
+        `encode_document` ("document") uses where none is named (`resolve_prompt`)."""
+        prompt = resolve_prompt(self.settings, task=task)
+        return self._replace(options=self.options._replace(prompt=prompt))
 
 
 def load_for_embedding(
@@ -119,21 +142,34 @@ def load_for_embedding(
     pooling: str | None = None,
     normalize: bool | None = None,
     max_seq_length: int | None = None,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    truncate_dim: int | None = None,
 ) -> EmbeddingModel:
     """`loading.load_embedder(path)` and its `embedding_options` (the given ones, else the
     sentence-transformers directory's, else the defaults).
 
     Raises:
       FileNotFoundError: no tokenizer.json or vocab.txt beside the weights.
+      ValueError: a prompt_name the directory does not have.
     """
     config, params, tokenizer, settings = loading.load_embedder(path)
     options, warnings = embedding_options(
-        settings, pooling=pooling, normalize=normalize, max_seq_length=max_seq_length
+        settings,
+        pooling=pooling,
+        normalize=normalize,
+        max_seq_length=max_seq_length,
+        prompt_name=prompt_name,
+        prompt=prompt,
+        truncate_dim=truncate_dim,
     )
-    return EmbeddingModel(config, params, tokenizer, options, warnings)
+    return EmbeddingModel(config, params, tokenizer, options, warnings, settings)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "pooling", "normalize", "layers"))
+STEP_OPTIONS = ("model", "pooling", "normalize", "layers", "truncate_dim")
+
+
+@functools.partial(jax.jit, static_argnames=STEP_OPTIONS)
 def embed_step(
     params,
     batch,
@@ -142,17 +178,20 @@ def embed_step(
     pooling: str,
     layers: tuple[int, ...] | None,
     normalize: bool = False,
+    truncate_dim: int | None = None,
 ):
     """Pooled hidden states of one batch: float32 [B, P, E], P = len(layers) or 1 (last layer);
     of packed rows, one a text slot: [R, S, P, E]. With pooling "splade" (`model` a masked-LM
-    head), SPLADE vectors of the logits: [B, 1, V] or [R, S, 1, V].
+    head), SPLADE vectors of the logits: [B, 1, V] or [R, S, 1, V]. With `truncate_dim` D, E is
+    D: the first D dimensions, after normalization.
 
     Args:
       params: the encoder's parameters (an argument, never a constant of the program).
       batch: input_ids, token_type_ids, attention_mask int32 [B, L]; or packed rows
         (`batches.pack_texts`: those [R, L] with segment_ids, position_ids [R, L] and
         cls_positions [R, S]), each text pooled from its own tokens.
-      model: the encoder (`loading.encoder`); pooling, layers and normalize as in `embed`.
+      model: the encoder (`loading.encoder`); pooling, layers, normalize and truncate_dim as in
+        `embed`.
     """
     packed = "segment_ids" in batch
     rows = {k: batch[k] for k in ("position_ids", "segment_ids", "cls_positions") if k in batch}
@@ -182,7 +221,7 @@ def embed_step(
     if normalize:  # as torch's F.normalize (sentence-transformers' Normalize): x / max(|x|, 1e-12)
         norm = jnp.linalg.norm(pooled, axis=-1, keepdims=True)
         pooled = pooled / jnp.maximum(norm, 1e-12)
-    return pooled
+    return pooled[..., :truncate_dim]  # Matryoshka: the first dimensions, after Normalize
 
 
 def embedder(
@@ -193,18 +232,21 @@ def embedder(
     normalize: bool = False,
     layers: Sequence[int] | None = None,
     dtype: str | None = None,
+    truncate_dim: int | None = None,
 ) -> tuple[Callable, dict]:
-    """`embed_step` for `pooling`, `normalize` and `layers` (as in `embed`), computing in
-    `dtype` (`loading.runtime`; None: float32), and the encoder's parameters.
+    """`embed_step` for `pooling`, `normalize`, `layers` and `truncate_dim` (as in `embed`),
+    computing in `dtype` (`loading.runtime`; None: float32), and the encoder's parameters.
 
     Returns:
       (step(params, batch) -> float32 [B, P, E], the encoder's params).
 
     Raises:
       ValueError: an unknown pooling, "pooler" without a pooler layer, a layer out of range,
-        "splade" with layers or normalization, or for a checkpoint without a masked-LM head.
+        "splade" with layers, normalization or truncate_dim, a truncate_dim outside
+        [1, hidden_size], or for a checkpoint without a masked-LM head.
     """
     check_pooling(pooling, POOLINGS + SPARSE_POOLINGS)
+    check_truncate_dim(config, pooling, truncate_dim)
     if pooling in SPARSE_POOLINGS:
         model, params = _splade_model(config, params, layers, normalize, dtype)
     else:
@@ -217,13 +259,28 @@ def embedder(
         if bad:
             raise ValueError(f"layers {bad} out of range: there are {num_states} hidden states")
     step = functools.partial(
-        batches.tuned(embed_step, ("model", "pooling", "normalize", "layers")),
+        batches.tuned(embed_step, STEP_OPTIONS),
         model=model,
         pooling=pooling,
         normalize=normalize,
         layers=None if layers is None else tuple(int(i) for i in layers),
+        truncate_dim=truncate_dim,
     )
     return step, params
+
+
+def check_truncate_dim(config: EncoderConfig, pooling: str, truncate_dim: int | None) -> None:
+    """ValueError naming --truncate_dim where it is not a width the embeddings have."""
+    if truncate_dim is None:
+        return
+    if pooling in SPARSE_POOLINGS:
+        raise ValueError("--truncate_dim keeps a dense embedding's first dimensions; SPLADE "
+                         "vectors (--sparse) have one a vocabulary entry")  # fmt: skip
+    if not 1 <= truncate_dim <= config.hidden_size:
+        raise ValueError(
+            f"--truncate_dim {truncate_dim}: the embeddings have {config.hidden_size} "
+            "dimensions; give 1 to that many"
+        )
 
 
 def _splade_model(config: EncoderConfig, params, layers, normalize: bool, dtype: str | None):
@@ -254,6 +311,8 @@ def embed(
     pack: bool = True,
     progress: bool | None = None,
     dtype: str | None = None,
+    prompt: str = "",
+    truncate_dim: int | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: [N, E] float32, or [N, len(layers), E] for per-layer embeddings.
 
@@ -278,15 +337,25 @@ def embed(
       progress: show a progress bar; None: when there are at least PROGRESS_MIN_BATCHES batches.
       dtype: the compute dtype: None or "float32", or "bfloat16" (`loading.runtime`; the
         embeddings float32 either way).
+      prompt: put before each text (a sentence-transformers prompt, `resolve_prompt`); its
+        tokens count towards max_seq_length and are pooled, as sentence-transformers does.
+      truncate_dim: keep the embeddings' first D dimensions (after normalization, as
+        `SentenceTransformer.encode(truncate_dim=D)`): E is D.
     """
     step, params = embedder(
-        config, params, pooling=pooling, normalize=normalize, layers=layers, dtype=dtype
+        config,
+        params,
+        pooling=pooling,
+        normalize=normalize,
+        layers=layers,
+        dtype=dtype,
+        truncate_dim=truncate_dim,
     )
     result = batches.run_texts(
         step,
         params,
         tokenizer,
-        texts,
+        [prompt + text for text in texts] if prompt else texts,
         None,
         max_seq_length=min(max_seq_length, config.max_sequence_length),  # the model's positions
         batch_size=batch_size,

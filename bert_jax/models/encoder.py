@@ -56,6 +56,8 @@ class LearnedEmbeddings(nn.Module):
         others add the token types first, as transformers does).
       token_types: whether there is a `token_type_embeddings` table (MPNet has none; its
         token_type_ids are then not read).
+      position_table: whether there is a `position_embeddings` table (False: a family of
+        rotary positions, Jina-v3's; positions are then not read and the length is not checked).
 
     Call: input_ids, token_type_ids, positions [B, L] int (positions: the table's rows) ->
     [B, L, width]; a row longer than the config's `max_sequence_length` raises, naming the
@@ -67,11 +69,12 @@ class LearnedEmbeddings(nn.Module):
     width: int | None = None
     positions_first: bool = False
     token_types: bool = True
+    position_table: bool = True
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids, positions, *, deterministic: bool):
         cfg, rt = self.config, self.runtime
-        if input_ids.shape[-1] > cfg.max_sequence_length:
+        if self.position_table and input_ids.shape[-1] > cfg.max_sequence_length:
             skipped = cfg.max_position_embeddings - cfg.max_sequence_length  # RoBERTa's offset
             unread = f", its rows 0..{skipped - 1} unused" if skipped else ""
             raise ValueError(
@@ -81,6 +84,7 @@ class LearnedEmbeddings(nn.Module):
             )
         width = cfg.hidden_size if self.width is None else self.width
         tables = [("position_embeddings", cfg.max_position_embeddings, positions)]
+        tables = tables if self.position_table else []
         if self.token_types:
             token_types = ("token_type_embeddings", cfg.type_vocab_size, token_type_ids)
             tables.insert(len(tables) if self.positions_first else 0, token_types)

@@ -114,7 +114,8 @@ class GroupedQueryAttention(nn.Module):
 class PreNormLayer(nn.Module):
     """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(.)), each sub-layer's output
     dropped out (`hidden_dropout_prob`); with `post_norm`, norm(x + attn(x)), then
-    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`).
+    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`). `mlp_names`:
+    the feed-forward projections' names (None: `mlp.MLP_NAMES` of the kind).
 
     `__call__(x [B, L, E], mask, angles) -> (x', (x' or None, probs or None))`, the (carry,
     output) shape `nn.scan` wants; the run mode and the kinds live in attributes.
@@ -125,6 +126,7 @@ class PreNormLayer(nn.Module):
     norm: str = "rms_norm"
     mlp: str = "gated"
     post_norm: bool = False
+    mlp_names: tuple[str, ...] | None = None
     deterministic: bool = True
     output_hidden_states: bool = False
     output_attentions: bool = False
@@ -161,11 +163,11 @@ class PreNormLayer(nn.Module):
         return y, (y if self.output_hidden_states else None, probs)
 
     def _feed_forward(self) -> FeedForward:
-        """`mlp` of the layer's kind (called inside `__call__`'s scope): the config's
-        `mlp_bias`, and where it has them `mlp_out_bias` and `mlp_dropout`."""
+        """`mlp` of the layer's kind and names (called inside `__call__`'s scope): the
+        config's `mlp_bias`, and where it has them `mlp_out_bias` and `mlp_dropout`."""
         cfg = self.config
         return FeedForward(
-            cfg, self.runtime, self.mlp, cfg.hidden_act, cfg.mlp_bias,
+            cfg, self.runtime, self.mlp, cfg.hidden_act, cfg.mlp_bias, names=self.mlp_names,
             out_bias=getattr(cfg, "mlp_out_bias", None),
             dropout=getattr(cfg, "mlp_dropout", 0.0), name="mlp",
         )  # fmt: skip
@@ -179,6 +181,7 @@ class PreNormEncoder(nn.Module):
       norm: the norms' kind (`norms.NORMS`).
       mlp: the feed-forward layers' kind (`mlp.MLP_KINDS`).
       post_norm: each sub-layer normed after its residual sum (`PreNormLayer`).
+      mlp_names: the feed-forward projections' names; None: the kind's (`mlp.MLP_NAMES`).
       layer_name / scanned_layer: the layers' names (`layers.run_layers`).
 
     `__call__(x [B, L, E], mask, positions [B, L] int) -> (y [B, L, E], states, probs)`: y the
@@ -192,6 +195,7 @@ class PreNormEncoder(nn.Module):
     norm: str = "rms_norm"
     mlp: str = "gated"
     post_norm: bool = False
+    mlp_names: tuple[str, ...] | None = None
     layer_name: str = LAYER_NAME
     scanned_layer: str = SCANNED_LAYER
 
@@ -210,6 +214,7 @@ class PreNormEncoder(nn.Module):
             norm=self.norm,
             mlp=self.mlp,
             post_norm=self.post_norm,
+            mlp_names=self.mlp_names,
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,

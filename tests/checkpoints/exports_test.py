@@ -88,6 +88,7 @@ def _unigram(lines):
 TOKENIZERS = {
     "roberta": lambda lines: tokenization.train_byte_level_bpe(lines, vocab_size=300),
     "xlm-roberta": _unigram,
+    "jina_embeddings_v3": _unigram,
 }
 
 
@@ -167,7 +168,7 @@ def lines():
 
 # The families added last run with -m e2e, for the suite's time (about a minute each on 2 cores):
 # the conformance suite's e2e stage also exports their embedding job to sentence-transformers.
-E2E_FAMILIES = ("nomic_bert", "gte", "eurobert", "mpnet")
+E2E_FAMILIES = ("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3")
 
 
 @pytest.fixture(

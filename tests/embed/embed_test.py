@@ -185,6 +185,11 @@ def translated_pairs(rng, n):
 
 @pytest.fixture
 def pair_files(tmp_path):
+    return make_pair_files(tmp_path)
+
+
+def make_pair_files(tmp_path):
+    """train.jsonl (48 translated pairs), dev.csv (16) and a WordPiece vocab of their words."""
     rng = np.random.default_rng(0)
     tokenization.train_wordpiece(
         [" ".join([*WORDS, "is", "it"])] * 3, vocab_size=120, min_frequency=1

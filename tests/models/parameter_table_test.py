@@ -26,6 +26,7 @@ from bert_jax.models.electra.config import ElectraConfig
 from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.families import FAMILIES
 from bert_jax.models.gte.config import GteConfig
+from bert_jax.models.jina_embeddings_v3.config import JinaEmbeddingsV3Config
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.nomic_bert.config import NomicBertConfig
@@ -53,6 +54,7 @@ CONFIGS = {
     "nomic_bert": NomicBertConfig(**_SIZES, num_labels=3, type_vocab_size=3),
     "gte": GteConfig(**_SIZES, num_labels=3, type_vocab_size=2),
     "eurobert": EuroBertConfig(**_SIZES, num_labels=3, pad_token_id=0, num_key_value_heads=2),
+    "jina_embeddings_v3": JinaEmbeddingsV3Config(**_SIZES, num_labels=3, type_vocab_size=2),
 }
 # the families whose layers `scan_layers` stacks
 SCANNED = {t for t, f in FAMILIES.items() if f.scanned_layer is not None}

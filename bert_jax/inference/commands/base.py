@@ -43,6 +43,7 @@ class Rows(NamedTuple):
         out the defaults is the same job).
       metadata: more of each shard's metadata (after the settings, the input and its
         fingerprint).
+      prompt: put before each row's (first) text (an embedder's prompt; "" none).
     """
 
     config: EncoderConfig
@@ -54,6 +55,7 @@ class Rows(NamedTuple):
     row_shape: tuple[int, ...]
     used: Mapping[str, Any] = {}
     metadata: Mapping[str, Any] = {}
+    prompt: str = ""
 
 
 def one_text(text_column: str, options: Mapping[str, Any]) -> tuple[str, None]:

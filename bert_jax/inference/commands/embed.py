@@ -5,6 +5,11 @@ otherwise; one text file into float32 [N, E] .npy, or a corpus into Parquet shar
 
     embedding       float32 [E] (list<float32>[E]); [P][E] with --layers
 
+A directory's prompts (config_sentence_transformers.json) are put before each text as
+`SentenceTransformer.encode` puts them: `--prompt_name NAME`'s, else `--prompt TEXT`, else its
+`default_prompt_name`'s. `--truncate_dim D` keeps the first D dimensions (after normalization,
+as `encode(truncate_dim=D)`): E is D.
+
 `--sparse`: SPLADE vectors of a checkpoint with a masked-LM head (a SparseEncoder directory's
 default): float32 [N, V], one weight per vocabulary entry (mostly 0), written dense, as
 `SparseEncoder(DIR).encode(texts).to_dense()` gives them; in Parquet, the same in `embedding`
@@ -46,6 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--layers", default="", help="comma-separated hidden-state indices, e.g. -1,-2"
     )
     parser.add_argument(
+        "--prompt_name",
+        help="the sentence-transformers directory's prompt of that name (its "
+        "config_sentence_transformers.json) before each text; default: its default_prompt_name's",
+    )
+    parser.add_argument("--prompt", help="this text before each text (in place of --prompt_name)")
+    parser.add_argument(
+        "--truncate_dim",
+        type=int,
+        help="keep the embeddings' first N dimensions (Matryoshka), as encode(truncate_dim=N)",
+    )
+    parser.add_argument(
         "--sparse",
         action="store_true",
         help="SPLADE vectors [N, V] of the masked-LM head's logits (a SparseEncoder's default)",
@@ -78,6 +94,9 @@ def run(args: argparse.Namespace) -> None:
         pooling=pooling_flag(args),
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
+        prompt_name=args.prompt_name,
+        prompt=args.prompt,
+        truncate_dim=args.truncate_dim,
     )
     for warning in model.warnings:
         print(f"warning: {args.model}: {warning}", file=sys.stderr)
@@ -104,37 +123,44 @@ def fixed_lists(values: np.ndarray) -> pa.Array:
 def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> base.Rows:
     """The encoder of `model`'s checkpoint, pooling as `options` say (else as its
     sentence-transformers directory does); each row's `embedding`."""
-    config, params, tokenizer, used, warnings = encoder.load_for_embedding(
+    loaded = encoder.load_for_embedding(
         model,
         pooling=options.get("pooling"),
         normalize=options.get("normalize"),
         max_seq_length=max_seq_length,
+        prompt_name=options.get("prompt_name"),
+        prompt=options.get("prompt"),
+        truncate_dim=options.get("truncate_dim"),
     )
-    for warning in warnings:
+    config, used = loaded.config, loaded.options
+    for warning in loaded.warnings:
         logging.warning("%s: %s", model, warning)
     layers = options.get("layers")
     step, params = encoder.embedder(
         config,
-        params,
+        loaded.params,
         pooling=used.pooling,
         normalize=used.normalize,
         layers=layers,
         dtype=options.get("dtype"),
+        truncate_dim=used.truncate_dim,
     )
 
     def columns(out: np.ndarray) -> dict[str, pa.Array]:
         emb = out if layers is not None else out[:, 0]  # [N, P, E] or [N, E]
         return {"embedding": fixed_lists(np.asarray(emb, np.float32))}
 
+    width = config.vocab_size if used.pooling == "splade" else config.hidden_size
     return base.Rows(
         config,
         params,
-        tokenizer,
+        loaded.tokenizer,
         step,
         used.max_seq_length,
         columns,
-        (len(layers or [0]), config.vocab_size if used.pooling == "splade" else config.hidden_size),
-        used={"pooling": used.pooling, "normalize": used.normalize},
+        (len(layers or [0]), used.truncate_dim or width),
+        used={"pooling": used.pooling, "normalize": used.normalize, "prompt": used.prompt},
+        prompt=used.prompt,
     )
 
 
@@ -144,7 +170,7 @@ COMMAND = base.Command(
     add_arguments,
     run,
     base.BulkForm(
-        ("pooling", "normalize", "layers", "dtype"),
+        ("pooling", "normalize", "layers", "dtype", "prompt_name", "prompt", "truncate_dim"),
         load,
         file_suffixes=(".npy",),
         from_args=lambda args: {
@@ -152,6 +178,9 @@ COMMAND = base.Command(
             "normalize": args.normalize,
             "layers": _layers(args.layers),
             "dtype": args.dtype,
+            "prompt_name": args.prompt_name,
+            "prompt": args.prompt,
+            "truncate_dim": args.truncate_dim,
         },
     ),
 )

@@ -92,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--pooling", choices=POOLINGS, default=None, help="as `inference embed`'s")
     add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
     add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
+    add("--truncate_dim", type=int, default=None, help="dimensions kept, as embed's")
     add("--batch_size", type=int, default=64, help="texts (or pairs) a batch")
     add("--rerank", help="a cross-encoder reordering each query's first --rerank_top documents")
     add("--rerank_top", type=int, default=20, help="documents a query the cross-encoder reorders")
@@ -333,50 +334,61 @@ def _check(args: argparse.Namespace) -> None:
 
 def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarray, np.ndarray]:
     """float32 [Q, E] query and [N, E] corpus embeddings of --model (the corpus's as read where
-    it holds them), embedded as `inference embed` embeds (--index sparse: SPLADE vectors [Q, V]
-    and [N, V] as sparse matrices, `_sparse_vectors`); warns of settings that differ."""
+    it holds them), embedded as `inference embed` embeds, each side with the prompt that
+    `SentenceTransformer.encode_query` / `encode_document` puts before it (--index sparse:
+    SPLADE vectors [Q, V] and [N, V] as sparse matrices, `_sparse_vectors`); warns of
+    settings that differ."""
     sparse = args.index == SPARSE
     model = encoder.load_for_embedding(
         args.model,
         pooling="splade" if sparse and args.pooling is None else args.pooling,
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
+        truncate_dim=args.truncate_dim,
     )
     if sparse != (model.options.pooling == "splade"):
         raise ValueError(
             f"--index {args.index} with {model.options.pooling} pooling: a SPLADE model's sparse "
             f"vectors are searched by --index {SPARSE}, dense embeddings by the others"
         )
-    warnings = list(model.warnings)
-    if corpus.settings:
-        length = min(model.options.max_seq_length, model.config.max_sequence_length)
-        used = {"model": str(paths.as_path(args.model)), **model.options._asdict()}
-        used["max_seq_length"] = length  # as the embed job records it
-        for name, value in used.items():
-            if name in corpus.settings and corpus.settings[name] != value:
-                warnings.append(
-                    f"the corpus was embedded with {name}={corpus.settings[name]!r}, the "
-                    f"queries are embedded with {name}={value!r}"
-                )
-    for warning in warnings:
+    queries_model, docs_model = model.for_task("query"), model.for_task("document")
+    for warning in model.warnings + _corpus_warnings(args, docs_model, corpus):
         print(f"warning: {warning}", file=sys.stderr)
-    embed = (
-        (lambda texts: _sparse_vectors(model, texts, args.batch_size, args.dtype))
-        if sparse
-        else (lambda texts: model.embed(texts, batch_size=args.batch_size, dtype=args.dtype))
-    )
+
+    def embed(model: encoder.EmbeddingModel, texts: list[str]):
+        if sparse:
+            return _sparse_vectors(model, texts, args.batch_size, args.dtype)
+        return model.embed(texts, batch_size=args.batch_size, dtype=args.dtype)
+
     docs = corpus.embeddings
     if corpus.texts is not None:
-        docs = embed(corpus.texts)
+        docs = embed(docs_model, corpus.texts)
     elif sparse:
         docs = search_lib.as_sparse(docs)
-    queries = embed(query_texts)
+    queries = embed(queries_model, query_texts)
     if queries.shape[1] != docs.shape[1]:
         raise ValueError(
             f"--corpus holds embeddings of width {docs.shape[1]}; --model {args.model} embeds "
             f"to {queries.shape[1]}"
         )
     return queries, docs
+
+
+def _corpus_warnings(args, docs_model: encoder.EmbeddingModel, corpus: Corpus) -> list[str]:
+    """Where a corpus of embeddings was embedded with settings other than those this search
+    embeds documents with: a line for each."""
+    if not corpus.settings:
+        return []
+    options = docs_model.options
+    length = min(options.max_seq_length, docs_model.config.max_sequence_length)
+    used = {"model": str(paths.as_path(args.model)), **options._asdict()}
+    used["max_seq_length"] = length  # as the embed job records it
+    return [
+        f"the corpus was embedded with {name}={corpus.settings[name]!r}; this search embeds "
+        f"documents with {name}={value!r}"
+        for name, value in used.items()
+        if name in corpus.settings and corpus.settings[name] != value
+    ]
 
 
 def _sparse_vectors(model: encoder.EmbeddingModel, texts: list[str], batch_size: int, dtype):

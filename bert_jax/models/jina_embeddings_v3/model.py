@@ -1,0 +1,134 @@
+"""Jina-embeddings-v3 in Flax linen (Sturua et al. 2024, arXiv 2409.10173) and every Hugging
+Face head transformers has for it (`JinaEmbeddingsV3Model`, `...ForMaskedLM`,
+`...ForSequenceClassification`, `...ForTokenClassification`, `...ForQuestionAnswering`).
+
+XLM-RoBERTa's encoder with rotary positions: word and token-type embeddings, LayerNorm (no
+position table: `encoder.LearnedEmbeddings` without one), then post-LayerNorm layers of
+attention with biases and rotary positions of any `rope_parameters`, and a dense GELU
+feed-forward layer (`fc1`, `fc2`): the shared stack of `models.prenorm` with `post_norm`
+(LayerNorm, `mlp.FeedForward`'s "dense" kind). Positions count 0..L-1 along each row unless
+given, as transformers' (left padding included: rotary scores read only distances). Its heads
+are XLM-R's: `lm_head` (dense, GELU, `layer_norm`, the decoder tied to the word embeddings), a
+classifier on <s> (dense, tanh, `out_proj`; no pooler layer), `classifier` per token and
+`qa_outputs`; the encoder alone has the pooler. Submodule names mirror transformers' state dict
+(`roberta/layers/3/self_attn/q_proj` is `roberta.layers.3.self_attn.q_proj`), so conversion is
+a rename and a transpose. The original release's task LoRA adapters are not built (transformers'
+classes have none).
+
+Dimension legend:
+  B batch            L sequence length     E hidden size (hidden_size)
+  H attention heads  D head size (E / H)   F intermediate size
+  V vocabulary       P predictions per sequence (masked positions)
+  S sequences packed in one row            N labels
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import flax.linen as nn
+
+from bert_jax.models import heads
+from bert_jax.models.attention import AttentionMask
+from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
+from bert_jax.models.family import Role
+from bert_jax.models.jina_embeddings_v3.config import JinaEmbeddingsV3Config
+from bert_jax.models.layers import Pooler
+from bert_jax.models.prenorm import PreNormEncoder
+
+# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
+# submodule (transformers' `roberta`), where its layers sit in the encoder's tree (`layers/0
+# ...`; one stacked `layers/layer` under `scan_layers`) and the MLM bias a pretraining run may
+# start specially (no position table: rotary positions).
+ENCODER_NAME = "roberta"
+LAYERS_PATH = ("layers",)
+LAYER_NAME = "{}"
+SCANNED_LAYER = "layer"
+STARTING_PATHS = {"mlm_bias": ("lm_head", "bias")}
+MLP_NAMES = ("fc1", "fc2")  # the feed-forward layer's projections (E -> F, F -> E)
+
+
+class JinaEmbeddingsV3Model(EncoderModel):
+    """The Jina-embeddings-v3 encoder: embeddings, the post-norm rotary layers (`layers`) and
+    (optionally) the pooler (`pooler`: tanh(dense(first token))).
+
+    Call arguments:
+      input_ids: [B, L] int token ids.
+      token_type_ids: [B, L] int token types; zeros when omitted (XLM-R's tokenizer makes none,
+        so the jobs pass none: `token_types` is False).
+      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
+      position_ids: [B, L] int positions of the rotary angles; 0..L-1 when omitted.
+      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
+      cls_positions: [B, S] int positions of each packed sequence's <s> (pooler).
+      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
+      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+
+    Returns:
+      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E]) with
+      `add_pooling_layer`; hidden_states L+1 arrays [B, L, E]; attentions [B, H, L, L] float32.
+    """
+
+    config: JinaEmbeddingsV3Config
+    token_types: ClassVar[bool] = False  # the pipelines pass no token types (see the call)
+    stack_reads_positions: ClassVar[bool] = True
+
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
+        embeddings = LearnedEmbeddings(
+            self.config, self.runtime, position_table=False, name="embeddings"
+        )
+        return embeddings(input_ids, token_type_ids, None, deterministic=deterministic)
+
+    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
+        layers = PreNormEncoder(
+            self.config, self.runtime, "layer_norm", "dense", post_norm=True,
+            mlp_names=MLP_NAMES, layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER,
+            name="layers",
+        )  # fmt: skip
+        return layers(x, mask, positions, **kwargs)
+
+    def pool(self, y, cls_positions):
+        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
+
+
+# ---- Heads ----
+class JinaEmbeddingsV3Head(heads.FirstTokenHooks, heads.Head):
+    """A task head on top of `roberta` (a JinaEmbeddingsV3Model), with every head's call
+    (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids, segment_ids
+    [B, L], cls_positions [B, S] (the classifier reading <s>), masked_positions [B, P] (the MLM
+    head). Its sequence classifier is XLM-R's (`classifier`: dense, tanh, `out_proj` on <s>, no
+    pooler layer)."""
+
+    config: JinaEmbeddingsV3Config
+    token_types: ClassVar[bool] = False  # the pipelines pass none (the encoder's call)
+    encoder = JinaEmbeddingsV3Model
+    encoder_name = ENCODER_NAME
+
+
+class JinaEmbeddingsV3ForMaskedLM(heads.LayerNormMaskedLM, JinaEmbeddingsV3Head):
+    """`lm_head` on every token (`models.heads.LayerNormMaskedLM`): logits [B, L, V] float32,
+    or [B, P, V] at `masked_positions`."""
+
+
+class JinaEmbeddingsV3ForSequenceClassification(
+    heads.FirstTokenSequenceClassification, JinaEmbeddingsV3Head
+):
+    """`classifier` (dense, tanh, `out_proj`) on <s>, no pooler layer: logits [B, N] (N = 1:
+    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
+
+
+class JinaEmbeddingsV3ForTokenClassification(heads.TokenClassification, JinaEmbeddingsV3Head):
+    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
+
+
+class JinaEmbeddingsV3ForQuestionAnswering(heads.QuestionAnswering, JinaEmbeddingsV3Head):
+    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
+
+
+# The class of each role (`models.family.Role`), the encoder first.
+ROLES: dict[Role, type[nn.Module]] = {
+    Role.ENCODER: JinaEmbeddingsV3Model,
+    Role.MASKED_LM: JinaEmbeddingsV3ForMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: JinaEmbeddingsV3ForSequenceClassification,
+    Role.TOKEN_CLASSIFICATION: JinaEmbeddingsV3ForTokenClassification,
+    Role.QUESTION_ANSWERING: JinaEmbeddingsV3ForQuestionAnswering,
+}
