@@ -16,7 +16,14 @@ import pytest
 from bert_jax import convert, inference, tokenization
 from bert_jax.finetune import run as finetune_run
 from bert_jax.models.families import get_model_class
-from tests.finetune.run_test import WORDS, finetune_config, sentiment_files
+from tests.finetune.run_test import (
+    NAMES,
+    WORDS,
+    conll_file,
+    finetune_config,
+    sentiment_files,
+    squad_file,
+)
 from tests.tokenization import released_shapes
 
 torch = pytest.importorskip("torch")
@@ -57,7 +64,8 @@ def checkpoint(request, tmp_path_factory):
     local one of window 4), every weight perturbed, beside the release's tokenizer files."""
     make_tokenizer, ids = RELEASES[request.param]
     out = tmp_path_factory.mktemp(request.param)
-    texts = released_shapes.TEXTS + [" ".join(WORDS + ["good", "bad"])] * 3
+    words = [*WORDS, *NAMES, "good", "bad", "what", "who", "is", "the", "answer"]
+    texts = released_shapes.TEXTS + [" ".join(words)] * 3
     tok = tokenization.load_tokenizer(make_tokenizer(out, texts))
     config = transformers.ModernBertConfig(
         vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, hidden_size=32, intermediate_size=48,
@@ -147,3 +155,26 @@ def test_fine_tunes_and_exports_the_tokenizer(checkpoint, tmp_path):
     classifier = transformers.AutoModelForSequenceClassification.from_pretrained(str(hf_dir))
     assert classifier(**rows).logits.shape == (len(TEXTS), 2)
     shutil.rmtree(tmp_path / "run")
+
+
+@pytest.mark.e2e  # 15 to 25 s each on 2 cores
+@pytest.mark.parametrize("task", ["squad1", "conll2003"])
+def test_span_and_word_tasks(checkpoint, tmp_path, task):
+    """SQuAD (answers mapped back through the tokens' character offsets, byte-fallback pieces
+    among them) and NER (words given one by one) learn from each checkpoint."""
+    kind, path, _ = checkpoint
+    rng = np.random.default_rng(3)
+    if task == "squad1":
+        squad_file(tmp_path / "train-v1.1.json", rng, 240)
+        squad_file(tmp_path / "dev-v1.1.json", rng, 48)
+        overrides = {"finetune.doc_stride": 16, "finetune.max_query_length": 8}
+    else:
+        conll_file(tmp_path / "train.txt", rng, 200)
+        conll_file(tmp_path / "valid.txt", rng, 48)
+        overrides = {}
+    config = finetune_config(task, tmp_path, path, init_from=str(path), **overrides)
+    mean = finetune_run.train_and_evaluate(config, str(tmp_path / "run"))["mean"]
+    assert mean["f1" if task == "squad1" else "entity_f1"] > (50 if task == "squad1" else 0.8), (
+        kind,
+        mean,
+    )
