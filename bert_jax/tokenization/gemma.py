@@ -73,18 +73,38 @@ class SentencePieceBPETokenizer(SubwordTokenizer):
         if not tokenizer.model.byte_fallback:
             raise ValueError(f"{source}: the BPE model has no byte fallback (Gemma's has)")
         super().__init__(tokenizer, source)
-        probe = tokenizer.encode("a", "b", add_special_tokens=True).ids
-        ids_a = tokenizer.encode("a", add_special_tokens=False).ids
-        ids_b = tokenizer.encode("b", add_special_tokens=False).ids
-        if probe != self.build_inputs(ids_a, ids_b)[0]:
+        layout = self._file_layout()
+        if layout != ["<bos>", "A", "<eos>", "|", "<bos>", "A", "<eos>", "B", "<eos>"]:
             logging.warning(
-                "%s lays rows out as %s; bert_jax feeds ModernBERT `<bos> A <eos> B <eos>` "
-                "(config.json's cls_token_id and sep_token_id) and writes that template back",
+                "%s lays rows out as %s; bert_jax feeds ModernBERT `<bos> A <eos>` and "
+                "`<bos> A <eos> B <eos>` (config.json's cls_token_id and sep_token_id) and "
+                "writes that template back",
                 source,
-                tokenizer.encode("A", "B", add_special_tokens=True).tokens,
+                " ".join(layout),
             )
             tokenizer.post_processor = template(tokenizer)
         self._words: Tokenizer | None = None
+
+    def _file_layout(self) -> list[str]:
+        """The rows tokenizer.json's template makes of one text and of a pair, special tokens
+        by name and the texts as "A" and "B": e.g. `<bos> A | <bos> A <bos> B` (Gemma's)."""
+        ids = {}
+        for name in ("A", "B"):
+            ids[name] = self.tokenizer.encode(name, add_special_tokens=False).ids
+        single = self.tokenizer.encode("A", add_special_tokens=True).ids
+        pair = self.tokenizer.encode("A", "B", add_special_tokens=True).ids
+
+        def spell(row: list[int]) -> list[str]:
+            words = []
+            for i in row:
+                name = next((n for n, piece in ids.items() if i in piece), None)
+                if name is None:
+                    words.append(self.tokenizer.id_to_token(i))
+                elif not words or words[-1] != name:
+                    words.append(name)
+            return words
+
+        return [*spell(single), "|", *spell(pair)]
 
     def _word_tokenizer(self) -> Tokenizer:
         """A copy that puts a space before each word given alone (NER's words), so that it

@@ -113,7 +113,7 @@ def test_gemma_template_becomes_modernbert_rows(tmp_path):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(logging, "warning", lambda msg, *args: warnings.append(msg % args))
         tok = tokenization.load_tokenizer(directory)
-    assert len(warnings) == 1 and "writes that template back" in warnings[0]
+    assert len(warnings) == 1 and "as <bos> A | <bos> A <bos> B;" in warnings[0]
     assert tok.build_inputs([7])[0] == [2, 7, 1]
     tok.save(tmp_path / "saved")
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "saved"))
