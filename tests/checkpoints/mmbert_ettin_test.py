@@ -3,7 +3,8 @@
 with [CLS] [SEP]): a tiny ModernBertForMaskedLM saved by transformers beside tokenizer files
 shaped as those releases (tests/tokenization/released_shapes.py) converts, embeds as
 transformers computes it, and, with -m e2e, embeds through `python -m bert_jax.inference embed`
-and fine-tunes into an export transformers reads."""
+and SentenceTransformer, and fine-tunes (classification, SQuAD, NER) into exports transformers
+reads."""
 
 import json
 import shutil
@@ -178,3 +179,23 @@ def test_span_and_word_tasks(checkpoint, tmp_path, task):
         kind,
         mean,
     )
+
+
+@pytest.mark.e2e  # sentence-transformers' import: a few seconds
+def test_sentence_transformers_reads_the_saved_tokenizer(checkpoint, tmp_path):
+    """The tokenizer files `save` writes, beside the checkpoint, give SentenceTransformer's mean
+    embeddings equal to `inference.embed` within 1e-5."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models as st_models
+
+    _, path, _ = checkpoint
+    shutil.copytree(path, tmp_path / "m")
+    (tmp_path / "m" / "tokenizer_config.json").unlink()
+    config, params, _, tok = inference.load(str(path))
+    tok.save(tmp_path / "m")
+    model = st.SentenceTransformer(
+        modules=[st_models.Transformer(str(tmp_path / "m")), st_models.Pooling(32, "mean")],
+        device="cpu",
+    )
+    expected = inference.embed(config, params, tok, TEXTS, pooling="mean")
+    np.testing.assert_allclose(model.encode(TEXTS), expected, atol=1e-5)
