@@ -4,26 +4,32 @@
 `SubwordTokenizer` that knows its special tokens by role (`cls_id`, `sep_id`, `pad_id`, `mask_id`,
 `unk_id`) and lays rows out as transformers does (`build_inputs`):
 
-  kind       files                                       class                   family
-  wordpiece  vocab.txt, or tokenizer.json (WordPiece)    WordPieceTokenizer      BERT, ModernBERT
-  bpe        vocab.json + merges.txt, or tokenizer.json  ByteLevelBPETokenizer   RoBERTa
-  bpe        tokenizer.json (<|begin_of_text|> ...)      Llama3BPETokenizer      EuroBERT
-  unigram    tokenizer.json (Unigram), or                SentencePieceTokenizer  XLM-RoBERTa
+  kind       files                                       class                      family
+  wordpiece  vocab.txt, or tokenizer.json (WordPiece)    WordPieceTokenizer         BERT
+  bpe        vocab.json + merges.txt, or tokenizer.json  ByteLevelBPETokenizer      RoBERTa
+  bpe        tokenizer.json (<|begin_of_text|> ...)      Llama3BPETokenizer         EuroBERT
+  bpe        tokenizer.json (byte-level, [CLS] [SEP])    ModernBertBPETokenizer     ModernBERT
+  bpe        tokenizer.json (byte_fallback: Gemma's)     SentencePieceBPETokenizer  mmBERT
+  unigram    tokenizer.json (Unigram), or                SentencePieceTokenizer     XLM-RoBERTa
              sentencepiece.bpe.model (needs `sentencepiece`)
-  unigram    tokenizer.json (Unigram, [CLS] [SEP]), or   DebertaV2Tokenizer      DeBERTa-v2/v3
+  unigram    tokenizer.json (Unigram, [CLS] [SEP]), or   DebertaV2Tokenizer         DeBERTa-v2/v3
              spm.model (needs `sentencepiece`)
-  wordpiece  tokenizer.json or vocab.txt (WordPiece,     MPNetTokenizer          MPNet
+  wordpiece  tokenizer.json or vocab.txt (WordPiece,     MPNetTokenizer             MPNet
              <s> </s> <pad> <mask>)
 
 Token ids equal transformers' fast tokenizers' (`BertTokenizerFast`, `RobertaTokenizerFast`,
-`XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`, `MPNetTokenizer`) for the same files; a Unigram
+`XLMRobertaTokenizerFast`, `DebertaV2Tokenizer`, `MPNetTokenizer`, and `PreTrainedTokenizerFast`
+over the BPE files of EuroBERT, ModernBERT and mmBERT) for the same files; a Unigram
 tokenizer.json is XLM-R's or DeBERTa's by its special tokens (`unigram.layout_of`), a BPE one
-RoBERTa's or Llama-3's (EuroBERT's: `llama3.is_llama3`), a WordPiece one BERT's or MPNet's
-(`mpnet.is_mpnet_vocab`). Modules: `base` (what the kinds share), `wordpiece`, `mpnet`, `bpe`,
-`llama3`, `unigram`. Training: `train_wordpiece`, `train_mpnet_wordpiece`, `train_byte_level_bpe`,
-`train_llama3_bpe` and `train_unigram` (the command `bert-jax-train-wordpiece`, `--kind=bpe` and
-`--kind=unigram` for RoBERTa's and XLM-R's; `train_unigram(..., layout=unigram.DEBERTA_V3)` lays
-it out as DeBERTa-v3's).
+Gemma's if it has byte fallback (mmBERT's: `gemma.is_sentencepiece_bpe`), else Llama-3's
+(EuroBERT's: `llama3.is_llama3`), ModernBERT's and Ettin's ([CLS] and [SEP]:
+`bpe.is_modernbert_bpe`) or RoBERTa's, a WordPiece one BERT's or MPNet's (`mpnet.is_mpnet_vocab`);
+the ModernBERT family reads any of them (its own pretraining job makes a WordPiece one).
+Modules: `base` (what the kinds share), `wordpiece`, `mpnet`, `bpe`, `llama3`, `gemma`,
+`unigram`. Training: `train_wordpiece`, `train_mpnet_wordpiece`, `train_byte_level_bpe`,
+`train_modernbert_bpe`, `train_llama3_bpe`, `train_sentencepiece_bpe` and `train_unigram` (the
+command `bert-jax-train-wordpiece`, `--kind=bpe` and `--kind=unigram` for RoBERTa's and XLM-R's;
+`train_unigram(..., layout=unigram.DEBERTA_V3)` lays it out as DeBERTa-v3's).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import os
 from etils import epath
 from tokenizers import models
 
-from bert_jax.tokenization import llama3
+from bert_jax.tokenization import gemma, llama3
 from bert_jax.tokenization.base import (
     MissingSpecialTokenError,
     SubwordTokenizer,
@@ -41,9 +47,13 @@ from bert_jax.tokenization.base import (
 )
 from bert_jax.tokenization.bpe import (
     ByteLevelBPETokenizer,
+    ModernBertBPETokenizer,
+    is_modernbert_bpe,
     load_vocab_and_merges,
     train_byte_level_bpe,
+    train_modernbert_bpe,
 )
+from bert_jax.tokenization.gemma import SentencePieceBPETokenizer, train_sentencepiece_bpe
 from bert_jax.tokenization.llama3 import Llama3BPETokenizer, train_llama3_bpe
 from bert_jax.tokenization.mpnet import (
     MPNetTokenizer,
@@ -100,7 +110,9 @@ __all__ = [
     "DebertaV2Tokenizer",
     "Llama3BPETokenizer",
     "MPNetTokenizer",
+    "ModernBertBPETokenizer",
     "MissingSpecialTokenError",
+    "SentencePieceBPETokenizer",
     "SentencePieceTokenizer",
     "SubwordTokenizer",
     "WordPieceTokenizer",
@@ -108,7 +120,9 @@ __all__ = [
     "read_vocab_txt",
     "train_byte_level_bpe",
     "train_llama3_bpe",
+    "train_modernbert_bpe",
     "train_mpnet_wordpiece",
+    "train_sentencepiece_bpe",
     "train_unigram",
     "train_wordpiece",
 ]
@@ -125,7 +139,7 @@ def load_tokenizer(
     """Loads the tokenizer at `path`, of the kind its file holds.
 
     Args:
-      path: a `tokenizer.json` (WordPiece, byte-level BPE or Unigram), a BERT `vocab.txt` (one
+      path: a `tokenizer.json` (WordPiece, BPE or Unigram), a BERT `vocab.txt` (one
         token a line, id = line number), RoBERTa's `vocab.json` (with `merges.txt` beside it),
         XLM-R's `sentencepiece.bpe.model`, DeBERTa's `spm.model`, or a directory holding one
         (looked for in the order of `TOKENIZER_FILES`); local or a URL (`gs://`, through
@@ -142,6 +156,7 @@ def load_tokenizer(
 
     Returns:
       The tokenizer: a `WordPieceTokenizer`, `MPNetTokenizer`, `ByteLevelBPETokenizer`,
+      `ModernBertBPETokenizer`, `Llama3BPETokenizer`, `SentencePieceBPETokenizer` (mmBERT),
       `SentencePieceTokenizer` (XLM-R) or `DebertaV2Tokenizer`.
 
     Raises:
@@ -167,14 +182,18 @@ def load_tokenizer(
             return load_wordpiece(file, **wordpiece_options)
         _refuse_wordpiece_options(file, wordpiece_options)
         if isinstance(model, models.BPE):
+            if gemma.is_sentencepiece_bpe(tokenizer):  # mmBERT's (Gemma's)
+                return SentencePieceBPETokenizer(tokenizer, source=os.fspath(file))
             if llama3.is_llama3(tokenizer):  # EuroBERT's
                 return Llama3BPETokenizer(tokenizer, source=os.fspath(file))
+            if is_modernbert_bpe(tokenizer):  # ModernBERT's, Ettin's
+                return ModernBertBPETokenizer(tokenizer, source=os.fspath(file))
             return ByteLevelBPETokenizer(tokenizer, source=os.fspath(file))
         if isinstance(model, models.Unigram):
             return unigram_from_tokenizer_json(file)
         raise ValueError(
             f"{os.fspath(file)}: a {type(model).__name__} model; bert_jax reads WordPiece (BERT), "
-            "byte-level BPE (RoBERTa) and Unigram (XLM-R, DeBERTa) tokenizers"
+            "BPE (RoBERTa, ModernBERT, EuroBERT, mmBERT) and Unigram (XLM-R, DeBERTa) tokenizers"
         )
     if name == "vocab.json":
         _refuse_wordpiece_options(file, wordpiece_options)

@@ -55,7 +55,8 @@ class SubwordTokenizer:
 
     Attributes:
       tokenizer: the wrapped `tokenizers.Tokenizer` (no padding, no truncation).
-      kind: "wordpiece", "bpe" (byte-level) or "unigram" (SentencePiece).
+      kind: "wordpiece", "bpe" (byte-level, or with byte fallback: Gemma's) or "unigram"
+        (SentencePiece).
       vocab_size: V, the number of token ids (ids are 0 .. V-1).
       pad_id, unk_id, cls_id, sep_id, mask_id: ids of the special tokens by role ([CLS] / <s>,
         [SEP] / </s>, ...).

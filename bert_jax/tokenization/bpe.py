@@ -209,3 +209,94 @@ def train_byte_level_bpe(
     tokenizer = _roberta_pipeline(tokenizer)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     return ByteLevelBPETokenizer(tokenizer, source=f"<trained byte-level BPE, {size} tokens>")
+
+
+# ModernBERT's (and Ettin's) byte-level BPE: OLMo's vocabulary, BERT's special tokens after it.
+MB_PAD, MB_UNK, MB_CLS, MB_SEP, MB_MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+OLMO_LEADING_TOKENS = ("<|endoftext|>", "<|padding|>")
+# ModernBERT's ids: [UNK] [CLS] [SEP] [PAD] [MASK] after the learned tokens (50280 .. 50284).
+MODERNBERT_SPECIAL_TOKENS = (MB_UNK, MB_CLS, MB_SEP, MB_PAD, MB_MASK)
+
+
+def is_modernbert_bpe(tokenizer: Tokenizer) -> bool:
+    """Whether a byte-level BPE tokenizer.json holds BERT's [CLS] and [SEP] (ModernBERT's)."""
+    return tokenizer.token_to_id(MB_CLS) is not None and tokenizer.token_to_id(MB_SEP) is not None
+
+
+class ModernBertBPETokenizer(ByteLevelBPETokenizer):
+    """ModernBERT's tokenizer (Ettin's too): GPT-2's byte-level BPE over OLMo's vocabulary with
+    BERT's special tokens ([MASK] taking the space before it) and rows, `[CLS] A [SEP]` and
+    `[CLS] A [SEP] B [SEP]` (types 1 from B on; transformers returns none for ModernBERT)."""
+
+    tokenizer_class = "PreTrainedTokenizerFast"
+    special_tokens = (MB_PAD, MB_UNK, MB_CLS, MB_SEP, MB_MASK)
+    separators_between_pairs = 1
+    pair_token_types = True
+
+    def _config_fields(self) -> dict:
+        """ModernBERT's tokenizer_config.json fields: no token types; decoding leaves spaces as
+        they are (the released file asks for BERT's clean-up, which transformers 5 ignores for
+        BPE and 4 applies, joining "a ." into "a.")."""
+        return {
+            "clean_up_tokenization_spaces": False,
+            "model_input_names": ["input_ids", "attention_mask"],
+        }
+
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """`SubwordTokenizer.tokenizer_config`, [MASK] taking the space before it."""
+        config = SubwordTokenizer.tokenizer_config(self, model_max_length)
+        return {**config, "mask_token": {**MASK_TOKEN_CONFIG, "content": MB_MASK}}
+
+    def files(self, model_max_length: int | None = None) -> dict[str, str]:
+        """`tokenizer.json` and `tokenizer_config.json` (naming `PreTrainedTokenizerFast`), as
+        ModernBERT's are released (no vocab.json or merges.txt)."""
+        return SubwordTokenizer.files(self, model_max_length)
+
+
+def train_modernbert_bpe(
+    texts: Iterable[str], vocab_size: int = 8192, *, min_frequency: int = 2
+) -> ModernBertBPETokenizer:
+    """Learns a byte-level BPE vocabulary laid out as ModernBERT's (Ettin's kind).
+
+    The ids: OLMo's `<|endoftext|>`=0 and `<|padding|>`=1, the 256 bytes and the learned merges,
+    then `[UNK]`, `[CLS]`, `[SEP]`, `[PAD]`, `[MASK]`, and `[unused<i>]` tokens up to a multiple
+    of 8 (ModernBERT's 50,368 ids are a multiple of 64). Cased, no normalization.
+
+    Args:
+      texts: the training text, any number of strings.
+      vocab_size: the size of the vocabulary before the `[unused<i>]` tokens (more than 263).
+      min_frequency: merges seen fewer times are not learned.
+
+    Returns:
+      The trained tokenizer.
+    """
+    floor = len(OLMO_LEADING_TOKENS) + len(pre_tokenizers.ByteLevel.alphabet()) + 5
+    if vocab_size <= floor:
+        raise ValueError(
+            f"vocab_size={vocab_size} leaves no room for merges; use more than {floor}"
+        )
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = tokenizer_trainers.BpeTrainer(
+        vocab_size=vocab_size - len(MODERNBERT_SPECIAL_TOKENS),
+        min_frequency=min_frequency,
+        special_tokens=list(OLMO_LEADING_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(
+        [AddedToken(t, lstrip=t == MB_MASK, special=True, normalized=False)
+         for t in MODERNBERT_SPECIAL_TOKENS]
+    )  # fmt: skip
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    tokenizer.add_tokens([AddedToken(f"[unused{i}]", normalized=False) for i in range(-size % 8)])
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{MB_CLS} $A {MB_SEP}",
+        pair=f"{MB_CLS} $A {MB_SEP} $B:1 {MB_SEP}:1",
+        special_tokens=[(MB_CLS, vocab[MB_CLS]), (MB_SEP, vocab[MB_SEP])],
+    )
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    return ModernBertBPETokenizer(tokenizer, source=f"<trained ModernBERT BPE, {size} tokens>")
