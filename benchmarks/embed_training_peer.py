@@ -217,7 +217,7 @@ _EXPERIMENT: dict = {}  # the Experiment of the first seed (its compiled steps s
 
 def run_bert_jax(config, seed: int, start_scores: dict | None):
     """(dev scores, clock, scores of the starting model) of the embedding job's step from MiniLM
-    for one seed: its Experiment, batches (`run._train_batches`) and dev evaluation."""
+    for one seed: its Experiment, batches (`seed_run.group_batches`) and dev evaluation."""
     import flax.linen as nn
     import jax
 
@@ -225,20 +225,21 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
     from bert_jax.embed import evaluation, run
     from bert_jax.parallel import sharding
     from bert_jax.retrieval import pairs
+    from bert_jax.training import seed_run
     from bert_jax.training.start import init_state
 
-    e = config.embed
+    e = run.check_config(config)
     if not _EXPERIMENT:
-        start = run.starting_point(config)
+        start = run.starting_point(config, e)
         features = pairs.featurize_pairs(
             pairs.read_pairs(e.train_file), start.tokenizer, start.max_seq_length
         )
         dev = evaluation.retrieval_set(
             pairs.read_pairs(e.dev_file), start.tokenizer, start.max_seq_length
         )
-        steps = run._train_batches(config, features, seed).steps_per_epoch * e.num_epochs
+        steps = seed_run.group_batches(config, e, features, seed).steps_per_epoch * e.num_epochs
         texts = features["input_ids"].shape[1]
-        exp = run.build_experiment(config, start, steps, texts_per_pair=texts)
+        exp = run.build_experiment(config, e, start, steps, texts_per_pair=texts)
         params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
         _EXPERIMENT.update(exp=exp, features=features, dev=dev, params=params)
     exp, features, dev = _EXPERIMENT["exp"], _EXPERIMENT["features"], _EXPERIMENT["dev"]
@@ -249,7 +250,7 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
         start_scores = evaluation.score(exp, state.params, dev, e.eval_batch_size)
     clock = Clock()
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        for host in run._train_batches(config, features, seed):
+        for host in seed_run.group_batches(config, e, features, seed):
             step = exp.train_step_fn(host)
             batch = sharding.global_batch_from_local(host, exp.mesh)
             clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))

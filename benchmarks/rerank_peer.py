@@ -430,16 +430,16 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     from bert_jax.training.start import init_state
 
     config = _rerank_config(plan, seed)
-    r = config.rerank
+    r = run.check_config(config)
     started = time.perf_counter()
-    start = run.starting_point(config)
+    start = run.starting_point(config, r)
     train = data.read_rows(r.train_file)
     features = data.featurize(train, start.tokenizer, start.max_seq_length)
     features.pop("teacher_scores", None)
     dev = evaluation.dev_set(
         data.dev_queries(data.read_rows(r.dev_file)), start.tokenizer, start.max_seq_length
     )
-    objective = run.rerank_objective(config, features["input_ids"].shape[1])
+    objective = run.rerank_objective(config, r, features["input_ids"].shape[1])
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(config, start.model_config, head, objective, plan["steps"])
     state = init_state(exp, run.initial_params(exp, start, seed), seed=seed)
@@ -450,7 +450,7 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     clock = Clock()
     started = time.perf_counter()
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        for host in run._train_batches(config, features, seed, exp.mesh):
+        for host in run._train_batches(config, r, features, seed, exp.mesh):
             if clock.all_steps == plan["steps"]:
                 break
             step = exp.train_step_fn(host)

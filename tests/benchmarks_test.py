@@ -894,3 +894,16 @@ def test_debian_loop_resumes_from_the_first_stage_not_finished(tmp_path, monkeyp
     args.resume = False
     assert debian_loop._prepare(args, str(out), settings)[0] == 1
     assert "--overwrite replaces it, --resume continues it" in capsys.readouterr().err
+
+
+@pytest.mark.e2e  # a tiny training run of each script's project side (about a minute each)
+def test_the_training_peers_project_side_runs_on_the_jobs_of_today(tmp_path):
+    """embed_training_peer.py and rerank_peer.py drive the embedding and reranker jobs' pieces
+    (settings, starting point, Experiment, batches) directly: their project side, --tiny, must
+    follow those jobs as they are (both had gone stale once the jobs' blocks were typed)."""
+    lines, _ = _script("embed_training_peer.py", "--tiny", "--peers=bert_jax", "--seeds=0")
+    run = next(r for r in lines if r.get("seed") == 0)
+    assert run["steps"] == 8 and 0 <= run["ndcg@10"] <= 1 and run["steps_per_cpu_s"] > 0
+    out = tmp_path / "rp"
+    _, text = _script("rerank_peer.py", f"--out={out}", "--tiny", "--peers=bert_jax", "--seeds=0")
+    assert "| bert_jax (the reranker job) | 0 |" in text

@@ -64,13 +64,54 @@ BOOLEANS = {"true": True, "false": False}
 
 
 # ---- Settings ----
-def check_config(config, reads_data: bool = True) -> TextJob:
+@dataclasses.dataclass(frozen=True)
+class EmbedSettings(TextJob):
+    """The job's block (`config.embed`), typed and checked once (`check_config`): the settings
+    every text job has (`TextJob`: seeds, epochs, length, packing), and its own.
+
+    Attributes:
+      train_file, dev_file: the pairs files (`retrieval.pairs`; dev "" = none).
+      max_train_examples, max_eval_examples: the first this many pairs of each (0: all).
+      tokenizer: a vocab.txt / tokenizer.json ("": the one beside init_from).
+      pooling: "auto", "mean", "cls" or "splade"; normalize: "auto", "true" or "false".
+      scale, symmetric: the in-batch loss's (`contrastive.contrastive_objective`).
+      matryoshka_dims: the prefix sizes whose losses add (() = the full size only).
+      query_regularizer_weight, document_regularizer_weight: SPLADE's FLOPS weights.
+      query_prompt, document_prompt: "auto" (the starting directory's), "" or the text.
+    """
+
+    train_file: str
+    dev_file: str
+    max_train_examples: int
+    max_eval_examples: int
+    tokenizer: str
+    pooling: str
+    normalize: str
+    scale: float
+    symmetric: bool
+    matryoshka_dims: tuple[int, ...]
+    query_regularizer_weight: float
+    document_regularizer_weight: float
+    query_prompt: str
+    document_prompt: str
+
+    def checked_dims(self, hidden_size: int) -> tuple[int, ...]:
+        """`matryoshka_dims`, each at most `hidden_size` (ValueError naming the key)."""
+        if any(d > hidden_size for d in self.matryoshka_dims):
+            raise ValueError(
+                f"embed.matryoshka_dims={','.join(map(str, self.matryoshka_dims))!r}: expected "
+                f"comma-separated whole numbers >= 1 <= the hidden size {hidden_size}"
+            )
+        return self.matryoshka_dims
+
+
+def check_config(config, reads_data: bool = True) -> EmbedSettings:
     """Refuses, before any data is read, settings that could only fail later: counts
     (`experiment.check_experiment_config`), an unknown pooling or normalize, a scale <= 0,
     Matryoshka dims that are not positive whole numbers, SPLADE with normalize=true,
     Matryoshka dims or a negative regularizer weight, no train_file (unless the run
     `reads_data`: --mode=compile does not), the shared settings (`TextJob.parse`: epochs,
-    packing, seeds). Returns those, parsed."""
+    packing, seeds). Returns the block, parsed."""
     experiment.check_experiment_config(config)
     e = config.embed
     if e.pooling not in ("auto", *SENTENCE_POOLINGS, *SPARSE_POOLINGS):
@@ -79,13 +120,20 @@ def check_config(config, reads_data: bool = True) -> TextJob:
         _check_splade(e)
     if e.normalize not in ("auto", *BOOLEANS):
         raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
-    if not e.scale > 0:
+    if isinstance(e.scale, bool) or not isinstance(e.scale, (int, float)) or not e.scale > 0:
         raise ValueError(f"embed.scale={e.scale!r}; expected a number > 0")
     if reads_data and not e.train_file:
         raise ValueError("set --config.embed.train_file (pairs: .jsonl, .csv or .tsv)")
+    for key in ("max_train_examples", "max_eval_examples"):
+        if isinstance(e[key], bool) or not isinstance(e[key], int) or e[key] < 0:
+            raise ValueError(f"config.embed.{key}={e[key]!r}: expected an integer >= 0")
     block = TextJob.parse(config, "embed")
-    matryoshka_dims(config)
-    return block
+    own = {f.name for f in dataclasses.fields(EmbedSettings)} - {
+        f.name for f in dataclasses.fields(TextJob)
+    }
+    values = {name: e[name] for name in own}
+    values["matryoshka_dims"] = matryoshka_dims(e.matryoshka_dims)
+    return EmbedSettings(**dataclasses.asdict(block), **values)
 
 
 def _check_splade(e) -> None:
@@ -99,18 +147,17 @@ def _check_splade(e) -> None:
             raise ValueError(f"embed.{name}={e[name]!r}; expected a number >= 0")
 
 
-def matryoshka_dims(config, hidden_size: int | None = None) -> tuple[int, ...]:
-    """`embed.matryoshka_dims` as sizes (() = the full size only); each must be a positive whole
-    number, at most `hidden_size` where given."""
-    text = str(config.embed.matryoshka_dims)
+def matryoshka_dims(text) -> tuple[int, ...]:
+    """`embed.matryoshka_dims` ("768,512,256") as sizes (() = the full size only); ValueError
+    naming the key unless each is a positive whole number."""
+    text = str(text)
     try:
         dims = tuple(int(d) for d in text.split(",") if d.strip())
     except ValueError:
         dims = (0,)
-    if any(d < 1 for d in dims) or (hidden_size and any(d > hidden_size for d in dims)):
-        limit = f" <= the hidden size {hidden_size}" if hidden_size else ""
+    if any(d < 1 for d in dims):
         raise ValueError(
-            f"embed.matryoshka_dims={text!r}: expected comma-separated whole numbers >= 1{limit}"
+            f"embed.matryoshka_dims={text!r}: expected comma-separated whole numbers >= 1"
         )
     return dims
 
@@ -152,11 +199,11 @@ class Starting:
         )
 
 
-def starting_point(config) -> Starting:
-    """The architecture, pooling, normalization, length and tokenizer of the run: the settings'
-    where they say, else the starting sentence-transformers directory's, else CLS pooling (what
-    `python -m bert_jax.inference embed` pools), normalized, 128 tokens."""
-    e, source = config.embed, config.init_from
+def starting_point(config, e: EmbedSettings) -> Starting:
+    """The architecture, pooling, normalization, length, tokenizer and prompts of the run: the
+    settings' (`e`) where they say, else the starting sentence-transformers directory's, else
+    CLS pooling (what `python -m bert_jax.inference embed` pools), normalized, 128 tokens."""
+    source = config.init_from
     tokenizer = job_tokenizer(config, "embed")
     model_config, st = architecture(config, tokenizer.vocab_size), None
     if source:
@@ -192,7 +239,8 @@ def _prompts(e, st) -> dict[str, Any]:
     chosen = {}
     for task, key in (("query", "query_prompt"), ("document", "document_prompt")):
         own = resolve_prompt(st, task=task)
-        chosen[key] = own if e[key] == "auto" else e[key]
+        given = getattr(e, key)
+        chosen[key] = own if given == "auto" else given
         if chosen[key] != own:
             prompts[task] = chosen[key]
     if any(chosen.values()):
@@ -202,13 +250,17 @@ def _prompts(e, st) -> dict[str, Any]:
 
 
 def build_experiment(
-    config, start: Starting, num_train_steps: int, devices=None, texts_per_pair: int = 2
+    config,
+    e: EmbedSettings,
+    start: Starting,
+    num_train_steps: int,
+    devices=None,
+    texts_per_pair: int = 2,
 ):
     """The Experiment every seed trains in: the family's encoder with the contrastive objective
     of the settings, or its masked-LM model with the SPLADE objective (pooling "splade"),
     taking packed batches of `global_batch_size` pairs of `texts_per_pair` texts with
     `embed.pack`."""
-    e = config.embed
     packed = (config.global_batch_size, texts_per_pair) if e.pack else None
     if start.pooling in SPARSE_POOLINGS:
         objective = splade.splade_objective(
@@ -223,7 +275,7 @@ def build_experiment(
             start.pooling,
             e.scale,
             e.symmetric,
-            matryoshka_dims(config, start.model_config.hidden_size),
+            e.checked_dims(start.model_config.hidden_size),
             packed_shape=packed,
         )
     head = families.head_in_family(start.model_config, objective.role)
@@ -241,13 +293,14 @@ def compile_for_topology(
     `num_microbatches` GradCache chunks; with `embed.pack`, its 2 B texts packed at the most rows
     packing can take (one text a row: [2 B, L], the memory any packed step stays within). Prints
     the report, returns the exit status."""
+    e = check_config(config, reads_data=False)
     model_config = architecture(config)
-    pooling = "mean" if config.embed.pooling == "auto" else config.embed.pooling
-    length = config.embed.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
+    pooling = "mean" if e.pooling == "auto" else e.pooling
+    length = e.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
     start = Starting(model_config, pooling, True, length, None)
-    exp = build_experiment(config, start, 1, aot.topology_devices(topology))
-    rows, slots = config.global_batch_size, config.embed.max_segments
-    layout = batch_layout.contrastive_layout(packed=bool(config.embed.pack))
+    exp = build_experiment(config, e, start, 1, aot.topology_devices(topology))
+    rows, slots = config.global_batch_size, e.max_segments
+    layout = batch_layout.contrastive_layout(packed=e.pack)
     batch = batch_layout.abstract_batch(layout, B=rows, T=2, L=length, R=2 * rows, S=slots)
     # A SPLADE model's masked-LM logits: V outputs a token (the head's transform aside).
     outputs = model_config.vocab_size if pooling in SPARSE_POOLINGS else 0
@@ -271,9 +324,8 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
     Returns:
       {"task": "embed", "seeds": {seed: final and start_ dev scores}, "mean", "std"}.
     """
-    block = check_config(config)
-    e = config.embed
-    start = starting_point(config)
+    e = check_config(config)
+    start = starting_point(config, e)
     train, dev, data_files = seed_run.read_train_dev(e, pairs.read_pairs)
     features = pairs.featurize_pairs(start.prompted(train), start.tokenizer, start.max_seq_length)
     dev_set = (
@@ -282,20 +334,19 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
         else evaluation.retrieval_set(start.prompted(dev), start.tokenizer, start.max_seq_length)
     )
     seed_run.check_batch(config, batching.num_rows(features), f"training pairs of {e.train_file}")
-    steps_per_epoch = seed_run.group_batches(
-        config, block, features, block.seeds[0]
-    ).steps_per_epoch
+    steps_per_epoch = seed_run.group_batches(config, e, features, e.seeds[0]).steps_per_epoch
     exp = build_experiment(
         config,
+        e,
         start,
-        steps_per_epoch * block.num_epochs,
+        steps_per_epoch * e.num_epochs,
         texts_per_pair=features["input_ids"].shape[1],
     )
 
     def one_seed(seed, seed_dir):
-        return train_seed(config, block, exp, start, features, dev_set, seed, seed_dir, len(train))
+        return train_seed(config, e, exp, start, features, dev_set, seed, seed_dir, len(train))
 
-    seeds = list(block.seeds)
+    seeds = list(e.seeds)
     return seed_run.run_seeds(
         config, workdir, exp, mode=mode, task="embed", data_files=data_files, seeds=seeds,
         one_seed=one_seed,
@@ -303,7 +354,7 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
 
 
 def train_seed(
-    config, block: TextJob, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs
+    config, block: EmbedSettings, exp, start: Starting, features, dev_set, seed, seed_dir, num_pairs
 ):
     """One seed (`seed_run.train_seed`, `seed_run.export_plan`): train, score dev retrieval at
     step 0 and at the end, export `seed_dir/hf` as a sentence-transformers directory. Returns the
@@ -318,7 +369,7 @@ def train_seed(
             exp, params, dev_set, block.eval_batch_size, block.max_segments if block.pack else 0
         ),
         card_fn=lambda num_steps, begin, end: model_card(
-            config, start, exp, num_steps, num_pairs, begin, end
+            config, block, start, exp, num_steps, num_pairs, begin, end
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
@@ -350,10 +401,12 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
     return f"{directory} (sentence-transformers {kind})"
 
 
-def model_card(config, start: Starting, exp, num_steps, num_pairs, begin, end) -> str:
+def model_card(
+    config, e: EmbedSettings, start: Starting, exp, num_steps, num_pairs, begin, end
+) -> str:
     """The model card's account of the training (markdown): data, loss, batch, pooling,
     schedule, and the dev scores of the starting and the trained model."""
-    e, objective, opt = config.embed, exp.objective, config.optimizer
+    objective, opt = exp.objective, config.optimizer
     loss = f"MultipleNegatives{'Symmetric' if objective.symmetric else ''}RankingLoss"
     similarity = "cosine similarity"
     if start.pooling in SPARSE_POOLINGS:

@@ -188,7 +188,7 @@ def test_embedding_job_trains_with_prompts_and_exports_them(prompted, tmp_path):
         data, **{"init_from": str(prompted), "embed.tokenizer": "", "embed.num_epochs": 1,
                  "embed.document_prompt": "passage: "},
     )  # fmt: skip
-    start = embed_run.starting_point(config)
+    start = embed_run.starting_point(config, embed_run.check_config(config))
     assert (start.query_prompt, start.document_prompt) == ("search_query: ", "passage: ")
     shown = start.prompted(pairs.Pairs(["a"], ["p"], [("n",)], "x"))
     assert (shown.anchors, shown.positives, shown.negatives) == (
