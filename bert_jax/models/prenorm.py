@@ -29,13 +29,24 @@ Dimension legend:
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
-from bert_jax.models.layers import LAYER_NAME, SCANNED_LAYER, Dropout, constrain, dense, run_layers
+from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
+from bert_jax.models.layers import (
+    LAYER_NAME,
+    SCANNED_LAYER,
+    Dropout,
+    Pooler,
+    constrain,
+    dense,
+    run_layers,
+)
 from bert_jax.models.mlp import FeedForward
 from bert_jax.models.norms import make_norm
 from bert_jax.models.rotary import apply_rotary, rope_cos_sin
@@ -224,3 +235,36 @@ class PreNormEncoder(nn.Module):
             PreNormLayer, self.config, self.runtime, kwargs, x, mask, angles,
             layer_name=self.layer_name, scanned_layer=self.scanned_layer,
         )  # fmt: skip
+
+
+class PostNormRotaryModel(EncoderModel):
+    """An encoder of BERT's call on this stack, post-norm with rotary positions (NomicBERT's,
+    GTE's, Jina-v3's): `embeddings` (`encoder.LearnedEmbeddings` without a position table; token
+    types where the config has a table), `layers` (`PreNormEncoder` with `post_norm`, LayerNorm,
+    the feed-forward kind `mlp_kind` named `mlp_names`), `pooler` (tanh(dense(first token))).
+    A family subclasses it, naming its config and what differs (its docstring: the call)."""
+
+    stack_reads_positions: ClassVar[bool] = True
+    mlp_kind: ClassVar[str] = "gated"
+    mlp_names: ClassVar[tuple[str, ...] | None] = None
+    # transformers' names of the layers (`layers.3`) and the one scanned layer
+    layer_name: ClassVar[str] = "{}"
+    scanned_layer: ClassVar[str] = SCANNED_LAYER
+
+    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
+        embeddings = LearnedEmbeddings(
+            self.config, self.runtime, position_table=False,
+            token_types=bool(self.config.type_vocab_size), name="embeddings",
+        )  # fmt: skip
+        return embeddings(input_ids, token_type_ids, None, deterministic=deterministic)
+
+    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
+        layers = PreNormEncoder(
+            self.config, self.runtime, "layer_norm", self.mlp_kind, post_norm=True,
+            mlp_names=self.mlp_names, layer_name=self.layer_name,
+            scanned_layer=self.scanned_layer, name="layers",
+        )  # fmt: skip
+        return layers(x, mask, positions, **kwargs)
+
+    def pool(self, y, cls_positions):
+        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)

@@ -26,14 +26,11 @@ from typing import ClassVar
 import flax.linen as nn
 
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.encoder import EncoderModel
 from bert_jax.models.family import Role
 from bert_jax.models.gte.config import GteConfig
-from bert_jax.models.layers import Dropout, Pooler, constrain, embedding, layer_norm
 from bert_jax.models.outputs import MaskedLMOutput
-from bert_jax.models.prenorm import PreNormEncoder
+from bert_jax.models.prenorm import PostNormRotaryModel
 
 # The family's facts its registry row reads (`models.families.Family`): the heads' encoder
 # submodule, where its layers sit in the encoder's tree (`layers/0 ...`; one stacked
@@ -46,30 +43,7 @@ SCANNED_LAYER = "layer"
 STARTING_PATHS = {"mlm_bias": ("lm_head", "decoder", "bias")}
 
 
-class GteEmbeddings(nn.Module):
-    """`embeddings`: `word_embeddings` (+ `token_type_embeddings` where type_vocab_size > 0),
-    LayerNorm (`layer_norm_eps`), dropout (`hidden_dropout_prob`). ids [B, L] int -> [B, L, E];
-    token_type_ids are not read without a table (as transformers')."""
-
-    config: GteConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        x = embedding(
-            cfg, rt, cfg.padded_vocab_size, cfg.hidden_size, "word_embeddings", word=True
-        )(input_ids)
-        if cfg.type_vocab_size:
-            x += embedding(cfg, rt, cfg.type_vocab_size, cfg.hidden_size, "token_type_embeddings")(
-                token_type_ids
-            )
-        x = layer_norm(rt, cfg.layer_norm_eps, "LayerNorm")(x)
-        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
-        return constrain(x, "act_batch", "act_len", "act_embed")
-
-
-class GteModel(EncoderModel):
+class GteModel(PostNormRotaryModel):
     """The GTE encoder: embeddings, the post-norm rotary layers (`layers`) and (optionally) the
     pooler (`pooler`: tanh(dense(first token))).
 
@@ -87,24 +61,8 @@ class GteModel(EncoderModel):
 
     config: GteConfig
     add_pooling_layer: bool = False  # transformers' GteModel has none unless asked
-    stack_reads_positions: ClassVar[bool] = True
-
-    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
-        embeddings = GteEmbeddings(self.config, self.runtime, name="embeddings")
-        return embeddings(input_ids, token_type_ids, deterministic=deterministic)
-
-    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
-        layers = PreNormEncoder(
-            self.config, self.runtime, "layer_norm", "gated", post_norm=True,
-            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER, name="layers",
-        )  # fmt: skip
-        return layers(x, mask, positions, **kwargs)
-
-    def pool(self, y, cls_positions):
-        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
 
 
-# ---- Heads ----
 class GteLMHead(nn.Module):
     """`lm_head`: LayerNorm(GELU(`dense`(h))) (`layer_norm`; the exact GELU whatever
     `hidden_act`, as transformers'), then `decoder`: logits against the tied word embeddings

@@ -29,12 +29,9 @@ from typing import ClassVar
 import flax.linen as nn
 
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask
-from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
 from bert_jax.models.family import Role
 from bert_jax.models.jina_embeddings_v3.config import JinaEmbeddingsV3Config
-from bert_jax.models.layers import Pooler
-from bert_jax.models.prenorm import PreNormEncoder
+from bert_jax.models.prenorm import PostNormRotaryModel
 
 # The family's facts its registry row reads (`models.families.Family`): the heads' encoder
 # submodule (transformers' `roberta`), where its layers sit in the encoder's tree (`layers/0
@@ -48,7 +45,7 @@ STARTING_PATHS = {"mlm_bias": ("lm_head", "bias")}
 MLP_NAMES = ("fc1", "fc2")  # the feed-forward layer's projections (E -> F, F -> E)
 
 
-class JinaEmbeddingsV3Model(EncoderModel):
+class JinaEmbeddingsV3Model(PostNormRotaryModel):
     """The Jina-embeddings-v3 encoder: embeddings, the post-norm rotary layers (`layers`) and
     (optionally) the pooler (`pooler`: tanh(dense(first token))).
 
@@ -70,27 +67,10 @@ class JinaEmbeddingsV3Model(EncoderModel):
 
     config: JinaEmbeddingsV3Config
     token_types: ClassVar[bool] = False  # the pipelines pass no token types (see the call)
-    stack_reads_positions: ClassVar[bool] = True
-
-    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
-        embeddings = LearnedEmbeddings(
-            self.config, self.runtime, position_table=False, name="embeddings"
-        )
-        return embeddings(input_ids, token_type_ids, None, deterministic=deterministic)
-
-    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
-        layers = PreNormEncoder(
-            self.config, self.runtime, "layer_norm", "dense", post_norm=True,
-            mlp_names=MLP_NAMES, layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER,
-            name="layers",
-        )  # fmt: skip
-        return layers(x, mask, positions, **kwargs)
-
-    def pool(self, y, cls_positions):
-        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
+    mlp_kind: ClassVar[str] = "dense"
+    mlp_names: ClassVar[tuple[str, ...]] = MLP_NAMES
 
 
-# ---- Heads ----
 class JinaEmbeddingsV3Head(heads.FirstTokenHooks, heads.Head):
     """A task head on top of `roberta` (a JinaEmbeddingsV3Model), with every head's call
     (`models.heads.Head`): input_ids, token_type_ids, attention_mask, position_ids, segment_ids

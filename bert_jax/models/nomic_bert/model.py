@@ -19,19 +19,14 @@ Dimension legend:
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import flax.linen as nn
 
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.encoder import EncoderModel
 from bert_jax.models.family import Role
-from bert_jax.models.layers import Dropout, Pooler, constrain, embedding, layer_norm
 from bert_jax.models.nomic_bert.config import NomicBertConfig
 from bert_jax.models.outputs import MaskedLMOutput
-from bert_jax.models.prenorm import PreNormEncoder
+from bert_jax.models.prenorm import PostNormRotaryModel
 
 # The family's facts its registry row reads (`models.families.Family`): the heads' encoder
 # submodule, where its layers sit in the encoder's tree (`layers/0 ...`; one stacked
@@ -44,28 +39,7 @@ SCANNED_LAYER = "layer"
 STARTING_PATHS = {"mlm_bias": ("cls", "predictions", "bias")}
 
 
-class NomicBertEmbeddings(nn.Module):
-    """`embeddings`: `word_embeddings` + `token_type_embeddings`, LayerNorm (`layer_norm_eps`),
-    dropout (`hidden_dropout_prob`). ids [B, L] int -> [B, L, E]."""
-
-    config: NomicBertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids, *, deterministic: bool):
-        cfg, rt = self.config, self.runtime
-        x = embedding(
-            cfg, rt, cfg.padded_vocab_size, cfg.hidden_size, "word_embeddings", word=True
-        )(input_ids)
-        x += embedding(cfg, rt, cfg.type_vocab_size, cfg.hidden_size, "token_type_embeddings")(
-            token_type_ids
-        )
-        x = layer_norm(rt, cfg.layer_norm_eps, "LayerNorm")(x)
-        x = Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
-        return constrain(x, "act_batch", "act_len", "act_embed")
-
-
-class NomicBertModel(EncoderModel):
+class NomicBertModel(PostNormRotaryModel):
     """The NomicBERT encoder: embeddings, the post-norm rotary layers (`layers`) and
     (optionally) the pooler (`pooler`: tanh(dense(first token))).
 
@@ -82,21 +56,6 @@ class NomicBertModel(EncoderModel):
 
     config: NomicBertConfig
     add_pooling_layer: bool = False  # transformers' NomicBertModel has none unless asked
-    stack_reads_positions: ClassVar[bool] = True
-
-    def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
-        embeddings = NomicBertEmbeddings(self.config, self.runtime, name="embeddings")
-        return embeddings(input_ids, token_type_ids, deterministic=deterministic)
-
-    def stack(self, x, mask: AttentionMask, *, positions, **kwargs):
-        layers = PreNormEncoder(
-            self.config, self.runtime, "layer_norm", "gated", post_norm=True,
-            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER, name="layers",
-        )  # fmt: skip
-        return layers(x, mask, positions, **kwargs)
-
-    def pool(self, y, cls_positions):
-        return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
 
 
 # ---- Heads ----
