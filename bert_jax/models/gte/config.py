@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import LAYER_SIZES, PostLNConfig
+from bert_jax.models.config import LAYER_SIZES, RotaryPostLNConfig
 from bert_jax.models.rotary import RopeParameters
 
 MODEL_TYPE = "gte"
@@ -37,7 +37,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclasses.dataclass(frozen=True)
-class GteConfig(PostLNConfig):
+class GteConfig(RotaryPostLNConfig):
     """The GTE architecture, with Hugging Face `config.json` field names.
 
     Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
@@ -72,18 +72,10 @@ class GteConfig(PostLNConfig):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
+    default_theta: ClassVar[float] = DEFAULT_THETA
 
     def __post_init__(self):
-        rope = self.rope
-        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
-            rope = rope.to_dict()
-        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
-            rope = {k: v for k, v in rope.items() if v is not None}
-            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, DEFAULT_THETA))
-        if not isinstance(self.rope, RopeParameters):
-            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
-        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
-            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
+        self._check_rope()
         types = self.type_vocab_size
         if isinstance(types, bool) or not isinstance(types, int) or types < 0:
             self._fail("type_vocab_size", types, "must be a non-negative integer (0: no table)")
@@ -92,16 +84,12 @@ class GteConfig(PostLNConfig):
             probabilities=("classifier_dropout",),
             optional=("classifier_dropout",),
         )
-        if self.head_dim % 2:
-            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
+        self._check_rotary_heads()
         self._check_ids_and_labels()
         for name in ("bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None:
                 self._check_special_ids(name)
 
-    # The names the shared stack reads (`models.prenorm`).
-    norm_eps = property(lambda self: self.layer_norm_eps)
-    num_key_value_heads = property(lambda self: self.num_attention_heads)
     mlp_dropout = property(lambda self: self.hidden_dropout_prob)
 
     @classmethod
@@ -109,22 +97,4 @@ class GteConfig(PostLNConfig):
         """A named size (`PRESETS`): "base" (gte-multilingual-base) or "tiny"."""
         return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
-    # ---- Hugging Face config.json ----
-    @classmethod
-    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> GteConfig:
-        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
-        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
-        theta = d.get("rope_theta") or DEFAULT_THETA
-        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
-        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
-        head_dim = d.get("head_dim")
-        if head_dim is not None and head_dim != config.head_dim:
-            raise ValueError(
-                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
-                f"num_attention_heads = {config.head_dim}"
-            )
-        return config
-
-    def _hf_derived(self) -> dict[str, Any]:
-        """transformers' `rope_parameters` dict."""
-        return {"rope_parameters": self.rope.to_hf()}
+    # config.json is read and written as `RotaryPostLNConfig` does (`rope_parameters`).

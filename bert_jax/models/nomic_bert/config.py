@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import PostLNConfig
+from bert_jax.models.config import RotaryPostLNConfig
 from bert_jax.models.rotary import RopeParameters
 
 MODEL_TYPE = "nomic_bert"
@@ -71,7 +71,7 @@ _LEGACY_HOUSEKEEPING = frozenset(
 
 
 @dataclasses.dataclass(frozen=True)
-class NomicBertConfig(PostLNConfig):
+class NomicBertConfig(RotaryPostLNConfig):
     """The NomicBERT architecture, with Hugging Face `config.json` field names.
 
     Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
@@ -103,29 +103,16 @@ class NomicBertConfig(PostLNConfig):
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
+    default_theta: ClassVar[float] = DEFAULT_THETA
 
     def __post_init__(self):
-        rope = self.rope
-        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
-            rope = rope.to_dict()
-        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
-            rope = {k: v for k, v in rope.items() if v is not None}
-            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, DEFAULT_THETA))
-        if not isinstance(self.rope, RopeParameters):
-            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
-        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
-            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
+        self._check_rope()
         self._check_layers(probabilities=("classifier_dropout",), optional=("classifier_dropout",))
-        if self.head_dim % 2:
-            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
+        self._check_rotary_heads()
         self._check_ids_and_labels()
         for name in ("bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None:
                 self._check_special_ids(name)
-
-    # The names the shared stack reads (`models.prenorm`).
-    norm_eps = property(lambda self: self.layer_norm_eps)
-    num_key_value_heads = property(lambda self: self.num_attention_heads)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> NomicBertConfig:
@@ -151,21 +138,6 @@ class NomicBertConfig(PostLNConfig):
                 d[new] = value
         return super().from_hf_dict({k: v for k, v in d.items() if k not in _LEGACY_HOUSEKEEPING})
 
-    @classmethod
-    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]) -> NomicBertConfig:
-        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
-        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
-        theta = d.get("rope_theta") or DEFAULT_THETA
-        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
-        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
-        head_dim = d.get("head_dim")
-        if head_dim is not None and head_dim != config.head_dim:
-            raise ValueError(
-                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
-                f"num_attention_heads = {config.head_dim}"
-            )
-        return config
-
     def _hf_derived(self) -> dict[str, Any]:
         """transformers' `rope_parameters` dict and `head_dim`."""
-        return {"rope_parameters": self.rope.to_hf(), "head_dim": self.head_dim}
+        return {**super()._hf_derived(), "head_dim": self.head_dim}
