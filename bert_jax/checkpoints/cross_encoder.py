@@ -31,6 +31,7 @@ from bert_jax.checkpoints import model_card
 from bert_jax.checkpoints.hf import save_pytorch
 from bert_jax.checkpoints.sentence_transformers import (
     MODULES_FILE,
+    ST_CONFIG,
     TRANSFORMER_CONFIG,
     _read_json,
     _tokenizer,
@@ -48,7 +49,6 @@ ACTIVATIONS = {
 }
 # CrossEncoder's activation for one output where its directory names none.
 DEFAULT_ACTIVATION = "sigmoid"
-ST_CONFIG = "config_sentence_transformers.json"
 # The one module of a 6.x CrossEncoder directory and its sentence_bert_config.json.
 _TRANSFORMER_MODULE = "sentence_transformers.base.modules.transformer.Transformer"
 _TRANSFORMER_SETTINGS = {

@@ -52,6 +52,7 @@ from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
 PyTree = Any
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG = "sentence_bert_config.json"
+ST_CONFIG = "config_sentence_transformers.json"  # the model's settings: prompts, kind
 POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
 SPLADE_POOLING_DIR = "1_SpladePooling"
 # A SparseEncoder's modules, as every sentence-transformers version since 5 reads them.
@@ -215,7 +216,7 @@ def _write_module_configs(
         _write_json(out / POOLING_DIR / "config.json", pooling_config)
     if settings.normalize:
         (out / NORMALIZE_DIR).mkdir(parents=True, exist_ok=True)  # the module has no settings
-    _write_json(out / "config_sentence_transformers.json", st_config)
+    _write_json(out / ST_CONFIG, st_config)
 
 
 def _modules(settings: SentenceTransformerSettings) -> list[dict]:
@@ -338,7 +339,7 @@ def read_prompts(folder) -> dict[str, Any]:
     """config_sentence_transformers.json's `prompts` and `default_prompt_name` (none where the
     file is absent), as `SentenceTransformerSettings` fields; ValueError naming the file for
     prompts that are not texts by name or a default that is not among them."""
-    path = folder / "config_sentence_transformers.json"
+    path = folder / ST_CONFIG
     config = _read_json(path) if path.is_file() else {}
     prompts = config.get("prompts") or {}
     if not isinstance(prompts, dict):
