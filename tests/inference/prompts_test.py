@@ -209,3 +209,18 @@ def test_embedding_job_trains_with_prompts_and_exports_them(prompted, tmp_path):
     ):
         ours = encoder.load_for_embedding(str(hf), **kwargs).embed(TEXTS)
         np.testing.assert_allclose(ours, theirs, atol=1e-5, err_msg=str(kwargs))
+
+
+def test_prompts_round_trip_through_a_bucket(fake_bucket, bert_tokenizer):
+    """Saved to gs:// and read back from there, the prompts and the default are kept."""
+    from tests.conftest import BUCKET
+
+    config, params = _tiny(bert_tokenizer, "bert")
+    url = f"{BUCKET}/prompted"
+    save_sentence_transformer(
+        url, config, params, tokenizer_dir=bert_tokenizer, pooling="mean", normalize=True,
+        max_seq_length=24, prompts=PROMPTS, default_prompt_name="query",
+    )  # fmt: skip
+    settings = read_sentence_transformer(url)
+    assert dict(settings.prompts) == PROMPTS and settings.default_prompt_name == "query"
+    assert encoder.load_for_embedding(url).options.prompt == "search_query: "
