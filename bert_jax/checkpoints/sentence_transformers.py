@@ -351,7 +351,11 @@ def read_prompts(folder) -> dict[str, Any]:
 
 
 def resolve_prompt(
-    settings, prompt_name: str | None = None, prompt: str | None = None, task: str | None = None
+    settings,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    task: str | None = None,
+    flag: str = "--prompt_name",
 ) -> str:
     """The prompt `SentenceTransformer.encode` puts before each text: `prompt` where given, else
     the directory's prompt named `prompt_name`, else (for `task` "query" or "document", as
@@ -360,6 +364,7 @@ def resolve_prompt(
 
     Args:
       settings: a `SentenceTransformerSettings` or None (a directory without prompts).
+      flag: the option that gave `prompt_name`, named in the error.
 
     Raises:
       ValueError: `prompt_name` not among the directory's prompts (naming them).
@@ -373,7 +378,7 @@ def resolve_prompt(
     if prompt_name is not None:
         if prompt_name not in prompts:
             raise ValueError(
-                f"--prompt_name {prompt_name!r}: the model's prompts are {sorted(prompts)} "
+                f"{flag} {prompt_name!r}: the model's prompts are {sorted(prompts)} "
                 "(config_sentence_transformers.json)"
             )
         return prompts[prompt_name]

@@ -5,6 +5,8 @@
         [--range_min 0 --range_max 100] [--absolute_margin X] [--relative_margin 0.05] \\
         [--max_score Z] [--min_score W] [--sampling_strategy top|random --seed 0] \\
         [--cross_encoder CE_DIR] [--search mesh|faiss] \\
+        [--query_prompt_name NAME | --query_prompt TEXT] \\
+        [--corpus_prompt_name NAME | --corpus_prompt TEXT] \\
         [--batch_size 64 --max_seq_length 0] [--overwrite] \\
         [--coordinator_address host:port --num_processes N --process_id i]
 
@@ -14,6 +16,10 @@ with its tokenizer), --cross_encoder (a one-output classifier whose scores repla
 similarities; it needs a margin, --max_score or --min_score). Out: --output, written whole, one
 row per (anchor, positive) with anchor, positive, negative_1 .. negative_K: a pairs file for
 `configs/embed.py`; anchors with fewer than K negatives are left out (counted in the log).
+A model with prompts (config_sentence_transformers.json) embeds the anchors after its query
+prompt and the candidates after its document prompt, as `mine_hard_negatives` does through
+`encode_query` / `encode_document`; the prompt flags name or give others. The rows written hold
+the texts without prompts.
 
 The options have sentence-transformers' `mine_hard_negatives` meanings; details and many
 processes (process 0 writes the file one process writes): docs/mining.md.
@@ -26,7 +32,7 @@ import csv
 import io
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -42,19 +48,29 @@ from bert_jax.retrieval import records
 from bert_jax.retrieval import search as search_lib
 
 
-def text_embedder(
-    model_dir: str, *, batch_size: int = 64, max_seq_length: int = 0
-) -> Callable[[list[str]], np.ndarray]:
-    """texts -> float32 [N, E] embeddings of a checkpoint of any family, pooled and normalized
-    as its sentence-transformers directory says (`inference.embedding_options`).
+def text_embedders(
+    model_dir: str,
+    *,
+    batch_size: int = 64,
+    max_seq_length: int = 0,
+    prompts: Mapping[str, str | None] | None = None,
+) -> tuple[Callable[[list[str]], np.ndarray], Callable[[list[str]], np.ndarray]]:
+    """(the anchors' embedder, the candidates'): texts -> float32 [N, E] embeddings of a
+    checkpoint of any family, pooled and normalized as its sentence-transformers directory says
+    (`inference.embedding_options`), each text after the prompt `mine_hard_negatives` puts
+    before it: the one given, else the one named, else `encode_query`'s for the anchors and
+    `encode_document`'s for the candidates (`resolve_prompt`). One function serves both sides
+    where their prompts are the same.
 
     Args:
       model_dir: a checkpoint with its tokenizer; max_seq_length: tokens kept (0: the
-        directory's, else 128).
+        directory's, else 128); prompts: "query_prompt", "query_prompt_name",
+        "corpus_prompt", "corpus_prompt_name" (the flags; None or absent: not given).
 
     Raises:
       FileNotFoundError: no such checkpoint, or no tokenizer beside it.
-      ValueError: a SPLADE model (a SparseEncoder directory): mining searches dense embeddings.
+      ValueError: a SPLADE model (a SparseEncoder directory): mining searches dense embeddings;
+        a prompt name the directory does not have (naming the flag).
     """
     model = inference.load_for_embedding(model_dir, max_seq_length=max_seq_length)
     if model.options.pooling == "splade":
@@ -64,11 +80,28 @@ def text_embedder(
         )
     for warning in model.warnings:
         logging.warning("%s", warning)
+    prompts = prompts or {}
+    query, corpus = (
+        model.for_task(
+            task,
+            *(prompts.get(f"{side}_{k}") for k in ("prompt_name", "prompt")),
+            flag=f"--{side}_prompt_name",
+        )  # fmt: skip
+        for side, task in (("query", "query"), ("corpus", "document"))
+    )
+    logging.info("prompts: %r before anchors, %r before candidates",
+                 query.options.prompt, corpus.options.prompt)  # fmt: skip
 
-    def embed_local(texts: list[str]) -> np.ndarray:
-        return model.embed(texts, batch_size=batch_size)
+    def embedder(side: inference.EmbeddingModel) -> Callable[[list[str]], np.ndarray]:
+        def embed_local(texts: list[str]) -> np.ndarray:
+            return side.embed(texts, batch_size=batch_size)
 
-    return lambda texts: shared(embed_local, texts)
+        return lambda texts: shared(embed_local, texts)
+
+    corpus_fn = embedder(corpus)
+    if query.options.prompt == corpus.options.prompt:
+        return corpus_fn, corpus_fn
+    return embedder(query), corpus_fn
 
 
 def pair_scorer(
@@ -209,6 +242,9 @@ def _parser() -> argparse.ArgumentParser:
         default="mesh",
         help="mesh: exact top-k on the devices; faiss: exact, on the host (a larger corpus)",
     )
+    for side, what in (("query", "the anchors"), ("corpus", "the positives and --corpus")):
+        add(f"--{side}_prompt_name", default=None, help=f"the model's prompt for {what}")
+        add(f"--{side}_prompt", default=None, help=f"a prompt text for {what}")
     add("--batch_size", type=int, default=64, help="texts (pairs) embedded (scored) per batch")
     add("--max_seq_length", type=int, default=0, help="tokens per text; 0: the model's")
     add("--overwrite", action="store_true", help="replace an existing --output")
@@ -250,8 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with multihost.guard():
         pairs = pairs_lib.read_pairs(args.pairs)
         corpus = None if args.corpus is None else read_corpus(args.corpus, args.corpus_column)
-        embed_fn = text_embedder(
-            args.model, batch_size=args.batch_size, max_seq_length=args.max_seq_length
+        query_fn, embed_fn = text_embedders(
+            args.model,
+            batch_size=args.batch_size,
+            max_seq_length=args.max_seq_length,
+            prompts={k: v for k, v in vars(args).items() if "_prompt" in k},
         )
         rescore_fn = None
         if args.cross_encoder is not None:
@@ -259,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.cross_encoder, batch_size=args.batch_size, max_seq_length=args.max_seq_length
             )
         search_fn = search_lib.SEARCHES[args.search]
-        mined = mining.mine(pairs, embed_fn, options, corpus, rescore_fn, search_fn)
+        mined = mining.mine(pairs, embed_fn, options, corpus, rescore_fn, search_fn, query_fn)
         if jax.process_index() == 0:
             write_mined(mined, args.output, overwrite=args.overwrite)
     if jax.process_index() > 0:

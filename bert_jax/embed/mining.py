@@ -3,7 +3,7 @@
 its positives.
 
     from bert_jax.embed import mine as command, mining
-    embed_fn = command.text_embedder("model_dir")          # texts -> [N, E]
+    _, embed_fn = command.text_embedders("model_dir")      # texts -> [N, E]
     mined = mining.mine(pairs.read_pairs("train.jsonl"), embed_fn, mining.MiningOptions())
     command.write_mined(mined, "mined.jsonl")   # anchor, positive, negative_1 .. negative_K
 
@@ -232,12 +232,14 @@ def mine(
     corpus: Sequence[str] | None = None,
     rescore_fn: Callable[[list[str], list[str]], np.ndarray] | None = None,
     search_fn: Callable[[np.ndarray, np.ndarray, int], search_lib.Candidates] = search_lib.search,
+    query_embed_fn: Callable[[list[str]], np.ndarray] | None = None,
 ) -> Mined:
     """Hard negatives for `pairs` (module docstring); the pairs' own negatives are not read.
 
     Args:
       pairs: the (anchor, positive) pairs.
-      embed_fn: texts -> float [len(texts), E] embeddings (`mine.text_embedder`).
+      embed_fn: texts -> float [len(texts), E] embeddings of the candidates (and of the
+        anchors, without `query_embed_fn`; `mine.text_embedders`).
       options: what to keep.
       corpus: further candidate texts (None: the positives alone).
       rescore_fn: (queries, passages) -> float [len(queries)] scores of each pair, a
@@ -246,12 +248,13 @@ def mine(
       search_fn: (queries [Q, E], corpus [N, E], k) -> Candidates: `retrieval.search.search`
         (exact, on the devices) or `search_faiss` (exact, on the host's cores, for a corpus
         beyond the devices' memory).
+      query_embed_fn: the anchors' embedder where it is not `embed_fn` (a query prompt).
     """
     if options.rescore != (rescore_fn is not None):
         raise ValueError("options.rescore is set exactly when a rescore_fn is given")
     index = _index_pairs(pairs, corpus, options.exclude_anchor)
     range_max = options.window_end(int(max(n for n in index.num_pairs)))
-    query_emb, doc_emb = _embed_texts(embed_fn, index.queries, index.texts)
+    query_emb, doc_emb = _embed_texts(embed_fn, index.queries, index.texts, query_embed_fn)
     k = min(range_max + int(index.num_pairs.max()), len(index.texts))
     candidates = search_fn(query_emb, doc_emb, k)
     pair_scores = [doc_emb[rows] @ query_emb[q] for q, rows in enumerate(index.positives)]
@@ -302,10 +305,15 @@ def _index_pairs(
 
 
 def _embed_texts(
-    embed_fn: Callable[[list[str]], np.ndarray], queries: list[str], texts: list[str]
+    embed_fn: Callable[[list[str]], np.ndarray],
+    queries: list[str],
+    texts: list[str],
+    query_embed_fn: Callable[[list[str]], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Unit embeddings of the queries [Q, E] and the corpus texts [N, E], a text that is both
-    embedded once."""
+    embedded once where one embedder serves both sides."""
+    if query_embed_fn not in (None, embed_fn):
+        return metrics.unit(query_embed_fn(queries)), metrics.unit(embed_fn(texts))
     embedded = list(dict.fromkeys([*texts, *queries]))
     embeddings = metrics.unit(embed_fn(embedded))  # [T, E]: the corpus texts lead
     row_of = {text: i for i, text in enumerate(embedded)}

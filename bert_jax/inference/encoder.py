@@ -129,10 +129,11 @@ class EmbeddingModel(NamedTuple):
             self.config, self.params, self.tokenizer, texts, **self.options._asdict(), **kwargs
         )
 
-    def for_task(self, task: str) -> EmbeddingModel:
+    def for_task(self, task: str, prompt_name=None, prompt=None, flag="--prompt_name"):
         """This model with the prompt `SentenceTransformer.encode_query` (`task` "query") or
-        `encode_document` ("document") uses where none is named (`resolve_prompt`)."""
-        prompt = resolve_prompt(self.settings, task=task)
+        `encode_document` ("document") puts before each text: `prompt`, else the one named
+        `prompt_name` (`flag` names the option in the error), else the task's (`resolve_prompt`)."""
+        prompt = resolve_prompt(self.settings, prompt_name, prompt, task, flag)
         return self._replace(options=self.options._replace(prompt=prompt))
 
 

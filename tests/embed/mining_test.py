@@ -324,7 +324,7 @@ def test_minilm_shakespeare_negatives_as_sentence_transformers(st_mine, bert_voc
     cues = shakespeare.scene_pairs(hamlet.read_text(encoding="utf-8"), "hamlet")[:40]
     anchors, positives = [c.anchor for c in cues], [c.positive for c in cues]
     model = st.SentenceTransformer(bert_vocab_dir, device="cpu")
-    embed_fn = command.text_embedder(bert_vocab_dir)
+    _, embed_fn = command.text_embedders(bert_vocab_dir)
     texts = list(dict.fromkeys(anchors + positives))
     theirs_emb = model.encode(texts, normalize_embeddings=True)
     ours_emb = embed_fn(texts)

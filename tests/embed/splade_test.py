@@ -168,7 +168,7 @@ def test_the_export_encodes_as_embed_sparse_and_search_finds_numpys_top_10(tmp_p
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling"]
     assert read_sentence_transformer(hf).pooling == "splade"
     with pytest.raises(ValueError, match="is a SPLADE model; mining searches dense embeddings"):
-        mine.text_embedder(str(hf))
+        mine.text_embedders(str(hf))
 
     texts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(12)]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")

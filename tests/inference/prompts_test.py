@@ -24,6 +24,7 @@ from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.retrieval import pairs
 from tests.checkpoints.sentence_transformers_test import TEXTS, _tiny
 from tests.commands_test import clean_env
+from tests.embed.mining_test import st_mine  # noqa: F401 (a fixture)
 
 PROMPTS = {"query": "search_query: ", "document": "search_document: ", "classification": "c: "}
 ROOT = __file__.rsplit("/tests/", 1)[0]
@@ -224,3 +225,47 @@ def test_prompts_round_trip_through_a_bucket(fake_bucket, bert_tokenizer):
     settings = read_sentence_transformer(url)
     assert dict(settings.prompts) == PROMPTS and settings.default_prompt_name == "query"
     assert encoder.load_for_embedding(url).options.prompt == "search_query: "
+
+
+@pytest.mark.torch
+def test_mining_puts_the_query_and_document_prompts_as_sentence_transformers(
+    prompted,
+    tmp_path,
+    st_mine,  # noqa: F811
+):
+    """`embed.mine` on a directory with prompts mines what `mine_hard_negatives` mines from
+    `SentenceTransformer` of it (anchors after the query prompt, candidates after the document
+    prompt), and the prompt flags as its arguments; the rows hold the texts without prompts."""
+    st = pytest.importorskip("sentence_transformers")
+    words = "fair foul fog air night day king crown sword blood ghost grave".split()
+    anchors = [f"{a} and {b}" for a, b in zip(words, words[3:] + words[:3])]
+    positives = [f"the {b} of {a}" for a, b in zip(words, words[5:] + words[:5])]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"anchor": a, "positive": p}) + "\n"
+                             for a, p in zip(anchors, positives)))  # fmt: skip
+    model = st.SentenceTransformer(str(prompted), device="cpu")
+    found = {}
+    for name, flags, theirs in [
+        ("prompts", [], {}),
+        ("named", ["--query_prompt_name", "classification", "--corpus_prompt", "d: "],
+         dict(query_prompt_name="classification", corpus_prompt="d: ")),
+        ("none", ["--query_prompt", "", "--corpus_prompt", ""],
+         dict(query_prompt="", corpus_prompt="")),
+    ]:  # fmt: skip
+        out = tmp_path / f"{name}.jsonl"
+        argv = [sys.executable, "-m", "bert_jax.embed.mine", "--model", str(prompted),
+                "--pairs", str(train), "--output", str(out), "--num_negatives", "2", *flags]  # fmt: skip
+        done = subprocess.run(
+            argv, env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=ROOT
+        )
+        assert done.returncode == 0, done.stderr
+        ours = pairs.read_pairs(out)
+        found[name] = list(zip(ours.anchors, ours.positives, ours.negatives))
+        assert found[name] == st_mine(anchors, positives, model, num_negatives=2, **theirs)
+    assert found["prompts"] != found["none"]  # the prompts changed what was mined
+    assert set(found["prompts"][0][2]) <= set(positives)
+    bad = [sys.executable, "-m", "bert_jax.embed.mine", "--model", str(prompted), "--pairs",
+           str(train), "--output", str(tmp_path / "x.jsonl"), "--query_prompt_name", "qq"]  # fmt: skip
+    done = subprocess.run(bad, env=clean_env(tmp_path), capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1 and "error: --query_prompt_name 'qq'" in done.stderr
+    assert not (tmp_path / "x.jsonl").exists()
