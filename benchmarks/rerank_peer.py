@@ -42,7 +42,10 @@ first, seed 1 sentence-transformers first, and so on. Steps per CPU-second count
 (bert_jax compiles it; sentence-transformers' first step warms up, its shapes change every step
 so only its first is left out, as benchmarks/embed_training_peer.py does). `train_s` is the wall
 time of the whole training loop (compiles included), `wall_s` the whole process (start-up,
-loading, both dev evaluations). Prints one JSON line per (peer, seed), one summary line per peer
+loading, both dev evaluations). Each worker also scores each dev query's nDCG@10 after training
+(candidates ranked as the evaluator ranks them), so the peers are paired query by query: bert_jax's
+minus sentence-transformers', averaged over the seeds, with its standard error over the queries.
+Prints one JSON line per (peer, seed), one summary line per peer
 (mean and std over the seeds), the ratio bert_jax / sentence-transformers, then a markdown table
 with the CPU's model name; writes `<out>/rerank_peer.json` (data in `<out>/data`, process logs in
 `<out>/logs`).
@@ -460,12 +463,20 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
             clock.end()
     train_s = time.perf_counter() - started
     started = time.perf_counter()
-    end = evaluation.score(exp, state.params, dev, r.eval_batch_size)
+    logits = evaluation.pair_logits(exp, state.params, dev.features, r.eval_batch_size)
+    end = evaluation.rerank_scores(dev.queries, logits, dev.offsets)
     eval_s += time.perf_counter() - started
-    return _result(begin, end, clock, load_s, train_s, eval_s)
+    per_query = [
+        evaluation.ranking_metrics(evaluation.reranked_order(q)[1], logits[a:b])[0]
+        for q, a, b in zip(dev.queries, dev.offsets, dev.offsets[1:])
+        if any(q.relevant)
+    ]
+    return _result(begin, end, clock, load_s, train_s, eval_s, per_query)
 
 
-def _result(begin, end, clock, load_s, train_s, eval_s) -> dict:
+def _result(begin, end, clock, load_s, train_s, eval_s, per_query) -> dict:
+    """A worker's result; `per_query`: each dev query's nDCG@10 after training (the queries
+    with a relevant candidate, in file order; candidates ranked as the evaluator ranks them)."""
     keys = ("ndcg@10", "mrr@10")
     return {
         **{k: float(end[k]) for k in keys},
@@ -475,6 +486,7 @@ def _result(begin, end, clock, load_s, train_s, eval_s) -> dict:
         "load_s": load_s,
         "train_s": train_s,
         "eval_s": eval_s,
+        "per_query": [float(x) for x in per_query],
     }
 
 
@@ -561,7 +573,17 @@ def run_sentence_transformers(plan: dict, seed: int, threads: int) -> dict:
     started = time.perf_counter()
     end = evaluator(model)
     eval_s += time.perf_counter() - started
-    return _result(begin, end, clock, load_s, train_s, eval_s)
+    from bert_jax.rerank.evaluation import ranking_metrics
+
+    per_query = []
+    for sample in (s for s in samples if s["positive"]):  # positives first, as the evaluator
+        positives = sample["positive"]
+        texts = [*positives, *(d for d in sample["documents"] if d not in positives)]
+        pairs = [(sample["query"], t) for t in texts]
+        scores = model.predict(pairs, batch_size=plan["eval_batch"], show_progress_bar=False)
+        relevant = [t in positives for t in texts]
+        per_query.append(ranking_metrics(relevant, np.asarray(scores, np.float64))[0])
+    return _result(begin, end, clock, load_s, train_s, eval_s, per_query)
 
 
 def worker(args) -> int:
@@ -593,6 +615,16 @@ def _summary(peer: str, rows: list[dict]) -> dict:
         out[key] = statistics.mean(values)
         out[key + "_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
     return out
+
+
+def paired(rows: dict[str, list[dict]]) -> dict:
+    """bert_jax's dev nDCG@10 minus sentence-transformers', query by query, each peer's averaged
+    over its seeds: the mean and its standard error over the queries."""
+    mean = {p: np.mean([r["per_query"] for r in rows[p]], axis=0) for p in rows}
+    d = mean["bert_jax"] - mean["sentence_transformers"]  # [Q]
+    se = float(d.std(ddof=1) / np.sqrt(len(d)))
+    return {"paired_ndcg@10_bert_jax_minus_st": float(d.mean()), "paired_se": se,
+            "paired_queries": len(d)}  # fmt: skip
 
 
 def cpu_model() -> str:
@@ -684,7 +716,7 @@ def main(argv=None) -> int:
         row["wall_s"] = wall
         row["load"] = round(os.getloadavg()[0], 1)  # the 1-minute load average at the end
         rows[peer].append(row)
-        print(json.dumps(row), flush=True)
+        print(json.dumps({k: v for k, v in row.items() if k != "per_query"}), flush=True)
     summaries = {peer: _summary(peer, r) for peer, r in rows.items()}
     for s in summaries.values():
         print(json.dumps(s))
@@ -698,6 +730,8 @@ def main(argv=None) -> int:
             "wall_s_ratio_st_over_bert_jax": t["wall_s"] / b["wall_s"],
         }
         print(json.dumps(ratio))
+        ratio.update(paired(rows))
+        print(json.dumps(paired(rows)))
     text = table(summaries, rows, plan)
     print("\n" + text)
     with open(p["json"], "w", encoding="utf-8") as f:

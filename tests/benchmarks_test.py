@@ -907,3 +907,24 @@ def test_the_training_peers_project_side_runs_on_the_jobs_of_today(tmp_path):
     out = tmp_path / "rp"
     _, text = _script("rerank_peer.py", f"--out={out}", "--tiny", "--peers=bert_jax", "--seeds=0")
     assert "| bert_jax (the reranker job) | 0 |" in text
+    saved = json.loads((out / "rerank_peer.json").read_text())
+    (row,) = saved["rows"]["bert_jax"]  # each dev query's nDCG@10, for the paired comparison
+    assert len(row["per_query"]) == saved["plan"]["dev_queries"]
+    assert np.mean(row["per_query"]) == pytest.approx(row["ndcg@10"], abs=1e-6)
+
+
+def test_the_peers_pair_their_runs_query_by_query():
+    """Both peer scripts' paired difference: per-query scores averaged over each peer's seeds,
+    then bert_jax's minus sentence-transformers', its mean and standard error over queries."""
+    from benchmarks import embed_training_peer, rerank_peer
+
+    rows = {"bert_jax": [{"per_query": [1.0, 0.5, 0.0, 1.0]}, {"per_query": [0.0, 0.5, 0.0, 1.0]}],
+            "sentence_transformers": [{"per_query": [0.5, 0.5, 0.5, 0.0]}]}  # fmt: skip
+    d = np.array([0.0, 0.0, -0.5, 1.0])
+    se = d.std(ddof=1) / 2
+    found = rerank_peer.paired(rows)
+    assert found["paired_ndcg@10_bert_jax_minus_st"] == pytest.approx(0.125)
+    assert found["paired_se"] == pytest.approx(se) and found["paired_queries"] == 4
+    found = embed_training_peer.paired(rows)
+    assert found["paired_ndcg@10_bert_jax_minus_st"] == pytest.approx(0.125)
+    assert found["se"] == pytest.approx(se)
