@@ -11,6 +11,7 @@ Both jobs call it after their last step; the loop knows nothing of formats.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,30 @@ from bert_jax.models.config import EncoderConfig
 from bert_jax.paths import as_path
 
 PyTree = Any
+# config.json's special-token ids (kept for tokenizers and transformers; no model reads them) and
+# the tokenizer's role that holds each (`tokenization.base`): the row's first token, a segment's
+# end, the mask token.
+SPECIAL_ID_ROLES = {"bos_token_id": "cls_id", "cls_token_id": "cls_id", "eos_token_id": "sep_id",
+                    "sep_token_id": "sep_id", "mask_token_id": "mask_id"}  # fmt: skip
+
+
+def with_tokenizer_ids(model_config: EncoderConfig, tokenizer) -> EncoderConfig:
+    """`model_config` with each special-token id that lies outside its vocabulary replaced by
+    the tokenizer's (`SPECIAL_ID_ROLES`), for the fields the family has: a tiny recipe keeps its
+    family's released ids (EuroBERT's 128000..128002) beside a vocabulary of its own, which
+    transformers refuses to trust. Ids inside the vocabulary stay as they are; each change is
+    logged."""
+    names = {f.name for f in dataclasses.fields(model_config)}
+    changes = {}
+    for name, role in SPECIAL_ID_ROLES.items():
+        value = getattr(model_config, name, None) if name in names else None
+        if isinstance(value, int) and not 0 <= value < model_config.vocab_size:
+            changes[name] = int(getattr(tokenizer, role))
+    if not changes:
+        return model_config
+    logging.info("config.json's special-token ids outside the vocabulary of %d set to the "
+                 "tokenizer's: %s", model_config.vocab_size, changes)  # fmt: skip
+    return dataclasses.replace(model_config, **changes)
 
 
 def export(
@@ -48,7 +73,9 @@ def export(
       head: the head's class name ("BertForPreTraining", ...).
       hf: also write the transformers directory.
       tokenizer: a `tokenization` tokenizer saved into `hf/` with its tokenizer_config.json
-        (`model_max_length`: the model's `max_sequence_length`); None: no tokenizer there.
+        (`model_max_length`: the model's `max_sequence_length`), whose ids replace special-token
+        ids outside the vocabulary in both configs (`with_tokenizer_ids`); None: no tokenizer
+        there.
       config: the experiment config: `hf/README.md` becomes the Hub's model card, from the run's
         records in `out_dir` (its metrics.jsonl) and the config's `model_card` block (None: no
         card).
@@ -60,6 +87,8 @@ def export(
 
     host_params = multihost_utils.process_allgather(params, tiled=True)
     out = as_path(out_dir)
+    if tokenizer is not None:
+        model_config = with_tokenizer_ids(model_config, tokenizer)
     native.save_pretrained(out / "export", model_config, host_params, head, overwrite=True)
     places = {"export": f"{out / 'export'} (bert_jax)"}
     if hf:

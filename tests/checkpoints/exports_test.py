@@ -225,8 +225,17 @@ def _hf_inputs(model, encoded) -> dict:
 
 
 def test_run_hf_dir_reads_in_transformers(exported):
-    """Bug: ModernBERT's hf/ had no tokenizer_config.json: AutoTokenizer had no pad token."""
+    """Bug: ModernBERT's hf/ had no tokenizer_config.json: AutoTokenizer had no pad token.
+    Bug: a tiny recipe's config.json kept its family's released special-token ids (EuroBERT's
+    128000..128002, ModernBERT's 50281..) beside a vocabulary of 8,192, which transformers warns
+    of; they are the tokenizer's now."""
     hf_dir = exported.run / "hf"
+    written = json.loads((hf_dir / "config.json").read_text())
+    for name, role in training_export.SPECIAL_ID_ROLES.items():
+        if written.get(name) is not None:
+            assert 0 <= written[name] < written["vocab_size"], (name, written[name])
+            if getattr(exported.config, name) >= exported.config.vocab_size:
+                assert written[name] == getattr(exported.tokenizer, role), name
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
     # Padded, and truncated to the model_max_length its tokenizer_config.json gives.
     encoded = tokenizer(TEXTS, padding=True, truncation=True, return_tensors="np")
