@@ -367,11 +367,20 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 
 # ELECTRA's, RoBERTa's and BERT's runs with -m e2e, for the suite's time: XLM-R's runs RoBERTa's
 # model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and export, and
-# exports_test loads every family's export in sentence-transformers (MPNet's too).
+# exports_test loads every family's export in sentence-transformers (MPNet's and DeBERTa-v3's
+# too; DeBERTa-v3's run, 18 s, is e2e as well: its encoder is the pretraining row's below).
 @pytest.mark.parametrize(
     "fam",
     families_with_e2e(
-        "electra", "roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+        "electra",
+        "roberta",
+        "bert",
+        "deberta-v2",
+        "nomic_bert",
+        "gte",
+        "eurobert",
+        "mpnet",
+        "jina_embeddings_v3",
     ),
     indirect=True,
 )
@@ -438,11 +447,20 @@ def _apply(fam, head: str | None, text: str, **kwargs):
 
 # XLM-R's run with -m e2e here and below, for the suite's time: RoBERTa's runs the same model;
 # MPNet's too (tests/models/mpnet_test.py checks its packed rows against rows alone).
-# BERT's too, here: tests/inference/inference_test.py checks its embed command the same way.
+# BERT's too, here: tests/inference/inference_test.py checks its embed command the same way;
+# and DeBERTa-v3's (26 s): tests/models/deberta_test.py holds its encoder's output to
+# transformers', and ModernBERT's row runs the command on a family without token types.
 @pytest.mark.parametrize(
     "fam",
     families_with_e2e(
-        "xlm-roberta", "bert", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
+        "xlm-roberta",
+        "bert",
+        "deberta-v2",
+        "nomic_bert",
+        "gte",
+        "eurobert",
+        "mpnet",
+        "jina_embeddings_v3",
     ),
     indirect=True,
 )

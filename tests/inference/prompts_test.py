@@ -14,11 +14,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from bert_jax import cli
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     resolve_prompt,
     save_sentence_transformer,
 )
+from bert_jax.embed import mine
 from bert_jax.inference import encoder
 from bert_jax.inference.__main__ import main as inference_main
 from bert_jax.retrieval import pairs
@@ -231,6 +233,7 @@ def test_prompts_round_trip_through_a_bucket(fake_bucket, bert_tokenizer):
 def test_mining_puts_the_query_and_document_prompts_as_sentence_transformers(
     prompted,
     tmp_path,
+    capsys,
     st_mine,  # noqa: F811
 ):
     """`embed.mine` on a directory with prompts mines what `mine_hard_negatives` mines from
@@ -246,26 +249,29 @@ def test_mining_puts_the_query_and_document_prompts_as_sentence_transformers(
     model = st.SentenceTransformer(str(prompted), device="cpu")
     found = {}
     for name, flags, theirs in [
-        ("prompts", [], {}),
+        ("prompts", [], {}),  # the defaults, as a user starts the command
         ("named", ["--query_prompt_name", "classification", "--corpus_prompt", "d: "],
          dict(query_prompt_name="classification", corpus_prompt="d: ")),
         ("none", ["--query_prompt", "", "--corpus_prompt", ""],
          dict(query_prompt="", corpus_prompt="")),
     ]:  # fmt: skip
         out = tmp_path / f"{name}.jsonl"
-        argv = [sys.executable, "-m", "bert_jax.embed.mine", "--model", str(prompted),
-                "--pairs", str(train), "--output", str(out), "--num_negatives", "2", *flags]  # fmt: skip
-        done = subprocess.run(
-            argv, env=clean_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=ROOT
-        )
-        assert done.returncode == 0, done.stderr
+        argv = ["--model", str(prompted), "--pairs", str(train), "--output", str(out),
+                "--num_negatives", "2", *flags]  # fmt: skip
+        if flags:  # the flags in this process (a subprocess each costs seconds)
+            assert cli.run(mine.main, argv) == 0
+        else:
+            done = subprocess.run([sys.executable, "-m", "bert_jax.embed.mine", *argv],
+                                  env=clean_env(tmp_path), capture_output=True, text=True,
+                                  timeout=300, cwd=ROOT)  # fmt: skip
+            assert done.returncode == 0, done.stderr
         ours = pairs.read_pairs(out)
         found[name] = list(zip(ours.anchors, ours.positives, ours.negatives))
         assert found[name] == st_mine(anchors, positives, model, num_negatives=2, **theirs)
     assert found["prompts"] != found["none"]  # the prompts changed what was mined
     assert set(found["prompts"][0][2]) <= set(positives)
-    bad = [sys.executable, "-m", "bert_jax.embed.mine", "--model", str(prompted), "--pairs",
-           str(train), "--output", str(tmp_path / "x.jsonl"), "--query_prompt_name", "qq"]  # fmt: skip
-    done = subprocess.run(bad, env=clean_env(tmp_path), capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 1 and "error: --query_prompt_name 'qq'" in done.stderr
+    bad = ["--model", str(prompted), "--pairs", str(train), "--output", str(tmp_path / "x.jsonl"),
+           "--query_prompt_name", "qq"]  # fmt: skip
+    assert cli.run(mine.main, bad) == 1
+    assert "error: --query_prompt_name 'qq'" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()

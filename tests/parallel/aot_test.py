@@ -80,6 +80,7 @@ def test_compile_tiny_train_step_for_v5e_2x2():
     assert "MFU bound (not measured)" in proc.stdout and "fits" in proc.stdout
 
 
+@pytest.mark.e2e  # 18 s; the compile path itself: test_compile_tiny_train_step_for_v5e_2x2
 def test_compile_embedding_grad_cache_step_for_v5e_2x2():
     """The embedding job's GradCache step (2 chunks of packed rows, dropout on, bfloat16)
     compiled by libtpu, with no pairs file (--mode=compile reads no data). Its first pass, a
@@ -99,6 +100,7 @@ def test_compile_embedding_grad_cache_step_for_v5e_2x2():
     assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
 
 
+@pytest.mark.e2e  # 16 s; the compile path itself: test_compile_tiny_train_step_for_v5e_2x2
 def test_compile_reranker_step_for_v5e_2x2():
     """The reranker job's step (listwise rows of 4 pairs, packed, bfloat16) compiled by libtpu
     with no rows file: lowered at the most rows packing can take, one pair a row."""
