@@ -61,6 +61,11 @@ STEPS = 2
 # runs the same tokenizer and heads by default, ModernBERT's rotary positions, and
 # tests/models/jina_embeddings_v3_test.py every head against transformers, its packed rows and
 # its scanned layers.
+# The families added last: most of their rows run with -m e2e (each use says where the same code
+# runs by default).
+LATEST = ("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3")
+
+
 def families_with_e2e(*slow: str) -> list:
     """Every registered family as an indirect `fam` parameter; those in `slow` run with -m e2e,
     for the suite's time, where another family runs the same code (each use says which)."""
@@ -95,7 +100,7 @@ MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"),
+    families_with_e2e(*LATEST),
     indirect=True,
 )
 def test_every_head_equals_transformers(fam):
@@ -214,9 +219,7 @@ def check_export(fam, hf_dir, objective: str) -> None:
 # RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "electra", "bert", "roberta", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
-    ),
+    families_with_e2e("electra", "bert", "roberta", *LATEST),
     indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
@@ -368,20 +371,10 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 # ELECTRA's, RoBERTa's and BERT's runs with -m e2e, for the suite's time: XLM-R's runs RoBERTa's
 # model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and export, and
 # exports_test loads every family's export in sentence-transformers (MPNet's and DeBERTa-v3's
-# too; DeBERTa-v3's run, 18 s, is e2e as well: its encoder is the pretraining row's below).
+# too; DeBERTa-v3's run, 18 s, is e2e as well: its encoder trains in its pretraining row).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "electra",
-        "roberta",
-        "bert",
-        "deberta-v2",
-        "nomic_bert",
-        "gte",
-        "eurobert",
-        "mpnet",
-        "jina_embeddings_v3",
-    ),
+    families_with_e2e("electra", "roberta", "bert", "deberta-v2", *LATEST),
     indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
@@ -452,16 +445,7 @@ def _apply(fam, head: str | None, text: str, **kwargs):
 # transformers', and ModernBERT's row runs the command on a family without token types.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "xlm-roberta",
-        "bert",
-        "deberta-v2",
-        "nomic_bert",
-        "gte",
-        "eurobert",
-        "mpnet",
-        "jina_embeddings_v3",
-    ),
+    families_with_e2e("xlm-roberta", "bert", "deberta-v2", *LATEST),
     indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
@@ -489,9 +473,7 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
 # layers against the loop (XLM-R's: see above).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
-    ),
+    families_with_e2e("xlm-roberta", *LATEST),
     indirect=True,
 )
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
@@ -533,9 +515,7 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
 
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "xlm-roberta", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"
-    ),
+    families_with_e2e("xlm-roberta", *LATEST),
     indirect=True,
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
@@ -638,7 +618,7 @@ def _queries(mask: str) -> list[str]:
 # MPNet's, whose <mask> and MLM head are RoBERTa's.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("bert", "nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3"),
+    families_with_e2e("bert", *LATEST),
     indirect=True,
 )
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
