@@ -146,24 +146,15 @@ def dev_texts(dev_file: str) -> tuple[list[str], list[str]]:
 def score(anchors: np.ndarray, positives: np.ndarray, relevant: list[set[int]]) -> dict:
     """Retrieval of each anchor's positive (`relevant`: its row) among the distinct dev positives
     (as `embed.evaluation.retrieval_set` indexes them): the metrics, and `per_query`, each
-    anchor's nDCG@10 (binary relevance, as the evaluator scores it)."""
-    from bert_jax.retrieval.metrics import cosine_scores, retrieval_scores, top_k
+    anchor's nDCG@10 (`retrieval.metrics.ranked_scores` of its own ranked list)."""
+    from bert_jax.retrieval.metrics import cosine_scores, ranked_scores, retrieval_scores, top_k
 
     ranked = top_k(cosine_scores(anchors, positives), 10)  # [Q, 10]
     per_query = [
-        sum(1 / np.log2(r + 2) for r, d in enumerate(docs) if int(d) in rel)
+        ranked_scores([[int(d) in rel for d in docs]], [len(rel)])["ndcg@10"]
         for docs, rel in zip(ranked, relevant)
-    ]  # fmt: skip (one relevant: ideal 1)
+    ]
     return {**retrieval_scores(anchors, positives, relevant), "per_query": per_query}
-
-
-def paired(rows: dict[str, list[dict]]) -> dict:
-    """bert_jax's nDCG@10 minus sentence-transformers', anchor by anchor, each peer's averaged
-    over its seeds: the mean and its standard error over the anchors."""
-    mean = {p: np.mean([r["per_query"] for r in rows[p]], axis=0) for p in rows}
-    d = mean["bert_jax"] - mean["sentence_transformers"]  # [Q]
-    return {"paired_ndcg@10_bert_jax_minus_st": float(d.mean()),
-            "se": float(d.std(ddof=1) / np.sqrt(len(d))), "anchors": len(d)}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,6 +377,8 @@ def main(argv=None) -> int:
             / summaries["sentence_transformers"]["steps_per_cpu_s"]
         )
         print(json.dumps({"steps_per_cpu_s_ratio_bert_jax_over_st": ratio}))
+        from benchmarks.rerank_peer import paired  # one pairing for both peer scripts
+
         print(json.dumps(paired(rows)))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

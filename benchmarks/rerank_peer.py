@@ -618,8 +618,9 @@ def _summary(peer: str, rows: list[dict]) -> dict:
 
 
 def paired(rows: dict[str, list[dict]]) -> dict:
-    """bert_jax's dev nDCG@10 minus sentence-transformers', query by query, each peer's averaged
-    over its seeds: the mean and its standard error over the queries."""
+    """bert_jax's dev nDCG@10 minus sentence-transformers', query by query (each row's
+    `per_query`), each peer's averaged over its seeds: the mean and its standard error over the
+    queries (embed_training_peer.py's too)."""
     mean = {p: np.mean([r["per_query"] for r in rows[p]], axis=0) for p in rows}
     d = mean["bert_jax"] - mean["sentence_transformers"]  # [Q]
     se = float(d.std(ddof=1) / np.sqrt(len(d)))
@@ -731,7 +732,7 @@ def main(argv=None) -> int:
         }
         print(json.dumps(ratio))
         ratio.update(paired(rows))
-        print(json.dumps(paired(rows)))
+        print(json.dumps({k: v for k, v in ratio.items() if k.startswith("paired")}))
     text = table(summaries, rows, plan)
     print("\n" + text)
     with open(p["json"], "w", encoding="utf-8") as f:

@@ -914,8 +914,10 @@ def test_the_training_peers_project_side_runs_on_the_jobs_of_today(tmp_path):
 
 
 def test_the_peers_pair_their_runs_query_by_query():
-    """Both peer scripts' paired difference: per-query scores averaged over each peer's seeds,
-    then bert_jax's minus sentence-transformers', its mean and standard error over queries."""
+    """The peer scripts' paired difference (rerank_peer.paired, which embed_training_peer.py
+    prints too): per-query scores averaged over each peer's seeds, then bert_jax's minus
+    sentence-transformers', its mean and standard error over queries; and the embedding peer's
+    per-query nDCG@10."""
     from benchmarks import embed_training_peer, rerank_peer
 
     rows = {"bert_jax": [{"per_query": [1.0, 0.5, 0.0, 1.0]}, {"per_query": [0.0, 0.5, 0.0, 1.0]}],
@@ -925,6 +927,9 @@ def test_the_peers_pair_their_runs_query_by_query():
     found = rerank_peer.paired(rows)
     assert found["paired_ndcg@10_bert_jax_minus_st"] == pytest.approx(0.125)
     assert found["paired_se"] == pytest.approx(se) and found["paired_queries"] == 4
-    found = embed_training_peer.paired(rows)
-    assert found["paired_ndcg@10_bert_jax_minus_st"] == pytest.approx(0.125)
-    assert found["se"] == pytest.approx(se)
+    anchors = np.array([[1, 0, 0], [0, 1, 0], [0.1, 0, 1]], np.float32)
+    positives = np.array([[1, 0, 0], [0.6, 0.8, 0], [0, 0.6, 0.8]], np.float32)
+    scores = embed_training_peer.score(anchors, positives, [{0}, {2}, {1}])
+    # The relevant rows rank 1st, 2nd and 3rd: nDCG@10 1 / log2(rank + 1) with one relevant.
+    assert scores["per_query"] == pytest.approx([1.0, 1 / np.log2(3), 0.5])
+    assert scores["ndcg@10"] == pytest.approx(np.mean(scores["per_query"]))

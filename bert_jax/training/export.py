@@ -40,7 +40,7 @@ def with_tokenizer_ids(model_config: EncoderConfig, tokenizer) -> EncoderConfig:
     names = {f.name for f in dataclasses.fields(model_config)}
     changes = {}
     for name, role in SPECIAL_ID_ROLES.items():
-        value = getattr(model_config, name, None) if name in names else None
+        value = getattr(model_config, name) if name in names else None
         if isinstance(value, int) and not 0 <= value < model_config.vocab_size:
             changes[name] = int(getattr(tokenizer, role))
     if not changes:
