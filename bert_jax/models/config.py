@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, NoReturn
 
 from bert_jax import activations, hardware
-from bert_jax.models.rotary import RopeParameters
 from bert_jax.paths import as_path
 
 # The names a config may use; the functions they stand for: `bert_jax.activations`.
@@ -528,55 +527,3 @@ _WINDOWED_COLLECTIVES = ("all_gather", "reduce_scatter")
 
 
 _WARNED: set[str] = set()
-
-
-@dataclasses.dataclass(frozen=True)
-class RotaryPostLNConfig(PostLNConfig):
-    """A post-LayerNorm family with rotary positions and no position table (NomicBERT, GTE,
-    Jina-v3): its `rope` field (declared by the family, a `rotary.RopeParameters` of its
-    `default_theta`; an experiment config's dict of transformers' keys is read), config.json's
-    `rope_parameters` (or the older `rope_scaling` and `rope_theta`) read and written, and the
-    names the shared stack reads (`models.prenorm`: one key/value head a query head)."""
-
-    default_theta: ClassVar[float] = 10000.0
-
-    def _check_rope(self) -> None:
-        """`rope` made a RopeParameters where it is a dict; ValueError naming it otherwise, or
-        where it rotates part of a head (transformers rotates whole heads)."""
-        rope = self.rope
-        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
-            rope = rope.to_dict()
-        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
-            rope = {k: v for k, v in rope.items() if v is not None}
-            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, self.default_theta))
-        if not isinstance(self.rope, RopeParameters):
-            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
-        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
-            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
-
-    def _check_rotary_heads(self) -> None:
-        """ValueError naming hidden_size where a head's size is odd (rotary pairs its dims)."""
-        if self.head_dim % 2:
-            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
-
-    norm_eps = property(lambda self: self.layer_norm_eps)
-    num_key_value_heads = property(lambda self: self.num_attention_heads)
-
-    @classmethod
-    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]):
-        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
-        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
-        theta = d.get("rope_theta") or cls.default_theta
-        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
-        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
-        head_dim = d.get("head_dim")
-        if head_dim is not None and head_dim != config.head_dim:
-            raise ValueError(
-                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
-                f"num_attention_heads = {config.head_dim}"
-            )
-        return config
-
-    def _hf_derived(self) -> dict[str, Any]:
-        """transformers' `rope_parameters` dict."""
-        return {"rope_parameters": self.rope.to_hf()}

@@ -6,9 +6,7 @@ A family's encoder states only what is its own: its embeddings (`embed`), a stac
 the first token's state by default). Parameter names are the checkpoints'
 (`embeddings/word_embeddings`, `encoder/layer_3/...`, `pooler/dense`).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  S sequences packed in one row
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations

@@ -14,11 +14,7 @@ own `bias`), the classification head on the first token (`ClassificationHead`: d
 `out_proj`) and their parts take their submodule names as arguments, so each family's tree keeps
 its checkpoints' names.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size
-  V vocabulary (V' the table's rows, padded: `padded_vocab_size`)
-  P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations

@@ -8,10 +8,7 @@ shared fields (`models.config.EncoderConfig`: hidden_size, initializer_range, ..
 parameter names (`kernel`, `bias`, `embedding`, `scale`, and the stack's `attention/self/query`,
 `intermediate/dense`, ...) are the ones every checkpoint uses.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  V vocabulary       P predictions per sequence (masked positions)
+Dimensions: the letters of `bert_jax.models`' legend.
 
 Logical axis names carried by the parameters (mapped to mesh axes by `bert_jax.parallel.sharding`):
   vocab, embed, heads, kv, mlp, layers (the stacked axis under `scan_layers`); None = replicated.

@@ -1,10 +1,7 @@
 """What the encoders and task heads of every family return: pytrees with Hugging Face's field
 names, so `out.logits`, `out.last_hidden_state` and `out.hidden_states` read as in transformers.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size     H attention heads
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)   N labels
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations

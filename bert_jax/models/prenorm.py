@@ -22,21 +22,24 @@ Grouped-query attention: K key/value heads, each shared by H / K query heads (tr
 H heads before the kernel, so every kernel of `models.attention` takes them (xla, fused_xla,
 cudnn, splash) at the cost of the repeat; K = H is plain multi-head attention.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size
-  H query heads      K key/value heads     D head size (E / H)    F intermediate size
+The post-norm rotary families (NomicBERT, GTE, Jina-v3) take the stack whole: their encoder
+(`PostNormRotaryModel`) and their config's reading and checks (`RotaryPostLNConfig`).
+
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
-from bert_jax.models.config import EncoderConfig, RuntimeConfig
+from bert_jax.models.config import LAYER_SIZES, EncoderConfig, PostLNConfig, RuntimeConfig
 from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
 from bert_jax.models.layers import (
     LAYER_NAME,
@@ -49,7 +52,7 @@ from bert_jax.models.layers import (
 )
 from bert_jax.models.mlp import FeedForward
 from bert_jax.models.norms import make_norm
-from bert_jax.models.rotary import apply_rotary, rope_cos_sin
+from bert_jax.models.rotary import RopeParameters, apply_rotary, rope_cos_sin
 
 Array = jax.Array
 
@@ -237,6 +240,11 @@ class PreNormEncoder(nn.Module):
         )  # fmt: skip
 
 
+# Where `PostNormRotaryModel`'s layers sit in its tree, as a family's registry row states them
+# (LAYERS_PATH, LAYER_NAME, SCANNED_LAYER): `layers/0 ...`, one stacked `layers/layer` scanned.
+ROTARY_LAYERS = (("layers",), "{}", SCANNED_LAYER)
+
+
 class PostNormRotaryModel(EncoderModel):
     """An encoder of BERT's call on this stack, post-norm with rotary positions (NomicBERT's,
     GTE's, Jina-v3's): `embeddings` (`encoder.LearnedEmbeddings` without a position table; token
@@ -268,3 +276,73 @@ class PostNormRotaryModel(EncoderModel):
 
     def pool(self, y, cls_positions):
         return Pooler(self.config, self.runtime, name="pooler")(y, cls_positions)
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryPostLNConfig(PostLNConfig):
+    """A post-LayerNorm family with rotary positions and no position table (NomicBERT, GTE,
+    Jina-v3): its `rope` field (declared by the family, a `rotary.RopeParameters` of its
+    `default_theta`; an experiment config's dict of transformers' keys is read), config.json's
+    `rope_parameters` (or the older `rope_scaling` and `rope_theta`) read and written, and the
+    names the shared stack reads (`models.prenorm`: one key/value head a query head)."""
+
+    default_theta: ClassVar[float] = 10000.0
+    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
+    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
+
+    def __post_init__(self):
+        self._check_rotary_config()
+
+    def _check_rotary_config(self, sizes: tuple[str, ...] = LAYER_SIZES) -> None:
+        """What every rotary family's config checks: its `rope`, the layer `sizes` and the
+        dropouts (`classifier_dropout` optional), heads of an even size, ids and labels, and
+        `bos_token_id` / `eos_token_id` where set; ValueError naming the field."""
+        self._check_rope()
+        optional = ("classifier_dropout",)
+        self._check_layers(sizes=sizes, probabilities=optional, optional=optional)
+        self._check_rotary_heads()
+        self._check_ids_and_labels()
+        for name in ("bos_token_id", "eos_token_id"):
+            if getattr(self, name) is not None:
+                self._check_special_ids(name)
+
+    def _check_rope(self) -> None:
+        """`rope` made a RopeParameters where it is a dict; ValueError naming it otherwise, or
+        where it rotates part of a head (transformers rotates whole heads)."""
+        rope = self.rope
+        if hasattr(rope, "to_dict"):  # an experiment config's `model.rope` (a ConfigDict)
+            rope = rope.to_dict()
+        if isinstance(rope, Mapping):  # its dict: transformers' keys, unset ones None
+            rope = {k: v for k, v in rope.items() if v is not None}
+            object.__setattr__(self, "rope", RopeParameters.from_hf(rope, self.default_theta))
+        if not isinstance(self.rope, RopeParameters):
+            self._fail("rope", self.rope, "must be a rotary.RopeParameters or its dict")
+        if self.rope.partial_rotary_factor != 1.0:  # transformers rotates whole heads
+            self._fail("rope", self.rope, "partial_rotary_factor must be 1 (whole heads rotate)")
+
+    def _check_rotary_heads(self) -> None:
+        """ValueError naming hidden_size where a head's size is odd (rotary pairs its dims)."""
+        if self.head_dim % 2:
+            self._fail("hidden_size", self.hidden_size, "must split into heads of an even size")
+
+    norm_eps = property(lambda self: self.layer_norm_eps)
+    num_key_value_heads = property(lambda self: self.num_attention_heads)
+
+    @classmethod
+    def _from_hf_fields(cls, d: Mapping[str, Any], kwargs: dict[str, Any]):
+        """The config of config.json `d`: its `rope_parameters` (or the older `rope_scaling`
+        and `rope_theta`) made a `RopeParameters`; a `head_dim` other than E / H raises."""
+        theta = d.get("rope_theta") or cls.default_theta
+        rope = kwargs.pop("rope", None) or d.get("rope_scaling")
+        config = cls(**kwargs, rope=RopeParameters.from_hf(rope, theta))
+        head_dim = d.get("head_dim")
+        if head_dim is not None and head_dim != config.head_dim:
+            raise ValueError(
+                f"config.json has head_dim={head_dim}; bert_jax builds heads of hidden_size / "
+                f"num_attention_heads = {config.head_dim}"
+            )
+        return config
+
+    def _hf_derived(self) -> dict[str, Any]:
+        """transformers' `rope_parameters` dict."""
+        return {"rope_parameters": self.rope.to_hf()}

@@ -8,15 +8,8 @@ post-LayerNorm stack `PostLNEncoder`, the pooler its `Pooler`), the encoder with
 its embeddings (`models.encoder`), attention kernels (`models.attention`), the shared task heads
 (`models.heads`: BERT's classifiers are their defaults) and output records (`models.outputs`).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)   N labels
-
-Logical axis names carried by the parameters (mapped to mesh axes by `bert_jax.parallel.sharding`):
-  vocab, embed, heads, kv, mlp, layers (the stacked axis under `scan_layers`); None = replicated.
-Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
+Dimensions: the letters of `bert_jax.models`' legend.
+Logical axis names: as `models.layers` states them.
 """
 
 from __future__ import annotations

@@ -19,12 +19,8 @@ sequences alone. Submodule names mirror Hugging Face's state dict
 `deberta.encoder.layer.3.attention.self.query_proj`); the discriminator's head is DeBERTa's
 (microsoft/DeBERTa `LMMaskPredictionHead`, `mask_predictions.*` in the released v3 checkpoints).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  R relative positions (2 x attention_span, the table's rows)
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)   N labels
+Dimensions: the letters of `bert_jax.models`' legend (R: the relative positions,
+2 x attention_span, the table's rows).
 """
 
 from __future__ import annotations

@@ -11,12 +11,7 @@ head's sequence summary. Submodule names mirror Hugging Face's state dict
 (`electra/encoder/layer_3/attention/self/query` is `electra.encoder.layer.3.attention.self.query`),
 so conversion is a rename and a transpose.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  M embedding size (embedding_size)        H attention heads   D head size (E / H)
-  F intermediate size                      V vocabulary
-  P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)   N labels
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations

@@ -9,11 +9,7 @@ Rows may be padded on either side, or packed with several sequences a row (`segm
 rotary scores depend only on the distance between two positions, so positions restarting per
 sequence or counting over the whole row give the same outputs.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size
-  H query heads      K key/value heads     D head size      F intermediate size
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            N labels
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations

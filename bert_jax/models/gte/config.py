@@ -17,10 +17,10 @@ num_attention_heads (the only head size bert_jax builds); transformers writes no
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import LAYER_SIZES, RotaryPostLNConfig
+from bert_jax.models.config import LAYER_SIZES
+from bert_jax.models.prenorm import RotaryPostLNConfig
 from bert_jax.models.rotary import RopeParameters
 
 MODEL_TYPE = "gte"
@@ -55,8 +55,6 @@ class GteConfig(RotaryPostLNConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "GTE"
-    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
-    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
     # What the shared stack reads (`models.prenorm`): plain multi-head attention with biases; a
     # gated MLP whose gate and up projections have no bias, its down projection one, and dropout
     # (hidden_dropout_prob) on the activated [B, L, F].
@@ -75,20 +73,10 @@ class GteConfig(RotaryPostLNConfig):
     default_theta: ClassVar[float] = DEFAULT_THETA
 
     def __post_init__(self):
-        self._check_rope()
         types = self.type_vocab_size
         if isinstance(types, bool) or not isinstance(types, int) or types < 0:
             self._fail("type_vocab_size", types, "must be a non-negative integer (0: no table)")
-        self._check_layers(
-            sizes=tuple(s for s in LAYER_SIZES if s != "type_vocab_size"),
-            probabilities=("classifier_dropout",),
-            optional=("classifier_dropout",),
-        )
-        self._check_rotary_heads()
-        self._check_ids_and_labels()
-        for name in ("bos_token_id", "eos_token_id"):
-            if getattr(self, name) is not None:
-                self._check_special_ids(name)
+        self._check_rotary_config(sizes=tuple(s for s in LAYER_SIZES if s != "type_vocab_size"))
 
     mlp_dropout = property(lambda self: self.hidden_dropout_prob)
 

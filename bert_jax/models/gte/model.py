@@ -12,11 +12,7 @@ activated features, as the config says). Submodule names mirror transformers' st
 and a transpose (`bert_jax.convert`; the fused names transformers saves are split by
 `conversion.py`).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            N labels
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations
@@ -30,16 +26,12 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.gte.config import GteConfig
 from bert_jax.models.outputs import MaskedLMOutput
-from bert_jax.models.prenorm import PostNormRotaryModel
+from bert_jax.models.prenorm import ROTARY_LAYERS, PostNormRotaryModel
 
-# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
-# submodule, where its layers sit in the encoder's tree (`layers/0 ...`; one stacked
-# `layers/layer` under `scan_layers`) and the MLM bias a pretraining run may start specially
-# (no position table: rotary positions).
+# The registry row's facts (`models.families.Family`): the encoder submodule, its
+# layers (`PostNormRotaryModel`'s) and the MLM bias (rotary positions: no position table).
 ENCODER_NAME = "gte"
-LAYERS_PATH = ("layers",)
-LAYER_NAME = "{}"
-SCANNED_LAYER = "layer"
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = ROTARY_LAYERS  # `layers/0 ...`
 STARTING_PATHS = {"mlm_bias": ("lm_head", "decoder", "bias")}
 
 

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import RotaryPostLNConfig
+from bert_jax.models.prenorm import RotaryPostLNConfig
 from bert_jax.models.rotary import RopeParameters
 
 MODEL_TYPE = "jina_embeddings_v3"
@@ -56,9 +56,7 @@ class JinaEmbeddingsV3Config(RotaryPostLNConfig):
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "Jina-embeddings-v3"
     released_vocab_size: ClassVar[int] = 250002
-    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
     hf_fixed: ClassVar[Mapping[str, Any]] = {"tie_word_embeddings": True}
-    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
     # What the shared stack reads (`models.prenorm`): multi-head attention and a dense
     # feed-forward layer, both with biases.
     attention_bias: ClassVar[bool] = True
@@ -77,13 +75,6 @@ class JinaEmbeddingsV3Config(RotaryPostLNConfig):
     classifier_dropout: float | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
-
-    def __post_init__(self):
-        self._check_rope()
-        self._check_layers(probabilities=("classifier_dropout",), optional=("classifier_dropout",))
-        self._check_rotary_heads()
-        self._check_ids_and_labels()
-        self._check_special_ids("bos_token_id", "eos_token_id")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> JinaEmbeddingsV3Config:

@@ -15,11 +15,7 @@ classifier on <s> (dense, tanh, `out_proj`; no pooler layer), `classifier` per t
 a rename and a transpose. The original release's task LoRA adapters are not built (transformers'
 classes have none).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            N labels
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations
@@ -31,16 +27,12 @@ import flax.linen as nn
 from bert_jax.models import heads
 from bert_jax.models.family import Role
 from bert_jax.models.jina_embeddings_v3.config import JinaEmbeddingsV3Config
-from bert_jax.models.prenorm import PostNormRotaryModel
+from bert_jax.models.prenorm import ROTARY_LAYERS, PostNormRotaryModel
 
-# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
-# submodule (transformers' `roberta`), where its layers sit in the encoder's tree (`layers/0
-# ...`; one stacked `layers/layer` under `scan_layers`) and the MLM bias a pretraining run may
-# start specially (no position table: rotary positions).
+# The registry row's facts (`models.families.Family`): the encoder submodule (transformers'
+# `roberta`), its layers (`PostNormRotaryModel`'s) and the MLM bias (no position table).
 ENCODER_NAME = "roberta"
-LAYERS_PATH = ("layers",)
-LAYER_NAME = "{}"
-SCANNED_LAYER = "layer"
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = ROTARY_LAYERS  # `layers/0 ...`
 STARTING_PATHS = {"mlm_bias": ("lm_head", "bias")}
 MLP_NAMES = ("fc1", "fc2")  # the feed-forward layer's projections (E -> F, F -> E)
 

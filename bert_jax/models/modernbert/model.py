@@ -11,11 +11,7 @@ Unpadding: rows may be padded on either side, or packed with several sequences a
 (`segment_ids`, with `position_ids` restarting per sequence or not: rotary scores depend only on
 the distance between positions); each gives the outputs the sequences would have alone.
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size (GeGLU: Wi makes 2F)
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)   N labels
+Dimensions: the letters of `bert_jax.models`' legend (F: GeGLU's Wi makes 2F).
 """
 
 from __future__ import annotations

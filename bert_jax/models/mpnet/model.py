@@ -14,12 +14,8 @@ to the word embeddings plus `bias`), a classifier on <s> (dense, tanh, `out_proj
 only for multiple choice. Submodule names mirror Hugging Face's state dict
 (`mpnet/encoder/layer_3/attention/attn/q` is `mpnet.encoder.layer.3.attention.attn.q`).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  R relative-position buckets (relative_attention_num_buckets)
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            C choices (multiple choice)   N labels
+Dimensions: the letters of `bert_jax.models`' legend (R: the relative-position buckets,
+relative_attention_num_buckets).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import RotaryPostLNConfig
+from bert_jax.models.prenorm import RotaryPostLNConfig
 from bert_jax.models.rotary import RopeParameters
 
 MODEL_TYPE = "nomic_bert"
@@ -89,8 +89,6 @@ class NomicBertConfig(RotaryPostLNConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "NomicBERT"
-    hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
-    hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
     # What the shared stack reads (`models.prenorm`): plain multi-head attention without biases.
     attention_bias: ClassVar[bool] = False
     mlp_bias: ClassVar[bool] = False
@@ -104,15 +102,6 @@ class NomicBertConfig(RotaryPostLNConfig):
     eos_token_id: int | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
-
-    def __post_init__(self):
-        self._check_rope()
-        self._check_layers(probabilities=("classifier_dropout",), optional=("classifier_dropout",))
-        self._check_rotary_heads()
-        self._check_ids_and_labels()
-        for name in ("bos_token_id", "eos_token_id"):
-            if getattr(self, name) is not None:
-                self._check_special_ids(name)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> NomicBertConfig:

@@ -10,11 +10,7 @@ mirror transformers' state dict (`nomic_bert/layers/3/self_attn/q_proj` is
 `nomic_bert.layers.3.self_attn.q_proj`), so conversion is a rename and a transpose
 (`bert_jax.convert`; the original checkpoints' fused `attn.Wqkv` is split by `conversion.py`).
 
-Dimension legend:
-  B batch            L sequence length     E hidden size (hidden_size)
-  H attention heads  D head size (E / H)   F intermediate size
-  V vocabulary       P predictions per sequence (masked positions)
-  S sequences packed in one row            N labels
+Dimensions: the letters of `bert_jax.models`' legend.
 """
 
 from __future__ import annotations
@@ -26,16 +22,12 @@ from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.nomic_bert.config import NomicBertConfig
 from bert_jax.models.outputs import MaskedLMOutput
-from bert_jax.models.prenorm import PostNormRotaryModel
+from bert_jax.models.prenorm import ROTARY_LAYERS, PostNormRotaryModel
 
-# The family's facts its registry row reads (`models.families.Family`): the heads' encoder
-# submodule, where its layers sit in the encoder's tree (`layers/0 ...`; one stacked
-# `layers/layer` under `scan_layers`) and the MLM bias a pretraining run may start specially
-# (no position table: rotary positions).
+# The registry row's facts (`models.families.Family`): the encoder submodule, its
+# layers (`PostNormRotaryModel`'s) and the MLM bias (rotary positions: no position table).
 ENCODER_NAME = "nomic_bert"
-LAYERS_PATH = ("layers",)
-LAYER_NAME = "{}"
-SCANNED_LAYER = "layer"
+LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = ROTARY_LAYERS  # `layers/0 ...`
 STARTING_PATHS = {"mlm_bias": ("cls", "predictions", "bias")}
 
 
