@@ -14,6 +14,7 @@ missing: `finished`). `compile_for_topology` compiles the step for a TPU slice o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -100,7 +101,7 @@ def job_step_flops(exp: experiment.Experiment, job: str, lengths, predictions: f
 def pretraining_batch(config) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes and dtypes of one global pretraining batch of the config (`bert_jax.batch_layout`):
     B = global_batch_size, L = max_seq_length, P (packed: per row), S = max_segments."""
-    d = config.data
+    d = inputs.PretrainData.parse(config)
     length, s, p = d.max_seq_length, d.max_segments, d.max_predictions_per_seq
     if d.pack_sequences:
         p = packing.max_predictions_per_row(length, s, p, d.masked_lm_prob)
@@ -187,18 +188,35 @@ def step_flops_fn(exp: experiment.Experiment, job: str):
     return step_flops
 
 
-def check_config(config, reads_data: bool = True) -> None:
-    """Refuses, before anything is built, a starting value the job does not know
-    (`_STARTING_VALUES`; the same with or without `reads_data`)."""
+@dataclasses.dataclass(frozen=True)
+class PretrainSettings:
+    """The pretraining jobs' settings, typed and checked once (`check_config`).
+
+    Attributes:
+      data: the data block (`config.data`: `inputs.PretrainData`).
+      mlm_bias_init, position_embeddings_init: a scratch run's starting values
+        (`_STARTING_VALUES`: "zeros" or "unigram"; "normal" or "sinusoid").
+    """
+
+    data: inputs.PretrainData
+    mlm_bias_init: str
+    position_embeddings_init: str
+
+
+def check_config(config, reads_data: bool = True) -> PretrainSettings:
+    """Refuses, before anything is built, a data setting of the wrong type or range
+    (`inputs.PretrainData.parse`) or a starting value the job does not know
+    (`_STARTING_VALUES`), naming the key; the same with or without `reads_data`. Returns the
+    settings, parsed."""
     del reads_data
-    for key in _STARTING_VALUES:
-        _starting_value(config, key)
+    starts = {key: _starting_value(config, key) for key in _STARTING_VALUES}
+    return PretrainSettings(inputs.PretrainData.parse(config), **starts)
 
 
 def train_and_evaluate(config, workdir: str | None, *, mode: str = "train") -> int | None:
     """Pretrains (mode "train") or prints the shardings ("shardings"; --mode=compile:
     `compile_for_topology`, through `JOB.run`)."""
-    check_config(config)  # a bad choice stops the run before anything is built
+    job = check_config(config)  # a bad choice stops the run before anything is built
     if mode == "train":  # a rerun of other settings stops before anything is built or written
         settings.check_resumed_run(config, workdir)
     exp = build_experiment(config)
@@ -208,7 +226,7 @@ def train_and_evaluate(config, workdir: str | None, *, mode: str = "train") -> i
         print("\n".join(sharding.describe(exp.abstract_state.params, exp.mesh, exp.rules)))
         return None
     logging.vlog(1, "config:\n%s", config)
-    data = inputs.pretraining_inputs(config, workdir, exp.mesh)
+    data = inputs.pretraining_inputs(config, workdir, exp.mesh, job.data)
     check_vocabulary(config, data.tokenizer_path)
     ckpt = experiment.checkpointer(workdir, config)
     start = starting_state(
@@ -216,7 +234,7 @@ def train_and_evaluate(config, workdir: str | None, *, mode: str = "train") -> i
         ckpt,
         data.train,
         init_from=config.init_from,
-        starting_values=lambda: starting_values(config, model_config, data),
+        starting_values=lambda: starting_values(config, job, model_config, data),
     )
     if start.step >= config.num_train_steps:  # an earlier run finished: nothing to train
         ckpt.close()
@@ -387,19 +405,21 @@ def _starting_value(config, key: str) -> str:
     return value
 
 
-def starting_values(config, model_config, data) -> dict[tuple[str, ...], np.ndarray]:
+def starting_values(
+    config, job: PretrainSettings, model_config, data
+) -> dict[tuple[str, ...], np.ndarray]:
     """A scratch run's special starting values (`training.start.starting_state` sets them inside
-    the jitted init): parameter path -> value, for the config's `_STARTING_VALUES` choices; the
-    paths are the family's (`models.families.Family.starting_paths`)."""
+    the jitted init): parameter path -> value, for the settings' choices (`_STARTING_VALUES`);
+    the paths are the family's (`models.families.Family.starting_paths`)."""
     values = {}
     family = families.family_of(model_config)
     paths = dict(family.starting_paths)
     if config.job == "rtd":  # the generator's MLM bias; a tied position table in the discriminator
         paths = rtd.starting_paths(paths, config.rtd.embedding_sharing)
-    if _starting_value(config, "mlm_bias_init") == "unigram":
+    if job.mlm_bias_init == "unigram":
         log_frequencies = data.target_log_frequencies(model_config.vocab_size)
         values[paths["mlm_bias"]] = mlm_bias(log_frequencies, model_config.padded_vocab_size)
-    if _starting_value(config, "position_embeddings_init") == "sinusoid":
+    if job.position_embeddings_init == "sinusoid":
         if "position_embeddings" not in paths:
             raise ValueError(
                 f"config.position_embeddings_init='sinusoid': {family.model_type} has no position "

@@ -18,7 +18,9 @@ import dataclasses
 from bert_jax.training import settings
 
 
-def _count(block, key: str, field: str, least: int) -> int:
+def whole_number(block, key: str, field: str, least: int) -> int:
+    """`block[field]`, an integer >= `least` (not a bool), else ValueError naming
+    `config.<key>.<field>`."""
     value = block[field]
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"config.{key}.{field}={value!r}: expected an integer >= {least}")
@@ -62,9 +64,9 @@ class TextJob:
         return cls(
             key=key,
             seeds=tuple(settings.parse_seeds(block.seeds, f"{key}.seeds")),
-            num_epochs=_count(block, key, "num_epochs", 1),
-            max_seq_length=_count(block, key, "max_seq_length", least_length),
+            num_epochs=whole_number(block, key, "num_epochs", 1),
+            max_seq_length=whole_number(block, key, "max_seq_length", least_length),
             pack=bool(block.pack),
-            max_segments=_count(block, key, "max_segments", 1),
-            eval_batch_size=_count(block, key, "eval_batch_size", 1),
+            max_segments=whole_number(block, key, "max_segments", 1),
+            eval_batch_size=whole_number(block, key, "eval_batch_size", 1),
         )

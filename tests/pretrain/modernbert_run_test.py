@@ -56,4 +56,4 @@ def test_a_position_table_start_is_refused_for_rope():
     config.position_embeddings_init, config.mlm_bias_init = "sinusoid", "zeros"
     cfg = families.config_from_fields(config.model.to_dict())
     with pytest.raises(ValueError, match="modernbert has no position embeddings"):
-        run.starting_values(config, cfg, data=None)
+        run.starting_values(config, run.check_config(config), cfg, data=None)

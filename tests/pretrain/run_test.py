@@ -2,6 +2,8 @@
 (`mlm_bias_init`, `position_embeddings_init`): the values, their placement on a mesh, and bad
 settings."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -89,3 +91,39 @@ def test_a_starting_value_of_the_wrong_shape_is_refused():
     bias = families.family_of(cfg).starting_paths["mlm_bias"]
     with pytest.raises(ValueError, match=r"cls/predictions/bias: shape \(99,\), the parameter"):
         start.init_state(exp, overrides={bias: np.zeros(99, np.float32)})
+
+
+def test_every_pretraining_config_parses_into_the_typed_block():
+    """check_config returns the job's settings typed (`PretrainSettings`, its data block
+    `inputs.PretrainData`) for every shipped architecture, its values the config's."""
+    module = load_config_file("pretrain.py")
+    for arch in module.ARCHS:
+        config = module.get_config(f"arch={arch}")
+        job = run.check_config(config)
+        assert job.data.max_seq_length == config.data.max_seq_length, arch
+        assert job.data.masked_lm_prob == config.data.masked_lm_prob, arch
+        assert job.data.vocab_kind == config.data.vocab_kind, arch
+        assert (job.mlm_bias_init, job.position_embeddings_init)[0] in ("zeros", "unigram")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            job.data.seed = 1
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("source", "gcs", r"config\.data\.source='gcs': expected one of \('default', 'records'\)"),
+        ("vocab_kind", "sentencepiece", r"config\.data\.vocab_kind='sentencepiece'"),
+        ("masked_lm_prob", 1.5, r"config\.data\.masked_lm_prob=1\.5: expected a number in"),
+        ("max_seq_length", 1, r"config\.data\.max_seq_length=1: expected an integer >= 2"),
+        ("max_segments", 0, r"config\.data\.max_segments=0: expected an integer >= 1"),
+        ("num_eval_shards", -1, r"config\.data\.num_eval_shards=-1: expected an integer >= 0"),
+        ("worker_count", -2, r"config\.data\.worker_count=-2: expected an integer >= 0"),
+    ],
+)
+def test_a_bad_data_value_is_refused_naming_its_key(key, value, message, tmp_path):
+    config = load_config_file("pretrain.py").get_config("size=tiny")
+    with config.unlocked():
+        config.data[key] = value
+    with pytest.raises(ValueError, match=message):
+        run.train_and_evaluate(config, str(tmp_path))
+    assert not any(tmp_path.iterdir())  # stopped before writing anything
