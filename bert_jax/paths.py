@@ -29,8 +29,9 @@ def as_path(path: str | os.PathLike) -> epath.Path:
 
 def write_text_whole(path: str | os.PathLike, text: str) -> None:
     """Writes `text` to `path` whole, so that a crash or a reader never sees a part of it: a
-    local file through a temporary file beside it (named by this process) renamed over it; a URL
-    in one object write (an object store replaces an object at once)."""
+    local file through a temporary file beside it (named by this process) renamed over it, its
+    folder made where it is missing (a command's output in a new folder is written, not lost at
+    its end); a URL in one object write (an object store replaces an object at once)."""
     write_bytes_whole(path, text.encode("utf-8"))
 
 
@@ -40,6 +41,7 @@ def write_bytes_whole(path: str | os.PathLike, data: bytes) -> None:
     if is_url(path):
         path.write_bytes(data)
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     tmp.write_bytes(data)
     os.replace(os.fspath(tmp), os.fspath(path))
@@ -48,9 +50,11 @@ def write_bytes_whole(path: str | os.PathLike, data: bytes) -> None:
 def write_file_whole(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     """`write_text_whole` for a writer that takes a local file name (a library's `save_file`):
     `write(local temporary file)`, then the file becomes `path` whole: renamed over it, or for
-    a URL copied there in one object write."""
+    a URL copied there in one object write. A local file's missing folder is made."""
     path = as_path(path)
     local = not is_url(path)
+    if local:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         dir=os.fspath(path.parent) if local else None, prefix=f".{path.name}.", suffix=".tmp"
     )

@@ -169,12 +169,11 @@ def test_finetune_prediction_files_and_results_to_a_bucket(fake_bucket, tmp_path
 
 
 def test_default_corpus_is_not_built_into_a_bucket(fake_bucket, tmp_path):
-    import ml_collections
-
     from bert_jax.pretrain import inputs
+    from tests.common import load_config_file
 
     root, seen = fake_bucket
-    config = ml_collections.ConfigDict({"data": {"build_dir": ""}})
+    config = load_config_file("pretrain.py").get_config("size=tiny")  # data.build_dir ""
     with pytest.raises(ValueError, match=r"cannot be built into gs://bucket/run/data: .* local"):
         inputs.ensure_default_corpus(config, f"{BUCKET}/run")
     config.data.build_dir = f"{BUCKET}/shards"
@@ -257,6 +256,10 @@ def test_a_file_written_whole_gets_the_umask_permissions_not_mkstemps(tmp_path):
     paths.write_file_whole(tmp_path / "f.bin", lambda p: open(p, "wb").write(b"x"))
     assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o666 & ~paths._UMASK
     assert os.listdir(tmp_path) == ["f.bin"]
+    paths.write_file_whole(tmp_path / "new" / "g.bin", lambda p: open(p, "wb").write(b"y"))
+    paths.write_text_whole(tmp_path / "other" / "h.txt", "z")  # missing folders are made
+    assert (tmp_path / "new" / "g.bin").read_bytes() == b"y"
+    assert (tmp_path / "other" / "h.txt").read_text() == "z"
 
 
 # What tf.io.gfile (epath's backend for gs://) raised without network, credentials or permission.

@@ -47,7 +47,7 @@ def files(tmp_path_factory):
 
 
 def test_bm25_equals_bm25s_on_the_same_corpus(files, tmp_path):
-    out = tmp_path / "bm25.jsonl"
+    out = tmp_path / "new" / "folder" / "bm25.jsonl"  # made: a long search's output is not lost
     argv = ["search", "--index", "bm25", "--queries", files["wordy"], "--corpus", files["corpus"]]
     assert main([*argv, "--top_k", "5", "--output", str(out)]) == 0
     rows = read_run(out)
