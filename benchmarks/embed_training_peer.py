@@ -7,6 +7,8 @@ learning rate, warmup, epochs, loss and threads.
     python benchmarks/embed_training_peer.py --data ../shared/data/debian_packages \\
         --max_train=2048 --max_eval=1000 --batch=32 --max_seq_length=128 --lr=5e-5 \\
         --out runs/embed_peer_debian.json                # Debian package search
+    python benchmarks/embed_training_peer.py --model=splade --data ../shared/data/debian_packages \\
+        --out runs/splade_peer_debian.json               # SPLADE: SparseEncoderTrainer's peer
 
 The task is the Shakespeare cue -> reply retrieval task (`bert_jax.embed.shakespeare`; its train
 split's first `--max_train` pairs after a fixed shuffle, and the dev split's first `--max_eval`),
@@ -20,11 +22,18 @@ decay to 0, `--epochs` epochs of batches of `--batch` pairs (the remainder dropp
 texts cut to `--max_seq_length` tokens:
 
   sentence_transformers  `SentenceTransformerTrainer` (torch, CPU), its own data loading and
-                         batch order for the seed
+                         batch order for the seed (`SparseEncoderTrainer` with --model=splade)
   bert_jax               the embedding job's Experiment, batches and step (`bert_jax.embed.run`):
                          the texts of a batch packed several to a row (`embed.pack`, the
                          default), or with `--pack=0` padded to the 32-token bucket of the
                          batch's longest text
+
+With `--model=splade` both peers train a SPLADE model instead (`configs/embed.py:model=splade`;
+sentence-transformers' SpladeLoss around SparseMultipleNegativesRankingLoss, scale 1, query and
+document FLOPS weights 5e-5 and 3e-5) from the same start: all-MiniLM-L6-v2 with a masked-LM
+head initialized once (seed 0, its decoder tied to the word embeddings), written as a
+SparseEncoder directory (MLMTransformer, SpladePooling) that both load; dev retrieval is by dot
+product of the sparse vectors.
 
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
 positive among all of them with `bert_jax.retrieval.metrics.retrieval_scores` (equal to
@@ -91,12 +100,31 @@ def write_task(args, directory: str) -> tuple[str, str, int]:
     return paths[0], paths[1], len(train)
 
 
-def embed_config(args, train_file: str, dev_file: str, warmup_steps: int):
-    """The embedding job's config of the run (configs/embed.py:init=minilm)."""
+def write_start(directory: str, max_seq_length: int) -> str:
+    """The SPLADE peers' start (--model=splade), written once into `directory`/start and loaded
+    by both: all-MiniLM-L6-v2 with a masked-LM head initialized (seed 0: its transform new, its
+    decoder tied to the word embeddings) as a SparseEncoder directory (MLMTransformer,
+    SpladePooling). Returns its path."""
+    from bert_jax.checkpoints import pretrained
+    from bert_jax.checkpoints.sentence_transformers import save_sentence_transformer
+    from bert_jax.models.family import Role
+
+    loaded = pretrained.load(minilm_path(), Role.MASKED_LM, allow_new_heads=True)
+    out = os.path.join(directory, "start")
+    return save_sentence_transformer(out, loaded.config, loaded.params, pooling="splade",
+                                     tokenizer_dir=loaded.tokenizer, normalize=False,
+                                     max_seq_length=max_seq_length)  # fmt: skip
+
+
+def embed_config(args, train_file: str, dev_file: str, warmup_steps: int, start: str = ""):
+    """The embedding job's config of the run (configs/embed.py:init=minilm; with
+    --model=splade, init=minilm,model=splade from `start`)."""
     from configs import embed
 
-    c = embed.get_config("init=minilm")
+    c = embed.get_config("init=minilm" + (",model=splade" if args.model == "splade" else ""))
     with c.unlocked():
+        if start:
+            c.init_from = start
         c.embed.train_file, c.embed.dev_file = train_file, dev_file
         c.embed.num_epochs = args.epochs
         c.embed.max_seq_length = args.max_seq_length
@@ -143,53 +171,93 @@ def dev_texts(dev_file: str) -> tuple[list[str], list[str]]:
     return [r["anchor"] for r in rows], [r["positive"] for r in rows]
 
 
-def score(anchors: np.ndarray, positives: np.ndarray, relevant: list[set[int]]) -> dict:
+def score(
+    anchors: np.ndarray, positives: np.ndarray, relevant: list[set[int]], similarity="cosine"
+) -> dict:
     """Retrieval of each anchor's positive (`relevant`: its row) among the distinct dev positives
-    (as `embed.evaluation.retrieval_set` indexes them): the metrics, and `per_query`, each
-    anchor's nDCG@10 (`retrieval.metrics.ranked_scores` of its own ranked list)."""
-    from bert_jax.retrieval.metrics import cosine_scores, ranked_scores, retrieval_scores, top_k
+    (as `embed.evaluation.retrieval_set` indexes them), by `similarity` ("cosine", or "dot":
+    SPLADE's): the metrics, and `per_query`, each anchor's nDCG@10
+    (`retrieval.metrics.ranked_scores` of its own ranked list); of SPLADE's vectors, the mean
+    number of active (> 0) dimensions of a query's and of a document's too."""
+    from bert_jax.retrieval import metrics
 
-    ranked = top_k(cosine_scores(anchors, positives), 10)  # [Q, 10]
+    scores = metrics.dot_scores if similarity == "dot" else metrics.cosine_scores
+    ranked = metrics.top_k(scores(anchors, positives), 10)  # [Q, 10]
     per_query = [
-        ranked_scores([[int(d) in rel for d in docs]], [len(rel)])["ndcg@10"]
+        metrics.ranked_scores([[int(d) in rel for d in docs]], [len(rel)])["ndcg@10"]
         for docs, rel in zip(ranked, relevant)
     ]
-    return {**retrieval_scores(anchors, positives, relevant), "per_query": per_query}
+    found = metrics.retrieval_scores(anchors, positives, relevant, similarity=similarity)
+    if similarity == "dot":
+        found["query_active_dims"] = float((anchors > 0).sum(-1).mean())
+        found["document_active_dims"] = float((positives > 0).sum(-1).mean())
+    return {**found, "per_query": per_query}
 
 
 # ---------------------------------------------------------------------------------------------
 # sentence-transformers
 # ---------------------------------------------------------------------------------------------
-def st_model(args):
+def st_model(args, start: str = ""):
+    """all-MiniLM-L6-v2 as a SentenceTransformer, or the SparseEncoder at `start`."""
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sparse_encoder import SparseEncoder
 
-    model = SentenceTransformer(minilm_path(), device="cpu")
+    if start:
+        model = SparseEncoder(start, device="cpu")
+    else:
+        model = SentenceTransformer(minilm_path(), device="cpu")
     model.max_seq_length = args.max_seq_length
     return model
 
 
 def st_score(model, dev_file: str, batch: int) -> dict[str, float]:
+    from sentence_transformers.sparse_encoder import SparseEncoder
+
     anchors, positives = dev_texts(dev_file)
     corpus = list(dict.fromkeys(positives))
     relevant = [{corpus.index(p)} for p in positives]
+    if isinstance(model, SparseEncoder):  # dense [N, V] float32 vectors, compared by dot
+        encode = lambda t: model.encode(t, batch_size=batch, convert_to_sparse_tensor=False,  # noqa: E731
+                                        show_progress_bar=False).float().numpy()  # fmt: skip
+        return score(encode(anchors), encode(corpus), relevant, similarity="dot")
     encode = dict(batch_size=batch, show_progress_bar=False, convert_to_numpy=True)
     return score(model.encode(anchors, **encode), model.encode(corpus, **encode), relevant)
 
 
-def run_sentence_transformers(args, config, train_file, dev_file, seed: int, warmup_steps: int):
-    """(dev scores, clock) of sentence-transformers' trainer from MiniLM for one seed."""
+def st_trainer(config, model):
+    """sentence-transformers' (trainer class, arguments class, loss) of the run: MNRL at the
+    job's scale; for a SparseEncoder, SpladeLoss around SparseMultipleNegativesRankingLoss with
+    the job's scale and FLOPS weights."""
+    import sentence_transformers as st
+    from sentence_transformers import sparse_encoder as sparse
+
+    e = config.embed
+    if isinstance(model, sparse.SparseEncoder):
+        mnrl = sparse.losses.SparseMultipleNegativesRankingLoss(model, scale=e.scale)
+        loss = sparse.losses.SpladeLoss(
+            model,
+            mnrl,
+            query_regularizer_weight=e.query_regularizer_weight,
+            document_regularizer_weight=e.document_regularizer_weight,
+        )
+        return sparse.SparseEncoderTrainer, sparse.SparseEncoderTrainingArguments, loss
+    loss = st.losses.MultipleNegativesRankingLoss(model, scale=e.scale)
+    return st.SentenceTransformerTrainer, st.SentenceTransformerTrainingArguments, loss
+
+
+def run_sentence_transformers(
+    args, config, train_file, dev_file, seed: int, warmup_steps: int, start: str = ""
+):
+    """(dev scores, clock) of sentence-transformers' trainer from MiniLM (or the SparseEncoder
+    at `start`) for one seed."""
     import torch
     import transformers
     from datasets import Dataset
-    from sentence_transformers import (
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
 
     torch.set_num_threads(args.threads)
     transformers.set_seed(seed)
-    model = st_model(args)
+    model = st_model(args, start)
+    trainer_class, arguments_class, loss = st_trainer(config, model)
     rows = [json.loads(line) for line in open(train_file, encoding="utf-8")]
     train = Dataset.from_dict(
         {"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]}
@@ -204,7 +272,7 @@ def run_sentence_transformers(args, config, train_file, dev_file, seed: int, war
             clock.end()
 
     with tempfile.TemporaryDirectory() as out:
-        training_args = SentenceTransformerTrainingArguments(
+        training_args = arguments_class(
             output_dir=out,
             num_train_epochs=args.epochs,
             per_device_train_batch_size=args.batch,
@@ -225,8 +293,7 @@ def run_sentence_transformers(args, config, train_file, dev_file, seed: int, war
             disable_tqdm=True,
             use_cpu=True,
         )
-        loss = MultipleNegativesRankingLoss(model, scale=config.embed.scale)
-        trainer = SentenceTransformerTrainer(
+        trainer = trainer_class(
             model=model, args=training_args, train_dataset=train, loss=loss, callbacks=[Timing()]
         )
         trainer.train()
@@ -274,7 +341,7 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
     def dev_scores(params) -> dict:
         embedded = [evaluation.embed_texts(exp, params, dev.queries, e.eval_batch_size),
                     evaluation.embed_texts(exp, params, dev.corpus, e.eval_batch_size)]  # fmt: skip
-        return score(*embedded, dev.relevant)
+        return score(*embedded, dev.relevant, similarity=exp.objective.similarity)
 
     if start_scores is None:
         start_scores = dev_scores(state.params)
@@ -292,15 +359,9 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
 # ---------------------------------------------------------------------------------------------
 def _summary(peer: str, rows: list[dict]) -> dict:
     out = {"peer": peer, "seeds": [r["seed"] for r in rows]}
-    for key in (
-        "ndcg@10",
-        "mrr@10",
-        "recall@1",
-        "recall@10",
-        "steps_per_cpu_s",
-        "s_per_step",
-        "load",
-    ):
+    keys = ["ndcg@10", "mrr@10", "recall@1", "recall@10", "steps_per_cpu_s", "s_per_step", "load"]
+    keys += [k for k in ("query_active_dims", "document_active_dims") if k in rows[0]]
+    for key in keys:
         values = [r[key] for r in rows]
         out[key] = statistics.mean(values)
         out[key + "_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -328,6 +389,7 @@ def main(argv=None) -> int:
         "default), 0 pads each batch to its longest text as sentence-transformers does",
     )
     parser.add_argument("--data", default="", help="a folder with train.jsonl and dev.jsonl")
+    parser.add_argument("--model", default="dense", choices=("dense", "splade"))
     parser.add_argument("--out", default="", help="a JSON file for every row (per-anchor too)")
     parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
     args = parser.parse_args(argv)
@@ -341,28 +403,29 @@ def main(argv=None) -> int:
         train_file, dev_file, num_pairs = write_task(args, tmp)
         num_steps = num_pairs // args.batch * args.epochs
         warmup_steps = max(1, round(args.warmup_fraction * num_steps))
-        config = embed_config(args, train_file, dev_file, warmup_steps)
+        start = write_start(tmp, args.max_seq_length) if args.model == "splade" else ""
+        config = embed_config(args, train_file, dev_file, warmup_steps, start)
         print(json.dumps({"train_pairs": num_pairs, "dev_pairs": len(dev_texts(dev_file)[0]),
                           "steps": num_steps, "warmup_steps": warmup_steps,
                           "batch": args.batch, "max_seq_length": args.max_seq_length,
                           "lr": args.lr, "threads": args.threads, "pack": args.pack,
-                          "data": args.data or "plays"}))  # fmt: skip
+                          "data": args.data or "plays", "model": args.model}))  # fmt: skip
         rows: dict[str, list[dict]] = {p: [] for p in peers}
         if "sentence_transformers" in peers:
-            start = st_score(st_model(args), dev_file, args.eval_batch)
-            start.pop("per_query")
-            print(json.dumps({"peer": "sentence_transformers", "start": start}))
-        start = None
+            at_start = st_score(st_model(args, start), dev_file, args.eval_batch)
+            at_start.pop("per_query")
+            print(json.dumps({"peer": "sentence_transformers", "start": at_start}))
+        at_start = None
         for seed in seeds:
             for peer in peers:
                 if peer == "bert_jax":
-                    scores, clock, start = run_bert_jax(config, seed, start)
+                    scores, clock, at_start = run_bert_jax(config, seed, at_start)
                     if seed == seeds[0]:
-                        start.pop("per_query", None)
-                        print(json.dumps({"peer": "bert_jax", "start": start}))
+                        at_start.pop("per_query", None)
+                        print(json.dumps({"peer": "bert_jax", "start": at_start}))
                 else:
                     scores, clock = run_sentence_transformers(
-                        args, config, train_file, dev_file, seed, warmup_steps
+                        args, config, train_file, dev_file, seed, warmup_steps, start
                     )
                 row = {"peer": peer, "seed": seed, **scores, **clock.row()}
                 row["load"] = round(os.getloadavg()[0], 1)  # the 1-minute load average at the end

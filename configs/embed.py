@@ -78,6 +78,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.matryoshka_dims = ""
     c.embed.query_regularizer_weight = 5e-5
     c.embed.document_regularizer_weight = 3e-5
+    # How both weights rise from 0 over the first `regularizer_warmup_ratio` of the run's
+    # updates, as SparseEncoderTrainer's default SpladeRegularizerWeightSchedulerCallback does:
+    # "quadratic" | "linear" | "none" (the full weights from the first update).
+    c.embed.regularizer_warmup = "quadratic"
+    c.embed.regularizer_warmup_ratio = 1 / 3
     c.embed.max_train_examples = 0  # 0 = all; else the first this many pairs
     c.embed.max_eval_examples = 0
     # Prompts put before each anchor (a query) and each positive and hard negative (a document)

@@ -76,7 +76,9 @@ class EmbedSettings(TextJob):
       pooling: "auto", "mean", "cls" or "splade"; normalize: "auto", "true" or "false".
       scale, symmetric: the in-batch loss's (`contrastive.contrastive_objective`).
       matryoshka_dims: the prefix sizes whose losses add (() = the full size only).
-      query_regularizer_weight, document_regularizer_weight: SPLADE's FLOPS weights.
+      query_regularizer_weight, document_regularizer_weight: SPLADE's FLOPS weights;
+        regularizer_warmup ("quadratic", "linear" or "none") and regularizer_warmup_ratio: how
+        they rise from 0 over that share of the updates (`splade.SpladeObjective`).
       query_prompt, document_prompt: "auto" (the starting directory's), "" or the text.
     """
 
@@ -92,6 +94,8 @@ class EmbedSettings(TextJob):
     matryoshka_dims: tuple[int, ...]
     query_regularizer_weight: float
     document_regularizer_weight: float
+    regularizer_warmup: str
+    regularizer_warmup_ratio: float
     query_prompt: str
     document_prompt: str
 
@@ -145,6 +149,13 @@ def _check_splade(e) -> None:
     for name in ("query_regularizer_weight", "document_regularizer_weight"):
         if not e[name] >= 0:
             raise ValueError(f"embed.{name}={e[name]!r}; expected a number >= 0")
+    if e.regularizer_warmup not in splade.RAMPS:
+        raise ValueError(
+            f"embed.regularizer_warmup={e.regularizer_warmup!r}; expected quadratic, linear or none"
+        )
+    ratio = e.regularizer_warmup_ratio
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ValueError(f"embed.regularizer_warmup_ratio={ratio!r}; expected a number in (0, 1]")
 
 
 def matryoshka_dims(text) -> tuple[int, ...]:
@@ -263,12 +274,16 @@ def build_experiment(
     `embed.pack`."""
     packed = (config.global_batch_size, texts_per_pair) if e.pack else None
     if start.pooling in SPARSE_POOLINGS:
+        # SparseEncoderTrainer's count of the warmup's updates:
+        warmup_steps = max(1, int(num_train_steps * e.regularizer_warmup_ratio))
         objective = splade.splade_objective(
             e.query_regularizer_weight,
             e.document_regularizer_weight,
             e.scale,
             e.symmetric,
             packed_shape=packed,
+            warmup_steps=warmup_steps,
+            ramp=e.regularizer_warmup,
         )
     else:
         objective = contrastive.contrastive_objective(
@@ -412,8 +427,10 @@ def model_card(
     if start.pooling in SPARSE_POOLINGS:
         loss = (
             f"SpladeLoss(Sparse{loss}, query_regularizer_weight={objective.query_weight:g}, "
-            f"document_regularizer_weight={objective.document_weight:g}: FLOPS)"
-        )
+            f"document_regularizer_weight={objective.document_weight:g}: FLOPS"
+            + (f", rising ({objective.ramp}) over the first {objective.warmup_steps} steps"
+               if objective.warmup_steps else "") + ")"
+        )  # fmt: skip
         similarity = "dot product"
     chunks = config.num_microbatches
     items = [

@@ -128,6 +128,10 @@ class ContrastiveObjective:
         """The mean in-batch negatives loss over the anchors."""
         return weighted_loss(self.loss_weights, sums, counts)
 
+    def at_step(self, step: jax.Array) -> ContrastiveObjective:
+        """Itself: its loss is the same at every step."""
+        return self
+
     def example_batch(self, **sizes: int) -> dict[str, jax.ShapeDtypeStruct]:
         """A batch of B pairs of T texts of L tokens, packed into R rows of S slots where the
         objective takes packed batches (`batch_layout.contrastive_layout`)."""

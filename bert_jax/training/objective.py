@@ -75,6 +75,10 @@ class Objective(Protocol):
         """The shapes and dtypes of a batch it trains on, with the axes' sizes
         (`batch_layout`'s letters): what `--mode=compile` lowers the step with."""
 
+    def at_step(self, step: jax.Array) -> Objective:
+        """The objective as it trains the update `step` (int32 scalar, 0 first; traced): itself,
+        or one whose loss weights follow a schedule (SPLADE's FLOPS warmup)."""
+
 
 class CoupledObjective(Objective, Protocol):
     """An objective whose rows couple (`couples_rows=True`): its loss is computed from every
@@ -141,6 +145,10 @@ class RowwiseObjective:
     def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
         """The scalar loss: the weighted sum over prefixes of sums / counts."""
         return weighted_loss(self.loss_weights, sums, counts)
+
+    def at_step(self, step: jax.Array) -> RowwiseObjective:
+        """Itself: its loss weights are the same at every step."""
+        return self
 
     def example_batch(self, **sizes: int) -> dict[str, jax.ShapeDtypeStruct]:
         """`layout`'s shapes with the axes' sizes (`batch_layout.abstract_batch`)."""

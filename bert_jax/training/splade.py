@@ -12,19 +12,22 @@ sentence-transformers' SpladeLoss around SparseMultipleNegativesRankingLoss, on 
 global batch as the contrastive objective computes it (`training.contrastive`: the same batches,
 packing, GradCache chunks and mesh):
 
-    loss = mnrl + query_weight * flops(anchors) + document_weight * flops(documents)
+    loss = mnrl + ramp(step) * (query_weight * flops(anchors) + document_weight * flops(documents))
 
 mnrl: the in-batch negatives softmax over dot products x `scale` (1, as
 SparseMultipleNegativesRankingLoss); flops(X) = sum_v (mean_n X[n, v])^2 (`losses.flops_loss`,
 FlopsLoss) over the batch's anchors [B, V] and over its documents [(T - 1) B, V] (positives and
-hard negatives together, as SpladeLoss concatenates them).
+hard negatives together, as SpladeLoss concatenates them). ramp(step) warms the regularizers
+up as SparseEncoderTrainer does by default (its SpladeRegularizerWeightSchedulerCallback):
+(step / W)^2 ("quadratic") or step / W ("linear") before update W, 1 from then on, W being a
+third of the run's updates; always 1 with W = 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +40,8 @@ from bert_jax.training.objective import MODEL_INPUTS, Batch, apply_model, weight
 
 # sentence-transformers' SPLADE recipes (SpladeLoss around SparseMultipleNegativesRankingLoss).
 QUERY_WEIGHT, DOCUMENT_WEIGHT, SCALE = 5e-5, 3e-5, 1.0
+# SpladeRegularizerWeightSchedulerCallback's scheduler types, and "none" for no warmup.
+RAMPS = ("quadratic", "linear", "none")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,6 +57,9 @@ class SpladeObjective(ContrastiveObjective):
       symmetric, packed_shape: as `ContrastiveObjective`'s (its pooling and dims are not read).
       query_weight, document_weight: the FLOPS terms' weights (SpladeLoss's
         query_regularizer_weight, document_regularizer_weight); 0 turns one off.
+      warmup_steps: the updates over which both weights rise from 0 (0: none; see the module
+        docstring); ramp: "quadratic" or "linear", how they rise ("none": no warmup).
+      ramp_factor: the weights' factor at the update being trained (1.0; `at_step` sets it).
     """
 
     name: ClassVar[str] = "splade"
@@ -62,6 +70,18 @@ class SpladeObjective(ContrastiveObjective):
     scale: float = SCALE
     query_weight: float = QUERY_WEIGHT
     document_weight: float = DOCUMENT_WEIGHT
+    warmup_steps: int = 0
+    ramp: str = "quadratic"
+    ramp_factor: Any = 1.0  # float, or a traced float32 scalar inside a train step
+
+    def at_step(self, step: jax.Array) -> SpladeObjective:
+        """The objective whose FLOPS weights are ramp(step) x theirs (itself without warmup)."""
+        if not self.warmup_steps:
+            return self
+        ratio = jnp.minimum(jnp.asarray(step, jnp.float32) / self.warmup_steps, 1.0)
+        return dataclasses.replace(
+            self, ramp_factor=ratio**2 if self.ramp == "quadratic" else ratio
+        )
 
     def embed(self, model, params, batch: Batch, rng, deterministic: bool) -> jax.Array:
         """float32 [..., V] SPLADE vectors of texts [..., L] (any leading axes); of packed rows
@@ -104,8 +124,10 @@ class SpladeObjective(ContrastiveObjective):
         return {"mnrl_count": count, "qflops_count": count, "dflops_count": count}
 
     def loss(self, sums: Mapping[str, jax.Array], counts: Mapping[str, jax.Array]) -> jax.Array:
-        """mnrl + query_weight x flops(anchors) + document_weight x flops(documents)."""
-        weights = {"mnrl": 1.0, "qflops": self.query_weight, "dflops": self.document_weight}
+        """mnrl + ramp_factor x (query_weight x flops(anchors) + document_weight x
+        flops(documents))."""
+        r = self.ramp_factor
+        weights = {"mnrl": 1.0, "qflops": r * self.query_weight, "dflops": r * self.document_weight}
         return weighted_loss(weights, sums, counts)
 
 
@@ -115,16 +137,23 @@ def splade_objective(
     scale: float = SCALE,
     symmetric: bool = False,
     packed_shape: tuple[int, int] | None = None,
+    warmup_steps: int = 0,
+    ramp: str = "quadratic",
 ) -> SpladeObjective:
-    """The SPLADE objective with these settings (see `SpladeObjective`); ValueError naming a
-    negative weight."""
+    """The SPLADE objective with these settings (see `SpladeObjective`; ramp "none" sets no
+    warmup whatever warmup_steps says); ValueError naming a negative weight or warmup, or an
+    unknown ramp."""
     for name, weight in (("query_weight", query_weight), ("document_weight", document_weight)):
         if not weight >= 0:
             raise ValueError(f"{name}={weight!r}; expected a number >= 0")
+    if ramp not in RAMPS or not warmup_steps >= 0:
+        raise ValueError(f"ramp={ramp!r}, warmup_steps={warmup_steps!r}: expected {RAMPS}, >= 0")
     return SpladeObjective(
         query_weight=float(query_weight),
         document_weight=float(document_weight),
         scale=float(scale),
         symmetric=bool(symmetric),
         packed_shape=None if packed_shape is None else tuple(int(n) for n in packed_shape),
+        warmup_steps=0 if ramp == "none" else int(warmup_steps),
+        ramp=ramp,
     )

@@ -327,7 +327,7 @@ def train_step(
         batch,
         rng,
         model=model,
-        objective=objective,
+        objective=objective.at_step(state.step),
         num_microbatches=num_microbatches,
         loss_scale=None if loss_scale is None else state.loss_scale.scale,
     )

@@ -97,6 +97,51 @@ def test_loss_equals_sentence_transformers_splade_loss():
     np.testing.assert_allclose(flops, (vectors[:, 0].mean(0) ** 2).sum(), rtol=1e-6)
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("ramp", ["quadratic", "linear"])
+def test_the_regularizers_warm_up_as_sparse_encoder_trainers_callback(ramp):
+    """`at_step(s)`'s FLOPS weights are those SpladeRegularizerWeightSchedulerCallback (which
+    SparseEncoderTrainer adds by default) sets before update s, over a third of 10 updates; the
+    loss of fixed vectors follows them, and jitted with a traced step too."""
+    pytest.importorskip("torch")
+    st = pytest.importorskip("sentence_transformers.sparse_encoder")
+    from transformers import TrainerState
+
+    qw, dw, total = 0.3, 0.2, 10
+    loss = st.losses.SpladeLoss(
+        None, st.losses.SparseMultipleNegativesRankingLoss(None),
+        document_regularizer_weight=dw, query_regularizer_weight=qw,
+    )  # fmt: skip
+    callback = st.callbacks.SpladeRegularizerWeightSchedulerCallback(loss, scheduler_type=ramp)
+    state = TrainerState(max_steps=total)
+    callback.on_train_begin(None, state, None)
+    objective = splade.splade_objective(qw, dw, warmup_steps=int(total / 3), ramp=ramp)
+    vectors = np.maximum(np.random.default_rng(2).normal(size=(4, 2, 30)), 0).astype(np.float32)
+    sums = objective.embedding_sums(vectors)
+    counts = {k: np.float32(4) for k in ("mnrl_count", "qflops_count", "dflops_count")}
+    at = jax.jit(lambda step: objective.at_step(step).loss(sums, counts))
+    for step in range(total):
+        state.global_step = step
+        callback.on_step_begin(None, state, None)
+        now = objective.at_step(step)
+        assert float(now.ramp_factor) * qw == pytest.approx(loss.query_regularizer_weight)
+        assert float(now.ramp_factor) * dw == pytest.approx(loss.document_regularizer_weight)
+        want = (
+            sums["mnrl_loss_sum"] / 4
+            + (
+                loss.query_regularizer_weight * sums["qflops_loss_sum"]
+                + loss.document_regularizer_weight * sums["dflops_loss_sum"]
+            )
+            / 4
+        )
+        np.testing.assert_allclose(float(at(np.int32(step))), float(want), rtol=1e-6)
+    assert splade.splade_objective(qw, dw).at_step(0).ramp_factor == 1.0  # no warmup
+    none = splade.splade_objective(qw, dw, warmup_steps=3, ramp="none")
+    assert none.warmup_steps == 0 and none.at_step(0).ramp_factor == 1.0
+    with pytest.raises(ValueError, match="ramp='cubic'"):
+        splade.splade_objective(qw, dw, warmup_steps=3, ramp="cubic")
+
+
 @pytest.mark.e2e  # 17 s on 2 cores, mostly compiling the two programs
 def test_grad_cache_equals_the_uncached_batch():
     """GradCache in 4 chunks, dropout on: the loss and gradients of the whole batch at once."""
@@ -248,7 +293,8 @@ def test_the_job_trains_a_splade_model(pair_files):  # noqa: F811
     hf = workdir / "hf"
     modules = json.loads((hf / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["MLMTransformer", "SpladePooling"]
-    assert "SpladeLoss" in (hf / "README.md").read_text()
+    card = (hf / "README.md").read_text()
+    assert "SpladeLoss" in card and "rising (quadratic) over the first" in card
     texts = ["fair is foul", "foul is fair and it is", "is it", "the"]
     (pair_files / "texts.txt").write_text("\n".join(texts) + "\n")
     out = pair_files / "sparse.npy"
@@ -265,6 +311,8 @@ def test_bad_splade_settings_are_refused_before_any_data(pair_files):  # noqa: F
         ("embed.normalize", "true", r"embed\.normalize=true: SPLADE"),
         ("embed.matryoshka_dims", "16", r"embed\.matryoshka_dims: SPLADE"),
         ("embed.query_regularizer_weight", -1.0, r"embed\.query_regularizer_weight=-1\.0"),
+        ("embed.regularizer_warmup", "cubic", r"embed\.regularizer_warmup='cubic'; expected"),
+        ("embed.regularizer_warmup_ratio", 0.0, r"embed\.regularizer_warmup_ratio=0\.0"),
     ):
         config = embed_config(pair_files, **{"embed.pooling": "splade", key: value})
         with pytest.raises(ValueError, match=message):

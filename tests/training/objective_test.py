@@ -84,6 +84,9 @@ class SquaredTotal:
     def example_batch(self, **sizes):
         return {"x": jax.ShapeDtypeStruct((sizes["B"], 1), jnp.float32)}
 
+    def at_step(self, step):
+        return self
+
 
 def test_a_coupled_objective_of_any_class_is_split_as_gradcache_chunks():
     objective, model = SquaredTotal(), Scale()
