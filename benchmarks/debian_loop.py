@@ -16,12 +16,14 @@ corpus.jsonl. Each stage runs in a process of its own (`sys.executable`), its ou
             pairs, in-batch negatives only; then searched as above
   mine      `python -m bert_jax.embed.mine` with stage 0's model: `--negatives` hard negatives a
             pair among the training positives (`--mine_flags`; docs/mining.md)
+  mine_rerank  the same for the reranker's rows, on the first `--rerank_pairs` training pairs
   stage1    the embedding job again from all-MiniLM-L6-v2 on the mined pairs, `--seeds` seeds;
             each seed's model searched
   fusion    `inference fuse` (reciprocal rank fusion, k 60) of BM25 and the best dense run
-  rerank    `train.py --config=configs/rerank.py:init=minilm` on the mined pairs (the listwise
-            loss: the positive among its negatives); then `inference search` of the best dense
-            model with `--rerank` over its top `--top_k`
+  rerank    `train.py --config=configs/rerank.py:init=minilm` on mine_rerank's rows (the
+            listwise loss: the positive among its negatives) from the best dense run's model
+            (`--rerank_init stage1`; `minilm`: all-MiniLM-L6-v2); then `inference search` of the
+            best dense model with `--rerank` over its top `--top_k`
 
 Scores are nDCG@10, MRR@10 and Recall@100 as sentence-transformers' InformationRetrievalEvaluator
 (the search command's `--qrels`); differences are paired over the dev queries, with their standard
@@ -58,7 +60,8 @@ MINILM = str(
 )
 MINE_FLAGS = "--relative_margin 0.05 --range_max 100"
 SET_FILES = ("train.jsonl", "dev.jsonl", "dev_qrels.jsonl", "corpus.jsonl")
-OWNED = ("data", "runs", "search", "logs", "mined.jsonl", "debian_loop.json", "progress.json")
+OWNED = ("data", "runs", "search", "logs", "mined.jsonl", "mined_rerank.jsonl", "debian_loop.json",
+         "progress.json")  # fmt: skip
 PROGRESS = "progress.json"
 
 
@@ -74,6 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--epochs", type=int, default=1, help="epochs of every training stage")
     add("--batch", type=int, default=64, help="pairs a step of the embedding stages")
     add("--max_seq_length", type=int, default=128, help="tokens a text keeps in training")
+    add("--rerank_pairs", type=int, default=8192, help="pairs mined for the reranker (0: all)")
+    add("--rerank_init", choices=("stage1", "minilm"), default="stage1",
+        help="the reranker's start: the best dense run's model, or all-MiniLM-L6-v2")  # fmt: skip
     add("--rerank_batch", type=int, default=16, help="mined rows a step of the reranker")
     add("--rerank_seq", type=int, default=256, help="tokens a (query, document) pair keeps")
     add("--mine_flags", default=MINE_FLAGS, help="mining's selection flags (docs/mining.md)")
@@ -86,6 +92,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.tiny:
         args.pairs, args.seeds, args.batch, args.max_seq_length = 64, 2, 16, 32
+        args.rerank_pairs = 64
         args.rerank_batch, args.rerank_seq, args.top_k = 8, 64, 10
     return args
 
@@ -94,10 +101,12 @@ def _paths(out: str, data: str) -> dict[str, str]:
     j = lambda *p: os.path.join(out, *p)  # noqa: E731
     return {
         "train": j("data", "train.jsonl"),
+        "train_rerank": j("data", "train_rerank.jsonl"),
         "dev": j("data", "dev.jsonl"),
         "qrels": os.path.join(data, "dev_qrels.jsonl"),
         "corpus": os.path.join(data, "corpus.jsonl"),
         "mined": j("mined.jsonl"),
+        "mined_rerank": j("mined_rerank.jsonl"),
         "runs": j("runs"),
         "search": j("search"),
         "logs": j("logs"),
@@ -120,29 +129,39 @@ def commands(args, p: dict[str, str]) -> dict[str, list[str]]:
                 f"--config.embed.num_epochs={args.epochs}",
                 f"--config.global_batch_size={args.batch}"]  # fmt: skip
 
-    stage0, stage2 = os.path.join(p["runs"], "stage0"), os.path.join(p["runs"], "stage2")
+    stage0 = os.path.join(p["runs"], "stage0")
+
+    def mine(pairs: str, out: str) -> list[str]:
+        return [py, "-m", "bert_jax.embed.mine", "--model", os.path.join(stage0, "hf"),
+                "--pairs", pairs, "--output", out, "--num_negatives", str(args.negatives),
+                *shlex.split(args.mine_flags)]  # fmt: skip
+
     cmds = {
         "bm25": search("bm25", "--index", "bm25"),
         "minilm": search("minilm", "--model", MINILM),
         "stage0": embed(stage0, p["train"], "0"),
         "search_stage0": search("stage0", "--model", os.path.join(stage0, "hf")),
-        "mine": [py, "-m", "bert_jax.embed.mine", "--model", os.path.join(stage0, "hf"),
-                 "--pairs", p["train"], "--output", p["mined"],
-                 "--num_negatives", str(args.negatives), *shlex.split(args.mine_flags)],
+        "mine": mine(p["train"], p["mined"]),
+        "mine_rerank": mine(p["train_rerank"], p["mined_rerank"]),
         "stage1": embed(os.path.join(p["runs"], "stage1"), p["mined"],
                         ",".join(map(str, range(args.seeds)))),
     }  # fmt: skip
     for seed in range(args.seeds):
         model = os.path.join(stage1_dir(p, args.seeds, seed), "hf")
         cmds[f"search_stage1_seed{seed}"] = search(f"stage1_seed{seed}", "--model", model)
-    cmds["stage2"] = [
-        py, "train.py", "--config=configs/rerank.py:init=minilm", f"--workdir={stage2}",
-        f"--config.rerank.train_file={p['mined']}", "--config.rerank.loss=listwise",
-        f"--config.rerank.max_seq_length={args.rerank_seq}",
-        f"--config.rerank.num_epochs={args.epochs}",
-        f"--config.global_batch_size={args.rerank_batch}",
-    ]  # fmt: skip
     return cmds
+
+
+def stage2_command(args, p: dict[str, str], best_model: str) -> list[str]:
+    """The reranker's training (stage 2) from `best_model` (`--rerank_init stage1`) or
+    all-MiniLM-L6-v2, on mine_rerank's rows."""
+    start = best_model if args.rerank_init == "stage1" else MINILM
+    return [sys.executable, "train.py", "--config=configs/rerank.py:init=minilm",
+            f"--workdir={os.path.join(p['runs'], 'stage2')}", f"--config.init_from={start}",
+            f"--config.rerank.train_file={p['mined_rerank']}", "--config.rerank.loss=listwise",
+            f"--config.rerank.max_seq_length={args.rerank_seq}",
+            f"--config.rerank.num_epochs={args.epochs}",
+            f"--config.global_batch_size={args.rerank_batch}"]  # fmt: skip
 
 
 def stage1_dir(p: dict[str, str], seeds: int, seed: int) -> str:
@@ -173,6 +192,7 @@ def cut(args, p: dict[str, str]) -> tuple[int, int]:
         )
     train = _read_jsonl(os.path.join(args.data, "train.jsonl"))
     dev = _read_jsonl(os.path.join(args.data, "dev.jsonl"))
+    _write_jsonl(train[: args.rerank_pairs or None], p["train_rerank"])
     train, dev = train[: args.pairs or None], dev[: args.dev or None]
     _write_jsonl(train, p["train"])
     _write_jsonl([{"query": r["query"]} for r in dev], p["dev"])
@@ -293,6 +313,7 @@ def main(argv=None) -> int:
         for name, cmd in cmds.items():
             print(f"{name}: cd {shlex.quote(ROOT)} && {shlex.join(cmd)}")
         print(f"fusion: {shlex.join(fuse_command(p, '<best dense run>'))}")
+        print(f"stage2: {shlex.join(stage2_command(args, p, '<best dense model>'))}")
         print(f"rerank: {shlex.join(rerank_command(args, p, '<best dense model>'))}")
         return 0
     status, done = _prepare(args, out, settings)
@@ -340,8 +361,7 @@ def run_stages(args, p: dict[str, str], cmds: dict[str, list[str]], done=None, r
         rows.append(r)
 
     for name, cmd in cmds.items():
-        if name != "stage2":
-            run(name, cmd)
+        run(name, cmd)
     row("BM25 (bm25s)", "bm25", walls["bm25"], None)
     row("all-MiniLM-L6-v2, untrained", "minilm", walls["minilm"], "bm25")
     row("stage 0: trained, in-batch negatives", "stage0", walls["stage0"], "minilm")
@@ -355,11 +375,11 @@ def run_stages(args, p: dict[str, str], cmds: dict[str, list[str]], done=None, r
     best = max(["minilm", "stage0", *seeds], key=lambda n: scores[n][:, 0].mean())
     run("fusion", fuse_command(p, best))
     row(f"fusion: BM25 + {best} (RRF, k 60)", "fusion", walls["fusion"], best)
-    run("stage2", cmds["stage2"])
     models = {"minilm": MINILM, "stage0": os.path.join(p["runs"], "stage0", "hf")}
     models.update(
         {n: os.path.join(stage1_dir(p, args.seeds, s), "hf") for s, n in enumerate(seeds)}
     )
+    run("stage2", stage2_command(args, p, models[best]))
     run("rerank", rerank_command(args, p, models[best]))
     wall = walls["stage2"] + walls["rerank"]
     row(f"reranker over {best}'s top {args.top_k}", "rerank", wall, best)

@@ -733,7 +733,8 @@ SLICE = os.path.join(os.path.dirname(__file__), "testdata", "debian_slice")
 def test_debian_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, capsys):
     """The Debian loop's plan: every first stage searched against the set's corpus with its
     qrels; stage 1 trains on what stage 0's model mined, from all-MiniLM-L6-v2 again, once a
-    seed; the reranker trains on the mined pairs. A dry run writes nothing; a folder that lacks
+    seed; the reranker trains on rows mined for its own (more) pairs, from the best dense run's
+    model (known once the searches end). A dry run writes nothing; a folder that lacks
     the set's files and an earlier run are refused before anything runs."""
     from benchmarks import debian_loop
 
@@ -742,15 +743,18 @@ def test_debian_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, 
     lines = capsys.readouterr().out.splitlines()
     assert json.loads(lines[0])["pairs"] == 64
     plan = dict(line.split(": ", 1) for line in lines[1:])
-    assert list(plan) == ["bm25", "minilm", "stage0", "search_stage0", "mine", "stage1",
-                          "search_stage1_seed0", "search_stage1_seed1", "stage2", "fusion",
-                          "rerank"]  # fmt: skip
+    assert list(plan) == ["bm25", "minilm", "stage0", "search_stage0", "mine", "mine_rerank",
+                          "stage1", "search_stage1_seed0", "search_stage1_seed1", "fusion",
+                          "stage2", "rerank"]  # fmt: skip
     for name in ("bm25", "minilm", "search_stage0", "search_stage1_seed1", "rerank"):
         assert f"--corpus {SLICE}/corpus.jsonl --qrels {SLICE}/dev_qrels.jsonl" in plan[name]
     assert f"--model {out}/runs/stage0/hf" in plan["mine"] and "--num_negatives 3" in plan["mine"]
     assert f"train_file={out}/mined.jsonl" in plan["stage1"] and "seeds=0,1" in plan["stage1"]
     assert "configs/embed.py:init=minilm" in plan["stage1"]  # MiniLM again, not stage 0's model
     assert f"--model {out}/runs/stage1/seed_1/hf" in plan["search_stage1_seed1"]
+    assert f"--pairs {out}/data/train_rerank.jsonl" in plan["mine_rerank"]
+    assert f"train_file={out}/mined_rerank.jsonl" in plan["stage2"]
+    assert "--config.init_from=<best dense model>" in plan["stage2"]
     assert (
         "rerank.loss=listwise" in plan["stage2"]
         and f"--rerank {out}/runs/stage2/hf" in plan["rerank"]
@@ -869,7 +873,7 @@ def test_debian_loop_resumes_from_the_first_stage_not_finished(tmp_path, monkeyp
         metrics = {"ndcg@10": i / 10, "mrr@10": 0.0, "recall@100": 0.0}
         (tmp_path / "search" / f"{name}.metrics.json").write_text(json.dumps(metrics))
     cmds = debian_loop.commands(args, p)
-    stages = [*cmds, "fusion", "rerank"]
+    stages = [*cmds, "fusion", "stage2", "rerank"]
     ran = []
 
     def fake_stage(name, cmd, logs):
@@ -933,3 +937,8 @@ def test_the_peers_pair_their_runs_query_by_query():
     # The relevant rows rank 1st, 2nd and 3rd: nDCG@10 1 / log2(rank + 1) with one relevant.
     assert scores["per_query"] == pytest.approx([1.0, 1 / np.log2(3), 0.5])
     assert scores["ndcg@10"] == pytest.approx(np.mean(scores["per_query"]))
+    # SPLADE's vectors (--model=splade) rank by dot product: anchor 1's positive 2 is the
+    # 3rd by cosine but the 1st by dot (its length); active dims count the entries > 0.
+    dot = embed_training_peer.score(anchors, positives * [[1], [1], [2]], [{0}, {2}, {1}], "dot")
+    assert dot["per_query"][1] == 1.0 and dot["query_active_dims"] == pytest.approx(4 / 3)
+    assert dot["document_active_dims"] == pytest.approx(5 / 3)
