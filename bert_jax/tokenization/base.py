@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import logging
 from etils import epath
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 
 from bert_jax.paths import write_text_whole
 
@@ -35,6 +35,20 @@ MASK_TOKEN_CONFIG = {
     "single_word": False,
     "special": True,
 }
+
+
+def add_roberta_special_tokens(
+    tokenizer: Tokenizer, leading: Sequence[str], mask: str = "<mask>"
+) -> dict[str, int]:
+    """Registers fairseq's special tokens on `tokenizer` as RoBERTa's and MPNet's tokenizers do:
+    those of `leading` the vocabulary holds, and `mask` taking the space before it. Returns the
+    vocabulary with them (token -> id)."""
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    present = [AddedToken(t, special=True, normalized=False) for t in leading if t in vocab]
+    tokenizer.add_special_tokens(
+        present + [AddedToken(mask, lstrip=True, special=True, normalized=False)]
+    )
+    return tokenizer.get_vocab(with_added_tokens=True)
 
 
 class MissingSpecialTokenError(ValueError):

@@ -26,7 +26,12 @@ from etils import epath
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer, require_model
+from bert_jax.tokenization.base import (
+    MASK_TOKEN_CONFIG,
+    SubwordTokenizer,
+    add_roberta_special_tokens,
+    require_model,
+)
 
 BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
 # RoBERTa's ids (fairseq's dictionary): <s> <pad> </s> <unk> first, <mask> after the learned tokens.
@@ -117,16 +122,7 @@ def _roberta_pipeline(tokenizer: Tokenizer, add_prefix_space: bool = False) -> T
     """Sets RoBERTa's byte-level splitting, decoder, special tokens and `RobertaProcessing`."""
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     tokenizer.decoder = decoders.ByteLevel()
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    tokenizer.add_special_tokens(
-        [
-            AddedToken(t, special=True, normalized=False)
-            for t in LEADING_SPECIAL_TOKENS
-            if t in vocab
-        ]
-        + [AddedToken(MASK, lstrip=True, special=True, normalized=False)]
-    )
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    vocab = add_roberta_special_tokens(tokenizer, LEADING_SPECIAL_TOKENS, MASK)
     if BOS in vocab and EOS in vocab:
         tokenizer.post_processor = processors.RobertaProcessing(
             (EOS, vocab[EOS]),

@@ -24,7 +24,6 @@ from collections.abc import Iterable, Mapping
 from absl import logging
 from etils import epath
 from tokenizers import (
-    AddedToken,
     Tokenizer,
     decoders,
     models,
@@ -34,7 +33,11 @@ from tokenizers import (
 )
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, read_tokenizer_json
+from bert_jax.tokenization.base import (
+    MASK_TOKEN_CONFIG,
+    add_roberta_special_tokens,
+    read_tokenizer_json,
+)
 from bert_jax.tokenization.wordpiece import (
     CONTINUATION_PREFIX,
     MAX_INPUT_CHARS_PER_WORD,
@@ -84,15 +87,7 @@ def _mpnet_pipeline(tokenizer: Tokenizer, lowercase: bool, strip_accents: bool |
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    tokenizer.add_special_tokens(
-        [
-            AddedToken(t, special=True, normalized=False)
-            for t in LEADING_SPECIAL_TOKENS
-            if t in vocab
-        ]
-        + [AddedToken(MASK, lstrip=True, special=True, normalized=False)]
-    )
+    vocab = add_roberta_special_tokens(tokenizer, LEADING_SPECIAL_TOKENS, MASK)
     tokenizer.post_processor = processors.RobertaProcessing(
         (EOS, vocab[EOS]), (BOS, vocab[BOS]), trim_offsets=True, add_prefix_space=False
     )
