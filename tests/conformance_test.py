@@ -17,6 +17,7 @@ with no test edited: it adds its row to `family_fixtures.FIXTURES`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -310,21 +311,48 @@ def test_every_kind_of_task_is_fine_tuned_here():
     assert kinds <= set(FINETUNING), f"add a task of each kind to FINETUNING: {kinds}"
 
 
-# Sequence classification for every family in the default suite but BERT; the other kinds, and
-# BERT's classification, with -m e2e (each kind trains for BERT in tests/finetune/run_test.py by
-# default, and ModernBERT's token, question-answering and multiple-choice heads in
-# tests/finetune/modernbert_test.py); MPNet's too, its classifier being RoBERTa's. GTE's by
-# default: the one post-norm rotary family (prenorm.py's stack) whose job runs there, its other
-# rows with -m e2e (tests/models/gte_test.py holds its heads to transformers and its packed rows).
+# Sequence classification for every family in the default suite but these, with -m e2e: BERT
+# (its every kind trains in tests/finetune/run_test.py by default), MPNet (its classifier is
+# RoBERTa's), EuroBERT (ModernBERT's pre-norm rotary job runs by default) and NomicBERT and
+# Jina-v3 (GTE's runs by default: the one post-norm rotary family, prenorm.py's stack, whose
+# job runs there; tests/models/gte_test.py holds its heads to transformers and its packed rows).
+CLASSIFIED_IN_E2E = ("bert", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3")
+# Each other kind of task, with -m e2e, on one family each, every kind on families of different
+# stacks (post-LayerNorm, disentangled, relative buckets, pre-norm rotary, post-norm rotary):
+# the heads are shared classes (`models.heads`) that test_every_head_equals_transformers holds to
+# transformers in every family. BERT trains every kind in tests/finetune/run_test.py by default,
+# ModernBERT its token, question-answering and multiple-choice heads in
+# tests/finetune/modernbert_test.py. A new family names its kind here (the test below says so).
+OTHER_KIND = {
+    "roberta": "multiple_choice",
+    "xlm-roberta": "question_answering",
+    "electra": "token_classification",
+    "deberta-v2": "multiple_choice",
+    "mpnet": "question_answering",
+    "modernbert": "regression",
+    "eurobert": "token_classification",
+    "gte": "regression",
+    "nomic_bert": "token_classification",
+    "jina_embeddings_v3": "question_answering",
+}
+
+
+def test_every_family_fine_tunes_another_kind_and_every_kind_two_families():
+    assert set(OTHER_KIND) == set(families.FAMILIES) - {"bert"}
+    kinds = collections.Counter(OTHER_KIND.values())
+    assert set(kinds) == set(FINETUNING) - {"classification"} and min(kinds.values()) >= 2, kinds
+
+
 @pytest.mark.parametrize(
-    "fam",
-    families_with_e2e("bert", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3"),
-    indirect=True,
-)
-@pytest.mark.parametrize(
-    "objective",
-    [k if k == "classification" else pytest.param(k, marks=pytest.mark.e2e) for k in FINETUNING],
-)
+    "fam, objective",
+    [
+        pytest.param(f, "classification", marks=[pytest.mark.e2e] if f in CLASSIFIED_IN_E2E else [],
+                     id=f"classification-{f}")
+        for f in families.FAMILIES
+    ]
+    + [pytest.param(f, k, marks=pytest.mark.e2e, id=f"{k}-{f}") for f, k in OTHER_KIND.items()],
+    indirect=["fam"],
+)  # fmt: skip
 def test_finetuning(fam, tmp_path, objective):
     """Two steps of 8 rows from the fixture (its tokenizer found beside it), the evaluation and
     the prediction files, exported as the family's head of the task's kind."""
@@ -827,9 +855,24 @@ def _require_compiler(topology: str) -> None:
         pytest.skip("needs JAX's CUDA plugin (make setup installs it)")
 
 
-@pytest.mark.e2e  # a compile of 15-30 s in a process of its own for each family and target
+# Each family's step compiled for one target, each target compiling families of every stack
+# (DeBERTa-v3's disentangled attention for both): a compile of 15-30 s in a process of its own.
+TARGETS = {"gpu:h100": "NVIDIA H100 80GB HBM3", "v5e:2x2": "TPU v5 lite"}
+COMPILED_FOR = {
+    "gpu:h100": ("bert", "electra", "deberta-v2", "gte", "modernbert", "mpnet"),
+    "v5e:2x2": ("roberta", "xlm-roberta", "deberta-v2", "jina_embeddings_v3", "eurobert", "nomic_bert"),
+}  # fmt: skip
+
+
+def test_every_family_compiles_for_a_target():
+    assert {f for fams in COMPILED_FOR.values() for f in fams} == set(families.FAMILIES)
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize(
-    "topology, device_kind", [("gpu:h100", "NVIDIA H100 80GB HBM3"), ("v5e:2x2", "TPU v5 lite")]
+    "fam, topology, device_kind",
+    [(f, t, TARGETS[t]) for t, fams in COMPILED_FOR.items() for f in fams],
+    indirect=["fam"],
 )
 def test_finetuning_compiles_without_the_device(fam, topology, device_kind):
     """`train.py --mode=compile` of MRPC from the fixture: the family's classifier step, in
