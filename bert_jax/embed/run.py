@@ -25,6 +25,7 @@ and when: docs/embeddings.md, "What the run does and writes".
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -358,13 +359,10 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
         texts_per_pair=features["input_ids"].shape[1],
     )
 
-    def one_seed(seed, seed_dir):
-        return train_seed(config, e, exp, start, features, dev_set, seed, seed_dir, len(train))
-
-    seeds = list(e.seeds)
+    args = (config, e, exp, start, features, dev_set)
     return seed_run.run_seeds(
-        config, workdir, exp, mode=mode, task="embed", data_files=data_files, seeds=seeds,
-        one_seed=one_seed,
+        config, workdir, exp, mode=mode, task="embed", data_files=data_files,
+        seeds=list(e.seeds), one_seed=functools.partial(train_seed, *args, num_pairs=len(train)),
     )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -211,13 +212,10 @@ def train_and_evaluate(config, workdir: str | None, mode: str = "train") -> dict
         config, start.model_config, head, objective, steps_per_epoch * rr.num_epochs
     )
 
-    def one_seed(seed, seed_dir):
-        return train_seed(config, rr, exp, start, features, dev_set, seed, seed_dir, len(train))
-
-    seeds = list(rr.seeds)
+    args = (config, rr, exp, start, features, dev_set)
     return seed_run.run_seeds(
-        config, workdir, exp, mode=mode, task="rerank", data_files=data_files, seeds=seeds,
-        one_seed=one_seed,
+        config, workdir, exp, mode=mode, task="rerank", data_files=data_files,
+        seeds=list(rr.seeds), one_seed=functools.partial(train_seed, *args, num_rows=len(train)),
     )  # fmt: skip
 
 
