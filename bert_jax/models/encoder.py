@@ -100,21 +100,10 @@ class EncoderModel(nn.Module):
     """An encoder with BERT's call: `embed` (the family's embeddings), `stack` (its layers: the
     shared post-LayerNorm stack `encoder` unless it has its own), and with `add_pooling_layer`
     `pool` (the first token's state unless it has a pooler layer). A family's encoder subclasses
-    it and implements `embed`; its class docstring states its call's inputs.
+    it and implements `embed`; its class docstring states what its call differs in.
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids, attention_mask, position_ids: [B, L] int, as the family's `embed` reads
-        them (defaults: zeros, ones, 0..L-1: positions count in each sequence).
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's first token (pooling only).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E] at
-      cls_positions) with `add_pooling_layer`, else None; hidden_states L+1 arrays [B, L, E]
-      (the layers' input first); attentions [B, H, L, L] float32 per layer.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`); token_type_ids,
+    attention_mask and position_ids as the family's `embed` reads them.
     """
 
     config: EncoderConfig

@@ -19,6 +19,7 @@ Dimensions: the letters of `bert_jax.models`' legend.
 
 from __future__ import annotations
 
+import sys
 from typing import ClassVar
 
 import flax.linen as nn
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
+from bert_jax.models.family import Role
 from bert_jax.models.layers import (
     Dropout,
     dense,
@@ -286,6 +288,72 @@ class LayerNormMaskedLM:
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
+class PoolerMultipleChoice(MultipleChoice):
+    """`MultipleChoice` over `FirstTokenHooks`: the encoder's pooler layer (built for this head
+    alone) pools each choice, then dropout (`hidden_dropout_prob`) and `classifier`: logits
+    [B, C]."""
+
+    pooler: ClassVar[bool] = True
+
+
+# ---- A family's task classes: the shared tasks over its head base, named as transformers does ----
+SUFFIXES = {
+    Role.MASKED_LM: "ForMaskedLM",
+    Role.SEQUENCE_CLASSIFICATION: "ForSequenceClassification",
+    Role.MULTIPLE_CHOICE: "ForMultipleChoice",
+    Role.TOKEN_CLASSIFICATION: "ForTokenClassification",
+    Role.QUESTION_ANSWERING: "ForQuestionAnswering",
+}
+# The tasks on the pooled state (BERT's pooler layer, or the family's `pool`) and on every token.
+POOLED_TASKS = {
+    Role.SEQUENCE_CLASSIFICATION: SequenceClassification,
+    Role.MULTIPLE_CHOICE: MultipleChoice,
+    Role.TOKEN_CLASSIFICATION: TokenClassification,
+    Role.QUESTION_ANSWERING: QuestionAnswering,
+}
+# RoBERTa's layout over `FirstTokenHooks` (MPNet's and Jina-v3's too): its masked LM as well.
+FIRST_TOKEN_TASKS = {
+    Role.MASKED_LM: LayerNormMaskedLM,
+    Role.SEQUENCE_CLASSIFICATION: FirstTokenSequenceClassification,
+    Role.MULTIPLE_CHOICE: PoolerMultipleChoice,
+    Role.TOKEN_CLASSIFICATION: TokenClassification,
+    Role.QUESTION_ANSWERING: QuestionAnswering,
+}
+
+
+def task_classes(
+    base: type[Head], tasks: dict, *, own: dict | None = None, without: tuple[Role, ...] = ()
+) -> dict[Role, type[nn.Module]]:
+    """{role: class} in `tasks`' order: each task of `tasks` ({role: task class}) over the
+    family's head `base`, named as transformers names it ("RobertaHead" -> "RobertaForMaskedLM")
+    and documented by its task class; `own`'s class ({role: class}) in place of the shared one
+    for its roles; none for the roles `without` (transformers has no such class)."""
+    prefix, own = base.__name__.removesuffix("Head"), own or {}
+    return {
+        role: own.get(role) or declared(prefix + SUFFIXES[role], (task, base), task.__doc__)
+        for role, task in tasks.items()
+        if role not in without
+    }
+
+
+def renamed(roles: dict[Role, type[nn.Module]], old: str, new: str) -> dict[Role, type[nn.Module]]:
+    """{role: subclass}: `roles`' classes under another family's names (`old` prefix -> `new`:
+    XLM-RoBERTa's of RoBERTa's), each the same module."""
+    return {
+        role: declared(cls.__name__.replace(old, new, 1), (cls,), f"{cls.__name__} named {new}'s.")
+        for role, cls in roles.items()
+    }
+
+
+def declared(name: str, bases: tuple[type, ...], doc: str | None) -> type[nn.Module]:
+    """The class `name` of `bases`, declared in the last base's module: an attribute there, as
+    a class written in it is (imports and pickle find it by its module and name)."""
+    module = bases[-1].__module__
+    cls = type(name, bases, {"__module__": module, "__qualname__": name, "__doc__": doc})
+    setattr(sys.modules[module], name, cls)
+    return cls
+
+
 # ---- Layers of the heads, named by their arguments ----
 def transform(cfg: EncoderConfig, rt: RuntimeConfig, h: Array, width: int, activation: str,
               norm_name: str = "LayerNorm") -> Array:  # fmt: skip
@@ -361,6 +429,19 @@ class ClassificationHead(nn.Module):
         return dense(
             cfg, rt, cfg.num_labels, ("embed",), (None,), "out_proj", out_dtype=jnp.float32
         )(h)
+
+
+class TiedBias(nn.Module):
+    """`<name>/bias` [V] float32 (zeros at init): the output bias of an MLM decoder tied to the
+    word embeddings, under the name its family's checkpoints give it (`lm_head`, `decoder`)."""
+
+    size: int
+    param_dtype: str = "float32"
+
+    @nn.compact
+    def __call__(self):
+        bias = self.param("bias", zeros_init(("vocab",)), (self.size,), self.param_dtype)
+        return bias.astype(jnp.float32)
 
 
 def tied_logits(h: Array, table: Array, dtype) -> Array:

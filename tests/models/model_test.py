@@ -52,15 +52,16 @@ def test_parameter_counts_equal_transformers(preset):
     transformers = pytest.importorskip("transformers")
     cfg = BertConfig.preset(preset)
     hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
-    for name, cls in M.MODEL_CLASSES.items():
+    for cls in M.ROLES.values():
+        name = cls.__name__
         with torch.device("meta"):
             theirs = sum(p.numel() for p in getattr(transformers, name)(hf_cfg).parameters())
         assert _abstract_count(cls(cfg)) == theirs, name
 
 
-@pytest.mark.parametrize("name", sorted(M.MODEL_CLASSES))
+@pytest.mark.parametrize("name", sorted(c.__name__ for c in M.ROLES.values()))
 def test_head_shapes_and_dtypes(name):
-    cls = M.MODEL_CLASSES[name]
+    cls = getattr(M, name)
     batch = random_batch(TINY)
     b, length = batch["input_ids"].shape
     if name == "BertForMultipleChoice":
@@ -309,7 +310,8 @@ def test_starting_paths_name_parameters_of_the_pretraining_heads(model_type):
 
 def test_every_parameter_has_logical_axes():
     allowed = {"vocab", "embed", "heads", "kv", "mlp", "layers", None}
-    for name, cls in M.MODEL_CLASSES.items():
+    for cls in M.ROLES.values():
+        name = cls.__name__
         params = init_params(cls(TINY), KEY)
         leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, nn.Partitioned))
         for leaf in leaves:

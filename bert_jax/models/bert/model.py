@@ -41,15 +41,7 @@ class BertModel(EncoderModel):
     """The BERT encoder: embeddings, layers (`models.layers.PostLNEncoder`) and (optionally) the
     pooler (`models.encoder.EncoderModel`'s call).
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: [B, L] int segment A/B ids; zeros when omitted.
-      attention_mask: [B, L] 1 for real tokens, 0 for padding; ones when omitted.
-      position_ids: [B, L] int positions; 0..L-1 when omitted (restart per packed sequence).
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's [CLS] for the pooler.
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`); the pooler reads [CLS].
     """
 
     config: BertConfig
@@ -156,34 +148,11 @@ class BertForNextSentencePrediction(BertHead):
         return ClassifierOutput(nsp, out.hidden_states, out.attentions)
 
 
-class BertForSequenceClassification(heads.SequenceClassification, BertHead):
-    """Pooled [CLS] -> dropout -> `classifier`: logits [B, N]; N = 1 is regression.
-
-    With packed rows (`segment_ids`, `cls_positions` [B, S]) the logits are [B, S, N].
-    """
-
-
-class BertForMultipleChoice(heads.MultipleChoice, BertHead):
-    """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
-
-
-class BertForTokenClassification(heads.TokenClassification, BertHead):
-    """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class BertForQuestionAnswering(heads.QuestionAnswering, BertHead):
-    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: BertModel,
     Role.PRETRAINING: BertForPreTraining,
     Role.MASKED_LM: BertForMaskedLM,
     Role.NEXT_SENTENCE: BertForNextSentencePrediction,
-    Role.SEQUENCE_CLASSIFICATION: BertForSequenceClassification,
-    Role.MULTIPLE_CHOICE: BertForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: BertForTokenClassification,
-    Role.QUESTION_ANSWERING: BertForQuestionAnswering,
+    **heads.task_classes(BertHead, heads.POOLED_TASKS),
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

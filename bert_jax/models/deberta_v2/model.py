@@ -292,22 +292,11 @@ class DebertaV2Model(EncoderModel):
     """The DeBERTa-v2 encoder: embeddings and layers (no pooler: the classifiers' ContextPooler
     is theirs, `pooler`).
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: [B, L] int token types (read only when type_vocab_size > 0); zeros when
-        omitted.
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
-      position_ids: [B, L] int positions counted from 0 in each sequence, for the absolute table
-        (`position_biased_input`); 0..L-1 when omitted. Relative positions are row distances.
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's first token (pooling only).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output, with `add_pooling_layer`, the
-      first token's state [B, E] ([B, S, E] at cls_positions; no parameters); hidden_states L+1
-      arrays [B, L, E]; attentions [B, H, L, L] float32.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      token_type_ids: read only when type_vocab_size > 0.
+      position_ids: for the absolute table (`position_biased_input`); relative positions are
+        row distances.
+      pooler_output (returned): the first token's state (no parameters).
     """
 
     config: DebertaV2Config
@@ -412,24 +401,6 @@ class DebertaV2ForMaskedLM(DebertaV2Head):
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class DebertaV2ForSequenceClassification(heads.SequenceClassification, DebertaV2Head):
-    """`pooler` (ContextPooler) on the first token, dropout, `classifier`: logits [B, N]
-    (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
-class DebertaV2ForMultipleChoice(heads.MultipleChoice, DebertaV2Head):
-    """Inputs [B, C, L]; each choice is encoded, pooled (`pooler`), dropped out and scored by
-    `classifier`: logits [B, C]."""
-
-
-class DebertaV2ForTokenClassification(heads.TokenClassification, DebertaV2Head):
-    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class DebertaV2ForQuestionAnswering(heads.QuestionAnswering, DebertaV2Head):
-    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-
 class DebertaV2ForReplacedTokenDetection(DebertaV2Head):
     """DeBERTa-v3's discriminator (microsoft/DeBERTa's `ReplacedTokenDetectionModel`; transformers
     has no such class): `mask_predictions` adds the first token's state to every token's,
@@ -477,14 +448,10 @@ class _MaskPredictionHead(nn.Module):
         return logits[..., 0]
 
 
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: DebertaV2Model,
     Role.MASKED_LM: DebertaV2ForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: DebertaV2ForSequenceClassification,
-    Role.MULTIPLE_CHOICE: DebertaV2ForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: DebertaV2ForTokenClassification,
-    Role.QUESTION_ANSWERING: DebertaV2ForQuestionAnswering,
+    **heads.task_classes(DebertaV2Head, heads.POOLED_TASKS),
     Role.REPLACED_TOKEN_DETECTION: DebertaV2ForReplacedTokenDetection,
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

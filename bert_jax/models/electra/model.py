@@ -45,22 +45,11 @@ STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("generator_lm_head", "bi
 class ElectraModel(EncoderModel):
     """The ELECTRA encoder: embeddings (M wide), their projection to E where M != E, layers.
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: [B, L] int segment A/B ids; zeros when omitted.
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
-      position_ids: [B, L] int positions; 0..L-1 when omitted (restart per packed sequence).
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's [CLS] (pooling only).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E]; hidden_states L+1 arrays [B, L, E] (the
-      first the layers' input: the embeddings after their projection, as transformers returns
-      it); attentions [B, H, L, L] float32. pooler_output: with `add_pooling_layer`, the first
-      token's state [B, E] ([B, S, E] at cls_positions; no parameters: ELECTRA has no pooler
-      layer), else None.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      hidden_states (returned): the first is the layers' input, the embeddings after their
+        projection, as transformers returns it.
+      pooler_output (returned): the first token's state (no parameters: ELECTRA has no pooler
+        layer).
     """
 
     config: ElectraConfig
@@ -164,11 +153,6 @@ class ElectraForMaskedLM(ElectraHead):
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class ElectraForSequenceClassification(heads.SequenceClassification, ElectraHead):
-    """`classifier` (dense, GELU, `out_proj`) on [CLS]: logits [B, N] (N = 1: regression);
-    [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
 class ElectraForMultipleChoice(heads.MultipleChoice, ElectraHead):
     """Inputs [B, C, L]; each choice is encoded, summarized (`sequence_summary`) and scored by
     `classifier`: logits [B, C]."""
@@ -191,24 +175,14 @@ class ElectraForMultipleChoice(heads.MultipleChoice, ElectraHead):
         return out
 
 
-class ElectraForTokenClassification(heads.TokenClassification, ElectraHead):
-    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class ElectraForQuestionAnswering(heads.QuestionAnswering, ElectraHead):
-    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first.
 # No pretraining (MLM + NSP) or next-sentence head: ELECTRA's pretraining is the generator's
 # masked LM and the discriminator's replaced-token detection.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: ElectraModel,
     Role.REPLACED_TOKEN_DETECTION: ElectraForPreTraining,
     Role.MASKED_LM: ElectraForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: ElectraForSequenceClassification,
-    Role.MULTIPLE_CHOICE: ElectraForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: ElectraForTokenClassification,
-    Role.QUESTION_ANSWERING: ElectraForQuestionAnswering,
+    **heads.task_classes(
+        ElectraHead, heads.POOLED_TASKS, own={Role.MULTIPLE_CHOICE: ElectraForMultipleChoice}
+    ),
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

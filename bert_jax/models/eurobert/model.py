@@ -33,7 +33,6 @@ from bert_jax.models.layers import (
     encoder_inputs,
     first_tokens,
     run_layers,
-    zeros_init,
 )
 from bert_jax.models.norms import RMSNorm
 from bert_jax.models.outputs import EncoderOutput, MaskedLMOutput
@@ -54,21 +53,11 @@ STARTING_PATHS: dict[str, tuple[str, ...]] = {}
 class EuroBertModel(nn.Module):
     """The EuroBERT encoder: `embed_tokens`, layers `layers_0 ... layers_{n-1}`, `norm`.
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
-      position_ids: [B, L] int positions for the rotary angles; 0..L-1 when omitted.
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int position of each packed sequence's first token (pooling only).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E] (after the final norm); hidden_states, n+1
-      arrays [B, L, E]: the embeddings', each layer's, the last one after the final norm (as
-      transformers returns them); attentions [B, H, L, L] float32 per layer; pooler_output with
-      `add_pooling_layer`: the first token's state [B, E] ([B, S, E] at cls_positions; no
-      parameters: EuroBERT has no pooler), else None.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      token_type_ids: none (EuroBERT has no token types); position_ids: the rotary angles'.
+      last_hidden_state and the last of hidden_states (returned): after the final norm, as
+        transformers returns them.
+      pooler_output (returned): the first token's state (no parameters: EuroBERT has no pooler).
     """
 
     config: EuroBertConfig
@@ -222,36 +211,15 @@ class EuroBertForMaskedLM(EuroBertHead):
         table = self.variables["params"][ENCODER_NAME]["embed_tokens"]["embedding"]
         logits = heads.tied_logits(h, table, rt.dtype)  # [..., V]
         if cfg.mlp_bias:
-            logits += TiedBias(cfg.vocab_size, rt.param_dtype, name="lm_head")()
+            logits += heads.TiedBias(cfg.vocab_size, rt.param_dtype, name="lm_head")()
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class TiedBias(nn.Module):
-    """`lm_head/bias` [V] float32 (zeros at init): the bias of a tied `lm_head`."""
-
-    size: int
-    param_dtype: str = "float32"
-
-    @nn.compact
-    def __call__(self):
-        bias = self.param("bias", zeros_init(("vocab",)), (self.size,), self.param_dtype)
-        return bias.astype(jnp.float32)
-
-
-class EuroBertForSequenceClassification(heads.SequenceClassification, EuroBertHead):
-    """`classify` on the states pooled by `classifier_pooling`: logits [B, N] (N = 1:
-    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
-class EuroBertForTokenClassification(heads.TokenClassification, EuroBertHead):
-    """Per-token labels: `classifier` on every token's state: logits [B, L, N]."""
-
-
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: EuroBertModel,
     Role.MASKED_LM: EuroBertForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: EuroBertForSequenceClassification,
-    Role.TOKEN_CLASSIFICATION: EuroBertForTokenClassification,
+    **heads.task_classes(
+        EuroBertHead, heads.POOLED_TASKS, without=(Role.MULTIPLE_CHOICE, Role.QUESTION_ANSWERING)
+    ),
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

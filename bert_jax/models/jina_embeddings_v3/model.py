@@ -41,20 +41,8 @@ class JinaEmbeddingsV3Model(PostNormRotaryModel):
     """The Jina-embeddings-v3 encoder: embeddings, the post-norm rotary layers (`layers`) and
     (optionally) the pooler (`pooler`: tanh(dense(first token))).
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: [B, L] int token types; zeros when omitted (XLM-R's tokenizer makes none,
-        so the jobs pass none: `token_types` is False).
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
-      position_ids: [B, L] int positions of the rotary angles; 0..L-1 when omitted.
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's <s> (pooler).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E]) with
-      `add_pooling_layer`; hidden_states L+1 arrays [B, L, E]; attentions [B, H, L, L] float32.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`); position_ids the
+    rotary angles'.
     """
 
     config: JinaEmbeddingsV3Config
@@ -76,31 +64,10 @@ class JinaEmbeddingsV3Head(heads.FirstTokenHooks, heads.Head):
     encoder_name = ENCODER_NAME
 
 
-class JinaEmbeddingsV3ForMaskedLM(heads.LayerNormMaskedLM, JinaEmbeddingsV3Head):
-    """`lm_head` on every token (`models.heads.LayerNormMaskedLM`): logits [B, L, V] float32,
-    or [B, P, V] at `masked_positions`."""
-
-
-class JinaEmbeddingsV3ForSequenceClassification(
-    heads.FirstTokenSequenceClassification, JinaEmbeddingsV3Head
-):
-    """`classifier` (dense, tanh, `out_proj`) on <s>, no pooler layer: logits [B, N] (N = 1:
-    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
-class JinaEmbeddingsV3ForTokenClassification(heads.TokenClassification, JinaEmbeddingsV3Head):
-    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class JinaEmbeddingsV3ForQuestionAnswering(heads.QuestionAnswering, JinaEmbeddingsV3Head):
-    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-
 # The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: JinaEmbeddingsV3Model,
-    Role.MASKED_LM: JinaEmbeddingsV3ForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: JinaEmbeddingsV3ForSequenceClassification,
-    Role.TOKEN_CLASSIFICATION: JinaEmbeddingsV3ForTokenClassification,
-    Role.QUESTION_ANSWERING: JinaEmbeddingsV3ForQuestionAnswering,
+    **heads.task_classes(
+        JinaEmbeddingsV3Head, heads.FIRST_TOKEN_TASKS, without=(Role.MULTIPLE_CHOICE,)
+    ),
 }

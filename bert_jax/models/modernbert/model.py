@@ -17,7 +17,7 @@ Dimensions: the letters of `bert_jax.models`' legend (F: GeGLU's Wi makes 2F).
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -36,7 +36,6 @@ from bert_jax.models.layers import (
     encoder_inputs,
     gather_positions,
     layer_norm,
-    zeros_init,
 )
 from bert_jax.models.mlp import FeedForward
 from bert_jax.models.modernbert.config import ModernBertConfig
@@ -167,23 +166,13 @@ class ModernBertEncoderLayer(nn.Module):
 class ModernBertModel(nn.Module):
     """The ModernBERT encoder: embeddings, layers `layers_0 ... layers_{n-1}`, final norm.
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side, or holes); ones when
-        omitted.
-      position_ids: [B, L] int positions; 0..L-1 when omitted (also right for packed rows: RoPE
-        sees only distances).
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int position of each packed sequence's first token (pooling only).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput` with Hugging Face's fields: last_hidden_state [B, L, E] (after the final
-      norm); hidden_states, L+1 arrays [B, L, E]: the embeddings', each layer's, the last one
-      after the final norm (as transformers returns them); attentions [B, H, L, L] float32 per
-      layer. pooler_output: with `add_pooling_layer`, the classifier heads' input (`pool`,
-      [B, E] or [B, S, E]; no parameters: ModernBERT has no pooler), else None.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      token_type_ids: none (ModernBERT has no token types).
+      attention_mask: may have holes as well as padding.
+      position_ids: also right for packed rows when omitted (RoPE sees only distances).
+      last_hidden_state and the last of hidden_states (returned): after the final norm, as
+        transformers returns them.
+      pooler_output (returned): the classifier heads' input (`pool`: no parameters).
     """
 
     config: ModernBertConfig
@@ -337,46 +326,13 @@ class ModernBertForMaskedLM(ModernBertHead):
         t = ModernBertPredictionHead(cfg, rt, name="head")(h)
         logits = heads.tied_logits(t, self.word_embeddings("tok_embeddings"), rt.dtype)  # [..., V']
         if cfg.decoder_bias:
-            logits += DecoderBias(cfg.vocab_size, rt.param_dtype, name="decoder")()
+            logits += heads.TiedBias(cfg.vocab_size, rt.param_dtype, name="decoder")()
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class DecoderBias(nn.Module):
-    """`decoder/bias` [V] float32 (zeros at init): the bias of Hugging Face's tied `decoder`."""
-
-    size: int
-    param_dtype: Any = "float32"
-
-    @nn.compact
-    def __call__(self):
-        bias = self.param("bias", zeros_init(("vocab",)), (self.size,), self.param_dtype)
-        return bias.astype(jnp.float32)
-
-
-class ModernBertForSequenceClassification(heads.SequenceClassification, ModernBertHead):
-    """Pooled (`classifier_pooling`) -> head -> dropout -> `classifier`: logits [B, N]
-    (N = 1: regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
-class ModernBertForMultipleChoice(heads.MultipleChoice, ModernBertHead):
-    """Inputs [B, C, L]; each choice is encoded, pooled and scored: logits [B, C]."""
-
-
-class ModernBertForTokenClassification(heads.TokenClassification, ModernBertHead):
-    """Per-token labels: head -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class ModernBertForQuestionAnswering(heads.QuestionAnswering, ModernBertHead):
-    """Extractive QA: head -> dropout -> `classifier` [.., 2]: start_logits, end_logits [B, L]."""
-
-
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: ModernBertModel,
     Role.MASKED_LM: ModernBertForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: ModernBertForSequenceClassification,
-    Role.MULTIPLE_CHOICE: ModernBertForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: ModernBertForTokenClassification,
-    Role.QUESTION_ANSWERING: ModernBertForQuestionAnswering,
+    **heads.task_classes(ModernBertHead, heads.POOLED_TASKS),
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

@@ -179,21 +179,10 @@ class MPNetEncoder(nn.Module):
 class MPNetModel(EncoderModel):
     """The MPNet encoder: embeddings, layers and (optionally) the pooler.
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: not read (MPNet has no token types; the jobs pass none).
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
-      position_ids: [B, L] int positions counted from 0 in each sequence (the table row read is
-        this + padding_idx + 1); None: counted over the non-pad ids of each row, as transformers
-        does. Unlike transformers' own argument, these are positions, not table rows.
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's <s> for the pooler.
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E]) with
-      `add_pooling_layer`; hidden_states L+1 arrays [B, L, E]; attentions [B, H, L, L] float32.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      token_type_ids: not read (MPNet has no token types).
+      position_ids: the table row read is this + padding_idx + 1; None: counted over the
+        non-pad ids of each row, as transformers does (positions, not table rows).
     """
 
     config: MPNetConfig
@@ -226,38 +215,8 @@ class MPNetHead(heads.FirstTokenHooks, heads.Head):
     encoder_name = ENCODER_NAME
 
 
-class MPNetForMaskedLM(heads.LayerNormMaskedLM, MPNetHead):
-    """`lm_head` on every token (`models.heads.LayerNormMaskedLM`): logits [B, L, V] float32,
-    or [B, P, V] at `masked_positions`."""
-
-
-class MPNetForSequenceClassification(heads.FirstTokenSequenceClassification, MPNetHead):
-    """`classifier` (dense, tanh, `out_proj`) on <s>, no pooler layer: logits [B, N] (N = 1:
-    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
-class MPNetForMultipleChoice(heads.MultipleChoice, MPNetHead):
-    """Inputs [B, C, L]; each choice is encoded, pooled (the encoder's pooler), dropped out
-    (`hidden_dropout_prob`) and scored by `classifier`: logits [B, C]."""
-
-    pooler = True
-
-
-class MPNetForTokenClassification(heads.TokenClassification, MPNetHead):
-    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class MPNetForQuestionAnswering(heads.QuestionAnswering, MPNetHead):
-    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: MPNetModel,
-    Role.MASKED_LM: MPNetForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: MPNetForSequenceClassification,
-    Role.MULTIPLE_CHOICE: MPNetForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: MPNetForTokenClassification,
-    Role.QUESTION_ANSWERING: MPNetForQuestionAnswering,
+    **heads.task_classes(MPNetHead, heads.FIRST_TOKEN_TASKS),
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}

@@ -35,15 +35,8 @@ class NomicBertModel(PostNormRotaryModel):
     """The NomicBERT encoder: embeddings, the post-norm rotary layers (`layers`) and
     (optionally) the pooler (`pooler`: tanh(dense(first token))).
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: [B, L] int segment ids; zeros when omitted.
-      attention_mask: [B, L] 1 for real tokens, 0 for padding; ones when omitted.
-      position_ids: [B, L] int positions of the rotary angles; 0..L-1 when omitted.
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's first token (pooler).
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`); position_ids the
+    rotary angles'.
     """
 
     config: NomicBertConfig
@@ -95,19 +88,11 @@ class NomicBertForMaskedLM(NomicBertHead):
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
-class NomicBertForSequenceClassification(heads.SequenceClassification, NomicBertHead):
-    """Pooled first token (`pooler`) -> dropout -> `classifier`: logits [B, N] ([B, S, N]
-    packed); N = 1 is regression."""
-
-
-class NomicBertForTokenClassification(heads.TokenClassification, NomicBertHead):
-    """Per-token labels (NER): sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
 # The class of each role (`models.family.Role`), the encoder first.
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: NomicBertModel,
     Role.MASKED_LM: NomicBertForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: NomicBertForSequenceClassification,
-    Role.TOKEN_CLASSIFICATION: NomicBertForTokenClassification,
+    **heads.task_classes(
+        NomicBertHead, heads.POOLED_TASKS, without=(Role.MULTIPLE_CHOICE, Role.QUESTION_ANSWERING)
+    ),
 }

@@ -61,23 +61,10 @@ def position_index(cfg: RobertaConfig, input_ids: Array, position_ids: Array | N
 class RobertaModel(EncoderModel):
     """The RoBERTa encoder: embeddings, layers and (optionally) the pooler.
 
-    Call arguments:
-      input_ids: [B, L] int token ids.
-      token_type_ids: [B, L] int token types; zeros when omitted (RoBERTa's tokenizers make
-        none, so the jobs pass none: `token_types` is False).
-      attention_mask: [B, L] 1 for real tokens, 0 for padding (either side); ones when omitted.
-      position_ids: [B, L] int positions counted from 0 in each sequence (the table row read is
-        this + pad_token_id + 1, transformers' for a sequence alone); None: counted over the
-        non-pad ids of each row, as transformers does. Unlike transformers' own argument, these
-        are positions, not table rows, as every family's batches give them.
-      segment_ids: [B, L] int ids of packed sequences (0 = padding); attention stays inside one.
-      cls_positions: [B, S] int positions of each packed sequence's <s> for the pooler.
-      deterministic: False turns dropout on (needs `rngs={"dropout": key}`).
-      output_hidden_states / output_attentions: also return every layer's states / probabilities.
-
-    Returns:
-      `EncoderOutput`: last_hidden_state [B, L, E]; pooler_output [B, E] ([B, S, E]) with
-      `add_pooling_layer`; hidden_states L+1 arrays [B, L, E]; attentions [B, H, L, L] float32.
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      position_ids: the table row read is this + pad_token_id + 1 (transformers' for a sequence
+        alone); None: counted over the non-pad ids of each row, as transformers does. Unlike
+        transformers' own argument, these are positions, not table rows.
     """
 
     config: RobertaConfig
@@ -109,74 +96,10 @@ class RobertaHead(heads.FirstTokenHooks, heads.Head):
     encoder_name = ENCODER_NAME
 
 
-class RobertaForMaskedLM(heads.LayerNormMaskedLM, RobertaHead):
-    """`lm_head` on every token (`models.heads.LayerNormMaskedLM`): logits [B, L, V] float32,
-    or [B, P, V] at `masked_positions`."""
-
-
-class RobertaForSequenceClassification(heads.FirstTokenSequenceClassification, RobertaHead):
-    """`classifier` (dense, tanh, `out_proj`) on <s>, no pooler layer: logits [B, N] (N = 1:
-    regression); [B, S, N] with packed rows (`segment_ids`, `cls_positions` [B, S])."""
-
-
-class RobertaForMultipleChoice(heads.MultipleChoice, RobertaHead):
-    """Inputs [B, C, L]; each choice is encoded, pooled (the encoder's pooler), dropped out
-    (`hidden_dropout_prob`) and scored by `classifier`: logits [B, C]."""
-
-    pooler = True
-
-
-class RobertaForTokenClassification(heads.TokenClassification, RobertaHead):
-    """Per-token labels: sequence output -> dropout -> `classifier`: logits [B, L, N]."""
-
-
-class RobertaForQuestionAnswering(heads.QuestionAnswering, RobertaHead):
-    """Extractive QA: `qa_outputs` maps each token to start/end logits, each [B, L]."""
-
-
-# The class of each role (`models.family.Role`), the encoder first; MODEL_CLASSES names them.
+# The class of each role (`models.family.Role`), the encoder first: RobertaForMaskedLM, ...
 ROLES: dict[Role, type[nn.Module]] = {
     Role.ENCODER: RobertaModel,
-    Role.MASKED_LM: RobertaForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: RobertaForSequenceClassification,
-    Role.MULTIPLE_CHOICE: RobertaForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: RobertaForTokenClassification,
-    Role.QUESTION_ANSWERING: RobertaForQuestionAnswering,
+    **heads.task_classes(RobertaHead, heads.FIRST_TOKEN_TASKS),
 }
-MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in ROLES.values()}
-
-
-# ---- XLM-RoBERTa: the same modules under transformers' XLMRoberta* names ----
-class XLMRobertaModel(RobertaModel):
-    """XLM-RoBERTa's encoder: RobertaModel's (config an `XLMRobertaConfig`)."""
-
-
-class XLMRobertaForMaskedLM(RobertaForMaskedLM):
-    """XLM-RoBERTa's masked LM: RobertaForMaskedLM's."""
-
-
-class XLMRobertaForSequenceClassification(RobertaForSequenceClassification):
-    """XLM-RoBERTa's sequence classifier: RobertaForSequenceClassification's."""
-
-
-class XLMRobertaForMultipleChoice(RobertaForMultipleChoice):
-    """XLM-RoBERTa's multiple-choice head: RobertaForMultipleChoice's."""
-
-
-class XLMRobertaForTokenClassification(RobertaForTokenClassification):
-    """XLM-RoBERTa's token classifier: RobertaForTokenClassification's."""
-
-
-class XLMRobertaForQuestionAnswering(RobertaForQuestionAnswering):
-    """XLM-RoBERTa's extractive QA head: RobertaForQuestionAnswering's."""
-
-
-XLM_ROLES: dict[Role, type[nn.Module]] = {
-    Role.ENCODER: XLMRobertaModel,
-    Role.MASKED_LM: XLMRobertaForMaskedLM,
-    Role.SEQUENCE_CLASSIFICATION: XLMRobertaForSequenceClassification,
-    Role.MULTIPLE_CHOICE: XLMRobertaForMultipleChoice,
-    Role.TOKEN_CLASSIFICATION: XLMRobertaForTokenClassification,
-    Role.QUESTION_ANSWERING: XLMRobertaForQuestionAnswering,
-}
-XLM_MODEL_CLASSES: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in XLM_ROLES.values()}
+# XLM-RoBERTa's: the same modules under transformers' XLMRoberta* names.
+XLM_ROLES = heads.renamed(ROLES, "Roberta", "XLMRoberta")
