@@ -4,7 +4,8 @@ HOME: `tests.commands_test.clean_env`).
 
 One tiny classifier is trained once for the module (about 15 s on 2 cores) on a file whose labels
 the dev file permutes, so that the model gets worse on dev as it learns: `finetune.keep=best`
-keeps an early model, not the final one. Its training file writes one label " neg", with a
+keeps an early model, not the final one (the fixture trains again on other sentences where a
+CPU's rounding left the final model no worse). Its training file writes one label " neg", with a
 leading space.
 The other tests read that run, continue it, or are refusals that stop before any training.
 """
@@ -83,36 +84,51 @@ def work(tmp_path_factory):
     """A folder with the vocabulary, train.csv (one label written " neg") and dev.csv (labels
     permuted), and `run/`: the classifier trained on them with keep=best (60 steps), evaluating
     every 10 steps. It predicts one label (dev accuracy 1/3) until about step 20 and then learns
-    (dev accuracy 0); where it starts to learn depends on the CPU's rounding (one CI machine had
-    not by step 30), so it trains well past that."""
-    work = tmp_path_factory.mktemp("finetune_command")
-    write_vocab(work / "vocab")
-    rng = np.random.default_rng(0)
-    for split, labels, n in (("train", TRAIN_LABELS, 240), ("dev", DEV_LABELS, 48)):
-        cues = [list(labels)[i % 3] for i in range(n)]
-        rows = [(f"{c} {' '.join(rng.choice(WORDS, 5))}", labels[c]) for c in cues]
-        if split == "train":
-            assert rows[4][1] == "neg"
-            rows[4] = (rows[4][0], " neg")  # a CSV's space after the comma
-        write_rows(work / f"{split}.csv", rows)
-    proc = run(
-        train_py(
-            *TINY,
-            "--workdir=run",
-            "--config.finetune.tokenizer=vocab",
-            "--config.finetune.train_file=train.csv",
-            "--config.finetune.dev_file=dev.csv",
-            "--config.finetune.num_epochs=4",
-            "--config.eval_every_steps=10",
-        ),
-        work,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return work
+    (dev accuracy 0). Where it starts to learn, and whether it learns all three cues by step 60,
+    depends on the CPU's rounding (one CI machine's final model had learned two of them and
+    scored 1/3 on dev): a run whose final model is not worse on dev than an earlier one is
+    trained again on other sentences (at most three tries), so that keep=best has an earlier
+    model to keep."""
+    for attempt in range(3):
+        work = tmp_path_factory.mktemp("finetune_command")
+        write_vocab(work / "vocab")
+        rng = np.random.default_rng(attempt)
+        for split, labels, n in (("train", TRAIN_LABELS, 240), ("dev", DEV_LABELS, 48)):
+            cues = [list(labels)[i % 3] for i in range(n)]
+            rows = [(f"{c} {' '.join(rng.choice(WORDS, 5))}", labels[c]) for c in cues]
+            if split == "train":
+                assert rows[4][1] == "neg"
+                rows[4] = (rows[4][0], " neg")  # a CSV's space after the comma
+            write_rows(work / f"{split}.csv", rows)
+        proc = run(
+            train_py(
+                *TINY,
+                "--workdir=run",
+                "--config.finetune.tokenizer=vocab",
+                "--config.finetune.train_file=train.csv",
+                "--config.finetune.dev_file=dev.csv",
+                "--config.finetune.num_epochs=4",
+                "--config.eval_every_steps=10",
+            ),
+            work,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        evals, final = dev_accuracies(work / "run")
+        if max(evals.values()) > final:
+            return work
+    raise AssertionError(f"three runs ended at their best dev accuracy: {evals}, final {final}")
 
 
 def metric_rows(run_dir) -> list[dict]:
     return [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+
+
+def dev_accuracies(run_dir) -> tuple[dict[int, float], float]:
+    """The run's dev accuracies: {step: accuracy} of the evaluations during training, and the
+    final model's."""
+    rows = metric_rows(run_dir)
+    evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
+    return evals, next(r["final/accuracy"] for r in rows if "final/accuracy" in r)
 
 
 def test_results_describe_the_kept_model_and_its_step(work):
@@ -122,9 +138,7 @@ def test_results_describe_the_kept_model_and_its_step(work):
     results = json.loads((work / "run" / "results.json").read_text())
     model = results["models"]["0"]
     assert model["model"] == "best by dev accuracy" and model["last_step"] == 60, model
-    rows = metric_rows(work / "run")
-    evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
-    final = next(r["final/accuracy"] for r in rows if "final/accuracy" in r)
+    evals, final = dev_accuracies(work / "run")
     best_step = max(evals, key=lambda s: (evals[s], -s))
     assert evals[best_step] > final and model["step"] == best_step < 60, (evals, final, model)
     kept = results["seeds"]["0"]["accuracy"]
