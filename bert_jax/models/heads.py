@@ -347,8 +347,11 @@ def renamed(roles: dict[Role, type[nn.Module]], old: str, new: str) -> dict[Role
 
 def declared(name: str, bases: tuple[type, ...], doc: str | None) -> type[nn.Module]:
     """The class `name` of `bases`, declared in the last base's module: an attribute there, as
-    a class written in it is (imports and pickle find it by its module and name)."""
+    a class written in it is (imports and pickle find it by its module and name). A name the
+    module already has is refused: the class would replace what it names."""
     module = bases[-1].__module__
+    if hasattr(sys.modules[module], name):
+        raise ValueError(f"{module} has {name} already: a task class would replace it")
     cls = type(name, bases, {"__module__": module, "__qualname__": name, "__doc__": doc})
     setattr(sys.modules[module], name, cls)
     return cls

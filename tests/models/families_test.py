@@ -200,3 +200,14 @@ def test_transformers_reads_the_special_token_ids_we_write(model_type, tmp_path)
     for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"):
         assert getattr(read, name) == getattr(config, name)
     assert families.config_from_hf_dict(read.to_dict()) == config
+
+
+def test_a_task_class_whose_name_the_module_has_is_refused():
+    """`heads.task_classes` declares each class in the family's module; a name already there
+    (here BERT's own head base) is refused, naming it, and the module keeps what it had."""
+    from bert_jax.models.bert import model as bert
+
+    head = bert.BertHead
+    with pytest.raises(ValueError, match="bert_jax.models.bert.model has BertHead already"):
+        heads.declared("BertHead", (heads.SequenceClassification, head), None)
+    assert bert.BertHead is head
