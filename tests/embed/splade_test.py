@@ -1,6 +1,6 @@
 """SPLADE: the pooling (packed texts as unpacked), the objective's loss against
 sentence-transformers' SpladeLoss (SparseMultipleNegativesRankingLoss plus FLOPS) on the same
-vectors, GradCache against the uncached batch; a tiny run of the embedding job as a SPLADE model,
+vectors and, with the model, its loss and gradients through `SparseEncoder`, GradCache against the uncached batch; a tiny run of the embedding job as a SPLADE model,
 its SparseEncoder export's `encode` against `inference embed --sparse`, and `inference search
 --index sparse` against a brute-force numpy search with the evaluator's scores."""
 
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax import convert, losses, tokenization
+from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     save_sentence_transformer,
@@ -23,6 +24,7 @@ from bert_jax.inference.commands import search
 from bert_jax.models.bert.config import BertConfig
 from bert_jax.models.bert.model import BertForMaskedLM
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.family import Role
 from bert_jax.models.params import init_params
 from bert_jax.models.pooling import splade_pool, splade_pool_segments
 from bert_jax.parallel import sharding
@@ -199,6 +201,68 @@ def tiny_export(tmp_path):
         max_seq_length=16,
     )  # fmt: skip
     return hf, tokenizer
+
+
+@pytest.mark.torch
+def test_the_models_loss_and_gradients_equal_splade_losss(tmp_path):
+    """The whole objective on a tiny masked LM, dropout off: its loss and gradients equal
+    SpladeLoss's through `SparseEncoder(<its export>)` (texts of different lengths, padding,
+    the tied decoder): the model, the pooling and the loss as sentence-transformers trains
+    them, not only the loss of given vectors."""
+    torch = pytest.importorskip("torch")
+    st = pytest.importorskip("sentence_transformers.sparse_encoder")
+    hf, _ = tiny_export(tmp_path)
+    theirs = st.SparseEncoder(str(hf), device="cpu")
+    for module in theirs.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if hasattr(module, "dropout_prob"):  # the attention's (sdpa)
+            module.dropout_prob = 0.0
+    theirs.train()
+    qw, dw = 0.05, 0.03  # large enough to count
+    loss = st.losses.SpladeLoss(
+        theirs,
+        st.losses.SparseMultipleNegativesRankingLoss(theirs),
+        query_regularizer_weight=qw,
+        document_regularizer_weight=dw,
+    )
+    texts = [[" ".join(WORDS[(3 * i + t + j) % len(WORDS)] for j in range(1 + (i + t) % 6))
+              for t in range(3)] for i in range(5)]  # fmt: skip
+    features = [theirs.preprocess([row[t] for row in texts]) for t in range(3)]
+    total = sum(loss([dict(f) for f in features], None).values())
+    total.backward()
+    grads = dict(theirs[0].auto_model.named_parameters())
+
+    loaded = pretrained.load(str(hf), Role.MASKED_LM)
+    model = BertForMaskedLM(loaded.config, RuntimeConfig(dtype="float32", attention="xla"))
+    length = max(f["input_ids"].shape[1] for f in features)
+    batch = {
+        k: np.stack(
+            [np.pad(f[k].numpy(), ((0, 0), (0, length - f[k].shape[1]))) for f in features], 1
+        )
+        for k in ("input_ids", "attention_mask")
+    }  # [B, T, L] as the job's padded batches
+    batch["token_type_ids"] = np.zeros_like(batch["input_ids"])
+    objective = splade.splade_objective(query_weight=qw, document_weight=dw)
+
+    def ours(params):  # deterministic: no dropout
+        sums = objective.sums(model, params, batch, None, True)
+        return objective.loss(sums, objective.counts(batch))
+
+    value, got = jax.jit(jax.value_and_grad(ours))(loaded.params)
+    np.testing.assert_allclose(float(value), float(total.detach()), rtol=1e-5)
+    layer, head = got["bert"]["encoder"]["layer_0"], got["cls"]["predictions"]
+    pairs = {  # torch's name: our gradient in torch's layout ([out, in] for a Linear)
+        "bert.embeddings.word_embeddings.weight": got["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        "bert.encoder.layer.0.attention.self.query.weight": layer["attention"]["self"]["query"]["kernel"].reshape(32, -1).T,
+        "cls.predictions.transform.dense.weight": head["transform"]["dense"]["kernel"].T,
+        "cls.predictions.bias": head["bias"],
+    }  # fmt: skip
+    for name, grad in pairs.items():
+        want = grads[name].grad.numpy()
+        scale = float(np.abs(want).max())
+        assert scale > 0, name
+        np.testing.assert_allclose(np.asarray(grad), want, atol=1e-4 * scale, err_msg=name)
 
 
 @pytest.mark.torch
