@@ -9,6 +9,7 @@ learning rate, warmup, epochs, loss and threads.
         --out runs/embed_peer_debian.json                # Debian package search
     python benchmarks/embed_training_peer.py --model=splade --data ../shared/data/debian_packages \\
         --out runs/splade_peer_debian.json               # SPLADE: SparseEncoderTrainer's peer
+    python benchmarks/embed_training_peer.py --model=splade --dropout=0 ...  # both without dropout
 
 The task is the Shakespeare cue -> reply retrieval task (`bert_jax.embed.shakespeare`; its train
 split's first `--max_train` pairs after a fixed shuffle, and the dev split's first `--max_eval`),
@@ -58,6 +59,7 @@ sentence-transformers' trainer needs `datasets` and `accelerate`, which bert_jax
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -100,16 +102,22 @@ def write_task(args, directory: str) -> tuple[str, str, int]:
     return paths[0], paths[1], len(train)
 
 
-def write_start(directory: str, max_seq_length: int) -> str:
+def write_start(directory: str, max_seq_length: int, dropout: float | None = None) -> str:
     """The SPLADE peers' start (--model=splade), written once into `directory`/start and loaded
     by both: all-MiniLM-L6-v2 with a masked-LM head initialized (seed 0: its transform new, its
     decoder tied to the word embeddings) as a SparseEncoder directory (MLMTransformer,
-    SpladePooling). Returns its path."""
+    SpladePooling); with `dropout`, its hidden and attention dropout set to that (both peers
+    then train with it). Returns its path."""
     from bert_jax.checkpoints import pretrained
     from bert_jax.checkpoints.sentence_transformers import save_sentence_transformer
     from bert_jax.models.family import Role
 
     loaded = pretrained.load(minilm_path(), Role.MASKED_LM, allow_new_heads=True)
+    if dropout is not None:
+        config = dataclasses.replace(
+            loaded.config, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout
+        )
+        loaded = loaded._replace(config=config)
     out = os.path.join(directory, "start")
     return save_sentence_transformer(out, loaded.config, loaded.params, pooling="splade",
                                      tokenizer_dir=loaded.tokenizer, normalize=False,
@@ -390,12 +398,21 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--data", default="", help="a folder with train.jsonl and dev.jsonl")
     parser.add_argument("--model", default="dense", choices=("dense", "splade"))
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="--model=splade: the start's hidden and attention dropout (both peers; default "
+        "MiniLM's 0.1)",
+    )
     parser.add_argument("--out", default="", help="a JSON file for every row (per-anchor too)")
     parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
     args = parser.parse_args(argv)
     if args.tiny:
         args.max_train, args.max_eval, args.batch, args.max_seq_length = 64, 48, 8, 32
         args.seeds = args.seeds if args.seeds != "0,1,2" else "0"
+    if args.dropout is not None and args.model != "splade":
+        parser.error("--dropout is for --model=splade (the dense start is the installed MiniLM)")
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.threads]))
     seeds = [int(s) for s in args.seeds.split(",")]
     peers = args.peers.split(",")
@@ -403,13 +420,16 @@ def main(argv=None) -> int:
         train_file, dev_file, num_pairs = write_task(args, tmp)
         num_steps = num_pairs // args.batch * args.epochs
         warmup_steps = max(1, round(args.warmup_fraction * num_steps))
-        start = write_start(tmp, args.max_seq_length) if args.model == "splade" else ""
+        start = ""
+        if args.model == "splade":
+            start = write_start(tmp, args.max_seq_length, args.dropout)
         config = embed_config(args, train_file, dev_file, warmup_steps, start)
         print(json.dumps({"train_pairs": num_pairs, "dev_pairs": len(dev_texts(dev_file)[0]),
                           "steps": num_steps, "warmup_steps": warmup_steps,
                           "batch": args.batch, "max_seq_length": args.max_seq_length,
                           "lr": args.lr, "threads": args.threads, "pack": args.pack,
-                          "data": args.data or "plays", "model": args.model}))  # fmt: skip
+                          "data": args.data or "plays", "model": args.model,
+                          "dropout": args.dropout}))  # fmt: skip
         rows: dict[str, list[dict]] = {p: [] for p in peers}
         if "sentence_transformers" in peers:
             at_start = st_score(st_model(args, start), dev_file, args.eval_batch)
