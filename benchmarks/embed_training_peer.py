@@ -253,6 +253,23 @@ def st_trainer(config, model):
     return st.SentenceTransformerTrainer, st.SentenceTransformerTrainingArguments, loss
 
 
+def st_arguments(arguments_class, config, out: str, epochs: int, batch: int, warmup_steps: int,
+                 seed: int, **more):  # fmt: skip
+    """sentence-transformers' training arguments of the job's `config`: its optimizer (AdamW's
+    betas, eps, weight decay, clipping, peak learning rate), `warmup_steps` then linear decay,
+    `epochs` of batches of `batch` (the remainder dropped), on the CPU, saving and reporting
+    nothing; `more` adds or replaces arguments."""
+    o = config.optimizer
+    fields = dict(
+        output_dir=out, num_train_epochs=epochs, per_device_train_batch_size=batch,
+        learning_rate=o.peak_learning_rate, warmup_steps=warmup_steps, lr_scheduler_type="linear",
+        weight_decay=o.weight_decay, adam_beta1=o.b1, adam_beta2=o.b2, adam_epsilon=o.eps,
+        max_grad_norm=o.clip_norm, seed=seed, dataloader_drop_last=True, save_strategy="no",
+        report_to=[], disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    return arguments_class(**{**fields, **more})
+
+
 def run_sentence_transformers(
     args, config, train_file, dev_file, seed: int, warmup_steps: int, start: str = ""
 ):
@@ -270,7 +287,7 @@ def run_sentence_transformers(
     train = Dataset.from_dict(
         {"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]}
     )
-    o, clock = config.optimizer, Clock()
+    clock = Clock()
 
     class Timing(transformers.TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -280,27 +297,10 @@ def run_sentence_transformers(
             clock.end()
 
     with tempfile.TemporaryDirectory() as out:
-        training_args = arguments_class(
-            output_dir=out,
-            num_train_epochs=args.epochs,
-            per_device_train_batch_size=args.batch,
-            learning_rate=o.peak_learning_rate,
-            warmup_steps=warmup_steps,
-            lr_scheduler_type="linear",
-            weight_decay=o.weight_decay,
-            adam_beta1=o.b1,
-            adam_beta2=o.b2,
-            adam_epsilon=o.eps,
-            max_grad_norm=o.clip_norm,
-            seed=seed,
-            data_seed=seed,
-            dataloader_drop_last=True,
-            save_strategy="no",
-            logging_strategy="no",
-            report_to=[],
-            disable_tqdm=True,
-            use_cpu=True,
-        )
+        training_args = st_arguments(
+            arguments_class, config, out, args.epochs, args.batch, warmup_steps, seed,
+            data_seed=seed, logging_strategy="no",
+        )  # fmt: skip
         trainer = trainer_class(
             model=model, args=training_args, train_dataset=train, loss=loss, callbacks=[Timing()]
         )

@@ -75,33 +75,13 @@ def trainer_losses(
             return BatchSampler(SequentialSampler(range(len(dataset))), batch_size, drop_last=True)
 
     columns = {k: [p[k] for p in pairs_in_order] for k in ("anchor", "positive")}
-    o = config.optimizer
     with tempfile.TemporaryDirectory() as out:
+        arguments = peer.st_arguments(
+            arguments_class, config, out, 1, args.batch, warmup, args.seed,
+            logging_strategy="steps", logging_steps=1,
+        )  # fmt: skip
         trainer = InOrder(
-            model=model,
-            loss=loss,
-            train_dataset=Dataset.from_dict(columns),
-            args=arguments_class(
-                output_dir=out,
-                num_train_epochs=1,
-                per_device_train_batch_size=args.batch,
-                learning_rate=o.peak_learning_rate,
-                warmup_steps=warmup,
-                lr_scheduler_type="linear",
-                weight_decay=o.weight_decay,
-                adam_beta1=o.b1,
-                adam_beta2=o.b2,
-                adam_epsilon=o.eps,
-                max_grad_norm=o.clip_norm,
-                seed=args.seed,
-                dataloader_drop_last=True,
-                save_strategy="no",
-                logging_strategy="steps",
-                logging_steps=1,
-                report_to=[],
-                disable_tqdm=True,
-                use_cpu=True,
-            ),  # fmt: skip
+            model=model, loss=loss, train_dataset=Dataset.from_dict(columns), args=arguments
         )
         trainer.train()
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
