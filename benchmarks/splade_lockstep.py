@@ -3,13 +3,18 @@
 schedule and optimizer; each step's loss of both, side by side.
 
     python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages   # 6 steps of 8
+    python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages --pairs 1024 \
+        --batch 32 --max_seq_length 128 --warmup 3 --seed 3 --dev 500 [--order trainer]
 
 With dropout off nothing random is left, so two equal trainers give equal losses step after
 step (to float32 rounding); a difference in the model, the loss, the regularizers' warmup, the
 schedule, clipping or AdamW shows as losses that part. The job's batches come from
 `seed_run.group_batches` (its shuffle for `--seed`, packed or not with `--pack`); the trainer is
-given them in that order. Needs sentence-transformers and `datasets` (as embed_training_peer.py's
-sentence-transformers side).
+given them in that order. With `--order trainer` the trainer draws its own order for `--seed`
+(as embed_training_peer.py's run of that seed does) and the job's batches take the pairs in it.
+With `--dev N` both final models are scored on dev.jsonl's first N pairs, each by its own peer's
+evaluation (embed_training_peer.py's), and paired query by query. Needs sentence-transformers
+and `datasets` (as embed_training_peer.py's sentence-transformers side).
 """
 
 from __future__ import annotations
@@ -27,13 +32,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import embed_training_peer as peer  # noqa: E402
 
 
-def bert_jax_losses(config, seed: int) -> tuple[list[float], list[int]]:
-    """The job's loss at each step of one epoch, and the order of the pairs it trained on."""
+def bert_jax_losses(
+    config, seed: int, dev_file: str = "", order: list[int] | None = None
+) -> tuple[list[float], list[int], dict]:
+    """The job's loss at each step of one epoch, the order of the pairs it trained on (its
+    shuffle for `seed`, or `order`: the pairs' rows in the order to take them), and its final
+    model's dev scores (`embed_training_peer.score` of the pairs in `dev_file`; {} without
+    one)."""
     import flax.linen as nn
     import jax
 
     from bert_jax.checkpoints import pretrained
-    from bert_jax.embed import run
+    from bert_jax.embed import evaluation, run
     from bert_jax.parallel import sharding
     from bert_jax.retrieval import pairs
     from bert_jax.training import seed_run
@@ -43,8 +53,15 @@ def bert_jax_losses(config, seed: int) -> tuple[list[float], list[int]]:
     start = run.starting_point(config, e)
     features = dict(pairs.featurize_pairs(pairs.read_pairs(e.train_file), start.tokenizer,
                                           start.max_seq_length))  # fmt: skip
-    features["pair_id"] = np.arange(features["input_ids"].shape[0], dtype=np.int32)
+    n = features["input_ids"].shape[0]
+    features["pair_id"] = np.arange(n, dtype=np.int32)
     batches = seed_run.group_batches(config, e, features, seed, keep=("pair_id",))
+    if order is not None:  # the rows the shuffle visits i-th take the i-th pair of `order`
+        shuffled = [int(i) for host in batches for i in host["pair_id"]]
+        rows = np.arange(n)
+        rows[shuffled] = order[: len(shuffled)]
+        features = {k: v[rows] for k, v in features.items()}
+        batches = seed_run.group_batches(config, e, features, seed, keep=("pair_id",))
     exp = run.build_experiment(config, e, start, batches.steps_per_epoch,
                                texts_per_pair=features["input_ids"].shape[1])  # fmt: skip
     params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
@@ -57,24 +74,48 @@ def bert_jax_losses(config, seed: int) -> tuple[list[float], list[int]]:
             step = exp.train_step_fn(host)
             state, metrics = step(state, sharding.global_batch_from_local(host, exp.mesh))
             losses.append(float(jax.device_get(metrics["loss"])))
-    return losses, order
+    if not dev_file:
+        return losses, order, {}
+    dev = evaluation.retrieval_set(
+        pairs.read_pairs(dev_file), start.tokenizer, start.max_seq_length
+    )
+    texts = (evaluation.embed_texts(exp, state.params, t, e.eval_batch_size)
+             for t in (dev.queries, dev.corpus))  # fmt: skip
+    return losses, order, peer.score(*texts, dev.relevant, similarity=exp.objective.similarity)
 
 
 def trainer_losses(
-    args, config, pairs_in_order: list[dict], warmup: int, start: str
-) -> list[float]:
-    """SparseEncoderTrainer's loss at each step over `pairs_in_order`, batches taken in order."""
+    args, config, pairs: list[dict], warmup: int, start: str, dev_file: str = "", own=False
+) -> tuple[list[float], dict, list[int]]:
+    """SparseEncoderTrainer's loss at each step over `pairs`, batches taken in order (`own`:
+    in its own sampler's order for the seed), its final model's dev scores
+    (`embed_training_peer.st_score`; {} without `dev_file`) and the order it took the pairs in."""
     from datasets import Dataset
     from torch.utils.data import BatchSampler, SequentialSampler
 
     model = peer.st_model(args, start)
     trainer_class, arguments_class, loss = peer.st_trainer(config, model)
 
+    taken: list[int] = []
+
     class InOrder(trainer_class):
         def get_batch_sampler(self, dataset, batch_size, drop_last, *rest, **kwargs):
-            return BatchSampler(SequentialSampler(range(len(dataset))), batch_size, drop_last=True)
+            if not own:
+                sampler = BatchSampler(SequentialSampler(range(len(dataset))), batch_size, True)
+            else:
+                sampler = super().get_batch_sampler(dataset, batch_size, drop_last, *rest, **kwargs)
+            draw = type(sampler).__iter__
 
-    columns = {k: [p[k] for p in pairs_in_order] for k in ("anchor", "positive")}
+            class Recorded(type(sampler)):  # the same sampler, noting each batch it gives
+                def __iter__(self):
+                    for batch in draw(self):
+                        taken.extend(int(i) for i in batch)
+                        yield batch
+
+            sampler.__class__ = Recorded
+            return sampler
+
+    columns = {k: [p[k] for p in pairs] for k in ("anchor", "positive")}
     with tempfile.TemporaryDirectory() as out:
         arguments = peer.st_arguments(
             arguments_class, config, out, 1, args.batch, warmup, args.seed,
@@ -84,7 +125,9 @@ def trainer_losses(
             model=model, loss=loss, train_dataset=Dataset.from_dict(columns), args=arguments
         )
         trainer.train()
-    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    taken = taken[: len(losses) * args.batch]
+    return losses, peer.st_score(model, dev_file, args.eval_batch) if dev_file else {}, taken
 
 
 def main(argv=None) -> int:
@@ -97,26 +140,42 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="warmup steps")
     parser.add_argument("--pack", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--order", choices=("job", "trainer"), default="job",
+                        help="whose order for --seed both take the pairs in")  # fmt: skip
+    parser.add_argument("--dev", type=int, default=0, help="dev.jsonl's first pairs to score "
+                        "both final models on (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
     args.model, args.epochs, args.eval_batch, args.threads = "splade", 1, 16, 1
-    rows = []
-    for line in open(os.path.join(args.data, "train.jsonl"), encoding="utf-8"):
-        r = json.loads(line)
-        rows.append({"anchor": r.get("anchor", r.get("query")), "positive": r["positive"]})
-        if len(rows) == args.pairs:
-            break
+    args.max_train, args.max_eval = args.pairs, args.dev or 1
     with tempfile.TemporaryDirectory() as tmp:
-        train_file = os.path.join(tmp, "train.jsonl")
-        with open(train_file, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+        train_file, dev_file, _ = peer.write_task(args, tmp)
+        rows = [json.loads(line) for line in open(train_file, encoding="utf-8")]
+        dev_file = dev_file if args.dev else ""
         start = peer.write_start(tmp, args.max_seq_length, dropout=0.0)
         config = peer.embed_config(args, train_file, train_file, args.warmup, start)
-        ours, order = bert_jax_losses(config, args.seed)
-        theirs = trainer_losses(args, config, [rows[i] for i in order], args.warmup, start)
+        if args.order == "job":
+            ours, order, our_dev = bert_jax_losses(config, args.seed, dev_file)
+            in_order = [rows[i] for i in order]
+            theirs, their_dev, _ = trainer_losses(
+                args, config, in_order, args.warmup, start, dev_file
+            )
+        else:
+            theirs, their_dev, order = trainer_losses(
+                args, config, rows, args.warmup, start, dev_file, own=True
+            )
+            ours, taken, our_dev = bert_jax_losses(config, args.seed, dev_file, order)
+            assert taken == order, "the job did not take the trainer's order"
     gaps = [abs(a - b) / abs(b) for a, b in zip(ours, theirs)]
     for i, (a, b, g) in enumerate(zip(ours, theirs, gaps)):
         print(f"step {i}: bert_jax {a:.4f}  sentence-transformers {b:.4f}  relative {g:.1e}")
-    print(json.dumps({"steps": len(ours), "max_relative_difference": max(gaps)}))
+    found = {"steps": len(ours), "max_relative_difference": max(gaps)}
+    for peer_name, scores in (("bert_jax", our_dev), ("sentence_transformers", their_dev)):
+        found.update({f"{k}_{peer_name}": v for k, v in scores.items() if k != "per_query"})
+    if args.dev:
+        d = np.subtract(our_dev["per_query"], their_dev["per_query"])
+        found["paired_ndcg@10_bert_jax_minus_st"] = float(d.mean())
+        found["paired_se"] = float(d.std(ddof=1) / np.sqrt(len(d)))
+    print(json.dumps(found))
     return 0
 
 
