@@ -81,7 +81,7 @@ def write_rows(path, rows) -> None:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     """A folder with the vocabulary, train.csv (one label written " neg"), dev.csv (its labels
-    permuted) and two runs: `first/`, a classifier taught the dev file's labels (30 steps), and
+    permuted) and two runs: `first/`, a classifier taught the dev file's labels (60 steps), and
     `run/`, that classifier trained on train.csv with keep=best (60 steps at a peak learning rate
     of 3e-3), evaluating every 5 steps. Its early models still know the dev labels (dev accuracy
     1 or 2/3 on this machine's seeds) and its final model has learned the training labels (0), so
