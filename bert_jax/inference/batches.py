@@ -163,13 +163,37 @@ def pack_texts(
     return packed, info
 
 
-def row_groups(lengths: np.ndarray, buckets: Sequence[int]) -> dict[int, np.ndarray]:
+def row_groups(
+    lengths: np.ndarray, buckets: Sequence[int], min_texts: int = 1
+) -> dict[int, np.ndarray]:
     """{row length: the texts packed into rows of it}: texts of at most ROW_TOKENS tokens share
     rows of ROW_TOKENS; a longer text gets rows of its bucket (the next of `buckets`), and
-    shares one only with texts that fill the rest."""
-    bounds = np.array(sorted({*buckets, ROW_TOKENS}))
-    rows = np.maximum(bounds[np.searchsorted(bounds, lengths, side="left")], ROW_TOKENS)
+    shares one only with texts that fill the rest. A length that fewer than `min_texts` texts
+    would get is dropped (`busy_buckets`): they go to the next longer one."""
+    bounds = busy_buckets(lengths, {ROW_TOKENS, *(b for b in buckets if b > ROW_TOKENS)}, min_texts)
+    rows = bounds[np.searchsorted(bounds, lengths, side="left")]
     return {int(r): np.flatnonzero(rows == r) for r in np.unique(rows)}
+
+
+def busy_buckets(lengths: np.ndarray, buckets: Sequence[int], min_texts: int) -> np.ndarray:
+    """The sizes of `buckets` (one at least max(lengths)) worth a compile: from the shortest
+    up, a size is kept once at least `min_texts` texts of `lengths` would be padded to it,
+    counting those of the sizes dropped below it; the size of the longest text is always kept,
+    those above it never.
+
+    Each size is one more program to trace and compile (about a second for a small model on a
+    CPU), worth it only when the texts it saves padding for fill a batch; a large input keeps
+    every size its texts use. Returns int [K], K <= len(buckets)."""
+    bounds = np.array(sorted(buckets))
+    bounds = bounds[: np.searchsorted(bounds, lengths.max(), side="left") + 1]
+    counts = np.bincount(np.searchsorted(bounds, lengths, side="left"), minlength=len(bounds))
+    kept, waiting = [], 0
+    for bound, count in zip(bounds[:-1], counts[:-1]):
+        waiting += count
+        if waiting >= min_texts:
+            kept.append(bound)
+            waiting = 0
+    return np.array([*kept, bounds[-1]])
 
 
 def _round_up(x: int, multiple: int) -> int:
@@ -228,6 +252,7 @@ def run_batched(
         buckets, group_by_length = None, False  # each part's rows are of one length
     else:
         parts = [_Part(np.arange(n), inputs, None, batch_size)]
+        buckets = _busy_widths(inputs, buckets, batch_size)
         if group_by_length is None:
             group_by_length = buckets is not None  # similar lengths together: little padding
     total = sum(batching.num_batches(batching.num_rows(p.features), p.rows) for p in parts)
@@ -262,6 +287,17 @@ def run_batched(
     return _in_input_order(parts, outputs, indices, n, width)
 
 
+def _busy_widths(
+    inputs: dict[str, np.ndarray], buckets: Sequence[int] | None, batch_size: int
+) -> tuple[int, ...] | None:
+    """The `busy_buckets` of one text a row's `buckets` (None: None): the widths that at least
+    a batch's worth of texts is padded to, the features' own width a candidate too."""
+    if buckets is None:
+        return None
+    width = inputs["input_ids"].shape[-1]
+    return tuple(busy_buckets(batching.row_lengths(inputs), {*buckets, width}, batch_size))
+
+
 class _Part(NamedTuple):
     """Texts that `run_batched` batches together: which (indices [T]), their features (one text
     a row, or packed), the packing (`batching.PackingInfo`, or None) and the rows a batch holds."""
@@ -285,7 +321,7 @@ def _packed_parts(
     width = inputs["input_ids"].shape[1]
     lengths = batching.row_lengths(inputs)
     parts = []
-    for row_length, texts in row_groups(lengths, buckets or (width,)).items():
+    for row_length, texts in row_groups(lengths, buckets or (width,), batch_size).items():
         packed, info = pack_texts(
             {k: v[texts] for k, v in inputs.items()}, max_segments, min(row_length, width)
         )

@@ -298,6 +298,38 @@ def test_embed_rows_are_input_lines_and_bad_lines_are_named(tiny_classifier, tmp
     assert not (tmp_path / "l.npy").exists()
 
 
+def test_a_length_that_few_texts_would_get_is_not_compiled(tiny_classifier):
+    """A row length (packed) or bucket (one text a row) that fewer than a batch of texts would
+    be padded to gives them to the next longer one (`busy_buckets`): one program fewer, the
+    same embeddings; a batch's worth of texts keeps its own."""
+    lengths = np.array([5, 9, 12, 30, 40, 41, 70, 200])
+    buckets = inference.inference_buckets(256)
+    busy = inference.batches.busy_buckets
+    assert list(busy(lengths, buckets, 1)) == [8, 16, 32, 40, 48, 96, 224]  # the used ones
+    assert list(busy(lengths, buckets, 3)) == [16, 48, 224]
+    assert list(busy(lengths, buckets, 100)) == [224]  # never above the longest text's
+    groups = inference.batches.row_groups(lengths, buckets, 3)
+    assert {k: list(v) for k, v in groups.items()} == {32: [0, 1, 2, 3], 96: [4, 5, 6], 224: [7]}
+    cfg, params, _, tok = inference.load(str(tiny_classifier))
+    texts = [TEXTS[0]] * 12 + [" ".join(TEXTS), " ".join(TEXTS * 2)]  # 13, 58 and 114 tokens
+
+    def widths(**kwargs):
+        jax.clear_caches()  # every shape lowered again, whatever this process ran before
+        with recorded_compiles() as compiles:
+            out = inference.embed(cfg, params["bert"], tok, texts, pooling="mean", **kwargs)
+        shapes = [c[1] for c in compiles if c[0] == "jit(embed_step)"]
+        return out, {int(re.search(r"int32\[\d+,(\d+)\]", s).group(1)) for s in shapes}
+
+    packed, packed_widths = widths(batch_size=8)
+    alone, alone_widths = widths(batch_size=8, pack=False)
+    assert packed_widths == {32, 128} and alone_widths == {16, 128}  # not 64: one text's
+    _, every = widths(batch_size=1)
+    assert every == {32, 64, 128}
+    np.testing.assert_allclose(packed, alone, atol=1e-5)
+    full = inference.embed(cfg, params["bert"], tok, texts, pooling="mean", bucket_lengths=False)
+    np.testing.assert_allclose(packed, full, atol=1e-5)
+
+
 @pytest.mark.parametrize("module", ["bert_jax.convert", "bert_jax.inference"])
 def test_command_line_help_prints_no_warning(module):
     proc = subprocess.run(
