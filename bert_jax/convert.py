@@ -128,6 +128,13 @@ def _convert(args) -> tuple:
         log_report=False,
     )  # fmt: skip  (the command prints the report)
     config, params, model, report = loaded.config, loaded.params, loaded.head, loaded.report
+    st = loaded.sentence_transformer
+    if st is not None and st.query_module:
+        raise ValueError(
+            f"{args.src} is an inference-free SparseEncoder (a Router: its queries are weights "
+            "of a SparseStaticEmbedding); convert writes one model and would drop them: convert "
+            f"its document encoder's folder {os.path.join(args.src, st.transformer_path)} alone"
+        )
     own = detect.detect_format(args.src) in ("bert_jax", "train")
     to = args.to or ("hf" if own else "bert_jax")
     if to == "hf":

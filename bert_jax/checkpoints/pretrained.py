@@ -270,7 +270,8 @@ def _description(source: str | os.PathLike) -> tuple[Any, dict | None]:
 
 def read_config(source: str | os.PathLike) -> Any:
     """The model config of a checkpoint without its weights: config.json (or bert_config.json)
-    beside them, a run's `export/` one or its newest checkpoint's record.
+    beside them (a sentence-transformers directory's: its encoder folder's), a run's `export/`
+    one or its newest checkpoint's record.
 
     Returns:
       The family's config (`BertConfig`, `ModernBertConfig`).
@@ -280,7 +281,12 @@ def read_config(source: str | os.PathLike) -> Any:
         raise FileNotFoundError(f"no training checkpoints in {path}")
     if record is not None:
         return families.config_from_hf_dict(record["config"])
-    return families.config_from_json_file(path if path.is_dir() else path.parent)  # TF: beside
+    if not path.is_dir():
+        return families.config_from_json_file(path.parent)  # a TF checkpoint: beside it
+    st = _sentence_transformer_of(os.fspath(path), run=False)
+    if st is not None and st.transformer_path:  # the encoder's own folder (a Router's route)
+        path = path / st.transformer_path
+    return families.config_from_json_file(path)
 
 
 def read_head(source: str | os.PathLike) -> str | None:

@@ -15,9 +15,12 @@ normalizes, `Normalize` (`2_Normalize`). A SPLADE model (`pooling="splade"`) is 
 `SparseEncoder` directory: the masked-LM model (the family's `Role.MASKED_LM` class, whose
 logits it pools) as an `MLMTransformer`, then `SpladePooling` (`1_SpladePooling/config.json`:
 max pooling of log(1 + relu(logits))), config_sentence_transformers.json's `model_type`
-"SparseEncoder"; `SparseEncoder(DIR)` loads it. `save_modules` writes the modules' files
-alone, beside weights of another format (`python -m bert_jax.convert` keeps them in a bert_jax
-directory).
+"SparseEncoder"; `SparseEncoder(DIR)` loads it. An inference-free SparseEncoder (a `Router`,
+`router_config.json`: queries to a `SparseStaticEmbedding`, a weight per token, documents to
+an MLMTransformer and SpladePooling, each module in its own folder) is read
+(`SentenceTransformerSettings.query_module`, `read_static_queries`), not written.
+`save_modules` writes the modules' files alone, beside weights of another format
+(`python -m bert_jax.convert` keeps them in a bert_jax directory).
 
 Written in the format sentence-transformers has saved since version 2 and every later version
 (6.x too) reads, as do other readers of the Hub's embedders: module types
@@ -35,9 +38,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from bert_jax import tokenization
 from bert_jax.checkpoints import model_card
-from bert_jax.checkpoints.hf import save_pytorch
+from bert_jax.checkpoints.hf import read_hf_state_dict, save_pytorch
 from bert_jax.models.families import EncoderConfig, Role, family_of
 from bert_jax.models.pooling import (
     SENTENCE_POOLINGS,
@@ -55,6 +60,8 @@ TRANSFORMER_CONFIG = "sentence_bert_config.json"
 ST_CONFIG = "config_sentence_transformers.json"  # the model's settings: prompts, kind
 POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
 SPLADE_POOLING_DIR = "1_SpladePooling"
+ROUTER_CONFIG = "router_config.json"  # a Router's routes and their modules' folders
+STATIC_EMBEDDING = "SparseStaticEmbedding"  # an inference-free SparseEncoder's query module
 # A SparseEncoder's modules, as every sentence-transformers version since 5 reads them.
 SPARSE_MODULES = {
     "MLMTransformer": "sentence_transformers.sparse_encoder.models.MLMTransformer",
@@ -84,6 +91,11 @@ class SentenceTransformerSettings:
       prompts: texts put before a text to embed, by name (config_sentence_transformers.json's
         `prompts`, e.g. {"query": "search_query: "}); `default_prompt_name`: the one used where
         none is named (None: no prompt).
+      query_module: an inference-free SparseEncoder's (a `Router`): the folder of its query
+        route's `SparseStaticEmbedding` (`read_static_queries`); None: queries are embedded
+        as documents are.
+      default_task: the route `encode` takes where no task is given ("query" or "document"; a
+        Router's `default_route`), or None: it has none, so a task must be given.
     """
 
     pooling: str
@@ -92,6 +104,8 @@ class SentenceTransformerSettings:
     transformer_path: str = ""
     prompts: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
     default_prompt_name: str | None = None
+    query_module: str | None = None
+    default_task: str | None = None
 
 
 def save_sentence_transformer(
@@ -299,6 +313,8 @@ def read_sentence_transformer(
         return None  # a CrossEncoder directory: read as the transformers directory it is
     if kinds == list(SPARSE_MODULES):
         return _read_sparse_encoder(folder, modules)
+    if kinds == ["Router"]:
+        return _read_router(folder, folder / str(modules[0].get("path", "")) / ROUTER_CONFIG)
     supported = ["Transformer", "Pooling", "Normalize"]
     if kinds[:2] != supported[:2] or kinds[2:] not in ([], ["Normalize"]):
         raise ValueError(
@@ -333,6 +349,65 @@ def _read_sparse_encoder(folder, modules: list[dict]) -> SentenceTransformerSett
     return SentenceTransformerSettings(
         "splade", False, length, transformer_path, **read_prompts(folder)
     )
+
+
+def _read_router(folder, path) -> SentenceTransformerSettings:
+    """An inference-free SparseEncoder's settings: a Router whose "query" route is a
+    `SparseStaticEmbedding` and whose "document" route is an MLMTransformer and SpladePooling
+    (`Router.for_query_document`); ValueError naming the file for any other routing."""
+    if not path.is_file():
+        raise ValueError(f"{folder / MODULES_FILE} lists a Router but there is no {path}")
+    config = _read_json(path)
+    types, structure = config.get("types"), config.get("structure")
+    if not isinstance(types, dict) or not isinstance(structure, dict):
+        raise ValueError(f"{path} has no types and structure of the Router's modules")
+    routes = {
+        route: [str(types.get(m, "")).rsplit(".", 1)[-1] for m in ids]
+        for route, ids in structure.items()
+    }
+    want = {"query": [STATIC_EMBEDDING], "document": list(SPARSE_MODULES)}
+    parameters = config.get("parameters") or {}
+    if routes != want or parameters.get("route_mappings"):
+        raise ValueError(
+            f"{path} routes {routes} (route_mappings {parameters.get('route_mappings') or {}}); "
+            f"bert_jax computes a Router of {want} (an inference-free SparseEncoder)"
+        )
+    default = parameters.get("default_route")
+    if default is None and parameters.get("allow_empty_key", True):
+        default = next(iter(structure))  # as the Router takes its first route
+    documents = [{"path": m} for m in structure["document"]]
+    settings = _read_sparse_encoder(folder, documents)
+    query = folder / structure["query"][0]
+    return dataclasses.replace(settings, query_module=os.fspath(query), default_task=default)
+
+
+def read_static_queries(folder) -> tuple[np.ndarray, tokenization.SubwordTokenizer, int | None]:
+    """A `SparseStaticEmbedding` module's folder: (its weight float32 [V], one a vocabulary
+    entry; its tokenizer; the tokens a query keeps: tokenizer_config.json's model_max_length,
+    None for no limit). A query's vector is the weights of the tokens it holds (its tokens
+    without the special ones), zero elsewhere.
+
+    Raises:
+      ValueError: weights given as an IDF JSON file, no weights, or weights that are not one
+        per token of the tokenizer (naming the folder).
+    """
+    folder = as_path(folder)
+    config_file = folder / "config.json"
+    config = _read_json(config_file) if config_file.is_file() else {}
+    if config.get("path"):
+        raise ValueError(
+            f"{config_file} takes its weights from {config['path']}; bert_jax reads them from "
+            "the module's own model.safetensors (save the module with sentence-transformers)"
+        )
+    state = read_hf_state_dict(folder)
+    weight = np.asarray(state.get("weight", np.zeros(0)), np.float32)
+    tokenizer = tokenization.load_tokenizer(folder)
+    if weight.shape != (tokenizer.vocab_size,):
+        raise ValueError(
+            f"{folder}: the query weights have shape {weight.shape}; its tokenizer has "
+            f"{tokenizer.vocab_size} tokens"
+        )
+    return weight, tokenizer, read_max_seq_length(folder)
 
 
 def read_prompts(folder) -> dict[str, Any]:

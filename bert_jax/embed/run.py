@@ -222,6 +222,12 @@ def starting_point(config, e: EmbedSettings) -> Starting:
         folder = hub.resolve(source)
         if as_path(folder).is_dir():
             st = read_sentence_transformer(folder)
+    if st is not None and st.query_module:
+        raise ValueError(
+            f"init_from={source} is an inference-free SparseEncoder (a Router: its queries are "
+            "weights of a SparseStaticEmbedding), which the embedding job does not train; start "
+            f"from its document encoder ({st.transformer_path}) to train a SPLADE model of both"
+        )
     tokenizer.check_model_vocab_size(model_config.vocab_size)
     pooling = e.pooling
     if pooling == "auto":

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.checkpoints.sentence_transformers import resolve_prompt
+from bert_jax.checkpoints.sentence_transformers import read_static_queries, resolve_prompt
 from bert_jax.inference import batches, loading
 from bert_jax.models.families import EncoderConfig, Role, family_of
 from bert_jax.models.pooling import (
@@ -102,6 +102,29 @@ def embedding_options(
     ), warnings
 
 
+class StaticQueries(NamedTuple):
+    """An inference-free SparseEncoder's query side (its `SparseStaticEmbedding`): a query's
+    vector is the weights of the tokens it holds, zero elsewhere; no model runs.
+
+    Attributes:
+      weight: float32 [V], one a vocabulary entry.
+      tokenizer: the module's tokenizer; a query's tokens are its own, without special tokens.
+      max_length: tokens a query keeps (None: all).
+    """
+
+    weight: np.ndarray
+    tokenizer: object
+    max_length: int | None
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 [N, V]: each text's tokens' weights (`SparseStaticEmbedding.forward`)."""
+        out = np.zeros((len(texts), self.weight.shape[0]), np.float32)
+        for row, ids in zip(out, self.tokenizer.encode_batch(list(texts))):
+            ids = ids[: self.max_length]
+            row[ids] = self.weight[ids]
+        return out
+
+
 class EmbeddingModel(NamedTuple):
     """A checkpoint's encoder with the options to embed by (`load_for_embedding`).
 
@@ -113,6 +136,8 @@ class EmbeddingModel(NamedTuple):
         sentence-transformers directory's).
       settings: the sentence-transformers directory's (None: none), whose prompts `for_task`
         chooses from.
+      queries: an inference-free SparseEncoder's query side (None: queries run the model).
+      task: "query" or "document" (`for_task`); None: the directory's default route.
     """
 
     config: EncoderConfig
@@ -121,10 +146,17 @@ class EmbeddingModel(NamedTuple):
     options: EmbeddingOptions
     warnings: list[str]
     settings: object = None
+    queries: StaticQueries | None = None
+    task: str | None = None
 
     def embed(self, texts: Sequence[str], **kwargs) -> np.ndarray:
         """`embed` of `texts` with this model's options (pooling, normalization, length,
-        prompt, dimensions); `kwargs`: embed's other arguments (batch_size, layers, pack, ...)."""
+        prompt, dimensions); `kwargs`: embed's other arguments (batch_size, layers, pack, ...).
+        An inference-free SparseEncoder's queries are its `StaticQueries`' vectors."""
+        if self.static_route():
+            if kwargs.get("layers"):
+                raise ValueError("an inference-free SparseEncoder's queries have no --layers")
+            return self.queries.embed([self.options.prompt + text for text in texts])
         return embed(
             self.config, self.params, self.tokenizer, texts, **self.options._asdict(), **kwargs
         )
@@ -134,7 +166,23 @@ class EmbeddingModel(NamedTuple):
         `encode_document` ("document") puts before each text: `prompt`, else the one named
         `prompt_name` (`flag` names the option in the error), else the task's (`resolve_prompt`)."""
         prompt = resolve_prompt(self.settings, prompt_name, prompt, task, flag)
-        return self._replace(options=self.options._replace(prompt=prompt))
+        return self._replace(options=self.options._replace(prompt=prompt), task=task)
+
+    def static_route(self) -> bool:
+        """Whether texts go to the `StaticQueries` (an inference-free SparseEncoder's queries:
+        `task` "query", or no task where the directory's default route is "query").
+
+        Raises:
+          ValueError: no task, and the directory names no default route."""
+        if self.queries is None:
+            return False
+        task = self.task or self.settings.default_task
+        if task is None:
+            raise ValueError(
+                "the model routes texts by task (a Router without a default route): "
+                "give --task query or --task document"
+            )
+        return task == "query"
 
 
 def load_for_embedding(
@@ -155,6 +203,9 @@ def load_for_embedding(
       ValueError: a prompt_name the directory does not have.
     """
     config, params, tokenizer, settings = loading.load_embedder(path)
+    queries = None
+    if settings is not None and settings.query_module:
+        queries = StaticQueries(*read_static_queries(settings.query_module))
     options, warnings = embedding_options(
         settings,
         pooling=pooling,
@@ -164,7 +215,12 @@ def load_for_embedding(
         prompt=prompt,
         truncate_dim=truncate_dim,
     )
-    return EmbeddingModel(config, params, tokenizer, options, warnings, settings)
+    if queries is not None and options.pooling != "splade":
+        raise ValueError(
+            f"{path} is an inference-free SparseEncoder: it embeds SPLADE vectors, not "
+            f"{options.pooling} pooling"
+        )
+    return EmbeddingModel(config, params, tokenizer, options, warnings, settings, queries)
 
 
 STEP_OPTIONS = ("model", "pooling", "normalize", "layers", "truncate_dim")

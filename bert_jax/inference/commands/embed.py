@@ -14,6 +14,10 @@ as `encode(truncate_dim=D)`): E is D.
 default): float32 [N, V], one weight per vocabulary entry (mostly 0), written dense, as
 `SparseEncoder(DIR).encode(texts).to_dense()` gives them; in Parquet, the same in `embedding`
 (list<float32>[V]). `search --index sparse` searches them as sparse matrices.
+
+`--task query` / `--task document` embed as `encode_query` / `encode_document` do: the task's
+prompt and, for an inference-free SparseEncoder, its route (queries: a weight per token,
+`encoder.StaticQueries`, in the one-file form only).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from bert_jax import paths
 from bert_jax.inference import batches, encoder
 from bert_jax.inference.commands import base
 from bert_jax.models.pooling import POOLINGS
+
+TASKS = ("query", "document")  # sentence-transformers' encode_query / encode_document
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "config_sentence_transformers.json) before each text; default: its default_prompt_name's",
     )
     parser.add_argument("--prompt", help="this text before each text (in place of --prompt_name)")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        help="embed the texts as queries or as documents, as encode_query / encode_document do: "
+        "the task's prompt and, for an inference-free SparseEncoder, its route",
+    )
     parser.add_argument(
         "--truncate_dim",
         type=int,
@@ -98,6 +110,8 @@ def run(args: argparse.Namespace) -> None:
         prompt=args.prompt,
         truncate_dim=args.truncate_dim,
     )
+    if args.task:
+        model = model.for_task(args.task, args.prompt_name, args.prompt)
     for warning in model.warnings:
         print(f"warning: {args.model}: {warning}", file=sys.stderr)
     texts, _ = batches.read_texts(args.input)
@@ -132,6 +146,14 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
         prompt=options.get("prompt"),
         truncate_dim=options.get("truncate_dim"),
     )
+    if options.get("task"):
+        loaded = loaded.for_task(options["task"], options.get("prompt_name"), options.get("prompt"))
+    if loaded.static_route():
+        raise ValueError(
+            f"{model} is an inference-free SparseEncoder, whose queries are a lookup of token "
+            "weights, not a model over a corpus: embed them into .npy (a text file) or let "
+            "`search` embed them; a corpus is embedded as documents (--task document)"
+        )
     config, used = loaded.config, loaded.options
     for warning in loaded.warnings:
         logging.warning("%s: %s", model, warning)
@@ -170,7 +192,16 @@ COMMAND = base.Command(
     add_arguments,
     run,
     base.BulkForm(
-        ("pooling", "normalize", "layers", "dtype", "prompt_name", "prompt", "truncate_dim"),
+        (
+            "pooling",
+            "normalize",
+            "layers",
+            "dtype",
+            "prompt_name",
+            "prompt",
+            "truncate_dim",
+            "task",
+        ),
         load,
         file_suffixes=(".npy",),
         from_args=lambda args: {
@@ -181,6 +212,7 @@ COMMAND = base.Command(
             "prompt_name": args.prompt_name,
             "prompt": args.prompt,
             "truncate_dim": args.truncate_dim,
+            "task": args.task,
         },
     ),
 )
