@@ -153,9 +153,9 @@ class EmbeddingModel(NamedTuple):
         """`embed` of `texts` with this model's options (pooling, normalization, length,
         prompt, dimensions); `kwargs`: embed's other arguments (batch_size, layers, pack, ...).
         An inference-free SparseEncoder's queries are its `StaticQueries`' vectors."""
-        if self.static_route():
-            if kwargs.get("layers"):
-                raise ValueError("an inference-free SparseEncoder's queries have no --layers")
+        if self.static_route():  # refused as the documents' SPLADE vectors refuse them:
+            check_splade_options(kwargs.get("layers"), self.options.normalize)
+            check_truncate_dim(self.config, "splade", self.options.truncate_dim)
             return self.queries.embed([self.options.prompt + text for text in texts])
         return embed(
             self.config, self.params, self.tokenizer, texts, **self.options._asdict(), **kwargs
@@ -340,10 +340,15 @@ def check_truncate_dim(config: EncoderConfig, pooling: str, truncate_dim: int | 
         )
 
 
-def _splade_model(config: EncoderConfig, params, layers, normalize: bool, dtype: str | None):
-    """The family's masked-LM model and `params` (which must hold its head), for SPLADE."""
+def check_splade_options(layers, normalize: bool) -> None:
+    """ValueError for options SPLADE vectors do not take (--layers, --normalize)."""
     if layers is not None or normalize:
         raise ValueError("SPLADE vectors (--sparse) take neither --layers nor --normalize")
+
+
+def _splade_model(config: EncoderConfig, params, layers, normalize: bool, dtype: str | None):
+    """The family's masked-LM model and `params` (which must hold its head), for SPLADE."""
+    check_splade_options(layers, normalize)
     family = family_of(config)
     if family.encoder_name not in params:
         raise ValueError(

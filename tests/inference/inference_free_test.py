@@ -96,6 +96,16 @@ def test_what_bert_jax_cannot_compute_or_would_drop_fails_naming_it(tmp_path, pa
     assert model.for_task("document").embed(["fair is foul"]).shape == (1, model.config.vocab_size)
     with pytest.raises(ValueError, match="embeds SPLADE vectors, not mean pooling"):
         encoder.load_for_embedding(str(out), pooling="mean")
+    queries = model.for_task("query")
+    for options, message in (
+        ({"normalize": True}, "take neither --layers nor --normalize"),
+        ({"truncate_dim": 4}, "--truncate_dim keeps a dense embedding"),
+    ):
+        bad = queries._replace(options=queries.options._replace(**options))
+        with pytest.raises(ValueError, match=message):
+            bad.embed(["fair is foul"])
+    with pytest.raises(ValueError, match="take neither --layers nor --normalize"):
+        queries.embed(["fair is foul"], layers=(-1,))
 
     (tmp_path / "corpus.jsonl").write_text(json.dumps({"text": "fair is foul"}) + "\n")
     bulk = ["embed", "--model", str(out), "--input", str(tmp_path / "corpus.jsonl"),
