@@ -30,6 +30,11 @@ Variants (`--config=configs/embed.py:init=...,size=...`):
                    Start from a checkpoint with a masked-LM head (`--config.init_from`); one
                    without (all-MiniLM-L6-v2) gets a new head (the decoder tied to its word
                    embeddings). docs/embeddings.md, "SPLADE".
+  model=inference_free  SPLADE whose queries run through no model (embed.query_encoder=static:
+                   a trained weight per vocabulary entry, at embed.query_learning_rate 1e-3),
+                   with sentence-transformers' recipe's FLOPS weights (queries 0, documents
+                   3e-4); exported as a SparseEncoder of a Router (encode_query,
+                   encode_document).
 
 `--config.init_from=` takes any checkpoint `convert` reads, of either family (a Hugging Face or
 sentence-transformers directory, a bert_jax export or run, a TF checkpoint, a Hub id); its
@@ -43,7 +48,7 @@ from configs import common
 
 VARIANT = {"init": "", "size": "", "model": ""}
 SIZES = ("", "tiny")
-MODELS = ("", "splade")
+MODELS = ("", "splade", "inference_free")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -52,7 +57,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"unknown size {variant['size']!r}; known: {[s for s in SIZES if s]}")
     if variant["model"] not in MODELS:
         raise ValueError(f"unknown model {variant['model']!r}; known: {[m for m in MODELS if m]}")
-    tiny, sparse = variant["size"] == "tiny", variant["model"] == "splade"
+    tiny, sparse = variant["size"] == "tiny", variant["model"] in ("splade", "inference_free")
+    inference_free = variant["model"] == "inference_free"
 
     c = ml_collections.ConfigDict()
     c.job = "embed"
@@ -76,8 +82,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.embed.scale = 1.0 if sparse else 20.0
     c.embed.symmetric = False
     c.embed.matryoshka_dims = ""
-    c.embed.query_regularizer_weight = 5e-5
-    c.embed.document_regularizer_weight = 3e-5
+    c.embed.query_regularizer_weight = 0.0 if inference_free else 5e-5
+    c.embed.document_regularizer_weight = 3e-4 if inference_free else 3e-5
+    # SPLADE only. "model": queries run through the model as documents do; "static": an
+    # inference-free model (model=inference_free): a query's vector is a trained weight of each
+    # of its tokens (sentence-transformers' SparseStaticEmbedding), at its own peak learning rate
+    # on the optimizer's schedule (its recipe's learning_rate_mapping: 1e-3).
+    c.embed.query_encoder = "static" if inference_free else "model"
+    c.embed.query_learning_rate = 1e-3
     # How both weights rise from 0 over the first `regularizer_warmup_ratio` of the run's
     # updates, as SparseEncoderTrainer's default SpladeRegularizerWeightSchedulerCallback does:
     # "quadratic" | "linear" | "none" (the full weights from the first update).

@@ -246,15 +246,19 @@ def render_sentence_transformer(
     name: str = "",
     license: str = DEFAULT_LICENSE,  # noqa: A002 - the Hub's field name
     base_model: str = "",
+    inference_free: bool = False,
 ) -> str:
     """The card of a sentence-transformers directory: the Hub's header for an embedder
     (library_name sentence-transformers, pipeline_tag sentence-similarity; a SPLADE model's,
-    `pooling="splade"`: a SparseEncoder, feature-extraction), how to load it, how it embeds, its
-    architecture, then `body` (markdown: how it was trained, its scores)."""
+    `pooling="splade"`: a SparseEncoder, feature-extraction; `inference_free`: one whose queries
+    are static token weights), how to load it, how it embeds, its architecture, then `body`
+    (markdown: how it was trained, its scores)."""
     sparse = pooling == "splade"
     kind = "SPLADE sparse encoder" if sparse else "sentence embedder"
+    kind = f"inference-free {kind}" if inference_free else kind
     name = name or f"{model_config.display_name} {kind}"
     tags = ["sparse-encoder", "splade"] if sparse else ["sentence-similarity"]
+    tags += ["asymmetric", "inference-free"] if inference_free else []
     header: dict[str, Any] = {
         "license": license,
         "library_name": "sentence-transformers",
@@ -285,12 +289,29 @@ def render_sentence_transformer(
         "emb.npy` (the same embeddings).",
         "",
     ]
-    lines.append(_embedding_item(model_config, pooling, normalize))
+    lines += _embedding_items(model_config, pooling, normalize, inference_free)
     lines.append(f"- max_seq_length: {max_seq_length} tokens (longer texts are truncated)")
     hf = model_config.to_hf_dict(family_of(model_config).base_model)
     lines += ["", "## Architecture", "", "| field | value |", "| --- | --- |"]
     lines += [f"| {k} | {hf[k]} |" for k in _ARCHITECTURE_FIELDS if k in hf and k != "num_labels"]
     return "\n".join(lines) + "\n\n" + body.strip() + "\n"
+
+
+def _embedding_items(
+    model_config: EncoderConfig, pooling: str, normalize: bool, inference_free: bool
+) -> list[str]:
+    """The card's lines on what an embedding is: an inference-free model's a query's and a
+    document's (`encode_query`, `encode_document`), else one."""
+    item = _embedding_item(model_config, pooling, normalize)
+    if not inference_free:
+        return [item]
+    return [
+        "Queries and documents embed differently (`encode_query`, `encode_document`; "
+        "`embed --task query` or `--task document`):",
+        "",
+        "- query: the weight of each of its tokens (a `SparseStaticEmbedding`, no model)",
+        item.replace("- embedding:", "- document:"),
+    ]
 
 
 def _embedding_item(model_config: EncoderConfig, pooling: str, normalize: bool) -> str:

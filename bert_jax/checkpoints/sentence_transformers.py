@@ -18,7 +18,8 @@ max pooling of log(1 + relu(logits))), config_sentence_transformers.json's `mode
 "SparseEncoder"; `SparseEncoder(DIR)` loads it. An inference-free SparseEncoder (a `Router`,
 `router_config.json`: queries to a `SparseStaticEmbedding`, a weight per token, documents to
 an MLMTransformer and SpladePooling, each module in its own folder) is read
-(`SentenceTransformerSettings.query_module`, `read_static_queries`), not written.
+(`SentenceTransformerSettings.query_module`, `read_static_queries`) and written
+(`save_sentence_transformer(..., query_weights=...)`).
 `save_modules` writes the modules' files alone, beside weights of another format
 (`python -m bert_jax.convert` keeps them in a bert_jax directory).
 
@@ -39,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from safetensors import numpy as safetensors_numpy
 
 from bert_jax import tokenization
 from bert_jax.checkpoints import model_card
@@ -52,7 +54,7 @@ from bert_jax.models.pooling import (
     st_pooling_modes,
     st_splade_pooling_config,
 )
-from bert_jax.paths import as_path, prepare_out_dir, write_text_whole
+from bert_jax.paths import as_path, prepare_out_dir, write_bytes_whole, write_text_whole
 
 PyTree = Any
 MODULES_FILE = "modules.json"
@@ -60,12 +62,19 @@ TRANSFORMER_CONFIG = "sentence_bert_config.json"
 ST_CONFIG = "config_sentence_transformers.json"  # the model's settings: prompts, kind
 POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
 SPLADE_POOLING_DIR = "1_SpladePooling"
-ROUTER_CONFIG = "router_config.json"  # a Router's routes and their modules' folders
-STATIC_EMBEDDING = "SparseStaticEmbedding"  # an inference-free SparseEncoder's query module
 # A SparseEncoder's modules, as every sentence-transformers version since 5 reads them.
 SPARSE_MODULES = {
     "MLMTransformer": "sentence_transformers.sparse_encoder.models.MLMTransformer",
     "SpladePooling": "sentence_transformers.sparse_encoder.models.SpladePooling",
+}
+ROUTER_CONFIG = "router_config.json"  # a Router's routes and their modules' folders
+STATIC_EMBEDDING = "SparseStaticEmbedding"  # an inference-free SparseEncoder's query module
+STATIC_EMBEDDING_TYPE = "sentence_transformers.sparse_encoder.models.SparseStaticEmbedding"
+ROUTER_MODULE = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}
+# An inference-free SparseEncoder's routes: each module's folder, "<route>_<index>_<class>".
+ROUTES = {
+    "query": [f"query_0_{STATIC_EMBEDDING}"],
+    "document": [f"document_{i}_{kind}" for i, kind in enumerate(SPARSE_MODULES)],
 }
 # Names transformer modules' configs had before sentence_bert_config.json.
 _LEGACY_TRANSFORMER_CONFIGS = tuple(
@@ -120,6 +129,7 @@ def save_sentence_transformer(
     prompts: Mapping[str, str] | None = None,
     default_prompt_name: str | None = None,
     card: str | None = None,
+    query_weights: np.ndarray | None = None,
 ) -> str:
     """Writes a sentence-transformers directory of the encoder in `params`.
 
@@ -146,6 +156,9 @@ def save_sentence_transformer(
       card: the README.md: its whole text (starting with the Hub's `---` header), or a body
         (how the model was trained, its scores) that follows the embedder's header, usage and
         architecture (`model_card.render_sentence_transformer`); None: no card.
+      query_weights: float32 [V] with pooling "splade": an inference-free SparseEncoder, a
+        `Router` whose queries are these weights of their tokens (`SparseStaticEmbedding`) and
+        whose documents are the masked LM's SPLADE vectors, each module in its own folder.
 
     Returns:
       `directory` as a string.
@@ -165,14 +178,19 @@ def save_sentence_transformer(
         raise ValueError("normalize=True: a SPLADE model's vectors are not normalized")
     tokenizer = _tokenizer(tokenizer_dir, config.vocab_size)
     family = family_of(config)
+    if query_weights is not None and pooling not in SPARSE_POOLINGS:
+        raise ValueError(f"query_weights with {pooling} pooling: they are a SPLADE model's")
     out = prepare_out_dir(directory, [], overwrite=True)
-    if pooling in SPARSE_POOLINGS:  # the whole masked-LM model: its logits are pooled
+    if query_weights is not None:
+        _save_router(out, config, params, tokenizer, settings, query_weights)
+    elif pooling in SPARSE_POOLINGS:  # the whole masked-LM model: its logits are pooled
         save_pytorch(config, params, out, family.head_for(Role.MASKED_LM), overwrite=True)
     else:
         encoder_params = params.get(family.encoder_name, params)
         save_pytorch(config, encoder_params, out, family.base_model, overwrite=True)
-    tokenizer.save(out, model_max_length=max_seq_length)
-    _write_module_configs(out, config, settings)
+    if query_weights is None:
+        tokenizer.save(out, model_max_length=max_seq_length)
+        _write_module_configs(out, config, settings)
     if card is not None:
         if not card.startswith("---"):  # a body: the embedder's header and usage go first
             card = model_card.render_sentence_transformer(
@@ -182,10 +200,38 @@ def save_sentence_transformer(
                 normalize=normalize,
                 max_seq_length=max_seq_length,
                 name=out.parent.name if out.name == "hf" else out.name,  # a run's W/hf: W
+                inference_free=query_weights is not None,
             )
         write_text_whole(out / model_card.CARD_NAME, card)
-    _write_json(out / MODULES_FILE, _modules(settings))  # last: a directory from now on
+    modules = _modules(settings) if query_weights is None else [ROUTER_MODULE]
+    _write_json(out / MODULES_FILE, modules)  # last: a directory from now on
     return os.fspath(out)
+
+
+def _save_router(out, config, params, tokenizer, settings, query_weights) -> None:
+    """An inference-free SparseEncoder's folders (`Router.for_query_document`): the masked LM
+    and its SpladePooling for documents, the query weights and their tokenizer for queries
+    (truncating at max_seq_length, as the documents' tokenizer does), router_config.json."""
+    weight = np.asarray(query_weights, np.float32)
+    if weight.shape != (config.vocab_size,):
+        raise ValueError(
+            f"query_weights of shape {weight.shape}; expected one a vocabulary entry "
+            f"({config.vocab_size},)"
+        )
+    documents, pooling_dir = out / ROUTES["document"][0], out / ROUTES["document"][1]
+    masked_lm = family_of(config).head_for(Role.MASKED_LM)
+    save_pytorch(config, params, documents, masked_lm, overwrite=True)
+    tokenizer.save(documents, model_max_length=settings.max_seq_length)
+    _write_module_configs(out, config, settings, documents, pooling_dir)
+    queries = out / ROUTES["query"][0]
+    tokenizer.save(queries, model_max_length=settings.max_seq_length)
+    _write_json(queries / "config.json", {"frozen": False})
+    write_bytes_whole(queries / "model.safetensors", safetensors_numpy.save({"weight": weight}))
+    names = {STATIC_EMBEDDING: STATIC_EMBEDDING_TYPE, **SPARSE_MODULES}
+    types = {m: names[m.split("_", 2)[2]] for folders in ROUTES.values() for m in folders}
+    parameters = {"default_route": "document", "allow_empty_key": True, "route_mappings": {}}
+    router = {"types": types, "structure": ROUTES, "parameters": parameters}
+    _write_json(out / ROUTER_CONFIG, router)
 
 
 def save_modules(
@@ -210,12 +256,15 @@ def save_modules(
 
 
 def _write_module_configs(
-    out, config: EncoderConfig, settings: SentenceTransformerSettings
-) -> None:
-    """The Transformer's, Pooling's and Normalize's files, and the model's settings file."""
+    out, config: EncoderConfig, settings: SentenceTransformerSettings, transformer_dir=None,
+    splade_pooling_dir=None,
+) -> None:  # fmt: skip
+    """The Transformer's, Pooling's and Normalize's files (the Transformer's in
+    `transformer_dir`, SpladePooling's in `splade_pooling_dir`: a Router's folders; None: the
+    usual ones), and the model's settings file."""
     if settings.max_seq_length is not None:
         transformer = {"max_seq_length": settings.max_seq_length, "do_lower_case": False}
-        _write_json(out / TRANSFORMER_CONFIG, transformer)
+        _write_json((transformer_dir or out) / TRANSFORMER_CONFIG, transformer)
     st_config = {
         "prompts": dict(settings.prompts),
         "default_prompt_name": settings.default_prompt_name,
@@ -223,7 +272,8 @@ def _write_module_configs(
     }
     if settings.pooling in SPARSE_POOLINGS:
         pooling_config = st_splade_pooling_config(config.vocab_size)
-        _write_json(out / SPLADE_POOLING_DIR / "config.json", pooling_config)
+        pooling_dir = splade_pooling_dir or out / SPLADE_POOLING_DIR
+        _write_json(pooling_dir / "config.json", pooling_config)
         st_config.update(model_type="SparseEncoder", similarity_fn_name="dot")
     else:
         pooling_config = st_pooling_config(settings.pooling, config.hidden_size)

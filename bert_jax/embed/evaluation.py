@@ -53,15 +53,20 @@ def retrieval_set(
 
 
 def embed_texts(
-    exp: experiment.Experiment, params, features, batch_size: int, max_segments: int = 0
+    exp: experiment.Experiment,
+    params,
+    features,
+    batch_size: int,
+    max_segments: int = 0,
+    queries: bool = False,
 ) -> np.ndarray:
-    """Sentence embeddings float32 [N, E] of text features [N, L] (`Experiment.embed_fn`), in
-    batches of about `batch_size` texts over every data-parallel device and host: packed
-    several to a row with `max_segments` > 0 (`inference.batches.run_batched`), else rows of
-    similar length."""
+    """Sentence embeddings float32 [N, E] of text features [N, L] (`Experiment.embed_fn`; as
+    queries are embedded with `queries`), in batches of about `batch_size` texts over every
+    data-parallel device and host: packed several to a row with `max_segments` > 0
+    (`inference.batches.run_batched`), else rows of similar length."""
     return batches.run_on_mesh(
         exp.mesh,
-        exp.embed_fn(),
+        exp.embed_fn(queries),
         params,
         features,
         batch_size,
@@ -76,7 +81,7 @@ def score(
     """The retrieval metrics of the model `params` on `dev` ({"ndcg@10", "mrr@10", "recall@1",
     "recall@10"}: floats), its texts packed with `max_segments` > 0 (`embed_texts`);
     FloatingPointError on a NaN embedding."""
-    queries = embed_texts(exp, params, dev.queries, batch_size, max_segments)
+    queries = embed_texts(exp, params, dev.queries, batch_size, max_segments, queries=True)
     corpus = embed_texts(exp, params, dev.corpus, batch_size, max_segments)
     if not (np.isfinite(queries).all() and np.isfinite(corpus).all()):
         raise FloatingPointError("the dev embeddings hold NaN or inf; stopping")

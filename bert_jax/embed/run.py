@@ -35,12 +35,14 @@ from bert_jax import batch_layout, tokenization
 from bert_jax.checkpoints import hub
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
+    read_static_queries,
     resolve_prompt,
     save_sentence_transformer,
 )
 from bert_jax.data import batching
 from bert_jax.embed import evaluation
 from bert_jax.models import families
+from bert_jax.models.inference_free import DOCUMENTS, QUERY_WEIGHT
 from bert_jax.models.pooling import SENTENCE_POOLINGS, SPARSE_POOLINGS
 from bert_jax.parallel import aot
 from bert_jax.paths import as_path
@@ -62,6 +64,7 @@ VIEW = MetricView(
 )
 DEFAULT_MAX_SEQ_LENGTH = 128  # a checkpoint that says none (sentence-transformers says its own)
 BOOLEANS = {"true": True, "false": False}
+QUERY_ENCODERS = ("model", "static")  # embed.query_encoder: "static" = inference-free SPLADE
 
 
 # ---- Settings ----
@@ -81,6 +84,9 @@ class EmbedSettings(TextJob):
         regularizer_warmup ("quadratic", "linear" or "none") and regularizer_warmup_ratio: how
         they rise from 0 over that share of the updates (`splade.SpladeObjective`).
       query_prompt, document_prompt: "auto" (the starting directory's), "" or the text.
+      query_encoder: "model" (queries run through the model) or "static" (SPLADE only: an
+        inference-free model, `splade.InferenceFreeObjective`); query_learning_rate: the
+        static query weights' peak learning rate.
     """
 
     train_file: str
@@ -99,6 +105,8 @@ class EmbedSettings(TextJob):
     regularizer_warmup_ratio: float
     query_prompt: str
     document_prompt: str
+    query_encoder: str
+    query_learning_rate: float
 
     def checked_dims(self, hidden_size: int) -> tuple[int, ...]:
         """`matryoshka_dims`, each at most `hidden_size` (ValueError naming the key)."""
@@ -123,6 +131,14 @@ def check_config(config, reads_data: bool = True) -> EmbedSettings:
         raise ValueError(f"embed.pooling={e.pooling!r}; expected auto, mean, cls or splade")
     if e.pooling in SPARSE_POOLINGS:
         _check_splade(e)
+    if e.query_encoder not in QUERY_ENCODERS:
+        raise ValueError(f"embed.query_encoder={e.query_encoder!r}; expected model or static")
+    if e.query_encoder == "static" and e.pooling not in SPARSE_POOLINGS:
+        raise ValueError(
+            f"embed.query_encoder=static with embed.pooling={e.pooling}: inference-free query "
+            "weights are a SPLADE model's (set embed.pooling=splade, configs/embed.py:"
+            "model=inference_free)"
+        )
     if e.normalize not in ("auto", *BOOLEANS):
         raise ValueError(f"embed.normalize={e.normalize!r}; expected auto, true or false")
     if isinstance(e.scale, bool) or not isinstance(e.scale, (int, float)) or not e.scale > 0:
@@ -154,6 +170,9 @@ def _check_splade(e) -> None:
         raise ValueError(
             f"embed.regularizer_warmup={e.regularizer_warmup!r}; expected quadratic, linear or none"
         )
+    rate = e.query_learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise ValueError(f"embed.query_learning_rate={rate!r}; expected a number > 0")
     ratio = e.regularizer_warmup_ratio
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
         raise ValueError(f"embed.regularizer_warmup_ratio={ratio!r}; expected a number in (0, 1]")
@@ -187,6 +206,8 @@ class Starting:
       query_prompt, document_prompt: put before each anchor, and each positive and negative.
       prompts, default_prompt_name: the export's (the starting directory's, with the query and
         document prompts where they differ from its own).
+      query_module: an inference-free start's `SparseStaticEmbedding` folder (its query
+        weights start the run's), else None.
     """
 
     model_config: Any
@@ -198,6 +219,7 @@ class Starting:
     document_prompt: str = ""
     prompts: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
     default_prompt_name: str | None = None
+    query_module: str | None = None
 
     def prompted(self, texts: Pairs) -> Pairs:
         """`texts` with the query prompt before each anchor and the document prompt before each
@@ -222,11 +244,13 @@ def starting_point(config, e: EmbedSettings) -> Starting:
         folder = hub.resolve(source)
         if as_path(folder).is_dir():
             st = read_sentence_transformer(folder)
-    if st is not None and st.query_module:
+    query_module = getattr(st, "query_module", None)
+    if query_module and e.query_encoder != "static":
         raise ValueError(
             f"init_from={source} is an inference-free SparseEncoder (a Router: its queries are "
-            "weights of a SparseStaticEmbedding), which the embedding job does not train; start "
-            f"from its document encoder ({st.transformer_path}) to train a SPLADE model of both"
+            "weights of a SparseStaticEmbedding); continue it with embed.query_encoder=static "
+            "(configs/embed.py:model=inference_free), or start from its document encoder "
+            f"({st.transformer_path}) to train a SPLADE model of both"
         )
     tokenizer.check_model_vocab_size(model_config.vocab_size)
     pooling = e.pooling
@@ -246,7 +270,10 @@ def starting_point(config, e: EmbedSettings) -> Starting:
     length = e.max_seq_length or getattr(st, "max_seq_length", None) or DEFAULT_MAX_SEQ_LENGTH
     length = min(length, model_config.max_sequence_length)
     logging.info("pooling %s, normalize %s, max_seq_length %d", pooling, normalize, length)
-    return Starting(model_config, pooling, normalize, length, tokenizer, **_prompts(e, st))
+    return Starting(
+        model_config, pooling, normalize, length, tokenizer, **_prompts(e, st),
+        query_module=query_module,
+    )  # fmt: skip
 
 
 def _prompts(e, st) -> dict[str, Any]:
@@ -283,6 +310,9 @@ def build_experiment(
     if start.pooling in SPARSE_POOLINGS:
         # SparseEncoderTrainer's count of the warmup's updates:
         warmup_steps = max(1, int(num_train_steps * e.regularizer_warmup_ratio))
+        factor = None  # the static query weights' rate over the optimizer's
+        if e.query_encoder == "static":
+            factor = e.query_learning_rate / config.optimizer.peak_learning_rate
         objective = splade.splade_objective(
             e.query_regularizer_weight,
             e.document_regularizer_weight,
@@ -291,6 +321,7 @@ def build_experiment(
             packed_shape=packed,
             warmup_steps=warmup_steps,
             ramp=e.regularizer_warmup,
+            query_learning_rate_factor=factor,
         )
     else:
         objective = contrastive.contrastive_objective(
@@ -393,20 +424,25 @@ def train_seed(
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
     batches = seed_run.group_batches(config, block, features, seed, exp.mesh)
+    init_values = None  # an inference-free start's query weights, beside its masked LM
+    if start.query_module:
+        init_values = lambda: {(QUERY_WEIGHT,): read_static_queries(start.query_module)[0]}  # noqa: E731
     return seed_run.train_seed(
-        config, exp, batches, block.num_epochs, seed, seed_dir, plan, init_from=config.init_from
-    )
+        config, exp, batches, block.num_epochs, seed, seed_dir, plan, init_from=config.init_from,
+        init_values=init_values,
+    )  # fmt: skip
 
 
 def export(params, directory, exp, start: Starting, card: str) -> str:
     """Writes the model as a sentence-transformers directory (a SparseEncoder's for splade;
     every process gathers the parameters; process 0 writes). Returns where it went."""
-    write_from_process_0(
-        params,
-        lambda host_params: save_sentence_transformer(  # the tokenizer writes its own files
+
+    def write(host_params):  # an inference-free model's: its masked LM and query weights
+        weights = host_params.get(QUERY_WEIGHT) if isinstance(host_params, Mapping) else None
+        save_sentence_transformer(  # the tokenizer writes its own files
             directory,
             exp.model_config,
-            host_params,
+            host_params if weights is None else host_params[DOCUMENTS],
             tokenizer_dir=start.tokenizer,
             pooling=start.pooling,
             normalize=start.normalize,
@@ -414,8 +450,10 @@ def export(params, directory, exp, start: Starting, card: str) -> str:
             prompts=start.prompts,
             default_prompt_name=start.default_prompt_name,
             card=card,
-        ),
-    )
+            query_weights=weights,
+        )
+
+    write_from_process_0(params, write)
     kind = "SparseEncoder" if start.pooling in SPARSE_POOLINGS else "SentenceTransformer"
     return f"{directory} (sentence-transformers {kind})"
 
@@ -436,6 +474,12 @@ def model_card(
                if objective.warmup_steps else "") + ")"
         )  # fmt: skip
         similarity = "dot product"
+    if hasattr(objective, "query_learning_rate_factor"):
+        loss += (
+            "; inference-free: each query's vector is a weight of each of its tokens, trained at "
+            f"peak learning rate {e.query_learning_rate:g} (sentence-transformers' "
+            "SparseStaticEmbedding)"
+        )
     chunks = config.num_microbatches
     items = [
         f"loss: in-batch negatives softmax ({loss}), {similarity} x {objective.scale:g}; "

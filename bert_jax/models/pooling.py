@@ -29,7 +29,8 @@ Who takes which:
                      the hidden states, so that a text is a weight per vocabulary entry.
 
 `pool` and `pool_segments` compute "mean" and "cls" (the pooler is a layer of the model);
-`splade_pool` and `splade_pool_segments` compute "splade".
+`splade_pool` and `splade_pool_segments` compute "splade"; `token_presence` the query side of
+an inference-free SPLADE model (`training.splade.InferenceFreeObjective`).
 """
 
 from __future__ import annotations
@@ -141,6 +142,34 @@ def splade_pool_segments(logits: jax.Array, segment_ids: jax.Array, num_slots: i
     segment = jnp.where(slot >= 0, jnp.arange(rows)[:, None] * num_slots + slot, rows * num_slots)
     pooled = jax.ops.segment_max(weights, segment.reshape(-1), num_segments=rows * num_slots + 1)
     return jnp.maximum(pooled[:-1], 0.0).reshape(rows, num_slots, vocab)  # empty: -inf -> 0
+
+
+def token_presence(
+    input_ids: jax.Array, segment_ids: jax.Array, vocab_size: int, num_slots: int = 1
+) -> jax.Array:
+    """Which vocabulary entries each text holds, its first and last tokens (the special tokens
+    that start and end it: [CLS] and [SEP], <s> and </s>) aside: an inference-free SPLADE
+    model's query is these times a weight per entry (sentence-transformers'
+    `SparseStaticEmbedding`, which tokenizes queries without special tokens).
+
+    Args:
+      input_ids: int [R, L].
+      segment_ids: int [R, L]: slot s holds segment id s + 1, 0 padding (an unpadded row's
+        attention mask is a row of one slot).
+      vocab_size: V; num_slots: S, the slots a row.
+
+    Returns:
+      float32 [R, S, V]: 1 where slot s holds the entry, else 0.
+    """
+    rows = input_ids.shape[0]
+    segments = segment_ids.astype(jnp.int32)
+    before = jnp.pad(segments[:, :-1], ((0, 0), (1, 0)))
+    after = jnp.pad(segments[:, 1:], ((0, 0), (0, 1)))
+    inner = (segments > 0) & (before == segments) & (after == segments)
+    slot = jnp.where(inner, segments - 1, num_slots)  # the rest: a dropped slot
+    out = jnp.zeros((rows, num_slots + 1, vocab_size), jnp.float32)
+    out = out.at[jnp.arange(rows)[:, None], slot, input_ids].set(1.0)
+    return out[:, :num_slots]
 
 
 def st_splade_pooling_config(vocab_size: int) -> dict:

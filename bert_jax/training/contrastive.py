@@ -132,6 +132,10 @@ class ContrastiveObjective:
         """Itself: its loss is the same at every step."""
         return self
 
+    def for_queries(self) -> ContrastiveObjective:
+        """The objective whose `embed` embeds queries: itself (queries run as documents do)."""
+        return self
+
     def example_batch(self, **sizes: int) -> dict[str, jax.ShapeDtypeStruct]:
         """A batch of B pairs of T texts of L tokens, packed into R rows of S slots where the
         objective takes packed batches (`batch_layout.contrastive_layout`)."""

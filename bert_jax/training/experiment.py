@@ -95,7 +95,8 @@ class Experiment:
         else:  # e.g. replaced-token detection's generator and discriminator
             model = objective.build_model(config, model_config, runtime, get_model_class(head))
         rules = [(n, tuple(a) if isinstance(a, list) else a) for n, a in config.sharding_rules]
-        tx, schedule = optimizer.from_config(config.optimizer, num_train_steps)
+        factors = getattr(objective, "learning_rate_factors", {})  # e.g. inference-free SPLADE
+        tx, schedule = optimizer.from_config(config.optimizer, num_train_steps, factors)
         loss_scale = None
         if runtime.dtype == "float16":
             loss_scale = steps.DynamicLossScale(runtime.loss_scale_init, runtime.loss_scale_period)
@@ -197,13 +198,15 @@ class Experiment:
             ),
         )
 
-    def embed_fn(self) -> Callable:
+    def embed_fn(self, queries: bool = False) -> Callable:
         """The jitted (params, global batch [B, L]) -> sentence embeddings [B, E] of a
-        contrastive objective (`steps.embed_step`), built once."""
+        contrastive objective (`steps.embed_step`; `queries`: as it embeds queries,
+        `for_queries`), built once."""
+        objective = self.objective.for_queries() if queries else self.objective
         return self.cached(
-            ("embed",),
+            ("embed", queries),
             lambda: jax.jit(
-                functools.partial(steps.embed_step, model=self.model, objective=self.objective),
+                functools.partial(steps.embed_step, model=self.model, objective=objective),
                 compiler_options=self.compiler_options,
             ),
         )

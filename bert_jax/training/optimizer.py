@@ -20,6 +20,7 @@ Leaf module: knows nothing of the model beyond parameter names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -257,6 +258,21 @@ def scale_by_layer_depth(decay: float) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
 
 
+def scale_by_name(factors: Mapping[str, float]) -> optax.GradientTransformation:
+    """Each update of a top-level parameter named in `factors` times its factor (applied after
+    the learning rate, with the weight decay: that parameter's own learning rate, on the same
+    schedule, as a parameter group of its own in torch)."""
+
+    def scale(path, update):
+        return update * factors.get(str(getattr(path[0], "key", path[0])), 1.0)
+
+    def update_fn(updates, state, params=None):
+        del params
+        return jax.tree_util.tree_map_with_path(scale, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update_fn)
+
+
 def make_optimizer(
     name: str,
     learning_rate: float | optax.Schedule,
@@ -268,9 +284,11 @@ def make_optimizer(
     clip_norm: float | None = 1.0,
     bias_correction: bool = False,
     layerwise_lr_decay: float = 1.0,
+    factors: Mapping[str, float] | None = None,
 ) -> optax.GradientTransformation:
     """The full update: global-norm clipping, then AdamW / LAMB / SGD with masked weight decay,
-    then (below 1) ELECTRA's layer-wise learning-rate decay (`scale_by_layer_depth`).
+    then (below 1) ELECTRA's layer-wise learning-rate decay (`scale_by_layer_depth`), then the
+    learning-rate factors of named parameters (`scale_by_name`).
 
     Args:
       name: "adamw", "stable_adamw" (AdamW with StableAdamW's per-tensor update clipping;
@@ -282,6 +300,7 @@ def make_optimizer(
       bias_correction: AdamW / StableAdamW only; False as the original BERT optimizer.
       layerwise_lr_decay: each layer's rate this much below the one above it (ELECTRA's 0.8 for
         base, 0.9 for large); 1: one rate.
+      factors: top-level parameter name -> its learning rate over `learning_rate`'s.
     """
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; expected one of {OPTIMIZERS}")
@@ -309,11 +328,16 @@ def make_optimizer(
         ]
     if layerwise_lr_decay != 1.0:
         parts.append(scale_by_layer_depth(layerwise_lr_decay))
+    if factors:
+        parts.append(scale_by_name(factors))
     return optax.chain(*parts)
 
 
-def from_config(o, num_train_steps: int) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """(tx, schedule) from an experiment's `optimizer` config block.
+def from_config(
+    o, num_train_steps: int, factors: Mapping[str, float] | None = None
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """(tx, schedule) from an experiment's `optimizer` config block (`factors`: as
+    `make_optimizer`'s, the objective's).
 
     `o.warmup_steps = -1` takes `o.warmup_fraction` (default 0.1) of `num_train_steps` as warmup.
     """
@@ -338,5 +362,6 @@ def from_config(o, num_train_steps: int) -> tuple[optax.GradientTransformation, 
         clip_norm=o.clip_norm,
         bias_correction=o.bias_correction,
         layerwise_lr_decay=o.get("layerwise_lr_decay", 1.0),
+        factors=factors,
     )
     return tx, schedule

@@ -117,6 +117,7 @@ def train_seed(
     *,
     init_from: str = "",
     init_params: PyTree | None = None,
+    init_values=None,
 ) -> Any:
     """Trains one seed in `seed_dir` and finishes it as `plan` says.
 
@@ -127,7 +128,8 @@ def train_seed(
       num_epochs: epochs of `batches` the run trains.
       seed: the seed (initialization, dropout); seed_dir: checkpoints, metrics and exports.
       plan: the job's dev scores, cadences and finish (`SeedPlan`).
-      init_from, init_params: the starting model (`starting_state`) when no checkpoint is there.
+      init_from, init_params, init_values: the starting model (`starting_state`) when no
+        checkpoint is there.
 
     Returns:
       What `plan.finish` returns first, or None when a signal stopped the run before its last
@@ -136,8 +138,9 @@ def train_seed(
     num_steps = batches.steps_per_epoch * num_epochs
     ckpt = experiment.checkpointer(seed_dir, config)
     state0 = starting_state(
-        exp, ckpt, batches, init_from=init_from, init_params=init_params, seed=seed
-    )
+        exp, ckpt, batches, init_from=init_from, init_params=init_params, seed=seed,
+        init_values=init_values,
+    )  # fmt: skip
     writer = MetricWriter(seed_dir, num_steps, state0.step, view=plan.view)
     if plan.eval_at_start and state0.step == 0 and plan.evaluate is not None:
         scores = plan.evaluate(state0.state.params, 0)

@@ -21,6 +21,10 @@ hard negatives together, as SpladeLoss concatenates them). ramp(step) warms the 
 up as SparseEncoderTrainer does by default (its SpladeRegularizerWeightSchedulerCallback):
 (step / W)^2 ("quadratic") or step / W ("linear") before update W, 1 from then on, W being a
 third of the run's updates; always 1 with W = 0.
+
+An inference-free SPLADE model (`InferenceFreeObjective`) takes its anchors' vectors from a
+weight per vocabulary entry instead (sentence-transformers' `SparseStaticEmbedding`), trained
+at its own learning rate; its documents' as above.
 """
 
 from __future__ import annotations
@@ -34,7 +38,9 @@ import jax.numpy as jnp
 
 from bert_jax import losses
 from bert_jax.models.family import Role
-from bert_jax.models.pooling import splade_pool, splade_pool_segments
+from bert_jax.models.inference_free import QUERY_WEIGHT as QUERY_WEIGHT_PARAM
+from bert_jax.models.inference_free import InferenceFreeSplade
+from bert_jax.models.pooling import splade_pool, splade_pool_segments, token_presence
 from bert_jax.training.contrastive import ContrastiveObjective
 from bert_jax.training.objective import MODEL_INPUTS, Batch, apply_model, weighted_loss
 
@@ -131,6 +137,70 @@ class SpladeObjective(ContrastiveObjective):
         return weighted_loss(weights, sums, counts)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InferenceFreeObjective(SpladeObjective):
+    """SPLADE whose queries (the anchors) need no model: a query's vector is a trained weight
+    of each vocabulary entry among its tokens (`models.inference_free.InferenceFreeSplade`'s
+    query_weight, times `token_presence`), the documents' the masked LM's; the loss is
+    `SpladeObjective`'s. The anchors' slots of a batch also run through the masked LM, whose
+    vectors there are not used (their gradient is zero).
+
+    Attributes:
+      query_learning_rate_factor: the query weights' learning rate over the optimizer's (both
+        on its schedule), as sentence-transformers' `learning_rate_mapping` gives the
+        `SparseStaticEmbedding` its own rate.
+      route: "document": `embed` gives documents' vectors (a training batch's anchors aside);
+        "query" (`for_queries`): every text's query vector.
+    """
+
+    name: ClassVar[str] = "inference_free_splade"
+
+    query_learning_rate_factor: float = 1.0
+    route: str = "document"
+
+    @staticmethod
+    def build_model(config, model_config, runtime, model_class) -> InferenceFreeSplade:
+        """The masked LM and the query weights (`Experiment.build`'s hook)."""
+        del config, model_class
+        return InferenceFreeSplade(model_config, runtime)
+
+    @property
+    def learning_rate_factors(self) -> dict[str, float]:
+        """The parameters (top-level names) whose updates the optimizer scales."""
+        return {QUERY_WEIGHT_PARAM: self.query_learning_rate_factor}
+
+    def for_queries(self) -> InferenceFreeObjective:
+        """This objective embedding every text as a query (dev retrieval's queries)."""
+        return dataclasses.replace(self, route="query")
+
+    def embed(self, model, params, batch: Batch, rng, deterministic: bool) -> jax.Array:
+        """As `SpladeObjective.embed`, but the anchors' vectors (text 0 of a pair) and, with
+        route "query", every text's are query vectors."""
+        if self.route == "query":
+            return self.query_vectors(params, batch)
+        documents = super().embed(model, params, batch, rng, deterministic)
+        if "text_index" in batch:  # packed pairs: an anchor is text b * T + 0
+            index = batch["text_index"]
+            anchors = (index >= 0) & (index % self.packed_shape[1] == 0)  # [R, S]
+        elif batch["input_ids"].ndim == 3:  # [B, T, L] pairs: text 0
+            anchors = jnp.arange(batch["input_ids"].shape[1]) == 0
+        else:  # texts, each a document
+            return documents
+        return jnp.where(anchors[..., None], self.query_vectors(params, batch), documents)
+
+    def query_vectors(self, params, batch: Batch) -> jax.Array:
+        """float32 [..., V] query vectors of texts [..., L] (of packed rows: [R, S, V])."""
+        weight = params[QUERY_WEIGHT_PARAM]
+        vocab = weight.shape[0]
+        if "segment_ids" in batch:
+            slots = batch["cls_positions"].shape[1]
+            return token_presence(batch["input_ids"], batch["segment_ids"], vocab, slots) * weight
+        lead, length = batch["input_ids"].shape[:-1], batch["input_ids"].shape[-1]
+        ids = batch["input_ids"].reshape(-1, length)
+        presence = token_presence(ids, batch["attention_mask"].reshape(-1, length), vocab)
+        return (presence[:, 0] * weight).reshape(*lead, vocab)
+
+
 def splade_objective(
     query_weight: float = QUERY_WEIGHT,
     document_weight: float = DOCUMENT_WEIGHT,
@@ -139,16 +209,25 @@ def splade_objective(
     packed_shape: tuple[int, int] | None = None,
     warmup_steps: int = 0,
     ramp: str = "quadratic",
+    query_learning_rate_factor: float | None = None,
 ) -> SpladeObjective:
     """The SPLADE objective with these settings (see `SpladeObjective`; ramp "none" sets no
-    warmup whatever warmup_steps says); ValueError naming a negative weight or warmup, or an
-    unknown ramp."""
+    warmup whatever warmup_steps says); with `query_learning_rate_factor`, the inference-free
+    one (`InferenceFreeObjective`). ValueError naming a negative weight or warmup, an unknown
+    ramp or a factor that is not > 0."""
     for name, weight in (("query_weight", query_weight), ("document_weight", document_weight)):
         if not weight >= 0:
             raise ValueError(f"{name}={weight!r}; expected a number >= 0")
     if ramp not in RAMPS or not warmup_steps >= 0:
         raise ValueError(f"ramp={ramp!r}, warmup_steps={warmup_steps!r}: expected {RAMPS}, >= 0")
-    return SpladeObjective(
+    kind, extra = SpladeObjective, {}
+    if query_learning_rate_factor is not None:
+        if not query_learning_rate_factor > 0:
+            raise ValueError(f"query_learning_rate_factor={query_learning_rate_factor!r}: > 0")
+        kind = InferenceFreeObjective
+        extra = {"query_learning_rate_factor": float(query_learning_rate_factor)}
+    return kind(
+        **extra,
         query_weight=float(query_weight),
         document_weight=float(document_weight),
         scale=float(scale),

@@ -84,6 +84,7 @@ def starting_state(
     init_params: PyTree | None = None,
     seed: int | None = None,
     starting_values: Callable[[], Mapping[ParamPath, np.ndarray]] | None = None,
+    init_values: Callable[[], Mapping[ParamPath, np.ndarray]] | None = None,
 ) -> Start:
     """The state a run starts from, and its step (see the module's docstring for the order).
 
@@ -97,6 +98,9 @@ def starting_state(
       seed: seeds a fresh state's initialization and dropout (default: the config's).
       starting_values: () -> {parameter path: value [the parameter's shape]} set in a scratch
         state; called only for a scratch start (a restored or converted state keeps its values).
+      init_values: () -> {parameter path: value} set over what `init_from` gives a model of two
+        (`start_from`): what the checkpoint holds beside its encoder, e.g. an inference-free
+        model's query weights; called only for that start.
     """
     restored = ckpt.restore_latest(exp.targets(), data_iterator=data_iterator)
     if restored is not None:
@@ -104,7 +108,8 @@ def starting_state(
     elif init_params is not None:
         state, source = init_state(exp, init_params, seed=seed), "params"
     elif init_from and hasattr(exp.model, "start_from"):  # a model of two (`_init_pair`)
-        state, source = _init_pair(exp, init_from, seed), "init_from"
+        values = init_values() if init_values is not None else {}
+        state, source = _init_pair(exp, init_from, seed, values), "init_from"
     elif init_from:
         loaded = pretrained.load(
             init_from,
@@ -188,15 +193,19 @@ def init_state(
     return _init_from_params_fn(exp)(rng, params)
 
 
-def _init_pair(exp: Experiment, init_from: str, seed: int | None):
+def _init_pair(
+    exp: Experiment, init_from: str, seed: int | None, values: Mapping[ParamPath, np.ndarray]
+):
     """The state of a model that starts from a checkpoint its own way (its `start_from`:
     replaced-token detection's pair, `models.rtd.ReplacedTokenDetection`) from `init_from`: the
     checkpoint read as the discriminator (a head it lacks initialized), the generator fresh but
-    for the shared embeddings."""
+    for the shared embeddings; `values` set over it (`starting_state`'s init_values)."""
     loaded = pretrained.load(init_from, exp.head, allow_new_heads=True, with_tokenizer=False)
     rng = jax.random.PRNGKey(exp.seed if seed is None else seed)
     fresh = jax.device_get(nn.unbox(init_params(exp.model, jax.random.fold_in(rng, 1))))
     params = exp.model.start_from(fresh, table.fit_vocab_rows(loaded.params, exp.model_config))
+    for path, value in values.items():
+        params = _with_param(params, path, np.asarray(value))
     params = jax.device_put(
         jax.tree_util.tree_map(lambda x: np.asarray(x, exp.runtime.param_dtype), params),
         exp.state_shardings.params,

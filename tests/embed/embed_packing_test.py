@@ -186,7 +186,7 @@ def test_dev_embeddings_of_packed_texts_equal_padded_ones_over_the_devices(pooli
     objective = contrastive.contrastive_objective(pooling=pooling)
     fn = jax.jit(functools.partial(steps.embed_step, model=model, objective=objective))
     mesh = sharding.make_mesh({"data": 4, "fsdp": 2, "tensor": 1})
-    exp = SimpleNamespace(mesh=mesh, embed_fn=lambda: fn)
+    exp = SimpleNamespace(mesh=mesh, embed_fn=lambda queries=False: fn)
     rng = np.random.default_rng(3)
     lengths = rng.integers(2, L + 1, size=37)
     mask = (np.arange(L) < lengths[:, None]).astype(np.int32)

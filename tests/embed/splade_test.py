@@ -203,22 +203,44 @@ def tiny_export(tmp_path):
     return hf, tokenizer
 
 
+def training_without_dropout(model):
+    """A sentence-transformers model in training mode with every dropout off (the attention's,
+    sdpa's, too): its loss is deterministic."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if hasattr(module, "dropout_prob"):  # the attention's (sdpa)
+            module.dropout_prob = 0.0
+    model.train()
+    return model
+
+
+def padded_pairs(features) -> dict[str, np.ndarray]:
+    """sentence-transformers' features of each of T columns (tensors [B, L_t]) as the job's
+    padded batch of pairs: input_ids, attention_mask and token_type_ids int [B, T, L]."""
+    length = max(f["input_ids"].shape[1] for f in features)
+    batch = {
+        k: np.stack(
+            [np.pad(f[k].numpy(), ((0, 0), (0, length - f[k].shape[1]))) for f in features], 1
+        )
+        for k in ("input_ids", "attention_mask")
+    }
+    batch["token_type_ids"] = np.zeros_like(batch["input_ids"])
+    return batch
+
+
 @pytest.mark.torch
 def test_the_models_loss_and_gradients_equal_splade_losss(tmp_path):
     """The whole objective on a tiny masked LM, dropout off: its loss and gradients equal
     SpladeLoss's through `SparseEncoder(<its export>)` (texts of different lengths, padding,
     the tied decoder): the model, the pooling and the loss as sentence-transformers trains
     them, not only the loss of given vectors."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     st = pytest.importorskip("sentence_transformers.sparse_encoder")
     hf, _ = tiny_export(tmp_path)
-    theirs = st.SparseEncoder(str(hf), device="cpu")
-    for module in theirs.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if hasattr(module, "dropout_prob"):  # the attention's (sdpa)
-            module.dropout_prob = 0.0
-    theirs.train()
+    theirs = training_without_dropout(st.SparseEncoder(str(hf), device="cpu"))
     qw, dw = 0.05, 0.03  # large enough to count
     loss = st.losses.SpladeLoss(
         theirs,
@@ -235,14 +257,7 @@ def test_the_models_loss_and_gradients_equal_splade_losss(tmp_path):
 
     loaded = pretrained.load(str(hf), Role.MASKED_LM)
     model = BertForMaskedLM(loaded.config, RuntimeConfig(dtype="float32", attention="xla"))
-    length = max(f["input_ids"].shape[1] for f in features)
-    batch = {
-        k: np.stack(
-            [np.pad(f[k].numpy(), ((0, 0), (0, length - f[k].shape[1]))) for f in features], 1
-        )
-        for k in ("input_ids", "attention_mask")
-    }  # [B, T, L] as the job's padded batches
-    batch["token_type_ids"] = np.zeros_like(batch["input_ids"])
+    batch = padded_pairs(features)
     objective = splade.splade_objective(query_weight=qw, document_weight=dw)
 
     def ours(params):  # deterministic: no dropout
@@ -377,10 +392,16 @@ def test_bad_splade_settings_are_refused_before_any_data(pair_files):  # noqa: F
         ("embed.query_regularizer_weight", -1.0, r"embed\.query_regularizer_weight=-1\.0"),
         ("embed.regularizer_warmup", "cubic", r"embed\.regularizer_warmup='cubic'; expected"),
         ("embed.regularizer_warmup_ratio", 0.0, r"embed\.regularizer_warmup_ratio=0\.0"),
+        ("embed.query_encoder", "idf", r"embed\.query_encoder='idf'; expected model or static"),
+        ("embed.query_learning_rate", 0.0, r"embed\.query_learning_rate=0\.0; expected"),
     ):
         config = embed_config(pair_files, **{"embed.pooling": "splade", key: value})
         with pytest.raises(ValueError, match=message):
             embed_run.train_and_evaluate(config, "unused")
+    # inference-free query weights are a SPLADE model's
+    config = embed_config(pair_files, **{"embed.pooling": "mean", "embed.query_encoder": "static"})
+    with pytest.raises(ValueError, match="query_encoder=static with embed.pooling=mean: inference"):
+        embed_run.train_and_evaluate(config, "unused")
 
 
 @pytest.mark.e2e  # 10-40 s a family on 2 cores

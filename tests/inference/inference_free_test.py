@@ -4,18 +4,24 @@ SpladePooling. `inference embed --task` and `inference search --index sparse` co
 `encode_query` / `encode_document` do; routings bert_jax does not compute, and the tools that
 would drop the query weights, fail naming the problem."""
 
+import functools
 import json
 
+import jax
 import numpy as np
 import pytest
 
 from bert_jax import convert
-from bert_jax.checkpoints.sentence_transformers import read_sentence_transformer
+from bert_jax.checkpoints import pretrained
+from bert_jax.checkpoints.sentence_transformers import (
+    read_sentence_transformer,
+    save_sentence_transformer,
+)
 from bert_jax.inference import encoder
 from bert_jax.inference.__main__ import main
 from bert_jax.retrieval import metrics as retrieval
 from tests.embed.embed_test import WORDS, embed_config, pair_files  # noqa: F401 (a fixture)
-from tests.embed.splade_test import tiny_export
+from tests.embed.splade_test import padded_pairs, tiny_export, training_without_dropout
 
 TEXTS = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 5)) for i in range(12)]
 
@@ -117,7 +123,7 @@ def test_what_bert_jax_cannot_compute_or_would_drop_fails_naming_it(tmp_path, pa
     from bert_jax.embed import run as embed_run
 
     config = embed_config(pair_files, init_from=str(out))
-    with pytest.raises(ValueError, match="inference-free SparseEncoder .* does not train"):
+    with pytest.raises(ValueError, match="inference-free SparseEncoder .* continue it with embed"):
         embed_run.train_and_evaluate(config, str(tmp_path / "job"))
 
     router_file = out / "router_config.json"
@@ -145,3 +151,139 @@ def test_what_bert_jax_cannot_compute_or_would_drop_fails_naming_it(tmp_path, pa
     save_file({"weight": np.ones(3, np.float32)}, str(query / "model.safetensors"))
     with pytest.raises(ValueError, match=r"query weights have shape \(3,\); its tokenizer has"):
         encoder.load_for_embedding(str(out))
+
+
+@pytest.mark.torch
+def test_bert_jax_writes_one_that_sentence_transformers_reads(tmp_path):
+    """`save_sentence_transformer(..., query_weights=w)` writes the Router's folders:
+    `encode_query` gives each query's tokens' weights, `encode_document` the masked LM's SPLADE
+    vectors, both equal to bert_jax's within 1e-5; bad weights are refused naming them."""
+    st = pytest.importorskip("sentence_transformers")
+    hf, tokenizer = tiny_export(tmp_path)
+    loaded = pretrained.load(str(hf))
+    weight = np.random.default_rng(0).random(tokenizer.vocab_size).astype(np.float32)
+    out = tmp_path / "written"
+    save = functools.partial(
+        save_sentence_transformer, out, loaded.config, loaded.params, tokenizer_dir=tokenizer,
+        pooling="splade", normalize=False, max_seq_length=16,
+    )  # fmt: skip
+    save(query_weights=weight, card="trained on nothing")
+    theirs = st.SparseEncoder(str(out), device="cpu")
+    ours = encoder.load_for_embedding(str(out))
+    assert ours.settings.query_module and ours.settings.default_task == "document"
+    for task, encode in (("query", theirs.encode_query), ("document", theirs.encode_document)):
+        want = encode(TEXTS, convert_to_tensor=True).to_dense().numpy()
+        np.testing.assert_allclose(ours.for_task(task).embed(TEXTS), want, atol=1e-5)
+    first = tokenizer.encode(TEXTS[0])
+    np.testing.assert_array_equal(np.flatnonzero(ours.for_task("query").embed(TEXTS[:1])[0]),
+                                  np.unique(first))  # fmt: skip
+    with pytest.raises(ValueError, match=r"query_weights of shape \(3,\)"):
+        save(query_weights=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="query_weights with mean pooling"):
+        save(query_weights=weight, pooling="mean")
+
+
+@pytest.mark.torch
+def test_the_job_trains_one(pair_files):  # noqa: F811
+    """A tiny run of the embedding job with embed.query_encoder=static: the query weights move
+    from ones at their own learning rate, dev scores at the start and the end, and the export
+    is a Router whose `encode_query` / `encode_document` equal `inference embed --task`; a run
+    that continues from the export starts where the first ended (its query weights and masked
+    LM both read)."""
+    st = pytest.importorskip("sentence_transformers")
+    from bert_jax.embed import run as embed_run
+
+    workdir = pair_files / "run"
+    settings = {"embed.pooling": "splade", "embed.scale": 1.0, "embed.query_encoder": "static",
+                "embed.query_learning_rate": 0.05}  # fmt: skip
+    results = embed_run.train_and_evaluate(embed_config(pair_files, **settings), str(workdir))
+    assert 0 <= results["seeds"]["0"]["ndcg@10"] <= 1
+    assert "start_ndcg@10" in results["seeds"]["0"]
+    hf = workdir / "hf"
+    assert read_sentence_transformer(hf).query_module
+    assert "inference-free" in (hf / "README.md").read_text()
+    theirs = st.SparseEncoder(str(hf), device="cpu")
+    weight = theirs[0].sub_modules["query"][0].weight.detach().numpy()
+    assert np.abs(weight - 1).max() > 0.01  # trained, from ones
+    texts = ["fair is foul", "foul is fair and it is", "is it", "the"]
+    (pair_files / "texts.txt").write_text("\n".join(texts) + "\n")
+    for task, encode in (("query", theirs.encode_query), ("document", theirs.encode_document)):
+        out = pair_files / f"{task}.npy"
+        main(["embed", "--task", task, "--model", str(hf), "--input",
+              str(pair_files / "texts.txt"), "--output", str(out)])  # fmt: skip
+        want = encode(texts, convert_to_tensor=True).to_dense().numpy()
+        np.testing.assert_allclose(np.load(out), want, atol=1e-5)
+
+    again = embed_config(pair_files, init_from=str(hf), **settings)
+    continued = embed_run.train_and_evaluate(again, str(pair_files / "again"))["seeds"]["0"]
+    for key in ("ndcg@10", "mrr@10"):
+        assert continued[f"start_{key}"] == pytest.approx(results["seeds"]["0"][key], abs=1e-6)
+
+
+@pytest.mark.torch
+def test_the_objectives_loss_and_gradients_equal_splade_losss(tmp_path):
+    """`splade.InferenceFreeObjective` on a tiny masked LM and random query weights, dropout
+    off: its loss and gradients, the masked LM's and the query weights', equal SpladeLoss's
+    through the Router SparseEncoder (column 0 routed to the SparseStaticEmbedding, the others
+    to the masked LM), with both FLOPS terms on."""
+    pytest.importorskip("torch")
+    from sentence_transformers.sparse_encoder import losses as st_losses
+
+    from bert_jax.models.config import RuntimeConfig
+    from bert_jax.models.family import Role
+    from bert_jax.models.inference_free import InferenceFreeSplade
+    from bert_jax.training import splade
+
+    out, theirs = inference_free(tmp_path)
+    training_without_dropout(theirs)
+    qw, dw = 0.05, 0.03  # large enough to count
+    loss = st_losses.SpladeLoss(
+        theirs,
+        st_losses.SparseMultipleNegativesRankingLoss(theirs),
+        query_regularizer_weight=qw,
+        document_regularizer_weight=dw,
+    )
+    texts = [[" ".join(WORDS[(3 * i + t + j) % len(WORDS)] for j in range(1 + (i + t) % 6))
+              for t in range(3)] for i in range(5)]  # fmt: skip
+    columns = [[row[t] for row in texts] for t in range(3)]
+    tasks = ("query", "document", "document")
+    features = [theirs.preprocess(c, task=task) for c, task in zip(columns, tasks)]
+    total = sum(loss([dict(f) for f in features], None).values())
+    total.backward()
+    static = theirs[0].sub_modules["query"][0]
+    grads = dict(theirs[0].sub_modules["document"][0].auto_model.named_parameters())
+
+    # The job's padded batch [B, T, L]: every text with its special tokens (a query's vector
+    # counts the tokens between them), tokenized as the documents are.
+    batch = padded_pairs([theirs.preprocess(c, task="document") for c in columns])
+    loaded = pretrained.load(str(out / "document_0_MLMTransformer"), Role.MASKED_LM)
+    model = InferenceFreeSplade(loaded.config, RuntimeConfig(dtype="float32", attention="xla"))
+    params = {"documents": loaded.params, "query_weight": static.weight.detach().numpy()}
+    objective = splade.splade_objective(
+        query_weight=qw, document_weight=dw, query_learning_rate_factor=1.0
+    )
+    assert isinstance(objective, splade.InferenceFreeObjective)
+
+    def ours(params):  # deterministic: no dropout
+        sums = objective.sums(model, params, batch, None, True)
+        return objective.loss(sums, objective.counts(batch))
+
+    value, got = jax.jit(jax.value_and_grad(ours))(params)
+    np.testing.assert_allclose(float(value), float(total.detach()), rtol=1e-5)
+    documents = got["documents"]
+    layer, head = documents["bert"]["encoder"]["layer_0"], documents["cls"]["predictions"]
+    pairs = {  # torch's name: our gradient in torch's layout ([out, in] for a Linear)
+        "query weights": (static.weight, got["query_weight"]),
+        "bert.embeddings.word_embeddings.weight": documents["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        "bert.encoder.layer.0.attention.self.query.weight": layer["attention"]["self"]["query"]["kernel"].reshape(32, -1).T,
+        "cls.predictions.bias": head["bias"],
+    }  # fmt: skip
+    for name, grad in pairs.items():
+        if isinstance(grad, tuple):
+            (parameter, grad) = grad
+        else:
+            parameter = grads[name]
+        want = parameter.grad.numpy()
+        scale = float(np.abs(want).max())
+        assert scale > 0, name
+        np.testing.assert_allclose(np.asarray(grad), want, atol=1e-4 * scale, err_msg=name)

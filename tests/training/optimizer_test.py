@@ -295,3 +295,34 @@ def test_layerwise_lr_decay_scales_each_layer_as_electra():
         np.testing.assert_allclose(flat[key], got[key], rtol=1e-6, err_msg=key)
     with pytest.raises(ValueError, match="layerwise_lr_decay=1.5"):
         optimizer.make_optimizer("adamw", 1e-3, layerwise_lr_decay=1.5)
+
+
+def test_a_named_parameters_factor_scales_its_whole_update():
+    """`factors` (an inference-free model's query weights' own rate, as a torch parameter group
+    of its own learning rate on the same schedule): that top-level parameter's update, weight
+    decay included, is AdamW's times its factor; every other parameter's is AdamW's."""
+    rng = np.random.default_rng(0)
+    params = {
+        "query_weight": jnp.asarray(rng.random(7) + 0.5, jnp.float32),
+        "documents": {"dense": {"kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)}},
+    }
+    grads = jax.tree_util.tree_map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), params)
+    schedule = optimizer.make_schedule("linear", 1e-3, warmup_steps=2, total_steps=10)
+    plain = optimizer.make_optimizer("adamw", schedule, weight_decay=0.1)
+    scaled = optimizer.make_optimizer(
+        "adamw", schedule, weight_decay=0.1, factors={"query_weight": 50.0}
+    )
+    states = plain.init(params), scaled.init(params)
+    for _ in range(3):  # through the warmup: the factor rides on the schedule
+        want, state_a = plain.update(grads, states[0], params)
+        got, state_b = scaled.update(grads, states[1], params)
+        states = state_a, state_b
+        np.testing.assert_allclose(got["query_weight"], 50.0 * want["query_weight"], rtol=1e-6)
+        np.testing.assert_array_equal(
+            got["documents"]["dense"]["kernel"], want["documents"]["dense"]["kernel"]
+        )
+    updates, _ = optimizer.scale_by_name({"query_weight": 0.5}).update(grads, optax.EmptyState())
+    np.testing.assert_array_equal(updates["query_weight"], 0.5 * grads["query_weight"])
+    np.testing.assert_array_equal(
+        updates["documents"]["dense"]["kernel"], grads["documents"]["dense"]["kernel"]
+    )
