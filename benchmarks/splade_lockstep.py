@@ -3,6 +3,8 @@
 schedule and optimizer; each step's loss of both, side by side.
 
     python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages   # 6 steps of 8
+    python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages \
+        --model inference_free
     python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages --pairs 1024 \
         --batch 32 --max_seq_length 128 --warmup 3 --seed 3 --dev 500 [--order trainer]
 
@@ -12,6 +14,8 @@ schedule, clipping or AdamW shows as losses that part. The job's batches come fr
 `seed_run.group_batches` (its shuffle for `--seed`, packed or not with `--pack`); the trainer is
 given them in that order. With `--order trainer` the trainer draws its own order for `--seed`
 (as embed_training_peer.py's run of that seed does) and the job's batches take the pairs in it.
+With `--model inference_free` both train an inference-free model (a Router: query weights of
+ones for queries, that start for documents; `configs/embed.py:model=inference_free`'s recipe).
 With `--dev N` both final models are scored on dev.jsonl's first N pairs, each by its own peer's
 evaluation (embed_training_peer.py's), and paired query by query. Needs sentence-transformers
 and `datasets` (as embed_training_peer.py's sentence-transformers side).
@@ -42,7 +46,6 @@ def bert_jax_losses(
     import flax.linen as nn
     import jax
 
-    from bert_jax.checkpoints import pretrained
     from bert_jax.embed import evaluation, run
     from bert_jax.parallel import sharding
     from bert_jax.retrieval import pairs
@@ -64,8 +67,7 @@ def bert_jax_losses(
         batches = seed_run.group_batches(config, e, features, seed, keep=("pair_id",))
     exp = run.build_experiment(config, e, start, batches.steps_per_epoch,
                                texts_per_pair=features["input_ids"].shape[1])  # fmt: skip
-    params = pretrained.load(config.init_from, exp.head, with_tokenizer=False).params
-    state = init_state(exp, params, seed=seed)
+    state = init_state(exp, peer.start_params(config, exp, start), seed=seed)
     losses, order = [], []
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
         for host in batches:
@@ -79,8 +81,8 @@ def bert_jax_losses(
     dev = evaluation.retrieval_set(
         pairs.read_pairs(dev_file), start.tokenizer, start.max_seq_length
     )
-    texts = (evaluation.embed_texts(exp, state.params, t, e.eval_batch_size)
-             for t in (dev.queries, dev.corpus))  # fmt: skip
+    texts = (evaluation.embed_texts(exp, state.params, t, e.eval_batch_size, queries=q)
+             for t, q in ((dev.queries, True), (dev.corpus, False)))  # fmt: skip
     return losses, order, peer.score(*texts, dev.relevant, similarity=exp.objective.similarity)
 
 
@@ -119,7 +121,7 @@ def trainer_losses(
     with tempfile.TemporaryDirectory() as out:
         arguments = peer.st_arguments(
             arguments_class, config, out, 1, args.batch, warmup, args.seed,
-            logging_strategy="steps", logging_steps=1,
+            logging_strategy="steps", logging_steps=1, **peer.st_routing(config, model),
         )  # fmt: skip
         trainer = InOrder(
             model=model, loss=loss, train_dataset=Dataset.from_dict(columns), args=arguments
@@ -142,16 +144,18 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--order", choices=("job", "trainer"), default="job",
                         help="whose order for --seed both take the pairs in")  # fmt: skip
+    parser.add_argument("--model", choices=peer.SPARSE, default="splade",
+                        help="inference_free: query weights and its recipe")  # fmt: skip
     parser.add_argument("--dev", type=int, default=0, help="dev.jsonl's first pairs to score "
                         "both final models on (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
-    args.model, args.epochs, args.eval_batch, args.threads = "splade", 1, 16, 1
+    args.epochs, args.eval_batch, args.threads = 1, 16, 1
     args.max_train, args.max_eval = args.pairs, args.dev or 1
     with tempfile.TemporaryDirectory() as tmp:
         train_file, dev_file, _ = peer.write_task(args, tmp)
         rows = [json.loads(line) for line in open(train_file, encoding="utf-8")]
         dev_file = dev_file if args.dev else ""
-        start = peer.write_start(tmp, args.max_seq_length, dropout=0.0)
+        start = peer.write_start(tmp, args.max_seq_length, 0.0, args.model == "inference_free")
         config = peer.embed_config(args, train_file, train_file, args.warmup, start)
         if args.order == "job":
             ours, order, our_dev = bert_jax_losses(config, args.seed, dev_file)

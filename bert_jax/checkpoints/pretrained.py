@@ -100,15 +100,17 @@ def find_tokenizer(
     path: str | os.PathLike, vocab_size: int | None = None
 ) -> tokenization.SubwordTokenizer | None:
     """The tokenizer.json / vocab.txt in `path` (a directory, or beside a checkpoint file or TF
-    prefix) or in its `hf/`, `data/` (a run directory), local, a URL or a Hub id (`hub.resolve`);
-    None when there is none.
+    prefix), in its encoder's folder (a sentence-transformers Router's route) or in its `hf/`,
+    `data/` (a run directory), local, a URL or a Hub id (`hub.resolve`); None when there is none.
 
     Raises:
       ValueError: `vocab_size` is given and the vocabulary found has another number of tokens.
     """
     base = as_path(hub.resolve(path))
     base = base if base.is_dir() else base.parent
-    for folder in (base, base / "hf", base / "data"):
+    st = _sentence_transformer_of(os.fspath(base), run=False)
+    encoder = [base / st.transformer_path] if st is not None and st.transformer_path else []
+    for folder in (base, *encoder, base / "hf", base / "data"):
         for name in TOKENIZER_FILES:
             file = folder / name
             if file.is_file():

@@ -214,7 +214,8 @@ def test_the_job_trains_one(pair_files):  # noqa: F811
         want = encode(texts, convert_to_tensor=True).to_dense().numpy()
         np.testing.assert_allclose(np.load(out), want, atol=1e-5)
 
-    again = embed_config(pair_files, init_from=str(hf), **settings)
+    # its tokenizer read from the Router's document folder (no embed.tokenizer)
+    again = embed_config(pair_files, init_from=str(hf), **settings, **{"embed.tokenizer": ""})
     continued = embed_run.train_and_evaluate(again, str(pair_files / "again"))["seeds"]["0"]
     for key in ("ndcg@10", "mrr@10"):
         assert continued[f"start_{key}"] == pytest.approx(results["seeds"]["0"][key], abs=1e-6)
