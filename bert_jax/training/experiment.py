@@ -201,10 +201,11 @@ class Experiment:
     def embed_fn(self, queries: bool = False) -> Callable:
         """The jitted (params, global batch [B, L]) -> sentence embeddings [B, E] of a
         contrastive objective (`steps.embed_step`; `queries`: as it embeds queries,
-        `for_queries`), built once."""
+        `for_queries`), built once: one function for both where the objective embeds queries
+        as it embeds documents."""
         objective = self.objective.for_queries() if queries else self.objective
         return self.cached(
-            ("embed", queries),
+            ("embed", objective is not self.objective),
             lambda: jax.jit(
                 functools.partial(steps.embed_step, model=self.model, objective=objective),
                 compiler_options=self.compiler_options,

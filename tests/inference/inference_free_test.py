@@ -288,3 +288,23 @@ def test_the_objectives_loss_and_gradients_equal_splade_losss(tmp_path):
         scale = float(np.abs(want).max())
         assert scale > 0, name
         np.testing.assert_allclose(np.asarray(grad), want, atol=1e-4 * scale, err_msg=name)
+
+
+def test_only_an_inference_free_objective_embeds_queries_with_a_function_of_their_own():
+    """`Experiment.embed_fn(queries=True)`: the documents' jitted function itself for an objective
+    that embeds queries as documents (dense, SPLADE: dev scoring compiles one), another for
+    inference-free SPLADE (its queries are token weights)."""
+    from types import SimpleNamespace
+
+    from bert_jax.training import contrastive, splade
+    from bert_jax.training.experiment import Experiment
+
+    for objective, shared in (
+        (contrastive.contrastive_objective(), True),
+        (splade.splade_objective(), True),
+        (splade.splade_objective(query_learning_rate_factor=1.0), False),
+    ):
+        exp = SimpleNamespace(objective=objective, model=None, compiler_options=None, _jitted={})
+        exp.cached = functools.partial(Experiment.cached, exp)  # the real cache
+        queries, documents = Experiment.embed_fn(exp, True), Experiment.embed_fn(exp)
+        assert (queries is documents) == shared, objective
