@@ -2,6 +2,8 @@
 
     python benchmarks/gpu_suite.py              # on a machine with an NVIDIA GPU
     python benchmarks/gpu_suite.py --dry_run    # anywhere: the plan, each script's flags checked
+    python benchmarks/gpu_suite.py --part=measure                 # on the GPU: steps 1 and 2
+    python benchmarks/gpu_suite.py --part=predict --card=h200     # anywhere: step 3, then the table
 
 On a GPU it runs, in order, each step in its own process (JAX's allocator keeps what it took, so
 a torch peer after bert_jax in one process would run short of memory at BERT-large sizes):
@@ -41,8 +43,11 @@ PEERS = ("bert_jax", "torch_eager", "torch_compile")
 TESTS = ["tests/training/loss_scale_test.py", "tests/models/attention_test.py"]
 
 
-def steps(card: str | None, out: str) -> list[tuple[str, list[str], dict[str, str]]]:
-    """The suite's commands: (name, argv, extra environment)."""
+def steps(
+    card: str | None, out: str, part: str = "all"
+) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The suite's commands: (name, argv, extra environment); `part` "measure" keeps those that need
+    the GPU (steps 1 and 2), "predict" the deviceless compiles (step 3), "all" both."""
     py = sys.executable
     gpu_env = {"JAX_PLATFORMS": "cuda,cpu", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     plan = [("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], gpu_env)]
@@ -54,6 +59,10 @@ def steps(card: str | None, out: str) -> list[tuple[str, list[str], dict[str, st
     for name, shape in SHAPES:
         argv = [py, "benchmarks/gpu_compile.py", f"--card={card or 'h100'}", *shape]
         plan.append((f"{name}:predicted", [*argv, f"--output={out}"], {"JAX_PLATFORMS": "cpu"}))
+    if part == "measure":
+        return [step for step in plan if not step[0].endswith(":predicted")]
+    if part == "predict":
+        return [step for step in plan if step[0].endswith(":predicted")]
     return plan
 
 
@@ -119,8 +128,20 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dry_run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument(
+        "--part",
+        choices=("all", "measure", "predict"),
+        default="all",
+        help="measure: the steps that need the GPU; predict: the deviceless compiles (no GPU "
+        "needed, give --card), so that a short loan of a GPU runs only what needs it",
+    )
+    parser.add_argument("--card", help="the card's GPU_CARDS name, for --part=predict")
     args = parser.parse_args(argv)
-    card = detect_card()
+    from bert_jax import hardware
+
+    if args.card is not None and args.card not in hardware.GPU_CARDS:
+        parser.error(f"--card: unknown card {args.card!r}; known: {', '.join(hardware.GPU_CARDS)}")
+    card = args.card or detect_card()
     if card is None and not args.dry_run:
         print(
             "no NVIDIA GPU of bert_jax.hardware.GPU_CARDS here: use --dry_run",
@@ -128,7 +149,7 @@ def main(argv=None) -> int:
         )
         return 2
     out = os.path.join(ROOT, "benchmarks", "results", f"gpu_{card or 'none'}_suite.jsonl")
-    plan = steps(card, out)
+    plan = steps(card, out, args.part)
     failed = []
     for name, cmd, env in plan:
         print(f"== {name}: {' '.join(cmd[1:])}", flush=True)

@@ -174,7 +174,7 @@ class GpuCard(NamedTuple):
 
 
 # The cards people fine-tune on, by the names `--topology=gpu:CARD` takes; v100 is the 16 GB
-# SXM2 card, a100-* and h100 the SXM ones.
+# SXM2 card, a100-*, h100 and h200 the SXM ones.
 # fmt: off
 GPU_CARDS = {
         #       name                       cc     SMs  GHz    GiB   GB/s  L2   bf16   fp16   fp32
@@ -194,6 +194,8 @@ GPU_CARDS = {
         GpuCard("Tesla T4",                "7.5", 40,  1.59,  14.6, 320,  4,  None,  65.0,  8.1),
     "v100":
         GpuCard("Tesla V100-SXM2-16GB",    "7.0", 80,  1.53,  15.8, 900,  6,  None,  125.0, 15.7),
+    "h200":
+        GpuCard("NVIDIA H200",             "9.0", 132, 1.98,  139.8, 4800, 60, 989.0, 989.0, 494.7),
 }
 # fmt: on
 

@@ -373,6 +373,22 @@ def test_gpu_suite_dry_run_plans_every_step_and_parses_their_flags(capsys):
     assert out.count("benchmarks/gpu_compile.py") == 3
 
 
+def test_gpu_suite_parts_split_what_needs_the_card_from_the_deviceless_predictions(capsys):
+    """A short loan runs --part=measure on the card, --part=predict --card=X anywhere else."""
+    from benchmarks import gpu_suite
+
+    measure = [name for name, _, _ in gpu_suite.steps("h200", "out.jsonl", "measure")]
+    predict = [name for name, argv, _ in gpu_suite.steps("h200", "out.jsonl", "predict")]
+    assert len(measure) == 10 and measure[0] == "tests"
+    assert predict == [f"{shape}:predicted" for shape, _ in gpu_suite.SHAPES]
+    assert "--card=h200" in gpu_suite.steps("h200", "out.jsonl", "predict")[0][1]
+    assert gpu_suite.main(["--dry_run", "--part=predict", "--card=h200"]) == 0
+    assert "dry run: 3 steps planned" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpu_suite.main(["--dry_run", "--card=h300"])
+    assert "--card: unknown card 'h300'; known: h100" in capsys.readouterr().err
+
+
 def test_retrieval_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, capsys):
     """The loop's plan: stage 1 trains on what stage 0's model mined, stage 2 reranks the dev
     top-k of stage 1's model; a dry run writes nothing."""
