@@ -1,5 +1,6 @@
 """Original google-research/bert TF checkpoints, written by TensorFlow itself."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -13,7 +14,10 @@ from bert_jax.checkpoints import tf as tf_checkpoints
 from tests.checkpoints.convert_test import hf_model
 from tests.common import ODD
 
-tf = pytest.importorskip("tensorflow")
+# TensorFlow is imported where a test writes a checkpoint, not here: collecting the suite (each
+# worker, each stage) would otherwise spend seconds importing it.
+if importlib.util.find_spec("tensorflow") is None:
+    pytest.skip("could not import 'tensorflow'", allow_module_level=True)
 pytestmark = [pytest.mark.tf, pytest.mark.torch]
 
 
@@ -59,6 +63,8 @@ def write_tf_checkpoint(
 ):
     """tf.compat.v1 Saver, graph mode: the checkpoint layout of the original run_pretraining.py
     (which saves `model.ckpt-<global_step>` and a `checkpoint` file naming the newest)."""
+    import tensorflow as tf
+
     folder.mkdir(parents=True, exist_ok=True)
     graph = tf.Graph()
     with graph.as_default():
