@@ -25,16 +25,16 @@ $(BIN)/python:
 # JAX's CUDA plugin, ptxas and cuDNN go to VENV/cuda-compile, off the import path (on a machine
 # without a GPU the plugin would announce the missing driver on every run): bert_jax.parallel.aot loads
 # them to compile for GPUs without one (--topology=gpu:CARD). They run nothing on a GPU.
-# --no-compile: pip writes no bytecode for the ~22,000 installed modules; Python compiles those a
-# process imports, once, on first import (torch + tensorflow + transformers installed in 47 s
-# against 87 s with it).
+# pip writes the installed modules' bytecode (not --no-compile, though it halves the install's
+# time): where PYTHONDONTWRITEBYTECODE is set, as on this project's machines, Python would compile
+# every module a process imports from source, in every process the suite starts.
 define install
 	$(1)/bin/python -m pip install -q --upgrade pip
-	$(1)/bin/python -m pip install -q --no-compile $(2) "torch==2.13.0"
-	$(1)/bin/python -m pip install -q --no-compile $(2) -e ".[torch,tf,finetune,test,beam,retrieval]"
+	$(1)/bin/python -m pip install -q $(2) "torch==2.13.0"
+	$(1)/bin/python -m pip install -q $(2) -e ".[torch,tf,finetune,test,beam,retrieval]"
 	V=$$($(1)/bin/python -c 'import jax; print(jax.__version__)') && \
-	  $(1)/bin/python -m pip install -q --no-compile $(2) "jax[tpu]==$$V" && \
-	  $(1)/bin/python -m pip install -q --no-compile $(2) --no-deps --upgrade --target $(1)/cuda-compile \
+	  $(1)/bin/python -m pip install -q $(2) "jax[tpu]==$$V" && \
+	  $(1)/bin/python -m pip install -q $(2) --no-deps --upgrade --target $(1)/cuda-compile \
 	    "jax-cuda12-plugin==$$V" "jax-cuda12-pjrt==$$V" nvidia-cuda-nvcc-cu12 nvidia-cudnn-cu12
 endef
 
