@@ -31,11 +31,8 @@ SEGMENTS = np.array([[1, 1, 1, 2, 2, 3, 0], [1, 1, 1, 1, 2, 2, 2]], np.int32)
 
 # Splash is a TPU kernel, interpreted here on CPU; on a GPU (benchmarks/gpu_suite.py runs this
 # file there) the library refuses it, as it should.
-SPLASH = pytest.param(
-    "splash",
-    marks=pytest.mark.skipif(jax.default_backend() == "gpu", reason="splash is refused on a GPU"),
-)
 NOT_ON_GPU = pytest.mark.skipif(jax.default_backend() == "gpu", reason="splash is refused on a GPU")
+SPLASH = pytest.param("splash", marks=NOT_ON_GPU)
 
 
 def _qkv(batch, length, heads=4, head_dim=8, dtype=jnp.float32, seed=0):
