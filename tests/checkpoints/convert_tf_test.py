@@ -198,7 +198,7 @@ def test_run_pretraining_folder_of_steps_without_checkpoint_file(tmp_path):
         tf_checkpoints.load_tf(folder, "BertModel")
 
 
-@pytest.mark.e2e
+@pytest.mark.full
 def test_tanh_gelu_of_later_original_code_is_chosen_by_flag(tmp_path):
     """google-research/bert's `gelu` is the tanh form since February 2019: bert_config.json says
     "gelu" either way. The import says which it assumes (erf) and --hidden-act gelu_new picks

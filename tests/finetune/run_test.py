@@ -277,7 +277,7 @@ def test_regression_learns(tmp_path, vocab):
     assert results["mean"]["test_pearson"] > 0.7, results  # scored, beside the dev metrics
 
 
-@pytest.mark.e2e  # about 50 s on a 2-core CPU, where bfloat16 is emulated; float16: loss_scale_test
+@pytest.mark.full  # about 50 s on a 2-core CPU, where bfloat16 is emulated; float16: loss_scale_test
 def test_bfloat16_compute_reaches_the_float32_dev_metric(tmp_path, vocab):
     # bfloat16 matmuls and activations with float32 master weights (runtime.param_dtype) against
     # float32 throughout, same seeds and data: the dev Pearson of the final models, averaged over

@@ -45,7 +45,7 @@ def test_parameter_counts_base_and_large():
 
 @pytest.mark.torch
 @pytest.mark.parametrize(
-    "preset", ["tiny", "L4-H512", "L12-H256", "base", pytest.param("large", marks=pytest.mark.e2e)]
+    "preset", ["tiny", "L4-H512", "L12-H256", "base", pytest.param("large", marks=pytest.mark.full)]
 )
 def test_parameter_counts_equal_transformers(preset):
     torch = pytest.importorskip("torch")

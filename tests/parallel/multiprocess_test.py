@@ -27,10 +27,11 @@ STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4: the elastic runs resume from 
 # axis across both hosts (every host holds every batch row); fsdp across both hosts.
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]
 # The default suite runs (2, 2, 2) (the batch split over the hosts, fsdp and tensor inside each;
-# the elastic resume below uses it too); the other three are e2e (`pytest -m e2e`): about three
-# minutes of the suite's 2 cores, and the rows each host feeds on every mesh are checked by the
-# host-rows test below.
+# the elastic resume below uses it too), the e2e stage (1, 1, 8) (a model axis across the hosts),
+# and -m full (`make test-full`) the other two: about two minutes of the suite's 2 cores; the
+# rows each host feeds on every mesh are checked by the host-rows test below.
 DEFAULT_SUITE_MESHES = [(2, 2, 2)]
+E2E_MESHES = [(1, 1, 8)]
 EXPORT_ON = "--config.export_hf_at_end=True"  # the default (the tiny test overrides turn it off)
 
 
@@ -193,7 +194,12 @@ def two_process_run(tmp_path_factory, tiny_pretraining_build):
 
 @pytest.mark.parametrize(
     "mesh",
-    [m if m in DEFAULT_SUITE_MESHES else pytest.param(m, marks=pytest.mark.e2e) for m in MESHES],
+    [
+        m
+        if m in DEFAULT_SUITE_MESHES
+        else pytest.param(m, marks=pytest.mark.e2e if m in E2E_MESHES else pytest.mark.full)
+        for m in MESHES
+    ],  # fmt: skip
     ids=lambda m: "x".join(map(str, m)),
 )
 def test_two_processes_equal_one(mesh, single, two_process_run):
@@ -224,7 +230,7 @@ def test_two_processes_equal_one(mesh, single, two_process_run):
     assert (multi / "hf" / "tokenizer.json").is_file()
 
 
-@pytest.mark.e2e  # about 45 s of three runs; resharding a checkpoint: checkpointing_test
+@pytest.mark.full  # about 45 s of three runs (-m full); resharding a checkpoint: checkpointing_test
 def test_elastic_resume_one_to_two_processes_and_back(
     single, two_process_run, tmp_path, tiny_pretraining_build
 ):
@@ -366,7 +372,7 @@ FINETUNE = textwrap.dedent(
 )
 
 
-@pytest.mark.e2e  # about 45 s of two processes; the pretraining step: test_two_processes_equal_one
+@pytest.mark.full  # about 45 s of two processes (-m full); the pretraining step: test_two_processes_equal_one
 def test_finetuning_on_two_processes_equals_one(tmp_path):
     from tests.finetune.run_test import sentiment_files, write_vocab
 
@@ -471,7 +477,8 @@ def test_default_run_survives_failures_and_resumes(tmp_path):
     assert not (workdir / "data" / ".shared-by-all-processes").exists()
 
 
-@pytest.mark.e2e  # 60-75 s of two processes; the one-process races: multihost_test
+@pytest.mark.full  # 60-75 s of two processes (-m full); a failed process ends the job and it
+# resumes in CI: test_default_run_survives_failures_and_resumes; Ctrl-C: the default suite
 def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny_pretraining_build):
     """SIGKILL of process 1 mid-run ends process 0 (the coordination service misses its
     heartbeats); SIGTERM of both while process 1 waits at a barrier ends both at once (status

@@ -51,8 +51,16 @@ def _inputs(arch: str, hf_dir, vocab_size: int) -> tuple[np.ndarray, np.ndarray]
     return encoded["input_ids"], encoded["attention_mask"]
 
 
-@pytest.mark.e2e  # a minute or more each on 2 cores: out of the default suite (pytest -m e2e)
-@pytest.mark.parametrize("arch", sorted(RUNS))
+# A minute or more each on 2 cores: out of the default suite. ModernBERT's with -m e2e (CI);
+# RoBERTa's and XLM-R's with -m full (`make test-full`): XLM-R's recipe trains from scratch in
+# CI's e2e stage too (tests/pretrain/roberta_run_test.py), for fewer steps.
+@pytest.mark.parametrize(
+    "arch",
+    [
+        pytest.param(a, marks=pytest.mark.e2e if a == "modernbert" else pytest.mark.full)
+        for a in sorted(RUNS)
+    ],
+)
 def test_mlm_pretraining_leaves_the_unigram_plateau(tmp_path, arch):
     steps, timeout, head, display_name = RUNS[arch]
     workdir = tmp_path / "run"

@@ -92,8 +92,15 @@ def eval_rows(workdir) -> list[dict]:
     return [r for r in map(json.loads, lines) if "eval/mlm_accuracy" in r]
 
 
-@pytest.mark.e2e  # 70-85 s each on 2 cores: out of the default suite (pytest -m e2e)
-@pytest.mark.parametrize("corpus", ["plays", "docstrings"])
+# 70-85 s each on 2 cores: out of the default suite; the plays with -m e2e (CI), the docstrings
+# with -m full (`make test-full`).
+@pytest.mark.parametrize(
+    "corpus",
+    [
+        pytest.param("plays", marks=pytest.mark.e2e),
+        pytest.param("docstrings", marks=pytest.mark.full),
+    ],
+)
 def test_tiny_recipe_leaves_the_unigram_plateau_in_the_first_third(corpus, tmp_path):
     steps, third = 300, 100
     overrides = [
