@@ -63,10 +63,10 @@ def test_classification_and_packed_rows(tmp_path, vocab, modernbert_dir):  # noq
         assert mean["accuracy"] > 0.9, (pack, mean)
 
 
-# With -m e2e, for the suite's time (about 13 s): a regression head is the classification head
+# With -m full, for CI's time (about 13 s): a regression head is the classification head
 # with one output (conformance_test trains ModernBERT's), and run_test's BERT run learns the
 # regression objective.
-@pytest.mark.e2e
+@pytest.mark.full
 def test_regression(tmp_path, vocab, modernbert_dir):  # noqa: F811
     regression_files(tmp_path, np.random.default_rng(1))
     config = finetune_config(

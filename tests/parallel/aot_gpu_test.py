@@ -62,7 +62,7 @@ def test_t4_compiles_in_float16_without_cudnn_attention():
     assert "memory total / capacity" in proc.stdout and "Tesla T4" in proc.stdout
 
 
-@pytest.mark.e2e  # about 25 s of two GPU compiles; one card's: the tests beside it
+@pytest.mark.full  # about 25 s of two GPU compiles (-m full); one card's: the tests beside it
 def test_l4_and_h100x8_compile_in_bfloat16_with_cudnn_attention():
     """Packed rows (on the L4) reach cuDNN as the whole [B, 1, L, L] mask, forward and backward:
     the call and mask that `fused_xla` runs on a CPU, where packing gives the unpacked results

@@ -27,11 +27,10 @@ STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4: the elastic runs resume from 
 # axis across both hosts (every host holds every batch row); fsdp across both hosts.
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]
 # The default suite runs (2, 2, 2) (the batch split over the hosts, fsdp and tensor inside each;
-# the elastic resume below uses it too), the e2e stage (1, 1, 8) (a model axis across the hosts),
-# and -m full (`make test-full`) the other two: about two minutes of the suite's 2 cores; the
-# rows each host feeds on every mesh are checked by the host-rows test below.
+# the elastic resume below uses it too); the other three run with -m full (`make test-full`), out
+# of CI for its time (about four minutes of 2 cores); the rows each host feeds on every mesh are
+# checked by the host-rows test below.
 DEFAULT_SUITE_MESHES = [(2, 2, 2)]
-E2E_MESHES = [(1, 1, 8)]
 EXPORT_ON = "--config.export_hf_at_end=True"  # the default (the tiny test overrides turn it off)
 
 
@@ -194,12 +193,7 @@ def two_process_run(tmp_path_factory, tiny_pretraining_build):
 
 @pytest.mark.parametrize(
     "mesh",
-    [
-        m
-        if m in DEFAULT_SUITE_MESHES
-        else pytest.param(m, marks=pytest.mark.e2e if m in E2E_MESHES else pytest.mark.full)
-        for m in MESHES
-    ],  # fmt: skip
+    [m if m in DEFAULT_SUITE_MESHES else pytest.param(m, marks=pytest.mark.full) for m in MESHES],
     ids=lambda m: "x".join(map(str, m)),
 )
 def test_two_processes_equal_one(mesh, single, two_process_run):
