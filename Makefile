@@ -73,7 +73,7 @@ test: setup
 
 # CI's stages, then the rest of the family matrix (-m full): every family through every job and
 # command, where CI runs each job and command on families of every stack. Before a release, or
-# after a change to a family's code (about an hour more on 2 cores).
+# after a change to a family's code (about half an hour more on 2 cores).
 test-full: test
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q -m full
 
