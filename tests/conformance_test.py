@@ -55,28 +55,18 @@ STEPS = 2
 
 
 # EuroBERT's slow rows (its pretraining, fine-tuning, embedding, packing, scan, predict and
-# fill-mask runs: 215 s of its 275 s on 2 cores) run with -m e2e: ModernBERT runs the same rotary,
-# packed, no-token-type code by default, tests/models/toy_family_test.py the pre-norm stack
-# scanned, and tests/models/eurobert_test.py its packed rows.
-# Jina-embeddings-v3's slow rows (103 s of its 118 s on 2 cores) run with -m e2e too: XLM-R's
-# runs the same tokenizer and heads by default, ModernBERT's rotary positions, and
-# tests/models/jina_embeddings_v3_test.py every head against transformers, its packed rows and
-# its scanned layers.
-# The families added last: most of their rows run with -m e2e (each use says where the same code
-# runs by default).
+# fill-mask runs: 215 s of its 275 s on 2 cores) run out of the default stage: ModernBERT runs the
+# same rotary, packed, no-token-type code by default, tests/models/toy_family_test.py the pre-norm
+# stack scanned, and tests/models/eurobert_test.py its packed rows. Jina-embeddings-v3's slow rows
+# (103 s of its 118 s on 2 cores) run out of it too: XLM-R's runs the same tokenizer and heads by
+# default, ModernBERT's rotary positions, and tests/models/jina_embeddings_v3_test.py every head
+# against transformers, its packed rows and its scanned layers. The families added last: most of
+# their rows run with -m e2e or -m full (each use says where the same code runs by default).
 LATEST = ("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3")
 # CI's two stages hold each check on families of every stack (post-LayerNorm, disentangled,
 # relative buckets, pre- and post-norm rotary); the rest of the matrix is marked `full` and runs
-# with `make test-full` (docs/development.md), each use saying which families stay in CI.
-
-
-def families_with_e2e(*slow: str, full: tuple = ()) -> list:
-    """Every registered family as an indirect `fam` parameter; those in `slow` run with -m e2e,
-    for the suite's time, where another family runs the same code (each use says which), and
-    those in `full` with -m full only (`make test-full`), where a row of CI runs it."""
-    assert set(full) <= set(slow) <= set(families.FAMILIES), (slow, full)
-    marks = {f: pytest.mark.full if f in full else pytest.mark.e2e for f in slow}
-    return [pytest.param(f, marks=marks[f]) if f in marks else f for f in families.FAMILIES]
+# with `make test-full` (docs/development.md): `family_fixtures.family_params`.
+family_params = family_fixtures.family_params
 
 
 @pytest.fixture(scope="module", params=list(families.FAMILIES))
@@ -107,7 +97,7 @@ MASK = np.array([[1] * 9, [1] * 5 + [0] * 4, [1] * 7 + [0] * 2, [1] * 9])
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(*LATEST, full=LATEST),
+    family_params(full=LATEST),
     indirect=True,
 )
 def test_every_head_equals_transformers(fam):
@@ -220,21 +210,18 @@ def check_export(fam, hf_dir, objective: str) -> None:
     assert type(loaded.config) is type(fam.config)
 
 
-# ELECTRA's, BERT's and RoBERTa's runs with -m e2e, for the suite's time: DeBERTa-v3's runs the
-# same replaced-token detection job (rtd_test checks ELECTRA's tied embeddings in the loss),
-# `make pretrain` runs BERT's recipe in tests/pretrain/main_job_test.py, and XLM-R's runs
-# RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's is). CI runs
-# ELECTRA's and GTE's (post-norm rotary) beside the default rows; -m full the rest: NomicBERT's
-# stack is GTE's, EuroBERT's ModernBERT's, Jina-v3's XLM-R's.
+# ELECTRA's, BERT's and RoBERTa's runs out of the default stage, for the suite's time:
+# DeBERTa-v3's runs the same replaced-token detection job (rtd_test checks ELECTRA's tied
+# embeddings in the loss), `make pretrain` runs BERT's recipe in tests/pretrain/main_job_test.py,
+# and XLM-R's runs RoBERTa's model with the harder tokenizer (and RoBERTa's recipe, which MPNet's
+# is). CI runs ELECTRA's and GTE's (post-norm rotary) beside the default rows; -m full the rest:
+# NomicBERT's stack is GTE's, EuroBERT's ModernBERT's, Jina-v3's XLM-R's.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "electra",
-        "bert",
-        "roberta",
-        *LATEST,
+    family_params(
+        e2e=("electra", "gte"),
         full=("bert", "roberta", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3"),
-    ),  # fmt: skip
+    ),
     indirect=True,
 )
 def test_pretraining_with_the_familys_recipe(fam, tmp_path):
@@ -325,18 +312,18 @@ def test_every_kind_of_task_is_fine_tuned_here():
     assert kinds <= set(FINETUNING), f"add a task of each kind to FINETUNING: {kinds}"
 
 
-# Sequence classification for every family in the default suite but these, with -m e2e: BERT
+# Sequence classification for every family in the default suite but these, out of it: BERT
 # (its every kind trains in tests/finetune/run_test.py by default), MPNet (its classifier is
 # RoBERTa's), EuroBERT (ModernBERT's pre-norm rotary job runs by default) and NomicBERT and
 # Jina-v3 (GTE's runs by default: the one post-norm rotary family, prenorm.py's stack, whose
 # job runs there; tests/models/gte_test.py holds its heads to transformers and its packed rows):
 # -m full, for CI's time.
 CLASSIFIED_IN_FULL = ("bert", "nomic_bert", "eurobert", "mpnet", "jina_embeddings_v3")
-# Each other kind of task, with -m e2e, on one family each, every kind on families of different
-# stacks (post-LayerNorm, disentangled, relative buckets, pre-norm rotary, post-norm rotary):
-# the heads are shared classes (`models.heads`) that test_every_head_equals_transformers holds to
-# transformers in every family. BERT trains every kind in tests/finetune/run_test.py by default,
-# ModernBERT its token, question-answering and multiple-choice heads in
+# Each other kind of task, out of the default stage, on one family each, every kind on families of
+# different stacks (post-LayerNorm, disentangled, relative buckets, pre-norm rotary, post-norm
+# rotary): the heads are shared classes (`models.heads`) that test_every_head_equals_transformers
+# holds to transformers in every family. BERT trains every kind in tests/finetune/run_test.py by
+# default, ModernBERT its token, question-answering and multiple-choice heads in
 # tests/finetune/modernbert_test.py. A new family names its kind here (the test below says so).
 OTHER_KIND = {
     "roberta": "multiple_choice",
@@ -415,22 +402,18 @@ def train_py_command(config_arg: str, workdir, tmp_path, **overrides) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
-# ELECTRA's, RoBERTa's and BERT's runs with -m e2e, for the suite's time: XLM-R's runs RoBERTa's
-# model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and export, and
-# exports_test loads every family's export in sentence-transformers (MPNet's and DeBERTa-v3's
-# too; DeBERTa-v3's run, 18 s, is e2e as well: its encoder trains in its pretraining row).
-# CI's e2e stage runs the job on GTE (post-norm rotary), MPNet (relative buckets) and Jina-v3
-# (its adapters) beside the default rows; -m full the rest.
+# ELECTRA's, RoBERTa's and BERT's runs out of the default stage, for the suite's time: XLM-R's
+# runs RoBERTa's model with the harder tokenizer, tests/embed/embed_test.py runs BERT's job and
+# export, and exports_test loads every family's export in sentence-transformers (MPNet's and
+# DeBERTa-v3's too; DeBERTa-v3's run, 18 s, is e2e as well: its encoder trains in its pretraining
+# row). CI's e2e stage runs the job on GTE (post-norm rotary), MPNet (relative buckets) and
+# Jina-v3 (its adapters) beside the default rows; -m full the rest.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "electra",
-        "roberta",
-        "bert",
-        "deberta-v2",
-        *LATEST,
+    family_params(
+        e2e=("gte", "mpnet", "jina_embeddings_v3"),
         full=("electra", "roberta", "bert", "deberta-v2", "nomic_bert", "eurobert"),
-    ),  # fmt: skip
+    ),
     indirect=True,
 )
 def test_embedding_job_exports_a_sentence_transformer(fam, tmp_path):
@@ -494,21 +477,18 @@ def _apply(fam, head: str | None, text: str, **kwargs):
     return model.apply({"params": params}, _ids(fam, text), **kwargs)
 
 
-# XLM-R's run with -m e2e here and below, for the suite's time: RoBERTa's runs the same model;
-# MPNet's too (tests/models/mpnet_test.py checks its packed rows against rows alone).
-# BERT's too, here: tests/inference/inference_test.py checks its embed command the same way;
-# and DeBERTa-v3's (26 s): tests/models/deberta_test.py holds its encoder's output to
-# transformers', and ModernBERT's row runs the command on a family without token types.
-# CI's e2e stage: DeBERTa-v3's, MPNet's and Jina-v3's; -m full the rest.
+# XLM-R's run out of the default stage here and below, for the suite's time: RoBERTa's runs the
+# same model; MPNet's too (tests/models/mpnet_test.py checks its packed rows against rows alone).
+# BERT's too, here: tests/inference/inference_test.py checks its embed command the same way; and
+# DeBERTa-v3's (26 s): tests/models/deberta_test.py holds its encoder's output to transformers',
+# and ModernBERT's row runs the command on a family without token types. CI's e2e stage:
+# DeBERTa-v3's, MPNet's and Jina-v3's; -m full the rest.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "xlm-roberta",
-        "bert",
-        "deberta-v2",
-        *LATEST,
+    family_params(
+        e2e=("deberta-v2", "mpnet", "jina_embeddings_v3"),
         full=("xlm-roberta", "bert", "nomic_bert", "gte", "eurobert"),
-    ),  # fmt: skip
+    ),
     indirect=True,
 )
 def test_embed_equals_the_encoder_applied_directly(fam, tmp_path):
@@ -532,13 +512,14 @@ def _texts_of_two_row_lengths(n: int = 9) -> list[str]:
     ]  # fmt: skip
 
 
-# MPNet's with -m e2e too: tests/models/mpnet_test.py checks its scanned and rematerialized
-# layers against the loop (XLM-R's: see above). CI's e2e stage: GTE's and Jina-v3's; -m full
-# the rest (tests/models/toy_family_test.py scans the pre-norm stack by default).
+# MPNet's out of the default stage too: tests/models/mpnet_test.py checks its scanned and
+# rematerialized layers against the loop (XLM-R's: see above). CI's e2e stage: GTE's and
+# Jina-v3's; -m full the rest (tests/models/toy_family_test.py scans the pre-norm stack by
+# default).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e(
-        "xlm-roberta", *LATEST, full=("xlm-roberta", "nomic_bert", "eurobert", "mpnet")
+    family_params(
+        e2e=("gte", "jina_embeddings_v3"), full=("xlm-roberta", "nomic_bert", "eurobert", "mpnet")
     ),
     indirect=True,
 )
@@ -583,7 +564,9 @@ def test_scanned_and_rematerialized_layers_equal_the_loop(fam):
 # eurobert_test.py and mpnet_test.py check their packed rows against rows alone).
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("xlm-roberta", *LATEST, full=("xlm-roberta", "gte", "eurobert", "mpnet")),
+    family_params(
+        e2e=("nomic_bert", "jina_embeddings_v3"), full=("xlm-roberta", "gte", "eurobert", "mpnet")
+    ),
     indirect=True,
 )
 def test_packed_rows_equal_one_text_a_row(fam, classifier):
@@ -639,14 +622,11 @@ def test_texts_longer_than_the_models_positions_are_cut_to_them(fam, classifier)
     assert [sorted(r["probabilities"]) for r in rows] == [sorted(LABELS)] * 2
 
 
-# BERT's with -m e2e, for the suite's time: tests/inference/inference_test.py runs a BERT
-# classifier through the same command; MPNet's, whose classifier is RoBERTa's. All -m full:
+# BERT's out of the default stage, for the suite's time: tests/inference/inference_test.py runs a
+# BERT classifier through the same command; MPNet's, whose classifier is RoBERTa's. All -m full:
 # six families run the command by default.
-PREDICT_IN_FULL = ("bert", "nomic_bert", "gte", "eurobert", "mpnet")
-
-
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*PREDICT_IN_FULL, full=PREDICT_IN_FULL), indirect=True
+    "fam", family_params(full=("bert", "nomic_bert", "gte", "eurobert", "mpnet")), indirect=True
 )
 def test_predict_gives_the_classifier_labels(classifier, tmp_path):
     out = tmp_path / "out.jsonl"
@@ -685,13 +665,15 @@ def _queries(mask: str) -> list[str]:
     return [f"fair is {mask}, and foul is fair", f"{mask} shall we three {mask} again"]
 
 
-# BERT's with -m e2e, for the suite's time: tests/inference/fill_mask_test.py checks a BERT's
-# fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main job's;
-# MPNet's, whose <mask> and MLM head are RoBERTa's. CI's e2e stage: EuroBERT's and Jina-v3's
-# tokenizers; -m full the rest.
+# BERT's out of the default stage, for the suite's time: tests/inference/fill_mask_test.py checks
+# a BERT's fill-mask against transformers' pipeline, and tests/pretrain/main_job_test.py the main
+# job's; MPNet's, whose <mask> and MLM head are RoBERTa's. CI's e2e stage: EuroBERT's and
+# Jina-v3's tokenizers; -m full the rest.
 @pytest.mark.parametrize(
     "fam",
-    families_with_e2e("bert", *LATEST, full=("bert", "nomic_bert", "gte", "mpnet")),
+    family_params(
+        e2e=("eurobert", "jina_embeddings_v3"), full=("bert", "nomic_bert", "gte", "mpnet")
+    ),
     indirect=True,
 )
 @pytest.mark.parametrize("spelling", ["own", "[MASK]"], ids=["its-mask-token", "MASK-placeholder"])
@@ -775,13 +757,14 @@ def _verified(proc: subprocess.CompletedProcess) -> float:
 # convert tests run in this process (convert_test, roberta_test, electra_test, ...): -m e2e.
 # CI's e2e stage runs ELECTRA's (its discriminator), ModernBERT's, MPNet's and Jina-v3's
 # (its adapters); -m full the rest. The two refusals below: ModernBERT's and MPNet's in CI.
-CONVERTED_IN_E2E = tuple(f for f in families.FAMILIES if f != "deberta-v2")
+REFUSED_IN_E2E = ("modernbert", "mpnet")
+CONVERTED_IN_E2E = (*REFUSED_IN_E2E, "electra", "jina_embeddings_v3")
 CONVERTED_IN_FULL = ("bert", "roberta", "xlm-roberta", "nomic_bert", "gte", "eurobert")
 REFUSED_IN_FULL = (*CONVERTED_IN_FULL, "electra", "jina_embeddings_v3")
 
 
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*CONVERTED_IN_E2E, full=CONVERTED_IN_FULL), indirect=True
+    "fam", family_params(e2e=CONVERTED_IN_E2E, full=CONVERTED_IN_FULL), indirect=True
 )
 def test_convert_verifies_the_pretraining_export_both_ways(pretraining_run, tmp_path, capsys):
     """`python -m bert_jax.convert RUN OUT --to hf --verify` on the run's export, then OUT back
@@ -813,7 +796,7 @@ def test_convert_verifies_the_pretraining_export_both_ways(pretraining_run, tmp_
 # DeBERTa-v3's in the default stage (the class names cross the same way in every family,
 # `Family.head_for`; test_from_pretrained_refuses_a_head_of_another_family runs every family).
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*CONVERTED_IN_E2E, full=REFUSED_IN_FULL), indirect=True
+    "fam", family_params(e2e=REFUSED_IN_E2E, full=REFUSED_IN_FULL), indirect=True
 )
 def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
     """`convert RUN OUT --model <another family's classifier>`: status 1, one `error:` line
@@ -835,7 +818,7 @@ def test_convert_refuses_a_model_of_another_family(pretraining_run, tmp_path):
 
 # DeBERTa-v3's in the default stage: the report is the same record for every family.
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*CONVERTED_IN_E2E, full=REFUSED_IN_FULL), indirect=True
+    "fam", family_params(e2e=REFUSED_IN_E2E, full=REFUSED_IN_FULL), indirect=True
 )
 def test_convert_lists_unused_weights_once(pretraining_run, tmp_path):
     """`convert RUN OUT --model <the family's encoder> --allow-new-heads` (a masked LM has no
@@ -869,12 +852,13 @@ def test_from_pretrained_refuses_a_head_of_another_family(fam, tmp_path):
 # BERT's in the default stage: every family reads config.json alike (`EncoderConfig.from_hf_dict`)
 # and the reranker job's export the same way (`checkpoints.cross_encoder`).
 # CI's e2e stage: DeBERTa-v3's, ModernBERT's and Jina-v3's; -m full the rest.
-RERANK_IN_E2E = tuple(f for f in families.FAMILIES if f != "bert")
 RERANK_IN_FULL = ("roberta", "xlm-roberta", "electra", "nomic_bert", "gte", "eurobert", "mpnet")
 
 
 @pytest.mark.parametrize(
-    "fam", families_with_e2e(*RERANK_IN_E2E, full=RERANK_IN_FULL), indirect=True
+    "fam",
+    family_params(e2e=("deberta-v2", "modernbert", "jina_embeddings_v3"), full=RERANK_IN_FULL),
+    indirect=True,
 )
 def test_rerank_reads_the_reranker_jobs_export_in_silence(fam, tmp_path):
     """`python -m bert_jax.inference rerank --model DIR` on a CrossEncoder directory as the

@@ -199,6 +199,15 @@ def load_config(name: str, variant: str):
     return load_config_file(name).get_config(variant)
 
 
+def family_params(e2e: Sequence[str] = (), full: Sequence[str] = ()) -> list:
+    """Every registered family as a pytest parameter: those in `e2e` marked for the e2e stage
+    (-m e2e, which CI runs), those in `full` for -m full only (`make test-full`), the rest in the
+    default stage. Each use says where CI runs the code of the families it leaves out of it."""
+    assert not set(e2e) & set(full) and {*e2e, *full} <= set(families.FAMILIES), (e2e, full)
+    marks = {**dict.fromkeys(e2e, pytest.mark.e2e), **dict.fromkeys(full, pytest.mark.full)}
+    return [pytest.param(f, marks=marks[f]) if f in marks else f for f in families.FAMILIES]
+
+
 def fixture_of(model_type: str) -> FamilyFixture:
     if model_type not in FIXTURES:
         raise KeyError(

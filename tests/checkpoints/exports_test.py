@@ -32,6 +32,7 @@ from bert_jax.pretrain.data import default_corpus, sources
 from bert_jax.pretrain.fill_mask_demo import masked_examples
 from bert_jax.tokenization import unigram
 from bert_jax.training import export as training_export
+from tests import family_fixtures
 from tests.common import MODERN, TINY
 
 torch = pytest.importorskip("torch")
@@ -166,22 +167,16 @@ def lines():
     return _lines()
 
 
-# The families added last run with -m e2e, for the suite's time (about a minute each on 2 cores):
-# the conformance suite's e2e stage also exports their embedding job to sentence-transformers.
-# GTE's and Jina-v3's in CI's e2e stage; the others' with -m full (`make test-full`): NomicBERT's
-# export is GTE's kind, EuroBERT's ModernBERT's, MPNet's RoBERTa's tokenizer.
-E2E_FAMILIES = ("nomic_bert", "gte", "eurobert", "mpnet", "jina_embeddings_v3")
-FULL_FAMILIES = ("nomic_bert", "eurobert", "mpnet")
-
-
-def _marks(family: str) -> list:
-    if family in FULL_FAMILIES:
-        return [pytest.mark.full]
-    return [pytest.mark.e2e] if family in E2E_FAMILIES else []
-
-
+# The families added last are out of the default stage, for the suite's time (about a minute
+# each on 2 cores): the conformance suite's e2e stage also exports their embedding job to
+# sentence-transformers. GTE's and Jina-v3's run in CI's e2e stage; the others' with -m full
+# (`make test-full`): NomicBERT's export is GTE's kind, EuroBERT's ModernBERT's, MPNet's
+# RoBERTa's tokenizer.
 @pytest.fixture(
-    scope="module", params=[pytest.param(f, marks=_marks(f)) for f in families.FAMILIES]
+    scope="module",
+    params=family_fixtures.family_params(
+        e2e=("gte", "jina_embeddings_v3"), full=("nomic_bert", "eurobert", "mpnet")
+    ),
 )
 def exported(request, lines, tmp_path_factory):
     return Exported(request.param, lines, tmp_path_factory.mktemp(request.param))

@@ -366,7 +366,8 @@ FINETUNE = textwrap.dedent(
 )
 
 
-@pytest.mark.full  # about 45 s of two processes (-m full); the pretraining step: test_two_processes_equal_one
+# About 45 s of two processes (-m full); the pretraining step: test_two_processes_equal_one.
+@pytest.mark.full
 def test_finetuning_on_two_processes_equals_one(tmp_path):
     from tests.finetune.run_test import sentiment_files, write_vocab
 

@@ -92,7 +92,8 @@ def test_a_rerun_of_other_settings_is_refused_naming_each_change(objective, tmp_
     assert json.loads((workdir / "config.json").read_text())["global_batch_size"] == batch
 
 
-@pytest.mark.full  # about a minute on 2 cores (-m full): two steps of ELECTRA, its reruns, fill-mask
+# About a minute on 2 cores (-m full): two steps of ELECTRA, its reruns, fill-mask.
+@pytest.mark.full
 def test_an_electra_run_refuses_other_settings_and_a_finished_rerun_rewrites_nothing(
     tmp_path, tiny_pretraining_build
 ):
