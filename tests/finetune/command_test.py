@@ -81,13 +81,15 @@ def write_rows(path, rows) -> None:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     """A folder with the vocabulary, train.csv (one label written " neg"), dev.csv (its labels
-    permuted) and two runs: `first/`, a classifier taught the dev file's labels (60 steps), and
-    `run/`, that classifier trained on train.csv with keep=best (60 steps at a peak learning rate
-    of 3e-3), evaluating every 5 steps. Its early models still know the dev labels (dev accuracy
-    1 or 2/3 on this machine's seeds) and its final model has learned the training labels (0), so
-    keep=best keeps an early model on any CPU. (A fresh model trained on train.csv stays at the
-    one-label accuracy of 1/3 until it learns, and one CI machine's final model, having learned
-    two cues of three, scored 1/3 too: no earlier model was better.)"""
+    permuted) and two runs: `first/`, a classifier taught the dev file's labels (180 steps; the
+    fixture checks that it knows all three, dev accuracy 1), and `run/`, that classifier trained
+    on train.csv with keep=best (60 steps at a peak learning rate of 3e-3), evaluating every 5
+    steps. Its early models still know the dev labels and its final model has learned the training
+    labels (dev accuracy 0), so keep=best keeps an early model on any CPU. (A fresh model trained
+    on train.csv stays at the one-label accuracy of 1/3 until it learns, and one CI machine's final
+    model, having learned two cues of three, scored 1/3 too: no earlier model was better. At 60
+    steps `first/` knew two cues of three here, and none on another CI machine, whose every
+    evaluation was then 1/3.)"""
     work = tmp_path_factory.mktemp("finetune_command")
     write_vocab(work / "vocab")
     rng = np.random.default_rng(0)
@@ -103,7 +105,7 @@ def work(tmp_path_factory):
             rows[4] = (rows[4][0], " neg")  # a CSV's space after the comma
         write_rows(work / f"{name}.csv", rows)
     for workdir, flags in (
-        ("first", ("--config.finetune.train_file=first.csv", "--config.finetune.num_epochs=4")),
+        ("first", ("--config.finetune.train_file=first.csv", "--config.finetune.num_epochs=12")),
         (
             "run",
             (
@@ -126,6 +128,9 @@ def work(tmp_path_factory):
             work,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
+        if workdir == "first":
+            _, final = dev_accuracies(work / "first")
+            assert final == 1.0, f"the starting classifier knows the dev labels: {final}"
     return work
 
 
