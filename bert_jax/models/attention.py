@@ -477,14 +477,27 @@ def splash_attention(
 
 
 # ---- Dispatch ----
-def attention_dropout_rng(
-    module: nn.Module, config: EncoderConfig, deterministic: bool
-) -> Array | None:
-    """`attend`'s dropout_rng for a layer's call: `module`'s "dropout" key when training
-    (`deterministic` False) with a nonzero `attention_probs_dropout_prob`, else None."""
-    if deterministic or config.attention_probs_dropout_prob <= 0.0:
-        return None
-    return module.make_rng("dropout")
+def layer_attend(
+    module: nn.Module,
+    q: Array,
+    k: Array,
+    v: Array,
+    mask: AttentionMask,
+    *,
+    deterministic: bool,
+    output_attentions: bool = False,
+    **kwargs,
+) -> tuple[Array, Array | None]:
+    """`attend` from a layer's call: with `module`'s config and runtime, and its "dropout" key
+    when training (`deterministic` False) with a nonzero `attention_probs_dropout_prob`.
+    kwargs: `attend`'s bias and scale. Returns what `attend` returns."""
+    cfg = module.config
+    training = not deterministic and cfg.attention_probs_dropout_prob > 0.0
+    return attend(
+        q, k, v, mask, config=cfg, runtime=module.runtime,
+        dropout_rng=module.make_rng("dropout") if training else None,
+        output_attentions=output_attentions, **kwargs,
+    )  # fmt: skip
 
 
 def attend(

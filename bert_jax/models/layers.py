@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES, kept_input_only
-from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng, dropout
+from bert_jax.models.attention import AttentionMask, dropout, layer_attend
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
 
 Array = jax.Array
@@ -355,15 +355,8 @@ class SelfAttention(nn.Module):
     def __call__(self, x, mask: AttentionMask, *, deterministic: bool, output_attentions: bool):
         cfg, rt = self.config, self.runtime
         q, k, v = qkv_heads(cfg, rt, x)
-        return attend(
-            q,
-            k,
-            v,
-            mask,
-            config=cfg,
-            runtime=rt,
-            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
-            output_attentions=output_attentions,
+        return layer_attend(
+            self, q, k, v, mask, deterministic=deterministic, output_attentions=output_attentions
         )
 
 

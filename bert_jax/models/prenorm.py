@@ -38,7 +38,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
+from bert_jax.models.attention import AttentionMask, layer_attend
 from bert_jax.models.config import LAYER_SIZES, EncoderConfig, PostLNConfig, RuntimeConfig
 from bert_jax.models.encoder import EncoderModel, LearnedEmbeddings
 from bert_jax.models.layers import (
@@ -108,15 +108,8 @@ class GroupedQueryAttention(nn.Module):
         if groups > 1:  # key/value head j serves query heads j * groups ... (j + 1) * groups - 1
             k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)  # [B, L, H, D]
         q, k, v = (constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
-        context, probs = attend(
-            q,
-            k,
-            v,
-            mask,
-            config=cfg,
-            runtime=rt,
-            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
-            output_attentions=output_attentions,
+        context, probs = layer_attend(
+            self, q, k, v, mask, deterministic=deterministic, output_attentions=output_attentions
         )
         out = dense(
             cfg, rt, cfg.hidden_size, ("heads", "kv"), ("embed",), "o_proj",
@@ -125,15 +118,11 @@ class GroupedQueryAttention(nn.Module):
         return out, probs
 
 
-class PreNormLayer(nn.Module):
-    """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(.)), each sub-layer's output
-    dropped out (`hidden_dropout_prob`); with `post_norm`, norm(x + attn(x)), then
-    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`). `mlp_names`:
-    the feed-forward projections' names (None: `mlp.MLP_NAMES` of the kind).
-
-    `__call__(x [B, L, E], mask, angles) -> (x', (x' or None, probs or None))`, the (carry,
-    output) shape `nn.scan` wants; the run mode and the kinds live in attributes.
-    """
+class PreNormKinds(nn.Module):
+    """What a pre-norm layer and its stack are made of, the attributes both take: the config
+    and runtime, the norms' kind (`norms.NORMS`), the feed-forward layers' kind
+    (`mlp.MLP_KINDS`) and projections' names (None: the kind's, `mlp.MLP_NAMES`), and
+    `post_norm` (each sub-layer normed after its residual sum)."""
 
     config: EncoderConfig
     runtime: RuntimeConfig = RuntimeConfig()
@@ -141,6 +130,18 @@ class PreNormLayer(nn.Module):
     mlp: str = "gated"
     post_norm: bool = False
     mlp_names: tuple[str, ...] | None = None
+
+
+class PreNormLayer(PreNormKinds):
+    """One pre-norm layer: x + attn(norm(x)), then + mlp(norm(.)), each sub-layer's output
+    dropped out (`hidden_dropout_prob`); with `post_norm`, norm(x + attn(x)), then
+    norm(. + mlp(.)) (the norms `post_attention_layernorm`, `post_mlp_layernorm`). The kinds:
+    `PreNormKinds`.
+
+    `__call__(x [B, L, E], mask, angles) -> (x', (x' or None, probs or None))`, the (carry,
+    output) shape `nn.scan` wants; the run mode and the kinds live in attributes.
+    """
+
     deterministic: bool = True
     output_hidden_states: bool = False
     output_attentions: bool = False
@@ -149,30 +150,21 @@ class PreNormLayer(nn.Module):
     def __call__(self, x, mask, angles):
         cfg, rt, det = self.config, self.runtime, self.deterministic
         drop = Dropout(cfg.hidden_dropout_prob)
-        if self.post_norm:
-            return self._post_norm(x, mask, angles, drop)
-        h = make_norm(self.norm, rt, cfg.norm_eps, "input_layernorm")(x)
+
+        def norm(name):
+            return make_norm(self.norm, rt, cfg.norm_eps, name)
+
+        pre = not self.post_norm
+        h = norm("input_layernorm")(x) if pre else x
         a, probs = GroupedQueryAttention(cfg, rt, name="self_attn")(
             h, mask, angles, deterministic=det, output_attentions=self.output_attentions
         )
         x = x + drop(a, deterministic=det)
-        h = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(x)
+        h = norm("post_attention_layernorm")(x)  # post-norm: the residual stream itself
+        x = x if pre else h
         x = x + drop(self._feed_forward()(h, deterministic=det), deterministic=det)
-        y = constrain(x, "act_batch", "act_len", "act_embed")
-        return y, (y if self.output_hidden_states else None, probs)
-
-    def _post_norm(self, x, mask, angles, drop):
-        """The post-norm order of the same sub-layers (called inside `__call__`'s scope)."""
-        cfg, rt, det = self.config, self.runtime, self.deterministic
-        a, probs = GroupedQueryAttention(cfg, rt, name="self_attn")(
-            x, mask, angles, deterministic=det, output_attentions=self.output_attentions
-        )
-        x = make_norm(self.norm, rt, cfg.norm_eps, "post_attention_layernorm")(
-            x + drop(a, deterministic=det)
-        )
-        x = make_norm(self.norm, rt, cfg.norm_eps, "post_mlp_layernorm")(
-            x + drop(self._feed_forward()(x, deterministic=det), deterministic=det)
-        )
+        if not pre:
+            x = norm("post_mlp_layernorm")(x)
         y = constrain(x, "act_batch", "act_len", "act_embed")
         return y, (y if self.output_hidden_states else None, probs)
 
@@ -187,15 +179,11 @@ class PreNormLayer(nn.Module):
         )  # fmt: skip
 
 
-class PreNormEncoder(nn.Module):
+class PreNormEncoder(PreNormKinds):
     """The pre-norm layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked
     weights (`layers.run_layers`), rotary angles computed once for all of them.
 
-    Attributes:
-      norm: the norms' kind (`norms.NORMS`).
-      mlp: the feed-forward layers' kind (`mlp.MLP_KINDS`).
-      post_norm: each sub-layer normed after its residual sum (`PreNormLayer`).
-      mlp_names: the feed-forward projections' names; None: the kind's (`mlp.MLP_NAMES`).
+    Attributes: `PreNormKinds`', which each layer takes, and
       layer_name / scanned_layer: the layers' names (`layers.run_layers`).
 
     `__call__(x [B, L, E], mask, positions [B, L] int) -> (y [B, L, E], states, probs)`: y the
@@ -204,12 +192,6 @@ class PreNormEncoder(nn.Module):
     with `output_attentions`, else None.
     """
 
-    config: EncoderConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    norm: str = "rms_norm"
-    mlp: str = "gated"
-    post_norm: bool = False
-    mlp_names: tuple[str, ...] | None = None
     layer_name: str = LAYER_NAME
     scanned_layer: str = SCANNED_LAYER
 
@@ -224,11 +206,9 @@ class PreNormEncoder(nn.Module):
         output_hidden_states: bool,
         output_attentions: bool,
     ):
+        kinds = ("norm", "mlp", "post_norm", "mlp_names")
         kwargs = dict(
-            norm=self.norm,
-            mlp=self.mlp,
-            post_norm=self.post_norm,
-            mlp_names=self.mlp_names,
+            **{name: getattr(self, name) for name in kinds},
             deterministic=deterministic,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,

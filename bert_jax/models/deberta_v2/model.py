@@ -34,7 +34,7 @@ import numpy as np
 
 from bert_jax.activations import ACTIVATIONS
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
+from bert_jax.models.attention import AttentionMask, layer_attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.deberta_v2.config import DebertaV2Config
 from bert_jax.models.encoder import EncoderModel
@@ -157,14 +157,13 @@ class DisentangledSelfAttention(nn.Module):
             pos_query = project(query_w) if "p2c" in types else None
             pos_key = project(key_w) if "c2p" in types else None
             score_bias = self._position_scores(q, k, relative_pos, pos_query, pos_key, scale)
-        return attend(
+        return layer_attend(
+            self,
             q,
             k,
             v,
             mask,
-            config=cfg,
-            runtime=rt,
-            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
+            deterministic=deterministic,
             output_attentions=output_attentions,
             bias=score_bias,
             scale=float(1.0 / scale),

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
+from bert_jax.models.attention import AttentionMask, layer_attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.layers import (
@@ -115,14 +115,13 @@ class ModernBertAttention(nn.Module):
         theta = cfg.global_rope_theta if self.is_global else cfg.local_rope_theta
         q, k = rotary(q, positions, theta), rotary(k, positions, theta)
         q, k, v = (constrain(t, "act_batch", "act_len", "act_heads", None) for t in (q, k, v))
-        context, probs = attend(
+        context, probs = layer_attend(
+            self,
             q,
             k,
             v,
             mask if self.is_global else mask.local(cfg.window),
-            config=cfg,
-            runtime=rt,
-            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
+            deterministic=deterministic,
             output_attentions=output_attentions,
         )
         out = dense(

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask, attend, attention_dropout_rng
+from bert_jax.models.attention import AttentionMask, layer_attend
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
 from bert_jax.models.family import Role
@@ -89,14 +89,13 @@ class MPNetSelfAttention(nn.Module):
     def __call__(self, x, mask: AttentionMask, position_bias, *, deterministic, output_attentions):
         cfg, rt = self.config, self.runtime
         q, k, v = qkv_heads(cfg, rt, x, ("q", "k", "v"))  # [B, L, H, D] each
-        context, probs = attend(
+        context, probs = layer_attend(
+            self,
             q,
             k,
             v,
             mask,
-            config=cfg,
-            runtime=rt,
-            dropout_rng=attention_dropout_rng(self, cfg, deterministic),
+            deterministic=deterministic,
             output_attentions=output_attentions,
             bias=position_bias,
         )
