@@ -162,6 +162,57 @@ def encoder_names(
     )
 
 
+# The layers' submodule and the kernel of their attention output projection [H, D, E]: BERT's
+# original layout ("encoder/layer_0/attention/output/dense") and transformers 5's
+# ("layers_0/self_attn/o_proj").
+BERT_LAYERS = ("encoder", "attention/output/dense/kernel")
+HF5_LAYERS = ("layers", "self_attn/o_proj/kernel")
+
+
+def post_ln_conversion(
+    encoder: str,
+    mlm_head: str,
+    layers: tuple[str, str],
+    *,
+    bias_on_decoder: bool = False,
+    more_tables: tuple[tuple[str, str, int], ...] = (),
+    **fields: Any,
+) -> FamilyConversion:
+    """The `FamilyConversion` of a BERT-like (post-LayerNorm) encoder: embeddings and layers
+    read from a checkpoint, a pooler new in a head, and an MLM head whose decoder is tied to the
+    word embeddings.
+
+    Args:
+      encoder: the heads' encoder submodule ("bert"): the HF prefix "bert.".
+      mlm_head: the MLM head's HF name ("cls.predictions", "lm_head"): its decoder
+        `<mlm_head>.decoder.weight` is the tied one; its output bias is `<mlm_head>.bias`, which
+        transformers also stores as `<mlm_head>.decoder.bias` (read as one tensor).
+      layers: (the layers' submodule, the flax key suffix of their attention output kernel):
+        `BERT_LAYERS`, `HF5_LAYERS` or the family's own.
+      bias_on_decoder: the output bias is `<mlm_head>.decoder.bias` alone (GTE's).
+      more_tables: as `sized_by_config`'s.
+      fields: the family's other `FamilyConversion` fields (TF names, `hf_legacy`).
+
+    Returns:
+      The family's `FamilyConversion`.
+    """
+    layers_root, attention_output = layers
+    bias = f"{mlm_head}.decoder.bias" if bias_on_decoder else f"{mlm_head}.bias"
+    return FamilyConversion(
+        **encoder_names(
+            encoder,
+            ("embeddings", layers_root),
+            heads_roots=("pooler",),
+            mlm_biases=(bias.replace(".", "/"),),
+            more_tables=more_tables,
+        ),
+        tied_decoder=f"{mlm_head}.decoder.weight",
+        hf_aliases=() if bias_on_decoder else ((bias, f"{mlm_head}.decoder.bias"),),
+        two_input_kernels=(attention_output,),
+        **fields,
+    )
+
+
 # The heads' parameters saved by google-research/bert's scripts under other names.
 TF_RENAMES = (
     (r"^cls/predictions/bias$", "cls/predictions/output_bias"),

@@ -7,18 +7,12 @@ row (`families.FAMILIES["bert"].conversion`).
 
 from __future__ import annotations
 
-from bert_jax.models.conversion import TF_NAMES, FamilyConversion, encoder_names
+from bert_jax.models.conversion import BERT_LAYERS, TF_NAMES, post_ln_conversion
 
-CONVERSION = FamilyConversion(
-    **encoder_names(
-        "bert",
-        ("embeddings", "encoder"),
-        heads_roots=("pooler",),
-        mlm_biases=("cls/predictions/bias",),
-    ),
-    tied_decoder="cls.predictions.decoder.weight",
-    hf_aliases=(("cls.predictions.bias", "cls.predictions.decoder.bias"),),
-    two_input_kernels=("attention/output/dense/kernel",),
+CONVERSION = post_ln_conversion(
+    "bert",
+    "cls.predictions",
+    BERT_LAYERS,
     tf_config_file="bert_config.json",
     **TF_NAMES,
     tf_num_labels_key="output_weights",

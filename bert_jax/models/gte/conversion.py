@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from bert_jax.models.conversion import FamilyConversion, encoder_names
+from bert_jax.models.conversion import HF5_LAYERS, post_ln_conversion
 
 # The original names (regex on a whole key) -> transformers 5's, in order.
 LEGACY_RENAMES = (
@@ -57,14 +57,6 @@ def read_legacy(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-CONVERSION = FamilyConversion(
-    **encoder_names(
-        "gte",
-        ("embeddings", "layers"),
-        heads_roots=("pooler",),
-        mlm_biases=("lm_head/decoder/bias",),
-    ),
-    tied_decoder="lm_head.decoder.weight",
-    two_input_kernels=("self_attn/o_proj/kernel",),
-    hf_legacy=read_legacy,
+CONVERSION = post_ln_conversion(
+    "gte", "lm_head", HF5_LAYERS, bias_on_decoder=True, hf_legacy=read_legacy
 )

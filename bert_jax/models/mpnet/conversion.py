@@ -6,18 +6,11 @@
 
 from __future__ import annotations
 
-from bert_jax.models.conversion import FamilyConversion, encoder_names
+from bert_jax.models.conversion import post_ln_conversion
 
-CONVERSION = FamilyConversion(
-    **encoder_names(
-        "mpnet",
-        ("embeddings", "encoder"),
-        heads_roots=("pooler",),
-        mlm_biases=("lm_head/bias",),
-        more_tables=(("relative_attention_bias", "relative_attention_num_buckets", 0),),
-    ),
-    tied_decoder="lm_head.decoder.weight",
-    # The MLM bias is `lm_head.bias`, and transformers ties `lm_head.decoder.bias` to it.
-    hf_aliases=(("lm_head.bias", "lm_head.decoder.bias"),),
-    two_input_kernels=("attention/attn/o/kernel",),
+CONVERSION = post_ln_conversion(
+    "mpnet",
+    "lm_head",
+    ("encoder", "attention/attn/o/kernel"),
+    more_tables=(("relative_attention_bias", "relative_attention_num_buckets", 0),),
 )

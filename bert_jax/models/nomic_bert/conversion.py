@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from bert_jax.models.conversion import FamilyConversion, encoder_names
+from bert_jax.models.conversion import HF5_LAYERS, post_ln_conversion
 
 # The original names (regex on a whole key) -> transformers 5's, in order.
 LEGACY_RENAMES = (
@@ -49,15 +49,4 @@ def read_legacy(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-CONVERSION = FamilyConversion(
-    **encoder_names(
-        "nomic_bert",
-        ("embeddings", "layers"),
-        heads_roots=("pooler",),
-        mlm_biases=("cls/predictions/bias",),
-    ),
-    tied_decoder="cls.predictions.decoder.weight",
-    hf_aliases=(("cls.predictions.bias", "cls.predictions.decoder.bias"),),
-    two_input_kernels=("self_attn/o_proj/kernel",),
-    hf_legacy=read_legacy,
-)
+CONVERSION = post_ln_conversion("nomic_bert", "cls.predictions", HF5_LAYERS, hf_legacy=read_legacy)

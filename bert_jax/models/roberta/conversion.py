@@ -7,17 +7,6 @@ checkpoints. Read by `bert_jax.checkpoints` through the rows (`families.FAMILIES
 
 from __future__ import annotations
 
-from bert_jax.models.conversion import FamilyConversion, encoder_names
+from bert_jax.models.conversion import BERT_LAYERS, post_ln_conversion
 
-CONVERSION = FamilyConversion(
-    **encoder_names(
-        "roberta",
-        ("embeddings", "encoder"),
-        heads_roots=("pooler",),
-        mlm_biases=("lm_head/bias",),
-    ),
-    tied_decoder="lm_head.decoder.weight",
-    # The MLM bias is `lm_head.bias`, and transformers ties `lm_head.decoder.bias` to it.
-    hf_aliases=(("lm_head.bias", "lm_head.decoder.bias"),),
-    two_input_kernels=("attention/output/dense/kernel",),
-)
+CONVERSION = post_ln_conversion("roberta", "lm_head", BERT_LAYERS)

@@ -91,14 +91,7 @@ class TextFiles:
         return _listing_id("files", (self.split_sentences,), self.paths())
 
     def expand(self, pipeline):
-        paths = [p for p, _ in self.paths()]
-        return _read_each(
-            pipeline,
-            ("Files", "Read"),
-            paths,
-            _read_text_file,
-            split_sentences=self.split_sentences,
-        )
+        return _read_listed(pipeline, self, ("Files", "Read"), _read_text_file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,14 +119,8 @@ class TableFiles:
         return _listing_id("tables", (self.text_column, self.split_sentences), self.paths())
 
     def expand(self, pipeline):
-        paths = [p for p, _ in self.paths()]
-        return _read_each(
-            pipeline,
-            ("Tables", "ReadRows"),
-            paths,
-            _read_table_file,
-            self.text_column,
-            split_sentences=self.split_sentences,
+        return _read_listed(
+            pipeline, self, ("Tables", "ReadRows"), _read_table_file, self.text_column
         )
 
 
@@ -198,6 +185,15 @@ def _read_each(pipeline, labels: tuple[str, str], paths: list[str], read_fn, *ar
         pipeline
         | create >> beam.Create(paths, reshuffle=True)
         | read >> beam.FlatMap(read_fn, *args, **kwargs)
+    )
+
+
+def _read_listed(pipeline, source, labels: tuple[str, str], read_fn, *args):
+    """`_read_each` over the files a `TextFiles` or `TableFiles` source lists (its `paths()`):
+    the documents `read_fn(path, *args, split_sentences=source.split_sentences)` gives of each."""
+    paths = [p for p, _ in source.paths()]
+    return _read_each(
+        pipeline, labels, paths, read_fn, *args, split_sentences=source.split_sentences
     )
 
 
