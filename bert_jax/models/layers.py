@@ -17,7 +17,7 @@ Activations use act_batch, act_len, act_embed, act_heads, act_mlp.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -415,13 +415,19 @@ class Intermediate(nn.Module):
 
 
 class PostLNLayer(nn.Module):
-    """One post-LayerNorm transformer layer.
+    """One post-LayerNorm transformer layer: `attention`, then `intermediate`/`output`.
 
     The run mode lives in attributes rather than call arguments so that `nn.scan` and
-    `nn.remat` see only arrays. `__call__(x [B, L, E], mask) -> (x', (x' or None, probs or None))`,
-    the (carry, output) shape `nn.scan` wants.
+    `nn.remat` see only arrays. `__call__(x [B, L, E], mask, *extra) -> (x', (x' or None,
+    probs or None))`, the (carry, output) shape `nn.scan` wants; `extra` goes to the attention
+    after the mask (a family's position scores: MPNet's bias, DeBERTa's relative table).
+
+    A family whose layers differ in their attention only subclasses this with its
+    `attention_cls`, a module `(cfg, rt)` called `(x, mask, *extra, deterministic=,
+    output_attentions=) -> (a [B, L, E], probs)`.
     """
 
+    attention_cls: ClassVar[type[nn.Module]] = Attention  # BERT's
     config: EncoderConfig
     runtime: RuntimeConfig = RuntimeConfig()
     deterministic: bool = True
@@ -429,10 +435,10 @@ class PostLNLayer(nn.Module):
     output_attentions: bool = False
 
     @nn.compact
-    def __call__(self, x, mask):
+    def __call__(self, x, mask, *extra):
         cfg, rt, det = self.config, self.runtime, self.deterministic
-        a, probs = Attention(cfg, rt, name="attention")(
-            x, mask, deterministic=det, output_attentions=self.output_attentions
+        a, probs = self.attention_cls(cfg, rt, name="attention")(
+            x, mask, *extra, deterministic=det, output_attentions=self.output_attentions
         )
         h = Intermediate(cfg, rt, name="intermediate")(a)
         y = ResidualOutput(cfg, rt, name="output")(h, a, deterministic=det)

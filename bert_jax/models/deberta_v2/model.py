@@ -43,7 +43,7 @@ from bert_jax.models.layers import (
     DenseWeights,
     Dropout,
     Embed,
-    Intermediate,
+    PostLNLayer,
     ResidualOutput,
     constrain,
     dense,
@@ -218,35 +218,11 @@ class DebertaV2Attention(nn.Module):
         return out, probs
 
 
-class DebertaV2Layer(nn.Module):
-    """One post-LayerNorm layer: attention, then intermediate/output (BERT's).
+class DebertaV2Layer(PostLNLayer):
+    """One post-LayerNorm layer (BERT's, `PostLNLayer`) whose attention is disentangled:
+    `__call__(x [B, L, E], mask, rel_embeddings, relative_pos)`."""
 
-    The run mode lives in attributes so that `nn.scan` and `nn.remat` see only arrays.
-    `__call__(x [B, L, E], mask, rel_embeddings, relative_pos) -> (x', (x' or None, probs or
-    None))`, the (carry, output) shape `nn.scan` wants.
-    """
-
-    config: DebertaV2Config
-    runtime: RuntimeConfig = RuntimeConfig()
-    deterministic: bool = True
-    output_hidden_states: bool = False
-    output_attentions: bool = False
-
-    @nn.compact
-    def __call__(self, x, mask, rel_embeddings, relative_pos):
-        cfg, rt, det = self.config, self.runtime, self.deterministic
-        a, probs = DebertaV2Attention(cfg, rt, name="attention")(
-            x,
-            mask,
-            rel_embeddings,
-            relative_pos,
-            deterministic=det,
-            output_attentions=self.output_attentions,
-        )
-        h = Intermediate(cfg, rt, name="intermediate")(a)
-        y = ResidualOutput(cfg, rt, name="output")(h, a, deterministic=det)
-        y = constrain(y, "act_batch", "act_len", "act_embed")
-        return y, (y if self.output_hidden_states else None, probs)
+    attention_cls: ClassVar[type[nn.Module]] = DebertaV2Attention
 
 
 class DebertaV2Encoder(nn.Module):

@@ -34,10 +34,8 @@ from bert_jax.models.family import Role
 from bert_jax.models.layers import (
     Dropout,
     Embed,
-    Intermediate,
     Pooler,
-    ResidualOutput,
-    constrain,
+    PostLNLayer,
     dense,
     layer_norm,
     qkv_heads,
@@ -120,30 +118,11 @@ class MPNetAttention(nn.Module):
         return layer_norm(rt, cfg.layer_norm_eps)(out + x), probs
 
 
-class MPNetLayer(nn.Module):
-    """One post-LayerNorm layer: attention, then intermediate/output (BERT's).
+class MPNetLayer(PostLNLayer):
+    """One post-LayerNorm layer (BERT's, `PostLNLayer`) whose attention reads the relative
+    position bias: `__call__(x [B, L, E], mask, position_bias)`."""
 
-    The run mode lives in attributes so that `nn.scan` and `nn.remat` see only arrays.
-    `__call__(x [B, L, E], mask, position_bias) -> (x', (x' or None, probs or None))`, the
-    (carry, output) shape `nn.scan` wants.
-    """
-
-    config: MPNetConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    deterministic: bool = True
-    output_hidden_states: bool = False
-    output_attentions: bool = False
-
-    @nn.compact
-    def __call__(self, x, mask, position_bias):
-        cfg, rt, det = self.config, self.runtime, self.deterministic
-        a, probs = MPNetAttention(cfg, rt, name="attention")(
-            x, mask, position_bias, deterministic=det, output_attentions=self.output_attentions
-        )
-        h = Intermediate(cfg, rt, name="intermediate")(a)
-        y = ResidualOutput(cfg, rt, name="output")(h, a, deterministic=det)
-        y = constrain(y, "act_batch", "act_len", "act_embed")
-        return y, (y if self.output_hidden_states else None, probs)
+    attention_cls: ClassVar[type[nn.Module]] = MPNetAttention
 
 
 class MPNetEncoder(nn.Module):
