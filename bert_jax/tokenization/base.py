@@ -7,7 +7,8 @@ special tokens by role: `cls_id` starts a row, `sep_id` ends a segment, `pad_id`
     BERT (WordPiece)               [CLS] A [SEP]    [CLS] A [SEP] B [SEP]       types 0.. 1..
     RoBERTa, XLM-R (BPE, Unigram)  <s> A </s>       <s> A </s></s> B </s>       types all 0
 
-The subclasses (`wordpiece`, `bpe`, `unigram`) say how their files are read and written.
+The subclasses (`wordpiece`, `bpe`, `unigram`) say how their files are read and written;
+`DecoderBPETokenizer` is what the decoder families' BPE vocabularies (`llama3`, `gemma`) share.
 """
 
 from __future__ import annotations
@@ -15,20 +16,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
+from typing import Any
 
 import numpy as np
 from absl import logging
 from etils import epath
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import AddedToken, Tokenizer, normalizers, processors
 
 from bert_jax.paths import write_text_whole
+
+# fairseq's dictionary's special tokens (bos, pad, eos, unk, mask), RoBERTa's and XLM-R's (MPNet's
+# but for its unknown token): the first four lead the vocabulary in this order, <mask> comes last.
+FAIRSEQ_SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+BOS, PAD, EOS, UNK, MASK = FAIRSEQ_SPECIAL_TOKENS
 
 # A tokenizer_config.json's mask token that takes the space before it (RoBERTa's and XLM-R's
 # `<mask>`), in transformers' serialized form.
 MASK_TOKEN_CONFIG = {
     "__type": "AddedToken",
-    "content": "<mask>",
+    "content": MASK,
     "lstrip": True,
     "rstrip": False,
     "normalized": False,
@@ -37,18 +44,76 @@ MASK_TOKEN_CONFIG = {
 }
 
 
+def add_special_tokens(
+    tokenizer: Tokenizer, tokens: Sequence[str], lstrip: Container[str] = ()
+) -> None:
+    """Registers `tokens` on `tokenizer`, in this order, as special tokens matched whole in the
+    raw text (not normalized); those in `lstrip` take the space before them (a mask token)."""
+    tokenizer.add_special_tokens(
+        [AddedToken(t, lstrip=t in lstrip, special=True, normalized=False) for t in tokens]
+    )
+
+
 def add_roberta_special_tokens(
-    tokenizer: Tokenizer, leading: Sequence[str], mask: str = "<mask>"
+    tokenizer: Tokenizer, leading: Sequence[str], mask: str = MASK
 ) -> dict[str, int]:
     """Registers fairseq's special tokens on `tokenizer` as RoBERTa's and MPNet's tokenizers do:
     those of `leading` the vocabulary holds, and `mask` taking the space before it. Returns the
     vocabulary with them (token -> id)."""
     vocab = tokenizer.get_vocab(with_added_tokens=True)
-    present = [AddedToken(t, special=True, normalized=False) for t in leading if t in vocab]
-    tokenizer.add_special_tokens(
-        present + [AddedToken(mask, lstrip=True, special=True, normalized=False)]
-    )
+    add_special_tokens(tokenizer, [*(t for t in leading if t in vocab), mask], lstrip={mask})
     return tokenizer.get_vocab(with_added_tokens=True)
+
+
+def roberta_processing(
+    vocab: dict[str, int], add_prefix_space: bool = False, bos: str = BOS, eos: str = EOS
+) -> processors.RobertaProcessing:
+    """RoBERTa's rows (`<s> A </s>`, `<s> A </s></s> B </s>`) as `RobertaProcessing`, given the
+    vocabulary (token -> id) holding `bos` and `eos`; offsets trimmed, `add_prefix_space` as the
+    byte-level step's."""
+    return processors.RobertaProcessing(
+        (eos, vocab[eos]), (bos, vocab[bos]), trim_offsets=True, add_prefix_space=add_prefix_space
+    )
+
+
+def rows_template(
+    cls: tuple[str, int],
+    sep: tuple[str, int],
+    separators_between_pairs: int = 1,
+    pair_token_types: bool = True,
+) -> processors.TemplateProcessing:
+    """The `TemplateProcessing` that lays rows out as `SubwordTokenizer.build_inputs` does.
+
+    Args:
+      cls, sep: (token, id) of the token that starts a row and of the one that ends a segment.
+      separators_between_pairs: `sep` tokens between a pair's segments (1 BERT's, 2 RoBERTa's).
+      pair_token_types: whether the second segment has token type 1 (else 0).
+
+    Returns:
+      The template: `cls A sep` and, for a pair, `cls A sep B sep` (with two separators,
+      `cls A sep sep B sep`).
+    """
+    (cls_token, _), (sep_token, _) = cls, sep
+    second = int(pair_token_types)
+    separators = " ".join([f"{sep_token}:0"] * separators_between_pairs)
+    return processors.TemplateProcessing(
+        single=f"{cls_token}:0 $A:0 {sep_token}:0",
+        pair=f"{cls_token}:0 $A:0 {separators} $B:{second} {sep_token}:{second}",
+        special_tokens=[cls, sep],
+    )
+
+
+# The roles of `SubwordTokenizer.special_tokens`, in its order.
+SPECIAL_TOKEN_ROLES = ("pad", "unk", "cls", "sep", "mask")
+
+
+def special_token_role(role: str) -> property:
+    """A read-only property giving the special token of `role` (one of `SPECIAL_TOKEN_ROLES`)
+    from its owner's `special_tokens` (pad, unk, cls, sep, mask)."""
+    index = SPECIAL_TOKEN_ROLES.index(role)
+    return property(
+        lambda self: self.special_tokens[index], doc=f"The {role} token (`special_tokens`)."
+    )
 
 
 class MissingSpecialTokenError(ValueError):
@@ -87,6 +152,12 @@ class SubwordTokenizer:
     separators_between_pairs = 1
     pair_token_types = True
     lowercase: bool | None = None
+    # What starts a token that begins a word ("Ġ", "▁"; `continuation_mask`), or "" where the
+    # kind marks continuations instead (WordPiece's "##").
+    word_start = ""
+    # Whether the mask token takes the space before it (RoBERTa's `<mask>`): tokenizer_config.json
+    # then writes it as an AddedToken (`MASK_TOKEN_CONFIG`).
+    mask_lstrip = False
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         """Wraps `tokenizer`, checking that it has every special token and contiguous ids.
@@ -113,6 +184,7 @@ class SubwordTokenizer:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             vocab[t] for t in self.special_tokens
         )
+        self._words: Tokenizer | None = None
 
     def check_model_vocab_size(self, vocab_size: int) -> None:
         """Raises ValueError unless a model of `vocab_size` token ids reads this vocabulary."""
@@ -174,6 +246,16 @@ class SubwordTokenizer:
         """The tokenizer that `encode_words` runs (this one, where words need nothing more)."""
         return self.tokenizer
 
+    def _copy_for_words(self, **components: Any) -> Tokenizer:
+        """A copy of the tokenizer with `components` (`normalizer=...`, `pre_tokenizer=...`) set
+        in it, made on the first call and kept: the `_word_tokenizer` of a kind whose words,
+        given alone (NER's), need a space put before them to tokenize as in running text."""
+        if self._words is None:
+            self._words = Tokenizer.from_str(self.tokenizer.to_str())
+            for name, component in components.items():
+                setattr(self._words, name, component)
+        return self._words
+
     def decode(self, ids: Sequence[int]) -> str:
         """The text of token ids, special tokens left out."""
         return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
@@ -199,6 +281,18 @@ class SubwordTokenizer:
         return self.special_tokens[4]
 
     # ---- rows ----
+    @classmethod
+    def template_processing(cls, tokenizer: Tokenizer) -> processors.TemplateProcessing:
+        """The `TemplateProcessing` that lays rows out as `build_inputs` does, given the
+        `tokenizers.Tokenizer` (holding the class's cls and sep tokens) whose ids it writes."""
+        _, _, cls_token, sep_token, _ = cls.special_tokens
+        return rows_template(
+            (cls_token, tokenizer.token_to_id(cls_token)),
+            (sep_token, tokenizer.token_to_id(sep_token)),
+            cls.separators_between_pairs,
+            cls.pair_token_types,
+        )
+
     def num_special_tokens(self, pair: bool = False) -> int:
         """Special tokens in a row of one segment (2) or a pair (3 for BERT, 4 for RoBERTa)."""
         return 2 + (self.separators_between_pairs if pair else 0)
@@ -226,8 +320,15 @@ class SubwordTokenizer:
 
     def continuation_mask(self) -> np.ndarray:
         """bool [V]: True where the token continues a word (whole-word masking joins it to the
-        token before it); False for special tokens."""
-        raise NotImplementedError
+        token before it): here, where it does not start with `word_start` (a space, as the kind
+        writes it; byte tokens too); False for special tokens."""
+        if not self.word_start:
+            raise NotImplementedError
+        specials = set(self.special_tokens)
+        return np.array(
+            [not t.startswith(self.word_start) and t not in specials for t in self.vocab],
+            dtype=bool,
+        )
 
     # ---- identity and files ----
     def fingerprint(self) -> str:
@@ -255,7 +356,8 @@ class SubwordTokenizer:
     def tokenizer_config(self, model_max_length: int | None = None) -> dict:
         """tokenizer_config.json: the transformers class that reads `tokenizer.json`
         (`tokenizer_class`), the special tokens by role and, given one, `model_max_length` (the
-        most tokens a row may hold; transformers' `AutoTokenizer` truncates to it)."""
+        most tokens a row may hold; transformers' `AutoTokenizer` truncates to it); a mask token
+        that takes the space before it (`mask_lstrip`) as an AddedToken."""
         pad, unk, cls, sep, mask = self.special_tokens
         config = {
             "tokenizer_class": self.tokenizer_class,
@@ -264,7 +366,7 @@ class SubwordTokenizer:
             "sep_token": sep,
             "unk_token": unk,
             "pad_token": pad,
-            "mask_token": mask,
+            "mask_token": {**MASK_TOKEN_CONFIG, "content": mask} if self.mask_lstrip else mask,
         }
         if model_max_length is not None:
             config["model_max_length"] = int(model_max_length)
@@ -295,6 +397,34 @@ class SubwordTokenizer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.source!r}, vocab_size={self.vocab_size})"
+
+
+class DecoderBPETokenizer(SubwordTokenizer):
+    """A decoder family's BPE vocabulary (Llama-3's, Gemma's) in ModernBERT's rows: its begin-
+    and end-of-text tokens in the cls and sep roles, `cls A sep` and `cls A sep B sep`, token
+    types all 0. Its files are tokenizer.json as it is, read by transformers'
+    `PreTrainedTokenizerFast`; words given alone (NER's) get a space put before them."""
+
+    kind = "bpe"
+    tokenizer_class = "PreTrainedTokenizerFast"
+    separators_between_pairs = 1
+    pair_token_types = False
+
+    def _word_normalizer(self) -> normalizers.Normalizer:
+        """The normalizer of `_word_tokenizer`'s copy: a space put before the word."""
+        return normalizers.Prepend(" ")
+
+    def _word_tokenizer(self) -> Tokenizer:
+        """A copy that puts a space before each word given alone (NER's words), so that it
+        tokenizes as it would after a space in running text."""
+        return self._copy_for_words(normalizer=self._word_normalizer())
+
+    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
+        """`SubwordTokenizer.tokenizer_config` for `PreTrainedTokenizerFast`: the special tokens
+        by role, then the cls and sep tokens again as bos_token and eos_token."""
+        _, _, cls, sep, _ = self.special_tokens
+        config = super().tokenizer_config(model_max_length)
+        return {**config, "bos_token": cls, "eos_token": sep}
 
 
 def as_text(text) -> str:

@@ -21,19 +21,20 @@ import json
 import os
 from collections.abc import Iterable
 
-import numpy as np
 from etils import epath
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from tokenizers import trainers as tokenizer_trainers
 
 from bert_jax.tokenization.base import (
-    MASK_TOKEN_CONFIG,
+    FAIRSEQ_SPECIAL_TOKENS,
     SubwordTokenizer,
     add_roberta_special_tokens,
+    add_special_tokens,
     require_model,
+    roberta_processing,
 )
 
-BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
+BOS, PAD, EOS, UNK, MASK = FAIRSEQ_SPECIAL_TOKENS
 # RoBERTa's ids (fairseq's dictionary): <s> <pad> </s> <unk> first, <mask> after the learned tokens.
 LEADING_SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)
 # A leading space, as byte-level BPE writes it: tokens starting with it begin a word.
@@ -41,7 +42,9 @@ WORD_START = "\u0120"  # "Ġ"
 
 
 class ByteLevelBPETokenizer(SubwordTokenizer):
-    """A `tokenizers.Tokenizer` with a byte-level BPE model and RoBERTa's special tokens.
+    """A `tokenizers.Tokenizer` with a byte-level BPE model and RoBERTa's special tokens (`<mask>`
+    taking the space before it); tokens not starting with a space byte ("Ġ") continue a word, as
+    fairseq's whole-word masking joins them to the token before.
 
     Attributes (besides `base.SubwordTokenizer`'s):
       add_prefix_space: whether a space is put before the text (False for RoBERTa).
@@ -52,6 +55,8 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
     special_tokens = (PAD, UNK, BOS, EOS, MASK)
     separators_between_pairs = 2
     pair_token_types = False
+    word_start = WORD_START
+    mask_lstrip = True
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         """Wraps `tokenizer`, checking that it is byte-level BPE with RoBERTa's special tokens.
@@ -69,25 +74,15 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
             )
         super().__init__(tokenizer, source)
         self.add_prefix_space = bool(pre.get("add_prefix_space", False))
-        self._words: Tokenizer | None = None
 
     def _word_tokenizer(self) -> Tokenizer:
         """A copy that puts a space before each word (transformers' `add_prefix_space=True`, which
         RoBERTa needs for words given one by one): the words then tokenize as in running text."""
-        if self._words is None:
-            self._words = Tokenizer.from_str(self.tokenizer.to_str())
-            state = json.loads(self.tokenizer.pre_tokenizer.__getstate__())
-            self._words.pre_tokenizer = pre_tokenizers.ByteLevel(
+        state = json.loads(self.tokenizer.pre_tokenizer.__getstate__())
+        return self._copy_for_words(
+            pre_tokenizer=pre_tokenizers.ByteLevel(
                 add_prefix_space=True, use_regex=state.get("use_regex", True)
             )
-        return self._words
-
-    def continuation_mask(self) -> np.ndarray:
-        """bool [V]: True for tokens that do not start with a space byte ("Ġ"), which fairseq's
-        whole-word masking joins to the token before; False for special tokens."""
-        specials = set(self.special_tokens)
-        return np.array(
-            [not t.startswith(WORD_START) and t not in specials for t in self.vocab], dtype=bool
         )
 
     def _config_fields(self) -> dict:
@@ -98,10 +93,6 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
             "eos_token": EOS,
             "trim_offsets": True,
         }
-
-    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
-        """`SubwordTokenizer.tokenizer_config`, `<mask>` taking the space before it."""
-        return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
 
     def files(self, model_max_length: int | None = None) -> dict[str, str]:
         """`tokenizer.json`, a `tokenizer_config.json` naming `RobertaTokenizer` (so
@@ -124,12 +115,7 @@ def _roberta_pipeline(tokenizer: Tokenizer, add_prefix_space: bool = False) -> T
     tokenizer.decoder = decoders.ByteLevel()
     vocab = add_roberta_special_tokens(tokenizer, LEADING_SPECIAL_TOKENS, MASK)
     if BOS in vocab and EOS in vocab:
-        tokenizer.post_processor = processors.RobertaProcessing(
-            (EOS, vocab[EOS]),
-            (BOS, vocab[BOS]),
-            trim_offsets=True,
-            add_prefix_space=add_prefix_space,
-        )
+        tokenizer.post_processor = roberta_processing(vocab, add_prefix_space)
     return tokenizer
 
 
@@ -238,11 +224,6 @@ class ModernBertBPETokenizer(ByteLevelBPETokenizer):
             "model_input_names": ["input_ids", "attention_mask"],
         }
 
-    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
-        """`SubwordTokenizer.tokenizer_config`, [MASK] taking the space before it."""
-        config = SubwordTokenizer.tokenizer_config(self, model_max_length)
-        return {**config, "mask_token": {**MASK_TOKEN_CONFIG, "content": MB_MASK}}
-
     def files(self, model_max_length: int | None = None) -> dict[str, str]:
         """`tokenizer.json` and `tokenizer_config.json` (naming `PreTrainedTokenizerFast`), as
         ModernBERT's are released (no vocab.json or merges.txt)."""
@@ -282,17 +263,9 @@ def train_modernbert_bpe(
     )
     tokenizer.train_from_iterator(texts, trainer)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(
-        [AddedToken(t, lstrip=t == MB_MASK, special=True, normalized=False)
-         for t in MODERNBERT_SPECIAL_TOKENS]
-    )  # fmt: skip
+    add_special_tokens(tokenizer, MODERNBERT_SPECIAL_TOKENS, lstrip={MB_MASK})
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     tokenizer.add_tokens([AddedToken(f"[unused{i}]", normalized=False) for i in range(-size % 8)])
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{MB_CLS} $A {MB_SEP}",
-        pair=f"{MB_CLS} $A {MB_SEP} $B:1 {MB_SEP}:1",
-        special_tokens=[(MB_CLS, vocab[MB_CLS]), (MB_SEP, vocab[MB_SEP])],
-    )
+    tokenizer.post_processor = ModernBertBPETokenizer.template_processing(tokenizer)
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     return ModernBertBPETokenizer(tokenizer, source=f"<trained ModernBERT BPE, {size} tokens>")

@@ -26,20 +26,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-import numpy as np
 from absl import logging
-from tokenizers import (
-    AddedToken,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import SubwordTokenizer, require_model
+from bert_jax.tokenization.base import DecoderBPETokenizer, add_special_tokens, require_model
 
 PAD, EOS, BOS, UNK, MASK = "<pad>", "<eos>", "<bos>", "<unk>", "<mask>"
 # Gemma's first ids: <pad>=0, <eos>=1, <bos>=2, <unk>=3, <mask>=4.
@@ -53,17 +44,15 @@ def is_sentencepiece_bpe(tokenizer: Tokenizer) -> bool:
     return isinstance(tokenizer.model, models.BPE) and bool(tokenizer.model.byte_fallback)
 
 
-class SentencePieceBPETokenizer(SubwordTokenizer):
+class SentencePieceBPETokenizer(DecoderBPETokenizer):
     """A `tokenizers.Tokenizer` with a byte-fallback BPE model and Gemma's special tokens, in
-    ModernBERT's rows (mmBERT's tokenizer)."""
+    ModernBERT's rows (mmBERT's tokenizer): <bos> and <eos> as cls and sep, and as bos and eos in
+    tokenizer_config.json; tokens not starting with "▁" (a space) continue a word (byte tokens
+    too). Its files are tokenizer.json as it is (transformers 4's GemmaTokenizerFast would rebuild
+    the template from add_bos_token/add_eos_token, putting a <bos> before a pair's B)."""
 
-    kind = "bpe"
-    # tokenizer.json as it is (transformers 4's GemmaTokenizerFast would rebuild the template
-    # from add_bos_token/add_eos_token, putting a <bos> before a pair's B).
-    tokenizer_class = "PreTrainedTokenizerFast"
     special_tokens = (PAD, UNK, BOS, EOS, MASK)  # pad, unk, cls, sep, mask
-    separators_between_pairs = 1
-    pair_token_types = False
+    word_start = WORD_START
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         """Wraps `tokenizer`, checking that it is BPE with byte fallback and Gemma's special
@@ -83,7 +72,6 @@ class SentencePieceBPETokenizer(SubwordTokenizer):
                 " ".join(layout),
             )
             tokenizer.post_processor = template(tokenizer)
-        self._words: Tokenizer | None = None
 
     def _file_layout(self) -> list[str]:
         """The rows tokenizer.json's template makes of one text and of a pair, special tokens
@@ -106,38 +94,16 @@ class SentencePieceBPETokenizer(SubwordTokenizer):
 
         return [*spell(single), "|", *spell(pair)]
 
-    def _word_tokenizer(self) -> Tokenizer:
-        """A copy that puts a space before each word given alone (NER's words), so that it
-        tokenizes as it would after a space in running text."""
-        if self._words is None:
-            self._words = Tokenizer.from_str(self.tokenizer.to_str())
-            self._words.normalizer = normalizers.Sequence(
-                [normalizers.Prepend(" "), normalizers.Replace(" ", WORD_START)]
-            )
-        return self._words
-
-    def continuation_mask(self) -> np.ndarray:
-        """bool [V]: True for tokens that do not start with "▁" (a space), which whole-word
-        masking joins to the token before (byte tokens too); False for special tokens."""
-        specials = set(self.special_tokens)
-        return np.array(
-            [not t.startswith(WORD_START) and t not in specials for t in self.vocab], dtype=bool
+    def _word_normalizer(self) -> normalizers.Normalizer:
+        """A space put before the word, then every space made "▁" (Gemma's normalizer)."""
+        return normalizers.Sequence(
+            [normalizers.Prepend(" "), normalizers.Replace(" ", WORD_START)]
         )
-
-    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
-        """transformers' `PreTrainedTokenizerFast` over tokenizer.json: the special tokens by
-        role, <bos> and <eos> as bos/eos and as cls/sep."""
-        config = super().tokenizer_config(model_max_length)
-        return {**config, "bos_token": BOS, "eos_token": EOS}
 
 
 def template(tokenizer: Tokenizer) -> processors.TemplateProcessing:
     """ModernBERT's rows in Gemma's tokens: `<bos> $A <eos>`, `<bos> $A <eos> $B <eos>`."""
-    return processors.TemplateProcessing(
-        single=f"{BOS} $A {EOS}",
-        pair=f"{BOS} $A {EOS} $B:0 {EOS}:0",
-        special_tokens=[(t, tokenizer.token_to_id(t)) for t in (BOS, EOS)],
-    )
+    return SentencePieceBPETokenizer.template_processing(tokenizer)
 
 
 def sentencepiece_bpe_pipeline(tokenizer: Tokenizer) -> Tokenizer:
@@ -148,9 +114,7 @@ def sentencepiece_bpe_pipeline(tokenizer: Tokenizer) -> Tokenizer:
     tokenizer.decoder = decoders.Sequence(
         [decoders.Replace(WORD_START, " "), decoders.ByteFallback(), decoders.Fuse()]
     )
-    tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in LEADING_SPECIAL_TOKENS]
-    )
+    add_special_tokens(tokenizer, LEADING_SPECIAL_TOKENS)
     tokenizer.post_processor = template(tokenizer)
     return tokenizer
 

@@ -22,20 +22,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-import numpy as np
-from tokenizers import (
-    AddedToken,
-    Regex,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import SubwordTokenizer, require_model
+from bert_jax.tokenization import base
+from bert_jax.tokenization.base import DecoderBPETokenizer, add_special_tokens, require_model
 
 BOS, EOS, MASK = "<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"
 # Llama-3's pre-tokenizer pattern (its tokenizer.json's `Split`).
@@ -45,26 +36,17 @@ PATTERN = (
 )
 WORD_START = "\u0120"  # "Ġ", the byte of a leading space
 # The mask token as tokenizer_config.json writes it: it takes the space before it.
-MASK_TOKEN_CONFIG = {
-    "__type": "AddedToken",
-    "content": MASK,
-    "lstrip": True,
-    "rstrip": False,
-    "normalized": False,
-    "single_word": False,
-    "special": True,
-}
+MASK_TOKEN_CONFIG = {**base.MASK_TOKEN_CONFIG, "content": MASK}
 
 
-class Llama3BPETokenizer(SubwordTokenizer):
+class Llama3BPETokenizer(DecoderBPETokenizer):
     """A `tokenizers.Tokenizer` with a BPE model, byte-level pieces and Llama-3's special tokens
-    (EuroBERT's `<|mask|>` among them)."""
+    (EuroBERT's `<|mask|>` among them, taking the space before it); tokens not starting with a
+    space byte ("Ġ") continue a word."""
 
-    kind = "bpe"
-    tokenizer_class = "PreTrainedTokenizerFast"
     special_tokens = (EOS, EOS, BOS, EOS, MASK)  # pad, unk, cls, sep, mask
-    separators_between_pairs = 1
-    pair_token_types = False
+    word_start = WORD_START
+    mask_lstrip = True
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         """Wraps `tokenizer`, checking that it is BPE with a byte-level step and Llama-3's
@@ -74,30 +56,13 @@ class Llama3BPETokenizer(SubwordTokenizer):
         if pre is None or "ByteLevel" not in pre.__getstate__().decode():
             raise ValueError(f"{source}: the BPE model's pre-tokenizer has no ByteLevel step")
         super().__init__(tokenizer, source)
-        self._words: Tokenizer | None = None
-
-    def _word_tokenizer(self) -> Tokenizer:
-        """A copy that puts a space before each word given alone (NER's words), so that it
-        tokenizes as it would after a space in running text."""
-        if self._words is None:
-            self._words = Tokenizer.from_str(self.tokenizer.to_str())
-            self._words.normalizer = normalizers.Prepend(" ")
-        return self._words
-
-    def continuation_mask(self) -> np.ndarray:
-        """bool [V]: True for tokens that do not start with a space byte ("Ġ"), which whole-word
-        masking joins to the token before; False for special tokens."""
-        specials = set(self.special_tokens)
-        return np.array(
-            [not t.startswith(WORD_START) and t not in specials for t in self.vocab], dtype=bool
-        )
 
     def tokenizer_config(self, model_max_length: int | None = None) -> dict:
         """transformers' `PreTrainedTokenizerFast` over tokenizer.json: bos, eos, pad (the eos),
         the mask (taking the space before it); no unknown token."""
         config = super().tokenizer_config(model_max_length)
         del config["unk_token"]
-        return {**config, "bos_token": BOS, "eos_token": EOS, "mask_token": MASK_TOKEN_CONFIG}
+        return config
 
 
 def llama3_pipeline(tokenizer: Tokenizer) -> Tokenizer:
@@ -110,16 +75,8 @@ def llama3_pipeline(tokenizer: Tokenizer) -> Tokenizer:
         ]
     )
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in (BOS, EOS)]
-        + [AddedToken(MASK, lstrip=True, special=True, normalized=False)]
-    )
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A {EOS}",
-        pair=f"{BOS} $A {EOS} $B:0 {EOS}:0",
-        special_tokens=[(BOS, vocab[BOS]), (EOS, vocab[EOS])],
-    )
+    add_special_tokens(tokenizer, (BOS, EOS, MASK), lstrip={MASK})
+    tokenizer.post_processor = Llama3BPETokenizer.template_processing(tokenizer)
     return tokenizer
 
 

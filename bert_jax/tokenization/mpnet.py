@@ -23,30 +23,29 @@ from collections.abc import Iterable, Mapping
 
 from absl import logging
 from etils import epath
-from tokenizers import (
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
-from tokenizers import trainers as tokenizer_trainers
+from tokenizers import Tokenizer, decoders, pre_tokenizers
 
 from bert_jax.tokenization.base import (
-    MASK_TOKEN_CONFIG,
+    BOS,
+    EOS,
+    MASK,
+    PAD,
     add_roberta_special_tokens,
     read_tokenizer_json,
+    roberta_processing,
 )
 from bert_jax.tokenization.wordpiece import (
     CONTINUATION_PREFIX,
-    MAX_INPUT_CHARS_PER_WORD,
+    UNK,
     WordPieceTokenizer,
+    bert_normalizer,
+    learn_pieces,
     read_vocab_txt,
+    wordpiece_model,
 )
 
-BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "[UNK]", "<mask>"
-# The released ids of the first four (<s> <pad> </s> first, as fairseq's dictionary); <mask> last.
+# fairseq's special tokens (`base`) but for the unknown token, BERT's [UNK] (`wordpiece`). The
+# released ids of the first four (<s> <pad> </s> first, as fairseq's dictionary); <mask> last.
 LEADING_SPECIAL_TOKENS = (BOS, PAD, EOS, UNK)
 # What makes a WordPiece vocabulary MPNet's.
 MPNET_MARKERS = (BOS, EOS, PAD, MASK)
@@ -58,20 +57,18 @@ def is_mpnet_vocab(vocab: Mapping[str, int]) -> bool:
 
 
 class MPNetTokenizer(WordPieceTokenizer):
-    """A `tokenizers.Tokenizer` with a WordPiece model and MPNet's special tokens and rows."""
+    """A `tokenizers.Tokenizer` with a WordPiece model and MPNet's special tokens (`<mask>` taking
+    the space before it) and rows."""
 
     tokenizer_class = "MPNetTokenizer"
     special_tokens = (PAD, UNK, BOS, EOS, MASK)
     separators_between_pairs = 2
     pair_token_types = False
+    mask_lstrip = True
 
     def _config_fields(self) -> dict:
         """`MPNetTokenizer`'s own fields: lower-casing, and <s> and </s> as bos/eos."""
         return {**super()._config_fields(), "bos_token": BOS, "eos_token": EOS}
-
-    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
-        """`SubwordTokenizer.tokenizer_config`, `<mask>` taking the space before it."""
-        return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
 
     def __repr__(self) -> str:
         return (
@@ -82,25 +79,12 @@ class MPNetTokenizer(WordPieceTokenizer):
 
 def _mpnet_pipeline(tokenizer: Tokenizer, lowercase: bool, strip_accents: bool | None):
     """Sets MPNet's normalizer, pre-tokenizer, decoder, special tokens and `RobertaProcessing`."""
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
-    )
+    tokenizer.normalizer = bert_normalizer(lowercase, strip_accents)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
     vocab = add_roberta_special_tokens(tokenizer, LEADING_SPECIAL_TOKENS, MASK)
-    tokenizer.post_processor = processors.RobertaProcessing(
-        (EOS, vocab[EOS]), (BOS, vocab[BOS]), trim_offsets=True, add_prefix_space=False
-    )
+    tokenizer.post_processor = roberta_processing(vocab)
     return tokenizer
-
-
-def _wordpiece_model(vocab: dict[str, int], max_input_chars_per_word: int | None = None):
-    return models.WordPiece(
-        vocab,
-        unk_token=UNK,
-        max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
-        continuing_subword_prefix=CONTINUATION_PREFIX,
-    )
 
 
 def load_mpnet(
@@ -121,18 +105,17 @@ def load_mpnet(
         tokenizer = read_tokenizer_json(file)
         if lowercase is not None or strip_accents is not None:
             current = MPNetTokenizer(tokenizer, path).lowercase if lowercase is None else None
-            tokenizer.normalizer = normalizers.BertNormalizer(
-                clean_text=True,
-                handle_chinese_chars=True,
-                strip_accents=strip_accents,
-                lowercase=bool(current if lowercase is None else lowercase),
+            tokenizer.normalizer = bert_normalizer(
+                bool(current if lowercase is None else lowercase), strip_accents
             )
     else:
         vocab = read_vocab_txt(path)
         if lowercase is None:
             lowercase = all(t == t.lower() for t in vocab if not t.startswith(("[", "<")))
             logging.info("%s: inferred lowercase=%s from the vocabulary", path, lowercase)
-        tokenizer = _mpnet_pipeline(Tokenizer(_wordpiece_model(vocab)), lowercase, strip_accents)
+        tokenizer = _mpnet_pipeline(
+            Tokenizer(wordpiece_model(vocab, unk_token=UNK)), lowercase, strip_accents
+        )
     if max_input_chars_per_word is not None:
         tokenizer.model.max_input_chars_per_word = max_input_chars_per_word
     return MPNetTokenizer(tokenizer, source=path)
@@ -152,19 +135,16 @@ def train_mpnet_wordpiece(
     specials = [*LEADING_SPECIAL_TOKENS, MASK]
     if vocab_size <= len(specials):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the special tokens")
-    tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = tokenizer_trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
+    rest = learn_pieces(
+        texts,
+        vocab_size,
+        specials,
+        lowercase=lowercase,
+        strip_accents=None,
         min_frequency=min_frequency,
-        special_tokens=specials,
         limit_alphabet=limit_alphabet,
-        continuing_subword_prefix=CONTINUATION_PREFIX,
         show_progress=False,
     )
-    tokenizer.train_from_iterator(texts, trainer)
-    rest = sorted(t for t in tokenizer.get_vocab(with_added_tokens=True) if t not in specials)
     vocab = {t: i for i, t in enumerate([*LEADING_SPECIAL_TOKENS, *rest, MASK])}
-    canonical = _mpnet_pipeline(Tokenizer(_wordpiece_model(vocab)), lowercase, None)
+    canonical = _mpnet_pipeline(Tokenizer(wordpiece_model(vocab, unk_token=UNK)), lowercase, None)
     return MPNetTokenizer(canonical, source=f"<trained MPNet WordPiece, {len(vocab)} tokens>")

@@ -36,23 +36,20 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 
-import numpy as np
 from etils import epath
-from tokenizers import (
-    AddedToken,
-    Regex,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import trainers as tokenizer_trainers
 
-from bert_jax.tokenization.base import MASK_TOKEN_CONFIG, SubwordTokenizer, require_model
+from bert_jax.tokenization.base import (
+    FAIRSEQ_SPECIAL_TOKENS,
+    SubwordTokenizer,
+    add_special_tokens,
+    require_model,
+    rows_template,
+    special_token_role,
+)
 
-BOS, PAD, EOS, UNK, MASK = "<s>", "<pad>", "</s>", "<unk>", "<mask>"
+BOS, PAD, EOS, UNK, MASK = FAIRSEQ_SPECIAL_TOKENS  # XLM-R's
 WORD_START = "\u2581"  # "▁"
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"  # XLM-R's (despite its name a Unigram model)
 DEBERTA_SPM_MODEL = "spm.model"  # DeBERTa-v2/v3's
@@ -90,21 +87,10 @@ class Layout:
     tokenizer_class: str
     uses_charsmap: bool
 
-    @property
-    def unk(self) -> str:
-        return self.special_tokens[1]
-
-    @property
-    def cls(self) -> str:
-        return self.special_tokens[2]
-
-    @property
-    def sep(self) -> str:
-        return self.special_tokens[3]
-
-    @property
-    def mask(self) -> str:
-        return self.special_tokens[4]
+    unk = special_token_role("unk")
+    cls = special_token_role("cls")
+    sep = special_token_role("sep")
+    mask = special_token_role("mask")
 
 
 def fairseq_vocab(pieces: Pieces) -> Pieces:
@@ -202,29 +188,17 @@ def unigram_tokenizer(
     tokenizer.pre_tokenizer = _words(layout, split_by_punct)
     tokenizer.decoder = decoders.Metaspace(replacement=WORD_START, prepend_scheme="always")
     specials = {*layout.spm_specials, *layout.special_tokens} - {layout.mask}
-    tokenizer.add_special_tokens(
-        [
-            AddedToken(t, special=True, normalized=False)
-            for t in sorted(specials, key=lambda t: ids.get(t, len(vocab)))  # by id
-        ]
-        + [AddedToken(layout.mask, lstrip=layout.mask_lstrip, special=True, normalized=False)]
-    )
+    by_id = sorted(specials, key=lambda t: ids.get(t, len(vocab)))
+    lstrip = {layout.mask} if layout.mask_lstrip else set()
+    add_special_tokens(tokenizer, [*by_id, layout.mask], lstrip)
     cls, sep = layout.cls, layout.sep
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=_template_text(layout, pair=False),
-        pair=_template_text(layout, pair=True),
-        special_tokens=[(cls, ids.get(cls, 0)), (sep, ids.get(sep, 0))],
+    tokenizer.post_processor = rows_template(
+        (cls, ids.get(cls, 0)),
+        (sep, ids.get(sep, 0)),
+        layout.separators_between_pairs,
+        layout.pair_token_types,
     )
     return tokenizer
-
-
-def _template_text(layout: Layout, pair: bool) -> str:
-    """`TemplateProcessing`'s spelling of a row: `cls:0 $A:0 sep:0`, and the pair."""
-    cls, sep, second = layout.cls, layout.sep, int(layout.pair_token_types)
-    if not pair:
-        return f"{cls}:0 $A:0 {sep}:0"
-    separators = " ".join([f"{sep}:0"] * layout.separators_between_pairs)
-    return f"{cls}:0 $A:0 {separators} $B:{second} {sep}:{second}"
 
 
 def xlm_roberta_tokenizer(vocab: Pieces, precompiled_charsmap: bytes | None = None) -> Tokenizer:
@@ -238,16 +212,27 @@ def xlm_roberta_tokenizer(vocab: Pieces, precompiled_charsmap: bytes | None = No
     return unigram_tokenizer(vocab, XLM_R, precompiled_charsmap)
 
 
+def _laid_out(tokenizer_class: type[SentencePieceTokenizer]) -> type[SentencePieceTokenizer]:
+    """Class decorator: sets the class's special tokens, rows, mask token and transformers class
+    from its `layout`; returns the class."""
+    layout = tokenizer_class.layout
+    tokenizer_class.tokenizer_class = layout.tokenizer_class
+    tokenizer_class.special_tokens = layout.special_tokens
+    tokenizer_class.separators_between_pairs = layout.separators_between_pairs
+    tokenizer_class.pair_token_types = layout.pair_token_types
+    tokenizer_class.mask_lstrip = layout.mask_lstrip
+    return tokenizer_class
+
+
+@_laid_out
 class SentencePieceTokenizer(SubwordTokenizer):
     """A `tokenizers.Tokenizer` with a Unigram model and a family's special tokens: XLM-R's
-    (`layout`; `DebertaV2Tokenizer` is DeBERTa's)."""
+    (`layout`; `DebertaV2Tokenizer` is DeBERTa's). Pieces that do not start a word (no leading
+    "▁") continue one."""
 
     kind = "unigram"
     layout: Layout = XLM_R
-    tokenizer_class = XLM_R.tokenizer_class
-    special_tokens = XLM_R.special_tokens
-    separators_between_pairs = XLM_R.separators_between_pairs
-    pair_token_types = XLM_R.pair_token_types
+    word_start = WORD_START
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         """Wraps `tokenizer`, checking that it is Unigram with the layout's special tokens.
@@ -259,33 +244,18 @@ class SentencePieceTokenizer(SubwordTokenizer):
         require_model(tokenizer, source, models.Unigram, f"SentencePiece ({self.layout.name})")
         super().__init__(tokenizer, source)
 
-    def continuation_mask(self) -> np.ndarray:
-        """bool [V]: True for pieces that do not start a word (no leading "▁"); False for
-        special tokens."""
-        specials = set(self.special_tokens)
-        return np.array(
-            [not t.startswith(WORD_START) and t not in specials for t in self.vocab], dtype=bool
-        )
-
     def _config_fields(self) -> dict:
         """`XLMRobertaTokenizer`'s own fields: <s> and </s> as bos/eos."""
         return {"bos_token": BOS, "eos_token": EOS}
 
-    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
-        """`SubwordTokenizer.tokenizer_config`, `<mask>` taking the space before it."""
-        return {**super().tokenizer_config(model_max_length), "mask_token": MASK_TOKEN_CONFIG}
 
-
+@_laid_out
 class DebertaV2Tokenizer(SentencePieceTokenizer):
     """DeBERTa-v2/v3's SentencePiece tokenizer (`DEBERTA_V3`): [PAD]=0, [CLS]=1, [SEP]=2,
     [UNK]=3, [MASK] last; rows `[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]`, B's token type 1;
     equal to transformers' `DebertaV2Tokenizer` (its fast tokenizer) for the same vocabulary."""
 
     layout = DEBERTA_V3
-    tokenizer_class = DEBERTA_V3.tokenizer_class
-    special_tokens = DEBERTA_V3.special_tokens
-    separators_between_pairs = DEBERTA_V3.separators_between_pairs
-    pair_token_types = DEBERTA_V3.pair_token_types
 
     def __init__(self, tokenizer: Tokenizer, source: str = "<tokenizer>"):
         super().__init__(tokenizer, source)
@@ -301,10 +271,6 @@ class DebertaV2Tokenizer(SentencePieceTokenizer):
             "do_lower_case": self.lowercase,
             "split_by_punct": self.split_by_punct,
         }
-
-    def tokenizer_config(self, model_max_length: int | None = None) -> dict:
-        """`SubwordTokenizer.tokenizer_config` ([MASK] as any special token)."""
-        return SubwordTokenizer.tokenizer_config(self, model_max_length)
 
 
 TOKENIZER_CLASSES: dict[str, type[SentencePieceTokenizer]] = {

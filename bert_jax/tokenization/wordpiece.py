@@ -28,20 +28,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from absl import logging
 from etils import epath
-from tokenizers import (
-    Regex,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import trainers as tokenizer_trainers
 
 from bert_jax.tokenization.base import (
@@ -130,6 +122,39 @@ class WordPieceTokenizer(SubwordTokenizer):
         )
 
 
+def bert_normalizer(
+    lowercase: bool | None, strip_accents: bool | None
+) -> normalizers.BertNormalizer:
+    """BERT's normalizer: control characters dropped, whitespace made spaces, spaces put around
+    CJK ideographs, the text lower-cased if `lowercase` and its accents stripped if
+    `strip_accents` (None: as `lowercase`)."""
+    return normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=True,
+        strip_accents=strip_accents,
+        lowercase=lowercase,
+    )
+
+
+def wordpiece_model(
+    vocab: dict[str, int],
+    max_input_chars_per_word: int | None = None,
+    unk_token: str = UNK,
+    prefix: str = CONTINUATION_PREFIX,
+) -> models.WordPiece:
+    """BERT's greedy longest-match-first WordPiece over `vocab` (token -> id): words it cannot
+    spell, or longer than `max_input_chars_per_word` (None: `MAX_INPUT_CHARS_PER_WORD`), become
+    `unk_token`; `prefix` starts the pieces that continue a word. Returns the model."""
+    if max_input_chars_per_word is None:
+        max_input_chars_per_word = MAX_INPUT_CHARS_PER_WORD
+    return models.WordPiece(
+        vocab,
+        unk_token=unk_token,
+        max_input_chars_per_word=max_input_chars_per_word,
+        continuing_subword_prefix=prefix,
+    )
+
+
 def _state(component) -> object:
     return json.loads(component.__getstate__()) if component is not None else None
 
@@ -179,12 +204,7 @@ def _bert_pipeline(
             ]
         )
     elif lowercase is not None:
-        tokenizer.normalizer = normalizers.BertNormalizer(
-            clean_text=True,
-            handle_chinese_chars=True,
-            strip_accents=strip_accents,
-            lowercase=lowercase,
-        )
+        tokenizer.normalizer = bert_normalizer(lowercase, strip_accents)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     if match_original:
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -199,11 +219,7 @@ def _bert_pipeline(
     if not match_original:  # Added tokens are matched in the raw text; the original splits them.
         tokenizer.add_special_tokens(present)
     if CLS in vocab and SEP in vocab:
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single=f"{CLS} $A {SEP}",
-            pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
-            special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])],
-        )
+        tokenizer.post_processor = WordPieceTokenizer.template_processing(tokenizer)
     return tokenizer
 
 
@@ -280,11 +296,7 @@ def _from_tokenizer_json(
     """The WordPiece `Tokenizer` of a tokenizer.json, with `load_tokenizer`'s overrides."""
     path = os.fspath(file)
     tokenizer = read_tokenizer_json(file)
-    if not isinstance(tokenizer.model, models.WordPiece):
-        raise ValueError(
-            f"{path}: the tokenizer model is {type(tokenizer.model).__name__}, but BERT "
-            "needs a WordPiece model"
-        )
+    require_model(tokenizer, path, models.WordPiece, "BERT")
     overrides = lowercase is not None or strip_accents is not None
     if (match_original or overrides) and (match_original or _matches_original(tokenizer)):
         # Rebuilt from its vocabulary, so that the special tokens are no added tokens.
@@ -293,23 +305,18 @@ def _from_tokenizer_json(
             strip_accents = current.get("strip_accents")
         if lowercase is None:
             lowercase = bool(current.get("lowercase", False))
-        model = models.WordPiece(
+        model = wordpiece_model(
             tokenizer.get_vocab(with_added_tokens=True),
-            unk_token=tokenizer.model.unk_token,
-            max_input_chars_per_word=tokenizer.model.max_input_chars_per_word,
-            continuing_subword_prefix=tokenizer.model.continuing_subword_prefix,
+            tokenizer.model.max_input_chars_per_word,
+            tokenizer.model.unk_token,
+            tokenizer.model.continuing_subword_prefix,
         )
         tokenizer = _bert_pipeline(Tokenizer(model), lowercase, strip_accents, True)
     elif overrides:
         if lowercase is None:
             current = _state(tokenizer.normalizer) or {}
             lowercase = bool(current.get("lowercase", False))
-        tokenizer.normalizer = normalizers.BertNormalizer(
-            clean_text=True,
-            handle_chinese_chars=True,
-            strip_accents=strip_accents,
-            lowercase=lowercase,
-        )
+        tokenizer.normalizer = bert_normalizer(lowercase, strip_accents)
     return tokenizer
 
 
@@ -331,13 +338,45 @@ def _from_vocab_txt(
     if lowercase is None:
         lowercase = _infer_lowercase(vocab)
         logging.info("%s: inferred lowercase=%s from the vocabulary", path, lowercase)
-    model = models.WordPiece(
-        vocab,
-        unk_token=UNK,
-        max_input_chars_per_word=max_input_chars_per_word or MAX_INPUT_CHARS_PER_WORD,
-        continuing_subword_prefix=CONTINUATION_PREFIX,
-    )
+    model = wordpiece_model(vocab, max_input_chars_per_word)
     return _bert_pipeline(Tokenizer(model), lowercase, strip_accents, match_original)
+
+
+def learn_pieces(
+    texts: Iterable[str],
+    vocab_size: int,
+    special_tokens: Sequence[str],
+    *,
+    lowercase: bool,
+    strip_accents: bool | None,
+    min_frequency: int,
+    limit_alphabet: int,
+    show_progress: bool,
+) -> list[str]:
+    """Learns WordPiece pieces over BERT's normalizer and splitting with
+    `tokenizers.trainers.WordPieceTrainer` (`train_wordpiece` documents the arguments;
+    `special_tokens` count towards `vocab_size`).
+
+    Returns:
+      The learned tokens ("##" continuation pieces among them), the special tokens left out,
+      sorted.
+    """
+    tokenizer = Tokenizer(
+        models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
+    )
+    tokenizer.normalizer = bert_normalizer(lowercase, strip_accents)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = tokenizer_trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(special_tokens),
+        limit_alphabet=limit_alphabet,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+        show_progress=show_progress,
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    learned = tokenizer.get_vocab(with_added_tokens=True)
+    return sorted(t for t in learned if t not in special_tokens)
 
 
 def train_wordpiece(
@@ -373,30 +412,16 @@ def train_wordpiece(
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beyond the special tokens")
-    tokenizer = Tokenizer(
-        models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD)
-    )
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase
-    )
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = tokenizer_trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
+    rest = learn_pieces(
+        texts,
+        vocab_size,
+        SPECIAL_TOKENS,
+        lowercase=lowercase,
+        strip_accents=strip_accents,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
         limit_alphabet=limit_alphabet,
-        continuing_subword_prefix=CONTINUATION_PREFIX,
         show_progress=show_progress,
     )
-    tokenizer.train_from_iterator(texts, trainer)
-    learned = tokenizer.get_vocab(with_added_tokens=True)
-    rest = sorted(t for t in learned if t not in SPECIAL_TOKENS)
     vocab = {t: i for i, t in enumerate(list(SPECIAL_TOKENS) + rest)}
-    model = models.WordPiece(
-        vocab,
-        unk_token=UNK,
-        max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
-        continuing_subword_prefix=CONTINUATION_PREFIX,
-    )
-    canonical = _bert_pipeline(Tokenizer(model), lowercase, strip_accents)
+    canonical = _bert_pipeline(Tokenizer(wordpiece_model(vocab)), lowercase, strip_accents)
     return WordPieceTokenizer(canonical, source=f"<trained WordPiece, {len(vocab)} tokens>")
