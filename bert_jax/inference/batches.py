@@ -135,6 +135,34 @@ def run_texts(
     )
 
 
+class TextBatching(NamedTuple):
+    """How a model's texts are batched: the batching keywords `encoder.embed` and
+    `heads.predict` take (as `run_texts` takes them), run by `run`."""
+
+    max_seq_length: int
+    batch_size: int
+    bucket_lengths: bool
+    pack: bool
+    progress: bool | None
+
+    def run(self, config, step_fn, params, tokenizer, texts, texts_b, desc: str) -> np.ndarray:
+        """`run_texts` of a model of `config`, max_seq_length capped at its positions
+        (`config.max_sequence_length`)."""
+        return run_texts(
+            step_fn,
+            params,
+            tokenizer,
+            texts,
+            texts_b,
+            max_seq_length=min(self.max_seq_length, config.max_sequence_length),
+            batch_size=self.batch_size,
+            bucket_lengths=self.bucket_lengths,
+            pack=self.pack,
+            progress=self.progress,
+            desc=desc,
+        )
+
+
 def inference_buckets(max_seq_length: int) -> tuple[int, ...]:
     """Token-axis sizes a batch is padded to: every 8 tokens up to 64, then every 32.
 

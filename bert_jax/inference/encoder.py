@@ -413,19 +413,9 @@ def embed(
         dtype=dtype,
         truncate_dim=truncate_dim,
     )
-    result = batches.run_texts(
-        step,
-        params,
-        tokenizer,
-        [prompt + text for text in texts] if prompt else texts,
-        None,
-        max_seq_length=min(max_seq_length, config.max_sequence_length),  # the model's positions
-        batch_size=batch_size,
-        bucket_lengths=bucket_lengths,
-        pack=pack,
-        progress=progress,
-        desc="embed",
-    )
+    batching = batches.TextBatching(max_seq_length, batch_size, bucket_lengths, pack, progress)
+    texts = [prompt + text for text in texts] if prompt else texts
+    result = batching.run(config, step, params, tokenizer, texts, None, "embed")
     return result[:, 0] if layers is None else result
 
 

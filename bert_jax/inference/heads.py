@@ -126,18 +126,9 @@ def predict(
       regression (num_labels = 1).
     """
     model = classifier(config, name, dtype=dtype)
-    logits = batches.run_texts(
-        classifier_step(model),
-        params,
-        tokenizer,
-        texts,
-        texts_b,
-        max_seq_length=min(max_seq_length, config.max_sequence_length),  # the model's positions
-        batch_size=batch_size,
-        bucket_lengths=bucket_lengths,
-        pack=pack,
-        progress=progress,
-        desc="predict",
+    batching = batches.TextBatching(max_seq_length, batch_size, bucket_lengths, pack, progress)
+    logits = batching.run(
+        config, classifier_step(model), params, tokenizer, texts, texts_b, "predict"
     )
     if config.num_labels == 1:
         return [{"score": float(x)} for x in scores(logits, activation)]
