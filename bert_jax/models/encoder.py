@@ -1,5 +1,7 @@
 """The encoder with BERT's call, which the families of BERT's layers subclass (`EncoderModel`:
-embeddings, a layer stack, a pooler), and their learned absolute embeddings (`LearnedEmbeddings`).
+embeddings, a layer stack, a pooler), and their learned absolute embeddings (`LearnedEmbeddings`);
+the encoder without token types whose layers end in a final norm (`FinalNormEncoderModel`:
+ModernBERT's, EuroBERT's).
 
 A family's encoder states only what is its own: its embeddings (`embed`), a stack of its own
 (`stack`; the shared post-LayerNorm `layers.PostLNEncoder` by default) and its pooler (`pool`;
@@ -165,5 +167,69 @@ class EncoderModel(nn.Module):
         return PostLNEncoder(self.config, self.runtime, name="encoder")(x, mask, **kwargs)
 
     def pool(self, y, cls_positions):
+        """The pooled state [B, E] ([B, S, E]): the first tokens' (`first_tokens`)."""
+        return first_tokens(y, cls_positions)
+
+
+class FinalNormEncoderModel(nn.Module):
+    """An encoder without token types whose layers end in a final norm (ModernBERT's,
+    EuroBERT's): `embed`, `stack`, `final_norm` and `pool`, each the family's. A family's encoder
+    subclasses it; its class docstring states what its call differs in.
+
+    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
+      token_type_ids: none; position_ids: the rotary angles' (`layers.encoder_inputs` fills them).
+      last_hidden_state and the last of hidden_states (returned): after the final norm, as
+        transformers returns them; the first of hidden_states the embeddings.
+      pooler_output (returned, with `add_pooling_layer`): `pool`'s (no parameters).
+    """
+
+    config: EncoderConfig
+    runtime: RuntimeConfig = RuntimeConfig()
+    add_pooling_layer: bool = False
+    token_types: ClassVar[bool] = False  # no token_type_ids (`objective.apply_model`)
+
+    @nn.compact
+    def __call__(
+        self,
+        input_ids,
+        attention_mask=None,
+        position_ids=None,
+        segment_ids=None,
+        cls_positions=None,
+        *,
+        deterministic: bool = True,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        attention_mask, position_ids = encoder_inputs(
+            self.runtime, input_ids, attention_mask=attention_mask, position_ids=position_ids
+        )
+        x = self.embed(input_ids, deterministic=deterministic)
+        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
+        modes = dict(output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+        y, states, probs = self.stack(x, mask, position_ids, deterministic=deterministic, **modes)
+        y = self.final_norm(y)
+        return EncoderOutput(
+            last_hidden_state=y,
+            pooler_output=self.pool(y, mask, cls_positions) if self.add_pooling_layer else None,
+            hidden_states=(x, *states[:-1], y) if output_hidden_states else None,
+            attentions=probs,
+        )
+
+    def embed(self, input_ids, *, deterministic):
+        """The layers' input [B, L, E] from input_ids [B, L]."""
+        raise NotImplementedError(f"{type(self).__name__} has no embeddings")
+
+    def stack(self, x, mask: AttentionMask, positions, **modes):
+        """The layers (`modes`: deterministic, output_hidden_states, output_attentions):
+        (y [B, L, E] before the final norm, the n layers' outputs or None, their attention
+        probabilities [B, H, L, L] or None)."""
+        raise NotImplementedError(f"{type(self).__name__} has no layers")
+
+    def final_norm(self, y):
+        """The final norm of the last layer's output y [B, L, E]."""
+        raise NotImplementedError(f"{type(self).__name__} has no final norm")
+
+    def pool(self, y, mask: AttentionMask, cls_positions):
         """The pooled state [B, E] ([B, S, E]): the first tokens' (`first_tokens`)."""
         return first_tokens(y, cls_positions)

@@ -288,6 +288,23 @@ class LayerNormMaskedLM:
         return MaskedLMOutput(logits, out.hidden_states, out.attentions)
 
 
+class OwnMaskedLM:
+    """The masked LM of the family's own head module `lm_head_cls` (its config and runtime;
+    called on h [B, L|P, E] and the word embeddings [V', E], it returns float32 logits), named
+    `lm_head_name`, on the unpooled states: logits [B, L, V], or [B, P, V] at
+    `masked_positions` (P/L of the cost; equal to gathering the full logits)."""
+
+    pooled: ClassVar[bool] = False
+    masked_lm: ClassVar[bool] = True
+    lm_head_cls: ClassVar[type[nn.Module]]
+    lm_head_name: ClassVar[str] = "lm_head"
+
+    def head(self, out, *, deterministic, masked_positions, batch_shape):
+        lm_head = self.lm_head_cls(self.config, self.runtime, name=self.lm_head_name)
+        logits = lm_head(masked_states(out, masked_positions), self.word_embeddings())
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
+
 class PoolerMultipleChoice(MultipleChoice):
     """`MultipleChoice` over `FirstTokenHooks`: the encoder's pooler layer (built for this head
     alone) pools each choice, then dropout (`hidden_dropout_prob`) and `classifier`: logits

@@ -23,15 +23,12 @@ import jax.numpy as jnp
 
 from bert_jax.activations import ACTIVATIONS
 from bert_jax.models import heads
-from bert_jax.models.attention import AttentionMask
-from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import FinalNormEncoderModel
 from bert_jax.models.eurobert.config import EuroBertConfig
 from bert_jax.models.family import Role
 from bert_jax.models.layers import (
     Embed,
     dense,
-    encoder_inputs,
-    first_tokens,
     run_layers,
 )
 from bert_jax.models.norms import RMSNorm
@@ -50,62 +47,34 @@ SCANNED_LAYER = "layers"
 STARTING_PATHS: dict[str, tuple[str, ...]] = {}
 
 
-class EuroBertModel(nn.Module):
-    """The EuroBERT encoder: `embed_tokens`, layers `layers_0 ... layers_{n-1}`, `norm`.
+class EuroBertModel(FinalNormEncoderModel):
+    """The EuroBERT encoder (`FinalNormEncoderModel`): `embed_tokens`, layers `layers_0 ...
+    layers_{n-1}` (`models.prenorm`'s, RMSNorm and SwiGLU), `norm`.
 
-    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
-      token_type_ids: none (EuroBERT has no token types); position_ids: the rotary angles'.
-      last_hidden_state and the last of hidden_states (returned): after the final norm, as
-        transformers returns them.
-      pooler_output (returned): the first token's state (no parameters: EuroBERT has no pooler).
+    Call arguments and outputs: `FinalNormEncoderModel`'s; pooler_output the first token's state.
     """
 
     config: EuroBertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    add_pooling_layer: bool = False
-    token_types: ClassVar[bool] = False  # no token_type_ids (`objective.apply_model`)
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EncoderOutput:
+    def embed(self, input_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        attention_mask, position_ids = encoder_inputs(
-            rt, input_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
-        x = Embed(
+        return Embed(
             cfg.padded_vocab_size, cfg.hidden_size, ("vocab", "embed"), cfg.initializer_range,
             rt.dtype, rt.param_dtype, name="embed_tokens",
         )(input_ids)  # fmt: skip
-        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
-        kwargs = dict(
-            norm="rms_norm",
-            mlp="gated",
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        angles = rotary_angles(cfg, position_ids)  # once for every layer
-        y, states, probs = run_layers(
-            PreNormLayer, cfg, rt, kwargs, x, mask, angles,
+
+    def stack(self, x, mask, positions, **modes):
+        cfg = self.config
+        angles = rotary_angles(cfg, positions)  # once for every layer
+        kwargs = dict(norm="rms_norm", mlp="gated", **modes)
+        return run_layers(
+            PreNormLayer, cfg, self.runtime, kwargs, x, mask, angles,
             layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER,
         )  # fmt: skip
-        y = RMSNorm(cfg.rms_norm_eps, rt.dtype, rt.param_dtype, name="norm")(y)
-        return EncoderOutput(
-            last_hidden_state=y,
-            pooler_output=first_tokens(y, cls_positions) if self.add_pooling_layer else None,
-            hidden_states=(x, *states[:-1], y) if output_hidden_states else None,
-            attentions=probs,
-        )
+
+    def final_norm(self, y):
+        rt = self.runtime
+        return RMSNorm(self.config.rms_norm_eps, rt.dtype, rt.param_dtype, name="norm")(y)
 
 
 def pooling_weights(kind: str, attention_mask: Array, segment_ids, cls_positions) -> Array:

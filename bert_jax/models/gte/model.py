@@ -25,7 +25,6 @@ from bert_jax.models import heads
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.gte.config import GteConfig
-from bert_jax.models.outputs import MaskedLMOutput
 from bert_jax.models.prenorm import ROTARY_LAYERS, PostNormRotaryModel
 
 # The registry row's facts (`models.families.Family`): the encoder submodule, its
@@ -75,16 +74,10 @@ class GteHead(heads.Head):
     encoder_name = ENCODER_NAME
 
 
-class GteForMaskedLM(GteHead):
-    """Masked LM (no pooler): logits [B, L, V] float32, or [B, P, V] at `masked_positions`."""
+class GteForMaskedLM(heads.OwnMaskedLM, GteHead):
+    """Masked LM (no pooler): `lm_head` (`GteLMHead`) on every token."""
 
-    pooled = False
-    masked_lm = True
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = heads.masked_states(out, masked_positions)
-        logits = GteLMHead(self.config, self.runtime, name="lm_head")(h, self.word_embeddings())
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+    lm_head_cls = GteLMHead
 
 
 # The class of each role (`models.family.Role`), the encoder first.

@@ -27,13 +27,13 @@ from bert_jax.activations import ACTIVATIONS, REMAT_POLICIES
 from bert_jax.models import heads
 from bert_jax.models.attention import AttentionMask, layer_attend
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import FinalNormEncoderModel
 from bert_jax.models.family import Role
 from bert_jax.models.layers import (
     Dropout,
     Embed,
     constrain,
     dense,
-    encoder_inputs,
     gather_positions,
     layer_norm,
 )
@@ -162,51 +162,34 @@ class ModernBertEncoderLayer(nn.Module):
         return constrain(x, "act_batch", "act_len", "act_embed"), probs
 
 
-class ModernBertModel(nn.Module):
-    """The ModernBERT encoder: embeddings, layers `layers_0 ... layers_{n-1}`, final norm.
+class ModernBertModel(FinalNormEncoderModel):
+    """The ModernBERT encoder (`FinalNormEncoderModel`): embeddings, layers `layers_0 ...
+    layers_{n-1}`, final norm.
 
-    Call arguments and outputs: the encoders' call (`bert_jax.models`), but:
-      token_type_ids: none (ModernBERT has no token types).
+    Call arguments and outputs: `FinalNormEncoderModel`'s, but:
       attention_mask: may have holes as well as padding.
       position_ids: also right for packed rows when omitted (RoPE sees only distances).
-      last_hidden_state and the last of hidden_states (returned): after the final norm, as
-        transformers returns them.
       pooler_output (returned): the classifier heads' input (`pool`: no parameters).
     """
 
     config: ModernBertConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    add_pooling_layer: bool = False
-    token_types: ClassVar[bool] = False  # no token_type_ids (`objective.apply_model`)
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EncoderOutput:
+    def embed(self, input_ids, *, deterministic):
+        return ModernBertEmbeddings(self.config, self.runtime, name="embeddings")(
+            input_ids, deterministic=deterministic
+        )
+
+    def stack(self, x, mask, positions, *, deterministic, output_hidden_states, output_attentions):
         cfg, rt = self.config, self.runtime
         if rt.scan_layers:
             raise ValueError(
                 "RuntimeConfig.scan_layers=True: ModernBERT's layers differ (layer 0 has no "
                 "attention norm; global and local layers alternate), so they are not scanned"
             )
-        attention_mask, position_ids = encoder_inputs(
-            rt, input_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
-        x = ModernBertEmbeddings(cfg, rt, name="embeddings")(input_ids, deterministic=deterministic)
-        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
         layer_cls = ModernBertEncoderLayer
         if rt.remat_policy != "none":
             layer_cls = nn.remat(layer_cls, policy=REMAT_POLICIES[rt.remat_policy])
-        states, probs = [x], []
+        states, probs = [], []
         for i in range(cfg.num_hidden_layers):
             layer = layer_cls(
                 cfg,
@@ -216,19 +199,16 @@ class ModernBertModel(nn.Module):
                 output_attentions=output_attentions,
                 name=LAYER_NAME.format(i),
             )
-            x, p = layer(x, mask, position_ids)
+            x, p = layer(x, mask, positions)
             states.append(x)
             probs.append(p)
-        y = _norm(cfg, rt, "final_norm")(x)
-        pooled = None
-        if self.add_pooling_layer:
-            pooled = pool(cfg, y, mask, cls_positions)
-        return EncoderOutput(
-            last_hidden_state=y,
-            pooler_output=pooled,
-            hidden_states=(*states[:-1], y) if output_hidden_states else None,
-            attentions=tuple(probs) if output_attentions else None,
-        )
+        return x, tuple(states), tuple(probs) if output_attentions else None
+
+    def final_norm(self, y):
+        return _norm(self.config, self.runtime, "final_norm")(y)
+
+    def pool(self, y, mask, cls_positions):
+        return pool(self.config, y, mask, cls_positions)
 
 
 def pool(

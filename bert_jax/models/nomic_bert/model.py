@@ -21,7 +21,6 @@ from bert_jax.models import heads
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.nomic_bert.config import NomicBertConfig
-from bert_jax.models.outputs import MaskedLMOutput
 from bert_jax.models.prenorm import ROTARY_LAYERS, PostNormRotaryModel
 
 # The registry row's facts (`models.families.Family`): the encoder submodule, its
@@ -74,18 +73,11 @@ class NomicBertHead(heads.Head):
     encoder_name = ENCODER_NAME
 
 
-class NomicBertForMaskedLM(NomicBertHead):
-    """Masked LM (no pooler): logits [B, L, V] float32, or [B, P, V] at `masked_positions`."""
+class NomicBertForMaskedLM(heads.OwnMaskedLM, NomicBertHead):
+    """Masked LM (no pooler): `cls` (`NomicBertOnlyMLMHead`) on every token."""
 
-    pooled = False
-    masked_lm = True
-
-    def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = heads.masked_states(out, masked_positions)
-        logits = NomicBertOnlyMLMHead(self.config, self.runtime, name="cls")(
-            h, self.word_embeddings()
-        )
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+    lm_head_cls = NomicBertOnlyMLMHead
+    lm_head_name = "cls"
 
 
 # The class of each role (`models.family.Role`), the encoder first.
