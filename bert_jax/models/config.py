@@ -46,8 +46,8 @@ HF_HOUSEKEEPING = frozenset(
 # The largest size or count a model config may hold: token ids, positions and array sizes are
 # int32 on the device; a larger value (a typo, or a stranger's config.json) is refused up front.
 MAX_SIZE = 2**31 - 1
-# The fields that size the weights of a family of BERT's layers (`PostLNConfig._check_layers`):
-# positive integers, at most `MAX_SIZE`.
+# The fields that size the weights of a family of BERT's layers
+# (`BertLayersConfig._check_layers`): positive integers, at most `MAX_SIZE`.
 LAYER_SIZES = (
     "vocab_size",
     "vocab_pad_multiple",
@@ -61,14 +61,28 @@ LAYER_SIZES = (
 )
 
 
+def bert_size(num_hidden_layers: int, hidden_size: int) -> dict[str, int]:
+    """The layer fields of BERT's size L-H (Devlin et al. 2018, and Turc et al. 2019's
+    miniatures): `num_hidden_layers` layers of width `hidden_size` (E), in heads of 64
+    (H = E / 64) and with a feed-forward layer of width F = 4E. The released BERT, RoBERTa,
+    ELECTRA, DeBERTa-v3 and MPNet sizes are of this shape (their `PRESETS`)."""
+    return dict(
+        num_hidden_layers=num_hidden_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=hidden_size // 64,
+        intermediate_size=4 * hidden_size,
+    )
+
+
 class EncoderConfig:
     """What every model family's config dataclass shares: the head size, `replace`, field checks
     that fail naming the field, named sizes (`_preset_fields`), and `config.json` both ways.
 
     A family's config has the fields hidden_size, num_attention_heads, vocab_size, pad_token_id,
-    initializer_range, num_labels and label_names, `attention_probs_dropout_prob` as a field or
-    property, and `vocab_pad_multiple` (or its own `padded_vocab_size`): what the shared layers
-    and conversion read. A family of BERT's layers derives from `PostLNConfig`.
+    initializer_range, num_labels and label_names, and `attention_probs_dropout_prob` as a field
+    or property: what the shared layers and conversion read; a family whose word table is padded
+    has the field `vocab_pad_multiple` too. A family of BERT's layers derives from
+    `BertLayersConfig` (most through `PostLNConfig`).
 
     Its fields are config.json's keys (`hf_names` renames the others), with transformers' class
     defaults, so a missing key means what it means to transformers; `num_labels` and
@@ -85,6 +99,11 @@ class EncoderConfig:
         (`vocab_pad_multiple`: a Hugging Face export strips the padding and the field).
       hf_housekeeping: keys that say nothing about the weights: read past in silence.
       hf_derived: keys `_from_hf_fields` reads and `_hf_derived` writes (not fields).
+      presets: the family's named sizes, {name: fields} (`preset`).
+      released_vocab_size: the released models' vocabulary, which every preset but "tiny"
+        takes (`preset`); None: the presets' own (or the default).
+      vocab_pad_multiple: 1: the word table has V rows (`padded_vocab_size`), unless the family
+        declares it a field (`PostLNConfig`'s).
     """
 
     model_type: ClassVar[str]
@@ -94,6 +113,9 @@ class EncoderConfig:
     hf_if_set: ClassVar[tuple[str, ...]] = ()
     hf_housekeeping: ClassVar[frozenset[str]] = HF_HOUSEKEEPING
     hf_derived: ClassVar[tuple[str, ...]] = ()
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    released_vocab_size: ClassVar[int | None] = None
+    vocab_pad_multiple: ClassVar[int] = 1
 
     @property
     def head_dim(self) -> int:
@@ -103,7 +125,7 @@ class EncoderConfig:
     @property
     def padded_vocab_size(self) -> int:
         """Rows of the word-embedding table (and the MLM bias): V rounded up to
-        `vocab_pad_multiple` (a family without that field overrides this: ModernBERT's V)."""
+        `vocab_pad_multiple` (V itself in a family without that field: ModernBERT's)."""
         return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
 
     @property
@@ -111,6 +133,17 @@ class EncoderConfig:
         """The most tokens a row may hold: `max_position_embeddings` (a family whose position
         table has rows no token reads, RoBERTa's, says less)."""
         return self.max_position_embeddings
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any):
+        """The config of the named size `name` (any case) of the family's `presets`, with
+        `overrides`. A size other than "tiny" (a CPU size, whose vocabulary is the tokenizer's:
+        pass vocab_size) has the released models' vocabulary, `released_vocab_size`, where the
+        family has one."""
+        released = {}
+        if cls.released_vocab_size is not None and name.lower() != "tiny":
+            released = {"vocab_size": cls.released_vocab_size}
+        return cls(**{**released, **cls._preset_fields(cls.presets, name), **overrides})
 
     @classmethod
     def _preset_fields(cls, presets: Mapping[str, Mapping[str, Any]], name: str, key: str = ""):
@@ -283,12 +316,15 @@ class EncoderConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class PostLNConfig(EncoderConfig):
-    """The fields of a family of BERT's post-LayerNorm layers (BERT, RoBERTa, ELECTRA,
-    DeBERTa-v2), with transformers' BertConfig defaults, and their checks (`_check_layers`).
+class BertLayersConfig(EncoderConfig):
+    """The first fields of BERT's config, which size and regularize its post-LayerNorm layers,
+    with transformers' BertConfig defaults, and their checks (`_check_layers`; `__post_init__`
+    runs them). `PostLNConfig` adds BERT's other fields; MPNet, which has no token types, its
+    own. Either declares the others the checks read: initializer_range, layer_norm_eps,
+    pad_token_id, num_labels and label_names.
 
-    A family's config derives from it, restates the defaults its transformers class changes (a
-    restated field keeps its place) and adds its own fields, which follow these.
+    A family restates the defaults its transformers class changes (a restated field keeps its
+    place) and adds its own fields, which follow these.
 
     Attributes:
       vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
@@ -300,21 +336,15 @@ class PostLNConfig(EncoderConfig):
       hidden_dropout_prob: dropout on embeddings and on each sub-layer output.
       attention_probs_dropout_prob: dropout on the attention probabilities.
       max_position_embeddings: rows of the position table; the longest sequence the model takes.
-      type_vocab_size: rows of the token-type (segment A/B) table.
-      initializer_range: stddev of the truncated-normal initializer.
-      layer_norm_eps: epsilon of every LayerNorm.
-      pad_token_id: id of [PAD].
-      num_labels: output width of the sequence/token classification heads (1 means regression).
-      label_names: optional names of the labels, written to config.json as id2label.
-      vocab_pad_multiple: the word-embedding table and the MLM decoder's bias have
-        `padded_vocab_size` rows, V rounded up to this multiple (128 fills the TPU's matrix
-        unit; 128 x the tensor axis also splits evenly over it). The extra rows are never looked
-        up and their logits are cut off, so outputs are [..., V] whatever this is. Conversion and
-        the Hugging Face export strip them (round trips are exact); not written to a Hugging
-        Face config.json.
+      layer_sizes: the fields `__post_init__` checks as sizes (`_check_layers`).
+      optional_dropouts: the family's own dropouts that `__post_init__` checks too, each a
+        probability or None (its classifiers': None means hidden_dropout_prob).
+      special_ids: the special-token ids `__post_init__` checks (`_check_special_ids`).
     """
 
-    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
+    layer_sizes: ClassVar[tuple[str, ...]] = LAYER_SIZES
+    optional_dropouts: ClassVar[tuple[str, ...]] = ()
+    special_ids: ClassVar[tuple[str, ...]] = ()
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -324,13 +354,15 @@ class PostLNConfig(EncoderConfig):
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
-    num_labels: int = 2
-    label_names: tuple[str, ...] | None = None
-    vocab_pad_multiple: int = 1
+
+    def __post_init__(self):
+        """The checks of BERT's layers (`_check_layers` of `layer_sizes`, with the
+        `optional_dropouts`), then the ids and labels and the `special_ids`; ValueError naming
+        the first field that fails. A family with more to check extends it."""
+        dropouts = self.optional_dropouts
+        self._check_layers(sizes=self.layer_sizes, probabilities=dropouts, optional=dropouts)
+        self._check_ids_and_labels()
+        self._check_special_ids(*self.special_ids)
 
     def _check_layers(
         self,
@@ -358,6 +390,36 @@ class PostLNConfig(EncoderConfig):
                 self.hidden_size,
                 f"not divisible by num_attention_heads={self.num_attention_heads}",
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class PostLNConfig(BertLayersConfig):
+    """The fields of a family of BERT's post-LayerNorm layers (BERT, RoBERTa, ELECTRA,
+    DeBERTa-v2), with transformers' BertConfig defaults: `BertLayersConfig`'s, then these.
+
+    Attributes:
+      type_vocab_size: rows of the token-type (segment A/B) table.
+      initializer_range: stddev of the truncated-normal initializer.
+      layer_norm_eps: epsilon of every LayerNorm.
+      pad_token_id: id of [PAD].
+      num_labels: output width of the sequence/token classification heads (1 means regression).
+      label_names: optional names of the labels, written to config.json as id2label.
+      vocab_pad_multiple: the word-embedding table and the MLM decoder's bias have
+        `padded_vocab_size` rows, V rounded up to this multiple (128 fills the TPU's matrix
+        unit; 128 x the tensor axis also splits evenly over it). The extra rows are never looked
+        up and their logits are cut off, so outputs are [..., V] whatever this is. Conversion and
+        the Hugging Face export strip them (round trips are exact); not written to a Hugging
+        Face config.json.
+    """
+
+    hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    num_labels: int = 2
+    label_names: tuple[str, ...] | None = None
+    vocab_pad_multiple: int = 1
 
 
 # config.json flags of a decoder, which bert_jax does not implement: true raises.

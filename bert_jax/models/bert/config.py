@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import PostLNConfig, write_json
+from bert_jax.models.config import PostLNConfig, bert_size, write_json
 from bert_jax.paths import as_path
 
 # Fields of google-research/bert's `bert_config.json`, in the order it writes them.
@@ -33,6 +33,21 @@ _ORIGINAL_FIELDS = (
     "vocab_size",
 )
 
+# The 24 miniatures (L layers x H wide), then the named sizes; every one `bert_size`'s shape.
+PRESETS: dict[str, dict[str, int]] = {
+    **{
+        f"L{layers}-H{hidden}": bert_size(layers, hidden)
+        for layers in (2, 4, 6, 8, 10, 12)
+        for hidden in (128, 256, 512, 768)
+    },
+    "tiny": bert_size(2, 128),
+    "mini": bert_size(4, 256),
+    "small": bert_size(4, 512),
+    "medium": bert_size(8, 512),
+    "base": bert_size(12, 768),
+    "large": bert_size(24, 1024),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig(PostLNConfig):
@@ -45,15 +60,10 @@ class BertConfig(PostLNConfig):
 
     model_type: ClassVar[str] = "bert"  # config.json's; the family's name
     display_name: ClassVar[str] = "BERT"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
+    optional_dropouts: ClassVar[tuple[str, ...]] = ("classifier_dropout",)
     classifier_dropout: float | None = None
-
-    def __post_init__(self):
-        self._check_layers(
-            probabilities=("classifier_dropout",),
-            optional=("classifier_dropout",),  # None: hidden_dropout_prob
-        )
-        self._check_ids_and_labels()
 
     # ---- presets ----
     @classmethod
@@ -68,7 +78,7 @@ class BertConfig(PostLNConfig):
         m = re.fullmatch(r"(?:bert-)?(?:(?:un)?cased_)?l-?(\d+)[_-]h-?(\d+)(?:[_-]a-?\d+)?", key)
         if m:
             key = f"l{m.group(1)}-h{m.group(2)}"
-        return cls(**{**cls._preset_fields(PRESETS, name, key), **overrides})
+        return cls(**{**cls._preset_fields(cls.presets, name, key), **overrides})
 
     # ---- google-research/bert bert_config.json ----
     @classmethod
@@ -131,39 +141,3 @@ class BertConfig(PostLNConfig):
     def to_json_file(self, path: str | os.PathLike, *, original: bool = False, architecture=None):
         """Writes HF `config.json`, or the original `bert_config.json` when `original=True`."""
         write_json(path, self.to_original_dict() if original else self.to_hf_dict(architecture))
-
-
-def _miniatures() -> dict[str, dict[str, int]]:
-    out = {}
-    for layers in (2, 4, 6, 8, 10, 12):
-        for hidden in (128, 256, 512, 768):
-            out[f"L{layers}-H{hidden}"] = dict(
-                num_hidden_layers=layers,
-                hidden_size=hidden,
-                num_attention_heads=hidden // 64,
-                intermediate_size=4 * hidden,
-            )
-    return out
-
-
-PRESETS: dict[str, dict[str, int]] = {
-    **_miniatures(),
-    "tiny": dict(
-        num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512
-    ),
-    "mini": dict(
-        num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024
-    ),
-    "small": dict(
-        num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048
-    ),
-    "medium": dict(
-        num_hidden_layers=8, hidden_size=512, num_attention_heads=8, intermediate_size=2048
-    ),
-    "base": dict(
-        num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072
-    ),
-    "large": dict(
-        num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096
-    ),
-}

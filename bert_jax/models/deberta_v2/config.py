@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import LAYER_SIZES, PostLNConfig
+from bert_jax.models.config import LAYER_SIZES, PostLNConfig, bert_size
 
 POSITION_ATTENTION_TYPES = ("c2p", "p2c")  # content-to-position, position-to-content
 REL_EMBEDDING_NORMS = ("none", "layer_norm")
@@ -49,17 +49,12 @@ _V3 = dict(
 # vocabulary `released_vocab_size`: 128,000 pieces and [MASK], the table padded to 128,100), and
 # "tiny" for CPU runs (its vocabulary is the tokenizer's: pass vocab_size).
 PRESETS: dict[str, dict[str, Any]] = {
-    "xsmall": dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
-                   intermediate_size=1536, **_V3),
-    "small": dict(hidden_size=768, num_hidden_layers=6, num_attention_heads=12,
-                  intermediate_size=3072, **_V3),
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                 intermediate_size=3072, **_V3),
-    "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                  intermediate_size=4096, **_V3),
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=512, **_V3),
-}  # fmt: skip
+    "xsmall": {**bert_size(12, 384), **_V3},
+    "small": {**bert_size(6, 768), **_V3},
+    "base": {**bert_size(12, 768), **_V3},
+    "large": {**bert_size(24, 1024), **_V3},
+    "tiny": {**bert_size(2, 128), **_V3},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +101,7 @@ class DebertaV2Config(PostLNConfig):
     model_type: ClassVar[str] = "deberta-v2"  # config.json's; the family's name
     display_name: ClassVar[str] = "DeBERTa-v2"
     released_vocab_size: ClassVar[int] = 128100  # the presets' (the tokenizer has 128,001)
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple", "embedding_size", "cls_dropout")
     hf_derived: ClassVar[tuple[str, ...]] = ("pooler_hidden_size", "attention_head_size")
     vocab_size: int = 128100
@@ -241,13 +237,6 @@ class DebertaV2Config(PostLNConfig):
         """Whether the attention adds relative-position scores to the content scores, which
         only the xla and fused_xla kernels take (`models.attention.resolve_attention`)."""
         return self.relative_attention and bool(self.pos_att_type)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> DebertaV2Config:
-        """A named size (`PRESETS`): "xsmall", "small", "base", "large" (microsoft/deberta-v3-*,
-        vocabulary `released_vocab_size`) or "tiny"."""
-        released = {} if name.lower() == "tiny" else {"vocab_size": cls.released_vocab_size}
-        return cls(**{**released, **cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- config.json ----
     @classmethod

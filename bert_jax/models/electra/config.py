@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import ACTIVATIONS, LAYER_SIZES, PostLNConfig
+from bert_jax.models.config import ACTIVATIONS, LAYER_SIZES, PostLNConfig, bert_size
 
 # How the multiple-choice head summarizes a sequence (transformers' ElectraSequenceSummary):
 # its first token's state, its last position's (a pad in a right-padded row, as transformers
@@ -34,15 +34,11 @@ SUMMARY_ACTIVATIONS = (*ACTIVATIONS, "tanh")
 # (google/electra-{small,base,large}-discriminator), and "tiny" for CPU runs, BERT's tiny layers
 # (2 x 128) under embeddings half as wide, so that `embeddings_project` is in every tiny model.
 PRESETS: dict[str, dict[str, int]] = {
-    "small": dict(embedding_size=128, hidden_size=256, num_hidden_layers=12,
-                  num_attention_heads=4, intermediate_size=1024),
-    "base": dict(embedding_size=768, hidden_size=768, num_hidden_layers=12,
-                 num_attention_heads=12, intermediate_size=3072),
-    "large": dict(embedding_size=1024, hidden_size=1024, num_hidden_layers=24,
-                  num_attention_heads=16, intermediate_size=4096),
-    "tiny": dict(embedding_size=64, hidden_size=128, num_hidden_layers=2,
-                 num_attention_heads=2, intermediate_size=512),
-}  # fmt: skip
+    "small": {**bert_size(12, 256), "embedding_size": 128},
+    "base": {**bert_size(12, 768), "embedding_size": 768},
+    "large": {**bert_size(24, 1024), "embedding_size": 1024},
+    "tiny": {**bert_size(2, 128), "embedding_size": 64},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +68,7 @@ class ElectraConfig(PostLNConfig):
 
     model_type: ClassVar[str] = "electra"  # config.json's; the family's name
     display_name: ClassVar[str] = "ELECTRA"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
     hidden_size: int = 256
     num_attention_heads: int = 4
@@ -120,9 +117,3 @@ class ElectraConfig(PostLNConfig):
         if "summary_activation" in d and d["summary_activation"] is None:
             kwargs["summary_activation"] = ""
         return cls(**kwargs)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> ElectraConfig:
-        """A named size (`PRESETS`): "small", "base", "large" (the released discriminators,
-        vocabulary 30522) or "tiny"."""
-        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})

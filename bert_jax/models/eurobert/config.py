@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig
+from bert_jax.models.config import HF_HOUSEKEEPING, EncoderConfig, bert_size
 from bert_jax.models.pooling import EUROBERT_CLASSIFIER_POOLINGS as CLASSIFIER_POOLINGS
 from bert_jax.models.prenorm import check_heads
 from bert_jax.models.rotary import RopeParameters
@@ -31,8 +31,7 @@ _HOUSEKEEPING = HF_HOUSEKEEPING | {"pretraining_tp", "auto_map", "hidden_dropout
 # its own 8,192-piece vocabulary ([PAD] = 0) and 128-token rows (configs/pretrain.py,
 # arch=eurobert).
 PRESETS: dict[str, dict[str, Any]] = {
-    "210m": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
-                 num_attention_heads=12, num_key_value_heads=12),
+    "210m": {**bert_size(12, 768), "num_key_value_heads": 12},
     "610m": dict(hidden_size=1152, intermediate_size=4096, num_hidden_layers=26,
                  num_attention_heads=18, num_key_value_heads=6),
     "2.1b": dict(hidden_size=2304, intermediate_size=6144, num_hidden_layers=32,
@@ -49,7 +48,8 @@ class EuroBertConfig(EncoderConfig):
     """The EuroBERT architecture, with Hugging Face `config.json` field names.
 
     Attributes:
-      vocab_size: V, rows of the token-embedding table (and columns of the MLM logits).
+      vocab_size: V, rows of the token-embedding table (and columns of the MLM logits); not
+        padded (`padded_vocab_size` is V: the released vocabulary is a multiple of 128).
       hidden_size: E, width of the residual stream.
       intermediate_size: F, width of the SwiGLU layer (gate_proj and up_proj make F each).
       num_hidden_layers: number of layers.
@@ -77,6 +77,7 @@ class EuroBertConfig(EncoderConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "EuroBERT"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_names: ClassVar[Mapping[str, str]] = {"head_size": "head_dim"}
     hf_housekeeping: ClassVar[frozenset[str]] = _HOUSEKEEPING
     hf_derived: ClassVar[tuple[str, ...]] = ("rope_theta", "rope_scaling", "clf_pooling")
@@ -164,15 +165,11 @@ class EuroBertConfig(EncoderConfig):
         """No dropout on the sub-layers' outputs (transformers' EuroBERT has none)."""
         return 0.0
 
-    @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the token-embedding table: V (the released vocabulary is a multiple of 128)."""
-        return self.vocab_size
-
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> EuroBertConfig:
-        """A named size (`PRESETS`): "210m", "610m", "2.1b" as released, or "tiny"."""
-        return cls(**{**_RELEASED, **cls._preset_fields(PRESETS, name), **overrides})
+        """A named size (`PRESETS`): "210m", "610m", "2.1b" as released, or "tiny"; each with
+        the released models' RoPE and untied head (`_RELEASED`) unless it says otherwise."""
+        return cls(**{**_RELEASED, **cls._preset_fields(cls.presets, name), **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod

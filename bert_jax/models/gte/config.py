@@ -17,6 +17,7 @@ num_attention_heads (the only head size bert_jax builds); transformers writes no
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from bert_jax.models.config import LAYER_SIZES
@@ -55,6 +56,7 @@ class GteConfig(RotaryPostLNConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "GTE"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     # What the shared stack reads (`models.prenorm`): plain multi-head attention with biases; a
     # gated MLP whose gate and up projections have no bias, its down projection one, and dropout
     # (hidden_dropout_prob) on the activated [B, L, F].
@@ -79,10 +81,5 @@ class GteConfig(RotaryPostLNConfig):
         self._check_rotary_config(sizes=tuple(s for s in LAYER_SIZES if s != "type_vocab_size"))
 
     mlp_dropout = property(lambda self: self.hidden_dropout_prob)
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> GteConfig:
-        """A named size (`PRESETS`): "base" (gte-multilingual-base) or "tiny"."""
-        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
     # config.json is read and written as `RotaryPostLNConfig` does (`rope_parameters`).

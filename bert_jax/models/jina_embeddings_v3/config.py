@@ -23,6 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from bert_jax.models.config import bert_size
 from bert_jax.models.prenorm import RotaryPostLNConfig
 from bert_jax.models.rotary import RopeParameters
 
@@ -33,9 +34,8 @@ DEFAULT_THETA = 20000.0  # transformers' `JinaEmbeddingsV3Config.default_theta`
 # tokenizer's: pass vocab_size).
 PRESETS: dict[str, dict[str, Any]] = {
     "large": {},
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=512, max_position_embeddings=512),
-}  # fmt: skip
+    "tiny": {**bert_size(2, 128), "max_position_embeddings": 512},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,8 @@ class JinaEmbeddingsV3Config(RotaryPostLNConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "Jina-embeddings-v3"
-    released_vocab_size: ClassVar[int] = 250002
+    released_vocab_size: ClassVar[int] = 250002  # the large preset's (the default)
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_fixed: ClassVar[Mapping[str, Any]] = {"tie_word_embeddings": True}
     # What the shared stack reads (`models.prenorm`): multi-head attention and a dense
     # feed-forward layer, both with biases.
@@ -75,10 +76,5 @@ class JinaEmbeddingsV3Config(RotaryPostLNConfig):
     classifier_dropout: float | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> JinaEmbeddingsV3Config:
-        """A named size (`PRESETS`): "large" (jinaai/jina-embeddings-v3) or "tiny"."""
-        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
     # config.json is read and written as `RotaryPostLNConfig` does (`rope_parameters`).

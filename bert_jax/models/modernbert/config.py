@@ -50,7 +50,8 @@ class ModernBertConfig(EncoderConfig):
     """The ModernBERT architecture, with Hugging Face `config.json` field names.
 
     Attributes:
-      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
+      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits); not
+        padded (`padded_vocab_size` is V: ModernBERT's vocabularies are padded already).
       hidden_size: E, width of the residual stream.
       intermediate_size: F, width of the GeGLU feed-forward layer (`Wi` projects to 2F).
       num_hidden_layers: number of transformer layers.
@@ -79,6 +80,7 @@ class ModernBertConfig(EncoderConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "ModernBERT"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_housekeeping: ClassVar[frozenset[str]] = _HOUSEKEEPING
     hf_derived: ClassVar[tuple[str, ...]] = ("layer_types", "rope_parameters")
     vocab_size: int = 50368
@@ -149,11 +151,6 @@ class ModernBertConfig(EncoderConfig):
 
     # ---- derived ----
     @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the word-embedding table: V (ModernBERT's vocabularies are padded already)."""
-        return self.vocab_size
-
-    @property
     def attention_probs_dropout_prob(self) -> float:
         """`attention_dropout` under the name `models.attention.resolve_attention` reads."""
         return self.attention_dropout
@@ -171,11 +168,6 @@ class ModernBertConfig(EncoderConfig):
     def window(self) -> int:
         """Keys a local layer's query sees on each side: local_attention // 2 positions."""
         return self.local_attention // 2
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> ModernBertConfig:
-        """A named size (`PRESETS`): "base", "large" (the released models) or "tiny"."""
-        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod

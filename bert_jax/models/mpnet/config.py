@@ -15,9 +15,10 @@ missing a key means), and `PRESETS` the released sizes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import EncoderConfig
+from bert_jax.models.config import LAYER_SIZES, BertLayersConfig, bert_size
 
 # transformers' MPNet embeds positions from a padding_idx of 1 whatever pad_token_id says, and
 # buckets distances into 32 buckets up to 128 whatever relative_attention_num_buckets says (that
@@ -31,29 +32,21 @@ _RELEASED = dict(max_position_embeddings=514, layer_norm_eps=1e-5)
 # sentence-transformers/all-mpnet-base-v2, its fine-tuned encoder) with its 30,527 pieces, and
 # "tiny" (2 layers x 128, 514 positions) for CPU runs, whose vocabulary is the tokenizer's.
 PRESETS: dict[str, dict[str, Any]] = {
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                 intermediate_size=3072, **_RELEASED),
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=512, **_RELEASED),
-}  # fmt: skip
+    "base": {**bert_size(12, 768), **_RELEASED},
+    "tiny": {**bert_size(2, 128), **_RELEASED},
+}
 
 
 @dataclasses.dataclass(frozen=True)
-class MPNetConfig(EncoderConfig):
-    """The MPNet architecture, with Hugging Face `config.json` field names (transformers'
-    MPNetConfig and its defaults).
+class MPNetConfig(BertLayersConfig):
+    """The MPNet architecture, with Hugging Face `config.json` field names: the fields of
+    `models.config.BertLayersConfig` (transformers' MPNetConfig changes one default: vocab_size)
+    and MPNet's own.
 
     Attributes:
-      vocab_size: V, rows of the word-embedding table (and columns of the MLM logits).
-      hidden_size: E, width of the residual stream.
-      num_hidden_layers: number of transformer layers.
-      num_attention_heads: H; head size D = E / H.
-      intermediate_size: F, width of the feed-forward layer.
-      hidden_act: feed-forward activation; "gelu" is the exact erf GELU (the MLM head's is
-        always the exact GELU, as in transformers).
-      hidden_dropout_prob: dropout on embeddings, on each sub-layer output and in the
-        classification heads.
-      attention_probs_dropout_prob: dropout on the attention probabilities.
+      hidden_act: as BertLayersConfig's; the MLM head's activation is always the exact GELU, as
+        in transformers.
+      hidden_dropout_prob: as BertLayersConfig's, and in the classification heads.
       max_position_embeddings: rows of the position table; rows 0 and 1 (up to padding_idx) are
         never read by a real token, so sequences hold at most `max_sequence_length` tokens.
       initializer_range: stddev of the truncated-normal initializer.
@@ -74,16 +67,16 @@ class MPNetConfig(EncoderConfig):
     model_type: ClassVar[str] = "mpnet"  # config.json's; the family's name
     display_name: ClassVar[str] = "MPNet"
     released_vocab_size: ClassVar[int] = 30527  # the base preset's
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_if_set: ClassVar[tuple[str, ...]] = ("vocab_pad_multiple",)  # bert_jax's own
+    # No token types; the relative-position table's rows instead (`__post_init__`'s checks).
+    layer_sizes: ClassVar[tuple[str, ...]] = (
+        *(s for s in LAYER_SIZES if s not in ("type_vocab_size", "num_labels")),
+        "relative_attention_num_buckets",
+        "num_labels",
+    )
+    special_ids: ClassVar[tuple[str, ...]] = ("bos_token_id", "eos_token_id")
     vocab_size: int = 30527
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     relative_attention_num_buckets: int = 32
@@ -95,24 +88,7 @@ class MPNetConfig(EncoderConfig):
     vocab_pad_multiple: int = 1
 
     def __post_init__(self):
-        self._check_fields(
-            sizes=(
-                "vocab_size", "vocab_pad_multiple", "hidden_size", "num_hidden_layers",
-                "num_attention_heads", "intermediate_size", "max_position_embeddings",
-                "relative_attention_num_buckets", "num_labels",
-            ),
-            probabilities=("hidden_dropout_prob", "attention_probs_dropout_prob"),
-            positive=("initializer_range", "layer_norm_eps"),
-            activations=("hidden_act",),
-        )  # fmt: skip
-        if self.hidden_size % self.num_attention_heads:
-            self._fail(
-                "hidden_size",
-                self.hidden_size,
-                f"not divisible by num_attention_heads={self.num_attention_heads}",
-            )
-        self._check_ids_and_labels()
-        self._check_special_ids("bos_token_id", "eos_token_id")
+        super().__post_init__()
         if self.relative_attention_num_buckets < NUM_BUCKETS:
             self._fail(
                 "relative_attention_num_buckets",
@@ -156,10 +132,3 @@ class MPNetConfig(EncoderConfig):
         """The relative-position bias is added to every layer's scores (xla and fused_xla
         attention only: `models.attention.takes_score_bias`)."""
         return True
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> MPNetConfig:
-        """A named size (`PRESETS`): "base" (the released model, its vocabulary
-        `released_vocab_size`) or "tiny"."""
-        released = {} if name.lower() == "tiny" else {"vocab_size": cls.released_vocab_size}
-        return cls(**{**released, **cls._preset_fields(PRESETS, name), **overrides})

@@ -89,6 +89,7 @@ class NomicBertConfig(RotaryPostLNConfig):
 
     model_type: ClassVar[str] = MODEL_TYPE
     display_name: ClassVar[str] = "NomicBERT"
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     # What the shared stack reads (`models.prenorm`): plain multi-head attention without biases.
     attention_bias: ClassVar[bool] = False
     mlp_bias: ClassVar[bool] = False
@@ -102,11 +103,6 @@ class NomicBertConfig(RotaryPostLNConfig):
     eos_token_id: int | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> NomicBertConfig:
-        """A named size (`PRESETS`): "base" (nomic-embed-text-v1.5) or "tiny"."""
-        return cls(**{**cls._preset_fields(PRESETS, name), **overrides})
 
     # ---- Hugging Face config.json ----
     @classmethod

@@ -20,23 +20,18 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from bert_jax.models.config import PostLNConfig
+from bert_jax.models.config import PostLNConfig, bert_size
 
-_SIZE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
-_LARGE = dict(
-    hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
-)
 _RELEASED = dict(max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5)
 # Named sizes (`RobertaConfig.preset`): the released FacebookAI/roberta-{base,large} and
 # xlm-roberta-{base,large} (with the class's `released_vocab_size`: 50,265 or 250,002 pieces), and
 # "tiny", BERT's tiny shape (2 layers x 128) with RoBERTa's 514 positions, for CPU runs (its
 # vocabulary is the tokenizer's: pass vocab_size).
 PRESETS: dict[str, dict[str, Any]] = {
-    "base": {**_SIZE, **_RELEASED},
-    "large": {**_LARGE, **_RELEASED},
-    "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=512, **_RELEASED),
-}  # fmt: skip
+    "base": {**bert_size(12, 768), **_RELEASED},
+    "large": {**bert_size(24, 1024), **_RELEASED},
+    "tiny": {**bert_size(2, 128), **_RELEASED},
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +58,10 @@ class RobertaConfig(PostLNConfig):
     model_type: ClassVar[str] = "roberta"  # config.json's; the family's name
     display_name: ClassVar[str] = "RoBERTa"
     released_vocab_size: ClassVar[int] = 50265  # the base and large presets'
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = PRESETS
     hf_fixed: ClassVar[Mapping[str, Any]] = {"position_embedding_type": "absolute"}
+    optional_dropouts: ClassVar[tuple[str, ...]] = ("classifier_dropout",)
+    special_ids: ClassVar[tuple[str, ...]] = ("bos_token_id", "eos_token_id")
     vocab_size: int = 50265
     pad_token_id: int = 1
     bos_token_id: int = 0
@@ -71,12 +69,7 @@ class RobertaConfig(PostLNConfig):
     classifier_dropout: float | None = None
 
     def __post_init__(self):
-        self._check_layers(
-            probabilities=("classifier_dropout",),
-            optional=("classifier_dropout",),  # None: hidden_dropout_prob
-        )
-        self._check_ids_and_labels()
-        self._check_special_ids("bos_token_id", "eos_token_id")
+        super().__post_init__()
         if self.max_sequence_length < 1:
             self._fail(
                 "max_position_embeddings",
@@ -96,13 +89,6 @@ class RobertaConfig(PostLNConfig):
         """The longest sequence the position table holds: max_position_embeddings less the
         rows below `position_offset` (512 for the released 514)."""
         return self.max_position_embeddings - self.position_offset
-
-    @classmethod
-    def preset(cls, name: str, **overrides: Any) -> RobertaConfig:
-        """A named size (`PRESETS`): "base", "large" (the released models, their vocabulary
-        `released_vocab_size`) or "tiny"."""
-        released = {} if name.lower() == "tiny" else {"vocab_size": cls.released_vocab_size}
-        return cls(**{**released, **cls._preset_fields(PRESETS, name), **overrides})
 
 
 @dataclasses.dataclass(frozen=True)
