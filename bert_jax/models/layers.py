@@ -447,13 +447,16 @@ class PostLNLayer(nn.Module):
 
 
 class PostLNEncoder(nn.Module):
-    """The layers: `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked weights.
+    """The layers (`layer_cls`): `layer_0 ... layer_{n-1}`, or one scanned `layer` with stacked
+    weights. A family whose layers also read position scores (MPNet's bias, DeBERTa's relative
+    table) subclasses it with its `layer_cls` and `layer_inputs`.
 
     `__call__(x [B, L, E], mask) -> (y [B, L, E], states, probs)`: states the n layers' outputs
     [B, L, E] with `output_hidden_states`, probs their attention probabilities [B, H, L, L] with
     `output_attentions`, else None. `remat_policy` rematerializes each layer.
     """
 
+    layer_cls: ClassVar[type[nn.Module]] = PostLNLayer
     config: EncoderConfig
     runtime: RuntimeConfig = RuntimeConfig()
 
@@ -472,7 +475,13 @@ class PostLNEncoder(nn.Module):
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
         )
-        return run_layers(PostLNLayer, self.config, self.runtime, kwargs, x, mask)
+        extra = self.layer_inputs(x)
+        return run_layers(self.layer_cls, self.config, self.runtime, kwargs, x, mask, *extra)
+
+    def layer_inputs(self, x) -> tuple:
+        """What every layer takes after the mask, from the layers' input x [B, L, E] (called
+        inside `__call__`'s scope, so it may hold parameters): nothing here."""
+        return ()
 
 
 def post_ln_layer_flops(cfg: EncoderConfig, seq_lengths: np.ndarray) -> float:

@@ -43,6 +43,7 @@ from bert_jax.models.layers import (
     DenseWeights,
     Dropout,
     Embed,
+    PostLNEncoder,
     PostLNLayer,
     ResidualOutput,
     constrain,
@@ -50,7 +51,6 @@ from bert_jax.models.layers import (
     embedding,
     gather_positions,
     layer_norm,
-    run_layers,
 )
 from bert_jax.models.outputs import (
     ClassifierOutput,
@@ -225,42 +225,29 @@ class DebertaV2Layer(PostLNLayer):
     attention_cls: ClassVar[type[nn.Module]] = DebertaV2Attention
 
 
-class DebertaV2Encoder(nn.Module):
-    """The relative-position table (`rel_embeddings` [R, E], and its `LayerNorm` under
-    norm_rel_ebd) and the layers: `layer_0 ... layer_{n-1}`, or one scanned `layer`.
+class DebertaV2Encoder(PostLNEncoder):
+    """`PostLNEncoder` with the relative-position table (`rel_embeddings` [R, E], and its
+    `LayerNorm` under norm_rel_ebd) that every layer reads: `layer_0 ... layer_{n-1}`, or one
+    scanned `layer`."""
 
-    `__call__(x [B, L, E], mask) -> (y [B, L, E], states, probs)`: states the n layers' outputs
-    with `output_hidden_states`, probs their attention probabilities [B, H, L, L] with
-    `output_attentions`, else None.
-    """
-
+    layer_cls = DebertaV2Layer
     config: DebertaV2Config
-    runtime: RuntimeConfig = RuntimeConfig()
 
-    @nn.compact
-    def __call__(self, x, mask, *, deterministic, output_hidden_states, output_attentions):
+    def layer_inputs(self, x):
+        """(rel_embeddings [R, E], relative_pos [L, L] int), None and None without
+        `relative_attention`."""
         cfg, rt = self.config, self.runtime
-        rel_embeddings = relative_pos = None
-        if cfg.relative_attention:
-            rows = cfg.rel_embedding_rows
-            rel_embeddings = Embed(
-                rows, cfg.hidden_size, (None, "embed"), cfg.initializer_range, rt.dtype,
-                rt.param_dtype, name="rel_embeddings",
-            )(jnp.arange(rows))  # the whole table [R, E]  # fmt: skip
-            if cfg.norm_rel_ebd == "layer_norm":
-                rel_embeddings = _layer_norm(cfg, rt)(rel_embeddings)
-            relative_pos = jnp.asarray(
-                relative_positions(x.shape[1], cfg.position_buckets, cfg.relative_distance)
-            )
-        kwargs = dict(
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        return run_layers(
-            DebertaV2Layer, cfg, rt, kwargs, x, mask, rel_embeddings, relative_pos,
-            layer_name=LAYER_NAME, scanned_layer=SCANNED_LAYER,
-        )  # fmt: skip
+        if not cfg.relative_attention:
+            return None, None
+        rows = cfg.rel_embedding_rows
+        rel_embeddings = Embed(
+            rows, cfg.hidden_size, (None, "embed"), cfg.initializer_range, rt.dtype,
+            rt.param_dtype, name="rel_embeddings",
+        )(jnp.arange(rows))  # the whole table [R, E]  # fmt: skip
+        if cfg.norm_rel_ebd == "layer_norm":
+            rel_embeddings = _layer_norm(cfg, rt)(rel_embeddings)
+        relative_pos = relative_positions(x.shape[1], cfg.position_buckets, cfg.relative_distance)
+        return rel_embeddings, jnp.asarray(relative_pos)
 
 
 class DebertaV2Model(EncoderModel):

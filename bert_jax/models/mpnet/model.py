@@ -35,11 +35,11 @@ from bert_jax.models.layers import (
     Dropout,
     Embed,
     Pooler,
+    PostLNEncoder,
     PostLNLayer,
     dense,
     layer_norm,
     qkv_heads,
-    run_layers,
 )
 from bert_jax.models.mpnet.config import MAX_DISTANCE, NUM_BUCKETS, PADDING_IDX, MPNetConfig
 from bert_jax.models.relative_position import t5_relative_position_buckets
@@ -125,33 +125,22 @@ class MPNetLayer(PostLNLayer):
     attention_cls: ClassVar[type[nn.Module]] = MPNetAttention
 
 
-class MPNetEncoder(nn.Module):
-    """The relative-position bias (`relative_attention_bias` [R, H], read once) and the
-    layers: `layer_0 ... layer_{n-1}`, or one scanned `layer`.
+class MPNetEncoder(PostLNEncoder):
+    """`PostLNEncoder` with the relative-position bias (`relative_attention_bias` [R, H], read
+    once for every layer): `layer_0 ... layer_{n-1}`, or one scanned `layer`."""
 
-    `__call__(x [B, L, E], mask) -> (y [B, L, E], states, probs)`: states the n layers' outputs
-    with `output_hidden_states`, probs their attention probabilities [B, H, L, L] with
-    `output_attentions`, else None.
-    """
-
+    layer_cls = MPNetLayer
     config: MPNetConfig
-    runtime: RuntimeConfig = RuntimeConfig()
 
-    @nn.compact
-    def __call__(self, x, mask, *, deterministic, output_hidden_states, output_attentions):
+    def layer_inputs(self, x):
+        """(position_bias float32 [1, H, L, L],)."""
         cfg, rt = self.config, self.runtime
         buckets = t5_relative_position_buckets(x.shape[1], NUM_BUCKETS, MAX_DISTANCE)  # [L, L]
         table = Embed(
             cfg.relative_attention_num_buckets, cfg.num_attention_heads, (None, "heads"),
             cfg.initializer_range, "float32", rt.param_dtype, name="relative_attention_bias",
         )  # fmt: skip
-        position_bias = jnp.transpose(table(jnp.asarray(buckets)), (2, 0, 1))[None]  # [1, H, L, L]
-        kwargs = dict(
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        return run_layers(MPNetLayer, cfg, rt, kwargs, x, mask, position_bias)
+        return (jnp.transpose(table(jnp.asarray(buckets)), (2, 0, 1))[None],)
 
 
 class MPNetModel(EncoderModel):
