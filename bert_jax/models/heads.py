@@ -144,6 +144,15 @@ class Head(nn.Module):
         tables = self.variables["params"][self.encoder_name]["embeddings"]
         return nn.meta.unbox(tables[table]["embedding"])
 
+    def tied_mlm(self, out: EncoderOutput, h: Array, table: Array, bias: str | None):
+        """The masked LM's `MaskedLMOutput`: h [B, L|P, E] against the tied word table [V, E]
+        (`tied_logits`, float32), plus a `TiedBias` named `bias` (None: no bias)."""
+        cfg, rt = self.config, self.runtime
+        logits = tied_logits(h, table, rt.dtype)
+        if bias is not None:
+            logits += TiedBias(cfg.vocab_size, rt.param_dtype, name=bias)()
+        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+
     def linear(self, x: Array, features: int, name: str, **kwargs) -> Array:
         """A dense output layer `name`: [..., E] -> float32 [..., features]; `kwargs` as
         `layers.dense`'s (`stddev`)."""

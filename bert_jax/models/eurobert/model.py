@@ -178,10 +178,7 @@ class EuroBertForMaskedLM(EuroBertHead):
             )(h)  # fmt: skip
             return MaskedLMOutput(logits, out.hidden_states, out.attentions)
         table = self.variables["params"][ENCODER_NAME]["embed_tokens"]["embedding"]
-        logits = heads.tied_logits(h, table, rt.dtype)  # [..., V]
-        if cfg.mlp_bias:
-            logits += heads.TiedBias(cfg.vocab_size, rt.param_dtype, name="lm_head")()
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+        return self.tied_mlm(out, h, table, "lm_head" if cfg.mlp_bias else None)
 
 
 # The class of each role (`models.family.Role`), the encoder first.

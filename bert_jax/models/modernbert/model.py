@@ -41,7 +41,6 @@ from bert_jax.models.mlp import FeedForward
 from bert_jax.models.modernbert.config import ModernBertConfig
 from bert_jax.models.outputs import (
     EncoderOutput,
-    MaskedLMOutput,
 )
 from bert_jax.models.rotary import rotary
 
@@ -303,10 +302,8 @@ class ModernBertForMaskedLM(ModernBertHead):
         cfg, rt = self.config, self.runtime
         h = heads.masked_states(out, masked_positions)  # [B, L|P, E]
         t = ModernBertPredictionHead(cfg, rt, name="head")(h)
-        logits = heads.tied_logits(t, self.word_embeddings("tok_embeddings"), rt.dtype)  # [..., V']
-        if cfg.decoder_bias:
-            logits += heads.TiedBias(cfg.vocab_size, rt.param_dtype, name="decoder")()
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+        table = self.word_embeddings("tok_embeddings")
+        return self.tied_mlm(out, t, table, "decoder" if cfg.decoder_bias else None)
 
 
 # The class of each role (`models.family.Role`), the encoder first.
