@@ -187,6 +187,7 @@ class FinalNormEncoderModel(nn.Module):
     runtime: RuntimeConfig = RuntimeConfig()
     add_pooling_layer: bool = False
     token_types: ClassVar[bool] = False  # no token_type_ids (`objective.apply_model`)
+    takes_token_type_ids: ClassVar[bool] = False  # its call has no such argument (`Head.encode`)
 
     @nn.compact
     def __call__(

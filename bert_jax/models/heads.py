@@ -125,9 +125,18 @@ class Head(nn.Module):
     def encode(self, input_ids: Array, inputs: dict, **kwargs) -> EncoderOutput:
         """The encoder's outputs (pooled when `pooled`) for input_ids [B', L] (B' = B * C with
         choices) and the other [B', L] `inputs` by name; `kwargs` as the encoder's call: the
-        family's `encoder` under `encoder_name`, its pooling layer by `pooler`."""
+        family's `encoder` under `encoder_name`, its pooling layer by `pooler`. An encoder whose
+        call has no token_type_ids (`takes_token_type_ids` False) gets none, and a head given
+        some refuses them."""
         if self.encoder is None:
             raise NotImplementedError(f"{type(self).__name__} sets no encoder")
+        if not getattr(self.encoder, "takes_token_type_ids", True):
+            inputs = dict(inputs)
+            if inputs.pop("token_type_ids") is not None:
+                raise ValueError(
+                    f"{type(self).__name__} takes no token_type_ids "
+                    f"({self.config.display_name} has none)"
+                )
         pooler = self.pooled if self.pooler is None else self.pooler
         model = self.encoder(
             self.config, self.runtime, add_pooling_layer=pooler, name=self.encoder_name

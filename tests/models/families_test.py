@@ -8,10 +8,13 @@ import dataclasses
 import json
 import re
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from bert_jax.models import families, heads
 from bert_jax.models.family import Role
+from bert_jax.models.params import init_params
 from bert_jax.training import objectives
 
 ROWS = sorted(families.FAMILIES)
@@ -211,3 +214,35 @@ def test_a_task_class_whose_name_the_module_has_is_refused():
     with pytest.raises(ValueError, match="bert_jax.models.bert.model has BertHead already"):
         heads.declared("BertHead", (heads.SequenceClassification, head), None)
     assert bert.BertHead is head
+
+
+# The families whose encoder's call has no token_type_ids (`takes_token_type_ids`).
+WITHOUT_TOKEN_TYPE_IDS = [
+    m
+    for m in ROWS
+    if not getattr(families.FAMILIES[m].roles[Role.ENCODER], "takes_token_type_ids", True)
+]
+
+
+def test_the_families_without_token_type_ids_are_the_final_norm_ones():
+    assert WITHOUT_TOKEN_TYPE_IDS == ["eurobert", "modernbert"]
+
+
+@pytest.mark.parametrize("model_type", WITHOUT_TOKEN_TYPE_IDS)
+def test_a_head_of_a_family_without_token_type_ids_refuses_them_naming_it(model_type):
+    """Every head of a family whose encoder takes no token_type_ids refuses them in one
+    ValueError naming the family, and runs without them."""
+    family = families.FAMILIES[model_type]
+    cfg = tiny_config(model_type)
+    for role, cls in family.roles.items():
+        if role is Role.ENCODER:
+            continue
+        model = cls(cfg)
+        params = init_params(model, jax.random.PRNGKey(0), 6)
+        ids = jnp.ones((1, 2, 6) if model.choices else (1, 6), jnp.int32)
+        model.apply({"params": params}, ids)  # no token types: fine
+        with pytest.raises(ValueError) as err:
+            model.apply({"params": params}, ids, token_type_ids=jnp.zeros_like(ids))
+        assert str(err.value) == (
+            f"{cls.__name__} takes no token_type_ids ({cfg.display_name} has none)"
+        )

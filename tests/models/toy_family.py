@@ -23,14 +23,14 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.models.attention import AttentionMask
-from bert_jax.models.config import EncoderConfig, RuntimeConfig
+from bert_jax.models.config import EncoderConfig
 from bert_jax.models.conversion import LAYER_INDEX_RE, FamilyConversion, sized_by_config
+from bert_jax.models.encoder import FinalNormEncoderModel
 from bert_jax.models.family import Family, Role
-from bert_jax.models.heads import Head, tied_logits
-from bert_jax.models.layers import Embed, dense, encoder_inputs, first_tokens, gather_positions
+from bert_jax.models.heads import Head, masked_states
+from bert_jax.models.layers import Embed, dense
 from bert_jax.models.norms import RMSNorm
-from bert_jax.models.outputs import ClassifierOutput, EncoderOutput, MaskedLMOutput
+from bert_jax.models.outputs import ClassifierOutput
 from bert_jax.models.prenorm import PreNormEncoder, check_heads
 from bert_jax.models.rotary import RopeParameters
 
@@ -100,52 +100,26 @@ SCANNED_LAYER = "layer"
 STARTING_PATHS: dict[str, tuple[str, ...]] = {}
 
 
-class ToyModel(nn.Module):
-    """embed_tokens -> the pre-norm stack (`layers`) -> RMSNorm `norm`. Inputs as every
-    family's encoder takes them but token types; positions feed rotary angles only."""
+class ToyModel(FinalNormEncoderModel):
+    """embed_tokens -> the pre-norm stack (`layers`) -> RMSNorm `norm`: the shared encoder
+    without token types (`FinalNormEncoderModel`); positions feed rotary angles only."""
 
     config: ToyConfig
-    runtime: RuntimeConfig = RuntimeConfig()
-    add_pooling_layer: bool = False
-    token_types: ClassVar[bool] = False
 
-    @nn.compact
-    def __call__(
-        self,
-        input_ids,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
-        *,
-        deterministic: bool = True,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> EncoderOutput:
+    def embed(self, input_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        attention_mask, position_ids = encoder_inputs(
-            rt, input_ids, attention_mask=attention_mask, position_ids=position_ids
-        )
-        x = Embed(
+        return Embed(
             cfg.padded_vocab_size, cfg.hidden_size, ("vocab", "embed"), cfg.initializer_range,
             rt.dtype, rt.param_dtype, name="embed_tokens",
         )(input_ids)  # fmt: skip
-        mask = AttentionMask(attention_mask.astype(bool), segment_ids)
-        y, states, probs = PreNormEncoder(cfg, rt, "rms_norm", "gated", name="layers")(
-            x,
-            mask,
-            position_ids,
-            deterministic=deterministic,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-        )
-        y = RMSNorm(cfg.rms_norm_eps, rt.dtype, rt.param_dtype, name="norm")(y)
-        return EncoderOutput(
-            last_hidden_state=y,
-            pooler_output=first_tokens(y, cls_positions) if self.add_pooling_layer else None,
-            hidden_states=(x, *states[:-1], y) if output_hidden_states else None,
-            attentions=probs,
-        )
+
+    def stack(self, x, mask, positions, **modes):
+        layers = PreNormEncoder(self.config, self.runtime, "rms_norm", "gated", name="layers")
+        return layers(x, mask, positions, **modes)
+
+    def final_norm(self, y):
+        cfg, rt = self.config, self.runtime
+        return RMSNorm(cfg.rms_norm_eps, rt.dtype, rt.param_dtype, name="norm")(y)
 
 
 class ToyHead(Head):
@@ -153,13 +127,8 @@ class ToyHead(Head):
 
     config: ToyConfig
     token_types: ClassVar[bool] = False
-
-    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
-        inputs = dict(inputs)
-        if inputs.pop("token_type_ids") is not None:
-            raise ValueError(f"{type(self).__name__} takes no token_type_ids")
-        model = ToyModel(self.config, self.runtime, self.pooled, name=ENCODER_NAME)
-        return model(input_ids, **inputs, **kwargs)
+    encoder = ToyModel
+    encoder_name = ENCODER_NAME
 
 
 class ToyForMaskedLM(ToyHead):
@@ -169,12 +138,8 @@ class ToyForMaskedLM(ToyHead):
     masked_lm = True
 
     def head(self, out, *, deterministic, masked_positions, batch_shape):
-        h = out.last_hidden_state
-        if masked_positions is not None:
-            h = gather_positions(h, masked_positions)  # [B, P, E]
         table = self.variables["params"][ENCODER_NAME]["embed_tokens"]["embedding"]
-        logits = tied_logits(h, table, self.runtime.dtype)
-        return MaskedLMOutput(logits, out.hidden_states, out.attentions)
+        return self.tied_mlm(out, masked_states(out, masked_positions), table, None)
 
 
 class ToyForSequenceClassification(ToyHead):

@@ -123,9 +123,6 @@ class EuroBertHead(heads.Head):
     encoder_name = ENCODER_NAME
 
     def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
-        inputs = dict(inputs)
-        if inputs.pop("token_type_ids") is not None:
-            raise ValueError(f"{type(self).__name__} takes no token_type_ids (EuroBERT has none)")
         out = super().encode(input_ids, inputs, **kwargs)
         if not self.pooled:
             return out

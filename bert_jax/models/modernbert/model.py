@@ -39,9 +39,6 @@ from bert_jax.models.layers import (
 )
 from bert_jax.models.mlp import FeedForward
 from bert_jax.models.modernbert.config import ModernBertConfig
-from bert_jax.models.outputs import (
-    EncoderOutput,
-)
 from bert_jax.models.rotary import rotary
 
 Array = jax.Array
@@ -270,13 +267,6 @@ class ModernBertHead(heads.Head):
     token_types: ClassVar[bool] = False
     encoder = ModernBertModel
     encoder_name = ENCODER_NAME
-
-    def encode(self, input_ids, inputs, **kwargs) -> EncoderOutput:
-        """The encoder's outputs (pooled when `pooled`): `model`, a ModernBertModel."""
-        inputs = dict(inputs)
-        if inputs.pop("token_type_ids") is not None:
-            raise ValueError(f"{type(self).__name__} takes no token_type_ids (ModernBERT has none)")
-        return super().encode(input_ids, inputs, **kwargs)
 
     def classify(self, h, features: int, deterministic: bool):
         """head -> dropout -> `classifier` (with a bias): float32 logits [..., features]."""
