@@ -15,8 +15,9 @@ through `etils.epath`), or a Hugging Face Hub id (`checkpoints.hub`: the cache, 
 download where one is allowed). An existing path always wins over a Hub id. `from_pretrained`
 adds the module, the dtypes and the layer layout: the result is a plain Flax module, its
 parameter dict and its config (docs/from_transformers_flax.md maps transformers' Flax calls).
-Beside them: `find_tokenizer` (the one vocabulary lookup), `read_config` (the config alone) and
-`read_head` (the head class it stores).
+Beside them: `resolve` (where a source's model is: a finished run's `hf/`), `find_tokenizer` (the
+one vocabulary lookup), `read_config` (the config alone) and `read_head` (the head class it
+stores).
 """
 
 from __future__ import annotations
@@ -96,17 +97,41 @@ class Pretrained(NamedTuple):
     head: str
 
 
+def resolve(source: str | os.PathLike) -> str:
+    """Where the checkpoint `source` names is (`hub.resolve`: a path, a URL or a Hub id); for a
+    finished train.py run (no `checkpoints/` or `export/` left) the model it wrote at its end, its
+    `hf/` (the embedding and reranker jobs' sentence-transformers directory).
+
+    Raises:
+      FileNotFoundError: `source` is a finished run of several seeds, each with its own model
+        (naming the seeds' directories to choose from).
+    """
+    path = hub.resolve(source)
+    local = as_path(path)
+    if not local.is_dir() or (local / "checkpoints").is_dir() or (local / "export").is_dir():
+        return path
+    if (local / "hf").is_dir():
+        return os.fspath(local / "hf")
+    seeds = sorted(p.name for p in local.glob("seed_*") if (p / "hf").is_dir())
+    if seeds:
+        raise FileNotFoundError(
+            f"{source} is a run of {len(seeds)} seeds, each with its own model: start from one "
+            f"seed's directory ({', '.join(seeds)})"
+        )
+    return path
+
+
 def find_tokenizer(
     path: str | os.PathLike, vocab_size: int | None = None
 ) -> tokenization.SubwordTokenizer | None:
     """The tokenizer.json / vocab.txt in `path` (a directory, or beside a checkpoint file or TF
     prefix), in its encoder's folder (a sentence-transformers Router's route) or in its `hf/`,
-    `data/` (a run directory), local, a URL or a Hub id (`hub.resolve`); None when there is none.
+    `data/` (a run directory), local, a URL or a Hub id (`resolve`); None when there is none.
 
     Raises:
       ValueError: `vocab_size` is given and the vocabulary found has another number of tokens.
     """
-    base = as_path(hub.resolve(path))
+    base = as_path(resolve(path))
     base = base if base.is_dir() else base.parent
     st = _sentence_transformer_of(os.fspath(base), run=False)
     encoder = [base / st.transformer_path] if st is not None and st.transformer_path else []
@@ -170,7 +195,7 @@ def load(
         `head` of another family than the checkpoint's (naming the family's own class).
     """
     head = _canonical_head(head)
-    path = weights = hub.resolve(source)
+    path = weights = resolve(source)
     run = (as_path(path) / "checkpoints").is_dir()
     st = _sentence_transformer_of(path, run)
     if st is not None and st.transformer_path and not run:  # an old directory: the encoder's folder
@@ -260,7 +285,7 @@ def _description(source: str | os.PathLike) -> tuple[Any, dict | None]:
     """Where a checkpoint describes itself: (the directory or file beside its config.json,
     None), or for a run without an export (its checkpoints' folder, its newest checkpoint's
     record; {} where it has none yet)."""
-    path = as_path(hub.resolve(source))
+    path = as_path(resolve(source))
     if (path / "export").is_dir():
         return path / "export", None
     if (path / "checkpoints").is_dir():

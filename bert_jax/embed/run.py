@@ -32,7 +32,7 @@ from typing import Any
 from absl import logging
 
 from bert_jax import batch_layout, tokenization
-from bert_jax.checkpoints import hub
+from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.sentence_transformers import (
     read_sentence_transformer,
     read_static_queries,
@@ -241,7 +241,7 @@ def starting_point(config, e: EmbedSettings) -> Starting:
     tokenizer = job_tokenizer(config, "embed")
     model_config, st = architecture(config, tokenizer.vocab_size), None
     if source:
-        folder = hub.resolve(source)
+        folder = pretrained.resolve(source)
         if as_path(folder).is_dir():
             st = read_sentence_transformer(folder)
     query_module = getattr(st, "query_module", None)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import tokenization
-from bert_jax.checkpoints import cross_encoder, hub, pretrained, table
+from bert_jax.checkpoints import cross_encoder, pretrained, table
 from bert_jax.checkpoints.sentence_transformers import read_max_seq_length
 from bert_jax.models import rtd
 from bert_jax.models.config import RuntimeConfig
@@ -100,7 +100,7 @@ def load_cross_encoder(path: str) -> CrossEncoder:
       FileNotFoundError: no tokenizer beside the weights; ValueError: an unknown activation.
     """
     config, params, head, tokenizer = load(path)
-    folder = as_path(hub.resolve(path))
+    folder = as_path(pretrained.resolve(path))  # a finished run: its hf/
     # What CrossEncoder truncates to: the directory's own length, where it names one.
     max_seq_length = read_max_seq_length(folder) if folder.is_dir() else None
     activation = cross_encoder.read_activation(folder)

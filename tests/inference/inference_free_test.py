@@ -188,8 +188,8 @@ def test_the_job_trains_one(pair_files):  # noqa: F811
     """A tiny run of the embedding job with embed.query_encoder=static: the query weights move
     from ones at their own learning rate, dev scores at the start and the end, and the export
     is a Router whose `encode_query` / `encode_document` equal `inference embed --task`; a run
-    that continues from the export starts where the first ended (its query weights and masked
-    LM both read)."""
+    that continues from the first run's directory starts where the first ended (its query
+    weights and masked LM both read from its hf/)."""
     st = pytest.importorskip("sentence_transformers")
     from bert_jax.embed import run as embed_run
 
@@ -214,8 +214,9 @@ def test_the_job_trains_one(pair_files):  # noqa: F811
         want = encode(texts, convert_to_tensor=True).to_dense().numpy()
         np.testing.assert_allclose(np.load(out), want, atol=1e-5)
 
-    # its tokenizer read from the Router's document folder (no embed.tokenizer)
-    again = embed_config(pair_files, init_from=str(hf), **settings, **{"embed.tokenizer": ""})
+    # from the run's directory (its hf/), the tokenizer read from the Router's document folder
+    # (no embed.tokenizer)
+    again = embed_config(pair_files, init_from=str(workdir), **settings, **{"embed.tokenizer": ""})
     continued = embed_run.train_and_evaluate(again, str(pair_files / "again"))["seeds"]["0"]
     for key in ("ndcg@10", "mrr@10"):
         assert continued[f"start_{key}"] == pytest.approx(results["seeds"]["0"][key], abs=1e-6)

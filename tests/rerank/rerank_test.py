@@ -21,6 +21,7 @@ from flax import linen as nn
 from bert_jax import losses, tokenization
 from bert_jax.checkpoints import pretrained
 from bert_jax.checkpoints.cross_encoder import read_activation, save_cross_encoder
+from bert_jax.checkpoints.sentence_transformers import read_max_seq_length
 from bert_jax.models import families
 from bert_jax.models.families import Role
 from bert_jax.models.params import init_params
@@ -526,6 +527,11 @@ def test_train_py_learns_to_rerank(tmp_path):
     assert seed["ndcg@10"] > seed["start_ndcg@10"], seed
     assert json.loads((workdir / "settings.json").read_text())["task"] == "rerank"
     assert read_activation(workdir / "hf") == "sigmoid" and not (workdir / "checkpoints").exists()
+    from bert_jax.inference.loading import load_cross_encoder
+
+    ran = load_cross_encoder(str(workdir))  # the run's directory stands for its hf/
+    assert (ran.activation, ran.max_seq_length) == ("sigmoid", read_max_seq_length(workdir / "hf"))
+    assert ran.max_seq_length
 
 
 def test_each_seed_draws_its_own_head_on_the_same_encoder(training_texts, tmp_path):

@@ -124,3 +124,32 @@ def test_init_from_a_hub_id_reads_the_cached_snapshot(tmp_path, monkeypatch):
         assert array.sharding == sh, path
         # The vocabulary's 99 rows (the file's; the rest pad them to a multiple, zero).
         np.testing.assert_array_equal(np.asarray(array)[:99], want[:99], err_msg=str(path))
+
+
+def test_a_finished_run_starts_others_from_the_model_it_wrote(tmp_path):
+    """`pretrained.resolve`: a run whose training is over (no checkpoints/ or export/ left) is
+    its hf/, the embedding and reranker jobs' export; a run still holding checkpoints, one with
+    an export/, another directory and a file are themselves; a finished run of several seeds
+    fails naming the seeds' directories."""
+    import pytest
+
+    from bert_jax.checkpoints import pretrained
+
+    def run(name, *folders):
+        for folder in folders:
+            (tmp_path / name / folder).mkdir(parents=True)
+        return str(tmp_path / name)
+
+    finished = run("finished", "hf", "tensorboard")
+    assert pretrained.resolve(finished) == str(tmp_path / "finished" / "hf")
+    for kept in (run("training", "checkpoints", "hf"), run("finetuned", "export", "hf")):
+        assert pretrained.resolve(kept) == kept
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert pretrained.resolve(tmp_path / "model") == str(tmp_path / "model")
+    assert pretrained.resolve(tmp_path / "model" / "config.json") == str(
+        tmp_path / "model" / "config.json"
+    )
+    seeds = run("seeds", "seed_0/hf", "seed_1/hf", "seed_1/tensorboard")
+    with pytest.raises(FileNotFoundError, match=r"run of 2 seeds.*\(seed_0, seed_1\)"):
+        pretrained.resolve(seeds)
