@@ -409,7 +409,8 @@ def test_bad_splade_settings_are_refused_before_any_data(pair_files):  # noqa: F
 @pytest.mark.parametrize("model_type", sorted(family_fixtures.FIXTURES))
 def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_path):
     """Each family's random tiny masked LM, saved as a SparseEncoder directory: `encode` equals
-    bert_jax's SPLADE vectors of it within 1e-5."""
+    bert_jax's SPLADE vectors of it within 1e-5; saved as an inference-free one (random query
+    weights), its `encode_query` and `encode_document` equal bert_jax's queries and documents."""
     st = pytest.importorskip("sentence_transformers")
     fam = family_fixtures.make_family_dir(model_type, tmp_path / "mlm")
     if not hasattr(pytest.importorskip("transformers"), fam.head):
@@ -423,3 +424,20 @@ def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_
     ours = encoder.load_for_embedding(str(out)).embed(texts)
     theirs = st.SparseEncoder(str(out), device="cpu").encode(texts, convert_to_tensor=True)
     np.testing.assert_allclose(ours, theirs.to_dense().numpy(), atol=1e-5)
+
+    routed = tmp_path / "inference_free"
+    weights = np.random.default_rng(0).random(fam.config.vocab_size).astype(np.float32)
+    save_sentence_transformer(
+        routed, fam.config, fam.params, tokenizer_dir=fam.tokenizer, pooling="splade",
+        normalize=False, max_seq_length=32, query_weights=weights,
+    )  # fmt: skip
+    ours, theirs = (
+        encoder.load_for_embedding(str(routed)),
+        st.SparseEncoder(str(routed), device="cpu"),
+    )
+    vectors = {}
+    for task, encode in (("query", theirs.encode_query), ("document", theirs.encode_document)):
+        want = encode(texts, convert_to_tensor=True).to_dense().numpy()
+        vectors[task] = ours.for_task(task).embed(texts)
+        np.testing.assert_allclose(vectors[task], want, atol=1e-5)
+    assert not np.allclose(vectors["query"], vectors["document"])  # two routes, not one
