@@ -217,6 +217,7 @@ def test_finetune_packing_tiny_packs_more_real_tokens_into_the_same_rows():
     )
 
 
+@pytest.mark.e2e  # the Beam pipeline and the local build, 20 s
 def test_beam_build_builds_the_same_shards_as_the_local_build(tmp_path):
     """`beam_build.py --plays=2`: the local build and Beam's DirectRunner, one process each."""
     pytest.importorskip("apache_beam")
@@ -571,6 +572,7 @@ def test_gpu_recipes_match_their_compiles_on_record_and_results():
                 assert gpu_recipes.table_row(r) in results, r["name"]
 
 
+@pytest.mark.e2e  # a deviceless H100 compile, 20 s
 def test_gpu_compile_predicts_an_h100_step_deviceless():
     """`gpu_compile.py` compiles for a card it does not have (`bert_jax.parallel.aot.gpu_devices`): its only
     path on a machine without a GPU, and the one gpu_suite.py runs for its predictions."""

@@ -238,6 +238,7 @@ def test_ctrl_c_while_train_py_builds_its_data_exits_130(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.e2e  # three train.py runs, 25-30 s
 def test_refused_restart_keeps_config_and_resume_keeps_one_row_per_step(
     tmp_path, tiny_pretraining_build
 ):
@@ -306,6 +307,7 @@ def _purge_steps(directory) -> list[int]:
     return steps
 
 
+@pytest.mark.e2e  # train.py runs, 20 s
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_pretraining_build):
     workdir = tmp_path / "run"
     # No clipping in both runs: the optimizer state has one structure, so the second run resumes

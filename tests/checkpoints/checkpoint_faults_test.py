@@ -192,6 +192,7 @@ def test_a_rerun_of_a_finished_run_trains_nothing_and_rewrites_nothing(
     assert snapshot(workdir) == exported
 
 
+@pytest.mark.e2e  # three train.py runs, 30-40 s
 def test_full_disk_stops_the_run_with_one_line_and_leaves_no_tmp_dir(
     tiny_pretraining_build, tmp_path
 ):
@@ -209,6 +210,7 @@ def test_full_disk_stops_the_run_with_one_line_and_leaves_no_tmp_dir(
     assert "restored checkpoint 5" in proc.stderr
 
 
+@pytest.mark.e2e  # two train.py runs at once, 30-35 s
 def test_a_second_run_in_the_same_workdir_stops_at_start(tiny_pretraining_build, tmp_path):
     workdir = tmp_path / "run"
     cmd = train_cmd(workdir, tiny_pretraining_build, *EVERY, steps=20)

@@ -24,6 +24,9 @@ from flax import traverse_util
 from tests.commands_test import clean_env
 from tests.finetune.run_test import WORDS, write_vocab
 
+# train.py and the inference commands in subprocesses, 70 s of 2 cores: CI's e2e stage
+pytestmark = pytest.mark.e2e
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Cue word -> label in the training file, and the permuted labels of the dev file.
 TRAIN_LABELS = {"good": "pos", "bad": "neg", "who": "mid"}

@@ -26,11 +26,12 @@ STEPS, RESUME_AT = 8, 4  # a checkpoint at step 4: the elastic runs resume from 
 # (data, fsdp, tensor): batch split over the hosts; fsdp and tensor inside each host; one model
 # axis across both hosts (every host holds every batch row); fsdp across both hosts.
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 1, 8), (1, 8, 1)]
-# The default suite runs (2, 2, 2) (the batch split over the hosts, fsdp and tensor inside each;
-# the elastic resume below uses it too); the other three run with -m full (`make test-full`), out
-# of CI for its time (about four minutes of 2 cores); the rows each host feeds on every mesh are
-# checked by the host-rows test below.
-DEFAULT_SUITE_MESHES = [(2, 2, 2)]
+# CI's e2e stage runs (2, 2, 2) (the batch split over the hosts, fsdp and tensor inside each;
+# the elastic resume below uses it too; 70 s of 2 cores, out of the default stage for its time);
+# the other three run with -m full (`make test-full`), out of CI for its time (about four
+# minutes of 2 cores); the rows each host feeds on every mesh are checked by the host-rows test
+# below, in the default stage.
+E2E_MESHES = [(2, 2, 2)]
 EXPORT_ON = "--config.export_hf_at_end=True"  # the default (the tiny test overrides turn it off)
 
 
@@ -193,7 +194,10 @@ def two_process_run(tmp_path_factory, tiny_pretraining_build):
 
 @pytest.mark.parametrize(
     "mesh",
-    [m if m in DEFAULT_SUITE_MESHES else pytest.param(m, marks=pytest.mark.full) for m in MESHES],
+    [
+        pytest.param(m, marks=pytest.mark.e2e if m in E2E_MESHES else pytest.mark.full)
+        for m in MESHES
+    ],
     ids=lambda m: "x".join(map(str, m)),
 )
 def test_two_processes_equal_one(mesh, single, two_process_run):
@@ -518,6 +522,7 @@ def test_killed_or_terminated_process_ends_the_job_and_it_resumes(tmp_path, tiny
     assert (workdir / "hf" / "model.safetensors").is_file()
 
 
+@pytest.mark.e2e  # two processes, 25-30 s; one process's Ctrl-C: train_test
 def test_ctrl_c_on_one_host_stops_every_host_at_one_step_with_130(tmp_path, tiny_pretraining_build):
     """SIGINT reaches process 1 only (after step 2): both processes agree at the next step's
     stop check, save that step's checkpoint together, and both exit 130 (stopped, not done)."""

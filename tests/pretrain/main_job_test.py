@@ -14,7 +14,7 @@ from bert_jax.inference.__main__ import main as inference_main
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # make pretrain at 30 steps in a subprocess: 60-110 s of 2 cores
 def test_make_pretrain_runs_the_main_job(tmp_path, capsys):
     venv = os.path.dirname(os.path.dirname(sys.executable))  # the environment running the tests
     if not os.path.exists(os.path.join(venv, ".installed")):

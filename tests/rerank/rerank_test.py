@@ -580,6 +580,7 @@ def _train_py_as_a_user(tmp_path, variant: str, *flags: str) -> subprocess.Compl
     )
 
 
+@pytest.mark.e2e  # a train.py run of the reranker and its mining, 30 s
 def test_listwise_rows_train_by_default_and_a_reranker_worse_than_its_first_stage_says_so(
     tmp_path,
 ):
