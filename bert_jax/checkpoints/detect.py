@@ -31,12 +31,9 @@ def detect_format(path: str | os.PathLike) -> str:
             f.endswith(".index") for f in files
         ):
             return "tf"
-        seeds = sorted(f for f in files if f.startswith("seed_") and (path / f).is_dir())
-        if seeds:  # a run of several seeds keeps one model per seed
-            raise ValueError(
-                f"{path} is a run of {len(seeds)} seeds, one model each: name one of "
-                f"{', '.join(os.fspath(path / s) for s in seeds)}"
-            )
+        error = several_seeds(path)
+        if error is not None:
+            raise error
         raise ValueError(
             f"{path} holds no recognizable checkpoint (config.json + weights, config.json + "
             "params/, or bert_config.json + a TF checkpoint's *.index)"
@@ -44,6 +41,19 @@ def detect_format(path: str | os.PathLike) -> str:
     if tf.is_tf_path(path):
         return "tf"
     raise missing_path_error(given)  # as given: a Hub id reads as one
+
+
+def several_seeds(path) -> ValueError | None:
+    """The error for a run of several seeds at `path` (a directory that keeps one model per
+    seed_<n>/), naming each seed's directory; None for any other directory."""
+    path = as_path(path)
+    seeds = sorted(p.name for p in path.iterdir() if p.name.startswith("seed_") and p.is_dir())
+    if not seeds:
+        return None
+    return ValueError(
+        f"{path} is a run of {len(seeds)} seeds, one model each: name one of "
+        f"{', '.join(os.fspath(path / s) for s in seeds)}"
+    )
 
 
 def _load_own(path, fmt: str, model: str | None, allow_new_heads: bool):

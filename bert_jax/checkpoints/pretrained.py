@@ -103,8 +103,8 @@ def resolve(source: str | os.PathLike) -> str:
     `hf/` (the embedding and reranker jobs' sentence-transformers directory).
 
     Raises:
-      FileNotFoundError: `source` is a finished run of several seeds, each with its own model
-        (naming the seeds' directories to choose from).
+      ValueError: `source` is a run of several seeds, each with its own model
+        (`detect.several_seeds`: naming the seeds' directories to choose from).
     """
     path = hub.resolve(source)
     local = as_path(path)
@@ -112,12 +112,9 @@ def resolve(source: str | os.PathLike) -> str:
         return path
     if (local / "hf").is_dir():
         return os.fspath(local / "hf")
-    seeds = sorted(p.name for p in local.glob("seed_*") if (p / "hf").is_dir())
-    if seeds:
-        raise FileNotFoundError(
-            f"{source} is a run of {len(seeds)} seeds, each with its own model: start from one "
-            f"seed's directory ({', '.join(seeds)})"
-        )
+    error = detect.several_seeds(local)
+    if error is not None:
+        raise error
     return path
 
 

@@ -165,6 +165,7 @@ def test_bucketed_batches_equal_full_padding_and_compile_once(tiny_classifier, c
     cfg, params, name, tok = inference.load(str(tiny_classifier))
     texts = [" ".join(TEXTS[: 1 + i % 4]) * (1 + i % 3) for i in range(23)]  # 12 to 128 tokens
     encoder = params["bert"]
+    jax.clear_caches()  # every shape lowered again, whatever this process ran before
     with recorded_compiles() as compiles:
         bucketed = inference.embed(cfg, encoder, tok, texts, pooling="mean", batch_size=4)
         again = inference.embed(cfg, encoder, tok, texts, pooling="mean", batch_size=4)

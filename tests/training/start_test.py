@@ -151,5 +151,5 @@ def test_a_finished_run_starts_others_from_the_model_it_wrote(tmp_path):
         tmp_path / "model" / "config.json"
     )
     seeds = run("seeds", "seed_0/hf", "seed_1/hf", "seed_1/tensorboard")
-    with pytest.raises(FileNotFoundError, match=r"run of 2 seeds.*\(seed_0, seed_1\)"):
+    with pytest.raises(ValueError, match=r"run of 2 seeds, one model each: name one of .*seed_1$"):
         pretrained.resolve(seeds)
