@@ -77,6 +77,12 @@ PACKED_TEXTS = {
     "cls_positions": Field("RS", np.int32, "where each slot's text begins"),
     "text_index": Field("RS", np.int32, "b * T + t (or b * G + g) of the slot's text, -1 empty"),
 }
+# A packed contrastive batch's anchors, beside its rows when they run through no model (an
+# inference-free SPLADE model's queries: `retrieval.packing.pack_pairs(anchors_apart=True)`).
+ANCHORS = {
+    "anchor_ids": Field("BL", np.int32, "text 0 of each pair, [PAD] past the end"),
+    "anchor_mask": Field("BL", np.int32, "1 real token, 0 padding"),
+}
 EXAMPLE_WEIGHTS = {"example_weights": Field("B", np.float32, "1.0 a real row, 0.0 padding")}
 
 # A padded fine-tuning batch: the inputs, example_weights and the targets of each objective.
@@ -114,9 +120,12 @@ def finetune_layout(objective: str) -> dict[str, Field]:
     return {**tokens, **EXAMPLE_WEIGHTS, **FINETUNE_TARGETS[objective]}
 
 
-def contrastive_layout(packed: bool) -> dict[str, Field]:
-    """A contrastive batch: B pairs of T texts [B, T, L], or their texts packed (R rows)."""
-    return dict(PACKED_TEXTS) if packed else dict(CONTRASTIVE_BATCH)
+def contrastive_layout(packed: bool, anchors_apart: bool = False) -> dict[str, Field]:
+    """A contrastive batch: B pairs of T texts [B, T, L], or their texts packed (R rows; with
+    `anchors_apart` texts 1.. only, the anchors [B, L] beside them)."""
+    if not packed:
+        return dict(CONTRASTIVE_BATCH)
+    return {**PACKED_TEXTS, **(ANCHORS if anchors_apart else {})}
 
 
 def rerank_layout(loss: str, packed: bool) -> dict[str, Field]:

@@ -344,21 +344,23 @@ def compile_for_topology(
     `num_slices` is not read) without data:
     a batch of `global_batch_size` pairs [B, 2, L] (L = max_seq_length, 128 by default) in
     `num_microbatches` GradCache chunks; with `embed.pack`, its 2 B texts packed at the most rows
-    packing can take (one text a row: [2 B, L], the memory any packed step stays within). Prints
-    the report, returns the exit status."""
+    packing can take (one text a row: [2 B, L], the memory any packed step stays within; an
+    inference-free model's B documents, its anchors [B, L] beside them). Prints the report,
+    returns the exit status."""
     e = check_config(config, reads_data=False)
     model_config = architecture(config)
     pooling = "mean" if e.pooling == "auto" else e.pooling
     length = e.max_seq_length or DEFAULT_MAX_SEQ_LENGTH
     start = Starting(model_config, pooling, True, length, None)
     exp = build_experiment(config, e, start, 1, aot.topology_devices(topology))
-    rows, slots = config.global_batch_size, e.max_segments
-    layout = batch_layout.contrastive_layout(packed=e.pack)
-    batch = batch_layout.abstract_batch(layout, B=rows, T=2, L=length, R=2 * rows, S=slots)
+    rows, slots, apart = config.global_batch_size, e.max_segments, exp.objective.anchors_apart
+    texts = (1 if apart else 2) * rows  # the texts that run through the model
+    layout = batch_layout.contrastive_layout(e.pack, apart)
+    batch = batch_layout.abstract_batch(layout, B=rows, T=2, L=length, R=texts, S=slots)
     # A SPLADE model's masked-LM logits: V outputs a token (the head's transform aside).
     outputs = model_config.vocab_size if pooling in SPARSE_POOLINGS else 0
     model_flops = flops.classification_step_flops(
-        model_config, [length] * (2 * rows), outputs, pooled=False
+        model_config, [length] * texts, outputs, pooled=False
     )
     return compile_report.report_compiled_step(
         exp, batch, model_flops=model_flops, topology=topology, task="embed", hlo_out=hlo_out
@@ -423,7 +425,9 @@ def train_seed(
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
-    batches = seed_run.group_batches(config, block, features, seed, exp.mesh)
+    batches = seed_run.group_batches(
+        config, block, features, seed, exp.mesh, anchors_apart=exp.objective.anchors_apart
+    )
     init_values = None  # an inference-free start's query weights, beside its masked LM
     if start.query_module:
         init_values = lambda: {(QUERY_WEIGHT,): read_static_queries(start.query_module)[0]}  # noqa: E731

@@ -7,7 +7,9 @@ on [PAD] (short queries and passages fill a fraction of a padded row).
 A packed batch of B pairs of T texts (`pack_pairs`) has the layout `batch_layout.PACKED_TEXTS`:
 every key led by the R rows (so the rows shard over the mesh's batch axes as any batch does),
 the texts' tokens, segment_ids and position_ids [R, L], each slot's start (cls_positions) and
-text (text_index: b * T + t, -1 an empty slot) [R, S].
+text (text_index: b * T + t, -1 an empty slot) [R, S]. With `anchors_apart` (an inference-free
+SPLADE model's batches: its anchors run through no model) the rows hold the positives and
+negatives only, and the anchors come whole beside them, [B, L] (`batch_layout.ANCHORS`).
 
 The texts go into rows best-fit decreasing (`batching.pack`, fine-tuning's packer, at most S a
 row); a text never spans rows and texts longer than L were cut when featurized, so a batch
@@ -32,6 +34,7 @@ from bert_jax.data import batching
 ROW_SIZES = 16  # a run's row counts are multiples of about B T / ROW_SIZES: at most this many
 # The [R, L] keys of a packed batch (`batch_layout.PACKED_TEXTS`).
 TOKEN_KEYS = tuple(k for k, f in batch_layout.PACKED_TEXTS.items() if f.axes == "RL")
+ANCHOR_KEYS = tuple(batch_layout.ANCHORS)  # the anchors' [B, L] tokens, with anchors_apart
 
 
 def row_step(num_texts: int, row_multiple: int = 1) -> int:
@@ -48,6 +51,7 @@ def pack_pairs(
     max_segments: int,
     row_multiple: int = 1,
     keep: tuple[str, ...] = (),
+    anchors_apart: bool = False,
 ) -> dict[str, np.ndarray]:
     """Packs one global batch of pairs (keys and shapes in the module docstring).
 
@@ -58,25 +62,32 @@ def pack_pairs(
       row_multiple: R is a multiple of `row_step(B T, row_multiple)`.
       keep: keys led by the B pairs (a reranker's labels [B], example_weights [B],
         teacher_scores [B, T]), passed on as they are.
+      anchors_apart: text 0 of each pair is not packed: its tokens come as anchor_ids and
+        anchor_mask [B, L'] (the rows' count a multiple of `row_step(B (T - 1), row_multiple)`).
 
     Returns:
-      The packed batch, rows of L' tokens, and the `keep` keys.
+      The packed batch, rows of L' tokens, the `keep` keys and with `anchors_apart` the anchors.
     """
     ids = np.asarray(batch["input_ids"])
     if ids.ndim != 3:
         raise ValueError(f"expected pairs [B, T, L], got input_ids of shape {ids.shape}")
     b, t, length = ids.shape
-    texts = {k: np.asarray(batch[k]).reshape(b * t, length) for k in TOKEN_KEYS[:3]}
-    texts["labels"] = np.arange(b * t, dtype=np.int32)  # text b * T + t
-    texts["example_weights"] = np.ones(b * t, np.float32)
+    first = 1 if anchors_apart else 0  # the first text of a pair that goes into the rows
+    texts = {k: np.asarray(batch[k])[:, first:].reshape(-1, length) for k in TOKEN_KEYS[:3]}
+    index = np.arange(b * t, dtype=np.int32).reshape(b, t)  # text b * T + t
+    texts["labels"] = index[:, first:].reshape(-1)
+    texts["example_weights"] = np.ones(b * (t - first), np.float32)
     packed, info = batching.pack(texts, max_segments=max_segments, max_seq_length=length)
-    step = row_step(b * t, row_multiple)
+    step = row_step(b * (t - first), row_multiple)
     rows = -(-info.num_rows // step) * step
     out = {k: packed[k] for k in (*TOKEN_KEYS, "cls_positions")}
     out["text_index"] = np.where(packed["example_weights"] > 0, packed["labels"], -1)
     empty = {k: -1 if k == "text_index" else 0 for k in out}
     pad = [(0, rows - info.num_rows), (0, 0)]
     out = {k: np.pad(v.astype(np.int32), pad, constant_values=empty[k]) for k, v in out.items()}
+    if anchors_apart:
+        out["anchor_ids"] = ids[:, 0].astype(np.int32)
+        out["anchor_mask"] = np.asarray(batch["attention_mask"])[:, 0].astype(np.int32)
     return out | {k: np.asarray(batch[k]) for k in keep}
 
 
@@ -87,10 +98,10 @@ class PackedBatches:
 
     Args:
       batches: yields every row of each global batch (no host_rows, one shard).
-      max_segments, row_multiple, keep: as `pack_pairs` takes them.
+      max_segments, row_multiple, keep, anchors_apart: as `pack_pairs` takes them.
       host_rows: R -> the rows of a packed batch of R rows this process feeds, in order
         (`functools.partial(sharding.host_batch_rows, mesh)`), and its share of the B pairs of
-        the `keep` keys; None: all of them.
+        the `keep` keys (and the anchors); None: all of them.
     """
 
     def __init__(
@@ -101,9 +112,12 @@ class PackedBatches:
         row_multiple: int = 1,
         host_rows: Callable[[int], np.ndarray] | None = None,
         keep: tuple[str, ...] = (),
+        anchors_apart: bool = False,
     ):
         self._batches, self._host_rows, self._keep = batches, host_rows, keep
         self._max_segments, self._row_multiple = max_segments, row_multiple
+        self._anchors_apart = anchors_apart
+        self._per_pair = keep + (ANCHOR_KEYS if anchors_apart else ())  # keys led by B
         self.steps_per_epoch = batches.steps_per_epoch
 
     def __iter__(self):
@@ -115,12 +129,13 @@ class PackedBatches:
             max_segments=self._max_segments,
             row_multiple=self._row_multiple,
             keep=self._keep,
+            anchors_apart=self._anchors_apart,
         )
         if self._host_rows is None:
             return packed
         rows = self._host_rows(len(packed["input_ids"]))
-        pairs = self._host_rows(len(packed[self._keep[0]])) if self._keep else None
-        return {k: v[pairs if k in self._keep else rows] for k, v in packed.items()}
+        pairs = self._host_rows(len(packed[self._per_pair[0]])) if self._per_pair else None
+        return {k: v[pairs if k in self._per_pair else rows] for k, v in packed.items()}
 
     def get_state(self) -> bytes:
         return self._batches.get_state()
@@ -141,13 +156,14 @@ def epoch_batches(
     row_multiple: int = 1,
     host_rows: Callable[[int], np.ndarray] | None = None,
     keep: tuple[str, ...] = (),
+    anchors_apart: bool = False,
 ):
     """One seed's batches of groups of texts (the embedding job's pairs, the reranker's rows):
     `block.num_epochs` epochs of shuffled global batches, not grouped by length (that would
     make a batch's in-batch negatives alike in length). With `block.pack` each batch's texts are
     packed several to a row (`PackedBatches`: at most `block.max_segments` a row, the row count a
-    multiple of `row_multiple`, the `keep` keys left [B]); else each is cut to the 32-token
-    bucket of its longest text.
+    multiple of `row_multiple`, the `keep` keys left [B]; with `anchors_apart` the anchors
+    beside the rows, [B, L]); else each is cut to the 32-token bucket of its longest text.
 
     Args:
       features: input_ids, token_type_ids, attention_mask int32 [N, T, L] and per-group keys.
@@ -175,4 +191,5 @@ def epoch_batches(
         row_multiple=row_multiple,
         host_rows=host_rows,
         keep=keep,
+        anchors_apart=anchors_apart,
     )

@@ -61,6 +61,9 @@ class ContrastiveObjective:
     build_model: ClassVar[Callable[..., nn.Module] | None] = None
     loss_weights: ClassVar[Mapping[str, float]] = {"mnrl": 1.0}
     similarity: ClassVar[str] = "cosine"  # how its embeddings are compared (dev retrieval)
+    # Packed batches hold the anchors beside the rows (`batch_layout.ANCHORS`): they run through
+    # no model (an inference-free SPLADE model's).
+    anchors_apart: ClassVar[bool] = False
 
     pooling: str = "mean"
     scale: float = 20.0
@@ -139,7 +142,8 @@ class ContrastiveObjective:
     def example_batch(self, **sizes: int) -> dict[str, jax.ShapeDtypeStruct]:
         """A batch of B pairs of T texts of L tokens, packed into R rows of S slots where the
         objective takes packed batches (`batch_layout.contrastive_layout`)."""
-        layout = batch_layout.contrastive_layout(packed=self.packed_shape is not None)
+        packed = self.packed_shape is not None
+        layout = batch_layout.contrastive_layout(packed, self.anchors_apart)
         return batch_layout.abstract_batch(layout, **sizes)
 
 

@@ -24,7 +24,8 @@ third of the run's updates; always 1 with W = 0.
 
 An inference-free SPLADE model (`InferenceFreeObjective`) takes its anchors' vectors from a
 weight per vocabulary entry instead (sentence-transformers' `SparseStaticEmbedding`), trained
-at its own learning rate; its documents' as above.
+at its own learning rate; its documents' as above. Its anchors run through no model: a packed
+batch holds them beside its rows (`batch_layout.ANCHORS`), a padded one's text 0 skips it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from bert_jax import losses
+from bert_jax import batch_layout, losses
 from bert_jax.models.family import Role
 from bert_jax.models.inference_free import QUERY_WEIGHT as QUERY_WEIGHT_PARAM
 from bert_jax.models.inference_free import InferenceFreeSplade
@@ -142,8 +143,10 @@ class InferenceFreeObjective(SpladeObjective):
     """SPLADE whose queries (the anchors) need no model: a query's vector is a trained weight
     of each vocabulary entry among its tokens (`models.inference_free.InferenceFreeSplade`'s
     query_weight, times `token_presence`), the documents' the masked LM's; the loss is
-    `SpladeObjective`'s. The anchors' slots of a batch also run through the masked LM, whose
-    vectors there are not used (their gradient is zero).
+    `SpladeObjective`'s. Only the documents run through the masked LM: a packed batch's
+    anchors come beside its rows (anchor_ids, anchor_mask [B, L]: `anchors_apart`), and its
+    `row_outputs` are then {"documents": [R, S, V], "anchors": [B, V]}; a padded batch's text 0
+    is left out of the model's batch.
 
     Attributes:
       query_learning_rate_factor: the query weights' learning rate over the optimizer's (both
@@ -154,6 +157,7 @@ class InferenceFreeObjective(SpladeObjective):
     """
 
     name: ClassVar[str] = "inference_free_splade"
+    anchors_apart: ClassVar[bool] = True  # packed batches hold the anchors beside the rows
 
     query_learning_rate_factor: float = 1.0
     route: str = "document"
@@ -178,15 +182,37 @@ class InferenceFreeObjective(SpladeObjective):
         route "query", every text's are query vectors."""
         if self.route == "query":
             return self.query_vectors(params, batch)
+        if "segment_ids" not in batch and batch["input_ids"].ndim == 3:  # [B, T, L]: text 0
+            anchors = self.query_vectors(params, {k: v[:, :1] for k, v in batch.items()})
+            rest = {k: v[:, 1:] for k, v in batch.items()}
+            documents = super().embed(model, params, rest, rng, deterministic)
+            return jnp.concatenate([anchors, documents], axis=1)
         documents = super().embed(model, params, batch, rng, deterministic)
         if "text_index" in batch:  # packed pairs: an anchor is text b * T + 0
             index = batch["text_index"]
             anchors = (index >= 0) & (index % self.packed_shape[1] == 0)  # [R, S]
-        elif batch["input_ids"].ndim == 3:  # [B, T, L] pairs: text 0
-            anchors = jnp.arange(batch["input_ids"].shape[1]) == 0
         else:  # texts, each a document
             return documents
         return jnp.where(anchors[..., None], self.query_vectors(params, batch), documents)
+
+    def row_outputs(self, model, params, batch: Batch, rng, deterministic: bool):
+        """The batch's vectors: of a packed batch whose anchors are apart, {"documents": its
+        slots' [R, S, V], "anchors": its anchors' query vectors [B, V]}; else `embed`'s."""
+        if "anchor_ids" not in batch:
+            return self.embed(model, params, batch, rng, deterministic)
+        rows = {k: v for k, v in batch.items() if k not in batch_layout.ANCHORS}
+        anchors = {"input_ids": batch["anchor_ids"], "attention_mask": batch["anchor_mask"]}
+        return {
+            "documents": self.embed(model, params, rows, rng, deterministic),
+            "anchors": self.query_vectors(params, anchors),
+        }
+
+    def batch_sums(self, outputs, batch: Batch) -> dict[str, jax.Array]:
+        """The loss sums of the whole batch from its `row_outputs`."""
+        if not isinstance(outputs, Mapping):
+            return super().batch_sums(outputs, batch)
+        texts = self.texts(outputs["documents"], batch)  # [B, T, V], the anchors' places 0
+        return self.embedding_sums(texts.at[:, 0].set(outputs["anchors"]))
 
     def query_vectors(self, params, batch: Batch) -> jax.Array:
         """float32 [..., V] query vectors of texts [..., L] (of packed rows: [R, S, V])."""

@@ -27,6 +27,9 @@ def test_the_data_make_the_declared_batches(bert_tokenizer):
     packed = packing.pack_pairs(features, max_segments=5)
     rows = packed["input_ids"].shape[0]
     assert_matches(packed, batch_layout.contrastive_layout(packed=True), R=rows, S=5, L=9)
+    apart = packing.pack_pairs(features, max_segments=5, anchors_apart=True)
+    layout = batch_layout.contrastive_layout(packed=True, anchors_apart=True)
+    assert_matches(apart, layout, B=2, R=apart["input_ids"].shape[0], S=5, L=9)
 
     rows_read = rerank_data.RerankRows(
         texts[:3], [(t,) for t in texts[2:5]], np.ones(3, np.float32), None, "mem"

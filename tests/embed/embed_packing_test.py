@@ -120,25 +120,31 @@ def test_grad_cache_over_packed_rows_equals_the_packed_batch():
     assert_same((loss, grads), jax.jit(jax.value_and_grad(uncached))(params))
 
 
-def test_hosts_of_a_split_run_agree_on_the_rows():
+@pytest.mark.parametrize("anchors_apart", [False, True])
+def test_hosts_of_a_split_run_agree_on_the_rows(anchors_apart):
     """Two hosts (each the half of the rows `host_rows` names, R a multiple of 2 devices x 2
-    chunks) feed, step for step, the halves of the one-process packing of the same batch."""
+    chunks) feed, step for step, the halves of the one-process packing of the same batch; with
+    `anchors_apart` (an inference-free model's batches) the rows hold texts 1.. only and each
+    host its half of the anchors [B, L]."""
     features = {k: np.concatenate([v, v[::-1]]) for k, v in pair_batch(3).items()}  # 12 pairs
 
     def iterator(host=None):
         host_rows = None if host is None else (lambda r: np.arange(r).reshape(2, -1)[host])
         epochs = batching.EpochIterator(features, B, num_epochs=2, seed=7)
-        return packing.PackedBatches(epochs, max_segments=3, row_multiple=4, host_rows=host_rows)
+        return packing.PackedBatches(epochs, max_segments=3, row_multiple=4, host_rows=host_rows,
+                                     anchors_apart=anchors_apart)  # fmt: skip
 
     one, first, second = iterator(), iterator(0), iterator(1)
     sizes = set()
+    texts = np.arange(B * T).reshape(B, T)[:, 1 if anchors_apart else 0 :].reshape(-1)
     for whole, a, b in zip(one, first, second, strict=True):
         sizes.add(len(whole["input_ids"]))
         assert len(whole["input_ids"]) % 4 == 0 and len(a["input_ids"]) == len(b["input_ids"])
+        assert ("anchor_ids" in whole) == anchors_apart
         for k in whole:
             np.testing.assert_array_equal(np.concatenate([a[k], b[k]]), whole[k])
         np.testing.assert_array_equal(np.sort(whole["text_index"][whole["text_index"] >= 0]),
-                                      np.arange(B * T))  # fmt: skip
+                                      texts)  # fmt: skip
     assert one.steps_per_epoch == 2 and len(sizes) <= 2
     second.set_state(first.get_state())  # the position is the epoch iterator's
 

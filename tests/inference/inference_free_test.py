@@ -20,6 +20,8 @@ from bert_jax.checkpoints.sentence_transformers import (
 from bert_jax.inference import encoder
 from bert_jax.inference.__main__ import main
 from bert_jax.retrieval import metrics as retrieval
+from bert_jax.retrieval import packing
+from bert_jax.training import steps
 from tests.embed.embed_test import WORDS, embed_config, pair_files  # noqa: F401 (a fixture)
 from tests.embed.splade_test import padded_pairs, tiny_export, training_without_dropout
 
@@ -289,6 +291,32 @@ def test_the_objectives_loss_and_gradients_equal_splade_losss(tmp_path):
         scale = float(np.abs(want).max())
         assert scale > 0, name
         np.testing.assert_allclose(np.asarray(grad), want, atol=1e-4 * scale, err_msg=name)
+
+    # The same batch packed as the job packs it (the anchors beside the rows, which hold the
+    # documents only), in 5 GradCache chunks (dropout 0, so the chunks' keys draw nothing):
+    # the same loss and gradients, no anchor's tokens in the masked LM's rows.
+    packed = packing.pack_pairs(batch, max_segments=2, row_multiple=5, anchors_apart=True)
+    slots = packed["text_index"][packed["text_index"] >= 0]
+    assert sorted(slots) == [b * 3 + t for b in range(5) for t in (1, 2)]
+    np.testing.assert_array_equal(packed["anchor_ids"], batch["input_ids"][:, 0])
+    objective = splade.splade_objective(
+        query_weight=qw, document_weight=dw, query_learning_rate_factor=1.0, packed_shape=(5, 3)
+    )
+    quiet = loaded.config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = InferenceFreeSplade(quiet, RuntimeConfig(dtype="float32", attention="xla"))
+    cached = functools.partial(
+        steps.grad_cache_loss_and_grads, model=model, objective=objective, num_chunks=5
+    )
+    value_packed, got_packed, _ = jax.jit(cached)(params, packed, jax.random.key(0))
+    np.testing.assert_allclose(float(value_packed), float(value), rtol=1e-5)
+    for path, want in jax.tree_util.tree_leaves_with_path(got):
+        grad = got_packed
+        for key in path:
+            grad = grad[key.key]
+        scale = max(float(np.abs(want).max()), 1e-6)  # a gradient of 0 (key biases): rounding
+        np.testing.assert_allclose(
+            grad, want, atol=1e-5 * scale, err_msg=jax.tree_util.keystr(path)
+        )
 
 
 def test_only_an_inference_free_objective_embeds_queries_with_a_function_of_their_own():

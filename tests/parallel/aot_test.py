@@ -22,20 +22,21 @@ SMALL = [
 ]
 
 
-def compile_cmd(*extra, config="pretrain.py"):
-    """train.py --mode=compile of configs/<config>'s size=tiny, with `extra` flags."""
+def compile_cmd(*extra, config="pretrain.py", variant=""):
+    """train.py --mode=compile of configs/<config>'s size=tiny (and `variant`), with `extra`
+    flags."""
     return [
         sys.executable,
         os.path.join(ROOT, "train.py"),
-        "--config=" + os.path.join(ROOT, "configs", config) + ":size=tiny",
+        "--config=" + os.path.join(ROOT, "configs", config) + ":size=tiny" + variant,
         "--mode=compile",
         *extra,
     ]
 
 
-def compiled_report(*extra, config: str) -> dict:
-    """The JSON report of a successful `compile_cmd(*extra, config=config)`."""
-    proc = run(compile_cmd(*extra, config=config))
+def compiled_report(*extra, config: str, variant: str = "") -> dict:
+    """The JSON report of a successful `compile_cmd(*extra, config=config, variant=variant)`."""
+    proc = run(compile_cmd(*extra, config=config, variant=variant))
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -81,22 +82,25 @@ def test_compile_tiny_train_step_for_v5e_2x2():
 
 
 @pytest.mark.e2e  # 18 s; the compile path itself: test_compile_tiny_train_step_for_v5e_2x2
-def test_compile_embedding_grad_cache_step_for_v5e_2x2():
+@pytest.mark.parametrize("variant, rows", [("", 16), (",model=inference_free", 8)])
+def test_compile_embedding_grad_cache_step_for_v5e_2x2(variant, rows):
     """The embedding job's GradCache step (2 chunks of packed rows, dropout on, bfloat16)
     compiled by libtpu, with no pairs file (--mode=compile reads no data). Its first pass, a
     forward with dropout and no gradient, crashed libtpu's compiler (segmentation fault) before
     the attention probabilities were formed behind an optimization barrier
-    (`attention._softmax_attend`)."""
+    (`attention._softmax_attend`). An inference-free SPLADE model's step packs its documents
+    only (its anchors beside the rows, [B, L])."""
     report = compiled_report(
         "--topology=v5e:2x2",
         "--config.model.vocab_size=400",
         "--config.num_microbatches=2",
         config="embed.py",
+        variant=variant,
     )
     assert report["task"] == "embed" and report["num_microbatches"] == 2
-    # Packed rows (embed.pack, the default): the step is lowered at its most rows, 2 x 8 texts
-    # of one row each, 32 tokens.
-    assert report["dtype"] == "bfloat16" and report["batch"] == [16, 32]
+    # Packed rows (embed.pack, the default): the step is lowered at its most rows, one text of
+    # 32 tokens a row: 2 x 8 texts (of 8 pairs), or the 8 documents.
+    assert report["dtype"] == "bfloat16" and report["batch"] == [rows, 32]
     assert report["fits"] is True and 0 < report["hbm_gib"]["total"] < 1
 
 
