@@ -182,7 +182,7 @@ class InferenceFreeObjective(SpladeObjective):
         route "query", every text's are query vectors."""
         if self.route == "query":
             return self.query_vectors(params, batch)
-        if "segment_ids" not in batch and batch["input_ids"].ndim == 3:  # [B, T, L]: text 0
+        if batch["input_ids"].ndim == 3:  # [B, T, L] pairs: text 0 is the anchor
             anchors = self.query_vectors(params, {k: v[:, :1] for k, v in batch.items()})
             rest = {k: v[:, 1:] for k, v in batch.items()}
             documents = super().embed(model, params, rest, rng, deterministic)
@@ -197,13 +197,14 @@ class InferenceFreeObjective(SpladeObjective):
 
     def row_outputs(self, model, params, batch: Batch, rng, deterministic: bool):
         """The batch's vectors: of a packed batch whose anchors are apart, {"documents": its
-        slots' [R, S, V], "anchors": its anchors' query vectors [B, V]}; else `embed`'s."""
+        slots' [R, S, V] (every slot a document: `SpladeObjective.embed`), "anchors": its
+        anchors' query vectors [B, V]}; else `embed`'s."""
         if "anchor_ids" not in batch:
             return self.embed(model, params, batch, rng, deterministic)
         rows = {k: v for k, v in batch.items() if k not in batch_layout.ANCHORS}
         anchors = {"input_ids": batch["anchor_ids"], "attention_mask": batch["anchor_mask"]}
         return {
-            "documents": self.embed(model, params, rows, rng, deterministic),
+            "documents": super().embed(model, params, rows, rng, deterministic),
             "anchors": self.query_vectors(params, anchors),
         }
 
