@@ -401,8 +401,7 @@ def run_bert_jax(config, seed: int, start_scores: dict | None):
         start_scores = dev_scores(state.params)
     clock = Clock()
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        apart = exp.objective.anchors_apart  # as the job's: inference-free anchors apart
-        for host in seed_run.group_batches(config, e, features, seed, anchors_apart=apart):
+        for host in seed_run.group_batches(config, e, features, seed, exp):  # as the job's
             step = exp.train_step_fn(host)
             batch = sharding.global_batch_from_local(host, exp.mesh)
             clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))

@@ -453,7 +453,7 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     clock = Clock()
     started = time.perf_counter()
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        for host in run._train_batches(config, r, features, seed, exp.mesh):
+        for host in run._train_batches(config, r, features, seed, exp):
             if clock.all_steps == plan["steps"]:
                 break
             step = exp.train_step_fn(host)

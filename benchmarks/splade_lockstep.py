@@ -67,9 +67,7 @@ def bert_jax_losses(
         batches = seed_run.group_batches(config, e, features, seed, keep=("pair_id",))
     exp = run.build_experiment(config, e, start, batches.steps_per_epoch,
                                texts_per_pair=features["input_ids"].shape[1])  # fmt: skip
-    batches = seed_run.group_batches(  # as the job's: an inference-free model's anchors apart
-        config, e, features, seed, keep=("pair_id",), anchors_apart=exp.objective.anchors_apart
-    )
+    batches = seed_run.group_batches(config, e, features, seed, exp, keep=("pair_id",))
     state = init_state(exp, peer.start_params(config, exp, start), seed=seed)
     losses, order = [], []
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):

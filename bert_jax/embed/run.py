@@ -425,9 +425,7 @@ def train_seed(
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
-    batches = seed_run.group_batches(
-        config, block, features, seed, exp.mesh, anchors_apart=exp.objective.anchors_apart
-    )
+    batches = seed_run.group_batches(config, block, features, seed, exp)
     init_values = None  # an inference-free start's query weights, beside its masked LM
     if start.query_module:
         init_values = lambda: {(QUERY_WEIGHT,): read_static_queries(start.query_module)[0]}  # noqa: E731

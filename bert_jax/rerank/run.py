@@ -281,11 +281,12 @@ def rerank_objective(config, rr: RerankSettings, group: int) -> Objective:
     return reranking.rerank_objective(rr.loss, rr.scale, rr.activation, packed_shape=packed)
 
 
-def _train_batches(config, block: TextJob, features, seed: int, mesh=None):
-    """One seed's batches (`seed_run.group_batches`), packed with `rerank.pack` as the embedding
-    job packs its texts (the labels, weights and teacher scores stay [B])."""
+def _train_batches(config, block: TextJob, features, seed: int, exp=None):
+    """One seed's batches for `exp` (`seed_run.group_batches`; None: the plan, to count steps),
+    packed with `rerank.pack` as the embedding job packs its texts (the labels, weights and
+    teacher scores stay [B])."""
     keep = tuple(k for k in PER_GROUP_KEYS if k in features)
-    return seed_run.group_batches(config, block, features, seed, mesh, keep)
+    return seed_run.group_batches(config, block, features, seed, exp, keep)
 
 
 def train_seed(
@@ -306,7 +307,7 @@ def train_seed(
         ),
         export_fn=lambda params, directory, card: export(params, directory, exp, start, card),
     )
-    batches = _train_batches(config, rr, features, seed, exp.mesh)
+    batches = _train_batches(config, rr, features, seed, exp)
     scores = seed_run.train_seed(
         config,
         exp,

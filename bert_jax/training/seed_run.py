@@ -243,19 +243,22 @@ def _scores_at(writer: MetricWriter, step: int) -> Mapping[str, float]:
     }
 
 
-def group_batches(
-    config, block, features, seed: int, mesh=None, keep: tuple[str, ...] = (), anchors_apart=False
-):
+def group_batches(config, block, features, seed: int, exp=None, keep: tuple[str, ...] = ()):
     """One seed's batches of groups of texts (the embedding job's pairs, the reranker's rows;
     `retrieval.packing.epoch_batches`): `block.num_epochs` epochs of shuffled global batches
-    (`block`: the job's `training.text_job.TextJob`), this process's rows of them on `mesh`
-    (None: all), packed with `block.pack` (the row count a multiple of the mesh's data-parallel
-    devices x `num_microbatches`; the `keep` keys stay [B]; with `anchors_apart` the anchors
-    are not packed but come beside the rows, [B, L])."""
+    (`block`: the job's `training.text_job.TextJob`), packed with `block.pack`; the `keep` keys
+    stay [B].
+
+    exp: the `Experiment` the batches feed: this process's rows of each batch on its mesh (the
+      row count a multiple of the mesh's data-parallel devices x `num_microbatches`), and the
+      anchors beside the rows ([B, L], not packed) where its objective declares `anchors_apart`.
+      None: one process's plan of every row, for counting steps before there is an Experiment
+      (`steps_per_epoch` is the same either way)."""
+    mesh = None if exp is None else exp.mesh
     dp = 1 if mesh is None else sharding.data_parallel_size(mesh)
     host_rows = None if mesh is None else functools.partial(sharding.host_batch_rows, mesh)
     return packing.epoch_batches(
         features, config.global_batch_size, block, seed,
         row_multiple=config.num_microbatches * dp, host_rows=host_rows, keep=keep,
-        anchors_apart=anchors_apart,
+        anchors_apart=exp is not None and exp.objective.anchors_apart,
     )  # fmt: skip

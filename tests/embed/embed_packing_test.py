@@ -149,6 +149,28 @@ def test_hosts_of_a_split_run_agree_on_the_rows(anchors_apart):
     second.set_state(first.get_state())  # the position is the epoch iterator's
 
 
+def test_a_jobs_batches_follow_the_experiment_they_feed():
+    """`seed_run.group_batches` reads from the Experiment what its batches need: an
+    inference-free objective's anchors come beside the rows, a dense one's stay in them; the
+    plan before an Experiment (None) counts the same steps."""
+    from types import SimpleNamespace
+
+    from bert_jax.training import seed_run, splade
+    from bert_jax.training.text_job import TextJob
+
+    features = {k: np.concatenate([v, v[::-1]]) for k, v in pair_batch(3).items()}  # 12 pairs
+    block = TextJob("embed", (0,), num_epochs=2, max_seq_length=L, pack=True, max_segments=3,
+                    eval_batch_size=4)  # fmt: skip
+    config = SimpleNamespace(global_batch_size=B, num_microbatches=1)
+    plan = seed_run.group_batches(config, block, features, 0)
+    for objective in (contrastive.ContrastiveObjective, splade.InferenceFreeObjective):
+        exp = SimpleNamespace(mesh=None, objective=objective)  # the class: its ClassVar
+        batches = seed_run.group_batches(config, block, features, 0, exp)
+        assert batches.steps_per_epoch == plan.steps_per_epoch == 2
+        for batch in batches:
+            assert ("anchor_ids" in batch) == (objective is splade.InferenceFreeObjective)
+
+
 def test_long_texts_are_cut_and_take_more_rows(bert_tokenizer):
     """A text longer than max_seq_length is cut when featurized; a batch of texts that fill
     their rows packs one text a row (R = B T), every text kept."""
