@@ -104,6 +104,11 @@ def test_smoke_train_checkpoint_resume_and_export(tmp_path, tiny_pretraining_bui
     assert max(losses(workdir)) == 8
 
 
+# With -m e2e, for the default stage's time (about 18 s): a packed batch's loss equals its
+# sequences' (tests/pretrain/packing_test.py, through the eval step), the packed iterator
+# resumes from an Orbax checkpoint there, and packed rows go through the sharded steps in the
+# embedding and reranker jobs' runs.
+@pytest.mark.e2e
 def test_packed_sequences_train_evaluate_and_checkpoint(tmp_path, tiny_pretraining_build):
     """data.pack_sequences: packed rows (segment ids, [B, S] NSP labels) go through the sharded
     train and eval steps, the FLOP count and the data checkpoint."""
