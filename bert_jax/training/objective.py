@@ -53,6 +53,9 @@ class Objective(Protocol):
       role: the role of the model it trains (`Role.PRETRAINING`); each family trains its class
         of that role (`Family.head_for`), and a family without one fails naming its roles.
       couples_rows: whether the loss couples the rows of a batch (see the module docstring).
+      anchors_apart: whether a packed batch of groups of texts (`retrieval.packing`) holds each
+        group's text 0 beside the rows, [B, L], not in them: anchors that run through no model
+        (an inference-free SPLADE model's queries). `training.seed_run.group_batches` reads it.
       build_model: (experiment config, model config, RuntimeConfig, head class) -> the module
         it trains; None: the head class on the model config (one model).
     """
@@ -60,6 +63,7 @@ class Objective(Protocol):
     name: str
     role: Role
     couples_rows: bool
+    anchors_apart: bool
     build_model: Callable[..., nn.Module] | None
 
     def sums(self, model, params, batch: Batch, rng, deterministic: bool) -> dict[str, jax.Array]:
@@ -133,6 +137,7 @@ class RowwiseObjective:
     """
 
     couples_rows: ClassVar[bool] = False
+    anchors_apart: ClassVar[bool] = False  # every text of a group in the rows
 
     name: str
     role: Role

@@ -151,11 +151,11 @@ def test_hosts_of_a_split_run_agree_on_the_rows(anchors_apart):
 
 def test_a_jobs_batches_follow_the_experiment_they_feed():
     """`seed_run.group_batches` reads from the Experiment what its batches need: an
-    inference-free objective's anchors come beside the rows, a dense one's stay in them; the
-    plan before an Experiment (None) counts the same steps."""
+    inference-free objective's anchors come beside the rows, a dense one's and a reranker's
+    stay in them; the plan before an Experiment (None) counts the same steps."""
     from types import SimpleNamespace
 
-    from bert_jax.training import seed_run, splade
+    from bert_jax.training import reranking, seed_run, splade
     from bert_jax.training.text_job import TextJob
 
     features = {k: np.concatenate([v, v[::-1]]) for k, v in pair_batch(3).items()}  # 12 pairs
@@ -163,8 +163,9 @@ def test_a_jobs_batches_follow_the_experiment_they_feed():
                     eval_batch_size=4)  # fmt: skip
     config = SimpleNamespace(global_batch_size=B, num_microbatches=1)
     plan = seed_run.group_batches(config, block, features, 0)
-    for objective in (contrastive.ContrastiveObjective, splade.InferenceFreeObjective):
-        exp = SimpleNamespace(mesh=None, objective=objective)  # the class: its ClassVar
+    rerank = reranking.rerank_objective("bce")
+    for objective in (contrastive.ContrastiveObjective, splade.InferenceFreeObjective, rerank):
+        exp = SimpleNamespace(mesh=None, objective=objective)
         batches = seed_run.group_batches(config, block, features, 0, exp)
         assert batches.steps_per_epoch == plan.steps_per_epoch == 2
         for batch in batches:

@@ -266,7 +266,7 @@ def test_the_objectives_loss_and_gradients_equal_splade_losss(tmp_path):
     objective = splade.splade_objective(
         query_weight=qw, document_weight=dw, query_learning_rate_factor=1.0
     )
-    assert isinstance(objective, splade.InferenceFreeObjective)
+    assert isinstance(objective, splade.InferenceFreeObjective) and objective.anchors_apart
 
     def ours(params):  # deterministic: no dropout
         sums = objective.sums(model, params, batch, None, True)

@@ -33,6 +33,7 @@ def every_objective():
 def test_every_objective_declares_the_protocol(objective):
     assert isinstance(objective, Objective)
     assert objective.couples_rows is (objective.name == "contrastive")
+    assert objective.anchors_apart is False  # only an inference-free model's (inference_free_test)
     if objective.couples_rows:
         assert isinstance(objective, CoupledObjective)
     sizes = dict(B=3, L=7, P=2, C=4, T=2, G=4, R=6, S=4)
@@ -62,6 +63,7 @@ class SquaredTotal:
     per-micro-batch losses gives."""
 
     couples_rows: ClassVar[bool] = True
+    anchors_apart: ClassVar[bool] = False
     name: ClassVar[str] = "squared_total"
     role: ClassVar[Role] = Role.ENCODER
     build_model: ClassVar[None] = None
