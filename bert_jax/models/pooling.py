@@ -119,9 +119,13 @@ def splade_pool(logits: jax.Array, attention_mask: jax.Array) -> jax.Array:
 
     Returns:
       float32 [..., V], every entry >= 0 (mostly 0 in a trained model).
+
+    log1p is monotone, so the maximum is taken of relu(logits) first (a padding token's 0) and
+    the logarithm applied to [..., V] rather than [..., L, V]: the same values and gradients
+    (tests/embed/splade_test.py) without a logarithm for every token's every entry.
     """
     mask = attention_mask[..., None].astype(jnp.float32)
-    return (splade_activation(logits) * mask).max(axis=-2)
+    return jnp.log1p((jax.nn.relu(logits.astype(jnp.float32)) * mask).max(axis=-2))
 
 
 def splade_pool_segments(logits: jax.Array, segment_ids: jax.Array, num_slots: int) -> jax.Array:
@@ -136,12 +140,15 @@ def splade_pool_segments(logits: jax.Array, segment_ids: jax.Array, num_slots: i
       float32 [R, S, V] (an empty slot's vector is 0).
     """
     rows, length, vocab = logits.shape
-    weights = splade_activation(logits).reshape(rows * length, vocab)
     # Token (r, l) of slot s goes to segment r * S + s; padding to the dropped segment R * S.
     slot = segment_ids.astype(jnp.int32) - 1
     segment = jnp.where(slot >= 0, jnp.arange(rows)[:, None] * num_slots + slot, rows * num_slots)
-    pooled = jax.ops.segment_max(weights, segment.reshape(-1), num_segments=rows * num_slots + 1)
-    return jnp.maximum(pooled[:-1], 0.0).reshape(rows, num_slots, vocab)  # empty: -inf -> 0
+    pooled = jax.ops.segment_max(  # the maximum first, then the activation, as `splade_pool`
+        logits.reshape(rows * length, vocab),
+        segment.reshape(-1),
+        num_segments=rows * num_slots + 1,
+    )
+    return splade_activation(pooled[:-1]).reshape(rows, num_slots, vocab)  # empty: -inf -> 0
 
 
 def token_presence(

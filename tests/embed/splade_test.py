@@ -68,6 +68,41 @@ def test_pooling_is_the_max_of_log_saturated_logits_over_real_tokens():
     assert got.shape == (2, 3, 11) and not np.asarray(got[1]).any()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pooling_takes_the_maximum_first_with_the_definitions_values_and_gradients(dtype):
+    """Both poolings take the raw logits' maximum, then the activation: the values and
+    gradients of the definition (the activation of every token, then the masked maximum), with
+    ties, logits all below 0, a text of padding only and an empty slot."""
+    import jax.numpy as jnp
+
+    from bert_jax.models.pooling import splade_activation
+
+    rng = np.random.default_rng(2)
+    logits = rng.normal(size=(3, 5, 11)).astype(np.float32)
+    logits[0, 1] = logits[0, 0]  # a tie between two real tokens in every entry
+    logits[1, :, :4] = -np.abs(logits[1, :, :4])  # entries no token reaches above 0
+    logits = jnp.asarray(logits, dtype)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], np.int32)
+    weights = jnp.asarray(rng.normal(size=(3, 11)), jnp.float32)
+
+    def definition(x):
+        return (splade_activation(x) * mask[..., None]).max(axis=-2)
+
+    def packed(x):  # each text in a row of its own, slot 0; the row of padding: an empty slot
+        return splade_pool_segments(x, mask, 1)[:, 0]
+
+    want, want_grad = jax.value_and_grad(lambda x: (definition(x) * weights).sum())(logits)
+    for pool in (lambda x: splade_pool(x, mask), packed):
+        got, grad = jax.value_and_grad(lambda x, p=pool: (p(x) * weights).sum())(logits)
+        np.testing.assert_array_equal(np.asarray(pool(logits)), np.asarray(definition(logits)))
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert grad.dtype == logits.dtype
+        np.testing.assert_array_equal(
+            np.asarray(grad, np.float32), np.asarray(want_grad, np.float32)
+        )
+    assert not np.asarray(splade_pool(logits, mask)[2]).any()  # padding only: 0
+
+
 @pytest.mark.torch
 def test_loss_equals_sentence_transformers_splade_loss():
     """The objective's loss of fixed vectors [B, T, V] (anchor, positive, hard negative) equals
