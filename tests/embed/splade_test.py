@@ -70,7 +70,7 @@ def test_pooling_is_the_max_of_log_saturated_logits_over_real_tokens():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_pooling_takes_the_maximum_first_with_the_definitions_values_and_gradients(dtype):
-    """Both poolings take the raw logits' maximum, then the activation: the values and
+    """Both poolings take the maximum over the tokens before the logarithm: the values and
     gradients of the definition (the activation of every token, then the masked maximum), with
     ties, logits all below 0, a text of padding only and an empty slot."""
     import jax.numpy as jnp
