@@ -217,6 +217,50 @@ def test_finetune_packing_tiny_packs_more_real_tokens_into_the_same_rows():
     )
 
 
+def test_step_parts_times_splade_pooling_against_its_definition():
+    """One line a case, each with both timings and their ratio; a bad request fails naming it."""
+    lines, _ = _script("step_parts.py", "--what=splade_pool", "--shape=2,8,40", "--reps=2")
+    assert "cpu" in lines[0]
+    assert [r["case"] for r in lines[1:]] == [
+        "padded forward", "padded forward and backward", "packed forward and backward"
+    ]  # fmt: skip
+    for r in lines[1:]:
+        assert r["definition_cpu_s"] > 0 and r["library_cpu_s"] > 0 and r["speedup"] > 0
+    _, out = _script("step_parts.py", "--what=rerank_step", status=2)
+    assert "needs --plan" in out
+    _, out = _script("step_parts.py", "--what=splade_pool", "--variants=fast", status=2)
+    assert "unknown variants ['fast']" in out
+
+
+@pytest.mark.e2e  # MiniLM loaded and its step compiled twice, about a minute
+def test_step_parts_times_the_rerankers_step_with_and_without_dropout(tmp_path):
+    """On rerank_peer.py's plan (rows of one's own): one line a variant, each shape's first step
+    (its compile) left out of the timing."""
+    from benchmarks import rerank_peer
+
+    rows = [{"query": f"q{i} word", "positive": f"p{i} reply", "negative_1": "n", "negative_2": "m"}
+            for i in range(16)]  # fmt: skip
+    dev = [
+        {"query": q, "passage": t, "label": float(t == "yes")} for q in "ab" for t in ("no", "yes")
+    ]
+    for name, records in (("rows", rows), ("dev", dev)):
+        with open(tmp_path / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    out = str(tmp_path / "out")
+    args = rerank_peer.parse_args([
+        "--tiny", "--out", out, f"--rows={tmp_path / 'rows.jsonl'}", "--pairs=16",
+        f"--dev_rows={tmp_path / 'dev.jsonl'}", "--dev=2", "--batch=4",
+    ])  # fmt: skip
+    rerank_peer.build_data(args, rerank_peer._paths(out))
+    plan = os.path.join(out, "data", "plan.json")
+    lines, _ = _script("step_parts.py", "--what=rerank_step", f"--plan={plan}", "--steps=4",
+                       "--variants=default,no_dropout")  # fmt: skip
+    assert [r["variant"] for r in lines[1:]] == ["default", "no_dropout"]
+    for r in lines[1:]:
+        assert r["shapes"] and 0 <= r["timed_steps"] <= 4 - len(r["shapes"])
+        assert r["timed_steps"] == 0 or r["cpu_s_per_step"] > 0
+
+
 @pytest.mark.e2e  # the Beam pipeline and the local build, 20 s
 def test_beam_build_builds_the_same_shards_as_the_local_build(tmp_path):
     """`beam_build.py --plays=2`: the local build and Beam's DirectRunner, one process each."""
