@@ -143,7 +143,7 @@ def splade_pool_segments(logits: jax.Array, segment_ids: jax.Array, num_slots: i
     # Token (r, l) of slot s goes to segment r * S + s; padding to the dropped segment R * S.
     slot = segment_ids.astype(jnp.int32) - 1
     segment = jnp.where(slot >= 0, jnp.arange(rows)[:, None] * num_slots + slot, rows * num_slots)
-    pooled = jax.ops.segment_max(  # the maximum first, then the activation, as `splade_pool`
+    pooled = jax.ops.segment_max(  # the raw logits' maximum first, then the activation
         logits.reshape(rows * length, vocab),
         segment.reshape(-1),
         num_segments=rows * num_slots + 1,

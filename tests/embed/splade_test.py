@@ -8,6 +8,7 @@ import functools
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -26,7 +27,7 @@ from bert_jax.models.bert.model import BertForMaskedLM
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.family import Role
 from bert_jax.models.params import init_params
-from bert_jax.models.pooling import splade_pool, splade_pool_segments
+from bert_jax.models.pooling import splade_activation, splade_pool, splade_pool_segments
 from bert_jax.parallel import sharding
 from bert_jax.retrieval import metrics as retrieval
 from bert_jax.training import splade, steps
@@ -73,10 +74,6 @@ def test_pooling_takes_the_maximum_first_with_the_definitions_values_and_gradien
     """Both poolings take the maximum over the tokens before the logarithm: the values and
     gradients of the definition (the activation of every token, then the masked maximum), with
     ties, logits all below 0, a text of padding only and an empty slot."""
-    import jax.numpy as jnp
-
-    from bert_jax.models.pooling import splade_activation
-
     rng = np.random.default_rng(2)
     logits = rng.normal(size=(3, 5, 11)).astype(np.float32)
     logits[0, 1] = logits[0, 0]  # a tie between two real tokens in every entry
