@@ -423,11 +423,8 @@ def _rerank_config(plan: dict, seed: int):
 
 def run_bert_jax(plan: dict, seed: int) -> dict:
     """The reranker job's pieces for one seed: start, rows, Experiment, batches, step, scores."""
-    import flax.linen as nn
-    import jax
 
     from bert_jax.models import families
-    from bert_jax.parallel import sharding
     from bert_jax.rerank import data, evaluation, run
     from bert_jax.training import experiment
     from bert_jax.training.start import init_state
@@ -450,17 +447,9 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
     started = time.perf_counter()
     begin = evaluation.score(exp, state.params, dev, r.eval_batch_size)
     eval_s = time.perf_counter() - started
-    clock = Clock()
     started = time.perf_counter()
-    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        for host in run._train_batches(config, r, features, seed, exp):
-            if clock.all_steps == plan["steps"]:
-                break
-            step = exp.train_step_fn(host)
-            batch = sharding.global_batch_from_local(host, exp.mesh)
-            clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))
-            state, _ = jax.block_until_ready(step(state, batch))
-            clock.end()
+    batches = run._train_batches(config, r, features, seed, exp)
+    state, clock = timed_training(exp, state, batches, plan["steps"])
     train_s = time.perf_counter() - started
     started = time.perf_counter()
     logits = evaluation.pair_logits(exp, state.params, dev.features, r.eval_batch_size)
@@ -472,6 +461,27 @@ def run_bert_jax(plan: dict, seed: int) -> dict:
         if any(q.relevant)
     ]
     return _result(begin, end, clock, load_s, train_s, eval_s, per_query)
+
+
+def timed_training(exp, state, batches, steps: int):
+    """`steps` train steps of `exp` on `batches` (host batches), each timed by a `Clock`
+    (a batch shape's first step, its compile, is not). Returns the state and the clock."""
+    import flax.linen as nn
+    import jax
+
+    from bert_jax.parallel import sharding
+
+    clock = Clock()
+    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
+        for host in batches:
+            if clock.all_steps == steps:
+                break
+            step = exp.train_step_fn(host)
+            batch = sharding.global_batch_from_local(host, exp.mesh)
+            clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))
+            state, _ = jax.block_until_ready(step(state, batch))
+            clock.end()
+    return state, clock
 
 
 def _result(begin, end, clock, load_s, train_s, eval_s, per_query) -> dict:

@@ -58,12 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def rerank_step(plan: dict, variant: str, steps: int) -> dict:
     """The reranker job's step for seed 0 under `variant`, timed as rerank_peer.py times it."""
-    import flax.linen as nn
-    import jax
 
     from benchmarks import rerank_peer
     from bert_jax.models import families
-    from bert_jax.parallel import sharding
     from bert_jax.rerank import data, run
     from bert_jax.training import experiment
     from bert_jax.training.start import init_state
@@ -84,16 +81,8 @@ def rerank_step(plan: dict, variant: str, steps: int) -> dict:
     head = families.head_in_family(start.model_config, objective.role)
     exp = experiment.Experiment.build(config, start.model_config, head, objective, plan["steps"])
     state = init_state(exp, run.initial_params(exp, start, 0), seed=0)
-    clock = rerank_peer.Clock()
-    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
-        for host in run._train_batches(config, r, features, 0, exp):
-            if clock.all_steps == steps:
-                break
-            step = exp.train_step_fn(host)
-            batch = sharding.global_batch_from_local(host, exp.mesh)
-            clock.begin(tuple(sorted((k, v.shape) for k, v in host.items())))
-            state, _ = jax.block_until_ready(step(state, batch))
-            clock.end()
+    batches = run._train_batches(config, r, features, 0, exp)
+    _, clock = rerank_peer.timed_training(exp, state, batches, steps)
     row = clock.row()
     return {
         "what": "rerank_step",
