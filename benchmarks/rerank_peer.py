@@ -122,6 +122,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --rows: pointwise dev rows (query, passage, label), each query's candidates in "
         "the first stage's order (the first --dev queries)",
     )
+    parser.add_argument(
+        "--dropout_rng",
+        choices=("threefry", "rbg", "hash"),
+        default="threefry",
+        help="bert_jax's dropout bits (runtime.dropout_rng; sentence-transformers draws torch's)",
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peers", default=",".join(PEERS))
@@ -345,6 +351,7 @@ def settings(args, num_rows: int | None) -> dict:
         "batch": args.batch,
         "max_seq_length": args.max_seq_length,
         "pack": args.pack,
+        "dropout_rng": args.dropout_rng,
         "eval_batch": args.eval_batch,
         "negatives": "given (--rows)" if args.rows else args.negatives,
         "num_negatives": args.num_negatives,
@@ -415,6 +422,7 @@ def _rerank_config(plan: dict, seed: int):
         c.rerank.num_epochs = math.ceil(plan["steps"] / plan["steps_per_epoch"])
         c.global_batch_size = plan["batch"]
         c.rerank.pack = plan.get("pack", True)
+        c.runtime.dropout_rng = plan.get("dropout_rng", "threefry")
         c.optimizer.peak_learning_rate = o["lr"]
         c.optimizer.warmup_steps = plan["warmup_steps"]
         c.seed = seed

@@ -3,7 +3,7 @@ one process, as ratios against the default.
 
     # the reranker job's step, on the rows of a rerank_peer.py run (its <out>/data/plan.json):
     python benchmarks/step_parts.py --what=rerank_step --plan runs/rr/data/plan.json \\
-        --variants=default,no_dropout,rbg --steps=24
+        --variants=default,no_dropout,rbg,hash --steps=24
     # an XLA:CPU option: the same command with XLA_FLAGS=--xla_cpu_use_xnnpack=false (and so on)
     # SPLADE pooling, the library's against its definition (log1p(relu) of every token, then max):
     python benchmarks/step_parts.py --what=splade_pool --shape=20,128,30522 --reps=10
@@ -14,6 +14,7 @@ steps, each batch shape timed after its first (compiled) step (`rerank_peer.Cloc
   default      the job as configured
   no_dropout   the model's hidden and attention-probability dropout 0 (what dropout costs)
   rbg          runtime.dropout_rng="rbg" (XLA's RngBitGenerator for the masks)
+  hash         runtime.dropout_rng="hash" (a counter hash of threefry's keys: models.hash_rng)
 One JSON line a variant: steps timed, CPU-seconds and wall seconds a step, and the batch shapes.
 
 splade_pool: `models.pooling.splade_pool` (padded [R, L, V], forward; forward and backward) and
@@ -37,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-VARIANTS = ("default", "no_dropout", "rbg")
+VARIANTS = ("default", "no_dropout", "rbg", "hash")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,7 +68,7 @@ def rerank_step(plan: dict, variant: str, steps: int) -> dict:
 
     config = rerank_peer._rerank_config(plan, 0)
     with config.unlocked():
-        config.runtime.dropout_rng = "rbg" if variant == "rbg" else "threefry"
+        config.runtime.dropout_rng = variant if variant in ("rbg", "hash") else "threefry"
     r = run.check_config(config)
     start = run.starting_point(config, r)
     if variant == "no_dropout":

@@ -108,7 +108,7 @@ def runtime(scan_layers: bool) -> ml_collections.ConfigDict:
     c.remat_policy = "none"
     c.attention = "auto"
     c.collective_matmul = False  # TPU: XLA's windowed einsum (RuntimeConfig)
-    c.dropout_rng = "threefry"  # or "rbg": XLA's RngBitGenerator for dropout bits (RuntimeConfig)
+    c.dropout_rng = "threefry"  # or "rbg" (XLA's RngBitGenerator), "hash" (cheap on CPUs)
     c.loss_scale_init = 2.0**15  # float16 (auto on GPUs without bfloat16): first scale
     c.loss_scale_period = 2000  # float16: finite steps in a row before the scale doubles
     return c

@@ -254,8 +254,8 @@ def test_step_parts_times_the_rerankers_step_with_and_without_dropout(tmp_path):
     rerank_peer.build_data(args, rerank_peer._paths(out))
     plan = os.path.join(out, "data", "plan.json")
     lines, _ = _script("step_parts.py", "--what=rerank_step", f"--plan={plan}", "--steps=4",
-                       "--variants=default,no_dropout")  # fmt: skip
-    assert [r["variant"] for r in lines[1:]] == ["default", "no_dropout"]
+                       "--variants=default,no_dropout,hash")  # fmt: skip
+    assert [r["variant"] for r in lines[1:]] == ["default", "no_dropout", "hash"]
     for r in lines[1:]:
         assert r["shapes"] and 0 <= r["timed_steps"] <= 4 - len(r["shapes"])
         assert r["timed_steps"] == 0 or r["cpu_s_per_step"] > 0
@@ -501,6 +501,12 @@ def test_rerank_peer_dry_run_alternates_pinned_peers_on_one_plan(tmp_path, capsy
     pins = {cmd.split(" /")[0] for _, cmd in runs}
     assert len(pins) == 1 and pins.pop().startswith("taskset -c ")
     assert not out.exists()
+    # bert_jax's dropout bits: threefry unless asked; the job's config gets what the plan says.
+    assert plan["dropout_rng"] == "threefry"
+    assert rerank_peer.main(["--tiny", "--dry_run", f"--out={out}", "--dropout_rng=hash"]) == 0
+    plan = json.loads(capsys.readouterr().out.splitlines()[0])
+    plan.update(files={"train": "rows.jsonl", "dev": "dev.jsonl"}, steps_per_epoch=6)
+    assert rerank_peer._rerank_config(plan, 0).runtime.dropout_rng == "hash"
 
 
 def test_rerank_peer_takes_rows_and_dev_rows_of_ones_own(tmp_path):

@@ -21,7 +21,11 @@ from bert_jax.paths import as_path
 ACTIVATIONS = tuple(activations.ACTIVATIONS)
 REMAT_POLICIES = tuple(activations.REMAT_POLICIES)
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
-DROPOUT_RNGS = ("threefry", "rbg")  # RuntimeConfig.dropout_rng: jax.random key implementations
+DROPOUT_RNGS = (
+    "threefry",
+    "rbg",
+    "hash",
+)  # RuntimeConfig.dropout_rng: jax.random key implementations
 DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
 COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling
 
@@ -479,10 +483,12 @@ class RuntimeConfig:
         HBM bytes (benchmarks/RESULTS_tpu.md): parameters are then all-gathered ahead of their
         layer and gradients reduce-scattered whole. No effect on other platforms.
       dropout_rng: the generator of each step's dropout bits: "threefry" (the same bits whatever
-        the sharding or platform) or "rbg" (XLA's RngBitGenerator, as t5x and MaxText use). Both
-        start from the run's key folded with the step (`training.steps.step_rng`), so a run
-        repeats and resumes exactly either way; "rbg" draws other masks than "threefry", and
-        other ones again on another platform.
+        the sharding or platform), "rbg" (XLA's RngBitGenerator, as t5x and MaxText use) or
+        "hash" (`models.hash_rng`: a counter hash of threefry's keys, the same bits whatever the
+        sharding or platform, at a fortieth of threefry's cost on CPUs). Each starts from the
+        run's key folded with the step (`training.steps.step_rng`), so a run repeats and resumes
+        exactly either way; each draws other masks than the others ("rbg" other ones again on
+        another platform).
       loss_scale_init: float16 only: the loss scale of the first step (a power of 2).
       loss_scale_period: float16 only: the scale doubles after this many finite steps in a row.
     """
@@ -493,7 +499,7 @@ class RuntimeConfig:
     remat_policy: str = "none"
     attention: str = "xla"
     collective_matmul: bool = False
-    dropout_rng: str = "threefry"  # or "rbg": `DROPOUT_RNGS`
+    dropout_rng: str = "threefry"  # or "rbg", "hash": `DROPOUT_RNGS`
     loss_scale_init: float = 2.0**15  # float16: the first step's loss scale
     loss_scale_period: int = 2000  # float16: finite steps in a row before the scale doubles
 

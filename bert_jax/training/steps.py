@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax.models import hash_rng
 from bert_jax.models.params import init_params
 from bert_jax.training.objective import Batch, CoupledObjective, Objective, apply_model
 
@@ -287,12 +288,16 @@ def all_finite(tree: PyTree) -> jax.Array:
 
 def step_rng(rng: jax.Array, step: jax.Array, runtime=None) -> jax.Array:
     """The dropout key of a step: the run's key (`TrainState.rng`, a threefry key) folded with
-    the step, or with `runtime.dropout_rng == "rbg"` an RngBitGenerator key drawn from it (four
-    32-bit words), whose bits cost a fraction of threefry's. A function of (rng, step) alone: a
-    resumed run draws the masks of an uninterrupted one."""
+    the step; with `runtime.dropout_rng == "rbg"` an RngBitGenerator key drawn from it (four
+    32-bit words), whose bits cost a fraction of threefry's on accelerators; with "hash" the
+    same words as a `models.hash_rng` key, whose bits are a counter hash (a fortieth of
+    threefry's cost on CPUs). A function of (rng, step) alone: a resumed run draws the masks of
+    an uninterrupted one."""
     rng = jax.random.fold_in(rng, step)
     if runtime is None or runtime.dropout_rng == "threefry":
         return rng
+    if runtime.dropout_rng == "hash":
+        return hash_rng.hash_key(rng)
     return jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="rbg")
 
 
