@@ -6,7 +6,10 @@ schedule and optimizer; each step's loss of both, side by side.
     python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages \
         --model inference_free
     python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages --pairs 1024 \
-        --batch 32 --max_seq_length 128 --warmup 3 --seed 3 --dev 500 [--order trainer]
+        --batch 32 --max_seq_length 128 --warmup 3 --seed 3 --dev 500 [--order trainer] \
+        [--dropout 0.1 [--dropout_rng hash]]
+    python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages --pairs 1024 \
+        --batch 32 --max_seq_length 128 --seed 3 --dropout 0.1 --draws 64
 
 With dropout off nothing random is left, so two equal trainers give equal losses step after
 step (to float32 rounding); a difference in the model, the loss, the regularizers' warmup, the
@@ -14,8 +17,16 @@ schedule, clipping or AdamW shows as losses that part. The job's batches come fr
 `seed_run.group_batches` (its shuffle for `--seed`, packed or not with `--pack`); the trainer is
 given them in that order. With `--order trainer` the trainer draws its own order for `--seed`
 (as embed_training_peer.py's run of that seed does) and the job's batches take the pairs in it.
+With `--dropout P` the start's hidden and attention dropout is P (the job's masks from
+`--dropout_rng`'s generator): the peers draw their masks differently, so the losses part by
+dropout's noise, and the dev scores, over seeds and generators, show how far the masks alone
+move a run (the same batches, the masks the only difference).
 With `--model inference_free` both train an inference-free model (a Router: query weights of
 ones for queries, that start for documents; `configs/embed.py:model=inference_free`'s recipe).
+With `--draws N` nothing trains: on the first batch of the job's order, at the first step (the
+FLOPS weights still 0), each peer's ranking loss without dropout and under N dropout draws of
+`--dropout` (the job's keys of steps 0..N-1; torch seeded 0..N-1): if the two apply dropout
+alike, the means agree within their standard errors.
 With `--dev N` both final models are scored on dev.jsonl's first N pairs, each by its own peer's
 evaluation (embed_training_peer.py's), and paired query by query. Needs sentence-transformers
 and `datasets` (as embed_training_peer.py's sentence-transformers side).
@@ -87,6 +98,75 @@ def bert_jax_losses(
     return losses, order, peer.score(*texts, dev.relevant, similarity=exp.objective.similarity)
 
 
+def dropout_draws(args, config, rows: list[dict], start: str) -> dict:
+    """The ranking loss of the job's first batch (seed `args.seed`) at the first step, by each
+    peer: without dropout, and the mean and standard error under `args.draws` draws."""
+    import flax.linen as nn
+    import jax
+    import torch
+    from sentence_transformers.sparse_encoder import losses
+
+    from bert_jax.embed import run
+    from bert_jax.parallel import sharding
+    from bert_jax.retrieval import pairs
+    from bert_jax.training import seed_run, steps
+    from bert_jax.training.start import init_state
+
+    e = run.check_config(config)
+    begun = run.starting_point(config, e)
+    features = dict(pairs.featurize_pairs(pairs.read_pairs(e.train_file), begun.tokenizer,
+                                          begun.max_seq_length))  # fmt: skip
+    features["pair_id"] = np.arange(features["input_ids"].shape[0], dtype=np.int32)
+    counted = seed_run.group_batches(config, e, features, args.seed, keep=("pair_id",))
+    exp = run.build_experiment(config, e, begun, counted.steps_per_epoch,
+                               texts_per_pair=features["input_ids"].shape[1])  # fmt: skip
+    host = dict(next(iter(seed_run.group_batches(config, e, features, args.seed, exp,
+                                                  keep=("pair_id",)))))  # fmt: skip
+    taken = [int(i) for i in host.pop("pair_id")]
+    state = init_state(exp, peer.start_params(config, exp, begun), seed=args.seed)
+    objective = exp.objective.at_step(jax.numpy.int32(0))
+
+    def loss(params, batch, rng):
+        out = steps.chunked_embeddings(params, batch, rng, model=exp.model,
+                                       objective=objective, num_chunks=1)  # fmt: skip
+        return objective.loss(objective.batch_sums(out, batch), objective.counts(batch))
+
+    ours = []
+    with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
+        batch = sharding.global_batch_from_local(host, exp.mesh)
+        loss = jax.jit(loss)
+        runtime = exp.model.runtime
+        plain = float(loss(state.params, batch, None))
+        for i in range(args.draws):
+            ours.append(float(loss(state.params, batch, steps.step_rng(state.rng, i, runtime))))
+    model = peer.st_model(args, start)
+    ranking = losses.SparseMultipleNegativesRankingLoss(model, scale=config.embed.scale)
+    texts = [model.tokenize([rows[i][k] for i in taken]) for k in ("anchor", "positive")]
+
+    def their_loss():  # SpladeLoss's ranking term: each column embedded on its own
+        vectors = [model(dict(t))["sentence_embedding"] for t in texts]
+        return float(ranking.compute_loss_from_embeddings(vectors, None))
+
+    theirs = []
+    with torch.no_grad():
+        model.eval()
+        their_plain = their_loss()
+        model.train()
+        for i in range(args.draws):
+            torch.manual_seed(i)
+            theirs.append(their_loss())
+    found = {"pairs": len(taken), "draws": args.draws, "dropout": args.dropout,
+             "loss_without_dropout_bert_jax": plain,
+             "loss_without_dropout_sentence_transformers": their_plain}  # fmt: skip
+    for name, values in (("bert_jax", ours), ("sentence_transformers", theirs)):
+        found[f"mean_{name}"] = float(np.mean(values))
+        found[f"se_{name}"] = float(np.std(values, ddof=1) / np.sqrt(len(values)))
+    gap = found["mean_bert_jax"] - found["mean_sentence_transformers"]
+    found["difference_in_se"] = gap / np.hypot(found["se_bert_jax"],
+                                               found["se_sentence_transformers"])  # fmt: skip
+    return found
+
+
 def trainer_losses(
     args, config, pairs: list[dict], warmup: int, start: str, dev_file: str = "", own=False
 ) -> tuple[list[float], dict, list[int]]:
@@ -147,6 +227,12 @@ def main(argv=None) -> int:
                         help="whose order for --seed both take the pairs in")  # fmt: skip
     parser.add_argument("--model", choices=peer.SPARSE, default="splade",
                         help="inference_free: query weights and its recipe")  # fmt: skip
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="the start's hidden and attention dropout (0: none)")  # fmt: skip
+    parser.add_argument("--draws", type=int, default=0, help="no training: the first batch's "
+                        "loss under this many dropout draws by each peer")  # fmt: skip
+    parser.add_argument("--dropout_rng", choices=("threefry", "rbg", "hash"), default="threefry",
+                        help="the job's dropout bits (runtime.dropout_rng)")  # fmt: skip
     parser.add_argument("--dev", type=int, default=0, help="dev.jsonl's first pairs to score "
                         "both final models on (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -156,8 +242,14 @@ def main(argv=None) -> int:
         train_file, dev_file, _ = peer.write_task(args, tmp)
         rows = [json.loads(line) for line in open(train_file, encoding="utf-8")]
         dev_file = dev_file if args.dev else ""
-        start = peer.write_start(tmp, args.max_seq_length, 0.0, args.model == "inference_free")
+        free = args.model == "inference_free"
+        start = peer.write_start(tmp, args.max_seq_length, args.dropout, free)
         config = peer.embed_config(args, train_file, train_file, args.warmup, start)
+        with config.unlocked():
+            config.runtime.dropout_rng = args.dropout_rng
+        if args.draws:
+            print(json.dumps(dropout_draws(args, config, rows, start)))
+            return 0
         if args.order == "job":
             ours, order, our_dev = bert_jax_losses(config, args.seed, dev_file)
             in_order = [rows[i] for i in order]

@@ -261,6 +261,22 @@ def test_step_parts_times_the_rerankers_step_with_and_without_dropout(tmp_path):
         assert r["timed_steps"] == 0 or r["cpu_s_per_step"] > 0
 
 
+@pytest.mark.e2e  # the SPLADE start written, a forward of 8 pairs a draw in each peer: 20 s
+def test_splade_lockstep_draws_dropout_in_both_peers_on_one_batch():
+    """`splade_lockstep.py --draws`: both peers' loss of the job's first batch without dropout
+    (equal) and under dropout draws (each draw other masks, in both)."""
+    pytest.importorskip("sentence_transformers")
+    data = os.path.join(ROOT, "tests", "testdata", "debian_slice")
+    lines, _ = _script("splade_lockstep.py", f"--data={data}", "--dropout=0.1", "--draws=3",
+                       "--dropout_rng=hash")  # fmt: skip
+    (found,) = lines
+    assert (found["pairs"], found["draws"]) == (8, 3)
+    plain = found["loss_without_dropout_bert_jax"]
+    assert plain == pytest.approx(found["loss_without_dropout_sentence_transformers"], rel=1e-4)
+    for peer in ("bert_jax", "sentence_transformers"):
+        assert found[f"se_{peer}"] > 0 and found[f"mean_{peer}"] != pytest.approx(plain, rel=1e-6)
+
+
 @pytest.mark.e2e  # the Beam pipeline and the local build, 20 s
 def test_beam_build_builds_the_same_shards_as_the_local_build(tmp_path):
     """`beam_build.py --plays=2`: the local build and Beam's DirectRunner, one process each."""
