@@ -236,6 +236,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dev", type=int, default=0, help="dev.jsonl's first pairs to score "
                         "both final models on (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
+    if not 0.0 <= args.dropout < 1.0:
+        parser.error(f"--dropout={args.dropout}: expected a probability in [0, 1)")
+    if args.draws and (args.draws < 2 or args.dropout == 0.0 or args.model != "splade"):
+        parser.error("--draws takes 2 or more draws of a --dropout above 0, for --model=splade")
     args.epochs, args.eval_batch, args.threads = 1, 16, 1
     args.max_train, args.max_eval = args.pairs, args.dev or 1
     with tempfile.TemporaryDirectory() as tmp:

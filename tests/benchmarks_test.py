@@ -275,6 +275,9 @@ def test_splade_lockstep_draws_dropout_in_both_peers_on_one_batch():
     assert plain == pytest.approx(found["loss_without_dropout_sentence_transformers"], rel=1e-4)
     for peer in ("bert_jax", "sentence_transformers"):
         assert found[f"se_{peer}"] > 0 and found[f"mean_{peer}"] != pytest.approx(plain, rel=1e-6)
+    for bad in (["--draws=3"], ["--draws=1", "--dropout=0.1"], ["--dropout=1.5"]):
+        _, out = _script("splade_lockstep.py", f"--data={data}", *bad, status=2)
+        assert "--draws takes 2 or more draws" in out or "--dropout=1.5: expected" in out
 
 
 @pytest.mark.e2e  # the Beam pipeline and the local build, 20 s

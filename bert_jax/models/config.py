@@ -485,7 +485,7 @@ class RuntimeConfig:
       dropout_rng: the generator of each step's dropout bits: "threefry" (the same bits whatever
         the sharding or platform), "rbg" (XLA's RngBitGenerator, as t5x and MaxText use) or
         "hash" (`models.hash_rng`: a counter hash of threefry's keys, the same bits whatever the
-        sharding or platform, at a fortieth of threefry's cost on CPUs). Each starts from the
+        sharding or platform, at a fraction of threefry's cost on CPUs). Each starts from the
         run's key folded with the step (`training.steps.step_rng`), so a run repeats and resumes
         exactly either way; each draws other masks than the others ("rbg" other ones again on
         another platform).

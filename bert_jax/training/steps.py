@@ -290,7 +290,7 @@ def step_rng(rng: jax.Array, step: jax.Array, runtime=None) -> jax.Array:
     """The dropout key of a step: the run's key (`TrainState.rng`, a threefry key) folded with
     the step; with `runtime.dropout_rng == "rbg"` an RngBitGenerator key drawn from it (four
     32-bit words), whose bits cost a fraction of threefry's on accelerators; with "hash" the
-    same words as a `models.hash_rng` key, whose bits are a counter hash (a fortieth of
+    same words as a `models.hash_rng` key, whose bits are a counter hash (a fraction of
     threefry's cost on CPUs). A function of (rng, step) alone: a resumed run draws the masks of
     an uninterrupted one."""
     rng = jax.random.fold_in(rng, step)
