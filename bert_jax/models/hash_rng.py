@@ -1,8 +1,8 @@
 """A JAX key implementation whose bits are a counter hash: dropout masks at a fraction of
 threefry's cost on CPUs (`RuntimeConfig.dropout_rng="hash"`).
 
-Threefry-2x32 spends 20 rounds on every 32-bit word; on a 2-core CPU that is 20-24 ns a word, and
-a reranker step of MiniLM with dropout draws about 38 million words (18% of its step,
+Threefry-2x32 spends 20 rounds on every two 32-bit words; on a 2-core AMD EPYC that was 20-24 ns
+a word, and a reranker step of MiniLM with dropout draws about 38 million words (18% of its step,
 benchmarks/RESULTS.md "Where the reranker's remaining speed goes"). Here a key is threefry's
 two words, split and folded in by threefry exactly as a threefry key is (so flax's `make_rng`
 gives each module and call its own key), and only `random_bits` differs: word i of a draw is
@@ -10,10 +10,11 @@ gives each module and call its own key), and only `random_bits` differs: word i 
     fmix32(fmix32(i + k0) ^ k1)
 
 with (k0, k1) the key's words and fmix32 MurmurHash3's 32-bit finalizer (two multiplies and
-three xor-shifts, each output bit depending on every input bit). The counter i is the word's
-position in the whole array, so the bits are the same whatever the sharding or platform, as
-threefry's are. That is enough for dropout masks (each word compared once with a threshold,
-keys from threefry); it is not a generator for anything that needs cryptographic strength.
+three xor-shifts, a bijection whose every output bit depends on every input bit). The counter i
+is the word's position in the whole array, so the bits are the same whatever the sharding or
+platform, as threefry's are. That is enough for dropout masks (each word compared once with a
+threshold, keys from threefry); it is not a generator for anything that needs cryptographic
+strength.
 """
 
 from __future__ import annotations
