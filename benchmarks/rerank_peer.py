@@ -91,6 +91,8 @@ def minilm_path() -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from bert_jax.models.config import DROPOUT_RNGS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="a folder for the data, logs and JSON")
     parser.add_argument("--pairs", type=int, default=1024, help="training cue -> reply pairs")
@@ -124,7 +126,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--dropout_rng",
-        choices=("threefry", "rbg", "hash"),
+        choices=DROPOUT_RNGS,
         default="threefry",
         help="bert_jax's dropout bits (runtime.dropout_rng; sentence-transformers draws torch's)",
     )

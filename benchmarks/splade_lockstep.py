@@ -45,20 +45,15 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import embed_training_peer as peer  # noqa: E402
+from bert_jax.models.config import DROPOUT_RNGS  # noqa: E402
 
 
-def bert_jax_losses(
-    config, seed: int, dev_file: str = "", order: list[int] | None = None
-) -> tuple[list[float], list[int], dict]:
-    """The job's loss at each step of one epoch, the order of the pairs it trained on (its
-    shuffle for `seed`, or `order`: the pairs' rows in the order to take them), and its final
-    model's dev scores (`embed_training_peer.score` of the pairs in `dev_file`; {} without
-    one)."""
-    import flax.linen as nn
-    import jax
-
-    from bert_jax.embed import evaluation, run
-    from bert_jax.parallel import sharding
+def job_pieces(config, seed: int, order: list[int] | None = None):
+    """The embedding job's pieces for one seed, as its run builds them: (its `check_config`
+    block, `Starting`, Experiment, host batches keeping each pair's row as "pair_id", state).
+    The batches follow the job's shuffle for `seed`, or `order` (the pairs' rows in the order
+    to take them)."""
+    from bert_jax.embed import run
     from bert_jax.retrieval import pairs
     from bert_jax.training import seed_run
     from bert_jax.training.start import init_state
@@ -80,6 +75,24 @@ def bert_jax_losses(
                                texts_per_pair=features["input_ids"].shape[1])  # fmt: skip
     batches = seed_run.group_batches(config, e, features, seed, exp, keep=("pair_id",))
     state = init_state(exp, peer.start_params(config, exp, start), seed=seed)
+    return e, start, exp, batches, state
+
+
+def bert_jax_losses(
+    config, seed: int, dev_file: str = "", order: list[int] | None = None
+) -> tuple[list[float], list[int], dict]:
+    """The job's loss at each step of one epoch, the order of the pairs it trained on (its
+    shuffle for `seed`, or `order`: the pairs' rows in the order to take them), and its final
+    model's dev scores (`embed_training_peer.score` of the pairs in `dev_file`; {} without
+    one)."""
+    import flax.linen as nn
+    import jax
+
+    from bert_jax.embed import evaluation
+    from bert_jax.parallel import sharding
+    from bert_jax.retrieval import pairs
+
+    e, start, exp, batches, state = job_pieces(config, seed, order)
     losses, order = [], []
     with jax.set_mesh(exp.mesh), nn.logical_axis_rules(exp.rules):
         for host in batches:
@@ -106,24 +119,12 @@ def dropout_draws(args, config, rows: list[dict], start: str) -> dict:
     import torch
     from sentence_transformers.sparse_encoder import losses
 
-    from bert_jax.embed import run
     from bert_jax.parallel import sharding
-    from bert_jax.retrieval import pairs
-    from bert_jax.training import seed_run, steps
-    from bert_jax.training.start import init_state
+    from bert_jax.training import steps
 
-    e = run.check_config(config)
-    begun = run.starting_point(config, e)
-    features = dict(pairs.featurize_pairs(pairs.read_pairs(e.train_file), begun.tokenizer,
-                                          begun.max_seq_length))  # fmt: skip
-    features["pair_id"] = np.arange(features["input_ids"].shape[0], dtype=np.int32)
-    counted = seed_run.group_batches(config, e, features, args.seed, keep=("pair_id",))
-    exp = run.build_experiment(config, e, begun, counted.steps_per_epoch,
-                               texts_per_pair=features["input_ids"].shape[1])  # fmt: skip
-    host = dict(next(iter(seed_run.group_batches(config, e, features, args.seed, exp,
-                                                  keep=("pair_id",)))))  # fmt: skip
+    _, _, exp, batches, state = job_pieces(config, args.seed)
+    host = dict(next(iter(batches)))
     taken = [int(i) for i in host.pop("pair_id")]
-    state = init_state(exp, peer.start_params(config, exp, begun), seed=args.seed)
     objective = exp.objective.at_step(jax.numpy.int32(0))
 
     def loss(params, batch, rng):
@@ -231,7 +232,7 @@ def main(argv=None) -> int:
                         help="the start's hidden and attention dropout (0: none)")  # fmt: skip
     parser.add_argument("--draws", type=int, default=0, help="no training: the first batch's "
                         "loss under this many dropout draws by each peer")  # fmt: skip
-    parser.add_argument("--dropout_rng", choices=("threefry", "rbg", "hash"), default="threefry",
+    parser.add_argument("--dropout_rng", choices=DROPOUT_RNGS, default="threefry",
                         help="the job's dropout bits (runtime.dropout_rng)")  # fmt: skip
     parser.add_argument("--dev", type=int, default=0, help="dev.jsonl's first pairs to score "
                         "both final models on (0: none)")  # fmt: skip

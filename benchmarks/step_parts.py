@@ -38,6 +38,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_jax.models.config import DROPOUT_RNGS  # noqa: E402
+
 VARIANTS = ("default", "no_dropout", "rbg", "hash")
 
 
@@ -68,7 +70,7 @@ def rerank_step(plan: dict, variant: str, steps: int) -> dict:
 
     config = rerank_peer._rerank_config(plan, 0)
     with config.unlocked():
-        config.runtime.dropout_rng = variant if variant in ("rbg", "hash") else "threefry"
+        config.runtime.dropout_rng = variant if variant in DROPOUT_RNGS else "threefry"
     r = run.check_config(config)
     start = run.starting_point(config, r)
     if variant == "no_dropout":

@@ -21,11 +21,8 @@ from bert_jax.paths import as_path
 ACTIVATIONS = tuple(activations.ACTIVATIONS)
 REMAT_POLICIES = tuple(activations.REMAT_POLICIES)
 ATTENTION_IMPLEMENTATIONS = ("xla", "fused_xla", "cudnn", "splash", "auto")
-DROPOUT_RNGS = (
-    "threefry",
-    "rbg",
-    "hash",
-)  # RuntimeConfig.dropout_rng: jax.random key implementations
+# RuntimeConfig.dropout_rng: jax.random key implementations (hash: models.hash_rng's)
+DROPOUT_RNGS = ("threefry", "rbg", "hash")
 DTYPES = ("float32", "bfloat16")  # parameter storage: float16 is refused (master weights)
 COMPUTE_DTYPES = (*DTYPES, "float16", "auto")  # float16 trains with dynamic loss scaling
 
