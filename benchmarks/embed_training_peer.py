@@ -37,7 +37,9 @@ SparseEncoder directory (MLMTransformer, SpladePooling) that both load; dev retr
 product of the sparse vectors. `--model=inference_free` trains an inference-free one
 (`configs/embed.py:model=inference_free`): the start is a Router with query weights of ones,
 the trainer gets `router_mapping` and the query weights' `learning_rate_mapping`, and queries
-are embedded as queries (`encode_query`; the job's query route).
+are embedded as queries (`encode_query`; the job's query route). `--dropout_rng` picks the job's
+dropout bits (`runtime.dropout_rng`): other masks from the same seeds, to see how far the masks
+alone move a run.
 
 Each peer then embeds the dev anchors and positives and scores the retrieval of each anchor's
 positive among all of them with `bert_jax.retrieval.metrics.retrieval_scores` (equal to
@@ -169,6 +171,7 @@ def embed_config(args, train_file: str, dev_file: str, warmup_steps: int, start:
         c.optimizer.warmup_steps = warmup_steps
         c.optimizer.schedule = "linear"
         c.embed.pack = bool(args.pack)
+        c.runtime.dropout_rng = args.dropout_rng
     return c
 
 
@@ -422,7 +425,10 @@ def _summary(peer: str, rows: list[dict]) -> dict:
     return out
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line's settings (`--tiny` filled in); a wrong combination exits naming it."""
+    from bert_jax.models.config import DROPOUT_RNGS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seeds", default="0,1,2")
@@ -451,6 +457,12 @@ def main(argv=None) -> int:
         help="--model=splade: the start's hidden and attention dropout (both peers; default "
         "MiniLM's 0.1)",
     )
+    parser.add_argument(
+        "--dropout_rng",
+        choices=DROPOUT_RNGS,
+        default="threefry",
+        help="bert_jax's dropout bits (runtime.dropout_rng; sentence-transformers draws torch's)",
+    )
     parser.add_argument("--out", default="", help="a JSON file for every row (per-anchor too)")
     parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
     args = parser.parse_args(argv)
@@ -459,6 +471,11 @@ def main(argv=None) -> int:
         args.seeds = args.seeds if args.seeds != "0,1,2" else "0"
     if args.dropout is not None and args.model not in SPARSE:
         parser.error("--dropout is for --model=splade (the dense start is the installed MiniLM)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.threads]))
     seeds = [int(s) for s in args.seeds.split(",")]
     peers = args.peers.split(",")
@@ -477,7 +494,8 @@ def main(argv=None) -> int:
                           "batch": args.batch, "max_seq_length": args.max_seq_length,
                           "lr": args.lr, "threads": args.threads, "pack": args.pack,
                           "data": args.data or "plays", "model": args.model,
-                          "dropout": args.dropout}))  # fmt: skip
+                          "dropout": args.dropout,
+                          "dropout_rng": args.dropout_rng}))  # fmt: skip
         rows: dict[str, list[dict]] = {p: [] for p in peers}
         if "sentence_transformers" in peers:
             at_start = st_score(st_model(args, start), dev_file, args.eval_batch)

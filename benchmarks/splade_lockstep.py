@@ -26,7 +26,8 @@ ones for queries, that start for documents; `configs/embed.py:model=inference_fr
 With `--draws N` nothing trains: on the first batch of the job's order, at the first step (the
 FLOPS weights still 0), each peer's ranking loss without dropout and under N dropout draws of
 `--dropout` (the job's keys of steps 0..N-1; torch seeded 0..N-1): if the two apply dropout
-alike, the means agree within their standard errors.
+alike, the means agree within their standard errors. An inference-free model's anchors go
+through its query route (static weights, no dropout), the positives through the document route.
 With `--dev N` both final models are scored on dev.jsonl's first N pairs, each by its own peer's
 evaluation (embed_training_peer.py's), and paired query by query. Needs sentence-transformers
 and `datasets` (as embed_training_peer.py's sentence-transformers side).
@@ -142,7 +143,12 @@ def dropout_draws(args, config, rows: list[dict], start: str) -> dict:
             ours.append(float(loss(state.params, batch, steps.step_rng(state.rng, i, runtime))))
     model = peer.st_model(args, start)
     ranking = losses.SparseMultipleNegativesRankingLoss(model, scale=config.embed.scale)
-    texts = [model.tokenize([rows[i][k] for i in taken]) for k in ("anchor", "positive")]
+    # An inference-free model's Router takes the anchors on its query route (static weights, no
+    # dropout) and the positives on its document route, as `st_routing` maps them in training.
+    free = args.model == "inference_free"
+    routes = {"anchor": {"task": "query"}, "positive": {"task": "document"}} if free else {}
+    texts = [model.preprocess([rows[i][k] for i in taken], **routes.get(k, {}))
+             for k in ("anchor", "positive")]  # fmt: skip
 
     def their_loss():  # SpladeLoss's ranking term: each column embedded on its own
         vectors = [model(dict(t))["sentence_embedding"] for t in texts]
@@ -239,8 +245,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 <= args.dropout < 1.0:
         parser.error(f"--dropout={args.dropout}: expected a probability in [0, 1)")
-    if args.draws and (args.draws < 2 or args.dropout == 0.0 or args.model != "splade"):
-        parser.error("--draws takes 2 or more draws of a --dropout above 0, for --model=splade")
+    if args.draws and (args.draws < 2 or args.dropout == 0.0):
+        parser.error("--draws takes 2 or more draws of a --dropout above 0")
     args.epochs, args.eval_batch, args.threads = 1, 16, 1
     args.max_train, args.max_eval = args.pairs, args.dev or 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -250,8 +256,6 @@ def main(argv=None) -> int:
         free = args.model == "inference_free"
         start = peer.write_start(tmp, args.max_seq_length, args.dropout, free)
         config = peer.embed_config(args, train_file, train_file, args.warmup, start)
-        with config.unlocked():
-            config.runtime.dropout_rng = args.dropout_rng
         if args.draws:
             print(json.dumps(dropout_draws(args, config, rows, start)))
             return 0

@@ -261,20 +261,24 @@ def test_step_parts_times_the_rerankers_step_with_and_without_dropout(tmp_path):
         assert r["timed_steps"] == 0 or r["cpu_s_per_step"] > 0
 
 
-@pytest.mark.e2e  # the SPLADE start written, a forward of 8 pairs a draw in each peer: 20 s
-def test_splade_lockstep_draws_dropout_in_both_peers_on_one_batch():
+@pytest.mark.e2e  # the SPLADE start written, a forward of 8 pairs a draw in each peer: 20 s each
+@pytest.mark.parametrize("model", ["splade", "inference_free"])
+def test_splade_lockstep_draws_dropout_in_both_peers_on_one_batch(model):
     """`splade_lockstep.py --draws`: both peers' loss of the job's first batch without dropout
-    (equal) and under dropout draws (each draw other masks, in both)."""
+    (equal) and under dropout draws (each draw other masks, in both); an inference-free model's
+    queries on its query route (no dropout), its documents on the document route."""
     pytest.importorskip("sentence_transformers")
     data = os.path.join(ROOT, "tests", "testdata", "debian_slice")
-    lines, _ = _script("splade_lockstep.py", f"--data={data}", "--dropout=0.1", "--draws=3",
-                       "--dropout_rng=hash")  # fmt: skip
+    lines, _ = _script("splade_lockstep.py", f"--data={data}", f"--model={model}",
+                       "--dropout=0.1", "--draws=3", "--dropout_rng=hash")  # fmt: skip
     (found,) = lines
     assert (found["pairs"], found["draws"]) == (8, 3)
     plain = found["loss_without_dropout_bert_jax"]
     assert plain == pytest.approx(found["loss_without_dropout_sentence_transformers"], rel=1e-4)
     for peer in ("bert_jax", "sentence_transformers"):
         assert found[f"se_{peer}"] > 0 and found[f"mean_{peer}"] != pytest.approx(plain, rel=1e-6)
+    if model == "inference_free":
+        return
     for bad in (["--draws=3"], ["--draws=1", "--dropout=0.1"], ["--dropout=1.5"]):
         _, out = _script("splade_lockstep.py", f"--data={data}", *bad, status=2)
         assert "--draws takes 2 or more draws" in out or "--dropout=1.5: expected" in out
@@ -526,6 +530,22 @@ def test_rerank_peer_dry_run_alternates_pinned_peers_on_one_plan(tmp_path, capsy
     plan = json.loads(capsys.readouterr().out.splitlines()[0])
     plan.update(files={"train": "rows.jsonl", "dev": "dev.jsonl"}, steps_per_epoch=6)
     assert rerank_peer._rerank_config(plan, 0).runtime.dropout_rng == "hash"
+
+
+def test_embed_training_peer_carries_the_dropout_generator_to_the_job(capsys):
+    """embed_training_peer.py --dropout_rng: the job's config draws its masks with it (threefry
+    unless asked), for every model; an unknown generator is refused naming the choices."""
+    from benchmarks import embed_training_peer as peer
+
+    for model in ("dense", "splade", "inference_free"):
+        for rng in ("threefry", "hash"):
+            asked = [f"--dropout_rng={rng}"] if rng != "threefry" else []  # the default
+            args = peer.parse_args([f"--model={model}", *asked])
+            assert args.dropout_rng == rng
+            assert peer.embed_config(args, "t.jsonl", "d.jsonl", 1).runtime.dropout_rng == rng
+    with pytest.raises(SystemExit):
+        peer.parse_args(["--dropout_rng=philox"])
+    assert "invalid choice: 'philox'" in capsys.readouterr().err
 
 
 def test_rerank_peer_takes_rows_and_dev_rows_of_ones_own(tmp_path):
