@@ -10,13 +10,20 @@ schedule and optimizer; each step's loss of both, side by side.
         [--dropout 0.1 [--dropout_rng hash]]
     python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages --pairs 1024 \
         --batch 32 --max_seq_length 128 --seed 3 --dropout 0.1 --draws 64
+    python benchmarks/splade_lockstep.py --data ../shared/data/debian_packages --pairs 1024 \
+        --batch 32 --max_seq_length 128 --warmup 3 --seed 9 --dev 500 --dropout 0.1 --alone \
+        [--order trainer]
 
 With dropout off nothing random is left, so two equal trainers give equal losses step after
 step (to float32 rounding); a difference in the model, the loss, the regularizers' warmup, the
 schedule, clipping or AdamW shows as losses that part. The job's batches come from
 `seed_run.group_batches` (its shuffle for `--seed`, packed or not with `--pack`); the trainer is
 given them in that order. With `--order trainer` the trainer draws its own order for `--seed`
-(as embed_training_peer.py's run of that seed does) and the job's batches take the pairs in it.
+(as embed_training_peer.py's run of that seed does) and the job's batches take the pairs in it;
+that order is `torch.randperm` under a `torch.Generator` seeded `--seed` (checked each run).
+With `--alone` only the job trains, in either order (the trainer's drawn as it draws it, not
+run): the job in numpy's shuffles and in torch's, seed by seed, tells whether the generator that
+draws the order moves the score.
 With `--dropout P` the start's hidden and attention dropout is P (the job's masks from
 `--dropout_rng`'s generator): the peers draw their masks differently, so the losses part by
 dropout's noise, and the dev scores, over seeds and generators, show how far the masks alone
@@ -30,12 +37,14 @@ alike, the means agree within their standard errors. An inference-free model's a
 through its query route (static weights, no dropout), the positives through the document route.
 With `--dev N` both final models are scored on dev.jsonl's first N pairs, each by its own peer's
 evaluation (embed_training_peer.py's), and paired query by query. Needs sentence-transformers
-and `datasets` (as embed_training_peer.py's sentence-transformers side).
+and, to run the trainer, `datasets` and `accelerate` (as embed_training_peer.py's
+sentence-transformers side); `--alone` and `--draws` run without those two.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -77,6 +86,14 @@ def job_pieces(config, seed: int, order: list[int] | None = None):
     batches = seed_run.group_batches(config, e, features, seed, exp, keep=("pair_id",))
     state = init_state(exp, peer.start_params(config, exp, start), seed=seed)
     return e, start, exp, batches, state
+
+
+def torch_order(n: int, seed: int) -> list[int]:
+    """`SparseEncoderTrainer`'s order of n pairs for `seed`: its default batch sampler's
+    `RandomSampler` under the `torch.Generator` its dataloader seeds with the seed."""
+    import torch
+
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def bert_jax_losses(
@@ -214,7 +231,8 @@ def trainer_losses(
         trainer = InOrder(
             model=model, loss=loss, train_dataset=Dataset.from_dict(columns), args=arguments
         )
-        trainer.train()
+        with contextlib.redirect_stdout(sys.stderr):  # its log lines: stdout is ours
+            trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     taken = taken[: len(losses) * args.batch]
     return losses, peer.st_score(model, dev_file, args.eval_batch) if dev_file else {}, taken
@@ -232,6 +250,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--order", choices=("job", "trainer"), default="job",
                         help="whose order for --seed both take the pairs in")  # fmt: skip
+    parser.add_argument("--alone", action="store_true",
+                        help="only the job trains (in --order's order) and is scored")  # fmt: skip
     parser.add_argument("--model", choices=peer.SPARSE, default="splade",
                         help="inference_free: query weights and its recipe")  # fmt: skip
     parser.add_argument("--dropout", type=float, default=0.0,
@@ -246,6 +266,8 @@ def main(argv=None) -> int:
         parser.error(f"--dropout={args.dropout}: expected a probability in [0, 1)")
     if args.draws and (args.draws < 2 or args.dropout == 0.0):
         parser.error("--draws takes 2 or more draws of a --dropout above 0")
+    if args.draws and args.alone:
+        parser.error("--draws trains neither peer; --alone trains the job")
     args.epochs, args.eval_batch, args.threads = 1, 16, 1
     args.max_train, args.max_eval = args.pairs, args.dev or 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -258,6 +280,13 @@ def main(argv=None) -> int:
         if args.draws:
             print(json.dumps(dropout_draws(args, config, rows, start)))
             return 0
+        if args.alone:
+            order = torch_order(len(rows), args.seed) if args.order == "trainer" else None
+            ours, taken, our_dev = bert_jax_losses(config, args.seed, dev_file, order)
+            assert order is None or taken == order[: len(taken)], "the job took another order"
+            found = {"steps": len(ours), "losses": ours, "order": taken}
+            print(json.dumps(found | {f"{k}_bert_jax": v for k, v in our_dev.items()}))
+            return 0
         if args.order == "job":
             ours, order, our_dev = bert_jax_losses(config, args.seed, dev_file)
             in_order = [rows[i] for i in order]
@@ -268,12 +297,15 @@ def main(argv=None) -> int:
             theirs, their_dev, order = trainer_losses(
                 args, config, rows, args.warmup, start, dev_file, own=True
             )
+            drawn = torch_order(len(rows), args.seed)[: len(order)]
+            assert order == drawn, "the trainer's order is not torch.randperm's for the seed"
             ours, taken, our_dev = bert_jax_losses(config, args.seed, dev_file, order)
             assert taken == order, "the job did not take the trainer's order"
     gaps = [abs(a - b) / abs(b) for a, b in zip(ours, theirs)]
     for i, (a, b, g) in enumerate(zip(ours, theirs, gaps)):
         print(f"step {i}: bert_jax {a:.4f}  sentence-transformers {b:.4f}  relative {g:.1e}")
-    found = {"steps": len(ours), "max_relative_difference": max(gaps)}
+    found = {"steps": len(ours), "max_relative_difference": max(gaps), "order": order}
+    found |= {"losses_bert_jax": ours, "losses_sentence_transformers": theirs}
     for peer_name, scores in (("bert_jax", our_dev), ("sentence_transformers", their_dev)):
         found.update({f"{k}_{peer_name}": v for k, v in scores.items() if k != "per_query"})
     if args.dev:

@@ -284,6 +284,34 @@ def test_splade_lockstep_draws_dropout_in_both_peers_on_one_batch(model):
         assert "--draws takes 2 or more draws" in out or "--dropout=1.5: expected" in out
 
 
+@pytest.mark.e2e  # 4 steps of 4 pairs by the job alone twice (by both peers with `datasets`)
+def test_splade_lockstep_the_job_alone_in_either_order():
+    """`--alone` trains the job only: in its own order (numpy's shuffle for the seed) or in the
+    trainer's (`torch.randperm` under a generator seeded with it). With the trainer's packages,
+    `--order trainer` runs both peers: the trainer draws that order (the script checks it) and
+    the job in it has the trainer's losses, and the losses the job alone had."""
+    pytest.importorskip("sentence_transformers")
+    import torch
+
+    data = os.path.join(ROOT, "tests", "testdata", "debian_slice")
+    common = (f"--data={data}", "--pairs=16", "--batch=4", "--max_seq_length=32", "--seed=2")
+    (alone,), _ = _script("splade_lockstep.py", *common, "--order=trainer", "--alone")
+    drawn = torch.randperm(16, generator=torch.Generator().manual_seed(2)).tolist()
+    assert alone["order"] == drawn and alone["steps"] == 4
+    (own,), _ = _script("splade_lockstep.py", *common, "--alone")
+    assert own["order"] == np.random.default_rng(2).permutation(16).tolist() != drawn
+    assert own["losses"] != pytest.approx(alone["losses"], rel=1e-3)
+    _, out = _script("splade_lockstep.py", *common, "--alone", "--dropout=0.1", "--draws=3",
+                     status=2)  # fmt: skip
+    assert "--draws trains neither peer; --alone trains the job" in out
+    for package in ("datasets", "accelerate"):  # the trainer's; not in `make setup`'s packages
+        pytest.importorskip(package)
+    (both,), _ = _script("splade_lockstep.py", *common, "--order=trainer")
+    assert both["order"] == drawn
+    assert both["losses_bert_jax"] == pytest.approx(alone["losses"], rel=1e-6)
+    assert both["losses_sentence_transformers"] == pytest.approx(alone["losses"], rel=1e-3)
+
+
 @pytest.mark.e2e  # the Beam pipeline and the local build, 20 s
 def test_beam_build_builds_the_same_shards_as_the_local_build(tmp_path):
     """`beam_build.py --plays=2`: the local build and Beam's DirectRunner, one process each."""
