@@ -280,27 +280,23 @@ def main(argv=None) -> int:
         if args.draws:
             print(json.dumps(dropout_draws(args, config, rows, start)))
             return 0
+        drawn = torch_order(len(rows), args.seed) if args.order == "trainer" else None
+        if drawn is not None and not args.alone:  # the trainer draws its order first
+            theirs, their_dev, taken = trainer_losses(
+                args, config, rows, args.warmup, start, dev_file, own=True
+            )
+            assert taken == drawn[: len(taken)], "the trainer's order is not torch.randperm's"
+        ours, order, our_dev = bert_jax_losses(config, args.seed, dev_file, drawn)
+        assert drawn is None or order == drawn[: len(order)], "the job took another order"
         if args.alone:
-            order = torch_order(len(rows), args.seed) if args.order == "trainer" else None
-            ours, taken, our_dev = bert_jax_losses(config, args.seed, dev_file, order)
-            assert order is None or taken == order[: len(taken)], "the job took another order"
-            found = {"steps": len(ours), "losses": ours, "order": taken}
+            found = {"steps": len(ours), "losses": ours, "order": order}
             print(json.dumps(found | {f"{k}_bert_jax": v for k, v in our_dev.items()}))
             return 0
-        if args.order == "job":
-            ours, order, our_dev = bert_jax_losses(config, args.seed, dev_file)
+        if drawn is None:
             in_order = [rows[i] for i in order]
             theirs, their_dev, _ = trainer_losses(
                 args, config, in_order, args.warmup, start, dev_file
             )
-        else:
-            theirs, their_dev, order = trainer_losses(
-                args, config, rows, args.warmup, start, dev_file, own=True
-            )
-            drawn = torch_order(len(rows), args.seed)[: len(order)]
-            assert order == drawn, "the trainer's order is not torch.randperm's for the seed"
-            ours, taken, our_dev = bert_jax_losses(config, args.seed, dev_file, order)
-            assert taken == order, "the job did not take the trainer's order"
     gaps = [abs(a - b) / abs(b) for a, b in zip(ours, theirs)]
     for i, (a, b, g) in enumerate(zip(ours, theirs, gaps)):
         print(f"step {i}: bert_jax {a:.4f}  sentence-transformers {b:.4f}  relative {g:.1e}")
