@@ -105,6 +105,8 @@ class SentenceTransformerSettings:
         as documents are.
       default_task: the route `encode` takes where no task is given ("query" or "document"; a
         Router's `default_route`), or None: it has none, so a task must be given.
+      max_active_dims: a SparseEncoder's vectors keep their largest weights, this many
+        (config_sentence_transformers.json's `max_active_dims`); None: all.
     """
 
     pooling: str
@@ -115,6 +117,7 @@ class SentenceTransformerSettings:
     default_prompt_name: str | None = None
     query_module: str | None = None
     default_task: str | None = None
+    max_active_dims: int | None = None
 
 
 def save_sentence_transformer(
@@ -397,7 +400,7 @@ def _read_sparse_encoder(folder, modules: list[dict]) -> SentenceTransformerSett
     transformer_path = str(modules[0].get("path", ""))
     length = read_max_seq_length(folder / transformer_path if transformer_path else folder)
     return SentenceTransformerSettings(
-        "splade", False, length, transformer_path, **read_prompts(folder)
+        "splade", False, length, transformer_path, **read_prompts(folder, sparse=True)
     )
 
 
@@ -460,10 +463,11 @@ def read_static_queries(folder) -> tuple[np.ndarray, tokenization.SubwordTokeniz
     return weight, tokenizer, read_max_seq_length(folder)
 
 
-def read_prompts(folder) -> dict[str, Any]:
+def read_prompts(folder, sparse: bool = False) -> dict[str, Any]:
     """config_sentence_transformers.json's `prompts` and `default_prompt_name` (none where the
-    file is absent), as `SentenceTransformerSettings` fields; ValueError naming the file for
-    prompts that are not texts by name or a default that is not among them."""
+    file is absent), and a SparseEncoder's (`sparse`) `max_active_dims`, as
+    `SentenceTransformerSettings` fields; ValueError naming the file for prompts that are not
+    texts by name, a default that is not among them, or a max_active_dims not a count."""
     path = folder / ST_CONFIG
     config = _read_json(path) if path.is_file() else {}
     prompts = config.get("prompts") or {}
@@ -472,7 +476,13 @@ def read_prompts(folder) -> dict[str, Any]:
     prompts = {name: "" if text is None else text for name, text in prompts.items()}
     default = config.get("default_prompt_name")
     check_prompts(prompts, default, str(path))
-    return {"prompts": prompts, "default_prompt_name": default}
+    found = {"prompts": prompts, "default_prompt_name": default}
+    active = config.get("max_active_dims")
+    if sparse and active is not None:
+        if isinstance(active, bool) or not isinstance(active, int) or active < 1:
+            raise ValueError(f"{path}: max_active_dims is {active!r}; expected a positive integer")
+        found["max_active_dims"] = active
+    return found
 
 
 def resolve_prompt(

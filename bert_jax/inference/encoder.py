@@ -40,6 +40,9 @@ class EmbeddingOptions(NamedTuple):
       prompt: the text put before each text (a sentence-transformers prompt; "" none).
       truncate_dim: the embedding's first dimensions kept (Matryoshka), after normalization, as
         `SentenceTransformer.encode(truncate_dim=...)` keeps them; None: all.
+      max_active_dims: a SPLADE vector's largest weights kept, the rest set to 0
+        (`keep_max_active_dims`), as `SparseEncoder.encode(max_active_dims=...)` keeps them;
+        None: all.
     """
 
     pooling: str = "cls"
@@ -47,6 +50,7 @@ class EmbeddingOptions(NamedTuple):
     max_seq_length: int = 128
     prompt: str = ""
     truncate_dim: int | None = None
+    max_active_dims: int | None = None
 
 
 def embedding_options(
@@ -59,11 +63,13 @@ def embedding_options(
     prompt: str | None = None,
     task: str | None = None,
     truncate_dim: int | None = None,
+    max_active_dims: int | None = None,
 ) -> tuple[EmbeddingOptions, list[str]]:
     """The options of an embedding run: each one given, else the sentence-transformers
     directory's (`settings`, a `SentenceTransformerSettings` or None), else the default
     (`EmbeddingOptions()`: CLS pooling, not normalized, 128 tokens); the prompt as
-    `resolve_prompt` chooses it; `truncate_dim` as given.
+    `resolve_prompt` chooses it; `truncate_dim` as given; `max_active_dims` given, else a
+    SparseEncoder directory's (config_sentence_transformers.json), else None.
 
     A given pooling or normalization that differs from the directory's is used, with a warning:
     the embeddings are then not the ones the model was trained to produce (a probe of another
@@ -82,6 +88,7 @@ def embedding_options(
             max_seq_length or default.max_seq_length,
             text,
             truncate_dim,
+            max_active_dims,
         ), []
     warnings = []
     for name, given, own in (
@@ -99,6 +106,7 @@ def embedding_options(
         max_seq_length or settings.max_seq_length or default.max_seq_length,
         text,
         truncate_dim,
+        settings.max_active_dims if max_active_dims is None else max_active_dims,
     ), warnings
 
 
@@ -156,7 +164,8 @@ class EmbeddingModel(NamedTuple):
         if self.static_route():  # refused as the documents' SPLADE vectors refuse them:
             check_splade_options(kwargs.get("layers"), self.options.normalize)
             check_truncate_dim(self.config, "splade", self.options.truncate_dim)
-            return self.queries.embed([self.options.prompt + text for text in texts])
+            vectors = self.queries.embed([self.options.prompt + text for text in texts])
+            return keep_max_active_dims(vectors, "splade", self.options.max_active_dims)
         return embed(
             self.config, self.params, self.tokenizer, texts, **self.options._asdict(), **kwargs
         )
@@ -194,6 +203,7 @@ def load_for_embedding(
     prompt_name: str | None = None,
     prompt: str | None = None,
     truncate_dim: int | None = None,
+    max_active_dims: int | None = None,
 ) -> EmbeddingModel:
     """`loading.load_embedder(path)` and its `embedding_options` (the given ones, else the
     sentence-transformers directory's, else the defaults).
@@ -214,7 +224,9 @@ def load_for_embedding(
         prompt_name=prompt_name,
         prompt=prompt,
         truncate_dim=truncate_dim,
+        max_active_dims=max_active_dims,
     )
+    check_max_active_dims(options.pooling, options.max_active_dims)
     if queries is not None and options.pooling != "splade":
         raise ValueError(
             f"{path} is an inference-free SparseEncoder: it embeds SPLADE vectors, not "
@@ -340,6 +352,36 @@ def check_truncate_dim(config: EncoderConfig, pooling: str, truncate_dim: int | 
         )
 
 
+def check_max_active_dims(pooling: str, max_active_dims: int | None) -> None:
+    """ValueError naming --max_active_dims where it is not a count of a SPLADE vector's weights."""
+    if max_active_dims is None:
+        return
+    if pooling != "splade":
+        raise ValueError(
+            f"--max_active_dims keeps a SPLADE vector's largest weights (--sparse); {pooling} "
+            "pooling gives dense embeddings (--truncate_dim keeps their first dimensions)"
+        )
+    if isinstance(max_active_dims, bool) or not isinstance(max_active_dims, int):
+        raise ValueError(f"--max_active_dims must be an integer, got {max_active_dims!r}")
+    if max_active_dims < 1:
+        raise ValueError(f"--max_active_dims must be at least 1, got {max_active_dims}")
+
+
+def keep_max_active_dims(vectors: np.ndarray, pooling: str, k: int | None) -> np.ndarray:
+    """float32 [N, V] `vectors` with each row's k largest weights by magnitude kept and the rest
+    set to 0, as sentence-transformers' `select_max_active_dims` keeps them (None: unchanged;
+    rows with k or fewer non-zero weights are unchanged; of equal weights at the k-th place,
+    any may be kept, as torch.topk keeps any of them)."""
+    check_max_active_dims(pooling, k)
+    if k is None or k >= vectors.shape[-1]:
+        return vectors
+    magnitude = -np.abs(vectors)
+    top = np.argpartition(magnitude, k - 1, axis=-1)[..., :k]
+    kept = np.zeros_like(vectors)
+    np.put_along_axis(kept, top, np.take_along_axis(vectors, top, axis=-1), axis=-1)
+    return kept
+
+
 def check_splade_options(layers, normalize: bool) -> None:
     """ValueError for options SPLADE vectors do not take (--layers, --normalize)."""
     if layers is not None or normalize:
@@ -375,6 +417,7 @@ def embed(
     dtype: str | None = None,
     prompt: str = "",
     truncate_dim: int | None = None,
+    max_active_dims: int | None = None,
 ) -> np.ndarray:
     """Sentence embeddings: [N, E] float32, or [N, len(layers), E] for per-layer embeddings.
 
@@ -403,7 +446,10 @@ def embed(
         tokens count towards max_seq_length and are pooled, as sentence-transformers does.
       truncate_dim: keep the embeddings' first D dimensions (after normalization, as
         `SentenceTransformer.encode(truncate_dim=D)`): E is D.
+      max_active_dims: pooling "splade": keep each vector's K largest weights, the rest 0
+        (`keep_max_active_dims`, as `SparseEncoder.encode(max_active_dims=K)`).
     """
+    check_max_active_dims(pooling, max_active_dims)
     step, params = embedder(
         config,
         params,
@@ -416,7 +462,9 @@ def embed(
     batching = batches.TextBatching(max_seq_length, batch_size, bucket_lengths, pack, progress)
     texts = [prompt + text for text in texts] if prompt else texts
     result = batching.run(config, step, params, tokenizer, texts, None, "embed")
-    return result[:, 0] if layers is None else result
+    if layers is None:
+        return keep_max_active_dims(result[:, 0], pooling, max_active_dims)
+    return result
 
 
 def attention_map(

@@ -14,6 +14,9 @@ as `encode(truncate_dim=D)`): E is D.
 default): float32 [N, V], one weight per vocabulary entry (mostly 0), written dense, as
 `SparseEncoder(DIR).encode(texts).to_dense()` gives them; in Parquet, the same in `embedding`
 (list<float32>[V]). `search --index sparse` searches them as sparse matrices.
+`--max_active_dims K` keeps each vector's K largest weights (the rest 0), as
+`encode(max_active_dims=K)` does; default: the SparseEncoder directory's (its
+config_sentence_transformers.json), else all.
 
 `--task query` / `--task document` embed as `encode_query` / `encode_document` do: the task's
 prompt and, for an inference-free SparseEncoder, its route (queries: a weight per token,
@@ -78,8 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="SPLADE vectors [N, V] of the masked-LM head's logits (a SparseEncoder's default)",
     )
+    add_max_active_dims(parser)
     base.add_corpus_arguments(
         parser, max_seq_length_help="; default: a sentence-transformers directory's, else 128"
+    )
+
+
+def add_max_active_dims(parser: argparse.ArgumentParser) -> None:
+    """--max_active_dims (embed --sparse, search --index sparse)."""
+    parser.add_argument(
+        "--max_active_dims",
+        type=int,
+        help="SPLADE: keep each vector's N largest weights, as encode(max_active_dims=N); "
+        "default: the SparseEncoder directory's, else all",
     )
 
 
@@ -109,6 +123,7 @@ def run(args: argparse.Namespace) -> None:
         prompt_name=args.prompt_name,
         prompt=args.prompt,
         truncate_dim=args.truncate_dim,
+        max_active_dims=args.max_active_dims,
     )
     if args.task:
         model = model.for_task(args.task, args.prompt_name, args.prompt)
@@ -145,6 +160,7 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
         prompt_name=options.get("prompt_name"),
         prompt=options.get("prompt"),
         truncate_dim=options.get("truncate_dim"),
+        max_active_dims=options.get("max_active_dims"),
     )
     if options.get("task"):
         loaded = loaded.for_task(options["task"], options.get("prompt_name"), options.get("prompt"))
@@ -170,6 +186,8 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
 
     def columns(out: np.ndarray) -> dict[str, pa.Array]:
         emb = out if layers is not None else out[:, 0]  # [N, P, E] or [N, E]
+        if layers is None:
+            emb = encoder.keep_max_active_dims(emb, used.pooling, used.max_active_dims)
         return {"embedding": fixed_lists(np.asarray(emb, np.float32))}
 
     width = config.vocab_size if used.pooling == "splade" else config.hidden_size
@@ -181,7 +199,12 @@ def load(model: str, options: Mapping[str, Any], max_seq_length: int | None) -> 
         used.max_seq_length,
         columns,
         (len(layers or [0]), used.truncate_dim or width),
-        used={"pooling": used.pooling, "normalize": used.normalize, "prompt": used.prompt},
+        used={
+            "pooling": used.pooling,
+            "normalize": used.normalize,
+            "prompt": used.prompt,
+            "max_active_dims": used.max_active_dims,
+        },
         prompt=used.prompt,
     )
 
@@ -201,6 +224,7 @@ COMMAND = base.Command(
             "prompt",
             "truncate_dim",
             "task",
+            "max_active_dims",
         ),
         load,
         file_suffixes=(".npy",),
@@ -213,6 +237,7 @@ COMMAND = base.Command(
             "prompt": args.prompt,
             "truncate_dim": args.truncate_dim,
             "task": args.task,
+            "max_active_dims": args.max_active_dims,
         },
     ),
 )

@@ -2,9 +2,10 @@
 embeddings, found exactly (`retrieval.search`: on the devices, or by faiss on the host), by the
 dot product of a SPLADE model's sparse vectors (--index sparse: `retrieval.search.search_sparse`,
 sparse matrix products on the host; the model's masked-LM head pooled as `inference embed
---sparse` pools it), or by BM25 over the texts (--index bm25: `retrieval.lexical`, bm25s's
-defaults; --model not read); with --qrels, nDCG@10, MRR@10 and Recall@100 as sentence-transformers'
-InformationRetrievalEvaluator computes them (`retrieval.metrics.ranked_scores`).
+--sparse` pools it, each vector's --max_active_dims largest weights kept), or by BM25 over the
+texts (--index bm25: `retrieval.lexical`, bm25s's defaults; --model not read); with --qrels,
+nDCG@10, MRR@10 and Recall@100 as sentence-transformers' InformationRetrievalEvaluator computes
+them (`retrieval.metrics.ranked_scores`).
 
     python -m bert_jax.inference search --model sentence-transformers/all-MiniLM-L6-v2 \\
         --queries dev.jsonl --corpus corpus.jsonl --qrels dev_qrels.jsonl --output run.jsonl
@@ -60,6 +61,7 @@ from bert_jax import paths
 from bert_jax.data import tables
 from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.inference.commands import base
+from bert_jax.inference.commands import embed as embed_command
 from bert_jax.models.pooling import POOLINGS
 from bert_jax.retrieval import lexical, metrics, records
 from bert_jax.retrieval import search as search_lib
@@ -93,6 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
     add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
     add("--truncate_dim", type=int, default=None, help="dimensions kept, as embed's")
+    embed_command.add_max_active_dims(parser)
     add("--batch_size", type=int, default=64, help="texts (or pairs) a batch")
     add("--rerank", help="a cross-encoder reordering each query's first --rerank_top documents")
     add("--rerank_top", type=int, default=20, help="documents a query the cross-encoder reorders")
@@ -345,6 +348,7 @@ def _embeddings(args, query_texts: list[str], corpus: Corpus) -> tuple[np.ndarra
         normalize=args.normalize,
         max_seq_length=args.max_seq_length,
         truncate_dim=args.truncate_dim,
+        max_active_dims=args.max_active_dims,
     )
     if sparse != (model.options.pooling == "splade"):
         raise ValueError(
