@@ -19,6 +19,10 @@ corpus.jsonl. Each stage runs in a process of its own (`sys.executable`), its ou
   mine_rerank  the same for the reranker's rows, on the first `--rerank_pairs` training pairs
   stage1    the embedding job again from all-MiniLM-L6-v2 on the mined pairs, `--seeds` seeds;
             each seed's model searched
+  splade    `train.py --config=configs/embed.py:init=minilm,model=splade` on stage 0's pairs
+            (all-MiniLM-L6-v2 with a new masked-LM head, in-batch negatives, FLOPS
+            regularization); then `search --index sparse`, each vector's `--max_active_dims`
+            largest weights kept (as `SparseEncoder.encode(max_active_dims=...)`)
   fusion    `inference fuse` (reciprocal rank fusion, k 60) of BM25 and the best dense run
   rerank    `train.py --config=configs/rerank.py:init=minilm` on mine_rerank's rows (the
             listwise loss: the positive among its negatives) from the best dense run's model
@@ -84,6 +88,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--rerank_seq", type=int, default=256, help="tokens a (query, document) pair keeps")
     add("--mine_flags", default=MINE_FLAGS, help="mining's selection flags (docs/mining.md)")
     add("--top_k", type=int, default=20, help="first-stage documents the reranker reorders")
+    add("--max_active_dims", type=int, default=256,
+        help="weights a SPLADE vector keeps in its search (0: all)")  # fmt: skip
     add("--threads", type=int, default=2, help="cores the stages are pinned to")
     add("--tiny", action="store_true", help="64 pairs, 2 seeds, batch 16, 32 tokens")
     add("--dry_run", action="store_true", help="print the commands only")
@@ -122,8 +128,8 @@ def commands(args, p: dict[str, str]) -> dict[str, list[str]]:
                 "--corpus", p["corpus"], "--qrels", p["qrels"], "--top_k", str(top_k),
                 "--output", os.path.join(p["search"], f"{name}.jsonl"), *flags]  # fmt: skip
 
-    def embed(workdir: str, train_file: str, seeds: str) -> list[str]:
-        return [py, "train.py", "--config=configs/embed.py:init=minilm", f"--workdir={workdir}",
+    def embed(workdir: str, train_file: str, seeds: str, variant="init=minilm") -> list[str]:
+        return [py, "train.py", f"--config=configs/embed.py:{variant}", f"--workdir={workdir}",
                 f"--config.embed.train_file={train_file}", f"--config.embed.seeds={seeds}",
                 f"--config.embed.max_seq_length={args.max_seq_length}",
                 f"--config.embed.num_epochs={args.epochs}",
@@ -149,6 +155,12 @@ def commands(args, p: dict[str, str]) -> dict[str, list[str]]:
     for seed in range(args.seeds):
         model = os.path.join(stage1_dir(p, args.seeds, seed), "hf")
         cmds[f"search_stage1_seed{seed}"] = search(f"stage1_seed{seed}", "--model", model)
+    splade = os.path.join(p["runs"], "splade")
+    cmds["splade"] = embed(splade, p["train"], "0", "init=minilm,model=splade")
+    active = ["--max_active_dims", str(args.max_active_dims)] if args.max_active_dims else []
+    cmds["search_splade"] = search(
+        "splade", "--index", "sparse", "--model", os.path.join(splade, "hf"), *active
+    )
     return cmds
 
 
@@ -372,6 +384,9 @@ def run_stages(args, p: dict[str, str], cmds: dict[str, list[str]], done=None, r
     keys = ("ndcg@10", "mrr@10", "recall@100")
     mean = {k: float(np.mean([r[k] for r in rows[-args.seeds :]])) for k in keys}
     row(f"stage 1, mean of {args.seeds} seeds", "stage1", None, "stage0", **mean)
+    active = f"{args.max_active_dims} weights a vector" if args.max_active_dims else "all weights"
+    row(f"SPLADE from all-MiniLM-L6-v2, in-batch negatives ({active})", "splade", walls["splade"],
+        "bm25")  # fmt: skip
     best = max(["minilm", "stage0", *seeds], key=lambda n: scores[n][:, 0].mean())
     run("fusion", fuse_command(p, best))
     row(f"fusion: BM25 + {best} (RRF, k 60)", "fusion", walls["fusion"], best)

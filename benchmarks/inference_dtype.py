@@ -55,7 +55,7 @@ def per_query(top: np.ndarray, answer: np.ndarray) -> np.ndarray:
     rank = np.where(hit.any(1), hit.argmax(1) + 1, 0)
     return np.stack(
         [
-            np.where(rank > 0, 1 / np.log2(rank + 1), 0),
+            np.where(rank > 0, 1 / np.log2(np.maximum(rank, 1) + 1), 0),
             np.where(rank > 0, 1 / np.maximum(rank, 1), 0),
         ],
         1,

@@ -879,14 +879,20 @@ def test_debian_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, 
     assert json.loads(lines[0])["pairs"] == 64
     plan = dict(line.split(": ", 1) for line in lines[1:])
     assert list(plan) == ["bm25", "minilm", "stage0", "search_stage0", "mine", "mine_rerank",
-                          "stage1", "search_stage1_seed0", "search_stage1_seed1", "fusion",
-                          "stage2", "rerank"]  # fmt: skip
+                          "stage1", "search_stage1_seed0", "search_stage1_seed1", "splade",
+                          "search_splade", "fusion", "stage2", "rerank"]  # fmt: skip
     for name in ("bm25", "minilm", "search_stage0", "search_stage1_seed1", "rerank"):
         assert f"--corpus {SLICE}/corpus.jsonl --qrels {SLICE}/dev_qrels.jsonl" in plan[name]
     assert f"--model {out}/runs/stage0/hf" in plan["mine"] and "--num_negatives 3" in plan["mine"]
     assert f"train_file={out}/mined.jsonl" in plan["stage1"] and "seeds=0,1" in plan["stage1"]
     assert "configs/embed.py:init=minilm" in plan["stage1"]  # MiniLM again, not stage 0's model
     assert f"--model {out}/runs/stage1/seed_1/hf" in plan["search_stage1_seed1"]
+    assert "configs/embed.py:init=minilm,model=splade" in plan["splade"]
+    assert f"train_file={out}/data/train.jsonl" in plan["splade"]  # stage 0's pairs
+    assert (
+        f"--index sparse --model {out}/runs/splade/hf --max_active_dims 256"
+        in plan["search_splade"]
+    )
     assert f"--pairs {out}/data/train_rerank.jsonl" in plan["mine_rerank"]
     assert f"train_file={out}/mined_rerank.jsonl" in plan["stage2"]
     assert "--config.init_from=<best dense model>" in plan["stage2"]
@@ -938,7 +944,7 @@ def test_debian_loop_pairs_runs_query_by_query(tmp_path):
     assert d["ndcg@10_se"] == pytest.approx(got[:, 0].std(ddof=1) / np.sqrt(3))
 
 
-@pytest.mark.e2e  # the loop's tiny run on the shipped slice: eleven processes, about five minutes
+@pytest.mark.e2e  # the loop's tiny run on the shipped slice: 13 processes, about six minutes
 def test_debian_loop_tiny_run_scores_every_stage(tmp_path):
     """benchmarks/debian_loop.py --tiny on the slice a clone ships (tests/testdata/debian_slice),
     in a clean environment: every stage scored, each run's per-query scores averaging to what
@@ -960,6 +966,7 @@ def test_debian_loop_tiny_run_scores_every_stage(tmp_path):
         "stage1_seed0",
         "stage1_seed1",
         "stage1",
+        "splade",
         "fusion",
         "rerank",
     ]
@@ -986,6 +993,28 @@ def test_inference_dtype_measures_bfloat16_against_float32(capsys):
         assert 0.5 < record[key] <= 1.0
 
 
+def test_sparse_active_dims_cuts_both_sides_and_all_weights_change_nothing(tmp_path, capsys):
+    """benchmarks/sparse_active_dims.py on the shipped slice with a random tiny SPLADE model:
+    each K keeps at most K weights a vector, and K beyond the vocabulary scores as all weights."""
+    from benchmarks import sparse_active_dims
+    from tests.embed.splade_test import tiny_export
+
+    hf, tokenizer = tiny_export(tmp_path)
+    dims = f"3,{tokenizer.vocab_size + 5},0"
+    argv = [f"--model={hf}", f"--data={SLICE}", "--queries=24", "--documents=200", f"--dims={dims}"]
+    assert sparse_active_dims.main(argv) == 0
+    *rows, plan = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (plan["queries"], plan["documents"]) == (24, 200)
+    assert [r["max_active_dims"] for r in rows] == [3, tokenizer.vocab_size + 5, None]
+    assert rows[0]["query_active_dims"] <= 3 and rows[0]["document_active_dims"] <= 3
+    assert rows[2]["document_active_dims"] > 3  # a random head weighs more than 3 entries
+    for key in ("ndcg@10", "mrr@10", "document_active_dims"):
+        assert rows[1][key] == rows[2][key]
+    assert rows[2]["ndcg@10_vs_all"] == 0.0
+    with pytest.raises(SystemExit):
+        sparse_active_dims.parse_args([f"--model={hf}", f"--data={SLICE}", "--dims=-1"])
+
+
 def test_debian_loop_resumes_from_the_first_stage_not_finished(tmp_path, monkeypatch, capsys):
     """--resume reruns only the stages progress.json does not hold (each finished one recorded
     as it ends), keeping the finished ones' wall times; other settings are refused naming them,
@@ -999,7 +1028,8 @@ def test_debian_loop_resumes_from_the_first_stage_not_finished(tmp_path, monkeyp
     p["dev"] = str(tmp_path / "dev.jsonl")
     queries = [json.loads(line)["query"] for line in open(f"{SLICE}/dev.jsonl")]
     debian_loop._write_jsonl([{"query": q} for q in queries], p["dev"])
-    runs = ["bm25", "minilm", "stage0", "stage1_seed0", "stage1_seed1", "fusion", "rerank"]
+    runs = ["bm25", "minilm", "stage0", "stage1_seed0", "stage1_seed1", "splade", "fusion"]
+    runs.append("rerank")
     for i, name in enumerate(runs):  # each search's output, as the stages would leave it
         ids = [[str(i + q) for q in range(10)] for _ in queries]
         debian_loop._write_jsonl(
