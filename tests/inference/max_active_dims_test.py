@@ -55,11 +55,12 @@ def _set_max_active_dims(directory, value) -> None:
 
 
 @pytest.mark.torch
-def test_the_directorys_count_and_the_flags_encode_as_sparse_encoder(tmp_path):
+def test_the_directorys_count_and_the_flags_encode_as_sparse_encoder(tmp_path, capsys):
     """A SparseEncoder directory saying max_active_dims 3: `load_for_embedding(DIR).embed`
     equals `SparseEncoder(DIR).encode`; `embed --sparse --max_active_dims 5` (one file and the
-    bulk job's Parquet) equals `encode(max_active_dims=5)`; an inference-free model's queries
-    keep theirs too."""
+    bulk job's Parquet) equals `encode(max_active_dims=5)`, and `search` over that Parquet ranks
+    as over the texts (a search with another count is warned of); an inference-free model's
+    queries keep theirs too."""
     st = pytest.importorskip("sentence_transformers")
     hf, tokenizer = tiny_export(tmp_path)
     full = encoder.load_for_embedding(str(hf)).embed(TEXTS)
@@ -86,6 +87,26 @@ def test_the_directorys_count_and_the_flags_encode_as_sparse_encoder(tmp_path):
           "--output", str(tmp_path / "emb")])  # fmt: skip
     table = pq.read_table(next((tmp_path / "emb").glob("*.parquet")))
     np.testing.assert_allclose(np.array(table.column("embedding").to_pylist()), want, atol=1e-5)
+    # search over that corpus: the queries cut as the documents were, else a warning names it
+    (tmp_path / "q.txt").write_text("\n".join(TEXTS[:4]) + "\n")
+    runs = []
+    for corpus, flags in (
+        ("emb", ["--max_active_dims", "5"]),
+        ("corpus.jsonl", ["--max_active_dims", "5"]),
+        ("emb", []),
+    ):
+        out = tmp_path / f"{corpus}{len(flags)}.jsonl"
+        argv = ["--model", str(hf), "--queries", str(tmp_path / "q.txt"), "--output", str(out)]
+        main(["search", "--index", "sparse", *flags, *argv, "--corpus", str(tmp_path / corpus)])
+        runs.append(
+            ([json.loads(line) for line in out.read_text().splitlines()], capsys.readouterr().err)
+        )
+    assert [r["ids"] for r in runs[0][0]] == [r["ids"] for r in runs[1][0]]
+    assert "max_active_dims" not in runs[0][1]
+    assert (
+        "the corpus was embedded with max_active_dims=5; this search embeds documents with max_active_dims=3"
+        in runs[2][1]
+    )
 
     routed = tmp_path / "inference_free"
     weights = np.random.default_rng(0).random(tokenizer.vocab_size).astype(np.float32)
