@@ -96,6 +96,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--overwrite", action="store_true", help="replace an earlier run in --out")
     add("--resume", action="store_true", help="continue a stopped run in --out (same settings)")
     args = parser.parse_args(argv)
+    if args.max_active_dims < 0:
+        parser.error(f"--max_active_dims {args.max_active_dims}: a count of weights, or 0 for all")
     if args.tiny:
         args.pairs, args.seeds, args.batch, args.max_seq_length = 64, 2, 16, 32
         args.rerank_pairs = 64

@@ -901,6 +901,8 @@ def test_debian_loop_dry_run_plans_every_stage_on_the_files_before_it(tmp_path, 
         and f"--rerank {out}/runs/stage2/hf" in plan["rerank"]
     )
     assert not out.exists()
+    with pytest.raises(SystemExit):
+        debian_loop.parse_args([f"--data={SLICE}", f"--out={out}", "--max_active_dims=-1"])
     assert debian_loop.main(["--tiny", f"--data={tmp_path}", f"--out={out}"]) == 1
     assert (
         "lacks ['train.jsonl', 'dev.jsonl', 'dev_qrels.jsonl', 'corpus.jsonl']"

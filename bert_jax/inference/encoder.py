@@ -69,7 +69,8 @@ def embedding_options(
     directory's (`settings`, a `SentenceTransformerSettings` or None), else the default
     (`EmbeddingOptions()`: CLS pooling, not normalized, 128 tokens); the prompt as
     `resolve_prompt` chooses it; `truncate_dim` as given; `max_active_dims` given, else a
-    SparseEncoder directory's (config_sentence_transformers.json), else None.
+    SparseEncoder directory's (config_sentence_transformers.json) where the pooling is SPLADE,
+    else None.
 
     A given pooling or normalization that differs from the directory's is used, with a warning:
     the embeddings are then not the ones the model was trained to produce (a probe of another
@@ -100,13 +101,16 @@ def embedding_options(
                 f"the sentence-transformers directory says {name}={own!r}; {name}={given!r} "
                 "overrides it, so these are not the embeddings the model was trained to produce"
             )
+    pooling = settings.pooling if pooling is None else pooling
+    if max_active_dims is None and pooling == "splade":  # a SparseEncoder's own count
+        max_active_dims = settings.max_active_dims
     return EmbeddingOptions(
-        settings.pooling if pooling is None else pooling,
+        pooling,
         settings.normalize if normalize is None else normalize,
         max_seq_length or settings.max_seq_length or default.max_seq_length,
         text,
         truncate_dim,
-        settings.max_active_dims if max_active_dims is None else max_active_dims,
+        max_active_dims,
     ), warnings
 
 

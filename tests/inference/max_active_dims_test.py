@@ -73,6 +73,8 @@ def test_the_directorys_count_and_the_flags_encode_as_sparse_encoder(tmp_path, c
     theirs = model.encode(TEXTS, convert_to_tensor=True).to_dense().numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert ((ours != 0).sum(-1) == 3).all()
+    probe = encoder.load_for_embedding(str(hf), pooling="mean")  # the count is SPLADE's only
+    assert probe.options.max_active_dims is None and probe.embed(TEXTS).shape[1] == 32
 
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS) + "\n")
     out = tmp_path / "five.npy"
