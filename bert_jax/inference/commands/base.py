@@ -142,6 +142,17 @@ def add_dtype(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_max_active_dims(parser: argparse.ArgumentParser) -> None:
+    """--max_active_dims: a SPLADE vector's largest weights kept (`embed --sparse`, `search
+    --index sparse`; `encoder.keep_max_active_dims`)."""
+    parser.add_argument(
+        "--max_active_dims",
+        type=int,
+        help="SPLADE: keep each vector's N largest weights, as encode(max_active_dims=N); "
+        "default: the SparseEncoder directory's, else all",
+    )
+
+
 def add_corpus_arguments(
     parser: argparse.ArgumentParser,
     *,

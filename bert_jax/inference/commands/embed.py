@@ -81,19 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="SPLADE vectors [N, V] of the masked-LM head's logits (a SparseEncoder's default)",
     )
-    add_max_active_dims(parser)
+    base.add_max_active_dims(parser)
     base.add_corpus_arguments(
         parser, max_seq_length_help="; default: a sentence-transformers directory's, else 128"
-    )
-
-
-def add_max_active_dims(parser: argparse.ArgumentParser) -> None:
-    """--max_active_dims (embed --sparse, search --index sparse)."""
-    parser.add_argument(
-        "--max_active_dims",
-        type=int,
-        help="SPLADE: keep each vector's N largest weights, as encode(max_active_dims=N); "
-        "default: the SparseEncoder directory's, else all",
     )
 
 

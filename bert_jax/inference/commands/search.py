@@ -61,7 +61,6 @@ from bert_jax import paths
 from bert_jax.data import tables
 from bert_jax.inference import batches, encoder, heads, loading
 from bert_jax.inference.commands import base
-from bert_jax.inference.commands import embed as embed_command
 from bert_jax.models.pooling import POOLINGS
 from bert_jax.retrieval import lexical, metrics, records
 from bert_jax.retrieval import search as search_lib
@@ -95,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--normalize", action=argparse.BooleanOptionalAction, default=None, help="as embed's")
     add("--max_seq_length", type=int, default=None, help="tokens kept per text, as embed's")
     add("--truncate_dim", type=int, default=None, help="dimensions kept, as embed's")
-    embed_command.add_max_active_dims(parser)
+    base.add_max_active_dims(parser)
     add("--batch_size", type=int, default=64, help="texts (or pairs) a batch")
     add("--rerank", help="a cross-encoder reordering each query's first --rerank_top documents")
     add("--rerank_top", type=int, default=20, help="documents a query the cross-encoder reorders")
