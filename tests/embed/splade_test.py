@@ -442,7 +442,8 @@ def test_bad_splade_settings_are_refused_before_any_data(pair_files):  # noqa: F
 def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_path):
     """Each family's random tiny masked LM, saved as a SparseEncoder directory: `encode` equals
     bert_jax's SPLADE vectors of it within 1e-5; saved as an inference-free one (random query
-    weights), its `encode_query` and `encode_document` equal bert_jax's queries and documents."""
+    weights), its `encode_query` and `encode_document` equal bert_jax's queries and documents;
+    `encode(max_active_dims=3)` equals `--max_active_dims 3`'s vectors."""
     st = pytest.importorskip("sentence_transformers")
     fam = family_fixtures.make_family_dir(model_type, tmp_path / "mlm")
     if not hasattr(pytest.importorskip("transformers"), fam.head):
@@ -454,8 +455,12 @@ def test_every_family_with_a_masked_lm_exports_a_sparse_encoder(model_type, tmp_
     )  # fmt: skip
     texts = ["fair is foul and foul is fair", "the tempest", "is it"]
     ours = encoder.load_for_embedding(str(out)).embed(texts)
-    theirs = st.SparseEncoder(str(out), device="cpu").encode(texts, convert_to_tensor=True)
+    sparse_encoder = st.SparseEncoder(str(out), device="cpu")
+    theirs = sparse_encoder.encode(texts, convert_to_tensor=True)
     np.testing.assert_allclose(ours, theirs.to_dense().numpy(), atol=1e-5)
+    cut = encoder.load_for_embedding(str(out), max_active_dims=3).embed(texts)  # each family's
+    theirs = sparse_encoder.encode(texts, max_active_dims=3, convert_to_tensor=True)
+    np.testing.assert_allclose(cut, theirs.to_dense().numpy(), atol=1e-5)
 
     routed = tmp_path / "inference_free"
     weights = np.random.default_rng(0).random(fam.config.vocab_size).astype(np.float32)
