@@ -264,11 +264,21 @@ class RotaryPostLNConfig(PostLNConfig):
     Jina-v3): its `rope` field (declared by the family, a `rotary.RopeParameters` of its
     `default_theta`; an experiment config's dict of transformers' keys is read), config.json's
     `rope_parameters` (or the older `rope_scaling` and `rope_theta`) read and written, and the
-    names the shared stack reads (`models.prenorm`: one key/value head a query head)."""
+    names the shared stack reads (`models.prenorm`: one key/value head a query head).
+
+    Attributes (beyond `PostLNConfig`'s, checked by `_check_rotary_config`):
+      classifier_dropout: dropout before the classifiers; None: hidden_dropout_prob.
+      bos_token_id / eos_token_id: kept for transformers and the tokenizer (the model reads
+        neither); None: unset.
+    """
 
     default_theta: ClassVar[float] = 10000.0
     hf_names: ClassVar[Mapping[str, str]] = {"rope": "rope_parameters"}
     hf_derived: ClassVar[tuple[str, ...]] = ("head_dim", "rope_theta", "rope_scaling")
+
+    classifier_dropout: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
 
     def __post_init__(self):
         self._check_rotary_config()

@@ -41,16 +41,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 class GteConfig(RotaryPostLNConfig):
     """The GTE architecture, with Hugging Face `config.json` field names.
 
-    Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
+    Attributes (beyond `RotaryPostLNConfig`'s, whose defaults it changes as transformers does:
     V 250048, no attention dropout, 8192 positions, one token type, pad id 1):
       hidden_act: the gated feed-forward layer's activation (`mlp/gate_proj`); "gelu" (GeGLU)
         in the released models.
       max_position_embeddings: the length the model was trained for (no table: rotary
         positions; the dynamic RoPE grows its theta past it).
       type_vocab_size: rows of the token-type table; 0: no table (token_type_ids are not read).
-      classifier_dropout: dropout before the classifiers; None: hidden_dropout_prob.
-      bos_token_id / eos_token_id: kept for transformers and the tokenizer (the model reads
-        neither).
       rope: the rotary variant (config.json's `rope_parameters`); default RoPE of theta 160000.
     """
 
@@ -68,9 +65,6 @@ class GteConfig(RotaryPostLNConfig):
     max_position_embeddings: int = 8192
     type_vocab_size: int = 1
     pad_token_id: int = 1
-    classifier_dropout: float | None = None
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
 

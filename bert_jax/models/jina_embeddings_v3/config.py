@@ -42,14 +42,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 class JinaEmbeddingsV3Config(RotaryPostLNConfig):
     """The Jina-embeddings-v3 architecture, with Hugging Face `config.json` field names.
 
-    Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
+    Attributes (beyond `RotaryPostLNConfig`'s, whose defaults it changes as transformers does:
     XLM-R large's sizes and 250,002 pieces, 8,194 positions, one token type, eps 1e-5, <pad> 1):
       max_position_embeddings: the length the model was trained for (no table: rotary
         positions; the dynamic and yarn RoPE read it).
       type_vocab_size: rows of the token-type table (1 as released: every token reads row 0).
       bos_token_id / eos_token_id: ids of <s> and </s>, kept for transformers and the tokenizer
         (the model reads neither).
-      classifier_dropout: dropout of the classification heads; None: hidden_dropout_prob.
       rope: the rotary variant (config.json's `rope_parameters`); default RoPE of theta 20,000.
     """
 
@@ -73,7 +72,6 @@ class JinaEmbeddingsV3Config(RotaryPostLNConfig):
     pad_token_id: int = 1
     bos_token_id: int = 0
     eos_token_id: int = 2
-    classifier_dropout: float | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
 

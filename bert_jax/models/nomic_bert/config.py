@@ -74,16 +74,13 @@ _LEGACY_HOUSEKEEPING = frozenset(
 class NomicBertConfig(RotaryPostLNConfig):
     """The NomicBERT architecture, with Hugging Face `config.json` field names.
 
-    Attributes (beyond `PostLNConfig`'s, whose defaults it changes as transformers does:
+    Attributes (beyond `RotaryPostLNConfig`'s, whose defaults it changes as transformers does:
     V 30528, silu, no dropout, 2048 positions):
       hidden_act: the SwiGLU gate's activation (`mlp/gate_proj`); "silu" in the released models.
       max_position_embeddings: the length the model was trained for (no table: rotary
         positions; the dynamic RoPE grows its theta past it).
       type_vocab_size: rows of the token-type table (at least 1: every token reads row 0 when
         no token types are given).
-      classifier_dropout: dropout before the classifiers; None: hidden_dropout_prob.
-      bos_token_id / eos_token_id: kept for transformers and the tokenizer (the model reads
-        neither).
       rope: the rotary variant (config.json's `rope_parameters`); default RoPE of theta 1000.
     """
 
@@ -98,9 +95,6 @@ class NomicBertConfig(RotaryPostLNConfig):
     hidden_dropout_prob: float = 0.0
     attention_probs_dropout_prob: float = 0.0
     max_position_embeddings: int = 2048
-    classifier_dropout: float | None = None
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
     rope: RopeParameters = RopeParameters(rope_theta=DEFAULT_THETA)
     default_theta: ClassVar[float] = DEFAULT_THETA
 
