@@ -1,5 +1,6 @@
 """The encoder with BERT's call, which the families of BERT's layers subclass (`EncoderModel`:
-embeddings, a layer stack, a pooler), and their learned absolute embeddings (`LearnedEmbeddings`);
+embeddings, a layer stack, a pooler), and their learned absolute embeddings (`LearnedEmbeddings`,
+read at `padded_positions` where the table's first rows are the pad's);
 the encoder without token types whose layers end in a final norm (`FinalNormEncoderModel`:
 ModernBERT's, EuroBERT's).
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 import flax.linen as nn
+import jax
+import jax.numpy as jnp
 
 from bert_jax.models.attention import AttentionMask
 from bert_jax.models.config import EncoderConfig, RuntimeConfig
@@ -43,6 +46,27 @@ def starting_paths(encoder_name: str, mlm_bias: tuple[str, ...]) -> dict[str, tu
     has `LearnedEmbeddings`: its MLM head's bias at `mlm_bias` and the position table."""
     position_table = (encoder_name, "embeddings", "position_embeddings", "embedding")
     return {"mlm_bias": mlm_bias, "position_embeddings": position_table}
+
+
+def padded_positions(input_ids: jax.Array, position_ids, padding_idx: int) -> jax.Array:
+    """The position table's rows [B, L] int32 where a sequence's first position is row
+    padding_idx + 1 (RoBERTa's and MPNet's tables).
+
+    Args:
+      input_ids: [B, L] token ids.
+      position_ids: [B, L] positions counted from 0 in each sequence (the shared batches' packed
+        rows restart them per sequence), or None.
+      padding_idx: the pad id, whose row the table keeps for pad tokens.
+
+    Returns:
+      position_ids + padding_idx + 1; for None, transformers' `create_position_ids_from_input_ids`:
+      padding_idx + the count of non-pad ids up to and including each token, padding_idx at pad
+      ids (either side of a row, and holes).
+    """
+    if position_ids is not None:
+        return position_ids.astype(jnp.int32) + padding_idx + 1
+    real = (input_ids != padding_idx).astype(jnp.int32)
+    return jnp.cumsum(real, axis=1) * real + padding_idx
 
 
 class LearnedEmbeddings(nn.Module):

@@ -15,6 +15,7 @@ from bert_jax import convert
 from bert_jax.checkpoints import detect, hf, native, table, verify
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import padded_positions
 from bert_jax.models.mpnet import model as MP
 from bert_jax.models.mpnet.config import MPNetConfig
 from bert_jax.models.relative_position import t5_relative_position_buckets
@@ -88,10 +89,10 @@ def test_buckets_equal_transformers():
 def test_positions_count_from_padding_idx_over_real_tokens():
     ids = np.array([[5, 6, 1, 7, 1], [1, 1, 5, 6, 7]])
     np.testing.assert_array_equal(
-        MP.position_index(MPNET, ids, None), [[2, 3, 1, 4, 1], [1, 1, 2, 3, 4]]
+        padded_positions(ids, None, MP.PADDING_IDX), [[2, 3, 1, 4, 1], [1, 1, 2, 3, 4]]
     )
     np.testing.assert_array_equal(
-        MP.position_index(MPNET, ids, np.array([[0, 1, 2, 0, 1]] * 2))[0], [2, 3, 4, 2, 3]
+        padded_positions(ids, np.array([[0, 1, 2, 0, 1]] * 2), MP.PADDING_IDX)[0], [2, 3, 4, 2, 3]
     )
     with pytest.raises(ValueError, match="exceeds the 28 positions"):
         MP.MPNetModel(MPNET).init(jax.random.PRNGKey(0), jnp.ones((1, 29), jnp.int32))

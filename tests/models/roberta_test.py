@@ -17,6 +17,7 @@ from bert_jax import convert
 from bert_jax.checkpoints import detect, hf, hf_flax, native, table, verify
 from bert_jax.models import families
 from bert_jax.models.config import RuntimeConfig
+from bert_jax.models.encoder import padded_positions
 from bert_jax.models.roberta import model as RB
 from bert_jax.models.roberta.config import RobertaConfig, XLMRobertaConfig
 from tests import family_fixtures
@@ -92,10 +93,11 @@ def test_every_head_equals_transformers(model_type, head):
 def test_positions_count_from_the_pad_id_over_real_tokens():
     ids = np.array([[5, 6, 1, 7, 1], [1, 1, 5, 6, 7]])
     np.testing.assert_array_equal(
-        RB.position_index(ROBERTA, ids, None), [[2, 3, 1, 4, 1], [1, 1, 2, 3, 4]]
+        padded_positions(ids, None, ROBERTA.pad_token_id), [[2, 3, 1, 4, 1], [1, 1, 2, 3, 4]]
     )
     np.testing.assert_array_equal(
-        RB.position_index(ROBERTA, ids, np.array([[0, 1, 2, 0, 1]] * 2))[0], [2, 3, 4, 2, 3]
+        padded_positions(ids, np.array([[0, 1, 2, 0, 1]] * 2), ROBERTA.pad_token_id)[0],
+        [2, 3, 4, 2, 3],
     )
     model = RB.RobertaModel(ROBERTA)
     with pytest.raises(ValueError, match="exceeds the 18 positions"):

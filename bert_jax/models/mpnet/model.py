@@ -29,7 +29,13 @@ import jax.numpy as jnp
 from bert_jax.models import heads
 from bert_jax.models.attention import AttentionMask, layer_attend
 from bert_jax.models.config import RuntimeConfig
-from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
+from bert_jax.models.encoder import (
+    POST_LN_LAYERS,
+    EncoderModel,
+    LearnedEmbeddings,
+    padded_positions,
+    starting_paths,
+)
 from bert_jax.models.family import Role
 from bert_jax.models.layers import (
     Dropout,
@@ -52,24 +58,6 @@ Array = jax.Array
 ENCODER_NAME = "mpnet"
 LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = POST_LN_LAYERS  # `encoder/layer_0 ...`
 STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("lm_head", "bias"))
-
-
-def position_index(cfg: MPNetConfig, input_ids: Array, position_ids: Array | None) -> Array:
-    """The position table's rows [B, L] int32.
-
-    Args:
-      input_ids: [B, L] token ids.
-      position_ids: [B, L] positions counted from 0 in each sequence, or None.
-
-    Returns:
-      position_ids + padding_idx + 1; for None, transformers' `create_position_ids_from_input_ids`:
-      padding_idx + the count of non-pad ids up to and including each token, padding_idx at pad
-      ids (either side of a row, and holes).
-    """
-    if position_ids is not None:
-        return position_ids.astype(jnp.int32) + cfg.position_offset
-    real = (input_ids != PADDING_IDX).astype(jnp.int32)
-    return jnp.cumsum(real, axis=1) * real + PADDING_IDX
 
 
 # ---- Layers ----
@@ -158,7 +146,7 @@ class MPNetModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        positions = position_index(cfg, input_ids, position_ids)  # the table's rows
+        positions = padded_positions(input_ids, position_ids, PADDING_IDX)  # the table's rows
         embeddings = LearnedEmbeddings(cfg, rt, token_types=False, name="embeddings")
         return embeddings(input_ids, None, positions, deterministic=deterministic)
 

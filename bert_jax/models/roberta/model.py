@@ -20,10 +20,15 @@ from typing import ClassVar
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from bert_jax.models import heads
-from bert_jax.models.encoder import POST_LN_LAYERS, EncoderModel, LearnedEmbeddings, starting_paths
+from bert_jax.models.encoder import (
+    POST_LN_LAYERS,
+    EncoderModel,
+    LearnedEmbeddings,
+    padded_positions,
+    starting_paths,
+)
 from bert_jax.models.family import Role
 from bert_jax.models.layers import Pooler
 from bert_jax.models.roberta.config import RobertaConfig
@@ -37,25 +42,6 @@ Array = jax.Array
 ENCODER_NAME = "roberta"
 LAYERS_PATH, LAYER_NAME, SCANNED_LAYER = POST_LN_LAYERS  # `encoder/layer_0 ...`
 STARTING_PATHS = starting_paths(ENCODER_NAME, mlm_bias=("lm_head", "bias"))
-
-
-def position_index(cfg: RobertaConfig, input_ids: Array, position_ids: Array | None) -> Array:
-    """The position table's rows [B, L] int32.
-
-    Args:
-      input_ids: [B, L] token ids.
-      position_ids: [B, L] positions counted from 0 in each sequence (the shared batches' packed
-        rows restart them per sequence), or None.
-
-    Returns:
-      position_ids + pad_token_id + 1; for None, transformers' `create_position_ids_from_input_ids`:
-      pad_token_id + the count of non-pad ids up to and including each token, pad_token_id at
-      pad ids (either side of a row, and holes).
-    """
-    if position_ids is not None:
-        return position_ids.astype(jnp.int32) + cfg.position_offset
-    real = (input_ids != cfg.pad_token_id).astype(jnp.int32)
-    return jnp.cumsum(real, axis=1) * real + cfg.pad_token_id
 
 
 class RobertaModel(EncoderModel):
@@ -73,7 +59,7 @@ class RobertaModel(EncoderModel):
 
     def embed(self, input_ids, token_type_ids, attention_mask, position_ids, *, deterministic):
         cfg, rt = self.config, self.runtime
-        positions = position_index(cfg, input_ids, position_ids)  # the table's rows
+        positions = padded_positions(input_ids, position_ids, cfg.pad_token_id)  # the table's rows
         embeddings = LearnedEmbeddings(cfg, rt, name="embeddings")
         return embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
 
