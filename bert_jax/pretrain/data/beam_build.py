@@ -14,7 +14,7 @@ seed and shard count, record for record. The pipeline:
     tokenize    each document's sentences to token ids; empty sentences and documents dropped
     partition   (document_key % num_shards, document); GroupByKey
     write       per shard: examples.create_hashed_shard_instances on the shard's documents, with
-                the shard's seed, then build.write_shard (temporary name, rename)
+                the shard's seed, then build.ShardWriter.write (temporary name, rename)
 
 so a worker holds one shard's documents, never the corpus. The launcher checks the output
 directory and the plan first (a finished build returns at once), writes build.json and the
@@ -311,15 +311,10 @@ class _WriteShard(beam.DoFn):
             instances = create_hashed_shard_instances(
                 shard.documents(), self._options, self._vocab, shard_index, self._num_shards
             )
-            stats = build.write_shard(
-                instances,
-                self._out_dir,
-                shard_index,
-                self._num_shards,
-                self._options,
-                self._vocab,
-                self._record_format,
+            writer = build.ShardWriter(
+                self._out_dir, self._num_shards, self._options, self._vocab, self._record_format
             )
+            stats = writer.write(instances, shard_index)
         _count("shards", {"instances": stats["num_records"], "tokens": stats["tokens"]})
         yield shard_index, stats
 

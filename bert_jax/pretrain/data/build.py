@@ -55,81 +55,81 @@ PARTITIONS = ("shuffled", "hash")
 # ---- One shard ----
 
 
+@dataclasses.dataclass(frozen=True)
+class ShardWriter:
+    """Where and how a build writes its shards (the same for each of them).
+
+    Attributes:
+      out_dir: the build's directory, local or a URL (gs://...: a shard is written locally and
+        copied whole; an object store shows it only once complete).
+      num_shards: how many shards the build has (their file names).
+      options, vocab: the layout of the records (lengths, padding id).
+      record_format: "array_record" or "tfrecord".
+    """
+
+    out_dir: str
+    num_shards: int
+    options: PretrainingOptions
+    vocab: VocabInfo
+    record_format: str
+
+    def write(self, instances: Sequence[TrainingInstance], shard_index: int) -> dict:
+        """Writes shard `shard_index`'s examples (`instances`, in order) under a temporary name,
+        then renames it complete.
+
+        Its statistics go to `out_dir/.build-tmp/<shard>.json` before the rename, so a shard
+        under its final name always has them (a rerun reuses both).
+
+        Returns:
+          The shard's statistics: num_records, random_next, tokens, predictions, full_length.
+        """
+        out_dir, max_length = self.out_dir, self.options.max_seq_length
+        name = build_dir.shard_name(shard_index, self.num_shards, self.record_format)
+        if is_url(out_dir):  # Record writers write local files.
+            tmp = os.path.join(tempfile.mkdtemp(prefix="bert_jax_shard-"), f".{name}.tmp-0")
+        else:
+            tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+        predictions, pad_id = self.options.max_predictions_per_seq, self.vocab.pad_id
+        records_out = records.open_writer(tmp, self.record_format)
+        try:
+            for instance in instances:
+                records_out.write(
+                    features.instance_to_example(instance, max_length, predictions, pad_id)
+                )
+        finally:
+            records_out.close()
+        stats = {
+            "num_records": len(instances),
+            "random_next": sum(i.is_random_next for i in instances),
+            "tokens": sum(len(i.tokens) for i in instances),
+            "predictions": sum(len(i.masked_lm_positions) for i in instances),
+            "full_length": sum(len(i.tokens) == max_length for i in instances),
+        }
+        build_dir.write_json(build_dir.shard_stats_path(out_dir, name), stats)
+        if is_url(out_dir):
+            epath.Path(tmp).copy(epath.Path(out_dir) / name, overwrite=True)
+            shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
+        else:
+            os.replace(tmp, os.path.join(out_dir, name))
+        return stats
+
+
 def _write_shard(
     corpus: TokenizedCorpus,
-    out_dir: str,
+    writer: ShardWriter,
     shard_index: int,
-    num_shards: int,
-    options: PretrainingOptions,
-    vocab: VocabInfo,
-    record_format: str,
     document_indices: Sequence[int] | None = None,
 ) -> dict:
     """Makes and writes one shard; `document_indices`: its documents under partition="hash"."""
     documents = corpus.documents()
+    options, vocab, num_shards = writer.options, writer.vocab, writer.num_shards
     if document_indices is None:
         instances = create_shard_instances(documents, options, vocab, shard_index, num_shards)
     else:
         instances = create_hashed_shard_instances(
             [documents[i] for i in document_indices], options, vocab, shard_index, num_shards
         )
-    return write_shard(instances, out_dir, shard_index, num_shards, options, vocab, record_format)
-
-
-def write_shard(
-    instances: Sequence[TrainingInstance],
-    out_dir: str,
-    shard_index: int,
-    num_shards: int,
-    options: PretrainingOptions,
-    vocab: VocabInfo,
-    record_format: str,
-) -> dict:
-    """Writes one shard's examples under a temporary name, then renames it complete.
-
-    Its statistics go to `out_dir/.build-tmp/<shard>.json` before the rename, so a shard under
-    its final name always has them (a rerun reuses both).
-
-    Args:
-      instances: the shard's examples, in order.
-      out_dir: the build's directory, local or a URL (gs://...: the shard is written locally
-        and copied whole; an object store shows it only once complete).
-      shard_index, num_shards: which shard, of how many (its file name).
-      options, vocab: the layout of the records (lengths, padding id).
-      record_format: "array_record" or "tfrecord".
-
-    Returns:
-      The shard's statistics: num_records, random_next, tokens, predictions, full_length.
-    """
-    name = build_dir.shard_name(shard_index, num_shards, record_format)
-    if is_url(out_dir):  # Record writers write local files.
-        tmp = os.path.join(tempfile.mkdtemp(prefix="bert_jax_shard-"), f".{name}.tmp-0")
-    else:
-        tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
-    writer = records.open_writer(tmp, record_format)
-    try:
-        for instance in instances:
-            writer.write(
-                features.instance_to_example(
-                    instance, options.max_seq_length, options.max_predictions_per_seq, vocab.pad_id
-                )
-            )
-    finally:
-        writer.close()
-    stats = {
-        "num_records": len(instances),
-        "random_next": sum(i.is_random_next for i in instances),
-        "tokens": sum(len(i.tokens) for i in instances),
-        "predictions": sum(len(i.masked_lm_positions) for i in instances),
-        "full_length": sum(len(i.tokens) == options.max_seq_length for i in instances),
-    }
-    build_dir.write_json(build_dir.shard_stats_path(out_dir, name), stats)
-    if is_url(out_dir):
-        epath.Path(tmp).copy(epath.Path(out_dir) / name, overwrite=True)
-        shutil.rmtree(os.path.dirname(tmp), ignore_errors=True)
-    else:
-        os.replace(tmp, os.path.join(out_dir, name))
-    return stats
+    return writer.write(instances, shard_index)
 
 
 def _worker_write_shard(corpus_dir: str, *args) -> dict:
@@ -329,19 +329,19 @@ def _build_shards(
     from tqdm import tqdm
 
     shard_stats, todo = _finished_shards(out_dir, num_shards, record_format)
-    args = (options, VocabInfo.from_tokenizer(tokenizer), record_format)
+    writer = ShardWriter(
+        out_dir, num_shards, options, VocabInfo.from_tokenizer(tokenizer), record_format
+    )
     workers = min(len(todo), os.cpu_count() or 1) if num_workers is None else num_workers
     bar = tqdm(total=num_shards, initial=len(shard_stats), desc="shards", disable=not progress)
     if todo and workers <= 1:
         for index in todo:
             shard_stats[index] = _write_shard(
-                corpus, out_dir, index, num_shards, *args, *_indices(shard_documents, index)
+                corpus, writer, index, *_indices(shard_documents, index)
             )
             bar.update(1)
     elif todo:
-        _write_shards_in_workers(
-            corpus, out_dir, todo, num_shards, args, shard_documents, workers, shard_stats, bar
-        )
+        _write_shards_in_workers(corpus, writer, todo, shard_documents, workers, shard_stats, bar)
     bar.close()
     return shard_stats
 
@@ -366,29 +366,21 @@ def _finished_shards(
 
 def _write_shards_in_workers(
     corpus: TokenizedCorpus,
-    out_dir: str,
+    writer: ShardWriter,
     todo: list[int],
-    num_shards: int,
-    args: tuple,
     shard_documents: list[list[int]] | None,
     workers: int,
     shard_stats: dict[int, dict],
     bar,
 ) -> None:
-    """Writes shards `todo` in spawned processes; `args`: (options, vocab, record_format)."""
-    corpus_dir = os.path.join(out_dir, build_dir.TMP_DIR, "corpus")
+    """Writes shards `todo` in spawned processes."""
+    corpus_dir = os.path.join(writer.out_dir, build_dir.TMP_DIR, "corpus")
     corpus.save(corpus_dir)
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         futures = {
             pool.submit(
-                _worker_write_shard,
-                corpus_dir,
-                out_dir,
-                i,
-                num_shards,
-                *args,
-                *_indices(shard_documents, i),
+                _worker_write_shard, corpus_dir, writer, i, *_indices(shard_documents, i)
             ): i
             for i in todo
         }

@@ -256,7 +256,7 @@ def finish_build(
     Args:
       out_dir: the build's directory.
       plan: its `build_plan`.
-      shard_stats: every shard's `write_shard` statistics, by shard index.
+      shard_stats: every shard's `ShardWriter.write` statistics, by shard index.
       options, tokenizer: the build's.
       corpus_stats: the fields of `corpus.CorpusStats`.
       source_stats: `sources.SourceStats.to_dict()`, or None.
