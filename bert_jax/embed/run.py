@@ -508,13 +508,4 @@ def model_card(
     return "\n".join(lines) + "\n"
 
 
-JOB = register(
-    Job(
-        ("embed",),
-        "embed",
-        check_config,
-        train_and_evaluate,
-        compile_for_topology,
-        bookkeeping=("embed.seeds",),  # a rerun may add seeds and keep the finished ones
-    )
-)
+JOB = register(Job(("embed",), "embed", check_config, train_and_evaluate, compile_for_topology))

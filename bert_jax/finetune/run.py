@@ -532,6 +532,5 @@ JOB = register(
         train_and_evaluate,
         compile_for_topology,
         minima={"finetune.num_epochs": 1, "finetune.eval_batch_size": 1},
-        bookkeeping=("finetune.seeds",),  # a rerun may add seeds and keep the finished ones
     )
 )

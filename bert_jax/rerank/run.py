@@ -421,13 +421,4 @@ def model_card(
     return "\n".join(lines) + "\n"
 
 
-JOB = register(
-    Job(
-        ("rerank",),
-        "rerank",
-        check_config,
-        train_and_evaluate,
-        compile_for_topology,
-        bookkeeping=("rerank.seeds",),  # a rerun may add seeds and keep the finished ones
-    )
-)
+JOB = register(Job(("rerank",), "rerank", check_config, train_and_evaluate, compile_for_topology))

@@ -51,8 +51,9 @@ class Job:
       minima: its own counts the shared check refuses below their least value ({dotted key:
         least}: {"finetune.num_epochs": 1}; `experiment.check_experiment_config`).
       bookkeeping: its own config fields that change no seed's results (dotted names: a field
-        or a block, "embed.seeds"), beside `settings.BOOKKEEPING`: a rerun may change them and
-        still reuse the finished seeds.
+        or a block), beside `settings.BOOKKEEPING`: a rerun may change them and still reuse the
+        finished seeds. None (the default): its block's seed list ("embed.seeds", the text jobs'
+        `seeds`), so a rerun may add seeds and keep the finished ones.
     """
 
     names: tuple[str, ...]
@@ -62,7 +63,12 @@ class Job:
     compile: CompileFn
     recipes: str = ""
     minima: Mapping[str, int] = dataclasses.field(default_factory=dict, hash=False)
-    bookkeeping: tuple[str, ...] = ()
+    bookkeeping: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        if self.bookkeeping is None:
+            seeds = (f"{self.block}.seeds",) if self.block else ()
+            object.__setattr__(self, "bookkeeping", seeds)
 
     @property
     def name(self) -> str:

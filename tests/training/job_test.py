@@ -78,10 +78,11 @@ def test_a_job_is_its_folder_plus_its_config_file(tmp_path):
     "name,variant", [("finetune.py", "task=mrpc"), ("embed.py", ""), ("rerank.py", "")]
 )
 def test_a_rerun_that_adds_seeds_keeps_the_finished_ones(name, variant, tmp_path):
-    """A seeded job declares its seed list bookkeeping (`Job.bookkeeping`): a rerun in the same
-    workdir with more seeds reuses the finished one rather than refusing the workdir."""
+    """A seeded job's seed list is bookkeeping (`Job.bookkeeping`'s default): a rerun in the
+    same workdir with more seeds reuses the finished one rather than refusing the workdir."""
     config = load_config(name, variant)
     block = job.get(config.job).block
+    assert job.get(config.job).bookkeeping == (f"{block}.seeds",)
     settings.start_results(tmp_path, settings.run_record(config, {}, "t"), [0])
     (tmp_path / "results.json").write_text(json.dumps({"task": "t", "seeds": {"0": {"a": 1.0}}}))
     config[block].seeds = "0,1"
