@@ -124,9 +124,11 @@ class ReplacedTokenDetection(nn.Module):
       sharing: how the embeddings are shared (`SHARINGS`).
       temperature: the generator's samples are drawn from softmax(logits / temperature).
 
-    Call arguments: the heads' model inputs [B, L] (`models.heads.Head`), masked_positions,
-    masked_lm_ids and masked_lm_weights [B, P] (the pretraining batch's), deterministic (False:
-    dropout, from the "dropout" rngs); the samples draw from the "sample" rngs.
+    Call arguments: input_ids [B, L]; masked_positions, masked_lm_ids and masked_lm_weights
+    [B, P] (the pretraining batch's); deterministic (False: dropout, from the "dropout" rngs);
+    by keyword, the heads' other model inputs [B, L] (`models.heads.Head`: token_type_ids,
+    attention_mask, position_ids, segment_ids; None ones are left out, and cls_positions is not
+    read: neither head pools). The samples draw from the "sample" rngs.
     Returns `RTDOutput` (None while initializing).
     """
 
@@ -238,16 +240,12 @@ class ReplacedTokenDetection(nn.Module):
     def __call__(
         self,
         input_ids,
-        token_type_ids=None,
-        attention_mask=None,
-        position_ids=None,
-        segment_ids=None,
-        cls_positions=None,
         masked_positions=None,
         masked_lm_ids=None,
         masked_lm_weights=None,
         *,
         deterministic: bool = True,
+        **model_inputs,
     ) -> RTDOutput | None:
         length = input_ids.shape[-1]
         trees = {
@@ -257,13 +255,7 @@ class ReplacedTokenDetection(nn.Module):
         if self.is_initializing() or masked_positions is None:
             return None
         generator, discriminator = self.split(trees)
-        inputs = dict(
-            token_type_ids=token_type_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-        )
-        inputs = {k: v for k, v in inputs.items() if v is not None}
+        inputs = {k: v for k, v in model_inputs.items() if v is not None and k != "cls_positions"}
 
         def rngs():
             return None if deterministic else {"dropout": self.make_rng("dropout")}
