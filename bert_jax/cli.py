@@ -22,7 +22,9 @@ existing file errors, FloatingPointError) when the project's own code raised the
 names the key, file or line). The same built-in types raised inside a library (numpy, JAX) are
 bugs here: they keep the traceback. To report a new kind of mistake, raise one of those types (or
 a subclass) with a message that names the key, file or line. A storage service out of reach (a
-gs:// bucket without network or credentials: `paths.unreachable_storage`) is one too.
+gs:// bucket without network or credentials: `paths.unreachable_storage`) is one too, and so is
+a folder to be made where a file is (an --output or --workdir naming a file:
+`paths.file_in_place_of_folder`).
 
 Ctrl-C: Python raises KeyboardInterrupt wherever the main thread is, and where that is a garbage
 collector callback (JAX registers one) the exception is printed as "Exception ignored" and lost.
@@ -70,11 +72,12 @@ def _raised_here(error: BaseException) -> bool:
 
 def users_mistake(error: BaseException) -> BaseException | None:
     """`error` as the user sees it when it is their mistake (`is_user_error`; a storage
-    service out of reach as `paths.unreachable_storage`'s "cannot reach gs://..."), else None
+    service out of reach as `paths.unreachable_storage`'s "cannot reach gs://...", a folder
+    to be made where a file is as `paths.file_in_place_of_folder`'s "X is a file"), else None
     (a bug, which keeps its traceback)."""
-    from bert_jax.paths import unreachable_storage
+    from bert_jax.paths import file_in_place_of_folder, unreachable_storage
 
-    mistake = unreachable_storage(error) or error
+    mistake = unreachable_storage(error) or file_in_place_of_folder(error) or error
     return mistake if is_user_error(mistake) else None
 
 

@@ -47,6 +47,7 @@ from bert_jax.checkpoints.sentence_transformers import save_modules
 from bert_jax.checkpoints.tf import load_tf
 from bert_jax.models.family import Role
 from bert_jax.models.pooling import SPARSE_POOLINGS
+from bert_jax.paths import file_in_place_of_folder
 
 # The functions README.md and docs/ name for users.
 __all__ = [
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config, params, model, report, to = _convert(args)
     except (table.ConversionError, FileNotFoundError, FileExistsError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {file_in_place_of_folder(e) or e}", file=sys.stderr)
         return 1
     print(f"{model}: {report.summary()}")
     print(f"wrote {to} checkpoint to {args.dst}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import traceback
 from collections.abc import Callable, Sequence
 
 from etils import epath
@@ -146,6 +147,36 @@ def unreachable_storage(error: BaseException) -> StorageUnreachableError | None:
             "GOOGLE_APPLICATION_CREDENTIALS) and the bucket's permissions"
         )
     return StorageUnreachableError(f"cannot reach {url.group(0).rstrip('.,;')}: {reason}")
+
+
+class FileInPlaceOfFolderError(NotADirectoryError):
+    """A folder was to be made where a file is (an --output, --workdir or --out_dir naming a
+    file). A user's mistake (`bert_jax.cli`), not a bug."""
+
+
+def file_in_place_of_folder(error: BaseException) -> FileInPlaceOfFolderError | None:
+    """`error` as the user's error "X is a file, not a folder" when a folder could not be made
+    because the path, or a folder above it, is a file (`os.makedirs` and `Path.mkdir` raise
+    FileExistsError or NotADirectoryError naming the path); None for any other error."""
+    if not isinstance(error, (FileExistsError, NotADirectoryError)) or not error.filename:
+        return None
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames or frames[-1].name not in ("makedirs", "mkdir"):
+        return None
+    target = os.fsdecode(error.filename)
+    blocker = target
+    while blocker and not os.path.lexists(blocker) and os.path.dirname(blocker) != blocker:
+        blocker = os.path.dirname(blocker)
+    if not os.path.lexists(blocker) or os.path.isdir(blocker):
+        return None
+    if blocker == target:
+        return FileInPlaceOfFolderError(
+            f"{target} is a file, not a folder: name a folder there, or move the file"
+        )
+    return FileInPlaceOfFolderError(
+        f"{blocker} is a file, so no folder can be made inside it: name another path, or move "
+        "the file"
+    )
 
 
 def missing_path_error(path: str | os.PathLike) -> FileNotFoundError:

