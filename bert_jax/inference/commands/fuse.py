@@ -52,6 +52,9 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--output must end in {suffixes}: {args.output}")
     if (args.qrels is None) != (args.queries is None):
         raise ValueError("--qrels and --queries go together: the qrels name the queries")
+    search.check_output_apart(
+        args, runs=",".join(args.runs), queries=args.queries, qrels=args.qrels
+    )
 
 
 def read_run(path: str) -> dict[str, tuple]:

@@ -326,6 +326,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}")
     if args.model is None and args.index != LEXICAL:
         raise ValueError(f"--model is required: --index {args.index} ranks by its embeddings")
+    check_output_apart(args, queries=args.queries, corpus=args.corpus, qrels=args.qrels)
     library = {"faiss": search_lib.faiss_module, LEXICAL: lexical.bm25s_module}.get(args.index)
     try:
         if library is not None:
@@ -440,6 +441,14 @@ def write_results(path: str, query_ids: list, ids: list[list], scores: np.ndarra
 def metrics_path(output: str) -> str:
     """OUTPUT's name with `.metrics.json` for its suffix (run.jsonl -> run.metrics.json)."""
     return output.rsplit(".", 1)[0] + ".metrics.json"
+
+
+def check_output_apart(args: argparse.Namespace, **reads: str | None) -> None:
+    """Refuses an --output (or, with --qrels, its scores file) that is, or lies in, what the
+    command reads (`reads`: {flag name: its pattern, or None}; `paths.check_apart`)."""
+    written = [args.output, *([metrics_path(args.output)] if args.qrels else [])]
+    named = {f"--{k}": tables.named_paths(v) for k, v in reads.items() if v}
+    paths.check_apart({"--output": written}, named)
 
 
 def run(args: argparse.Namespace) -> None:
