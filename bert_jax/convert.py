@@ -47,7 +47,7 @@ from bert_jax.checkpoints.sentence_transformers import save_modules
 from bert_jax.checkpoints.tf import load_tf
 from bert_jax.models.family import Role
 from bert_jax.models.pooling import SPARSE_POOLINGS
-from bert_jax.paths import file_in_place_of_folder
+from bert_jax.paths import file_in_place_of_folder, is_url
 
 # The functions README.md and docs/ name for users.
 __all__ = [
@@ -119,6 +119,12 @@ def _convert(args) -> tuple:
     finished run's `export/` too); its tokenizer and, for a sentence-transformers directory,
     the modules' settings go to DST with the weights (`_write_beside`)."""
     args.src = hub.resolve(args.src)  # a Hub id: its snapshot directory
+    if not is_url(args.src) and os.path.exists(args.src) and not is_url(args.dst):
+        if os.path.exists(args.dst) and os.path.samefile(args.src, args.dst):
+            raise ValueError(
+                f"DST {args.dst} is SRC: converting in place would replace the checkpoint it "
+                "reads (even with --overwrite); give another DST"
+            )
     loaded = pretrained.load(
         args.src,
         args.model,

@@ -415,6 +415,19 @@ def test_command_line_round_trip_with_verify(tmp_path, capsys):
     assert "newly initialized (2)" in out and "cls.seq_relationship.weight" in out
 
 
+def test_converting_a_directory_into_itself_is_refused_even_with_overwrite(tmp_path, capsys):
+    path = save_hf(hf_model(ODD, "BertForPreTraining"), tmp_path / "hf")
+    files = {p: p.read_bytes() for p in (tmp_path / "hf").rglob("*") if p.is_file()}
+    os.symlink(tmp_path / "hf", tmp_path / "same")
+    capsys.readouterr()  # transformers' progress bar of the save
+    for dst in (path, str(tmp_path / "same")):
+        assert convert.main([path, dst, "--overwrite"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: DST {dst} is SRC: converting in place would replace the "
+                       "checkpoint it reads (even with --overwrite); give another DST"]  # fmt: skip
+    assert {p: p.read_bytes() for p in (tmp_path / "hf").rglob("*") if p.is_file()} == files
+
+
 @pytest.mark.slow
 def test_real_pretrained_minilm_matches_pytorch():
     """all-MiniLM-L6-v2 (a real 6-layer BERT shipped offline by a PyPI package), converted,
