@@ -46,7 +46,7 @@ def files(tmp_path_factory):
     }
 
 
-def test_bm25_equals_bm25s_on_the_same_corpus(files, tmp_path):
+def test_bm25_equals_bm25s_on_the_same_corpus(files, tmp_path, capsys):
     out = tmp_path / "new" / "folder" / "bm25.jsonl"  # made: a long search's output is not lost
     argv = ["search", "--index", "bm25", "--queries", files["wordy"], "--corpus", files["corpus"]]
     assert main([*argv, "--top_k", "5", "--output", str(out)]) == 0
@@ -63,6 +63,12 @@ def test_bm25_equals_bm25s_on_the_same_corpus(files, tmp_path):
         assert row["scores"] == [float(theirs[d]) for d in want], query
     assert rows[0]["ids"][0] == "bike-repair" and rows[0]["scores"][0] > 0
     assert rows[4]["scores"] == [0.0] * 5 == rows[5]["scores"]  # no indexed word: all equal
+    err = capsys.readouterr().err.splitlines()  # and bm25s's progress bars of the check above
+    assert [line for line in err if line.startswith("warning:")] == [
+        "warning: 2 of 6 queries share no indexed word with the corpus (e.g. 'the and of with': "
+        "stopwords only, or words no document holds); BM25 scores every document 0 for them, so "
+        "they list it in id order"
+    ]
 
 
 @pytest.mark.torch

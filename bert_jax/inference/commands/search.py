@@ -479,6 +479,7 @@ def run(args: argparse.Namespace) -> None:
     )
     if args.index == LEXICAL:
         found = lexical.search_bm25(query_texts, doc_texts, k)
+        _warn_of_unmatched(query_texts, found.scores)
     else:
         queries, docs = _embeddings(args, query_texts, corpus)
         if args.index == SPARSE:
@@ -502,6 +503,19 @@ def run(args: argparse.Namespace) -> None:
         settings.update(queries=args.queries, corpus=args.corpus, qrels=args.qrels)
         settings.update(rerank=args.rerank, rerank_top=args.rerank_top if args.rerank else None)
         report(args.output, relevant, ranked, settings)
+
+
+def _warn_of_unmatched(query_texts: list[str], scores: np.ndarray) -> None:
+    """Warns of the queries BM25 scores 0 against every document (`scores` [Q, k]: no word of
+    theirs is in the index, as every word a document holds scores above 0)."""
+    unmatched = np.flatnonzero(scores[:, 0] <= 0) if scores.size else []
+    if len(unmatched):
+        print(
+            f"warning: {len(unmatched)} of {len(query_texts)} queries share no indexed word with "
+            f"the corpus (e.g. {query_texts[unmatched[0]]!r}: stopwords only, or words no "
+            "document holds); BM25 scores every document 0 for them, so they list it in id order",
+            file=sys.stderr,
+        )
 
 
 def _cross_encoder(args) -> loading.CrossEncoder | None:
