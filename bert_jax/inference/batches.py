@@ -15,6 +15,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 import tqdm
+from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import xla_flags
@@ -133,6 +134,18 @@ def run_texts(
         desc=desc,
         max_segments=MAX_SEGMENTS if pack else 0,
     )
+
+
+def warn_beyond_positions(max_seq_length: int | None, config) -> None:
+    """Logs a warning where a max_seq_length the user gave is beyond the model's positions
+    (`config.max_sequence_length`), at which the texts are then cut instead."""
+    if max_seq_length is not None and max_seq_length > config.max_sequence_length:
+        logging.warning(
+            "max_seq_length=%d is beyond the model's %d positions: texts are cut at %d",
+            max_seq_length,
+            config.max_sequence_length,
+            config.max_sequence_length,
+        )
 
 
 class TextBatching(NamedTuple):

@@ -231,6 +231,7 @@ def load_for_embedding(
         max_active_dims=max_active_dims,
     )
     check_max_active_dims(options.pooling, options.max_active_dims)
+    batches.warn_beyond_positions(max_seq_length, config)
     if queries is not None and options.pooling != "splade":
         raise ValueError(
             f"{path} is an inference-free SparseEncoder: it embeds SPLADE vectors, not "

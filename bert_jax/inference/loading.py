@@ -23,6 +23,7 @@ import numpy as np
 from bert_jax import tokenization
 from bert_jax.checkpoints import cross_encoder, pretrained, table
 from bert_jax.checkpoints.sentence_transformers import read_max_seq_length
+from bert_jax.inference import batches
 from bert_jax.models import rtd
 from bert_jax.models.config import RuntimeConfig
 from bert_jax.models.families import EncoderConfig, Role, family_of, get_model_class
@@ -86,7 +87,9 @@ class CrossEncoder(NamedTuple):
 
     def pair_length(self, given: int | None = 0) -> int:
         """Tokens a pair keeps: `given`, else the directory's max_seq_length, else the model's
-        positions (what `CrossEncoder(path)` truncates to); not clipped to the positions."""
+        positions (what `CrossEncoder(path)` truncates to); not clipped to the positions (a
+        `given` beyond them is cut there by the batching, with a warning)."""
+        batches.warn_beyond_positions(given or None, self.config)
         return given or self.max_seq_length or self.config.max_sequence_length
 
 

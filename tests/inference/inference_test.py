@@ -377,3 +377,24 @@ def test_one_text_file_in_a_bucket_is_read_and_written_like_every_path(
     assert inference_main([*argv, "--output", "gs://bucket/p.jsonl"]) == 0
     rows = [json.loads(line) for line in (root / "p.jsonl").read_text().splitlines()]
     assert [r["text"] for r in rows] == TEXTS and all("label" in r for r in rows)
+
+
+def test_a_max_seq_length_beyond_the_positions_is_cut_there_with_a_warning(tiny_classifier, caplog):
+    """A length the user gave beyond the model's 512 positions (embedding, and a pair's for a
+    cross-encoder) is used as the positions, with a warning; one within them, or none given,
+    warns of nothing."""
+    from bert_jax.inference import encoder, loading
+
+    path = str(tiny_classifier)
+    said = "max_seq_length=100000 is beyond the model's 512 positions: texts are cut at 512"
+    for given, warned in ((100_000, True), (512, False), (None, False)):
+        caplog.clear()
+        model = encoder.load_for_embedding(path, max_seq_length=given)
+        ce = loading.load_cross_encoder(path)
+        assert ce.pair_length(given) == (given or 512)  # the batching cuts it at 512
+        cut = [r.getMessage() for r in caplog.records if "positions" in r.getMessage()]
+        assert cut == ([said, said] if warned else []), given
+    cut_at = inference.embed(model.config, model.params, model.tokenizer, TEXTS,
+                             max_seq_length=100_000)  # fmt: skip
+    at = inference.embed(model.config, model.params, model.tokenizer, TEXTS, max_seq_length=512)
+    np.testing.assert_array_equal(cut_at, at)
