@@ -104,9 +104,11 @@ def embedding_options(
     pooling = settings.pooling if pooling is None else pooling
     if max_active_dims is None and pooling == "splade":  # a SparseEncoder's own count
         max_active_dims = settings.max_active_dims
+    if normalize is None:  # SPLADE vectors are never normalized: a dense directory's Normalize
+        normalize = settings.normalize and pooling != "splade"  # is its dense pooling's
     return EmbeddingOptions(
         pooling,
-        settings.normalize if normalize is None else normalize,
+        normalize,
         max_seq_length or settings.max_seq_length or default.max_seq_length,
         text,
         truncate_dim,

@@ -169,3 +169,20 @@ def test_a_count_that_is_none_is_one_error_line(tmp_path, capsys):
     assert main(["embed", "--sparse", *common, "--output", str(tmp_path / "x.npy")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert "config_sentence_transformers.json: max_active_dims is 'many'" in err[-1], err
+
+
+def test_splade_pooling_of_a_dense_directory_is_not_normalized_by_its_normalize():
+    """A dense sentence-transformers directory's Normalize belongs to its dense pooling: probed
+    with SPLADE pooling (`search --index sparse`, `embed --sparse`) its vectors are not
+    normalized, so the run meets the real mistake (no masked-LM head), not a refusal of a
+    --normalize the user never gave; a --normalize given with SPLADE is still refused."""
+    from bert_jax.checkpoints.sentence_transformers import SentenceTransformerSettings
+
+    dense = SentenceTransformerSettings("mean", True, 256)
+    options, warnings = encoder.embedding_options(dense, pooling="splade")
+    assert (options.pooling, options.normalize) == ("splade", False)
+    assert len(warnings) == 1 and "pooling='splade' overrides it" in warnings[0]
+    assert encoder.embedding_options(dense)[0].normalize is True
+    given, _ = encoder.embedding_options(dense, pooling="splade", normalize=True)
+    with pytest.raises(ValueError, match="take neither --layers nor --normalize"):
+        encoder.check_splade_options(None, given.normalize)
