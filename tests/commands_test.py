@@ -66,6 +66,28 @@ def clean_env(home, **extra) -> dict[str, str]:
     return e
 
 
+def run_together(argvs: dict, home, cwd=ROOT, timeout: int = 300) -> dict[str, tuple[int, str]]:
+    """Each of `argvs` ({name: the arguments after the interpreter}) run at once, each in a
+    subprocess with `clean_env(home)`: {name: (its status, its stderr)}."""
+    os.makedirs(home, exist_ok=True)
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, *argv],
+            env=clean_env(home),
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, argv in argvs.items()
+    }
+    ended = {}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=timeout)
+        ended[name] = (proc.returncode, err)
+    return ended
+
+
 # Where each environment keeps the model: (HOME, extra variables, the hub cache it names).
 SETTINGS = {
     "offline": ("home", {"HF_HUB_OFFLINE": "1"}, "home/.cache/huggingface/hub"),

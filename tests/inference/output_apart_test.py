@@ -5,13 +5,11 @@ is read or written, and every input is left byte for byte."""
 
 import hashlib
 import os
-import subprocess
-import sys
 
 import pytest
 
 from bert_jax import paths
-from tests.commands_test import ROOT, clean_env
+from tests.commands_test import ROOT, run_together
 
 SLICE = os.path.join(ROOT, "tests", "testdata", "debian_slice")
 
@@ -78,22 +76,8 @@ def test_each_command_refuses_to_write_over_its_input(tmp_path):
     said = {c[0]: words for c, words in commands.items()}
     said["mine"] = f"--output writes {d}/train.jsonl, which --pairs reads"
     before = _digests(d)
-    (tmp_path / "home").mkdir()
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, *argv],
-            env=clean_env(tmp_path / "home"),
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name, argv in argvs.items()
-    }
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=300)
-        lines = err.strip().splitlines()
-        assert proc.returncode == 1, (name, err[-3000:])
-        assert lines[-1].startswith(f"error: {said[name]}"), (name, err[-3000:])
+    for name, (status, err) in run_together(argvs, tmp_path / "home", cwd=tmp_path).items():
+        assert status == 1, (name, err[-3000:])
+        assert err.strip().splitlines()[-1].startswith(f"error: {said[name]}"), (name, err[-3000:])
     assert _digests(d) == before
     assert sorted(os.listdir(d)) == sorted(before)  # nothing written beside them either
