@@ -157,6 +157,41 @@ def test_fuse_with_qrels_scores_as_ranked_scores(files, tmp_path):
     assert len(rows[1]["ids"]) == 14  # the 14 documents of the second run (it lacks one)
 
 
+def test_a_beir_dataset_searches_as_its_plain_layout(tmp_path):
+    """BEIR's files: queries and corpus with `_id`, a corpus `title` (put before the text with a
+    space, as BEIR embeds its corpora), qrels as TSV with `query-id`, `corpus-id` and `score`
+    (0: not relevant): the same run and scores as the plain layout of the same texts."""
+    titles = {"tax-guide": "zakat", "bike-repair": ""}  # a word found in one title only
+    beir, plain = tmp_path / "beir", tmp_path / "plain"
+    beir.mkdir(), plain.mkdir()
+    write_jsonl(beir / "corpus.jsonl", [{"_id": i, "title": titles.get(i, "Doc"), "text": t}
+                                        for i, t in DOCS.items()])  # fmt: skip
+    write_jsonl(plain / "corpus.jsonl", [{"id": i, "text": f"{titles.get(i, 'Doc')} {t}".strip()}
+                                         for i, t in DOCS.items()])  # fmt: skip
+    queries = [q["query"] for q in QUERIES] + ["zakat"]
+    write_jsonl(
+        beir / "queries.jsonl", [{"_id": f"q{n}", "text": q} for n, q in enumerate(queries)]
+    )
+    write_jsonl(
+        plain / "queries.jsonl", [{"id": f"q{n}", "text": q} for n, q in enumerate(queries)]
+    )
+    lines = ["query-id\tcorpus-id\tscore", "q1\tbike-repair\t1", "q1\tbread\t0", "q5\ttax-guide\t1"]
+    (beir / "qrels.tsv").write_text("\n".join(lines) + "\n")
+    write_jsonl(plain / "qrels.jsonl", [{"query_id": "q1", "corpus_id": "bike-repair"},
+                                        {"query_id": "q5", "corpus_id": "tax-guide"}])  # fmt: skip
+    for d, qrels in ((beir, "qrels.tsv"), (plain, "qrels.jsonl")):
+        argv = ["search", "--index", "bm25", "--queries", str(d / "queries.jsonl"), "--corpus",
+                str(d / "corpus.jsonl"), "--qrels", str(d / qrels), "--output", str(d / "run.jsonl")]  # fmt: skip
+        assert main(argv) == 0
+    assert read_run(beir / "run.jsonl") == read_run(plain / "run.jsonl")
+    rows = read_run(beir / "run.jsonl")
+    assert rows[5]["query_id"] == "q5" and rows[5]["ids"][0] == "tax-guide"  # by its title
+    files = ("queries", "corpus", "qrels")  # the two layouts' own paths
+    scores = [json.loads((d / "run.metrics.json").read_text()) for d in (beir, plain)]
+    scores = [{k: v for k, v in got.items() if k not in files} for got in scores]
+    assert scores[0] == scores[1] and scores[0]["num_queries"] == 2
+
+
 @pytest.mark.parametrize(
     "case,flags,message",
     [

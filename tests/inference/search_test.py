@@ -235,7 +235,11 @@ def test_a_text_file_of_queries_has_line_numbers_for_ids(tmp_path):
     [
         ("missing", ["--queries", "{d}/none.jsonl"], "--queries: input pattern"),
         ("columns", ["--queries", "{d}/other_qrels.jsonl"], "no column 'text' (or 'query')"),
-        ("corpus_columns", ["--corpus", "{d}/queries.jsonl"], "no column 'id' and 'text'"),
+        (
+            "corpus_columns",
+            ["--corpus", "{d}/queries.jsonl"],
+            "no column 'id' (or '_id') and 'text'",
+        ),
         ("empty_corpus", ["--corpus", "{d}/empty.jsonl"], "holds no document"),
         ("top_k", ["--top_k", "0"], "--top_k must be at least 1, got 0"),
         ("output", ["--output", "{d}/run.csv"], "--output must end in .jsonl or .parquet"),

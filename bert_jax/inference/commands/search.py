@@ -19,9 +19,11 @@ them (`retrieval.metrics.ranked_scores`).
         --queries dev.jsonl --corpus corpus.jsonl --qrels dev_qrels.jsonl --output splade.jsonl
 
 In:
-  --queries   JSONL/CSV/Parquet rows with `text` (or `query`) and an optional `id` (else the row
-              number from 0), or a text file, one query a line (ids: line numbers from 0).
-  --corpus    rows with `id` and `text`, embedded by --model as `inference embed` embeds them
+  --queries   JSONL/CSV/Parquet rows with `text` (or `query`) and an optional `id` (or BEIR's
+              `_id`; else the row number from 0), or a text file, one query a line (ids: line
+              numbers from 0).
+  --corpus    rows with `id` (or `_id`) and `text`, a `title` (BEIR's) put before the text with a
+              space as BEIR does, embedded by --model as `inference embed` embeds them
               (--index bm25: indexed by their words);
               or Parquet rows with an id and `embedding` (float32 [E]): the folder (or shards)
               `inference embed --input ... --id_column ID --output FOLDER` writes, whose
@@ -72,6 +74,7 @@ SPARSE_CHUNK = 1024  # texts embedded, then kept as a sparse matrix, at a time
 RECALL_AT = 100  # Recall@100, beside nDCG@10 and MRR@10
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
 TEXT_COLUMNS = ("text", "query")
+ID_COLUMNS = ("id", "_id")  # BEIR's queries and corpus name the id `_id`
 QRELS_LAYOUTS = (("query_id", "corpus_id"), ("query-id", "corpus-id"), ("query", "id"))
 
 
@@ -133,7 +136,7 @@ def read_queries(path: str) -> tuple[list, list[str]]:
         raise ValueError(
             f"--queries {path}: no column 'text' (or 'query'); the columns are {found}"
         )
-    id_column = "id" if "id" in found else None
+    id_column = records.first_column(found, ID_COLUMNS)
     ids, texts = [], []
     for row, values in tables.iter_rows(path, [c for c in (id_column, text_column) if c]):
         texts.append(records.text(values[text_column], f"{path}: row {row}", text_column))
@@ -164,14 +167,17 @@ def read_corpus(pattern: str) -> Corpus:
     ids, texts = [], []
     for path in files:
         found = tables.column_names(path)
-        if found and not {"id", "text"} <= set(found):
+        id_column = records.first_column(found, ID_COLUMNS) or "id"
+        if found and not {id_column, "text"} <= set(found):
             raise ValueError(
-                f"--corpus {path}: no column 'id' and 'text' (or 'embedding': the Parquet "
-                f"`inference embed` writes); the columns are {found}"
+                f"--corpus {path}: no column 'id' (or '_id') and 'text' (or 'embedding': the "
+                f"Parquet `inference embed` writes); the columns are {found}"
             )
-        for row, values in tables.iter_rows(path, ["id", "text"]):
-            ids.append(values["id"])
-            texts.append(records.text(values["text"], f"{path}: row {row}", "text"))
+        title = ["title"] if "title" in found else []
+        for row, values in tables.iter_rows(path, [id_column, "text", *title]):
+            ids.append(values[id_column])
+            text = records.text(values["text"], f"{path}: row {row}", "text")
+            texts.append(f"{values['title'] or ''} {text}".strip() if title else text)
     if not ids:
         raise ValueError(f"--corpus {pattern} holds no document")
     _check_ids(ids, f"--corpus {pattern}")
