@@ -126,6 +126,11 @@ def jsonl_text(pairs: Sequence[CuePair]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def write_jsonl(pairs: Sequence[CuePair], path: str | os.PathLike) -> None:
+    """`jsonl_text(pairs)` written to `path` whole."""
+    write_text_whole(path, jsonl_text(pairs))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Writes train.jsonl, dev.jsonl and test.jsonl into --out_dir; prints the counts."""
     parser = argparse.ArgumentParser(
