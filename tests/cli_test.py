@@ -201,4 +201,3 @@ def test_commands_given_a_file_for_their_folder_say_so_in_one_line(tmp_path):
         assert lines[-1].startswith(f"error: {blocker} is a file"), (name, err[-3000:])
         assert "Traceback" not in err, (name, err[-3000:])
     assert blocker.read_text() == '{"text": "kept"}\n'
-
