@@ -95,7 +95,8 @@ def check_apart(writes: Mapping[str, Sequence[str]], reads: Mapping[str, Sequenc
     Args:
       writes: {flag: the paths it makes written} ("--output": a file and its scores file, or
         the bulk job's folder).
-      reads: {flag: the paths it reads}: files, and the folders named (`tables.named_paths`).
+      reads: {flag: the paths it reads}: files, and the folders named (`tables.check_apart`
+        takes the flags' patterns).
 
     Raises:
       ValueError: naming both flags, where a path written is one read, a folder written holds a

@@ -30,9 +30,11 @@ import io
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from etils import epath
+
+from bert_jax import paths
 
 TEXT_COLUMN = "text"
 _TABLE_SUFFIXES = (".parquet", ".arrow")
@@ -80,9 +82,17 @@ def expand_inputs(pattern: str) -> list[str]:
     return sorted(found)
 
 
-def named_paths(pattern: str) -> list[str]:
-    """What `pattern` (as `expand_inputs` takes it) names, without reading any file: each part
-    as given (a file or a folder), a glob's matches; for `paths.check_apart`."""
+def check_apart(writes: Mapping[str, Sequence[str]], reads: Mapping[str, str | None]) -> None:
+    """`paths.check_apart` of a command's outputs (`writes`: {flag: the paths written}) and its
+    inputs' patterns (`reads`: {flag: a pattern as `expand_inputs` takes it, or None: not
+    given}), no file read; ValueError naming both flags."""
+    named = {flag: _named_paths(pattern) for flag, pattern in reads.items() if pattern}
+    paths.check_apart(writes, named)
+
+
+def _named_paths(pattern: str) -> list[str]:
+    """What `pattern` names, without reading any file: each part as given (a file or a
+    folder), a glob's matches."""
     named = []
     for part in (p.strip() for p in os.fspath(pattern).split(",")):
         if part and not _is_url(part):

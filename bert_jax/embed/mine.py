@@ -279,8 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch_size must be at least 1, got {args.batch_size}")
     reads = {"--pairs": args.pairs, "--corpus": args.corpus}
-    named = {flag: tables.named_paths(v) for flag, v in reads.items() if v}
-    paths.check_apart({"--output": [args.output]}, named)  # even with --overwrite
+    tables.check_apart({"--output": [args.output]}, reads)  # even with --overwrite
     check_output(args.output, args.overwrite)
     if args.search == "faiss":
         search_lib.faiss_module()  # installed, before any file is read

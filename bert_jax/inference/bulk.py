@@ -532,7 +532,7 @@ def run(job: Job) -> Summary:
         files.
     """
     job.check()
-    paths.check_apart({"--output": [job.output]}, {"--input": tables.named_paths(job.input)})
+    tables.check_apart({"--output": [job.output]}, {"--input": job.input})
     model = _Model(job)  # errors in the model or settings before anything is written
     out_dir = paths.as_path(job.output)
     me, n = jax.process_index(), jax.process_count()

@@ -451,10 +451,9 @@ def metrics_path(output: str) -> str:
 
 def check_output_apart(args: argparse.Namespace, **reads: str | None) -> None:
     """Refuses an --output (or, with --qrels, its scores file) that is, or lies in, what the
-    command reads (`reads`: {flag name: its pattern, or None}; `paths.check_apart`)."""
+    command reads (`reads`: {flag name: its pattern, or None}; `tables.check_apart`)."""
     written = [args.output, *([metrics_path(args.output)] if args.qrels else [])]
-    named = {f"--{k}": tables.named_paths(v) for k, v in reads.items() if v}
-    paths.check_apart({"--output": written}, named)
+    tables.check_apart({"--output": written}, {f"--{k}": v for k, v in reads.items()})
 
 
 def run(args: argparse.Namespace) -> None:
